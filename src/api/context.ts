@@ -1,0 +1,30 @@
+import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import type { SessionVerdict } from "../identity/certificate-policy.js";
+import type { Principal } from "../identity/principal.js";
+
+/** What the transport learned about a request before any handler runs. */
+export interface RequestIdentity {
+  /** The per-session certificate verdict; undefined when the TLS layer gave nothing. */
+  readonly verdict: SessionVerdict | undefined;
+  readonly remoteAddress: string | undefined;
+}
+
+/** Set by the server for every request, on both surfaces. */
+export const requestIdentityKey = createContextKey<RequestIdentity | undefined>(undefined, { description: "request identity" });
+
+/** Set by the guard once a request is authorized. */
+export const principalKey = createContextKey<Principal | undefined>(undefined, { description: "authorized principal" });
+
+/** The authorized principal of a request; the guard guarantees it on runner and admin routes. */
+export function principalOf(ctx: HandlerContext): Principal {
+  const p = ctx.values.get(principalKey);
+  if (!p) throw new Error(`${ctx.method.name}: no authorized principal (the route is not guarded)`);
+  return p;
+}
+
+/** The authorized runner of a request on a runner route. */
+export function runnerOf(ctx: HandlerContext): Extract<Principal, { kind: "runner" }> {
+  const p = principalOf(ctx);
+  if (p.kind !== "runner") throw new Error(`${ctx.method.name}: the principal is not a runner`);
+  return p;
+}

@@ -1,0 +1,273 @@
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { StringDecoder } from "node:string_decoder";
+import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
+import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
+import { errorBody, httpStatusOf, payloadTooLarge, toConnectError } from "./errors.js";
+import { routeOf, type RouteEntry } from "./routes.js";
+
+/** A route with the (guarded) function that serves it. */
+export interface RestBinding {
+  readonly entry: RouteEntry;
+  readonly handler: (...args: unknown[]) => unknown;
+}
+
+/** Options of the REST router. */
+export interface RestRouterOptions {
+  readonly bindings: readonly RestBinding[];
+  /** The same context values the Connect adapter gives its handlers. */
+  readonly contextValues: (req: Http2ServerRequest) => ContextValues;
+  /** Byte bound of a request body (JSON or NDJSON). */
+  readonly maxBodyBytes: number;
+}
+
+type Handler = (req: Http2ServerRequest, res: Http2ServerResponse) => void;
+
+interface CompiledRoute {
+  readonly binding: RestBinding;
+  readonly pattern: RegExp;
+  /** JSON names of the request fields bound by path segments, in order. */
+  readonly params: readonly string[];
+}
+
+/**
+ * The v1 REST surface, built from the route options: it decodes proto3 JSON
+ * (or NDJSON, one message per line), calls the same handler the Connect
+ * adapter calls, and encodes the reply by the route's body mapping.
+ */
+export function createRestRouter(options: RestRouterOptions): Handler {
+  const routes = options.bindings.map(compile);
+  return (req, res) => {
+    const url = new URL(req.url, "https://forelead.invalid");
+    const candidates = routes.filter((r) => r.pattern.test(url.pathname));
+    const route = candidates.find((r) => r.binding.entry.httpMethod === req.method);
+    if (!route) {
+      if (candidates.length > 0) {
+        const allowed = [...new Set(candidates.map((r) => r.binding.entry.httpMethod))].join(", ");
+        res.setHeader("allow", allowed);
+        return writeJson(res, 405, { code: "unimplemented", message: `${req.method} ${url.pathname} is not served; use ${allowed}` });
+      }
+      return writeJson(res, 404, { code: "not_found", message: `no route ${req.method} ${url.pathname}; docs/routes.md lists the routes` });
+    }
+    void serve(route, req, res, url, options).catch((err) => writeError(res, toConnectError(err, `${req.method} ${url.pathname}`)));
+  };
+}
+
+function compile(binding: RestBinding): CompiledRoute {
+  const params: string[] = [];
+  const source = binding.entry.path
+    .split("/")
+    .map((segment) => {
+      const m = /^\{(\w+)\}$/.exec(segment);
+      if (!m) return segment.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+      params.push(m[1]!);
+      return "([^/]+)";
+    })
+    .join("/");
+  return { binding, pattern: new RegExp(`^${source}$`), params };
+}
+
+async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2ServerResponse, url: URL, options: RestRouterOptions): Promise<void> {
+  const { entry, handler } = route.binding;
+  const { method } = entry;
+  const ctx = createRestContext(req, entry, url, options.contextValues(req));
+  const bound = pathParams(route, url.pathname);
+
+  if (method.methodKind === "client_streaming") {
+    const messages = ndjsonMessages(req, method.input, options.maxBodyBytes);
+    const reply = await (handler(messages, ctx) as Promise<object>);
+    return writeReply(res, method, create(method.output, reply as never));
+  }
+
+  const json = req.method === "GET" ? queryJson(url, method.input) : await readJsonBody(req, options.maxBodyBytes);
+  const input = decode(method.input, { ...json, ...bound }, "request body");
+
+  if (method.methodKind === "server_streaming") {
+    const chunks = (handler(input, ctx) as AsyncIterable<{ data?: Uint8Array }>)[Symbol.asyncIterator]();
+    const first = await chunks.next(); // errors before the first byte still get a JSON error reply
+    res.writeHead(200, { "content-type": entry.option.rawResponseContentType });
+    try {
+      for (let r = first; !r.done; r = await chunks.next()) {
+        if (r.value.data && r.value.data.length > 0 && !res.write(r.value.data)) await drained(res);
+      }
+      res.end();
+    } catch (err) {
+      writeError(res, toConnectError(err, `${req.method} ${url.pathname}`));
+    }
+    return;
+  }
+
+  const reply = await (handler(input, ctx) as Promise<object>);
+  writeReply(res, method, create(method.output, reply as never));
+}
+
+function createRestContext(req: Http2ServerRequest, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {
+  const abort = new AbortController();
+  req.once("close", () => abort.abort(new ConnectError("the client closed the request", Code.Canceled)));
+  const requestHeader = new Headers();
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (!k.startsWith(":") && v !== undefined) requestHeader.set(k, Array.isArray(v) ? v.join(", ") : String(v));
+  }
+  return createHandlerContext({
+    service: entry.service,
+    method: entry.method,
+    protocolName: "rest",
+    requestMethod: req.method,
+    url: url.toString(),
+    requestSignal: abort.signal,
+    requestHeader,
+    contextValues,
+  });
+}
+
+function pathParams(route: CompiledRoute, pathname: string): Record<string, string> {
+  const m = route.pattern.exec(pathname);
+  const out: Record<string, string> = {};
+  route.params.forEach((name, i) => (out[name] = decodeURIComponent(m?.[i + 1] ?? "")));
+  return out;
+}
+
+/** Query parameters as proto3 JSON: repeated fields collect every value, bools accept true/false/1/0. */
+function queryJson(url: URL, schema: DescMessage): Record<string, JsonValue> {
+  const out: Record<string, JsonValue> = {};
+  for (const field of schema.fields) {
+    const values = url.searchParams.getAll(field.jsonName);
+    if (values.length === 0) continue;
+    const isBool = field.fieldKind === "scalar" && field.scalar === 8; // ScalarType.BOOL
+    const convert = (v: string): JsonValue => (isBool ? v === "true" || v === "1" : v);
+    out[field.jsonName] = field.fieldKind === "list" ? values.map(convert) : convert(values[values.length - 1]!);
+  }
+  return out;
+}
+
+async function readJsonBody(req: Http2ServerRequest, maxBytes: number): Promise<Record<string, JsonValue>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw payloadTooLarge(`the request body is over ${maxBytes} bytes; send a smaller body`);
+    chunks.push(chunk);
+  }
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (text.trim() === "") return {};
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new ConnectError(`the request body is not valid JSON: ${(err as Error).message}`, Code.InvalidArgument);
+  }
+  if (json === null || typeof json !== "object" || Array.isArray(json)) {
+    throw new ConnectError("the request body must be a JSON object", Code.InvalidArgument);
+  }
+  return json as Record<string, JsonValue>;
+}
+
+/**
+ * Decodes proto3 JSON, ignoring unknown fields; a wrong type is
+ * invalid_argument naming the field (protobuf-es names it in its message).
+ */
+export function decode<T extends DescMessage>(schema: T, json: JsonValue, what: string): Message & ReturnType<typeof fromJson<T>> {
+  try {
+    return fromJson(schema, json, { ignoreUnknownFields: true });
+  } catch (err) {
+    const text = (err as Error).message.replace(/^cannot decode (field|message) [\w.]+?\.(\w+) from JSON: /, (_m, kind, name) => (kind === "field" ? `field "${jsonNameOf(schema, name)}": ` : ""));
+    throw new ConnectError(`${what}: ${text}`, Code.InvalidArgument);
+  }
+}
+
+function jsonNameOf(schema: DescMessage, protoName: string): string {
+  return schema.fields.find((f) => f.name === protoName)?.jsonName ?? protoName;
+}
+
+/**
+ * NDJSON request messages, read incrementally: never more than one line is
+ * buffered. Lines are numbered from 1; blank lines are skipped. A line that
+ * pushes the body past `maxBytes` ends the stream with 413; lines before it
+ * have already been handed to the handler.
+ */
+async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, maxBytes: number): AsyncGenerator<Message> {
+  const decoder = new StringDecoder("utf8");
+  let pending = "";
+  let consumed = 0;
+  let lineNo = 0;
+  const parseLine = (line: string): Message | undefined => {
+    lineNo++;
+    consumed += Buffer.byteLength(line, "utf8") + 1;
+    if (consumed > maxBytes + 1) throw payloadTooLarge(`line ${lineNo} takes the request body over ${maxBytes} bytes; send it in a new request`);
+    if (line.trim() === "") return undefined;
+    let json: JsonValue;
+    try {
+      json = JSON.parse(line) as JsonValue;
+    } catch (err) {
+      throw new ConnectError(`line ${lineNo} is not valid JSON: ${(err as Error).message}`, Code.InvalidArgument);
+    }
+    if (json === null || typeof json !== "object" || Array.isArray(json)) {
+      throw new ConnectError(`line ${lineNo} must be a JSON object`, Code.InvalidArgument);
+    }
+    return decode(schema, json, `line ${lineNo}`);
+  };
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    pending += decoder.write(chunk);
+    let nl: number;
+    while ((nl = pending.indexOf("\n")) !== -1) {
+      const message = parseLine(pending.slice(0, nl).replace(/\r$/, ""));
+      pending = pending.slice(nl + 1);
+      if (message) yield message;
+    }
+    if (Buffer.byteLength(pending, "utf8") + consumed > maxBytes) {
+      throw payloadTooLarge(`line ${lineNo + 1} takes the request body over ${maxBytes} bytes; send it in a new request`);
+    }
+  }
+  pending += decoder.end();
+  if (pending.length > 0) {
+    const message = parseLine(pending);
+    if (message) yield message;
+  }
+}
+
+function writeReply(res: Http2ServerResponse, method: DescMethod, reply: Message): void {
+  const body = routeBody(method, reply);
+  if (body === undefined) {
+    res.writeHead(204);
+    res.end();
+    return;
+  }
+  writeJson(res, 200, body);
+}
+
+/** The REST body of a reply by the route's body mapping; undefined means 204. */
+function routeBody(method: DescMethod, reply: Message): JsonValue | undefined {
+  const route = routeOf(method);
+  if (route.responseBody) {
+    const field = method.output.fields.find((f) => f.name === route.responseBody);
+    if (!field || field.fieldKind !== "message") throw new Error(`${method.name}: response_body ${route.responseBody} is not a message field`);
+    const value = (reply as unknown as Record<string, Message | undefined>)[field.localName];
+    if (value === undefined) {
+      if (route.noContentWhenEmpty) return undefined;
+      throw new Error(`${method.name}: the reply has no ${route.responseBody}`);
+    }
+    return toJson(field.message, value);
+  }
+  const json = toJson(method.output, reply);
+  if (route.noContentWhenEmpty && json !== null && typeof json === "object" && Object.keys(json).length === 0) return undefined;
+  return json;
+}
+
+function writeJson(res: Http2ServerResponse, status: number, body: JsonValue): void {
+  if (res.headersSent) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function writeError(res: Http2ServerResponse, err: ConnectError): void {
+  if (res.headersSent) {
+    res.stream.close(2); // NGHTTP2_INTERNAL_ERROR: the client sees a broken stream, never a truncated success
+    return;
+  }
+  err.metadata.forEach((value, key) => res.setHeader(key, value));
+  writeJson(res, httpStatusOf(err), errorBody(err));
+}
+
+function drained(res: Http2ServerResponse): Promise<void> {
+  return new Promise((resolve) => res.once("drain", resolve));
+}

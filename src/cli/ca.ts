@@ -1,0 +1,41 @@
+import { Command } from "commander";
+import { issueClientCertificate, parseDuration } from "../identity/ca.js";
+import { initDevPki, loadCertificateAuthority, writeIssued } from "../identity/pki-files.js";
+import { parseSpiffeId } from "../identity/spiffe.js";
+
+/** Default hosts of the development server certificate. */
+export const defaultHosts = ["localhost", "127.0.0.1", "::1"];
+
+/** `forelead ca ...`: the development PKI. */
+export function caCommand(): Command {
+  const ca = new Command("ca").description("development certificate authority (ECDSA P-256) for the server and runner certificates");
+  ca.command("init")
+    .description("create a development CA and a server certificate in --dir (kept if they exist)")
+    .option("--dir <dir>", "where to write the PKI", "certs")
+    .option("--trust-domain <td>", "SPIFFE trust domain the certificates will be used with", "forelead")
+    .option("--hosts <list>", "server certificate hosts, comma separated", defaultHosts.join(","))
+    .option("--force", "replace an existing CA and server certificate")
+    .action(async (opts: { dir: string; trustDomain: string; hosts: string; force?: boolean }) => {
+      parseSpiffeId(`spiffe://${opts.trustDomain}`);
+      const hosts = opts.hosts.split(",").map((h) => h.trim()).filter(Boolean);
+      const { paths, created } = await initDevPki(opts.dir, { hosts, force: opts.force ?? false });
+      console.log(created ? `wrote the development PKI to ${paths.dir} (CA ${paths.caCert}, server ${paths.serverCert} for ${hosts.join(", ")})` : `${paths.dir} already holds a development PKI; left unchanged (use --force to replace it)`);
+    });
+  ca.command("issue")
+    .description("issue a client certificate for a SPIFFE ID, e.g. spiffe://forelead/runners/r1/workspaces/w1")
+    .option("--dir <dir>", "the development PKI", "certs")
+    .requiredOption("--spiffe-id <id>", "the certificate's only URI SAN")
+    .option("--ttl <duration>", "lifetime, e.g. 24h, 90m", "24h")
+    .requiredOption("--out <prefix>", "writes PREFIX.pem and PREFIX-key.pem")
+    .action(async (opts: { dir: string; spiffeId: string; ttl: string; out: string }) => {
+      parseSpiffeId(opts.spiffeId);
+      const lifetimeMs = parseDuration(opts.ttl);
+      const authority = await loadCertificateAuthority(opts.dir);
+      // Backdated by a minute for clock skew; the lifetime stays the one asked for.
+      const notBefore = new Date(Date.now() - 60_000);
+      const issued = await issueClientCertificate(authority, { uris: [opts.spiffeId], notBefore, notAfter: new Date(notBefore.getTime() + lifetimeMs) });
+      const files = await writeIssued(opts.out, issued);
+      console.log(`wrote ${files.cert} and ${files.key} for ${opts.spiffeId}, valid until ${issued.notAfter.toISOString()}`);
+    });
+  return ca;
+}

@@ -1,0 +1,97 @@
+import { readFile } from "node:fs/promises";
+import { Command, Option } from "commander";
+import { parseDuration } from "../identity/ca.js";
+import { initDevPki } from "../identity/pki-files.js";
+import { parseSpiffeId } from "../identity/spiffe.js";
+import { startControlPlane } from "../server/control-plane.js";
+import { defaultHosts } from "./ca.js";
+import { collect, integerIn } from "./main.js";
+
+interface ServeFlags {
+  listen: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  clientCa?: string;
+  certsDir: string;
+  trustDomain: string;
+  database: string;
+  admin: string[];
+  leaseSeconds: number;
+  maxCertLifetime: string;
+}
+
+/** `forelead serve`: the control plane. */
+export function serveCommand(): Command {
+  return new Command("serve")
+    .description("serve the control plane (HTTP/2, TLS 1.3, client certificates required)")
+    .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
+    .option("--tls-cert <file>", "server certificate (PEM); default: the development PKI in --certs-dir")
+    .option("--tls-key <file>", "server key (PEM)")
+    .option("--client-ca <file>", "trust bundle for client certificates (PEM); default: the development CA")
+    .option("--certs-dir <dir>", "development PKI used (and created) when no TLS flags are given", "certs")
+    .option("--trust-domain <td>", "SPIFFE trust domain of client identities", "forelead")
+    .option("--database <url|dir>", "postgres:// URL, or a directory for the embedded database", "data/db")
+    .option("--admin <spiffe-id>", "grant this identity the admin routes (repeatable)", collect, [])
+    .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
+    .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
+    .action(async (flags: ServeFlags) => {
+      const { host, port } = parseListen(flags.listen);
+      parseSpiffeId(`spiffe://${flags.trustDomain}`);
+      flags.admin.forEach((id) => parseSpiffeId(id));
+      const maxCertLifetimeMs = parseDuration(flags.maxCertLifetime);
+      const tls = await loadTls(flags);
+      const plane = await startControlPlane({
+        host,
+        port,
+        ...tls,
+        trustDomain: flags.trustDomain,
+        database: flags.database,
+        admins: flags.admin,
+        leaseSeconds: flags.leaseSeconds,
+        maxCertLifetimeMs,
+      });
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, lease ${flags.leaseSeconds}s${flags.admin.length ? `, admins ${flags.admin.join(" ")}` : ""})`);
+      const stop = (signal: string) => {
+        console.log(`forelead: ${signal} received; closing connections and the database`);
+        plane.close().then(
+          () => process.exit(0),
+          (err) => {
+            console.error(`forelead: error while shutting down: ${err.message}`);
+            process.exit(1);
+          },
+        );
+      };
+      process.once("SIGTERM", () => stop("SIGTERM"));
+      process.once("SIGINT", () => stop("SIGINT"));
+    });
+}
+
+function parseListen(listen: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(listen);
+  const port = Number(m?.[3]);
+  if (!m || port > 65535) throw new Error(`--listen ${JSON.stringify(listen)} is not host:port (e.g. 127.0.0.1:8443 or [::1]:8443)`);
+  return { host: (m[1] ?? m[2])!, port };
+}
+
+async function loadTls(flags: ServeFlags): Promise<{ tlsCertPem: string; tlsKeyPem: string; clientCaPem: string }> {
+  const given = [flags.tlsCert, flags.tlsKey, flags.clientCa].filter(Boolean).length;
+  if (given === 0) {
+    const { paths, created } = await initDevPki(flags.certsDir, { hosts: defaultHosts });
+    if (created) console.log(`forelead: created a development PKI in ${paths.dir} (not for production)`);
+    return { tlsCertPem: await read(paths.serverCert, "server certificate"), tlsKeyPem: await read(paths.serverKey, "server key"), clientCaPem: await read(paths.caCert, "CA") };
+  }
+  if (given !== 3) throw new Error("--tls-cert, --tls-key and --client-ca go together: give all three, or none to use the development PKI");
+  return {
+    tlsCertPem: await read(flags.tlsCert!, "--tls-cert"),
+    tlsKeyPem: await read(flags.tlsKey!, "--tls-key"),
+    clientCaPem: await read(flags.clientCa!, "--client-ca"),
+  };
+}
+
+async function read(file: string, what: string): Promise<string> {
+  try {
+    return await readFile(file, "utf8");
+  } catch (err) {
+    throw new Error(`cannot read ${what} ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}

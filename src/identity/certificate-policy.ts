@@ -1,0 +1,148 @@
+import "reflect-metadata";
+import { X509Certificate as NodeX509, createHash } from "node:crypto";
+import * as x509 from "@peculiar/x509";
+import { InvalidSpiffeIdError, parseSpiffeId } from "./spiffe.js";
+import { principalOf, type Principal } from "./principal.js";
+
+/**
+ * The certificate policy of DESIGN.md, split in two: what can be decided once
+ * per TLS session (chain, SANs, CA flag, trust domain, lifetime) and what must
+ * be decided on every request, because an HTTP/2 connection can outlive its
+ * certificate (validity now).
+ */
+export interface CertificatePolicy {
+  readonly trustDomain: string;
+  /** Longest allowed notAfter - notBefore, in milliseconds (24 h by default). */
+  readonly maxLifetimeMs: number;
+  /** The client trust bundle: CA certificates a client chain must end in. */
+  readonly trustAnchors: readonly NodeX509[];
+}
+
+/** What the TLS layer reports about the client's certificate. */
+export interface PresentedChain {
+  /** DER of the leaf first, then any intermediates the client sent. Empty: none presented. */
+  readonly der: readonly Buffer[];
+  /** Node's verdict on the chain against the trust bundle (OpenSSL). */
+  readonly authorized: boolean;
+  readonly authorizationError?: string;
+}
+
+/** The facts about a client certificate an audit record carries. */
+export interface CertificateFacts {
+  readonly serialHex: string;
+  readonly fingerprintSha256: string;
+  readonly notBefore: Date;
+  readonly notAfter: Date;
+  /** The single URI SAN, when there is exactly one. */
+  readonly uri?: string;
+}
+
+/** The per-session verdict: a principal, or the reason the certificate is refused. */
+export type SessionVerdict =
+  | { readonly ok: true; readonly facts: CertificateFacts; readonly principal: Principal }
+  | { readonly ok: false; readonly facts?: CertificateFacts; readonly reason: string };
+
+// OpenSSL reports these when the chain itself is sound but the time is off;
+// the time is then judged by checkValidityNow, request by request.
+const timeErrors = new Set(["CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID"]);
+
+/** Splits a PEM bundle into Node X509 certificates; throws naming the bundle when it holds none. */
+export function parseTrustBundle(pem: string, source: string): NodeX509[] {
+  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) throw new Error(`${source} holds no PEM certificate`);
+  return blocks.map((b) => new NodeX509(b));
+}
+
+/** Judges a presented chain once per session. */
+export function verifyPresentedChain(chain: PresentedChain, policy: CertificatePolicy): SessionVerdict {
+  const leafDer = chain.der[0];
+  if (!leafDer || leafDer.length === 0) {
+    return { ok: false, reason: "no client certificate was presented; connect with a runner certificate (e.g. one from `forelead ca issue`)" };
+  }
+  let leaf: x509.X509Certificate;
+  try {
+    leaf = new x509.X509Certificate(leafDer);
+  } catch (err) {
+    return { ok: false, reason: `the client certificate could not be parsed: ${(err as Error).message}` };
+  }
+  const uris = leaf
+    .getExtensions(x509.SubjectAlternativeNameExtension)
+    .flatMap((ext) => ext.names.items.filter((n) => n.type === "url").map((n) => n.value));
+  const facts: CertificateFacts = {
+    serialHex: leaf.serialNumber.toLowerCase(),
+    fingerprintSha256: createHash("sha256").update(leafDer).digest("hex"),
+    notBefore: leaf.notBefore,
+    notAfter: leaf.notAfter,
+    ...(uris.length === 1 ? { uri: uris[0] } : {}),
+  };
+  const refuse = (reason: string): SessionVerdict => ({ ok: false, facts, reason });
+
+  const chainOk = chainVerifies(leafDer, chain.der.slice(1), policy.trustAnchors);
+  const opensslOk = chain.authorized || timeErrors.has(chain.authorizationError ?? "");
+  if (!chainOk || !opensslOk) {
+    const detail = chain.authorizationError ? ` (${chain.authorizationError})` : "";
+    return refuse(`the client certificate is not signed by a CA in the control plane's client trust bundle${detail}; use a certificate issued by that CA`);
+  }
+  const lifetimeMs = facts.notAfter.getTime() - facts.notBefore.getTime();
+  if (lifetimeMs > policy.maxLifetimeMs) {
+    return refuse(`the client certificate's lifetime is ${formatDuration(lifetimeMs)}, over the ${formatDuration(policy.maxLifetimeMs)} maximum; issue a shorter-lived certificate`);
+  }
+  if (leaf.getExtension(x509.BasicConstraintsExtension)?.ca) {
+    return refuse("the client certificate is a CA certificate (basicConstraints cA=true); use a leaf certificate");
+  }
+  const usage = leaf.getExtension(x509.KeyUsagesExtension)?.usages ?? 0;
+  if (usage & (x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign)) {
+    return refuse("the client certificate's key usage allows signing certificates; a SPIFFE leaf must not");
+  }
+  if (uris.length !== 1) {
+    return refuse(`the client certificate has ${uris.length} URI SANs; it must have exactly one, a SPIFFE ID`);
+  }
+  let principal: Principal;
+  try {
+    principal = principalOf(parseSpiffeId(uris[0]!));
+  } catch (err) {
+    if (err instanceof InvalidSpiffeIdError) return refuse(`the client certificate's URI SAN: ${err.message}`);
+    throw err;
+  }
+  if (principal.spiffeId.trustDomain !== policy.trustDomain) {
+    return refuse(`the client certificate's trust domain "${principal.spiffeId.trustDomain}" is not this control plane's ("${policy.trustDomain}")`);
+  }
+  return { ok: true, facts, principal };
+}
+
+/** Judges validity at `now`; returns the refusal reason, or undefined when valid. */
+export function checkValidityNow(facts: CertificateFacts, now: Date): string | undefined {
+  if (now < facts.notBefore) return `the client certificate is not valid before ${facts.notBefore.toISOString()}; check the clocks or wait`;
+  if (now > facts.notAfter) return `the client certificate expired at ${facts.notAfter.toISOString()}; renew it and reconnect`;
+  return undefined;
+}
+
+/**
+ * Our own walk from the leaf to a trust anchor, beside OpenSSL's: it lets an
+ * expired certificate be reported as expired (not as untrusted) without ever
+ * accepting an untrusted one, since OpenSSL's time errors can mask others.
+ */
+function chainVerifies(leafDer: Buffer, intermediatesDer: readonly Buffer[], anchors: readonly NodeX509[]): boolean {
+  const now = new Date();
+  const valid = (c: NodeX509) => new Date(c.validFrom) <= now && now <= new Date(c.validTo);
+  let current = new NodeX509(leafDer);
+  let pool = intermediatesDer.map((d) => new NodeX509(d));
+  for (let depth = 0; depth < 5; depth++) {
+    if (anchors.some((a) => valid(a) && current.checkIssued(a) && current.verify(a.publicKey))) return true;
+    const next = pool.find((c) => c.ca && valid(c) && current.checkIssued(c) && current.verify(c.publicKey));
+    if (!next) return false;
+    pool = pool.filter((c) => c !== next);
+    current = next;
+  }
+  return false;
+}
+
+/** Formats milliseconds as e.g. "24h", "48h30m", "90s". */
+export function formatDuration(ms: number): string {
+  const s = Math.round(ms / 1000);
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = s % 60;
+  const parts = [h ? `${h}h` : "", m ? `${m}m` : "", sec ? `${sec}s` : ""].join("");
+  return parts || "0s";
+}

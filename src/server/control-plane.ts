@@ -1,0 +1,153 @@
+import http2 from "node:http2";
+import type { Http2Session } from "node:http2";
+import type { AddressInfo } from "node:net";
+import { createSecureContext } from "node:tls";
+import type { DescService } from "@bufbuild/protobuf";
+import { createContextValues, type ConnectRouter, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { requestIdentityKey } from "../api/context.js";
+import { toConnectError } from "../api/errors.js";
+import { guardService } from "../api/guard.js";
+import { createRestRouter, type RestBinding } from "../api/rest-router.js";
+import { routeTable } from "../api/routes.js";
+import { createRunnerService } from "../api/runner-service.js";
+import { createDatabaseAuditSink, type AuditSink } from "../identity/audit.js";
+import { parseTrustBundle } from "../identity/certificate-policy.js";
+import { openStore, type Store } from "../store/database.js";
+import { createDbClock, type DbClock } from "../store/db-clock.js";
+import { createRequestIdentifier } from "./identity.js";
+
+/** Everything `forelead serve` needs, already read from flags and files. */
+export interface ControlPlaneOptions {
+  readonly host: string;
+  /** 0 picks a free port. */
+  readonly port: number;
+  readonly tlsCertPem: string;
+  readonly tlsKeyPem: string;
+  /** The client trust bundle (PEM). */
+  readonly clientCaPem: string;
+  readonly trustDomain: string;
+  /** postgres:// URL, a directory for the embedded database, or "memory://". */
+  readonly database: string;
+  /** SPIFFE IDs granted the admin routes. */
+  readonly admins: readonly string[];
+  readonly leaseSeconds: number;
+  readonly maxCertLifetimeMs: number;
+  /** Byte bound of one request body; 1 MiB by default. */
+  readonly maxBodyBytes?: number;
+}
+
+/** A running control plane. */
+export interface ControlPlane {
+  readonly url: string;
+  readonly port: number;
+  readonly store: Store;
+  readonly audit: AuditSink;
+  /** Stops accepting, closes client sessions, then the database. */
+  close(): Promise<void>;
+}
+
+const defaultMaxBodyBytes = 1024 * 1024;
+
+/** Starts a control plane: database (migrated), then the HTTP/2 mTLS listener. */
+export async function startControlPlane(options: ControlPlaneOptions): Promise<ControlPlane> {
+  // Fail on bad TLS material before touching the database: the message names what is wrong.
+  try {
+    createSecureContext({ cert: options.tlsCertPem, key: options.tlsKeyPem });
+  } catch (err) {
+    throw new Error(`the TLS certificate and key cannot be used together: ${(err as Error).message}`);
+  }
+  const trustAnchors = parseTrustBundle(options.clientCaPem, "the client CA bundle");
+  const store = await openStore(options.database);
+  let clock: DbClock | undefined;
+  let audit: AuditSink | undefined;
+  try {
+    clock = await createDbClock(store.db);
+    audit = createDatabaseAuditSink(store.db);
+    const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
+    const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
+    const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
+      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock }), guardOptions) as ServiceImpl<DescService> },
+    ];
+    const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
+    const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
+    const bindings: RestBinding[] = routeTable(services.map((s) => s.service)).map((entry) => {
+      const impl = services.find((s) => s.service === entry.service)!.impl as Record<string, (...args: unknown[]) => unknown>;
+      return { entry, handler: impl[entry.method.localName]! };
+    });
+    const rest = createRestRouter({ bindings, contextValues, maxBodyBytes });
+    const handler = connectNodeAdapter({
+      routes: (router: ConnectRouter) => services.forEach((s) => router.service(s.service, s.impl)),
+      fallback: rest as Parameters<typeof connectNodeAdapter>[0]["fallback"],
+      contextValues: contextValues as never,
+      interceptors: [internalErrors],
+      readMaxBytes: maxBodyBytes,
+      jsonOptions: { ignoreUnknownFields: true },
+    });
+    const server = http2.createSecureServer(
+      {
+        cert: options.tlsCertPem,
+        key: options.tlsKeyPem,
+        ca: options.clientCaPem,
+        requestCert: true,
+        // The policy decides per request, with a message; a TLS alert would tell the client nothing.
+        rejectUnauthorized: false,
+        minVersion: "TLSv1.3",
+        ALPNProtocols: ["h2"],
+        allowHTTP1: false,
+      },
+      handler,
+    );
+    const sessions = new Set<Http2Session>();
+    server.on("session", (s: Http2Session) => {
+      sessions.add(s);
+      s.once("close", () => sessions.delete(s));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(options.port, options.host, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+    const port = (server.address() as AddressInfo).port;
+    const host = options.host.includes(":") ? `[${options.host}]` : options.host;
+    let closing: Promise<void> | undefined;
+    const auditSink = audit;
+    const dbClock = clock;
+    return {
+      url: `https://${host}:${port}`,
+      port,
+      store,
+      audit: auditSink,
+      close() {
+        closing ??= (async () => {
+          const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+          for (const s of sessions) s.close();
+          const forced = setTimeout(() => sessions.forEach((s) => s.destroy()), 5_000);
+          await closed;
+          clearTimeout(forced);
+          dbClock.close();
+          await auditSink.close();
+          await store.close();
+        })();
+        return closing;
+      },
+    };
+  } catch (err) {
+    clock?.close();
+    await audit?.close().catch(() => {});
+    await store.close();
+    throw err;
+  }
+}
+
+/** Errors that are not ConnectErrors are logged with an incident id, never sent as they are. */
+const internalErrors: Interceptor = (next) => async (req) => {
+  try {
+    return await next(req);
+  } catch (err) {
+    throw toConnectError(err, `${req.service.typeName}/${req.method.name}`);
+  }
+};

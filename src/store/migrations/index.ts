@@ -1,0 +1,10 @@
+import type { Migration } from "kysely";
+import * as m0001 from "./0001_runners_and_audit.js";
+
+/**
+ * Every migration, in order. Numbered, plain and append-only: a shipped
+ * migration is never edited; a change is a new file here.
+ */
+export const migrations: Record<string, Migration> = {
+  "0001_runners_and_audit": m0001,
+};
