@@ -4,13 +4,16 @@ import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Store } from "../store/database.js";
+import type { Broker } from "../broker/broker.js";
 import { runnerOf } from "./context.js";
+import { jobMessage, leaseMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
 
 /** What the runner service binds to. */
 export interface RunnerServiceDeps {
   readonly store: Store;
   readonly clock: DbClock;
+  readonly broker: Broker;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -36,10 +39,33 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       return { apiVersion };
     },
 
-    claim: notYet("claim"),
-    renew: notYet("renew"),
-    release: notYet("release"),
-    complete: notYet("complete"),
+    async claim(req, ctx) {
+      const lease = await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal);
+      return lease ? { lease: leaseMessage(lease) } : {};
+    },
+
+    async renew(req, ctx) {
+      return { lease: leaseMessage(await deps.broker.renew({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken })) };
+    },
+
+    async release(req, ctx) {
+      await deps.broker.release({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken });
+      return {};
+    },
+
+    async complete(req, ctx) {
+      const job = await deps.broker.complete({
+        ...runnerOf(ctx),
+        jobId: req.jobId,
+        leaseToken: req.leaseToken,
+        completionId: req.completionId,
+        outcome: req.outcome,
+        exitCode: req.exitCode,
+        error: req.error,
+      });
+      return { apiVersion, job: jobMessage(job) };
+    },
+
     codeHead: notYet("code/head"),
     // eslint-disable-next-line require-yield
     codeBundle: async function* () {

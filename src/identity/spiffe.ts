@@ -50,6 +50,7 @@ export function parseSpiffeId(input: string): SpiffeId {
     if (trustDomainChar.test(c)) continue;
     if (c === ":") fail("a port is not allowed in the trust domain");
     if (c === "@") fail("userinfo is not allowed in the trust domain");
+    checkUriSyntax(c, fail);
     if (c >= "A" && c <= "Z") fail("the trust domain must be lowercase");
     fail(`the trust domain contains ${describe(c)}; only a-z, 0-9, '.', '-' and '_' are allowed`);
   }
@@ -61,15 +62,20 @@ export function parseSpiffeId(input: string): SpiffeId {
       if (part === "." || part === "..") fail("'.' and '..' path segments are not allowed");
       for (const c of part) {
         if (segmentChar.test(c)) continue;
-        if (c === "%") fail("percent-encoding is not allowed");
-        if (c === "?") fail("a query is not allowed");
-        if (c === "#") fail("a fragment is not allowed");
+        checkUriSyntax(c, fail);
         fail(`a path segment contains ${describe(c)}; only A-Z, a-z, 0-9, '.', '-' and '_' are allowed`);
       }
       segments.push(part);
     });
   }
   return { trustDomain, segments, text: input };
+}
+
+/** Names the URI rule a forbidden character would start, wherever it appears (trust domain or path). */
+function checkUriSyntax(c: string, fail: (reason: string) => never): void {
+  if (c === "%") fail("percent-encoding is not allowed");
+  if (c === "?") fail("a query is not allowed");
+  if (c === "#") fail("a fragment is not allowed");
 }
 
 function describe(c: string): string {

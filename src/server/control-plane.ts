@@ -5,7 +5,10 @@ import { createSecureContext } from "node:tls";
 import type { DescService } from "@bufbuild/protobuf";
 import { createContextValues, type ConnectRouter, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { createAdminService } from "../api/admin-service.js";
+import { createBroker, type Broker } from "../broker/broker.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
 import { guardService } from "../api/guard.js";
@@ -36,6 +39,8 @@ export interface ControlPlaneOptions {
   readonly maxCertLifetimeMs: number;
   /** Byte bound of one request body; 1 MiB by default. */
   readonly maxBodyBytes?: number;
+  /** How often expired leases are swept; 1 s by default. */
+  readonly sweepIntervalMs?: number;
 }
 
 /** A running control plane. */
@@ -44,6 +49,7 @@ export interface ControlPlane {
   readonly port: number;
   readonly store: Store;
   readonly audit: AuditSink;
+  readonly broker: Broker;
   /** Stops accepting, closes client sessions, then the database. */
   close(): Promise<void>;
 }
@@ -62,13 +68,16 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   const store = await openStore(options.database);
   let clock: DbClock | undefined;
   let audit: AuditSink | undefined;
+  let broker: Broker | undefined;
   try {
     clock = await createDbClock(store.db);
     audit = createDatabaseAuditSink(store.db);
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
+    broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
     const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
-      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock }), guardOptions) as ServiceImpl<DescService> },
+      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker }), guardOptions) as ServiceImpl<DescService> },
+      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker }), guardOptions) as ServiceImpl<DescService> },
     ];
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
     const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
@@ -116,11 +125,13 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     let closing: Promise<void> | undefined;
     const auditSink = audit;
     const dbClock = clock;
+    const jobBroker = broker;
     return {
       url: `https://${host}:${port}`,
       port,
       store,
       audit: auditSink,
+      broker: jobBroker,
       close() {
         closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -128,6 +139,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
           const forced = setTimeout(() => sessions.forEach((s) => s.destroy()), 5_000);
           await closed;
           clearTimeout(forced);
+          await jobBroker.close();
           dbClock.close();
           await auditSink.close();
           await store.close();
@@ -136,6 +148,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       },
     };
   } catch (err) {
+    await broker?.close().catch(() => {});
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

@@ -7,6 +7,8 @@ import type { ColumnType, Generated } from "kysely";
 export interface Database {
   runners: RunnersTable;
   audit_records: AuditRecordsTable;
+  jobs: JobsTable;
+  leases: LeasesTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -41,3 +43,57 @@ export interface AuditRecordsTable {
   certificate_not_after: ColumnType<Date | null, Date | string | null, Date | string | null>;
   remote_address: string | null;
 }
+
+/** Job states: queued and running are live; the other three are settled. */
+export type JobState = "queued" | "running" | "succeeded" | "failed" | "cancelled";
+
+/** A job and its current lease. */
+export interface JobsTable {
+  id: string;
+  workspace_id: string;
+  labels: string[];
+  kind: string;
+  repository: string | null;
+  target_branch: string | null;
+  base_commit: string | null;
+  base_tree: string | null;
+  spec: ColumnType<JsonObject, string, string>;
+  state: JobState;
+  priority: number;
+  attempts: Generated<number>;
+  max_attempts: number;
+  idempotency_key: string | null;
+  request_sha256: string;
+  runner_id: string | null;
+  lease_id: number | null;
+  lease_token_sha256: Buffer | null;
+  lease_expires_at: Date | null;
+  cancel_requested: Generated<boolean>;
+  exit_code: number | null;
+  error: ColumnType<JsonObject | null, string | null, string | null>;
+  failure_reason: string | null;
+  failure_message: string | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  settled_at: Date | null;
+}
+
+/** Every lease ever issued; the token itself is never stored, only its SHA-256. */
+export interface LeasesTable {
+  id: Generated<number>;
+  token_sha256: Buffer;
+  job_id: string;
+  workspace_id: string;
+  runner_id: string;
+  attempt: number;
+  issued_at: Generated<Date>;
+  expires_at: Date;
+  ended_at: Date | null;
+  end_reason: "released" | "expired" | "settled" | "requeued" | null;
+  completion_id: string | null;
+  completion_sha256: string | null;
+  completion_reply: ColumnType<JsonObject | null, string | null, string | null>;
+}
+
+/** A JSON object as stored in a jsonb column. */
+export type JsonObject = { [key: string]: unknown };

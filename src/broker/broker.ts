@@ -1,0 +1,89 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Store } from "../store/database.js";
+import { cancelJob, enqueueJob, getJob, listJobs, type EnqueueInput, type ListJobsInput } from "./jobs.js";
+import type { JobSnapshot } from "./job-snapshot.js";
+import type { LeaseHolder } from "./lease-check.js";
+import { claimJob, completeJob, expireLeases, releaseLease, renewLease, type CompletionInput, type LeaseCall, type LeaseView } from "./leases.js";
+import { listRunners, type RunnerView } from "./runners.js";
+import { createWakeups, type Wakeups } from "./wakeups.js";
+
+/** Longest a claim may wait for a job, in seconds. */
+export const maxClaimWaitSeconds = 20;
+
+/** The job queue and its leases: every operation runs against the shared database. */
+export interface Broker {
+  enqueue(input: EnqueueInput): Promise<JobSnapshot>;
+  get(jobId: string): Promise<JobSnapshot>;
+  list(input: ListJobsInput): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }>;
+  cancel(jobId: string, by: string): Promise<JobSnapshot>;
+  /** Claims a job, waiting up to `waitSeconds` for one to arrive. */
+  claim(holder: LeaseHolder, waitSeconds: number, signal?: AbortSignal): Promise<LeaseView | undefined>;
+  renew(call: LeaseCall): Promise<LeaseView>;
+  release(call: LeaseCall): Promise<void>;
+  complete(input: CompletionInput): Promise<JobSnapshot>;
+  runners(workspaceId: string): Promise<RunnerView[]>;
+  /** Runs one expiry sweep now (the broker also sweeps on a timer). */
+  sweep(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Options of the broker. */
+export interface BrokerOptions {
+  readonly store: Store;
+  readonly leaseSeconds: number;
+  /** How often expired leases are swept; 1 s by default. */
+  readonly sweepIntervalMs?: number;
+}
+
+/** Starts a broker: subscribes to wakeups and sweeps expired leases on a timer. */
+export async function createBroker(options: BrokerOptions): Promise<Broker> {
+  const { db } = options.store;
+  const wakeups: Wakeups = await createWakeups(options.store);
+  const sweep = async () => (await expireLeases(db)).length;
+  let sweeping: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    sweeping = sweep().catch((err) => console.error(`broker: expiry sweep failed: ${err.message}`));
+  }, options.sweepIntervalMs ?? 1000);
+  timer.unref();
+
+  return {
+    enqueue: (input) => enqueueJob(db, input),
+    get: (jobId) => getJob(db, jobId),
+    list: (input) => listJobs(db, input),
+    cancel: (jobId, by) => cancelJob(db, jobId, by),
+    async claim(holder, waitSeconds, signal) {
+      if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
+        throw new ConnectError(`waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`, Code.InvalidArgument);
+      }
+      const deadline = Date.now() + waitSeconds * 1000;
+      let swept = false;
+      for (;;) {
+        const waiter = wakeups.arm(holder.workspaceId); // armed before the try: no enqueue slips between
+        try {
+          const lease = await claimJob(db, holder, options.leaseSeconds);
+          if (lease) return lease;
+          // An expired lease may be holding a job the timer has not swept yet.
+          if (!swept && (await sweep()) > 0) {
+            swept = true;
+            continue;
+          }
+          if (Date.now() >= deadline || signal?.aborted) return undefined;
+          await waiter.wait(deadline - Date.now(), signal);
+          swept = false;
+        } finally {
+          waiter.cancel();
+        }
+      }
+    },
+    renew: (call) => renewLease(db, call, options.leaseSeconds),
+    release: (call) => releaseLease(db, call),
+    complete: (input) => completeJob(db, input),
+    runners: (workspaceId) => listRunners(db, workspaceId),
+    sweep,
+    async close() {
+      clearInterval(timer);
+      await sweeping;
+      await wakeups.close();
+    },
+  };
+}

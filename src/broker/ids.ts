@@ -1,0 +1,42 @@
+import { createHash, randomBytes } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+/**
+ * A UUIDv7 job id: time-ordered (48-bit milliseconds, then randomness), so
+ * ids sort roughly by creation and index inserts stay local.
+ */
+export function newJobId(): string {
+  const bytes = randomBytes(16);
+  const ms = BigInt(Date.now());
+  for (let i = 0; i < 6; i++) bytes[i] = Number((ms >> BigInt(8 * (5 - i))) & 0xffn);
+  bytes[6] = (bytes[6]! & 0x0f) | 0x70;
+  bytes[8] = (bytes[8]! & 0x3f) | 0x80;
+  const hex = bytes.toString("hex");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Throws invalid_argument unless `jobId` has the shape of a job id. */
+export function checkJobId(jobId: string): string {
+  if (!jobId) throw new ConnectError("jobId is required", Code.InvalidArgument);
+  if (!uuidPattern.test(jobId)) throw new ConnectError(`jobId ${JSON.stringify(jobId.slice(0, 80))} is not a job id (a UUID)`, Code.InvalidArgument);
+  return jobId.toLowerCase();
+}
+
+/** A new lease token: 256 random bits, opaque to the runner. Only its hash is stored. */
+export function newLeaseToken(): string {
+  return randomBytes(32).toString("base64url");
+}
+
+/** The stored form of a lease token. */
+export function hashLeaseToken(token: string): Buffer {
+  return createHash("sha256").update(token, "utf8").digest();
+}
+
+/** Throws invalid_argument when no token is given. */
+export function checkLeaseToken(token: string): Buffer {
+  if (!token) throw new ConnectError("leaseToken is required; use the token from the claim reply", Code.InvalidArgument);
+  if (token.length > 256) throw new ConnectError("leaseToken is not a lease token this control plane issues", Code.InvalidArgument);
+  return hashLeaseToken(token);
+}

@@ -1,0 +1,58 @@
+import type { Selectable } from "kysely";
+import type { JobsTable } from "../store/schema.js";
+
+/** A job row as read from the database. */
+export type JobRow = Selectable<JobsTable>;
+
+/**
+ * The public view of a job, in the JSON names of the wire contract (proto3
+ * JSON of forelead.runner.v1.Job). It never carries the lease token or its
+ * hash. It is also what a completion stores as its reply, so a repeated
+ * completion gets the very same answer.
+ */
+export type JobSnapshot = Record<string, unknown>;
+
+/** The snapshot of a job row. */
+export function jobSnapshot(row: JobRow): JobSnapshot {
+  const spec = row.spec as Record<string, unknown>;
+  const out: JobSnapshot = {
+    id: row.id,
+    workspaceId: row.workspace_id,
+    labels: row.labels,
+    kind: row.kind,
+    spec,
+    state: row.state,
+    attempts: row.attempts,
+    maxAttempts: row.max_attempts,
+    priority: row.priority,
+    cancelRequested: row.cancel_requested,
+    createdAt: iso(row.created_at),
+    updatedAt: iso(row.updated_at),
+  };
+  if (row.repository) out.repository = row.repository;
+  if (row.target_branch) out.targetBranch = row.target_branch;
+  if (row.base_commit) out.baseCommit = row.base_commit;
+  if (row.base_tree) out.baseTree = row.base_tree;
+  if (row.state === "running") {
+    if (row.runner_id) out.runnerId = row.runner_id;
+    if (row.lease_expires_at) out.leaseExpiresAt = iso(row.lease_expires_at);
+  }
+  if (row.exit_code !== null) out.exitCode = row.exit_code;
+  if (row.error) out.error = row.error;
+  if (row.failure_reason) out.failure = { reason: row.failure_reason, message: row.failure_message ?? "" };
+  if (row.idempotency_key) out.idempotencyKey = row.idempotency_key;
+  if (row.settled_at) out.settledAt = iso(row.settled_at);
+  return out;
+}
+
+/** The part of a job a runner sees in its lease. */
+export function leasedJobSnapshot(row: JobRow): JobSnapshot {
+  const full = jobSnapshot(row);
+  const out: JobSnapshot = { id: full.id, workspaceId: full.workspaceId, labels: full.labels, kind: full.kind, spec: full.spec };
+  for (const k of ["repository", "targetBranch", "baseCommit", "baseTree"] as const) if (full[k]) out[k] = full[k];
+  return out;
+}
+
+function iso(d: Date | string): string {
+  return (d instanceof Date ? d : new Date(d)).toISOString();
+}

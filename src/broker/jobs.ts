@@ -1,0 +1,195 @@
+import { createHash } from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { sql, type Kysely } from "kysely";
+import type { Database, JobState } from "../store/schema.js";
+import { checkJobId, newJobId } from "./ids.js";
+import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
+import { jobsChannel } from "./wakeups.js";
+
+/** What to run. argv is an array, never a shell string. */
+export interface JobSpecInput {
+  readonly image: string;
+  readonly argv: readonly string[];
+  readonly env: Readonly<Record<string, string>>;
+  readonly timeoutSeconds: number;
+  readonly cpu: number;
+  readonly memoryBytes: number;
+}
+
+/** An enqueue request, already decoded. */
+export interface EnqueueInput {
+  readonly workspaceId: string;
+  readonly labels: readonly string[];
+  readonly repository: string;
+  readonly targetBranch: string;
+  readonly spec: JobSpecInput | undefined;
+  readonly maxAttempts: number;
+  readonly priority: number;
+  readonly idempotencyKey: string;
+}
+
+/** Limits on what a job may ask for; outside them the enqueue is refused by name. */
+export const jobLimits = { maxAttempts: 100, defaultMaxAttempts: 3, maxPriority: 1_000_000, maxTimeoutSeconds: 7 * 24 * 3600, maxArgs: 4096, maxEnv: 1024 } as const;
+
+const segment = /^[A-Za-z0-9._-]{1,128}$/;
+const labelPattern = /^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,62}$/;
+const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const states: readonly JobState[] = ["queued", "running", "succeeded", "failed", "cancelled"];
+
+function bad(message: string): never {
+  throw new ConnectError(message, Code.InvalidArgument);
+}
+
+/** Checks an enqueue request; throws invalid_argument naming the first bad field. */
+export function validateEnqueue(input: EnqueueInput): void {
+  if (!segment.test(input.workspaceId)) bad(`workspaceId ${JSON.stringify(input.workspaceId)} must be 1 to 128 characters of A-Z a-z 0-9 . _ - (a SPIFFE path segment)`);
+  input.labels.forEach((l, i) => labelPattern.test(l) || bad(`labels[${i}] ${JSON.stringify(l)} is not a label: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`));
+  if (input.maxAttempts < 0 || input.maxAttempts > jobLimits.maxAttempts) bad(`maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ${jobLimits.defaultMaxAttempts}); got ${input.maxAttempts}`);
+  if (Math.abs(input.priority) > jobLimits.maxPriority) bad(`priority must be between -${jobLimits.maxPriority} and ${jobLimits.maxPriority}; got ${input.priority}`);
+  if (input.idempotencyKey.length > 200) bad("idempotencyKey is longer than 200 characters");
+  if (input.targetBranch && !input.repository) bad("targetBranch needs a repository");
+  if (input.repository) {
+    // Repositories are registered with the code routes (issue 5); until then none exist.
+    throw new ConnectError(`repository ${JSON.stringify(input.repository)} is not registered with this control plane; register it first or enqueue a job without a repository`, Code.InvalidArgument);
+  }
+  const spec = input.spec;
+  if (!spec) bad("spec is required: {image, argv, env, timeoutSeconds, cpu, memoryBytes}");
+  if (spec.argv.length === 0) bad("spec.argv is required: the command as an array, e.g. [\"sh\", \"-c\", \"make test\"]");
+  if (spec.argv.length > jobLimits.maxArgs) bad(`spec.argv has ${spec.argv.length} entries; at most ${jobLimits.maxArgs} are allowed`);
+  if (spec.image.length > 512) bad("spec.image is longer than 512 characters");
+  if (spec.timeoutSeconds < 0 || spec.timeoutSeconds > jobLimits.maxTimeoutSeconds) bad(`spec.timeoutSeconds must be 0 (no limit) to ${jobLimits.maxTimeoutSeconds}; got ${spec.timeoutSeconds}`);
+  if (!(spec.cpu >= 0) || !Number.isFinite(spec.cpu)) bad(`spec.cpu must be a non-negative number of cores; got ${spec.cpu}`);
+  if (!(spec.memoryBytes >= 0) || !Number.isSafeInteger(spec.memoryBytes)) bad(`spec.memoryBytes must be a non-negative byte count; got ${spec.memoryBytes}`);
+  const env = Object.keys(spec.env);
+  if (env.length > jobLimits.maxEnv) bad(`spec.env has ${env.length} entries; at most ${jobLimits.maxEnv} are allowed`);
+  env.forEach((k) => envName.test(k) || bad(`spec.env key ${JSON.stringify(k)} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)`));
+}
+
+/**
+ * Stores a job, queued, and wakes runners waiting in its workspace. The same
+ * idempotencyKey in the same workspace returns the job stored first; with a
+ * different request it is refused (409), since silently returning a job that
+ * runs something else would be worse.
+ */
+export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput): Promise<JobSnapshot> {
+  validateEnqueue(input);
+  const spec = input.spec!;
+  const storedSpec = {
+    image: spec.image,
+    argv: [...spec.argv],
+    ...(Object.keys(spec.env).length ? { env: { ...spec.env } } : {}),
+    ...(spec.timeoutSeconds ? { timeoutSeconds: spec.timeoutSeconds } : {}),
+    ...(spec.cpu ? { cpu: spec.cpu } : {}),
+    ...(spec.memoryBytes ? { memoryBytes: String(spec.memoryBytes) } : {}),
+  };
+  const labels = [...new Set(input.labels)].sort();
+  const maxAttempts = input.maxAttempts || jobLimits.defaultMaxAttempts;
+  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, storedSpec, maxAttempts, input.priority, input.repository, input.targetBranch])).digest("hex");
+  return db.transaction().execute(async (tx) => {
+    const inserted = await tx
+      .insertInto("jobs")
+      .values({
+        id: newJobId(),
+        workspace_id: input.workspaceId,
+        labels,
+        kind: input.repository ? "checkout" : "command",
+        repository: input.repository || null,
+        target_branch: input.targetBranch || null,
+        spec: JSON.stringify(storedSpec),
+        state: "queued",
+        priority: input.priority,
+        max_attempts: maxAttempts,
+        idempotency_key: input.idempotencyKey || null,
+        request_sha256: requestSha256,
+      })
+      .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
+      .returningAll()
+      .executeTakeFirst();
+    if (inserted) {
+      await sql`select pg_notify(${jobsChannel}, ${input.workspaceId})`.execute(tx);
+      return jobSnapshot(inserted);
+    }
+    const existing = await tx.selectFrom("jobs").selectAll().where("workspace_id", "=", input.workspaceId).where("idempotency_key", "=", input.idempotencyKey).executeTakeFirstOrThrow();
+    if (existing.request_sha256 !== requestSha256) {
+      throw new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" for job ${existing.id} with a different request; use a new key`, Code.Aborted);
+    }
+    return jobSnapshot(existing);
+  });
+}
+
+/** One job, or 404. */
+export async function getJob(db: Kysely<Database>, jobId: string): Promise<JobSnapshot> {
+  return jobSnapshot(await findJob(db, checkJobId(jobId)));
+}
+
+/** A job row, or not_found naming it. */
+export async function findJob(db: Kysely<Database>, jobId: string): Promise<JobRow> {
+  const row = await db.selectFrom("jobs").selectAll().where("id", "=", jobId).executeTakeFirst();
+  if (!row) throw new ConnectError(`job ${jobId} not found`, Code.NotFound);
+  return row;
+}
+
+/** Filter and page of a job listing. */
+export interface ListJobsInput {
+  readonly workspaceId: string;
+  readonly state: string;
+  readonly pageSize: number;
+  readonly pageToken: string;
+}
+
+/** Jobs newest first, keyset-paged by (created_at, id) so pages stay stable while jobs are added. */
+export async function listJobs(db: Kysely<Database>, input: ListJobsInput): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }> {
+  if (input.state && !states.includes(input.state as JobState)) bad(`state ${JSON.stringify(input.state)} is not one of ${states.join(", ")}`);
+  if (input.pageSize < 0 || input.pageSize > 500) bad(`pageSize must be 1 to 500 (0 means 50); got ${input.pageSize}`);
+  const pageSize = input.pageSize || 50;
+  let query = db.selectFrom("jobs").selectAll().orderBy("created_at", "desc").orderBy("id", "desc").limit(pageSize + 1);
+  if (input.workspaceId) query = query.where("workspace_id", "=", input.workspaceId);
+  if (input.state) query = query.where("state", "=", input.state as JobState);
+  if (input.pageToken) {
+    const after = decodePageToken(input.pageToken);
+    query = query.where((eb) => eb.or([eb("created_at", "<", after.createdAt), eb.and([eb("created_at", "=", after.createdAt), eb("id", "<", after.id)])]));
+  }
+  const rows = await query.execute();
+  const page = rows.slice(0, pageSize);
+  const last = page[page.length - 1];
+  return {
+    jobs: page.map(jobSnapshot),
+    nextPageToken: rows.length > pageSize && last ? Buffer.from(JSON.stringify([last.created_at.toISOString(), last.id])).toString("base64url") : "",
+  };
+}
+
+function decodePageToken(token: string): { createdAt: Date; id: string } {
+  try {
+    const [createdAt, id] = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as [string, string];
+    const date = new Date(createdAt);
+    if (Number.isNaN(date.getTime()) || typeof id !== "string") throw new Error("bad token");
+    return { createdAt: date, id: checkJobId(id) };
+  } catch {
+    return bad("pageToken is not a token from a previous reply; start again without it");
+  }
+}
+
+/**
+ * Cancels a job. Queued: settled as cancelled at once. Running: flagged; the
+ * runner learns it on its next renew, and if it never settles the job, the
+ * lease's expiry settles it as cancelled. Cancelling a cancelled job returns
+ * it; a succeeded or failed job cannot be cancelled (409).
+ */
+export async function cancelJob(db: Kysely<Database>, jobId: string, by: string): Promise<JobSnapshot> {
+  const id = checkJobId(jobId);
+  const { rows } = await sql<JobRow>`
+    update jobs set
+      state = case when state = 'queued' then 'cancelled' else state end,
+      settled_at = case when state = 'queued' then now() else settled_at end,
+      failure_reason = case when state = 'queued' then 'cancelled' else failure_reason end,
+      failure_message = case when state = 'queued' then ${`cancelled by ${by} before it was claimed`} else failure_message end,
+      cancel_requested = true,
+      updated_at = now()
+    where id = ${id} and state in ('queued', 'running')
+    returning *`.execute(db);
+  const row = rows[0];
+  if (row) return jobSnapshot(row);
+  const current = await findJob(db, id);
+  if (current.state === "cancelled") return jobSnapshot(current);
+  throw new ConnectError(`job ${id} already ${current.state}; there is nothing to cancel`, Code.Aborted);
+}

@@ -1,0 +1,43 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { sql, type Kysely, type Transaction } from "kysely";
+import type { Database } from "../store/schema.js";
+
+/** The caller of a lease-scoped route: its runner and workspace come from its certificate. */
+export interface LeaseHolder {
+  readonly workspaceId: string;
+  readonly runnerId: string;
+}
+
+/**
+ * Explains why `tokenHash` is not a live lease on `jobId` for `holder`, as
+ * the error to throw: 404 when the job is unknown in the holder's workspace,
+ * otherwise 409 saying which: foreign token, released, expired (with when),
+ * or settled. Called only after a guarded statement matched no row, so the
+ * happy path never pays for it.
+ */
+export async function leaseRefusal(db: Kysely<Database> | Transaction<Database>, holder: LeaseHolder, jobId: string, tokenHash: Buffer): Promise<ConnectError> {
+  const job = await db.selectFrom("jobs").selectAll().where("id", "=", jobId).where("workspace_id", "=", holder.workspaceId).executeTakeFirst();
+  if (!job) return new ConnectError(`job ${jobId} not found in workspace "${holder.workspaceId}"`, Code.NotFound);
+  const lease = await db.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).executeTakeFirst();
+  const { rows } = await sql<{ now: Date }>`select now() as now`.execute(db);
+  const now = rows[0]!.now;
+  const refuse = (message: string) => new ConnectError(message, Code.Aborted);
+  if (!lease || lease.job_id !== jobId) return refuse(`the lease token is not a lease on job ${jobId}; use the token from the claim that leased this job`);
+  if (lease.runner_id !== holder.runnerId) return refuse(`the lease on job ${jobId} belongs to another runner`);
+  switch (lease.end_reason) {
+    case "released":
+      return refuse(`the lease on job ${jobId} was released at ${iso(lease.ended_at)}; claim a job again`);
+    case "settled":
+    case "requeued":
+      return refuse(`the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the runner completed it (job now ${job.state}); claim a job again`);
+    case "expired":
+      return refuse(`the lease on job ${jobId} expired at ${iso(lease.expires_at)}; stop the job and claim again`);
+  }
+  if (lease.expires_at <= now) return refuse(`the lease on job ${jobId} expired at ${iso(lease.expires_at)}; stop the job and claim again`);
+  if (job.state !== "running") return refuse(`job ${jobId} is ${job.state}; its lease is no longer live`);
+  return refuse(`the lease on job ${jobId} is not live`);
+}
+
+function iso(d: Date | null): string {
+  return d ? d.toISOString() : "(unknown time)";
+}

@@ -1,0 +1,46 @@
+import { sql, type Kysely } from "kysely";
+import type { Database } from "../store/schema.js";
+
+/** A registration with its live lease count, for operators. */
+export interface RunnerView {
+  readonly runnerId: string;
+  readonly workspaceId: string;
+  readonly slots: number;
+  readonly cpu: number;
+  readonly memoryBytes: number;
+  readonly architecture: string;
+  readonly labels: readonly string[];
+  readonly clockOffsetNs: number;
+  readonly liveLeases: number;
+  readonly registeredAt: Date;
+  readonly lastSeenAt: Date;
+  readonly retiredAt: Date | null;
+}
+
+/** Registered runners, optionally of one workspace, with their live leases. */
+export async function listRunners(db: Kysely<Database>, workspaceId: string): Promise<RunnerView[]> {
+  let query = db
+    .selectFrom("runners as r")
+    .selectAll("r")
+    .select(
+      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and l.ended_at is null and l.expires_at > now())`.as("live_leases"),
+    )
+    .orderBy("r.workspace_id")
+    .orderBy("r.runner_id");
+  if (workspaceId) query = query.where("r.workspace_id", "=", workspaceId);
+  const rows = await query.execute();
+  return rows.map((r) => ({
+    runnerId: r.runner_id,
+    workspaceId: r.workspace_id,
+    slots: r.slots,
+    cpu: r.cpu,
+    memoryBytes: r.memory_bytes,
+    architecture: r.architecture,
+    labels: r.labels,
+    clockOffsetNs: r.clock_offset_ns,
+    liveLeases: r.live_leases,
+    registeredAt: r.registered_at,
+    lastSeenAt: r.last_seen_at,
+    retiredAt: r.retired_at,
+  }));
+}
