@@ -1,6 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
+import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
 import { principalOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
