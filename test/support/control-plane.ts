@@ -17,7 +17,7 @@ export const testAdminId = "spiffe://forelead/services/test-admin";
 
 /** Starts a control plane on 127.0.0.1:0; pass `pki`/`database` to share them between replicas. */
 export async function startTestControlPlane(
-  overrides: Partial<ControlPlaneOptions> & { pki?: TestPki; database?: TestDatabase } = {},
+  overrides: Partial<Omit<ControlPlaneOptions, "database">> & { pki?: TestPki; database?: TestDatabase } = {},
 ): Promise<TestControlPlane> {
   const { pki: givenPki, database: givenDb, ...options } = overrides;
   const pki = givenPki ?? (await createTestPki());
