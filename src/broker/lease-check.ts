@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { sql, type Kysely, type Transaction } from "kysely";
-import type { Database } from "../store/schema.js";
+import { sql, type Kysely, type Selectable, type Transaction } from "kysely";
+import type { Database, JobsTable } from "../store/schema.js";
+import { checkJobId, checkLeaseToken } from "./ids.js";
 
 /** The caller of a lease-scoped route: its runner and workspace come from its certificate. */
 export interface LeaseHolder {
@@ -40,4 +41,37 @@ export async function leaseRefusal(db: Kysely<Database> | Transaction<Database>,
 
 function iso(d: Date | null): string {
   return d ? d.toISOString() : "(unknown time)";
+}
+
+/** A live lease with its job, as lease-scoped routes (streams, code, uploads) need it. */
+export interface LiveLease {
+  readonly leaseId: number;
+  readonly attempt: number;
+  readonly expiresAt: Date;
+  readonly job: Selectable<JobsTable>;
+}
+
+/**
+ * The live lease behind a lease-scoped call, or the error saying why there is
+ * none (404 unknown job, 409 foreign/released/expired/settled). One indexed
+ * read on the happy path.
+ */
+export async function requireLiveLease(db: Kysely<Database> | Transaction<Database>, holder: LeaseHolder, jobId: string, leaseToken: string): Promise<LiveLease> {
+  const id = checkJobId(jobId);
+  const tokenHash = checkLeaseToken(leaseToken);
+  const row = await db
+    .selectFrom("jobs")
+    .innerJoin("leases", "leases.id", "jobs.lease_id")
+    .selectAll("jobs")
+    .select(["leases.id as live_lease_id", "leases.attempt as live_attempt"])
+    .where("jobs.id", "=", id)
+    .where("jobs.workspace_id", "=", holder.workspaceId)
+    .where("jobs.runner_id", "=", holder.runnerId)
+    .where("jobs.state", "=", "running")
+    .where("jobs.lease_token_sha256", "=", tokenHash)
+    .where("jobs.lease_expires_at", ">", sql<Date>`now()`)
+    .executeTakeFirst();
+  if (!row) throw await leaseRefusal(db, holder, id, tokenHash);
+  const { live_lease_id, live_attempt, ...job } = row;
+  return { leaseId: live_lease_id, attempt: live_attempt, expiresAt: job.lease_expires_at!, job };
 }
