@@ -1,11 +1,11 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
-import { cancelJob, enqueueJob, getJob, listJobs, type EnqueueInput, type ListJobsInput } from "./jobs.js";
+import { cancelJob, enqueueJob, getJob, hasQueuedJobs, listJobs, type EnqueueInput, type ListJobsInput } from "./jobs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { claimJob, completeJob, expireLeases, releaseLease, renewLease, type CompletionInput, type LeaseCall, type LeaseView } from "./leases.js";
 import { listRunners, type RunnerView } from "./runners.js";
-import { createWakeups, type Wakeups } from "./wakeups.js";
+import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
@@ -57,19 +57,23 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       }
       const deadline = Date.now() + waitSeconds * 1000;
       let swept = false;
+      let unused: Wake | undefined;
       for (;;) {
         const waiter = wakeups.arm(holder.workspaceId); // armed before the try: no enqueue slips between
         try {
           const lease = await claimJob(db, holder, options.leaseSeconds);
           if (lease) return lease;
-          // An expired lease may be holding a job the timer has not swept yet.
-          if (!swept && (await sweep()) > 0) {
+          // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
+          // jobs remain, so another runner gets its chance; when the job is already gone, stop.
+          if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);
+          unused = undefined;
+          // Once per request: an expired lease may be holding a job the timer has not swept yet.
+          if (!swept) {
             swept = true;
-            continue;
+            if ((await sweep()) > 0) continue;
           }
           if (Date.now() >= deadline || signal?.aborted) return undefined;
-          await waiter.wait(deadline - Date.now(), signal);
-          swept = false;
+          unused = await waiter.wait(deadline - Date.now(), signal);
         } finally {
           waiter.cancel();
         }

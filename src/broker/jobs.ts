@@ -117,6 +117,12 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput): Pro
   });
 }
 
+/** Whether any job is queued in the workspace (one probe of the claim index). */
+export async function hasQueuedJobs(db: Kysely<Database>, workspaceId: string): Promise<boolean> {
+  const row = await db.selectFrom("jobs").select("id").where("workspace_id", "=", workspaceId).where("state", "=", "queued").limit(1).executeTakeFirst();
+  return row !== undefined;
+}
+
 /** One job, or 404. */
 export async function getJob(db: Kysely<Database>, jobId: string): Promise<JobSnapshot> {
   return jobSnapshot(await findJob(db, checkJobId(jobId)));
