@@ -18,6 +18,8 @@ export interface RestRouterOptions {
   readonly contextValues: (req: Http2ServerRequest) => ContextValues;
   /** Byte bound of a request body (JSON or NDJSON). */
   readonly maxBodyBytes: number;
+  /** Decides who may call before any body byte is read; throws to refuse. */
+  readonly preauthorize?: (ctx: HandlerContext) => void;
 }
 
 type Handler = (req: Http2ServerRequest, res: Http2ServerResponse) => void;
@@ -71,6 +73,7 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   const { entry, handler } = route.binding;
   const { method } = entry;
   const ctx = createRestContext(req, entry, url, options.contextValues(req));
+  options.preauthorize?.(ctx);
   const bound = pathParams(route, url.pathname);
 
   if (method.methodKind === "client_streaming") {

@@ -358,3 +358,15 @@ describe(`identity, per request (${databaseKind})`, () => {
     }
   });
 });
+
+describe(`identity comes before the body (${databaseKind})`, () => {
+  it("a request without a certificate is refused 401 before its body is parsed, and is audited", async () => {
+    const malformed = await send(undefined, "POST", "/v1/runner/register", "{not json");
+    expectRefusal(malformed, 401, "unauthenticated", "no client certificate");
+    const unknownField = await send(undefined, "POST", "/v1/runner/register", { apiVersion: "v1", slots: "many" });
+    expectRefusal(unknownField, 401, "unauthenticated");
+    await cp.plane.audit.flush();
+    const denied = await cp.plane.store.db.selectFrom("audit_records").selectAll().where("route", "=", "POST /v1/runner/register").where("decision", "=", "deny").where("reason", "like", "no client certificate%").execute();
+    expect(denied.length).toBeGreaterThanOrEqual(2);
+  });
+});
