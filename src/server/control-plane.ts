@@ -17,6 +17,7 @@ import { routeTable } from "../api/routes.js";
 import { createRunnerService } from "../api/runner-service.js";
 import { createDatabaseAuditSink, type AuditSink } from "../identity/audit.js";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
+import { createInventory } from "../inventory/inventory.js";
 import { openStore, type Store } from "../store/database.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
 import { createRequestIdentifier } from "./identity.js";
@@ -75,9 +76,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    const inventory = createInventory(store.db);
     const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
-      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker }), guardOptions) as ServiceImpl<DescService> },
-      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker }), guardOptions) as ServiceImpl<DescService> },
+      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker, inventory }), guardOptions) as ServiceImpl<DescService> },
+      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker, inventory }), guardOptions) as ServiceImpl<DescService> },
     ];
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
     const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
