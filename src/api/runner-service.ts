@@ -1,10 +1,11 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
+import type { Inventory } from "../inventory/inventory.js";
 import { runnerOf } from "./context.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
@@ -14,6 +15,7 @@ export interface RunnerServiceDeps {
   readonly store: Store;
   readonly clock: DbClock;
   readonly broker: Broker;
+  readonly inventory: Inventory;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -71,7 +73,11 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     codeBundle: async function* () {
       notYet("code/bundle")();
     },
-    inventory: notYet("inventory"),
+    async inventory(req, ctx) {
+      const items = req.items.map((i) => ({ ...i, createdAt: i.createdAt ? timestampDate(i.createdAt) : undefined }));
+      const outcome = await deps.inventory.report(runnerOf(ctx), items);
+      return { apiVersion, reap: outcome.reap.map((r) => ({ kind: r.kind, name: r.name })) };
+    },
     events: notYet("events"),
     logs: notYet("logs"),
   };

@@ -18,6 +18,7 @@ import { routeTable } from "../api/routes.js";
 import { createRunnerService } from "../api/runner-service.js";
 import { createDatabaseAuditSink, type AuditSink } from "../identity/audit.js";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
+import { createInventory } from "../inventory/inventory.js";
 import { openStore, type Store } from "../store/database.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
 import { createRequestIdentifier } from "./identity.js";
@@ -76,10 +77,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    const inventory = createInventory(store.db);
     // One implementation per service of src/api/services.ts: the list the route docs are made from.
     const implementations = new Map<DescService, ServiceImpl<DescService>>([
-      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker }), guardOptions) as ServiceImpl<DescService>],
-      [AdminService, guardService(AdminService, createAdminService({ broker }), guardOptions) as ServiceImpl<DescService>],
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory }), guardOptions) as ServiceImpl<DescService>],
     ]);
     const services = serviceList.map((service) => {
       const impl = implementations.get(service);
