@@ -58,7 +58,8 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   const { client, executor } = options;
   const log = options.log ?? ((m: string) => console.log(`forelead runner: ${m}`));
   const jobsDir = join(options.workDir, "jobs");
-  // Directories of jobs a crashed predecessor ran: their leases are long gone.
+  // What a crashed predecessor left: its leases are gone, so its jobs must not run on.
+  for (const stopped of await executor.recover(jobsDir)) log(`stopped a leftover of an earlier run: ${stopped}`);
   await rm(jobsDir, { recursive: true, force: true });
   await mkdir(jobsDir, { recursive: true, mode: 0o711 });
   await executor.prepare();

@@ -42,6 +42,7 @@ export function createDockerExecutor(options: DockerExecutorOptions): Executor {
         throw new Error(`the Docker engine does not answer (${dockerMessage(err)}); start dockerd, set DOCKER_HOST, or use --executor process`);
       }
     },
+    recover: async () => [],
     incompatibility(spec, capacity) {
       if (!spec.image) return "the spec has no image; the docker executor runs every job in a container";
       return commonIncompatibility(spec, capacity);

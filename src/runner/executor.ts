@@ -69,6 +69,13 @@ export interface Executor {
   readonly kind: "docker" | "process";
   /** Checks the engine can be used (e.g. Docker answers); throws with advice when not. */
   prepare(): Promise<void>;
+  /**
+   * After a crash: stops what jobs of an earlier life of this runner left
+   * running under `jobsDir` (before the agent clears it); returns what it
+   * stopped. Docker leftovers are not touched here: the inventory reports
+   * them as orphans and they are reaped on order.
+   */
+  recover(jobsDir: string): Promise<string[]>;
   /** Why this executor cannot run `spec` on this machine, or undefined when it can. */
   incompatibility(spec: JobSpec, capacity: RunnerCapacity): string | undefined;
   start(request: ExecutionRequest): Promise<RunningJob>;

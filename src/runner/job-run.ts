@@ -52,6 +52,7 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
   let reason: StopReason | undefined;
   let running: RunningJob | undefined;
   let output: JobOutput | undefined;
+  let settling = false; // the job has ended; renewals only bridge the completion
   const stopJob = (why: StopReason, graceMs: number) => {
     if (reason) return;
     reason = why;
@@ -72,6 +73,8 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
       stopJob("cancel", ctx.graceMs);
     },
     onLost: (why) => {
+      // After the job ended, a refused renewal changes nothing: the completion's own answer tells.
+      if (settling) return;
       ctx.log(`job ${jobId}: lease lost (${why}); killing the job, it will not be completed`);
       output?.abandon();
       reason = "lost"; // overrides any other reason: nothing may be completed now
@@ -144,6 +147,7 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
         return;
       }
       if (!settlement) return;
+      settling = true;
       await output?.flush();
       if (keeper.lostReason) return;
       await settle(ctx, jobId, token, settlement);

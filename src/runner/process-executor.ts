@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { chmod, chown, lchown, mkdir, readdir } from "node:fs/promises";
+import { chmod, chown, lchown, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { commonIncompatibility, type ExecutionResult, type Executor, type RunningJob } from "./executor.js";
 import { forEachLine } from "./lines.js";
@@ -35,6 +35,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
   return {
     kind: "process",
     async prepare() {},
+    recover: recoverLeftovers,
     incompatibility: (spec, capacity) => commonIncompatibility(spec, capacity),
     resources: async () => [],
     async remove(kind, name) {
@@ -61,6 +62,13 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         stdio: ["ignore", "pipe", "pipe"],
         ...(uid !== undefined ? { uid, gid: uid } : {}),
       });
+      // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers after a crash.
+      // In the background: the exit listener below must be attached before anything is awaited.
+      const pidFile = `${jobDir}.pid`;
+      const pidRecorded = (async () => {
+        const startTicks = child.pid !== undefined ? await processStartTicks(child.pid) : undefined;
+        if (startTicks) await writeFile(pidFile, JSON.stringify({ pid: child.pid, startTicks, jobId: request.jobId }));
+      })().catch(() => undefined);
       const killGroup = (signal: NodeJS.Signals) => {
         if (child.pid === undefined) return;
         try {
@@ -88,8 +96,10 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
           const durationMs = Math.round(performance.now() - started);
           outputs.then(() => resolve({ durationMs, ...(code !== null ? { exitCode: code } : {}), ...(signal ? { signal } : {}) }));
         });
-      }).finally(() => {
+      }).finally(async () => {
         if (uid !== undefined) uidsInUse.delete(uid);
+        await pidRecorded;
+        await rm(pidFile, { force: true });
       });
 
       return {
@@ -104,6 +114,35 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       };
     },
   };
+}
+
+/**
+ * Kills the process groups recorded in `<jobsDir>/*.pid` by an earlier life
+ * of this runner (SIGKILLed or crashed: its detached jobs ran on). A group is
+ * killed only when its leader is still the very process recorded (same
+ * start time in /proc), never a stranger that reused the pid.
+ */
+async function recoverLeftovers(jobsDir: string): Promise<string[]> {
+  const names = await readdir(jobsDir).catch(() => [] as string[]);
+  const stopped: string[] = [];
+  for (const name of names.filter((n) => n.endsWith(".pid"))) {
+    const record = JSON.parse(await readFile(join(jobsDir, name), "utf8").catch(() => "{}")) as { pid?: number; startTicks?: string; jobId?: string };
+    if (!record.pid || !record.startTicks || (await processStartTicks(record.pid)) !== record.startTicks) continue;
+    try {
+      process.kill(-record.pid, "SIGKILL");
+      stopped.push(`process group ${record.pid} of job ${record.jobId ?? "?"}`);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return stopped;
+}
+
+/** The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or undefined off Linux. */
+async function processStartTicks(pid: number): Promise<string | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
+  if (!stat) return undefined;
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
 }
 
 /** Gives `dir` and everything in it to `uid` (the agent made them as root). */

@@ -47,10 +47,14 @@ export interface RestTransport {
  * A transport to `baseUrl` with client certificates from `tls()`. One HTTP/2
  * session carries every request (claims, renewals and streams multiplex);
  * when the server goes away (restart, GOAWAY, network error) the next
- * request opens a new session with freshly read TLS material.
+ * request opens a new session with freshly read TLS material. A session is
+ * also replaced after `maxSessionAgeMs` (5 min by default), so a certificate
+ * renewed on disk is presented on a new handshake well before the old one
+ * expires; requests in flight finish on the old session.
  */
-export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Promise<TlsMaterial>): RestTransport {
+export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Promise<TlsMaterial>, maxSessionAgeMs = 5 * 60_000): RestTransport {
   let session: http2.ClientHttp2Session | undefined;
+  let openedAt = 0;
   let opening: Promise<http2.ClientHttp2Session> | undefined;
   let closed = false;
 
@@ -64,12 +68,18 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
     s.on("close", forget);
     s.on("goaway", forget); // streams already open finish; new ones go to a new session
     session = s;
+    openedAt = Date.now();
     return s;
   };
 
   const current = async () => {
     if (closed) throw new TransportError("the transport is closed");
-    if (session && !session.closed && !session.destroyed) return session;
+    if (session && !session.closed && !session.destroyed) {
+      if (Date.now() - openedAt < maxSessionAgeMs) return session;
+      const old = session;
+      session = undefined;
+      old.close(); // graceful: open streams (a long-poll claim) complete first
+    }
     opening ??= open().finally(() => (opening = undefined));
     return opening;
   };

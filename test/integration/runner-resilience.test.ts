@@ -109,6 +109,27 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
     }
   });
 
+  it.runIf(executor === "process")("a runner restarted after a SIGKILL stops the process jobs its earlier life left running", async () => {
+    const ws = `res${++n}`;
+    const marker = join(scratch, `leftover-${n}`);
+    const first = await spawnRunner(`crashes${n}`, ws, executor);
+    const jobId = await enqueue(ws, executor, { argv: startedJob(executor, marker, "sleep 60") });
+    await waitStarted(executor, jobId, marker);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    await admin.cancel(jobId); // so the restarted runner does not take the job again
+    expect(groupAlive(marker)).toBe(true); // detached from the dead runner, the job ran on
+    const again = await spawnRunner(`crashes${n}`, ws, executor);
+    try {
+      expect(again.output()).toContain(`stopped a leftover of an earlier run: process group ${groups(marker)[0]} of job ${jobId}`);
+      await eventually("the leftover job's processes to be gone", async () => (groupAlive(marker) ? undefined : true));
+    } finally {
+      again.child.kill("SIGTERM");
+      await again.exited;
+      killGroup(marker);
+    }
+  });
+
   it("a control plane restarted mid-job (same database) does not fail the job", async () => {
     const { database, drop } = await sharedDatabase();
     const ws = `res${++n}`;
