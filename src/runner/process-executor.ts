@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { chmod, chown, lchown, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { readFileSync, writeFileSync } from "node:fs";
+import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { commonIncompatibility, type ExecutionResult, type Executor, type RunningJob } from "./executor.js";
 import { forEachLine } from "./lines.js";
@@ -62,13 +63,11 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         stdio: ["ignore", "pipe", "pipe"],
         ...(uid !== undefined ? { uid, gid: uid } : {}),
       });
-      // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers after a crash.
-      // In the background: the exit listener below must be attached before anything is awaited.
+      // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers after a
+      // crash. Synchronously, before anything is awaited: the exit listener below must be attached at
+      // once, and the record must exist before the job gets far.
       const pidFile = `${jobDir}.pid`;
-      const pidRecorded = (async () => {
-        const startTicks = child.pid !== undefined ? await processStartTicks(child.pid) : undefined;
-        if (startTicks) await writeFile(pidFile, JSON.stringify({ pid: child.pid, startTicks, jobId: request.jobId }));
-      })().catch(() => undefined);
+      recordPid(pidFile, child.pid, request.jobId);
       const killGroup = (signal: NodeJS.Signals) => {
         if (child.pid === undefined) return;
         try {
@@ -98,7 +97,6 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         });
       }).finally(async () => {
         if (uid !== undefined) uidsInUse.delete(uid);
-        await pidRecorded;
         await rm(pidFile, { force: true });
       });
 
@@ -127,7 +125,7 @@ async function recoverLeftovers(jobsDir: string): Promise<string[]> {
   const stopped: string[] = [];
   for (const name of names.filter((n) => n.endsWith(".pid"))) {
     const record = JSON.parse(await readFile(join(jobsDir, name), "utf8").catch(() => "{}")) as { pid?: number; startTicks?: string; jobId?: string };
-    if (!record.pid || !record.startTicks || (await processStartTicks(record.pid)) !== record.startTicks) continue;
+    if (!record.pid || !record.startTicks || processStartTicks(record.pid) !== record.startTicks) continue;
     try {
       process.kill(-record.pid, "SIGKILL");
       stopped.push(`process group ${record.pid} of job ${record.jobId ?? "?"}`);
@@ -138,10 +136,25 @@ async function recoverLeftovers(jobsDir: string): Promise<string[]> {
   return stopped;
 }
 
-/** The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or undefined off Linux. */
-async function processStartTicks(pid: number): Promise<string | undefined> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
-  if (!stat) return undefined;
+/** Writes `{pid, startTicks, jobId}` to `file`; nothing off Linux (no start time: a reused pid could not be told apart). */
+function recordPid(file: string, pid: number | undefined, jobId: string): void {
+  if (pid === undefined) return;
+  try {
+    const startTicks = processStartTicks(pid);
+    if (startTicks) writeFileSync(file, JSON.stringify({ pid, startTicks, jobId }));
+  } catch {
+    // The job already ended (no /proc entry): nothing to recover later.
+  }
+}
+
+/** The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or undefined off Linux or once it is gone. */
+function processStartTicks(pid: number): string | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return undefined;
+  }
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
 }
 

@@ -12,6 +12,8 @@ const withDocker = (await executorsUnderTest()).includes("docker");
 let cp: TestControlPlane;
 let admin: AdminActor;
 let n = 0;
+/** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
+const tag = Math.random().toString(36).slice(2, 8);
 
 beforeAll(async () => {
   if (!withDocker) return;
@@ -32,7 +34,7 @@ async function settled(jobId: string) {
 
 async function withRunner(test: (runner: TestRunner, ws: string) => Promise<void>): Promise<void> {
   const ws = `dk${++n}`;
-  const runner = await startTestRunner(cp, { runnerId: `d${n}`, workspaceId: ws, executor: "docker" });
+  const runner = await startTestRunner(cp, { runnerId: `d${n}-${tag}`, workspaceId: ws, executor: "docker" });
   try {
     await test(runner, ws);
   } finally {

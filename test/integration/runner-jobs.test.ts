@@ -9,6 +9,8 @@ import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind, type T
 let cp: TestControlPlane;
 let admin: AdminActor;
 let n = 0;
+/** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
+const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 const isRoot = process.getuid?.() === 0;
 
@@ -24,7 +26,7 @@ afterAll(async () => {
 /** A runner of its own in a workspace of its own, so tests never take each other's jobs. */
 async function freshRunner(executor: ExecutorKind, slots = 1): Promise<{ runner: TestRunner; ws: string }> {
   const ws = `rj${++n}`;
-  return { runner: await startTestRunner(cp, { runnerId: `r${n}`, workspaceId: ws, executor, slots }), ws };
+  return { runner: await startTestRunner(cp, { runnerId: `r${n}-${tag}`, workspaceId: ws, executor, slots }), ws };
 }
 
 async function enqueue(ws: string, executor: ExecutorKind, spec: Record<string, unknown>, extra: Record<string, unknown> = {}): Promise<string> {

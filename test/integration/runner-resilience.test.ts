@@ -17,6 +17,8 @@ let cp: TestControlPlane;
 let admin: AdminActor;
 let scratch: string;
 let n = 0;
+/** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
+const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 const repoRoot = join(import.meta.dirname, "../..");
 
@@ -90,12 +92,12 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
   it("a runner killed mid-job (SIGKILL) loses the job when its lease expires; a second runner gets it and completes it once", async () => {
     const ws = `res${++n}`;
     const marker = join(scratch, `killed-${n}`);
-    const first = await spawnRunner(`dies${n}`, ws, executor);
+    const first = await spawnRunner(`dies${n}-${tag}`, ws, executor);
     const jobId = await enqueue(ws, executor, { argv: startedJob(executor, marker, "sleep 4; echo finished") });
     await waitStarted(executor, jobId, marker);
     first.child.kill("SIGKILL");
     await first.exited;
-    const second = await startTestRunner(cp, { runnerId: `takes${n}`, workspaceId: ws, executor });
+    const second = await startTestRunner(cp, { runnerId: `takes${n}-${tag}`, workspaceId: ws, executor });
     try {
       const job = await settled(jobId);
       expect(job).toMatchObject({ state: "succeeded", exitCode: 0, attempts: 2 });
@@ -112,14 +114,14 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
   it.runIf(executor === "process")("a runner restarted after a SIGKILL stops the process jobs its earlier life left running", async () => {
     const ws = `res${++n}`;
     const marker = join(scratch, `leftover-${n}`);
-    const first = await spawnRunner(`crashes${n}`, ws, executor);
+    const first = await spawnRunner(`crashes${n}-${tag}`, ws, executor);
     const jobId = await enqueue(ws, executor, { argv: startedJob(executor, marker, "sleep 60") });
     await waitStarted(executor, jobId, marker);
     first.child.kill("SIGKILL");
     await first.exited;
     await admin.cancel(jobId); // so the restarted runner does not take the job again
     expect(groupAlive(marker)).toBe(true); // detached from the dead runner, the job ran on
-    const again = await spawnRunner(`crashes${n}`, ws, executor);
+    const again = await spawnRunner(`crashes${n}-${tag}`, ws, executor);
     try {
       expect(again.output()).toContain(`stopped a leftover of an earlier run: process group ${groups(marker)[0]} of job ${jobId}`);
       await eventually("the leftover job's processes to be gone", async () => (groupAlive(marker) ? undefined : true));
@@ -135,7 +137,7 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
     const ws = `res${++n}`;
     const first = await startTestControlPlane({ database, leaseSeconds: 10, pki: cp.pki });
     const firstAdmin = await adminActor(first);
-    const runner = await startTestRunner(first, { runnerId: `stays${n}`, workspaceId: ws, executor });
+    const runner = await startTestRunner(first, { runnerId: `stays${n}-${tag}`, workspaceId: ws, executor });
     let second: TestControlPlane | undefined;
     try {
       const jobId = (await firstAdmin.enqueue({ workspaceId: ws, spec: specFor(executor, { argv: ["sh", "-c", "echo before; sleep 3; echo after"] }) })).json.job.id;
@@ -164,7 +166,7 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
     const marker = join(scratch, `lost-${n}`);
     const plane = await startTestControlPlane({ database, leaseSeconds: 2, sweepIntervalMs: 100, pki: cp.pki });
     const planeAdmin = await adminActor(plane);
-    const runner = await startTestRunner(plane, { runnerId: `loses${n}`, workspaceId: ws, executor });
+    const runner = await startTestRunner(plane, { runnerId: `loses${n}-${tag}`, workspaceId: ws, executor });
     let again: TestControlPlane | undefined;
     try {
       const jobId = (await planeAdmin.enqueue({ workspaceId: ws, spec: specFor(executor, { argv: startedJob(executor, marker, "sleep 60") }) })).json.job.id;
@@ -196,7 +198,7 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
   it("SIGTERM drains: no new claims, the running job finishes and is completed, then the runner exits", async () => {
     const ws = `res${++n}`;
     const marker = join(scratch, `drain-${n}`);
-    const runner = await spawnRunner(`drains${n}`, ws, executor);
+    const runner = await spawnRunner(`drains${n}-${tag}`, ws, executor);
     const jobId = await enqueue(ws, executor, { argv: startedJob(executor, marker, "sleep 2") });
     await waitStarted(executor, jobId, marker);
     runner.child.kill("SIGTERM");
@@ -211,7 +213,7 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
   it("a second SIGTERM stops the running job and releases its lease: the job is queued again with no attempt charged", async () => {
     const ws = `res${++n}`;
     const marker = join(scratch, `force-${n}`);
-    const runner = await spawnRunner(`forced${n}`, ws, executor);
+    const runner = await spawnRunner(`forced${n}-${tag}`, ws, executor);
     const jobId = await enqueue(ws, executor, { argv: startedJob(executor, marker, "sleep 60") });
     await waitStarted(executor, jobId, marker);
     runner.child.kill("SIGTERM");
