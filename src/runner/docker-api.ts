@@ -40,6 +40,8 @@ export interface DockerContainer {
     State: { Status: string; ExitCode: number; OOMKilled: boolean };
     HostConfig: { NanoCpus?: number; Memory?: number };
   }>;
+  /** A stream of JSON stats documents, about one a second, while the container runs. */
+  stats(options: { stream: true }): Promise<NodeJS.ReadableStream>;
   stop(options?: { t: number }): Promise<unknown>;
   kill(options?: { signal: string }): Promise<unknown>;
   remove(options?: { force?: boolean; v?: boolean }): Promise<unknown>;

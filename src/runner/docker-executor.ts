@@ -123,16 +123,18 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
       stderr.end();
       return { durationMs: 0, error: { code: "start_failed", message: `the container for job ${jobId} did not start: ${dockerMessage(err)}`, retryable: false } };
     }
+    const peak = watchPeakMemory(container);
     const { StatusCode } = await container.wait();
     exited = true;
+    const peakMemoryBytes = peak.stop();
     const durationMs = Math.round(performance.now() - startedAt);
     const state = await container.inspect().then((i) => i.State, () => undefined);
     await lines;
     if (state?.OOMKilled) {
       const limit = Number(spec.memoryBytes);
-      return { durationMs, exitCode: StatusCode, error: { code: "out_of_memory", message: `the container was killed for going over its memory limit of ${limit} bytes`, retryable: false } };
+      return { durationMs, exitCode: StatusCode, ...peakMemoryBytes, error: { code: "out_of_memory", message: `the container was killed for going over its memory limit of ${limit} bytes`, retryable: false } };
     }
-    return { durationMs, exitCode: StatusCode };
+    return { durationMs, exitCode: StatusCode, ...peakMemoryBytes };
   };
 
   const done = run()
@@ -185,6 +187,52 @@ function containerOptions(
       SecurityOpt: ["no-new-privileges"],
     },
   };
+}
+
+/**
+ * Follows the engine's stats stream and keeps the highest memory figure:
+ * the cgroup's own high-water mark where it has one (cgroup v1
+ * max_usage), else the highest usage sampled. stop() ends the stream and
+ * gives `{ peakMemoryBytes }`, or nothing when no sample arrived.
+ */
+function watchPeakMemory(container: DockerContainer): { stop(): { peakMemoryBytes?: number } } {
+  let peak = 0;
+  let stream: NodeJS.ReadableStream | undefined;
+  let stopped = false;
+  container.stats({ stream: true }).then(
+    (s) => {
+      stream = s;
+      if (stopped) return destroy(s);
+      let buffered = "";
+      s.on("data", (chunk: Buffer) => {
+        buffered += chunk.toString("utf8");
+        let nl: number;
+        while ((nl = buffered.indexOf("\n")) !== -1) {
+          const line = buffered.slice(0, nl);
+          buffered = buffered.slice(nl + 1);
+          try {
+            const m = (JSON.parse(line) as { memory_stats?: { usage?: number; max_usage?: number } }).memory_stats;
+            peak = Math.max(peak, m?.max_usage ?? 0, m?.usage ?? 0);
+          } catch {
+            // a partial or odd document: the next one will do
+          }
+        }
+      });
+      s.on("error", () => undefined);
+    },
+    () => undefined,
+  );
+  return {
+    stop() {
+      stopped = true;
+      if (stream) destroy(stream);
+      return peak > 0 ? { peakMemoryBytes: peak } : {};
+    },
+  };
+}
+
+function destroy(s: NodeJS.ReadableStream): void {
+  (s as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
 }
 
 /** Makes sure `image` is present, pulling it when missing; the failure to report when it cannot be had. */

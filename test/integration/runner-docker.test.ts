@@ -61,6 +61,8 @@ describe.skipIf(!withDocker)(`the docker executor (${databaseKind})`, () => {
 
       await admin.cancel(jobId);
       expect((await settled(jobId)).state).toBe("cancelled");
+      const exited = runner.recorded.job(jobId).events.find((e) => e.type === "job.exited");
+      expect(exited?.peakMemoryBytes).toBeGreaterThan(0); // sampled from the engine's stats while it ran
       expect(await docker.getContainer(containerName(jobId)).inspect().catch(() => "gone")).toBe("gone");
       expect(await docker.getNetwork(networkName(jobId)).inspect().catch(() => "gone")).toBe("gone");
     });
