@@ -71,7 +71,8 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
     if (stopped) return;
     let next = intervalMs;
     try {
-      const lease = await client.renew(jobId, options.leaseToken, intervalMs);
+      // A slow answer is still worth having until the lease runs out; the expiry watch acts on its own meanwhile.
+      const lease = await client.renew(jobId, options.leaseToken, Math.max(intervalMs, expiresAtMs - clock.nowMs()));
       if (stopped) return;
       expiresAtMs = leaseExpiryMs(lease);
       watchExpiry();
