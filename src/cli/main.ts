@@ -1,5 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
 import { caCommand } from "./ca.js";
+import { runnerCommand } from "./runner.js";
 import { runnersCommand } from "./runners.js";
 import { serveCommand } from "./serve.js";
 
@@ -11,6 +12,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     .exitOverride();
   program.addCommand(serveCommand());
   program.addCommand(caCommand());
+  program.addCommand(runnerCommand());
   program.addCommand(runnersCommand());
   try {
     await program.parseAsync([...argv]);
