@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/admin.proto.
  */
 export const file_forelead_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMyiwUKDEFkbWluU2VydmljZRJ8CgpFbnF1ZXVlSm9iEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVzcG9uc2UiIcrzGB0KBFBPU1QSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhJ3CgZHZXRKb2ISIC5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXF1ZXN0GiEuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVzcG9uc2UiKMrzGCQKA0dFVBIWL3YxL2FkbWluL2pvYnMve2pvYklkfToFYWRtaW4SdQoITGlzdEpvYnMSIi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1JlcXVlc3QaIy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1Jlc3BvbnNlIiDK8xgcCgNHRVQSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhKIAQoJQ2FuY2VsSm9iEiMuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVxdWVzdBokLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlc3BvbnNlIjDK8xgsCgRQT1NUEh0vdjEvYWRtaW4vam9icy97am9iSWR9L2NhbmNlbDoFYWRtaW4SgQEKC0xpc3RSdW5uZXJzEiUuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXNwb25zZSIjyvMYHwoDR0VUEhEvdjEvYWRtaW4vcnVubmVyczoFYWRtaW5iBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMieAocQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSEQoJcnVubmVyX2lkGAMgASgJEhoKEmV4cGlyZXNfaW5fc2Vjb25kcxgEIAEoBSKuAQodQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFZ3JhbnQYAiABKAkSEAoIZ3JhbnRfaWQYAyABKAkSFAoMd29ya3NwYWNlX2lkGAQgASgJEhEKCXJ1bm5lcl9pZBgFIAEoCRIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJjChNSZXRpcmVSdW5uZXJSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkSDgoGcmVhc29uGAQgASgJIrUBChRSZXRpcmVSdW5uZXJSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEi4KCnJldGlyZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJlbGVhc2VkX2pvYl9pZHMYBSADKAkSFQoNbmV3bHlfcmV0aXJlZBgGIAEoCCLJAQoXTGlzdEF1ZGl0UmVjb3Jkc1JlcXVlc3QSKQoFc2luY2UYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBXVudGlsGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglzcGlmZmVfaWQYAyABKAkSEAoIZGVjaXNpb24YBCABKAkSDAoEa2luZBgFIAEoCRIRCglwYWdlX3NpemUYBiABKAUSEgoKcGFnZV90b2tlbhgHIAEoCSJ5ChhMaXN0QXVkaXRSZWNvcmRzUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoHcmVjb3JkcxgCIAMoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkF1ZGl0UmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSK+AgoLQXVkaXRSZWNvcmQSCgoCaWQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSDQoFcm91dGUYBCABKAkSEAoIZGVjaXNpb24YBSABKAkSDgoGcmVhc29uGAYgASgJEhEKCXNwaWZmZV9pZBgHIAEoCRIaChJjZXJ0aWZpY2F0ZV9zZXJpYWwYCCABKAkSGgoSY2VydGlmaWNhdGVfc2hhMjU2GAkgASgJEjkKFWNlcnRpZmljYXRlX25vdF9hZnRlchgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcmVtb3RlX2FkZHJlc3MYCyABKAkSDgoGYWN0aW9uGAwgASgJEg4KBnRhcmdldBgNIAEoCSJwChdMaXN0Q2VydGlmaWNhdGVzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSEQoJcnVubmVyX2lkGAIgASgJEgsKA2FsbBgDIAEoCBIfChdleHBpcmluZ193aXRoaW5fc2Vjb25kcxgEIAEoBSJrChhMaXN0Q2VydGlmaWNhdGVzUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSOgoMY2VydGlmaWNhdGVzGAIgAygLMiQuZm9yZWxlYWQuYWRtaW4udjEuSXNzdWVkQ2VydGlmaWNhdGUioQIKEUlzc3VlZENlcnRpZmljYXRlEg4KBnNlcmlhbBgBIAEoCRIRCglzcGlmZmVfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEhEKCXJ1bm5lcl9pZBgEIAEoCRIuCgpub3RfYmVmb3JlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglub3RfYWZ0ZXIYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWlzc3VlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKaXNzdWVkX3ZpYRgIIAEoCRIOCgZzaGEyNTYYCSABKAkSDgoGc3RhdHVzGAogASgJMroKCgxBZG1pblNlcnZpY2UShQEKCkVucXVldWVKb2ISJC5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVxdWVzdBolLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXNwb25zZSIqyvMYJgoEUE9TVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluQgdlbnF1ZXVlEn0KBkdldEpvYhIgLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlcXVlc3QaIS5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXNwb25zZSIuyvMYKgoDR0VUEhYvdjEvYWRtaW4vam9icy97am9iSWR9OgVhZG1pbkIEcmVhZBJ7CghMaXN0Sm9icxIiLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVxdWVzdBojLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVzcG9uc2UiJsrzGCIKA0dFVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluQgRyZWFkEpEBCglDYW5jZWxKb2ISIy5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXF1ZXN0GiQuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVzcG9uc2UiOcrzGDUKBFBPU1QSHS92MS9hZG1pbi9qb2JzL3tqb2JJZH0vY2FuY2VsOgVhZG1pbkIHZW5xdWV1ZRKHAQoLTGlzdFJ1bm5lcnMSJS5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1JlcXVlc3QaJi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1Jlc3BvbnNlIinK8xglCgNHRVQSES92MS9hZG1pbi9ydW5uZXJzOgVhZG1pbkIEcmVhZBKxAQoVQ3JlYXRlRW5yb2xsbWVudEdyYW50Ei8uZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVxdWVzdBowLmZvcmVsZWFkLmFkbWluLnYxLkNyZWF0ZUVucm9sbG1lbnRHcmFudFJlc3BvbnNlIjXK8xgxCgRQT1NUEhsvdjEvYWRtaW4vZW5yb2xsbWVudC1ncmFudHM6BWFkbWluQgVhZG1pbhKeAQoMUmV0aXJlUnVubmVyEiYuZm9yZWxlYWQuYWRtaW4udjEuUmV0aXJlUnVubmVyUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLlJldGlyZVJ1bm5lclJlc3BvbnNlIj3K8xg5CgRQT1NUEiMvdjEvYWRtaW4vcnVubmVycy97cnVubmVySWR9L3JldGlyZToFYWRtaW5CBWFkbWluEpQBChBMaXN0QXVkaXRSZWNvcmRzEiouZm9yZWxlYWQuYWRtaW4udjEuTGlzdEF1ZGl0UmVjb3Jkc1JlcXVlc3QaKy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0QXVkaXRSZWNvcmRzUmVzcG9uc2UiJ8rzGCMKA0dFVBIPL3YxL2FkbWluL2F1ZGl0OgVhZG1pbkIEcmVhZBKbAQoQTGlzdENlcnRpZmljYXRlcxIqLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RDZXJ0aWZpY2F0ZXNSZXF1ZXN0GisuZm9yZWxlYWQuYWRtaW4udjEuTGlzdENlcnRpZmljYXRlc1Jlc3BvbnNlIi7K8xgqCgNHRVQSFi92MS9hZG1pbi9jZXJ0aWZpY2F0ZXM6BWFkbWluQgRyZWFkYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * EnqueueJobRequest describes a job to run.
@@ -388,8 +388,501 @@ export const RunnerSchema: GenMessage<Runner> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_admin, 10);
 
 /**
+ * CreateEnrollmentGrantRequest says whom the grant may enroll.
+ *
+ * @generated from message forelead.admin.v1.CreateEnrollmentGrantRequest
+ */
+export type CreateEnrollmentGrantRequest = Message<"forelead.admin.v1.CreateEnrollmentGrantRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * When set, the grant enrolls only this runner id; otherwise any runner id in the workspace.
+   *
+   * @generated from field: string runner_id = 3;
+   */
+  runnerId: string;
+
+  /**
+   * Lifetime of the grant: 1..86400 seconds, 600 when 0.
+   *
+   * @generated from field: int32 expires_in_seconds = 4;
+   */
+  expiresInSeconds: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.CreateEnrollmentGrantRequest.
+ * Use `create(CreateEnrollmentGrantRequestSchema)` to create a new message.
+ */
+export const CreateEnrollmentGrantRequestSchema: GenMessage<CreateEnrollmentGrantRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 11);
+
+/**
+ * CreateEnrollmentGrantResponse holds the grant, shown only here.
+ *
+ * @generated from message forelead.admin.v1.CreateEnrollmentGrantResponse
+ */
+export type CreateEnrollmentGrantResponse = Message<"forelead.admin.v1.CreateEnrollmentGrantResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * The secret to give the runner (`forelead runner enroll --grant`). Single use.
+   *
+   * @generated from field: string grant = 2;
+   */
+  grant: string;
+
+  /**
+   * A non-secret id of the grant, as the audit trail names it.
+   *
+   * @generated from field: string grant_id = 3;
+   */
+  grantId: string;
+
+  /**
+   * @generated from field: string workspace_id = 4;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string runner_id = 5;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 6;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.CreateEnrollmentGrantResponse.
+ * Use `create(CreateEnrollmentGrantResponseSchema)` to create a new message.
+ */
+export const CreateEnrollmentGrantResponseSchema: GenMessage<CreateEnrollmentGrantResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 12);
+
+/**
+ * RetireRunnerRequest names the runner identity to retire.
+ *
+ * @generated from message forelead.admin.v1.RetireRunnerRequest
+ */
+export type RetireRunnerRequest = Message<"forelead.admin.v1.RetireRunnerRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * The runner's workspace; may be left empty when the runner id is known in one workspace only.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * Why, for the audit trail.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.RetireRunnerRequest.
+ * Use `create(RetireRunnerRequestSchema)` to create a new message.
+ */
+export const RetireRunnerRequestSchema: GenMessage<RetireRunnerRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 13);
+
+/**
+ * RetireRunnerResponse says what the retirement did.
+ *
+ * @generated from message forelead.admin.v1.RetireRunnerResponse
+ */
+export type RetireRunnerResponse = Message<"forelead.admin.v1.RetireRunnerResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp retired_at = 4;
+   */
+  retiredAt?: Timestamp | undefined;
+
+  /**
+   * Jobs whose live lease was released back to the queue.
+   *
+   * @generated from field: repeated string released_job_ids = 5;
+   */
+  releasedJobIds: string[];
+
+  /**
+   * False when the runner was already retired (nothing changed).
+   *
+   * @generated from field: bool newly_retired = 6;
+   */
+  newlyRetired: boolean;
+};
+
+/**
+ * Describes the message forelead.admin.v1.RetireRunnerResponse.
+ * Use `create(RetireRunnerResponseSchema)` to create a new message.
+ */
+export const RetireRunnerResponseSchema: GenMessage<RetireRunnerResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 14);
+
+/**
+ * ListAuditRecordsRequest filters the audit trail (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.ListAuditRecordsRequest
+ */
+export type ListAuditRecordsRequest = Message<"forelead.admin.v1.ListAuditRecordsRequest"> & {
+  /**
+   * Records at or after this time.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 1;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * Records before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 2;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * The SPIFFE ID of the caller (or of the runner enrolled).
+   *
+   * @generated from field: string spiffe_id = 3;
+   */
+  spiffeId: string;
+
+  /**
+   * "allow" or "deny"; empty for both.
+   *
+   * @generated from field: string decision = 4;
+   */
+  decision: string;
+
+  /**
+   * "decision" (per-request identity decisions) or "action" (administrative actions); empty for both.
+   *
+   * @generated from field: string kind = 5;
+   */
+  kind: string;
+
+  /**
+   * 1..1000, default 100.
+   *
+   * @generated from field: int32 page_size = 6;
+   */
+  pageSize: number;
+
+  /**
+   * From the previous reply's nextPageToken.
+   *
+   * @generated from field: string page_token = 7;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListAuditRecordsRequest.
+ * Use `create(ListAuditRecordsRequestSchema)` to create a new message.
+ */
+export const ListAuditRecordsRequestSchema: GenMessage<ListAuditRecordsRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 15);
+
+/**
+ * ListAuditRecordsResponse is one page, newest first.
+ *
+ * @generated from message forelead.admin.v1.ListAuditRecordsResponse
+ */
+export type ListAuditRecordsResponse = Message<"forelead.admin.v1.ListAuditRecordsResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.AuditRecord records = 2;
+   */
+  records: AuditRecord[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListAuditRecordsResponse.
+ * Use `create(ListAuditRecordsResponseSchema)` to create a new message.
+ */
+export const ListAuditRecordsResponseSchema: GenMessage<ListAuditRecordsResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 16);
+
+/**
+ * AuditRecord is one identity decision or administrative action. It never holds a secret.
+ *
+ * @generated from message forelead.admin.v1.AuditRecord
+ */
+export type AuditRecord = Message<"forelead.admin.v1.AuditRecord"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * "decision" or "action".
+   *
+   * @generated from field: string kind = 3;
+   */
+  kind: string;
+
+  /**
+   * e.g. "POST /v1/runner/claim".
+   *
+   * @generated from field: string route = 4;
+   */
+  route: string;
+
+  /**
+   * "allow" or "deny".
+   *
+   * @generated from field: string decision = 5;
+   */
+  decision: string;
+
+  /**
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: string spiffe_id = 7;
+   */
+  spiffeId: string;
+
+  /**
+   * Hex serial of the caller's certificate.
+   *
+   * @generated from field: string certificate_serial = 8;
+   */
+  certificateSerial: string;
+
+  /**
+   * SHA-256 of the caller's certificate (DER), hex.
+   *
+   * @generated from field: string certificate_sha256 = 9;
+   */
+  certificateSha256: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp certificate_not_after = 10;
+   */
+  certificateNotAfter?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string remote_address = 11;
+   */
+  remoteAddress: string;
+
+  /**
+   * For actions: e.g. "job.enqueue", "runner.retire", "grant.create", "grant.use", "certificate.issue".
+   *
+   * @generated from field: string action = 12;
+   */
+  action: string;
+
+  /**
+   * For actions: what was acted on, e.g. "job <id> in workspace w1".
+   *
+   * @generated from field: string target = 13;
+   */
+  target: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.AuditRecord.
+ * Use `create(AuditRecordSchema)` to create a new message.
+ */
+export const AuditRecordSchema: GenMessage<AuditRecord> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 17);
+
+/**
+ * ListCertificatesRequest filters issued certificates (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.ListCertificatesRequest
+ */
+export type ListCertificatesRequest = Message<"forelead.admin.v1.ListCertificatesRequest"> & {
+  /**
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * Every certificate, not only the newest per runner identity.
+   *
+   * @generated from field: bool all = 3;
+   */
+  all: boolean;
+
+  /**
+   * "Expiring soon" means within this many seconds (default 7200).
+   *
+   * @generated from field: int32 expiring_within_seconds = 4;
+   */
+  expiringWithinSeconds: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListCertificatesRequest.
+ * Use `create(ListCertificatesRequestSchema)` to create a new message.
+ */
+export const ListCertificatesRequestSchema: GenMessage<ListCertificatesRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 18);
+
+/**
+ * ListCertificatesResponse lists issued certificates, newest per identity first by identity.
+ *
+ * @generated from message forelead.admin.v1.ListCertificatesResponse
+ */
+export type ListCertificatesResponse = Message<"forelead.admin.v1.ListCertificatesResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.IssuedCertificate certificates = 2;
+   */
+  certificates: IssuedCertificate[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListCertificatesResponse.
+ * Use `create(ListCertificatesResponseSchema)` to create a new message.
+ */
+export const ListCertificatesResponseSchema: GenMessage<ListCertificatesResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 19);
+
+/**
+ * IssuedCertificate is a certificate this control plane signed.
+ *
+ * @generated from message forelead.admin.v1.IssuedCertificate
+ */
+export type IssuedCertificate = Message<"forelead.admin.v1.IssuedCertificate"> & {
+  /**
+   * @generated from field: string serial = 1;
+   */
+  serial: string;
+
+  /**
+   * @generated from field: string spiffe_id = 2;
+   */
+  spiffeId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string runner_id = 4;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp not_before = 5;
+   */
+  notBefore?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp not_after = 6;
+   */
+  notAfter?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp issued_at = 7;
+   */
+  issuedAt?: Timestamp | undefined;
+
+  /**
+   * "enroll" or "renew".
+   *
+   * @generated from field: string issued_via = 8;
+   */
+  issuedVia: string;
+
+  /**
+   * SHA-256 of the certificate (DER), hex.
+   *
+   * @generated from field: string sha256 = 9;
+   */
+  sha256: string;
+
+  /**
+   * "current", "expiring_soon", "renewal_overdue" (past 3/4 of its lifetime with no newer
+   * certificate: the runner failed to renew), "expired", "superseded" or "retired".
+   *
+   * @generated from field: string status = 10;
+   */
+  status: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.IssuedCertificate.
+ * Use `create(IssuedCertificateSchema)` to create a new message.
+ */
+export const IssuedCertificateSchema: GenMessage<IssuedCertificate> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 20);
+
+/**
  * AdminService is for internal services (a coordinator, CI front ends,
- * operators) whose SPIFFE ID the control plane grants with --admin.
+ * operators) whose SPIFFE ID the control plane grants a role (--admin,
+ * --grant). Each method declares the role it needs in its route option.
  *
  * @generated from service forelead.admin.v1.AdminService
  */
@@ -443,6 +936,47 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListRunnersRequestSchema;
     output: typeof ListRunnersResponseSchema;
+  },
+  /**
+   * Creates a one-time enrollment grant for a workspace (and optionally one runner id).
+   * The grant is in this reply only; the control plane keeps its hash.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.CreateEnrollmentGrant
+   */
+  createEnrollmentGrant: {
+    methodKind: "unary";
+    input: typeof CreateEnrollmentGrantRequestSchema;
+    output: typeof CreateEnrollmentGrantResponseSchema;
+  },
+  /**
+   * Retires a runner identity: refused from its next request on, its live leases go back to the queue.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.RetireRunner
+   */
+  retireRunner: {
+    methodKind: "unary";
+    input: typeof RetireRunnerRequestSchema;
+    output: typeof RetireRunnerResponseSchema;
+  },
+  /**
+   * The audit trail, newest first, paged: identity decisions and administrative actions.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListAuditRecords
+   */
+  listAuditRecords: {
+    methodKind: "unary";
+    input: typeof ListAuditRecordsRequestSchema;
+    output: typeof ListAuditRecordsResponseSchema;
+  },
+  /**
+   * Certificates this control plane issued (enroll, renew), with renewal status.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListCertificates
+   */
+  listCertificates: {
+    methodKind: "unary";
+    input: typeof ListCertificatesRequestSchema;
+    output: typeof ListCertificatesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_admin_v1_admin, 0);
