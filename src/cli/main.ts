@@ -1,5 +1,9 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { auditCommand } from "./audit.js";
 import { caCommand } from "./ca.js";
+import { certsCommand } from "./certs.js";
+import { grantsCommand } from "./grants.js";
+import { addEnrollCommand } from "./runner-enroll.js";
 import { serveCommand } from "./serve.js";
 
 /** The `forelead` command. */
@@ -10,6 +14,10 @@ export async function main(argv: readonly string[]): Promise<void> {
     .exitOverride();
   program.addCommand(serveCommand());
   program.addCommand(caCommand());
+  program.addCommand(grantsCommand());
+  program.addCommand(auditCommand());
+  program.addCommand(certsCommand());
+  program.addCommand(addEnrollCommand(new Command("runner").description("the runner side: enroll this machine")));
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

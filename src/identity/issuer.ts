@@ -29,8 +29,12 @@ export interface Issuer {
   sign(spiffeId: string, csr: VerifiedCsr): Promise<SignedCertificate>;
 }
 
-/** Leaves are backdated this much so a runner whose clock is a little behind accepts them. */
-const clockSkewMs = 60_000;
+/**
+ * Leaves are backdated by a minute so a runner whose clock is a little behind
+ * accepts them; by a tenth of the lifetime when that is shorter, so a
+ * short-lived certificate is not born nearly expired.
+ */
+const maxClockSkewMs = 60_000;
 
 /**
  * Loads the issuer and checks it before anything is served: a CA with an
@@ -63,9 +67,9 @@ export async function createIssuer(material: IssuerMaterial, trustAnchors: reado
   return {
     description: `${issuerCert.subject.replace(/\n/g, ", ")} (valid until ${notAfter.toISOString()})`,
     async sign(spiffeId, csr) {
-      const notBefore = new Date(Date.now() - clockSkewMs);
+      const notBefore = new Date(Date.now() - Math.min(maxClockSkewMs, lifetimeMs / 10));
       const leafNotAfter = new Date(Math.min(notBefore.getTime() + lifetimeMs, notAfter.getTime()));
-      if (leafNotAfter.getTime() - Date.now() < 60_000) {
+      if (leafNotAfter.getTime() - Date.now() < Math.min(60_000, lifetimeMs / 2)) {
         throw new ConnectError(`the issuing CA expires at ${notAfter.toISOString()}; the control plane needs a new issuer before it can sign certificates`, Code.FailedPrecondition);
       }
       const issued = await issueClientCertificate(ca, { uris: [spiffeId], publicKeyPem: csr.publicKeyPem, notBefore, notAfter: leafNotAfter });
