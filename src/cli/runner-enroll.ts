@@ -1,4 +1,4 @@
-import { Command, Option } from "commander";
+import { Option, type Command } from "commander";
 import { enroll } from "../runner/identity.js";
 import { readFlagFile } from "./admin-flags.js";
 

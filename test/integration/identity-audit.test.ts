@@ -23,7 +23,7 @@ let cp: TestControlPlane;
 let admin: RestClient;
 const printed: string[] = [];
 const secrets: Record<string, string> = {};
-let records: Rec[] = [];
+const records: Rec[] = [];
 let runnerSpiffe = "";
 let runnerSerial = "";
 let adminSerial = "";

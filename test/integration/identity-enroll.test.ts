@@ -170,13 +170,14 @@ describe(`enrollment (${databaseKind})`, () => {
   });
 
   it("grant requests are checked: workspace and runner id shapes, expiry bounds", async () => {
-    for (const [body, message] of [
+    const cases: Array<[Record<string, unknown>, string]> = [
       [{ workspaceId: "" }, "workspaceId"],
       [{ workspaceId: "w/1" }, "workspaceId"],
       [{ runnerId: "a b" }, "runnerId"],
       [{ expiresInSeconds: 86_401 }, "expiresInSeconds must be 1 to 86400"],
       [{ expiresInSeconds: -5 }, "expiresInSeconds must be 1 to 86400"],
-    ] as const) {
+    ];
+    for (const [body, message] of cases) {
       const reply = await admin.rest.request("POST", "/v1/admin/enrollment-grants", { apiVersion: "v1", workspaceId: "w1", ...body });
       expect(reply.status, JSON.stringify(body)).toBe(400);
       expect(reply.json.message).toContain(message);
