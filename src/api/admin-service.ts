@@ -3,14 +3,17 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
 import { audited } from "./audit-actions.js";
+import type { Inventory } from "../inventory/inventory.js";
 import { principalOf } from "./context.js";
 import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-admin.js";
+import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
 
 /** What the admin service binds to. */
 export interface AdminServiceDeps extends IdentityAdminDeps {
   readonly broker: Broker;
+  readonly inventory: Inventory;
 }
 
 /** The admin surface for internal services: decode, call the broker, encode. */
@@ -65,5 +68,6 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
       };
     },
     ...createIdentityAdminMethods(deps),
+    ...createInventoryAdminMethods(deps.inventory),
   };
 }

@@ -1,4 +1,4 @@
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
@@ -21,28 +21,25 @@ export interface GuardOptions {
   readonly jobWorkspace: (jobId: string) => Promise<string | undefined>;
 }
 
-/** How one method is admitted: who may call it and, on admin routes, with which role. */
-interface MethodRule {
-  readonly kind: RoutePrincipal;
-  readonly role: RoleName | undefined;
-}
-
 /**
  * Wraps every method of a service implementation with the per-request policy:
  * certificate verdict, validity now, the route's principal kind, the role an
  * admin method declares (scoped to the request's workspace for "enqueue"),
  * then the request message rules. Both surfaces (Connect and REST) call the
  * wrapped implementation, so neither can skip a check. Every decision is
- * audited; admitted requests get an action auditor for what they then do.
+ * audited, once; admitted requests get an action auditor for what they do.
  */
 export function guardService<S extends DescService>(service: S, impl: ServiceImpl<S>, options: GuardOptions): ServiceImpl<S> {
   const guarded: Record<string, unknown> = {};
   for (const method of service.methods) {
     const fn = (impl as Record<string, unknown>)[method.localName] as (...args: unknown[]) => unknown;
     if (typeof fn !== "function") throw new Error(`${service.typeName}.${method.name} has no implementation`);
-    const option = routeOf(method);
-    const rule: MethodRule = { kind: option.principal as RoutePrincipal, role: checkedRole(service, method, option) };
-    const admit = (ctx: HandlerContext, req?: object) => authorize(ctx, method, rule, options, req);
+    ruleOf(method); // a method without a valid role declaration fails here, at start-up
+    const admit = async (ctx: HandlerContext, req?: object) => {
+      const admission = authorizeOnce(ctx, options);
+      if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
+      return admission.principal;
+    };
     switch (method.methodKind) {
       case "unary":
         guarded[method.localName] = async (req: object, ctx: HandlerContext) => {
@@ -67,7 +64,57 @@ export function guardService<S extends DescService>(service: S, impl: ServiceImp
   return guarded as ServiceImpl<S>;
 }
 
-async function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, options: GuardOptions, req: object | undefined): Promise<Principal | undefined> {
+/** How one method is admitted: who may call it and, on admin routes, with which role. */
+interface MethodRule {
+  readonly kind: RoutePrincipal;
+  readonly role: RoleName | undefined;
+}
+
+const rules = new WeakMap<DescMethod, MethodRule>();
+
+function ruleOf(method: DescMethod): MethodRule {
+  let rule = rules.get(method);
+  if (!rule) {
+    const option = routeOf(method);
+    rule = { kind: option.principal as RoutePrincipal, role: checkedRole(method.parent, method, option) };
+    rules.set(method, rule);
+  }
+  return rule;
+}
+
+/**
+ * The outcome of the identity checks. `pendingScope` is set when the caller
+ * holds only a workspace-scoped role: the decision then waits for the request
+ * message, which names the workspace (or the job whose workspace counts).
+ */
+export interface Admission {
+  readonly principal: Principal | undefined;
+  readonly pendingScope?: PendingScope;
+}
+
+interface PendingScope {
+  readonly id: string;
+  readonly workspaces: ReadonlySet<string>;
+  readonly decide: (decision: AuditRecord["decision"], reason: string) => void;
+}
+
+const admissionKey = createContextKey<Admission | undefined>(undefined, { description: "authorization done" });
+
+/**
+ * Authorizes the request of `ctx` once: the REST router calls it before it
+ * reads a body (so an unauthenticated client learns nothing from parsing and
+ * is audited), and the guarded handler's own call then returns the same
+ * answer without a second decision or audit record.
+ */
+export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Admission {
+  const done = ctx.values.get(admissionKey);
+  if (done) return done;
+  const admission = authorize(ctx, ctx.method, ruleOf(ctx.method), options);
+  ctx.values.set(admissionKey, admission);
+  return admission;
+}
+
+function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, options: GuardOptions): Admission {
   const identity = ctx.values.get(requestIdentityKey);
   const verdict = identity?.verdict;
   const route = `${ctx.requestMethod} ${new URL(ctx.url).pathname}`;
@@ -77,13 +124,13 @@ async function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRu
     ...(verdict?.facts ? { certificate: verdict.facts } : {}),
   };
   const decide = (decision: AuditRecord["decision"], reason: string) => options.audit.record({ at: new Date(), decision, reason, ...base });
-  const admitted = (principal: Principal | undefined, reason: string) => {
-    decide("allow", reason);
+  const admitted = (principal: Principal | undefined, reason: string | undefined): Admission => {
+    if (reason !== undefined) decide("allow", reason);
     ctx.values.set(actionAuditorKey, {
       record: (e) => options.audit.record({ at: new Date(), kind: "action", ...base, action: e.action, target: e.target, decision: e.decision, reason: e.reason, ...(e.spiffeId ? { spiffeId: e.spiffeId } : {}) }),
     });
     if (principal) ctx.values.set(principalKey, principal);
-    return principal;
+    return { principal };
   };
   if (rule.kind === "none") return admitted(undefined, `${method.name} needs no client certificate`);
   const deny = (code: Code, reason: string): never => {
@@ -115,22 +162,28 @@ async function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRu
   if (roles.admin) return admitted(principal, `admin ${id}`);
   if (role === "read" && roles.read) return admitted(principal, `read ${id}`);
   if (role === "enqueue" && roles.enqueue.size > 0) {
-    const workspace = await workspaceOf(method, req, options);
-    if (workspace === undefined || roles.enqueue.has(workspace)) return admitted(principal, `enqueue ${id}${workspace ? ` in workspace "${workspace}"` : ""}`);
-    return deny(Code.PermissionDenied, `${id} may enqueue only in workspaces ${[...roles.enqueue].map((w) => `"${w}"`).join(", ")}, not in workspace "${workspace}"; grant it with --grant ${id}=enqueue:${workspace}`);
+    // Decided (and audited) once the request message names the workspace.
+    return { ...admitted(principal, undefined), pendingScope: { id, workspaces: roles.enqueue, decide } };
   }
   return deny(Code.PermissionDenied, `${id} lacks the "${role}" role that ${method.name} needs (start forelead serve with --grant ${hint})`);
 }
 
 /**
- * The workspace an "enqueue" request acts in: its workspace_id, or the
- * workspace of the job its job_id names. Undefined when it names none (an
- * empty or unknown one): the handler then refuses it as invalid or not found.
+ * Finishes the decision for a workspace-scoped role: the workspace is the
+ * request's workspace_id, or the workspace of the job its job_id names. An
+ * empty or unknown one is let through to the handler, which refuses it as
+ * invalid or not found.
  */
-async function workspaceOf(method: DescMethod, req: object | undefined, options: GuardOptions): Promise<string | undefined> {
+async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object | undefined, options: GuardOptions): Promise<void> {
   const values = (req ?? {}) as Record<string, unknown>;
-  if (method.input.fields.some((f) => f.name === "workspace_id")) return (values["workspaceId"] as string) || undefined;
-  const jobId = values["jobId"] as string;
-  if (!jobId) return undefined;
-  return options.jobWorkspace(jobId);
+  const named = ctx.method.input.fields.some((f) => f.name === "workspace_id");
+  const jobId = named ? "" : String(values["jobId"] ?? "");
+  const workspace = named ? String(values["workspaceId"] ?? "") || undefined : jobId ? await options.jobWorkspace(jobId) : undefined;
+  if (workspace === undefined || scope.workspaces.has(workspace)) {
+    scope.decide("allow", `enqueue ${scope.id}${workspace ? ` in workspace "${workspace}"` : ""}`);
+    return;
+  }
+  const reason = `${scope.id} may enqueue only in workspaces ${[...scope.workspaces].map((w) => `"${w}"`).join(", ")}, not in workspace "${workspace}"; grant it with --grant ${scope.id}=enqueue:${workspace}`;
+  scope.decide("deny", reason);
+  throw new ConnectError(reason, Code.PermissionDenied);
 }

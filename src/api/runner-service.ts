@@ -1,5 +1,5 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
@@ -7,6 +7,7 @@ import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
 import { renewRunnerCertificate, type EnrollmentDeps } from "../identity/enrollment.js";
 import { audited } from "./audit-actions.js";
+import type { Inventory } from "../inventory/inventory.js";
 import { runnerOf } from "./context.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
@@ -18,6 +19,7 @@ export interface RunnerServiceDeps {
   readonly broker: Broker;
   /** The issuer and what renewal checks. */
   readonly enrollment: EnrollmentDeps;
+  readonly inventory: Inventory;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -86,7 +88,11 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       return { apiVersion, certificateChain: cert.chainPem, spiffeId, notAfter: timestampFromDate(cert.notAfter) };
     },
 
-    inventory: notYet("inventory"),
+    async inventory(req, ctx) {
+      const items = req.items.map((i) => ({ ...i, createdAt: i.createdAt ? timestampDate(i.createdAt) : undefined }));
+      const outcome = await deps.inventory.report(runnerOf(ctx), items);
+      return { apiVersion, reap: outcome.reap.map((r) => ({ kind: r.kind, name: r.name })) };
+    },
     events: notYet("events"),
     logs: notYet("logs"),
   };

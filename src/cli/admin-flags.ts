@@ -1,29 +1,17 @@
 import { readFile } from "node:fs/promises";
 import { createClient, type Client } from "@connectrpc/connect";
 import { Http2SessionManager, createConnectTransport } from "@connectrpc/connect-node";
-import { InvalidArgumentError, type Command } from "commander";
+import { InvalidArgumentError } from "commander";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { parseDuration } from "../identity/ca.js";
+import type { AdminClientFlags } from "./admin-client.js";
 
-/** How an admin command reaches the control plane. */
-export interface AdminConnectionFlags {
-  server: string;
-  ca: string;
-  cert: string;
-  key: string;
-}
-
-/** Adds --server, --ca, --cert and --key to an admin command. */
-export function withAdminConnection(command: Command): Command {
-  return command
-    .option("--server <url>", "the control plane", "https://127.0.0.1:8443")
-    .option("--ca <file>", "CA bundle that verifies the control plane's certificate", "certs/ca.pem")
-    .requiredOption("--cert <file>", "client certificate of a service identity granted the needed role (PEM)")
-    .requiredOption("--key <file>", "its private key (PEM)");
-}
-
-/** A generated AdminService client over HTTP/2 + mTLS, and a way to close its connection so the command can exit. */
-export async function openAdminClient(flags: AdminConnectionFlags): Promise<{ admin: Client<typeof AdminService>; close(): void }> {
+/**
+ * A generated AdminService client over HTTP/2 + mTLS from the flags of
+ * `withAdminClientOptions` (src/cli/admin-client.ts), and a way to close its
+ * connection so the command exits as soon as it is done.
+ */
+export async function openAdminClient(flags: AdminClientFlags): Promise<{ admin: Client<typeof AdminService>; close(): void }> {
   const [ca, cert, key] = await Promise.all([readFlagFile(flags.ca, "--ca"), readFlagFile(flags.cert, "--cert"), readFlagFile(flags.key, "--key")]);
   const nodeOptions = { ca, cert, key };
   const sessionManager = new Http2SessionManager(flags.server, {}, nodeOptions);

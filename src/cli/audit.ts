@@ -1,10 +1,11 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Command, Option } from "commander";
 import type { AuditRecord } from "../../gen/forelead/admin/v1/admin_pb.js";
-import { openAdminClient, timeFlag, withAdminConnection, type AdminConnectionFlags } from "./admin-flags.js";
+import { openAdminClient, timeFlag } from "./admin-flags.js";
+import { withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
 import { integerIn } from "./main.js";
 
-interface AuditFlags extends AdminConnectionFlags {
+interface AuditFlags extends AdminClientFlags {
   since?: Date;
   until?: Date;
   identity?: string;
@@ -16,7 +17,7 @@ interface AuditFlags extends AdminConnectionFlags {
 
 /** `forelead audit`: the audit trail, newest first. */
 export function auditCommand(): Command {
-  return withAdminConnection(
+  return withAdminClientOptions(
     new Command("audit")
       .description("read the audit trail: identity decisions and administrative actions, newest first (needs the read role)")
       .option("--since <time>", "from this time (RFC 3339) or this long ago (1h, 30m)", timeFlag("--since"))

@@ -1,9 +1,10 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Command, Option } from "commander";
 import { formatDuration } from "../identity/certificate-policy.js";
-import { openAdminClient, secondsFlag, withAdminConnection, type AdminConnectionFlags } from "./admin-flags.js";
+import { openAdminClient, secondsFlag } from "./admin-flags.js";
+import { withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
 
-interface CertsFlags extends AdminConnectionFlags {
+interface CertsFlags extends AdminClientFlags {
   workspace?: string;
   runnerId?: string;
   all?: boolean;
@@ -18,7 +19,7 @@ const flagged: Record<string, string> = {
 
 /** `forelead certs`: issued runner certificates, flagging those expiring soon and runners that failed to renew. */
 export function certsCommand(): Command {
-  return withAdminConnection(
+  return withAdminClientOptions(
     new Command("certs")
       .description("list the runner certificates this control plane issued, newest per runner; flags those expiring soon and runners that failed to renew (needs the read role)")
       .option("--workspace <id>", "only this workspace")

@@ -1,8 +1,9 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Command, Option } from "commander";
-import { openAdminClient, secondsFlag, withAdminConnection, type AdminConnectionFlags } from "./admin-flags.js";
+import { openAdminClient, secondsFlag } from "./admin-flags.js";
+import { withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
 
-interface GrantsCreateFlags extends AdminConnectionFlags {
+interface GrantsCreateFlags extends AdminClientFlags {
   workspace: string;
   runnerId?: string;
   expiresIn: number;
@@ -11,7 +12,7 @@ interface GrantsCreateFlags extends AdminConnectionFlags {
 /** `forelead grants create`: a one-time enrollment grant, printed once. */
 export function grantsCommand(): Command {
   const grants = new Command("grants").description("one-time enrollment grants for new runners (needs the admin role)");
-  withAdminConnection(
+  withAdminClientOptions(
     grants
       .command("create")
       .description("create a single-use enrollment grant; the grant alone goes to stdout, details to stderr")

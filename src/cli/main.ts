@@ -4,6 +4,7 @@ import { caCommand } from "./ca.js";
 import { certsCommand } from "./certs.js";
 import { grantsCommand } from "./grants.js";
 import { addEnrollCommand } from "./runner-enroll.js";
+import { runnersCommand } from "./runners.js";
 import { serveCommand } from "./serve.js";
 
 /** The `forelead` command. */
@@ -18,6 +19,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(auditCommand());
   program.addCommand(certsCommand());
   program.addCommand(addEnrollCommand(new Command("runner").description("the runner side: enroll this machine")));
+  program.addCommand(runnersCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

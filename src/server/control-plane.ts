@@ -14,7 +14,8 @@ import { jobWorkspace } from "../broker/job-workspace.js";
 import { createBroker, type Broker } from "../broker/broker.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
-import { guardService } from "../api/guard.js";
+import { authorizeOnce, guardService } from "../api/guard.js";
+import { services as serviceList } from "../api/services.js";
 import { createRestRouter, type RestBinding } from "../api/rest-router.js";
 import { routeTable } from "../api/routes.js";
 import { createRunnerService } from "../api/runner-service.js";
@@ -23,6 +24,7 @@ import { parseTrustBundle } from "../identity/certificate-policy.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRetirements, type Retirements } from "../identity/retirement.js";
 import { createRoleTable, type RoleGrant } from "../identity/roles.js";
+import { createInventory } from "../inventory/inventory.js";
 import { openStore, type Store } from "../store/database.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
 import { createRequestIdentifier } from "./identity.js";
@@ -99,18 +101,25 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobWorkspace: (jobId: string) => jobWorkspace(store.db, jobId) };
     const enrollment = { db: store.db, issuer, trustDomain: options.trustDomain, runnerRefusal };
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
-    const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
-      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker, enrollment }), guardOptions) as ServiceImpl<DescService> },
-      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker, store, audit, retirements }), guardOptions) as ServiceImpl<DescService> },
-      { service: EnrollService, impl: guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService> },
-    ];
+    const inventory = createInventory(store.db);
+    // One implementation per service of src/api/services.ts: the list the route docs are made from.
+    const implementations = new Map<DescService, ServiceImpl<DescService>>([
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements }), guardOptions) as ServiceImpl<DescService>],
+      [EnrollService, guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService>],
+    ]);
+    const services = serviceList.map((service) => {
+      const impl = implementations.get(service);
+      if (!impl) throw new Error(`${service.typeName} is listed in src/api/services.ts but has no implementation`);
+      return { service, impl };
+    });
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
     const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
     const bindings: RestBinding[] = routeTable(services.map((s) => s.service)).map((entry) => {
       const impl = services.find((s) => s.service === entry.service)!.impl as Record<string, (...args: unknown[]) => unknown>;
       return { entry, handler: impl[entry.method.localName]! };
     });
-    const rest = createRestRouter({ bindings, contextValues, maxBodyBytes });
+    const rest = createRestRouter({ bindings, contextValues, maxBodyBytes, preauthorize: (ctx) => void authorizeOnce(ctx, guardOptions) });
     const handler = connectNodeAdapter({
       routes: (router: ConnectRouter) => services.forEach((s) => router.service(s.service, s.impl)),
       fallback: rest as Parameters<typeof connectNodeAdapter>[0]["fallback"],
@@ -133,6 +142,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       },
       handler,
     );
+    // A TLS client that offered no ALPN gets past the handshake; Node would answer it in plain
+    // HTTP/1.0 and keep the socket for 10 s. Close it at once instead.
+    server.on("unknownProtocol", (socket) => socket.destroy());
     const sessions = new Set<Http2Session>();
     server.on("session", (s: Http2Session) => {
       sessions.add(s);

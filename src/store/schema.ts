@@ -12,6 +12,10 @@ export interface Database {
   enrollment_grants: EnrollmentGrantsTable;
   issued_certificates: IssuedCertificatesTable;
   runner_retirements: RunnerRetirementsTable;
+  inventory_reports: InventoryReportsTable;
+  inventory_items: InventoryItemsTable;
+  inventory_flags: InventoryFlagsTable;
+  reap_orders: ReapOrdersTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -141,4 +145,59 @@ export interface RunnerRetirementsTable {
   retired_at: Generated<Date>;
   retired_by: string;
   reason: string;
+}
+
+/** A runner's latest inventory report: one row per runner, replaced by each report. */
+export interface InventoryReportsTable {
+  workspace_id: string;
+  runner_id: string;
+  reported_at: Timestamp;
+  item_count: number;
+}
+
+/** One container or network of a runner's latest inventory report. */
+export interface InventoryItemsTable {
+  workspace_id: string;
+  runner_id: string;
+  kind: "container" | "network";
+  name: string;
+  job_id: string;
+  state: string;
+  image: string;
+  created_at: Date | null;
+  cpu: number;
+  memory: number;
+  orphan: boolean;
+}
+
+/** What an operator should look at in a runner's latest report. */
+export type InventoryProblem = "job_not_leased_here" | "orphan_of_live_lease" | "lease_without_container";
+
+/** A flag the control plane raised when it checked a runner's latest report. */
+export interface InventoryFlagsTable {
+  id: Generated<number>;
+  workspace_id: string;
+  runner_id: string;
+  problem: InventoryProblem;
+  job_id: string;
+  kind: string | null;
+  name: string | null;
+  message: string;
+}
+
+/** Reap order states: pending until a later report settles it. */
+export type ReapOrderState = "pending" | "done" | "expired";
+
+/** An administrator's order to remove one orphan of one runner. */
+export interface ReapOrdersTable {
+  id: Generated<number>;
+  workspace_id: string;
+  runner_id: string;
+  kind: string;
+  name: string;
+  job_id: string;
+  ordered_by: string;
+  ordered_at: Generated<Date>;
+  state: Generated<ReapOrderState>;
+  settled_at: Date | null;
 }

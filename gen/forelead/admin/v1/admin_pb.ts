@@ -7,6 +7,8 @@ import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2
 import { file_forelead_api_v1_route } from "../../api/v1/route_pb.js";
 import type { Job, JobSpec } from "../../runner/v1/job_pb.js";
 import { file_forelead_runner_v1_job } from "../../runner/v1/job_pb.js";
+import type { InventoryItem } from "../../runner/v1/runner_pb.js";
+import { file_forelead_runner_v1_runner } from "../../runner/v1/runner_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -15,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/admin.proto.
  */
 export const file_forelead_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMieAocQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSEQoJcnVubmVyX2lkGAMgASgJEhoKEmV4cGlyZXNfaW5fc2Vjb25kcxgEIAEoBSKuAQodQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFZ3JhbnQYAiABKAkSEAoIZ3JhbnRfaWQYAyABKAkSFAoMd29ya3NwYWNlX2lkGAQgASgJEhEKCXJ1bm5lcl9pZBgFIAEoCRIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJjChNSZXRpcmVSdW5uZXJSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkSDgoGcmVhc29uGAQgASgJIrUBChRSZXRpcmVSdW5uZXJSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEi4KCnJldGlyZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHJlbGVhc2VkX2pvYl9pZHMYBSADKAkSFQoNbmV3bHlfcmV0aXJlZBgGIAEoCCLJAQoXTGlzdEF1ZGl0UmVjb3Jkc1JlcXVlc3QSKQoFc2luY2UYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBXVudGlsGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglzcGlmZmVfaWQYAyABKAkSEAoIZGVjaXNpb24YBCABKAkSDAoEa2luZBgFIAEoCRIRCglwYWdlX3NpemUYBiABKAUSEgoKcGFnZV90b2tlbhgHIAEoCSJ5ChhMaXN0QXVkaXRSZWNvcmRzUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoHcmVjb3JkcxgCIAMoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkF1ZGl0UmVjb3JkEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSK+AgoLQXVkaXRSZWNvcmQSCgoCaWQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSDQoFcm91dGUYBCABKAkSEAoIZGVjaXNpb24YBSABKAkSDgoGcmVhc29uGAYgASgJEhEKCXNwaWZmZV9pZBgHIAEoCRIaChJjZXJ0aWZpY2F0ZV9zZXJpYWwYCCABKAkSGgoSY2VydGlmaWNhdGVfc2hhMjU2GAkgASgJEjkKFWNlcnRpZmljYXRlX25vdF9hZnRlchgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcmVtb3RlX2FkZHJlc3MYCyABKAkSDgoGYWN0aW9uGAwgASgJEg4KBnRhcmdldBgNIAEoCSJwChdMaXN0Q2VydGlmaWNhdGVzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSEQoJcnVubmVyX2lkGAIgASgJEgsKA2FsbBgDIAEoCBIfChdleHBpcmluZ193aXRoaW5fc2Vjb25kcxgEIAEoBSJrChhMaXN0Q2VydGlmaWNhdGVzUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSOgoMY2VydGlmaWNhdGVzGAIgAygLMiQuZm9yZWxlYWQuYWRtaW4udjEuSXNzdWVkQ2VydGlmaWNhdGUioQIKEUlzc3VlZENlcnRpZmljYXRlEg4KBnNlcmlhbBgBIAEoCRIRCglzcGlmZmVfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEhEKCXJ1bm5lcl9pZBgEIAEoCRIuCgpub3RfYmVmb3JlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglub3RfYWZ0ZXIYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCWlzc3VlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKaXNzdWVkX3ZpYRgIIAEoCRIOCgZzaGEyNTYYCSABKAkSDgoGc3RhdHVzGAogASgJMroKCgxBZG1pblNlcnZpY2UShQEKCkVucXVldWVKb2ISJC5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVxdWVzdBolLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXNwb25zZSIqyvMYJgoEUE9TVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluQgdlbnF1ZXVlEn0KBkdldEpvYhIgLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlcXVlc3QaIS5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXNwb25zZSIuyvMYKgoDR0VUEhYvdjEvYWRtaW4vam9icy97am9iSWR9OgVhZG1pbkIEcmVhZBJ7CghMaXN0Sm9icxIiLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVxdWVzdBojLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVzcG9uc2UiJsrzGCIKA0dFVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluQgRyZWFkEpEBCglDYW5jZWxKb2ISIy5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXF1ZXN0GiQuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVzcG9uc2UiOcrzGDUKBFBPU1QSHS92MS9hZG1pbi9qb2JzL3tqb2JJZH0vY2FuY2VsOgVhZG1pbkIHZW5xdWV1ZRKHAQoLTGlzdFJ1bm5lcnMSJS5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1JlcXVlc3QaJi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1Jlc3BvbnNlIinK8xglCgNHRVQSES92MS9hZG1pbi9ydW5uZXJzOgVhZG1pbkIEcmVhZBKxAQoVQ3JlYXRlRW5yb2xsbWVudEdyYW50Ei8uZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVxdWVzdBowLmZvcmVsZWFkLmFkbWluLnYxLkNyZWF0ZUVucm9sbG1lbnRHcmFudFJlc3BvbnNlIjXK8xgxCgRQT1NUEhsvdjEvYWRtaW4vZW5yb2xsbWVudC1ncmFudHM6BWFkbWluQgVhZG1pbhKeAQoMUmV0aXJlUnVubmVyEiYuZm9yZWxlYWQuYWRtaW4udjEuUmV0aXJlUnVubmVyUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLlJldGlyZVJ1bm5lclJlc3BvbnNlIj3K8xg5CgRQT1NUEiMvdjEvYWRtaW4vcnVubmVycy97cnVubmVySWR9L3JldGlyZToFYWRtaW5CBWFkbWluEpQBChBMaXN0QXVkaXRSZWNvcmRzEiouZm9yZWxlYWQuYWRtaW4udjEuTGlzdEF1ZGl0UmVjb3Jkc1JlcXVlc3QaKy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0QXVkaXRSZWNvcmRzUmVzcG9uc2UiJ8rzGCMKA0dFVBIPL3YxL2FkbWluL2F1ZGl0OgVhZG1pbkIEcmVhZBKbAQoQTGlzdENlcnRpZmljYXRlcxIqLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RDZXJ0aWZpY2F0ZXNSZXF1ZXN0GisuZm9yZWxlYWQuYWRtaW4udjEuTGlzdENlcnRpZmljYXRlc1Jlc3BvbnNlIi7K8xgqCgNHRVQSFi92MS9hZG1pbi9jZXJ0aWZpY2F0ZXM6BWFkbWluQgRyZWFkYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMiPwoUTGlzdEludmVudG9yeVJlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJhChVMaXN0SW52ZW50b3J5UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSMwoHcmVwb3J0cxgCIAMoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJ1bm5lckludmVudG9yeSKKAgoPUnVubmVySW52ZW50b3J5EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSLwoLcmVwb3J0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKBWl0ZW1zGAQgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0SLwoFZmxhZ3MYBSADKAsyIC5mb3JlbGVhZC5hZG1pbi52MS5JbnZlbnRvcnlGbGFnEjoKDnBlbmRpbmdfb3JkZXJzGAYgAygLMiIuZm9yZWxlYWQuYWRtaW4udjEuUmVhcE9yZGVyUmVjb3JkIl0KDUludmVudG9yeUZsYWcSDwoHcHJvYmxlbRgBIAEoCRIOCgZqb2JfaWQYAiABKAkSDAoEa2luZBgDIAEoCRIMCgRuYW1lGAQgASgJEg8KB21lc3NhZ2UYBSABKAkiPQoSTGlzdE9ycGhhbnNSZXF1ZXN0EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkiVgoTTGlzdE9ycGhhbnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdvcnBoYW5zGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuT3JwaGFuIs4BCgZPcnBoYW4SEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIvCgtyZXBvcnRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoEaXRlbRgEIAEoCzIhLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlJdGVtEjkKDXBlbmRpbmdfb3JkZXIYBSABKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQibAoQT3JkZXJSZWFwUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCSJbChFPcmRlclJlYXBSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIxCgVvcmRlchgCIAEoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJlYXBPcmRlclJlY29yZCJiChVMaXN0UmVhcE9yZGVyc1JlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUiYQoWTGlzdFJlYXBPcmRlcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIyCgZvcmRlcnMYAiADKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQi9QEKD1JlYXBPcmRlclJlY29yZBIKCgJpZBgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCRIOCgZqb2JfaWQYBiABKAkSEgoKb3JkZXJlZF9ieRgHIAEoCRIuCgpvcmRlcmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzdGF0ZRgJIAEoCRIuCgpzZXR0bGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ4ChxDcmVhdGVFbnJvbGxtZW50R3JhbnRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIRCglydW5uZXJfaWQYAyABKAkSGgoSZXhwaXJlc19pbl9zZWNvbmRzGAQgASgFIq4BCh1DcmVhdGVFbnJvbGxtZW50R3JhbnRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgVncmFudBgCIAEoCRIQCghncmFudF9pZBgDIAEoCRIUCgx3b3Jrc3BhY2VfaWQYBCABKAkSEQoJcnVubmVyX2lkGAUgASgJEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImMKE1JldGlyZVJ1bm5lclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkitQEKFFJldGlyZVJ1bm5lclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkSLgoKcmV0aXJlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcmVsZWFzZWRfam9iX2lkcxgFIAMoCRIVCg1uZXdseV9yZXRpcmVkGAYgASgIIskBChdMaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBIpCgVzaW5jZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXNwaWZmZV9pZBgDIAEoCRIQCghkZWNpc2lvbhgEIAEoCRIMCgRraW5kGAUgASgJEhEKCXBhZ2Vfc2l6ZRgGIAEoBRISCgpwYWdlX3Rva2VuGAcgASgJInkKGExpc3RBdWRpdFJlY29yZHNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIvCgdyZWNvcmRzGAIgAygLMh4uZm9yZWxlYWQuYWRtaW4udjEuQXVkaXRSZWNvcmQSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJIr4CCgtBdWRpdFJlY29yZBIKCgJpZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgDIAEoCRINCgVyb3V0ZRgEIAEoCRIQCghkZWNpc2lvbhgFIAEoCRIOCgZyZWFzb24YBiABKAkSEQoJc3BpZmZlX2lkGAcgASgJEhoKEmNlcnRpZmljYXRlX3NlcmlhbBgIIAEoCRIaChJjZXJ0aWZpY2F0ZV9zaGEyNTYYCSABKAkSOQoVY2VydGlmaWNhdGVfbm90X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgLIAEoCRIOCgZhY3Rpb24YDCABKAkSDgoGdGFyZ2V0GA0gASgJInAKF0xpc3RDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSCwoDYWxsGAMgASgIEh8KF2V4cGlyaW5nX3dpdGhpbl9zZWNvbmRzGAQgASgFImsKGExpc3RDZXJ0aWZpY2F0ZXNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRI6CgxjZXJ0aWZpY2F0ZXMYAiADKAsyJC5mb3JlbGVhZC5hZG1pbi52MS5Jc3N1ZWRDZXJ0aWZpY2F0ZSKhAgoRSXNzdWVkQ2VydGlmaWNhdGUSDgoGc2VyaWFsGAEgASgJEhEKCXNwaWZmZV9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkSEQoJcnVubmVyX2lkGAQgASgJEi4KCm5vdF9iZWZvcmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCW5vdF9hZnRlchgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJaXNzdWVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgppc3N1ZWRfdmlhGAggASgJEg4KBnNoYTI1NhgJIAEoCRIOCgZzdGF0dXMYCiABKAky9w4KDEFkbWluU2VydmljZRKFAQoKRW5xdWV1ZUpvYhIkLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXF1ZXN0GiUuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlc3BvbnNlIirK8xgmCgRQT1NUEg4vdjEvYWRtaW4vam9iczoFYWRtaW5CB2VucXVldWUSfQoGR2V0Sm9iEiAuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVxdWVzdBohLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlc3BvbnNlIi7K8xgqCgNHRVQSFi92MS9hZG1pbi9qb2JzL3tqb2JJZH06BWFkbWluQgRyZWFkEnsKCExpc3RKb2JzEiIuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXF1ZXN0GiMuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXNwb25zZSImyvMYIgoDR0VUEg4vdjEvYWRtaW4vam9iczoFYWRtaW5CBHJlYWQSkQEKCUNhbmNlbEpvYhIjLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlcXVlc3QaJC5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXNwb25zZSI5yvMYNQoEUE9TVBIdL3YxL2FkbWluL2pvYnMve2pvYklkfS9jYW5jZWw6BWFkbWluQgdlbnF1ZXVlEocBCgtMaXN0UnVubmVycxIlLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVxdWVzdBomLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVzcG9uc2UiKcrzGCUKA0dFVBIRL3YxL2FkbWluL3J1bm5lcnM6BWFkbWluQgRyZWFkEo8BCg1MaXN0SW52ZW50b3J5EicuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEludmVudG9yeVJlcXVlc3QaKC5mb3JlbGVhZC5hZG1pbi52MS5MaXN0SW52ZW50b3J5UmVzcG9uc2UiK8rzGCcKA0dFVBITL3YxL2FkbWluL2ludmVudG9yeToFYWRtaW5CBHJlYWQShwEKC0xpc3RPcnBoYW5zEiUuZm9yZWxlYWQuYWRtaW4udjEuTGlzdE9ycGhhbnNSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuTGlzdE9ycGhhbnNSZXNwb25zZSIpyvMYJQoDR0VUEhEvdjEvYWRtaW4vb3JwaGFuczoFYWRtaW5CBHJlYWQShwEKCU9yZGVyUmVhcBIjLmZvcmVsZWFkLmFkbWluLnYxLk9yZGVyUmVhcFJlcXVlc3QaJC5mb3JlbGVhZC5hZG1pbi52MS5PcmRlclJlYXBSZXNwb25zZSIvyvMYKwoEUE9TVBIVL3YxL2FkbWluL3JlYXAtb3JkZXJzOgVhZG1pbkIFYWRtaW4SlAEKDkxpc3RSZWFwT3JkZXJzEiguZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJlYXBPcmRlcnNSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJlYXBPcmRlcnNSZXNwb25zZSItyvMYKQoDR0VUEhUvdjEvYWRtaW4vcmVhcC1vcmRlcnM6BWFkbWluQgRyZWFkErEBChVDcmVhdGVFbnJvbGxtZW50R3JhbnQSLy5mb3JlbGVhZC5hZG1pbi52MS5DcmVhdGVFbnJvbGxtZW50R3JhbnRSZXF1ZXN0GjAuZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVzcG9uc2UiNcrzGDEKBFBPU1QSGy92MS9hZG1pbi9lbnJvbGxtZW50LWdyYW50czoFYWRtaW5CBWFkbWluEp4BCgxSZXRpcmVSdW5uZXISJi5mb3JlbGVhZC5hZG1pbi52MS5SZXRpcmVSdW5uZXJSZXF1ZXN0GicuZm9yZWxlYWQuYWRtaW4udjEuUmV0aXJlUnVubmVyUmVzcG9uc2UiPcrzGDkKBFBPU1QSIy92MS9hZG1pbi9ydW5uZXJzL3tydW5uZXJJZH0vcmV0aXJlOgVhZG1pbkIFYWRtaW4SlAEKEExpc3RBdWRpdFJlY29yZHMSKi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBorLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RBdWRpdFJlY29yZHNSZXNwb25zZSInyvMYIwoDR0VUEg8vdjEvYWRtaW4vYXVkaXQ6BWFkbWluQgRyZWFkEpsBChBMaXN0Q2VydGlmaWNhdGVzEiouZm9yZWxlYWQuYWRtaW4udjEuTGlzdENlcnRpZmljYXRlc1JlcXVlc3QaKy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Q2VydGlmaWNhdGVzUmVzcG9uc2UiLsrzGCoKA0dFVBIWL3YxL2FkbWluL2NlcnRpZmljYXRlczoFYWRtaW5CBHJlYWRiBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_forelead_runner_v1_runner, file_google_protobuf_timestamp]);
 
 /**
  * EnqueueJobRequest describes a job to run.
@@ -388,6 +390,435 @@ export const RunnerSchema: GenMessage<Runner> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_admin, 10);
 
 /**
+ * ListInventoryRequest filters reports (GET: query parameters); empty for all.
+ *
+ * @generated from message forelead.admin.v1.ListInventoryRequest
+ */
+export type ListInventoryRequest = Message<"forelead.admin.v1.ListInventoryRequest"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListInventoryRequest.
+ * Use `create(ListInventoryRequestSchema)` to create a new message.
+ */
+export const ListInventoryRequestSchema: GenMessage<ListInventoryRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 11);
+
+/**
+ * ListInventoryResponse holds the latest report of each runner.
+ *
+ * @generated from message forelead.admin.v1.ListInventoryResponse
+ */
+export type ListInventoryResponse = Message<"forelead.admin.v1.ListInventoryResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.RunnerInventory reports = 2;
+   */
+  reports: RunnerInventory[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListInventoryResponse.
+ * Use `create(ListInventoryResponseSchema)` to create a new message.
+ */
+export const ListInventoryResponseSchema: GenMessage<ListInventoryResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 12);
+
+/**
+ * RunnerInventory is a runner's latest inventory report as the control plane
+ * checked it.
+ *
+ * @generated from message forelead.admin.v1.RunnerInventory
+ */
+export type RunnerInventory = Message<"forelead.admin.v1.RunnerInventory"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * When the control plane received the report (its clock).
+   *
+   * @generated from field: google.protobuf.Timestamp reported_at = 3;
+   */
+  reportedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: repeated forelead.runner.v1.InventoryItem items = 4;
+   */
+  items: InventoryItem[];
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.InventoryFlag flags = 5;
+   */
+  flags: InventoryFlag[];
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.ReapOrderRecord pending_orders = 6;
+   */
+  pendingOrders: ReapOrderRecord[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.RunnerInventory.
+ * Use `create(RunnerInventorySchema)` to create a new message.
+ */
+export const RunnerInventorySchema: GenMessage<RunnerInventory> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 13);
+
+/**
+ * InventoryFlag is something in a report an operator should look at.
+ *
+ * @generated from message forelead.admin.v1.InventoryFlag
+ */
+export type InventoryFlag = Message<"forelead.admin.v1.InventoryFlag"> & {
+  /**
+   * "job_not_leased_here": an item (not called orphan) of a job this runner
+   * holds no live lease on; "orphan_of_live_lease": an item called orphan
+   * whose job this runner holds a live lease on; "lease_without_container":
+   * a live lease of this runner with no container in the report.
+   *
+   * @generated from field: string problem = 1;
+   */
+  problem: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * The item's kind and name; empty for lease_without_container.
+   *
+   * @generated from field: string kind = 3;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string name = 4;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string message = 5;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.InventoryFlag.
+ * Use `create(InventoryFlagSchema)` to create a new message.
+ */
+export const InventoryFlagSchema: GenMessage<InventoryFlag> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 14);
+
+/**
+ * ListOrphansRequest filters orphans (GET: query parameters); empty for all.
+ *
+ * @generated from message forelead.admin.v1.ListOrphansRequest
+ */
+export type ListOrphansRequest = Message<"forelead.admin.v1.ListOrphansRequest"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListOrphansRequest.
+ * Use `create(ListOrphansRequestSchema)` to create a new message.
+ */
+export const ListOrphansRequestSchema: GenMessage<ListOrphansRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 15);
+
+/**
+ * ListOrphansResponse lists orphans from runners' latest reports.
+ *
+ * @generated from message forelead.admin.v1.ListOrphansResponse
+ */
+export type ListOrphansResponse = Message<"forelead.admin.v1.ListOrphansResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.Orphan orphans = 2;
+   */
+  orphans: Orphan[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListOrphansResponse.
+ * Use `create(ListOrphansResponseSchema)` to create a new message.
+ */
+export const ListOrphansResponseSchema: GenMessage<ListOrphansResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 16);
+
+/**
+ * Orphan is an item a runner's latest report calls orphan.
+ *
+ * @generated from message forelead.admin.v1.Orphan
+ */
+export type Orphan = Message<"forelead.admin.v1.Orphan"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp reported_at = 3;
+   */
+  reportedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: forelead.runner.v1.InventoryItem item = 4;
+   */
+  item?: InventoryItem | undefined;
+
+  /**
+   * The pending order on it, if any.
+   *
+   * @generated from field: forelead.admin.v1.ReapOrderRecord pending_order = 5;
+   */
+  pendingOrder?: ReapOrderRecord | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.Orphan.
+ * Use `create(OrphanSchema)` to create a new message.
+ */
+export const OrphanSchema: GenMessage<Orphan> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 17);
+
+/**
+ * OrderReapRequest names the orphan to remove.
+ *
+ * @generated from message forelead.admin.v1.OrderReapRequest
+ */
+export type OrderReapRequest = Message<"forelead.admin.v1.OrderReapRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * Needed only when runners in several workspaces share runnerId.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * "container" or "network".
+   *
+   * @generated from field: string kind = 4;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string name = 5;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.OrderReapRequest.
+ * Use `create(OrderReapRequestSchema)` to create a new message.
+ */
+export const OrderReapRequestSchema: GenMessage<OrderReapRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 18);
+
+/**
+ * OrderReapResponse is the order as recorded (an existing pending order on
+ * the same item is returned as it is).
+ *
+ * @generated from message forelead.admin.v1.OrderReapResponse
+ */
+export type OrderReapResponse = Message<"forelead.admin.v1.OrderReapResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: forelead.admin.v1.ReapOrderRecord order = 2;
+   */
+  order?: ReapOrderRecord | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.OrderReapResponse.
+ * Use `create(OrderReapResponseSchema)` to create a new message.
+ */
+export const OrderReapResponseSchema: GenMessage<OrderReapResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 19);
+
+/**
+ * ListReapOrdersRequest filters orders (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.ListReapOrdersRequest
+ */
+export type ListReapOrdersRequest = Message<"forelead.admin.v1.ListReapOrdersRequest"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * "pending", "done" or "expired"; empty for all.
+   *
+   * @generated from field: string state = 3;
+   */
+  state: string;
+
+  /**
+   * 1..500, default 100.
+   *
+   * @generated from field: int32 page_size = 4;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListReapOrdersRequest.
+ * Use `create(ListReapOrdersRequestSchema)` to create a new message.
+ */
+export const ListReapOrdersRequestSchema: GenMessage<ListReapOrdersRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 20);
+
+/**
+ * ListReapOrdersResponse lists orders, newest first.
+ *
+ * @generated from message forelead.admin.v1.ListReapOrdersResponse
+ */
+export type ListReapOrdersResponse = Message<"forelead.admin.v1.ListReapOrdersResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.ReapOrderRecord orders = 2;
+   */
+  orders: ReapOrderRecord[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListReapOrdersResponse.
+ * Use `create(ListReapOrdersResponseSchema)` to create a new message.
+ */
+export const ListReapOrdersResponseSchema: GenMessage<ListReapOrdersResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 21);
+
+/**
+ * ReapOrderRecord is one reap order and what became of it.
+ *
+ * @generated from message forelead.admin.v1.ReapOrderRecord
+ */
+export type ReapOrderRecord = Message<"forelead.admin.v1.ReapOrderRecord"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string kind = 4;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string name = 5;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string job_id = 6;
+   */
+  jobId: string;
+
+  /**
+   * The SPIFFE ID of the administrator who ordered it.
+   *
+   * @generated from field: string ordered_by = 7;
+   */
+  orderedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp ordered_at = 8;
+   */
+  orderedAt?: Timestamp | undefined;
+
+  /**
+   * "pending", "done" (a later report no longer lists the item) or
+   * "expired" (a later report no longer calls it orphan).
+   *
+   * @generated from field: string state = 9;
+   */
+  state: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp settled_at = 10;
+   */
+  settledAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ReapOrderRecord.
+ * Use `create(ReapOrderRecordSchema)` to create a new message.
+ */
+export const ReapOrderRecordSchema: GenMessage<ReapOrderRecord> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 22);
+
+/**
  * CreateEnrollmentGrantRequest says whom the grant may enroll.
  *
  * @generated from message forelead.admin.v1.CreateEnrollmentGrantRequest
@@ -423,7 +854,7 @@ export type CreateEnrollmentGrantRequest = Message<"forelead.admin.v1.CreateEnro
  * Use `create(CreateEnrollmentGrantRequestSchema)` to create a new message.
  */
 export const CreateEnrollmentGrantRequestSchema: GenMessage<CreateEnrollmentGrantRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 11);
+  messageDesc(file_forelead_admin_v1_admin, 23);
 
 /**
  * CreateEnrollmentGrantResponse holds the grant, shown only here.
@@ -471,7 +902,7 @@ export type CreateEnrollmentGrantResponse = Message<"forelead.admin.v1.CreateEnr
  * Use `create(CreateEnrollmentGrantResponseSchema)` to create a new message.
  */
 export const CreateEnrollmentGrantResponseSchema: GenMessage<CreateEnrollmentGrantResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 12);
+  messageDesc(file_forelead_admin_v1_admin, 24);
 
 /**
  * RetireRunnerRequest names the runner identity to retire.
@@ -509,7 +940,7 @@ export type RetireRunnerRequest = Message<"forelead.admin.v1.RetireRunnerRequest
  * Use `create(RetireRunnerRequestSchema)` to create a new message.
  */
 export const RetireRunnerRequestSchema: GenMessage<RetireRunnerRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 13);
+  messageDesc(file_forelead_admin_v1_admin, 25);
 
 /**
  * RetireRunnerResponse says what the retirement did.
@@ -557,7 +988,7 @@ export type RetireRunnerResponse = Message<"forelead.admin.v1.RetireRunnerRespon
  * Use `create(RetireRunnerResponseSchema)` to create a new message.
  */
 export const RetireRunnerResponseSchema: GenMessage<RetireRunnerResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 14);
+  messageDesc(file_forelead_admin_v1_admin, 26);
 
 /**
  * ListAuditRecordsRequest filters the audit trail (GET: query parameters).
@@ -620,7 +1051,7 @@ export type ListAuditRecordsRequest = Message<"forelead.admin.v1.ListAuditRecord
  * Use `create(ListAuditRecordsRequestSchema)` to create a new message.
  */
 export const ListAuditRecordsRequestSchema: GenMessage<ListAuditRecordsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 15);
+  messageDesc(file_forelead_admin_v1_admin, 27);
 
 /**
  * ListAuditRecordsResponse is one page, newest first.
@@ -651,7 +1082,7 @@ export type ListAuditRecordsResponse = Message<"forelead.admin.v1.ListAuditRecor
  * Use `create(ListAuditRecordsResponseSchema)` to create a new message.
  */
 export const ListAuditRecordsResponseSchema: GenMessage<ListAuditRecordsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 16);
+  messageDesc(file_forelead_admin_v1_admin, 28);
 
 /**
  * AuditRecord is one identity decision or administrative action. It never holds a secret.
@@ -744,7 +1175,7 @@ export type AuditRecord = Message<"forelead.admin.v1.AuditRecord"> & {
  * Use `create(AuditRecordSchema)` to create a new message.
  */
 export const AuditRecordSchema: GenMessage<AuditRecord> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 17);
+  messageDesc(file_forelead_admin_v1_admin, 29);
 
 /**
  * ListCertificatesRequest filters issued certificates (GET: query parameters).
@@ -782,7 +1213,7 @@ export type ListCertificatesRequest = Message<"forelead.admin.v1.ListCertificate
  * Use `create(ListCertificatesRequestSchema)` to create a new message.
  */
 export const ListCertificatesRequestSchema: GenMessage<ListCertificatesRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 18);
+  messageDesc(file_forelead_admin_v1_admin, 30);
 
 /**
  * ListCertificatesResponse lists issued certificates, newest per identity first by identity.
@@ -806,7 +1237,7 @@ export type ListCertificatesResponse = Message<"forelead.admin.v1.ListCertificat
  * Use `create(ListCertificatesResponseSchema)` to create a new message.
  */
 export const ListCertificatesResponseSchema: GenMessage<ListCertificatesResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 19);
+  messageDesc(file_forelead_admin_v1_admin, 31);
 
 /**
  * IssuedCertificate is a certificate this control plane signed.
@@ -877,7 +1308,7 @@ export type IssuedCertificate = Message<"forelead.admin.v1.IssuedCertificate"> &
  * Use `create(IssuedCertificateSchema)` to create a new message.
  */
 export const IssuedCertificateSchema: GenMessage<IssuedCertificate> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 20);
+  messageDesc(file_forelead_admin_v1_admin, 32);
 
 /**
  * AdminService is for internal services (a coordinator, CI front ends,
@@ -936,6 +1367,48 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListRunnersRequestSchema;
     output: typeof ListRunnersResponseSchema;
+  },
+  /**
+   * Every runner's latest inventory report (or one runner's), with the items
+   * the control plane flagged and the pending reap orders.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListInventory
+   */
+  listInventory: {
+    methodKind: "unary";
+    input: typeof ListInventoryRequestSchema;
+    output: typeof ListInventoryResponseSchema;
+  },
+  /**
+   * The items runners' latest reports call orphan, with any order on them.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListOrphans
+   */
+  listOrphans: {
+    methodKind: "unary";
+    input: typeof ListOrphansRequestSchema;
+    output: typeof ListOrphansResponseSchema;
+  },
+  /**
+   * Orders one orphan removed; accepted only when the runner's latest report
+   * calls it orphan. The runner gets the order in its next inventory reply.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.OrderReap
+   */
+  orderReap: {
+    methodKind: "unary";
+    input: typeof OrderReapRequestSchema;
+    output: typeof OrderReapResponseSchema;
+  },
+  /**
+   * Reap orders, newest first: pending, done and expired.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListReapOrders
+   */
+  listReapOrders: {
+    methodKind: "unary";
+    input: typeof ListReapOrdersRequestSchema;
+    output: typeof ListReapOrdersResponseSchema;
   },
   /**
    * Creates a one-time enrollment grant for a workspace (and optionally one runner id).
