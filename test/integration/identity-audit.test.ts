@@ -1,6 +1,8 @@
 import { X509Certificate } from "node:crypto";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { newJobId } from "../../src/broker/ids.js";
+import { networkName } from "../../src/inventory/names.js";
 import { jobBody, runnerActor } from "../support/actors.js";
 import { createRestClient, type RestClient } from "../support/clients.js";
 import { startTestControlPlane, testAdminId, type TestControlPlane } from "../support/control-plane.js";
@@ -28,6 +30,7 @@ let runnerSpiffe = "";
 let runnerSerial = "";
 let adminSerial = "";
 let jobId = "";
+let orphanName = "";
 
 const hex = (n: number) => new RegExp(`^[0-9a-f]{${n}}$`);
 const loopback = /^(127\.0\.0\.1|::ffff:127\.0\.0\.1)$/;
@@ -82,6 +85,13 @@ beforeAll(async () => {
   // A plain runner with a bad body: its lease token must not be echoed anywhere either.
   const other = await runnerActor(cp, "ro", "wa");
   await other.rest.request("POST", "/v1/runner/renew", { apiVersion: "v1", jobId, leaseToken: "secret-looking-token-value-123" });
+  // An orphan it reports, which the administrator orders reaped.
+  expect((await other.register()).status).toBe(200);
+  orphanName = networkName(newJobId());
+  const inventory = await other.rest.request("POST", "/v1/runner/inventory", { apiVersion: "v1", runnerId: "ro", items: [{ kind: "network", name: orphanName, jobId: orphanName.slice("forelead-".length), state: "created", orphan: true }] });
+  expect(inventory.status, inventory.text).toBe(200);
+  const reap = await admin.request("POST", "/v1/admin/reap-orders", { apiVersion: "v1", runnerId: "ro", workspaceId: "wa", kind: "network", name: orphanName });
+  expect(reap.status, reap.text).toBe(200);
   await other.close();
 
   let pageToken = "";
@@ -157,6 +167,16 @@ describe(`the audit trail (${databaseKind})`, () => {
     const refused = records.find((r) => r.kind === "decision" && r.decision === "deny" && r.route === "POST /v1/runner/renew" && r.spiffeId === runnerSpiffe);
     expect(refused?.reason).toMatch(/^runner "ra" in workspace "wa" was retired at /);
     expect(refused?.certificateSerial).toBe(runnerSerial);
+  });
+
+  it("an ordered reap is an action of the admin, naming the order and the item", () => {
+    expect(action("reap.order", "allow")).toEqual([expect.objectContaining({
+      spiffeId: testAdminId,
+      certificateSerial: adminSerial,
+      route: "POST /v1/admin/reap-orders",
+      target: expect.stringMatching(new RegExp(`^reap order \\d+: network ${orphanName} of runner "ro" in workspace "wa"$`)),
+      reason: expect.stringMatching(/^reap order \d+ is pending$/),
+    })]);
   });
 
   it("filters by decision, identity, kind and time", async () => {
