@@ -2,14 +2,16 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
+import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
 import { principalOf } from "./context.js";
+import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-admin.js";
 import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
 
 /** What the admin service binds to. */
-export interface AdminServiceDeps {
+export interface AdminServiceDeps extends IdentityAdminDeps {
   readonly broker: Broker;
   readonly inventory: Inventory;
 }
@@ -18,9 +20,9 @@ export interface AdminServiceDeps {
 export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof AdminService> {
   const { broker } = deps;
   return {
-    async enqueueJob(req) {
+    async enqueueJob(req, ctx) {
       const spec = req.spec;
-      const job = await broker.enqueue({
+      const enqueue = () => broker.enqueue({
         workspaceId: req.workspaceId,
         labels: req.labels,
         repository: req.repository,
@@ -30,6 +32,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         priority: req.priority,
         idempotencyKey: req.idempotencyKey,
       });
+      const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
       return { apiVersion, job: jobMessage(job) };
     },
     async getJob(req) {
@@ -40,7 +43,9 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
       return { apiVersion, jobs: page.jobs.map(jobMessage), nextPageToken: page.nextPageToken };
     },
     async cancelJob(req, ctx) {
-      return { apiVersion, job: jobMessage(await broker.cancel(req.jobId, principalOf(ctx).spiffeId.text)) };
+      const cancel = () => broker.cancel(req.jobId, principalOf(ctx).spiffeId.text);
+      const job = await audited(ctx, "job.cancel", `job ${req.jobId.slice(0, 80)}`, cancel, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}${j.cancelRequested && j.state === "running" ? "; cancel requested from its runner" : ""}` }));
+      return { apiVersion, job: jobMessage(job) };
     },
     async listRunners(req) {
       const runners = await broker.runners(req.workspaceId);
@@ -62,6 +67,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         })),
       };
     },
+    ...createIdentityAdminMethods(deps),
     ...createInventoryAdminMethods(deps.inventory),
   };
 }

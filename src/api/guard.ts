@@ -3,49 +3,60 @@ import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
+import type { RoleName, RoleTable } from "../identity/roles.js";
+import { actionAuditorKey } from "./audit-actions.js";
 import { principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
-import { routeOf, type RoutePrincipal } from "./routes.js";
+import { checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
 
 /** What the guard needs to decide who may call what. */
 export interface GuardOptions {
   readonly trustDomain: string;
-  /** SPIFFE IDs granted the admin routes. */
-  readonly admins: ReadonlySet<string>;
+  /** The roles granted to service identities (`--admin`, `--grant`). */
+  readonly roles: RoleTable;
   readonly audit: AuditSink;
-  /** Resolves to a reason when the runner is retired; checked on every request. */
+  /** A reason when the runner is refused (retired); synchronous and cheap: it runs on every request. */
   readonly runnerRefusal?: (runner: Extract<Principal, { kind: "runner" }>) => string | undefined;
+  /** The workspace of a job, for "enqueue" methods that name a job rather than a workspace. */
+  readonly jobWorkspace: (jobId: string) => Promise<string | undefined>;
 }
 
 /**
  * Wraps every method of a service implementation with the per-request policy:
- * certificate verdict, validity now, the route's principal kind, then the
- * request message rules. Both surfaces (Connect and REST) call the wrapped
- * implementation, so neither can skip a check. Every decision is audited.
+ * certificate verdict, validity now, the route's principal kind, the role an
+ * admin method declares (scoped to the request's workspace for "enqueue"),
+ * then the request message rules. Both surfaces (Connect and REST) call the
+ * wrapped implementation, so neither can skip a check. Every decision is
+ * audited, once; admitted requests get an action auditor for what they do.
  */
 export function guardService<S extends DescService>(service: S, impl: ServiceImpl<S>, options: GuardOptions): ServiceImpl<S> {
   const guarded: Record<string, unknown> = {};
   for (const method of service.methods) {
     const fn = (impl as Record<string, unknown>)[method.localName] as (...args: unknown[]) => unknown;
     if (typeof fn !== "function") throw new Error(`${service.typeName}.${method.name} has no implementation`);
-    const admit = (ctx: HandlerContext) => authorizeOnce(ctx, options);
+    ruleOf(method); // a method without a valid role declaration fails here, at start-up
+    const admit = async (ctx: HandlerContext, req?: object) => {
+      const admission = authorizeOnce(ctx, options);
+      if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
+      return admission.principal;
+    };
     switch (method.methodKind) {
       case "unary":
         guarded[method.localName] = async (req: object, ctx: HandlerContext) => {
-          checkRequestMessage(method.input, req, admit(ctx));
+          checkRequestMessage(method.input, req, await admit(ctx, req));
           return fn.call(impl, req, ctx);
         };
         break;
       case "server_streaming":
         guarded[method.localName] = async function* (req: object, ctx: HandlerContext) {
-          checkRequestMessage(method.input, req, admit(ctx));
+          checkRequestMessage(method.input, req, await admit(ctx, req));
           yield* fn.call(impl, req, ctx) as AsyncIterable<unknown>;
         };
         break;
       default:
         // Streamed requests: each message is checked by the handler as it arrives.
         guarded[method.localName] = async (reqs: AsyncIterable<object>, ctx: HandlerContext) => {
-          admit(ctx);
+          await admit(ctx);
           return fn.call(impl, reqs, ctx);
         };
     }
@@ -53,7 +64,41 @@ export function guardService<S extends DescService>(service: S, impl: ServiceImp
   return guarded as ServiceImpl<S>;
 }
 
-const authorizedKey = createContextKey<{ readonly principal: Principal | undefined } | undefined>(undefined, { description: "authorization done" });
+/** How one method is admitted: who may call it and, on admin routes, with which role. */
+interface MethodRule {
+  readonly kind: RoutePrincipal;
+  readonly role: RoleName | undefined;
+}
+
+const rules = new WeakMap<DescMethod, MethodRule>();
+
+function ruleOf(method: DescMethod): MethodRule {
+  let rule = rules.get(method);
+  if (!rule) {
+    const option = routeOf(method);
+    rule = { kind: option.principal as RoutePrincipal, role: checkedRole(method.parent, method, option) };
+    rules.set(method, rule);
+  }
+  return rule;
+}
+
+/**
+ * The outcome of the identity checks. `pendingScope` is set when the caller
+ * holds only a workspace-scoped role: the decision then waits for the request
+ * message, which names the workspace (or the job whose workspace counts).
+ */
+export interface Admission {
+  readonly principal: Principal | undefined;
+  readonly pendingScope?: PendingScope;
+}
+
+interface PendingScope {
+  readonly id: string;
+  readonly workspaces: ReadonlySet<string>;
+  readonly decide: (decision: AuditRecord["decision"], reason: string) => void;
+}
+
+const admissionKey = createContextKey<Admission | undefined>(undefined, { description: "authorization done" });
 
 /**
  * Authorizes the request of `ctx` once: the REST router calls it before it
@@ -61,15 +106,15 @@ const authorizedKey = createContextKey<{ readonly principal: Principal | undefin
  * is audited), and the guarded handler's own call then returns the same
  * answer without a second decision or audit record.
  */
-export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Principal | undefined {
-  const done = ctx.values.get(authorizedKey);
-  if (done) return done.principal;
-  const principal = authorize(ctx, ctx.method, routeOf(ctx.method).principal as RoutePrincipal, options);
-  ctx.values.set(authorizedKey, { principal });
-  return principal;
+export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Admission {
+  const done = ctx.values.get(admissionKey);
+  if (done) return done;
+  const admission = authorize(ctx, ctx.method, ruleOf(ctx.method), options);
+  ctx.values.set(admissionKey, admission);
+  return admission;
 }
 
-function authorize(ctx: HandlerContext, method: DescMethod, kind: RoutePrincipal, options: GuardOptions): Principal | undefined {
+function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, options: GuardOptions): Admission {
   const identity = ctx.values.get(requestIdentityKey);
   const verdict = identity?.verdict;
   const route = `${ctx.requestMethod} ${new URL(ctx.url).pathname}`;
@@ -79,10 +124,15 @@ function authorize(ctx: HandlerContext, method: DescMethod, kind: RoutePrincipal
     ...(verdict?.facts ? { certificate: verdict.facts } : {}),
   };
   const decide = (decision: AuditRecord["decision"], reason: string) => options.audit.record({ at: new Date(), decision, reason, ...base });
-  if (kind === "none") {
-    decide("allow", `${method.name} needs no client certificate`);
-    return undefined;
-  }
+  const admitted = (principal: Principal | undefined, reason: string | undefined): Admission => {
+    if (reason !== undefined) decide("allow", reason);
+    ctx.values.set(actionAuditorKey, {
+      record: (e) => options.audit.record({ at: new Date(), kind: "action", ...base, action: e.action, target: e.target, decision: e.decision, reason: e.reason, ...(e.spiffeId ? { spiffeId: e.spiffeId } : {}) }),
+    });
+    if (principal) ctx.values.set(principalKey, principal);
+    return { principal };
+  };
+  if (rule.kind === "none") return admitted(undefined, `${method.name} needs no client certificate`);
   const deny = (code: Code, reason: string): never => {
     decide("deny", reason);
     throw new ConnectError(reason, code);
@@ -93,16 +143,47 @@ function authorize(ctx: HandlerContext, method: DescMethod, kind: RoutePrincipal
   if (expired) return deny(Code.Unauthenticated, expired);
   const principal = verdict.principal;
   const id = principal.spiffeId.text;
-  if (kind === "runner") {
+  if (rule.kind === "runner") {
     if (principal.kind !== "runner") {
       return deny(Code.PermissionDenied, `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`);
     }
     const refusal = options.runnerRefusal?.(principal);
     if (refusal) return deny(Code.PermissionDenied, refusal);
-  } else if (!options.admins.has(id)) {
-    return deny(Code.PermissionDenied, `${id} is not granted the admin routes; start forelead serve with --admin ${id} to grant it`);
+    return admitted(principal, `runner ${id}`);
   }
-  decide("allow", `${kind} ${id}`);
-  ctx.values.set(principalKey, principal);
-  return principal;
+  // Admin routes. A runner identity never gets here, whatever the configuration says.
+  if (principal.kind === "runner") {
+    return deny(Code.PermissionDenied, `${method.name} is an admin method; runner identities (${id}) can never call admin methods`);
+  }
+  const roles = options.roles.of(id);
+  const role = rule.role!;
+  const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
+  if (!roles) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`);
+  if (roles.admin) return admitted(principal, `admin ${id}`);
+  if (role === "read" && roles.read) return admitted(principal, `read ${id}`);
+  if (role === "enqueue" && roles.enqueue.size > 0) {
+    // Decided (and audited) once the request message names the workspace.
+    return { ...admitted(principal, undefined), pendingScope: { id, workspaces: roles.enqueue, decide } };
+  }
+  return deny(Code.PermissionDenied, `${id} lacks the "${role}" role that ${method.name} needs (start forelead serve with --grant ${hint})`);
+}
+
+/**
+ * Finishes the decision for a workspace-scoped role: the workspace is the
+ * request's workspace_id, or the workspace of the job its job_id names. An
+ * empty or unknown one is let through to the handler, which refuses it as
+ * invalid or not found.
+ */
+async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object | undefined, options: GuardOptions): Promise<void> {
+  const values = (req ?? {}) as Record<string, unknown>;
+  const named = ctx.method.input.fields.some((f) => f.name === "workspace_id");
+  const jobId = named ? "" : String(values["jobId"] ?? "");
+  const workspace = named ? String(values["workspaceId"] ?? "") || undefined : jobId ? await options.jobWorkspace(jobId) : undefined;
+  if (workspace === undefined || scope.workspaces.has(workspace)) {
+    scope.decide("allow", `enqueue ${scope.id}${workspace ? ` in workspace "${workspace}"` : ""}`);
+    return;
+  }
+  const reason = `${scope.id} may enqueue only in workspaces ${[...scope.workspaces].map((w) => `"${w}"`).join(", ")}, not in workspace "${workspace}"; grant it with --grant ${scope.id}=enqueue:${workspace}`;
+  scope.decide("deny", reason);
+  throw new ConnectError(reason, Code.PermissionDenied);
 }

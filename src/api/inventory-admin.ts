@@ -2,6 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Inventory } from "../inventory/inventory.js";
+import { audited } from "./audit-actions.js";
 import { principalOf } from "./context.js";
 import { inventoryFlagMessage, inventoryItemMessage, reapOrderMessage } from "./inventory-view.js";
 import { apiVersion } from "./request-rules.js";
@@ -39,13 +40,18 @@ export function createInventoryAdminMethods(inventory: Inventory): InventoryMeth
       };
     },
     async orderReap(req, ctx) {
-      const order = await inventory.order({
+      const what = `${req.kind.slice(0, 20)} ${JSON.stringify(req.name.slice(0, 200))} of runner "${req.runnerId.slice(0, 140)}"`;
+      const place = () => inventory.order({
         runnerId: req.runnerId,
         workspaceId: req.workspaceId,
         kind: req.kind,
         name: req.name,
         orderedBy: principalOf(ctx).spiffeId.text,
       });
+      const order = await audited(ctx, "reap.order", `reap ${what}`, place, (o) => ({
+        target: `reap order ${o.id}: ${o.kind} ${o.name} of runner "${o.runnerId}" in workspace "${o.workspaceId}"`,
+        reason: `reap order ${o.id} is ${o.state}`,
+      }));
       return { apiVersion, order: reapOrderMessage(order) };
     },
     async listReapOrders(req) {

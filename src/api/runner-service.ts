@@ -1,10 +1,12 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
-import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
+import { renewRunnerCertificate, type EnrollmentDeps } from "../identity/enrollment.js";
+import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
 import { runnerOf } from "./context.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
@@ -15,6 +17,8 @@ export interface RunnerServiceDeps {
   readonly store: Store;
   readonly clock: DbClock;
   readonly broker: Broker;
+  /** The issuer and what renewal checks. */
+  readonly enrollment: EnrollmentDeps;
   readonly inventory: Inventory;
 }
 
@@ -73,6 +77,17 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     codeBundle: async function* () {
       notYet("code/bundle")();
     },
+    async renewCertificate(req, ctx) {
+      const runner = runnerOf(ctx);
+      const spiffeId = runner.spiffeId.text;
+      const renew = () => renewRunnerCertificate(deps.enrollment, { ...runner, spiffeId }, req.csr);
+      const cert = await audited(ctx, "certificate.issue", `certificate renewal for ${spiffeId}`, renew, (c) => ({
+        target: `certificate ${c.serialHex} (sha256 ${c.sha256}) for ${spiffeId}, valid ${c.notBefore.toISOString()} to ${c.notAfter.toISOString()}`,
+        reason: "issued on renewal",
+      }));
+      return { apiVersion, certificateChain: cert.chainPem, spiffeId, notAfter: timestampFromDate(cert.notAfter) };
+    },
+
     async inventory(req, ctx) {
       const items = req.items.map((i) => ({ ...i, createdAt: i.createdAt ? timestampDate(i.createdAt) : undefined }));
       const outcome = await deps.inventory.report(runnerOf(ctx), items);

@@ -1,5 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 
 /**
@@ -7,4 +8,4 @@ import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
  * them. The one list: the server binds these and the route table is
  * generated from them, so a service cannot be served without being documented.
  */
-export const services: readonly DescService[] = [RunnerService, AdminService];
+export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService];

@@ -1,6 +1,10 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { auditCommand } from "./audit.js";
 import { caCommand } from "./ca.js";
+import { certsCommand } from "./certs.js";
+import { grantsCommand } from "./grants.js";
 import { runnerCommand } from "./runner.js";
+import { addEnrollCommand } from "./runner-enroll.js";
 import { runnersCommand } from "./runners.js";
 import { serveCommand } from "./serve.js";
 
@@ -9,10 +13,14 @@ export async function main(argv: readonly string[]): Promise<void> {
   const program = new Command("forelead")
     .description("Forelead control plane: leases jobs to runners over HTTP/2 + mTLS with SPIFFE identities")
     .showHelpAfterError("(run with --help for usage)")
+    .enablePositionalOptions()
     .exitOverride();
   program.addCommand(serveCommand());
   program.addCommand(caCommand());
-  program.addCommand(runnerCommand());
+  program.addCommand(addEnrollCommand(runnerCommand()));
+  program.addCommand(grantsCommand());
+  program.addCommand(auditCommand());
+  program.addCommand(certsCommand());
   program.addCommand(runnersCommand());
   try {
     await program.parseAsync([...argv]);

@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { Command, Option } from "commander";
+import { keepIdentityFresh, loadIdentity } from "../runner/identity.js";
 import { startRunnerAgent } from "../runner/agent.js";
 import { runnerIdentityFromCertificate } from "../runner/certificate-identity.js";
 import { createRunnerClient } from "../runner/client.js";
@@ -15,24 +16,29 @@ import { integerIn } from "./main.js";
 interface RunnerFlags {
   server: string;
   ca: string;
-  cert: string;
-  key: string;
+  cert?: string;
+  key?: string;
   slots: number;
   labels?: string;
   executor: "docker" | "process";
   workDir?: string;
   graceSeconds: number;
   force?: boolean;
+  stateDir?: string;
 }
 
 /** `forelead runner`: the runner agent. */
 export function runnerCommand(): Command {
   return new Command("runner")
+    // Options after `enroll` belong to enroll, not to the agent.
+    .enablePositionalOptions()
     .description("run leased jobs from a control plane, in Docker or as local processes")
-    .requiredOption("--server <url>", "the control plane, e.g. https://127.0.0.1:8443")
-    .requiredOption("--ca <file>", "CA bundle that signed the control plane's certificate (PEM)")
-    .requiredOption("--cert <file>", "this runner's certificate (PEM); its SPIFFE ID names the runner and workspace; re-read on every new connection")
-    .requiredOption("--key <file>", "the certificate's private key (PEM)")
+    // Not requiredOption: commander would demand them of `forelead runner enroll` too.
+    .option("--server <url>", "the control plane, e.g. https://127.0.0.1:8443 (required)")
+    .option("--ca <file>", "CA bundle that signed the control plane's certificate (PEM) (required)")
+    .option("--cert <file>", "this runner's certificate (PEM); its SPIFFE ID names the runner and workspace; re-read on every new connection")
+    .option("--key <file>", "the certificate's private key (PEM)")
+    .option("--state-dir <dir>", "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime")
     .addOption(new Option("--slots <n>", "most jobs run at once").default(1).argParser(integerIn("--slots", 1, 1000)))
     .option("--labels <list>", "labels offered to jobs, comma separated (default: the OS and the executor, e.g. linux,docker)")
     .addOption(new Option("--executor <kind>", "how jobs run").choices(["docker", "process"]).default("docker"))
@@ -40,13 +46,18 @@ export function runnerCommand(): Command {
     .addOption(new Option("--grace-seconds <n>", "TERM-to-KILL grace for cancel, timeout and forced shutdown").default(10).argParser(integerIn("--grace-seconds", 0, 3600)))
     .option("--force", "on SIGTERM, stop running jobs and release their leases at once instead of draining")
     .action(async (flags: RunnerFlags) => {
+      if (!flags.server || !flags.ca) throw new Error("--server and --ca are required: the control plane's URL and the CA bundle that signed its certificate");
       const server = new URL(flags.server);
       if (server.protocol !== "https:") throw new Error(`--server ${flags.server} must be an https:// URL`);
-      const identity = runnerIdentityFromCertificate(await read(flags.cert, "--cert"), `--cert ${flags.cert}`);
-      const tls = async () => ({ ca: await read(flags.ca, "--ca"), cert: await read(flags.cert, "--cert"), key: await read(flags.key, "--key") });
-      await tls(); // unreadable files fail now, with their names
       const log = (message: string) => console.log(`forelead runner: ${message}`);
-      const client = createRunnerClient(createRestTransport(server.origin, tls), identity.runnerId, identity.workspaceId);
+      const ca = await read(flags.ca, "--ca");
+      const { identity, tls, keeper } = await runnerTls(flags, ca, log);
+      const transport = createRestTransport(server.origin, tls);
+      keeper?.onRenewed((renewed) => {
+        log(`certificate renewed (serial ${renewed.serialHex}, valid until ${renewed.notAfter.toISOString()}); reconnecting with it`);
+        transport.reconnect();
+      });
+      const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
       const executor: Executor = flags.executor === "docker" ? createDockerExecutor({ runnerId: identity.runnerId, workspaceId: identity.workspaceId }) : createProcessExecutor();
       const labels = flags.labels !== undefined ? flags.labels.split(",").map((l) => l.trim()).filter(Boolean) : [os.platform(), flags.executor];
       const agent = await startRunnerAgent({
@@ -75,10 +86,34 @@ export function runnerCommand(): Command {
       process.on("SIGTERM", () => onSignal("SIGTERM"));
       process.on("SIGINT", () => onSignal("SIGINT"));
       await agent.stopped;
+      keeper?.stop();
       await client.close();
       log("stopped");
       process.exit(0);
     });
+}
+
+/**
+ * Where the runner's certificate comes from: --cert/--key files (re-read on
+ * every new connection, so an external renewer may replace them), or an
+ * enrolled --state-dir that this process renews itself.
+ */
+async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) => void) {
+  if (flags.stateDir) {
+    if (flags.cert || flags.key) throw new Error("--state-dir and --cert/--key exclude each other: use the enrolled state directory or certificate files");
+    const enrolled = await loadIdentity(flags.stateDir);
+    const keeper = keepIdentityFresh({ server: flags.server, caPem: ca }, enrolled, {
+      stateDir: flags.stateDir,
+      onError: (err, retryInMs) => log(`certificate renewal failed: ${err.message}${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`),
+    });
+    const identity = { runnerId: enrolled.runnerId, workspaceId: enrolled.workspaceId };
+    return { identity, keeper, tls: () => ({ ca, cert: keeper.current().certPem, key: keeper.current().keyPem }) };
+  }
+  if (!flags.cert || !flags.key) throw new Error("give --cert and --key (a runner certificate and its key), or --state-dir from `forelead runner enroll`");
+  const identity = runnerIdentityFromCertificate(await read(flags.cert, "--cert"), `--cert ${flags.cert}`);
+  const tls = async () => ({ ca: await read(flags.ca, "--ca"), cert: await read(flags.cert!, "--cert"), key: await read(flags.key!, "--key") });
+  await tls(); // unreadable files fail now, with their names
+  return { identity, keeper: undefined, tls };
 }
 
 /** The architecture names registrations use (Go's, as container images do): amd64, arm64, ... */

@@ -1,7 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { Command, Option } from "commander";
 import { parseDuration } from "../identity/ca.js";
-import { initDevPki } from "../identity/pki-files.js";
+import { devPkiPaths, initDevPki } from "../identity/pki-files.js";
+import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { startControlPlane } from "../server/control-plane.js";
 import { defaultHosts } from "./ca.js";
@@ -16,6 +17,10 @@ interface ServeFlags {
   trustDomain: string;
   database: string;
   admin: string[];
+  grant: string[];
+  issuerCert?: string;
+  issuerKey?: string;
+  issuedCertLifetime?: string;
   leaseSeconds: number;
   maxCertLifetime: string;
 }
@@ -31,15 +36,22 @@ export function serveCommand(): Command {
     .option("--certs-dir <dir>", "development PKI used (and created) when no TLS flags are given", "certs")
     .option("--trust-domain <td>", "SPIFFE trust domain of client identities", "forelead")
     .option("--database <url|dir>", "postgres:// URL, or a directory for the embedded database", "data/db")
-    .option("--admin <spiffe-id>", "grant this identity the admin routes (repeatable)", collect, [])
+    .option("--admin <spiffe-id>", "grant this identity the admin role: every admin method (repeatable)", collect, [])
+    .option("--grant <spiffe-id=role>", "grant a role: ID=admin, ID=read, or ID=enqueue:W1,W2 (enqueue and cancel in those workspaces); repeatable", collect, [])
+    .option("--issuer-cert <file>", "CA certificate (PEM, optionally followed by its chain) that signs runner certificates on enroll and renew; default: the development CA when no TLS flags are given")
+    .option("--issuer-key <file>", "the issuer's private key (PEM, ECDSA P-256)")
+    .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       parseSpiffeId(`spiffe://${flags.trustDomain}`);
-      flags.admin.forEach((id) => parseSpiffeId(id));
+      flags.admin.forEach((id) => checkServiceIdentity(id, flags.trustDomain));
+      const grants = flags.grant.map((g) => parseRoleGrant(g, flags.trustDomain));
       const maxCertLifetimeMs = parseDuration(flags.maxCertLifetime);
+      const issuedCertLifetimeMs = flags.issuedCertLifetime ? parseDuration(flags.issuedCertLifetime) : undefined;
       const tls = await loadTls(flags);
+      const issuer = await loadIssuer(flags);
       const plane = await startControlPlane({
         host,
         port,
@@ -47,10 +59,16 @@ export function serveCommand(): Command {
         trustDomain: flags.trustDomain,
         database: flags.database,
         admins: flags.admin,
+        grants,
+        ...(issuer ? { issuer } : {}),
+        ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
         leaseSeconds: flags.leaseSeconds,
         maxCertLifetimeMs,
       });
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, lease ${flags.leaseSeconds}s${flags.admin.length ? `, admins ${flags.admin.join(" ")}` : ""})`);
+      const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
+      // Before the "serving" line, which scripts wait for.
+      console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
         plane.close().then(
@@ -86,6 +104,19 @@ async function loadTls(flags: ServeFlags): Promise<{ tlsCertPem: string; tlsKeyP
     tlsKeyPem: await read(flags.tlsKey!, "--tls-key"),
     clientCaPem: await read(flags.clientCa!, "--client-ca"),
   };
+}
+
+/**
+ * The issuing CA: both issuer flags, or, with no TLS flags at all, the
+ * development CA that already signs the server and client certificates.
+ * Otherwise none: certificates then come from an external CA.
+ */
+async function loadIssuer(flags: ServeFlags): Promise<{ certPem: string; keyPem: string } | undefined> {
+  if (Boolean(flags.issuerCert) !== Boolean(flags.issuerKey)) throw new Error("--issuer-cert and --issuer-key go together: give both, or neither");
+  if (flags.issuerCert) return { certPem: await read(flags.issuerCert, "--issuer-cert"), keyPem: await read(flags.issuerKey!, "--issuer-key") };
+  if (flags.tlsCert || flags.tlsKey || flags.clientCa) return undefined;
+  const paths = devPkiPaths(flags.certsDir);
+  return { certPem: await read(paths.caCert, "CA"), keyPem: await read(paths.caKey, "CA key") };
 }
 
 async function read(file: string, what: string): Promise<string> {

@@ -3,11 +3,19 @@ import type { Database } from "../store/schema.js";
 import type { CertificateFacts } from "./certificate-policy.js";
 
 /**
- * One identity decision, allowed or refused. Never holds a secret: no lease
- * token, grant, key or request body.
+ * One identity decision, allowed or refused, or one administrative action
+ * (enqueue, cancel, retire, grant created or used, certificate issued) with
+ * its outcome. Never holds a secret: no lease token, grant, key or request
+ * body.
  */
 export interface AuditRecord {
   readonly at: Date;
+  /** "decision" when absent. */
+  readonly kind?: "decision" | "action";
+  /** For actions: e.g. "job.enqueue", "runner.retire", "grant.use". */
+  readonly action?: string;
+  /** For actions: what was acted on, e.g. "job <id> in workspace w1". */
+  readonly target?: string;
   /** e.g. "POST /v1/runner/claim" or "POST /forelead.runner.v1.RunnerService/Claim". */
   readonly route: string;
   readonly decision: "allow" | "deny";
@@ -68,6 +76,9 @@ export function createDatabaseAuditSink(db: Kysely<Database>, options: { flushIn
 function toRow(r: AuditRecord) {
   return {
     at: r.at,
+    kind: r.kind ?? ("decision" as const),
+    action: r.action ?? null,
+    target: r.target ?? null,
     route: r.route,
     decision: r.decision,
     reason: r.reason,

@@ -217,6 +217,15 @@ async function signLeaf(ca: CertificateAuthority, leaf: LeafTemplate): Promise<x
   });
 }
 
+/**
+ * Checks that `ca` can sign: a CA certificate with an ECDSA P-256 key and the
+ * private key that belongs to it. Throws with the reason, so a control plane
+ * refuses a bad issuer at start-up rather than at the first enrollment.
+ */
+export async function checkCertificateAuthority(ca: CertificateAuthority): Promise<void> {
+  await openCertificateAuthority(ca);
+}
+
 /** Parses the CA and imports its key, refusing a key that does not belong to the certificate. */
 async function openCertificateAuthority(
   ca: CertificateAuthority,

@@ -140,7 +140,7 @@ async function readPem(path: string, label: string, dir: string): Promise<string
  * can only narrow it), flushes it, then renames it over `path`, so readers see
  * the old file or the new one and a key is never briefly world-readable.
  */
-async function writeFileAtomic(path: string, data: string, mode: number): Promise<void> {
+export async function writeFileAtomic(path: string, data: string, mode: number): Promise<void> {
   const temp = `${path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
   try {
     // "wx": never follow or clobber something already at the temp name.

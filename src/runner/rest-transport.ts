@@ -40,6 +40,8 @@ export interface RequestOptions {
 export interface RestTransport {
   /** Sends `body` (a string is sent as it is, anything else as JSON). */
   request(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<RestReply>;
+  /** The next request opens a new session (a new handshake, e.g. with a renewed certificate). */
+  reconnect(): void;
   close(): Promise<void>;
 }
 
@@ -85,6 +87,9 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
   };
 
   return {
+    reconnect() {
+      openedAt = 0;
+    },
     async request(method, path, body, options = {}) {
       const payload = body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
       let s: http2.ClientHttp2Session;

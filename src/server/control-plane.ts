@@ -6,8 +6,11 @@ import type { DescService } from "@bufbuild/protobuf";
 import { createContextValues, type ConnectRouter, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createAdminService } from "../api/admin-service.js";
+import { createEnrollService } from "../api/enroll-service.js";
+import { jobWorkspace } from "../broker/job-workspace.js";
 import { createBroker, type Broker } from "../broker/broker.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
@@ -18,6 +21,9 @@ import { routeTable } from "../api/routes.js";
 import { createRunnerService } from "../api/runner-service.js";
 import { createDatabaseAuditSink, type AuditSink } from "../identity/audit.js";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
+import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
+import { createRetirements, type Retirements } from "../identity/retirement.js";
+import { createRoleTable, type RoleGrant } from "../identity/roles.js";
 import { createInventory } from "../inventory/inventory.js";
 import { openStore, type Store } from "../store/database.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
@@ -35,8 +41,14 @@ export interface ControlPlaneOptions {
   readonly trustDomain: string;
   /** postgres:// URL, a directory for the embedded database, or "memory://". */
   readonly database: string;
-  /** SPIFFE IDs granted the admin routes. */
+  /** SPIFFE IDs granted the admin role (`--admin`). */
   readonly admins: readonly string[];
+  /** Further roles for service identities (`--grant ID=read`, `--grant ID=enqueue:w1,w2`). */
+  readonly grants?: readonly RoleGrant[];
+  /** The CA that signs runner certificates on enroll and renew; without one, both are refused. */
+  readonly issuer?: IssuerMaterial;
+  /** Lifetime of the certificates the issuer signs; the maximum certificate lifetime by default. */
+  readonly issuedCertLifetimeMs?: number;
   readonly leaseSeconds: number;
   readonly maxCertLifetimeMs: number;
   /** Byte bound of one request body; 1 MiB by default. */
@@ -52,6 +64,8 @@ export interface ControlPlane {
   readonly store: Store;
   readonly audit: AuditSink;
   readonly broker: Broker;
+  /** The issuer's description, or undefined when it has none. */
+  readonly issuer: string | undefined;
   /** Stops accepting, closes client sessions, then the database. */
   close(): Promise<void>;
 }
@@ -67,21 +81,32 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     throw new Error(`the TLS certificate and key cannot be used together: ${(err as Error).message}`);
   }
   const trustAnchors = parseTrustBundle(options.clientCaPem, "the client CA bundle");
+  const roles = createRoleTable(options.grants ?? [], options.admins);
+  const issuedLifetimeMs = options.issuedCertLifetimeMs ?? options.maxCertLifetimeMs;
+  if (issuedLifetimeMs > options.maxCertLifetimeMs) {
+    throw new Error(`the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`);
+  }
+  const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
   const store = await openStore(options.database);
   let clock: DbClock | undefined;
   let audit: AuditSink | undefined;
   let broker: Broker | undefined;
+  let retirements: Retirements | undefined;
   try {
     clock = await createDbClock(store.db);
     audit = createDatabaseAuditSink(store.db);
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
-    const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
+    retirements = await createRetirements(store);
+    const runnerRefusal = retirements.refusal;
+    const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobWorkspace: (jobId: string) => jobWorkspace(store.db, jobId) };
+    const enrollment = { db: store.db, issuer, trustDomain: options.trustDomain, runnerRefusal };
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
     const inventory = createInventory(store.db);
     // One implementation per service of src/api/services.ts: the list the route docs are made from.
     const implementations = new Map<DescService, ServiceImpl<DescService>>([
-      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory }), guardOptions) as ServiceImpl<DescService>],
-      [AdminService, guardService(AdminService, createAdminService({ broker, inventory }), guardOptions) as ServiceImpl<DescService>],
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements }), guardOptions) as ServiceImpl<DescService>],
+      [EnrollService, guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService>],
     ]);
     const services = serviceList.map((service) => {
       const impl = implementations.get(service);
@@ -138,12 +163,14 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const auditSink = audit;
     const dbClock = clock;
     const jobBroker = broker;
+    const retired = retirements;
     return {
       url: `https://${host}:${port}`,
       port,
       store,
       audit: auditSink,
       broker: jobBroker,
+      issuer: issuer?.description,
       close() {
         closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -152,6 +179,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
           await closed;
           clearTimeout(forced);
           await jobBroker.close();
+          await retired.close();
           dbClock.close();
           await auditSink.close();
           await store.close();
@@ -161,6 +189,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     };
   } catch (err) {
     await broker?.close().catch(() => {});
+    await retirements?.close().catch(() => {});
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

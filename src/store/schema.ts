@@ -9,6 +9,9 @@ export interface Database {
   audit_records: AuditRecordsTable;
   jobs: JobsTable;
   leases: LeasesTable;
+  enrollment_grants: EnrollmentGrantsTable;
+  issued_certificates: IssuedCertificatesTable;
+  runner_retirements: RunnerRetirementsTable;
   inventory_reports: InventoryReportsTable;
   inventory_items: InventoryItemsTable;
   inventory_flags: InventoryFlagsTable;
@@ -46,6 +49,12 @@ export interface AuditRecordsTable {
   certificate_sha256: string | null;
   certificate_not_after: ColumnType<Date | null, Date | string | null, Date | string | null>;
   remote_address: string | null;
+  /** "decision" (a per-request identity decision) or "action" (an administrative action). */
+  kind: ColumnType<"decision" | "action", "decision" | "action" | undefined, "decision" | "action">;
+  /** For actions: e.g. "job.enqueue", "runner.retire". */
+  action: ColumnType<string | null, string | null | undefined, string | null>;
+  /** For actions: what was acted on. */
+  target: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** Job states: queued and running are live; the other three are settled. */
@@ -101,6 +110,42 @@ export interface LeasesTable {
 
 /** A JSON object as stored in a jsonb column. */
 export type JsonObject = { [key: string]: unknown };
+
+/** A one-time enrollment grant; the secret itself is never stored, only its SHA-256. */
+export interface EnrollmentGrantsTable {
+  id: string;
+  token_sha256: Buffer;
+  workspace_id: string;
+  runner_id: string | null;
+  created_by: string;
+  created_at: Generated<Date>;
+  expires_at: Date;
+  used_at: Date | null;
+  used_by_runner: string | null;
+}
+
+/** A certificate the control plane's issuer signed. */
+export interface IssuedCertificatesTable {
+  serial: string;
+  spiffe_id: string;
+  workspace_id: string;
+  runner_id: string;
+  not_before: Date;
+  not_after: Date;
+  issued_at: Generated<Date>;
+  issued_via: "enroll" | "renew";
+  sha256: string;
+  grant_id: string | null;
+}
+
+/** A retired runner identity: refused on every request from then on. */
+export interface RunnerRetirementsTable {
+  workspace_id: string;
+  runner_id: string;
+  retired_at: Generated<Date>;
+  retired_by: string;
+  reason: string;
+}
 
 /** A runner's latest inventory report: one row per runner, replaced by each report. */
 export interface InventoryReportsTable {

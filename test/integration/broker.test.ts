@@ -288,7 +288,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const runner = await runnerActor(cp, "r1", "w1");
     const reply = await runner.rest.request("POST", "/v1/admin/jobs", { apiVersion: "v1", workspaceId: "w1", spec: { argv: ["true"] } });
     expect(reply.status).toBe(403);
-    expect(reply.json.message).toContain("not granted the admin routes");
+    expect(reply.json.message).toContain("runner identities (spiffe://forelead/runners/r1/workspaces/w1) can never call admin methods");
     const other = createTestClient(AdminService, cp.url, cp.pki.ca.certPem, await cp.pki.service("someone-else"), "connect-json");
     await expect(other.listRunners({})).rejects.toMatchObject({ code: Code.PermissionDenied });
     await runner.close();

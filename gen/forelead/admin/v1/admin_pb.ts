@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/admin.proto.
  */
 export const file_forelead_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMiPwoUTGlzdEludmVudG9yeVJlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJhChVMaXN0SW52ZW50b3J5UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSMwoHcmVwb3J0cxgCIAMoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJ1bm5lckludmVudG9yeSKKAgoPUnVubmVySW52ZW50b3J5EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSLwoLcmVwb3J0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKBWl0ZW1zGAQgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0SLwoFZmxhZ3MYBSADKAsyIC5mb3JlbGVhZC5hZG1pbi52MS5JbnZlbnRvcnlGbGFnEjoKDnBlbmRpbmdfb3JkZXJzGAYgAygLMiIuZm9yZWxlYWQuYWRtaW4udjEuUmVhcE9yZGVyUmVjb3JkIl0KDUludmVudG9yeUZsYWcSDwoHcHJvYmxlbRgBIAEoCRIOCgZqb2JfaWQYAiABKAkSDAoEa2luZBgDIAEoCRIMCgRuYW1lGAQgASgJEg8KB21lc3NhZ2UYBSABKAkiPQoSTGlzdE9ycGhhbnNSZXF1ZXN0EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkiVgoTTGlzdE9ycGhhbnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdvcnBoYW5zGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuT3JwaGFuIs4BCgZPcnBoYW4SEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIvCgtyZXBvcnRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoEaXRlbRgEIAEoCzIhLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlJdGVtEjkKDXBlbmRpbmdfb3JkZXIYBSABKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQibAoQT3JkZXJSZWFwUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCSJbChFPcmRlclJlYXBSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIxCgVvcmRlchgCIAEoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJlYXBPcmRlclJlY29yZCJiChVMaXN0UmVhcE9yZGVyc1JlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUiYQoWTGlzdFJlYXBPcmRlcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIyCgZvcmRlcnMYAiADKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQi9QEKD1JlYXBPcmRlclJlY29yZBIKCgJpZBgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCRIOCgZqb2JfaWQYBiABKAkSEgoKb3JkZXJlZF9ieRgHIAEoCRIuCgpvcmRlcmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzdGF0ZRgJIAEoCRIuCgpzZXR0bGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcDKvCQoMQWRtaW5TZXJ2aWNlEnwKCkVucXVldWVKb2ISJC5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVxdWVzdBolLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXNwb25zZSIhyvMYHQoEUE9TVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluEncKBkdldEpvYhIgLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlcXVlc3QaIS5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXNwb25zZSIoyvMYJAoDR0VUEhYvdjEvYWRtaW4vam9icy97am9iSWR9OgVhZG1pbhJ1CghMaXN0Sm9icxIiLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVxdWVzdBojLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVzcG9uc2UiIMrzGBwKA0dFVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluEogBCglDYW5jZWxKb2ISIy5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXF1ZXN0GiQuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVzcG9uc2UiMMrzGCwKBFBPU1QSHS92MS9hZG1pbi9qb2JzL3tqb2JJZH0vY2FuY2VsOgVhZG1pbhKBAQoLTGlzdFJ1bm5lcnMSJS5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1JlcXVlc3QaJi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1Jlc3BvbnNlIiPK8xgfCgNHRVQSES92MS9hZG1pbi9ydW5uZXJzOgVhZG1pbhKJAQoNTGlzdEludmVudG9yeRInLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RJbnZlbnRvcnlSZXF1ZXN0GiguZm9yZWxlYWQuYWRtaW4udjEuTGlzdEludmVudG9yeVJlc3BvbnNlIiXK8xghCgNHRVQSEy92MS9hZG1pbi9pbnZlbnRvcnk6BWFkbWluEoEBCgtMaXN0T3JwaGFucxIlLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RPcnBoYW5zUmVxdWVzdBomLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RPcnBoYW5zUmVzcG9uc2UiI8rzGB8KA0dFVBIRL3YxL2FkbWluL29ycGhhbnM6BWFkbWluEoABCglPcmRlclJlYXASIy5mb3JlbGVhZC5hZG1pbi52MS5PcmRlclJlYXBSZXF1ZXN0GiQuZm9yZWxlYWQuYWRtaW4udjEuT3JkZXJSZWFwUmVzcG9uc2UiKMrzGCQKBFBPU1QSFS92MS9hZG1pbi9yZWFwLW9yZGVyczoFYWRtaW4SjgEKDkxpc3RSZWFwT3JkZXJzEiguZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJlYXBPcmRlcnNSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJlYXBPcmRlcnNSZXNwb25zZSInyvMYIwoDR0VUEhUvdjEvYWRtaW4vcmVhcC1vcmRlcnM6BWFkbWluYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_forelead_runner_v1_runner, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMiPwoUTGlzdEludmVudG9yeVJlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJhChVMaXN0SW52ZW50b3J5UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSMwoHcmVwb3J0cxgCIAMoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJ1bm5lckludmVudG9yeSKKAgoPUnVubmVySW52ZW50b3J5EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSLwoLcmVwb3J0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKBWl0ZW1zGAQgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0SLwoFZmxhZ3MYBSADKAsyIC5mb3JlbGVhZC5hZG1pbi52MS5JbnZlbnRvcnlGbGFnEjoKDnBlbmRpbmdfb3JkZXJzGAYgAygLMiIuZm9yZWxlYWQuYWRtaW4udjEuUmVhcE9yZGVyUmVjb3JkIl0KDUludmVudG9yeUZsYWcSDwoHcHJvYmxlbRgBIAEoCRIOCgZqb2JfaWQYAiABKAkSDAoEa2luZBgDIAEoCRIMCgRuYW1lGAQgASgJEg8KB21lc3NhZ2UYBSABKAkiPQoSTGlzdE9ycGhhbnNSZXF1ZXN0EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkiVgoTTGlzdE9ycGhhbnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdvcnBoYW5zGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuT3JwaGFuIs4BCgZPcnBoYW4SEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIvCgtyZXBvcnRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoEaXRlbRgEIAEoCzIhLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlJdGVtEjkKDXBlbmRpbmdfb3JkZXIYBSABKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQibAoQT3JkZXJSZWFwUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCSJbChFPcmRlclJlYXBSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIxCgVvcmRlchgCIAEoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJlYXBPcmRlclJlY29yZCJiChVMaXN0UmVhcE9yZGVyc1JlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUiYQoWTGlzdFJlYXBPcmRlcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIyCgZvcmRlcnMYAiADKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQi9QEKD1JlYXBPcmRlclJlY29yZBIKCgJpZBgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCRIOCgZqb2JfaWQYBiABKAkSEgoKb3JkZXJlZF9ieRgHIAEoCRIuCgpvcmRlcmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzdGF0ZRgJIAEoCRIuCgpzZXR0bGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ4ChxDcmVhdGVFbnJvbGxtZW50R3JhbnRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIRCglydW5uZXJfaWQYAyABKAkSGgoSZXhwaXJlc19pbl9zZWNvbmRzGAQgASgFIq4BCh1DcmVhdGVFbnJvbGxtZW50R3JhbnRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgVncmFudBgCIAEoCRIQCghncmFudF9pZBgDIAEoCRIUCgx3b3Jrc3BhY2VfaWQYBCABKAkSEQoJcnVubmVyX2lkGAUgASgJEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImMKE1JldGlyZVJ1bm5lclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkitQEKFFJldGlyZVJ1bm5lclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkSLgoKcmV0aXJlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoQcmVsZWFzZWRfam9iX2lkcxgFIAMoCRIVCg1uZXdseV9yZXRpcmVkGAYgASgIIskBChdMaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBIpCgVzaW5jZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXNwaWZmZV9pZBgDIAEoCRIQCghkZWNpc2lvbhgEIAEoCRIMCgRraW5kGAUgASgJEhEKCXBhZ2Vfc2l6ZRgGIAEoBRISCgpwYWdlX3Rva2VuGAcgASgJInkKGExpc3RBdWRpdFJlY29yZHNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIvCgdyZWNvcmRzGAIgAygLMh4uZm9yZWxlYWQuYWRtaW4udjEuQXVkaXRSZWNvcmQSFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJIr4CCgtBdWRpdFJlY29yZBIKCgJpZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgDIAEoCRINCgVyb3V0ZRgEIAEoCRIQCghkZWNpc2lvbhgFIAEoCRIOCgZyZWFzb24YBiABKAkSEQoJc3BpZmZlX2lkGAcgASgJEhoKEmNlcnRpZmljYXRlX3NlcmlhbBgIIAEoCRIaChJjZXJ0aWZpY2F0ZV9zaGEyNTYYCSABKAkSOQoVY2VydGlmaWNhdGVfbm90X2FmdGVyGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZW1vdGVfYWRkcmVzcxgLIAEoCRIOCgZhY3Rpb24YDCABKAkSDgoGdGFyZ2V0GA0gASgJInAKF0xpc3RDZXJ0aWZpY2F0ZXNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSCwoDYWxsGAMgASgIEh8KF2V4cGlyaW5nX3dpdGhpbl9zZWNvbmRzGAQgASgFImsKGExpc3RDZXJ0aWZpY2F0ZXNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRI6CgxjZXJ0aWZpY2F0ZXMYAiADKAsyJC5mb3JlbGVhZC5hZG1pbi52MS5Jc3N1ZWRDZXJ0aWZpY2F0ZSKhAgoRSXNzdWVkQ2VydGlmaWNhdGUSDgoGc2VyaWFsGAEgASgJEhEKCXNwaWZmZV9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkSEQoJcnVubmVyX2lkGAQgASgJEi4KCm5vdF9iZWZvcmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCW5vdF9hZnRlchgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJaXNzdWVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgppc3N1ZWRfdmlhGAggASgJEg4KBnNoYTI1NhgJIAEoCRIOCgZzdGF0dXMYCiABKAky9w4KDEFkbWluU2VydmljZRKFAQoKRW5xdWV1ZUpvYhIkLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXF1ZXN0GiUuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlc3BvbnNlIirK8xgmCgRQT1NUEg4vdjEvYWRtaW4vam9iczoFYWRtaW5CB2VucXVldWUSfQoGR2V0Sm9iEiAuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVxdWVzdBohLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlc3BvbnNlIi7K8xgqCgNHRVQSFi92MS9hZG1pbi9qb2JzL3tqb2JJZH06BWFkbWluQgRyZWFkEnsKCExpc3RKb2JzEiIuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXF1ZXN0GiMuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXNwb25zZSImyvMYIgoDR0VUEg4vdjEvYWRtaW4vam9iczoFYWRtaW5CBHJlYWQSkQEKCUNhbmNlbEpvYhIjLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlcXVlc3QaJC5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXNwb25zZSI5yvMYNQoEUE9TVBIdL3YxL2FkbWluL2pvYnMve2pvYklkfS9jYW5jZWw6BWFkbWluQgdlbnF1ZXVlEocBCgtMaXN0UnVubmVycxIlLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVxdWVzdBomLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVzcG9uc2UiKcrzGCUKA0dFVBIRL3YxL2FkbWluL3J1bm5lcnM6BWFkbWluQgRyZWFkEo8BCg1MaXN0SW52ZW50b3J5EicuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEludmVudG9yeVJlcXVlc3QaKC5mb3JlbGVhZC5hZG1pbi52MS5MaXN0SW52ZW50b3J5UmVzcG9uc2UiK8rzGCcKA0dFVBITL3YxL2FkbWluL2ludmVudG9yeToFYWRtaW5CBHJlYWQShwEKC0xpc3RPcnBoYW5zEiUuZm9yZWxlYWQuYWRtaW4udjEuTGlzdE9ycGhhbnNSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuTGlzdE9ycGhhbnNSZXNwb25zZSIpyvMYJQoDR0VUEhEvdjEvYWRtaW4vb3JwaGFuczoFYWRtaW5CBHJlYWQShwEKCU9yZGVyUmVhcBIjLmZvcmVsZWFkLmFkbWluLnYxLk9yZGVyUmVhcFJlcXVlc3QaJC5mb3JlbGVhZC5hZG1pbi52MS5PcmRlclJlYXBSZXNwb25zZSIvyvMYKwoEUE9TVBIVL3YxL2FkbWluL3JlYXAtb3JkZXJzOgVhZG1pbkIFYWRtaW4SlAEKDkxpc3RSZWFwT3JkZXJzEiguZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJlYXBPcmRlcnNSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJlYXBPcmRlcnNSZXNwb25zZSItyvMYKQoDR0VUEhUvdjEvYWRtaW4vcmVhcC1vcmRlcnM6BWFkbWluQgRyZWFkErEBChVDcmVhdGVFbnJvbGxtZW50R3JhbnQSLy5mb3JlbGVhZC5hZG1pbi52MS5DcmVhdGVFbnJvbGxtZW50R3JhbnRSZXF1ZXN0GjAuZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlRW5yb2xsbWVudEdyYW50UmVzcG9uc2UiNcrzGDEKBFBPU1QSGy92MS9hZG1pbi9lbnJvbGxtZW50LWdyYW50czoFYWRtaW5CBWFkbWluEp4BCgxSZXRpcmVSdW5uZXISJi5mb3JlbGVhZC5hZG1pbi52MS5SZXRpcmVSdW5uZXJSZXF1ZXN0GicuZm9yZWxlYWQuYWRtaW4udjEuUmV0aXJlUnVubmVyUmVzcG9uc2UiPcrzGDkKBFBPU1QSIy92MS9hZG1pbi9ydW5uZXJzL3tydW5uZXJJZH0vcmV0aXJlOgVhZG1pbkIFYWRtaW4SlAEKEExpc3RBdWRpdFJlY29yZHMSKi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0QXVkaXRSZWNvcmRzUmVxdWVzdBorLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RBdWRpdFJlY29yZHNSZXNwb25zZSInyvMYIwoDR0VUEg8vdjEvYWRtaW4vYXVkaXQ6BWFkbWluQgRyZWFkEpsBChBMaXN0Q2VydGlmaWNhdGVzEiouZm9yZWxlYWQuYWRtaW4udjEuTGlzdENlcnRpZmljYXRlc1JlcXVlc3QaKy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Q2VydGlmaWNhdGVzUmVzcG9uc2UiLsrzGCoKA0dFVBIWL3YxL2FkbWluL2NlcnRpZmljYXRlczoFYWRtaW5CBHJlYWRiBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_forelead_runner_v1_runner, file_google_protobuf_timestamp]);
 
 /**
  * EnqueueJobRequest describes a job to run.
@@ -819,8 +819,501 @@ export const ReapOrderRecordSchema: GenMessage<ReapOrderRecord> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_admin, 22);
 
 /**
+ * CreateEnrollmentGrantRequest says whom the grant may enroll.
+ *
+ * @generated from message forelead.admin.v1.CreateEnrollmentGrantRequest
+ */
+export type CreateEnrollmentGrantRequest = Message<"forelead.admin.v1.CreateEnrollmentGrantRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * When set, the grant enrolls only this runner id; otherwise any runner id in the workspace.
+   *
+   * @generated from field: string runner_id = 3;
+   */
+  runnerId: string;
+
+  /**
+   * Lifetime of the grant: 1..86400 seconds, 600 when 0.
+   *
+   * @generated from field: int32 expires_in_seconds = 4;
+   */
+  expiresInSeconds: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.CreateEnrollmentGrantRequest.
+ * Use `create(CreateEnrollmentGrantRequestSchema)` to create a new message.
+ */
+export const CreateEnrollmentGrantRequestSchema: GenMessage<CreateEnrollmentGrantRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 23);
+
+/**
+ * CreateEnrollmentGrantResponse holds the grant, shown only here.
+ *
+ * @generated from message forelead.admin.v1.CreateEnrollmentGrantResponse
+ */
+export type CreateEnrollmentGrantResponse = Message<"forelead.admin.v1.CreateEnrollmentGrantResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * The secret to give the runner (`forelead runner enroll --grant`). Single use.
+   *
+   * @generated from field: string grant = 2;
+   */
+  grant: string;
+
+  /**
+   * A non-secret id of the grant, as the audit trail names it.
+   *
+   * @generated from field: string grant_id = 3;
+   */
+  grantId: string;
+
+  /**
+   * @generated from field: string workspace_id = 4;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string runner_id = 5;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 6;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.CreateEnrollmentGrantResponse.
+ * Use `create(CreateEnrollmentGrantResponseSchema)` to create a new message.
+ */
+export const CreateEnrollmentGrantResponseSchema: GenMessage<CreateEnrollmentGrantResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 24);
+
+/**
+ * RetireRunnerRequest names the runner identity to retire.
+ *
+ * @generated from message forelead.admin.v1.RetireRunnerRequest
+ */
+export type RetireRunnerRequest = Message<"forelead.admin.v1.RetireRunnerRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * The runner's workspace; may be left empty when the runner id is known in one workspace only.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * Why, for the audit trail.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.RetireRunnerRequest.
+ * Use `create(RetireRunnerRequestSchema)` to create a new message.
+ */
+export const RetireRunnerRequestSchema: GenMessage<RetireRunnerRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 25);
+
+/**
+ * RetireRunnerResponse says what the retirement did.
+ *
+ * @generated from message forelead.admin.v1.RetireRunnerResponse
+ */
+export type RetireRunnerResponse = Message<"forelead.admin.v1.RetireRunnerResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp retired_at = 4;
+   */
+  retiredAt?: Timestamp | undefined;
+
+  /**
+   * Jobs whose live lease was released back to the queue.
+   *
+   * @generated from field: repeated string released_job_ids = 5;
+   */
+  releasedJobIds: string[];
+
+  /**
+   * False when the runner was already retired (nothing changed).
+   *
+   * @generated from field: bool newly_retired = 6;
+   */
+  newlyRetired: boolean;
+};
+
+/**
+ * Describes the message forelead.admin.v1.RetireRunnerResponse.
+ * Use `create(RetireRunnerResponseSchema)` to create a new message.
+ */
+export const RetireRunnerResponseSchema: GenMessage<RetireRunnerResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 26);
+
+/**
+ * ListAuditRecordsRequest filters the audit trail (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.ListAuditRecordsRequest
+ */
+export type ListAuditRecordsRequest = Message<"forelead.admin.v1.ListAuditRecordsRequest"> & {
+  /**
+   * Records at or after this time.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 1;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * Records before this time.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 2;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * The SPIFFE ID of the caller (or of the runner enrolled).
+   *
+   * @generated from field: string spiffe_id = 3;
+   */
+  spiffeId: string;
+
+  /**
+   * "allow" or "deny"; empty for both.
+   *
+   * @generated from field: string decision = 4;
+   */
+  decision: string;
+
+  /**
+   * "decision" (per-request identity decisions) or "action" (administrative actions); empty for both.
+   *
+   * @generated from field: string kind = 5;
+   */
+  kind: string;
+
+  /**
+   * 1..1000, default 100.
+   *
+   * @generated from field: int32 page_size = 6;
+   */
+  pageSize: number;
+
+  /**
+   * From the previous reply's nextPageToken.
+   *
+   * @generated from field: string page_token = 7;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListAuditRecordsRequest.
+ * Use `create(ListAuditRecordsRequestSchema)` to create a new message.
+ */
+export const ListAuditRecordsRequestSchema: GenMessage<ListAuditRecordsRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 27);
+
+/**
+ * ListAuditRecordsResponse is one page, newest first.
+ *
+ * @generated from message forelead.admin.v1.ListAuditRecordsResponse
+ */
+export type ListAuditRecordsResponse = Message<"forelead.admin.v1.ListAuditRecordsResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.AuditRecord records = 2;
+   */
+  records: AuditRecord[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListAuditRecordsResponse.
+ * Use `create(ListAuditRecordsResponseSchema)` to create a new message.
+ */
+export const ListAuditRecordsResponseSchema: GenMessage<ListAuditRecordsResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 28);
+
+/**
+ * AuditRecord is one identity decision or administrative action. It never holds a secret.
+ *
+ * @generated from message forelead.admin.v1.AuditRecord
+ */
+export type AuditRecord = Message<"forelead.admin.v1.AuditRecord"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * "decision" or "action".
+   *
+   * @generated from field: string kind = 3;
+   */
+  kind: string;
+
+  /**
+   * e.g. "POST /v1/runner/claim".
+   *
+   * @generated from field: string route = 4;
+   */
+  route: string;
+
+  /**
+   * "allow" or "deny".
+   *
+   * @generated from field: string decision = 5;
+   */
+  decision: string;
+
+  /**
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: string spiffe_id = 7;
+   */
+  spiffeId: string;
+
+  /**
+   * Hex serial of the caller's certificate.
+   *
+   * @generated from field: string certificate_serial = 8;
+   */
+  certificateSerial: string;
+
+  /**
+   * SHA-256 of the caller's certificate (DER), hex.
+   *
+   * @generated from field: string certificate_sha256 = 9;
+   */
+  certificateSha256: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp certificate_not_after = 10;
+   */
+  certificateNotAfter?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string remote_address = 11;
+   */
+  remoteAddress: string;
+
+  /**
+   * For actions: e.g. "job.enqueue", "runner.retire", "grant.create", "grant.use", "certificate.issue".
+   *
+   * @generated from field: string action = 12;
+   */
+  action: string;
+
+  /**
+   * For actions: what was acted on, e.g. "job <id> in workspace w1".
+   *
+   * @generated from field: string target = 13;
+   */
+  target: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.AuditRecord.
+ * Use `create(AuditRecordSchema)` to create a new message.
+ */
+export const AuditRecordSchema: GenMessage<AuditRecord> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 29);
+
+/**
+ * ListCertificatesRequest filters issued certificates (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.ListCertificatesRequest
+ */
+export type ListCertificatesRequest = Message<"forelead.admin.v1.ListCertificatesRequest"> & {
+  /**
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * Every certificate, not only the newest per runner identity.
+   *
+   * @generated from field: bool all = 3;
+   */
+  all: boolean;
+
+  /**
+   * "Expiring soon" means within this many seconds (default 7200).
+   *
+   * @generated from field: int32 expiring_within_seconds = 4;
+   */
+  expiringWithinSeconds: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListCertificatesRequest.
+ * Use `create(ListCertificatesRequestSchema)` to create a new message.
+ */
+export const ListCertificatesRequestSchema: GenMessage<ListCertificatesRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 30);
+
+/**
+ * ListCertificatesResponse lists issued certificates, newest per identity first by identity.
+ *
+ * @generated from message forelead.admin.v1.ListCertificatesResponse
+ */
+export type ListCertificatesResponse = Message<"forelead.admin.v1.ListCertificatesResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.IssuedCertificate certificates = 2;
+   */
+  certificates: IssuedCertificate[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListCertificatesResponse.
+ * Use `create(ListCertificatesResponseSchema)` to create a new message.
+ */
+export const ListCertificatesResponseSchema: GenMessage<ListCertificatesResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 31);
+
+/**
+ * IssuedCertificate is a certificate this control plane signed.
+ *
+ * @generated from message forelead.admin.v1.IssuedCertificate
+ */
+export type IssuedCertificate = Message<"forelead.admin.v1.IssuedCertificate"> & {
+  /**
+   * @generated from field: string serial = 1;
+   */
+  serial: string;
+
+  /**
+   * @generated from field: string spiffe_id = 2;
+   */
+  spiffeId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string runner_id = 4;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp not_before = 5;
+   */
+  notBefore?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp not_after = 6;
+   */
+  notAfter?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp issued_at = 7;
+   */
+  issuedAt?: Timestamp | undefined;
+
+  /**
+   * "enroll" or "renew".
+   *
+   * @generated from field: string issued_via = 8;
+   */
+  issuedVia: string;
+
+  /**
+   * SHA-256 of the certificate (DER), hex.
+   *
+   * @generated from field: string sha256 = 9;
+   */
+  sha256: string;
+
+  /**
+   * "current", "expiring_soon", "renewal_overdue" (past 3/4 of its lifetime with no newer
+   * certificate: the runner failed to renew), "expired", "superseded" or "retired".
+   *
+   * @generated from field: string status = 10;
+   */
+  status: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.IssuedCertificate.
+ * Use `create(IssuedCertificateSchema)` to create a new message.
+ */
+export const IssuedCertificateSchema: GenMessage<IssuedCertificate> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 32);
+
+/**
  * AdminService is for internal services (a coordinator, CI front ends,
- * operators) whose SPIFFE ID the control plane grants with --admin.
+ * operators) whose SPIFFE ID the control plane grants a role (--admin,
+ * --grant). Each method declares the role it needs in its route option.
  *
  * @generated from service forelead.admin.v1.AdminService
  */
@@ -916,6 +1409,47 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListReapOrdersRequestSchema;
     output: typeof ListReapOrdersResponseSchema;
+  },
+  /**
+   * Creates a one-time enrollment grant for a workspace (and optionally one runner id).
+   * The grant is in this reply only; the control plane keeps its hash.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.CreateEnrollmentGrant
+   */
+  createEnrollmentGrant: {
+    methodKind: "unary";
+    input: typeof CreateEnrollmentGrantRequestSchema;
+    output: typeof CreateEnrollmentGrantResponseSchema;
+  },
+  /**
+   * Retires a runner identity: refused from its next request on, its live leases go back to the queue.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.RetireRunner
+   */
+  retireRunner: {
+    methodKind: "unary";
+    input: typeof RetireRunnerRequestSchema;
+    output: typeof RetireRunnerResponseSchema;
+  },
+  /**
+   * The audit trail, newest first, paged: identity decisions and administrative actions.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListAuditRecords
+   */
+  listAuditRecords: {
+    methodKind: "unary";
+    input: typeof ListAuditRecordsRequestSchema;
+    output: typeof ListAuditRecordsResponseSchema;
+  },
+  /**
+   * Certificates this control plane issued (enroll, renew), with renewal status.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListCertificates
+   */
+  listCertificates: {
+    methodKind: "unary";
+    input: typeof ListCertificatesRequestSchema;
+    output: typeof ListCertificatesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_admin_v1_admin, 0);

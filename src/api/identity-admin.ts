@@ -1,0 +1,119 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
+import type { AuditSink } from "../identity/audit.js";
+import { listAuditRecords } from "../identity/audit-trail.js";
+import { listIssuedCertificates } from "../identity/certificates.js";
+import { createGrant } from "../identity/grants.js";
+import type { Retirements } from "../identity/retirement.js";
+import type { Store } from "../store/database.js";
+import { audited } from "./audit-actions.js";
+import { principalOf } from "./context.js";
+import { apiVersion } from "./request-rules.js";
+
+/** What the identity methods of the admin service bind to. */
+export interface IdentityAdminDeps {
+  readonly store: Store;
+  readonly audit: AuditSink;
+  readonly retirements: Retirements;
+}
+
+type IdentityMethods = Pick<ServiceImpl<typeof AdminService>, "createEnrollmentGrant" | "retireRunner" | "listAuditRecords" | "listCertificates">;
+
+/** Enrollment grants, retirement, the audit trail and issued certificates. */
+export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMethods {
+  const { db } = deps.store;
+  return {
+    async createEnrollmentGrant(req, ctx) {
+      const scope = `workspace "${req.workspaceId}"${req.runnerId ? `, runner "${req.runnerId}"` : ", any runner id"}`;
+      const created = await audited(
+        ctx,
+        "grant.create",
+        `enrollment grant for ${scope}`,
+        () => createGrant(db, { workspaceId: req.workspaceId, runnerId: req.runnerId, expiresInSeconds: req.expiresInSeconds, createdBy: principalOf(ctx).spiffeId.text }),
+        ({ record }) => ({ target: `enrollment grant ${record.id} for ${scope}`, reason: `grant ${record.id} created; single use, expires at ${record.expires_at.toISOString()}` }),
+      );
+      const { record } = created;
+      return { apiVersion, grant: created.grant, grantId: record.id, workspaceId: record.workspace_id, runnerId: record.runner_id ?? "", expiresAt: timestampFromDate(record.expires_at) };
+    },
+
+    async retireRunner(req, ctx) {
+      const result = await audited(
+        ctx,
+        "runner.retire",
+        `runner "${req.runnerId}"${req.workspaceId ? ` in workspace "${req.workspaceId}"` : ""}`,
+        () => deps.retirements.retire({ runnerId: req.runnerId, workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text, reason: req.reason }),
+        (r) => ({
+          target: `runner "${r.runnerId}" in workspace "${r.workspaceId}"`,
+          reason: r.newlyRetired
+            ? `retired${req.reason ? ` (${req.reason})` : ""}; ${r.releasedJobIds.length} live lease(s) released to the queue${r.releasedJobIds.length ? `: jobs ${r.releasedJobIds.join(", ")}` : ""}`
+            : `already retired at ${r.retiredAt.toISOString()}`,
+        }),
+      );
+      return {
+        apiVersion,
+        runnerId: result.runnerId,
+        workspaceId: result.workspaceId,
+        retiredAt: timestampFromDate(result.retiredAt),
+        releasedJobIds: [...result.releasedJobIds],
+        newlyRetired: result.newlyRetired,
+      };
+    },
+
+    async listAuditRecords(req) {
+      // Records of this replica wait in a buffer for up to 200 ms; an operator asking now should see them.
+      await deps.audit.flush();
+      const page = await listAuditRecords(db, {
+        ...(req.since ? { since: dateOf(req.since) } : {}),
+        ...(req.until ? { until: dateOf(req.until) } : {}),
+        spiffeId: req.spiffeId,
+        decision: req.decision,
+        kind: req.kind,
+        pageSize: req.pageSize,
+        pageToken: req.pageToken,
+      });
+      return {
+        apiVersion,
+        nextPageToken: page.nextPageToken,
+        records: page.records.map((r) => ({
+          id: String(r.id),
+          at: timestampFromDate(r.at),
+          kind: r.kind,
+          route: r.route,
+          decision: r.decision,
+          reason: r.reason,
+          spiffeId: r.spiffe_id ?? "",
+          certificateSerial: r.certificate_serial ?? "",
+          certificateSha256: r.certificate_sha256 ?? "",
+          ...(r.certificate_not_after ? { certificateNotAfter: timestampFromDate(r.certificate_not_after) } : {}),
+          remoteAddress: r.remote_address ?? "",
+          action: r.action ?? "",
+          target: r.target ?? "",
+        })),
+      };
+    },
+
+    async listCertificates(req) {
+      const certificates = await listIssuedCertificates(db, { workspaceId: req.workspaceId, runnerId: req.runnerId, all: req.all, expiringWithinSeconds: req.expiringWithinSeconds });
+      return {
+        apiVersion,
+        certificates: certificates.map((c) => ({
+          serial: c.serial,
+          spiffeId: c.spiffeId,
+          workspaceId: c.workspaceId,
+          runnerId: c.runnerId,
+          notBefore: timestampFromDate(c.notBefore),
+          notAfter: timestampFromDate(c.notAfter),
+          issuedAt: timestampFromDate(c.issuedAt),
+          issuedVia: c.issuedVia,
+          sha256: c.sha256,
+          status: c.status,
+        })),
+      };
+    },
+  };
+}
+
+function dateOf(ts: { seconds: bigint; nanos: number }): Date {
+  return new Date(Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1e6));
+}

@@ -1,0 +1,58 @@
+import { readFile } from "node:fs/promises";
+import { createClient, type Client } from "@connectrpc/connect";
+import { Http2SessionManager, createConnectTransport } from "@connectrpc/connect-node";
+import { InvalidArgumentError } from "commander";
+import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { parseDuration } from "../identity/ca.js";
+import type { AdminClientFlags } from "./admin-client.js";
+
+/**
+ * A generated AdminService client over HTTP/2 + mTLS from the flags of
+ * `withAdminClientOptions` (src/cli/admin-client.ts), and a way to close its
+ * connection so the command exits as soon as it is done.
+ */
+export async function openAdminClient(flags: AdminClientFlags): Promise<{ admin: Client<typeof AdminService>; close(): void }> {
+  const [ca, cert, key] = await Promise.all([readFlagFile(flags.ca, "--ca"), readFlagFile(flags.cert, "--cert"), readFlagFile(flags.key, "--key")]);
+  const nodeOptions = { ca, cert, key };
+  const sessionManager = new Http2SessionManager(flags.server, {}, nodeOptions);
+  const transport = createConnectTransport({ baseUrl: flags.server, httpVersion: "2", nodeOptions, sessionManager });
+  return { admin: createClient(AdminService, transport), close: () => sessionManager.abort() };
+}
+
+/** Reads a file a flag names, with an error naming the flag. */
+export async function readFlagFile(file: string, flag: string): Promise<string> {
+  try {
+    return await readFile(file, "utf8");
+  } catch (err) {
+    throw new Error(`${flag} ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
+
+/** A commander parser for a duration flag ("600s", "10m", "2h"), in whole seconds. */
+export function secondsFlag(flag: string): (value: string) => number {
+  return (value) => {
+    try {
+      return Math.round(parseDuration(value) / 1000);
+    } catch {
+      throw new InvalidArgumentError(`${flag} ${JSON.stringify(value)} is not a duration; use e.g. 600s, 10m, 2h`);
+    }
+  };
+}
+
+/** A commander parser for a point in time: RFC 3339, or a duration meaning "that long ago" ("1h"). */
+export function timeFlag(flag: string): (value: string) => Date {
+  return (value) => {
+    if (/^\d+[dhms]/.test(value)) {
+      try {
+        return new Date(Date.now() - parseDuration(value));
+      } catch {
+        // fall through to the date form
+      }
+    }
+    const date = new Date(value);
+    if (Number.isNaN(date.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(value)) {
+      throw new InvalidArgumentError(`${flag} ${JSON.stringify(value)} is neither a time (2026-11-29T09:30:00Z) nor a duration ago (1h, 30m)`);
+    }
+    return date;
+  };
+}

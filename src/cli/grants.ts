@@ -1,0 +1,34 @@
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Command, Option } from "commander";
+import { openAdminClient, secondsFlag } from "./admin-flags.js";
+import { withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+
+interface GrantsCreateFlags extends AdminClientFlags {
+  workspace: string;
+  runnerId?: string;
+  expiresIn: number;
+}
+
+/** `forelead grants create`: a one-time enrollment grant, printed once. */
+export function grantsCommand(): Command {
+  const grants = new Command("grants").description("one-time enrollment grants for new runners (needs the admin role)");
+  withAdminClientOptions(
+    grants
+      .command("create")
+      .description("create a single-use enrollment grant; the grant alone goes to stdout, details to stderr")
+      .requiredOption("--workspace <id>", "the workspace the runner will belong to")
+      .option("--runner-id <id>", "allow only this runner id (default: any runner id in the workspace)")
+      .addOption(new Option("--expires-in <duration>", "how long the grant can be used, e.g. 600s, 30m (at most 24h)").default(600, "600s").argParser(secondsFlag("--expires-in"))),
+  ).action(async (flags: GrantsCreateFlags) => {
+    const { admin, close } = await openAdminClient(flags);
+    try {
+      const reply = await admin.createEnrollmentGrant({ apiVersion: "v1", workspaceId: flags.workspace, runnerId: flags.runnerId ?? "", expiresInSeconds: flags.expiresIn });
+      const until = reply.expiresAt ? timestampDate(reply.expiresAt).toISOString() : "?";
+      console.error(`grant ${reply.grantId} for workspace "${reply.workspaceId}", ${reply.runnerId ? `runner "${reply.runnerId}"` : "any runner id"}; single use, expires at ${until}. It is shown only now:`);
+      console.log(reply.grant);
+    } finally {
+      close();
+    }
+  });
+  return grants;
+}
