@@ -2,6 +2,8 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
+import type { CodeHost } from "../code/code-host.js";
+import type { RepositoryView } from "../code/repositories.js";
 import { principalOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
@@ -9,6 +11,7 @@ import { apiVersion } from "./request-rules.js";
 /** What the admin service binds to. */
 export interface AdminServiceDeps {
   readonly broker: Broker;
+  readonly code: CodeHost;
 }
 
 /** The admin surface for internal services: decode, call the broker, encode. */
@@ -26,6 +29,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         maxAttempts: req.maxAttempts,
         priority: req.priority,
         idempotencyKey: req.idempotencyKey,
+        kind: req.kind,
       });
       return { apiVersion, job: jobMessage(job) };
     },
@@ -38,6 +42,13 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
     },
     async cancelJob(req, ctx) {
       return { apiVersion, job: jobMessage(await broker.cancel(req.jobId, principalOf(ctx).spiffeId.text)) };
+    },
+    async registerRepository(req, ctx) {
+      const repository = await deps.code.register({ name: req.name, url: req.url, credential: req.credential }, principalOf(ctx).spiffeId.text);
+      return { apiVersion, repository: repositoryMessage(repository) };
+    },
+    async listRepositories() {
+      return { apiVersion, repositories: (await deps.code.list()).map(repositoryMessage) };
     },
     async listRunners(req) {
       const runners = await broker.runners(req.workspaceId);
@@ -60,4 +71,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
       };
     },
   };
+}
+
+function repositoryMessage(r: RepositoryView) {
+  return { name: r.name, url: r.url, hasCredential: r.hasCredential, createdAt: timestampFromDate(r.createdAt), updatedAt: timestampFromDate(r.updatedAt) };
 }

@@ -5,15 +5,18 @@ import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
+import type { CodeHost } from "../code/code-host.js";
 import { runnerOf } from "./context.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
-import { apiVersion } from "./request-rules.js";
+import { publishChunks } from "./publish-body.js";
+import { apiVersion, checkApiVersion } from "./request-rules.js";
 
 /** What the runner service binds to. */
 export interface RunnerServiceDeps {
   readonly store: Store;
   readonly clock: DbClock;
   readonly broker: Broker;
+  readonly code: CodeHost;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -66,10 +69,19 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       return { apiVersion, job: jobMessage(job) };
     },
 
-    codeHead: notYet("code/head"),
-    // eslint-disable-next-line require-yield
-    codeBundle: async function* () {
-      notYet("code/bundle")();
+    async codeHead(req, ctx) {
+      return { apiVersion, commit: await deps.code.head({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken }) };
+    },
+
+    async *codeBundle(req, ctx) {
+      for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
+    },
+
+    async agentPublish(reqs, ctx) {
+      const { first, chunks } = await publishChunks(reqs, deps.code.maxBundleBytes);
+      checkApiVersion(first.apiVersion);
+      const published = await deps.code.publish({ ...runnerOf(ctx), jobId: first.jobId, leaseToken: first.leaseToken }, chunks);
+      return { apiVersion, commit: published.commit, branch: published.branch };
     },
     inventory: notYet("inventory"),
     events: notYet("events"),

@@ -9,6 +9,7 @@ import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createBroker, type Broker } from "../broker/broker.js";
+import { createCodeHost, type CodeHost } from "../code/code-host.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
 import { guardService } from "../api/guard.js";
@@ -41,6 +42,10 @@ export interface ControlPlaneOptions {
   readonly maxBodyBytes?: number;
   /** How often expired leases are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
+  /** Where repository mirrors and scratch files live; a private temporary directory when omitted. */
+  readonly codeDir?: string;
+  /** Cap of one git bundle, sent or received; 256 MiB by default. */
+  readonly maxBundleBytes?: number;
 }
 
 /** A running control plane. */
@@ -69,15 +74,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   let clock: DbClock | undefined;
   let audit: AuditSink | undefined;
   let broker: Broker | undefined;
+  let code: CodeHost | undefined;
   try {
     clock = await createDbClock(store.db);
     audit = createDatabaseAuditSink(store.db);
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
-    broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    code = await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) });
+    broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
     const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
-      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker }), guardOptions) as ServiceImpl<DescService> },
-      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker }), guardOptions) as ServiceImpl<DescService> },
+      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker, code }), guardOptions) as ServiceImpl<DescService> },
+      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker, code }), guardOptions) as ServiceImpl<DescService> },
     ];
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
     const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
@@ -126,6 +133,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const auditSink = audit;
     const dbClock = clock;
     const jobBroker = broker;
+    const codeHost = code;
     return {
       url: `https://${host}:${port}`,
       port,
@@ -140,6 +148,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
           await closed;
           clearTimeout(forced);
           await jobBroker.close();
+          await codeHost.close();
           dbClock.close();
           await auditSink.close();
           await store.close();
@@ -149,6 +158,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     };
   } catch (err) {
     await broker?.close().catch(() => {});
+    await code?.close().catch(() => {});
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/admin.proto.
  */
 export const file_forelead_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMyiwUKDEFkbWluU2VydmljZRJ8CgpFbnF1ZXVlSm9iEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVzcG9uc2UiIcrzGB0KBFBPU1QSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhJ3CgZHZXRKb2ISIC5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXF1ZXN0GiEuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVzcG9uc2UiKMrzGCQKA0dFVBIWL3YxL2FkbWluL2pvYnMve2pvYklkfToFYWRtaW4SdQoITGlzdEpvYnMSIi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1JlcXVlc3QaIy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1Jlc3BvbnNlIiDK8xgcCgNHRVQSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhKIAQoJQ2FuY2VsSm9iEiMuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVxdWVzdBokLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlc3BvbnNlIjDK8xgsCgRQT1NUEh0vdjEvYWRtaW4vam9icy97am9iSWR9L2NhbmNlbDoFYWRtaW4SgQEKC0xpc3RSdW5uZXJzEiUuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXNwb25zZSIjyvMYHwoDR0VUEhEvdjEvYWRtaW4vcnVubmVyczoFYWRtaW5iBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi8wEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJEgwKBGtpbmQYCiABKAkiTwoSRW5xdWV1ZUpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiSwoOR2V0Sm9iUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSJAoDam9iGAIgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYiJdCg9MaXN0Sm9ic1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJImcKEExpc3RKb2JzUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSJQoEam9icxgCIAMoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAMgASgJIjcKEENhbmNlbEpvYlJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJIk4KEUNhbmNlbEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiKgoSTGlzdFJ1bm5lcnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCSJWChNMaXN0UnVubmVyc1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEioKB3J1bm5lcnMYAiADKAsyGS5mb3JlbGVhZC5hZG1pbi52MS5SdW5uZXIi4QIKBlJ1bm5lchIRCglydW5uZXJfaWQYASABKAkSFAoMd29ya3NwYWNlX2lkGAIgASgJEg0KBXNsb3RzGAMgASgFEgsKA2NwdRgEIAEoBRIUCgxtZW1vcnlfYnl0ZXMYBSABKAMSFAoMYXJjaGl0ZWN0dXJlGAYgASgJEg4KBmxhYmVscxgHIAMoCRIXCg9jbG9ja19vZmZzZXRfbnMYCCABKAMSGAoLbGl2ZV9sZWFzZXMYCSABKAVIAIgBARIxCg1yZWdpc3RlcmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxsYXN0X3NlZW5fYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldGlyZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg4KDF9saXZlX2xlYXNlcyJfChlSZWdpc3RlclJlcG9zaXRvcnlSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEgwKBG5hbWUYAiABKAkSCwoDdXJsGAMgASgJEhIKCmNyZWRlbnRpYWwYBCABKAkiZAoaUmVnaXN0ZXJSZXBvc2l0b3J5UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSMQoKcmVwb3NpdG9yeRgCIAEoCzIdLmZvcmVsZWFkLmFkbWluLnYxLlJlcG9zaXRvcnkiGQoXTGlzdFJlcG9zaXRvcmllc1JlcXVlc3QiZAoYTGlzdFJlcG9zaXRvcmllc1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEjMKDHJlcG9zaXRvcmllcxgCIAMoCzIdLmZvcmVsZWFkLmFkbWluLnYxLlJlcG9zaXRvcnkinwEKClJlcG9zaXRvcnkSDAoEbmFtZRgBIAEoCRILCgN1cmwYAiABKAkSFgoOaGFzX2NyZWRlbnRpYWwYAyABKAgSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAywgcKDEFkbWluU2VydmljZRJ8CgpFbnF1ZXVlSm9iEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVzcG9uc2UiIcrzGB0KBFBPU1QSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhJ3CgZHZXRKb2ISIC5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXF1ZXN0GiEuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVzcG9uc2UiKMrzGCQKA0dFVBIWL3YxL2FkbWluL2pvYnMve2pvYklkfToFYWRtaW4SdQoITGlzdEpvYnMSIi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1JlcXVlc3QaIy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1Jlc3BvbnNlIiDK8xgcCgNHRVQSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhKIAQoJQ2FuY2VsSm9iEiMuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVxdWVzdBokLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlc3BvbnNlIjDK8xgsCgRQT1NUEh0vdjEvYWRtaW4vam9icy97am9iSWR9L2NhbmNlbDoFYWRtaW4SnAEKElJlZ2lzdGVyUmVwb3NpdG9yeRIsLmZvcmVsZWFkLmFkbWluLnYxLlJlZ2lzdGVyUmVwb3NpdG9yeVJlcXVlc3QaLS5mb3JlbGVhZC5hZG1pbi52MS5SZWdpc3RlclJlcG9zaXRvcnlSZXNwb25zZSIpyvMYJQoEUE9TVBIWL3YxL2FkbWluL3JlcG9zaXRvcmllczoFYWRtaW4SlQEKEExpc3RSZXBvc2l0b3JpZXMSKi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UmVwb3NpdG9yaWVzUmVxdWVzdBorLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSZXBvc2l0b3JpZXNSZXNwb25zZSIoyvMYJAoDR0VUEhYvdjEvYWRtaW4vcmVwb3NpdG9yaWVzOgVhZG1pbhKBAQoLTGlzdFJ1bm5lcnMSJS5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1JlcXVlc3QaJi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1Jlc3BvbnNlIiPK8xgfCgNHRVQSES92MS9hZG1pbi9ydW5uZXJzOgVhZG1pbmIGcHJvdG8z", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * EnqueueJobRequest describes a job to run.
@@ -75,6 +75,14 @@ export type EnqueueJobRequest = Message<"forelead.admin.v1.EnqueueJobRequest"> &
    * @generated from field: string idempotency_key = 9;
    */
   idempotencyKey: string;
+
+  /**
+   * "command" (no repository), "checkout" or "agent"; default "checkout" when a
+   * repository is given, "command" otherwise.
+   *
+   * @generated from field: string kind = 10;
+   */
+  kind: string;
 };
 
 /**
@@ -388,6 +396,149 @@ export const RunnerSchema: GenMessage<Runner> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_admin, 10);
 
 /**
+ * RegisterRepositoryRequest names a repository and where it lives.
+ *
+ * @generated from message forelead.admin.v1.RegisterRepositoryRequest
+ */
+export type RegisterRepositoryRequest = Message<"forelead.admin.v1.RegisterRepositoryRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * 1 to 64 characters of A-Z a-z 0-9 . _ -
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * An absolute path, file://, https:// or ssh:// URL, without a password.
+   *
+   * @generated from field: string url = 3;
+   */
+  url: string;
+
+  /**
+   * For https: the password or token; for ssh: a private key. Kept by the
+   * control plane, never returned or logged.
+   *
+   * @generated from field: string credential = 4;
+   */
+  credential: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.RegisterRepositoryRequest.
+ * Use `create(RegisterRepositoryRequestSchema)` to create a new message.
+ */
+export const RegisterRepositoryRequestSchema: GenMessage<RegisterRepositoryRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 11);
+
+/**
+ * RegisterRepositoryResponse is the repository as stored.
+ *
+ * @generated from message forelead.admin.v1.RegisterRepositoryResponse
+ */
+export type RegisterRepositoryResponse = Message<"forelead.admin.v1.RegisterRepositoryResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: forelead.admin.v1.Repository repository = 2;
+   */
+  repository?: Repository | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.RegisterRepositoryResponse.
+ * Use `create(RegisterRepositoryResponseSchema)` to create a new message.
+ */
+export const RegisterRepositoryResponseSchema: GenMessage<RegisterRepositoryResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 12);
+
+/**
+ * ListRepositoriesRequest has no fields (GET: no body).
+ *
+ * @generated from message forelead.admin.v1.ListRepositoriesRequest
+ */
+export type ListRepositoriesRequest = Message<"forelead.admin.v1.ListRepositoriesRequest"> & {
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListRepositoriesRequest.
+ * Use `create(ListRepositoriesRequestSchema)` to create a new message.
+ */
+export const ListRepositoriesRequestSchema: GenMessage<ListRepositoriesRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 13);
+
+/**
+ * ListRepositoriesResponse lists the registered repositories.
+ *
+ * @generated from message forelead.admin.v1.ListRepositoriesResponse
+ */
+export type ListRepositoriesResponse = Message<"forelead.admin.v1.ListRepositoriesResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.Repository repositories = 2;
+   */
+  repositories: Repository[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListRepositoriesResponse.
+ * Use `create(ListRepositoriesResponseSchema)` to create a new message.
+ */
+export const ListRepositoriesResponseSchema: GenMessage<ListRepositoriesResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 14);
+
+/**
+ * Repository is a registered repository; its credential is never shown.
+ *
+ * @generated from message forelead.admin.v1.Repository
+ */
+export type Repository = Message<"forelead.admin.v1.Repository"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * @generated from field: bool has_credential = 3;
+   */
+  hasCredential: boolean;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 4;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 5;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.Repository.
+ * Use `create(RepositorySchema)` to create a new message.
+ */
+export const RepositorySchema: GenMessage<Repository> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 15);
+
+/**
  * AdminService is for internal services (a coordinator, CI front ends,
  * operators) whose SPIFFE ID the control plane grants with --admin.
  *
@@ -433,6 +584,27 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof CancelJobRequestSchema;
     output: typeof CancelJobResponseSchema;
+  },
+  /**
+   * Registers a repository by name (or replaces its URL and credential). The
+   * credential stays on the control plane and is never returned.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.RegisterRepository
+   */
+  registerRepository: {
+    methodKind: "unary";
+    input: typeof RegisterRepositoryRequestSchema;
+    output: typeof RegisterRepositoryResponseSchema;
+  },
+  /**
+   * Registered repositories, by name.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListRepositories
+   */
+  listRepositories: {
+    methodKind: "unary";
+    input: typeof ListRepositoriesRequestSchema;
+    output: typeof ListRepositoriesResponseSchema;
   },
   /**
    * Registered runners with their live leases.

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/api/v1/route.proto.
  */
 export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
-  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSKpAQoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAk6TgoFcm91dGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi5jgMgASgLMhYuZm9yZWxlYWQuYXBpLnYxLlJvdXRlUgVyb3V0ZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSLLAQoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSIAoYcmF3X3JlcXVlc3RfY29udGVudF90eXBlGAggASgJOk4KBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuY4DIAEoCzIWLmZvcmVsZWFkLmFwaS52MS5Sb3V0ZVIFcm91dGViBnByb3RvMw", [file_google_protobuf_descriptor]);
 
 /**
  * Route declares how one RPC is served on the REST surface, beside its
@@ -76,6 +76,16 @@ export type Route = Message<"forelead.api.v1.Route"> & {
    * @generated from field: string principal = 7;
    */
   principal: string;
+
+  /**
+   * The request is a client stream of chunks whose bytes field "data" is read
+   * raw from the REST body, sent with this content type. Every other request
+   * field is read from the header "forelead-" + the field's JSON name in
+   * kebab case, e.g. jobId from "forelead-job-id".
+   *
+   * @generated from field: string raw_request_content_type = 8;
+   */
+  rawRequestContentType: string;
 };
 
 /**
