@@ -62,8 +62,9 @@ export function validateEnqueue(input: EnqueueInput): void {
   if (!(jobKinds as readonly string[]).includes(kind)) bad(`kind ${JSON.stringify(kind.slice(0, 40))} is not one of ${jobKinds.join(", ")}`);
   if (input.targetBranch && !input.repository) bad("targetBranch needs a repository");
   if (kind === "command" && input.repository) bad("a command job has no repository; use kind checkout or agent for a job with code");
-  if (kind !== "command" && !input.repository) bad(`a ${kind} job needs a repository (a registered repository's name)`);
-  if (kind !== "command" && !input.targetBranch) bad(`a ${kind} job needs a targetBranch: the branch its base commit is pinned from at claim`);
+  const aKind = kind === "agent" ? "an agent" : `a ${kind}`;
+  if (kind !== "command" && !input.repository) bad(`${aKind} job needs a repository (a registered repository's name)`);
+  if (kind !== "command" && !input.targetBranch) bad(`${aKind} job needs a targetBranch: the branch its base commit is pinned from at claim`);
   const spec = input.spec;
   if (!spec) bad("spec is required: {image, argv, env, timeoutSeconds, cpu, memoryBytes}");
   if (spec.argv.length === 0) bad("spec.argv is required: the command as an array, e.g. [\"sh\", \"-c\", \"make test\"]");
