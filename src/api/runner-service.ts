@@ -7,6 +7,7 @@ import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
 import type { CodeHost } from "../code/code-host.js";
 import { runnerOf } from "./context.js";
+import { payloadTooLarge } from "./errors.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
 import { publishChunks } from "./publish-body.js";
 import { apiVersion, checkApiVersion } from "./request-rules.js";
@@ -74,7 +75,12 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     },
 
     async *codeBundle(req, ctx) {
-      for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
+      try {
+        for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
+      } catch (err) {
+        // Over the bundle cap: 413 on REST (the bundle asked for is too large), not 429 (which means "slow down").
+        throw err instanceof ConnectError && err.code === Code.ResourceExhausted ? payloadTooLarge(err.rawMessage) : err;
+      }
     },
 
     async agentPublish(reqs, ctx) {

@@ -78,7 +78,9 @@ export async function publishCommit(deps: PublishDeps, call: LeaseCall, chunks: 
     const commits = [...new Set(heads.map((h) => h.commit))];
     if (commits.length !== 1) refuse(`the bundle must carry exactly one commit; it carries ${commits.length}`, Code.InvalidArgument);
     const commit = commits[0]!;
-    await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+${heads[0]!.ref}:refs/forelead/publish`], { cwd: scratch, timeoutMs: 300_000 });
+    // verify checks the header and prerequisites; a damaged pack shows only when git reads it here.
+    const imported = await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+${heads[0]!.ref}:refs/forelead/publish`], { cwd: scratch, okExitCodes: [1, 128], timeoutMs: 300_000 });
+    if (imported.exitCode !== 0) refuse(`the bundle's objects could not be read (${tidy(imported.stderr).split("\n").slice(-2).join(" / ")}); send an intact bundle`, Code.InvalidArgument);
     const type = (await runGit(["cat-file", "-t", commit], { cwd: scratch, timeoutMs: 30_000 })).stdout.trim();
     if (type !== "commit") refuse(`the bundle's ref points at a ${type}, not a commit`, Code.InvalidArgument);
     if (commit === base) refuse(`the bundle's commit is the base commit ${base} itself; publish a new commit on top of it`);
