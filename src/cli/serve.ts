@@ -18,6 +18,7 @@ interface ServeFlags {
   admin: string[];
   leaseSeconds: number;
   maxCertLifetime: string;
+  codeDir?: string;
 }
 
 /** `forelead serve`: the control plane. */
@@ -34,6 +35,7 @@ export function serveCommand(): Command {
     .option("--admin <spiffe-id>", "grant this identity the admin routes (repeatable)", collect, [])
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
+    .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       parseSpiffeId(`spiffe://${flags.trustDomain}`);
@@ -49,6 +51,7 @@ export function serveCommand(): Command {
         admins: flags.admin,
         leaseSeconds: flags.leaseSeconds,
         maxCertLifetimeMs,
+        ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
       });
       console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, lease ${flags.leaseSeconds}s${flags.admin.length ? `, admins ${flags.admin.join(" ")}` : ""})`);
       const stop = (signal: string) => {
