@@ -1,4 +1,4 @@
-import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { constants as http2Constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import { StringDecoder } from "node:string_decoder";
 import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
@@ -18,6 +18,8 @@ export interface RestRouterOptions {
   readonly contextValues: (req: Http2ServerRequest) => ContextValues;
   /** Byte bound of a request body (JSON or NDJSON). */
   readonly maxBodyBytes: number;
+  /** Decides who may call before any body byte is read; throws to refuse. */
+  readonly preauthorize?: (ctx: HandlerContext) => void;
 }
 
 type Handler = (req: Http2ServerRequest, res: Http2ServerResponse) => void;
@@ -37,6 +39,7 @@ interface CompiledRoute {
 export function createRestRouter(options: RestRouterOptions): Handler {
   const routes = options.bindings.map(compile);
   return (req, res) => {
+    res.stream.once("finish", () => stopUnreadBody(res));
     const url = new URL(req.url, "https://forelead.invalid");
     const candidates = routes.filter((r) => r.pattern.test(url.pathname));
     const route = candidates.find((r) => r.binding.entry.httpMethod === req.method);
@@ -70,6 +73,7 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   const { entry, handler } = route.binding;
   const { method } = entry;
   const ctx = createRestContext(req, entry, url, options.contextValues(req));
+  options.preauthorize?.(ctx);
   const bound = pathParams(route, url.pathname);
 
   if (method.methodKind === "client_streaming") {
@@ -291,6 +295,17 @@ function writeError(res: Http2ServerResponse, err: ConnectError): void {
   }
   err.metadata.forEach((value, key) => res.setHeader(key, value));
   writeJson(res, httpStatusOf(err), errorBody(err));
+}
+
+/**
+ * A reply can be complete before the client has sent its whole body (413, a
+ * refusal before an NDJSON stream is read). RST_STREAM NO_ERROR then asks the
+ * client to stop sending (RFC 9113 section 8.1); without it the stream stays
+ * open on the server, its window shut, until the whole connection closes.
+ */
+function stopUnreadBody(res: Http2ServerResponse): void {
+  const stream = res.stream;
+  if (!stream.destroyed && !stream.closed && stream.state.remoteClose === 0) stream.close(http2Constants.NGHTTP2_NO_ERROR);
 }
 
 function drained(res: Http2ServerResponse): Promise<void> {

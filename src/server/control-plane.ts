@@ -12,7 +12,8 @@ import { createBroker, type Broker } from "../broker/broker.js";
 import { createCodeHost, type CodeHost } from "../code/code-host.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
-import { guardService } from "../api/guard.js";
+import { authorizeOnce, guardService } from "../api/guard.js";
+import { services as serviceList } from "../api/services.js";
 import { createRestRouter, type RestBinding } from "../api/rest-router.js";
 import { routeTable } from "../api/routes.js";
 import { createRunnerService } from "../api/runner-service.js";
@@ -82,17 +83,23 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
     code = await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) });
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
-    const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
-      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker, code }), guardOptions) as ServiceImpl<DescService> },
-      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker, code }), guardOptions) as ServiceImpl<DescService> },
-    ];
+    // One implementation per service of src/api/services.ts: the list the route docs are made from.
+    const implementations = new Map<DescService, ServiceImpl<DescService>>([
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, code }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, code }), guardOptions) as ServiceImpl<DescService>],
+    ]);
+    const services = serviceList.map((service) => {
+      const impl = implementations.get(service);
+      if (!impl) throw new Error(`${service.typeName} is listed in src/api/services.ts but has no implementation`);
+      return { service, impl };
+    });
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
     const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
     const bindings: RestBinding[] = routeTable(services.map((s) => s.service)).map((entry) => {
       const impl = services.find((s) => s.service === entry.service)!.impl as Record<string, (...args: unknown[]) => unknown>;
       return { entry, handler: impl[entry.method.localName]! };
     });
-    const rest = createRestRouter({ bindings, contextValues, maxBodyBytes });
+    const rest = createRestRouter({ bindings, contextValues, maxBodyBytes, preauthorize: (ctx) => void authorizeOnce(ctx, guardOptions) });
     const handler = connectNodeAdapter({
       routes: (router: ConnectRouter) => services.forEach((s) => router.service(s.service, s.impl)),
       fallback: rest as Parameters<typeof connectNodeAdapter>[0]["fallback"],
@@ -115,6 +122,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       },
       handler,
     );
+    // A TLS client that offered no ALPN gets past the handshake; Node would answer it in plain
+    // HTTP/1.0 and keep the socket for 10 s. Close it at once instead.
+    server.on("unknownProtocol", (socket) => socket.destroy());
     const sessions = new Set<Http2Session>();
     server.on("session", (s: Http2Session) => {
       sessions.add(s);

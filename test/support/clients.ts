@@ -9,8 +9,8 @@ export interface RestReply {
   readonly status: number;
   readonly headers: http2.IncomingHttpHeaders;
   readonly text: string;
-  /** The body's bytes, for binary replies (git bundles). */
-  readonly body: Buffer;
+  /** The body's bytes, for binary replies (git bundles); set by createRestClient. */
+  readonly body?: Buffer;
   /** The body parsed as JSON, or undefined when it is empty or not JSON. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly json: any;
@@ -60,7 +60,14 @@ export function createRestClient(url: string, caPem: string, cert?: Pick<IssuedC
       const payload = lines.map((l) => (typeof l === "string" ? l : JSON.stringify(l))).join("\n") + "\n";
       return send("POST", path, payload, { "content-type": "application/x-ndjson" });
     },
-    close: () => new Promise((resolve) => session.close(() => resolve())),
+    close: () =>
+      new Promise((resolve) => {
+        if (session.destroyed) return resolve();
+        session.once("close", () => resolve());
+        session.close();
+        // A stream the server reset while the client still had body to send keeps a graceful close open.
+        setTimeout(() => session.destroy(), 5_000).unref();
+      }),
   };
 }
 

@@ -34,9 +34,13 @@ export async function leaseCodeJob(cp: TestControlPlane, admin: AdminActor, work
   return { runner, jobId: claim.json.job.id, token: claim.json.token, lease: claim.json };
 }
 
+/** A code/bundle reply with its raw bytes. */
+export type BundleReply = RestReply & { readonly body: Buffer };
+
 /** POST /v1/runner/code/bundle. */
-export function requestBundle(runner: RunnerActor, jobId: string, leaseToken: string, kind: string, commit: string): Promise<RestReply> {
-  return runner.rest.request("POST", "/v1/runner/code/bundle", { apiVersion: "v1", jobId, leaseToken, kind, commit });
+export async function requestBundle(runner: RunnerActor, jobId: string, leaseToken: string, kind: string, commit: string): Promise<BundleReply> {
+  const reply = await runner.rest.request("POST", "/v1/runner/code/bundle", { apiVersion: "v1", jobId, leaseToken, kind, commit });
+  return { ...reply, body: reply.body ?? Buffer.from(reply.text) };
 }
 
 /** POST /v1/runner/code/head. */
