@@ -37,8 +37,9 @@ export async function withRemoteAccess<T>(remote: GitRemote, fn: (access: Remote
     const secrets = [credential];
     if (remote.url.startsWith("ssh://")) {
       await writeFile(secretFile, credential.endsWith("\n") ? credential : `${credential}\n`, { mode: 0o600 });
-      // mkdtemp paths hold no quote; ssh parses GIT_SSH_COMMAND like a shell line.
-      const env = { GIT_SSH_COMMAND: `ssh -i '${secretFile}' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=accept-new` };
+      // mkdtemp paths hold no quote; git runs GIT_SSH_COMMAND through a shell. Host keys are checked
+      // strictly against the serving user's known_hosts: a first connection is not trusted blindly.
+      const env = { GIT_SSH_COMMAND: `ssh -i '${secretFile}' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes` };
       return await fn({ env, secrets });
     }
     await writeFile(secretFile, credential, { mode: 0o600 });

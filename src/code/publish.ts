@@ -77,6 +77,8 @@ export async function publishCommit(deps: PublishDeps, call: LeaseCall, chunks: 
     const heads = parseHeads((await runGit(["bundle", "list-heads", file], { cwd: scratch, timeoutMs: 60_000 })).stdout);
     const commits = [...new Set(heads.map((h) => h.commit))];
     if (commits.length !== 1) refuse(`the bundle must carry exactly one commit; it carries ${commits.length}`, Code.InvalidArgument);
+    // The ref goes into a refspec: only plain ref names (no ":" or leading "-" can sneak in).
+    if (!/^(?:HEAD|refs\/[A-Za-z0-9._\/+@-]+)$/.test(heads[0]!.ref)) refuse(`the bundle's ref ${JSON.stringify(heads[0]!.ref.slice(0, 100))} is not a plain ref name`, Code.InvalidArgument);
     const commit = commits[0]!;
     // verify checks the header and prerequisites; a damaged pack shows only when git reads it here.
     const imported = await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+${heads[0]!.ref}:refs/forelead/publish`], { cwd: scratch, okExitCodes: [1, 128], timeoutMs: 300_000 });
