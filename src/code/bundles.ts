@@ -2,7 +2,7 @@ import { createReadStream } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { gitToFile, OutputTooLarge, runGit } from "./git.js";
+import { GitError, gitTimeouts, gitToFile, OutputTooLarge, runGit } from "./git.js";
 
 /** The default cap of one bundle, either way: 256 MiB. */
 export const defaultMaxBundleBytes = 256 * 1024 * 1024;
@@ -38,7 +38,7 @@ export interface BundleSpec {
  * refused (resource_exhausted, 413 on REST): a bundle is never truncated.
  */
 export async function createBundleFile(spec: BundleSpec): Promise<BundleFile> {
-  await runGit(["update-ref", spec.ref, spec.commit], { cwd: spec.mirror, timeoutMs: 30_000 });
+  await runGit(["update-ref", spec.ref, spec.commit], { cwd: spec.mirror, timeoutMs: gitTimeouts.local });
   // An empty range (commit already in base's history) would be refused by git: send the whole history then.
   const thin = spec.base !== undefined && spec.base !== spec.commit && !(await isAncestor(spec.mirror, spec.commit, spec.base));
   await mkdir(spec.scratchDir, { recursive: true, mode: 0o700 });
@@ -46,12 +46,15 @@ export async function createBundleFile(spec: BundleSpec): Promise<BundleFile> {
   const dispose = () => rm(dir, { recursive: true, force: true });
   const path = join(dir, "out.bundle");
   try {
-    const bytes = await gitToFile(["bundle", "create", "--quiet", "-", spec.ref, ...(thin ? [`^${spec.base}`] : [])], path, spec.maxBytes, { cwd: spec.mirror });
+    const bytes = await gitToFile(["bundle", "create", "--quiet", "-", spec.ref, ...(thin ? [`^${spec.base}`] : [])], path, spec.maxBytes, { cwd: spec.mirror, timeoutMs: gitTimeouts.bulk });
     return { path, bytes, dispose };
   } catch (err) {
     await dispose();
     if (err instanceof OutputTooLarge) {
       throw new ConnectError(`the bundle of ${spec.commit} is larger than the ${describeBytes(spec.maxBytes)} cap on bundles; it was not sent`, Code.ResourceExhausted);
+    }
+    if (err instanceof GitError && err.timedOut) {
+      throw new ConnectError(`building the bundle of ${spec.commit} did not finish within ${gitTimeouts.bulk / 1000} s; try again later`, Code.Unavailable);
     }
     throw err;
   }
@@ -68,7 +71,7 @@ export async function* bundleChunks(file: BundleFile): AsyncGenerator<Uint8Array
 
 /** Whether `ancestor` is in the history of `descendant` (equal counts). */
 export async function isAncestor(cwd: string, ancestor: string, descendant: string): Promise<boolean> {
-  const { exitCode } = await runGit(["merge-base", "--is-ancestor", ancestor, descendant], { cwd, okExitCodes: [1], timeoutMs: 60_000 });
+  const { exitCode } = await runGit(["merge-base", "--is-ancestor", ancestor, descendant], { cwd, okExitCodes: [1], timeoutMs: gitTimeouts.local });
   return exitCode === 0;
 }
 

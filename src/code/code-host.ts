@@ -9,7 +9,7 @@ import type { Database } from "../store/schema.js";
 import { bundleChunks, defaultMaxBundleBytes } from "./bundles.js";
 import { currentHead, openBundle, type BundleRequest } from "./code-access.js";
 import { withRemoteAccess } from "./credentials.js";
-import { GitError, runGit } from "./git.js";
+import { GitError, gitTimeouts, runGit } from "./git.js";
 import { createKeyedQueue } from "./keyed-queue.js";
 import { checkBranchName, createMirrors } from "./mirror.js";
 import { publishCommit, type Published } from "./publish.js";
@@ -50,19 +50,13 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
   const maxBundleBytes = options.maxBundleBytes ?? defaultMaxBundleBytes;
   const deps = { db: options.db, mirrors, bundleQueue: createKeyedQueue(), maxBundleBytes, scratchDir: join(codeDir, "scratch") };
 
-  /** A git failure reaching the code host, as an operator-readable error (already redacted). */
-  const unreachable = (what: string, err: unknown): never => {
-    if (err instanceof GitError) throw new ConnectError(`${what} could not be reached: ${err.message}`, Code.Unavailable);
-    throw err;
-  };
-
   return {
     maxBundleBytes,
     async register(input, by) {
       validateRegistration(input);
       // Registering an unreachable repository (or a wrong credential) is refused now, not at the first job.
       await withRemoteAccess({ url: input.url, credential: input.credential || null }, (access) =>
-        runGit(["ls-remote", "--heads", "--", input.url], { timeoutMs: 60_000, ...access }),
+        runGit(["ls-remote", "--heads", "--", input.url], { timeoutMs: gitTimeouts.local, ...access }),
       ).catch((err: unknown) => {
         if (err instanceof GitError) throw new ConnectError(`repository ${input.name} at ${input.url} could not be read: ${err.message}`, Code.FailedPrecondition);
         throw err;
@@ -73,19 +67,18 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
     async checkTarget(repository, targetBranch) {
       const repo = await findRepository(options.db, repository);
       checkBranchName(targetBranch);
-      const head = await mirrors.resolveBranch(repo, targetBranch).catch((err: unknown) => unreachable(`repository ${JSON.stringify(repository)}`, err));
+      const head = await mirrors.resolveBranch(repo, targetBranch);
       if (!head) throw new ConnectError(`targetBranch ${JSON.stringify(targetBranch)} does not exist in repository ${JSON.stringify(repository)}`, Code.InvalidArgument);
     },
     async resolvePin(repository, targetBranch) {
       const repo = await options.db.selectFrom("repositories").selectAll().where("name", "=", repository).executeTakeFirst();
       if (!repo) return { refusal: `repository ${JSON.stringify(repository)} is no longer registered` };
-      const head = await mirrors.resolveBranch(repo, targetBranch).catch((err: unknown) => unreachable(`repository ${JSON.stringify(repository)}`, err));
+      const head = await mirrors.resolveBranch(repo, targetBranch);
       return head ?? { refusal: `branch ${JSON.stringify(targetBranch)} no longer exists in repository ${JSON.stringify(repository)}` };
     },
-    head: (call) => currentHead(deps, call).catch((err: unknown) => unreachable("the job's repository", err)),
+    head: (call) => currentHead(deps, call),
     async *bundle(req) {
-      const file = await openBundle(deps, req).catch((err: unknown) => unreachable("the job's repository", err));
-      yield* bundleChunks(file);
+      yield* bundleChunks(await openBundle(deps, req));
     },
     publish: (call, chunks) => publishCommit(deps, call, chunks),
     async close() {

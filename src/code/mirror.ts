@@ -2,7 +2,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { withRemoteAccess, type GitRemote } from "./credentials.js";
-import { GitError, runGit } from "./git.js";
+import { GitError, gitTimeouts, runGit } from "./git.js";
 import { createKeyedQueue } from "./keyed-queue.js";
 
 /** A commit and its tree. */
@@ -62,7 +62,7 @@ export function createMirrors(dir: string): Mirrors {
     if (!p) {
       const path = join(dir, `${repo.name}.git`);
       p = mkdir(dir, { recursive: true, mode: 0o700 })
-        .then(() => runGit(["init", "--bare", "--quiet", path], { timeoutMs: 30_000 }))
+        .then(() => runGit(["init", "--bare", "--quiet", path], { timeoutMs: gitTimeouts.local }))
         .then(() => path);
       p.catch(() => opened.delete(repo.name));
       opened.set(repo.name, p);
@@ -76,7 +76,7 @@ export function createMirrors(dir: string): Mirrors {
   };
 
   const hasCommit = async (cwd: string, commit: string): Promise<boolean> =>
-    (await runGit(["cat-file", "-e", `${commit}^{commit}`], { cwd, okExitCodes: [1, 128], timeoutMs: 30_000 })).exitCode === 0;
+    (await runGit(["cat-file", "-e", `${commit}^{commit}`], { cwd, okExitCodes: [1, 128], timeoutMs: gitTimeouts.local })).exitCode === 0;
 
   return {
     open,
@@ -88,9 +88,10 @@ export function createMirrors(dir: string): Mirrors {
           await fetch(repo, [`+${ref}:${ref}`]);
         } catch (err) {
           if (err instanceof GitError && /couldn't find remote ref/i.test(err.stderr)) return undefined;
+          if (err instanceof GitError) throw new ConnectError(`repository ${JSON.stringify(repo.name)} could not be reached: ${err.message}`, Code.Unavailable);
           throw err;
         }
-        const { stdout } = await runGit(["rev-parse", `${ref}^{commit}`, `${ref}^{tree}`], { cwd: await open(repo), timeoutMs: 30_000 });
+        const { stdout } = await runGit(["rev-parse", `${ref}^{commit}`, `${ref}^{tree}`], { cwd: await open(repo), timeoutMs: gitTimeouts.local });
         const [commit, tree] = stdout.trim().split("\n");
         return { commit: commit!, tree: tree! };
       }),

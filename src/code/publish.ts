@@ -11,7 +11,7 @@ import type { LeaseCall } from "../broker/leases.js";
 import type { Database } from "../store/schema.js";
 import { isAncestor } from "./bundles.js";
 import { withRemoteAccess } from "./credentials.js";
-import { GitError, runGit } from "./git.js";
+import { GitError, gitTimeouts, runGit } from "./git.js";
 import type { Mirrors } from "./mirror.js";
 import { findRepository } from "./repositories.js";
 
@@ -66,24 +66,24 @@ export async function publishCommit(deps: PublishDeps, call: LeaseCall, chunks: 
     await pipeline(Readable.from(chunks), createWriteStream(file, { mode: 0o600 }));
     if ((await stat(file)).size === 0) refuse("the request body is empty; send a git bundle holding the commit to publish", Code.InvalidArgument);
     const scratch = join(dir, "scratch.git");
-    await runGit(["init", "--bare", "--quiet", scratch], { timeoutMs: 30_000 });
+    await runGit(["init", "--bare", "--quiet", scratch], { timeoutMs: gitTimeouts.local });
     await writeFile(join(scratch, "objects", "info", "alternates"), `${join(mirror, "objects")}\n`);
 
-    const verified = await runGit(["bundle", "verify", "--quiet", file], { cwd: scratch, okExitCodes: [1, 128], timeoutMs: 120_000 });
+    const verified = await runGit(["bundle", "verify", "--quiet", file], { cwd: scratch, okExitCodes: [1, 128], timeoutMs: gitTimeouts.bulk });
     if (verified.exitCode !== 0) {
       const why = tidy(verified.stderr).split("\n").slice(-2).join(" / ");
       refuse(`the bundle does not verify${why ? ` (${why})` : ""}; send a bundle made with git bundle create, thin on top of the base commit ${base} or whole`, Code.InvalidArgument);
     }
-    const heads = parseHeads((await runGit(["bundle", "list-heads", file], { cwd: scratch, timeoutMs: 60_000 })).stdout);
+    const heads = parseHeads((await runGit(["bundle", "list-heads", file], { cwd: scratch, timeoutMs: gitTimeouts.local })).stdout);
     const commits = [...new Set(heads.map((h) => h.commit))];
     if (commits.length !== 1) refuse(`the bundle must carry exactly one commit; it carries ${commits.length}`, Code.InvalidArgument);
     // The ref goes into a refspec: only plain ref names (no ":" or leading "-" can sneak in).
-    if (!/^(?:HEAD|refs\/[A-Za-z0-9._\/+@-]+)$/.test(heads[0]!.ref)) refuse(`the bundle's ref ${JSON.stringify(heads[0]!.ref.slice(0, 100))} is not a plain ref name`, Code.InvalidArgument);
+    if (!/^(?:HEAD|refs\/[A-Za-z0-9._/+@-]+)$/.test(heads[0]!.ref)) refuse(`the bundle's ref ${JSON.stringify(heads[0]!.ref.slice(0, 100))} is not a plain ref name`, Code.InvalidArgument);
     const commit = commits[0]!;
     // verify checks the header and prerequisites; a damaged pack shows only when git reads it here.
-    const imported = await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+${heads[0]!.ref}:refs/forelead/publish`], { cwd: scratch, okExitCodes: [1, 128], timeoutMs: 300_000 });
+    const imported = await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+${heads[0]!.ref}:refs/forelead/publish`], { cwd: scratch, okExitCodes: [1, 128], timeoutMs: gitTimeouts.bulk });
     if (imported.exitCode !== 0) refuse(`the bundle's objects could not be read (${tidy(imported.stderr).split("\n").slice(-2).join(" / ")}); send an intact bundle`, Code.InvalidArgument);
-    const type = (await runGit(["cat-file", "-t", commit], { cwd: scratch, timeoutMs: 30_000 })).stdout.trim();
+    const type = (await runGit(["cat-file", "-t", commit], { cwd: scratch, timeoutMs: gitTimeouts.local })).stdout.trim();
     if (type !== "commit") refuse(`the bundle's ref points at a ${type}, not a commit`, Code.InvalidArgument);
     if (commit === base) refuse(`the bundle's commit is the base commit ${base} itself; publish a new commit on top of it`);
     if (!(await isAncestor(scratch, base, commit))) refuse(`commit ${commit} does not descend from the lease's base commit ${base}; rebase it onto the base commit`);
@@ -92,16 +92,19 @@ export async function publishCommit(deps: PublishDeps, call: LeaseCall, chunks: 
     await requireLiveLease(deps.db, call, call.jobId, call.leaseToken);
     const branch = publishBranch(job.id);
     await withRemoteAccess(repo, (access) =>
-      runGit(["push", "--force", "--quiet", "--", repo.url, `${commit}:refs/heads/${branch}`], { cwd: scratch, timeoutMs: 300_000, ...access }),
+      runGit(["push", "--force", "--quiet", "--", repo.url, `${commit}:refs/heads/${branch}`], { cwd: scratch, timeoutMs: gitTimeouts.bulk, ...access }),
     ).catch((err: unknown) => {
       if (err instanceof GitError) refuse(`pushing commit ${commit} to repository ${JSON.stringify(repo.name)} failed: ${err.message}`, Code.Unavailable);
       throw err;
     });
     await deps.mirrors.exclusive(repo, () =>
-      runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", scratch, `+refs/forelead/publish:refs/forelead/jobs/${job.id}/published`], { cwd: mirror, timeoutMs: 300_000 }),
+      runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", scratch, `+refs/forelead/publish:refs/forelead/jobs/${job.id}/published`], { cwd: mirror, timeoutMs: gitTimeouts.bulk }),
     );
     await recordPublished(deps.db, { ...call, jobId: job.id }, commit, branch);
     return { commit, branch };
+  } catch (err) {
+    if (err instanceof GitError && err.timedOut) throw new ConnectError(`publishing did not finish within ${gitTimeouts.bulk / 1000} s (${err.message}); try again later`, Code.Unavailable);
+    throw err;
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -5,7 +5,7 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { Client } from "@connectrpc/connect";
 import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { runGit } from "../code/git.js";
+import { gitTimeouts, runGit } from "../code/git.js";
 
 /** The runner refused to use code: the lease's identity is missing, or the import does not match it. */
 export class CheckoutRefused extends Error {
@@ -47,13 +47,13 @@ export async function checkoutBase(lease: LeasedCode, options: CheckoutOptions):
   if (!objectId.test(lease.baseTree)) throw new CheckoutRefused(`the lease of job ${lease.jobId} has no valid baseTree; refusing to request a base bundle`);
   await mkdir(options.dir, { recursive: true });
   if ((await readdir(options.dir)).length > 0) throw new CheckoutRefused(`${options.dir} is not empty; a base checkout needs an empty directory`);
-  await runGit(["init", "--quiet", options.dir], { timeoutMs: 30_000 });
+  await runGit(["init", "--quiet", options.dir], { timeoutMs: gitTimeouts.local });
   await importBundle(lease, "base", lease.baseCommit, options);
   const tree = await treeOf(options.dir, lease.baseCommit);
   if (tree !== lease.baseTree) {
     throw new CheckoutRefused(`base commit ${lease.baseCommit} has tree ${tree}, not the lease's baseTree ${lease.baseTree}; refusing to run job ${lease.jobId}`);
   }
-  await runGit(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", lease.baseCommit], { cwd: options.dir, timeoutMs: 300_000 });
+  await runGit(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", lease.baseCommit], { cwd: options.dir, timeoutMs: gitTimeouts.bulk });
   return { commit: lease.baseCommit, tree };
 }
 
@@ -72,7 +72,7 @@ export async function importBundle(lease: Pick<LeasedCode, "jobId" | "leaseToken
       })()),
       createWriteStream(file, { mode: 0o600 }),
     );
-    await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+refs/*:refs/forelead/${kind}/*`], { cwd: options.dir, timeoutMs: 300_000 });
+    await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+refs/*:refs/forelead/${kind}/*`], { cwd: options.dir, timeoutMs: gitTimeouts.bulk });
   } finally {
     await rm(file, { force: true });
   }
@@ -80,7 +80,7 @@ export async function importBundle(lease: Pick<LeasedCode, "jobId" | "leaseToken
 }
 
 async function treeOf(dir: string, commit: string): Promise<string> {
-  const { stdout, exitCode } = await runGit(["rev-parse", "--verify", "--quiet", `${commit}^{tree}`], { cwd: dir, okExitCodes: [1, 128], timeoutMs: 30_000 });
+  const { stdout, exitCode } = await runGit(["rev-parse", "--verify", "--quiet", `${commit}^{tree}`], { cwd: dir, okExitCodes: [1, 128], timeoutMs: gitTimeouts.local });
   if (exitCode !== 0) throw new CheckoutRefused(`the bundle does not hold commit ${commit}; refusing to run`);
   return stdout.trim();
 }
