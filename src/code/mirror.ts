@@ -56,6 +56,8 @@ export function createMirrors(dir: string): Mirrors {
   const opened = new Map<string, Promise<string>>();
   const queue = createKeyedQueue();
   const exclusive = <T>(repo: MirroredRepository, fn: () => Promise<T>): Promise<T> => queue.run(repo.name, fn);
+  /** Resolves queued behind a running fetch, by repository and branch. */
+  const waiting = new Map<string, Promise<PinnedCommit | undefined>>();
 
   const open = (repo: MirroredRepository): Promise<string> => {
     let p = opened.get(repo.name);
@@ -81,8 +83,16 @@ export function createMirrors(dir: string): Mirrors {
   return {
     open,
     exclusive,
-    resolveBranch: (repo, branch) =>
-      exclusive(repo, async () => {
+    resolveBranch(repo, branch) {
+      // Coalesced: callers that arrive while a resolve of the same branch is queued but not yet
+      // started share it (its fetch starts after all of them arrived, so each still sees the
+      // branch as of after its own request). At most one runs and one waits per branch, so a
+      // burst of claims or enqueues costs two fetches, not one each.
+      const key = `${repo.name}\0${branch}`;
+      const queued = waiting.get(key);
+      if (queued) return queued;
+      const resolved: Promise<PinnedCommit | undefined> = exclusive(repo, async () => {
+        if (waiting.get(key) === resolved) waiting.delete(key);
         const ref = `refs/heads/${checkBranchName(branch)}`;
         try {
           await fetch(repo, [`+${ref}:${ref}`]);
@@ -94,7 +104,11 @@ export function createMirrors(dir: string): Mirrors {
         const { stdout } = await runGit(["rev-parse", `${ref}^{commit}`, `${ref}^{tree}`], { cwd: await open(repo), timeoutMs: gitTimeouts.local });
         const [commit, tree] = stdout.trim().split("\n");
         return { commit: commit!, tree: tree! };
-      }),
+      });
+      waiting.set(key, resolved);
+      resolved.catch(() => waiting.get(key) === resolved && waiting.delete(key));
+      return resolved;
+    },
     async ensureCommit(repo, commit, branches) {
       if (!objectIdPattern.test(commit)) return false;
       const cwd = await open(repo);

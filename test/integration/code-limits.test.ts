@@ -79,7 +79,7 @@ describe(`bundle cap (${databaseKind})`, () => {
 });
 
 describe(`corrupt publish bundles (${databaseKind})`, () => {
-  it("a corrupt, truncated, foreign or empty bundle is refused with 400 and the repository is unchanged", async () => {
+  it("a corrupt, truncated, foreign or empty bundle, or one without its lease headers, is refused with 400 and the repository is unchanged", async () => {
     const ws = freshWorkspace();
     const { runner, jobId, token } = await leaseCodeJob(cp, admin, ws, "a2", { kind: "agent", repository: "app", targetBranch: "main" });
     await git(origin.work, ["checkout", "--quiet", "-B", "candidate", "main"]);
@@ -101,6 +101,12 @@ describe(`corrupt publish bundles (${databaseKind})`, () => {
       expect(reply.json.message, what).toContain(message);
       expect(await origin.refs(), what).toBe(before);
     }
+    const noVersion = await runner.rest.request("POST", "/v1/runner/agent/publish", good, { "content-type": "application/x-git-bundle", "forelead-job-id": jobId, "forelead-lease-token": token });
+    expect(noVersion.status).toBe(400);
+    expect(noVersion.json.message).toContain("apiVersion is required");
+    const noToken = await runner.rest.request("POST", "/v1/runner/agent/publish", good, { "content-type": "application/x-git-bundle", "forelead-api-version": "v1", "forelead-job-id": jobId });
+    expect(noToken.status).toBe(400);
+    expect(noToken.json.message).toContain("leaseToken is required");
     const wrongType = await runner.rest.request("POST", "/v1/runner/agent/publish", good, { "content-type": "application/json", "forelead-api-version": "v1", "forelead-job-id": jobId, "forelead-lease-token": token });
     expect(wrongType.status).toBe(400);
     expect(wrongType.json.message).toContain("send the request body as application/x-git-bundle");

@@ -97,6 +97,21 @@ describe(`pinning at claim (${databaseKind})`, () => {
     await Promise.all([first.runner.close(), retry.close()]);
   });
 
+  it("twenty jobs of one branch claimed at once all pin the branch's one commit (fetches are coalesced, never run side by side)", async () => {
+    const ws = freshWorkspace();
+    const head = await origin.commit("burst", { "b.txt": "burst\n" });
+    await Promise.all(Array.from({ length: 20 }, () => admin.enqueue({ workspaceId: ws, labels: [], kind: "agent", repository: "app", targetBranch: "burst" })));
+    const runners = await Promise.all(Array.from({ length: 20 }, (_, i) => runnerActor(cp, `b${i}`, ws)));
+    await Promise.all(runners.map((r) => r.register()));
+    const started = performance.now();
+    const claims = await Promise.all(runners.map((r) => r.claim()));
+    console.log(`20 concurrent claims of agent jobs with pinning: ${Math.round(performance.now() - started)} ms`);
+    expect(claims.map((c) => c.status)).toEqual(Array(20).fill(200));
+    expect(new Set(claims.map((c) => c.json.job.id)).size).toBe(20);
+    for (const c of claims) expect(c.json.job).toMatchObject({ baseCommit: head, baseTree: await origin.treeOf(head) });
+    await Promise.all(runners.map((r) => r.close()));
+  });
+
   it("a job whose branch was deleted before its claim is failed with reason code_unavailable, and the claim moves on", async () => {
     const ws = freshWorkspace();
     await origin.commit("doomed", { "d.txt": "x\n" });
