@@ -137,6 +137,7 @@ describe(`published commits are durable (${databaseKind})`, () => {
       const a2 = await adminActor(second);
       expect((await a2.job(lease.jobId)).json.job.publishedCommit).toBe(work.commit);
       const runner = await runnerActor(second, "r1", "w1");
+      expect((await runner.renew(lease.jobId, lease.token)).json.job.publishedCommit).toBe(work.commit); // the lease tells a runner what was published
       const client = createTestClient(RunnerService, second.url, second.pki.ca.certPem, await second.pki.runner("r1", "w1"), "grpc");
       const fresh = join(await mkdtemp(join(tmpdir(), "forelead-after-")), "work");
       await checkoutBase({ jobId: lease.jobId, leaseToken: lease.token, baseCommit: lease.lease.job.baseCommit!, baseTree: lease.lease.job.baseTree! }, { client, dir: fresh });

@@ -147,7 +147,8 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
   settledAt?: Timestamp | undefined;
 
   /**
-   * An agent job's durable published commit and the branch it was pushed to.
+   * An agent job's durable published commit and the branch it was pushed to;
+   * leases carry publishedCommit too, so a runner taking over knows it.
    *
    * @generated from field: string published_commit = 34;
    */
