@@ -4,6 +4,8 @@ import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
 import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
+import type { CodeHost } from "../code/code-host.js";
+import type { RepositoryView } from "../code/repositories.js";
 import { principalOf } from "./context.js";
 import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-admin.js";
 import { createInventoryAdminMethods } from "./inventory-admin.js";
@@ -14,6 +16,7 @@ import { apiVersion } from "./request-rules.js";
 export interface AdminServiceDeps extends IdentityAdminDeps {
   readonly broker: Broker;
   readonly inventory: Inventory;
+  readonly code: CodeHost;
 }
 
 /** The admin surface for internal services: decode, call the broker, encode. */
@@ -31,6 +34,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         maxAttempts: req.maxAttempts,
         priority: req.priority,
         idempotencyKey: req.idempotencyKey,
+        kind: req.kind,
       });
       const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
       return { apiVersion, job: jobMessage(job) };
@@ -46,6 +50,13 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
       const cancel = () => broker.cancel(req.jobId, principalOf(ctx).spiffeId.text);
       const job = await audited(ctx, "job.cancel", `job ${req.jobId.slice(0, 80)}`, cancel, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}${j.cancelRequested && j.state === "running" ? "; cancel requested from its runner" : ""}` }));
       return { apiVersion, job: jobMessage(job) };
+    },
+    async registerRepository(req, ctx) {
+      const repository = await deps.code.register({ name: req.name, url: req.url, credential: req.credential }, principalOf(ctx).spiffeId.text);
+      return { apiVersion, repository: repositoryMessage(repository) };
+    },
+    async listRepositories() {
+      return { apiVersion, repositories: (await deps.code.list()).map(repositoryMessage) };
     },
     async listRunners(req) {
       const runners = await broker.runners(req.workspaceId);
@@ -70,4 +81,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
     ...createIdentityAdminMethods(deps),
     ...createInventoryAdminMethods(deps.inventory),
   };
+}
+
+function repositoryMessage(r: RepositoryView) {
+  return { name: r.name, url: r.url, hasCredential: r.hasCredential, createdAt: timestampFromDate(r.createdAt), updatedAt: timestampFromDate(r.updatedAt) };
 }

@@ -77,7 +77,8 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   const bound = pathParams(route, url.pathname);
 
   if (method.methodKind === "client_streaming") {
-    const messages = ndjsonMessages(req, method.input, options.maxBodyBytes);
+    const rawType = entry.option.rawRequestContentType;
+    const messages = rawType ? rawChunkMessages(req, method.input, rawType) : ndjsonMessages(req, method.input, options.maxBodyBytes);
     const reply = await (handler(messages, ctx) as Promise<object>);
     return writeReply(res, method, create(method.output, reply as never));
   }
@@ -226,6 +227,30 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
     const message = parseLine(pending);
     if (message) yield message;
   }
+}
+
+/**
+ * A raw request body as request messages: one per body chunk, its bytes in
+ * "data", every other field read once from the "forelead-<kebab-json-name>"
+ * headers (an empty body still yields one message, so the handler sees the
+ * lease fields). The body is not bounded here: the handler knows its own cap
+ * and stops reading past it.
+ */
+async function* rawChunkMessages(req: Http2ServerRequest, schema: DescMessage, contentType: string): AsyncGenerator<Message> {
+  const given = String(req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  if (given !== contentType) throw new ConnectError(`send the request body as ${contentType}, not ${JSON.stringify(given || "(no content-type)")}`, Code.InvalidArgument);
+  const fields: Record<string, JsonValue> = {};
+  for (const field of schema.fields) {
+    const value = req.headers[`forelead-${field.jsonName.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`];
+    if (field.name !== "data" && typeof value === "string") fields[field.jsonName] = value;
+  }
+  const base = decode(schema, fields, "request headers");
+  let any = false;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    any = true;
+    yield { ...base, data: new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length) } as Message;
+  }
+  if (!any) yield base;
 }
 
 function writeReply(res: Http2ServerResponse, method: DescMethod, reply: Message): void {

@@ -56,6 +56,7 @@ export function renderRoutesDoc(services: readonly DescService[] = servedService
     "",
     "Request bodies are proto3 JSON objects (unknown fields are ignored); a GET takes its fields as query",
     "parameters; `{field}` in a path binds that request field. NDJSON bodies carry one request message per line.",
+    "A raw body is the bytes of the request's `data` field; its other fields come from `forelead-*` headers.",
     "Errors are `{\"code\", \"message\"}` with the Connect code; a body over the size bound is 413.",
     "",
   ].join("\n");
@@ -65,7 +66,10 @@ function requestOf(e: RouteEntry): string {
   const bound = [...e.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   const fromPath = bound.length > 0 ? `; ${bound.map(code).join(", ")} from the path` : "";
   const input = e.method.input;
-  if (e.method.methodKind === "client_streaming") return `NDJSON stream of ${code(input.name)}${fromPath}`;
+  if (e.method.methodKind === "client_streaming") {
+    if (e.option.rawRequestContentType) return `raw ${code(e.option.rawRequestContentType)}; ${input.fields.filter((f) => f.name !== "data").map((f) => code(`forelead-${f.jsonName.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`)).join(", ")} headers${fromPath}`;
+    return `NDJSON stream of ${code(input.name)}${fromPath}`;
+  }
   if (e.httpMethod === "GET") {
     const query = input.fields.map((f) => f.jsonName).filter((name) => !bound.includes(name));
     return `none${fromPath}${query.length > 0 ? `; query ${query.map(code).join(", ")}` : ""}`;

@@ -29,8 +29,11 @@ export function routeTable(services: readonly DescService[]): RouteEntry[] {
       if (!principals.has(option.principal)) {
         throw new Error(`${service.typeName}.${method.name}: route principal must be runner, admin or none, not ${JSON.stringify(option.principal)}`);
       }
-      if (option.ndjsonRequest !== (method.methodKind === "client_streaming")) {
-        throw new Error(`${service.typeName}.${method.name}: ndjson_request must be set exactly on client-streaming methods`);
+      if ((option.ndjsonRequest || option.rawRequestContentType !== "") !== (method.methodKind === "client_streaming")) {
+        throw new Error(`${service.typeName}.${method.name}: ndjson_request or raw_request_content_type must be set exactly on client-streaming methods`);
+      }
+      if (option.ndjsonRequest && option.rawRequestContentType !== "") {
+        throw new Error(`${service.typeName}.${method.name}: ndjson_request and raw_request_content_type exclude each other`);
       }
       if ((option.rawResponseContentType !== "") !== (method.methodKind === "server_streaming")) {
         throw new Error(`${service.typeName}.${method.name}: raw_response_content_type must be set exactly on server-streaming methods`);

@@ -8,9 +8,12 @@ import type { Broker } from "../broker/broker.js";
 import { renewRunnerCertificate, type EnrollmentDeps } from "../identity/enrollment.js";
 import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
+import type { CodeHost } from "../code/code-host.js";
 import { runnerOf } from "./context.js";
+import { payloadTooLarge } from "./errors.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
-import { apiVersion } from "./request-rules.js";
+import { publishChunks } from "./publish-body.js";
+import { apiVersion, checkApiVersion } from "./request-rules.js";
 
 /** What the runner service binds to. */
 export interface RunnerServiceDeps {
@@ -20,6 +23,7 @@ export interface RunnerServiceDeps {
   /** The issuer and what renewal checks. */
   readonly enrollment: EnrollmentDeps;
   readonly inventory: Inventory;
+  readonly code: CodeHost;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -72,10 +76,24 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       return { apiVersion, job: jobMessage(job) };
     },
 
-    codeHead: notYet("code/head"),
-    // eslint-disable-next-line require-yield
-    codeBundle: async function* () {
-      notYet("code/bundle")();
+    async codeHead(req, ctx) {
+      return { apiVersion, commit: await deps.code.head({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken }) };
+    },
+
+    async *codeBundle(req, ctx) {
+      try {
+        for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
+      } catch (err) {
+        // Over the bundle cap: 413 on REST (the bundle asked for is too large), not 429 (which means "slow down").
+        throw err instanceof ConnectError && err.code === Code.ResourceExhausted ? payloadTooLarge(err.rawMessage) : err;
+      }
+    },
+
+    async agentPublish(reqs, ctx) {
+      const { first, chunks } = await publishChunks(reqs, deps.code.maxBundleBytes);
+      checkApiVersion(first.apiVersion);
+      const published = await deps.code.publish({ ...runnerOf(ctx), jobId: first.jobId, leaseToken: first.leaseToken }, chunks);
+      return { apiVersion, commit: published.commit, branch: published.branch };
     },
     async renewCertificate(req, ctx) {
       const runner = runnerOf(ctx);

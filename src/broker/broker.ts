@@ -4,6 +4,7 @@ import { cancelJob, enqueueJob, getJob, hasQueuedJobs, listJobs, type EnqueueInp
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { claimJob, completeJob, expireLeases, releaseLease, renewLease, type CompletionInput, type LeaseCall, type LeaseView } from "./leases.js";
+import { pinClaimedJob, type CodeHooks } from "./pinning.js";
 import { listRunners, type RunnerView } from "./runners.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
 
@@ -33,6 +34,8 @@ export interface BrokerOptions {
   readonly leaseSeconds: number;
   /** How often expired leases are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
+  /** The code host: checks repositories at enqueue, pins base commits at claim. Without it, jobs with a repository are refused. */
+  readonly code?: CodeHooks;
 }
 
 /** Starts a broker: subscribes to wakeups and sweeps expired leases on a timer. */
@@ -47,7 +50,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   timer.unref();
 
   return {
-    enqueue: (input) => enqueueJob(db, input),
+    enqueue: (input) => enqueueJob(db, input, options.code),
     get: (jobId) => getJob(db, jobId),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by),
@@ -61,8 +64,10 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       for (;;) {
         const waiter = wakeups.arm(holder.workspaceId); // armed before the try: no enqueue slips between
         try {
-          const lease = await claimJob(db, holder, options.leaseSeconds);
+          const claimed = await claimJob(db, holder, options.leaseSeconds);
+          const lease = claimed && (await pinClaimedJob(db, holder, claimed, options.code));
           if (lease) return lease;
+          if (claimed) continue; // that job could not be pinned and was settled: look for another
           // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
           // jobs remain, so another runner gets its chance; when the job is already gone, stop.
           if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);

@@ -42,6 +42,8 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.failure_reason) out.failure = { reason: row.failure_reason, message: row.failure_message ?? "" };
   if (row.idempotency_key) out.idempotencyKey = row.idempotency_key;
   if (row.settled_at) out.settledAt = iso(row.settled_at);
+  if (row.published_commit) out.publishedCommit = row.published_commit;
+  if (row.published_branch) out.publishedBranch = row.published_branch;
   return out;
 }
 
@@ -49,7 +51,8 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
 export function leasedJobSnapshot(row: JobRow): JobSnapshot {
   const full = jobSnapshot(row);
   const out: JobSnapshot = { id: full.id, workspaceId: full.workspaceId, labels: full.labels, kind: full.kind, spec: full.spec };
-  for (const k of ["repository", "targetBranch", "baseCommit", "baseTree"] as const) if (full[k]) out[k] = full[k];
+  // publishedCommit (additive): a runner that takes over an agent job learns what it may ask a published bundle for.
+  for (const k of ["repository", "targetBranch", "baseCommit", "baseTree", "publishedCommit"] as const) if (full[k]) out[k] = full[k];
   return out;
 }
 

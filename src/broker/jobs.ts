@@ -4,6 +4,7 @@ import { sql, type Kysely } from "kysely";
 import type { Database, JobState } from "../store/schema.js";
 import { checkJobId, newJobId } from "./ids.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
+import type { CodeHooks } from "./pinning.js";
 import { jobsChannel } from "./wakeups.js";
 
 /** What to run. argv is an array, never a shell string. */
@@ -26,6 +27,16 @@ export interface EnqueueInput {
   readonly maxAttempts: number;
   readonly priority: number;
   readonly idempotencyKey: string;
+  /** "command", "checkout" or "agent"; empty: checkout with a repository, command without. */
+  readonly kind: string;
+}
+
+/** Job kinds: a command runs without code; checkout and agent jobs get a base commit pinned at claim. */
+export const jobKinds = ["command", "checkout", "agent"] as const;
+
+/** The kind an enqueue asks for, its default filled in. */
+export function jobKindOf(input: Pick<EnqueueInput, "kind" | "repository">): string {
+  return input.kind || (input.repository ? "checkout" : "command");
 }
 
 /** Limits on what a job may ask for; outside them the enqueue is refused by name. */
@@ -47,11 +58,13 @@ export function validateEnqueue(input: EnqueueInput): void {
   if (input.maxAttempts < 0 || input.maxAttempts > jobLimits.maxAttempts) bad(`maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ${jobLimits.defaultMaxAttempts}); got ${input.maxAttempts}`);
   if (Math.abs(input.priority) > jobLimits.maxPriority) bad(`priority must be between -${jobLimits.maxPriority} and ${jobLimits.maxPriority}; got ${input.priority}`);
   if (input.idempotencyKey.length > 200) bad("idempotencyKey is longer than 200 characters");
+  const kind = jobKindOf(input);
+  if (!(jobKinds as readonly string[]).includes(kind)) bad(`kind ${JSON.stringify(kind.slice(0, 40))} is not one of ${jobKinds.join(", ")}`);
   if (input.targetBranch && !input.repository) bad("targetBranch needs a repository");
-  if (input.repository) {
-    // Repositories are registered with the code routes (issue 5); until then none exist.
-    throw new ConnectError(`repository ${JSON.stringify(input.repository)} is not registered with this control plane; register it first or enqueue a job without a repository`, Code.InvalidArgument);
-  }
+  if (kind === "command" && input.repository) bad("a command job has no repository; use kind checkout or agent for a job with code");
+  const aKind = kind === "agent" ? "an agent" : `a ${kind}`;
+  if (kind !== "command" && !input.repository) bad(`${aKind} job needs a repository (a registered repository's name)`);
+  if (kind !== "command" && !input.targetBranch) bad(`${aKind} job needs a targetBranch: the branch its base commit is pinned from at claim`);
   const spec = input.spec;
   if (!spec) bad("spec is required: {image, argv, env, timeoutSeconds, cpu, memoryBytes}");
   if (spec.argv.length === 0) bad("spec.argv is required: the command as an array, e.g. [\"sh\", \"-c\", \"make test\"]");
@@ -71,8 +84,13 @@ export function validateEnqueue(input: EnqueueInput): void {
  * different request it is refused (409), since silently returning a job that
  * runs something else would be worse.
  */
-export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput): Promise<JobSnapshot> {
+export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, code?: CodeHooks): Promise<JobSnapshot> {
   validateEnqueue(input);
+  const kind = jobKindOf(input);
+  if (input.repository) {
+    if (!code) bad(`repository ${JSON.stringify(input.repository)} is not registered: this control plane serves no code routes`);
+    await code.checkTarget(input.repository, input.targetBranch);
+  }
   const spec = input.spec!;
   const storedSpec = {
     image: spec.image,
@@ -84,7 +102,7 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput): Pro
   };
   const labels = [...new Set(input.labels)].sort();
   const maxAttempts = input.maxAttempts || jobLimits.defaultMaxAttempts;
-  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, storedSpec, maxAttempts, input.priority, input.repository, input.targetBranch])).digest("hex");
+  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, storedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : [])])).digest("hex");
   return db.transaction().execute(async (tx) => {
     const inserted = await tx
       .insertInto("jobs")
@@ -92,7 +110,7 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput): Pro
         id: newJobId(),
         workspace_id: input.workspaceId,
         labels,
-        kind: input.repository ? "checkout" : "command",
+        kind,
         repository: input.repository || null,
         target_branch: input.targetBranch || null,
         spec: JSON.stringify(storedSpec),

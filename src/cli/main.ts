@@ -6,6 +6,7 @@ import { grantsCommand } from "./grants.js";
 import { runnerCommand } from "./runner.js";
 import { addEnrollCommand } from "./runner-enroll.js";
 import { runnersCommand } from "./runners.js";
+import { reposCommand } from "./repos.js";
 import { serveCommand } from "./serve.js";
 
 /** The `forelead` command. */
@@ -22,6 +23,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(auditCommand());
   program.addCommand(certsCommand());
   program.addCommand(runnersCommand());
+  program.addCommand(reposCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

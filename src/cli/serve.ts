@@ -23,6 +23,7 @@ interface ServeFlags {
   issuedCertLifetime?: string;
   leaseSeconds: number;
   maxCertLifetime: string;
+  codeDir?: string;
 }
 
 /** `forelead serve`: the control plane. */
@@ -43,6 +44,7 @@ export function serveCommand(): Command {
     .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
+    .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       parseSpiffeId(`spiffe://${flags.trustDomain}`);
@@ -64,6 +66,7 @@ export function serveCommand(): Command {
         ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
         leaseSeconds: flags.leaseSeconds,
         maxCertLifetimeMs,
+        ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
       });
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.

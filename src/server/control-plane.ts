@@ -12,6 +12,7 @@ import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
 import { jobWorkspace } from "../broker/job-workspace.js";
 import { createBroker, type Broker } from "../broker/broker.js";
+import { createCodeHost, type CodeHost } from "../code/code-host.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
 import { authorizeOnce, guardService } from "../api/guard.js";
@@ -55,6 +56,10 @@ export interface ControlPlaneOptions {
   readonly maxBodyBytes?: number;
   /** How often expired leases are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
+  /** Where repository mirrors and scratch files live; a private temporary directory when omitted. */
+  readonly codeDir?: string;
+  /** Cap of one git bundle, sent or received; 256 MiB by default. */
+  readonly maxBundleBytes?: number;
 }
 
 /** A running control plane. */
@@ -92,6 +97,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   let audit: AuditSink | undefined;
   let broker: Broker | undefined;
   let retirements: Retirements | undefined;
+  let code: CodeHost | undefined;
   try {
     clock = await createDbClock(store.db);
     audit = createDatabaseAuditSink(store.db);
@@ -100,12 +106,13 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const runnerRefusal = retirements.refusal;
     const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobWorkspace: (jobId: string) => jobWorkspace(store.db, jobId) };
     const enrollment = { db: store.db, issuer, trustDomain: options.trustDomain, runnerRefusal };
-    broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    code = await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) });
+    broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
     const inventory = createInventory(store.db);
     // One implementation per service of src/api/services.ts: the list the route docs are made from.
     const implementations = new Map<DescService, ServiceImpl<DescService>>([
-      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment }), guardOptions) as ServiceImpl<DescService>],
-      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements }), guardOptions) as ServiceImpl<DescService>],
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment, code }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements, code }), guardOptions) as ServiceImpl<DescService>],
       [EnrollService, guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService>],
     ]);
     const services = serviceList.map((service) => {
@@ -164,6 +171,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const dbClock = clock;
     const jobBroker = broker;
     const retired = retirements;
+    const codeHost = code;
     return {
       url: `https://${host}:${port}`,
       port,
@@ -180,6 +188,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
           clearTimeout(forced);
           await jobBroker.close();
           await retired.close();
+          await codeHost.close();
           dbClock.close();
           await auditSink.close();
           await store.close();
@@ -190,6 +199,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   } catch (err) {
     await broker?.close().catch(() => {});
     await retirements?.close().catch(() => {});
+    await code?.close().catch(() => {});
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

@@ -16,6 +16,7 @@ export interface Database {
   inventory_items: InventoryItemsTable;
   inventory_flags: InventoryFlagsTable;
   reap_orders: ReapOrdersTable;
+  repositories: RepositoriesTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -89,6 +90,10 @@ export interface JobsTable {
   created_at: Generated<Date>;
   updated_at: Generated<Date>;
   settled_at: Date | null;
+  /** An agent job's published commit, pushed to published_branch (migration 0006). */
+  published_commit: ColumnType<string | null, string | null | undefined, string | null>;
+  published_branch: ColumnType<string | null, string | null | undefined, string | null>;
+  published_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
 }
 
 /** Every lease ever issued; the token itself is never stored, only its SHA-256. */
@@ -106,6 +111,17 @@ export interface LeasesTable {
   completion_id: string | null;
   completion_sha256: string | null;
   completion_reply: ColumnType<JsonObject | null, string | null, string | null>;
+}
+
+/** A repository the code routes may fetch from and push to. */
+export interface RepositoriesTable {
+  name: string;
+  url: string;
+  /** Never returned, logged or put in argv: handed to git through a private askpass file. */
+  credential: string | null;
+  registered_by: string;
+  created_at: Generated<Date>;
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>;
 }
 
 /** A JSON object as stored in a jsonb column. */

@@ -9,6 +9,8 @@ export interface RestReply {
   readonly status: number;
   readonly headers: http2.IncomingHttpHeaders;
   readonly text: string;
+  /** The body's bytes, for binary replies (git bundles); set by createRestClient. */
+  readonly body?: Buffer;
   /** The body parsed as JSON, or undefined when it is empty or not JSON. */
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly json: any;
@@ -36,14 +38,15 @@ export function createRestClient(url: string, caPem: string, cert?: Pick<IssuedC
       stream.on("data", (c: Buffer) => chunks.push(c));
       stream.on("error", reject);
       stream.on("end", () => {
-        const text = Buffer.concat(chunks).toString("utf8");
+        const bytes = Buffer.concat(chunks);
+        const text = bytes.toString("utf8");
         let json: unknown;
         try {
           json = text ? JSON.parse(text) : undefined;
         } catch {
           json = undefined;
         }
-        resolve({ status: Number(responseHeaders[":status"]), headers: responseHeaders, text, json });
+        resolve({ status: Number(responseHeaders[":status"]), headers: responseHeaders, text, body: bytes, json });
       });
       stream.end(body);
     });

@@ -3,6 +3,7 @@ import * as m0001 from "./0001_runners_and_audit.js";
 import * as m0002 from "./0002_jobs_and_leases.js";
 import * as m0004 from "./0004_inventory.js";
 import * as m0005 from "./0005_identity.js";
+import * as m0006 from "./0006_code.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -13,4 +14,5 @@ export const migrations: Record<string, Migration> = {
   "0002_jobs_and_leases": m0002,
   "0004_inventory": m0004,
   "0005_identity": m0005,
+  "0006_code": m0006,
 };

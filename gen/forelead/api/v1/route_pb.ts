@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/api/v1/route.proto.
  */
 export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
-  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSK3AQoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCTpOCgVyb3V0ZRIeLmdvb2dsZS5wcm90b2J1Zi5NZXRob2RPcHRpb25zGLmOAyABKAsyFi5mb3JlbGVhZC5hcGkudjEuUm91dGVSBXJvdXRlYgZwcm90bzM", [file_google_protobuf_descriptor]);
+  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSLZAQoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCRIgChhyYXdfcmVxdWVzdF9jb250ZW50X3R5cGUYCSABKAk6TgoFcm91dGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi5jgMgASgLMhYuZm9yZWxlYWQuYXBpLnYxLlJvdXRlUgVyb3V0ZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
 
 /**
  * Route declares how one RPC is served on the REST surface, beside its
@@ -85,6 +85,16 @@ export type Route = Message<"forelead.api.v1.Route"> & {
    * @generated from field: string role = 8;
    */
   role: string;
+
+  /**
+   * The request is a client stream of chunks whose bytes field "data" is read
+   * raw from the REST body, sent with this content type. Every other request
+   * field is read from the header "forelead-" + the field's JSON name in
+   * kebab case, e.g. jobId from "forelead-job-id".
+   *
+   * @generated from field: string raw_request_content_type = 9;
+   */
+  rawRequestContentType: string;
 };
 
 /**

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/runner.proto.
  */
 export const file_forelead_runner_v1_runner: GenFile = /*@__PURE__*/
-  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsABCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDIicKEFJlZ2lzdGVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkiTAoMQ2xhaW1SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3YWl0X3NlY29uZHMYAyABKAUiOQoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZSJICgxSZW5ld1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIjkKDVJlbmV3UmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSgoOUmVsZWFzZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIhEKD1JlbGVhc2VSZXNwb25zZSLGAQoPQ29tcGxldGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIVCg1jb21wbGV0aW9uX2lkGAQgASgJEg8KB291dGNvbWUYBSABKAkSFgoJZXhpdF9jb2RlGAYgASgFSACIAQESKwoFZXJyb3IYByABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3JCDAoKX2V4aXRfY29kZSJNChBDb21wbGV0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiSwoPQ29kZUhlYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI3ChBDb2RlSGVhZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCSJrChFDb2RlQnVuZGxlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEa2luZBgEIAEoCRIOCgZjb21taXQYBSABKAkiIgoSQ29kZUJ1bmRsZVJlc3BvbnNlEgwKBGRhdGEYASABKAwibAoQSW52ZW50b3J5UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSMAoFaXRlbXMYAyADKAsyIS5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5SXRlbSK2AQoNSW52ZW50b3J5SXRlbRIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSDgoGam9iX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEg0KBWltYWdlGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA2NwdRgHIAEoARIOCgZtZW1vcnkYCCABKAMSDgoGb3JwaGFuGAkgASgIIlUKEUludmVudG9yeVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEisKBHJlYXAYAiADKAsyHS5mb3JlbGVhZC5ydW5uZXIudjEuUmVhcE9yZGVyIicKCVJlYXBPcmRlchIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkilAEKDUV2ZW50c1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRITCgtsZWFzZV90b2tlbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoAxIkCgRkYXRhGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIhAKDkV2ZW50c1Jlc3BvbnNlIpIBCgtMb2dzUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSDgoGam9iX2lkGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJEhAKCHNlcXVlbmNlGAUgASgDEiQKBGRhdGEYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiDgoMTG9nc1Jlc3BvbnNlIjsKF1JlbmV3Q2VydGlmaWNhdGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEgsKA2NzchgCIAEoCSKMAQoYUmVuZXdDZXJ0aWZpY2F0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhkKEWNlcnRpZmljYXRlX2NoYWluGAIgASgJEhEKCXNwaWZmZV9pZBgDIAEoCRItCglub3RfYWZ0ZXIYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wMrQMCg1SdW5uZXJTZXJ2aWNlEnEKBUNsb2NrEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsb2NrUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1Jlc3BvbnNlIiPK8xgfCgNHRVQSEC92MS9ydW5uZXIvY2xvY2s6BnJ1bm5lchJ+CghSZWdpc3RlchIjLmZvcmVsZWFkLnJ1bm5lci52MS5SZWdpc3RlclJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXNwb25zZSInyvMYIwoEUE9TVBITL3YxL3J1bm5lci9yZWdpc3RlcjoGcnVubmVyEnsKBUNsYWltEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlc3BvbnNlIi3K8xgpCgRQT1NUEhAvdjEvcnVubmVyL2NsYWltGgVsZWFzZSABOgZydW5uZXISeQoFUmVuZXcSIC5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdSZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVzcG9uc2UiK8rzGCcKBFBPU1QSEC92MS9ydW5uZXIvcmVuZXcaBWxlYXNlOgZydW5uZXISfAoHUmVsZWFzZRIiLmZvcmVsZWFkLnJ1bm5lci52MS5SZWxlYXNlUmVxdWVzdBojLmZvcmVsZWFkLnJ1bm5lci52MS5SZWxlYXNlUmVzcG9uc2UiKMrzGCQKBFBPU1QSEi92MS9ydW5uZXIvcmVsZWFzZSABOgZydW5uZXISfgoIQ29tcGxldGUSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvY29tcGxldGU6BnJ1bm5lchJ/CghDb2RlSGVhZBIjLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlSGVhZFJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXNwb25zZSIoyvMYJAoEUE9TVBIUL3YxL3J1bm5lci9jb2RlL2hlYWQ6BnJ1bm5lchKjAQoKQ29kZUJ1bmRsZRIlLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlQnVuZGxlUmVxdWVzdBomLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlQnVuZGxlUmVzcG9uc2UiRMrzGEAKBFBPU1QSFi92MS9ydW5uZXIvY29kZS9idW5kbGUyGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZToGcnVubmVyMAESggEKCUludmVudG9yeRIkLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXF1ZXN0GiUuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeVJlc3BvbnNlIijK8xgkCgRQT1NUEhQvdjEvcnVubmVyL2ludmVudG9yeToGcnVubmVyEnwKBkV2ZW50cxIhLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXF1ZXN0GiIuZm9yZWxlYWQucnVubmVyLnYxLkV2ZW50c1Jlc3BvbnNlIinK8xglCgRQT1NUEhEvdjEvcnVubmVyL2V2ZW50cyABKAE6BnJ1bm5lcigBEnQKBExvZ3MSHy5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1JlcXVlc3QaIC5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1Jlc3BvbnNlIifK8xgjCgRQT1NUEg8vdjEvcnVubmVyL2xvZ3MgASgBOgZydW5uZXIoARKZAQoQUmVuZXdDZXJ0aWZpY2F0ZRIrLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVxdWVzdBosLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVzcG9uc2UiKsrzGCYKBFBPU1QSFi92MS9ydW5uZXIvY2VydGlmaWNhdGU6BnJ1bm5lcmIGcHJvdG8z", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsABCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDIicKEFJlZ2lzdGVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkiTAoMQ2xhaW1SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3YWl0X3NlY29uZHMYAyABKAUiOQoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZSJICgxSZW5ld1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIjkKDVJlbmV3UmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSgoOUmVsZWFzZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIhEKD1JlbGVhc2VSZXNwb25zZSLGAQoPQ29tcGxldGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIVCg1jb21wbGV0aW9uX2lkGAQgASgJEg8KB291dGNvbWUYBSABKAkSFgoJZXhpdF9jb2RlGAYgASgFSACIAQESKwoFZXJyb3IYByABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3JCDAoKX2V4aXRfY29kZSJNChBDb21wbGV0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiSwoPQ29kZUhlYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI3ChBDb2RlSGVhZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCSJrChFDb2RlQnVuZGxlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEa2luZBgEIAEoCRIOCgZjb21taXQYBSABKAkiIgoSQ29kZUJ1bmRsZVJlc3BvbnNlEgwKBGRhdGEYASABKAwiXQoTQWdlbnRQdWJsaXNoUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEZGF0YRgEIAEoDCJLChRBZ2VudFB1Ymxpc2hSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZjb21taXQYAiABKAkSDgoGYnJhbmNoGAMgASgJImwKEEludmVudG9yeVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEjAKBWl0ZW1zGAMgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0itgEKDUludmVudG9yeUl0ZW0SDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBmpvYl9pZBgDIAEoCRINCgVzdGF0ZRgEIAEoCRINCgVpbWFnZRgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNjcHUYByABKAESDgoGbWVtb3J5GAggASgDEg4KBm9ycGhhbhgJIAEoCCJVChFJbnZlbnRvcnlSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIrCgRyZWFwGAIgAygLMh0uZm9yZWxlYWQucnVubmVyLnYxLlJlYXBPcmRlciInCglSZWFwT3JkZXISDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIpQBCg1FdmVudHNSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIOCgZqb2JfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkSEAoIc2VxdWVuY2UYBSABKAMSJAoEZGF0YRgGIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSIQCg5FdmVudHNSZXNwb25zZSKSAQoLTG9nc1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRITCgtsZWFzZV90b2tlbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoAxIkCgRkYXRhGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIg4KDExvZ3NSZXNwb25zZSI7ChdSZW5ld0NlcnRpZmljYXRlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRILCgNjc3IYAiABKAkijAEKGFJlbmV3Q2VydGlmaWNhdGVSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIZChFjZXJ0aWZpY2F0ZV9jaGFpbhgCIAEoCRIRCglzcGlmZmVfaWQYAyABKAkSLQoJbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcDLiDQoNUnVubmVyU2VydmljZRJxCgVDbG9jaxIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1JlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xvY2tSZXNwb25zZSIjyvMYHwoDR0VUEhAvdjEvcnVubmVyL2Nsb2NrOgZydW5uZXISfgoIUmVnaXN0ZXISIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLlJlZ2lzdGVyUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvcmVnaXN0ZXI6BnJ1bm5lchJ7CgVDbGFpbRIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXNwb25zZSItyvMYKQoEUE9TVBIQL3YxL3J1bm5lci9jbGFpbRoFbGVhc2UgAToGcnVubmVyEnkKBVJlbmV3EiAuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld1Jlc3BvbnNlIivK8xgnCgRQT1NUEhAvdjEvcnVubmVyL3JlbmV3GgVsZWFzZToGcnVubmVyEnwKB1JlbGVhc2USIi5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlcXVlc3QaIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlc3BvbnNlIijK8xgkCgRQT1NUEhIvdjEvcnVubmVyL3JlbGVhc2UgAToGcnVubmVyEn4KCENvbXBsZXRlEiMuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5Db21wbGV0ZVJlc3BvbnNlIifK8xgjCgRQT1NUEhMvdjEvcnVubmVyL2NvbXBsZXRlOgZydW5uZXISfwoIQ29kZUhlYWQSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVIZWFkUmVzcG9uc2UiKMrzGCQKBFBPU1QSFC92MS9ydW5uZXIvY29kZS9oZWFkOgZydW5uZXISowEKCkNvZGVCdW5kbGUSJS5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlcXVlc3QaJi5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlc3BvbnNlIkTK8xhACgRQT1NUEhYvdjEvcnVubmVyL2NvZGUvYnVuZGxlMhhhcHBsaWNhdGlvbi94LWdpdC1idW5kbGU6BnJ1bm5lcjABEqsBCgxBZ2VudFB1Ymxpc2gSJy5mb3JlbGVhZC5ydW5uZXIudjEuQWdlbnRQdWJsaXNoUmVxdWVzdBooLmZvcmVsZWFkLnJ1bm5lci52MS5BZ2VudFB1Ymxpc2hSZXNwb25zZSJGyvMYQgoEUE9TVBIYL3YxL3J1bm5lci9hZ2VudC9wdWJsaXNoOgZydW5uZXJKGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZSgBEoIBCglJbnZlbnRvcnkSJC5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5UmVxdWVzdBolLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXNwb25zZSIoyvMYJAoEUE9TVBIUL3YxL3J1bm5lci9pbnZlbnRvcnk6BnJ1bm5lchJ8CgZFdmVudHMSIS5mb3JlbGVhZC5ydW5uZXIudjEuRXZlbnRzUmVxdWVzdBoiLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXNwb25zZSIpyvMYJQoEUE9TVBIRL3YxL3J1bm5lci9ldmVudHMgASgBOgZydW5uZXIoARJ0CgRMb2dzEh8uZm9yZWxlYWQucnVubmVyLnYxLkxvZ3NSZXF1ZXN0GiAuZm9yZWxlYWQucnVubmVyLnYxLkxvZ3NSZXNwb25zZSInyvMYIwoEUE9TVBIPL3YxL3J1bm5lci9sb2dzIAEoAToGcnVubmVyKAESmQEKEFJlbmV3Q2VydGlmaWNhdGUSKy5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdDZXJ0aWZpY2F0ZVJlcXVlc3QaLC5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdDZXJ0aWZpY2F0ZVJlc3BvbnNlIirK8xgmCgRQT1NUEhYvdjEvcnVubmVyL2NlcnRpZmljYXRlOgZydW5uZXJiBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * ClockRequest has no fields: GET /v1/runner/clock has no body.
@@ -472,6 +472,73 @@ export const CodeBundleResponseSchema: GenMessage<CodeBundleResponse> = /*@__PUR
   messageDesc(file_forelead_runner_v1_runner, 15);
 
 /**
+ * AgentPublishRequest is one chunk of a git bundle holding one new commit that
+ * descends from the lease's base commit. The lease fields are required on the
+ * first chunk; later chunks may repeat them. On REST the body is the bundle and
+ * the fields are the headers forelead-api-version, forelead-job-id and
+ * forelead-lease-token.
+ *
+ * @generated from message forelead.runner.v1.AgentPublishRequest
+ */
+export type AgentPublishRequest = Message<"forelead.runner.v1.AgentPublishRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string lease_token = 3;
+   */
+  leaseToken: string;
+
+  /**
+   * @generated from field: bytes data = 4;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message forelead.runner.v1.AgentPublishRequest.
+ * Use `create(AgentPublishRequestSchema)` to create a new message.
+ */
+export const AgentPublishRequestSchema: GenMessage<AgentPublishRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 16);
+
+/**
+ * AgentPublishResponse is the published commit and the branch it was pushed to.
+ *
+ * @generated from message forelead.runner.v1.AgentPublishResponse
+ */
+export type AgentPublishResponse = Message<"forelead.runner.v1.AgentPublishResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string commit = 2;
+   */
+  commit: string;
+
+  /**
+   * @generated from field: string branch = 3;
+   */
+  branch: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.AgentPublishResponse.
+ * Use `create(AgentPublishResponseSchema)` to create a new message.
+ */
+export const AgentPublishResponseSchema: GenMessage<AgentPublishResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 17);
+
+/**
  * InventoryRequest lists what the runner created.
  *
  * @generated from message forelead.runner.v1.InventoryRequest
@@ -498,7 +565,7 @@ export type InventoryRequest = Message<"forelead.runner.v1.InventoryRequest"> & 
  * Use `create(InventoryRequestSchema)` to create a new message.
  */
 export const InventoryRequestSchema: GenMessage<InventoryRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 16);
+  messageDesc(file_forelead_runner_v1_runner, 18);
 
 /**
  * InventoryItem is one container or network the runner created.
@@ -561,7 +628,7 @@ export type InventoryItem = Message<"forelead.runner.v1.InventoryItem"> & {
  * Use `create(InventoryItemSchema)` to create a new message.
  */
 export const InventoryItemSchema: GenMessage<InventoryItem> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 17);
+  messageDesc(file_forelead_runner_v1_runner, 19);
 
 /**
  * InventoryResponse carries the reap orders for the runner.
@@ -585,7 +652,7 @@ export type InventoryResponse = Message<"forelead.runner.v1.InventoryResponse"> 
  * Use `create(InventoryResponseSchema)` to create a new message.
  */
 export const InventoryResponseSchema: GenMessage<InventoryResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 18);
+  messageDesc(file_forelead_runner_v1_runner, 20);
 
 /**
  * ReapOrder asks the runner to remove an orphan it reported.
@@ -609,7 +676,7 @@ export type ReapOrder = Message<"forelead.runner.v1.ReapOrder"> & {
  * Use `create(ReapOrderSchema)` to create a new message.
  */
 export const ReapOrderSchema: GenMessage<ReapOrder> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 19);
+  messageDesc(file_forelead_runner_v1_runner, 21);
 
 /**
  * EventsRequest is one event message; one NDJSON line on REST.
@@ -657,7 +724,7 @@ export type EventsRequest = Message<"forelead.runner.v1.EventsRequest"> & {
  * Use `create(EventsRequestSchema)` to create a new message.
  */
 export const EventsRequestSchema: GenMessage<EventsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 20);
+  messageDesc(file_forelead_runner_v1_runner, 22);
 
 /**
  * EventsResponse is empty: 204 on REST.
@@ -672,7 +739,7 @@ export type EventsResponse = Message<"forelead.runner.v1.EventsResponse"> & {
  * Use `create(EventsResponseSchema)` to create a new message.
  */
 export const EventsResponseSchema: GenMessage<EventsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 21);
+  messageDesc(file_forelead_runner_v1_runner, 23);
 
 /**
  * LogsRequest is one log message; one NDJSON line on REST.
@@ -720,7 +787,7 @@ export type LogsRequest = Message<"forelead.runner.v1.LogsRequest"> & {
  * Use `create(LogsRequestSchema)` to create a new message.
  */
 export const LogsRequestSchema: GenMessage<LogsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 22);
+  messageDesc(file_forelead_runner_v1_runner, 24);
 
 /**
  * LogsResponse is empty: 204 on REST.
@@ -735,7 +802,7 @@ export type LogsResponse = Message<"forelead.runner.v1.LogsResponse"> & {
  * Use `create(LogsResponseSchema)` to create a new message.
  */
 export const LogsResponseSchema: GenMessage<LogsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 23);
+  messageDesc(file_forelead_runner_v1_runner, 25);
 
 /**
  * RenewCertificateRequest carries a PKCS#10 CSR for a new key made on the runner.
@@ -763,7 +830,7 @@ export type RenewCertificateRequest = Message<"forelead.runner.v1.RenewCertifica
  * Use `create(RenewCertificateRequestSchema)` to create a new message.
  */
 export const RenewCertificateRequestSchema: GenMessage<RenewCertificateRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 24);
+  messageDesc(file_forelead_runner_v1_runner, 26);
 
 /**
  * RenewCertificateResponse is the new certificate.
@@ -799,7 +866,7 @@ export type RenewCertificateResponse = Message<"forelead.runner.v1.RenewCertific
  * Use `create(RenewCertificateResponseSchema)` to create a new message.
  */
 export const RenewCertificateResponseSchema: GenMessage<RenewCertificateResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 25);
+  messageDesc(file_forelead_runner_v1_runner, 27);
 
 /**
  * RunnerService is Runner protocol v1: every call is made by a runner with a
@@ -888,6 +955,17 @@ export const RunnerService: GenService<{
     methodKind: "server_streaming";
     input: typeof CodeBundleRequestSchema;
     output: typeof CodeBundleResponseSchema;
+  },
+  /**
+   * Publishes an agent job's commit (additive to v1): the REST body is a git
+   * bundle; the control plane verifies it and pushes it to the job's branch.
+   *
+   * @generated from rpc forelead.runner.v1.RunnerService.AgentPublish
+   */
+  agentPublish: {
+    methodKind: "client_streaming";
+    input: typeof AgentPublishRequestSchema;
+    output: typeof AgentPublishResponseSchema;
   },
   /**
    * The runner's containers and networks; the reply carries reap orders.
