@@ -76,19 +76,23 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   options.preauthorize?.(ctx);
   const bound = pathParams(route, url.pathname);
 
+  const fromHeaders = headerFields(req, entry);
+
   if (method.methodKind === "client_streaming") {
-    const messages = ndjsonMessages(req, method.input, options.maxBodyBytes);
+    const messages = entry.option.rawRequestBody
+      ? rawBodyMessages(req, method.input, entry.option.rawRequestBody, { ...fromHeaders, ...bound })
+      : ndjsonMessages(req, method.input, options.maxBodyBytes);
     const reply = await (handler(messages, ctx) as Promise<object>);
     return writeReply(res, method, create(method.output, reply as never));
   }
 
   const json = req.method === "GET" ? queryJson(url, method.input) : await readJsonBody(req, options.maxBodyBytes);
-  const input = decode(method.input, { ...json, ...bound }, "request body");
+  const input = decode(method.input, { ...json, ...fromHeaders, ...bound }, "request body");
 
   if (method.methodKind === "server_streaming") {
-    const chunks = (handler(input, ctx) as AsyncIterable<{ data?: Uint8Array }>)[Symbol.asyncIterator]();
+    const chunks = (handler(input, ctx) as AsyncIterable<Message & { data?: Uint8Array }>)[Symbol.asyncIterator]();
     const first = await chunks.next(); // errors before the first byte still get a JSON error reply
-    res.writeHead(200, { "content-type": entry.option.rawResponseContentType });
+    res.writeHead(200, { ...responseHeaderFields(entry, first.done ? undefined : first.value), "content-type": entry.option.rawResponseContentType });
     try {
       for (let r = first; !r.done; r = await chunks.next()) {
         if (r.value.data && r.value.data.length > 0 && !res.write(r.value.data)) await drained(res);
@@ -102,6 +106,51 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
 
   const reply = await (handler(input, ctx) as Promise<object>);
   writeReply(res, method, create(method.output, reply as never));
+}
+
+/** The request fields the route reads from headers (`header_fields`), as JSON. */
+function headerFields(req: Http2ServerRequest, entry: RouteEntry): Record<string, JsonValue> {
+  const out: Record<string, JsonValue> = {};
+  for (const { header, field } of entry.option.headerFields) {
+    const value = req.headers[header];
+    if (value === undefined) continue;
+    out[field] = Array.isArray(value) ? value.join(", ") : value;
+    decode(entry.method.input, { [field]: out[field]! }, `header ${header}`); // a bad value is a 400 naming the header
+  }
+  return out;
+}
+
+/** The reply headers a raw response takes from its first message (`response_header_fields`). */
+function responseHeaderFields(entry: RouteEntry, first: Message | undefined): Record<string, string> {
+  if (!first || entry.option.responseHeaderFields.length === 0) return {};
+  const json = toJson(entry.method.output, first, { alwaysEmitImplicit: true }) as Record<string, JsonValue>;
+  const out: Record<string, string> = {};
+  for (const { header, field } of entry.option.responseHeaderFields) {
+    const value = json[field];
+    if (value !== undefined && value !== null && value !== "") out[header] = String(value);
+  }
+  return out;
+}
+
+/**
+ * A raw request body as request messages (`raw_request_body`): the first
+ * carries the fields from the path and headers (decoded like a JSON body,
+ * so a bad header is a 400 naming its field) and the first chunk; each later
+ * message carries only the next chunk. Chunks are handed over as they
+ * arrive, never gathered, and always at least one message is yielded, so an
+ * empty body still reaches the handler. The handler bounds the body.
+ */
+async function* rawBodyMessages(req: Http2ServerRequest, schema: DescMessage, bytesField: string, fields: Record<string, JsonValue>): AsyncGenerator<Message> {
+  const field = schema.fields.find((f) => f.name === bytesField)!;
+  const head = decode(schema, fields, "request") as Message & Record<string, unknown>;
+  const chunks = (req as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  const first = await chunks.next();
+  head[field.localName] = first.done ? new Uint8Array(0) : first.value;
+  yield head;
+  if (first.done) return;
+  for (let r = await chunks.next(); !r.done; r = await chunks.next()) {
+    yield create(schema, { [field.localName]: r.value } as never);
+  }
 }
 
 function createRestContext(req: Http2ServerRequest, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {

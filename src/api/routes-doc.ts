@@ -53,7 +53,9 @@ export function renderRoutesDoc(services: readonly DescService[] = servedService
     "* **anyone**: no client certificate is needed.",
     "",
     "Request bodies are proto3 JSON objects (unknown fields are ignored); a GET takes its fields as query",
-    "parameters; `{field}` in a path binds that request field. NDJSON bodies carry one request message per line.",
+    "parameters; `{field}` in a path binds that request field; a header listed with a route sets the request field",
+    "in parentheses. NDJSON bodies carry one request message per line. A raw request body fills the bytes field",
+    "named (streamed to the handler, which bounds it); a raw response sets the headers listed from its first message.",
     "Errors are `{\"code\", \"message\"}` with the Connect code; a body over the size bound is 413.",
     "",
   ].join("\n");
@@ -63,17 +65,22 @@ function requestOf(e: RouteEntry): string {
   const bound = [...e.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   const fromPath = bound.length > 0 ? `; ${bound.map(code).join(", ")} from the path` : "";
   const input = e.method.input;
+  const headers = e.option.headerFields.length > 0 ? `; headers ${e.option.headerFields.map((h) => `${code(h.header)} (${code(h.field)})`).join(", ")}` : "";
+  if (e.option.rawRequestBody) return `raw bytes (${code(e.option.rawRequestBody)} of ${code(input.name)})${fromPath}${headers}`;
   if (e.method.methodKind === "client_streaming") return `NDJSON stream of ${code(input.name)}${fromPath}`;
   if (e.httpMethod === "GET") {
     const query = input.fields.map((f) => f.jsonName).filter((name) => !bound.includes(name));
-    return `none${fromPath}${query.length > 0 ? `; query ${query.map(code).join(", ")}` : ""}`;
+    return `none${fromPath}${query.length > 0 ? `; query ${query.map(code).join(", ")}` : ""}${headers}`;
   }
-  return `JSON ${code(input.name)}${fromPath}`;
+  return `JSON ${code(input.name)}${fromPath}${headers}`;
 }
 
 function responseOf(e: RouteEntry): string {
   const { method, option } = e;
-  if (method.methodKind === "server_streaming") return `raw ${code(option.rawResponseContentType)}`;
+  if (method.methodKind === "server_streaming") {
+    const headers = option.responseHeaderFields.map((h) => `${code(h.header)} (${code(h.field)})`);
+    return `raw ${code(option.rawResponseContentType)}${headers.length > 0 ? `; headers ${headers.join(", ")}` : ""}`;
+  }
   if (option.responseBody) {
     const field = method.output.fields.find((f) => f.name === option.responseBody);
     const type = field?.fieldKind === "message" ? ` (${code(field.message.name)})` : "";

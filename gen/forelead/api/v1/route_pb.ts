@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/api/v1/route.proto.
  */
 export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
-  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSKpAQoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAk6TgoFcm91dGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi5jgMgASgLMhYuZm9yZWxlYWQuYXBpLnYxLlJvdXRlUgVyb3V0ZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSK2AgoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSGAoQcmF3X3JlcXVlc3RfYm9keRgIIAEoCRIzCg1oZWFkZXJfZmllbGRzGAkgAygLMhwuZm9yZWxlYWQuYXBpLnYxLkhlYWRlckZpZWxkEjwKFnJlc3BvbnNlX2hlYWRlcl9maWVsZHMYCiADKAsyHC5mb3JlbGVhZC5hcGkudjEuSGVhZGVyRmllbGQiLAoLSGVhZGVyRmllbGQSDgoGaGVhZGVyGAEgASgJEg0KBWZpZWxkGAIgASgJOk4KBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuY4DIAEoCzIWLmZvcmVsZWFkLmFwaS52MS5Sb3V0ZVIFcm91dGViBnByb3RvMw", [file_google_protobuf_descriptor]);
 
 /**
  * Route declares how one RPC is served on the REST surface, beside its
@@ -23,7 +23,7 @@ export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
  */
 export type Route = Message<"forelead.api.v1.Route"> & {
   /**
-   * HTTP method: "GET" or "POST" (or "PUT" for raw uploads).
+   * HTTP method: "GET", "POST", or "PUT" (raw uploads).
    *
    * @generated from field: string method = 1;
    */
@@ -76,6 +76,35 @@ export type Route = Message<"forelead.api.v1.Route"> & {
    * @generated from field: string principal = 7;
    */
   principal: string;
+
+  /**
+   * The request is a client stream sent on REST as the raw request body (any
+   * content type), e.g. an upload: this bytes field (proto name, like
+   * response_body) of each request message carries the body's bytes in
+   * chunks as they arrive; the other fields come from the path and
+   * header_fields and are set in the first message only. The body is
+   * streamed, never buffered, and the 1 MiB bound of JSON bodies does not
+   * apply: the handler bounds it. Set instead of ndjson_request.
+   *
+   * @generated from field: string raw_request_body = 8;
+   */
+  rawRequestBody: string;
+
+  /**
+   * Request fields read from request headers on REST, e.g. the lease of a
+   * raw upload: {header: "forelead-lease-token", field: "leaseToken"}.
+   *
+   * @generated from field: repeated forelead.api.v1.HeaderField header_fields = 9;
+   */
+  headerFields: HeaderField[];
+
+  /**
+   * For a raw response: headers of the REST reply set from fields of the
+   * first response message, e.g. {header: "content-length", field: "size"}.
+   *
+   * @generated from field: repeated forelead.api.v1.HeaderField response_header_fields = 10;
+   */
+  responseHeaderFields: HeaderField[];
 };
 
 /**
@@ -84,6 +113,34 @@ export type Route = Message<"forelead.api.v1.Route"> & {
  */
 export const RouteSchema: GenMessage<Route> = /*@__PURE__*/
   messageDesc(file_forelead_api_v1_route, 0);
+
+/**
+ * HeaderField binds a message field to an HTTP header on the REST surface.
+ *
+ * @generated from message forelead.api.v1.HeaderField
+ */
+export type HeaderField = Message<"forelead.api.v1.HeaderField"> & {
+  /**
+   * Lower-case header name, e.g. "forelead-lease-token".
+   *
+   * @generated from field: string header = 1;
+   */
+  header: string;
+
+  /**
+   * JSON name of a scalar field of the message, e.g. "leaseToken".
+   *
+   * @generated from field: string field = 2;
+   */
+  field: string;
+};
+
+/**
+ * Describes the message forelead.api.v1.HeaderField.
+ * Use `create(HeaderFieldSchema)` to create a new message.
+ */
+export const HeaderFieldSchema: GenMessage<HeaderField> = /*@__PURE__*/
+  messageDesc(file_forelead_api_v1_route, 1);
 
 /**
  * The REST route of a method. Every method of a Forelead service has one.
