@@ -2,6 +2,8 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
+import type { Artifacts } from "../artifacts/artifacts.js";
+import { adminArtifactHandlers } from "./artifact-handlers.js";
 import { principalOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
@@ -9,6 +11,7 @@ import { apiVersion } from "./request-rules.js";
 /** What the admin service binds to. */
 export interface AdminServiceDeps {
   readonly broker: Broker;
+  readonly artifacts: Artifacts;
 }
 
 /** The admin surface for internal services: decode, call the broker, encode. */
@@ -59,5 +62,6 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         })),
       };
     },
+    ...adminArtifactHandlers(deps.artifacts),
   };
 }

@@ -5,6 +5,8 @@ import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
+import type { Artifacts } from "../artifacts/artifacts.js";
+import { runnerArtifactHandlers } from "./artifact-handlers.js";
 import { runnerOf } from "./context.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
@@ -14,6 +16,7 @@ export interface RunnerServiceDeps {
   readonly store: Store;
   readonly clock: DbClock;
   readonly broker: Broker;
+  readonly artifacts: Artifacts;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -54,6 +57,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     },
 
     async complete(req, ctx) {
+      const artifacts = await deps.artifacts.checkManifest(runnerOf(ctx), req.jobId, req.artifacts);
       const job = await deps.broker.complete({
         ...runnerOf(ctx),
         jobId: req.jobId,
@@ -62,6 +66,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         outcome: req.outcome,
         exitCode: req.exitCode,
         error: req.error,
+        artifacts,
       });
       return { apiVersion, job: jobMessage(job) };
     },
@@ -74,6 +79,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     inventory: notYet("inventory"),
     events: notYet("events"),
     logs: notYet("logs"),
+    ...runnerArtifactHandlers(deps.artifacts),
   };
 }
 

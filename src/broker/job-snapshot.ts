@@ -42,6 +42,7 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.failure_reason) out.failure = { reason: row.failure_reason, message: row.failure_message ?? "" };
   if (row.idempotency_key) out.idempotencyKey = row.idempotency_key;
   if (row.settled_at) out.settledAt = iso(row.settled_at);
+  if (row.artifacts?.length) out.artifacts = row.artifacts;
   return out;
 }
 

@@ -1,4 +1,7 @@
+import { mkdtemp, rm } from "node:fs/promises";
 import http2 from "node:http2";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Http2Session } from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createSecureContext } from "node:tls";
@@ -9,6 +12,7 @@ import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createBroker, type Broker } from "../broker/broker.js";
+import { createArtifacts, type Artifacts } from "../artifacts/artifacts.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
 import { authorizeOnce, guardService } from "../api/guard.js";
@@ -42,6 +46,13 @@ export interface ControlPlaneOptions {
   readonly maxBodyBytes?: number;
   /** How often expired leases are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
+  /**
+   * Where artifacts live (blobs/ and staging/); replicas must share it.
+   * Default: a fresh temporary directory, removed at close (tests).
+   */
+  readonly artifactsDir?: string;
+  /** Largest artifact an upload may declare; 2 GiB by default. */
+  readonly maxArtifactBytes?: number;
 }
 
 /** A running control plane. */
@@ -51,6 +62,7 @@ export interface ControlPlane {
   readonly store: Store;
   readonly audit: AuditSink;
   readonly broker: Broker;
+  readonly artifacts: Artifacts;
   /** Stops accepting, closes client sessions, then the database. */
   close(): Promise<void>;
 }
@@ -70,16 +82,20 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   let clock: DbClock | undefined;
   let audit: AuditSink | undefined;
   let broker: Broker | undefined;
+  let artifacts: Artifacts | undefined;
+  let tempArtifactsDir: string | undefined;
   try {
+    if (!options.artifactsDir) tempArtifactsDir = await mkdtemp(join(tmpdir(), "forelead-artifacts-"));
     clock = await createDbClock(store.db);
     audit = createDatabaseAuditSink(store.db);
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    artifacts = await createArtifacts({ db: store.db, dir: options.artifactsDir ?? tempArtifactsDir!, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) });
     // One implementation per service of src/api/services.ts: the list the route docs are made from.
     const implementations = new Map<DescService, ServiceImpl<DescService>>([
-      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker }), guardOptions) as ServiceImpl<DescService>],
-      [AdminService, guardService(AdminService, createAdminService({ broker }), guardOptions) as ServiceImpl<DescService>],
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, artifacts }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, artifacts }), guardOptions) as ServiceImpl<DescService>],
     ]);
     const services = serviceList.map((service) => {
       const impl = implementations.get(service);
@@ -136,12 +152,15 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const auditSink = audit;
     const dbClock = clock;
     const jobBroker = broker;
+    const artifactService = artifacts;
+    const removeOnClose = tempArtifactsDir;
     return {
       url: `https://${host}:${port}`,
       port,
       store,
       audit: auditSink,
       broker: jobBroker,
+      artifacts: artifactService,
       close() {
         closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -150,6 +169,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
           await closed;
           clearTimeout(forced);
           await jobBroker.close();
+          await artifactService.close();
+          if (removeOnClose) await rm(removeOnClose, { recursive: true, force: true });
           dbClock.close();
           await auditSink.close();
           await store.close();
@@ -159,6 +180,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     };
   } catch (err) {
     await broker?.close().catch(() => {});
+    await artifacts?.close().catch(() => {});
+    if (tempArtifactsDir) await rm(tempArtifactsDir, { recursive: true, force: true });
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

@@ -9,6 +9,7 @@ export interface Database {
   audit_records: AuditRecordsTable;
   jobs: JobsTable;
   leases: LeasesTable;
+  uploads: UploadsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -76,6 +77,8 @@ export interface JobsTable {
   created_at: Generated<Date>;
   updated_at: Generated<Date>;
   settled_at: Date | null;
+  /** The result manifest recorded by the completion that settled the job. */
+  artifacts: ColumnType<JsonObject[] | null, string | null | undefined, string | null>;
 }
 
 /** Every lease ever issued; the token itself is never stored, only its SHA-256. */
@@ -93,6 +96,26 @@ export interface LeasesTable {
   completion_id: string | null;
   completion_sha256: string | null;
   completion_reply: ColumnType<JsonObject | null, string | null, string | null>;
+}
+
+/** A resumable artifact upload, bound to the lease that opened it. */
+export interface UploadsTable {
+  id: string;
+  job_id: string;
+  lease_id: number;
+  workspace_id: string;
+  runner_id: string;
+  name: string;
+  size: number;
+  digest: string;
+  media_type: string;
+  /** Bytes fsynced in the staging file. */
+  durable_size: Generated<number>;
+  state: "open" | "finalized" | "discarded";
+  discard_reason: string | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  finalized_at: Date | null;
 }
 
 /** A JSON object as stored in a jsonb column. */

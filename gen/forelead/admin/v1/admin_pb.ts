@@ -5,7 +5,7 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_forelead_api_v1_route } from "../../api/v1/route_pb.js";
-import type { Job, JobSpec } from "../../runner/v1/job_pb.js";
+import type { Artifact, Job, JobSpec } from "../../runner/v1/job_pb.js";
 import { file_forelead_runner_v1_job } from "../../runner/v1/job_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/admin.proto.
  */
 export const file_forelead_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMyiwUKDEFkbWluU2VydmljZRJ8CgpFbnF1ZXVlSm9iEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVzcG9uc2UiIcrzGB0KBFBPU1QSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhJ3CgZHZXRKb2ISIC5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXF1ZXN0GiEuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVzcG9uc2UiKMrzGCQKA0dFVBIWL3YxL2FkbWluL2pvYnMve2pvYklkfToFYWRtaW4SdQoITGlzdEpvYnMSIi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1JlcXVlc3QaIy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1Jlc3BvbnNlIiDK8xgcCgNHRVQSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhKIAQoJQ2FuY2VsSm9iEiMuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVxdWVzdBokLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlc3BvbnNlIjDK8xgsCgRQT1NUEh0vdjEvYWRtaW4vam9icy97am9iSWR9L2NhbmNlbDoFYWRtaW4SgQEKC0xpc3RSdW5uZXJzEiUuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXNwb25zZSIjyvMYHwoDR0VUEhEvdjEvYWRtaW4vcnVubmVyczoFYWRtaW5iBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMiKQoXTGlzdEpvYkFydGlmYWN0c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJImAKGExpc3RKb2JBcnRpZmFjdHNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIvCglhcnRpZmFjdHMYAiADKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuQXJ0aWZhY3QiNwoXRG93bmxvYWRBcnRpZmFjdFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEgwKBG5hbWUYAiABKAkiaAoYRG93bmxvYWRBcnRpZmFjdFJlc3BvbnNlEgwKBGRhdGEYASABKAwSDAoEbmFtZRgCIAEoCRIOCgZkaWdlc3QYAyABKAkSDAoEc2l6ZRgEIAEoAxISCgptZWRpYV90eXBlGAUgASgJMtwICgxBZG1pblNlcnZpY2USfAoKRW5xdWV1ZUpvYhIkLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXF1ZXN0GiUuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlc3BvbnNlIiHK8xgdCgRQT1NUEg4vdjEvYWRtaW4vam9iczoFYWRtaW4SdwoGR2V0Sm9iEiAuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVxdWVzdBohLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlc3BvbnNlIijK8xgkCgNHRVQSFi92MS9hZG1pbi9qb2JzL3tqb2JJZH06BWFkbWluEnUKCExpc3RKb2JzEiIuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXF1ZXN0GiMuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXNwb25zZSIgyvMYHAoDR0VUEg4vdjEvYWRtaW4vam9iczoFYWRtaW4SiAEKCUNhbmNlbEpvYhIjLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlcXVlc3QaJC5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXNwb25zZSIwyvMYLAoEUE9TVBIdL3YxL2FkbWluL2pvYnMve2pvYklkfS9jYW5jZWw6BWFkbWluEoEBCgtMaXN0UnVubmVycxIlLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVxdWVzdBomLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVzcG9uc2UiI8rzGB8KA0dFVBIRL3YxL2FkbWluL3J1bm5lcnM6BWFkbWluEp8BChBMaXN0Sm9iQXJ0aWZhY3RzEiouZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYkFydGlmYWN0c1JlcXVlc3QaKy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9iQXJ0aWZhY3RzUmVzcG9uc2UiMsrzGC4KA0dFVBIgL3YxL2FkbWluL2pvYnMve2pvYklkfS9hcnRpZmFjdHM6BWFkbWluEqwCChBEb3dubG9hZEFydGlmYWN0EiouZm9yZWxlYWQuYWRtaW4udjEuRG93bmxvYWRBcnRpZmFjdFJlcXVlc3QaKy5mb3JlbGVhZC5hZG1pbi52MS5Eb3dubG9hZEFydGlmYWN0UmVzcG9uc2UivAHK8xi3AQoDR0VUEigvdjEvYWRtaW4vam9icy97am9iSWR9L2FydGlmYWN0cy9jb250ZW50MhhhcHBsaWNhdGlvbi9vY3RldC1zdHJlYW06BWFkbWluUhYKDmNvbnRlbnQtbGVuZ3RoEgRzaXplUiIKGGZvcmVsZWFkLWFydGlmYWN0LWRpZ2VzdBIGZGlnZXN0UikKHGZvcmVsZWFkLWFydGlmYWN0LW1lZGlhLXR5cGUSCW1lZGlhVHlwZTABYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * EnqueueJobRequest describes a job to run.
@@ -388,6 +388,115 @@ export const RunnerSchema: GenMessage<Runner> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_admin, 10);
 
 /**
+ * ListJobArtifactsRequest names a job (GET: no body).
+ *
+ * @generated from message forelead.admin.v1.ListJobArtifactsRequest
+ */
+export type ListJobArtifactsRequest = Message<"forelead.admin.v1.ListJobArtifactsRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListJobArtifactsRequest.
+ * Use `create(ListJobArtifactsRequestSchema)` to create a new message.
+ */
+export const ListJobArtifactsRequestSchema: GenMessage<ListJobArtifactsRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 11);
+
+/**
+ * ListJobArtifactsResponse is the job's result manifest.
+ *
+ * @generated from message forelead.admin.v1.ListJobArtifactsResponse
+ */
+export type ListJobArtifactsResponse = Message<"forelead.admin.v1.ListJobArtifactsResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.runner.v1.Artifact artifacts = 2;
+   */
+  artifacts: Artifact[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListJobArtifactsResponse.
+ * Use `create(ListJobArtifactsResponseSchema)` to create a new message.
+ */
+export const ListJobArtifactsResponseSchema: GenMessage<ListJobArtifactsResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 12);
+
+/**
+ * DownloadArtifactRequest names an artifact of a job (GET: ?name=...).
+ *
+ * @generated from message forelead.admin.v1.DownloadArtifactRequest
+ */
+export type DownloadArtifactRequest = Message<"forelead.admin.v1.DownloadArtifactRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * The artifact's name in the job's manifest, e.g. "reports/junit.xml".
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.DownloadArtifactRequest.
+ * Use `create(DownloadArtifactRequestSchema)` to create a new message.
+ */
+export const DownloadArtifactRequestSchema: GenMessage<DownloadArtifactRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 13);
+
+/**
+ * DownloadArtifactResponse is one chunk of the artifact. The first message
+ * also carries what the artifact is; later ones carry only data.
+ *
+ * @generated from message forelead.admin.v1.DownloadArtifactResponse
+ */
+export type DownloadArtifactResponse = Message<"forelead.admin.v1.DownloadArtifactResponse"> & {
+  /**
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string digest = 3;
+   */
+  digest: string;
+
+  /**
+   * @generated from field: int64 size = 4;
+   */
+  size: bigint;
+
+  /**
+   * @generated from field: string media_type = 5;
+   */
+  mediaType: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.DownloadArtifactResponse.
+ * Use `create(DownloadArtifactResponseSchema)` to create a new message.
+ */
+export const DownloadArtifactResponseSchema: GenMessage<DownloadArtifactResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 14);
+
+/**
  * AdminService is for internal services (a coordinator, CI front ends,
  * operators) whose SPIFFE ID the control plane grants with --admin.
  *
@@ -443,6 +552,26 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListRunnersRequestSchema;
     output: typeof ListRunnersResponseSchema;
+  },
+  /**
+   * The artifacts a settled job listed on its completion.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListJobArtifacts
+   */
+  listJobArtifacts: {
+    methodKind: "unary";
+    input: typeof ListJobArtifactsRequestSchema;
+    output: typeof ListJobArtifactsResponseSchema;
+  },
+  /**
+   * One artifact's bytes, streamed; on REST with Content-Length and the digest in headers.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.DownloadArtifact
+   */
+  downloadArtifact: {
+    methodKind: "server_streaming";
+    input: typeof DownloadArtifactRequestSchema;
+    output: typeof DownloadArtifactResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_admin_v1_admin, 0);
