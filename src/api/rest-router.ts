@@ -39,7 +39,7 @@ interface CompiledRoute {
 export function createRestRouter(options: RestRouterOptions): Handler {
   const routes = options.bindings.map(compile);
   return (req, res) => {
-    res.stream.once("finish", () => stopUnreadBody(res));
+    res.stream.once("finish", () => stopUnreadBody(req, res));
     const url = new URL(req.url, "https://forelead.invalid");
     const candidates = routes.filter((r) => r.pattern.test(url.pathname));
     const route = candidates.find((r) => r.binding.entry.httpMethod === req.method);
@@ -82,7 +82,12 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
     const messages = entry.option.rawRequestBody
       ? rawBodyMessages(req, method.input, entry.option.rawRequestBody, { ...fromHeaders, ...bound })
       : ndjsonMessages(req, method.input, options.maxBodyBytes);
-    const reply = await (handler(messages, ctx) as Promise<object>);
+    let reply: object;
+    try {
+      reply = await (handler(messages, ctx) as Promise<object>);
+    } finally {
+      await messages.return(undefined); // a handler may stop reading early: let go of the body (see stopUnreadBody)
+    }
     return writeReply(res, method, create(method.output, reply as never));
   }
 
@@ -143,14 +148,27 @@ function responseHeaderFields(entry: RouteEntry, first: Message | undefined): Re
 async function* rawBodyMessages(req: Http2ServerRequest, schema: DescMessage, bytesField: string, fields: Record<string, JsonValue>): AsyncGenerator<Message> {
   const field = schema.fields.find((f) => f.name === bytesField)!;
   const head = decode(schema, fields, "request") as Message & Record<string, unknown>;
-  const chunks = (req as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
-  const first = await chunks.next();
-  head[field.localName] = first.done ? new Uint8Array(0) : first.value;
-  yield head;
-  if (first.done) return;
-  for (let r = await chunks.next(); !r.done; r = await chunks.next()) {
-    yield create(schema, { [field.localName]: r.value } as never);
+  const chunks = bodyChunks(req)[Symbol.asyncIterator]();
+  try {
+    const first = await chunks.next();
+    head[field.localName] = first.done ? new Uint8Array(0) : first.value;
+    yield head;
+    if (first.done) return;
+    for (let r = await chunks.next(); !r.done; r = await chunks.next()) {
+      yield create(schema, { [field.localName]: r.value } as never);
+    }
+  } finally {
+    await chunks.return?.();
   }
+}
+
+/**
+ * The request body's chunks. Stopping early leaves the stream alive (the
+ * reply is still to be written) and stops listening, so the rest can be
+ * drained once the reply is sent.
+ */
+function bodyChunks(req: Http2ServerRequest): AsyncIterable<Buffer> {
+  return req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>;
 }
 
 function createRestContext(req: Http2ServerRequest, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {
@@ -258,7 +276,7 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
     }
     return decode(schema, json, `line ${lineNo}`);
   };
-  for await (const chunk of req as AsyncIterable<Buffer>) {
+  for await (const chunk of bodyChunks(req)) {
     pending += decoder.write(chunk);
     let nl: number;
     while ((nl = pending.indexOf("\n")) !== -1) {
@@ -323,13 +341,18 @@ function writeError(res: Http2ServerResponse, err: ConnectError): void {
 
 /**
  * A reply can be complete before the client has sent its whole body (413, a
- * refusal before an NDJSON stream is read). RST_STREAM NO_ERROR then asks the
- * client to stop sending (RFC 9113 section 8.1); without it the stream stays
- * open on the server, its window shut, until the whole connection closes.
+ * refusal before an NDJSON stream or a raw upload is read). RST_STREAM
+ * NO_ERROR then asks the client to stop sending (RFC 9113 section 8.1);
+ * without it the stream stays open on the server, its window shut, until the
+ * whole connection closes. A body a handler stopped reading part way is
+ * paused with bytes buffered; Node destroys a stream closed with NO_ERROR
+ * only once its readable side ends, so the rest is drained and dropped.
  */
-function stopUnreadBody(res: Http2ServerResponse): void {
+function stopUnreadBody(req: Http2ServerRequest, res: Http2ServerResponse): void {
   const stream = res.stream;
-  if (!stream.destroyed && !stream.closed && stream.state.remoteClose === 0) stream.close(http2Constants.NGHTTP2_NO_ERROR);
+  if (stream.destroyed || stream.closed) return;
+  if (stream.state.remoteClose === 0) stream.close(http2Constants.NGHTTP2_NO_ERROR);
+  if (!req.readableEnded) req.resume();
 }
 
 function drained(res: Http2ServerResponse): Promise<void> {
