@@ -128,7 +128,7 @@ function headerFields(req: Http2ServerRequest, entry: RouteEntry): Record<string
 /** The reply headers a raw response takes from its first message (`response_header_fields`). */
 function responseHeaderFields(entry: RouteEntry, first: Message | undefined): Record<string, string> {
   if (!first || entry.option.responseHeaderFields.length === 0) return {};
-  const json = toJson(entry.method.output, first, { alwaysEmitImplicit: true }) as Record<string, JsonValue>;
+  const json = toJson(entry.method.output, create(entry.method.output, first as never), { alwaysEmitImplicit: true }) as Record<string, JsonValue>;
   const out: Record<string, string> = {};
   for (const { header, field } of entry.option.responseHeaderFields) {
     const value = json[field];

@@ -120,6 +120,7 @@ async function* verified(artifact: StoredArtifact, chunks: AsyncIterable<Uint8Ar
   }
   const digest = `sha256:${hash.digest("hex")}`;
   if (digest !== artifact.digest || size !== artifact.size) {
+    console.error(`artifacts: blob ${artifact.digest} (${JSON.stringify(artifact.name)}) read back as ${size} bytes hashing to ${digest}; the store is damaged`);
     throw new ConnectError(`the stored blob of ${JSON.stringify(artifact.name)} no longer matches ${artifact.digest} (read ${size} bytes hashing to ${digest}); the artifact store was damaged`, Code.DataLoss);
   }
 }
