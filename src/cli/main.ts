@@ -1,5 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
 import { caCommand } from "./ca.js";
+import { jobsCommand } from "./jobs.js";
 import { serveCommand } from "./serve.js";
 
 /** The `forelead` command. */
@@ -10,6 +11,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     .exitOverride();
   program.addCommand(serveCommand());
   program.addCommand(caCommand());
+  program.addCommand(jobsCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

@@ -1,5 +1,8 @@
 import { readFile } from "node:fs/promises";
-import { Command, Option } from "commander";
+import { dirname, join, resolve } from "node:path";
+import { Command, InvalidArgumentError, Option } from "commander";
+import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
+import { isPostgresUrl } from "../store/database.js";
 import { parseDuration } from "../identity/ca.js";
 import { initDevPki } from "../identity/pki-files.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
@@ -18,6 +21,8 @@ interface ServeFlags {
   admin: string[];
   leaseSeconds: number;
   maxCertLifetime: string;
+  artifactsDir?: string;
+  maxArtifactSize: number;
 }
 
 /** `forelead serve`: the control plane. */
@@ -34,12 +39,15 @@ export function serveCommand(): Command {
     .option("--admin <spiffe-id>", "grant this identity the admin routes (repeatable)", collect, [])
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
+    .option("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)")
+    .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       parseSpiffeId(`spiffe://${flags.trustDomain}`);
       flags.admin.forEach((id) => parseSpiffeId(id));
       const maxCertLifetimeMs = parseDuration(flags.maxCertLifetime);
       const tls = await loadTls(flags);
+      const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
       const plane = await startControlPlane({
         host,
         port,
@@ -49,8 +57,10 @@ export function serveCommand(): Command {
         admins: flags.admin,
         leaseSeconds: flags.leaseSeconds,
         maxCertLifetimeMs,
+        ...(artifactsDir ? { artifactsDir } : {}),
+        maxArtifactBytes: flags.maxArtifactSize,
       });
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, lease ${flags.leaseSeconds}s${flags.admin.length ? `, admins ${flags.admin.join(" ")}` : ""})`);
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, lease ${flags.leaseSeconds}s${flags.admin.length ? `, admins ${flags.admin.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
         plane.close().then(
@@ -64,6 +74,24 @@ export function serveCommand(): Command {
       process.once("SIGTERM", () => stop("SIGTERM"));
       process.once("SIGINT", () => stop("SIGINT"));
     });
+}
+
+/** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in data/artifacts. */
+function defaultArtifactsDir(database: string): string | undefined {
+  if (isPostgresUrl(database)) return "data/artifacts";
+  if (database === "memory://") return undefined; // a temporary directory, like the database
+  return join(dirname(resolve(database)), "artifacts");
+}
+
+/** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */
+function byteSize(name: string): (value: string) => number {
+  const units: Record<string, number> = { "": 1, B: 1, KiB: 2 ** 10, MiB: 2 ** 20, GiB: 2 ** 30, TiB: 2 ** 40 };
+  return (value) => {
+    const m = /^(\d+)\s*(B|KiB|MiB|GiB|TiB)?$/.exec(value.trim());
+    const bytes = m ? Number(m[1]) * units[m[2] ?? ""]! : NaN;
+    if (!Number.isSafeInteger(bytes) || bytes < 1) throw new InvalidArgumentError(`${name} must be a size such as 2GiB, 500MiB or 1048576; got ${JSON.stringify(value)}`);
+    return bytes;
+  };
 }
 
 function parseListen(listen: string): { host: string; port: number } {
