@@ -6,6 +6,8 @@ import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
 import type { CodeHost } from "../code/code-host.js";
 import type { RepositoryView } from "../code/repositories.js";
+import type { Artifacts } from "../artifacts/artifacts.js";
+import { adminArtifactHandlers } from "./artifact-handlers.js";
 import { principalOf } from "./context.js";
 import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-admin.js";
 import { createInventoryAdminMethods } from "./inventory-admin.js";
@@ -17,6 +19,7 @@ export interface AdminServiceDeps extends IdentityAdminDeps {
   readonly broker: Broker;
   readonly inventory: Inventory;
   readonly code: CodeHost;
+  readonly artifacts: Artifacts;
 }
 
 /** The admin surface for internal services: decode, call the broker, encode. */
@@ -80,6 +83,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
     },
     ...createIdentityAdminMethods(deps),
     ...createInventoryAdminMethods(deps.inventory),
+    ...adminArtifactHandlers(deps.artifacts),
   };
 }
 

@@ -39,7 +39,7 @@ interface CompiledRoute {
 export function createRestRouter(options: RestRouterOptions): Handler {
   const routes = options.bindings.map(compile);
   return (req, res) => {
-    res.stream.once("finish", () => stopUnreadBody(res));
+    res.stream.once("finish", () => stopUnreadBody(req, res));
     const url = new URL(req.url, "https://forelead.invalid");
     const candidates = routes.filter((r) => r.pattern.test(url.pathname));
     const route = candidates.find((r) => r.binding.entry.httpMethod === req.method);
@@ -76,20 +76,31 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   options.preauthorize?.(ctx);
   const bound = pathParams(route, url.pathname);
 
+  const fromHeaders = headerFields(req, entry);
+
   if (method.methodKind === "client_streaming") {
     const rawType = entry.option.rawRequestContentType;
-    const messages = rawType ? rawChunkMessages(req, method.input, rawType) : ndjsonMessages(req, method.input, options.maxBodyBytes);
-    const reply = await (handler(messages, ctx) as Promise<object>);
+    const messages = entry.option.rawRequestBody
+      ? rawBodyMessages(req, method.input, entry.option.rawRequestBody, { ...fromHeaders, ...bound })
+      : rawType
+        ? rawChunkMessages(req, method.input, rawType)
+        : ndjsonMessages(req, method.input, options.maxBodyBytes);
+    let reply: object;
+    try {
+      reply = await (handler(messages, ctx) as Promise<object>);
+    } finally {
+      await messages.return(undefined); // a handler may stop reading early: let go of the body (see stopUnreadBody)
+    }
     return writeReply(res, method, create(method.output, reply as never));
   }
 
   const json = req.method === "GET" ? queryJson(url, method.input) : await readJsonBody(req, options.maxBodyBytes);
-  const input = decode(method.input, { ...json, ...bound }, "request body");
+  const input = decode(method.input, { ...json, ...fromHeaders, ...bound }, "request body");
 
   if (method.methodKind === "server_streaming") {
-    const chunks = (handler(input, ctx) as AsyncIterable<{ data?: Uint8Array }>)[Symbol.asyncIterator]();
+    const chunks = (handler(input, ctx) as AsyncIterable<Message & { data?: Uint8Array }>)[Symbol.asyncIterator]();
     const first = await chunks.next(); // errors before the first byte still get a JSON error reply
-    res.writeHead(200, { "content-type": entry.option.rawResponseContentType });
+    res.writeHead(200, { ...responseHeaderFields(entry, first.done ? undefined : first.value), "content-type": entry.option.rawResponseContentType });
     try {
       for (let r = first; !r.done; r = await chunks.next()) {
         if (r.value.data && r.value.data.length > 0 && !res.write(r.value.data)) await drained(res);
@@ -103,6 +114,64 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
 
   const reply = await (handler(input, ctx) as Promise<object>);
   writeReply(res, method, create(method.output, reply as never));
+}
+
+/** The request fields the route reads from headers (`header_fields`), as JSON. */
+function headerFields(req: Http2ServerRequest, entry: RouteEntry): Record<string, JsonValue> {
+  const out: Record<string, JsonValue> = {};
+  for (const { header, field } of entry.option.headerFields) {
+    const value = req.headers[header];
+    if (value === undefined) continue;
+    out[field] = Array.isArray(value) ? value.join(", ") : value;
+    decode(entry.method.input, { [field]: out[field]! }, `header ${header}`); // a bad value is a 400 naming the header
+  }
+  return out;
+}
+
+/** The reply headers a raw response takes from its first message (`response_header_fields`). */
+function responseHeaderFields(entry: RouteEntry, first: Message | undefined): Record<string, string> {
+  if (!first || entry.option.responseHeaderFields.length === 0) return {};
+  const json = toJson(entry.method.output, create(entry.method.output, first as never), { alwaysEmitImplicit: true }) as Record<string, JsonValue>;
+  const out: Record<string, string> = {};
+  for (const { header, field } of entry.option.responseHeaderFields) {
+    const value = json[field];
+    if (value !== undefined && value !== null && value !== "") out[header] = String(value);
+  }
+  return out;
+}
+
+/**
+ * A raw request body as request messages (`raw_request_body`): the first
+ * carries the fields from the path and headers (decoded like a JSON body,
+ * so a bad header is a 400 naming its field) and the first chunk; each later
+ * message carries only the next chunk. Chunks are handed over as they
+ * arrive, never gathered, and always at least one message is yielded, so an
+ * empty body still reaches the handler. The handler bounds the body.
+ */
+async function* rawBodyMessages(req: Http2ServerRequest, schema: DescMessage, bytesField: string, fields: Record<string, JsonValue>): AsyncGenerator<Message> {
+  const field = schema.fields.find((f) => f.name === bytesField)!;
+  const head = decode(schema, fields, "request") as Message & Record<string, unknown>;
+  const chunks = bodyChunks(req)[Symbol.asyncIterator]();
+  try {
+    const first = await chunks.next();
+    head[field.localName] = first.done ? new Uint8Array(0) : first.value;
+    yield head;
+    if (first.done) return;
+    for (let r = await chunks.next(); !r.done; r = await chunks.next()) {
+      yield create(schema, { [field.localName]: r.value } as never);
+    }
+  } finally {
+    await chunks.return?.();
+  }
+}
+
+/**
+ * The request body's chunks. Stopping early leaves the stream alive (the
+ * reply is still to be written) and stops listening, so the rest can be
+ * drained once the reply is sent.
+ */
+function bodyChunks(req: Http2ServerRequest): AsyncIterable<Buffer> {
+  return req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>;
 }
 
 function createRestContext(req: Http2ServerRequest, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {
@@ -210,7 +279,7 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
     }
     return decode(schema, json, `line ${lineNo}`);
   };
-  for await (const chunk of req as AsyncIterable<Buffer>) {
+  for await (const chunk of bodyChunks(req)) {
     pending += decoder.write(chunk);
     let nl: number;
     while ((nl = pending.indexOf("\n")) !== -1) {
@@ -299,13 +368,18 @@ function writeError(res: Http2ServerResponse, err: ConnectError): void {
 
 /**
  * A reply can be complete before the client has sent its whole body (413, a
- * refusal before an NDJSON stream is read). RST_STREAM NO_ERROR then asks the
- * client to stop sending (RFC 9113 section 8.1); without it the stream stays
- * open on the server, its window shut, until the whole connection closes.
+ * refusal before an NDJSON stream or a raw upload is read). RST_STREAM
+ * NO_ERROR then asks the client to stop sending (RFC 9113 section 8.1);
+ * without it the stream stays open on the server, its window shut, until the
+ * whole connection closes. A body a handler stopped reading part way is
+ * paused with bytes buffered; Node destroys a stream closed with NO_ERROR
+ * only once its readable side ends, so the rest is drained and dropped.
  */
-function stopUnreadBody(res: Http2ServerResponse): void {
+function stopUnreadBody(req: Http2ServerRequest, res: Http2ServerResponse): void {
   const stream = res.stream;
-  if (!stream.destroyed && !stream.closed && stream.state.remoteClose === 0) stream.close(http2Constants.NGHTTP2_NO_ERROR);
+  if (stream.destroyed || stream.closed) return;
+  if (stream.state.remoteClose === 0) stream.close(http2Constants.NGHTTP2_NO_ERROR);
+  if (!req.readableEnded) req.resume();
 }
 
 function drained(res: Http2ServerResponse): Promise<void> {

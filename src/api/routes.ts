@@ -1,5 +1,5 @@
-import { getOption, hasOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { route as routeOption, type Route } from "../../gen/forelead/api/v1/route_pb.js";
+import { getOption, hasOption, ScalarType, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { route as routeOption, type HeaderField, type Route } from "../../gen/forelead/api/v1/route_pb.js";
 import { roleNames, type RoleName } from "../identity/roles.js";
 
 /** Who may call a route. */
@@ -29,16 +29,16 @@ export function routeTable(services: readonly DescService[]): RouteEntry[] {
       if (!principals.has(option.principal)) {
         throw new Error(`${service.typeName}.${method.name}: route principal must be runner, admin or none, not ${JSON.stringify(option.principal)}`);
       }
-      if ((option.ndjsonRequest || option.rawRequestContentType !== "") !== (method.methodKind === "client_streaming")) {
-        throw new Error(`${service.typeName}.${method.name}: ndjson_request or raw_request_content_type must be set exactly on client-streaming methods`);
-      }
-      if (option.ndjsonRequest && option.rawRequestContentType !== "") {
-        throw new Error(`${service.typeName}.${method.name}: ndjson_request and raw_request_content_type exclude each other`);
+      const where = `${service.typeName}.${method.name}`;
+      const requestMappings = [option.ndjsonRequest, option.rawRequestBody !== "", option.rawRequestContentType !== ""].filter(Boolean).length;
+      if (requestMappings !== (method.methodKind === "client_streaming" ? 1 : 0)) {
+        throw new Error(`${where}: client-streaming methods need exactly one of ndjson_request, raw_request_body and raw_request_content_type; other methods none`);
       }
       if ((option.rawResponseContentType !== "") !== (method.methodKind === "server_streaming")) {
-        throw new Error(`${service.typeName}.${method.name}: raw_response_content_type must be set exactly on server-streaming methods`);
+        throw new Error(`${where}: raw_response_content_type must be set exactly on server-streaming methods`);
       }
       const role = checkedRole(service, method, option);
+      checkBodyMappings(where, method, option);
       const key = `${option.method} ${option.path}`;
       const other = seen.get(key);
       if (other) throw new Error(`${key} is declared by both ${other} and ${method.name}`);
@@ -71,6 +71,26 @@ export function checkedRole(service: DescService, method: DescMethod, option: Ro
     }
   }
   return option.role as RoleName;
+}
+
+const headerName = /^[a-z0-9][a-z0-9-]*$/;
+
+/** raw_request_body names a bytes field; header fields name scalar fields by JSON name and real header names. */
+function checkBodyMappings(where: string, method: DescMethod, option: Route): void {
+  if (option.rawRequestBody) {
+    const field = method.input.fields.find((f) => f.name === option.rawRequestBody);
+    if (field?.fieldKind !== "scalar" || field.scalar !== ScalarType.BYTES) throw new Error(`${where}: raw_request_body ${option.rawRequestBody} is not a bytes field of ${method.input.name}`);
+  }
+  if (option.ndjsonRequest && option.headerFields.length > 0) throw new Error(`${where}: header_fields do not apply to NDJSON requests (each line is a whole message)`);
+  if (!option.rawResponseContentType && option.responseHeaderFields.length > 0) throw new Error(`${where}: response_header_fields apply only to raw responses`);
+  const check = (what: string, message: DescMessage, bindings: readonly HeaderField[]) => {
+    for (const { header, field } of bindings) {
+      if (!headerName.test(header)) throw new Error(`${where}: ${what} header ${JSON.stringify(header)} must be a lower-case header name`);
+      if (message.fields.find((f) => f.jsonName === field)?.fieldKind !== "scalar") throw new Error(`${where}: ${what} field ${JSON.stringify(field)} is not a scalar field (JSON name) of ${message.name}`);
+    }
+  };
+  check("header_fields", method.input, option.headerFields);
+  check("response_header_fields", method.output, option.responseHeaderFields);
 }
 
 /** The route of one method; throws when it has none. */

@@ -9,6 +9,8 @@ import { renewRunnerCertificate, type EnrollmentDeps } from "../identity/enrollm
 import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
 import type { CodeHost } from "../code/code-host.js";
+import type { Artifacts } from "../artifacts/artifacts.js";
+import { runnerArtifactHandlers } from "./artifact-handlers.js";
 import { runnerOf } from "./context.js";
 import { payloadTooLarge } from "./errors.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
@@ -24,6 +26,7 @@ export interface RunnerServiceDeps {
   readonly enrollment: EnrollmentDeps;
   readonly inventory: Inventory;
   readonly code: CodeHost;
+  readonly artifacts: Artifacts;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -64,6 +67,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     },
 
     async complete(req, ctx) {
+      const artifacts = await deps.artifacts.checkManifest(runnerOf(ctx), req.jobId, req.artifacts);
       const job = await deps.broker.complete({
         ...runnerOf(ctx),
         jobId: req.jobId,
@@ -72,6 +76,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         outcome: req.outcome,
         exitCode: req.exitCode,
         error: req.error,
+        artifacts,
       });
       return { apiVersion, job: jobMessage(job) };
     },
@@ -113,6 +118,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     },
     events: notYet("events"),
     logs: notYet("logs"),
+    ...runnerArtifactHandlers(deps.artifacts),
   };
 }
 

@@ -44,6 +44,7 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.settled_at) out.settledAt = iso(row.settled_at);
   if (row.published_commit) out.publishedCommit = row.published_commit;
   if (row.published_branch) out.publishedBranch = row.published_branch;
+  if (row.artifacts?.length) out.artifacts = row.artifacts;
   return out;
 }
 

@@ -133,6 +133,19 @@ export interface CompletionInput extends LeaseCall {
   readonly outcome: string;
   readonly exitCode: number | undefined;
   readonly error: { readonly code: string; readonly message: string; readonly retryable: boolean } | undefined;
+  /**
+   * The result manifest, already checked by src/artifacts (manifest.ts):
+   * digests finalized under this job's leases. Recorded when the job settles.
+   */
+  readonly artifacts?: readonly ResultArtifact[];
+}
+
+/** One entry of a completion's result manifest. */
+export interface ResultArtifact {
+  readonly name: string;
+  readonly digest: string;
+  readonly size: number;
+  readonly mediaType: string;
 }
 
 /**
@@ -152,7 +165,8 @@ export async function completeJob(db: Kysely<Database>, input: CompletionInput):
   }
   const outcome = input.outcome as Outcome;
   const error = input.error && (input.error.code || input.error.message) ? { code: input.error.code, message: input.error.message.slice(0, 4096), retryable: input.error.retryable } : undefined;
-  const completionSha256 = hashLeaseToken(JSON.stringify([outcome, input.exitCode ?? null, error ?? null])).toString("hex");
+  const artifacts = input.artifacts?.length ? JSON.stringify(input.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: a.size, mediaType: a.mediaType }))) : null;
+  const completionSha256 = hashLeaseToken(JSON.stringify([outcome, input.exitCode ?? null, error ?? null, ...(artifacts ? [artifacts] : [])])).toString("hex");
 
   return db.transaction().execute(async (tx) => {
     const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
@@ -167,6 +181,9 @@ export async function completeJob(db: Kysely<Database>, input: CompletionInput):
           else ${outcome} end,
         exit_code = ${input.exitCode ?? null},
         error = ${error ? JSON.stringify(error) : null}::jsonb,
+        artifacts = case
+          when ${outcome} = 'failed' and ${error?.retryable ?? false} and attempts < max_attempts and not cancel_requested then null
+          else ${artifacts}::jsonb end,
         settled_at = case
           when ${outcome} = 'failed' and ${error?.retryable ?? false} and attempts < max_attempts and not cancel_requested then null
           else now() end,

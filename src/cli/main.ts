@@ -7,6 +7,7 @@ import { runnerCommand } from "./runner.js";
 import { addEnrollCommand } from "./runner-enroll.js";
 import { runnersCommand } from "./runners.js";
 import { reposCommand } from "./repos.js";
+import { jobsCommand } from "./jobs.js";
 import { serveCommand } from "./serve.js";
 
 /** The `forelead` command. */
@@ -24,6 +25,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(certsCommand());
   program.addCommand(runnersCommand());
   program.addCommand(reposCommand());
+  program.addCommand(jobsCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

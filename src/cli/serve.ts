@@ -1,5 +1,8 @@
 import { readFile } from "node:fs/promises";
-import { Command, Option } from "commander";
+import { dirname, join, resolve } from "node:path";
+import { Command, InvalidArgumentError, Option } from "commander";
+import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
+import { isPostgresUrl } from "../store/database.js";
 import { parseDuration } from "../identity/ca.js";
 import { devPkiPaths, initDevPki } from "../identity/pki-files.js";
 import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
@@ -24,6 +27,8 @@ interface ServeFlags {
   leaseSeconds: number;
   maxCertLifetime: string;
   codeDir?: string;
+  artifactsDir?: string;
+  maxArtifactSize: number;
 }
 
 /** `forelead serve`: the control plane. */
@@ -45,6 +50,8 @@ export function serveCommand(): Command {
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
+    .option("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)")
+    .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       parseSpiffeId(`spiffe://${flags.trustDomain}`);
@@ -54,6 +61,7 @@ export function serveCommand(): Command {
       const issuedCertLifetimeMs = flags.issuedCertLifetime ? parseDuration(flags.issuedCertLifetime) : undefined;
       const tls = await loadTls(flags);
       const issuer = await loadIssuer(flags);
+      const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
       const plane = await startControlPlane({
         host,
         port,
@@ -67,11 +75,13 @@ export function serveCommand(): Command {
         leaseSeconds: flags.leaseSeconds,
         maxCertLifetimeMs,
         ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
+        ...(artifactsDir ? { artifactsDir } : {}),
+        maxArtifactBytes: flags.maxArtifactSize,
       });
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
         plane.close().then(
@@ -85,6 +95,24 @@ export function serveCommand(): Command {
       process.once("SIGTERM", () => stop("SIGTERM"));
       process.once("SIGINT", () => stop("SIGINT"));
     });
+}
+
+/** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in data/artifacts. */
+function defaultArtifactsDir(database: string): string | undefined {
+  if (isPostgresUrl(database)) return "data/artifacts";
+  if (database === "memory://") return undefined; // a temporary directory, like the database
+  return join(dirname(resolve(database)), "artifacts");
+}
+
+/** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */
+function byteSize(name: string): (value: string) => number {
+  const units: Record<string, number> = { "": 1, B: 1, KiB: 2 ** 10, MiB: 2 ** 20, GiB: 2 ** 30, TiB: 2 ** 40 };
+  return (value) => {
+    const m = /^(\d+)\s*(B|KiB|MiB|GiB|TiB)?$/.exec(value.trim());
+    const bytes = m ? Number(m[1]) * units[m[2] ?? ""]! : NaN;
+    if (!Number.isSafeInteger(bytes) || bytes < 1) throw new InvalidArgumentError(`${name} must be a size such as 2GiB, 500MiB or 1048576; got ${JSON.stringify(value)}`);
+    return bytes;
+  };
 }
 
 function parseListen(listen: string): { host: string; port: number } {

@@ -1,4 +1,7 @@
+import { mkdtemp, rm } from "node:fs/promises";
 import http2 from "node:http2";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Http2Session } from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createSecureContext } from "node:tls";
@@ -13,6 +16,7 @@ import { createEnrollService } from "../api/enroll-service.js";
 import { jobWorkspace } from "../broker/job-workspace.js";
 import { createBroker, type Broker } from "../broker/broker.js";
 import { createCodeHost, type CodeHost } from "../code/code-host.js";
+import { createArtifacts, type Artifacts } from "../artifacts/artifacts.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
 import { authorizeOnce, guardService } from "../api/guard.js";
@@ -60,6 +64,13 @@ export interface ControlPlaneOptions {
   readonly codeDir?: string;
   /** Cap of one git bundle, sent or received; 256 MiB by default. */
   readonly maxBundleBytes?: number;
+  /**
+   * Where artifacts live (blobs/ and staging/); replicas must share it.
+   * Default: a fresh temporary directory, removed at close (tests).
+   */
+  readonly artifactsDir?: string;
+  /** Largest artifact an upload may declare; 2 GiB by default. */
+  readonly maxArtifactBytes?: number;
 }
 
 /** A running control plane. */
@@ -71,6 +82,7 @@ export interface ControlPlane {
   readonly broker: Broker;
   /** The issuer's description, or undefined when it has none. */
   readonly issuer: string | undefined;
+  readonly artifacts: Artifacts;
   /** Stops accepting, closes client sessions, then the database. */
   close(): Promise<void>;
 }
@@ -98,7 +110,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   let broker: Broker | undefined;
   let retirements: Retirements | undefined;
   let code: CodeHost | undefined;
+  let artifacts: Artifacts | undefined;
+  let tempArtifactsDir: string | undefined;
   try {
+    if (!options.artifactsDir) tempArtifactsDir = await mkdtemp(join(tmpdir(), "forelead-artifacts-"));
     clock = await createDbClock(store.db);
     audit = createDatabaseAuditSink(store.db);
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
@@ -109,10 +124,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     code = await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) });
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
     const inventory = createInventory(store.db);
+    artifacts = await createArtifacts({ db: store.db, dir: options.artifactsDir ?? tempArtifactsDir!, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) });
     // One implementation per service of src/api/services.ts: the list the route docs are made from.
     const implementations = new Map<DescService, ServiceImpl<DescService>>([
-      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment, code }), guardOptions) as ServiceImpl<DescService>],
-      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements, code }), guardOptions) as ServiceImpl<DescService>],
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment, code, artifacts }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements, code, artifacts }), guardOptions) as ServiceImpl<DescService>],
       [EnrollService, guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService>],
     ]);
     const services = serviceList.map((service) => {
@@ -172,6 +188,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const jobBroker = broker;
     const retired = retirements;
     const codeHost = code;
+    const artifactService = artifacts;
+    const removeOnClose = tempArtifactsDir;
     return {
       url: `https://${host}:${port}`,
       port,
@@ -179,6 +197,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       audit: auditSink,
       broker: jobBroker,
       issuer: issuer?.description,
+      artifacts: artifactService,
       close() {
         closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
@@ -189,6 +208,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
           await jobBroker.close();
           await retired.close();
           await codeHost.close();
+          await artifactService.close();
+          if (removeOnClose) await rm(removeOnClose, { recursive: true, force: true });
           dbClock.close();
           await auditSink.close();
           await store.close();
@@ -200,6 +221,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     await broker?.close().catch(() => {});
     await retirements?.close().catch(() => {});
     await code?.close().catch(() => {});
+    await artifacts?.close().catch(() => {});
+    if (tempArtifactsDir) await rm(tempArtifactsDir, { recursive: true, force: true });
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

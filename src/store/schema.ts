@@ -17,6 +17,7 @@ export interface Database {
   inventory_flags: InventoryFlagsTable;
   reap_orders: ReapOrdersTable;
   repositories: RepositoriesTable;
+  uploads: UploadsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -94,6 +95,8 @@ export interface JobsTable {
   published_commit: ColumnType<string | null, string | null | undefined, string | null>;
   published_branch: ColumnType<string | null, string | null | undefined, string | null>;
   published_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  /** The result manifest recorded by the completion that settled the job. */
+  artifacts: ColumnType<JsonObject[] | null, string | null | undefined, string | null>;
 }
 
 /** Every lease ever issued; the token itself is never stored, only its SHA-256. */
@@ -122,6 +125,26 @@ export interface RepositoriesTable {
   registered_by: string;
   created_at: Generated<Date>;
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>;
+}
+
+/** A resumable artifact upload, bound to the lease that opened it. */
+export interface UploadsTable {
+  id: string;
+  job_id: string;
+  lease_id: number;
+  workspace_id: string;
+  runner_id: string;
+  name: string;
+  size: number;
+  digest: string;
+  media_type: string;
+  /** Bytes fsynced in the staging file. */
+  durable_size: Generated<number>;
+  state: "open" | "finalized" | "discarded";
+  discard_reason: string | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  finalized_at: Date | null;
 }
 
 /** A JSON object as stored in a jsonb column. */

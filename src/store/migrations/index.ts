@@ -4,6 +4,7 @@ import * as m0002 from "./0002_jobs_and_leases.js";
 import * as m0004 from "./0004_inventory.js";
 import * as m0005 from "./0005_identity.js";
 import * as m0006 from "./0006_code.js";
+import * as m0007 from "./0007_artifacts.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -15,4 +16,5 @@ export const migrations: Record<string, Migration> = {
   "0004_inventory": m0004,
   "0005_identity": m0005,
   "0006_code": m0006,
+  "0007_artifacts": m0007,
 };

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/api/v1/route.proto.
  */
 export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
-  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSLZAQoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCRIgChhyYXdfcmVxdWVzdF9jb250ZW50X3R5cGUYCSABKAk6TgoFcm91dGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi5jgMgASgLMhYuZm9yZWxlYWQuYXBpLnYxLlJvdXRlUgVyb3V0ZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSLmAgoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCRIgChhyYXdfcmVxdWVzdF9jb250ZW50X3R5cGUYCSABKAkSGAoQcmF3X3JlcXVlc3RfYm9keRgKIAEoCRIzCg1oZWFkZXJfZmllbGRzGAsgAygLMhwuZm9yZWxlYWQuYXBpLnYxLkhlYWRlckZpZWxkEjwKFnJlc3BvbnNlX2hlYWRlcl9maWVsZHMYDCADKAsyHC5mb3JlbGVhZC5hcGkudjEuSGVhZGVyRmllbGQiLAoLSGVhZGVyRmllbGQSDgoGaGVhZGVyGAEgASgJEg0KBWZpZWxkGAIgASgJOk4KBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuY4DIAEoCzIWLmZvcmVsZWFkLmFwaS52MS5Sb3V0ZVIFcm91dGViBnByb3RvMw", [file_google_protobuf_descriptor]);
 
 /**
  * Route declares how one RPC is served on the REST surface, beside its
@@ -95,6 +95,35 @@ export type Route = Message<"forelead.api.v1.Route"> & {
    * @generated from field: string raw_request_content_type = 9;
    */
   rawRequestContentType: string;
+
+  /**
+   * The request is a client stream sent on REST as the raw request body (any
+   * content type), e.g. an upload: this bytes field (proto name, like
+   * response_body) of each request message carries the body's bytes in
+   * chunks as they arrive; the other fields come from the path and
+   * header_fields and are set in the first message only. The body is
+   * streamed, never buffered, and the 1 MiB bound of JSON bodies does not
+   * apply: the handler bounds it. Set instead of ndjson_request.
+   *
+   * @generated from field: string raw_request_body = 10;
+   */
+  rawRequestBody: string;
+
+  /**
+   * Request fields read from request headers on REST, e.g. the lease of a
+   * raw upload: {header: "forelead-lease-token", field: "leaseToken"}.
+   *
+   * @generated from field: repeated forelead.api.v1.HeaderField header_fields = 11;
+   */
+  headerFields: HeaderField[];
+
+  /**
+   * For a raw response: headers of the REST reply set from fields of the
+   * first response message, e.g. {header: "content-length", field: "size"}.
+   *
+   * @generated from field: repeated forelead.api.v1.HeaderField response_header_fields = 12;
+   */
+  responseHeaderFields: HeaderField[];
 };
 
 /**
@@ -103,6 +132,34 @@ export type Route = Message<"forelead.api.v1.Route"> & {
  */
 export const RouteSchema: GenMessage<Route> = /*@__PURE__*/
   messageDesc(file_forelead_api_v1_route, 0);
+
+/**
+ * HeaderField binds a message field to an HTTP header on the REST surface.
+ *
+ * @generated from message forelead.api.v1.HeaderField
+ */
+export type HeaderField = Message<"forelead.api.v1.HeaderField"> & {
+  /**
+   * Lower-case header name, e.g. "forelead-lease-token".
+   *
+   * @generated from field: string header = 1;
+   */
+  header: string;
+
+  /**
+   * JSON name of a scalar field of the message, e.g. "leaseToken".
+   *
+   * @generated from field: string field = 2;
+   */
+  field: string;
+};
+
+/**
+ * Describes the message forelead.api.v1.HeaderField.
+ * Use `create(HeaderFieldSchema)` to create a new message.
+ */
+export const HeaderFieldSchema: GenMessage<HeaderField> = /*@__PURE__*/
+  messageDesc(file_forelead_api_v1_route, 1);
 
 /**
  * The REST route of a method. Every method of a Forelead service has one.

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/job.proto.
  */
 export const file_forelead_runner_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEi3wUKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAlCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUiwQEKB0pvYlNwZWMSDQoFaW1hZ2UYASABKAkSDAoEYXJndhgCIAMoCRIxCgNlbnYYAyADKAsyJC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYy5FbnZFbnRyeRIXCg90aW1lb3V0X3NlY29uZHMYBCABKAUSCwoDY3B1GAUgASgBEhQKDG1lbW9yeV9ieXRlcxgGIAEoAxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjwKCEpvYkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiKgoHRmFpbHVyZRIOCgZyZWFzb24YASABKAkSDwoHbWVzc2FnZRgCIAEoCSK1AQoFTGVhc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFdG9rZW4YAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQY2FuY2VsX3JlcXVlc3RlZBgEIAEoCEgAiAEBEiQKA2pvYhgFIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JCEwoRX2NhbmNlbF9yZXF1ZXN0ZWRiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEikAYKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0QgsKCV9hdHRlbXB0c0IMCgpfZXhpdF9jb2RlIsEBCgdKb2JTcGVjEg0KBWltYWdlGAEgASgJEgwKBGFyZ3YYAiADKAkSMQoDZW52GAMgAygLMiQuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMuRW52RW50cnkSFwoPdGltZW91dF9zZWNvbmRzGAQgASgFEgsKA2NwdRgFIAEoARIUCgxtZW1vcnlfYnl0ZXMYBiABKAMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8CghKb2JFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSEQoJcmV0cnlhYmxlGAMgASgIIioKB0ZhaWx1cmUSDgoGcmVhc29uGAEgASgJEg8KB21lc3NhZ2UYAiABKAkitQEKBUxlYXNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg0KBXRva2VuGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh0KEGNhbmNlbF9yZXF1ZXN0ZWQYBCABKAhIAIgBARIkCgNqb2IYBSABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iQhMKEV9jYW5jZWxfcmVxdWVzdGVkIkoKCEFydGlmYWN0EgwKBG5hbWUYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAMSEgoKbWVkaWFfdHlwZRgEIAEoCWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * Job is a unit of work as the control plane knows it. A lease carries the
@@ -158,6 +158,14 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
    * @generated from field: string published_branch = 35;
    */
   publishedBranch: string;
+
+  /**
+   * What the runner listed on the completion that settled the job: files it
+   * uploaded under the job's leases, stored under their digests.
+   *
+   * @generated from field: repeated forelead.runner.v1.Artifact artifacts = 36;
+   */
+  artifacts: Artifact[];
 };
 
 /**
@@ -312,4 +320,46 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_job, 4);
+
+/**
+ * Artifact is one file a job left behind (its /output), stored by the
+ * control plane under its digest.
+ *
+ * @generated from message forelead.runner.v1.Artifact
+ */
+export type Artifact = Message<"forelead.runner.v1.Artifact"> & {
+  /**
+   * Relative path with "/" separators, e.g. "reports/junit.xml".
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * "sha256:" and 64 lower-case hex digits.
+   *
+   * @generated from field: string digest = 2;
+   */
+  digest: string;
+
+  /**
+   * @generated from field: int64 size = 3;
+   */
+  size: bigint;
+
+  /**
+   * As the runner declared it, e.g. "application/xml"; never used as the
+   * Content-Type of a download.
+   *
+   * @generated from field: string media_type = 4;
+   */
+  mediaType: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.Artifact.
+ * Use `create(ArtifactSchema)` to create a new message.
+ */
+export const ArtifactSchema: GenMessage<Artifact> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_job, 5);
 

@@ -5,7 +5,7 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_forelead_api_v1_route } from "../../api/v1/route_pb.js";
-import type { Job, JobError, Lease } from "./job_pb.js";
+import type { Artifact, Job, JobError, Lease } from "./job_pb.js";
 import { file_forelead_runner_v1_job } from "./job_pb.js";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/runner.proto.
  */
 export const file_forelead_runner_v1_runner: GenFile = /*@__PURE__*/
-  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsABCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDIicKEFJlZ2lzdGVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkiTAoMQ2xhaW1SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3YWl0X3NlY29uZHMYAyABKAUiOQoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZSJICgxSZW5ld1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIjkKDVJlbmV3UmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSgoOUmVsZWFzZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIhEKD1JlbGVhc2VSZXNwb25zZSLGAQoPQ29tcGxldGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIVCg1jb21wbGV0aW9uX2lkGAQgASgJEg8KB291dGNvbWUYBSABKAkSFgoJZXhpdF9jb2RlGAYgASgFSACIAQESKwoFZXJyb3IYByABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3JCDAoKX2V4aXRfY29kZSJNChBDb21wbGV0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiSwoPQ29kZUhlYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI3ChBDb2RlSGVhZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCSJrChFDb2RlQnVuZGxlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEa2luZBgEIAEoCRIOCgZjb21taXQYBSABKAkiIgoSQ29kZUJ1bmRsZVJlc3BvbnNlEgwKBGRhdGEYASABKAwiXQoTQWdlbnRQdWJsaXNoUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEZGF0YRgEIAEoDCJLChRBZ2VudFB1Ymxpc2hSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZjb21taXQYAiABKAkSDgoGYnJhbmNoGAMgASgJImwKEEludmVudG9yeVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEjAKBWl0ZW1zGAMgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0itgEKDUludmVudG9yeUl0ZW0SDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBmpvYl9pZBgDIAEoCRINCgVzdGF0ZRgEIAEoCRINCgVpbWFnZRgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNjcHUYByABKAESDgoGbWVtb3J5GAggASgDEg4KBm9ycGhhbhgJIAEoCCJVChFJbnZlbnRvcnlSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIrCgRyZWFwGAIgAygLMh0uZm9yZWxlYWQucnVubmVyLnYxLlJlYXBPcmRlciInCglSZWFwT3JkZXISDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIpQBCg1FdmVudHNSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIOCgZqb2JfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkSEAoIc2VxdWVuY2UYBSABKAMSJAoEZGF0YRgGIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSIQCg5FdmVudHNSZXNwb25zZSKSAQoLTG9nc1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRITCgtsZWFzZV90b2tlbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoAxIkCgRkYXRhGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIg4KDExvZ3NSZXNwb25zZSI7ChdSZW5ld0NlcnRpZmljYXRlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRILCgNjc3IYAiABKAkijAEKGFJlbmV3Q2VydGlmaWNhdGVSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIZChFjZXJ0aWZpY2F0ZV9jaGFpbhgCIAEoCRIRCglzcGlmZmVfaWQYAyABKAkSLQoJbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcDLiDQoNUnVubmVyU2VydmljZRJxCgVDbG9jaxIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1JlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xvY2tSZXNwb25zZSIjyvMYHwoDR0VUEhAvdjEvcnVubmVyL2Nsb2NrOgZydW5uZXISfgoIUmVnaXN0ZXISIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLlJlZ2lzdGVyUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvcmVnaXN0ZXI6BnJ1bm5lchJ7CgVDbGFpbRIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXNwb25zZSItyvMYKQoEUE9TVBIQL3YxL3J1bm5lci9jbGFpbRoFbGVhc2UgAToGcnVubmVyEnkKBVJlbmV3EiAuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld1Jlc3BvbnNlIivK8xgnCgRQT1NUEhAvdjEvcnVubmVyL3JlbmV3GgVsZWFzZToGcnVubmVyEnwKB1JlbGVhc2USIi5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlcXVlc3QaIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlc3BvbnNlIijK8xgkCgRQT1NUEhIvdjEvcnVubmVyL3JlbGVhc2UgAToGcnVubmVyEn4KCENvbXBsZXRlEiMuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5Db21wbGV0ZVJlc3BvbnNlIifK8xgjCgRQT1NUEhMvdjEvcnVubmVyL2NvbXBsZXRlOgZydW5uZXISfwoIQ29kZUhlYWQSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVIZWFkUmVzcG9uc2UiKMrzGCQKBFBPU1QSFC92MS9ydW5uZXIvY29kZS9oZWFkOgZydW5uZXISowEKCkNvZGVCdW5kbGUSJS5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlcXVlc3QaJi5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlc3BvbnNlIkTK8xhACgRQT1NUEhYvdjEvcnVubmVyL2NvZGUvYnVuZGxlMhhhcHBsaWNhdGlvbi94LWdpdC1idW5kbGU6BnJ1bm5lcjABEqsBCgxBZ2VudFB1Ymxpc2gSJy5mb3JlbGVhZC5ydW5uZXIudjEuQWdlbnRQdWJsaXNoUmVxdWVzdBooLmZvcmVsZWFkLnJ1bm5lci52MS5BZ2VudFB1Ymxpc2hSZXNwb25zZSJGyvMYQgoEUE9TVBIYL3YxL3J1bm5lci9hZ2VudC9wdWJsaXNoOgZydW5uZXJKGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZSgBEoIBCglJbnZlbnRvcnkSJC5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5UmVxdWVzdBolLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXNwb25zZSIoyvMYJAoEUE9TVBIUL3YxL3J1bm5lci9pbnZlbnRvcnk6BnJ1bm5lchJ8CgZFdmVudHMSIS5mb3JlbGVhZC5ydW5uZXIudjEuRXZlbnRzUmVxdWVzdBoiLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXNwb25zZSIpyvMYJQoEUE9TVBIRL3YxL3J1bm5lci9ldmVudHMgASgBOgZydW5uZXIoARJ0CgRMb2dzEh8uZm9yZWxlYWQucnVubmVyLnYxLkxvZ3NSZXF1ZXN0GiAuZm9yZWxlYWQucnVubmVyLnYxLkxvZ3NSZXNwb25zZSInyvMYIwoEUE9TVBIPL3YxL3J1bm5lci9sb2dzIAEoAToGcnVubmVyKAESmQEKEFJlbmV3Q2VydGlmaWNhdGUSKy5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdDZXJ0aWZpY2F0ZVJlcXVlc3QaLC5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdDZXJ0aWZpY2F0ZVJlc3BvbnNlIirK8xgmCgRQT1NUEhYvdjEvcnVubmVyL2NlcnRpZmljYXRlOgZydW5uZXJiBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIsABCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDIicKEFJlZ2lzdGVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkiTAoMQ2xhaW1SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3YWl0X3NlY29uZHMYAyABKAUiOQoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZSJICgxSZW5ld1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIjkKDVJlbmV3UmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSgoOUmVsZWFzZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIhEKD1JlbGVhc2VSZXNwb25zZSL3AQoPQ29tcGxldGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIVCg1jb21wbGV0aW9uX2lkGAQgASgJEg8KB291dGNvbWUYBSABKAkSFgoJZXhpdF9jb2RlGAYgASgFSACIAQESKwoFZXJyb3IYByABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLwoJYXJ0aWZhY3RzGAggAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0QgwKCl9leGl0X2NvZGUiTQoQQ29tcGxldGVSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIksKD0NvZGVIZWFkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkiNwoQQ29kZUhlYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZjb21taXQYAiABKAkiawoRQ29kZUJ1bmRsZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEgwKBGtpbmQYBCABKAkSDgoGY29tbWl0GAUgASgJIiIKEkNvZGVCdW5kbGVSZXNwb25zZRIMCgRkYXRhGAEgASgMIl0KE0FnZW50UHVibGlzaFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEgwKBGRhdGEYBCABKAwiSwoUQWdlbnRQdWJsaXNoUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGY29tbWl0GAIgASgJEg4KBmJyYW5jaBgDIAEoCSJsChBJbnZlbnRvcnlSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIwCgVpdGVtcxgDIAMoCzIhLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlJdGVtIrYBCg1JbnZlbnRvcnlJdGVtEgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZqb2JfaWQYAyABKAkSDQoFc3RhdGUYBCABKAkSDQoFaW1hZ2UYBSABKAkSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDY3B1GAcgASgBEg4KBm1lbW9yeRgIIAEoAxIOCgZvcnBoYW4YCSABKAgiVQoRSW52ZW50b3J5UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSKwoEcmVhcBgCIAMoCzIdLmZvcmVsZWFkLnJ1bm5lci52MS5SZWFwT3JkZXIiJwoJUmVhcE9yZGVyEgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCSKUAQoNRXZlbnRzUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSDgoGam9iX2lkGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJEhAKCHNlcXVlbmNlGAUgASgDEiQKBGRhdGEYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiEAoORXZlbnRzUmVzcG9uc2UikgEKC0xvZ3NSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIOCgZqb2JfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkSEAoIc2VxdWVuY2UYBSABKAMSJAoEZGF0YRgGIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSIOCgxMb2dzUmVzcG9uc2UiOwoXUmVuZXdDZXJ0aWZpY2F0ZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSCwoDY3NyGAIgASgJIowBChhSZW5ld0NlcnRpZmljYXRlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSGQoRY2VydGlmaWNhdGVfY2hhaW4YAiABKAkSEQoJc3BpZmZlX2lkGAMgASgJEi0KCW5vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijQEKEU9wZW5VcGxvYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRuYW1lGAQgASgJEgwKBHNpemUYBSABKAMSDgoGZGlnZXN0GAYgASgJEhIKCm1lZGlhX3R5cGUYByABKAkiaAoST3BlblVwbG9hZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXVwbG9hZF9pZBgCIAEoCRIZCgxkdXJhYmxlX3NpemUYAyABKANIAIgBAUIPCg1fZHVyYWJsZV9zaXplIn0KEFB1dFVwbG9hZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhEKCXVwbG9hZF9pZBgEIAEoCRIOCgZvZmZzZXQYBSABKAMSDAoEZGF0YRgGIAEoDCJ1ChFQdXRVcGxvYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCgl1cGxvYWRfaWQYAiABKAkSGQoMZHVyYWJsZV9zaXplGAMgASgDSACIAQESDAoEc2l6ZRgEIAEoA0IPCg1fZHVyYWJsZV9zaXplImQKFUZpbmFsaXplVXBsb2FkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSEQoJdXBsb2FkX2lkGAQgASgJIm0KFkZpbmFsaXplVXBsb2FkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDAoEbmFtZRgCIAEoCRIOCgZkaWdlc3QYAyABKAkSDAoEc2l6ZRgEIAEoAxISCgptZWRpYV90eXBlGAUgASgJMqkSCg1SdW5uZXJTZXJ2aWNlEnEKBUNsb2NrEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsb2NrUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1Jlc3BvbnNlIiPK8xgfCgNHRVQSEC92MS9ydW5uZXIvY2xvY2s6BnJ1bm5lchJ+CghSZWdpc3RlchIjLmZvcmVsZWFkLnJ1bm5lci52MS5SZWdpc3RlclJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXNwb25zZSInyvMYIwoEUE9TVBITL3YxL3J1bm5lci9yZWdpc3RlcjoGcnVubmVyEnsKBUNsYWltEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlc3BvbnNlIi3K8xgpCgRQT1NUEhAvdjEvcnVubmVyL2NsYWltGgVsZWFzZSABOgZydW5uZXISeQoFUmVuZXcSIC5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdSZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVzcG9uc2UiK8rzGCcKBFBPU1QSEC92MS9ydW5uZXIvcmVuZXcaBWxlYXNlOgZydW5uZXISfAoHUmVsZWFzZRIiLmZvcmVsZWFkLnJ1bm5lci52MS5SZWxlYXNlUmVxdWVzdBojLmZvcmVsZWFkLnJ1bm5lci52MS5SZWxlYXNlUmVzcG9uc2UiKMrzGCQKBFBPU1QSEi92MS9ydW5uZXIvcmVsZWFzZSABOgZydW5uZXISfgoIQ29tcGxldGUSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvY29tcGxldGU6BnJ1bm5lchJ/CghDb2RlSGVhZBIjLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlSGVhZFJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXNwb25zZSIoyvMYJAoEUE9TVBIUL3YxL3J1bm5lci9jb2RlL2hlYWQ6BnJ1bm5lchKjAQoKQ29kZUJ1bmRsZRIlLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlQnVuZGxlUmVxdWVzdBomLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlQnVuZGxlUmVzcG9uc2UiRMrzGEAKBFBPU1QSFi92MS9ydW5uZXIvY29kZS9idW5kbGUyGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZToGcnVubmVyMAESqwEKDEFnZW50UHVibGlzaBInLmZvcmVsZWFkLnJ1bm5lci52MS5BZ2VudFB1Ymxpc2hSZXF1ZXN0GiguZm9yZWxlYWQucnVubmVyLnYxLkFnZW50UHVibGlzaFJlc3BvbnNlIkbK8xhCCgRQT1NUEhgvdjEvcnVubmVyL2FnZW50L3B1Ymxpc2g6BnJ1bm5lckoYYXBwbGljYXRpb24veC1naXQtYnVuZGxlKAESggEKCUludmVudG9yeRIkLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXF1ZXN0GiUuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeVJlc3BvbnNlIijK8xgkCgRQT1NUEhQvdjEvcnVubmVyL2ludmVudG9yeToGcnVubmVyEnwKBkV2ZW50cxIhLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXF1ZXN0GiIuZm9yZWxlYWQucnVubmVyLnYxLkV2ZW50c1Jlc3BvbnNlIinK8xglCgRQT1NUEhEvdjEvcnVubmVyL2V2ZW50cyABKAE6BnJ1bm5lcigBEnQKBExvZ3MSHy5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1JlcXVlc3QaIC5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1Jlc3BvbnNlIifK8xgjCgRQT1NUEg8vdjEvcnVubmVyL2xvZ3MgASgBOgZydW5uZXIoARKZAQoQUmVuZXdDZXJ0aWZpY2F0ZRIrLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVxdWVzdBosLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVzcG9uc2UiKsrzGCYKBFBPU1QSFi92MS9ydW5uZXIvY2VydGlmaWNhdGU6BnJ1bm5lchKDAQoKT3BlblVwbG9hZBIlLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVxdWVzdBomLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVzcG9uc2UiJsrzGCIKBFBPU1QSEi92MS9ydW5uZXIvdXBsb2FkczoGcnVubmVyEpgCCglQdXRVcGxvYWQSJC5mb3JlbGVhZC5ydW5uZXIudjEuUHV0VXBsb2FkUmVxdWVzdBolLmZvcmVsZWFkLnJ1bm5lci52MS5QdXRVcGxvYWRSZXNwb25zZSK7AcrzGLYBCgNQVVQSHS92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9OgZydW5uZXJSBGRhdGFaIgoUZm9yZWxlYWQtYXBpLXZlcnNpb24SCmFwaVZlcnNpb25aGAoPZm9yZWxlYWQtam9iLWlkEgVqb2JJZFoiChRmb3JlbGVhZC1sZWFzZS10b2tlbhIKbGVhc2VUb2tlblogChZmb3JlbGVhZC11cGxvYWQtb2Zmc2V0EgZvZmZzZXQoARKjAQoORmluYWxpemVVcGxvYWQSKS5mb3JlbGVhZC5ydW5uZXIudjEuRmluYWxpemVVcGxvYWRSZXF1ZXN0GiouZm9yZWxlYWQucnVubmVyLnYxLkZpbmFsaXplVXBsb2FkUmVzcG9uc2UiOsrzGDYKBFBPU1QSJi92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9L2ZpbmFsaXplOgZydW5uZXJiBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * ClockRequest has no fields: GET /v1/runner/clock has no body.
@@ -325,6 +325,14 @@ export type CompleteRequest = Message<"forelead.runner.v1.CompleteRequest"> & {
    * @generated from field: forelead.runner.v1.JobError error = 7;
    */
   error?: JobError | undefined;
+
+  /**
+   * The result manifest: only digests finalized under this job's leases
+   * (any attempt). Recorded when the completion settles the job.
+   *
+   * @generated from field: repeated forelead.runner.v1.Artifact artifacts = 8;
+   */
+  artifacts: Artifact[];
 };
 
 /**
@@ -869,6 +877,258 @@ export const RenewCertificateResponseSchema: GenMessage<RenewCertificateResponse
   messageDesc(file_forelead_runner_v1_runner, 27);
 
 /**
+ * OpenUploadRequest declares one artifact before any byte moves.
+ *
+ * @generated from message forelead.runner.v1.OpenUploadRequest
+ */
+export type OpenUploadRequest = Message<"forelead.runner.v1.OpenUploadRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string lease_token = 3;
+   */
+  leaseToken: string;
+
+  /**
+   * Relative path with "/" separators: no leading "/", no "." or ".."
+   * segment, no empty segment, no control character.
+   *
+   * @generated from field: string name = 4;
+   */
+  name: string;
+
+  /**
+   * Bytes that will be sent; at most the control plane's cap (2 GiB by default).
+   *
+   * @generated from field: int64 size = 5;
+   */
+  size: bigint;
+
+  /**
+   * "sha256:" and 64 lower-case hex digits of the whole content.
+   *
+   * @generated from field: string digest = 6;
+   */
+  digest: string;
+
+  /**
+   * Defaults to "application/octet-stream".
+   *
+   * @generated from field: string media_type = 7;
+   */
+  mediaType: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.OpenUploadRequest.
+ * Use `create(OpenUploadRequestSchema)` to create a new message.
+ */
+export const OpenUploadRequestSchema: GenMessage<OpenUploadRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 28);
+
+/**
+ * OpenUploadResponse names the upload. Opening the same name, size and
+ * digest again under the same lease returns the same upload.
+ *
+ * @generated from message forelead.runner.v1.OpenUploadResponse
+ */
+export type OpenUploadResponse = Message<"forelead.runner.v1.OpenUploadResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string upload_id = 2;
+   */
+  uploadId: string;
+
+  /**
+   * Bytes already held durably: where to (re)start. Always written, 0 included.
+   *
+   * @generated from field: optional int64 durable_size = 3;
+   */
+  durableSize?: bigint | undefined;
+};
+
+/**
+ * Describes the message forelead.runner.v1.OpenUploadResponse.
+ * Use `create(OpenUploadResponseSchema)` to create a new message.
+ */
+export const OpenUploadResponseSchema: GenMessage<OpenUploadResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 29);
+
+/**
+ * PutUploadRequest carries bytes of an upload. The first message names the
+ * upload, the lease and the offset of its data; each later message carries
+ * only data, which continues where the previous message's data ended.
+ *
+ * @generated from message forelead.runner.v1.PutUploadRequest
+ */
+export type PutUploadRequest = Message<"forelead.runner.v1.PutUploadRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string lease_token = 3;
+   */
+  leaseToken: string;
+
+  /**
+   * @generated from field: string upload_id = 4;
+   */
+  uploadId: string;
+
+  /**
+   * Where the first byte of data goes: at most the durable size. Bytes
+   * below the durable size must equal those held (a replay, acknowledged
+   * without writing); a gap or different bytes are refused.
+   *
+   * @generated from field: int64 offset = 5;
+   */
+  offset: bigint;
+
+  /**
+   * @generated from field: bytes data = 6;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message forelead.runner.v1.PutUploadRequest.
+ * Use `create(PutUploadRequestSchema)` to create a new message.
+ */
+export const PutUploadRequestSchema: GenMessage<PutUploadRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 30);
+
+/**
+ * PutUploadResponse says how much of the upload is held durably.
+ *
+ * @generated from message forelead.runner.v1.PutUploadResponse
+ */
+export type PutUploadResponse = Message<"forelead.runner.v1.PutUploadResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string upload_id = 2;
+   */
+  uploadId: string;
+
+  /**
+   * Always written, 0 included.
+   *
+   * @generated from field: optional int64 durable_size = 3;
+   */
+  durableSize?: bigint | undefined;
+
+  /**
+   * The declared size.
+   *
+   * @generated from field: int64 size = 4;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message forelead.runner.v1.PutUploadResponse.
+ * Use `create(PutUploadResponseSchema)` to create a new message.
+ */
+export const PutUploadResponseSchema: GenMessage<PutUploadResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 31);
+
+/**
+ * FinalizeUploadRequest asks the control plane to verify and store an upload.
+ *
+ * @generated from message forelead.runner.v1.FinalizeUploadRequest
+ */
+export type FinalizeUploadRequest = Message<"forelead.runner.v1.FinalizeUploadRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string lease_token = 3;
+   */
+  leaseToken: string;
+
+  /**
+   * @generated from field: string upload_id = 4;
+   */
+  uploadId: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.FinalizeUploadRequest.
+ * Use `create(FinalizeUploadRequestSchema)` to create a new message.
+ */
+export const FinalizeUploadRequestSchema: GenMessage<FinalizeUploadRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 32);
+
+/**
+ * FinalizeUploadResponse is the stored artifact; the same again for a
+ * finalized upload.
+ *
+ * @generated from message forelead.runner.v1.FinalizeUploadResponse
+ */
+export type FinalizeUploadResponse = Message<"forelead.runner.v1.FinalizeUploadResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string digest = 3;
+   */
+  digest: string;
+
+  /**
+   * @generated from field: int64 size = 4;
+   */
+  size: bigint;
+
+  /**
+   * @generated from field: string media_type = 5;
+   */
+  mediaType: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.FinalizeUploadResponse.
+ * Use `create(FinalizeUploadResponseSchema)` to create a new message.
+ */
+export const FinalizeUploadResponseSchema: GenMessage<FinalizeUploadResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 33);
+
+/**
  * RunnerService is Runner protocol v1: every call is made by a runner with a
  * certificate whose only URI SAN is
  * spiffe://<trust-domain>/runners/<runner-id>/workspaces/<workspace-id>.
@@ -1006,6 +1266,36 @@ export const RunnerService: GenService<{
     methodKind: "unary";
     input: typeof RenewCertificateRequestSchema;
     output: typeof RenewCertificateResponseSchema;
+  },
+  /**
+   * Opens a resumable upload of one artifact under the job's lease; its size and digest are declared before any byte moves.
+   *
+   * @generated from rpc forelead.runner.v1.RunnerService.OpenUpload
+   */
+  openUpload: {
+    methodKind: "unary";
+    input: typeof OpenUploadRequestSchema;
+    output: typeof OpenUploadResponseSchema;
+  },
+  /**
+   * Writes bytes at an offset (raw body on REST, chunks on the generated client); answers the durable size. No bytes just asks for it.
+   *
+   * @generated from rpc forelead.runner.v1.RunnerService.PutUpload
+   */
+  putUpload: {
+    methodKind: "client_streaming";
+    input: typeof PutUploadRequestSchema;
+    output: typeof PutUploadResponseSchema;
+  },
+  /**
+   * Checks the upload against its declared size and digest and stores it under the digest (deduplicated); a mismatch discards it.
+   *
+   * @generated from rpc forelead.runner.v1.RunnerService.FinalizeUpload
+   */
+  finalizeUpload: {
+    methodKind: "unary";
+    input: typeof FinalizeUploadRequestSchema;
+    output: typeof FinalizeUploadResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_runner_v1_runner, 0);

@@ -1,0 +1,80 @@
+import "reflect-metadata";
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminActor, type AdminActor } from "../support/actors.js";
+import { leasedJob, restUploads, sha256 } from "../support/artifacts.js";
+import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { databaseKind } from "../support/database.js";
+
+const run = promisify(execFile);
+const forelead = join(process.cwd(), "bin/forelead.js");
+let cp: TestControlPlane;
+let admin: AdminActor;
+let dir: string;
+
+beforeAll(async () => {
+  cp = await startTestControlPlane();
+  admin = await adminActor(cp);
+  dir = await mkdtemp(join(tmpdir(), "forelead-cli-artifacts-"));
+  const cert = await cp.pki.service("test-admin");
+  await writeFile(join(dir, "ca.pem"), cp.pki.ca.certPem);
+  await writeFile(join(dir, "admin.pem"), cert.certPem);
+  await writeFile(join(dir, "admin-key.pem"), cert.keyPem);
+});
+afterAll(async () => {
+  await admin?.close();
+  await cp?.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function forel(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [forelead, ...args], { cwd: dir, timeout: 60_000, encoding: "utf8" });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
+  }
+}
+
+const connection = () => ["--server", cp.url, "--cert", "admin.pem", "--key", "admin-key.pem", "--ca", "ca.pem"];
+
+describe(`forelead jobs artifacts / download (${databaseKind})`, () => {
+  it("lists a job's artifacts and downloads one, checked against its digest", { timeout: 90_000 }, async () => {
+    const data = Buffer.from("line 1\nline 2\n");
+    const j = await leasedJob(cp, admin, "r1", "cli1");
+    const up = restUploads(j);
+    const id = (await up.open("logs/build.log", data.length, sha256(data), "text/plain")).json.uploadId;
+    await up.put(id, 0, data);
+    const entry = (await up.finalize(id)).json;
+    expect((await j.runner.complete(j.jobId, j.token, { artifacts: [entry] })).status).toBe(200);
+    await j.runner.close();
+
+    const list = await forel(["jobs", "artifacts", j.jobId, ...connection()]);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toBe(`logs/build.log\t${data.length}\t${sha256(data)}\ttext/plain\n`);
+
+    const got = await forel(["jobs", "download", j.jobId, "logs/build.log", ...connection()]);
+    expect(got.code, got.stderr).toBe(0);
+    expect(got.stderr).toContain(`wrote build.log (${data.length} bytes, ${sha256(data)})`);
+    expect(await readFile(join(dir, "build.log"))).toEqual(data);
+    const again = await forel(["jobs", "download", j.jobId, "logs/build.log", ...connection()]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("build.log exists; pass --force");
+    const stdout = await forel(["jobs", "download", j.jobId, "logs/build.log", "--out", "-", ...connection()]);
+    expect(stdout.stdout).toBe(data.toString());
+    const missing = await forel(["jobs", "download", j.jobId, "nope.txt", ...connection()]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('has no artifact named "nope.txt"');
+  });
+
+  it("serve refuses a --max-artifact-size that is not a size", async () => {
+    const bad = await forel(["serve", "--listen", "127.0.0.1:0", "--database", "memory://", "--max-artifact-size", "lots"]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("--max-artifact-size must be a size such as 2GiB, 500MiB or 1048576");
+  });
+});
