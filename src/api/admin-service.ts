@@ -2,13 +2,16 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
+import type { Streams } from "../streams/streams.js";
 import { principalOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
+import { streamEntries } from "./stream-handlers.js";
 
 /** What the admin service binds to. */
 export interface AdminServiceDeps {
   readonly broker: Broker;
+  readonly streams: Streams;
 }
 
 /** The admin surface for internal services: decode, call the broker, encode. */
@@ -59,5 +62,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         })),
       };
     },
+    getJobLogs: (req, ctx) => streamEntries(deps.streams, "logs", req, ctx),
+    getJobEvents: (req, ctx) => streamEntries(deps.streams, "events", req, ctx),
   };
 }

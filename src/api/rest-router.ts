@@ -3,6 +3,7 @@ import { StringDecoder } from "node:string_decoder";
 import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { errorBody, httpStatusOf, payloadTooLarge, toConnectError } from "./errors.js";
+import { messageStreamFormat, writeMessageStream } from "./rest-streams.js";
 import { routeOf, type RouteEntry } from "./routes.js";
 
 /** A route with the (guarded) function that serves it. */
@@ -79,7 +80,18 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   }
 
   const json = req.method === "GET" ? queryJson(url, method.input) : await readJsonBody(req, options.maxBodyBytes);
+  // A reconnecting EventSource says where it stopped in Last-Event-ID; the route names the field it binds.
+  const resumeField = entry.option.lastEventIdField;
+  const lastEventId = req.headers["last-event-id"];
+  if (resumeField && typeof lastEventId === "string" && lastEventId && json[resumeField] === undefined) json[resumeField] = lastEventId;
   const input = decode(method.input, { ...json, ...bound }, "request body");
+
+  if (method.methodKind === "server_streaming" && entry.option.ndjsonResponse) {
+    const messages = (handler(input, ctx) as AsyncIterable<object>)[Symbol.asyncIterator]();
+    const format = messageStreamFormat(entry.option, method, input, req.headers.accept);
+    const where = `${req.method} ${url.pathname}`;
+    return writeMessageStream(res, entry.option, method, format, messages, (err) => writeError(res, err), (err) => toConnectError(err, where));
+  }
 
   if (method.methodKind === "server_streaming") {
     const chunks = (handler(input, ctx) as AsyncIterable<{ data?: Uint8Array }>)[Symbol.asyncIterator]();
@@ -178,11 +190,18 @@ function jsonNameOf(schema: DescMessage, protoName: string): string {
   return schema.fields.find((f) => f.name === protoName)?.jsonName ?? protoName;
 }
 
+const ndjsonLines = new WeakMap<object, number>();
+
+/** The NDJSON line a request message was read from, when it came from the REST surface. */
+export function ndjsonLineOf(message: object): number | undefined {
+  return ndjsonLines.get(message);
+}
+
 /**
  * NDJSON request messages, read incrementally: never more than one line is
- * buffered. Lines are numbered from 1; blank lines are skipped. A line that
- * pushes the body past `maxBytes` ends the stream with 413; lines before it
- * have already been handed to the handler.
+ * buffered. Lines are numbered from 1 (see ndjsonLineOf); blank lines are
+ * skipped. A line that pushes the body past `maxBytes` ends the stream with
+ * 413; lines before it have already been handed to the handler.
  */
 async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, maxBytes: number): AsyncGenerator<Message> {
   const decoder = new StringDecoder("utf8");
@@ -203,7 +222,9 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
     if (json === null || typeof json !== "object" || Array.isArray(json)) {
       throw new ConnectError(`line ${lineNo} must be a JSON object`, Code.InvalidArgument);
     }
-    return decode(schema, json, `line ${lineNo}`);
+    const message = decode(schema, json, `line ${lineNo}`);
+    ndjsonLines.set(message, lineNo);
+    return message;
   };
   for await (const chunk of req as AsyncIterable<Buffer>) {
     pending += decoder.write(chunk);

@@ -1,19 +1,22 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { EventsRequestSchema, LogsRequestSchema, type RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
+import type { Streams } from "../streams/streams.js";
 import { runnerOf } from "./context.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
+import { ingestRequests } from "./stream-handlers.js";
 
 /** What the runner service binds to. */
 export interface RunnerServiceDeps {
   readonly store: Store;
   readonly clock: DbClock;
   readonly broker: Broker;
+  readonly streams: Streams;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -72,8 +75,8 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       notYet("code/bundle")();
     },
     inventory: notYet("inventory"),
-    events: notYet("events"),
-    logs: notYet("logs"),
+    events: (reqs, ctx) => ingestRequests(deps.streams, "events", EventsRequestSchema, reqs, ctx),
+    logs: (reqs, ctx) => ingestRequests(deps.streams, "logs", LogsRequestSchema, reqs, ctx),
   };
 }
 

@@ -18,6 +18,7 @@ import { createRunnerService } from "../api/runner-service.js";
 import { createDatabaseAuditSink, type AuditSink } from "../identity/audit.js";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
 import { openStore, type Store } from "../store/database.js";
+import { createStreams, type Streams } from "../streams/streams.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
 import { createRequestIdentifier } from "./identity.js";
 
@@ -41,6 +42,8 @@ export interface ControlPlaneOptions {
   readonly maxBodyBytes?: number;
   /** How often expired leases are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
+  /** An events or logs request still open after this many seconds is ended by the server; 30 by default. */
+  readonly streamMaxSeconds?: number;
 }
 
 /** A running control plane. */
@@ -69,15 +72,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   let clock: DbClock | undefined;
   let audit: AuditSink | undefined;
   let broker: Broker | undefined;
+  let streams: Streams | undefined;
   try {
     clock = await createDbClock(store.db);
     audit = createDatabaseAuditSink(store.db);
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    streams = await createStreams({ store, maxRequestBytes: maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) });
     const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
-      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker }), guardOptions) as ServiceImpl<DescService> },
-      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker }), guardOptions) as ServiceImpl<DescService> },
+      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker, streams }), guardOptions) as ServiceImpl<DescService> },
+      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker, streams }), guardOptions) as ServiceImpl<DescService> },
     ];
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
     const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
@@ -126,6 +131,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const auditSink = audit;
     const dbClock = clock;
     const jobBroker = broker;
+    const jobStreams = streams;
     return {
       url: `https://${host}:${port}`,
       port,
@@ -136,6 +142,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
         closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
           for (const s of sessions) s.close();
+          await jobStreams.close(); // ends followers, whose open streams would hold their sessions
           const forced = setTimeout(() => sessions.forEach((s) => s.destroy()), 5_000);
           await closed;
           clearTimeout(forced);
@@ -149,6 +156,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     };
   } catch (err) {
     await broker?.close().catch(() => {});
+    await streams?.close().catch(() => {});
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

@@ -9,6 +9,8 @@ export interface Database {
   audit_records: AuditRecordsTable;
   jobs: JobsTable;
   leases: LeasesTable;
+  stream_cursors: StreamCursorsTable;
+  stream_messages: StreamMessagesTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -97,3 +99,24 @@ export interface LeasesTable {
 
 /** A JSON object as stored in a jsonb column. */
 export type JsonObject = { [key: string]: unknown };
+
+/** The two streams a runner sends per lease. */
+export type StreamName = "events" | "logs";
+
+/** The last accepted sequence of one lease on one stream. */
+export interface StreamCursorsTable {
+  lease_id: number;
+  stream: StreamName;
+  last_sequence: number;
+}
+
+/** One accepted event or log message. */
+export interface StreamMessagesTable {
+  job_id: string;
+  stream: StreamName;
+  lease_id: number;
+  attempt: number;
+  sequence: number;
+  data: ColumnType<unknown, string, string>;
+  received_at: Generated<Date>;
+}

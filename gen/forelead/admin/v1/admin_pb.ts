@@ -7,15 +7,15 @@ import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2
 import { file_forelead_api_v1_route } from "../../api/v1/route_pb.js";
 import type { Job, JobSpec } from "../../runner/v1/job_pb.js";
 import { file_forelead_runner_v1_job } from "../../runner/v1/job_pb.js";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file forelead/admin/v1/admin.proto.
  */
 export const file_forelead_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMyiwUKDEFkbWluU2VydmljZRJ8CgpFbnF1ZXVlSm9iEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVzcG9uc2UiIcrzGB0KBFBPU1QSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhJ3CgZHZXRKb2ISIC5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXF1ZXN0GiEuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVzcG9uc2UiKMrzGCQKA0dFVBIWL3YxL2FkbWluL2pvYnMve2pvYklkfToFYWRtaW4SdQoITGlzdEpvYnMSIi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1JlcXVlc3QaIy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0Sm9ic1Jlc3BvbnNlIiDK8xgcCgNHRVQSDi92MS9hZG1pbi9qb2JzOgVhZG1pbhKIAQoJQ2FuY2VsSm9iEiMuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVxdWVzdBokLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlc3BvbnNlIjDK8xgsCgRQT1NUEh0vdjEvYWRtaW4vam9icy97am9iSWR9L2NhbmNlbDoFYWRtaW4SgQEKC0xpc3RSdW5uZXJzEiUuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuTGlzdFJ1bm5lcnNSZXNwb25zZSIjyvMYHwoDR0VUEhEvdjEvYWRtaW4vcnVubmVyczoFYWRtaW5iBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMifQoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEg0KBWFmdGVyGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSFQoNZnJvbV9zZXF1ZW5jZRgEIAEoAxIRCglwYWdlX3NpemUYBSABKAUSDgoGZm9sbG93GAYgASgIIqABChJHZXRKb2JMb2dzUmVzcG9uc2USEAoIc2VxdWVuY2UYASABKAMSDwoHYXR0ZW1wdBgCIAEoBRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhAKCHBvc2l0aW9uGAQgASgJEi8KC3JlY2VpdmVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ/ChNHZXRKb2JFdmVudHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVhZnRlchgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhUKDWZyb21fc2VxdWVuY2UYBCABKAMSEQoJcGFnZV9zaXplGAUgASgFEg4KBmZvbGxvdxgGIAEoCCKiAQoUR2V0Sm9iRXZlbnRzUmVzcG9uc2USEAoIc2VxdWVuY2UYASABKAMSDwoHYXR0ZW1wdBgCIAEoBRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhAKCHBvc2l0aW9uGAQgASgJEi8KC3JlY2VpdmVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcDLvBwoMQWRtaW5TZXJ2aWNlEnwKCkVucXVldWVKb2ISJC5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVxdWVzdBolLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXNwb25zZSIhyvMYHQoEUE9TVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluEncKBkdldEpvYhIgLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlcXVlc3QaIS5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXNwb25zZSIoyvMYJAoDR0VUEhYvdjEvYWRtaW4vam9icy97am9iSWR9OgVhZG1pbhJ1CghMaXN0Sm9icxIiLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVxdWVzdBojLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVzcG9uc2UiIMrzGBwKA0dFVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluEogBCglDYW5jZWxKb2ISIy5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXF1ZXN0GiQuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVzcG9uc2UiMMrzGCwKBFBPU1QSHS92MS9hZG1pbi9qb2JzL3tqb2JJZH0vY2FuY2VsOgVhZG1pbhKBAQoLTGlzdFJ1bm5lcnMSJS5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1JlcXVlc3QaJi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1Jlc3BvbnNlIiPK8xgfCgNHRVQSES92MS9hZG1pbi9ydW5uZXJzOgVhZG1pbhKrAQoKR2V0Sm9iTG9ncxIkLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYkxvZ3NSZXF1ZXN0GiUuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iTG9nc1Jlc3BvbnNlIk7K8xhKCgNHRVQSGy92MS9hZG1pbi9qb2JzL3tqb2JJZH0vbG9nczoFYWRtaW5AAUoGZm9sbG93Ughwb3NpdGlvbloFYWZ0ZXJiBGRhdGEwARKzAQoMR2V0Sm9iRXZlbnRzEiYuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iRXZlbnRzUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYkV2ZW50c1Jlc3BvbnNlIlDK8xhMCgNHRVQSHS92MS9hZG1pbi9qb2JzL3tqb2JJZH0vZXZlbnRzOgVhZG1pbkABSgZmb2xsb3dSCHBvc2l0aW9uWgVhZnRlcmIEZGF0YTABYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * EnqueueJobRequest describes a job to run.
@@ -388,6 +388,210 @@ export const RunnerSchema: GenMessage<Runner> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_admin, 10);
 
 /**
+ * GetJobLogsRequest chooses which log entries to read (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.GetJobLogsRequest
+ */
+export type GetJobLogsRequest = Message<"forelead.admin.v1.GetJobLogsRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Only entries after this position (an entry's position): the next page,
+   * or where a follower resumes.
+   *
+   * @generated from field: string after = 2;
+   */
+  after: string;
+
+  /**
+   * Only this attempt; 0 for every attempt.
+   *
+   * @generated from field: int32 attempt = 3;
+   */
+  attempt: number;
+
+  /**
+   * Only entries with at least this sequence.
+   *
+   * @generated from field: int64 from_sequence = 4;
+   */
+  fromSequence: bigint;
+
+  /**
+   * Most entries in one reply: 1..10000, default 1000. Ignored with follow.
+   *
+   * @generated from field: int32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * Keep sending entries as they are stored, until the job settles.
+   *
+   * @generated from field: bool follow = 6;
+   */
+  follow: boolean;
+};
+
+/**
+ * Describes the message forelead.admin.v1.GetJobLogsRequest.
+ * Use `create(GetJobLogsRequestSchema)` to create a new message.
+ */
+export const GetJobLogsRequestSchema: GenMessage<GetJobLogsRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 11);
+
+/**
+ * GetJobLogsResponse is one log entry; one NDJSON line or event on REST.
+ *
+ * @generated from message forelead.admin.v1.GetJobLogsResponse
+ */
+export type GetJobLogsResponse = Message<"forelead.admin.v1.GetJobLogsResponse"> & {
+  /**
+   * The runner's sequence, increasing within one lease.
+   *
+   * @generated from field: int64 sequence = 1;
+   */
+  sequence: bigint;
+
+  /**
+   * The attempt whose lease sent it.
+   *
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * A text chunk, or {"stream": "stdout"|"stderr", "text": "..."}.
+   *
+   * @generated from field: google.protobuf.Value data = 3;
+   */
+  data?: Value | undefined;
+
+  /**
+   * Opaque and ordered across attempts: pass it as "after" to read on.
+   *
+   * @generated from field: string position = 4;
+   */
+  position: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp received_at = 5;
+   */
+  receivedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.GetJobLogsResponse.
+ * Use `create(GetJobLogsResponseSchema)` to create a new message.
+ */
+export const GetJobLogsResponseSchema: GenMessage<GetJobLogsResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 12);
+
+/**
+ * GetJobEventsRequest chooses which events to read (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.GetJobEventsRequest
+ */
+export type GetJobEventsRequest = Message<"forelead.admin.v1.GetJobEventsRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Only events after this position (an event's position): the next page,
+   * or where a follower resumes.
+   *
+   * @generated from field: string after = 2;
+   */
+  after: string;
+
+  /**
+   * Only this attempt; 0 for every attempt.
+   *
+   * @generated from field: int32 attempt = 3;
+   */
+  attempt: number;
+
+  /**
+   * Only events with at least this sequence.
+   *
+   * @generated from field: int64 from_sequence = 4;
+   */
+  fromSequence: bigint;
+
+  /**
+   * Most events in one reply: 1..10000, default 1000. Ignored with follow.
+   *
+   * @generated from field: int32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * Keep sending events as they are stored, until the job settles.
+   *
+   * @generated from field: bool follow = 6;
+   */
+  follow: boolean;
+};
+
+/**
+ * Describes the message forelead.admin.v1.GetJobEventsRequest.
+ * Use `create(GetJobEventsRequestSchema)` to create a new message.
+ */
+export const GetJobEventsRequestSchema: GenMessage<GetJobEventsRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 13);
+
+/**
+ * GetJobEventsResponse is one event; one NDJSON line or event on REST.
+ *
+ * @generated from message forelead.admin.v1.GetJobEventsResponse
+ */
+export type GetJobEventsResponse = Message<"forelead.admin.v1.GetJobEventsResponse"> & {
+  /**
+   * The runner's sequence, increasing within one lease.
+   *
+   * @generated from field: int64 sequence = 1;
+   */
+  sequence: bigint;
+
+  /**
+   * The attempt whose lease sent it.
+   *
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * An object with a "type".
+   *
+   * @generated from field: google.protobuf.Value data = 3;
+   */
+  data?: Value | undefined;
+
+  /**
+   * Opaque and ordered across attempts: pass it as "after" to read on.
+   *
+   * @generated from field: string position = 4;
+   */
+  position: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp received_at = 5;
+   */
+  receivedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.GetJobEventsResponse.
+ * Use `create(GetJobEventsResponseSchema)` to create a new message.
+ */
+export const GetJobEventsResponseSchema: GenMessage<GetJobEventsResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 14);
+
+/**
  * AdminService is for internal services (a coordinator, CI front ends,
  * operators) whose SPIFFE ID the control plane grants with --admin.
  *
@@ -443,6 +647,28 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListRunnersRequestSchema;
     output: typeof ListRunnersResponseSchema;
+  },
+  /**
+   * A job's log in order across attempts, paged; with follow, live until
+   * the job settles (Server-Sent Events on REST).
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.GetJobLogs
+   */
+  getJobLogs: {
+    methodKind: "server_streaming";
+    input: typeof GetJobLogsRequestSchema;
+    output: typeof GetJobLogsResponseSchema;
+  },
+  /**
+   * A job's events in order across attempts, paged; with follow, live until
+   * the job settles (Server-Sent Events on REST).
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.GetJobEvents
+   */
+  getJobEvents: {
+    methodKind: "server_streaming";
+    input: typeof GetJobEventsRequestSchema;
+    output: typeof GetJobEventsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_admin_v1_admin, 0);

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/api/v1/route.proto.
  */
 export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
-  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSKpAQoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAk6TgoFcm91dGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi5jgMgASgLMhYuZm9yZWxlYWQuYXBpLnYxLlJvdXRlUgVyb3V0ZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSKnAgoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSFwoPbmRqc29uX3Jlc3BvbnNlGAggASgIEhoKEmV2ZW50X3N0cmVhbV9maWVsZBgJIAEoCRIWCg5ldmVudF9pZF9maWVsZBgKIAEoCRIbChNsYXN0X2V2ZW50X2lkX2ZpZWxkGAsgASgJEhIKCnRleHRfZmllbGQYDCABKAk6TgoFcm91dGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi5jgMgASgLMhYuZm9yZWxlYWQuYXBpLnYxLlJvdXRlUgVyb3V0ZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
 
 /**
  * Route declares how one RPC is served on the REST surface, beside its
@@ -76,6 +76,51 @@ export type Route = Message<"forelead.api.v1.Route"> & {
    * @generated from field: string principal = 7;
    */
   principal: string;
+
+  /**
+   * The response is a server stream of messages (rather than raw bytes),
+   * written on REST as NDJSON (application/x-ndjson), one proto3 JSON
+   * message a line.
+   *
+   * @generated from field: bool ndjson_response = 8;
+   */
+  ndjsonResponse: boolean;
+
+  /**
+   * With ndjson_response: the request's bool field (JSON name) that, when
+   * true, makes REST write the stream as Server-Sent Events
+   * (text/event-stream) instead: one event per message, its data the
+   * message's proto3 JSON, then an "end" event when the stream ends.
+   *
+   * @generated from field: string event_stream_field = 9;
+   */
+  eventStreamField: string;
+
+  /**
+   * With event_stream_field: the response field (JSON name) written as each
+   * event's id.
+   *
+   * @generated from field: string event_id_field = 10;
+   */
+  eventIdField: string;
+
+  /**
+   * With event_stream_field: the request field (JSON name) that a
+   * reconnecting client's Last-Event-ID header binds, so it resumes after
+   * the last event it saw.
+   *
+   * @generated from field: string last_event_id_field = 11;
+   */
+  lastEventIdField: string;
+
+  /**
+   * With ndjson_response: REST answers "Accept: text/plain" with this field
+   * (JSON name) of every message as text: a string as it is, an object's
+   * string "text" member as it is, anything else as one line of JSON.
+   *
+   * @generated from field: string text_field = 12;
+   */
+  textField: string;
 };
 
 /**
