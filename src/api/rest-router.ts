@@ -1,4 +1,4 @@
-import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { constants as http2constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import { StringDecoder } from "node:string_decoder";
 import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
@@ -74,6 +74,7 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   const bound = pathParams(route, url.pathname);
 
   if (method.methodKind === "client_streaming") {
+    res.stream.once("finish", () => discardRestOfBody(req, res));
     const messages = ndjsonMessages(req, method.input, options.maxBodyBytes);
     const reply = await (handler(messages, ctx) as Promise<object>);
     return writeReply(res, method, create(method.output, reply as never));
@@ -110,6 +111,25 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
 
   const reply = await (handler(input, ctx) as Promise<object>);
   writeReply(res, method, create(method.output, reply as never));
+}
+
+/**
+ * After a reply sent before the body ended (a rejected line, the time
+ * bound): the rest of a body already on its way is read and dropped, so a
+ * client that sent it all sees its request close cleanly; a client still
+ * sending a second later is told to stop (RST_STREAM NO_ERROR, as HTTP/2
+ * says for a complete response to an incomplete request).
+ */
+function discardRestOfBody(req: Http2ServerRequest, res: Http2ServerResponse): void {
+  if (req.readableEnded) return;
+  const drop = () => {
+    while (req.read() !== null);
+  };
+  req.on("readable", drop);
+  drop();
+  const stop = setTimeout(() => res.stream.close(http2constants.NGHTTP2_NO_ERROR), 1000);
+  stop.unref();
+  res.stream.once("close", () => clearTimeout(stop));
 }
 
 function createRestContext(req: Http2ServerRequest, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {
@@ -208,10 +228,12 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
   let pending = "";
   let consumed = 0;
   let lineNo = 0;
-  const parseLine = (line: string): Message | undefined => {
+  // `raw` is the line as sent, with its newline when it had one: the bound counts every byte of the body.
+  const parseLine = (raw: string): Message | undefined => {
     lineNo++;
-    consumed += Buffer.byteLength(line, "utf8") + 1;
-    if (consumed > maxBytes + 1) throw payloadTooLarge(`line ${lineNo} takes the request body over ${maxBytes} bytes; send it in a new request`);
+    consumed += Buffer.byteLength(raw, "utf8");
+    if (consumed > maxBytes) throw payloadTooLarge(`line ${lineNo} takes the request body over ${maxBytes} bytes; send it in a new request`);
+    const line = raw.replace(/\r?\n$/, "");
     if (line.trim() === "") return undefined;
     let json: JsonValue;
     try {
@@ -230,7 +252,7 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
     pending += decoder.write(chunk);
     let nl: number;
     while ((nl = pending.indexOf("\n")) !== -1) {
-      const message = parseLine(pending.slice(0, nl).replace(/\r$/, ""));
+      const message = parseLine(pending.slice(0, nl + 1));
       pending = pending.slice(nl + 1);
       if (message) yield message;
     }

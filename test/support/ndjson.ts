@@ -20,7 +20,14 @@ export function openNdjson(rest: RestClient, path: string): OpenNdjsonRequest {
     let headers: http2.IncomingHttpHeaders = {};
     stream.on("response", (h) => (headers = h));
     stream.on("data", (c: Buffer) => chunks.push(c));
-    stream.on("close", () => {
+    // The reply may end while our side is still open (the server cut the request): "end", not "close".
+    stream.on("end", () => finish());
+    stream.on("close", () => finish());
+    let finished = false;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      if (!stream.writableFinished) stream.close(); // the reply came first: stop sending
       if (headers[":status"] === undefined) return reject(new Error(`${path}: the stream closed without a reply (code ${stream.rstCode})`));
       const text = Buffer.concat(chunks).toString("utf8");
       let json: unknown;
@@ -30,7 +37,7 @@ export function openNdjson(rest: RestClient, path: string): OpenNdjsonRequest {
         json = undefined;
       }
       resolve({ status: Number(headers[":status"]), headers, text, json });
-    });
+    };
   });
   return {
     write(line) {
