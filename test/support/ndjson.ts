@@ -53,8 +53,13 @@ export function openNdjson(rest: RestClient, path: string): OpenNdjsonRequest {
 }
 
 /** Reads a text/event-stream response incrementally: each parsed event is handed to `onEvent`. */
-export function readEventStream(rest: RestClient, path: string, onEvent: (e: { event: string; id?: string; data: string }) => void): { status: Promise<number>; done: Promise<void>; close(): void } {
-  const stream = rest.session.request({ ":method": "GET", ":path": path, accept: "text/event-stream" });
+export function readEventStream(
+  rest: RestClient,
+  path: string,
+  onEvent: (e: { event: string; id?: string; data: string }) => void,
+  headers: http2.OutgoingHttpHeaders = {},
+): { status: Promise<number>; done: Promise<void>; close(): void } {
+  const stream = rest.session.request({ ":method": "GET", ":path": path, accept: "text/event-stream", ...headers });
   stream.on("error", () => {});
   let buffer = "";
   const status = new Promise<number>((resolve) => stream.on("response", (h) => resolve(Number(h[":status"]))));
