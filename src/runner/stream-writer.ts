@@ -144,7 +144,9 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
   const backoff = (attempt: number) => new Promise((resolve) => setTimeout(resolve, Math.min(5_000, (options.backoffMs ?? 100) * 2 ** (attempt - 1))));
 
   const start = () => {
-    pumping ??= pump()
+    // The first request waits for the current tick to end, so a burst of writes shares it.
+    pumping ??= new Promise((resolve) => setImmediate(resolve))
+      .then(pump)
       .catch((err: Error) => {
         failure = err;
         queue.length = 0;

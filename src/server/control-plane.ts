@@ -110,12 +110,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
         minVersion: "TLSv1.3",
         ALPNProtocols: ["h2"],
         allowHTTP1: false,
+        // A 1 MiB request body (an NDJSON stream request) arrives in one flow-control window, so the
+        // server stores it with one commit instead of one per 64 KiB window (measured: 3 batches per
+        // 66 KB logs request with the default window, 1 with this; about twice the lines/s).
+        settings: { initialWindowSize: 1 << 20 },
       },
       handler,
     );
     const sessions = new Set<Http2Session>();
     server.on("session", (s: Http2Session) => {
       sessions.add(s);
+      s.setLocalWindowSize(4 << 20); // the connection's window: a runner's streams of several leases share it
       s.once("close", () => sessions.delete(s));
     });
     await new Promise<void>((resolve, reject) => {

@@ -1,7 +1,6 @@
 import { sql, type Kysely } from "kysely";
 import type { LeaseHolder } from "../broker/lease-check.js";
 import type { Database, StreamName } from "../store/schema.js";
-import { streamsChannel } from "./wakeups.js";
 
 /** Consecutive messages of one request on one lease, strictly increasing. */
 export interface AppendBatch {
@@ -33,8 +32,8 @@ export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasi
  *   checks), so its first sequence decides for all of it.
  *
  * One statement per batch rather than per message: a request's buffered
- * lines share one round trip and one commit (fsync). Followers are woken by
- * a NOTIFY sent on commit.
+ * lines share one round trip and one commit (fsync). Followers are woken
+ * separately (see notifier.ts): a NOTIFY here would serialize the commits.
  */
 export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise<AppendOutcome> {
   const { rows } = await sql<{ live: number; stored: number }>`
@@ -53,10 +52,8 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
       insert into stream_messages (job_id, stream, lease_id, attempt, sequence, data)
       select ${b.jobId}::uuid, ${b.stream}::text, lease.id, lease.attempt, (m.value ->> 0)::bigint, m.value -> 1
       from cursor, lease, jsonb_array_elements(${b.itemsJson}::jsonb) m
-    ), wake as (
-      select pg_notify(${streamsChannel}, ${`${b.stream}:${b.jobId}`}) from cursor
     )
-    select (select count(*) from lease)::int as live, (select count(*) from cursor)::int as stored, (select count(*) from wake)::int as woken`.execute(db);
+    select (select count(*) from lease)::int as live, (select count(*) from cursor)::int as stored`.execute(db);
   const row = rows[0]!;
   if (row.live === 0) return "lease_not_live";
   return row.stored === 1 ? "stored" : "sequence_not_increasing";

@@ -33,9 +33,16 @@ const deadlineMark = Symbol("deadline");
  * lease and stream, in its message and in the `forelead-last-accepted-sequence`
  * metadata, so the client resumes exactly after it. Errors thrown by
  * `messages` itself (a bad NDJSON line, a body over its bound) are handled
- * the same way.
+ * the same way. `onStored` hears of every committed batch.
  */
-export async function ingest(db: Kysely<Database>, stream: StreamName, holder: LeaseHolder, messages: AsyncIterable<IncomingMessage>, limits: IngestLimits): Promise<number> {
+export async function ingest(
+  db: Kysely<Database>,
+  stream: StreamName,
+  holder: LeaseHolder,
+  messages: AsyncIterable<IncomingMessage>,
+  limits: IngestLimits,
+  onStored: (jobId: string) => void = () => {},
+): Promise<number> {
   const it = messages[Symbol.asyncIterator]();
   let expired = false;
   let deadlineTimer: NodeJS.Timeout | undefined;
@@ -78,6 +85,7 @@ export async function ingest(db: Kysely<Database>, stream: StreamName, holder: L
     });
     if (outcome === "stored") {
       accepted += items.length;
+      onStored(head.jobId);
       return;
     }
     const at = `${head.where} (sequence ${head.sequence})`;

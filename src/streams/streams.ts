@@ -5,6 +5,7 @@ import type { Store } from "../store/database.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { ingest, type IngestLimits } from "./ingest.js";
 import type { IncomingMessage } from "./messages.js";
+import { createStreamNotifier } from "./notifier.js";
 import { checkQuery, isSettled, jobState, readPage, type StreamEntry, type StreamQuery } from "./read.js";
 import { createStreamWakeups, type StreamWakeups } from "./wakeups.js";
 
@@ -45,16 +46,20 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
     maxBatchMessages: options.maxBatchMessages ?? defaultIngestLimits.maxBatchMessages,
   };
   const wakeups = await createStreamWakeups(options.store);
+  const notifier = createStreamNotifier(db);
   const followPollMs = options.followPollMs ?? 5_000;
   return {
-    ingest: (stream, holder, messages) => ingest(db, stream, holder, messages, limits),
+    ingest: (stream, holder, messages) => ingest(db, stream, holder, messages, limits, (jobId) => notifier.stored(jobId, stream)),
     async *read(query) {
       const q = checkQuery(query);
       await jobState(db, q.jobId);
       yield* await readPage(db, q);
     },
     follow: (query, signal) => follow(db, wakeups, query, followPollMs, signal),
-    close: () => wakeups.close(),
+    async close() {
+      await notifier.close();
+      await wakeups.close();
+    },
   };
 }
 
