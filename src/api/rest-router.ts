@@ -185,12 +185,17 @@ async function readJsonBody(req: Http2ServerRequest, maxBytes: number): Promise<
   try {
     json = JSON.parse(text);
   } catch (err) {
-    throw new ConnectError(`the request body is not valid JSON: ${(err as Error).message}`, Code.InvalidArgument);
+    throw new ConnectError(`the request body is not valid JSON: ${jsonSyntaxReason(err)}`, Code.InvalidArgument);
   }
   if (json === null || typeof json !== "object" || Array.isArray(json)) {
     throw new ConnectError("the request body must be a JSON object", Code.InvalidArgument);
   }
   return json as Record<string, JsonValue>;
+}
+
+/** JSON.parse's reason without the excerpt of the input V8 quotes in it, which could hold a lease token. */
+function jsonSyntaxReason(err: unknown): string {
+  return (err as Error).message.replace(/,\s*(?:\.\.\.)?".*"(?:\.\.\.)? is not valid JSON$/s, "");
 }
 
 /**
@@ -239,7 +244,7 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
     try {
       json = JSON.parse(line) as JsonValue;
     } catch (err) {
-      throw new ConnectError(`line ${lineNo} is not valid JSON: ${(err as Error).message}`, Code.InvalidArgument);
+      throw new ConnectError(`line ${lineNo} is not valid JSON: ${jsonSyntaxReason(err)}`, Code.InvalidArgument);
     }
     if (json === null || typeof json !== "object" || Array.isArray(json)) {
       throw new ConnectError(`line ${lineNo} must be a JSON object`, Code.InvalidArgument);
