@@ -99,7 +99,10 @@ export async function ingest(
 
   try {
     for (;;) {
-      const next = it.next();
+      const next = it.next().catch((err: unknown) => {
+        if (err instanceof ConnectError) throw err; // a bad line, a body over its bound
+        throw new ConnectError(`the request body ended early: ${(err as Error)?.message ?? String(err)}`, Code.Canceled, undefined, undefined, err);
+      });
       let r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
       if (r === idleMark) {
         await flush(); // reading on would wait for the network: store what has arrived
@@ -131,11 +134,10 @@ export async function ingest(
     await flush();
     return accepted;
   } catch (thrown) {
-    if (thrown instanceof ConnectError && final.has(thrown)) throw thrown;
-    const err =
-      thrown instanceof ConnectError ? thrown : new ConnectError(`the request body ended early: ${(thrown as Error)?.message ?? String(thrown)}`, Code.Canceled, undefined, undefined, thrown);
+    // Not a rule: a database failure, say. The client retries; the stored prefix shows then.
+    if (!(thrown instanceof ConnectError) || final.has(thrown)) throw thrown;
     await flush(); // everything before the rejected message is stored (or this throws the earlier rejection)
-    throw await rejection(err, current);
+    throw await rejection(thrown, current);
   } finally {
     clearTimeout(deadlineTimer);
   }

@@ -69,6 +69,34 @@ describe(`reading a job's stream (${databaseKind})`, () => {
 });
 
 describe(`following a job live (${databaseKind})`, () => {
+  it("a completion racing the stream: the follower gets every accepted line, exactly, before its stream ends", async () => {
+    const { runner, jobId, token, msg } = await leasedJob();
+    const client = createTestClient(AdminService, cp.url, cp.pki.ca.certPem, await cp.pki.service("test-admin"), "connect-binary");
+    const followed: number[] = [];
+    const following = (async () => {
+      for await (const entry of client.getJobLogs({ jobId, follow: true })) followed.push(Number(entry.sequence));
+    })();
+    let sent = 0;
+    let lastAccepted: number | undefined;
+    const streaming = (async () => {
+      for (;;) {
+        const reply = await runner.rest.ndjson("/v1/runner/logs", logLines(sent + 1, sent + 20).map((t, i) => msg(sent + 1 + i, t)));
+        if (reply.status !== 204) {
+          expect(reply.status, reply.text).toBe(409);
+          lastAccepted = Number(reply.headers["forelead-last-accepted-sequence"]);
+          return;
+        }
+        sent += 20;
+      }
+    })();
+    await eventually("some lines stored", async () => (followed.length >= 40 ? true : undefined));
+    expect((await runner.complete(jobId, token)).status).toBe(200);
+    await Promise.all([streaming, following]);
+    expect(lastAccepted).toBe(sent);
+    expect(followed).toEqual(Array.from({ length: sent }, (_, i) => i + 1));
+    await runner.close();
+  });
+
   it("an SSE follower sees lines as they arrive, with positions as event ids, and stops when the job settles", async () => {
     const { runner, jobId, token, msg } = await leasedJob();
     const seen: Array<{ event: string; id?: string; data: string }> = [];

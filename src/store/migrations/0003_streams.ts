@@ -8,14 +8,17 @@ import { sql, type Kysely } from "kysely";
  * lease ids grow with each claim, so that key orders a job's stream across
  * attempts, and it can never hold a message twice.
  *
- * stream_messages has no foreign keys on purpose: each would cost an index
- * probe per row on the hottest insert; the append statement has already
- * checked the live lease, and the cursor row references it.
+ * Neither table has foreign keys, on purpose. On stream_messages each would
+ * cost an index probe per row on the hottest insert. On stream_cursors the
+ * check would take a KEY SHARE lock on the lease row while the append holds
+ * the job row: a completion locks the lease row and then the job row, so the
+ * two could deadlock. The append statement only ever writes rows for the
+ * live lease it has just found, and leases are never deleted.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
   await db.schema
     .createTable("stream_cursors")
-    .addColumn("lease_id", "bigint", (c) => c.notNull().references("leases.id"))
+    .addColumn("lease_id", "bigint", (c) => c.notNull())
     .addColumn("stream", "text", (c) => c.notNull().check(sql`stream in ('events', 'logs')`))
     .addColumn("last_sequence", "bigint", (c) => c.notNull())
     .addPrimaryKeyConstraint("stream_cursors_pkey", ["lease_id", "stream"])
