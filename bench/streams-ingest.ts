@@ -1,7 +1,9 @@
 // Log ingest benchmark: 50 leases push logs at once through the runner's
 // stream writer (src/runner/stream-writer.ts) to a control plane this script
 // starts in a child process on loopback (so client and server each have an
-// event loop). Prints lines/s and MB/s stored and writes
+// event loop). Prints lines/s and MB/s stored (MB of the stored data's JSON
+// text, as counted in the database afterwards; the NDJSON on the wire is
+// about twice that with each message's envelope) and writes
 // bench/results/streams-ingest.json.
 //
 //   node --import tsx bench/streams-ingest.ts [--leases 50] [--lines 4000] [--line-bytes 100] [--slice 500] [--seconds 120]
@@ -14,8 +16,8 @@
 import "reflect-metadata";
 import { spawn, type ChildProcess } from "node:child_process";
 import http2 from "node:http2";
-import { mkdir, writeFile } from "node:fs/promises";
-import { cpus } from "node:os";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { cpus, loadavg } from "node:os";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -109,6 +111,8 @@ async function bench(): Promise<void> {
       at: new Date().toISOString(),
       node: process.version,
       cpus: cpus().length,
+      // The machine's load when the run ended: numbers from a shared machine are only comparable at similar load.
+      loadAverage1m: round(loadavg()[0]!),
       database: database.kind,
       leases,
       linesPerLease,
@@ -126,8 +130,12 @@ async function bench(): Promise<void> {
       `streams ingest (${database.kind}): ${result.linesStored} lines (${round(result.bytesStored / 1e6)} MB of data) from ${leases} leases in ${result.seconds} s over ${requests} requests: ` +
         `${result.linesPerSecond} lines/s, ${result.megabytesPerSecond} MB/s stored${result.complete ? "" : " (INCOMPLETE: time bound reached)"}`,
     );
+    // One entry per database kind, so a run on one does not erase the other's.
+    const file = new URL("results/streams-ingest.json", import.meta.url);
     await mkdir(new URL("results/", import.meta.url), { recursive: true });
-    await writeFile(new URL("results/streams-ingest.json", import.meta.url), `${JSON.stringify(result, null, 2)}\n`);
+    const previous = await readFile(file, "utf8").then((t) => JSON.parse(t) as Record<string, unknown>, () => ({}));
+    const kept = "database" in previous ? {} : previous; // the file's older single-run shape
+    await writeFile(file, `${JSON.stringify({ ...kept, [database.kind]: result }, null, 2)}\n`);
     for (const r of runners) r.session.close();
     admin.close();
   } finally {
