@@ -2,8 +2,10 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
+import type { Inventory } from "../inventory/inventory.js";
 import type { Streams } from "../streams/streams.js";
 import { principalOf } from "./context.js";
+import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
 import { streamEntries } from "./stream-handlers.js";
@@ -11,6 +13,7 @@ import { streamEntries } from "./stream-handlers.js";
 /** What the admin service binds to. */
 export interface AdminServiceDeps {
   readonly broker: Broker;
+  readonly inventory: Inventory;
   readonly streams: Streams;
 }
 
@@ -62,6 +65,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         })),
       };
     },
+    ...createInventoryAdminMethods(deps.inventory),
     getJobLogs: (req, ctx) => streamEntries(deps.streams, "logs", req, ctx),
     getJobEvents: (req, ctx) => streamEntries(deps.streams, "events", req, ctx),
   };

@@ -1,4 +1,4 @@
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
@@ -28,8 +28,7 @@ export function guardService<S extends DescService>(service: S, impl: ServiceImp
   for (const method of service.methods) {
     const fn = (impl as Record<string, unknown>)[method.localName] as (...args: unknown[]) => unknown;
     if (typeof fn !== "function") throw new Error(`${service.typeName}.${method.name} has no implementation`);
-    const principalKind = routeOf(method).principal as RoutePrincipal;
-    const admit = (ctx: HandlerContext) => authorize(ctx, method, principalKind, options);
+    const admit = (ctx: HandlerContext) => authorizeOnce(ctx, options);
     switch (method.methodKind) {
       case "unary":
         guarded[method.localName] = async (req: object, ctx: HandlerContext) => {
@@ -52,6 +51,22 @@ export function guardService<S extends DescService>(service: S, impl: ServiceImp
     }
   }
   return guarded as ServiceImpl<S>;
+}
+
+const authorizedKey = createContextKey<{ readonly principal: Principal | undefined } | undefined>(undefined, { description: "authorization done" });
+
+/**
+ * Authorizes the request of `ctx` once: the REST router calls it before it
+ * reads a body (so an unauthenticated client learns nothing from parsing and
+ * is audited), and the guarded handler's own call then returns the same
+ * answer without a second decision or audit record.
+ */
+export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Principal | undefined {
+  const done = ctx.values.get(authorizedKey);
+  if (done) return done.principal;
+  const principal = authorize(ctx, ctx.method, routeOf(ctx.method).principal as RoutePrincipal, options);
+  ctx.values.set(authorizedKey, { principal });
+  return principal;
 }
 
 function authorize(ctx: HandlerContext, method: DescMethod, kind: RoutePrincipal, options: GuardOptions): Principal | undefined {

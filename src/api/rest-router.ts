@@ -1,4 +1,4 @@
-import { constants as http2constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
+import { constants as http2Constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import { StringDecoder } from "node:string_decoder";
 import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
@@ -19,6 +19,8 @@ export interface RestRouterOptions {
   readonly contextValues: (req: Http2ServerRequest) => ContextValues;
   /** Byte bound of a request body (JSON or NDJSON). */
   readonly maxBodyBytes: number;
+  /** Decides who may call before any body byte is read; throws to refuse. */
+  readonly preauthorize?: (ctx: HandlerContext) => void;
 }
 
 type Handler = (req: Http2ServerRequest, res: Http2ServerResponse) => void;
@@ -38,6 +40,7 @@ interface CompiledRoute {
 export function createRestRouter(options: RestRouterOptions): Handler {
   const routes = options.bindings.map(compile);
   return (req, res) => {
+    res.stream.once("finish", () => stopUnreadBody(res));
     const url = new URL(req.url, "https://forelead.invalid");
     const candidates = routes.filter((r) => r.pattern.test(url.pathname));
     const route = candidates.find((r) => r.binding.entry.httpMethod === req.method);
@@ -71,10 +74,10 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   const { entry, handler } = route.binding;
   const { method } = entry;
   const ctx = createRestContext(req, entry, url, options.contextValues(req));
+  options.preauthorize?.(ctx);
   const bound = pathParams(route, url.pathname);
 
   if (method.methodKind === "client_streaming") {
-    res.stream.once("finish", () => discardRestOfBody(req, res));
     const messages = ndjsonMessages(req, method.input, options.maxBodyBytes);
     const reply = await (handler(messages, ctx) as Promise<object>);
     return writeReply(res, method, create(method.output, reply as never));
@@ -111,25 +114,6 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
 
   const reply = await (handler(input, ctx) as Promise<object>);
   writeReply(res, method, create(method.output, reply as never));
-}
-
-/**
- * After a reply sent before the body ended (a rejected line, the time
- * bound): the rest of a body already on its way is read and dropped, so a
- * client that sent it all sees its request close cleanly; a client still
- * sending a second later is told to stop (RST_STREAM NO_ERROR, as HTTP/2
- * says for a complete response to an incomplete request).
- */
-function discardRestOfBody(req: Http2ServerRequest, res: Http2ServerResponse): void {
-  if (req.readableEnded) return;
-  const drop = () => {
-    while (req.read() !== null);
-  };
-  req.on("readable", drop);
-  drop();
-  const stop = setTimeout(() => res.stream.close(http2constants.NGHTTP2_NO_ERROR), 1000);
-  stop.unref();
-  res.stream.once("close", () => clearTimeout(stop));
 }
 
 function createRestContext(req: Http2ServerRequest, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {
@@ -314,6 +298,20 @@ function writeError(res: Http2ServerResponse, err: ConnectError): void {
   }
   err.metadata.forEach((value, key) => res.setHeader(key, value));
   writeJson(res, httpStatusOf(err), errorBody(err));
+}
+
+/**
+ * A reply can be complete before the client has sent its whole body (413, a
+ * refusal before an NDJSON stream is read). RST_STREAM NO_ERROR then asks the
+ * client to stop sending (RFC 9113 section 8.1); without it the stream stays
+ * open on the server, its window shut, until the whole connection closes.
+ */
+function stopUnreadBody(res: Http2ServerResponse): void {
+  const stream = res.stream;
+  // A body read to its end needs no reset (nghttp2's remoteClose can lag behind it): a reset sent
+  // right after a 204 made a Node client drop the reply (an NDJSON stream request read in full).
+  if (res.req.readableEnded) return;
+  if (!stream.destroyed && !stream.closed && stream.state.remoteClose === 0) stream.close(http2Constants.NGHTTP2_NO_ERROR);
 }
 
 function drained(res: Http2ServerResponse): Promise<void> {

@@ -1,5 +1,7 @@
 import { Command, CommanderError, InvalidArgumentError } from "commander";
 import { caCommand } from "./ca.js";
+import { runnerCommand } from "./runner.js";
+import { runnersCommand } from "./runners.js";
 import { serveCommand } from "./serve.js";
 
 /** The `forelead` command. */
@@ -10,6 +12,8 @@ export async function main(argv: readonly string[]): Promise<void> {
     .exitOverride();
   program.addCommand(serveCommand());
   program.addCommand(caCommand());
+  program.addCommand(runnerCommand());
+  program.addCommand(runnersCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

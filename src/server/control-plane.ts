@@ -11,12 +11,14 @@ import { createAdminService } from "../api/admin-service.js";
 import { createBroker, type Broker } from "../broker/broker.js";
 import { requestIdentityKey } from "../api/context.js";
 import { toConnectError } from "../api/errors.js";
-import { guardService } from "../api/guard.js";
+import { authorizeOnce, guardService } from "../api/guard.js";
+import { services as serviceList } from "../api/services.js";
 import { createRestRouter, type RestBinding } from "../api/rest-router.js";
 import { routeTable } from "../api/routes.js";
 import { createRunnerService } from "../api/runner-service.js";
 import { createDatabaseAuditSink, type AuditSink } from "../identity/audit.js";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
+import { createInventory } from "../inventory/inventory.js";
 import { openStore, type Store } from "../store/database.js";
 import { createStreams, type Streams } from "../streams/streams.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
@@ -79,18 +81,25 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
     const guardOptions = { trustDomain: options.trustDomain, admins: new Set(options.admins), audit };
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    const inventory = createInventory(store.db);
     streams = await createStreams({ store, maxRequestBytes: maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) });
-    const services: Array<{ service: DescService; impl: ServiceImpl<DescService> }> = [
-      { service: RunnerService, impl: guardService(RunnerService, createRunnerService({ store, clock, broker, streams }), guardOptions) as ServiceImpl<DescService> },
-      { service: AdminService, impl: guardService(AdminService, createAdminService({ broker, streams }), guardOptions) as ServiceImpl<DescService> },
-    ];
+    // One implementation per service of src/api/services.ts: the list the route docs are made from.
+    const implementations = new Map<DescService, ServiceImpl<DescService>>([
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, streams }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, streams }), guardOptions) as ServiceImpl<DescService>],
+    ]);
+    const services = serviceList.map((service) => {
+      const impl = implementations.get(service);
+      if (!impl) throw new Error(`${service.typeName} is listed in src/api/services.ts but has no implementation`);
+      return { service, impl };
+    });
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
     const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
     const bindings: RestBinding[] = routeTable(services.map((s) => s.service)).map((entry) => {
       const impl = services.find((s) => s.service === entry.service)!.impl as Record<string, (...args: unknown[]) => unknown>;
       return { entry, handler: impl[entry.method.localName]! };
     });
-    const rest = createRestRouter({ bindings, contextValues, maxBodyBytes });
+    const rest = createRestRouter({ bindings, contextValues, maxBodyBytes, preauthorize: (ctx) => void authorizeOnce(ctx, guardOptions) });
     const handler = connectNodeAdapter({
       routes: (router: ConnectRouter) => services.forEach((s) => router.service(s.service, s.impl)),
       fallback: rest as Parameters<typeof connectNodeAdapter>[0]["fallback"],
@@ -117,6 +126,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       },
       handler,
     );
+    // A TLS client that offered no ALPN gets past the handshake; Node would answer it in plain
+    // HTTP/1.0 and keep the socket for 10 s. Close it at once instead.
+    server.on("unknownProtocol", (socket) => socket.destroy());
     const sessions = new Set<Http2Session>();
     server.on("session", (s: Http2Session) => {
       sessions.add(s);

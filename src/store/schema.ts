@@ -11,6 +11,10 @@ export interface Database {
   leases: LeasesTable;
   stream_cursors: StreamCursorsTable;
   stream_messages: StreamMessagesTable;
+  inventory_reports: InventoryReportsTable;
+  inventory_items: InventoryItemsTable;
+  inventory_flags: InventoryFlagsTable;
+  reap_orders: ReapOrdersTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -99,6 +103,61 @@ export interface LeasesTable {
 
 /** A JSON object as stored in a jsonb column. */
 export type JsonObject = { [key: string]: unknown };
+
+/** A runner's latest inventory report: one row per runner, replaced by each report. */
+export interface InventoryReportsTable {
+  workspace_id: string;
+  runner_id: string;
+  reported_at: Timestamp;
+  item_count: number;
+}
+
+/** One container or network of a runner's latest inventory report. */
+export interface InventoryItemsTable {
+  workspace_id: string;
+  runner_id: string;
+  kind: "container" | "network";
+  name: string;
+  job_id: string;
+  state: string;
+  image: string;
+  created_at: Date | null;
+  cpu: number;
+  memory: number;
+  orphan: boolean;
+}
+
+/** What an operator should look at in a runner's latest report. */
+export type InventoryProblem = "job_not_leased_here" | "orphan_of_live_lease" | "lease_without_container";
+
+/** A flag the control plane raised when it checked a runner's latest report. */
+export interface InventoryFlagsTable {
+  id: Generated<number>;
+  workspace_id: string;
+  runner_id: string;
+  problem: InventoryProblem;
+  job_id: string;
+  kind: string | null;
+  name: string | null;
+  message: string;
+}
+
+/** Reap order states: pending until a later report settles it. */
+export type ReapOrderState = "pending" | "done" | "expired";
+
+/** An administrator's order to remove one orphan of one runner. */
+export interface ReapOrdersTable {
+  id: Generated<number>;
+  workspace_id: string;
+  runner_id: string;
+  kind: string;
+  name: string;
+  job_id: string;
+  ordered_by: string;
+  ordered_at: Generated<Date>;
+  state: Generated<ReapOrderState>;
+  settled_at: Date | null;
+}
 
 /** The two streams a runner sends per lease. */
 export type StreamName = "events" | "logs";

@@ -57,7 +57,14 @@ export function createRestClient(url: string, caPem: string, cert?: Pick<IssuedC
       const payload = lines.map((l) => (typeof l === "string" ? l : JSON.stringify(l))).join("\n") + "\n";
       return send("POST", path, payload, { "content-type": "application/x-ndjson" });
     },
-    close: () => new Promise((resolve) => session.close(() => resolve())),
+    close: () =>
+      new Promise((resolve) => {
+        if (session.destroyed) return resolve();
+        session.once("close", () => resolve());
+        session.close();
+        // A stream the server reset while the client still had body to send keeps a graceful close open.
+        setTimeout(() => session.destroy(), 5_000).unref();
+      }),
   };
 }
 

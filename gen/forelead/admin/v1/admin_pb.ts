@@ -7,6 +7,8 @@ import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2
 import { file_forelead_api_v1_route } from "../../api/v1/route_pb.js";
 import type { Job, JobSpec } from "../../runner/v1/job_pb.js";
 import { file_forelead_runner_v1_job } from "../../runner/v1/job_pb.js";
+import type { InventoryItem } from "../../runner/v1/runner_pb.js";
+import { file_forelead_runner_v1_runner } from "../../runner/v1/runner_pb.js";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -15,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/admin.proto.
  */
 export const file_forelead_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMifQoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEg0KBWFmdGVyGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSFQoNZnJvbV9zZXF1ZW5jZRgEIAEoAxIRCglwYWdlX3NpemUYBSABKAUSDgoGZm9sbG93GAYgASgIIqABChJHZXRKb2JMb2dzUmVzcG9uc2USEAoIc2VxdWVuY2UYASABKAMSDwoHYXR0ZW1wdBgCIAEoBRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhAKCHBvc2l0aW9uGAQgASgJEi8KC3JlY2VpdmVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ/ChNHZXRKb2JFdmVudHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRINCgVhZnRlchgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhUKDWZyb21fc2VxdWVuY2UYBCABKAMSEQoJcGFnZV9zaXplGAUgASgFEg4KBmZvbGxvdxgGIAEoCCKiAQoUR2V0Sm9iRXZlbnRzUmVzcG9uc2USEAoIc2VxdWVuY2UYASABKAMSDwoHYXR0ZW1wdBgCIAEoBRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhAKCHBvc2l0aW9uGAQgASgJEi8KC3JlY2VpdmVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcDLvBwoMQWRtaW5TZXJ2aWNlEnwKCkVucXVldWVKb2ISJC5mb3JlbGVhZC5hZG1pbi52MS5FbnF1ZXVlSm9iUmVxdWVzdBolLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXNwb25zZSIhyvMYHQoEUE9TVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluEncKBkdldEpvYhIgLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlcXVlc3QaIS5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JSZXNwb25zZSIoyvMYJAoDR0VUEhYvdjEvYWRtaW4vam9icy97am9iSWR9OgVhZG1pbhJ1CghMaXN0Sm9icxIiLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVxdWVzdBojLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RKb2JzUmVzcG9uc2UiIMrzGBwKA0dFVBIOL3YxL2FkbWluL2pvYnM6BWFkbWluEogBCglDYW5jZWxKb2ISIy5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXF1ZXN0GiQuZm9yZWxlYWQuYWRtaW4udjEuQ2FuY2VsSm9iUmVzcG9uc2UiMMrzGCwKBFBPU1QSHS92MS9hZG1pbi9qb2JzL3tqb2JJZH0vY2FuY2VsOgVhZG1pbhKBAQoLTGlzdFJ1bm5lcnMSJS5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1JlcXVlc3QaJi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UnVubmVyc1Jlc3BvbnNlIiPK8xgfCgNHRVQSES92MS9hZG1pbi9ydW5uZXJzOgVhZG1pbhKrAQoKR2V0Sm9iTG9ncxIkLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYkxvZ3NSZXF1ZXN0GiUuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iTG9nc1Jlc3BvbnNlIk7K8xhKCgNHRVQSGy92MS9hZG1pbi9qb2JzL3tqb2JJZH0vbG9nczoFYWRtaW5AAUoGZm9sbG93Ughwb3NpdGlvbloFYWZ0ZXJiBGRhdGEwARKzAQoMR2V0Sm9iRXZlbnRzEiYuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iRXZlbnRzUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYkV2ZW50c1Jlc3BvbnNlIlDK8xhMCgNHRVQSHS92MS9hZG1pbi9qb2JzL3tqb2JJZH0vZXZlbnRzOgVhZG1pbkABSgZmb2xsb3dSCHBvc2l0aW9uWgVhZnRlcmIEZGF0YTABYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9hZG1pbi5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEi5QEKEUVucXVldWVKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZsYWJlbHMYAyADKAkSEgoKcmVwb3NpdG9yeRgEIAEoCRIVCg10YXJnZXRfYnJhbmNoGAUgASgJEikKBHNwZWMYBiABKAsyGy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYxIUCgxtYXhfYXR0ZW1wdHMYByABKAUSEAoIcHJpb3JpdHkYCCABKAUSFwoPaWRlbXBvdGVuY3lfa2V5GAkgASgJIk8KEkVucXVldWVKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIh8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIksKDkdldEpvYlJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2IiXQoPTGlzdEpvYnNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJnChBMaXN0Sm9ic1Jlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiUKBGpvYnMYAiADKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSI3ChBDYW5jZWxKb2JSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCSJOChFDYW5jZWxKb2JSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iIioKEkxpc3RSdW5uZXJzUmVxdWVzdBIUCgx3b3Jrc3BhY2VfaWQYASABKAkiVgoTTGlzdFJ1bm5lcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdydW5uZXJzGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuUnVubmVyIuECCgZSdW5uZXISEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzbG90cxgDIAEoBRILCgNjcHUYBCABKAUSFAoMbWVtb3J5X2J5dGVzGAUgASgDEhQKDGFyY2hpdGVjdHVyZRgGIAEoCRIOCgZsYWJlbHMYByADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAggASgDEhgKC2xpdmVfbGVhc2VzGAkgASgFSACIAQESMQoNcmVnaXN0ZXJlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXRpcmVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfbGl2ZV9sZWFzZXMiPwoUTGlzdEludmVudG9yeVJlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJhChVMaXN0SW52ZW50b3J5UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSMwoHcmVwb3J0cxgCIAMoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJ1bm5lckludmVudG9yeSKKAgoPUnVubmVySW52ZW50b3J5EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSLwoLcmVwb3J0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKBWl0ZW1zGAQgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0SLwoFZmxhZ3MYBSADKAsyIC5mb3JlbGVhZC5hZG1pbi52MS5JbnZlbnRvcnlGbGFnEjoKDnBlbmRpbmdfb3JkZXJzGAYgAygLMiIuZm9yZWxlYWQuYWRtaW4udjEuUmVhcE9yZGVyUmVjb3JkIl0KDUludmVudG9yeUZsYWcSDwoHcHJvYmxlbRgBIAEoCRIOCgZqb2JfaWQYAiABKAkSDAoEa2luZBgDIAEoCRIMCgRuYW1lGAQgASgJEg8KB21lc3NhZ2UYBSABKAkiPQoSTGlzdE9ycGhhbnNSZXF1ZXN0EhEKCXJ1bm5lcl9pZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkiVgoTTGlzdE9ycGhhbnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIqCgdvcnBoYW5zGAIgAygLMhkuZm9yZWxlYWQuYWRtaW4udjEuT3JwaGFuIs4BCgZPcnBoYW4SEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIvCgtyZXBvcnRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoEaXRlbRgEIAEoCzIhLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlJdGVtEjkKDXBlbmRpbmdfb3JkZXIYBSABKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQibAoQT3JkZXJSZWFwUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCSJbChFPcmRlclJlYXBSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIxCgVvcmRlchgCIAEoCzIiLmZvcmVsZWFkLmFkbWluLnYxLlJlYXBPcmRlclJlY29yZCJiChVMaXN0UmVhcE9yZGVyc1JlcXVlc3QSEQoJcnVubmVyX2lkGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRIRCglwYWdlX3NpemUYBCABKAUiYQoWTGlzdFJlYXBPcmRlcnNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIyCgZvcmRlcnMYAiADKAsyIi5mb3JlbGVhZC5hZG1pbi52MS5SZWFwT3JkZXJSZWNvcmQi9QEKD1JlYXBPcmRlclJlY29yZBIKCgJpZBgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEgwKBGtpbmQYBCABKAkSDAoEbmFtZRgFIAEoCRIOCgZqb2JfaWQYBiABKAkSEgoKb3JkZXJlZF9ieRgHIAEoCRIuCgpvcmRlcmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVzdGF0ZRgJIAEoCRIuCgpzZXR0bGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ9ChFHZXRKb2JMb2dzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSDQoFYWZ0ZXIYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRIVCg1mcm9tX3NlcXVlbmNlGAQgASgDEhEKCXBhZ2Vfc2l6ZRgFIAEoBRIOCgZmb2xsb3cYBiABKAgioAEKEkdldEpvYkxvZ3NSZXNwb25zZRIQCghzZXF1ZW5jZRgBIAEoAxIPCgdhdHRlbXB0GAIgASgFEiQKBGRhdGEYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEAoIcG9zaXRpb24YBCABKAkSLwoLcmVjZWl2ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn8KE0dldEpvYkV2ZW50c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEg0KBWFmdGVyGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSFQoNZnJvbV9zZXF1ZW5jZRgEIAEoAxIRCglwYWdlX3NpemUYBSABKAUSDgoGZm9sbG93GAYgASgIIqIBChRHZXRKb2JFdmVudHNSZXNwb25zZRIQCghzZXF1ZW5jZRgBIAEoAxIPCgdhdHRlbXB0GAIgASgFEiQKBGRhdGEYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEAoIcG9zaXRpb24YBCABKAkSLwoLcmVjZWl2ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wMpMMCgxBZG1pblNlcnZpY2USfAoKRW5xdWV1ZUpvYhIkLmZvcmVsZWFkLmFkbWluLnYxLkVucXVldWVKb2JSZXF1ZXN0GiUuZm9yZWxlYWQuYWRtaW4udjEuRW5xdWV1ZUpvYlJlc3BvbnNlIiHK8xgdCgRQT1NUEg4vdjEvYWRtaW4vam9iczoFYWRtaW4SdwoGR2V0Sm9iEiAuZm9yZWxlYWQuYWRtaW4udjEuR2V0Sm9iUmVxdWVzdBohLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYlJlc3BvbnNlIijK8xgkCgNHRVQSFi92MS9hZG1pbi9qb2JzL3tqb2JJZH06BWFkbWluEnUKCExpc3RKb2JzEiIuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXF1ZXN0GiMuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEpvYnNSZXNwb25zZSIgyvMYHAoDR0VUEg4vdjEvYWRtaW4vam9iczoFYWRtaW4SiAEKCUNhbmNlbEpvYhIjLmZvcmVsZWFkLmFkbWluLnYxLkNhbmNlbEpvYlJlcXVlc3QaJC5mb3JlbGVhZC5hZG1pbi52MS5DYW5jZWxKb2JSZXNwb25zZSIwyvMYLAoEUE9TVBIdL3YxL2FkbWluL2pvYnMve2pvYklkfS9jYW5jZWw6BWFkbWluEoEBCgtMaXN0UnVubmVycxIlLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVxdWVzdBomLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSdW5uZXJzUmVzcG9uc2UiI8rzGB8KA0dFVBIRL3YxL2FkbWluL3J1bm5lcnM6BWFkbWluEokBCg1MaXN0SW52ZW50b3J5EicuZm9yZWxlYWQuYWRtaW4udjEuTGlzdEludmVudG9yeVJlcXVlc3QaKC5mb3JlbGVhZC5hZG1pbi52MS5MaXN0SW52ZW50b3J5UmVzcG9uc2UiJcrzGCEKA0dFVBITL3YxL2FkbWluL2ludmVudG9yeToFYWRtaW4SgQEKC0xpc3RPcnBoYW5zEiUuZm9yZWxlYWQuYWRtaW4udjEuTGlzdE9ycGhhbnNSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuTGlzdE9ycGhhbnNSZXNwb25zZSIjyvMYHwoDR0VUEhEvdjEvYWRtaW4vb3JwaGFuczoFYWRtaW4SgAEKCU9yZGVyUmVhcBIjLmZvcmVsZWFkLmFkbWluLnYxLk9yZGVyUmVhcFJlcXVlc3QaJC5mb3JlbGVhZC5hZG1pbi52MS5PcmRlclJlYXBSZXNwb25zZSIoyvMYJAoEUE9TVBIVL3YxL2FkbWluL3JlYXAtb3JkZXJzOgVhZG1pbhKOAQoOTGlzdFJlYXBPcmRlcnMSKC5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UmVhcE9yZGVyc1JlcXVlc3QaKS5mb3JlbGVhZC5hZG1pbi52MS5MaXN0UmVhcE9yZGVyc1Jlc3BvbnNlIifK8xgjCgNHRVQSFS92MS9hZG1pbi9yZWFwLW9yZGVyczoFYWRtaW4SqwEKCkdldEpvYkxvZ3MSJC5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JMb2dzUmVxdWVzdBolLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYkxvZ3NSZXNwb25zZSJOyvMYSgoDR0VUEhsvdjEvYWRtaW4vam9icy97am9iSWR9L2xvZ3M6BWFkbWluQAFKBmZvbGxvd1IIcG9zaXRpb25aBWFmdGVyYgRkYXRhMAESswEKDEdldEpvYkV2ZW50cxImLmZvcmVsZWFkLmFkbWluLnYxLkdldEpvYkV2ZW50c1JlcXVlc3QaJy5mb3JlbGVhZC5hZG1pbi52MS5HZXRKb2JFdmVudHNSZXNwb25zZSJQyvMYTAoDR0VUEh0vdjEvYWRtaW4vam9icy97am9iSWR9L2V2ZW50czoFYWRtaW5AAUoGZm9sbG93Ughwb3NpdGlvbloFYWZ0ZXJiBGRhdGEwAWIGcHJvdG8z", [file_forelead_api_v1_route, file_forelead_runner_v1_job, file_forelead_runner_v1_runner, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * EnqueueJobRequest describes a job to run.
@@ -388,6 +390,435 @@ export const RunnerSchema: GenMessage<Runner> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_admin, 10);
 
 /**
+ * ListInventoryRequest filters reports (GET: query parameters); empty for all.
+ *
+ * @generated from message forelead.admin.v1.ListInventoryRequest
+ */
+export type ListInventoryRequest = Message<"forelead.admin.v1.ListInventoryRequest"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListInventoryRequest.
+ * Use `create(ListInventoryRequestSchema)` to create a new message.
+ */
+export const ListInventoryRequestSchema: GenMessage<ListInventoryRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 11);
+
+/**
+ * ListInventoryResponse holds the latest report of each runner.
+ *
+ * @generated from message forelead.admin.v1.ListInventoryResponse
+ */
+export type ListInventoryResponse = Message<"forelead.admin.v1.ListInventoryResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.RunnerInventory reports = 2;
+   */
+  reports: RunnerInventory[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListInventoryResponse.
+ * Use `create(ListInventoryResponseSchema)` to create a new message.
+ */
+export const ListInventoryResponseSchema: GenMessage<ListInventoryResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 12);
+
+/**
+ * RunnerInventory is a runner's latest inventory report as the control plane
+ * checked it.
+ *
+ * @generated from message forelead.admin.v1.RunnerInventory
+ */
+export type RunnerInventory = Message<"forelead.admin.v1.RunnerInventory"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * When the control plane received the report (its clock).
+   *
+   * @generated from field: google.protobuf.Timestamp reported_at = 3;
+   */
+  reportedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: repeated forelead.runner.v1.InventoryItem items = 4;
+   */
+  items: InventoryItem[];
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.InventoryFlag flags = 5;
+   */
+  flags: InventoryFlag[];
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.ReapOrderRecord pending_orders = 6;
+   */
+  pendingOrders: ReapOrderRecord[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.RunnerInventory.
+ * Use `create(RunnerInventorySchema)` to create a new message.
+ */
+export const RunnerInventorySchema: GenMessage<RunnerInventory> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 13);
+
+/**
+ * InventoryFlag is something in a report an operator should look at.
+ *
+ * @generated from message forelead.admin.v1.InventoryFlag
+ */
+export type InventoryFlag = Message<"forelead.admin.v1.InventoryFlag"> & {
+  /**
+   * "job_not_leased_here": an item (not called orphan) of a job this runner
+   * holds no live lease on; "orphan_of_live_lease": an item called orphan
+   * whose job this runner holds a live lease on; "lease_without_container":
+   * a live lease of this runner with no container in the report.
+   *
+   * @generated from field: string problem = 1;
+   */
+  problem: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * The item's kind and name; empty for lease_without_container.
+   *
+   * @generated from field: string kind = 3;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string name = 4;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string message = 5;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.InventoryFlag.
+ * Use `create(InventoryFlagSchema)` to create a new message.
+ */
+export const InventoryFlagSchema: GenMessage<InventoryFlag> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 14);
+
+/**
+ * ListOrphansRequest filters orphans (GET: query parameters); empty for all.
+ *
+ * @generated from message forelead.admin.v1.ListOrphansRequest
+ */
+export type ListOrphansRequest = Message<"forelead.admin.v1.ListOrphansRequest"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListOrphansRequest.
+ * Use `create(ListOrphansRequestSchema)` to create a new message.
+ */
+export const ListOrphansRequestSchema: GenMessage<ListOrphansRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 15);
+
+/**
+ * ListOrphansResponse lists orphans from runners' latest reports.
+ *
+ * @generated from message forelead.admin.v1.ListOrphansResponse
+ */
+export type ListOrphansResponse = Message<"forelead.admin.v1.ListOrphansResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.Orphan orphans = 2;
+   */
+  orphans: Orphan[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListOrphansResponse.
+ * Use `create(ListOrphansResponseSchema)` to create a new message.
+ */
+export const ListOrphansResponseSchema: GenMessage<ListOrphansResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 16);
+
+/**
+ * Orphan is an item a runner's latest report calls orphan.
+ *
+ * @generated from message forelead.admin.v1.Orphan
+ */
+export type Orphan = Message<"forelead.admin.v1.Orphan"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp reported_at = 3;
+   */
+  reportedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: forelead.runner.v1.InventoryItem item = 4;
+   */
+  item?: InventoryItem | undefined;
+
+  /**
+   * The pending order on it, if any.
+   *
+   * @generated from field: forelead.admin.v1.ReapOrderRecord pending_order = 5;
+   */
+  pendingOrder?: ReapOrderRecord | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.Orphan.
+ * Use `create(OrphanSchema)` to create a new message.
+ */
+export const OrphanSchema: GenMessage<Orphan> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 17);
+
+/**
+ * OrderReapRequest names the orphan to remove.
+ *
+ * @generated from message forelead.admin.v1.OrderReapRequest
+ */
+export type OrderReapRequest = Message<"forelead.admin.v1.OrderReapRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * Needed only when runners in several workspaces share runnerId.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * "container" or "network".
+   *
+   * @generated from field: string kind = 4;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string name = 5;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.OrderReapRequest.
+ * Use `create(OrderReapRequestSchema)` to create a new message.
+ */
+export const OrderReapRequestSchema: GenMessage<OrderReapRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 18);
+
+/**
+ * OrderReapResponse is the order as recorded (an existing pending order on
+ * the same item is returned as it is).
+ *
+ * @generated from message forelead.admin.v1.OrderReapResponse
+ */
+export type OrderReapResponse = Message<"forelead.admin.v1.OrderReapResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: forelead.admin.v1.ReapOrderRecord order = 2;
+   */
+  order?: ReapOrderRecord | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.OrderReapResponse.
+ * Use `create(OrderReapResponseSchema)` to create a new message.
+ */
+export const OrderReapResponseSchema: GenMessage<OrderReapResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 19);
+
+/**
+ * ListReapOrdersRequest filters orders (GET: query parameters).
+ *
+ * @generated from message forelead.admin.v1.ListReapOrdersRequest
+ */
+export type ListReapOrdersRequest = Message<"forelead.admin.v1.ListReapOrdersRequest"> & {
+  /**
+   * @generated from field: string runner_id = 1;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 2;
+   */
+  workspaceId: string;
+
+  /**
+   * "pending", "done" or "expired"; empty for all.
+   *
+   * @generated from field: string state = 3;
+   */
+  state: string;
+
+  /**
+   * 1..500, default 100.
+   *
+   * @generated from field: int32 page_size = 4;
+   */
+  pageSize: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListReapOrdersRequest.
+ * Use `create(ListReapOrdersRequestSchema)` to create a new message.
+ */
+export const ListReapOrdersRequestSchema: GenMessage<ListReapOrdersRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 20);
+
+/**
+ * ListReapOrdersResponse lists orders, newest first.
+ *
+ * @generated from message forelead.admin.v1.ListReapOrdersResponse
+ */
+export type ListReapOrdersResponse = Message<"forelead.admin.v1.ListReapOrdersResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.ReapOrderRecord orders = 2;
+   */
+  orders: ReapOrderRecord[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListReapOrdersResponse.
+ * Use `create(ListReapOrdersResponseSchema)` to create a new message.
+ */
+export const ListReapOrdersResponseSchema: GenMessage<ListReapOrdersResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 21);
+
+/**
+ * ReapOrderRecord is one reap order and what became of it.
+ *
+ * @generated from message forelead.admin.v1.ReapOrderRecord
+ */
+export type ReapOrderRecord = Message<"forelead.admin.v1.ReapOrderRecord"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: string kind = 4;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: string name = 5;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string job_id = 6;
+   */
+  jobId: string;
+
+  /**
+   * The SPIFFE ID of the administrator who ordered it.
+   *
+   * @generated from field: string ordered_by = 7;
+   */
+  orderedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp ordered_at = 8;
+   */
+  orderedAt?: Timestamp | undefined;
+
+  /**
+   * "pending", "done" (a later report no longer lists the item) or
+   * "expired" (a later report no longer calls it orphan).
+   *
+   * @generated from field: string state = 9;
+   */
+  state: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp settled_at = 10;
+   */
+  settledAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ReapOrderRecord.
+ * Use `create(ReapOrderRecordSchema)` to create a new message.
+ */
+export const ReapOrderRecordSchema: GenMessage<ReapOrderRecord> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_admin, 22);
+
+/**
  * GetJobLogsRequest chooses which log entries to read (GET: query parameters).
  *
  * @generated from message forelead.admin.v1.GetJobLogsRequest
@@ -440,7 +871,7 @@ export type GetJobLogsRequest = Message<"forelead.admin.v1.GetJobLogsRequest"> &
  * Use `create(GetJobLogsRequestSchema)` to create a new message.
  */
 export const GetJobLogsRequestSchema: GenMessage<GetJobLogsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 11);
+  messageDesc(file_forelead_admin_v1_admin, 23);
 
 /**
  * GetJobLogsResponse is one log entry; one NDJSON line or event on REST.
@@ -487,7 +918,7 @@ export type GetJobLogsResponse = Message<"forelead.admin.v1.GetJobLogsResponse">
  * Use `create(GetJobLogsResponseSchema)` to create a new message.
  */
 export const GetJobLogsResponseSchema: GenMessage<GetJobLogsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 12);
+  messageDesc(file_forelead_admin_v1_admin, 24);
 
 /**
  * GetJobEventsRequest chooses which events to read (GET: query parameters).
@@ -542,7 +973,7 @@ export type GetJobEventsRequest = Message<"forelead.admin.v1.GetJobEventsRequest
  * Use `create(GetJobEventsRequestSchema)` to create a new message.
  */
 export const GetJobEventsRequestSchema: GenMessage<GetJobEventsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 13);
+  messageDesc(file_forelead_admin_v1_admin, 25);
 
 /**
  * GetJobEventsResponse is one event; one NDJSON line or event on REST.
@@ -589,7 +1020,7 @@ export type GetJobEventsResponse = Message<"forelead.admin.v1.GetJobEventsRespon
  * Use `create(GetJobEventsResponseSchema)` to create a new message.
  */
 export const GetJobEventsResponseSchema: GenMessage<GetJobEventsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_admin, 14);
+  messageDesc(file_forelead_admin_v1_admin, 26);
 
 /**
  * AdminService is for internal services (a coordinator, CI front ends,
@@ -647,6 +1078,48 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListRunnersRequestSchema;
     output: typeof ListRunnersResponseSchema;
+  },
+  /**
+   * Every runner's latest inventory report (or one runner's), with the items
+   * the control plane flagged and the pending reap orders.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListInventory
+   */
+  listInventory: {
+    methodKind: "unary";
+    input: typeof ListInventoryRequestSchema;
+    output: typeof ListInventoryResponseSchema;
+  },
+  /**
+   * The items runners' latest reports call orphan, with any order on them.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListOrphans
+   */
+  listOrphans: {
+    methodKind: "unary";
+    input: typeof ListOrphansRequestSchema;
+    output: typeof ListOrphansResponseSchema;
+  },
+  /**
+   * Orders one orphan removed; accepted only when the runner's latest report
+   * calls it orphan. The runner gets the order in its next inventory reply.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.OrderReap
+   */
+  orderReap: {
+    methodKind: "unary";
+    input: typeof OrderReapRequestSchema;
+    output: typeof OrderReapResponseSchema;
+  },
+  /**
+   * Reap orders, newest first: pending, done and expired.
+   *
+   * @generated from rpc forelead.admin.v1.AdminService.ListReapOrders
+   */
+  listReapOrders: {
+    methodKind: "unary";
+    input: typeof ListReapOrdersRequestSchema;
+    output: typeof ListReapOrdersResponseSchema;
   },
   /**
    * A job's log in order across attempts, paged; with follow, live until

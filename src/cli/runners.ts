@@ -1,0 +1,77 @@
+import { Command } from "commander";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { RunnerInventory } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { adminClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+
+interface InventoryFlags extends AdminClientFlags {
+  workspace?: string;
+  items?: boolean;
+}
+
+/** `forelead runners ...`: operator views of runners, through the admin API. */
+export function runnersCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
+  const runners = new Command("runners").description("runners as the control plane sees them (admin API; needs an identity granted --admin)");
+  withAdminClientOptions(
+    runners
+      .command("inventory")
+      .description("the latest inventory report of every runner (or RUNNER): items, flagged items and pending reap orders")
+      .argument("[runner]", "only this runner id")
+      .option("--workspace <id>", "only runners of this workspace")
+      .option("--items", "list every item (the default when RUNNER is given)"),
+  ).action(async (runnerId: string | undefined, flags: InventoryFlags) => {
+    const admin = await adminClientFromFlags(flags);
+    const { reports } = await admin.listInventory({ runnerId: runnerId ?? "", workspaceId: flags.workspace ?? "" });
+    write(formatInventory(reports, { items: flags.items ?? runnerId !== undefined, now: new Date() }));
+  });
+  withAdminClientOptions(
+    runners
+      .command("reap")
+      .description("order an orphan removed; accepted only when the runner's latest report calls it orphan")
+      .argument("<runner>", "the runner id")
+      .argument("<kind>", "container or network")
+      .argument("<name>", "the name as the runner reports it")
+      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)"),
+  ).action(async (runnerId: string, kind: string, name: string, flags: InventoryFlags) => {
+    const admin = await adminClientFromFlags(flags);
+    const { order } = await admin.orderReap({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "", kind, name });
+    write(`order ${order?.id} ${order?.state}: runner ${order?.runnerId} in workspace ${order?.workspaceId} is told to remove ${order?.kind} ${order?.name} in its next inventory reply\n`);
+  });
+  return runners;
+}
+
+/** The text `forelead runners inventory` prints: one block per runner, then totals. */
+export function formatInventory(reports: readonly RunnerInventory[], options: { readonly items: boolean; readonly now: Date }): string {
+  if (reports.length === 0) return "no inventory reports\n";
+  const lines: string[] = [];
+  for (const r of reports) {
+    const count = (kind: string) => r.items.filter((i) => i.kind === kind).length;
+    const orphans = r.items.filter((i) => i.orphan).length;
+    lines.push(
+      `runner ${r.runnerId} in workspace ${r.workspaceId}: reported ${when(r.reportedAt, options.now)}; ` +
+        `${plural(count("container"), "container")}, ${plural(count("network"), "network")}, ${plural(orphans, "orphan")}`,
+    );
+    if (options.items) {
+      for (const i of r.items) {
+        const usage = i.kind === "container" ? `  cpu ${i.cpu}  memory ${i.memory}` : "";
+        lines.push(`  ${i.kind.padEnd(9)} ${i.name}  ${i.state || "-"}${i.image ? `  ${i.image}` : ""}${usage}${i.orphan ? "  ORPHAN" : ""}`);
+      }
+    }
+    for (const f of r.flags) lines.push(`  FLAGGED ${f.problem}: ${f.message}`);
+    for (const o of r.pendingOrders) lines.push(`  ORDER ${o.id} pending: remove ${o.kind} ${o.name} (ordered by ${o.orderedBy} ${when(o.orderedAt, options.now)})`);
+  }
+  const flagged = reports.reduce((n, r) => n + r.flags.length, 0);
+  const pending = reports.reduce((n, r) => n + r.pendingOrders.length, 0);
+  lines.push(`${plural(reports.length, "runner")}, ${plural(flagged, "flagged item")}, ${plural(pending, "pending reap order")}`);
+  return lines.join("\n") + "\n";
+}
+
+function when(at: Timestamp | undefined, now: Date): string {
+  if (!at) return "at an unknown time";
+  const d = timestampDate(at);
+  const ago = Math.max(0, Math.round((now.getTime() - d.getTime()) / 1000));
+  return `at ${d.toISOString()} (${ago}s ago)`;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}

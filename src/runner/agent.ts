@@ -1,0 +1,170 @@
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { CheckoutStep } from "./checkout-step.js";
+import { RunnerApiError, type RunnerClient } from "./client.js";
+import { measureClockOffset, serverClock, type ServerClock } from "./clock.js";
+import type { Executor, RunnerCapacity } from "./executor.js";
+import { startInventory, type InventoryLoop } from "./inventory.js";
+import { runLease, type JobRun } from "./job-run.js";
+import type { OutputSink } from "./output.js";
+import { sleep } from "./settle.js";
+
+/** Everything the agent runs with. */
+export interface RunnerAgentOptions {
+  readonly client: RunnerClient;
+  readonly executor: Executor;
+  readonly output: OutputSink;
+  readonly slots: number;
+  readonly labels: readonly string[];
+  readonly capacity: RunnerCapacity;
+  /** "amd64", "arm64", ... */
+  readonly architecture: string;
+  /** This runner's own directory: job directories live in `jobs/` under it. */
+  readonly workDir: string;
+  /** TERM-to-KILL grace for cancel, timeout and forced shutdown; 10 s by default. */
+  readonly graceMs?: number;
+  /** Longest claim long-poll, 0..20 s; 20 by default. */
+  readonly claimWaitSeconds?: number;
+  readonly checkout?: CheckoutStep;
+  /** Inventory report interval; 15 s by default. */
+  readonly inventoryIntervalMs?: number;
+  /** The operator's log: one line per call, never a lease token. */
+  readonly log?: (message: string) => void;
+}
+
+/** A running runner agent. */
+export interface RunnerAgent {
+  /** The estimated control-plane clock (after start). */
+  readonly clock: ServerClock;
+  /** Jobs running now. */
+  runningJobs(): string[];
+  /** Resolves when the agent has stopped (after drain or stop). */
+  readonly stopped: Promise<void>;
+  /** Stops claiming and lets running jobs finish; resolves when they have. */
+  drain(): Promise<void>;
+  /** Stops claiming, stops running jobs and releases their leases. */
+  stop(): Promise<void>;
+  /** Reports inventory now (Docker); the reap orders obeyed. */
+  reportInventory(): Promise<Array<{ kind: string; name: string }>>;
+}
+
+/**
+ * Starts a runner agent: measures the clock offset, registers, then claims
+ * (long-poll) while it has free slots and runs each lease. Resolves once
+ * registered; a refusal to register (e.g. 403) rejects, an unreachable
+ * control plane is retried.
+ */
+export async function startRunnerAgent(options: RunnerAgentOptions): Promise<RunnerAgent> {
+  const { client, executor } = options;
+  const log = options.log ?? ((m: string) => console.log(`forelead runner: ${m}`));
+  const jobsDir = join(options.workDir, "jobs");
+  // What a crashed predecessor left: its leases are gone, so its jobs must not run on.
+  for (const stopped of await executor.recover(jobsDir)) log(`stopped a leftover of an earlier run: ${stopped}`);
+  await rm(jobsDir, { recursive: true, force: true });
+  await mkdir(jobsDir, { recursive: true, mode: 0o711 });
+  await executor.prepare();
+
+  const claiming = new AbortController();
+  const forced = new AbortController();
+  const runs = new Map<string, JobRun>();
+  let draining = false;
+  let slotFreed: () => void = () => {};
+  let clock = serverClock(0n);
+
+  const register = async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const offset = await measureClockOffset(() => client.clock());
+        clock = serverClock(offset.offsetNs);
+        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs });
+        log(`registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`);
+        return;
+      } catch (err) {
+        if (err instanceof RunnerApiError && !err.transient) throw err;
+        if (claiming.signal.aborted) throw err;
+        const waitMs = Math.min(10_000, 500 * attempt);
+        log(`cannot register yet (${(err as Error).message}); retrying in ${waitMs} ms`);
+        await sleep(waitMs, claiming.signal);
+      }
+    }
+  };
+  await register();
+
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}) });
+
+  const claimLoop = async () => {
+    let failures = 0;
+    while (!draining) {
+      if (runs.size >= options.slots) {
+        await new Promise<void>((resolve) => (slotFreed = resolve));
+        continue;
+      }
+      try {
+        const lease = await client.claim(options.claimWaitSeconds ?? 20, claiming.signal);
+        failures = 0;
+        if (!lease?.job) continue;
+        if (draining) {
+          // Claimed as the drain began: give it straight back.
+          await client.release(lease.job.id, lease.token).catch(() => undefined);
+          break;
+        }
+        log(`claimed job ${lease.job.id}`);
+        const run = runLease(context(), lease);
+        runs.set(run.jobId, run);
+        run.done.finally(() => {
+          runs.delete(run.jobId);
+          slotFreed();
+        });
+      } catch (err) {
+        if (draining) break;
+        if (err instanceof RunnerApiError && err.code === "failed_precondition") {
+          log(`the control plane does not know this runner (${err.message}); registering again`);
+          await register().catch((e) => log(`registering again failed: ${(e as Error).message}`));
+          continue;
+        }
+        failures++;
+        const waitMs = Math.min(10_000, 250 * 2 ** Math.min(failures, 6));
+        log(`claim failed (${(err as Error).message}); retrying in ${waitMs} ms`);
+        await sleep(waitMs, claiming.signal);
+      }
+    }
+  };
+
+  const inventory: InventoryLoop | undefined = !executor.reportsInventory ? undefined : startInventory({ client, executor, liveJobs: () => new Set(runs.keys()), log, ...(options.inventoryIntervalMs ? { intervalMs: options.inventoryIntervalMs } : {}) });
+  const loop = claimLoop();
+  const finished = async () => {
+    await loop;
+    await Promise.all([...runs.values()].map((r) => r.done));
+    inventory?.stop();
+  };
+  let resolveStopped: () => void = () => {};
+  const stopped = new Promise<void>((resolve) => (resolveStopped = resolve));
+  let finishing: Promise<void> | undefined;
+  const beginDrain = () => {
+    draining = true;
+    claiming.abort();
+    slotFreed();
+    finishing ??= finished().then(resolveStopped);
+    return stopped;
+  };
+
+  return {
+    get clock() {
+      return clock;
+    },
+    runningJobs: () => [...runs.keys()],
+    stopped,
+    drain() {
+      if (!draining) log(`draining: no new claims; waiting for ${runs.size} running job(s)`);
+      return beginDrain();
+    },
+    async stop() {
+      log(`stopping: releasing ${runs.size} running job(s)`);
+      const done = beginDrain();
+      forced.abort();
+      for (const run of runs.values()) run.release();
+      await done;
+    },
+    reportInventory: async () => (inventory ? inventory.reportNow() : []),
+  };
+}

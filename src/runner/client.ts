@@ -1,0 +1,154 @@
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
+import { ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../gen/forelead/runner/v1/runner_pb.js";
+import type { RestReply, RestTransport } from "./rest-transport.js";
+
+/** The control plane answered with an error (the Connect error shape on REST). */
+export class RunnerApiError extends Error {
+  constructor(
+    readonly route: string,
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(`${route}: ${status} ${code}: ${message}`);
+    this.name = "RunnerApiError";
+  }
+
+  /** 404 or 409 on a lease-scoped route: the lease is gone (expired, released, settled) and will not come back. */
+  get leaseGone(): boolean {
+    return this.status === 404 || this.status === 409;
+  }
+
+  /** A 5xx (other than 501) or 429: the same request may succeed later. */
+  get transient(): boolean {
+    return (this.status >= 500 && this.status !== 501) || this.status === 429;
+  }
+}
+
+/** What the runner tells the control plane about itself. */
+export interface Registration {
+  readonly slots: number;
+  readonly cpu: number;
+  readonly memoryBytes: number;
+  readonly architecture: string;
+  readonly labels: readonly string[];
+  readonly clockOffsetNs: bigint;
+}
+
+/** A completion as the runner sends it (WIRE.md `POST /v1/runner/complete`). */
+export interface Completion {
+  readonly completionId: string;
+  readonly outcome: "succeeded" | "failed" | "cancelled";
+  readonly exitCode?: number;
+  readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
+}
+
+/** An inventory item as WIRE.md writes it. */
+export interface InventoryItemJson {
+  readonly kind: "container" | "network";
+  readonly name: string;
+  readonly jobId: string;
+  readonly state: string;
+  readonly image?: string;
+  readonly createdAt?: string;
+  readonly cpu?: number;
+  readonly memory?: string;
+  readonly orphan: boolean;
+}
+
+/** Runner protocol v1 as a runner calls it, over the REST surface. */
+export interface RunnerClient {
+  readonly runnerId: string;
+  readonly workspaceId: string;
+  /** The control plane's time in nanoseconds since the epoch. */
+  clock(): Promise<bigint>;
+  register(registration: Registration): Promise<void>;
+  /** A lease, or undefined when no job arrived within `waitSeconds`. */
+  claim(waitSeconds: number, signal?: AbortSignal): Promise<Lease | undefined>;
+  /** Renews a lease; `timeoutMs` bounds the wait (a renewal answered after the lease ran out is no use). */
+  renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
+  release(jobId: string, leaseToken: string): Promise<void>;
+  complete(jobId: string, leaseToken: string, completion: Completion): Promise<Job>;
+  inventory(items: readonly InventoryItemJson[]): Promise<ReapOrder[]>;
+  /** POSTs NDJSON lines to a stream route; resolves with the reply whatever its status. */
+  postNdjson(path: string, lines: readonly string[], signal?: AbortSignal): Promise<RestReply>;
+  close(): Promise<void>;
+}
+
+const apiVersion = "v1";
+const parseOptions = { ignoreUnknownFields: true };
+
+/** A client for the runner whose certificate names `runnerId` in `workspaceId`. */
+export function createRunnerClient(transport: RestTransport, runnerId: string, workspaceId: string): RunnerClient {
+  const call = async (method: string, path: string, body?: unknown, timeoutMs?: number, signal?: AbortSignal): Promise<RestReply> => {
+    const reply = await transport.request(method, path, body, { ...(timeoutMs ? { timeoutMs } : {}), ...(signal ? { signal } : {}) });
+    if (reply.status >= 200 && reply.status < 300) return reply;
+    const err = (reply.json ?? {}) as { code?: string; message?: string };
+    throw new RunnerApiError(`${method} ${path}`, reply.status, err.code ?? "unknown", err.message ?? (reply.text.slice(0, 200) || "no error body"));
+  };
+  const leaseBody = (jobId: string, leaseToken: string) => ({ apiVersion, jobId, leaseToken });
+  return {
+    runnerId,
+    workspaceId,
+    async clock() {
+      const reply = await call("GET", "/v1/runner/clock");
+      const clock = fromJson(ClockResponseSchema, reply.json as JsonValue, parseOptions);
+      if (!clock.serverTime) throw new RunnerApiError("GET /v1/runner/clock", reply.status, "invalid", "the reply has no serverTime");
+      return clock.serverTime.seconds * 1_000_000_000n + BigInt(clock.serverTime.nanos);
+    },
+    async register(r) {
+      await call("POST", "/v1/runner/register", {
+        apiVersion,
+        runnerId,
+        workspaceId,
+        slots: r.slots,
+        cpu: r.cpu,
+        memoryBytes: String(r.memoryBytes),
+        architecture: r.architecture,
+        labels: r.labels,
+        clockOffsetNs: String(r.clockOffsetNs),
+      });
+    },
+    async claim(waitSeconds, signal) {
+      // The server holds a long poll up to waitSeconds; allow it that long plus room for the database.
+      const reply = await call("POST", "/v1/runner/claim", { apiVersion, runnerId, waitSeconds }, waitSeconds * 1000 + 15_000, signal);
+      if (reply.status === 204 || reply.json === undefined) return undefined;
+      return fromJson(LeaseSchema, reply.json as JsonValue, parseOptions);
+    },
+    async renew(jobId, leaseToken, timeoutMs) {
+      const reply = await call("POST", "/v1/runner/renew", leaseBody(jobId, leaseToken), timeoutMs);
+      return fromJson(LeaseSchema, reply.json as JsonValue, parseOptions);
+    },
+    async release(jobId, leaseToken) {
+      await call("POST", "/v1/runner/release", leaseBody(jobId, leaseToken));
+    },
+    async complete(jobId, leaseToken, c) {
+      const reply = await call("POST", "/v1/runner/complete", {
+        ...leaseBody(jobId, leaseToken),
+        completionId: c.completionId,
+        outcome: c.outcome,
+        ...(c.exitCode !== undefined ? { exitCode: c.exitCode } : {}),
+        ...(c.error ? { error: c.error } : {}),
+      });
+      const job = (reply.json as { job?: JsonValue } | undefined)?.job;
+      return fromJson(JobSchema, job ?? {}, parseOptions);
+    },
+    async inventory(items) {
+      const reply = await call("POST", "/v1/runner/inventory", { apiVersion, runnerId, items });
+      return fromJson(InventoryResponseSchema, (reply.json ?? {}) as JsonValue, parseOptions).reap;
+    },
+    postNdjson(path, lines, signal) {
+      const body = lines.map((l) => `${l}\n`).join("");
+      return transport.request("POST", path, body, { contentType: "application/x-ndjson", ...(signal ? { signal } : {}) });
+    },
+    close: () => transport.close(),
+  };
+}
+
+/** A lease's expiry in control-plane milliseconds since the epoch. */
+export function leaseExpiryMs(lease: Lease): number {
+  if (!lease.expiresAt) throw new Error(`the lease on job ${lease.job?.id ?? "?"} has no expiresAt`);
+  return timestampDate(lease.expiresAt).getTime();
+}

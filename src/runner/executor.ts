@@ -1,0 +1,105 @@
+import type { JobSpec } from "../../gen/forelead/runner/v1/job_pb.js";
+import type { LogLine } from "./output.js";
+
+/** What the runner can offer a job: the same figures it registers with. */
+export interface RunnerCapacity {
+  /** Whole CPUs. */
+  readonly cpu: number;
+  readonly memoryBytes: number;
+}
+
+/** One job to run: the executor turns it into a container or a process. */
+export interface ExecutionRequest {
+  readonly runnerId: string;
+  readonly workspaceId: string;
+  readonly jobId: string;
+  readonly spec: JobSpec;
+  /**
+   * A fresh directory for this job only, made and removed by the agent. The
+   * executor adds `output/` (empty; /output in a container); a checkout step
+   * may have put the tree in `workspace/` (/workspace). The job starts in
+   * this directory (/ in a container), so `output/` and `workspace/` are the
+   * same relative paths under both executors.
+   */
+  readonly jobDir: string;
+  /** Whether `jobDir/workspace` holds a checked-out tree to mount. */
+  readonly hasWorkspace: boolean;
+  /** Every line the job writes on stdout or stderr, in order per stream. */
+  readonly onLine: (line: LogLine) => void;
+}
+
+/** How a job ended, as far as the executor saw. */
+export interface ExecutionResult {
+  /** The exit code; undefined when the job was killed by a signal or never started. */
+  readonly exitCode?: number;
+  /** The signal that ended it, when one did (process executor). */
+  readonly signal?: string;
+  readonly durationMs: number;
+  /** Highest memory use, where the executor knows it. */
+  readonly peakMemoryBytes?: number;
+  /** Set when the executor could not run the job at all (e.g. an image that cannot be had), or the engine killed it (out of memory). */
+  readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
+}
+
+/** A job the executor has started. */
+export interface RunningJob {
+  /** Resolves when the job has ended and its resources are gone. */
+  readonly done: Promise<ExecutionResult>;
+  /**
+   * Asks the job to stop: TERM, then KILL after `graceMs` (0: KILL at once).
+   * Resolves when the request is made; `done` says when it ended.
+   */
+  stop(graceMs: number): Promise<void>;
+}
+
+/** A resource the executor created (Docker container or network), as the inventory reports it. */
+export interface ExecutorResource {
+  readonly kind: "container" | "network";
+  readonly name: string;
+  readonly jobId: string;
+  readonly state: string;
+  readonly image?: string;
+  readonly createdAt?: Date;
+  readonly cpu?: number;
+  readonly memoryBytes?: number;
+}
+
+/** Runs jobs: in Docker containers, or as local processes. */
+export interface Executor {
+  readonly kind: "docker" | "process";
+  /** Checks the engine can be used (e.g. Docker answers); throws with advice when not. */
+  prepare(): Promise<void>;
+  /**
+   * After a crash: stops what jobs of an earlier life of this runner left
+   * running under `jobsDir` (before the agent clears it); returns what it
+   * stopped. Docker leftovers are not touched here: the inventory reports
+   * them as orphans and they are reaped on order.
+   */
+  recover(jobsDir: string): Promise<string[]>;
+  /** Why this executor cannot run `spec` on this machine, or undefined when it can. */
+  incompatibility(spec: JobSpec, capacity: RunnerCapacity): string | undefined;
+  start(request: ExecutionRequest): Promise<RunningJob>;
+  /**
+   * Whether the executor creates containers and networks to report as
+   * inventory. The process executor does not: a runner that reported an
+   * empty inventory would have every live lease flagged "lease without
+   * container" by the control plane, so it sends no reports at all.
+   */
+  readonly reportsInventory: boolean;
+  /** What the executor has created for this runner and not yet removed. */
+  resources(): Promise<ExecutorResource[]>;
+  /** Removes one resource this runner created (a reap order). */
+  remove(kind: "container" | "network", name: string): Promise<void>;
+}
+
+/** Checks every executor makes: a command to run, and limits within the machine. */
+export function commonIncompatibility(spec: JobSpec, capacity: RunnerCapacity): string | undefined {
+  if (spec.argv.length === 0 || spec.argv[0] === "") return "the spec has no argv; give the command as an array, e.g. [\"sh\", \"-c\", \"make test\"]";
+  if (spec.cpu < 0 || !Number.isFinite(spec.cpu)) return `the spec asks for ${spec.cpu} CPUs`;
+  if (spec.cpu > capacity.cpu) return `the spec asks for ${spec.cpu} CPUs; this runner has ${capacity.cpu}`;
+  const memory = Number(spec.memoryBytes);
+  if (memory < 0) return `the spec asks for ${memory} bytes of memory`;
+  if (memory > capacity.memoryBytes) return `the spec asks for ${memory} bytes of memory; this runner has ${capacity.memoryBytes}`;
+  if (spec.timeoutSeconds < 0) return `the spec's timeoutSeconds is ${spec.timeoutSeconds}`;
+  return undefined;
+}

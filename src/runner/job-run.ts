@@ -1,0 +1,192 @@
+import { randomUUID } from "node:crypto";
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { JobSpecSchema, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
+import { CheckoutError, needsCheckout, type CheckoutStep } from "./checkout-step.js";
+import { leaseExpiryMs, type RunnerClient } from "./client.js";
+import type { ServerClock } from "./clock.js";
+import type { ExecutionResult, Executor, RunnerCapacity, RunningJob } from "./executor.js";
+import { keepLease } from "./lease-keeper.js";
+import { secretMasker, type JobOutput, type OutputSink } from "./output.js";
+import { settle, type Settlement } from "./settle.js";
+
+/** What running a lease needs from the agent. */
+export interface JobRunContext {
+  readonly client: RunnerClient;
+  readonly executor: Executor;
+  readonly output: OutputSink;
+  readonly clock: ServerClock;
+  readonly capacity: RunnerCapacity;
+  /** Job directories are made under here and removed afterwards. */
+  readonly jobsDir: string;
+  /** TERM-to-KILL grace for cancel, timeout and forced shutdown. */
+  readonly graceMs: number;
+  readonly checkout?: CheckoutStep;
+  readonly log: (message: string) => void;
+  /** Aborted when the agent is forced to stop: completion retries end. */
+  readonly abort: AbortSignal;
+}
+
+/** One lease being run. */
+export interface JobRun {
+  readonly jobId: string;
+  /** Resolves when the job is settled, released or abandoned, and its directory is gone. */
+  readonly done: Promise<void>;
+  /** Shutdown: stop the job (TERM, KILL after the grace) and release the lease instead of completing. */
+  release(): void;
+}
+
+/** Why the job stopped early, if it did. */
+type StopReason = "timeout" | "cancel" | "lost" | "release";
+
+/**
+ * Runs one lease end to end: keep the lease, check the spec, check out,
+ * execute, watch the timeout and cancellation, stream output, settle.
+ */
+export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
+  const job = lease.job!;
+  const jobId = job.id;
+  const token = lease.token;
+  const spec = job.spec ?? create(JobSpecSchema);
+  let reason: StopReason | undefined;
+  let running: RunningJob | undefined;
+  let output: JobOutput | undefined;
+  let settling = false; // the job has ended; renewals only bridge the completion
+  const stopJob = (why: StopReason, graceMs: number) => {
+    if (reason) return;
+    reason = why;
+    void running?.stop(graceMs);
+  };
+
+  const keeper = keepLease({
+    client: ctx.client,
+    clock: ctx.clock,
+    jobId,
+    leaseToken: token,
+    expiresAtMs: leaseExpiryMs(lease),
+    log: ctx.log,
+    onCancelRequested: () => {
+      if (reason) return;
+      ctx.log(`job ${jobId}: cancel requested; stopping it`);
+      output?.event({ type: "job.cancelled" });
+      stopJob("cancel", ctx.graceMs);
+    },
+    onLost: (why) => {
+      // After the job ended, a refused renewal changes nothing: the completion's own answer tells.
+      if (settling) return;
+      ctx.log(`job ${jobId}: lease lost (${why}); killing the job, it will not be completed`);
+      output?.abandon();
+      reason = "lost"; // overrides any other reason: nothing may be completed now
+      void running?.stop(0);
+    },
+  });
+
+  const execute = async (jobDir: string): Promise<Settlement | undefined> => {
+    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout);
+    if (why) return { outcome: "failed", error: { code: "incompatible_spec", message: `this runner cannot run job ${jobId}: ${why}`, retryable: false } };
+    if (lease.cancelRequested) return { outcome: "cancelled" };
+    await mkdir(jobDir, { recursive: true });
+    const hasWorkspace = needsCheckout(job.kind);
+    if (hasWorkspace) {
+      try {
+        await ctx.checkout!.checkout(lease, token, join(jobDir, "workspace"), ctx.abort);
+      } catch (err) {
+        if (err instanceof CheckoutError) return { outcome: "failed", error: { code: err.code, message: err.message, retryable: err.retryable } };
+        throw err;
+      }
+    }
+    if (reason) return undefined;
+    const out = ctx.output.open({ jobId, leaseToken: token });
+    output = out;
+    const mask = secretMasker(spec.env);
+    running = await ctx.executor.start({
+      runnerId: ctx.client.runnerId,
+      workspaceId: ctx.client.workspaceId,
+      jobId,
+      spec,
+      jobDir,
+      hasWorkspace,
+      onLine: (line) => out.log({ stream: line.stream, text: mask(line.text) }),
+    });
+    out.event({ type: "job.started", executor: ctx.executor.kind });
+    ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
+    if (reason) void running.stop(reason === "lost" ? 0 : ctx.graceMs); // stopped while it was starting
+    const timeout = spec.timeoutSeconds > 0
+      ? setTimeout(() => {
+          if (reason) return;
+          ctx.log(`job ${jobId}: over its ${spec.timeoutSeconds}s timeout; stopping it`);
+          out.event({ type: "job.timeout", timeoutSeconds: spec.timeoutSeconds });
+          stopJob("timeout", ctx.graceMs);
+        }, spec.timeoutSeconds * 1000)
+      : undefined;
+    const result = await running.done;
+    clearTimeout(timeout);
+    out.event({ type: "job.exited", ...exitFacts(result) });
+    return settlementOf(result, reason, spec.timeoutSeconds, spec.argv[0] ?? "");
+  };
+
+  const done = (async () => {
+    const jobDir = join(ctx.jobsDir, `${jobId}-${randomUUID().slice(0, 8)}`);
+    try {
+      let settlement: Settlement | undefined;
+      try {
+        settlement = await execute(jobDir);
+      } catch (err) {
+        ctx.log(`job ${jobId}: the runner could not run it: ${(err as Error).message}`);
+        settlement = { outcome: "failed", error: { code: "runner_error", message: `the runner could not run the job: ${(err as Error).message}`, retryable: true } };
+      }
+      if (reason === "lost") return;
+      if (reason === "release") {
+        keeper.stop();
+        await output?.flush();
+        await ctx.client.release(jobId, token).then(
+          () => ctx.log(`job ${jobId}: lease released`),
+          (err) => ctx.log(`job ${jobId}: release failed (${(err as Error).message}); the lease will expire`),
+        );
+        return;
+      }
+      if (!settlement) return;
+      settling = true;
+      await output?.flush();
+      if (keeper.lostReason) return;
+      await settle(ctx, jobId, token, settlement);
+    } finally {
+      keeper.stop();
+      output?.abandon();
+      await rm(jobDir, { recursive: true, force: true }).catch((err) => ctx.log(`job ${jobId}: could not remove ${jobDir}: ${err.message}`));
+    }
+  })();
+
+  return { jobId, done, release: () => stopJob("release", ctx.graceMs) };
+}
+
+function kindIncompatibility(kind: string, checkout: CheckoutStep | undefined): string | undefined {
+  if (kind === "command" || kind === "") return undefined;
+  if (!needsCheckout(kind)) return `job kind ${JSON.stringify(kind)} is unknown to this runner`;
+  return checkout ? undefined : `it is a ${kind} job and this runner has no checkout step`;
+}
+
+function exitFacts(r: ExecutionResult): Record<string, unknown> {
+  return {
+    ...(r.exitCode !== undefined ? { exitCode: r.exitCode } : {}),
+    ...(r.signal ? { signal: r.signal } : {}),
+    durationMs: r.durationMs,
+    ...(r.peakMemoryBytes !== undefined ? { peakMemoryBytes: r.peakMemoryBytes } : {}),
+  };
+}
+
+/** The settling rules: how an execution result becomes a completion. */
+export function settlementOf(result: ExecutionResult, reason: StopReason | undefined, timeoutSeconds: number, command: string): Settlement {
+  if (reason === "cancel") return { outcome: "cancelled" };
+  if (reason === "timeout") {
+    return { outcome: "failed", error: { code: "timeout", message: `the job ran over its timeout of ${timeoutSeconds}s and was killed`, retryable: false } };
+  }
+  const exitCode = result.exitCode !== undefined ? { exitCode: result.exitCode } : {};
+  if (result.error) return { outcome: "failed", ...exitCode, error: result.error };
+  if (result.exitCode === 0) return { outcome: "succeeded", exitCode: 0 };
+  if (result.exitCode !== undefined) {
+    return { outcome: "failed", exitCode: result.exitCode, error: { code: "exit_code", message: `${command} exited ${result.exitCode}`, retryable: false } };
+  }
+  return { outcome: "failed", error: { code: "killed", message: `${command} was killed by ${result.signal ?? "a signal"}`, retryable: false } };
+}

@@ -1,0 +1,73 @@
+/** One line a job wrote, or a line the runner adds about the job ("runner"). */
+export interface LogLine {
+  readonly stream: "stdout" | "stderr" | "runner";
+  readonly text: string;
+}
+
+/** A job event: `type` is job.started, job.exited, job.timeout, job.cancelled, ... */
+export interface JobEvent {
+  readonly type: string;
+  readonly [field: string]: unknown;
+}
+
+/** Where a job's log lines go, in the order they were written. */
+export interface LogSink {
+  log(line: LogLine): void;
+}
+
+/** Where a job's events go, in order. */
+export interface EventSink {
+  event(event: JobEvent): void;
+}
+
+/** The output of one lease of one job. */
+export interface JobOutput extends LogSink, EventSink {
+  /** Resolves once what was written so far has been delivered (or given up on); call before completing. */
+  flush(): Promise<void>;
+  /** The lease is gone: drop anything not yet sent and send nothing more. */
+  abandon(): void;
+}
+
+/** The lease a job's output is sent under. The token is for the wire only: never written into a line or event. */
+export interface OutputLease {
+  readonly jobId: string;
+  readonly leaseToken: string;
+}
+
+/** Opens the output of each lease the agent runs. */
+export interface OutputSink {
+  open(lease: OutputLease): JobOutput;
+}
+
+/** Sends every job's output to each of `sinks` (e.g. the control plane and a local record). */
+export function teeOutput(...sinks: readonly OutputSink[]): OutputSink {
+  return {
+    open(lease) {
+      const outputs = sinks.map((s) => s.open(lease));
+      return {
+        log: (line) => outputs.forEach((o) => o.log(line)),
+        event: (event) => outputs.forEach((o) => o.event(event)),
+        flush: async () => {
+          await Promise.all(outputs.map((o) => o.flush()));
+        },
+        abandon: () => outputs.forEach((o) => o.abandon()),
+      };
+    },
+  };
+}
+
+/**
+ * Replaces the values of secret-looking env variables of the spec (names
+ * with SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or KEY, values of 6+
+ * characters) with "***" in every log line, as CI systems mask secrets:
+ * a job that prints its credentials does not publish them.
+ */
+export function secretMasker(env: Readonly<Record<string, string>>): (text: string) => string {
+  const secretName = /SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|KEY/i;
+  const values = Object.entries(env)
+    .filter(([name, value]) => secretName.test(name) && value.length >= 6)
+    .map(([, value]) => value)
+    .sort((a, b) => b.length - a.length); // longest first, so a secret containing another is masked whole
+  if (values.length === 0) return (text) => text;
+  return (text) => values.reduce((t, v) => t.split(v).join("***"), text);
+}

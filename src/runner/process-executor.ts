@@ -1,0 +1,170 @@
+import { spawn } from "node:child_process";
+import { randomInt } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { commonIncompatibility, type ExecutionResult, type Executor, type RunningJob } from "./executor.js";
+import { forEachLine } from "./lines.js";
+
+/** The PATH a process job gets unless its spec sets one. */
+export const minimalPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** Options of the process executor. */
+export interface ProcessExecutorOptions {
+  /**
+   * Run each job as a user of its own (a uid from `uidBase` upward, picked at
+   * random per job) so jobs cannot read each other's directories. Only
+   * possible when the runner runs as root; true by default then.
+   */
+  readonly isolateUsers?: boolean;
+  readonly uidBase?: number;
+}
+
+/**
+ * Runs jobs as local processes, for machines without Docker: argv without a
+ * shell, in the job's own directory, with only the spec's env and a minimal
+ * PATH, in a process group of its own (detached) so cancel and timeout kill
+ * everything it started. The image is not used; CPU and memory are checked
+ * against the machine but not enforced.
+ */
+export function createProcessExecutor(options: ProcessExecutorOptions = {}): Executor {
+  const isRoot = process.getuid?.() === 0;
+  const isolate = (options.isolateUsers ?? isRoot) && isRoot;
+  const uidBase = options.uidBase ?? 200_000;
+  const uidsInUse = new Set<number>();
+
+  return {
+    kind: "process",
+    async prepare() {},
+    recover: recoverLeftovers,
+    incompatibility: (spec, capacity) => commonIncompatibility(spec, capacity),
+    reportsInventory: false,
+    resources: async () => [],
+    async remove(kind, name) {
+      throw new Error(`the process executor creates no ${kind}s; cannot remove ${name}`);
+    },
+
+    async start(request): Promise<RunningJob> {
+      const { spec, jobDir } = request;
+      await mkdir(join(jobDir, "output"), { recursive: true });
+      let uid: number | undefined;
+      if (isolate) {
+        do uid = uidBase + randomInt(1_000_000);
+        while (uidsInUse.has(uid));
+        uidsInUse.add(uid);
+        await chownTree(jobDir, uid);
+      }
+      await chmod(jobDir, 0o700);
+
+      const started = performance.now();
+      const child = spawn(spec.argv[0]!, spec.argv.slice(1), {
+        cwd: jobDir,
+        env: { PATH: minimalPath, ...spec.env },
+        detached: true, // its own process group: kill(-pid) reaches everything it started
+        stdio: ["ignore", "pipe", "pipe"],
+        ...(uid !== undefined ? { uid, gid: uid } : {}),
+      });
+      // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers after a
+      // crash. Synchronously, before anything is awaited: the exit listener below must be attached at
+      // once, and the record must exist before the job gets far.
+      const pidFile = `${jobDir}.pid`;
+      recordPid(pidFile, child.pid, request.jobId);
+      const killGroup = (signal: NodeJS.Signals) => {
+        if (child.pid === undefined) return;
+        try {
+          process.kill(-child.pid, signal);
+        } catch {
+          // ESRCH: the group is gone already.
+        }
+      };
+      const outputs = Promise.all([
+        forEachLine(child.stdout, (text) => request.onLine({ stream: "stdout", text })),
+        forEachLine(child.stderr, (text) => request.onLine({ stream: "stderr", text })),
+      ]);
+      let exited = false;
+      const done = new Promise<ExecutionResult>((resolve) => {
+        child.once("error", (err: NodeJS.ErrnoException) => {
+          if (child.pid !== undefined) return; // errors after spawn (e.g. kill failures) are not the job's end
+          exited = true;
+          const why = err.code === "ENOENT" ? `not found (PATH is ${spec.env.PATH ?? minimalPath})` : err.message;
+          resolve({ durationMs: 0, error: { code: "start_failed", message: `cannot run ${JSON.stringify(spec.argv[0])}: ${why}`, retryable: false } });
+        });
+        child.once("exit", (code, signal) => {
+          exited = true;
+          // Whatever the job left running in its group ends with it, so its pipes close and nothing outlives the job.
+          killGroup("SIGKILL");
+          const durationMs = Math.round(performance.now() - started);
+          outputs.then(() => resolve({ durationMs, ...(code !== null ? { exitCode: code } : {}), ...(signal ? { signal } : {}) }));
+        });
+      }).finally(async () => {
+        if (uid !== undefined) uidsInUse.delete(uid);
+        await rm(pidFile, { force: true });
+      });
+
+      return {
+        done,
+        async stop(graceMs) {
+          if (exited) return;
+          if (graceMs <= 0) return killGroup("SIGKILL");
+          killGroup("SIGTERM");
+          const timer = setTimeout(() => killGroup("SIGKILL"), graceMs);
+          done.finally(() => clearTimeout(timer));
+        },
+      };
+    },
+  };
+}
+
+/**
+ * Kills the process groups recorded in `<jobsDir>/*.pid` by an earlier life
+ * of this runner (SIGKILLed or crashed: its detached jobs ran on). A group is
+ * killed only when its leader is still the very process recorded (same
+ * start time in /proc), never a stranger that reused the pid.
+ */
+async function recoverLeftovers(jobsDir: string): Promise<string[]> {
+  const names = await readdir(jobsDir).catch(() => [] as string[]);
+  const stopped: string[] = [];
+  for (const name of names.filter((n) => n.endsWith(".pid"))) {
+    const record = JSON.parse(await readFile(join(jobsDir, name), "utf8").catch(() => "{}")) as { pid?: number; startTicks?: string; jobId?: string };
+    if (!record.pid || !record.startTicks || processStartTicks(record.pid) !== record.startTicks) continue;
+    try {
+      process.kill(-record.pid, "SIGKILL");
+      stopped.push(`process group ${record.pid} of job ${record.jobId ?? "?"}`);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return stopped;
+}
+
+/** Writes `{pid, startTicks, jobId}` to `file`; nothing off Linux (no start time: a reused pid could not be told apart). */
+function recordPid(file: string, pid: number | undefined, jobId: string): void {
+  if (pid === undefined) return;
+  try {
+    const startTicks = processStartTicks(pid);
+    if (startTicks) writeFileSync(file, JSON.stringify({ pid, startTicks, jobId }));
+  } catch {
+    // The job already ended (no /proc entry): nothing to recover later.
+  }
+}
+
+/** The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or undefined off Linux or once it is gone. */
+function processStartTicks(pid: number): string | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return undefined;
+  }
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+}
+
+/** Gives `dir` and everything in it to `uid` (the agent made them as root). */
+async function chownTree(dir: string, uid: number): Promise<void> {
+  await chown(dir, uid, uid);
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) await chownTree(path, uid);
+    else await lchown(path, uid, uid); // a symlink itself, never what it points to
+  }
+}

@@ -1,0 +1,59 @@
+import { randomUUID } from "node:crypto";
+import type { Completion, RunnerClient } from "./client.js";
+import { RunnerApiError } from "./client.js";
+
+/** A completion without its id: what the job came to. */
+export type Settlement = Omit<Completion, "completionId">;
+
+/** What settling needs. */
+export interface SettleContext {
+  readonly client: RunnerClient;
+  readonly log: (message: string) => void;
+  /** Aborted when the agent is forced to stop: retries end. */
+  readonly abort: AbortSignal;
+}
+
+/**
+ * Completes a job, retrying with the same completionId until the control
+ * plane answers: the same completion again gets the stored reply, so a
+ * retry after a lost reply (or a restart) is safe. Any HTTP answer other
+ * than a transient one (5xx, 429) ends the retries; a 409 means the lease
+ * ended first and the job was settled by someone else.
+ */
+export async function settle(ctx: SettleContext, jobId: string, leaseToken: string, settlement: Settlement): Promise<void> {
+  const completion: Completion = { completionId: `c-${randomUUID()}`, ...settlement };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const job = await ctx.client.complete(jobId, leaseToken, completion);
+      const code = settlement.error ? ` (${settlement.error.code})` : "";
+      ctx.log(`job ${jobId}: completed ${settlement.outcome}${code}; the job is ${job.state}`);
+      return;
+    } catch (err) {
+      if (err instanceof RunnerApiError && !err.transient) {
+        ctx.log(`job ${jobId}: the completion was refused: ${err.message}`);
+        return;
+      }
+      if (ctx.abort.aborted) {
+        ctx.log(`job ${jobId}: stopping before the completion was answered: ${(err as Error).message}`);
+        return;
+      }
+      const waitMs = Math.min(10_000, 250 * 2 ** Math.min(attempt, 6));
+      ctx.log(`job ${jobId}: completion not answered (${(err as Error).message}); retrying in ${waitMs} ms`);
+      await sleep(waitMs, ctx.abort);
+    }
+  }
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

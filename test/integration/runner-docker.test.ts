@@ -1,0 +1,100 @@
+import "reflect-metadata";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createDockerClient } from "../../src/runner/docker-api.js";
+import { containerName, networkName } from "../../src/runner/names.js";
+import { adminActor, eventually, type AdminActor } from "../support/actors.js";
+import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { databaseKind } from "../support/database.js";
+import { executorsUnderTest, specFor, startTestRunner, type TestRunner } from "../support/runner-agent.js";
+
+// What only the docker executor does: names, labels, limits, networks, images.
+const withDocker = (await executorsUnderTest()).includes("docker");
+let cp: TestControlPlane;
+let admin: AdminActor;
+let n = 0;
+/** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
+const tag = Math.random().toString(36).slice(2, 8);
+
+beforeAll(async () => {
+  if (!withDocker) return;
+  cp = await startTestControlPlane({ leaseSeconds: 6 });
+  admin = await adminActor(cp);
+});
+afterAll(async () => {
+  await admin?.close();
+  await cp?.close();
+});
+
+async function settled(jobId: string) {
+  return eventually(`job ${jobId} to settle`, async () => {
+    const job = (await admin.job(jobId)).json.job;
+    return ["succeeded", "failed", "cancelled"].includes(job.state) ? job : undefined;
+  });
+}
+
+async function withRunner(test: (runner: TestRunner, ws: string) => Promise<void>): Promise<void> {
+  const ws = `dk${++n}`;
+  const runner = await startTestRunner(cp, { runnerId: `d${n}-${tag}`, workspaceId: ws, executor: "docker" });
+  try {
+    await test(runner, ws);
+  } finally {
+    await runner.close();
+  }
+}
+
+describe.skipIf(!withDocker)(`the docker executor (${databaseKind})`, () => {
+  it("runs a job in a container named forelead-<jobId>-main with the four labels, its limits and env, on an internal network forelead-<jobId>, and removes both afterwards", async () => {
+    await withRunner(async (runner, ws) => {
+      const docker = createDockerClient();
+      const spec = specFor("docker", { argv: ["sh", "-c", "echo env=$GREETING; ls -A /output | wc -l; echo up; sleep 60"], env: { GREETING: "hello world" }, cpu: 0.5, memoryBytes: String(64 * 1024 * 1024) });
+      const jobId = (await admin.enqueue({ workspaceId: ws, spec })).json.job.id;
+      await runner.waitForLine(jobId, /^up$/);
+      const info = await docker.getContainer(containerName(jobId)).inspect();
+      expect(info.Name).toBe(`/forelead-${jobId}-main`);
+      expect(info.Config.Labels).toMatchObject({ "forelead.runner": runner.client.runnerId, "forelead.workspace": ws, "forelead.task": "main", "forelead.job": jobId });
+      expect(info.HostConfig).toMatchObject({ NanoCpus: 500_000_000, Memory: 64 * 1024 * 1024 });
+      const network = await docker.getNetwork(networkName(jobId)).inspect();
+      expect(network).toMatchObject({ Name: `forelead-${jobId}`, Internal: true });
+      expect(network.Labels).toMatchObject({ "forelead.runner": runner.client.runnerId, "forelead.job": jobId });
+      expect(runner.recorded.job(jobId).logs.map((l) => l.text)).toEqual(["env=hello world", "0", "up"]);
+      expect((await runner.executor.resources()).map((r) => `${r.kind} ${r.name}`).sort()).toEqual([`container forelead-${jobId}-main`, `network forelead-${jobId}`]);
+
+      await admin.cancel(jobId);
+      expect((await settled(jobId)).state).toBe("cancelled");
+      const exited = runner.recorded.job(jobId).events.find((e) => e.type === "job.exited");
+      expect(exited?.peakMemoryBytes).toBeGreaterThan(0); // sampled from the engine's stats while it ran
+      expect(await docker.getContainer(containerName(jobId)).inspect().catch(() => "gone")).toBe("gone");
+      expect(await docker.getNetwork(networkName(jobId)).inspect().catch(() => "gone")).toBe("gone");
+    });
+  });
+
+  it("argv is passed as an array: an argument with spaces and quotes reaches the program intact, no shell involved", async () => {
+    await withRunner(async (runner, ws) => {
+      const jobId = (await admin.enqueue({ workspaceId: ws, spec: specFor("docker", { argv: ["echo", "a  b", "'$HOME'", "; ls"] }) })).json.job.id;
+      expect((await settled(jobId)).state).toBe("succeeded");
+      expect(runner.recorded.job(jobId).logs.map((l) => l.text)).toEqual(["a  b '$HOME' ; ls"]);
+    });
+  });
+
+  it("an image that is missing and cannot be pulled fails the job with image_unavailable naming the image", async () => {
+    await withRunner(async (runner, ws) => {
+      const image = "forelead-test/does-not-exist:never";
+      const jobId = (await admin.enqueue({ workspaceId: ws, spec: { image, argv: ["true"], timeoutSeconds: 60 } })).json.job.id;
+      const job = await settled(jobId);
+      expect(job).toMatchObject({ state: "failed", attempts: 1, error: { code: "image_unavailable" } });
+      expect(job.error.message).toContain(image);
+      expect(job.error.retryable ?? false).toBe(false);
+      expect(await runner.executor.resources()).toEqual([]);
+    });
+  });
+
+  it("a job over its memory limit is killed by the engine and fails with out_of_memory", async () => {
+    await withRunner(async (_runner, ws) => {
+      // sh keeps the growing string in memory; 8 MiB cannot hold it for long.
+      const grow = "x=0123456789; while true; do x=$x$x; done";
+      const jobId = (await admin.enqueue({ workspaceId: ws, spec: specFor("docker", { argv: ["sh", "-c", grow], memoryBytes: String(8 * 1024 * 1024), timeoutSeconds: 60 }) })).json.job.id;
+      const job = await settled(jobId);
+      expect(job).toMatchObject({ state: "failed", error: { code: "out_of_memory" } });
+    });
+  });
+});
