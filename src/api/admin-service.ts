@@ -8,11 +8,13 @@ import type { CodeHost } from "../code/code-host.js";
 import type { RepositoryView } from "../code/repositories.js";
 import type { Artifacts } from "../artifacts/artifacts.js";
 import { adminArtifactHandlers } from "./artifact-handlers.js";
+import type { Streams } from "../streams/streams.js";
 import { principalOf } from "./context.js";
 import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-admin.js";
 import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
+import { streamEntries } from "./stream-handlers.js";
 
 /** What the admin service binds to. */
 export interface AdminServiceDeps extends IdentityAdminDeps {
@@ -20,6 +22,7 @@ export interface AdminServiceDeps extends IdentityAdminDeps {
   readonly inventory: Inventory;
   readonly code: CodeHost;
   readonly artifacts: Artifacts;
+  readonly streams: Streams;
 }
 
 /** The admin surface for internal services: decode, call the broker, encode. */
@@ -84,6 +87,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
     ...createIdentityAdminMethods(deps),
     ...createInventoryAdminMethods(deps.inventory),
     ...adminArtifactHandlers(deps.artifacts),
+    getJobLogs: (req, ctx) => streamEntries(deps.streams, "logs", req, ctx),
+    getJobEvents: (req, ctx) => streamEntries(deps.streams, "events", req, ctx),
   };
 }
 

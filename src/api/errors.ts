@@ -13,9 +13,15 @@ export function payloadTooLarge(message: string): ConnectError {
   return err;
 }
 
-/** The HTTP status of an error on the REST surface: Connect's mapping, 413 for oversized bodies. */
+/**
+ * The HTTP status of an error on the REST surface: Connect's mapping, 413
+ * for oversized bodies, also when a handler rethrew one with more context
+ * (as its cause, keeping the code).
+ */
 export function httpStatusOf(err: ConnectError): number {
-  if (payloadTooLargeErrors.has(err)) return 413;
+  for (let e: unknown = err; e instanceof ConnectError && e.code === err.code; e = e.cause) {
+    if (payloadTooLargeErrors.has(e)) return 413;
+  }
   return codeToHttpStatus(err.code);
 }
 

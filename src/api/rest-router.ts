@@ -3,6 +3,7 @@ import { StringDecoder } from "node:string_decoder";
 import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { errorBody, httpStatusOf, payloadTooLarge, toConnectError } from "./errors.js";
+import { messageStreamFormat, writeMessageStream } from "./rest-streams.js";
 import { routeOf, type RouteEntry } from "./routes.js";
 
 /** A route with the (guarded) function that serves it. */
@@ -89,13 +90,27 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
     try {
       reply = await (handler(messages, ctx) as Promise<object>);
     } finally {
-      await messages.return(undefined); // a handler may stop reading early: let go of the body (see stopUnreadBody)
+      // A handler may stop reading early: let go of the body (see stopUnreadBody). Not awaited: a
+      // handler that gave up while a read was pending (the time bound) would wait for a byte that
+      // never comes; the queued return completes once the stream is reset.
+      void messages.return(undefined).catch(() => {});
     }
     return writeReply(res, method, create(method.output, reply as never));
   }
 
   const json = req.method === "GET" ? queryJson(url, method.input) : await readJsonBody(req, options.maxBodyBytes);
+  // A reconnecting EventSource says where it stopped in Last-Event-ID; the route names the field it binds.
+  const resumeField = entry.option.lastEventIdField;
+  const lastEventId = req.headers["last-event-id"];
+  if (resumeField && typeof lastEventId === "string" && lastEventId && json[resumeField] === undefined) json[resumeField] = lastEventId;
   const input = decode(method.input, { ...json, ...fromHeaders, ...bound }, "request body");
+
+  if (method.methodKind === "server_streaming" && entry.option.ndjsonResponse) {
+    const messages = (handler(input, ctx) as AsyncIterable<object>)[Symbol.asyncIterator]();
+    const format = messageStreamFormat(entry.option, method, input, req.headers.accept);
+    const where = `${req.method} ${url.pathname}`;
+    return writeMessageStream(res, entry.option, method, format, messages, (err) => writeError(res, err), (err) => toConnectError(err, where));
+  }
 
   if (method.methodKind === "server_streaming") {
     const chunks = (handler(input, ctx) as AsyncIterable<Message & { data?: Uint8Array }>)[Symbol.asyncIterator]();
@@ -227,12 +242,17 @@ async function readJsonBody(req: Http2ServerRequest, maxBytes: number): Promise<
   try {
     json = JSON.parse(text);
   } catch (err) {
-    throw new ConnectError(`the request body is not valid JSON: ${(err as Error).message}`, Code.InvalidArgument);
+    throw new ConnectError(`the request body is not valid JSON: ${jsonSyntaxReason(err)}`, Code.InvalidArgument);
   }
   if (json === null || typeof json !== "object" || Array.isArray(json)) {
     throw new ConnectError("the request body must be a JSON object", Code.InvalidArgument);
   }
   return json as Record<string, JsonValue>;
+}
+
+/** JSON.parse's reason without the excerpt of the input V8 quotes in it, which could hold a lease token. */
+function jsonSyntaxReason(err: unknown): string {
+  return (err as Error).message.replace(/,\s*(?:\.\.\.)?".*"(?:\.\.\.)? is not valid JSON$/s, "");
 }
 
 /**
@@ -252,38 +272,49 @@ function jsonNameOf(schema: DescMessage, protoName: string): string {
   return schema.fields.find((f) => f.name === protoName)?.jsonName ?? protoName;
 }
 
+const ndjsonLines = new WeakMap<object, number>();
+
+/** The NDJSON line a request message was read from, when it came from the REST surface. */
+export function ndjsonLineOf(message: object): number | undefined {
+  return ndjsonLines.get(message);
+}
+
 /**
  * NDJSON request messages, read incrementally: never more than one line is
- * buffered. Lines are numbered from 1; blank lines are skipped. A line that
- * pushes the body past `maxBytes` ends the stream with 413; lines before it
- * have already been handed to the handler.
+ * buffered. Lines are numbered from 1 (see ndjsonLineOf); blank lines are
+ * skipped. A line that pushes the body past `maxBytes` ends the stream with
+ * 413; lines before it have already been handed to the handler.
  */
 async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, maxBytes: number): AsyncGenerator<Message> {
   const decoder = new StringDecoder("utf8");
   let pending = "";
   let consumed = 0;
   let lineNo = 0;
-  const parseLine = (line: string): Message | undefined => {
+  // `raw` is the line as sent, with its newline when it had one: the bound counts every byte of the body.
+  const parseLine = (raw: string): Message | undefined => {
     lineNo++;
-    consumed += Buffer.byteLength(line, "utf8") + 1;
-    if (consumed > maxBytes + 1) throw payloadTooLarge(`line ${lineNo} takes the request body over ${maxBytes} bytes; send it in a new request`);
+    consumed += Buffer.byteLength(raw, "utf8");
+    if (consumed > maxBytes) throw payloadTooLarge(`line ${lineNo} takes the request body over ${maxBytes} bytes; send it in a new request`);
+    const line = raw.replace(/\r?\n$/, "");
     if (line.trim() === "") return undefined;
     let json: JsonValue;
     try {
       json = JSON.parse(line) as JsonValue;
     } catch (err) {
-      throw new ConnectError(`line ${lineNo} is not valid JSON: ${(err as Error).message}`, Code.InvalidArgument);
+      throw new ConnectError(`line ${lineNo} is not valid JSON: ${jsonSyntaxReason(err)}`, Code.InvalidArgument);
     }
     if (json === null || typeof json !== "object" || Array.isArray(json)) {
       throw new ConnectError(`line ${lineNo} must be a JSON object`, Code.InvalidArgument);
     }
-    return decode(schema, json, `line ${lineNo}`);
+    const message = decode(schema, json, `line ${lineNo}`);
+    ndjsonLines.set(message, lineNo);
+    return message;
   };
   for await (const chunk of bodyChunks(req)) {
     pending += decoder.write(chunk);
     let nl: number;
     while ((nl = pending.indexOf("\n")) !== -1) {
-      const message = parseLine(pending.slice(0, nl).replace(/\r$/, ""));
+      const message = parseLine(pending.slice(0, nl + 1));
       pending = pending.slice(nl + 1);
       if (message) yield message;
     }
@@ -378,8 +409,11 @@ function writeError(res: Http2ServerResponse, err: ConnectError): void {
 function stopUnreadBody(req: Http2ServerRequest, res: Http2ServerResponse): void {
   const stream = res.stream;
   if (stream.destroyed || stream.closed) return;
+  // A body read to its end needs no reset (nghttp2's remoteClose can lag behind it): a reset sent
+  // right after a 204 made a Node client drop the reply (an NDJSON stream request read in full).
+  if (req.readableEnded) return;
   if (stream.state.remoteClose === 0) stream.close(http2Constants.NGHTTP2_NO_ERROR);
-  if (!req.readableEnded) req.resume();
+  req.resume();
 }
 
 function drained(res: Http2ServerResponse): Promise<void> {

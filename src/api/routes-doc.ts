@@ -83,6 +83,11 @@ function requestOf(e: RouteEntry): string {
 
 function responseOf(e: RouteEntry): string {
   const { method, option } = e;
+  if (method.methodKind === "server_streaming" && option.ndjsonResponse) {
+    const sse = option.eventStreamField ? `; Server-Sent Events with ${code(option.eventStreamField)}` : "";
+    const text = option.textField ? `; ${code(option.textField)} as text with \`Accept: text/plain\`` : "";
+    return `NDJSON of ${code(method.output.name)}${sse}${text}`;
+  }
   if (method.methodKind === "server_streaming") {
     const headers = option.responseHeaderFields.map((h) => `${code(h.header)} (${code(h.field)})`);
     return `raw ${code(option.rawResponseContentType)}${headers.length > 0 ? `; headers ${headers.join(", ")}` : ""}`;

@@ -34,11 +34,12 @@ export function routeTable(services: readonly DescService[]): RouteEntry[] {
       if (requestMappings !== (method.methodKind === "client_streaming" ? 1 : 0)) {
         throw new Error(`${where}: client-streaming methods need exactly one of ndjson_request, raw_request_body and raw_request_content_type; other methods none`);
       }
-      if ((option.rawResponseContentType !== "") !== (method.methodKind === "server_streaming")) {
-        throw new Error(`${where}: raw_response_content_type must be set exactly on server-streaming methods`);
+      if ((option.rawResponseContentType !== "" || option.ndjsonResponse) !== (method.methodKind === "server_streaming")) {
+        throw new Error(`${where}: raw_response_content_type or ndjson_response must be set exactly on server-streaming methods`);
       }
       const role = checkedRole(service, method, option);
       checkBodyMappings(where, method, option);
+      checkMessageStreamOption(where, method, option);
       const key = `${option.method} ${option.path}`;
       const other = seen.get(key);
       if (other) throw new Error(`${key} is declared by both ${other} and ${method.name}`);
@@ -96,4 +97,20 @@ function checkBodyMappings(where: string, method: DescMethod, option: Route): vo
 /** The route of one method; throws when it has none. */
 export function routeOf(method: DescMethod): Route {
   return getOption(method, routeOption);
+}
+
+/** The companions of ndjson_response name fields that exist, and need it. */
+function checkMessageStreamOption(name: string, method: DescMethod, option: Route): void {
+  const companions = { event_stream_field: option.eventStreamField, event_id_field: option.eventIdField, last_event_id_field: option.lastEventIdField, text_field: option.textField };
+  const set = Object.entries(companions).filter(([, v]) => v !== "");
+  if (set.length === 0) return;
+  if (!option.ndjsonResponse) throw new Error(`${name}: ${set.map(([k]) => k).join(", ")} need ndjson_response`);
+  if (option.rawResponseContentType) throw new Error(`${name}: ndjson_response and raw_response_content_type exclude each other`);
+  const has = (fields: DescMethod["input"]["fields"], jsonName: string) => jsonName === "" || fields.some((f) => f.jsonName === jsonName);
+  if (!has(method.input.fields, option.eventStreamField) || !has(method.input.fields, option.lastEventIdField)) {
+    throw new Error(`${name}: event_stream_field and last_event_id_field must name fields of ${method.input.typeName}`);
+  }
+  if (!has(method.output.fields, option.eventIdField) || !has(method.output.fields, option.textField)) {
+    throw new Error(`${name}: event_id_field and text_field must name fields of ${method.output.typeName}`);
+  }
 }

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { EventsRequestSchema, LogsRequestSchema, type RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Store } from "../store/database.js";
@@ -10,12 +10,14 @@ import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
 import type { CodeHost } from "../code/code-host.js";
 import type { Artifacts } from "../artifacts/artifacts.js";
+import type { Streams } from "../streams/streams.js";
 import { runnerArtifactHandlers } from "./artifact-handlers.js";
 import { runnerOf } from "./context.js";
 import { payloadTooLarge } from "./errors.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
 import { publishChunks } from "./publish-body.js";
 import { apiVersion, checkApiVersion } from "./request-rules.js";
+import { ingestRequests } from "./stream-handlers.js";
 
 /** What the runner service binds to. */
 export interface RunnerServiceDeps {
@@ -27,13 +29,11 @@ export interface RunnerServiceDeps {
   readonly inventory: Inventory;
   readonly code: CodeHost;
   readonly artifacts: Artifacts;
+  readonly streams: Streams;
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
 export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof RunnerService> {
-  const notYet = (what: string) => () => {
-    throw new ConnectError(`${what} is not served by this control plane yet`, Code.Unimplemented);
-  };
   return {
     clock: () => ({ apiVersion, serverTime: timestampFromNs(deps.clock.nowNs()) }),
 
@@ -116,8 +116,8 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       const outcome = await deps.inventory.report(runnerOf(ctx), items);
       return { apiVersion, reap: outcome.reap.map((r) => ({ kind: r.kind, name: r.name })) };
     },
-    events: notYet("events"),
-    logs: notYet("logs"),
+    events: (reqs, ctx) => ingestRequests(deps.streams, "events", EventsRequestSchema, reqs, ctx),
+    logs: (reqs, ctx) => ingestRequests(deps.streams, "logs", LogsRequestSchema, reqs, ctx),
     ...runnerArtifactHandlers(deps.artifacts),
   };
 }

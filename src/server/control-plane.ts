@@ -31,6 +31,7 @@ import { createRetirements, type Retirements } from "../identity/retirement.js";
 import { createRoleTable, type RoleGrant } from "../identity/roles.js";
 import { createInventory } from "../inventory/inventory.js";
 import { openStore, type Store } from "../store/database.js";
+import { createStreams, type Streams } from "../streams/streams.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
 import { createRequestIdentifier } from "./identity.js";
 
@@ -71,6 +72,8 @@ export interface ControlPlaneOptions {
   readonly artifactsDir?: string;
   /** Largest artifact an upload may declare; 2 GiB by default. */
   readonly maxArtifactBytes?: number;
+  /** An events or logs request still open after this many seconds is ended by the server; 30 by default. */
+  readonly streamMaxSeconds?: number;
 }
 
 /** A running control plane. */
@@ -112,6 +115,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   let code: CodeHost | undefined;
   let artifacts: Artifacts | undefined;
   let tempArtifactsDir: string | undefined;
+  let streams: Streams | undefined;
   try {
     if (!options.artifactsDir) tempArtifactsDir = await mkdtemp(join(tmpdir(), "forelead-artifacts-"));
     clock = await createDbClock(store.db);
@@ -125,10 +129,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
     const inventory = createInventory(store.db);
     artifacts = await createArtifacts({ db: store.db, dir: options.artifactsDir ?? tempArtifactsDir!, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) });
+    streams = await createStreams({ store, maxRequestBytes: maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) });
     // One implementation per service of src/api/services.ts: the list the route docs are made from.
     const implementations = new Map<DescService, ServiceImpl<DescService>>([
-      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment, code, artifacts }), guardOptions) as ServiceImpl<DescService>],
-      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements, code, artifacts }), guardOptions) as ServiceImpl<DescService>],
+      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
       [EnrollService, guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService>],
     ]);
     const services = serviceList.map((service) => {
@@ -162,6 +167,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
         minVersion: "TLSv1.3",
         ALPNProtocols: ["h2"],
         allowHTTP1: false,
+        // A 1 MiB request body (an NDJSON stream request) arrives in one flow-control window, so the
+        // server stores it with one commit instead of one per 64 KiB window (measured: 3 batches per
+        // 66 KB logs request with the default window, 1 with this; about twice the lines/s).
+        settings: { initialWindowSize: 1 << 20 },
       },
       handler,
     );
@@ -171,6 +180,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const sessions = new Set<Http2Session>();
     server.on("session", (s: Http2Session) => {
       sessions.add(s);
+      s.setLocalWindowSize(4 << 20); // the connection's window: a runner's streams of several leases share it
       s.once("close", () => sessions.delete(s));
     });
     await new Promise<void>((resolve, reject) => {
@@ -190,6 +200,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const codeHost = code;
     const artifactService = artifacts;
     const removeOnClose = tempArtifactsDir;
+    const jobStreams = streams;
     return {
       url: `https://${host}:${port}`,
       port,
@@ -202,6 +213,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
         closing ??= (async () => {
           const closed = new Promise<void>((resolve) => server.close(() => resolve()));
           for (const s of sessions) s.close();
+          await jobStreams.close(); // ends followers, whose open streams would hold their sessions
           const forced = setTimeout(() => sessions.forEach((s) => s.destroy()), 5_000);
           await closed;
           clearTimeout(forced);
@@ -223,6 +235,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     await code?.close().catch(() => {});
     await artifacts?.close().catch(() => {});
     if (tempArtifactsDir) await rm(tempArtifactsDir, { recursive: true, force: true });
+    await streams?.close().catch(() => {});
     clock?.close();
     await audit?.close().catch(() => {});
     await store.close();

@@ -12,6 +12,8 @@ export interface Database {
   enrollment_grants: EnrollmentGrantsTable;
   issued_certificates: IssuedCertificatesTable;
   runner_retirements: RunnerRetirementsTable;
+  stream_cursors: StreamCursorsTable;
+  stream_messages: StreamMessagesTable;
   inventory_reports: InventoryReportsTable;
   inventory_items: InventoryItemsTable;
   inventory_flags: InventoryFlagsTable;
@@ -239,4 +241,25 @@ export interface ReapOrdersTable {
   ordered_at: Generated<Date>;
   state: Generated<ReapOrderState>;
   settled_at: Date | null;
+}
+
+/** The two streams a runner sends per lease. */
+export type StreamName = "events" | "logs";
+
+/** The last accepted sequence of one lease on one stream. */
+export interface StreamCursorsTable {
+  lease_id: number;
+  stream: StreamName;
+  last_sequence: number;
+}
+
+/** One accepted event or log message. */
+export interface StreamMessagesTable {
+  job_id: string;
+  stream: StreamName;
+  lease_id: number;
+  attempt: number;
+  sequence: number;
+  data: ColumnType<unknown, string, string>;
+  received_at: Generated<Date>;
 }

@@ -188,7 +188,7 @@ describe(`artifact uploads (${databaseKind})`, () => {
     expect(past.json.message).toContain("runs past the declared size");
     const kept = Number(past.headers["forelead-upload-offset"]);
     expect(kept).toBeGreaterThanOrEqual(MiB);
-    expect(kept).toBeLessThan(2 * MiB);
+    expect(kept).toBeLessThanOrEqual(2 * MiB); // 2 MiB when the extra bytes arrive in a frame of their own
     expect((await up.put(id, 0)).json.durableSize).toBe(String(kept));
     expect((await up.put(id, kept, data.subarray(kept))).json.durableSize).toBe(String(2 * MiB));
     expect((await up.finalize(id)).json.digest).toBe(sha256(data));

@@ -1,6 +1,7 @@
 import type { Migration } from "kysely";
 import * as m0001 from "./0001_runners_and_audit.js";
 import * as m0002 from "./0002_jobs_and_leases.js";
+import * as m0003 from "./0003_streams.js";
 import * as m0004 from "./0004_inventory.js";
 import * as m0005 from "./0005_identity.js";
 import * as m0006 from "./0006_code.js";
@@ -13,6 +14,7 @@ import * as m0007 from "./0007_artifacts.js";
 export const migrations: Record<string, Migration> = {
   "0001_runners_and_audit": m0001,
   "0002_jobs_and_leases": m0002,
+  "0003_streams": m0003,
   "0004_inventory": m0004,
   "0005_identity": m0005,
   "0006_code": m0006,

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/api/v1/route.proto.
  */
 export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
-  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSLmAgoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCRIgChhyYXdfcmVxdWVzdF9jb250ZW50X3R5cGUYCSABKAkSGAoQcmF3X3JlcXVlc3RfYm9keRgKIAEoCRIzCg1oZWFkZXJfZmllbGRzGAsgAygLMhwuZm9yZWxlYWQuYXBpLnYxLkhlYWRlckZpZWxkEjwKFnJlc3BvbnNlX2hlYWRlcl9maWVsZHMYDCADKAsyHC5mb3JlbGVhZC5hcGkudjEuSGVhZGVyRmllbGQiLAoLSGVhZGVyRmllbGQSDgoGaGVhZGVyGAEgASgJEg0KBWZpZWxkGAIgASgJOk4KBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuY4DIAEoCzIWLmZvcmVsZWFkLmFwaS52MS5Sb3V0ZVIFcm91dGViBnByb3RvMw", [file_google_protobuf_descriptor]);
+  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSLkAwoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCRIgChhyYXdfcmVxdWVzdF9jb250ZW50X3R5cGUYCSABKAkSGAoQcmF3X3JlcXVlc3RfYm9keRgKIAEoCRIzCg1oZWFkZXJfZmllbGRzGAsgAygLMhwuZm9yZWxlYWQuYXBpLnYxLkhlYWRlckZpZWxkEjwKFnJlc3BvbnNlX2hlYWRlcl9maWVsZHMYDCADKAsyHC5mb3JlbGVhZC5hcGkudjEuSGVhZGVyRmllbGQSFwoPbmRqc29uX3Jlc3BvbnNlGA0gASgIEhoKEmV2ZW50X3N0cmVhbV9maWVsZBgOIAEoCRIWCg5ldmVudF9pZF9maWVsZBgPIAEoCRIbChNsYXN0X2V2ZW50X2lkX2ZpZWxkGBAgASgJEhIKCnRleHRfZmllbGQYESABKAkiLAoLSGVhZGVyRmllbGQSDgoGaGVhZGVyGAEgASgJEg0KBWZpZWxkGAIgASgJOk4KBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuY4DIAEoCzIWLmZvcmVsZWFkLmFwaS52MS5Sb3V0ZVIFcm91dGViBnByb3RvMw", [file_google_protobuf_descriptor]);
 
 /**
  * Route declares how one RPC is served on the REST surface, beside its
@@ -124,6 +124,51 @@ export type Route = Message<"forelead.api.v1.Route"> & {
    * @generated from field: repeated forelead.api.v1.HeaderField response_header_fields = 12;
    */
   responseHeaderFields: HeaderField[];
+
+  /**
+   * The response is a server stream of messages (rather than raw bytes),
+   * written on REST as NDJSON (application/x-ndjson), one proto3 JSON
+   * message a line.
+   *
+   * @generated from field: bool ndjson_response = 13;
+   */
+  ndjsonResponse: boolean;
+
+  /**
+   * With ndjson_response: the request's bool field (JSON name) that, when
+   * true, makes REST write the stream as Server-Sent Events
+   * (text/event-stream) instead: one event per message, its data the
+   * message's proto3 JSON, then an "end" event when the stream ends.
+   *
+   * @generated from field: string event_stream_field = 14;
+   */
+  eventStreamField: string;
+
+  /**
+   * With event_stream_field: the response field (JSON name) written as each
+   * event's id.
+   *
+   * @generated from field: string event_id_field = 15;
+   */
+  eventIdField: string;
+
+  /**
+   * With event_stream_field: the request field (JSON name) that a
+   * reconnecting client's Last-Event-ID header binds, so it resumes after
+   * the last event it saw.
+   *
+   * @generated from field: string last_event_id_field = 16;
+   */
+  lastEventIdField: string;
+
+  /**
+   * With ndjson_response: REST answers "Accept: text/plain" with this field
+   * (JSON name) of every message as text: a string as it is, an object's
+   * string "text" member as it is, anything else as one line of JSON.
+   *
+   * @generated from field: string text_field = 17;
+   */
+  textField: string;
 };
 
 /**

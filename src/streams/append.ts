@@ -1,0 +1,77 @@
+import { sql, type Kysely } from "kysely";
+import type { LeaseHolder } from "../broker/lease-check.js";
+import type { Database, StreamName } from "../store/schema.js";
+
+/** Consecutive messages of one request on one lease, strictly increasing. */
+export interface AppendBatch {
+  readonly holder: LeaseHolder;
+  readonly stream: StreamName;
+  readonly jobId: string;
+  readonly tokenHash: Buffer;
+  /** Sequence of the first and last message. */
+  readonly first: number;
+  readonly last: number;
+  /** [[sequence, data], ...] as JSON text. */
+  readonly itemsJson: string;
+}
+
+/** What became of a batch: all stored, or none (the lease is not live, or its first sequence is not above the last accepted). */
+export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasing";
+
+/**
+ * Stores a batch in one statement, all or nothing, guarded by the rules:
+ *
+ * - the lease is live now (`now()` of this statement) and the caller's; the
+ *   job row is locked FOR SHARE, so a completion, release or expiry waits
+ *   for this statement to commit: nothing is ever stored under a lease after
+ *   it ended, and a follower that saw the job settle has seen every message;
+ * - the first sequence is above the lease's last accepted one. The cursor
+ *   row is upserted with ON CONFLICT DO UPDATE, which locks it: a second
+ *   request on the same lease and stream waits here and then checks against
+ *   the sequence this one stored. The batch increases strictly (the caller
+ *   checks), so its first sequence decides for all of it.
+ *
+ * One statement per batch rather than per message: a request's buffered
+ * lines share one round trip and one commit (fsync). Followers are woken
+ * separately (see notifier.ts): a NOTIFY here would serialize the commits.
+ */
+export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise<AppendOutcome> {
+  const { rows } = await sql<{ live: number; stored: number }>`
+    with lease as (
+      select l.id, l.attempt from jobs j join leases l on l.id = j.lease_id
+      where j.id = ${b.jobId} and j.workspace_id = ${b.holder.workspaceId} and j.runner_id = ${b.holder.runnerId}
+        and j.state = 'running' and j.lease_token_sha256 = ${b.tokenHash} and j.lease_expires_at > now()
+      for share of j
+    ), cursor as (
+      insert into stream_cursors (lease_id, stream, last_sequence)
+      select id, ${b.stream}::text, ${b.last}::bigint from lease
+      on conflict (lease_id, stream) do update set last_sequence = excluded.last_sequence
+        where stream_cursors.last_sequence < ${b.first}::bigint
+      returning lease_id
+    ), stored as (
+      insert into stream_messages (job_id, stream, lease_id, attempt, sequence, data)
+      select ${b.jobId}::uuid, ${b.stream}::text, lease.id, lease.attempt, (m.value ->> 0)::bigint, m.value -> 1
+      from cursor, lease, jsonb_array_elements(${b.itemsJson}::jsonb) m
+    )
+    select (select count(*) from lease)::int as live, (select count(*) from cursor)::int as stored`.execute(db);
+  const row = rows[0]!;
+  if (row.live === 0) return "lease_not_live";
+  return row.stored === 1 ? "stored" : "sequence_not_increasing";
+}
+
+/**
+ * The last accepted sequence to report when a message is rejected: that of
+ * the lease the message names when it is the caller's lease on that job
+ * (live or ended), else that of the caller's latest lease on the job, else
+ * 0. Another runner's progress is never revealed. Only rejections pay for
+ * this query.
+ */
+export async function lastAcceptedSequence(db: Kysely<Database>, holder: LeaseHolder, stream: StreamName, jobId: string, tokenHash: Buffer): Promise<number> {
+  const { rows } = await sql<{ last: number }>`
+    select coalesce(c.last_sequence, 0)::bigint as last
+    from leases l left join stream_cursors c on c.lease_id = l.id and c.stream = ${stream}
+    where l.job_id = ${jobId} and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}
+    order by (l.token_sha256 = ${tokenHash}) desc, l.id desc
+    limit 1`.execute(db);
+  return rows[0]?.last ?? 0;
+}

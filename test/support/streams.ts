@@ -1,0 +1,62 @@
+import { sql } from "kysely";
+import { expect } from "vitest";
+import { runnerActor, type AdminActor, type RunnerActor } from "./actors.js";
+import type { TestControlPlane } from "./control-plane.js";
+
+/** A registered runner holding the lease on a fresh job. */
+export interface Leased {
+  readonly runner: RunnerActor;
+  readonly jobId: string;
+  readonly token: string;
+  /** One stream message of this lease, as WIRE.md writes it. */
+  msg(sequence: number, data: unknown): Record<string, unknown>;
+}
+
+/** Registers `runnerId` in `workspaceId`, enqueues a job there and claims it. */
+export async function leasedJob(cp: TestControlPlane, admin: AdminActor, runnerId: string, workspaceId: string): Promise<Leased> {
+  const runner = await runnerActor(cp, runnerId, workspaceId);
+  expect((await runner.register()).status).toBe(200);
+  const jobId = (await admin.enqueue({ workspaceId })).json.job.id;
+  const claim = await runner.claim();
+  expect(claim.json?.job?.id, claim.text).toBe(jobId);
+  return leaseOf(runner, jobId, claim.json.token);
+}
+
+/** The Leased view of a claim the test made itself. */
+export function leaseOf(runner: RunnerActor, jobId: string, token: string): Leased {
+  return { runner, jobId, token, msg: (sequence, data) => ({ apiVersion: "v1", runnerId: runner.runnerId, jobId, leaseToken: token, sequence, data }) };
+}
+
+/** Log chunks "line <from>\n" .. "line <to>\n". */
+export function logLines(from: number, to: number): string[] {
+  return Array.from({ length: to - from + 1 }, (_, i) => `line ${from + i}\n`);
+}
+
+/** One entry as GET /v1/admin/jobs/{jobId}/logs writes it. */
+export interface EntryJson {
+  readonly sequence: string;
+  readonly attempt: number;
+  readonly data: unknown;
+  readonly position: string;
+  readonly receivedAt: string;
+}
+
+/** A job's stream as the admin reads it over REST (NDJSON). */
+export async function readEntries(admin: AdminActor, jobId: string, stream: "logs" | "events" = "logs", query = ""): Promise<EntryJson[]> {
+  const reply = await admin.rest.request("GET", `/v1/admin/jobs/${jobId}/${stream}${query}`);
+  expect(reply.status, reply.text).toBe(200);
+  expect(reply.headers["content-type"]).toBe("application/x-ndjson");
+  return reply.text.split("\n").filter(Boolean).map((l) => JSON.parse(l) as EntryJson);
+}
+
+/** The sequences of a job's stream, in read order. */
+export async function readSequences(admin: AdminActor, jobId: string, stream: "logs" | "events" = "logs"): Promise<number[]> {
+  return (await readEntries(admin, jobId, stream, "?pageSize=10000")).map((e) => Number(e.sequence));
+}
+
+/** Makes the job's live lease expire now, as if its time ran out (the sweep has not run yet). */
+export async function expireLease(cp: TestControlPlane, jobId: string): Promise<void> {
+  const db = cp.plane.store.db;
+  await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${jobId}`.execute(db);
+  await sql`update leases set expires_at = now() - interval '1 second' where job_id = ${jobId} and ended_at is null`.execute(db);
+}
