@@ -2,7 +2,7 @@ import "reflect-metadata";
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminActor, eventually, type AdminActor } from "../support/actors.js";
-import { registerRepository } from "../support/code-actors.js";
+import { loseLease, registerRepository } from "../support/code-actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
 import { createTestOrigin, type TestOrigin } from "../support/git-repos.js";
@@ -113,6 +113,23 @@ describe.each(executors)(`code and output on the %s executor (${databaseKind})`,
       expect(job).toMatchObject({ state: "cancelled" });
       expect(job.artifacts ?? []).toEqual([]);
       expect(runner.recorded.job(jobId).events.map((e) => e.type)).not.toContain("job.artifacts");
+    } finally {
+      await runner.close();
+    }
+  });
+
+  it("a job whose lease is lost uploads nothing and is not completed", async () => {
+    const { runner, ws } = await freshRunner(executor);
+    try {
+      const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", "printf partial > output/partial.txt; echo ready; sleep 60"] });
+      await runner.waitForLine(jobId, /^ready$/);
+      await loseLease(cp, jobId);
+      await eventually("the runner to declare the lease lost", async () => (runner.log.some((l) => l.includes(`job ${jobId}: lease lost`)) ? true : undefined));
+      await runner.close();
+      expect(runner.log.filter((l) => l.includes(`job ${jobId}: uploaded`) || l.includes(`job ${jobId}: complet`))).toEqual([]);
+      expect(runner.recorded.job(jobId).events.map((e) => e.type)).not.toContain("job.artifacts");
+      const job = (await admin.job(jobId)).json.job;
+      expect(job.artifacts ?? []).toEqual([]);
     } finally {
       await runner.close();
     }
