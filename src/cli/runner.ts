@@ -10,6 +10,8 @@ import { createDockerExecutor } from "../runner/docker-executor.js";
 import type { Executor } from "../runner/executor.js";
 import { createHttpOutput } from "../runner/http-output.js";
 import { createProcessExecutor } from "../runner/process-executor.js";
+import { protocolCheckout } from "../runner/protocol-checkout.js";
+import { createRunnerProtocol } from "../runner/protocol-client.js";
 import { createRestTransport } from "../runner/rest-transport.js";
 import { integerIn } from "./main.js";
 
@@ -53,9 +55,12 @@ export function runnerCommand(): Command {
       const ca = await read(flags.ca, "--ca");
       const { identity, tls, keeper } = await runnerTls(flags, ca, log);
       const transport = createRestTransport(server.origin, tls);
+      // Code bundles and uploads go over Connect with the same certificate.
+      const protocol = createRunnerProtocol(server.origin, tls);
       keeper?.onRenewed((renewed) => {
         log(`certificate renewed (serial ${renewed.serialHex}, valid until ${renewed.notAfter.toISOString()}); reconnecting with it`);
         transport.reconnect();
+        protocol.reconnect();
       });
       const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
       const executor: Executor = flags.executor === "docker" ? createDockerExecutor({ runnerId: identity.runnerId, workspaceId: identity.workspaceId }) : createProcessExecutor();
@@ -70,6 +75,8 @@ export function runnerCommand(): Command {
         architecture: architecture(os.arch()),
         workDir: flags.workDir ?? join(os.tmpdir(), "forelead-runner", identity.runnerId),
         graceMs: flags.graceSeconds * 1000,
+        checkout: protocolCheckout(protocol.client),
+        uploads: protocol.client,
         log,
       });
       let signals = 0;
@@ -88,6 +95,7 @@ export function runnerCommand(): Command {
       await agent.stopped;
       keeper?.stop();
       await client.close();
+      protocol.close();
       log("stopped");
       process.exit(0);
     });

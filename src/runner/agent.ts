@@ -8,6 +8,7 @@ import { startInventory, type InventoryLoop } from "./inventory.js";
 import { runLease, type JobRun } from "./job-run.js";
 import type { OutputSink } from "./output.js";
 import { sleep } from "./settle.js";
+import type { UploadClient } from "./upload-output.js";
 
 /** Everything the agent runs with. */
 export interface RunnerAgentOptions {
@@ -25,7 +26,10 @@ export interface RunnerAgentOptions {
   readonly graceMs?: number;
   /** Longest claim long-poll, 0..20 s; 20 by default. */
   readonly claimWaitSeconds?: number;
+  /** Puts checkout and agent jobs' code in place (e.g. protocolCheckout); without it such jobs are refused as incompatible. */
   readonly checkout?: CheckoutStep;
+  /** Where each job's output directory is uploaded before it is completed; without it, output files are not kept. */
+  readonly uploads?: () => Promise<UploadClient>;
   /** Inventory report interval; 15 s by default. */
   readonly inventoryIntervalMs?: number;
   /** The operator's log: one line per call, never a lease token. */
@@ -90,7 +94,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   await register();
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}) });
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
 
   const claimLoop = async () => {
     let failures = 0;

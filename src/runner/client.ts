@@ -43,6 +43,8 @@ export interface Completion {
   readonly outcome: "succeeded" | "failed" | "cancelled";
   readonly exitCode?: number;
   readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
+  /** The result manifest: files uploaded and finalized under this lease. */
+  readonly artifacts?: readonly { readonly name: string; readonly digest: string; readonly size: bigint; readonly mediaType: string }[];
 }
 
 /** An inventory item as WIRE.md writes it. */
@@ -131,6 +133,8 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         outcome: c.outcome,
         ...(c.exitCode !== undefined ? { exitCode: c.exitCode } : {}),
         ...(c.error ? { error: c.error } : {}),
+        // int64 is a string in proto JSON.
+        ...(c.artifacts?.length ? { artifacts: c.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: String(a.size), mediaType: a.mediaType })) } : {}),
       });
       const job = (reply.json as { job?: JsonValue } | undefined)?.job;
       return fromJson(JobSchema, job ?? {}, parseOptions);

@@ -7,9 +7,11 @@ import { CheckoutError, needsCheckout, type CheckoutStep } from "./checkout-step
 import { leaseExpiryMs, type RunnerClient } from "./client.js";
 import type { ServerClock } from "./clock.js";
 import type { ExecutionResult, Executor, RunnerCapacity, RunningJob } from "./executor.js";
+import { withUploadedOutput } from "./job-output.js";
 import { keepLease } from "./lease-keeper.js";
 import { secretMasker, type JobOutput, type OutputSink } from "./output.js";
 import { settle, type Settlement } from "./settle.js";
+import type { UploadClient } from "./upload-output.js";
 
 /** What running a lease needs from the agent. */
 export interface JobRunContext {
@@ -23,6 +25,8 @@ export interface JobRunContext {
   /** TERM-to-KILL grace for cancel, timeout and forced shutdown. */
   readonly graceMs: number;
   readonly checkout?: CheckoutStep;
+  /** Where the job's output directory is uploaded before completing; without it, output files are not kept. */
+  readonly uploads?: () => Promise<UploadClient>;
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: completion retries end. */
   readonly abort: AbortSignal;
@@ -53,6 +57,7 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
   let running: RunningJob | undefined;
   let output: JobOutput | undefined;
   let settling = false; // the job has ended; renewals only bridge the completion
+  const leaseLost = new AbortController();
   const stopJob = (why: StopReason, graceMs: number) => {
     if (reason) return;
     reason = why;
@@ -77,6 +82,7 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
       if (settling) return;
       ctx.log(`job ${jobId}: lease lost (${why}); killing the job, it will not be completed`);
       output?.abandon();
+      leaseLost.abort();
       reason = "lost"; // overrides any other reason: nothing may be completed now
       void running?.stop(0);
     },
@@ -123,7 +129,11 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
     const result = await running.done;
     clearTimeout(timeout);
     out.event({ type: "job.exited", ...exitFacts(result) });
-    return settlementOf(result, reason, spec.timeoutSeconds, spec.argv[0] ?? "");
+    const settlement = settlementOf(result, reason, spec.timeoutSeconds, spec.argv[0] ?? "");
+    // A cancelled, lost or released job keeps nothing; a timed-out one keeps what it wrote.
+    if (!ctx.uploads || (reason && reason !== "timeout")) return settlement;
+    const signal = AbortSignal.any([leaseLost.signal, ctx.abort]);
+    return withUploadedOutput({ uploads: ctx.uploads, jobId, leaseToken: token, jobDir, signal, events: out, log: ctx.log }, settlement);
   };
 
   const done = (async () => {

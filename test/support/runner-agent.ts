@@ -9,6 +9,8 @@ import type { Executor } from "../../src/runner/executor.js";
 import { createHttpOutput } from "../../src/runner/http-output.js";
 import { teeOutput, type JobEvent, type LogLine, type OutputSink } from "../../src/runner/output.js";
 import { createProcessExecutor } from "../../src/runner/process-executor.js";
+import { protocolCheckout } from "../../src/runner/protocol-checkout.js";
+import { createRunnerProtocol } from "../../src/runner/protocol-client.js";
 import { createRestTransport } from "../../src/runner/rest-transport.js";
 import { eventually } from "./actors.js";
 import type { TestControlPlane } from "./control-plane.js";
@@ -96,7 +98,9 @@ export interface TestRunnerOptions {
 /** Starts an in-process agent with a runner certificate made by the test PKI; output goes to the control plane and a recording. */
 export async function startTestRunner(cp: TestControlPlane, options: TestRunnerOptions): Promise<TestRunner> {
   const cert = await cp.pki.runner(options.runnerId, options.workspaceId);
-  const transport = createRestTransport(options.url ?? cp.url, () => ({ ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem }));
+  const tls = () => ({ ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem });
+  const transport = createRestTransport(options.url ?? cp.url, tls);
+  const protocol = createRunnerProtocol(options.url ?? cp.url, tls);
   const client = createRunnerClient(transport, options.runnerId, options.workspaceId);
   const workDir = await mkdtemp(join(tmpdir(), `forelead-runner-${options.runnerId}-`));
   const log: string[] = [];
@@ -114,6 +118,8 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     workDir,
     graceMs: options.graceMs ?? 1000,
     claimWaitSeconds: 5,
+    checkout: protocolCheckout(protocol.client),
+    uploads: protocol.client,
     log: say,
   });
   return {
@@ -127,6 +133,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     async close() {
       await agent.stop();
       await client.close();
+      protocol.close();
       await rm(workDir, { recursive: true, force: true });
     },
   };
