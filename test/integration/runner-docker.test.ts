@@ -5,7 +5,7 @@ import { containerName, networkName } from "../../src/runner/names.js";
 import { adminActor, eventually, type AdminActor } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
-import { executorsUnderTest, specFor, startTestRunner, type TestRunner } from "../support/runner-agent.js";
+import { executorsUnderTest, specFor, startTestRunner, testImage, type TestRunner } from "../support/runner-agent.js";
 
 // What only the docker executor does: names, labels, limits, networks, images.
 const withDocker = (await executorsUnderTest()).includes("docker");
@@ -95,6 +95,44 @@ describe.skipIf(!withDocker)(`the docker executor (${databaseKind})`, () => {
       const jobId = (await admin.enqueue({ workspaceId: ws, spec: specFor("docker", { argv: ["sh", "-c", grow], memoryBytes: String(8 * 1024 * 1024), timeoutSeconds: 60 }) })).json.job.id;
       const job = await settled(jobId);
       expect(job).toMatchObject({ state: "failed", error: { code: "out_of_memory" } });
+    });
+  });
+});
+
+describe.skipIf(!withDocker)(`orphans are reaped only on an order (${databaseKind})`, () => {
+  it("a container left by no live job is reported as an orphan, ordered removed by an administrator, and removed by the runner", async () => {
+    await withRunner(async (runner, ws) => {
+      const docker = createDockerClient();
+      // What a crashed earlier run leaves behind: a launcher-named container of a job no longer running here.
+      const deadJob = "01a226bc-0000-7000-8000-00000000d1ed";
+      const name = containerName(deadJob);
+      await docker.createContainer({
+        name,
+        Image: testImage,
+        Cmd: ["true"],
+        Env: [],
+        Labels: { "forelead.runner": runner.client.runnerId, "forelead.workspace": ws, "forelead.task": "main", "forelead.job": deadJob },
+        WorkingDir: "/",
+        AttachStdout: false,
+        AttachStderr: false,
+        Tty: false,
+        HostConfig: { NetworkMode: "none", Binds: [] },
+      });
+      try {
+        expect(await runner.agent.reportInventory()).toEqual([]);
+        const orphans = (await admin.rest.request("GET", `/v1/admin/orphans?workspaceId=${ws}`)).json.orphans;
+        expect(orphans).toEqual([expect.objectContaining({ runnerId: runner.client.runnerId, item: expect.objectContaining({ kind: "container", name, jobId: deadJob, orphan: true }) })]);
+        const order = await admin.rest.request("POST", "/v1/admin/reap-orders", { apiVersion: "v1", runnerId: runner.client.runnerId, workspaceId: ws, kind: "container", name });
+        expect(order.status, order.text).toBe(200);
+        // The next report carries the order; the runner removes the container it still calls an orphan.
+        expect(await runner.agent.reportInventory()).toEqual([{ kind: "container", name }]);
+        expect(await docker.getContainer(name).inspect().catch(() => "gone")).toBe("gone");
+        await runner.agent.reportInventory();
+        const orders = (await admin.rest.request("GET", `/v1/admin/reap-orders?workspaceId=${ws}`)).json.orders;
+        expect(orders).toEqual([expect.objectContaining({ name, state: "done" })]);
+      } finally {
+        await docker.getContainer(name).remove({ force: true }).catch(() => {});
+      }
     });
   });
 });
