@@ -88,10 +88,17 @@ export async function writeMessageStream(
   }
 }
 
-/** The text of a value: a string as it is, an object's string "text" as it is, anything else as one JSON line. */
+/**
+ * The text of a value: a string chunk as it is; an object's string "text" as
+ * a line (the runner agent sends one {stream, text} per output line, without
+ * its newline, so one is added when missing); anything else as one JSON line.
+ */
 function textOf(value: JsonValue | undefined): string {
   if (typeof value === "string") return value;
-  if (value && typeof value === "object" && !Array.isArray(value) && typeof value["text"] === "string") return value["text"];
+  if (value && typeof value === "object" && !Array.isArray(value) && typeof value["text"] === "string") {
+    const text = value["text"];
+    return text.endsWith("\n") ? text : `${text}\n`;
+  }
   return `${JSON.stringify(value ?? null)}\n`;
 }
 

@@ -34,7 +34,7 @@ const expireLease = (jobId: string) => expire(cp, jobId);
 describe(`events and logs over REST (${databaseKind})`, () => {
   it("the happy path: NDJSON in, 204, every message stored in order and readable as NDJSON and text", async () => {
     const { runner, jobId, msg } = await leasedJob();
-    const logs = await runner.rest.ndjson("/v1/runner/logs", [msg(1, "hello\n"), msg(2, { stream: "stderr", text: "oops\n" }), msg(5, "after a gap\n")]);
+    const logs = await runner.rest.ndjson("/v1/runner/logs", [msg(1, "hello\n"), msg(2, { stream: "stderr", text: "oops\n" }), msg(5, "after a gap\n"), msg(6, { stream: "stdout", text: "a line as the runner agent sends it" })]);
     expect(logs.status, logs.text).toBe(204);
     const events = await runner.rest.ndjson("/v1/runner/events", [msg(1, { type: "job.started" }), msg(2, { type: "job.exited", exitCode: 0 })]);
     expect(events.status, events.text).toBe(204);
@@ -44,11 +44,12 @@ describe(`events and logs over REST (${databaseKind})`, () => {
       { sequence: "1", attempt: 1, data: "hello\n" },
       { sequence: "2", attempt: 1, data: { stream: "stderr", text: "oops\n" } },
       { sequence: "5", attempt: 1, data: "after a gap\n" },
+      { sequence: "6", attempt: 1, data: { stream: "stdout", text: "a line as the runner agent sends it" } },
     ]);
     expect((await entries(jobId, "events")).map((e) => e.data)).toEqual([{ type: "job.started" }, { type: "job.exited", exitCode: 0 }]);
     const text = await admin.rest.request("GET", `/v1/admin/jobs/${jobId}/logs`, undefined, { accept: "text/plain" });
     expect(text.headers["content-type"]).toMatch(/^text\/plain/);
-    expect(text.text).toBe("hello\noops\nafter a gap\n");
+    expect(text.text).toBe("hello\noops\nafter a gap\na line as the runner agent sends it\n");
     await runner.close();
   });
 
