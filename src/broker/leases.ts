@@ -148,14 +148,20 @@ export interface ResultArtifact {
   readonly mediaType: string;
 }
 
-/**
- * Settles a job under its live lease. Idempotent: the same completionId with
- * the same body on the same lease returns the reply stored the first time,
- * even after the lease ended. A different completion after the lease ended is
- * refused (409). A failure marked retryable requeues the job while attempts
- * remain (unless a cancel was requested).
- */
-export async function completeJob(db: Kysely<Database>, input: CompletionInput): Promise<JobSnapshot> {
+/** A completion after its checks: what the statements need. */
+export interface CheckedCompletion {
+  readonly jobId: string;
+  readonly tokenHash: Buffer;
+  readonly outcome: Outcome;
+  readonly error: { readonly code: string; readonly message: string; readonly retryable: boolean } | undefined;
+  /** The result manifest as stored JSON, or null when there is none. */
+  readonly artifacts: string | null;
+  /** Identifies the body, so a repeat with a different body is told apart. */
+  readonly completionSha256: string;
+}
+
+/** Checks a completion's fields (400 naming the bad one); shared by completeJob and the batched completeJobs. */
+export function checkCompletion(input: CompletionInput): CheckedCompletion {
   const jobId = checkJobId(input.jobId);
   const tokenHash = checkLeaseToken(input.leaseToken);
   if (!input.completionId) throw new ConnectError("completionId is required: an id the runner picks, so a retried completion is recognised", Code.InvalidArgument);
@@ -167,7 +173,18 @@ export async function completeJob(db: Kysely<Database>, input: CompletionInput):
   const error = input.error && (input.error.code || input.error.message) ? { code: input.error.code, message: input.error.message.slice(0, 4096), retryable: input.error.retryable } : undefined;
   const artifacts = input.artifacts?.length ? JSON.stringify(input.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: a.size, mediaType: a.mediaType }))) : null;
   const completionSha256 = hashLeaseToken(JSON.stringify([outcome, input.exitCode ?? null, error ?? null, ...(artifacts ? [artifacts] : [])])).toString("hex");
+  return { jobId, tokenHash, outcome, error, artifacts, completionSha256 };
+}
 
+/**
+ * Settles a job under its live lease. Idempotent: the same completionId with
+ * the same body on the same lease returns the reply stored the first time,
+ * even after the lease ended. A different completion after the lease ended is
+ * refused (409). A failure marked retryable requeues the job while attempts
+ * remain (unless a cancel was requested).
+ */
+export async function completeJob(db: Kysely<Database>, input: CompletionInput): Promise<JobSnapshot> {
+  const { jobId, tokenHash, outcome, error, artifacts, completionSha256 } = checkCompletion(input);
   return db.transaction().execute(async (tx) => {
     const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
     if (lease?.completion_id) {

@@ -13,6 +13,7 @@ import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
+import type { BatcherOptions } from "../broker/batcher.js";
 import { jobWorkspace } from "../broker/job-workspace.js";
 import { createBroker, type Broker } from "../broker/broker.js";
 import { createCodeHost, type CodeHost } from "../code/code-host.js";
@@ -74,6 +75,8 @@ export interface ControlPlaneOptions {
   readonly maxArtifactBytes?: number;
   /** An events or logs request still open after this many seconds is ended by the server; 30 by default. */
   readonly streamMaxSeconds?: number;
+  /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
+  readonly batching?: BatcherOptions;
 }
 
 /** A running control plane. */
@@ -126,7 +129,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobWorkspace: (jobId: string) => jobWorkspace(store.db, jobId) };
     const enrollment = { db: store.db, issuer, trustDomain: options.trustDomain, runnerRefusal };
     code = await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) });
-    broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}) });
+    broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.batching ? { batching: options.batching } : {}) });
     const inventory = createInventory(store.db);
     artifacts = await createArtifacts({ db: store.db, dir: options.artifactsDir ?? tempArtifactsDir!, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) });
     streams = await createStreams({ store, maxRequestBytes: maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) });
