@@ -73,7 +73,7 @@ function compile(binding: RestBinding): CompiledRoute {
 async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2ServerResponse, url: URL, options: RestRouterOptions): Promise<void> {
   const { entry, handler } = route.binding;
   const { method } = entry;
-  const ctx = createRestContext(req, entry, url, options.contextValues(req));
+  const ctx = createRestContext(req, res, entry, url, options.contextValues(req));
   options.preauthorize?.(ctx);
   const bound = pathParams(route, url.pathname);
 
@@ -189,9 +189,13 @@ function bodyChunks(req: Http2ServerRequest): AsyncIterable<Buffer> {
   return req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>;
 }
 
-function createRestContext(req: Http2ServerRequest, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {
+function createRestContext(req: Http2ServerRequest, res: Http2ServerResponse, entry: RouteEntry, url: URL, contextValues: ContextValues): HandlerContext {
   const abort = new AbortController();
-  req.once("close", () => abort.abort(new ConnectError("the client closed the request", Code.Canceled)));
+  // Every stream closes; only one closed before its reply was sent is a cancel. (Aborting after
+  // every reply built an error and ran the abort listeners per request: ~5% of a claim's CPU.)
+  req.once("close", () => {
+    if (!res.writableFinished) abort.abort(new ConnectError("the client closed the request", Code.Canceled));
+  });
   const requestHeader = new Headers();
   for (const [k, v] of Object.entries(req.headers)) {
     if (!k.startsWith(":") && v !== undefined) requestHeader.set(k, Array.isArray(v) ? v.join(", ") : String(v));
