@@ -1,0 +1,172 @@
+// A client process holding runner connections for the lease scenarios: each
+// runner has its own certificate and HTTP/2 session, registers with one slot,
+// then claims and completes through the REST routes, as `forelead runner`
+// would, minus running anything. Run by bench/lib/fork.ts.
+import { connectH2, type H2Client } from "../lib/h2.js";
+import { serveRequests, type Message } from "../lib/fork.js";
+import { epochMs, nowMs } from "../lib/stats.js";
+
+/** A runner identity sent by the orchestrator. */
+export interface RunnerSpec {
+  readonly runnerId: string;
+  readonly workspaceId: string;
+  readonly certPem: string;
+  readonly keyPem: string;
+}
+
+interface Runner {
+  readonly spec: RunnerSpec;
+  readonly client: H2Client;
+}
+
+let runners: Runner[] = [];
+let admin: H2Client | undefined;
+
+/** Bounds every operation: the benchmark stops by itself. */
+const opDeadlineMs = 300_000;
+
+serveRequests(async (m) => {
+  switch (m.type) {
+    case "connect":
+      return connect(m);
+    case "drain":
+      return drain(m);
+    case "pickup":
+      return pickup(m);
+    default:
+      throw new Error(`unknown request ${m.type}`);
+  }
+});
+
+async function connect(m: Message): Promise<Message> {
+  const urls = m.urls as string[];
+  const caPem = m.caPem as string;
+  const specs = m.runners as RunnerSpec[];
+  runners = await Promise.all(
+    specs.map(async (spec, i) => {
+      const client = await connectH2(urls[i % urls.length]!, { caPem, certPem: spec.certPem, keyPem: spec.keyPem });
+      const reply = await client.post("/v1/runner/register", {
+        apiVersion: "v1",
+        runnerId: spec.runnerId,
+        workspaceId: spec.workspaceId,
+        slots: 1,
+        cpu: 2,
+        memoryBytes: "1073741824",
+        architecture: "amd64",
+        labels: ["linux"],
+        clockOffsetNs: "0",
+      });
+      if (reply.status !== 200) throw new Error(`register ${spec.runnerId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+      return { spec, client };
+    }),
+  );
+  const adminTls = m.admin as { certPem: string; keyPem: string } | undefined;
+  if (adminTls) admin = await connectH2(urls[0]!, { caPem, ...adminTls });
+  return { type: "connected", runners: runners.length };
+}
+
+/**
+ * Every runner claims (no wait) and completes until a claim finds nothing,
+ * or until `maxJobs` claims were made in all. Latencies are per request.
+ */
+async function drain(m: Message): Promise<Message> {
+  const maxJobs = (m.maxJobs as number | undefined) ?? Infinity;
+  const claimMs: number[] = [];
+  const completeMs: number[] = [];
+  let claimed = 0;
+  let completed = 0;
+  const cpu0 = process.cpuUsage();
+  const started = nowMs();
+  const deadline = started + opDeadlineMs;
+  await Promise.all(
+    runners.map(async ({ spec, client }) => {
+      while (claimed < maxJobs && nowMs() < deadline) {
+        claimed++;
+        const t0 = nowMs();
+        const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds: 0 });
+        const t1 = nowMs();
+        if (claim.status === 204) {
+          claimed--;
+          return;
+        }
+        if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
+        claimMs.push(t1 - t0);
+        const { job, token } = claim.json;
+        const done = await client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0 });
+        if (done.status !== 200) throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
+        completeMs.push(nowMs() - t1);
+        completed++;
+      }
+    }),
+  );
+  const elapsedMs = nowMs() - started;
+  const cpu = process.cpuUsage(cpu0);
+  return { type: "drained", completed, elapsedMs, claimMs, completeMs, cpuMs: (cpu.user + cpu.system) / 1000 };
+}
+
+/**
+ * Pickup latency: every runner waits in a long-poll claim; meanwhile `total`
+ * jobs are enqueued through the admin route at `ratePerSecond`, each sent at
+ * its scheduled time whatever the previous one is doing (open loop). The
+ * latency of a job is from sending its enqueue to its lease arriving.
+ */
+async function pickup(m: Message): Promise<Message> {
+  const total = m.total as number;
+  const ratePerSecond = m.ratePerSecond as number;
+  const workspaceId = m.workspaceId as string;
+  if (!admin) throw new Error("connect with an admin identity first");
+  const leasedAt = new Map<string, number>();
+  const sentAt = new Map<string, number>();
+  const completing = new Set<Promise<unknown>>();
+  let stop = false;
+  let allLeased: () => void = () => {};
+  const everyLease = new Promise<void>((resolve) => (allLeased = resolve));
+  const deadline = nowMs() + opDeadlineMs;
+  const loops = runners.map(async ({ spec, client }) => {
+    while (!stop && nowMs() < deadline) {
+      const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds: 20 }).catch((err: Error) => {
+        if (stop) return undefined;
+        throw err;
+      });
+      if (!claim || claim.status === 204) continue;
+      if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
+      const at = epochMs();
+      const { job, token } = claim.json;
+      leasedAt.set(job.id, at);
+      if (leasedAt.size >= total) allLeased();
+      const completion = client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0 });
+      completing.add(completion);
+      const done = await completion.finally(() => completing.delete(completion));
+      if (done.status !== 200) throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
+    }
+  });
+  const failed = Promise.all(loops).then(() => {
+    if (!stop) throw new Error(`runners stopped before all ${total} jobs were leased (${leasedAt.size})`);
+  });
+  // Let every runner's first claim reach its wait before the first job.
+  await new Promise((r) => setTimeout(r, m.settleMs as number));
+  const start = nowMs();
+  const enqueues: Array<Promise<void>> = [];
+  for (let i = 0; i < total; i++) {
+    const due = start + (i * 1000) / ratePerSecond;
+    const wait = due - nowMs();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    const t0 = epochMs();
+    enqueues.push(
+      admin.post("/v1/admin/jobs", { apiVersion: "v1", workspaceId, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } }).then((reply) => {
+        if (reply.status !== 200) throw new Error(`enqueue: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+        sentAt.set(reply.json.job.id, t0);
+      }),
+    );
+  }
+  const enqueueMs = nowMs() - start;
+  await Promise.all(enqueues);
+  await Promise.race([everyLease, failed, new Promise((_, reject) => setTimeout(() => reject(new Error(`only ${leasedAt.size} of ${total} jobs leased in time`)), opDeadlineMs).unref())]);
+  stop = true;
+  // Let the last completions land before the connections (and the claims waiting on them) close.
+  await Promise.allSettled([...completing]);
+  for (const r of runners) r.client.close();
+  runners = [];
+  const latencies = [...sentAt].map(([id, t0]) => leasedAt.get(id)! - t0);
+  return { type: "picked-up", latencies, enqueueMs };
+}

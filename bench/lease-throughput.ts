@@ -1,0 +1,141 @@
+// Scenario 1, lease throughput: N runners (own certificate and HTTP/2
+// connection each) claim and complete pre-enqueued no-op jobs through the
+// control plane's REST routes, with one control plane in this process and
+// then two `forelead serve` processes on one database; beside them
+// graphile-worker and pg-boss process the same number of no-op jobs at the
+// same concurrency on the same Postgres. Run: npm run bench:leases
+import { openStore } from "../src/store/database.js";
+import { startPlanes, type Planes } from "./lib/control-planes.js";
+import { startCpuMeter, type CpuUse } from "./lib/cpu.js";
+import { freshDatabase } from "./lib/database.js";
+import { forkProcess } from "./lib/fork.js";
+import { describeMachine, postmasterPid } from "./lib/machine.js";
+import { intFlag, intListFlag, parseOptions } from "./lib/options.js";
+import { bossEnqueue, bossFetchComplete, bossWork, graphileEnqueue, graphileThroughput, poolSize, type PeerThroughput, type StartMeter } from "./lib/peers.js";
+import { createBenchPki, type BenchPki } from "./lib/pki.js";
+import { bulkInsertJobs, jobStates } from "./lib/queue-sql.js";
+import { publish } from "./lib/report.js";
+import { ratio, round, summarize, type LatencySummary } from "./lib/stats.js";
+
+const options = parseOptions(process.argv.slice(2), { jobs: "string", concurrency: "string", systems: "string" });
+const allSystems = ["ours-1", "ours-2", "graphile-worker", "pg-boss", "pg-boss-work", "ours-1-unbatched"] as const;
+const systems = new Set(String(options.flags.systems ?? allSystems.filter((s) => s !== "ours-1-unbatched").join(",")).split(","));
+for (const s of systems) if (!(allSystems as readonly string[]).includes(s)) throw new Error(`--systems: ${JSON.stringify(s)} is not one of ${allSystems.join(", ")}`);
+const tiny = options.size === "tiny";
+const jobs = intFlag(options.flags.jobs, "jobs", tiny ? 40 : 20_000);
+const concurrencies = intListFlag(options.flags.concurrency, "concurrency", tiny ? [2] : [1, 16, 64]);
+const workspaceId = "w1";
+const runnersScript = new URL("./clients/runners.ts", import.meta.url);
+
+/** One system at one concurrency. */
+interface Run {
+  readonly system: string;
+  readonly concurrency: number;
+  readonly jobs: number;
+  readonly jobsPerSecond: number;
+  readonly claim: LatencySummary | null;
+  readonly complete: LatencySummary | null;
+  readonly cpu: CpuUse | undefined;
+}
+
+const runs: Run[] = [];
+const notes: string[] = [];
+const started = performance.now();
+const postmaster = await postmasterPid(options.databaseUrl);
+const pki = await createBenchPki();
+try {
+  for (const n of concurrencies) {
+    if (systems.has("ours-1")) runs.push(await ours(pki, n, 1));
+    if (systems.has("ours-1-unbatched")) runs.push(await ours(pki, n, 1, false));
+    if (!options.databaseUrl) continue;
+    if (systems.has("ours-2")) runs.push(await ours(pki, n, 2));
+    if (systems.has("graphile-worker")) runs.push(await peer("graphile-worker", n, graphileEnqueue, (url, meter) => graphileThroughput(url, jobs, n, meter)));
+    if (systems.has("pg-boss")) runs.push(await peer("pg-boss fetch+complete", n, bossEnqueue, (url, meter) => bossFetchComplete(url, jobs, n, meter)));
+  }
+  if (options.databaseUrl && systems.has("pg-boss-work")) runs.push(await peer("pg-boss work() 4 × batch 100", 400, bossEnqueue, (url, meter) => bossWork(url, jobs, 4, 100, meter)));
+} finally {
+  await pki.dispose();
+}
+
+if (!options.databaseUrl) notes.push("No DATABASE_URL: ours ran on the embedded database only; two control planes and the peers need a Postgres server.");
+notes.push(
+  `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued no-op jobs in a fresh database, with at most ${poolSize} database connections per process.`,
+  "Ours: each runner has its own certificate and HTTP/2 connection and loops claim (waitSeconds 0) → complete over REST; the runners live in a separate client process. 1 process: the control plane runs in the orchestrating process; 2 processes: two `forelead serve` children, runners split between them.",
+  "graphile-worker: run() with concurrency N and a no-op task, in the orchestrating process. pg-boss: N loops of fetch() → complete() (what a runner does); its work() loop polls at most every 0.5 s per worker, so work() is shown once, at 4 workers × batch 100.",
+  "CPU columns: percent of one core over the run (server = control plane or peer process, client = runner process, pg = every postgres process on the machine). The machine has 2 cores shared by all three: that is the limit of most figures.",
+);
+
+const oursAt = (n: number, processes: number) => runs.find((r) => r.system === `ours, ${processes} process${processes > 1 ? "es" : ""}` && r.concurrency === n);
+await publish({
+  scenario: "lease-throughput",
+  title: "Lease throughput",
+  size: options.size,
+  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
+  durationMs: Math.round(performance.now() - started),
+  machine: await describeMachine(options.databaseUrl),
+  database: options.databaseUrl ? "postgres" : "embedded",
+  notes,
+  table: {
+    title: `Lease throughput: ${jobs.toLocaleString("en-US")} no-op jobs, claim → complete`,
+    columns: ["N", "system", "jobs/s", "claim p50 ms", "claim p99 ms", "ours 1p ÷ it", "ours 2p ÷ it", "CPU % server/client/pg"],
+    rows: runs.map((r) => {
+      const peerRow = !r.system.startsWith("ours");
+      return [
+        r.system.includes("work()") ? "4×100" : r.concurrency,
+        r.system,
+        Math.round(r.jobsPerSecond),
+        r.claim?.p50 ?? null,
+        r.claim?.p99 ?? null,
+        peerRow ? ratio(oursAt(r.concurrency, 1)?.jobsPerSecond, r.jobsPerSecond) : null,
+        peerRow ? ratio(oursAt(r.concurrency, 2)?.jobsPerSecond, r.jobsPerSecond) : null,
+        r.cpu ? `${r.cpu.rolesPctOfCore.server ?? 0}/${r.cpu.rolesPctOfCore.client ?? 0}/${r.cpu.rolesPctOfCore.postgres ?? "–"}` : null,
+      ];
+    }),
+  },
+  figures: { jobs, concurrencies, runs },
+});
+
+/** Our control plane(s) with `n` runners in a client process. */
+async function ours(pki: BenchPki, n: number, processes: number, batching = true): Promise<Run> {
+  const system = `ours, ${processes} process${processes > 1 ? "es" : ""}${batching ? "" : ", unbatched"}`;
+  console.log(`lease-throughput: ${system}, N = ${n}`);
+  const database = await freshDatabase(options.databaseUrl, options.databaseName);
+  let planes: Planes | undefined;
+  const client = forkProcess(runnersScript);
+  try {
+    // Unbatched: every claim and completion is its own transaction, as before batching (maxBatch 1, no queueing).
+    const unbatched = batching ? {} : { batching: { maxBatch: 1, maxInFlight: 1_000_000 } };
+    planes = await startPlanes({ pki, database: database.location, mode: processes === 1 ? "in-process" : "processes", count: processes, ...unbatched });
+    const store = planes.inProcess?.store ?? (await openStore(database.location, { migrate: false }));
+    try {
+      await bulkInsertJobs(store.db, jobs, workspaceId);
+      const runners = await pki.runners(`n${n}p${processes}-`, n, workspaceId);
+      await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners });
+      const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
+      const drained = await client.call<{ completed: number; elapsedMs: number; claimMs: number[]; completeMs: number[] }>({ type: "drain" });
+      const cpu = meter.stop();
+      const states = await jobStates(store.db);
+      if (drained.completed !== jobs || states.succeeded !== jobs) throw new Error(`${system}: ${drained.completed} completed, states ${JSON.stringify(states)}; expected ${jobs} succeeded`);
+      return { system, concurrency: n, jobs, jobsPerSecond: round((jobs / drained.elapsedMs) * 1000, 1), claim: summarize(drained.claimMs), complete: summarize(drained.completeMs), cpu };
+    } finally {
+      if (!planes.inProcess) await store.close();
+    }
+  } finally {
+    await client.close();
+    await planes?.close();
+    await database.drop();
+  }
+}
+
+/** A peer at concurrency `n` in its own fresh database. */
+async function peer(system: string, n: number, enqueue: (url: string, count: number) => Promise<void>, work: (url: string, meter: StartMeter) => Promise<PeerThroughput>): Promise<Run> {
+  console.log(`lease-throughput: ${system}, N = ${n}`);
+  const database = await freshDatabase(options.databaseUrl, options.databaseName);
+  try {
+    await enqueue(database.location, jobs);
+    const result = await work(database.location, () => startCpuMeter({ server: [process.pid] }, postmaster));
+    return { system, concurrency: n, jobs, jobsPerSecond: round((result.completed / result.elapsedMs) * 1000, 1), claim: result.claimMs.length ? summarize(result.claimMs) : null, complete: null, cpu: result.cpu };
+  } finally {
+    await database.drop();
+  }
+}

@@ -1,0 +1,34 @@
+import pg from "pg";
+
+/** A database made for one benchmark run. */
+export interface BenchDatabase {
+  /** What the control plane's --database gets: a postgres:// URL, or "memory://" when embedded. */
+  readonly location: string;
+  readonly kind: "postgres" | "embedded";
+  drop(): Promise<void>;
+}
+
+/**
+ * A fresh database named `name` on the server of `serverUrl` (dropped first
+ * if a previous run left it), or the embedded in-memory database when there
+ * is no server. Creating it costs about a second; every system under test
+ * gets its own, so none inherits another's dead rows.
+ */
+export async function freshDatabase(serverUrl: string | undefined, name: string): Promise<BenchDatabase> {
+  if (!serverUrl) return { location: "memory://", kind: "embedded", drop: async () => {} };
+  await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await adminQuery(serverUrl, `CREATE DATABASE ${name}`);
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return { location: url.toString(), kind: "postgres", drop: () => adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+}
+
+async function adminQuery(url: string, statement: string): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(statement);
+  } finally {
+    await client.end();
+  }
+}

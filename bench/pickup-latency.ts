@@ -1,0 +1,92 @@
+// Scenario 2, pickup latency: 64 runners wait in long-poll claims; jobs are
+// enqueued one at a time at a steady rate through the admin REST route; the
+// latency of a job is from sending its enqueue to its lease reaching a
+// runner. Beside it, graphile-worker with 64 workers waiting, add_job → task
+// start, measured the same way. Run: npm run bench:pickup
+import { startPlanes } from "./lib/control-planes.js";
+import { startCpuMeter } from "./lib/cpu.js";
+import { freshDatabase } from "./lib/database.js";
+import { forkProcess } from "./lib/fork.js";
+import { describeMachine, postmasterPid } from "./lib/machine.js";
+import { intFlag, parseOptions } from "./lib/options.js";
+import { graphilePickup } from "./lib/peers.js";
+import { createBenchPki } from "./lib/pki.js";
+import { publish } from "./lib/report.js";
+import { summarize, type LatencySummary } from "./lib/stats.js";
+
+const options = parseOptions(process.argv.slice(2), { jobs: "string", runners: "string", rate: "string" });
+const tiny = options.size === "tiny";
+const jobs = intFlag(options.flags.jobs, "jobs", tiny ? 20 : 2000);
+const runnerCount = intFlag(options.flags.runners, "runners", tiny ? 4 : 64);
+const rate = intFlag(options.flags.rate, "rate", tiny ? 20 : 200, 1, 10_000);
+const workspaceId = "w1";
+/** Time for every runner's first claim to reach its wait (every worker to start) before the first job. */
+const settleMs = tiny ? 300 : 1000;
+
+interface Pickup {
+  readonly system: string;
+  readonly latency: LatencySummary;
+  readonly cpu: unknown;
+}
+
+const started = performance.now();
+const postmaster = await postmasterPid(options.databaseUrl);
+const results: Pickup[] = [];
+
+console.log(`pickup-latency: ours, ${runnerCount} runners waiting, ${jobs} jobs at ${rate}/s`);
+const pki = await createBenchPki();
+const database = await freshDatabase(options.databaseUrl, options.databaseName);
+const client = forkProcess(new URL("./clients/runners.ts", import.meta.url));
+try {
+  const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1 });
+  try {
+    const runners = await pki.runners("p", runnerCount, workspaceId);
+    await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners, admin: pki.admin });
+    const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
+    const { latencies } = await client.call<{ latencies: number[] }>({ type: "pickup", total: jobs, ratePerSecond: rate, workspaceId, settleMs });
+    results.push({ system: "ours (REST long-poll, 1 process)", latency: summarize(latencies), cpu: meter.stop() });
+  } finally {
+    await client.close();
+    await planes.close();
+  }
+} finally {
+  await database.drop();
+  await pki.dispose();
+}
+
+if (options.databaseUrl) {
+  console.log(`pickup-latency: graphile-worker, concurrency ${runnerCount}, ${jobs} jobs at ${rate}/s`);
+  const gw = await freshDatabase(options.databaseUrl, options.databaseName);
+  try {
+    const meter = startCpuMeter({ server: [process.pid] }, postmaster);
+    const latencies = await graphilePickup(gw.location, jobs, rate, runnerCount, settleMs);
+    results.push({ system: "graphile-worker (LISTEN/NOTIFY)", latency: summarize(latencies), cpu: meter.stop() });
+  } finally {
+    await gw.drop();
+  }
+}
+
+const notes = [
+  `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} per second on a fixed schedule (each sent when due, whatever the previous one is doing), while ${runnerCount} runners (or workers) wait.`,
+  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. The claim waits on Postgres LISTEN/NOTIFY: one notification wakes one waiting claim.",
+  "graphile-worker: latency from calling addJob to its task function starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
+  "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four processes (client, control plane, Postgres, back); graphile-worker stays in one process beside Postgres. The machine has 2 cores shared by all of them.",
+];
+if (!options.databaseUrl) notes.push("No DATABASE_URL: ours ran on the embedded database; graphile-worker needs a Postgres server and was skipped.");
+
+await publish({
+  scenario: "pickup-latency",
+  title: "Pickup latency",
+  size: options.size,
+  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
+  durationMs: Math.round(performance.now() - started),
+  machine: await describeMachine(options.databaseUrl),
+  database: options.databaseUrl ? "postgres" : "embedded",
+  notes,
+  table: {
+    title: `Pickup latency: enqueue → lease, ${jobs.toLocaleString("en-US")} jobs at ${rate}/s, ${runnerCount} waiting`,
+    columns: ["system", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+    rows: results.map((r) => [r.system, r.latency.p50, r.latency.p90, r.latency.p99, r.latency.max]),
+  },
+  figures: { jobs, runners: runnerCount, ratePerSecond: rate, results },
+});
