@@ -51,6 +51,9 @@ try {
   const planes = await startPlanes({ pki, database: database.location, mode: "processes", count: 1 });
   try {
     const pid = planes.pids[0]!;
+    // Handshakes first, on a fresh server, as the bare server will be measured.
+    console.log(`connections: handshakes through the control plane for ${handshakeMs / 1000} s`);
+    handshakes.push(await measureHandshakes("control plane (GET /v1/runner/clock)", planes.urls[0]!, "/v1/runner/clock", pid, identities));
     await settle();
     baselineRss = residentBytes(pid) ?? 0;
     let opened = 0;
@@ -68,8 +71,6 @@ try {
       held.push({ runners: target, rssBytes: rss, perRunnerBytes: Math.round((rss - baselineRss) / target), openSeconds, clientRssBytes: replies.reduce((a, r) => a + r.rssBytes, 0) });
     }
     await Promise.all(clients.map((c) => c.call({ type: "close-all" })));
-    console.log(`connections: handshakes through the control plane for ${handshakeMs / 1000} s`);
-    handshakes.push(await measureHandshakes("control plane (GET /v1/runner/clock)", planes.urls[0]!, "/v1/runner/clock", pid, identities));
   } finally {
     await planes.close();
   }
@@ -89,7 +90,7 @@ try {
 
 const [ours, bare] = handshakes;
 const notes = [
-  `Idle runners: each has its own certificate, opens its own HTTP/2 + TLS 1.3 connection, registers (POST /v1/runner/register) and then stays idle; ${clientCount} client process(es) hold them. RSS is the control plane's (one \`forelead serve\` process) minus its RSS before the first connection, divided by the runners held.`,
+  `Idle runners: each has its own certificate, opens its own HTTP/2 + TLS 1.3 connection, registers (POST /v1/runner/register) and then stays idle; ${clientCount} client process(es) hold them, opening 32 at a time each. RSS is the control plane's (one \`forelead serve\` process, after the handshake test) minus its RSS before the first idle connection, divided by the runners held; it includes garbage not yet collected.`,
   `Handshakes: ${concurrency} loops in one client process, each opening a new connection (full TLS 1.3 handshake with a client certificate, no resumption), sending one GET and closing, for ${handshakeMs / 1000} s. The control plane checks the certificate (chain, lifetime, SPIFFE ID: parsed once per connection), audits the request and answers; the bare server only answers.`,
   "Client and server share the 2 cores: a full handshake costs the client about as much CPU as the server, so both figures are bounded by the machine, and their ratio is the cost of what the control plane adds.",
 ];
@@ -116,6 +117,7 @@ await publish({
       ]),
       ...handshakes.map((h) => [`handshakes + 1 request: ${h.server}`, concurrency, round(h.perSecond, 0), "per s"] as const),
       ...handshakes.map((h) => [`  p50 connect → reply: ${h.server}`, concurrency, h.latency.p50, "ms"] as const),
+      ...handshakes.map((h) => [`  CPU server/client: ${h.server}`, concurrency, h.cpu ? `${h.cpu.rolesPctOfCore.server}/${h.cpu.rolesPctOfCore.client}` : null, "% of a core"] as const),
       ["control plane ÷ bare server (handshakes/s)", concurrency, ratio(ours?.perSecond, bare?.perSecond), "ratio"],
     ],
   },

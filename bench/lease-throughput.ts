@@ -17,12 +17,19 @@ import { bulkInsertJobs, jobStates } from "./lib/queue-sql.js";
 import { publish } from "./lib/report.js";
 import { ratio, round, summarize, type LatencySummary } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { jobs: "string", concurrency: "string", systems: "string" });
+const options = parseOptions(process.argv.slice(2), { jobs: "string", "jobs-at-1": "string", concurrency: "string", systems: "string", out: "string" });
+/** --out NAME writes bench/results/NAME.json instead (e.g. the batching before/after of docs/performance.md). */
+const resultName = String(options.flags.out ?? "lease-throughput");
+if (!/^[a-z0-9-]+$/.test(resultName)) throw new Error(`--out ${JSON.stringify(resultName)} must be lower-case letters, digits and dashes`);
 const allSystems = ["ours-1", "ours-2", "graphile-worker", "pg-boss", "pg-boss-work", "ours-1-unbatched"] as const;
 const systems = new Set(String(options.flags.systems ?? allSystems.filter((s) => s !== "ours-1-unbatched").join(",")).split(","));
 for (const s of systems) if (!(allSystems as readonly string[]).includes(s)) throw new Error(`--systems: ${JSON.stringify(s)} is not one of ${allSystems.join(", ")}`);
 const tiny = options.size === "tiny";
 const jobs = intFlag(options.flags.jobs, "jobs", tiny ? 40 : 20_000);
+// One runner works one job at a time: its rate is steady after a few hundred jobs, and 20,000 of
+// them per system would take most of the 15 minutes the whole benchmark may use.
+const jobsAt1 = intFlag(options.flags["jobs-at-1"], "jobs-at-1", Math.min(jobs, 5_000));
+const jobsFor = (n: number) => (n === 1 ? jobsAt1 : jobs);
 const concurrencies = intListFlag(options.flags.concurrency, "concurrency", tiny ? [2] : [1, 16, 64]);
 const workspaceId = "w1";
 const runnersScript = new URL("./clients/runners.ts", import.meta.url);
@@ -49,17 +56,17 @@ try {
     if (systems.has("ours-1-unbatched")) runs.push(await ours(pki, n, 1, false));
     if (!options.databaseUrl) continue;
     if (systems.has("ours-2")) runs.push(await ours(pki, n, 2));
-    if (systems.has("graphile-worker")) runs.push(await peer("graphile-worker", n, graphileEnqueue, (url, meter) => graphileThroughput(url, jobs, n, meter)));
-    if (systems.has("pg-boss")) runs.push(await peer("pg-boss fetch+complete", n, bossEnqueue, (url, meter) => bossFetchComplete(url, jobs, n, meter)));
+    if (systems.has("graphile-worker")) runs.push(await peer("graphile-worker", n, jobsFor(n), graphileEnqueue, (url, meter) => graphileThroughput(url, jobsFor(n), n, meter)));
+    if (systems.has("pg-boss")) runs.push(await peer("pg-boss fetch+complete", n, jobsFor(n), bossEnqueue, (url, meter) => bossFetchComplete(url, jobsFor(n), n, meter)));
   }
-  if (options.databaseUrl && systems.has("pg-boss-work")) runs.push(await peer("pg-boss work() 4 × batch 100", 400, bossEnqueue, (url, meter) => bossWork(url, jobs, 4, 100, meter)));
+  if (options.databaseUrl && systems.has("pg-boss-work")) runs.push(await peer("pg-boss work() 4 × batch 100", 400, jobs, bossEnqueue, (url, meter) => bossWork(url, jobs, 4, 100, meter)));
 } finally {
   await pki.dispose();
 }
 
 if (!options.databaseUrl) notes.push("No DATABASE_URL: ours ran on the embedded database only; two control planes and the peers need a Postgres server.");
 notes.push(
-  `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued no-op jobs in a fresh database, with at most ${poolSize} database connections per process.`,
+  `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued no-op jobs (${jobsAt1.toLocaleString("en-US")} at N = 1) in a fresh database, with at most ${poolSize} database connections per process.`,
   "Ours: each runner has its own certificate and HTTP/2 connection and loops claim (waitSeconds 0) → complete over REST; the runners live in a separate client process. 1 process: the control plane runs in the orchestrating process; 2 processes: two `forelead serve` children, runners split between them.",
   "graphile-worker: run() with concurrency N and a no-op task, in the orchestrating process. pg-boss: N loops of fetch() → complete() (what a runner does); its work() loop polls at most every 0.5 s per worker, so work() is shown once, at 4 workers × batch 100.",
   "CPU columns: percent of one core over the run (server = control plane or peer process, client = runner process, pg = every postgres process on the machine). The machine has 2 cores shared by all three: that is the limit of most figures.",
@@ -67,7 +74,7 @@ notes.push(
 
 const oursAt = (n: number, processes: number) => runs.find((r) => r.system === `ours, ${processes} process${processes > 1 ? "es" : ""}` && r.concurrency === n);
 await publish({
-  scenario: "lease-throughput",
+  scenario: resultName,
   title: "Lease throughput",
   size: options.size,
   startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
@@ -76,13 +83,14 @@ await publish({
   database: options.databaseUrl ? "postgres" : "embedded",
   notes,
   table: {
-    title: `Lease throughput: ${jobs.toLocaleString("en-US")} no-op jobs, claim → complete`,
-    columns: ["N", "system", "jobs/s", "claim p50 ms", "claim p99 ms", "ours 1p ÷ it", "ours 2p ÷ it", "CPU % server/client/pg"],
+    title: "Lease throughput: pre-enqueued no-op jobs, claim → complete, N at once",
+    columns: ["N", "system", "jobs", "jobs/s", "claim p50 ms", "claim p99 ms", "ours 1p ÷ it", "ours 2p ÷ it", "CPU % server/client/pg"],
     rows: runs.map((r) => {
       const peerRow = !r.system.startsWith("ours");
       return [
         r.system.includes("work()") ? "4×100" : r.concurrency,
         r.system,
+        r.jobs,
         Math.round(r.jobsPerSecond),
         r.claim?.p50 ?? null,
         r.claim?.p99 ?? null,
@@ -92,11 +100,12 @@ await publish({
       ];
     }),
   },
-  figures: { jobs, concurrencies, runs },
+  figures: { jobs, jobsAt1, concurrencies, runs },
 });
 
 /** Our control plane(s) with `n` runners in a client process. */
 async function ours(pki: BenchPki, n: number, processes: number, batching = true): Promise<Run> {
+  const jobs = jobsFor(n);
   const system = `ours, ${processes} process${processes > 1 ? "es" : ""}${batching ? "" : ", unbatched"}`;
   console.log(`lease-throughput: ${system}, N = ${n}`);
   const database = await freshDatabase(options.databaseUrl, options.databaseName);
@@ -128,7 +137,7 @@ async function ours(pki: BenchPki, n: number, processes: number, batching = true
 }
 
 /** A peer at concurrency `n` in its own fresh database. */
-async function peer(system: string, n: number, enqueue: (url: string, count: number) => Promise<void>, work: (url: string, meter: StartMeter) => Promise<PeerThroughput>): Promise<Run> {
+async function peer(system: string, n: number, jobs: number, enqueue: (url: string, count: number) => Promise<void>, work: (url: string, meter: StartMeter) => Promise<PeerThroughput>): Promise<Run> {
   console.log(`lease-throughput: ${system}, N = ${n}`);
   const database = await freshDatabase(options.databaseUrl, options.databaseName);
   try {
