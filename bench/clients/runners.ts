@@ -117,6 +117,7 @@ async function pickup(m: Message): Promise<Message> {
   if (!admin) throw new Error("connect with an admin identity first");
   const leasedAt = new Map<string, number>();
   const sentAt = new Map<string, number>();
+  const repliedAt = new Map<string, number>();
   const completing = new Set<Promise<unknown>>();
   let stop = false;
   let allLeased: () => void = () => {};
@@ -156,6 +157,7 @@ async function pickup(m: Message): Promise<Message> {
       admin.post("/v1/admin/jobs", { apiVersion: "v1", workspaceId, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } }).then((reply) => {
         if (reply.status !== 200) throw new Error(`enqueue: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
         sentAt.set(reply.json.job.id, t0);
+        repliedAt.set(reply.json.job.id, epochMs());
       }),
     );
   }
@@ -167,6 +169,8 @@ async function pickup(m: Message): Promise<Message> {
   await Promise.allSettled([...completing]);
   for (const r of runners) r.client.close();
   runners = [];
+  // In enqueue order: the distribution over the run shows a backlog building or draining.
   const latencies = [...sentAt].map(([id, t0]) => leasedAt.get(id)! - t0);
-  return { type: "picked-up", latencies, enqueueMs };
+  const enqueueLatencies = [...sentAt].map(([id, t0]) => repliedAt.get(id)! - t0);
+  return { type: "picked-up", latencies, enqueueLatencies, enqueueMs };
 }

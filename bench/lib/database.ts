@@ -20,7 +20,25 @@ export async function freshDatabase(serverUrl: string | undefined, name: string)
   await adminQuery(serverUrl, `CREATE DATABASE ${name}`);
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
-  return { location: url.toString(), kind: "postgres", drop: () => adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+  return { location: url.toString(), kind: "postgres", drop: () => dropWhenUnused(serverUrl, name) };
+}
+
+/**
+ * Drops the database once the last connection to it has gone (a pool that
+ * was just closed can take a moment); after 5 s, with FORCE, which cuts
+ * whatever is left (its owner then logs the cut connection).
+ */
+async function dropWhenUnused(serverUrl: string, name: string): Promise<void> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    try {
+      await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name}`);
+      return;
+    } catch (err) {
+      if ((err as { code?: string }).code !== "55006") throw err; // object_in_use: someone is still connected
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
 }
 
 async function adminQuery(url: string, statement: string): Promise<void> {
