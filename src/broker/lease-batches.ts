@@ -5,7 +5,7 @@ import { settleEach } from "./batcher.js";
 import { hashLeaseToken, newLeaseToken } from "./ids.js";
 import { jobSnapshot, leasedJobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
-import { checkCompletion, claimJob, completeJob, type CheckedCompletion, type CompletionInput, type LeaseView } from "./leases.js";
+import { checkCompletion, claimJob, commitWithoutFlush, completeJob, type CheckedCompletion, type CompletionInput, type LeaseView } from "./leases.js";
 import { jobsChannel } from "./wakeups.js";
 
 // Claims and completions that arrive together are served by one transaction:
@@ -55,6 +55,7 @@ export async function claimJobs(db: Kysely<Database>, holders: readonly LeaseHol
       group.members.push(i);
       groups.set(groupKey, group);
     });
+    let leased = 0;
     for (const { workspaceId, labels, members } of groups.values()) {
       const runnerIds = members.map((i) => holders[i]!.runnerId);
       const slots = members.map((i) => registered.get(key(workspaceId, holders[i]!.runnerId))!.slots);
@@ -98,7 +99,9 @@ export async function claimJobs(db: Kysely<Database>, holders: readonly LeaseHol
         const row = byHash.get(hashes[i]!);
         if (row) results[i] = { status: "fulfilled", value: { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) } };
       }
+      leased += rows.length;
     }
+    if (leased === 0) await commitWithoutFlush(tx);
     return results;
   });
 }

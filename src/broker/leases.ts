@@ -63,10 +63,21 @@ export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseS
         lease_token_sha256 = ${tokenHash}, lease_expires_at = lease.expires_at, updated_at = now()
       from lease where j.id = lease.job_id
       returning j.*`.execute(tx);
+    if (!rows[0]) await commitWithoutFlush(tx);
     return rows[0];
   });
   if (!row) return undefined;
   return { token, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
+}
+
+/**
+ * A claim that leased nothing changed only the runner's last_seen_at: its
+ * commit need not wait for the WAL flush (losing that timestamp in a crash is
+ * harmless). Idle runners polling, and every long-poll that waits, then cost
+ * the database no flush; a claim that leases a job still commits durably.
+ */
+export async function commitWithoutFlush(tx: Kysely<Database>): Promise<void> {
+  await sql`select set_config('synchronous_commit', 'off', true)`.execute(tx);
 }
 
 /** The identity of a lease-scoped call. */
