@@ -14,19 +14,39 @@ import { createBenchPki } from "./lib/pki.js";
 import { publish } from "./lib/report.js";
 import { summarize, type LatencySummary } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { jobs: "string", runners: "string", rate: "string" });
+const options = parseOptions(process.argv.slice(2), { jobs: "string", runners: "string", rate: "string", warmup: "string" });
 const tiny = options.size === "tiny";
 const jobs = intFlag(options.flags.jobs, "jobs", tiny ? 20 : 2000);
 const runnerCount = intFlag(options.flags.runners, "runners", tiny ? 4 : 64);
 const rate = intFlag(options.flags.rate, "rate", tiny ? 20 : 200, 1, 10_000);
+/** Jobs sent first at the same rate and not counted: connection pools fill, code is compiled. */
+const warmup = intFlag(options.flags.warmup, "warmup", tiny ? 5 : 200, 0);
 const workspaceId = "w1";
 /** Time for every runner's first claim to reach its wait (every worker to start) before the first job. */
 const settleMs = tiny ? 300 : 1000;
 
 interface Pickup {
   readonly system: string;
+  /** Enqueue sent → lease (task start) seen. */
   readonly latency: LatencySummary;
+  /** Enqueue sent → enqueue acknowledged. */
+  readonly enqueue: LatencySummary;
+  /** p50 over each tenth of the jobs in enqueue order: a backlog shows as a bulge. */
+  readonly p50ByTenth: readonly number[];
+  /** p50 of the warm-up jobs, not counted in the others. */
+  readonly warmupP50: number;
   readonly cpu: unknown;
+}
+
+/** The figures of the jobs after the warm-up. */
+function measured(system: string, latencies: readonly number[], enqueueLatencies: readonly number[], cpu: unknown): Pickup {
+  const counted = latencies.slice(warmup);
+  return { system, latency: summarize(counted), enqueue: summarize(enqueueLatencies.slice(warmup)), p50ByTenth: byTenth(counted), warmupP50: summarize(latencies.slice(0, warmup)).p50, cpu };
+}
+
+function byTenth(latencies: readonly number[]): number[] {
+  const size = Math.max(1, Math.ceil(latencies.length / 10));
+  return Array.from({ length: Math.ceil(latencies.length / size) }, (_, i) => summarize(latencies.slice(i * size, (i + 1) * size)).p50);
 }
 
 const started = performance.now();
@@ -43,8 +63,8 @@ try {
     const runners = await pki.runners("p", runnerCount, workspaceId);
     await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners, admin: pki.admin });
     const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
-    const { latencies } = await client.call<{ latencies: number[] }>({ type: "pickup", total: jobs, ratePerSecond: rate, workspaceId, settleMs });
-    results.push({ system: "ours (REST long-poll, 1 process)", latency: summarize(latencies), cpu: meter.stop() });
+    const { latencies, enqueueLatencies } = await client.call<{ latencies: number[]; enqueueLatencies: number[] }>({ type: "pickup", total: warmup + jobs, ratePerSecond: rate, workspaceId, settleMs });
+    results.push(measured("ours (REST long-poll, 1 process)", latencies, enqueueLatencies, meter.stop()));
   } finally {
     await client.close();
     await planes.close();
@@ -59,15 +79,15 @@ if (options.databaseUrl) {
   const gw = await freshDatabase(options.databaseUrl, options.databaseName);
   try {
     const meter = startCpuMeter({ server: [process.pid] }, postmaster);
-    const latencies = await graphilePickup(gw.location, jobs, rate, runnerCount, settleMs);
-    results.push({ system: "graphile-worker (LISTEN/NOTIFY)", latency: summarize(latencies), cpu: meter.stop() });
+    const { latencies, enqueueLatencies } = await graphilePickup(gw.location, warmup + jobs, rate, runnerCount, settleMs);
+    results.push(measured("graphile-worker (LISTEN/NOTIFY)", latencies, enqueueLatencies, meter.stop()));
   } finally {
     await gw.drop();
   }
 }
 
 const notes = [
-  `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} per second on a fixed schedule (each sent when due, whatever the previous one is doing), while ${runnerCount} runners (or workers) wait.`,
+  `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} per second on a fixed schedule (each sent when due, whatever the previous one is doing), while ${runnerCount} runners (or workers) wait; ${warmup} more jobs go first, at the same rate, and are not counted (pools fill, code is compiled).`,
   "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. The claim waits on Postgres LISTEN/NOTIFY: one notification wakes one waiting claim.",
   "graphile-worker: latency from calling addJob to its task function starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
   "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four processes (client, control plane, Postgres, back); graphile-worker stays in one process beside Postgres. The machine has 2 cores shared by all of them.",
@@ -85,8 +105,8 @@ await publish({
   notes,
   table: {
     title: `Pickup latency: enqueue → lease, ${jobs.toLocaleString("en-US")} jobs at ${rate}/s, ${runnerCount} waiting`,
-    columns: ["system", "p50 ms", "p90 ms", "p99 ms", "max ms"],
-    rows: results.map((r) => [r.system, r.latency.p50, r.latency.p90, r.latency.p99, r.latency.max]),
+    columns: ["system", "p50 ms", "p90 ms", "p99 ms", "max ms", "enqueue ack p50 ms"],
+    rows: results.map((r) => [r.system, r.latency.p50, r.latency.p90, r.latency.p99, r.latency.max, r.enqueue.p50]),
   },
-  figures: { jobs, runners: runnerCount, ratePerSecond: rate, results },
+  figures: { jobs, warmup, runners: runnerCount, ratePerSecond: rate, results },
 });

@@ -116,8 +116,10 @@ async function pickup(m: Message): Promise<Message> {
   const workspaceId = m.workspaceId as string;
   if (!admin) throw new Error("connect with an admin identity first");
   const leasedAt = new Map<string, number>();
-  const sentAt = new Map<string, number>();
-  const repliedAt = new Map<string, number>();
+  // By enqueue order: when sent, when acknowledged, and the job id the reply named.
+  const sentAt: number[] = [];
+  const repliedAt: number[] = [];
+  const jobIds: string[] = [];
   const completing = new Set<Promise<unknown>>();
   let stop = false;
   let allLeased: () => void = () => {};
@@ -152,12 +154,12 @@ async function pickup(m: Message): Promise<Message> {
     const due = start + (i * 1000) / ratePerSecond;
     const wait = due - nowMs();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    const t0 = epochMs();
+    sentAt[i] = epochMs();
     enqueues.push(
       admin.post("/v1/admin/jobs", { apiVersion: "v1", workspaceId, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } }).then((reply) => {
         if (reply.status !== 200) throw new Error(`enqueue: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
-        sentAt.set(reply.json.job.id, t0);
-        repliedAt.set(reply.json.job.id, epochMs());
+        repliedAt[i] = epochMs();
+        jobIds[i] = reply.json.job.id;
       }),
     );
   }
@@ -170,7 +172,7 @@ async function pickup(m: Message): Promise<Message> {
   for (const r of runners) r.client.close();
   runners = [];
   // In enqueue order: the distribution over the run shows a backlog building or draining.
-  const latencies = [...sentAt].map(([id, t0]) => leasedAt.get(id)! - t0);
-  const enqueueLatencies = [...sentAt].map(([id, t0]) => repliedAt.get(id)! - t0);
+  const latencies = sentAt.map((t0, i) => leasedAt.get(jobIds[i]!)! - t0);
+  const enqueueLatencies = sentAt.map((t0, i) => repliedAt[i]! - t0);
   return { type: "picked-up", latencies, enqueueLatencies, enqueueMs };
 }

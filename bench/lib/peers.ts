@@ -130,11 +130,11 @@ async function graphileThroughputWith(url: string, pgPool: pg.Pool, count: numbe
  * jobs added one at a time at `ratePerSecond` (open loop, the same process);
  * latency from calling add_job to the task starting.
  */
-export async function graphilePickup(url: string, total: number, ratePerSecond: number, concurrency: number, settleMs: number): Promise<number[]> {
+export async function graphilePickup(url: string, total: number, ratePerSecond: number, concurrency: number, settleMs: number): Promise<{ latencies: number[]; enqueueLatencies: number[] }> {
   return withGraphilePool(url, poolSize, (pool) => graphilePickupWith(pool, total, ratePerSecond, concurrency, settleMs));
 }
 
-async function graphilePickupWith(pgPool: pg.Pool, total: number, ratePerSecond: number, concurrency: number, settleMs: number): Promise<number[]> {
+async function graphilePickupWith(pgPool: pg.Pool, total: number, ratePerSecond: number, concurrency: number, settleMs: number): Promise<{ latencies: number[]; enqueueLatencies: number[] }> {
   await runMigrations({ pgPool, logger: quietLogger });
   const startedAt = new Map<string, number>();
   let allStarted: () => void = () => {};
@@ -156,6 +156,7 @@ async function graphilePickupWith(pgPool: pg.Pool, total: number, ratePerSecond:
   try {
     await new Promise((r) => setTimeout(r, settleMs));
     const sentAt = new Map<string, number>();
+    const addedAt = new Map<string, number>();
     const adds: Array<Promise<unknown>> = [];
     const start = nowMs();
     for (let i = 0; i < total; i++) {
@@ -163,11 +164,11 @@ async function graphilePickupWith(pgPool: pg.Pool, total: number, ratePerSecond:
       if (wait > 1) await new Promise((r) => setTimeout(r, wait));
       const key = `j${i}`;
       sentAt.set(key, epochMs());
-      adds.push(utils.addJob("noop", { key }));
+      adds.push(utils.addJob("noop", { key }).then(() => addedAt.set(key, epochMs())));
     }
     await Promise.all(adds);
     await withDeadline(everyJob, `graphile-worker started ${startedAt.size} of ${total} jobs`);
-    return [...sentAt].map(([key, t0]) => startedAt.get(key)! - t0);
+    return { latencies: [...sentAt].map(([key, t0]) => startedAt.get(key)! - t0), enqueueLatencies: [...sentAt].map(([key, t0]) => addedAt.get(key)! - t0) };
   } finally {
     await utils.release();
     await runner.stop();
