@@ -36,6 +36,8 @@ interface Handshakes {
   readonly perSecond: number;
   readonly latency: LatencySummary;
   readonly cpu: CpuUse | undefined;
+  /** Server CPU time per connection (handshake + one request): what the machine's load does not hide. */
+  readonly serverCpuMs: number | null;
 }
 
 const started = performance.now();
@@ -118,7 +120,9 @@ await publish({
       ...handshakes.map((h) => [`handshakes + 1 request: ${h.server}`, concurrency, round(h.perSecond, 0), "per s"] as const),
       ...handshakes.map((h) => [`  p50 connect → reply: ${h.server}`, concurrency, h.latency.p50, "ms"] as const),
       ...handshakes.map((h) => [`  CPU server/client: ${h.server}`, concurrency, h.cpu ? `${h.cpu.rolesPctOfCore.server}/${h.cpu.rolesPctOfCore.client}` : null, "% of a core"] as const),
+      ...handshakes.map((h) => [`  server CPU per connection: ${h.server}`, concurrency, h.serverCpuMs, "ms"] as const),
       ["control plane ÷ bare server (handshakes/s)", concurrency, ratio(ours?.perSecond, bare?.perSecond), "ratio"],
+      ["control plane ÷ bare server (server CPU per connection)", concurrency, ratio(ours?.serverCpuMs ?? undefined, bare?.serverCpuMs ?? undefined), "ratio"],
     ],
   },
   figures: { targets, concurrency, handshakeMs, baselineRssBytes: baselineRss, held, handshakes },
@@ -136,7 +140,9 @@ async function measureHandshakes(server: string, url: string, path: string, pid:
     concurrency,
     path,
   });
-  return { server, completed: r.completed, failures: r.failures, perSecond: (r.completed / r.elapsedMs) * 1000, latency: summarize(r.latencies), cpu: meter.stop() };
+  const cpu = meter.stop();
+  const serverCpuMs = cpu && r.completed ? round(((cpu.rolesPctOfCore.server ?? 0) / 100) * cpu.wallMs / r.completed, 2) : null;
+  return { server, completed: r.completed, failures: r.failures, perSecond: (r.completed / r.elapsedMs) * 1000, latency: summarize(r.latencies), cpu, serverCpuMs };
 }
 
 /** Lets the server finish what the last requests started (audit flushes, GC) before reading its RSS. */
