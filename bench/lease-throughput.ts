@@ -72,7 +72,7 @@ notes.push(
   `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued no-op jobs (${jobsAt1.toLocaleString("en-US")} at N = 1) in a fresh database, with at most ${poolSize} database connections per process.`,
   "Ours: each runner has its own certificate and HTTP/2 connection and loops claim (waitSeconds 0) → complete over REST; the runners live in a separate client process. 1 process: the control plane runs in the orchestrating process; 2 processes: two `forelead serve` children, runners split between them.",
   "graphile-worker: run() with concurrency N and a no-op task, in the orchestrating process. pg-boss: N loops of fetch() → complete() (what a runner does); its work() loop polls at most every 0.5 s per worker, so work() is shown once, at 4 workers × batch 100.",
-  "CPU columns: percent of one core over the run (server = control plane or peer process, client = runner process, pg = every postgres process on the machine). The machine has 2 cores shared by all three: that is the limit of most figures.",
+  "CPU columns: percent of one core over the run (server = control plane or peer process, client = runner process, pg = every process of the Postgres server). The machine has 2 cores shared by all three: that is the limit of most figures.",
 );
 
 const oursAt = (n: number, processes: number) => runs.find((r) => r.system === `ours, ${processes} process${processes > 1 ? "es" : ""}` && r.concurrency === n);

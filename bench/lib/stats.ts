@@ -17,7 +17,7 @@ export function summarize(samples: readonly number[]): LatencySummary {
   return { count: sorted.length, p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), max: round(sorted[sorted.length - 1]!), mean: round(mean) };
 }
 
-/** Three significant decimals at most: enough for milliseconds and ratios. */
+/** `n` rounded to `digits` decimal places (3: enough for milliseconds and ratios). */
 export function round(n: number, digits = 3): number {
   const f = 10 ** digits;
   return Math.round(n * f) / f;
