@@ -1,6 +1,5 @@
-import "reflect-metadata";
-import { X509Certificate as NodeX509, createHash } from "node:crypto";
-import * as x509 from "@peculiar/x509";
+import { X509Certificate as NodeX509 } from "node:crypto";
+import { MalformedCertificateError, readLeafFields, type LeafFields } from "./leaf-fields.js";
 import { InvalidSpiffeIdError, parseSpiffeId } from "./spiffe.js";
 import { principalOf, type Principal } from "./principal.js";
 
@@ -20,8 +19,12 @@ export interface CertificatePolicy {
 
 /** What the TLS layer reports about the client's certificate. */
 export interface PresentedChain {
-  /** DER of the leaf first, then any intermediates the client sent. Empty: none presented. */
-  readonly der: readonly Buffer[];
+  /**
+   * The client's certificate (`TLSSocket.getPeerX509Certificate()`), undefined
+   * when none was presented; its `issuerCertificate` links are the
+   * intermediates the client sent.
+   */
+  readonly leaf: NodeX509 | undefined;
   /** Node's verdict on the chain against the trust bundle (OpenSSL). */
   readonly authorized: boolean;
   readonly authorizationError?: string;
@@ -55,29 +58,28 @@ export function parseTrustBundle(pem: string, source: string): NodeX509[] {
 
 /** Judges a presented chain once per session. */
 export function verifyPresentedChain(chain: PresentedChain, policy: CertificatePolicy): SessionVerdict {
-  const leafDer = chain.der[0];
-  if (!leafDer || leafDer.length === 0) {
+  const leaf = chain.leaf;
+  if (!leaf || leaf.raw.length === 0) {
     return { ok: false, reason: "no client certificate was presented; connect with a runner certificate (e.g. one from `forelead ca issue`)" };
   }
-  let leaf: x509.X509Certificate;
+  let fields: LeafFields;
   try {
-    leaf = new x509.X509Certificate(leafDer);
+    fields = readLeafFields(leaf.raw);
   } catch (err) {
-    return { ok: false, reason: `the client certificate could not be parsed: ${(err as Error).message}` };
+    if (!(err instanceof MalformedCertificateError)) throw err;
+    return { ok: false, reason: `the client certificate could not be parsed: ${err.message}` };
   }
-  const uris = leaf
-    .getExtensions(x509.SubjectAlternativeNameExtension)
-    .flatMap((ext) => ext.names.items.filter((n) => n.type === "url").map((n) => n.value));
+  const { uris } = fields;
   const facts: CertificateFacts = {
-    serialHex: leaf.serialNumber.toLowerCase(),
-    fingerprintSha256: createHash("sha256").update(leafDer).digest("hex"),
-    notBefore: leaf.notBefore,
-    notAfter: leaf.notAfter,
+    serialHex: fields.serialHex,
+    fingerprintSha256: leaf.fingerprint256.replaceAll(":", "").toLowerCase(),
+    notBefore: new Date(leaf.validFrom),
+    notAfter: new Date(leaf.validTo),
     ...(uris.length === 1 ? { uri: uris[0] } : {}),
   };
   const refuse = (reason: string): SessionVerdict => ({ ok: false, facts, reason });
 
-  const chainOk = chainVerifies(leafDer, chain.der.slice(1), policy.trustAnchors);
+  const chainOk = chainVerifies(leaf, policy.trustAnchors);
   const opensslOk = chain.authorized || timeErrors.has(chain.authorizationError ?? "");
   if (!chainOk || !opensslOk) {
     const detail = chain.authorizationError ? ` (${chain.authorizationError})` : "";
@@ -87,11 +89,10 @@ export function verifyPresentedChain(chain: PresentedChain, policy: CertificateP
   if (lifetimeMs > policy.maxLifetimeMs) {
     return refuse(`the client certificate's lifetime is ${formatDuration(lifetimeMs)}, over the ${formatDuration(policy.maxLifetimeMs)} maximum; issue a shorter-lived certificate`);
   }
-  if (leaf.getExtension(x509.BasicConstraintsExtension)?.ca) {
+  if (fields.ca) {
     return refuse("the client certificate is a CA certificate (basicConstraints cA=true); use a leaf certificate");
   }
-  const usage = leaf.getExtension(x509.KeyUsagesExtension)?.usages ?? 0;
-  if (usage & (x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign)) {
+  if (fields.signsCertificates) {
     return refuse("the client certificate's key usage allows signing certificates; a SPIFFE leaf must not");
   }
   if (uris.length !== 1) {
@@ -122,19 +123,28 @@ export function checkValidityNow(facts: CertificateFacts, now: Date): string | u
  * expired certificate be reported as expired (not as untrusted) without ever
  * accepting an untrusted one, since OpenSSL's time errors can mask others.
  */
-function chainVerifies(leafDer: Buffer, intermediatesDer: readonly Buffer[], anchors: readonly NodeX509[]): boolean {
+function chainVerifies(leaf: NodeX509, anchors: readonly NodeX509[]): boolean {
   const now = new Date();
   const valid = (c: NodeX509) => new Date(c.validFrom) <= now && now <= new Date(c.validTo);
-  let current = new NodeX509(leafDer);
-  let pool = intermediatesDer.map((d) => new NodeX509(d));
+  const anchored = (c: NodeX509) => anchors.some((a) => valid(a) && c.checkIssued(a) && c.verify(a.publicKey));
+  if (anchored(leaf)) return true; // the common case: the chain is never read
+  let current = leaf;
+  let pool = sentIntermediates(leaf);
   for (let depth = 0; depth < 5; depth++) {
-    if (anchors.some((a) => valid(a) && current.checkIssued(a) && current.verify(a.publicKey))) return true;
     const next = pool.find((c) => c.ca && valid(c) && current.checkIssued(c) && current.verify(c.publicKey));
     if (!next) return false;
     pool = pool.filter((c) => c !== next);
     current = next;
+    if (anchored(current)) return true;
   }
   return false;
+}
+
+/** The certificates above `leaf` in the chain the client sent (at most 10; a self-signed one ends it). */
+function sentIntermediates(leaf: NodeX509): NodeX509[] {
+  const out: NodeX509[] = [];
+  for (let c = leaf.issuerCertificate; c && out.length < 10 && c !== leaf && !out.includes(c) && !c.raw.equals(leaf.raw); c = c.issuerCertificate) out.push(c);
+  return out;
 }
 
 /** Formats milliseconds as e.g. "24h", "48h30m", "90s". */

@@ -1,12 +1,15 @@
 import type { Http2ServerRequest, Http2Session } from "node:http2";
-import type { TLSSocket, DetailedPeerCertificate } from "node:tls";
+import type { TLSSocket } from "node:tls";
 import { verifyPresentedChain, type CertificatePolicy, type SessionVerdict } from "../identity/certificate-policy.js";
 import type { RequestIdentity } from "../api/context.js";
 
 /**
  * Reads the client certificate of a request's TLS session and judges it once
- * per HTTP/2 session (parsing costs ~1 ms); validity in time is judged again
- * on every request by the guard.
+ * per HTTP/2 session; validity in time is judged again on every request by
+ * the guard. The certificate is taken as a node:crypto X509Certificate,
+ * linked to the intermediates the client sent: no JS object per field, no
+ * second parse (docs/performance.md, connections). (Node quirk: after
+ * getPeerX509Certificate, getPeerCertificate(true) reports no issuer chain.)
  */
 export function createRequestIdentifier(policy: CertificatePolicy): (req: Http2ServerRequest) => RequestIdentity {
   const verdicts = new WeakMap<Http2Session, SessionVerdict>();
@@ -18,7 +21,7 @@ export function createRequestIdentifier(policy: CertificatePolicy): (req: Http2S
     if (!verdict) {
       verdict = verifyPresentedChain(
         {
-          der: presentedChain(socket),
+          leaf: socket.getPeerX509Certificate(),
           authorized: socket.authorized,
           ...(socket.authorizationError ? { authorizationError: String((socket.authorizationError as Error).message ?? socket.authorizationError) } : {}),
         },
@@ -28,15 +31,4 @@ export function createRequestIdentifier(policy: CertificatePolicy): (req: Http2S
     }
     return { verdict, remoteAddress: socket.remoteAddress };
   };
-}
-
-function presentedChain(socket: TLSSocket): Buffer[] {
-  const leaf = socket.getPeerCertificate(true) as DetailedPeerCertificate | Record<string, never>;
-  const out: Buffer[] = [];
-  let cert: DetailedPeerCertificate | undefined = "raw" in leaf && leaf.raw ? (leaf as DetailedPeerCertificate) : undefined;
-  while (cert?.raw && out.length < 10 && !out.some((d) => d.equals(cert!.raw))) {
-    out.push(cert.raw);
-    cert = cert.issuerCertificate;
-  }
-  return out;
 }

@@ -3,7 +3,8 @@
 // After every test a good runner is still served: no refusal may take the
 // server down or poison its state.
 import "reflect-metadata";
-import { X509Certificate } from "node:crypto";
+import { X509Certificate, webcrypto } from "node:crypto";
+import * as x509 from "@peculiar/x509";
 import http2 from "node:http2";
 import https from "node:https";
 import tls from "node:tls";
@@ -168,6 +169,53 @@ describe(`identity, per request (${databaseKind})`, () => {
       const reply = await send(cert, "GET", "/v1/runner/clock");
       expectRefusal(reply, 401, "unauthenticated", "is not a valid SPIFFE ID", "a path segment contains ','");
       expect(reply.json.message).not.toContain("URI SANs");
+    });
+  });
+
+  describe("chains and key usages the policy reads from the certificate itself", () => {
+    const alg = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
+    /** A certificate signed by `issuer` (PEM cert and PKCS#8 key) with the given shape; PEM cert and key. */
+    async function signedBy(issuer: IssuedCertificate, shape: { name: string; ca: boolean; usages: number; uris?: string[] }): Promise<IssuedCertificate> {
+      const issuerCert = new x509.X509Certificate(issuer.certPem);
+      const issuerKey = await webcrypto.subtle.importKey("pkcs8", Buffer.from(issuer.keyPem.replace(/-----[^-]+-----|\s/g, ""), "base64"), alg, false, ["sign"]);
+      const keys = (await webcrypto.subtle.generateKey(alg, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
+      const cert = await x509.X509CertificateGenerator.create({
+        serialNumber: "0a0b0c",
+        subject: `CN=${shape.name}`,
+        issuer: issuerCert.subject,
+        notBefore: new Date(Date.now() - 60_000),
+        notAfter: new Date(Date.now() + HOUR),
+        publicKey: keys.publicKey,
+        signingKey: issuerKey,
+        signingAlgorithm: alg,
+        extensions: [
+          new x509.BasicConstraintsExtension(shape.ca, undefined, true),
+          new x509.KeyUsagesExtension(shape.usages, true),
+          ...(shape.uris ? [new x509.SubjectAlternativeNameExtension(shape.uris.map((value) => ({ type: "url" as const, value })))] : []),
+          await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+          await x509.AuthorityKeyIdentifierExtension.create(issuerCert.publicKey),
+        ],
+      });
+      const pkcs8 = Buffer.from(await webcrypto.subtle.exportKey("pkcs8", keys.privateKey)).toString("base64");
+      return { certPem: cert.toString("pem"), keyPem: `-----BEGIN PRIVATE KEY-----\n${pkcs8}\n-----END PRIVATE KEY-----\n`, serialHex: "0a0b0c", notBefore: cert.notBefore, notAfter: cert.notAfter };
+    }
+
+    it("a runner certificate under an intermediate CA the client sends with it is served", async () => {
+      const intermediate = await signedBy(cp.pki.ca, { name: "forelead intermediate", ca: true, usages: x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign });
+      const leaf = await signedBy(intermediate, { name: "r1", ca: false, usages: x509.KeyUsageFlags.digitalSignature, uris: [r1] });
+      const reply = await send({ ...leaf, certPem: `${leaf.certPem}\n${intermediate.certPem}\n` }, "GET", "/v1/runner/clock");
+      expect(reply.status, reply.text).toBe(200);
+    });
+
+    it("the same leaf without its intermediate is refused as untrusted", async () => {
+      const intermediate = await signedBy(cp.pki.ca, { name: "forelead intermediate", ca: true, usages: x509.KeyUsageFlags.keyCertSign });
+      const leaf = await signedBy(intermediate, { name: "r1", ca: false, usages: x509.KeyUsageFlags.digitalSignature, uris: [r1] });
+      expectRefusal(await send(leaf, "GET", "/v1/runner/clock"), 401, "unauthenticated", "not signed by a CA in the control plane's client trust bundle");
+    });
+
+    it("a leaf whose key usage allows signing certificates is refused", async () => {
+      const leaf = await signedBy(cp.pki.ca, { name: "r1", ca: false, usages: x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyCertSign, uris: [r1] });
+      expectRefusal(await send(leaf, "GET", "/v1/runner/clock"), 401, "unauthenticated", "key usage allows signing certificates");
     });
   });
 
