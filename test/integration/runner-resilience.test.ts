@@ -104,7 +104,10 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
       const recorded = second.recorded.job(jobId);
       expect(recorded.events.map((e) => e.type)).toEqual(["job.started", "job.exited"]);
       expect(recorded.logs.map((l) => l.text)).toEqual(["finished"]);
-      expect(second.log.filter((l) => l.includes(`job ${jobId}: completed`))).toHaveLength(1);
+      // The runner logs its completion after the control plane's reply, which can be after the job reads settled.
+      const completions = () => second.log.filter((l) => l.includes(`job ${jobId}: completed`));
+      await eventually(`the second runner to log the completion of job ${jobId}`, async () => (completions().length > 0 ? true : undefined));
+      expect(completions()).toHaveLength(1);
     } finally {
       await second.close();
       if (executor === "process") killGroup(marker);
