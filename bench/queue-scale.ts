@@ -1,18 +1,18 @@
 // Scenario 5, scale of the queue: claim latency with 10,000 and 1,000,000
 // queued jobs (flat is the goal), and the plan of the claim statement
-// (EXPLAIN (ANALYZE, BUFFERS) of the statement claimJob really sends).
+// (EXPLAIN (ANALYZE, BUFFERS) through auto_explain of the statements inside
+// the claim function, as the broker really calls it).
 // Jobs are bulk-inserted with SQL; one runner then claims and completes
 // through the control plane, one claim at a time. Run: npm run bench:queue
 import { sql } from "kysely";
-import { claimJob } from "../src/broker/leases.js";
-import { claimJobs } from "../src/broker/lease-batches.js";
+import { claimJob, claimLeases } from "../src/broker/leases.js";
 import type { Store } from "../src/store/database.js";
 import { startPlanes } from "./lib/control-planes.js";
 import { freshDatabase } from "./lib/database.js";
 import { forkProcess } from "./lib/fork.js";
 import { describeMachine } from "./lib/machine.js";
 import { intFlag, intListFlag, parseOptions } from "./lib/options.js";
-import { captureStatement, explainAnalyze } from "./lib/plans.js";
+import { captureStatement, explainNested } from "./lib/plans.js";
 import { createBenchPki } from "./lib/pki.js";
 import { bulkInsertJobs } from "./lib/queue-sql.js";
 import { publish } from "./lib/report.js";
@@ -33,11 +33,13 @@ interface Scale {
   /** Claim latency over the first and the last tenth of the claims: growth while the head of the queue is consumed. */
   readonly firstTenthP50: number;
   readonly lastTenthP50: number;
-  /** "Execution Time" of EXPLAIN ANALYZE of the single claim statement, ms. */
+  /** Duration of the claim statement inside the function, as auto_explain timed it (ANALYZE), ms; null when embedded. */
   readonly statementMs: number | null;
-  readonly plan: string;
-  readonly batchPlan: string;
-  readonly usesClaimIndex: boolean;
+  /** auto_explain's plan of that statement; undefined when embedded (no auto_explain). */
+  readonly plan: string | undefined;
+  readonly batchPlan: string | undefined;
+  /** Whether both plans walk the index jobs_claimable; undefined when there is no plan. */
+  readonly usesClaimIndex: boolean | undefined;
 }
 
 const started = performance.now();
@@ -68,7 +70,7 @@ await publish({
   table: {
     title: `Claim latency by queue length (${claims.toLocaleString("en-US")} claims, one runner)`,
     columns: ["queued jobs", "claim p50 ms", "claim p99 ms", "first 10% p50", "last 10% p50", "statement ms", "index used", "insert s"],
-    rows: scales.map((s) => [s.queued, s.claim.p50, s.claim.p99, s.firstTenthP50, s.lastTenthP50, s.statementMs, s.usesClaimIndex ? "jobs_claimable" : "NO", s.insertSeconds]),
+    rows: scales.map((s) => [s.queued, s.claim.p50, s.claim.p99, s.firstTenthP50, s.lastTenthP50, s.statementMs, s.usesClaimIndex === undefined ? "– (embedded)" : s.usesClaimIndex ? "jobs_claimable" : "NO", s.insertSeconds]),
   },
   figures: { claims, scales },
 });
@@ -87,9 +89,9 @@ async function measure(queued: number): Promise<Scale> {
       await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners: await pki.runners("q", 1, workspaceId) });
       const drained = await client.call<{ claimMs: number[] }>({ type: "drain", maxJobs: claims });
       const tenth = Math.max(1, Math.floor(drained.claimMs.length / 10));
-      const { plan, batchPlan } = await plans(store);
+      const { plan, batchPlan } = await plans(store, database.location);
       const sizes = await sql<{ t: number; i: number }>`select pg_table_size('jobs')::float8 as t, pg_relation_size('jobs_claimable')::float8 as i`.execute(store.db);
-      const execution = /Execution Time: ([\d.]+) ms/.exec(plan);
+      const execution = plan ? /duration: ([\d.]+) ms/.exec(plan) : null;
       return {
         queued,
         insertSeconds,
@@ -101,7 +103,7 @@ async function measure(queued: number): Promise<Scale> {
         statementMs: execution ? Number(execution[1]) : null,
         plan,
         batchPlan,
-        usesClaimIndex: /jobs_claimable/.test(plan) && /jobs_claimable/.test(batchPlan),
+        usesClaimIndex: plan === undefined ? undefined : /jobs_claimable/.test(plan) && /jobs_claimable/.test(batchPlan ?? ""),
       };
     } finally {
       await client.close();
@@ -113,16 +115,19 @@ async function measure(queued: number): Promise<Scale> {
 }
 
 /**
- * The plans of the claim statements the broker sends: claimJob's (a claim
- * alone) and claimJobs' (a batch, here of two runners). Each is captured by
- * running it once, then explained in a transaction that is rolled back.
+ * The plans of the claim the broker sends: claimJob's (a claim alone) and a
+ * batch's (claimLeases, here of two runners): the statement is captured by
+ * running it once, then run again under auto_explain in a transaction that
+ * is rolled back. The plan shown is the one of the claim statement inside
+ * the function (the one that walks the queue). Undefined when embedded.
  */
-async function plans(store: Store): Promise<{ plan: string; batchPlan: string }> {
+async function plans(store: Store, location: string): Promise<{ plan: string | undefined; batchPlan: string | undefined }> {
   for (const id of ["explain-a", "explain-b"]) {
     await sql`insert into runners (workspace_id, runner_id, slots, cpu, memory_bytes, architecture, labels, clock_offset_ns)
       values (${workspaceId}, ${id}, 1000, 1, 1, 'amd64', array['linux'], 0)`.execute(store.db);
   }
-  const claim = await captureStatement(store.db, /skip locked/, (db) => claimJob(db, { workspaceId, runnerId: "explain-a" }, 30));
-  const batch = await captureStatement(store.db, /skip locked/, (db) => claimJobs(db, [{ workspaceId, runnerId: "explain-a" }, { workspaceId, runnerId: "explain-b" }], 30));
-  return { plan: await explainAnalyze(store.db, claim), batchPlan: await explainAnalyze(store.db, batch) };
+  const claim = await captureStatement(store.db, /forelead_claim/, (db) => claimJob(db, { workspaceId, runnerId: "explain-a" }, 30));
+  const batch = await captureStatement(store.db, /forelead_claim/, (db) => claimLeases(db, [{ workspaceId, runnerId: "explain-a" }, { workspaceId, runnerId: "explain-b" }], 30));
+  const walk = (plans: string[] | undefined) => plans && plans.filter((p) => /skip locked/i.test(p)).join("\n\n");
+  return { plan: walk(await explainNested(location, claim)), batchPlan: walk(await explainNested(location, batch)) };
 }

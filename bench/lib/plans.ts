@@ -1,4 +1,5 @@
 import { CompiledQuery, type Kysely, type KyselyPlugin } from "kysely";
+import pg from "pg";
 import type { Database } from "../../src/store/schema.js";
 
 /**
@@ -31,18 +32,30 @@ export async function captureStatement(db: Kysely<Database>, pattern: RegExp, ac
   return captured;
 }
 
-/** EXPLAIN (ANALYZE, BUFFERS) of `query` in a transaction that is rolled back: the plan and its timing, nothing kept. */
-export async function explainAnalyze(db: Kysely<Database>, query: CompiledQuery): Promise<string> {
-  let plan = "";
-  const rollback = new Error("rollback");
+/**
+ * The plans Postgres runs for `query` and every statement nested in it (the
+ * claim is a PL/pgSQL function: EXPLAIN of the call shows only a function
+ * scan). auto_explain logs each plan with ANALYZE and BUFFERS as a NOTICE to
+ * this client; the call runs in a transaction that is rolled back, nothing
+ * kept. Needs a Postgres server with auto_explain (contrib) and a superuser
+ * connection, as the benchmark's is; undefined on the embedded database.
+ */
+export async function explainNested(databaseUrl: string | undefined, query: CompiledQuery): Promise<string[] | undefined> {
+  if (!databaseUrl?.startsWith("postgres")) return undefined;
+  const client = new pg.Client({ connectionString: databaseUrl });
+  const plans: string[] = [];
+  client.on("notice", (n) => {
+    if (/Query Text:/.test(n.message ?? "")) plans.push(n.message!);
+  });
+  await client.connect();
   try {
-    await db.transaction().execute(async (tx) => {
-      const { rows } = await tx.executeQuery<Record<string, string>>(CompiledQuery.raw(`explain (analyze, buffers) ${query.sql}`, [...query.parameters]));
-      plan = rows.map((r) => Object.values(r)[0]).join("\n");
-      throw rollback;
-    });
-  } catch (err) {
-    if (err !== rollback) throw err;
+    await client.query("LOAD 'auto_explain'");
+    for (const setting of ["log_min_duration = 0", "log_analyze = on", "log_buffers = on", "log_nested_statements = on", "log_level = notice"]) await client.query(`SET auto_explain.${setting}`);
+    await client.query("BEGIN");
+    await client.query(query.sql, [...query.parameters]);
+    await client.query("ROLLBACK");
+  } finally {
+    await client.end();
   }
-  return plan;
+  return plans;
 }

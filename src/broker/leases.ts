@@ -16,68 +16,49 @@ export interface LeaseView {
 
 /**
  * Claims the highest-priority, oldest eligible job for a runner, or none.
- *
- * Two statements in one transaction. The first updates the runner's row
- * (last seen), which also locks it: claims by the same runner queue behind
- * each other, so the live-lease count in the second cannot be stale and the
- * runner never holds more than its slots. Claims by different runners never
- * wait for each other. The second statement picks with FOR UPDATE SKIP
- * LOCKED, so concurrent claims (on any replica) never take the same job.
+ * One request of claimLeases: see there for the guarantees.
  */
 export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseSeconds: number): Promise<LeaseView | undefined> {
-  const token = newLeaseToken();
-  const tokenHash = hashLeaseToken(token);
-  const row = await db.transaction().execute(async (tx) => {
-    const runner = await tx
-      .updateTable("runners")
-      .set({ last_seen_at: sql`now()` })
-      .where("workspace_id", "=", holder.workspaceId)
-      .where("runner_id", "=", holder.runnerId)
-      .where("retired_at", "is", null)
-      .returning(["slots", "labels"])
-      .executeTakeFirst();
-    if (!runner) {
-      throw new ConnectError(`runner "${holder.runnerId}" is not registered in workspace "${holder.workspaceId}"; POST /v1/runner/register first`, Code.FailedPrecondition);
-    }
-    const { rows } = await sql<JobRow>`
-      with live as (
-        select count(*)::int as n from leases
-        where workspace_id = ${holder.workspaceId} and runner_id = ${holder.runnerId}
-          and ended_at is null and expires_at > now()
-      ), pick as (
-        select j.id, j.attempts from jobs j
-        where j.workspace_id = ${holder.workspaceId} and j.state = 'queued'
-          and j.labels <@ ${runner.labels}::text[]
-          and (select n from live) < ${runner.slots}
-        order by j.priority desc, j.created_at, j.id
-        limit 1
-        for update of j skip locked
-      ), lease as (
-        insert into leases (token_sha256, job_id, workspace_id, runner_id, attempt, expires_at)
-        select ${tokenHash}, pick.id, ${holder.workspaceId}, ${holder.runnerId}, pick.attempts + 1, now() + make_interval(secs => ${leaseSeconds})
-        from pick
-        returning id, job_id, attempt, expires_at
-      )
-      update jobs j set
-        state = 'running', attempts = lease.attempt, runner_id = ${holder.runnerId}, lease_id = lease.id,
-        lease_token_sha256 = ${tokenHash}, lease_expires_at = lease.expires_at, updated_at = now()
-      from lease where j.id = lease.job_id
-      returning j.*`.execute(tx);
-    if (!rows[0]) await commitWithoutFlush(tx);
-    return rows[0];
-  });
-  if (!row) return undefined;
-  return { token, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
+  const [lease] = await claimLeases(db, [holder], leaseSeconds);
+  return lease;
 }
 
 /**
- * A claim that leased nothing changed only the runner's last_seen_at: its
- * commit need not wait for the WAL flush (losing that timestamp in a crash is
- * harmless). Idle runners polling, and every long-poll that waits, then cost
- * the database no flush; a claim that leases a job still commits durably.
+ * Claims a job for each request, in one statement: the function
+ * forelead_claim (migration 0008), which for each request in turn locks the
+ * runner's row, counts its live leases with a fresh snapshot and takes the
+ * highest-priority, oldest eligible job FOR UPDATE SKIP LOCKED. So a runner
+ * never holds more than its slots, however its claims interleave (a runner
+ * asking k times gets at most its free slots), and concurrent claims on any
+ * replica never take the same job. Requests are sent sorted by workspace and
+ * runner, so concurrent calls lock runner rows in one order. Answers in the
+ * order of `holders`: the lease, or undefined when none was free. Throws
+ * failed_precondition, claiming nothing, when a runner is not registered.
  */
-export async function commitWithoutFlush(tx: Kysely<Database>): Promise<void> {
-  await sql`select set_config('synchronous_commit', 'off', true)`.execute(tx);
+export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number): Promise<Array<LeaseView | undefined>> {
+  const tokens = holders.map(() => newLeaseToken());
+  const hashes = tokens.map((t) => hashLeaseToken(t).toString("hex"));
+  const order = holders.map((_, i) => i).sort((x, y) => compareHolders(holders[x]!, holders[y]!) || x - y);
+  let rows: JobRow[];
+  try {
+    ({ rows } = await sql<JobRow>`
+      select * from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
+        ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int)`.execute(db));
+  } catch (err) {
+    // SQLSTATE FL001: raised by forelead_claim for a runner that is not registered (or retired).
+    if ((err as { code?: string }).code === "FL001") throw new ConnectError((err as Error).message, Code.FailedPrecondition);
+    throw err;
+  }
+  // PGlite returns bytea as a Uint8Array, pg as a Buffer.
+  const byHash = new Map(rows.map((row) => [Buffer.from(row.lease_token_sha256!).toString("hex"), row]));
+  return holders.map((_, i) => {
+    const row = byHash.get(hashes[i]!);
+    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
+  });
+}
+
+function compareHolders(a: LeaseHolder, b: LeaseHolder): number {
+  return a.workspaceId < b.workspaceId ? -1 : a.workspaceId > b.workspaceId ? 1 : a.runnerId < b.runnerId ? -1 : a.runnerId > b.runnerId ? 1 : 0;
 }
 
 /** The identity of a lease-scoped call. */

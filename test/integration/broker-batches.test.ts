@@ -5,7 +5,7 @@
 // requests queue and go together), and on the batch functions directly for
 // the cases arrival order cannot force (repeats inside one batch).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { claimJobs, completeBatch } from "../../src/broker/lease-batches.js";
+import { claimBatch, completeBatch } from "../../src/broker/lease-batches.js";
 import type { LeaseView } from "../../src/broker/leases.js";
 import { register } from "../../src/broker/registrations.js";
 import { openStore, type Store } from "../../src/store/database.js";
@@ -106,14 +106,14 @@ describe(`batch functions (${databaseKind})`, () => {
     await setup(ws, 5, [{ id: "a", slots: 2 }, { id: "b", slots: 1 }]);
     const a = { workspaceId: ws, runnerId: "a" };
     const b = { workspaceId: ws, runnerId: "b" };
-    const results = await claimJobs(store.db, [a, b, a, { workspaceId: ws, runnerId: "ghost" }, a, b], 30);
+    const results = await claimBatch(store.db, [a, b, a, { workspaceId: ws, runnerId: "ghost" }, a, b], 30);
     expect(results.map((r) => (r.status === "rejected" ? "refused" : r.value ? "lease" : "none"))).toEqual(["lease", "lease", "lease", "refused", "none", "none"]);
     const refused = results[3] as PromiseRejectedResult;
     expect(String(refused.reason)).toMatch(/not registered/);
     const leases = results.flatMap((r) => (r.status === "fulfilled" && r.value ? [r.value] : []));
     expect(new Set(leases.map((l) => l.job.id)).size).toBe(3);
     // The oldest jobs went first, in the order the requests arrived.
-    const again = await claimJobs(store.db, [a, b], 30);
+    const again = await claimBatch(store.db, [a, b], 30);
     expect(again.every((r) => r.status === "fulfilled" && r.value === undefined)).toBe(true);
   });
 
@@ -121,7 +121,7 @@ describe(`batch functions (${databaseKind})`, () => {
     const ws = freshWorkspace();
     await setup(ws, 2, [{ id: "r", slots: 2 }]);
     const holder = { workspaceId: ws, runnerId: "r" };
-    const [first, second] = await claimJobs(store.db, [holder, holder], 30);
+    const [first, second] = await claimBatch(store.db, [holder, holder], 30);
     const l1 = leaseOf(first);
     const l2 = leaseOf(second);
     const completion = (l: typeof l1, completionId: string, outcome = "succeeded") => ({ ...holder, jobId: l.job.id, leaseToken: l.token, completionId, outcome, exitCode: 0, error: undefined });
@@ -139,14 +139,14 @@ describe(`batch functions (${databaseKind})`, () => {
     const ws = freshWorkspace();
     await setup(ws, 2, [{ id: "r", slots: 2 }]);
     const holder = { workspaceId: ws, runnerId: "r" };
-    const leases = (await claimJobs(store.db, [holder, holder], 30)).map(leaseOf);
+    const leases = (await claimBatch(store.db, [holder, holder], 30)).map(leaseOf);
     const error = { code: "infra", message: "node lost", retryable: true };
     const results = await completeBatch(
       store.db,
       leases.map((l, i) => ({ ...holder, jobId: l.job.id, leaseToken: l.token, completionId: `f${i}`, outcome: "failed", exitCode: undefined, error })),
     );
     for (const r of results) expect(r.status === "fulfilled" && (r.value as Record<string, unknown>).state).toBe("queued");
-    const reclaimed = await claimJobs(store.db, [holder, holder], 30);
+    const reclaimed = await claimBatch(store.db, [holder, holder], 30);
     expect(reclaimed.filter((r) => r.status === "fulfilled" && r.value)).toHaveLength(2);
   });
 
@@ -154,7 +154,7 @@ describe(`batch functions (${databaseKind})`, () => {
     const ws = freshWorkspace();
     await setup(ws, 3, [{ id: "r", slots: 3 }]);
     const holder = { workspaceId: ws, runnerId: "r" };
-    const leases = (await claimJobs(store.db, [holder, holder, holder], 30)).map(leaseOf);
+    const leases = (await claimBatch(store.db, [holder, holder, holder], 30)).map(leaseOf);
     const manifest = (i: number) => [{ name: `out/report-${i}.txt`, digest: `sha256:${String(i).repeat(64)}`, size: 10 + i, mediaType: "text/plain" }];
     const completion = (i: number, artifacts = manifest(i)) => ({ ...holder, jobId: leases[i]!.job.id, leaseToken: leases[i]!.token, completionId: `m${i}`, outcome: "succeeded", exitCode: 0, error: undefined, artifacts });
     // Job 2 fails for good: its manifest is kept too (a failed job's outputs are results).

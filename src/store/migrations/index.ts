@@ -6,6 +6,7 @@ import * as m0004 from "./0004_inventory.js";
 import * as m0005 from "./0005_identity.js";
 import * as m0006 from "./0006_code.js";
 import * as m0007 from "./0007_artifacts.js";
+import * as m0008 from "./0008_claim_function.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -19,4 +20,5 @@ export const migrations: Record<string, Migration> = {
   "0005_identity": m0005,
   "0006_code": m0006,
   "0007_artifacts": m0007,
+  "0008_claim_function": m0008,
 };
