@@ -33,13 +33,14 @@ const scale = intFlag(options.flags.scale, "scale", 1, 1, 1000);
 const workspaceId = "w1";
 
 /**
- * Lines each lease sends: enough for a cell to move megabytes and run a few
- * seconds at full size. 100 B: 20,000 lines on one lease, 50 × 2,000; 10 KiB:
- * 2,000 on one lease (20 MB), 50 × 200 (100 MB).
+ * Lines each lease sends: enough for every cell to move megabytes and run for
+ * seconds at full size, and the whole scenario to stay near a minute on two
+ * cores. 100 B: 40,000 lines on one lease, 50 × 4,000; 10 KiB: 6,000 on one
+ * lease (61 MB), 50 × 300 (154 MB).
  */
 function linesPerLease(leases: number, lineBytes: number): number {
   if (tiny) return lineBytes <= 1024 ? 600 : 60;
-  return scale * (lineBytes <= 1024 ? (leases === 1 ? 20_000 : 2_000) : leases === 1 ? 2_000 : 200);
+  return scale * (lineBytes <= 1024 ? (leases === 1 ? 40_000 : 4_000) : leases === 1 ? 6_000 : 300);
 }
 
 /**
@@ -65,6 +66,8 @@ interface Side {
   /** "all stored" ("all acknowledged" for bare), or what is short and why. */
   readonly check: string;
   readonly complete: boolean;
+  /** Ours: the transactions that stored the lines (batches). */
+  readonly commits?: number;
 }
 /** One cell of the matrix. */
 interface Cell {
@@ -138,7 +141,8 @@ const notes = [
   "NDJSON: POST /v1/runner/logs through the runner's stream writer (src/runner/stream-writer.ts). gRPC: client streaming RunnerService.Logs through a generated client (@connectrpc/connect-node createGrpcTransport), one call per request.",
   "Lines and MB stored are counted in stream_messages after each cell (MB: bytes of log text, 10^6), and checked lease by lease against the lines the control plane confirmed: the count and the first and last sequence. The check column says when a cell stored fewer lines than it sent, or was cut by the time bound.",
   "Bare: the same client code sends the same request bodies (same leases, tokens and sequences) to a plain Node HTTP/2 TLS 1.3 server in its own process (bench/servers/bare-h2.ts: same certificates, client certificate requested, the control plane's HTTP/2 windows) that reads and discards each body and replies 200. ours ÷ bare compares lines/s.",
-  "CPU columns: percent of one core over the cell (server = the control plane, or the bare server; client = the runner process; pg = every process of the Postgres server). Node runs each event loop on one core: a role near 100% is that row's limit; the machine has 2 cores shared by all three, so a sum near 200% means the machine is the limit.",
+  "Lines per commit: lines stored over the transactions that stored them (distinct received_at per job); the control plane stores what has arrived of a request whenever reading on would wait for the network, so it shows how the bodies arrived.",
+  "CPU columns: percent of one core over the cell (server = the control plane, or the bare server; client = the runner process; pg = every process of the Postgres server). Node runs each event loop on one core: a role near 100% is that row's limit. Machine busy: all cores, including other work on the machine; near 100% means the 2 cores were the limit, whoever used them.",
   options.databaseUrl
     ? "Postgres: each batch of a request's lines is one INSERT … SELECT and one commit (src/streams/append.ts); with fsync on, every commit waits for a WAL flush (the machine line shows fsync and synchronous_commit)."
     : "Embedded: the database (PGlite, in memory: no fsync) runs inside the control plane's process, so the server column is the control plane and the database together, on one core.",
@@ -155,7 +159,7 @@ await publish({
   notes,
   table: {
     title: "Stream ingest: log lines stored, against a bare HTTP/2 server discarding the same bodies",
-    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "CPU % server/client/pg", "bare CPU % server/client", "check"],
+    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "lines per commit", "CPU % server/client/pg", "bare CPU % server/client", "machine busy % ours/bare", "check"],
     rows: cells.map((c) => [
       c.leases,
       sizeLabel(c.lineBytes),
@@ -168,8 +172,10 @@ await publish({
       c.bare.linesPerSecond,
       c.bare.megabytesPerSecond,
       ratio(c.ours.linesPerSecond, c.bare.linesPerSecond),
+      c.ours.commits ? Math.round(c.ours.lines / c.ours.commits) : null,
       cpuCell(c.ours.cpu, true),
       cpuCell(c.bare.cpu, false),
+      c.ours.cpu && c.bare.cpu ? `${c.ours.cpu.machineBusyPct}/${c.bare.cpu.machineBusyPct}` : null,
       c.bare.complete ? c.ours.check : `${c.ours.check}; bare: ${c.bare.check}`,
     ]),
   },
@@ -179,8 +185,10 @@ await publish({
 /** What the control plane stored for the cell's leases, checked against what it confirmed to the client. */
 async function storedSide(db: Kysely<Database>, sent: SendResult, lineBytes: number, planned: number, cpu: CpuUse | undefined): Promise<Side> {
   const jobIds = sent.leases.map((l) => l.jobId);
-  const { rows } = await sql<{ job_id: string; lines: number; first: number; last: number; bytes: number }>`
-    select job_id, count(*)::int as lines, min(sequence)::int8 as first, max(sequence)::int8 as last, coalesce(sum(octet_length(data ->> 'text')), 0)::int8 as bytes
+  // received_at is now() of the storing transaction: its distinct values per job count the commits (batches).
+  const { rows } = await sql<{ job_id: string; lines: number; first: number; last: number; bytes: number; commits: number }>`
+    select job_id, count(*)::int as lines, min(sequence)::int8 as first, max(sequence)::int8 as last,
+           coalesce(sum(octet_length(data ->> 'text')), 0)::int8 as bytes, count(distinct received_at)::int as commits
     from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)}) group by job_id`.execute(db);
   const byJob = new Map(rows.map((r) => [r.job_id, r]));
   const lines = rows.reduce((a, r) => a + r.lines, 0);
@@ -192,7 +200,8 @@ async function storedSide(db: Kysely<Database>, sent: SendResult, lineBytes: num
     if (stored !== lease.confirmed || (stored > 0 && (r!.first !== 1 || r!.last !== stored))) short.push(`job ${lease.jobId}: ${stored} stored (sequences ${r?.first ?? "–"}..${r?.last ?? "–"}), ${lease.confirmed} confirmed`);
   }
   if (bytes !== lines * lineBytes) short.push(`${bytes} bytes of text stored, ${lines * lineBytes} expected`);
-  return side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored");
+  const commits = rows.reduce((a, r) => a + r.commits, 0);
+  return { ...side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored"), commits };
 }
 
 /** What the bare server took: the lines it acknowledged (it stores nothing). */
