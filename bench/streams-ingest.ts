@@ -141,8 +141,8 @@ const notes = [
   "NDJSON: POST /v1/runner/logs through the runner's stream writer (src/runner/stream-writer.ts). gRPC: client streaming RunnerService.Logs through a generated client (@connectrpc/connect-node createGrpcTransport), one call per request.",
   "Lines and MB stored are counted in stream_messages after each cell (MB: bytes of log text, 10^6), and checked lease by lease against the lines the control plane confirmed: the count and the first and last sequence. The check column says when a cell stored fewer lines than it sent, or was cut by the time bound.",
   "Bare: the same client code sends the same request bodies (same leases, tokens and sequences) to a plain Node HTTP/2 TLS 1.3 server in its own process (bench/servers/bare-h2.ts: same certificates, client certificate requested, the control plane's HTTP/2 windows) that reads and discards each body and replies 200. ours ÷ bare compares lines/s.",
-  "Lines per commit: lines stored over the transactions that stored them (distinct received_at per job); the control plane stores what has arrived of a request whenever reading on would wait for the network, so it shows how the bodies arrived.",
-  "CPU columns: percent of one core over the cell (server = the control plane, or the bare server; client = the runner process; pg = every process of the Postgres server). Node runs each event loop on one core: a role near 100% is that row's limit. Machine busy: all cores, including other work on the machine; near 100% means the 2 cores were the limit, whoever used them.",
+  "Lines per commit: lines stored over the transactions that stored them (distinct received_at per job). The control plane stores what has arrived of a request whenever reading on would wait for the network, so this shows how the bodies arrived: an NDJSON body comes in large chunks, a gRPC stream message by message as the client encodes them.",
+  "CPU columns: percent of one core over the cell (server = the control plane, or the bare server; client = the runner process; pg = every process of the Postgres server). Node runs each event loop on one core: a role near 100% is that row's limit. The limit column names a role at 85% of a core or more; else machine when all cores were 90% busy (other work on the machine included); else waits: commits, fsync and round trips. Where the bare side is limited by the client, the bare figure is what this client can send, not what a server can take.",
   options.databaseUrl
     ? "Postgres: each batch of a request's lines is one INSERT … SELECT and one commit (src/streams/append.ts); with fsync on, every commit waits for a WAL flush (the machine line shows fsync and synchronous_commit)."
     : "Embedded: the database (PGlite, in memory: no fsync) runs inside the control plane's process, so the server column is the control plane and the database together, on one core.",
@@ -159,7 +159,7 @@ await publish({
   notes,
   table: {
     title: "Stream ingest: log lines stored, against a bare HTTP/2 server discarding the same bodies",
-    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "lines per commit", "CPU % server/client/pg", "bare CPU % server/client", "machine busy % ours/bare", "check"],
+    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "lines per commit", "CPU % server/client/pg", "bare CPU % server/client", "limit: ours / bare", "check"],
     rows: cells.map((c) => [
       c.leases,
       sizeLabel(c.lineBytes),
@@ -175,7 +175,7 @@ await publish({
       c.ours.commits ? Math.round(c.ours.lines / c.ours.commits) : null,
       cpuCell(c.ours.cpu, true),
       cpuCell(c.bare.cpu, false),
-      c.ours.cpu && c.bare.cpu ? `${c.ours.cpu.machineBusyPct}/${c.bare.cpu.machineBusyPct}` : null,
+      c.ours.cpu && c.bare.cpu ? `${limitOf(c.ours.cpu)} / ${limitOf(c.bare.cpu)}` : null,
       c.bare.complete ? c.ours.check : `${c.ours.check}; bare: ${c.bare.check}`,
     ]),
   },
@@ -229,6 +229,18 @@ function side(sent: SendResult, lines: number, bytes: number, planned: number, c
     check: complete ? ok : short.join("; "),
     complete,
   };
+}
+
+/**
+ * What most likely held a figure back: a role using 85% of a core or more
+ * (its event loop is saturated), else the machine when its cores were 90%
+ * busy (with other work too), else waiting (commits, fsync, round trips).
+ */
+function limitOf(cpu: CpuUse): string {
+  const [role, pct] = Object.entries(cpu.rolesPctOfCore).sort((a, b) => b[1] - a[1])[0] ?? ["", 0];
+  if (pct >= 85) return `${role} CPU`;
+  if (cpu.machineBusyPct >= 90) return `machine ${cpu.machineBusyPct}% busy`;
+  return "waits";
 }
 
 function cpuCell(cpu: CpuUse | undefined, withPostgres: boolean): string | null {
