@@ -27,7 +27,7 @@ const lineSizes = intListFlag(options.flags["line-bytes"], "line-bytes", [100, 1
 const transports = String(options.flags.transports ?? "ndjson,grpc").split(",") as Array<"ndjson" | "grpc">;
 for (const t of transports) if (t !== "ndjson" && t !== "grpc") throw new Error(`--transports: ${JSON.stringify(t)} is not ndjson or grpc`);
 /** A cell stops starting requests after this long (ours and bare alike); a cut cell says so. */
-const cellSeconds = intFlag(options.flags.seconds, "seconds", tiny ? 10 : 20, 1, 300);
+const cellSeconds = intFlag(options.flags.seconds, "seconds", tiny ? 10 : 25, 1, 300);
 /** Multiplies the lines per lease (--scale 2: twice as many). */
 const scale = intFlag(options.flags.scale, "scale", 1, 1, 1000);
 const workspaceId = "w1";
@@ -35,12 +35,12 @@ const workspaceId = "w1";
 /**
  * Lines each lease sends: enough for every cell to move megabytes and run for
  * seconds at full size, and the whole scenario to stay near a minute on two
- * cores. 100 B: 40,000 lines on one lease, 50 × 4,000; 10 KiB: 6,000 on one
+ * cores. 100 B: 40,000 lines on one lease, 50 × 3,000; 10 KiB: 6,000 on one
  * lease (61 MB), 50 × 300 (154 MB).
  */
 function linesPerLease(leases: number, lineBytes: number): number {
   if (tiny) return lineBytes <= 1024 ? 600 : 60;
-  return scale * (lineBytes <= 1024 ? (leases === 1 ? 40_000 : 4_000) : leases === 1 ? 6_000 : 300);
+  return scale * (lineBytes <= 1024 ? (leases === 1 ? 40_000 : 3_000) : leases === 1 ? 6_000 : 300);
 }
 
 /**
@@ -213,10 +213,12 @@ function discardedSide(sent: SendResult, received: { requests: number; bodyBytes
 
 function side(sent: SendResult, lines: number, bytes: number, planned: number, cpu: CpuUse | undefined, bodyBytes: number | null, short: string[], ok: string): Side {
   const seconds = sent.elapsedMs / 1000;
+  const confirmed = sent.leases.reduce((a, l) => a + l.confirmed, 0);
   const failures = sent.leases.filter((l) => l.failure);
   if (failures.length > 0) short.unshift(`${failures.length} lease(s) refused: ${failures[0]!.failure}`);
-  if (lines < planned) short.unshift(`${lines.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines${sent.cut ? ` (cut at ${cellSeconds} s)` : ""}`);
-  const complete = short.length === 0;
+  else if (!sent.cut && confirmed < planned) short.unshift(`${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines confirmed`);
+  const cut = sent.cut ? `cut at ${cellSeconds} s: ${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines sent` : undefined;
+  const complete = !cut && short.length === 0 && lines === planned;
   return {
     lines,
     bytes,
@@ -226,7 +228,7 @@ function side(sent: SendResult, lines: number, bytes: number, planned: number, c
     requests: sent.requests,
     bodyBytes,
     cpu,
-    check: complete ? ok : short.join("; "),
+    check: complete ? ok : [cut, ...(short.length > 0 ? short : [ok])].filter(Boolean).join("; "),
     complete,
   };
 }
