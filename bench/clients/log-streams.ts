@@ -104,16 +104,22 @@ async function claim(count: number): Promise<Message> {
   return { type: "claimed", jobIds: leases.map((l) => l.jobId) };
 }
 
-/** Completes every current lease, so its runner's slot is free for the next cell. */
+/**
+ * Completes every current lease, so its runner's slot is free for the next
+ * cell. A lease already gone (404, 409) is counted, not thrown: the cell's
+ * check reports the refused lines.
+ */
 async function complete(): Promise<Message> {
+  let gone = 0;
   await Promise.all(
     leases.map(async (l, i) => {
       const reply = await sessions[i]!.post("/v1/runner/complete", { apiVersion: "v1", jobId: l.jobId, leaseToken: l.token, completionId: `c-${l.jobId}`, outcome: "succeeded", exitCode: 0 });
-      if (reply.status !== 200) throw new Error(`complete ${l.jobId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+      if (reply.status === 404 || reply.status === 409) gone++;
+      else if (reply.status !== 200) throw new Error(`complete ${l.jobId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
     }),
   );
   leases = [];
-  return { type: "completed" };
+  return { type: "completed", gone };
 }
 
 /** The log line of `sequence`: exactly `bytes` bytes of ASCII, ending in a newline. */
