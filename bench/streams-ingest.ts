@@ -1,202 +1,257 @@
-// Log ingest benchmark: 50 leases push logs at once through the runner's
-// stream writer (src/runner/stream-writer.ts) to a control plane this script
-// starts in a child process on loopback (so client and server each have an
-// event loop). Prints lines/s and MB/s stored (MB of the stored data's JSON
-// text, as counted in the database afterwards; the NDJSON on the wire is
-// about twice that with each message's envelope) and writes
-// bench/results/streams-ingest.json.
-//
-//   node --import tsx bench/streams-ingest.ts [--leases 50] [--lines 4000] [--line-bytes 100] [--slice 500] [--seconds 120]
-//
-// Each lease writes its lines --slice at a time and waits until they are
-// stored before writing more, like a job whose output arrives over time.
-//
-// With DATABASE_URL set it creates (and drops) a fresh database on that
-// server; otherwise the control plane runs on embedded PGlite in memory.
-import "reflect-metadata";
-import { spawn, type ChildProcess } from "node:child_process";
-import http2 from "node:http2";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
-import { cpus, loadavg } from "node:os";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
-import pg from "pg";
-import { sql } from "kysely";
-import { createCertificateAuthority, issueClientCertificate, issueServerCertificate } from "../src/identity/ca.js";
-import { createLeaseStreams, createSessionPost, type NdjsonPost } from "../src/runner/stream-writer.js";
-import { startControlPlane } from "../src/server/control-plane.js";
+// Scenario 3, stream ingest: 1 and 50 leases at once send log lines of 100 B
+// and of 10 KiB to the control plane, through NDJSON (POST /v1/runner/logs)
+// and through gRPC client streaming (RunnerService.Logs); the lines and bytes
+// stored are counted in the database after each cell. Beside each cell, the
+// bare limit: the same client code sends the same request bodies to a plain
+// Node HTTP/2 TLS server that reads and discards them. The control plane runs
+// in this process, the runners in a client process and the bare server in a
+// third, so each has its own event loop. Run: npm run bench:streams
+import { sql, type Kysely } from "kysely";
+import type { Database } from "../src/store/schema.js";
+import type { SendResult } from "./clients/log-streams.js";
+import { startPlanes } from "./lib/control-planes.js";
+import { startCpuMeter, type CpuUse } from "./lib/cpu.js";
+import { freshDatabase } from "./lib/database.js";
+import { forkProcess } from "./lib/fork.js";
+import { describeMachine, postmasterPid } from "./lib/machine.js";
+import { intFlag, intListFlag, parseOptions } from "./lib/options.js";
+import { createBenchPki } from "./lib/pki.js";
+import { bulkInsertJobs } from "./lib/queue-sql.js";
+import { publish } from "./lib/report.js";
+import { ratio, round } from "./lib/stats.js";
 
-const { values: args } = parseArgs({
-  options: {
-    serve: { type: "boolean", default: false },
-    leases: { type: "string", default: "50" },
-    lines: { type: "string", default: "4000" },
-    "line-bytes": { type: "string", default: "100" },
-    seconds: { type: "string", default: "120" },
-    slice: { type: "string", default: "500" },
+const options = parseOptions(process.argv.slice(2), { leases: "string", "line-bytes": "string", transports: "string", seconds: "string", scale: "string" });
+const tiny = options.size === "tiny";
+const leaseCounts = intListFlag(options.flags.leases, "leases", tiny ? [1, 4] : [1, 50]);
+const lineSizes = intListFlag(options.flags["line-bytes"], "line-bytes", [100, 10 * 1024]);
+const transports = String(options.flags.transports ?? "ndjson,grpc").split(",") as Array<"ndjson" | "grpc">;
+for (const t of transports) if (t !== "ndjson" && t !== "grpc") throw new Error(`--transports: ${JSON.stringify(t)} is not ndjson or grpc`);
+/** A cell stops starting requests after this long (ours and bare alike); a cut cell says so. */
+const cellSeconds = intFlag(options.flags.seconds, "seconds", tiny ? 10 : 25, 1, 300);
+/** Multiplies the lines per lease (--scale 2: twice as many). */
+const scale = intFlag(options.flags.scale, "scale", 1, 1, 1000);
+const workspaceId = "w1";
+
+/**
+ * Lines each lease sends: enough for every cell to move megabytes and run for
+ * seconds at full size, and the whole scenario to stay near a minute on two
+ * cores. 100 B: 40,000 lines on one lease, 50 × 3,000; 10 KiB: 6,000 on one
+ * lease (61 MB), 50 × 300 (154 MB).
+ */
+function linesPerLease(leases: number, lineBytes: number): number {
+  if (tiny) return lineBytes <= 1024 ? 600 : 60;
+  return scale * (lineBytes <= 1024 ? (leases === 1 ? 40_000 : 3_000) : leases === 1 ? 6_000 : 300);
+}
+
+/**
+ * Lines per request: the runner agent's batching (src/runner/http-output.ts),
+ * at most 500 lines and 512 KiB per request; an NDJSON line is the text plus
+ * about 250 bytes of envelope (apiVersion, ids, lease token, sequence).
+ */
+function linesPerRequest(lineBytes: number): number {
+  return Math.max(1, Math.min(500, Math.floor((512 * 1024) / (lineBytes + 256))));
+}
+
+/** One side of a cell: the control plane storing, or the bare server discarding. */
+interface Side {
+  readonly lines: number;
+  readonly bytes: number;
+  readonly seconds: number;
+  readonly linesPerSecond: number;
+  readonly megabytesPerSecond: number;
+  readonly requests: number;
+  /** Bytes of the request bodies: counted by the client (NDJSON) or the bare server (both). */
+  readonly bodyBytes: number | null;
+  readonly cpu: CpuUse | undefined;
+  /** "all stored" ("all acknowledged" for bare), or what is short and why. */
+  readonly check: string;
+  readonly complete: boolean;
+  /** Ours: the transactions that stored the lines (batches). */
+  readonly commits?: number;
+}
+/** One cell of the matrix. */
+interface Cell {
+  readonly leases: number;
+  readonly lineBytes: number;
+  readonly transport: "ndjson" | "grpc";
+  readonly linesPerLease: number;
+  readonly linesPerRequest: number;
+  readonly planned: number;
+  readonly ours: Side;
+  readonly bare: Side;
+}
+
+const started = performance.now();
+const cells: Cell[] = [];
+const postmaster = await postmasterPid(options.databaseUrl);
+const pki = await createBenchPki();
+const database = await freshDatabase(options.databaseUrl, options.databaseName);
+const client = forkProcess(new URL("./clients/log-streams.ts", import.meta.url));
+const bareServer = forkProcess(new URL("./servers/bare-h2.ts", import.meta.url));
+try {
+  // Leases of 10 minutes: a cell never outlives its leases.
+  const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1, leaseSeconds: 600 });
+  try {
+    const plane = planes.inProcess!;
+    const bare = await bareServer.call<{ url: string; pid: number }>({ type: "start", certPem: pki.server.certPem, keyPem: pki.server.keyPem, caPem: pki.ca.certPem });
+    const runners = await pki.runners("s", Math.max(...leaseCounts), workspaceId);
+    await client.call({ type: "connect", url: planes.urls[0], caPem: pki.ca.certPem, runners });
+    for (const lineBytes of lineSizes) {
+      for (const leases of leaseCounts) {
+        for (const transport of transports) {
+          const cell = { leases, lineBytes, transport, linesPerLease: linesPerLease(leases, lineBytes), linesPerRequest: linesPerRequest(lineBytes) };
+          const planned = leases * cell.linesPerLease;
+          console.log(`streams-ingest: ${leases} lease(s) × ${cell.linesPerLease.toLocaleString("en-US")} lines of ${sizeLabel(lineBytes)}, ${transport}, ${cell.linesPerRequest} lines per request`);
+          await bulkInsertJobs(plane.store.db, leases, workspaceId);
+          await client.call({ type: "claim", count: leases });
+          const send = (url: string) => ({ type: "send", url, transport, lineBytes, linesPerLease: cell.linesPerLease, linesPerRequest: cell.linesPerRequest, maxMs: cellSeconds * 1000 });
+
+          let meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
+          const oursSent = await client.call<SendResult>(send(planes.urls[0]!));
+          const oursCpu = meter.stop();
+          const ours = await storedSide(plane.store.db, oursSent, lineBytes, planned, oursCpu);
+
+          meter = startCpuMeter({ server: [bare.pid], client: [client.pid] }, postmaster);
+          const bareSent = await client.call<SendResult>(send(bare.url));
+          const bareCpu = meter.stop();
+          const received = await bareServer.call<{ requests: number; bodyBytes: number }>({ type: "stats" });
+          const bareSide = discardedSide(bareSent, received, lineBytes, planned, bareCpu);
+
+          await client.call({ type: "complete" });
+          // Each cell starts from an empty log table, as in a fresh database: a later cell does not pay
+          // for the index an earlier one grew (and the embedded database gives its memory back).
+          await sql`truncate stream_messages`.execute(plane.store.db);
+          cells.push({ ...cell, planned, ours, bare: bareSide });
+          console.log(`  ours: ${ours.linesPerSecond.toLocaleString("en-US")} lines/s, ${ours.megabytesPerSecond} MB/s (${ours.check}); bare: ${bareSide.linesPerSecond.toLocaleString("en-US")} lines/s, ${bareSide.megabytesPerSecond} MB/s`);
+        }
+      }
+    }
+  } finally {
+    await planes.close();
+  }
+} finally {
+  await client.close();
+  await bareServer.close();
+  await database.drop();
+  await pki.dispose();
+}
+
+const notes = [
+  "The control plane runs in the orchestrating process (as lease-throughput's one-process row; its store is where the lines are counted, embedded or not), the runners in a client process and the bare server in a third: each has its own event loop.",
+  `Each lease is a runner with its own certificate and HTTP/2 + TLS 1.3 connection, holding one leased job; all leases of a cell send at once, one request in flight each. A line is {"stream":"stdout","text":…} with a text of exactly the line size; requests carry ${lineSizes.map((b) => `${linesPerRequest(b)} lines (${sizeLabel(b)})`).join(", ")}, the runner agent's batching (at most 500 lines and 512 KiB per request). A cell stops starting requests after ${cellSeconds} s.`,
+  "NDJSON: POST /v1/runner/logs through the runner's stream writer (src/runner/stream-writer.ts). gRPC: client streaming RunnerService.Logs through a generated client (@connectrpc/connect-node createGrpcTransport), one call per request.",
+  "Lines and MB stored are counted in stream_messages after each cell (MB: bytes of log text, 10^6), and checked lease by lease against the lines the control plane confirmed: the count and the first and last sequence. The check column says when a cell stored fewer lines than it sent, or was cut by the time bound. The table is emptied after each cell, so every cell starts from an empty one.",
+  "Bare: the same client code sends the same request bodies (same leases, tokens and sequences) to a plain Node HTTP/2 TLS 1.3 server in its own process (bench/servers/bare-h2.ts: same certificates, client certificate requested, the control plane's HTTP/2 windows) that reads and discards each body and replies 200. ours ÷ bare compares lines/s.",
+  "Lines per commit: lines stored over the transactions that stored them (distinct received_at per job). The control plane stores what has arrived of a request whenever reading on would wait for the network, so this shows how the bodies arrived: an NDJSON body comes in large chunks, a gRPC stream message by message as the client encodes them.",
+  "CPU columns: percent of one core over the cell (server = the control plane, or the bare server; client = the runner process; pg = every process of the Postgres server). Node runs each event loop on one core: a role near 100% is that row's limit. The limit column names a role at 85% of a core or more; else machine when all cores were 90% busy (other work on the machine included); else waits: commits, fsync and round trips. Where the bare side is limited by the client, the bare figure is what this client can send, not what a server can take.",
+  options.databaseUrl
+    ? "Postgres: each batch of a request's lines is one INSERT … SELECT and one commit (src/streams/append.ts); with fsync on, every commit waits for a WAL flush (the machine line shows fsync and synchronous_commit)."
+    : "Embedded: the database (PGlite, in memory: no fsync) runs inside the control plane's process, so the server column is the control plane and the database together, on one core.",
+];
+
+await publish({
+  scenario: "streams-ingest",
+  title: "Stream ingest",
+  size: options.size,
+  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
+  durationMs: Math.round(performance.now() - started),
+  machine: await describeMachine(options.databaseUrl),
+  database: options.databaseUrl ? "postgres" : "embedded",
+  notes,
+  table: {
+    title: "Stream ingest: log lines stored, against a bare HTTP/2 server discarding the same bodies",
+    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "lines per commit", "CPU % server/client/pg", "bare CPU % server/client", "limit: ours / bare", "check"],
+    rows: cells.map((c) => [
+      c.leases,
+      sizeLabel(c.lineBytes),
+      c.transport === "ndjson" ? "NDJSON" : "gRPC stream",
+      c.ours.lines,
+      round(c.ours.bytes / 1e6, 1),
+      c.ours.seconds,
+      c.ours.linesPerSecond,
+      c.ours.megabytesPerSecond,
+      c.bare.linesPerSecond,
+      c.bare.megabytesPerSecond,
+      ratio(c.ours.linesPerSecond, c.bare.linesPerSecond),
+      c.ours.commits ? Math.round(c.ours.lines / c.ours.commits) : null,
+      cpuCell(c.ours.cpu, true),
+      cpuCell(c.bare.cpu, false),
+      c.ours.cpu && c.bare.cpu ? `${limitOf(c.ours.cpu)} / ${limitOf(c.bare.cpu)}` : null,
+      c.bare.complete ? c.ours.check : `${c.ours.check}; bare: ${c.bare.check}`,
+    ]),
   },
+  figures: { leaseCounts, lineSizes, transports, cellSeconds, scale, cells },
 });
 
-if (args.serve) await serve();
-else await bench();
-
-/** The child: a control plane whose parameters arrive on stdin; answers "stats" with what is stored. */
-async function serve(): Promise<void> {
-  const lines = createInterface({ input: process.stdin });
-  const it = lines[Symbol.asyncIterator]();
-  const config = JSON.parse((await it.next()).value as string);
-  const plane = await startControlPlane({ host: "127.0.0.1", port: 0, trustDomain: "forelead", leaseSeconds: 600, maxCertLifetimeMs: 86_400_000, ...config });
-  console.log(JSON.stringify({ url: plane.url }));
-  for await (const line of { [Symbol.asyncIterator]: () => it }) {
-    if (line !== "stats") break;
-    const { rows } = await sql<{ lines: number; bytes: number }>`select count(*)::bigint as lines, coalesce(sum(octet_length(data::text)), 0)::bigint as bytes from stream_messages`.execute(plane.store.db);
-    console.log(JSON.stringify(rows[0]));
+/** What the control plane stored for the cell's leases, checked against what it confirmed to the client. */
+async function storedSide(db: Kysely<Database>, sent: SendResult, lineBytes: number, planned: number, cpu: CpuUse | undefined): Promise<Side> {
+  const jobIds = sent.leases.map((l) => l.jobId);
+  // received_at is now() of the storing transaction: its distinct values per job count the commits (batches).
+  const { rows } = await sql<{ job_id: string; lines: number; first: number; last: number; bytes: number; commits: number }>`
+    select job_id, count(*)::int as lines, min(sequence)::int8 as first, max(sequence)::int8 as last,
+           coalesce(sum(octet_length(data ->> 'text')), 0)::int8 as bytes, count(distinct received_at)::int as commits
+    from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)}) group by job_id`.execute(db);
+  const byJob = new Map(rows.map((r) => [r.job_id, r]));
+  const lines = rows.reduce((a, r) => a + r.lines, 0);
+  const bytes = rows.reduce((a, r) => a + Number(r.bytes), 0);
+  const short: string[] = [];
+  for (const lease of sent.leases) {
+    const r = byJob.get(lease.jobId);
+    const stored = r?.lines ?? 0;
+    if (stored !== lease.confirmed || (stored > 0 && (r!.first !== 1 || r!.last !== stored))) short.push(`job ${lease.jobId}: ${stored} stored (sequences ${r?.first ?? "–"}..${r?.last ?? "–"}), ${lease.confirmed} confirmed`);
   }
-  await plane.close();
+  if (bytes !== lines * lineBytes) short.push(`${bytes} bytes of text stored, ${lines * lineBytes} expected`);
+  const commits = rows.reduce((a, r) => a + r.commits, 0);
+  return { ...side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored"), commits };
 }
 
-async function bench(): Promise<void> {
-  const leases = Number(args.leases);
-  const linesPerLease = Number(args.lines);
-  const lineBytes = Number(args["line-bytes"]);
-  const maxSeconds = Number(args.seconds);
-  const slice = Number(args.slice);
-  const database = await benchDatabase();
+/** What the bare server took: the lines it acknowledged (it stores nothing). */
+function discardedSide(sent: SendResult, received: { requests: number; bodyBytes: number }, lineBytes: number, planned: number, cpu: CpuUse | undefined): Side {
+  const lines = sent.leases.reduce((a, l) => a + l.confirmed, 0);
+  const short = received.requests === sent.requests ? [] : [`${received.requests} requests received, ${sent.requests} sent`];
+  return side(sent, lines, lines * lineBytes, planned, cpu, received.bodyBytes, short, "all acknowledged");
+}
 
-  const ca = await createCertificateAuthority({ commonName: "bench CA" });
-  const server = await issueServerCertificate(ca, { hosts: ["127.0.0.1"] });
-  const adminCert = await issueClientCertificate(ca, { uris: ["spiffe://forelead/services/bench"] });
-  const child = spawn(process.execPath, [...(process.env.BENCH_PROFILE ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : []), "--import", "tsx", fileURLToPath(import.meta.url), "--serve"], { stdio: ["pipe", "pipe", "inherit"] });
-  const replies = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
-  const ask = async (line: string) => {
-    child.stdin!.write(`${line}\n`);
-    return JSON.parse((await replies.next()).value as string);
+function side(sent: SendResult, lines: number, bytes: number, planned: number, cpu: CpuUse | undefined, bodyBytes: number | null, short: string[], ok: string): Side {
+  const seconds = sent.elapsedMs / 1000;
+  const confirmed = sent.leases.reduce((a, l) => a + l.confirmed, 0);
+  const failures = sent.leases.filter((l) => l.failure);
+  if (failures.length > 0) short.unshift(`${failures.length} lease(s) refused: ${failures[0]!.failure}`);
+  else if (!sent.cut && confirmed < planned) short.unshift(`${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines confirmed`);
+  const cut = sent.cut ? `cut at ${cellSeconds} s: ${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines sent` : undefined;
+  const complete = !cut && short.length === 0 && lines === planned;
+  return {
+    lines,
+    bytes,
+    seconds: round(seconds, 2),
+    linesPerSecond: Math.round(lines / seconds),
+    megabytesPerSecond: round(bytes / 1e6 / seconds, 2),
+    requests: sent.requests,
+    bodyBytes,
+    cpu,
+    check: complete ? ok : [cut, ...(short.length > 0 ? short : [ok])].filter(Boolean).join("; "),
+    complete,
   };
-  try {
-    const { url } = await ask(
-      JSON.stringify({ tlsCertPem: server.certPem, tlsKeyPem: server.keyPem, clientCaPem: ca.certPem, database: database.location, admins: ["spiffe://forelead/services/bench"] }),
-    );
-    const admin = connect(url, ca.certPem, adminCert);
-    const runners = await Promise.all(
-      Array.from({ length: leases }, async (_, i) => {
-        const cert = await issueClientCertificate(ca, { uris: [`spiffe://forelead/runners/r${i}/workspaces/bench${i}`] });
-        const session = connect(url, ca.certPem, cert);
-        await call(session, "POST", "/v1/runner/register", { apiVersion: "v1", runnerId: `r${i}`, workspaceId: `bench${i}`, slots: 1, labels: ["linux"] });
-        await call(admin, "POST", "/v1/admin/jobs", { apiVersion: "v1", workspaceId: `bench${i}`, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } });
-        const lease = await call(session, "POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: `r${i}` });
-        return { i, session, jobId: lease.job!.id, token: lease.token! };
-      }),
-    );
-
-    const text = (i: number) => `line ${i} `.padEnd(lineBytes - 1, "x") + "\n";
-    let requests = 0;
-    const deadline = Date.now() + maxSeconds * 1000;
-    const started = performance.now();
-    await Promise.all(
-      runners.map(async (r) => {
-        const real = createSessionPost(() => r.session);
-        const post: NdjsonPost = (path, body, timeoutMs) => (requests++, real(path, body, timeoutMs));
-        const { logs } = createLeaseStreams({ post, runnerId: `r${r.i}`, jobId: r.jobId, leaseToken: r.token });
-        // Written in slices, so a lease never queues far ahead of what it has sent, like a real job's output.
-        for (let line = 1; line <= linesPerLease && Date.now() < deadline; line += slice) {
-          for (let j = line; j < line + slice && j <= linesPerLease; j++) logs.write({ stream: "stdout", text: text(j) });
-          await logs.flush();
-        }
-      }),
-    );
-    const seconds = (performance.now() - started) / 1000;
-    const stored = await ask("stats");
-    const result = {
-      at: new Date().toISOString(),
-      node: process.version,
-      cpus: cpus().length,
-      // The machine's load when the run ended: numbers from a shared machine are only comparable at similar load.
-      loadAverage1m: round(loadavg()[0]!),
-      database: database.kind,
-      leases,
-      linesPerLease,
-      lineBytes,
-      slice,
-      seconds: round(seconds),
-      requests,
-      linesStored: Number(stored.lines),
-      bytesStored: Number(stored.bytes),
-      linesPerSecond: Math.round(Number(stored.lines) / seconds),
-      megabytesPerSecond: round(Number(stored.bytes) / seconds / 1e6),
-      complete: Number(stored.lines) === leases * linesPerLease,
-    };
-    console.log(
-      `streams ingest (${database.kind}): ${result.linesStored} lines (${round(result.bytesStored / 1e6)} MB of data) from ${leases} leases in ${result.seconds} s over ${requests} requests: ` +
-        `${result.linesPerSecond} lines/s, ${result.megabytesPerSecond} MB/s stored${result.complete ? "" : " (INCOMPLETE: time bound reached)"}`,
-    );
-    // One entry per database kind, so a run on one does not erase the other's.
-    const file = new URL("results/streams-ingest.json", import.meta.url);
-    await mkdir(new URL("results/", import.meta.url), { recursive: true });
-    const previous = await readFile(file, "utf8").then((t) => JSON.parse(t) as Record<string, unknown>, () => ({}));
-    const kept = "database" in previous ? {} : previous; // the file's older single-run shape
-    await writeFile(file, `${JSON.stringify({ ...kept, [database.kind]: result }, null, 2)}\n`);
-    for (const r of runners) r.session.close();
-    admin.close();
-  } finally {
-    await stop(child);
-    await database.drop();
-  }
 }
 
-function round(x: number): number {
-  return Math.round(x * 100) / 100;
+/**
+ * What most likely held a figure back: a role using 85% of a core or more
+ * (its event loop is saturated), else the machine when its cores were 90%
+ * busy (with other work too), else waiting (commits, fsync, round trips).
+ */
+function limitOf(cpu: CpuUse): string {
+  const [role, pct] = Object.entries(cpu.rolesPctOfCore).sort((a, b) => b[1] - a[1])[0] ?? ["", 0];
+  if (pct >= 85) return `${role} CPU`;
+  if (cpu.machineBusyPct >= 90) return `machine ${cpu.machineBusyPct}% busy`;
+  return "waits";
 }
 
-function connect(url: string, ca: string, cert: { certPem: string; keyPem: string }): http2.ClientHttp2Session {
-  const session = http2.connect(url, { ca, cert: cert.certPem, key: cert.keyPem });
-  session.on("error", (err) => console.error(`bench: connection error: ${err.message}`));
-  return session;
+function cpuCell(cpu: CpuUse | undefined, withPostgres: boolean): string | null {
+  if (!cpu) return null;
+  const r = cpu.rolesPctOfCore;
+  return [r.server ?? 0, r.client ?? 0, ...(withPostgres ? [r.postgres ?? "–"] : [])].join("/");
 }
 
-/** A JSON reply of the control plane. */
-interface Reply {
-  readonly token?: string;
-  readonly job?: { readonly id: string };
-}
-
-function call(session: http2.ClientHttp2Session, method: string, path: string, body: unknown): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const stream = session.request({ ":method": method, ":path": path, "content-type": "application/json" });
-    const chunks: Buffer[] = [];
-    let status = 0;
-    stream.on("response", (h) => (status = Number(h[":status"])));
-    stream.on("data", (c: Buffer) => chunks.push(c));
-    stream.on("error", reject);
-    stream.on("end", () => {
-      const text = Buffer.concat(chunks).toString("utf8");
-      if (status >= 300) reject(new Error(`${method} ${path}: ${status} ${text}`));
-      else resolve(text ? JSON.parse(text) : {});
-    });
-    stream.end(JSON.stringify(body));
-  });
-}
-
-async function benchDatabase(): Promise<{ location: string; kind: string; drop(): Promise<void> }> {
-  const url = process.env.DATABASE_URL;
-  if (!url) return { location: "memory://", kind: "embedded PGlite", drop: async () => {} };
-  const name = `forelead_bench_${process.pid}`;
-  const run = async (statement: string) => {
-    const client = new pg.Client({ connectionString: url });
-    await client.connect();
-    await client.query(statement).finally(() => client.end());
-  };
-  await run(`CREATE DATABASE ${name}`);
-  const location = new URL(url);
-  location.pathname = `/${name}`;
-  return { location: location.toString(), kind: "postgres", drop: () => run(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return;
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  child.stdin!.end();
-  const killer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-  await exited;
-  clearTimeout(killer);
+function sizeLabel(bytes: number): string {
+  return bytes % 1024 === 0 ? `${bytes / 1024} KiB` : `${bytes} B`;
 }

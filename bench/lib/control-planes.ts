@@ -26,6 +26,8 @@ export interface PlanesOptions {
   readonly count: number;
   /** In-process only: the broker's batching instead of its default (to measure what batching buys). */
   readonly batching?: BatcherOptions;
+  /** In-process only: lease duration instead of 30 s (a scenario that holds leases for minutes). */
+  readonly leaseSeconds?: number;
 }
 
 /** Starts `count` control planes on loopback ports (one after the other, so migrations do not race). */
@@ -41,7 +43,7 @@ export async function startPlanes(options: PlanesOptions): Promise<Planes> {
       trustDomain: "forelead",
       database: options.database,
       admins: [benchAdminId],
-      leaseSeconds: 30,
+      leaseSeconds: options.leaseSeconds ?? 30,
       maxCertLifetimeMs: 24 * 3600 * 1000,
       ...(options.batching ? { batching: options.batching } : {}),
     });

@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
  * The scenarios of `npm run bench`, in the order of the issue. Each is a
  * script bench/<name>.ts that takes --size tiny|full, prints one table and
  * writes bench/results/<name>.json; one missing from this checkout is
- * skipped (streams-ingest comes with the streams work).
+ * skipped.
  */
 export const scenarios = ["lease-throughput", "pickup-latency", "streams-ingest", "connections", "queue-scale"] as const;
 

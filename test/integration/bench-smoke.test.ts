@@ -30,7 +30,7 @@ describe(`benchmarks at tiny size (${databaseKind})`, () => {
     expect(code, output).toBe(0);
 
     const scenarios = presentScenarios();
-    expect(scenarios).toEqual(expect.arrayContaining(["lease-throughput", "pickup-latency", "connections", "queue-scale"]));
+    expect(scenarios).toEqual(expect.arrayContaining(["lease-throughput", "pickup-latency", "streams-ingest", "connections", "queue-scale"]));
     for (const scenario of scenarios) {
       const report = JSON.parse(await readFile(path.join(dir, `${scenario}.json`), "utf8")) as ScenarioReport;
       expect(report.scenario).toBe(scenario);
@@ -50,11 +50,31 @@ describe(`benchmarks at tiny size (${databaseKind})`, () => {
     expect(systems).toEqual(expect.arrayContaining(expected));
     for (const row of leases.table.rows) expect(row[3]).toBeGreaterThan(0); // jobs/s
 
+    // Every cell (1 and 4 leases × 100 B and 10 KiB × NDJSON and gRPC) stored all its lines, and the bare server took them all.
+    const streams = JSON.parse(await readFile(path.join(dir, "streams-ingest.json"), "utf8")) as ScenarioReport;
+    const cells = (streams.figures as { cells: Array<{ planned: number; ours: IngestSide; bare: IngestSide }> }).cells;
+    expect(cells).toHaveLength(8);
+    for (const cell of cells) {
+      expect(cell.ours, JSON.stringify(cell.ours)).toMatchObject({ complete: true, check: "all stored", lines: cell.planned });
+      expect(cell.ours.linesPerSecond).toBeGreaterThan(0);
+      expect(cell.bare, JSON.stringify(cell.bare)).toMatchObject({ complete: true, lines: cell.planned });
+      expect(cell.bare.linesPerSecond).toBeGreaterThan(0);
+    }
+    for (const row of streams.table.rows) expect(row[row.length - 1]).toBe("all stored");
+
     const queue = JSON.parse(await readFile(path.join(dir, "queue-scale.json"), "utf8")) as ScenarioReport;
     // The claim uses its index (plans come from auto_explain, which only a Postgres server has).
     for (const row of queue.table.rows) expect(row[6]).toBe(databaseKind === "postgres" ? "jobs_claimable" : "– (embedded)");
   }, limitMs + 20_000);
 });
+
+/** One side of a streams-ingest cell, as bench/streams-ingest.ts writes it. */
+interface IngestSide {
+  readonly lines: number;
+  readonly linesPerSecond: number;
+  readonly complete: boolean;
+  readonly check: string;
+}
 
 function runNode(args: readonly string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
