@@ -33,7 +33,7 @@ export interface Wake {
 export interface Waiter {
   /** Resolves with the wake, or undefined after `ms` or when `signal` aborts. */
   wait(ms: number, signal?: AbortSignal): Promise<Wake | undefined>;
-  /** Disarms without waiting. */
+  /** Disarms without waiting; a wake that arrived meanwhile and was not returned by wait() goes to the next waiter. */
   cancel(): void;
   /** Hands an unused wake to the next waiter that has not tried it. */
   relay(wake: Wake): void;
@@ -82,14 +82,18 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
         if (q && i !== -1) q.splice(i, 1);
         if (q && q.length === 0) waiting.delete(workspaceId);
       };
+      // Whether wait() handed the wake to the claim loop, which then relays it itself if unused.
+      let delivered = false;
       return {
         wait(ms, signal) {
           if (woken || ms <= 0 || signal?.aborted) {
             disarm();
+            delivered = woken !== undefined;
             return Promise.resolve(woken);
           }
           return new Promise((resolve) => {
             const done = (w: Wake | undefined) => {
+              delivered = w !== undefined;
               clearTimeout(timer);
               signal?.removeEventListener("abort", aborted);
               disarm();
@@ -101,7 +105,15 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
             resolveWait = done;
           });
         },
-        cancel: disarm,
+        cancel() {
+          disarm();
+          // Woken while its claim was running, then done (leased another job, or gave up): the
+          // wake was never used for the job it announced; pass it on, or that job waits for the next enqueue.
+          if (woken && !delivered && woken.workspaceId) {
+            delivered = true;
+            wakeNext(woken);
+          }
+        },
         relay(wake) {
           wake.tried.add(id);
           wakeNext(wake);
