@@ -174,13 +174,82 @@ export function checkCompletion(input: CompletionInput): CheckedCompletion {
  * even after the lease ended. A different completion after the lease ended is
  * refused (409). A failure marked retryable requeues the job while attempts
  * remain (unless a cancel was requested).
+ *
+ * The usual case (a live lease, first completion) is one statement
+ * (settleLeases); anything else is told apart by completeJobInTransaction.
  */
 export async function completeJob(db: Kysely<Database>, input: CompletionInput): Promise<JobSnapshot> {
-  const { jobId, tokenHash, outcome, error, artifacts, completionSha256 } = checkCompletion(input);
+  const checked = checkCompletion(input);
+  const [reply] = await settleLeases(db, [{ input, checked }]);
+  return reply ?? completeJobInTransaction(db, input, checked);
+}
+
+/** A completion with its checked fields, as settleLeases takes it. */
+export interface CheckedItem {
+  readonly input: CompletionInput;
+  readonly checked: CheckedCompletion;
+}
+
+/**
+ * Settles the live leases among `items` in one statement (one round trip, one
+ * commit): the job rows, the lease rows (ended, with the completion id, hash
+ * and the settled job row as the stored reply) and the wakeup for requeued
+ * jobs. Returns the reply of each completion it settled, undefined for the
+ * others (not a live lease of that runner, already settled, or a second
+ * completion of one job in the same call): completeJobInTransaction answers
+ * those, a repeat with the stored reply and everything else with its error.
+ */
+export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[]): Promise<Array<JobSnapshot | undefined>> {
+  const { rows } = await sql<JobRow & { ord: number }>`
+    with j as (
+      update jobs set
+        state = case
+          when i.outcome = 'failed' and i.retryable and jobs.attempts < jobs.max_attempts and not jobs.cancel_requested then 'queued'
+          else i.outcome end,
+        exit_code = i.exit_code,
+        error = i.error::jsonb,
+        artifacts = case
+          when i.outcome = 'failed' and i.retryable and jobs.attempts < jobs.max_attempts and not jobs.cancel_requested then null
+          else i.artifacts::jsonb end,
+        settled_at = case
+          when i.outcome = 'failed' and i.retryable and jobs.attempts < jobs.max_attempts and not jobs.cancel_requested then null
+          else now() end,
+        runner_id = null, lease_id = null, lease_token_sha256 = null, lease_expires_at = null, updated_at = now()
+      from unnest(
+        ${items.map((_, i) => i)}::int[], ${items.map((it) => it.checked.jobId)}::uuid[], ${items.map((it) => it.input.workspaceId)}::text[],
+        ${items.map((it) => it.input.runnerId)}::text[], ${items.map((it) => it.checked.tokenHash.toString("hex"))}::text[], ${items.map((it) => it.checked.outcome)}::text[],
+        ${items.map((it) => it.checked.error?.retryable ?? false)}::boolean[], ${items.map((it) => it.input.exitCode ?? null)}::int[],
+        ${items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null))}::text[], ${items.map((it) => it.checked.artifacts)}::text[],
+        ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
+      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, completion_id, completion_sha256)
+      where jobs.id = i.job_id and jobs.workspace_id = i.workspace_id and jobs.runner_id = i.runner_id
+        and jobs.state = 'running' and jobs.lease_token_sha256 = decode(i.token_hex, 'hex') and jobs.lease_expires_at > now()
+      returning jobs.*, to_jsonb(jobs.*) as reply_row, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
+    ), l as (
+      update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
+        completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
+      from j where leases.token_sha256 = decode(j.token_hex, 'hex')
+    ), wake as (
+      select pg_notify(${jobsChannel}, q.w) from (select distinct workspace_id as w from j where state = 'queued') q
+    )
+    select j.*, (select count(*) from wake) as woken from j`.execute(db);
+  const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
+  for (const row of rows) replies[row.ord] = jobSnapshot(row);
+  return replies;
+}
+
+/**
+ * completeJob for a completion settleLeases did not settle: in a transaction
+ * holding the lease row, a repeat gets the stored reply, a different
+ * completion 409, a dead lease its refusal; a live lease (settleLeases raced
+ * with something that let go of it) is settled here.
+ */
+export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion): Promise<JobSnapshot> {
+  const { jobId, tokenHash, outcome, error, artifacts, completionSha256 } = checked;
   return db.transaction().execute(async (tx) => {
     const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
     if (lease?.completion_id) {
-      if (lease.completion_id === input.completionId && lease.completion_sha256 === completionSha256) return lease.completion_reply as JobSnapshot;
+      if (lease.completion_id === input.completionId && lease.completion_sha256 === completionSha256) return storedReply(tx, lease.id);
       throw new ConnectError(`job ${jobId} was already completed under this lease by completion ${JSON.stringify(lease.completion_id)}; a different completion is refused`, Code.Aborted);
     }
     const { rows } = await sql<JobRow>`
@@ -209,20 +278,23 @@ export async function completeJob(db: Kysely<Database>, input: CompletionInput):
       throw await leaseRefusal(tx, input, jobId, tokenHash);
     }
     const reply = jobSnapshot(row);
-    await tx
-      .updateTable("leases")
-      .set({
-        ended_at: sql`now()`,
-        end_reason: row.state === "queued" ? "requeued" : "settled",
-        completion_id: input.completionId,
-        completion_sha256: completionSha256,
-        completion_reply: JSON.stringify(reply),
-      })
-      .where("id", "=", lease!.id)
-      .execute();
+    await sql`
+      update leases set ended_at = now(), end_reason = ${row.state === "queued" ? "requeued" : "settled"}, completion_id = ${input.completionId},
+        completion_sha256 = ${completionSha256}, completion_reply = (select to_jsonb(j.*) from jobs j where j.id = ${jobId})
+      where id = ${lease!.id}`.execute(tx);
     if (row.state === "queued") await sql`select pg_notify(${jobsChannel}, ${input.workspaceId})`.execute(tx);
     return reply;
   });
+}
+
+
+/**
+ * The reply stored with a completion: the job row as it was settled (stored
+ * as jsonb, read back as a row of jobs), so a repeat gets the same view.
+ */
+async function storedReply(db: Kysely<Database>, leaseId: number): Promise<JobSnapshot> {
+  const { rows } = await sql<JobRow>`select r.* from leases l cross join lateral jsonb_populate_record(null::jobs, l.completion_reply) r where l.id = ${leaseId}`.execute(db);
+  return jobSnapshot(rows[0]!);
 }
 
 /**
