@@ -7,10 +7,10 @@ import { startPlanes } from "./lib/control-planes.js";
 import { residentBytes, startCpuMeter, type CpuUse } from "./lib/cpu.js";
 import { freshDatabase } from "./lib/database.js";
 import { forkProcess, type BenchProcess } from "./lib/fork.js";
-import { describeMachine, postmasterPid } from "./lib/machine.js";
+import { postmasterPid } from "./lib/machine.js";
 import { intFlag, intListFlag, parseOptions } from "./lib/options.js";
 import { createBenchPki, type RunnerIdentity } from "./lib/pki.js";
-import { publish } from "./lib/report.js";
+import { publishScenario } from "./lib/report.js";
 import { ratio, round, summarize, type LatencySummary } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { runners: "string", "handshake-seconds": "string", concurrency: "string" });
@@ -98,14 +98,9 @@ const notes = [
 ];
 if (tiny && targets[targets.length - 1]! < 10_000) notes.push("Tiny size: a few dozen runners; the published figures use 2,000 and 10,000.");
 
-await publish({
+await publishScenario(options, started, {
   scenario: "connections",
   title: "Connections",
-  size: options.size,
-  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
-  durationMs: Math.round(performance.now() - started),
-  machine: await describeMachine(options.databaseUrl),
-  database: options.databaseUrl ? "postgres" : "embedded",
   notes,
   table: {
     title: "Connections: idle runners and full mTLS handshakes",

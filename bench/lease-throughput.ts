@@ -9,12 +9,12 @@ import { startPlanes, type Planes } from "./lib/control-planes.js";
 import { startCpuMeter, type CpuUse } from "./lib/cpu.js";
 import { freshDatabase } from "./lib/database.js";
 import { forkProcess } from "./lib/fork.js";
-import { describeMachine, postmasterPid } from "./lib/machine.js";
+import { postmasterPid } from "./lib/machine.js";
 import { intFlag, intListFlag, parseOptions } from "./lib/options.js";
 import { bossEnqueue, bossFetchComplete, bossWork, graphileEnqueue, graphileThroughput, poolSize, type PeerThroughput, type StartMeter } from "./lib/peers.js";
 import { createBenchPki, type BenchPki } from "./lib/pki.js";
 import { bulkInsertJobs, jobStates } from "./lib/queue-sql.js";
-import { publish } from "./lib/report.js";
+import { publishScenario } from "./lib/report.js";
 import { ratio, round, summarize, type LatencySummary } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { jobs: "string", "jobs-at-1": "string", concurrency: "string", systems: "string", out: "string" });
@@ -75,14 +75,9 @@ notes.push(
 );
 
 const oursAt = (n: number, processes: number) => runs.find((r) => r.system === `ours, ${processes} process${processes > 1 ? "es" : ""}` && r.concurrency === n);
-await publish({
+await publishScenario(options, started, {
   scenario: resultName,
   title: "Lease throughput",
-  size: options.size,
-  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
-  durationMs: Math.round(performance.now() - started),
-  machine: await describeMachine(options.databaseUrl),
-  database: options.databaseUrl ? "postgres" : "embedded",
   notes,
   table: {
     title: "Lease throughput: pre-enqueued no-op jobs, claim → complete, N at once",

@@ -7,11 +7,11 @@ import { startPlanes } from "./lib/control-planes.js";
 import { startCpuMeter } from "./lib/cpu.js";
 import { freshDatabase } from "./lib/database.js";
 import { forkProcess } from "./lib/fork.js";
-import { describeMachine, postmasterPid } from "./lib/machine.js";
+import { postmasterPid } from "./lib/machine.js";
 import { intFlag, parseOptions } from "./lib/options.js";
 import { graphilePickup } from "./lib/peers.js";
 import { createBenchPki } from "./lib/pki.js";
-import { publish } from "./lib/report.js";
+import { publishScenario } from "./lib/report.js";
 import { summarize, type LatencySummary } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { jobs: "string", runners: "string", rate: "string", warmup: "string" });
@@ -94,14 +94,9 @@ const notes = [
 ];
 if (!options.databaseUrl) notes.push("No DATABASE_URL: ours ran on the embedded database; graphile-worker needs a Postgres server and was skipped.");
 
-await publish({
+await publishScenario(options, started, {
   scenario: "pickup-latency",
   title: "Pickup latency",
-  size: options.size,
-  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
-  durationMs: Math.round(performance.now() - started),
-  machine: await describeMachine(options.databaseUrl),
-  database: options.databaseUrl ? "postgres" : "embedded",
   notes,
   table: {
     title: `Pickup latency: enqueue → lease, ${jobs.toLocaleString("en-US")} jobs at ${rate}/s, ${runnerCount} waiting`,

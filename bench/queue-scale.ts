@@ -10,12 +10,11 @@ import type { Store } from "../src/store/database.js";
 import { startPlanes } from "./lib/control-planes.js";
 import { freshDatabase } from "./lib/database.js";
 import { forkProcess } from "./lib/fork.js";
-import { describeMachine } from "./lib/machine.js";
 import { intFlag, intListFlag, parseOptions } from "./lib/options.js";
 import { captureStatement, explainNested } from "./lib/plans.js";
 import { createBenchPki } from "./lib/pki.js";
 import { bulkInsertJobs } from "./lib/queue-sql.js";
-import { publish } from "./lib/report.js";
+import { publishScenario } from "./lib/report.js";
 import { summarize, type LatencySummary } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { queued: "string", claims: "string" });
@@ -58,14 +57,9 @@ const notes = [
 ];
 if (!options.databaseUrl) notes.push("No DATABASE_URL: ran on the embedded database (PGlite).");
 
-await publish({
+await publishScenario(options, started, {
   scenario: "queue-scale",
   title: "Scale of the queue",
-  size: options.size,
-  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
-  durationMs: Math.round(performance.now() - started),
-  machine: await describeMachine(options.databaseUrl),
-  database: options.databaseUrl ? "postgres" : "embedded",
   notes,
   table: {
     title: `Claim latency by queue length (${claims.toLocaleString("en-US")} claims, one runner)`,

@@ -13,11 +13,11 @@ import { startPlanes } from "./lib/control-planes.js";
 import { startCpuMeter, type CpuUse } from "./lib/cpu.js";
 import { freshDatabase } from "./lib/database.js";
 import { forkProcess } from "./lib/fork.js";
-import { describeMachine, postmasterPid } from "./lib/machine.js";
+import { postmasterPid } from "./lib/machine.js";
 import { intFlag, intListFlag, parseOptions } from "./lib/options.js";
 import { createBenchPki } from "./lib/pki.js";
 import { bulkInsertJobs } from "./lib/queue-sql.js";
-import { publish } from "./lib/report.js";
+import { publishScenario } from "./lib/report.js";
 import { ratio, round } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { leases: "string", "line-bytes": "string", transports: "string", seconds: "string", scale: "string" });
@@ -149,14 +149,9 @@ const notes = [
     : "Embedded: the database (PGlite, in memory: no fsync) runs inside the control plane's process, so the server column is the control plane and the database together, on one core.",
 ];
 
-await publish({
+await publishScenario(options, started, {
   scenario: "streams-ingest",
   title: "Stream ingest",
-  size: options.size,
-  startedAt: new Date(Date.now() - (performance.now() - started)).toISOString(),
-  durationMs: Math.round(performance.now() - started),
-  machine: await describeMachine(options.databaseUrl),
-  database: options.databaseUrl ? "postgres" : "embedded",
   notes,
   table: {
     title: "Stream ingest: log lines stored, against a bare HTTP/2 server discarding the same bodies",

@@ -1,4 +1,4 @@
-import { CompiledQuery, type Kysely, type KyselyPlugin } from "kysely";
+import type { CompiledQuery, Kysely, KyselyPlugin } from "kysely";
 import pg from "pg";
 import type { Database } from "../../src/store/schema.js";
 

@@ -1,7 +1,8 @@
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Machine } from "./machine.js";
+import { describeMachine, type Machine } from "./machine.js";
+import type { CommonOptions } from "./options.js";
 
 /** One printed table: what a scenario shows on the terminal and in docs/performance.md. */
 export interface Table {
@@ -55,4 +56,24 @@ export async function publish(report: ScenarioReport): Promise<string> {
   await rename(`${file}.tmp`, file);
   console.log(`\nwrote ${path.relative(process.cwd(), file)} (${(report.durationMs / 1000).toFixed(1)} s)`);
   return file;
+}
+
+/** What a scenario measured; publishScenario adds the run's envelope (size, times, machine, database). */
+export type ScenarioResult = Pick<ScenarioReport, "scenario" | "title" | "notes" | "table" | "figures">;
+
+/**
+ * Publishes `result` with the envelope every report carries: the size and
+ * database of `options`, the time since `started` (a performance.now()
+ * reading taken when the scenario began) and the machine.
+ */
+export async function publishScenario(options: CommonOptions, started: number, result: ScenarioResult): Promise<string> {
+  const durationMs = Math.round(performance.now() - started);
+  return publish({
+    ...result,
+    size: options.size,
+    startedAt: new Date(Date.now() - durationMs).toISOString(),
+    durationMs,
+    machine: await describeMachine(options.databaseUrl),
+    database: options.databaseUrl ? "postgres" : "embedded",
+  });
 }
