@@ -15,8 +15,9 @@ import { checkCompletion, claimJob, claimLeases, completeJob, completeJobInTrans
 
 /**
  * Claims for each holder: one call of claimLeases for the lot, or claimJob
- * one by one if that call fails (a runner in it is not registered, or a
- * deadlock), so each request gets its own answer or error.
+ * one by one, in arrival order, if that call fails (a runner in it is not
+ * registered, or a deadlock), so each request gets its own answer or error
+ * and a runner's free slots still go to its earliest requests.
  */
 export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number): Promise<Array<PromiseSettledResult<LeaseView | undefined>>> {
   if (holders.length > 1) {
@@ -26,7 +27,9 @@ export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHo
       // Rolled back whole: nothing was claimed.
     }
   }
-  return settleEach(holders, (h) => claimJob(db, h, leaseSeconds));
+  const results: Array<PromiseSettledResult<LeaseView | undefined>> = [];
+  for (const h of holders) results.push(...(await settleEach([h], (one) => claimJob(db, one, leaseSeconds))));
+  return results;
 }
 
 /** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */

@@ -152,7 +152,7 @@ export interface CheckedCompletion {
   readonly completionSha256: string;
 }
 
-/** Checks a completion's fields (400 naming the bad one); shared by completeJob and the batched completeJobs. */
+/** Checks a completion's fields (400 naming the bad one); shared by completeJob and completeBatch. */
 export function checkCompletion(input: CompletionInput): CheckedCompletion {
   const jobId = checkJobId(input.jobId);
   const tokenHash = checkLeaseToken(input.leaseToken);
@@ -241,52 +241,28 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
 /**
  * completeJob for a completion settleLeases did not settle: in a transaction
  * holding the lease row, a repeat gets the stored reply, a different
- * completion 409, a dead lease its refusal; a live lease (settleLeases raced
- * with something that let go of it) is settled here.
+ * completion 409, a settled job or a dead lease its refusal (and a lease
+ * found live after all is settled by settleLeases under the lock).
  */
 export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion): Promise<JobSnapshot> {
-  const { jobId, tokenHash, outcome, error, artifacts, completionSha256 } = checked;
+  const { jobId, tokenHash, completionSha256 } = checked;
   return db.transaction().execute(async (tx) => {
     const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
     if (lease?.completion_id) {
       if (lease.completion_id === input.completionId && lease.completion_sha256 === completionSha256) return storedReply(tx, lease.id);
       throw new ConnectError(`job ${jobId} was already completed under this lease by completion ${JSON.stringify(lease.completion_id)}; a different completion is refused`, Code.Aborted);
     }
-    const { rows } = await sql<JobRow>`
-      update jobs set
-        state = case
-          when ${outcome} = 'failed' and ${error?.retryable ?? false} and attempts < max_attempts and not cancel_requested then 'queued'
-          else ${outcome} end,
-        exit_code = ${input.exitCode ?? null},
-        error = ${error ? JSON.stringify(error) : null}::jsonb,
-        artifacts = case
-          when ${outcome} = 'failed' and ${error?.retryable ?? false} and attempts < max_attempts and not cancel_requested then null
-          else ${artifacts}::jsonb end,
-        settled_at = case
-          when ${outcome} = 'failed' and ${error?.retryable ?? false} and attempts < max_attempts and not cancel_requested then null
-          else now() end,
-        runner_id = null, lease_id = null, lease_token_sha256 = null, lease_expires_at = null, updated_at = now()
-      where id = ${jobId} and workspace_id = ${input.workspaceId} and runner_id = ${input.runnerId}
-        and state = 'running' and lease_token_sha256 = ${tokenHash} and lease_expires_at > now()
-      returning *`.execute(tx);
-    const row = rows[0];
-    if (!row) {
-      const settled = await tx.selectFrom("jobs").select(["state"]).where("id", "=", jobId).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
-      if (settled && ["succeeded", "failed", "cancelled"].includes(settled.state)) {
-        throw new ConnectError(`job ${jobId} is already ${settled.state}; a different completion is refused`, Code.Aborted);
-      }
-      throw await leaseRefusal(tx, input, jobId, tokenHash);
+    // Not completed under this lease: settle it here if it is live after all (the lock is now held),
+    // else say why it cannot be.
+    const [reply] = await settleLeases(tx, [{ input, checked }]);
+    if (reply) return reply;
+    const settled = await tx.selectFrom("jobs").select(["state"]).where("id", "=", jobId).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
+    if (settled && ["succeeded", "failed", "cancelled"].includes(settled.state)) {
+      throw new ConnectError(`job ${jobId} is already ${settled.state}; a different completion is refused`, Code.Aborted);
     }
-    const reply = jobSnapshot(row);
-    await sql`
-      update leases set ended_at = now(), end_reason = ${row.state === "queued" ? "requeued" : "settled"}, completion_id = ${input.completionId},
-        completion_sha256 = ${completionSha256}, completion_reply = (select to_jsonb(j.*) from jobs j where j.id = ${jobId})
-      where id = ${lease!.id}`.execute(tx);
-    if (row.state === "queued") await sql`select pg_notify(${jobsChannel}, ${input.workspaceId})`.execute(tx);
-    return reply;
+    throw await leaseRefusal(tx, input, jobId, tokenHash);
   });
 }
-
 
 /**
  * The reply stored with a completion: the job row as it was settled (stored
