@@ -98,18 +98,26 @@ interface PendingScope {
   readonly decide: (decision: AuditRecord["decision"], reason: string) => void;
 }
 
-const admissionKey = createContextKey<Admission | undefined>(undefined, { description: "authorization done" });
+const admissionKey = createContextKey<Admission | ConnectError | undefined>(undefined, { description: "authorization done" });
 
 /**
- * Authorizes the request of `ctx` once: the REST router calls it before it
- * reads a body (so an unauthenticated client learns nothing from parsing and
- * is audited), and the guarded handler's own call then returns the same
- * answer without a second decision or audit record.
+ * Authorizes the request of `ctx` once: the REST router and, for Connect and
+ * gRPC calls, the server call it before a body is read (so an unauthenticated
+ * client learns nothing from parsing and is audited), and the guarded
+ * handler's own call then returns the same answer, or throws the same
+ * refusal, without a second decision or audit record.
  */
 export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Admission {
   const done = ctx.values.get(admissionKey);
+  if (done instanceof ConnectError) throw done;
   if (done) return done;
-  const admission = authorize(ctx, ctx.method, ruleOf(ctx.method), options);
+  let admission: Admission;
+  try {
+    admission = authorize(ctx, ctx.method, ruleOf(ctx.method), options);
+  } catch (err) {
+    if (err instanceof ConnectError) ctx.values.set(admissionKey, err);
+    throw err;
+  }
   ctx.values.set(admissionKey, admission);
   return admission;
 }

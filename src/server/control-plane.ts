@@ -6,7 +6,7 @@ import type { Http2Session } from "node:http2";
 import type { AddressInfo } from "node:net";
 import { createSecureContext } from "node:tls";
 import type { DescService } from "@bufbuild/protobuf";
-import { createContextValues, type ConnectRouter, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import { createContextValues, type ConnectRouter, type ContextValues, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
@@ -35,6 +35,7 @@ import { openStore, type Store } from "../store/database.js";
 import { createStreams, type Streams } from "../streams/streams.js";
 import { createDbClock, type DbClock } from "../store/db-clock.js";
 import { createRequestIdentifier } from "./identity.js";
+import { createProcedureCheck } from "./procedure-check.js";
 
 /** Everything `forelead serve` needs, already read from flags and files. */
 export interface ControlPlaneOptions {
@@ -145,13 +146,20 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       return { service, impl };
     });
     const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
-    const contextValues = (req: http2.Http2ServerRequest) => createContextValues().set(requestIdentityKey, identify(req));
+    // One set of context values per request: the procedure check, Connect and the REST router share it.
+    const valuesOf = new WeakMap<http2.Http2ServerRequest, ContextValues>();
+    const contextValues = (req: http2.Http2ServerRequest) => {
+      let values = valuesOf.get(req);
+      if (!values) valuesOf.set(req, (values = createContextValues().set(requestIdentityKey, identify(req))));
+      return values;
+    };
+    const checkProcedure = createProcedureCheck(serviceList, guardOptions);
     const bindings: RestBinding[] = routeTable(services.map((s) => s.service)).map((entry) => {
       const impl = services.find((s) => s.service === entry.service)!.impl as Record<string, (...args: unknown[]) => unknown>;
       return { entry, handler: impl[entry.method.localName]! };
     });
     const rest = createRestRouter({ bindings, contextValues, maxBodyBytes, preauthorize: (ctx) => void authorizeOnce(ctx, guardOptions) });
-    const handler = connectNodeAdapter({
+    const connectHandler = connectNodeAdapter({
       routes: (router: ConnectRouter) => services.forEach((s) => router.service(s.service, s.impl)),
       fallback: rest as Parameters<typeof connectNodeAdapter>[0]["fallback"],
       contextValues: contextValues as never,
@@ -159,6 +167,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       readMaxBytes: maxBodyBytes,
       jsonOptions: { ignoreUnknownFields: true },
     });
+    const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+      checkProcedure(req, contextValues(req));
+      connectHandler(req, res);
+    };
     const server = http2.createSecureServer(
       {
         cert: options.tlsCertPem,

@@ -13,7 +13,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createCertificateAuthority, issueClientCertificate, type IssuedCertificate } from "../../src/identity/ca.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
-import { createRestClient, createTestClient, type RestReply, type RpcProtocol } from "../support/clients.js";
+import { createRestClient, createTestClient, rpcProtocols, type RestReply, type RpcProtocol } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 
 const HOUR = 3_600_000;
@@ -416,5 +416,34 @@ describe(`identity comes before the body (${databaseKind})`, () => {
     await cp.plane.audit.flush();
     const denied = await cp.plane.store.db.selectFrom("audit_records").selectAll().where("route", "=", "POST /v1/runner/register").where("decision", "=", "deny").where("reason", "like", "no client certificate%").execute();
     expect(denied.length).toBeGreaterThanOrEqual(2);
+  });
+
+  const connectRegister = "POST /forelead.runner.v1.RunnerService/Register";
+  const auditRows = async (serial: string | undefined, route: string) => {
+    await cp.plane.audit.flush();
+    const rows = await cp.plane.store.db.selectFrom("audit_records").selectAll().where("route", "=", route).execute();
+    return serial === undefined ? rows : rows.filter((r) => r.certificate_serial === serial);
+  };
+
+  it("Connect: a request without a certificate and with a malformed body is audited as refused before the body is parsed", async () => {
+    const before = (await auditRows(undefined, connectRegister)).filter((r) => r.decision === "deny" && r.reason.startsWith("no client certificate")).length;
+    const reply = await send(undefined, "POST", "/forelead.runner.v1.RunnerService/Register", "{not json");
+    expect(reply.status).toBeGreaterThanOrEqual(400); // Connect answers its own parse error; the identity was decided first
+    const after = (await auditRows(undefined, connectRegister)).filter((r) => r.decision === "deny" && r.reason.startsWith("no client certificate")).length;
+    expect(after).toBe(before + 1);
+  });
+
+  it.each(rpcProtocols)("%s: a refused and an allowed call are each decided and audited once", async (protocol) => {
+    const expired = await cp.pki.runner("r1", "w1", { notBefore: new Date(Date.now() - 2 * HOUR), notAfter: new Date(Date.now() - HOUR) });
+    const err = await rpcError(() => createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, expired, protocol).register({ ...registration, memoryBytes: 1n << 30n }));
+    expect(err.code).toBe(Code.Unauthenticated);
+    expect(err.rawMessage).toContain("expired");
+    const denied = await auditRows(expired.serialHex, connectRegister);
+    expect(denied.map((r) => r.decision)).toEqual(["deny"]);
+
+    const allowed = await cp.pki.runner("r1", "w1");
+    await createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, allowed, protocol).register({ ...registration, memoryBytes: 1n << 30n });
+    const admitted = await auditRows(allowed.serialHex, connectRegister);
+    expect(admitted.map((r) => [r.decision, r.reason])).toEqual([["allow", `runner ${r1}`]]);
   });
 });
