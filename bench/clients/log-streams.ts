@@ -12,7 +12,7 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createSessionPost, createStreamWriter, lastAcceptedHeader, type NdjsonPost } from "../../src/runner/stream-writer.js";
 import { serveRequests, type Message } from "../lib/fork.js";
-import { connectH2, type H2Client } from "../lib/h2.js";
+import { connectH2, connectRunner, type H2Client } from "../lib/h2.js";
 import type { RunnerIdentity } from "../lib/pki.js";
 import { nowMs } from "../lib/stats.js";
 
@@ -71,24 +71,7 @@ serveRequests(async (m) => {
 async function connect(m: Message): Promise<Message> {
   caPem = m.caPem as string;
   identities = m.runners as RunnerIdentity[];
-  sessions = await Promise.all(
-    identities.map(async (id) => {
-      const client = await connectH2(m.url as string, { caPem, certPem: id.certPem, keyPem: id.keyPem });
-      const reply = await client.post("/v1/runner/register", {
-        apiVersion: "v1",
-        runnerId: id.runnerId,
-        workspaceId: id.workspaceId,
-        slots: 1,
-        cpu: 2,
-        memoryBytes: "1073741824",
-        architecture: "amd64",
-        labels: ["linux"],
-        clockOffsetNs: "0",
-      });
-      if (reply.status !== 200) throw new Error(`register ${id.runnerId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
-      return client;
-    }),
-  );
+  sessions = await Promise.all(identities.map((id) => connectRunner(m.url as string, caPem, id)));
   return { type: "connected", runners: sessions.length };
 }
 

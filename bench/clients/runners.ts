@@ -2,7 +2,7 @@
 // runner has its own certificate and HTTP/2 session, registers with one slot,
 // then claims and completes through the REST routes, as `forelead runner`
 // would, minus running anything. Run by bench/lib/fork.ts.
-import { connectH2, type H2Client } from "../lib/h2.js";
+import { connectH2, connectRunner, type H2Client } from "../lib/h2.js";
 import { serveRequests, type Message } from "../lib/fork.js";
 import { epochMs, nowMs } from "../lib/stats.js";
 
@@ -44,19 +44,7 @@ async function connect(m: Message): Promise<Message> {
   const specs = m.runners as RunnerSpec[];
   runners = await Promise.all(
     specs.map(async (spec, i) => {
-      const client = await connectH2(urls[i % urls.length]!, { caPem, certPem: spec.certPem, keyPem: spec.keyPem });
-      const reply = await client.post("/v1/runner/register", {
-        apiVersion: "v1",
-        runnerId: spec.runnerId,
-        workspaceId: spec.workspaceId,
-        slots: 1,
-        cpu: 2,
-        memoryBytes: "1073741824",
-        architecture: "amd64",
-        labels: ["linux"],
-        clockOffsetNs: "0",
-      });
-      if (reply.status !== 200) throw new Error(`register ${spec.runnerId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+      const client = await connectRunner(urls[i % urls.length]!, caPem, spec);
       return { spec, client };
     }),
   );

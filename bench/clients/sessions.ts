@@ -3,7 +3,7 @@
 // measures full mTLS handshakes per second against a server. Run by
 // bench/lib/fork.ts.
 import { serveRequests, type Message } from "../lib/fork.js";
-import { connectH2, type H2Client } from "../lib/h2.js";
+import { connectH2, connectRunner, type H2Client } from "../lib/h2.js";
 import type { RunnerIdentity } from "../lib/pki.js";
 import { nowMs } from "../lib/stats.js";
 
@@ -39,20 +39,7 @@ async function open(m: Message): Promise<Message> {
   const identities = m.identities as RunnerIdentity[];
   const started = nowMs();
   await pool(identities, m.concurrency as number, async (id) => {
-    const client = await connectH2(m.url as string, { caPem: m.caPem as string, certPem: id.certPem, keyPem: id.keyPem });
-    held.push(client);
-    const reply = await client.post("/v1/runner/register", {
-      apiVersion: "v1",
-      runnerId: id.runnerId,
-      workspaceId: id.workspaceId,
-      slots: 1,
-      cpu: 2,
-      memoryBytes: "1073741824",
-      architecture: "amd64",
-      labels: ["linux"],
-      clockOffsetNs: "0",
-    });
-    if (reply.status !== 200) throw new Error(`register ${id.runnerId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+    held.push(await connectRunner(m.url as string, m.caPem as string, id));
   });
   return { type: "opened", held: held.length, elapsedMs: nowMs() - started, rssBytes: process.memoryUsage().rss };
 }

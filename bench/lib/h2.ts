@@ -77,3 +77,28 @@ function client(session: http2.ClientHttp2Session): H2Client {
     close: () => session.destroy(),
   };
 }
+
+/**
+ * Connects as a runner and registers it (1 slot, label linux), as the bench
+ * clients do before they claim or stream; closes the connection and throws
+ * when the control plane refuses the registration.
+ */
+export async function connectRunner(url: string, caPem: string, id: { readonly runnerId: string; readonly workspaceId: string; readonly certPem: string; readonly keyPem: string }): Promise<H2Client> {
+  const client = await connectH2(url, { caPem, certPem: id.certPem, keyPem: id.keyPem });
+  const reply = await client.post("/v1/runner/register", {
+    apiVersion: "v1",
+    runnerId: id.runnerId,
+    workspaceId: id.workspaceId,
+    slots: 1,
+    cpu: 2,
+    memoryBytes: "1073741824",
+    architecture: "amd64",
+    labels: ["linux"],
+    clockOffsetNs: "0",
+  });
+  if (reply.status !== 200) {
+    client.close();
+    throw new Error(`register ${id.runnerId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+  }
+  return client;
+}
