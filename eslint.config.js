@@ -14,4 +14,27 @@ export default tseslint.config(
       "no-console": "off",
     },
   },
+  // The layering (DESIGN.md): domain folders hold the rules and never reach out to the edges;
+  // the runner agent is a client of the protocol and never links the server's code.
+  {
+    files: ["src/{broker,streams,code,artifacts,inventory,identity,store}/**/*.ts"],
+    rules: {
+      "no-restricted-imports": ["error", {
+        patterns: [
+          { regex: "^(\\.\\./)+(api|server|cli|runner)/", message: "Domain code must not import the transport (api/, server/), the CLI or the runner agent: move the shared piece into the domain, or pass it in from the composition root (src/server/)." },
+          { regex: "^(\\.\\./)+gen/", message: "Domain code must not import generated protocol code (gen/): decode and encode wire messages in src/api/ and hand the domain plain types." },
+        ],
+      }],
+    },
+  },
+  {
+    files: ["src/runner/**/*.ts"],
+    rules: {
+      "no-restricted-imports": ["error", {
+        patterns: [
+          { regex: "^(\\.\\./)+(api|server|store)/", message: "The runner agent speaks the protocol over the wire: it must not import the control plane's api/, server/ or store/ code." },
+        ],
+      }],
+    },
+  },
 );
