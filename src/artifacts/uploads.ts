@@ -3,6 +3,7 @@ import type { FileHandle } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Selectable } from "kysely";
 import { requireLiveLease, type LiveLease } from "../broker/lease-check.js";
+import { liveLease, liveLeaseRow } from "../broker/lease-sql.js";
 import type { LeaseCall } from "../broker/leases.js";
 import type { Database, UploadsTable } from "../store/schema.js";
 import { checkArtifactName, checkDigest, checkMediaType, type Digest } from "./names.js";
@@ -155,8 +156,7 @@ async function commit(ctx: UploadContext, file: FileHandle, upload: UploadRow, i
   const { rows } = await sql<{ durable_size: number }>`
     update uploads set durable_size = ${position}, updated_at = now()
     where id = ${upload.id} and state = 'open' and durable_size = ${from}
-      and exists (select 1 from jobs where jobs.id = uploads.job_id and jobs.lease_id = uploads.lease_id
-                  and jobs.state = 'running' and jobs.lease_expires_at > now())
+      and exists (select 1 from jobs where ${liveLease({ jobId: sql.ref("uploads.job_id"), leaseId: sql.ref("uploads.lease_id") }, "jobs")})
     returning durable_size`.execute(ctx.db);
   if (rows[0]) return position;
   const now = await ctx.db.selectFrom("uploads").selectAll().where("id", "=", upload.id).executeTakeFirstOrThrow();
@@ -227,7 +227,7 @@ export async function sweepUploads(ctx: UploadContext, limit = 200): Promise<num
   const { rows } = await sql<{ id: string }>`
     with dead as (
       select u.id from uploads u join leases l on l.id = u.lease_id
-      where u.state = 'open' and (l.ended_at is not null or l.expires_at <= now())
+      where u.state = 'open' and not (${liveLeaseRow("l")})
       limit ${limit}
       for update of u skip locked
     )

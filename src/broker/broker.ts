@@ -5,9 +5,13 @@ import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
 import { claimBatch, completeBatch } from "./lease-batches.js";
-import { expireLeases, releaseLease, renewLease, type CompletionInput, type LeaseCall, type LeaseView } from "./leases.js";
+import type { CompletionInput } from "./completion.js";
+import type { LeaseCall, LeaseView } from "./leases.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
 import { listRunners, type RunnerView } from "./runners.js";
+import { expireLeases } from "./sql/expire.js";
+import { releaseLease } from "./sql/release.js";
+import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
 
 /** Longest a claim may wait for a job, in seconds. */

@@ -5,7 +5,7 @@ import type { Database, JobState } from "../store/schema.js";
 import { checkJobId, newJobId } from "./ids.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
 import type { CodeHooks } from "./pinning.js";
-import { jobsChannel } from "./wakeups.js";
+import { notifyJobs } from "./lease-sql.js";
 
 /** What to run. argv is an array, never a shell string. */
 export interface JobSpecInput {
@@ -127,7 +127,7 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, code
         .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
         .returningAll(),
     )
-    .with("wake", (qb) => qb.selectFrom("ins").select(sql<string>`pg_notify(${jobsChannel}, ins.workspace_id)`.as("sent")))
+    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id")).as("sent")))
     .selectFrom("ins")
     .selectAll("ins")
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))

@@ -3,7 +3,10 @@ import type { Database } from "../store/schema.js";
 import { settleEach } from "./batcher.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
-import { checkCompletion, claimJob, claimLeases, completeJob, completeJobInTransaction, settleLeases, type CheckedCompletion, type CompletionInput, type LeaseView } from "./leases.js";
+import { checkCompletion, type CheckedCompletion, type CompletionInput } from "./completion.js";
+import type { LeaseView } from "./leases.js";
+import { claimJob, claimLeases } from "./sql/claim.js";
+import { completeJob, completeJobInTransaction, settleLeases } from "./sql/complete.js";
 
 // Claims and completions that arrive together are served by one statement:
 // each commit waits for a WAL flush, and one flush (and one round trip per

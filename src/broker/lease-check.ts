@@ -2,6 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Selectable, type Transaction } from "kysely";
 import type { Database, JobsTable } from "../store/schema.js";
 import { checkJobId, checkLeaseToken } from "./ids.js";
+import { liveLease } from "./lease-sql.js";
 
 /** The caller of a lease-scoped route: its runner and workspace come from its certificate. */
 export interface LeaseHolder {
@@ -64,12 +65,7 @@ export async function requireLiveLease(db: Kysely<Database> | Transaction<Databa
     .innerJoin("leases", "leases.id", "jobs.lease_id")
     .selectAll("jobs")
     .select(["leases.id as live_lease_id", "leases.attempt as live_attempt"])
-    .where("jobs.id", "=", id)
-    .where("jobs.workspace_id", "=", holder.workspaceId)
-    .where("jobs.runner_id", "=", holder.runnerId)
-    .where("jobs.state", "=", "running")
-    .where("jobs.lease_token_sha256", "=", tokenHash)
-    .where("jobs.lease_expires_at", ">", sql<Date>`now()`)
+    .where(liveLease({ jobId: id, workspaceId: holder.workspaceId, runnerId: holder.runnerId, token: tokenHash }, "jobs"))
     .executeTakeFirst();
   if (!row) throw await leaseRefusal(db, holder, id, tokenHash);
   const { live_lease_id, live_attempt, ...job } = row;

@@ -4,7 +4,9 @@ import type { Database } from "../store/schema.js";
 import { hashLeaseToken } from "./ids.js";
 import { leasedJobSnapshot, type JobRow } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
-import { releaseLease, type LeaseView } from "./leases.js";
+import { clearLease, leaseHeld, liveLease } from "./lease-sql.js";
+import type { LeaseView } from "./leases.js";
+import { releaseLease } from "./sql/release.js";
 
 /** A branch resolved to the commit and tree a lease pins. */
 export interface PinnedBase {
@@ -67,7 +69,7 @@ export async function pinClaimedJob(db: Kysely<Database>, holder: LeaseHolder, l
   }
   const { rows } = await sql<JobRow>`
     update jobs set base_commit = coalesce(base_commit, ${pinned.commit}), base_tree = coalesce(base_tree, ${pinned.tree}), updated_at = now()
-    where id = ${jobId} and state = 'running' and lease_token_sha256 = ${tokenHash} and lease_expires_at > now()
+    where ${liveLease({ jobId, token: tokenHash })}
     returning *`.execute(db);
   const row = rows[0];
   if (!row) return undefined;
@@ -77,9 +79,8 @@ export async function pinClaimedJob(db: Kysely<Database>, holder: LeaseHolder, l
 async function failUnpinnable(db: Kysely<Database>, jobId: string, tokenHash: Buffer, message: string): Promise<void> {
   await sql`
     with j as (
-      update jobs set state = 'failed', failure_reason = 'code_unavailable', failure_message = ${message}, settled_at = now(),
-        runner_id = null, lease_id = null, lease_token_sha256 = null, lease_expires_at = null, updated_at = now()
-      where id = ${jobId} and state = 'running' and lease_token_sha256 = ${tokenHash}
+      update jobs set state = 'failed', failure_reason = 'code_unavailable', failure_message = ${message}, settled_at = now(), ${clearLease}
+      where ${leaseHeld({ jobId, token: tokenHash })}
       returning id
     )
     update leases set ended_at = now(), end_reason = 'settled' where token_sha256 = ${tokenHash} and exists (select 1 from j)`.execute(db);

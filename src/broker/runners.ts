@@ -1,5 +1,6 @@
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
+import { liveLeaseRow } from "./lease-sql.js";
 
 /** A registration with its live lease count, for operators. */
 export interface RunnerView {
@@ -23,7 +24,7 @@ export async function listRunners(db: Kysely<Database>, workspaceId: string): Pr
     .selectFrom("runners as r")
     .selectAll("r")
     .select(
-      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and l.ended_at is null and l.expires_at > now())`.as("live_leases"),
+      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")})`.as("live_leases"),
     )
     .orderBy("r.workspace_id")
     .orderBy("r.runner_id");

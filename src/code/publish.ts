@@ -7,6 +7,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import { leaseRefusal, requireLiveLease } from "../broker/lease-check.js";
 import { hashLeaseToken } from "../broker/ids.js";
+import { liveLease } from "../broker/lease-sql.js";
 import type { LeaseCall } from "../broker/leases.js";
 import type { Database } from "../store/schema.js";
 import { isAncestor } from "./bundles.js";
@@ -123,8 +124,7 @@ async function recordPublished(db: Kysely<Database>, call: LeaseCall, commit: st
   const tokenHash = hashLeaseToken(call.leaseToken);
   const { rows } = await sql<{ id: string }>`
     update jobs set published_commit = ${commit}, published_branch = ${branch}, published_at = now(), updated_at = now()
-    where id = ${call.jobId} and workspace_id = ${call.workspaceId} and runner_id = ${call.runnerId}
-      and state = 'running' and lease_token_sha256 = ${tokenHash} and lease_expires_at > now()
+    where ${liveLease({ jobId: call.jobId, workspaceId: call.workspaceId, runnerId: call.runnerId, token: tokenHash })}
     returning id`.execute(db);
   if (!rows[0]) throw await leaseRefusal(db, call, call.jobId, tokenHash);
 }

@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Transaction } from "kysely";
-import { releaseRunnerLeases } from "../broker/runner-leases.js";
+import { releaseRunnerLeases } from "../broker/sql/release.js";
 import type { Store } from "../store/database.js";
 import type { Database } from "../store/schema.js";
 

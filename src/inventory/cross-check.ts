@@ -1,4 +1,5 @@
 import { sql, type Transaction } from "kysely";
+import { liveLease } from "../broker/lease-sql.js";
 import type { Database, InventoryProblem } from "../store/schema.js";
 import type { InventoryItem } from "./report.js";
 
@@ -69,7 +70,7 @@ export async function crossCheck(tx: Transaction<Database>, holder: InventoryHol
     // (an open lease that already expired counts as ended at its expiry).
     const { rows } = await sql<JobFacts>`
       select j.id, j.state, j.runner_id,
-             (j.state = 'running' and j.runner_id = ${holder.runnerId} and j.lease_expires_at > now()) as live_here,
+             (${liveLease({ runnerId: holder.runnerId }, "j")}) as live_here,
              j.lease_expires_at as live_until,
              (select max(coalesce(l.ended_at, l.expires_at)) from leases l
                where l.job_id = j.id and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}) as last_here_end
@@ -97,8 +98,7 @@ export async function crossCheck(tx: Transaction<Database>, holder: InventoryHol
   const { rows: leases } = await sql<{ job_id: string; issued_at: Date }>`
     select j.id as job_id, l.issued_at
     from jobs j join leases l on l.id = j.lease_id
-    where j.workspace_id = ${holder.workspaceId} and j.runner_id = ${holder.runnerId}
-      and j.state = 'running' and j.lease_expires_at > now()
+    where ${liveLease({ workspaceId: holder.workspaceId, runnerId: holder.runnerId }, "j")}
       and l.issued_at < now() - make_interval(secs => ${startGraceSeconds})`.execute(tx);
   const running = new Set(items.filter((i) => i.kind === "container" && !i.orphan).map((i) => i.jobId));
   for (const lease of leases) {

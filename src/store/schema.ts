@@ -115,7 +115,7 @@ export interface LeasesTable {
   end_reason: "released" | "expired" | "settled" | "requeued" | null;
   completion_id: string | null;
   completion_sha256: string | null;
-  /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/leases.ts). */
+  /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/sql/complete.ts). */
   completion_reply: ColumnType<JsonObject | null, string | null, string | null>;
 }
 

@@ -1,5 +1,6 @@
 import { sql, type Kysely } from "kysely";
 import type { LeaseHolder } from "../broker/lease-check.js";
+import { liveLease } from "../broker/lease-sql.js";
 import type { Database, StreamName } from "../store/schema.js";
 
 /** Consecutive messages of one request on one lease, strictly increasing. */
@@ -39,8 +40,7 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
   const { rows } = await sql<{ live: number; stored: number }>`
     with lease as (
       select l.id, l.attempt from jobs j join leases l on l.id = j.lease_id
-      where j.id = ${b.jobId} and j.workspace_id = ${b.holder.workspaceId} and j.runner_id = ${b.holder.runnerId}
-        and j.state = 'running' and j.lease_token_sha256 = ${b.tokenHash} and j.lease_expires_at > now()
+      where ${liveLease({ jobId: b.jobId, workspaceId: b.holder.workspaceId, runnerId: b.holder.runnerId, token: b.tokenHash }, "j")}
       for share of j
     ), cursor as (
       insert into stream_cursors (lease_id, stream, last_sequence)

@@ -1,0 +1,56 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { checkJobId, checkLeaseToken, hashLeaseToken } from "./ids.js";
+import type { LeaseCall } from "./leases.js";
+
+/** Runner-reported outcomes. */
+export const outcomes = ["succeeded", "failed", "cancelled"] as const;
+export type Outcome = (typeof outcomes)[number];
+
+/** A completion, as the runner sent it. */
+export interface CompletionInput extends LeaseCall {
+  readonly completionId: string;
+  readonly outcome: string;
+  readonly exitCode: number | undefined;
+  readonly error: { readonly code: string; readonly message: string; readonly retryable: boolean } | undefined;
+  /**
+   * The result manifest, already checked by src/artifacts (manifest.ts):
+   * digests finalized under this job's leases. Recorded when the job settles.
+   */
+  readonly artifacts?: readonly ResultArtifact[];
+}
+
+/** One entry of a completion's result manifest. */
+export interface ResultArtifact {
+  readonly name: string;
+  readonly digest: string;
+  readonly size: number;
+  readonly mediaType: string;
+}
+
+/** A completion after its checks: what the statements need. */
+export interface CheckedCompletion {
+  readonly jobId: string;
+  readonly tokenHash: Buffer;
+  readonly outcome: Outcome;
+  readonly error: { readonly code: string; readonly message: string; readonly retryable: boolean } | undefined;
+  /** The result manifest as stored JSON, or null when there is none. */
+  readonly artifacts: string | null;
+  /** Identifies the body, so a repeat with a different body is told apart. */
+  readonly completionSha256: string;
+}
+
+/** Checks a completion's fields (400 naming the bad one); shared by completeJob and completeBatch. */
+export function checkCompletion(input: CompletionInput): CheckedCompletion {
+  const jobId = checkJobId(input.jobId);
+  const tokenHash = checkLeaseToken(input.leaseToken);
+  if (!input.completionId) throw new ConnectError("completionId is required: an id the runner picks, so a retried completion is recognised", Code.InvalidArgument);
+  if (input.completionId.length > 200) throw new ConnectError("completionId is longer than 200 characters", Code.InvalidArgument);
+  if (!outcomes.includes(input.outcome as Outcome)) {
+    throw new ConnectError(`outcome ${JSON.stringify(input.outcome)} is not one of ${outcomes.join(", ")}`, Code.InvalidArgument);
+  }
+  const outcome = input.outcome as Outcome;
+  const error = input.error && (input.error.code || input.error.message) ? { code: input.error.code, message: input.error.message.slice(0, 4096), retryable: input.error.retryable } : undefined;
+  const artifacts = input.artifacts?.length ? JSON.stringify(input.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: a.size, mediaType: a.mediaType }))) : null;
+  const completionSha256 = hashLeaseToken(JSON.stringify([outcome, input.exitCode ?? null, error ?? null, ...(artifacts ? [artifacts] : [])])).toString("hex");
+  return { jobId, tokenHash, outcome, error, artifacts, completionSha256 };
+}

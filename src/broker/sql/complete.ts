@@ -1,0 +1,112 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { sql, type Kysely } from "kysely";
+import type { Database } from "../../store/schema.js";
+import { checkCompletion, type CheckedCompletion, type CompletionInput } from "../completion.js";
+import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
+import { leaseRefusal } from "../lease-check.js";
+import { clearLease, liveLease, wakeWaiters, woken } from "../lease-sql.js";
+
+/**
+ * Settles a job under its live lease. Idempotent: the same completionId with
+ * the same body on the same lease returns the reply stored the first time,
+ * even after the lease ended. A different completion after the lease ended is
+ * refused (409). A failure marked retryable requeues the job while attempts
+ * remain (unless a cancel was requested).
+ *
+ * The usual case (a live lease, first completion) is one statement
+ * (settleLeases); anything else is told apart by completeJobInTransaction.
+ */
+export async function completeJob(db: Kysely<Database>, input: CompletionInput): Promise<JobSnapshot> {
+  const checked = checkCompletion(input);
+  const [reply] = await settleLeases(db, [{ input, checked }]);
+  return reply ?? completeJobInTransaction(db, input, checked);
+}
+
+/** A completion with its checked fields, as settleLeases takes it. */
+export interface CheckedItem {
+  readonly input: CompletionInput;
+  readonly checked: CheckedCompletion;
+}
+
+/** A retryable failure requeues the job while attempts remain and no cancel was requested (i: the completion). */
+const requeues = sql`i.outcome = 'failed' and i.retryable and jobs.attempts < jobs.max_attempts and not jobs.cancel_requested`;
+
+/**
+ * Settles the live leases among `items` in one statement (one round trip, one
+ * commit): the job rows, the lease rows (ended, with the completion id, hash
+ * and the settled job row as the stored reply) and the wakeup for requeued
+ * jobs. Returns the reply of each completion it settled, undefined for the
+ * others (not a live lease of that runner, already settled, or a second
+ * completion of one job in the same call): completeJobInTransaction answers
+ * those, a repeat with the stored reply and everything else with its error.
+ */
+export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[]): Promise<Array<JobSnapshot | undefined>> {
+  // Measured (docs/performance.md, "Profiling and what changed", 3): a completion was BEGIN,
+  // SELECT the lease FOR UPDATE, UPDATE jobs, UPDATE leases, COMMIT, five round trips alone and
+  // four in a batch. In this one CTE: 173 and 179 jobs/s at N = 1 against 156 and 153, 731 and
+  // 716 at N = 16 against 674 and 622; at N = 64 (1,111 and 1,049 against 1,081 and 1,046) the
+  // machine was saturated. The stored reply is the settled row as jsonb (to_jsonb) so it can be
+  // written by this same statement; storedReply reads it back.
+  const { rows } = await sql<JobRow & { ord: number }>`
+    with j as (
+      update jobs set
+        state = case when ${requeues} then 'queued' else i.outcome end,
+        exit_code = i.exit_code,
+        error = i.error::jsonb,
+        artifacts = case when ${requeues} then null else i.artifacts::jsonb end,
+        settled_at = case when ${requeues} then null else now() end,
+        ${clearLease}
+      from unnest(
+        ${items.map((_, i) => i)}::int[], ${items.map((it) => it.checked.jobId)}::uuid[], ${items.map((it) => it.input.workspaceId)}::text[],
+        ${items.map((it) => it.input.runnerId)}::text[], ${items.map((it) => it.checked.tokenHash.toString("hex"))}::text[], ${items.map((it) => it.checked.outcome)}::text[],
+        ${items.map((it) => it.checked.error?.retryable ?? false)}::boolean[], ${items.map((it) => it.input.exitCode ?? null)}::int[],
+        ${items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null))}::text[], ${items.map((it) => it.checked.artifacts)}::text[],
+        ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
+      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, completion_id, completion_sha256)
+      where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
+      returning jobs.*, to_jsonb(jobs.*) as reply_row, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
+    ), l as (
+      update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
+        completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
+      from j where leases.token_sha256 = decode(j.token_hex, 'hex')
+    ), ${wakeWaiters("j")}
+    select j.*, ${woken} from j`.execute(db);
+  const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
+  for (const row of rows) replies[row.ord] = jobSnapshot(row);
+  return replies;
+}
+
+/**
+ * completeJob for a completion settleLeases did not settle: in a transaction
+ * holding the lease row, a repeat gets the stored reply, a different
+ * completion 409, a settled job or a dead lease its refusal (and a lease
+ * found live after all is settled by settleLeases under the lock).
+ */
+export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion): Promise<JobSnapshot> {
+  const { jobId, tokenHash, completionSha256 } = checked;
+  return db.transaction().execute(async (tx) => {
+    const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
+    if (lease?.completion_id) {
+      if (lease.completion_id === input.completionId && lease.completion_sha256 === completionSha256) return storedReply(tx, lease.id);
+      throw new ConnectError(`job ${jobId} was already completed under this lease by completion ${JSON.stringify(lease.completion_id)}; a different completion is refused`, Code.Aborted);
+    }
+    // Not completed under this lease: settle it here if it is live after all (the lock is now held),
+    // else say why it cannot be.
+    const [reply] = await settleLeases(tx, [{ input, checked }]);
+    if (reply) return reply;
+    const settled = await tx.selectFrom("jobs").select(["state"]).where("id", "=", jobId).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
+    if (settled && ["succeeded", "failed", "cancelled"].includes(settled.state)) {
+      throw new ConnectError(`job ${jobId} is already ${settled.state}; a different completion is refused`, Code.Aborted);
+    }
+    throw await leaseRefusal(tx, input, jobId, tokenHash);
+  });
+}
+
+/**
+ * The reply stored with a completion: the job row as it was settled (stored
+ * as jsonb, read back as a row of jobs), so a repeat gets the same view.
+ */
+async function storedReply(db: Kysely<Database>, leaseId: number): Promise<JobSnapshot> {
+  const { rows } = await sql<JobRow>`select r.* from leases l cross join lateral jsonb_populate_record(null::jobs, l.completion_reply) r where l.id = ${leaseId}`.execute(db);
+  return jobSnapshot(rows[0]!);
+}

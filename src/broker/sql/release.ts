@@ -1,0 +1,78 @@
+import { sql, type Kysely, type RawBuilder, type Transaction } from "kysely";
+import type { Database } from "../../store/schema.js";
+import { checkJobId, checkLeaseToken } from "../ids.js";
+import type { JobRow } from "../job-snapshot.js";
+import { leaseRefusal, type LeaseHolder } from "../lease-check.js";
+import { clearLease, leaseHeld, liveLease, wakeWaiters, woken } from "../lease-sql.js";
+import type { LeaseCall } from "../leases.js";
+
+// Not measured on its own: no scenario of docs/performance.md releases a
+// lease. Each release is one statement (the job, the lease row and the wake)
+// for the reason measured for the completion there: every round trip of a
+// transaction costs both event loops, and the wake commits with the job.
+
+/**
+ * The SET items of a released job: queued again without charging the
+ * attempt, or settled as cancelled with `cancelledMessage` when a cancel was
+ * requested.
+ */
+function released(cancelledMessage: string): RawBuilder<unknown> {
+  return sql`
+    state = case when jobs.cancel_requested then 'cancelled' else 'queued' end,
+    attempts = case when jobs.cancel_requested then jobs.attempts else jobs.attempts - 1 end,
+    settled_at = case when jobs.cancel_requested then now() end,
+    failure_reason = case when jobs.cancel_requested then 'cancelled' end,
+    failure_message = case when jobs.cancel_requested then ${cancelledMessage} end,
+    ${clearLease}`;
+}
+
+/** The SET items of a released lease row: ended now, and no longer live by its expiry either. */
+const releasedLeaseRow = sql`ended_at = now(), end_reason = 'released', expires_at = least(expires_at, now())`;
+
+/**
+ * Gives a live lease back: the job is queued again at once, without charging
+ * the attempt. A job whose cancel was requested is settled as cancelled.
+ */
+export async function releaseLease(db: Kysely<Database>, call: LeaseCall): Promise<void> {
+  const jobId = checkJobId(call.jobId);
+  const tokenHash = checkLeaseToken(call.leaseToken);
+  const { rows } = await sql<JobRow>`
+    with j as (
+      update jobs set ${released("cancelled; the runner released the lease")}
+      where ${liveLease({ jobId, workspaceId: call.workspaceId, runnerId: call.runnerId, token: tokenHash })}
+      returning *
+    ), l as (
+      update leases set ${releasedLeaseRow}
+      where token_sha256 = ${tokenHash} and exists (select 1 from j)
+    ), ${wakeWaiters("j")}
+    select j.*, ${woken} from j`.execute(db);
+  if (!rows[0]) throw await leaseRefusal(db, call, jobId, tokenHash);
+}
+
+/**
+ * Gives back every lease a runner holds, as a release would, in one
+ * statement: each job is queued again without charging the attempt (settled
+ * as cancelled when a cancel was requested), the lease ends as "released" so
+ * a later call with its token is told so, and waiting claims are woken. Used
+ * when a runner is retired: its jobs must not wait for lease expiry.
+ * Returns the ids of the jobs released.
+ */
+export async function releaseRunnerLeases(db: Kysely<Database> | Transaction<Database>, holder: LeaseHolder): Promise<string[]> {
+  // The first CTE locks the runner's jobs and keeps their lease ids, which the
+  // update clears; the leases are then ended by those ids.
+  const { rows } = await sql<{ id: string; state: string }>`
+    with held as (
+      select id, lease_id from jobs
+      where ${leaseHeld({ workspaceId: holder.workspaceId, runnerId: holder.runnerId })}
+      for update
+    ), j as (
+      update jobs set ${released("cancelled; the runner was retired")}
+      from held where jobs.id = held.id
+      returning jobs.id, jobs.state, jobs.workspace_id, held.lease_id
+    ), l as (
+      update leases set ${releasedLeaseRow}
+      from j where leases.id = j.lease_id
+    ), ${wakeWaiters("j")}
+    select j.id, j.state, ${woken} from j`.execute(db);
+  return rows.map((r) => r.id);
+}

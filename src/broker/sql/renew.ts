@@ -1,0 +1,30 @@
+import { sql, type Kysely } from "kysely";
+import type { Database } from "../../store/schema.js";
+import { checkJobId, checkLeaseToken } from "../ids.js";
+import { leasedJobSnapshot, type JobRow } from "../job-snapshot.js";
+import { leaseRefusal } from "../lease-check.js";
+import { liveLease } from "../lease-sql.js";
+import type { LeaseCall, LeaseView } from "../leases.js";
+
+/** Extends a live lease to now + lease length; carries cancelRequested. */
+export async function renewLease(db: Kysely<Database>, call: LeaseCall, leaseSeconds: number): Promise<LeaseView> {
+  const jobId = checkJobId(call.jobId);
+  const tokenHash = checkLeaseToken(call.leaseToken);
+  // The job row and its lease row in one statement: the lease row's expiry is what a runner's
+  // slots are counted by (forelead_claim, listRunners), so both move together. Not measured on
+  // its own: no scenario of docs/performance.md renews (its jobs end well inside one lease); it
+  // has the shape measured for the completion there (one statement, one commit, instead of a
+  // transaction's round trips).
+  const { rows } = await sql<JobRow>`
+    with j as (
+      update jobs set lease_expires_at = now() + make_interval(secs => ${leaseSeconds}), updated_at = now()
+      where ${liveLease({ jobId, workspaceId: call.workspaceId, runnerId: call.runnerId, token: tokenHash })}
+      returning *
+    ), l as (
+      update leases set expires_at = j.lease_expires_at from j where leases.id = j.lease_id
+    )
+    select * from j`.execute(db);
+  const row = rows[0];
+  if (!row) throw await leaseRefusal(db, call, jobId, tokenHash);
+  return { expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
+}
