@@ -7,6 +7,7 @@ import { createBatcher, type BatcherOptions } from "./batcher.js";
 import { claimBatch, completeBatch } from "./lease-batches.js";
 import { expireLeases, releaseLease, renewLease, type CompletionInput, type LeaseCall, type LeaseView } from "./leases.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
+import { register, type Registration } from "./registrations.js";
 import { listRunners, type RunnerView } from "./runners.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
 
@@ -25,6 +26,8 @@ export interface Broker {
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
   runners(workspaceId: string): Promise<RunnerView[]>;
+  /** Stores or updates a runner's registration; a retired runner's is refused, not revived. */
+  register(registration: Registration): Promise<void>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -105,6 +108,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     release: (call) => releaseLease(db, call),
     complete: (input) => batchedComplete(input),
     runners: (workspaceId) => listRunners(db, workspaceId),
+    register: (registration) => register(db, registration),
     sweep,
     async close() {
       closed = true;

@@ -25,10 +25,10 @@ import { services as serviceList } from "../api/services.js";
 import { createRestRouter, type RestBinding } from "../api/rest-router.js";
 import { routeTable } from "../api/routes.js";
 import { createRunnerService } from "../api/runner-service.js";
-import { createDatabaseAuditSink, type AuditSink } from "../identity/audit.js";
+import type { AuditSink } from "../identity/audit.js";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
-import { createRetirements, type Retirements } from "../identity/retirement.js";
+import { createIdentity, type Identity } from "../identity/identity.js";
 import { createRoleTable, type RoleGrant } from "../identity/roles.js";
 import { createInventory } from "../inventory/inventory.js";
 import { openStore, type Store } from "../store/database.js";
@@ -113,9 +113,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
   const store = await openStore(options.database);
   let clock: DbClock | undefined;
-  let audit: AuditSink | undefined;
   let broker: Broker | undefined;
-  let retirements: Retirements | undefined;
+  let identity: Identity | undefined;
   let code: CodeHost | undefined;
   let artifacts: Artifacts | undefined;
   let tempArtifactsDir: string | undefined;
@@ -123,12 +122,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   try {
     if (!options.artifactsDir) tempArtifactsDir = await mkdtemp(join(tmpdir(), "forelead-artifacts-"));
     clock = await createDbClock(store.db);
-    audit = createDatabaseAuditSink(store.db);
     const maxBodyBytes = options.maxBodyBytes ?? defaultMaxBodyBytes;
-    retirements = await createRetirements(store);
+    identity = await createIdentity({ store, trustDomain: options.trustDomain, roles, issuer });
+    const { audit, retirements, enrollment } = identity;
     const runnerRefusal = retirements.refusal;
     const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobWorkspace: (jobId: string) => jobWorkspace(store.db, jobId) };
-    const enrollment = { db: store.db, issuer, trustDomain: options.trustDomain, runnerRefusal };
     code = await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) });
     broker = await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.batching ? { batching: options.batching } : {}) });
     const inventory = createInventory(store.db);
@@ -136,8 +134,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     streams = await createStreams({ store, maxRequestBytes: maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) });
     // One implementation per service of src/api/services.ts: the list the route docs are made from.
     const implementations = new Map<DescService, ServiceImpl<DescService>>([
-      [RunnerService, guardService(RunnerService, createRunnerService({ store, clock, broker, inventory, enrollment, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
-      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, store, audit, retirements, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
+      [RunnerService, guardService(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
+      [AdminService, guardService(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
       [EnrollService, guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService>],
     ]);
     const services = serviceList.map((service) => {
@@ -208,10 +206,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     const port = (server.address() as AddressInfo).port;
     const host = options.host.includes(":") ? `[${options.host}]` : options.host;
     let closing: Promise<void> | undefined;
-    const auditSink = audit;
+    const identityFacade = identity;
     const dbClock = clock;
     const jobBroker = broker;
-    const retired = retirements;
     const codeHost = code;
     const artifactService = artifacts;
     const removeOnClose = tempArtifactsDir;
@@ -220,7 +217,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       url: `https://${host}:${port}`,
       port,
       store,
-      audit: auditSink,
+      audit: identityFacade.audit,
       broker: jobBroker,
       issuer: issuer?.description,
       artifacts: artifactService,
@@ -233,12 +230,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
           await closed;
           clearTimeout(forced);
           await jobBroker.close();
-          await retired.close();
+          await identityFacade.close();
           await codeHost.close();
           await artifactService.close();
           if (removeOnClose) await rm(removeOnClose, { recursive: true, force: true });
           dbClock.close();
-          await auditSink.close();
           await store.close();
         })();
         return closing;
@@ -246,13 +242,12 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     };
   } catch (err) {
     await broker?.close().catch(() => {});
-    await retirements?.close().catch(() => {});
+    await identity?.close().catch(() => {});
     await code?.close().catch(() => {});
     await artifacts?.close().catch(() => {});
     if (tempArtifactsDir) await rm(tempArtifactsDir, { recursive: true, force: true });
     await streams?.close().catch(() => {});
     clock?.close();
-    await audit?.close().catch(() => {});
     await store.close();
     throw err;
   }
