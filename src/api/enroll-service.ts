@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
-import { enrollRunner, type EnrollmentDeps } from "../identity/enrollment.js";
+import type { Enrollments } from "../identity/enrollment.js";
 import { audited, recordAction } from "./audit-actions.js";
 import { apiVersion } from "./request-rules.js";
 
@@ -10,24 +10,24 @@ import { apiVersion } from "./request-rules.js";
  * records on success (the grant used, the certificate issued), one refusal
  * otherwise; none of them holds the grant.
  */
-export function createEnrollService(deps: EnrollmentDeps): ServiceImpl<typeof EnrollService> {
+export function createEnrollService(enrollment: Enrollments): ServiceImpl<typeof EnrollService> {
   return {
     async enroll(req, ctx) {
       const runner = JSON.stringify(req.runnerId.slice(0, 140));
-      const enrollment = await audited(ctx, "grant.use", `enrollment of runner ${runner}`, () => enrollRunner(deps, req), (e) => ({
+      const enrolled = await audited(ctx, "grant.use", `enrollment of runner ${runner}`, () => enrollment.enroll(req), (e) => ({
         target: `enrollment grant ${e.grant.id} (workspace "${e.workspaceId}", created by ${e.grant.created_by})`,
         reason: `runner ${runner} enrolled in workspace "${e.workspaceId}"`,
         spiffeId: e.certificate.spiffeId,
       }));
-      const cert = enrollment.certificate;
+      const cert = enrolled.certificate;
       recordAction(ctx, {
         action: "certificate.issue",
         target: `certificate ${cert.serialHex} (sha256 ${cert.sha256}) for ${cert.spiffeId}, valid ${cert.notBefore.toISOString()} to ${cert.notAfter.toISOString()}`,
         decision: "allow",
-        reason: `issued on enrollment with grant ${enrollment.grant.id}`,
+        reason: `issued on enrollment with grant ${enrolled.grant.id}`,
         spiffeId: cert.spiffeId,
       });
-      return { apiVersion, certificateChain: cert.chainPem, spiffeId: cert.spiffeId, workspaceId: enrollment.workspaceId, notAfter: timestampFromDate(cert.notAfter) };
+      return { apiVersion, certificateChain: cert.chainPem, spiffeId: cert.spiffeId, workspaceId: enrolled.workspaceId, notAfter: timestampFromDate(cert.notAfter) };
     },
   };
 }

@@ -1,28 +1,21 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
-import type { AuditSink } from "../identity/audit.js";
-import { listAuditRecords } from "../identity/audit-trail.js";
-import { listIssuedCertificates } from "../identity/certificates.js";
-import { createGrant } from "../identity/grants.js";
-import type { Retirements } from "../identity/retirement.js";
-import type { Store } from "../store/database.js";
+import type { Identity } from "../identity/identity.js";
 import { audited } from "./audit-actions.js";
 import { principalOf } from "./context.js";
 import { apiVersion } from "./request-rules.js";
 
 /** What the identity methods of the admin service bind to. */
 export interface IdentityAdminDeps {
-  readonly store: Store;
-  readonly audit: AuditSink;
-  readonly retirements: Retirements;
+  readonly identity: Identity;
 }
 
 type IdentityMethods = Pick<ServiceImpl<typeof AdminService>, "createEnrollmentGrant" | "retireRunner" | "listAuditRecords" | "listCertificates">;
 
 /** Enrollment grants, retirement, the audit trail and issued certificates. */
 export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMethods {
-  const { db } = deps.store;
+  const { identity } = deps;
   return {
     async createEnrollmentGrant(req, ctx) {
       const scope = `workspace "${req.workspaceId}"${req.runnerId ? `, runner "${req.runnerId}"` : ", any runner id"}`;
@@ -30,7 +23,7 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
         ctx,
         "grant.create",
         `enrollment grant for ${scope}`,
-        () => createGrant(db, { workspaceId: req.workspaceId, runnerId: req.runnerId, expiresInSeconds: req.expiresInSeconds, createdBy: principalOf(ctx).spiffeId.text }),
+        () => identity.createGrant({ workspaceId: req.workspaceId, runnerId: req.runnerId, expiresInSeconds: req.expiresInSeconds, createdBy: principalOf(ctx).spiffeId.text }),
         ({ record }) => ({ target: `enrollment grant ${record.id} for ${scope}`, reason: `grant ${record.id} created; single use, expires at ${record.expires_at.toISOString()}` }),
       );
       const { record } = created;
@@ -42,7 +35,7 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
         ctx,
         "runner.retire",
         `runner "${req.runnerId}"${req.workspaceId ? ` in workspace "${req.workspaceId}"` : ""}`,
-        () => deps.retirements.retire({ runnerId: req.runnerId, workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text, reason: req.reason }),
+        () => identity.retirements.retire({ runnerId: req.runnerId, workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text, reason: req.reason }),
         (r) => ({
           target: `runner "${r.runnerId}" in workspace "${r.workspaceId}"`,
           reason: r.newlyRetired
@@ -61,9 +54,7 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
     },
 
     async listAuditRecords(req) {
-      // Records of this replica wait in a buffer for up to 200 ms; an operator asking now should see them.
-      await deps.audit.flush();
-      const page = await listAuditRecords(db, {
+      const page = await identity.listAuditRecords({
         ...(req.since ? { since: dateOf(req.since) } : {}),
         ...(req.until ? { until: dateOf(req.until) } : {}),
         spiffeId: req.spiffeId,
@@ -94,7 +85,7 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
     },
 
     async listCertificates(req) {
-      const certificates = await listIssuedCertificates(db, { workspaceId: req.workspaceId, runnerId: req.runnerId, all: req.all, expiringWithinSeconds: req.expiringWithinSeconds });
+      const certificates = await identity.listCertificates({ workspaceId: req.workspaceId, runnerId: req.runnerId, all: req.all, expiringWithinSeconds: req.expiringWithinSeconds });
       return {
         apiVersion,
         certificates: certificates.map((c) => ({

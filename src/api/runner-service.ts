@@ -1,11 +1,9 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { EventsRequestSchema, LogsRequestSchema, type RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { register } from "../broker/registrations.js";
 import type { DbClock } from "../store/db-clock.js";
-import type { Store } from "../store/database.js";
 import type { Broker } from "../broker/broker.js";
-import { renewRunnerCertificate, type EnrollmentDeps } from "../identity/enrollment.js";
+import type { Enrollments } from "../identity/enrollment.js";
 import { audited } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
 import type { CodeHost } from "../code/code-host.js";
@@ -21,11 +19,10 @@ import { ingestRequests } from "./stream-handlers.js";
 
 /** What the runner service binds to. */
 export interface RunnerServiceDeps {
-  readonly store: Store;
   readonly clock: DbClock;
   readonly broker: Broker;
-  /** The issuer and what renewal checks. */
-  readonly enrollment: EnrollmentDeps;
+  /** Certificate renewal. */
+  readonly enrollment: Enrollments;
   readonly inventory: Inventory;
   readonly code: CodeHost;
   readonly artifacts: Artifacts;
@@ -39,7 +36,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
 
     async register(req, ctx) {
       const runner = runnerOf(ctx);
-      await register(deps.store.db, {
+      await deps.broker.register({
         workspaceId: runner.workspaceId,
         runnerId: runner.runnerId,
         slots: req.slots,
@@ -103,7 +100,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     async renewCertificate(req, ctx) {
       const runner = runnerOf(ctx);
       const spiffeId = runner.spiffeId.text;
-      const renew = () => renewRunnerCertificate(deps.enrollment, { ...runner, spiffeId }, req.csr);
+      const renew = () => deps.enrollment.renew({ ...runner, spiffeId }, req.csr);
       const cert = await audited(ctx, "certificate.issue", `certificate renewal for ${spiffeId}`, renew, (c) => ({
         target: `certificate ${c.serialHex} (sha256 ${c.sha256}) for ${spiffeId}, valid ${c.notBefore.toISOString()} to ${c.notAfter.toISOString()}`,
         reason: "issued on renewal",

@@ -8,6 +8,7 @@ import { claimBatch, completeBatch } from "./lease-batches.js";
 import type { CompletionInput } from "./completion.js";
 import type { LeaseCall, LeaseView } from "./leases.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
+import { register, type Registration } from "./registrations.js";
 import { listRunners, type RunnerView } from "./runners.js";
 import { expireLeases } from "./sql/expire.js";
 import { releaseLease } from "./sql/release.js";
@@ -29,6 +30,8 @@ export interface Broker {
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
   runners(workspaceId: string): Promise<RunnerView[]>;
+  /** Stores or updates a runner's registration; a retired runner's is refused, not revived. */
+  register(registration: Registration): Promise<void>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -109,6 +112,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     release: (call) => releaseLease(db, call),
     complete: (input) => batchedComplete(input),
     runners: (workspaceId) => listRunners(db, workspaceId),
+    register: (registration) => register(db, registration),
     sweep,
     async close() {
       closed = true;

@@ -26,6 +26,22 @@ export interface Enrollment {
 
 const runnerIdPattern = /^[A-Za-z0-9._-]{1,128}$/;
 
+/** Enrollment and renewal bound to one database and issuer: what the enroll and runner services call. */
+export interface Enrollments {
+  /** See enrollRunner. */
+  enroll(req: { grant: string; runnerId: string; csr: string }): Promise<Enrollment>;
+  /** See renewRunnerCertificate. */
+  renew(runner: { workspaceId: string; runnerId: string; spiffeId: string }, csrPem: string): Promise<SignedCertificate>;
+}
+
+/** Binds enrollment and renewal to `deps`. */
+export function createEnrollments(deps: EnrollmentDeps): Enrollments {
+  return {
+    enroll: (req) => enrollRunner(deps, req),
+    renew: (runner, csrPem) => renewRunnerCertificate(deps, runner, csrPem),
+  };
+}
+
 /**
  * Enrolls a runner: verifies the CSR, then, in one transaction, uses the
  * grant (single use), signs a certificate whose only URI SAN is the runner's

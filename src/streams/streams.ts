@@ -48,6 +48,7 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
   const wakeups = await createStreamWakeups(options.store);
   const notifier = createStreamNotifier(db);
   const followPollMs = options.followPollMs ?? 5_000;
+  let closing: Promise<void> | undefined;
   return {
     ingest: (stream, holder, messages) => ingest(db, stream, holder, messages, limits, (jobId) => notifier.stored(jobId, stream)),
     async *read(query) {
@@ -56,9 +57,13 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
       yield* await readPage(db, q);
     },
     follow: (query, signal) => follow(db, wakeups, query, followPollMs, signal),
-    async close() {
-      await notifier.close();
-      await wakeups.close();
+    close() {
+      // Once: the listener calls it to end followers before its sessions drain, the resource stack again after.
+      closing ??= (async () => {
+        await notifier.close();
+        await wakeups.close();
+      })();
+      return closing;
     },
   };
 }

@@ -1,0 +1,81 @@
+import type { X509Certificate } from "node:crypto";
+import { createSecureContext } from "node:tls";
+import type { BatcherOptions } from "../broker/batcher.js";
+import { parseTrustBundle } from "../identity/certificate-policy.js";
+import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
+import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
+
+/** Everything `forelead serve` needs, already read from flags and files. */
+export interface ControlPlaneOptions {
+  readonly host: string;
+  /** 0 picks a free port. */
+  readonly port: number;
+  readonly tlsCertPem: string;
+  readonly tlsKeyPem: string;
+  /** The client trust bundle (PEM). */
+  readonly clientCaPem: string;
+  readonly trustDomain: string;
+  /** postgres:// URL, a directory for the embedded database, or "memory://". */
+  readonly database: string;
+  /** SPIFFE IDs granted the admin role (`--admin`). */
+  readonly admins: readonly string[];
+  /** Further roles for service identities (`--grant ID=read`, `--grant ID=enqueue:w1,w2`). */
+  readonly grants?: readonly RoleGrant[];
+  /** The CA that signs runner certificates on enroll and renew; without one, both are refused. */
+  readonly issuer?: IssuerMaterial;
+  /** Lifetime of the certificates the issuer signs; the maximum certificate lifetime by default. */
+  readonly issuedCertLifetimeMs?: number;
+  readonly leaseSeconds: number;
+  readonly maxCertLifetimeMs: number;
+  /** Byte bound of one request body; 1 MiB by default. */
+  readonly maxBodyBytes?: number;
+  /** How often expired leases are swept; 1 s by default. */
+  readonly sweepIntervalMs?: number;
+  /** Where repository mirrors and scratch files live; a private temporary directory when omitted. */
+  readonly codeDir?: string;
+  /** Cap of one git bundle, sent or received; 256 MiB by default. */
+  readonly maxBundleBytes?: number;
+  /**
+   * Where artifacts live (blobs/ and staging/); replicas must share it.
+   * Default: a fresh temporary directory, removed at close (tests).
+   */
+  readonly artifactsDir?: string;
+  /** Largest artifact an upload may declare; 2 GiB by default. */
+  readonly maxArtifactBytes?: number;
+  /** An events or logs request still open after this many seconds is ended by the server; 30 by default. */
+  readonly streamMaxSeconds?: number;
+  /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
+  readonly batching?: BatcherOptions;
+}
+
+/** The options with what checking them made: parsed trust anchors and roles, the loaded issuer. */
+export interface CheckedOptions {
+  readonly options: ControlPlaneOptions;
+  readonly trustAnchors: readonly X509Certificate[];
+  readonly roles: RoleTable;
+  readonly issuer: Issuer | undefined;
+  readonly maxBodyBytes: number;
+}
+
+const defaultMaxBodyBytes = 1024 * 1024;
+
+/**
+ * Checks everything that can be checked before the database is touched (TLS
+ * material, the client trust bundle, roles, the issuer and its lifetime), so
+ * a bad flag fails at once with a message that names it.
+ */
+export async function checkOptions(options: ControlPlaneOptions): Promise<CheckedOptions> {
+  try {
+    createSecureContext({ cert: options.tlsCertPem, key: options.tlsKeyPem });
+  } catch (err) {
+    throw new Error(`the TLS certificate and key cannot be used together: ${(err as Error).message}`);
+  }
+  const trustAnchors = parseTrustBundle(options.clientCaPem, "the client CA bundle");
+  const roles = createRoleTable(options.grants ?? [], options.admins);
+  const issuedLifetimeMs = options.issuedCertLifetimeMs ?? options.maxCertLifetimeMs;
+  if (issuedLifetimeMs > options.maxCertLifetimeMs) {
+    throw new Error(`the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`);
+  }
+  const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
+  return { options, trustAnchors, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes };
+}
