@@ -2,17 +2,17 @@ import { readFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { Command, Option } from "commander";
-import { keepIdentityFresh, loadIdentity } from "../runner/identity.js";
-import { startRunnerAgent } from "../runner/agent.js";
-import { runnerIdentityFromCertificate } from "../runner/certificate-identity.js";
-import { createRunnerClient } from "../runner/client.js";
-import { createDockerExecutor } from "../runner/docker-executor.js";
-import type { Executor } from "../runner/executor.js";
-import { createHttpOutput } from "../runner/http-output.js";
-import { createProcessExecutor } from "../runner/process-executor.js";
-import { protocolCheckout } from "../runner/protocol-checkout.js";
-import { createRunnerProtocol } from "../runner/protocol-client.js";
-import { createRestTransport } from "../runner/rest-transport.js";
+import { keepIdentityFresh, loadIdentity } from "../runner/identity/enrollment.js";
+import { startRunnerAgent } from "../runner/lifecycle/agent.js";
+import { runnerIdentityFromCertificate } from "../runner/identity/runner-identity.js";
+import { createRunnerClient } from "../runner/transport/client.js";
+import { createDockerExecutor } from "../runner/executors/docker-executor.js";
+import type { Executor } from "../runner/executors/executor.js";
+import { createHttpOutput } from "../runner/output/control-plane-output.js";
+import { createProcessExecutor } from "../runner/executors/process-executor.js";
+import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
+import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
+import { createRestTransport } from "../runner/transport/rest-transport.js";
 import { integerIn } from "./main.js";
 
 interface RunnerFlags {

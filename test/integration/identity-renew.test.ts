@@ -3,7 +3,7 @@ import type http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connectWithIdentity, enroll, keepIdentityFresh, loadIdentity, type ControlPlaneEndpoint, type RunnerIdentity } from "../../src/runner/identity.js";
+import { connectWithIdentity, enroll, keepIdentityFresh, loadIdentity, type ControlPlaneEndpoint, type RunnerIdentity } from "../../src/runner/identity/enrollment.js";
 import { adminActor, eventually, type AdminActor } from "../support/actors.js";
 import { createRestClient, type RestReply } from "../support/clients.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";

@@ -4,13 +4,13 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { LeaseSchema } from "../../gen/forelead/runner/v1/job_pb.js";
 import { architecture } from "../../src/cli/runner.js";
-import { RunnerApiError, type RunnerClient } from "../../src/runner/client.js";
-import { measureClockOffset, serverClock } from "../../src/runner/clock.js";
-import { settlementOf } from "../../src/runner/job-run.js";
-import { keepLease } from "../../src/runner/lease-keeper.js";
-import { forEachLine, maxLineChars } from "../../src/runner/lines.js";
-import { secretMasker } from "../../src/runner/output.js";
-import { TransportError } from "../../src/runner/rest-transport.js";
+import { RunnerApiError, type RunnerClient } from "../../src/runner/transport/client.js";
+import { measureClockOffset, serverClock } from "../../src/runner/lifecycle/clock.js";
+import { settlementOf } from "../../src/runner/lifecycle/job-run.js";
+import { keepLease } from "../../src/runner/lifecycle/lease-keeper.js";
+import { forEachLine, maxLineChars } from "../../src/runner/executors/lines.js";
+import { secretMasker } from "../../src/runner/output/output.js";
+import { TransportError } from "../../src/runner/transport/rest-transport.js";
 
 describe("clock offset", () => {
   it("takes the sample with the least round trip and assumes the server read its clock halfway", async () => {

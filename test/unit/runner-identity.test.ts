@@ -6,7 +6,7 @@ import { statusOf } from "../../src/identity/certificates.js";
 import { createIssuer } from "../../src/identity/issuer.js";
 import { verifyCsr } from "../../src/identity/csr.js";
 import { parseTrustBundle } from "../../src/identity/certificate-policy.js";
-import { createKeyAndCsr, loadIdentity, renewalDelayMs, saveIdentity, type RunnerIdentity } from "../../src/runner/identity.js";
+import { createKeyAndCsr, loadIdentity, renewalDelayMs, saveIdentity, type RunnerIdentity } from "../../src/runner/identity/enrollment.js";
 import { createTestPki, type TestPki } from "../support/pki.js";
 
 const HOUR = 3_600_000;

@@ -1,6 +1,6 @@
-import type { InventoryItemJson, RunnerClient } from "./client.js";
-import { RunnerApiError } from "./client.js";
-import type { Executor, ExecutorResource } from "./executor.js";
+import type { InventoryItemJson, RunnerClient } from "../transport/client.js";
+import { RunnerApiError } from "../transport/client.js";
+import type { Executor, ExecutorResource } from "../executors/executor.js";
 
 /** Options of the inventory loop. */
 export interface InventoryOptions {

@@ -1,7 +1,7 @@
-import type { RunnerClient } from "./client.js";
-import { RunnerApiError } from "./client.js";
+import type { RunnerClient } from "../transport/client.js";
+import { RunnerApiError } from "../transport/client.js";
 import type { JobOutput, OutputLease, OutputSink } from "./output.js";
-import { TransportError } from "./rest-transport.js";
+import { TransportError } from "../transport/rest-transport.js";
 
 /** Options of the control-plane output sink. */
 export interface HttpOutputOptions {

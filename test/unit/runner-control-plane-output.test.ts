@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import type { RunnerClient } from "../../src/runner/client.js";
-import { createHttpOutput } from "../../src/runner/http-output.js";
-import { TransportError, type RestReply } from "../../src/runner/rest-transport.js";
+import type { RunnerClient } from "../../src/runner/transport/client.js";
+import { createHttpOutput } from "../../src/runner/output/control-plane-output.js";
+import { TransportError, type RestReply } from "../../src/runner/transport/rest-transport.js";
 
 /** A control plane's stream routes as the sink sees them: each POST answered by `answer`, every body kept. */
 function streamRoutes(answer: (path: string, lines: unknown[], call: number) => RestReply | Error) {

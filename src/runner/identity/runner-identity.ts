@@ -1,7 +1,7 @@
 import "reflect-metadata"; // @peculiar/x509 needs it loaded first
 import * as x509 from "@peculiar/x509";
-import { principalOf, runnerPathShape } from "../identity/principal.js";
-import { parseSpiffeId } from "../identity/spiffe.js";
+import { principalOf, runnerPathShape } from "../../identity/principal.js";
+import { parseSpiffeId } from "../../identity/spiffe.js";
 
 /** Who a runner is, as its certificate says. */
 export interface RunnerIdentity {

@@ -2,16 +2,16 @@ import { randomUUID } from "node:crypto";
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { JobSpecSchema, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
-import { CheckoutError, needsCheckout, type CheckoutStep } from "./checkout-step.js";
-import { leaseExpiryMs, type RunnerClient } from "./client.js";
+import { JobSpecSchema, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
+import { CheckoutError, needsCheckout, type CheckoutStep } from "../checkout/checkout-step.js";
+import { leaseExpiryMs, type RunnerClient } from "../transport/client.js";
 import type { ServerClock } from "./clock.js";
-import type { ExecutionResult, Executor, RunnerCapacity, RunningJob } from "./executor.js";
-import { withUploadedOutput } from "./job-output.js";
+import type { ExecutionResult, Executor, RunnerCapacity, RunningJob } from "../executors/executor.js";
+import { withUploadedOutput } from "./upload-step.js";
 import { keepLease } from "./lease-keeper.js";
-import { secretMasker, type JobOutput, type OutputSink } from "./output.js";
+import { secretMasker, type JobOutput, type OutputSink } from "../output/output.js";
 import { settle, type Settlement } from "./settle.js";
-import type { UploadClient } from "./upload-output.js";
+import type { UploadClient } from "../output/upload-output.js";
 
 /** What running a lease needs from the agent. */
 export interface JobRunContext {

@@ -10,8 +10,8 @@ import { X509Certificate, createPrivateKey, type webcrypto } from "node:crypto";
 import { mkdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import * as x509 from "@peculiar/x509";
-import { writeFileAtomic } from "../identity/pki-files.js";
-import { parseSpiffeId } from "../identity/spiffe.js";
+import { writeFileAtomic } from "../../identity/pki-files.js";
+import { parseSpiffeId } from "../../identity/spiffe.js";
 
 x509.cryptoProvider.set(globalThis.crypto);
 

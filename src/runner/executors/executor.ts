@@ -1,5 +1,5 @@
-import type { JobSpec } from "../../gen/forelead/runner/v1/job_pb.js";
-import type { LogLine } from "./output.js";
+import type { JobSpec } from "../../../gen/forelead/runner/v1/job_pb.js";
+import type { LogLine } from "../output/output.js";
 
 /** What the runner can offer a job: the same figures it registers with. */
 export interface RunnerCapacity {

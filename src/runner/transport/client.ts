@@ -1,7 +1,7 @@
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
-import { ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { JobSchema, LeaseSchema, type Job, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
+import { ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../../gen/forelead/runner/v1/runner_pb.js";
 import type { RestReply, RestTransport } from "./rest-transport.js";
 
 /** The control plane answered with an error (the Connect error shape on REST). */
