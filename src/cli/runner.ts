@@ -13,7 +13,7 @@ import { createProcessExecutor } from "../runner/executors/process-executor.js";
 import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
 import { createRestTransport } from "../runner/transport/rest-transport.js";
-import { integerIn } from "./main.js";
+import { integerIn } from "./options.js";
 
 interface RunnerFlags {
   server: string;
