@@ -2,9 +2,10 @@ import { readFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { Command, Option } from "commander";
-import { keepIdentityFresh, loadIdentity } from "../runner/identity/enrollment.js";
+import { keepIdentityFresh } from "../runner/identity/keeper.js";
+import { loadIdentity } from "../runner/identity/state-dir.js";
 import { startRunnerAgent } from "../runner/lifecycle/agent.js";
-import { runnerIdentityFromCertificate } from "../runner/identity/runner-identity.js";
+import { readRunnerCertificate } from "../runner/identity/runner-identity.js";
 import { createRunnerClient } from "../runner/transport/client.js";
 import { createDockerExecutor } from "../runner/executors/docker-executor.js";
 import type { Executor } from "../runner/executors/executor.js";
@@ -118,7 +119,7 @@ async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) 
     return { identity, keeper, tls: () => ({ ca, cert: keeper.current().certPem, key: keeper.current().keyPem }) };
   }
   if (!flags.cert || !flags.key) throw new Error("give --cert and --key (a runner certificate and its key), or --state-dir from `forelead runner enroll`");
-  const identity = runnerIdentityFromCertificate(await read(flags.cert, "--cert"), `--cert ${flags.cert}`);
+  const identity = readRunnerCertificate(await read(flags.cert, "--cert"), `--cert ${flags.cert}`);
   const tls = async () => ({ ca: await read(flags.ca, "--ca"), cert: await read(flags.cert!, "--cert"), key: await read(flags.key!, "--key") });
   await tls(); // unreadable files fail now, with their names
   return { identity, keeper: undefined, tls };
