@@ -44,7 +44,9 @@ function linesPerLease(leases: number, lineBytes: number): number {
 }
 
 /**
- * Lines per request: the runner agent's batching (src/runner/http-output.ts),
+ * Lines per request: the batching of the runner agent's former output sink
+ * (http-output.ts, since replaced by src/runner/output/stream-writer.ts,
+ * which batches up to 1 MB), kept so runs stay comparable:
  * at most 500 lines and 512 KiB per request; an NDJSON line is the text plus
  * about 250 bytes of envelope (apiVersion, ids, lease token, sequence).
  */

@@ -9,7 +9,7 @@ import { readRunnerCertificate } from "../runner/identity/runner-identity.js";
 import { createRunnerClient } from "../runner/transport/client.js";
 import { createDockerExecutor } from "../runner/executors/docker-executor.js";
 import type { Executor } from "../runner/executors/executor.js";
-import { createHttpOutput } from "../runner/output/control-plane-output.js";
+import { createControlPlaneOutput } from "../runner/output/control-plane-output.js";
 import { createProcessExecutor } from "../runner/executors/process-executor.js";
 import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
@@ -69,7 +69,7 @@ export function runnerCommand(): Command {
       const agent = await startRunnerAgent({
         client,
         executor,
-        output: createHttpOutput(client, { warn: log }),
+        output: createControlPlaneOutput(client, { warn: log }),
         slots: flags.slots,
         labels,
         capacity: { cpu: os.availableParallelism(), memoryBytes: os.totalmem() },

@@ -6,7 +6,7 @@ import { createRunnerClient, type RunnerClient } from "../../src/runner/transpor
 import { createDockerClient } from "../../src/runner/executors/docker-api.js";
 import { createDockerExecutor } from "../../src/runner/executors/docker-executor.js";
 import type { Executor } from "../../src/runner/executors/executor.js";
-import { createHttpOutput } from "../../src/runner/output/control-plane-output.js";
+import { createControlPlaneOutput } from "../../src/runner/output/control-plane-output.js";
 import { teeOutput, type JobEvent, type LogLine, type OutputSink } from "../../src/runner/output/output.js";
 import { createProcessExecutor } from "../../src/runner/executors/process-executor.js";
 import { protocolCheckout } from "../../src/runner/checkout/protocol-checkout.js";
@@ -110,7 +110,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
   const agent = await startRunnerAgent({
     client,
     executor,
-    output: teeOutput(recorded, createHttpOutput(client, { warn: say })),
+    output: teeOutput(recorded, createControlPlaneOutput(client, { warn: say })),
     slots: options.slots ?? 1,
     labels: options.labels ?? ["linux"],
     capacity: { cpu: 2, memoryBytes: 4 * 1024 ** 3 },
