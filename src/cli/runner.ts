@@ -7,10 +7,8 @@ import { loadIdentity } from "../runner/identity/state-dir.js";
 import { startRunnerAgent } from "../runner/lifecycle/agent.js";
 import { readRunnerCertificate } from "../runner/identity/runner-identity.js";
 import { createRunnerClient } from "../runner/transport/client.js";
-import { createDockerExecutor } from "../runner/executors/docker-executor.js";
-import type { Executor } from "../runner/executors/executor.js";
+import { createExecutor, executors, type ExecutorKind } from "../runner/executors/kinds.js";
 import { createControlPlaneOutput } from "../runner/output/control-plane-output.js";
-import { createProcessExecutor } from "../runner/executors/process-executor.js";
 import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
 import { createRestTransport } from "../runner/transport/rest-transport.js";
@@ -23,7 +21,7 @@ interface RunnerFlags {
   key?: string;
   slots: number;
   labels?: string;
-  executor: "docker" | "process";
+  executor: ExecutorKind;
   workDir?: string;
   graceSeconds: number;
   force?: boolean;
@@ -44,7 +42,7 @@ export function runnerCommand(): Command {
     .option("--state-dir <dir>", "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime")
     .addOption(new Option("--slots <n>", "most jobs run at once").default(1).argParser(integerIn("--slots", 1, 1000)))
     .option("--labels <list>", "labels offered to jobs, comma separated (default: the OS and the executor, e.g. linux,docker)")
-    .addOption(new Option("--executor <kind>", "how jobs run").choices(["docker", "process"]).default("docker"))
+    .addOption(new Option("--executor <kind>", "how jobs run").choices(Object.keys(executors)).default("docker"))
     .option("--work-dir <dir>", "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)")
     .addOption(new Option("--grace-seconds <n>", "TERM-to-KILL grace for cancel, timeout and forced shutdown").default(10).argParser(integerIn("--grace-seconds", 0, 3600)))
     .option("--force", "on SIGTERM, stop running jobs and release their leases at once instead of draining")
@@ -64,7 +62,7 @@ export function runnerCommand(): Command {
         protocol.reconnect();
       });
       const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
-      const executor: Executor = flags.executor === "docker" ? createDockerExecutor({ runnerId: identity.runnerId, workspaceId: identity.workspaceId }) : createProcessExecutor();
+      const executor = createExecutor(flags.executor, identity);
       const labels = flags.labels !== undefined ? flags.labels.split(",").map((l) => l.trim()).filter(Boolean) : [os.platform(), flags.executor];
       const agent = await startRunnerAgent({
         client,

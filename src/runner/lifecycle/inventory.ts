@@ -72,7 +72,7 @@ export function startInventory(options: InventoryOptions): InventoryLoop {
     }
     if (!stopped) timer = setTimeout(tick, options.intervalMs ?? 15_000);
   };
-  if (executor.kind === "docker") timer = setTimeout(tick, 0);
+  if (executor.reportsInventory) timer = setTimeout(tick, 0);
 
   return {
     reportNow,
