@@ -44,7 +44,9 @@ function linesPerLease(leases: number, lineBytes: number): number {
 }
 
 /**
- * Lines per request: the runner agent's batching (src/runner/http-output.ts),
+ * Lines per request: the batching of the runner agent's former output sink
+ * (http-output.ts, since replaced by src/runner/output/stream-writer.ts,
+ * which batches up to 1 MB), kept so runs stay comparable:
  * at most 500 lines and 512 KiB per request; an NDJSON line is the text plus
  * about 250 bytes of envelope (apiVersion, ids, lease token, sequence).
  */
@@ -139,7 +141,7 @@ try {
 const notes = [
   "The control plane runs in the orchestrating process (as lease-throughput's one-process row; its store is where the lines are counted, embedded or not), the runners in a client process and the bare server in a third: each has its own event loop.",
   `Each lease is a runner with its own certificate and HTTP/2 + TLS 1.3 connection, holding one leased job; all leases of a cell send at once, one request in flight each. A line is {"stream":"stdout","text":…} with a text of exactly the line size; requests carry ${lineSizes.map((b) => `${linesPerRequest(b)} lines (${sizeLabel(b)})`).join(", ")}, the runner agent's batching (at most 500 lines and 512 KiB per request). A cell stops starting requests after ${cellSeconds} s.`,
-  "NDJSON: POST /v1/runner/logs through the runner's stream writer (src/runner/stream-writer.ts). gRPC: client streaming RunnerService.Logs through a generated client (@connectrpc/connect-node createGrpcTransport), one call per request.",
+  "NDJSON: POST /v1/runner/logs through the runner's stream writer (src/runner/output/stream-writer.ts). gRPC: client streaming RunnerService.Logs through a generated client (@connectrpc/connect-node createGrpcTransport), one call per request.",
   "Lines and MB stored are counted in stream_messages after each cell (MB: bytes of log text, 10^6), and checked lease by lease against the lines the control plane confirmed: the count and the first and last sequence. The check column says when a cell stored fewer lines than it sent, or was cut by the time bound. The table is emptied after each cell, so every cell starts from an empty one.",
   "Bare: the same client code sends the same request bodies (same leases, tokens and sequences) to a plain Node HTTP/2 TLS 1.3 server in its own process (bench/servers/bare-h2.ts: same certificates, client certificate requested, the control plane's HTTP/2 windows) that reads and discards each body and replies 200. ours ÷ bare compares lines/s.",
   "Lines per commit: lines stored over the transactions that stored them (distinct received_at per job). The control plane stores what has arrived of a request whenever reading on would wait for the network, so this shows how the bodies arrived: an NDJSON body comes in large chunks, a gRPC stream message by message as the client encodes them.",

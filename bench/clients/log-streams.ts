@@ -3,14 +3,15 @@
 // send each lease's log lines, a bounded number per request, to a server:
 // the control plane or the bare server, with the same code and so the same
 // request bodies. Two transports: NDJSON through the runner's stream writer
-// (src/runner/stream-writer.ts), and gRPC client streaming through a
+// (src/runner/output/stream-writer.ts), and gRPC client streaming through a
 // generated client. Run by bench/lib/fork.ts.
 import { fromJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { createSessionPost, createStreamWriter, lastAcceptedHeader, type NdjsonPost } from "../../src/runner/stream-writer.js";
+import { createStreamWriter, lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
+import { createSessionPost, type NdjsonPost } from "../../src/runner/transport/ndjson-post.js";
 import { serveRequests, type Message } from "../lib/fork.js";
 import { connectH2, connectRunner, type H2Client } from "../lib/h2.js";
 import type { RunnerIdentity } from "../lib/pki.js";

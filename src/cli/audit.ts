@@ -3,7 +3,7 @@ import { Command, Option } from "commander";
 import type { AuditRecord } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { openAdminClient, timeFlag } from "./admin-flags.js";
 import { withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
-import { integerIn } from "./main.js";
+import { integerIn } from "./options.js";
 
 interface AuditFlags extends AdminClientFlags {
   since?: Date;

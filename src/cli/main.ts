@@ -1,4 +1,4 @@
-import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { Command, CommanderError } from "commander";
 import { auditCommand } from "./audit.js";
 import { caCommand } from "./ca.js";
 import { certsCommand } from "./certs.js";
@@ -33,18 +33,4 @@ export async function main(argv: readonly string[]): Promise<void> {
     console.error(`forelead: error: ${(err as Error).message}`);
     process.exit(1);
   }
-}
-
-/** A commander argument parser for whole numbers in a range. */
-export function integerIn(name: string, min: number, max: number): (value: string) => number {
-  return (value) => {
-    const n = Number(value);
-    if (!/^-?\d+$/.test(value) || n < min || n > max) throw new InvalidArgumentError(`${name} must be a whole number from ${min} to ${max}; got ${JSON.stringify(value)}`);
-    return n;
-  };
-}
-
-/** Collects a repeatable option into an array. */
-export function collect(value: string, previous: string[] = []): string[] {
-  return [...previous, value];
 }

@@ -1,5 +1,5 @@
 import { Option, type Command } from "commander";
-import { enroll } from "../runner/identity.js";
+import { enroll } from "../runner/identity/enrollment.js";
 import { readFlagFile } from "./admin-flags.js";
 
 interface EnrollFlags {

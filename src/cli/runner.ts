@@ -2,18 +2,17 @@ import { readFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { Command, Option } from "commander";
-import { keepIdentityFresh, loadIdentity } from "../runner/identity.js";
-import { startRunnerAgent } from "../runner/agent.js";
-import { runnerIdentityFromCertificate } from "../runner/certificate-identity.js";
-import { createRunnerClient } from "../runner/client.js";
-import { createDockerExecutor } from "../runner/docker-executor.js";
-import type { Executor } from "../runner/executor.js";
-import { createHttpOutput } from "../runner/http-output.js";
-import { createProcessExecutor } from "../runner/process-executor.js";
-import { protocolCheckout } from "../runner/protocol-checkout.js";
-import { createRunnerProtocol } from "../runner/protocol-client.js";
-import { createRestTransport } from "../runner/rest-transport.js";
-import { integerIn } from "./main.js";
+import { keepIdentityFresh } from "../runner/identity/keeper.js";
+import { loadIdentity } from "../runner/identity/state-dir.js";
+import { startRunnerAgent } from "../runner/lifecycle/agent.js";
+import { readRunnerCertificate } from "../runner/identity/runner-identity.js";
+import { createRunnerClient } from "../runner/transport/client.js";
+import { createExecutor, executors, type ExecutorKind } from "../runner/executors/kinds.js";
+import { createControlPlaneOutput } from "../runner/output/control-plane-output.js";
+import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
+import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
+import { createRestTransport } from "../runner/transport/rest-transport.js";
+import { integerIn } from "./options.js";
 
 interface RunnerFlags {
   server: string;
@@ -22,7 +21,7 @@ interface RunnerFlags {
   key?: string;
   slots: number;
   labels?: string;
-  executor: "docker" | "process";
+  executor: ExecutorKind;
   workDir?: string;
   graceSeconds: number;
   force?: boolean;
@@ -43,7 +42,7 @@ export function runnerCommand(): Command {
     .option("--state-dir <dir>", "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime")
     .addOption(new Option("--slots <n>", "most jobs run at once").default(1).argParser(integerIn("--slots", 1, 1000)))
     .option("--labels <list>", "labels offered to jobs, comma separated (default: the OS and the executor, e.g. linux,docker)")
-    .addOption(new Option("--executor <kind>", "how jobs run").choices(["docker", "process"]).default("docker"))
+    .addOption(new Option("--executor <kind>", "how jobs run").choices(Object.keys(executors)).default("docker"))
     .option("--work-dir <dir>", "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)")
     .addOption(new Option("--grace-seconds <n>", "TERM-to-KILL grace for cancel, timeout and forced shutdown").default(10).argParser(integerIn("--grace-seconds", 0, 3600)))
     .option("--force", "on SIGTERM, stop running jobs and release their leases at once instead of draining")
@@ -63,12 +62,12 @@ export function runnerCommand(): Command {
         protocol.reconnect();
       });
       const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
-      const executor: Executor = flags.executor === "docker" ? createDockerExecutor({ runnerId: identity.runnerId, workspaceId: identity.workspaceId }) : createProcessExecutor();
+      const executor = createExecutor(flags.executor, identity);
       const labels = flags.labels !== undefined ? flags.labels.split(",").map((l) => l.trim()).filter(Boolean) : [os.platform(), flags.executor];
       const agent = await startRunnerAgent({
         client,
         executor,
-        output: createHttpOutput(client, { warn: log }),
+        output: createControlPlaneOutput(client, { warn: log }),
         slots: flags.slots,
         labels,
         capacity: { cpu: os.availableParallelism(), memoryBytes: os.totalmem() },
@@ -118,7 +117,7 @@ async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) 
     return { identity, keeper, tls: () => ({ ca, cert: keeper.current().certPem, key: keeper.current().keyPem }) };
   }
   if (!flags.cert || !flags.key) throw new Error("give --cert and --key (a runner certificate and its key), or --state-dir from `forelead runner enroll`");
-  const identity = runnerIdentityFromCertificate(await read(flags.cert, "--cert"), `--cert ${flags.cert}`);
+  const identity = readRunnerCertificate(await read(flags.cert, "--cert"), `--cert ${flags.cert}`);
   const tls = async () => ({ ca: await read(flags.ca, "--ca"), cert: await read(flags.cert!, "--cert"), key: await read(flags.key!, "--key") });
   await tls(); // unreadable files fail now, with their names
   return { identity, keeper: undefined, tls };

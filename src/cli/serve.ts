@@ -9,7 +9,7 @@ import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { startControlPlane } from "../server/control-plane.js";
 import { defaultHosts } from "./ca.js";
-import { collect, integerIn } from "./main.js";
+import { collect, integerIn } from "./options.js";
 
 interface ServeFlags {
   listen: string;

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { checkoutBase } from "../../src/runner/checkout.js";
+import { checkoutBase } from "../../src/runner/checkout/checkout.js";
 import { adminActor, type AdminActor } from "../support/actors.js";
 import { createTestClient, type RestReply } from "../support/clients.js";
 import { leaseCodeJob, publishBundle, registerRepository, requestBundle, requestHead } from "../support/code-actors.js";

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { checkoutBase, CheckoutRefused } from "../../src/runner/checkout.js";
+import { checkoutBase, CheckoutRefused } from "../../src/runner/checkout/checkout.js";
 import { adminActor, runnerActor, type AdminActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { emptyRepo, importBundleBytes, leaseCodeJob, loseLease, registerRepository, requestBundle, requestHead } from "../support/code-actors.js";

@@ -1,7 +1,7 @@
 import "reflect-metadata";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createDockerClient } from "../../src/runner/docker-api.js";
-import { containerName, networkName } from "../../src/runner/names.js";
+import { createDockerClient } from "../../src/runner/executors/docker-api.js";
+import { containerName, networkName } from "../../src/runner/executors/names.js";
 import { adminActor, eventually, type AdminActor } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";

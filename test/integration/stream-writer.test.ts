@@ -1,6 +1,7 @@
 import "reflect-metadata";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createLeaseStreams, createSessionPost, lastAcceptedHeader, type NdjsonPost, type NdjsonReply } from "../../src/runner/stream-writer.js";
+import { createLeaseStreams, lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
+import { createSessionPost, type NdjsonPost, type NdjsonReply } from "../../src/runner/transport/ndjson-post.js";
 import { adminActor, type AdminActor } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type Client } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { uploadOutput, type UploadClient } from "../../src/runner/upload-output.js";
+import { uploadOutput, type UploadClient } from "../../src/runner/output/upload-output.js";
 import { blobPath, filesUnder, sha256 } from "../support/artifacts.js";
 import { createTestClient } from "../support/clients.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";

@@ -1,17 +1,17 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startRunnerAgent, type RunnerAgent } from "../../src/runner/agent.js";
-import { createRunnerClient, type RunnerClient } from "../../src/runner/client.js";
-import { createDockerClient } from "../../src/runner/docker-api.js";
-import { createDockerExecutor } from "../../src/runner/docker-executor.js";
-import type { Executor } from "../../src/runner/executor.js";
-import { createHttpOutput } from "../../src/runner/http-output.js";
-import { teeOutput, type JobEvent, type LogLine, type OutputSink } from "../../src/runner/output.js";
-import { createProcessExecutor } from "../../src/runner/process-executor.js";
-import { protocolCheckout } from "../../src/runner/protocol-checkout.js";
-import { createRunnerProtocol } from "../../src/runner/protocol-client.js";
-import { createRestTransport } from "../../src/runner/rest-transport.js";
+import { startRunnerAgent, type RunnerAgent } from "../../src/runner/lifecycle/agent.js";
+import { createRunnerClient, type RunnerClient } from "../../src/runner/transport/client.js";
+import { createDockerClient } from "../../src/runner/executors/docker-api.js";
+import { createDockerExecutor } from "../../src/runner/executors/docker-executor.js";
+import type { Executor } from "../../src/runner/executors/executor.js";
+import { createControlPlaneOutput } from "../../src/runner/output/control-plane-output.js";
+import { teeOutput, type JobEvent, type LogLine, type OutputSink } from "../../src/runner/output/output.js";
+import { createProcessExecutor } from "../../src/runner/executors/process-executor.js";
+import { protocolCheckout } from "../../src/runner/checkout/protocol-checkout.js";
+import { createRunnerProtocol } from "../../src/runner/transport/protocol-client.js";
+import { createRestTransport } from "../../src/runner/transport/rest-transport.js";
 import { eventually } from "./actors.js";
 import type { TestControlPlane } from "./control-plane.js";
 
@@ -110,7 +110,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
   const agent = await startRunnerAgent({
     client,
     executor,
-    output: teeOutput(recorded, createHttpOutput(client, { warn: say })),
+    output: teeOutput(recorded, createControlPlaneOutput(client, { warn: say })),
     slots: options.slots ?? 1,
     labels: options.labels ?? ["linux"],
     capacity: { cpu: 2, memoryBytes: 4 * 1024 ** 3 },

@@ -4,13 +4,14 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { LeaseSchema } from "../../gen/forelead/runner/v1/job_pb.js";
 import { architecture } from "../../src/cli/runner.js";
-import { RunnerApiError, type RunnerClient } from "../../src/runner/client.js";
-import { measureClockOffset, serverClock } from "../../src/runner/clock.js";
-import { settlementOf } from "../../src/runner/job-run.js";
-import { keepLease } from "../../src/runner/lease-keeper.js";
-import { forEachLine, maxLineChars } from "../../src/runner/lines.js";
-import { secretMasker } from "../../src/runner/output.js";
-import { TransportError } from "../../src/runner/rest-transport.js";
+import { RunnerApiError, type RunnerClient } from "../../src/runner/transport/client.js";
+import { measureClockOffset, serverClock } from "../../src/runner/lifecycle/clock.js";
+import { settlementOf } from "../../src/runner/lifecycle/job-run.js";
+import { keepLease } from "../../src/runner/lifecycle/lease-keeper.js";
+import { createLeaseRun } from "../../src/runner/lifecycle/run-state.js";
+import { forEachLine, maxLineChars } from "../../src/runner/executors/lines.js";
+import { secretMasker } from "../../src/runner/output/output.js";
+import { TransportError } from "../../src/runner/transport/rest-transport.js";
 
 describe("clock offset", () => {
   it("takes the sample with the least round trip and assumes the server read its clock halfway", async () => {
@@ -44,6 +45,51 @@ describe("settling rules", () => {
     const error = { code: "image_unavailable", message: "no", retryable: false };
     expect(settlementOf(run({ error }), undefined, 5, "x")).toEqual({ outcome: "failed", error });
     expect(settlementOf(run({ signal: "SIGKILL" }), undefined, 5, "x")).toMatchObject({ outcome: "failed", error: { code: "killed" } });
+  });
+});
+
+describe("run phases", () => {
+  const fakeJob = () => {
+    const stops: number[] = [];
+    return { stops, job: { done: new Promise<never>(() => {}), stop: async (graceMs: number) => void stops.push(graceMs) } };
+  };
+  const fakeOutput = () => {
+    const calls: string[] = [];
+    return { calls, output: { log: () => {}, event: () => {}, flush: async () => {}, abandon: () => void calls.push("abandon") } };
+  };
+
+  it("a lost lease kills the running job at once, drops its output, and no phase follows: nothing is completed or released", () => {
+    const run = createLeaseRun();
+    const { output, calls } = fakeOutput();
+    const { job, stops } = fakeJob();
+    run.starting(() => output);
+    run.running(job, 1000);
+    expect(run.lose("refused")).toBe("running");
+    expect(stops).toEqual([0]);
+    expect(calls).toEqual(["abandon"]);
+    expect(run.stop("cancel", 1000)).toBe(false);
+    expect(run.ended()).toBeUndefined();
+    expect(run.state).toEqual({ phase: "lost", why: "refused" });
+    expect(run.lostSignal.aborted).toBe(true);
+  });
+
+  it("a job that finishes starting after its lease was lost is killed as it starts", () => {
+    const run = createLeaseRun();
+    const { job, stops } = fakeJob();
+    run.starting(() => fakeOutput().output);
+    run.lose("expired");
+    run.running(job, 1000);
+    expect(stops).toEqual([0]);
+    expect(run.state.phase).toBe("lost");
+  });
+
+  it("a run stopped during the checkout starts nothing; one stopped for a release ends releasing, not settling", () => {
+    const run = createLeaseRun();
+    expect(run.stop("release", 1000)).toBe(true);
+    let opened = false;
+    expect(run.starting(() => ((opened = true), fakeOutput().output))).toBeUndefined();
+    expect(opened).toBe(false);
+    expect(run.ended()?.phase).toBe("releasing");
   });
 });
 

@@ -6,7 +6,10 @@ import { statusOf } from "../../src/identity/certificates.js";
 import { createIssuer } from "../../src/identity/issuer.js";
 import { verifyCsr } from "../../src/identity/csr.js";
 import { parseTrustBundle } from "../../src/identity/certificate-policy.js";
-import { createKeyAndCsr, loadIdentity, renewalDelayMs, saveIdentity, type RunnerIdentity } from "../../src/runner/identity.js";
+import { createKeyAndCsr } from "../../src/runner/identity/enrollment.js";
+import { renewalDelayMs } from "../../src/runner/identity/keeper.js";
+import type { RunnerIdentity } from "../../src/runner/identity/runner-identity.js";
+import { loadIdentity, saveIdentity } from "../../src/runner/identity/state-dir.js";
 import { createTestPki, type TestPki } from "../support/pki.js";
 
 const HOUR = 3_600_000;

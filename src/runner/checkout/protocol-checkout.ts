@@ -1,12 +1,12 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
-import type { Lease } from "../../gen/forelead/runner/v1/job_pb.js";
-import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
+import type { RunnerService } from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { checkoutBase, CheckoutRefused } from "./checkout.js";
 import { CheckoutError, type CheckoutStep } from "./checkout-step.js";
 
 /**
  * The agent's checkout step over the runner protocol: the lease's base
- * bundle is fetched and verified against its baseTree (src/runner/checkout.ts)
+ * bundle is fetched and verified against its baseTree (src/runner/checkout/checkout.ts)
  * and checked out into the job's workspace directory.
  */
 export function protocolCheckout(client: () => Promise<Client<typeof RunnerService>>): CheckoutStep {

@@ -10,6 +10,8 @@ export interface TlsMaterial {
 /** A reply from the control plane: any HTTP status (errors are decided by the caller). */
 export interface RestReply {
   readonly status: number;
+  /** The reply's headers (a stream refusal names the last accepted sequence in one). */
+  readonly headers: http2.IncomingHttpHeaders;
   readonly text: string;
   /** The body parsed as JSON; undefined when empty or not JSON. */
   readonly json: unknown;
@@ -111,6 +113,7 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
         }
         const chunks: Buffer[] = [];
         let status = 0;
+        let replyHeaders: http2.IncomingHttpHeaders = {};
         const fail = (why: string, cause?: unknown) => {
           cleanup();
           if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
@@ -123,7 +126,10 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
           clearTimeout(timer);
           options.signal?.removeEventListener("abort", onAbort);
         };
-        stream.on("response", (h) => (status = Number(h[":status"])));
+        stream.on("response", (h) => {
+          status = Number(h[":status"]);
+          replyHeaders = h;
+        });
         stream.on("data", (c: Buffer) => chunks.push(c));
         stream.on("error", (err) => fail(err.message, err));
         stream.on("close", () => {
@@ -138,7 +144,7 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
           } catch {
             json = undefined;
           }
-          resolve({ status, text, json });
+          resolve({ status, headers: replyHeaders, text, json });
         });
         if (options.signal?.aborted) onAbort();
         else stream.end(payload);

@@ -4,8 +4,8 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { Client } from "@connectrpc/connect";
-import type { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { gitTimeouts, runGit } from "../code/git.js";
+import type { RunnerService } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import { gitTimeouts, runGit } from "../../code/git.js";
 
 /** The runner refused to use code: the lease's identity is missing, or the import does not match it. */
 export class CheckoutRefused extends Error {

@@ -1,10 +1,10 @@
-import { containerName as launcherContainerName, launcherLabelKeys, launcherLabels } from "../inventory/names.js";
+import { containerName as launcherContainerName, launcherLabelKeys, launcherLabels } from "../../inventory/names.js";
 
 // The launcher's names and labels are defined once, in src/inventory/names.ts,
 // which the control plane also uses to accept inventory items; this module
 // only adds the runner's own default task.
 
-export { networkName } from "../inventory/names.js";
+export { networkName } from "../../inventory/names.js";
 
 /** The task name of a job's only container. */
 export const mainTask = "main";

@@ -1,7 +1,7 @@
 import { join } from "node:path";
-import type { EventSink } from "./output.js";
+import type { EventSink } from "../output/output.js";
 import type { Settlement } from "./settle.js";
-import { uploadOutput, type UploadClient } from "./upload-output.js";
+import { uploadOutput, type UploadClient } from "../output/upload-output.js";
 
 /** What uploading a job's output needs. */
 export interface JobOutputUpload {

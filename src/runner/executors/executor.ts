@@ -1,5 +1,5 @@
-import type { JobSpec } from "../../gen/forelead/runner/v1/job_pb.js";
-import type { LogLine } from "./output.js";
+import type { JobSpec } from "../../../gen/forelead/runner/v1/job_pb.js";
+import type { LogLine } from "../output/output.js";
 
 /** What the runner can offer a job: the same figures it registers with. */
 export interface RunnerCapacity {
@@ -66,7 +66,8 @@ export interface ExecutorResource {
 
 /** Runs jobs: in Docker containers, or as local processes. */
 export interface Executor {
-  readonly kind: "docker" | "process";
+  /** Its name in executors/kinds.ts (docker, process), as job events and logs report it. */
+  readonly kind: string;
   /** Checks the engine can be used (e.g. Docker answers); throws with advice when not. */
   prepare(): Promise<void>;
   /**

@@ -1,10 +1,10 @@
-import type { Lease } from "../../gen/forelead/runner/v1/job_pb.js";
+import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 
 /**
  * Puts a job's code in place before it runs: for checkout and agent jobs,
  * the tree of the lease's pinned base commit, imported from the control
  * plane's base bundle and verified against the lease's baseTree. The code
- * routes and the import live elsewhere (src/runner/checkout.ts); the agent
+ * routes and the import live elsewhere (src/runner/checkout/checkout.ts); the agent
  * only needs this step.
  */
 export interface CheckoutStep {

@@ -1,15 +1,5 @@
-import http2 from "node:http2";
 import type { JsonValue } from "@bufbuild/protobuf";
-
-/** A reply to one NDJSON POST, with the headers the resume rule reads. */
-export interface NdjsonReply {
-  readonly status: number;
-  readonly headers: http2.IncomingHttpHeaders;
-  readonly text: string;
-}
-
-/** Posts one NDJSON body; rejects only when no reply came (connection lost, timeout). */
-export type NdjsonPost = (path: string, body: string, timeoutMs: number) => Promise<NdjsonReply>;
+import type { NdjsonPost, NdjsonReply } from "../transport/ndjson-post.js";
 
 /** The header in which the control plane names the last accepted sequence of a rejected request. */
 export const lastAcceptedHeader = "forelead-last-accepted-sequence";
@@ -28,6 +18,24 @@ export interface StreamWriterOptions {
   readonly maxRetries?: number;
   /** First backoff; doubles up to 5 s. 100 ms by default. */
   readonly backoffMs?: number;
+  /** Most lines held unconfirmed (e.g. while the control plane is unreachable); past it the oldest are dropped. Unbounded by default. */
+  readonly maxQueuedLines?: number;
+  /** Told each time a line is dropped for `maxQueuedLines`. */
+  readonly onDropped?: () => void;
+  /** Told once, when the stream fails (not when it is abandoned). */
+  readonly onFailure?: (err: Error) => void;
+}
+
+/** The control plane refused a request and stored nothing new: the stream has failed. */
+export class StreamRefused extends Error {
+  constructor(
+    message: string,
+    /** The HTTP status of the refusal (409 lease gone or repeated sequence, 413, 501 not served, ...). */
+    readonly status: number,
+  ) {
+    super(message);
+    this.name = "StreamRefused";
+  }
 }
 
 /** One stream (events or logs) of one lease. */
@@ -40,6 +48,10 @@ export interface StreamWriter {
   readonly confirmed: number;
   /** Why the stream stopped, once it has. */
   readonly failure: Error | undefined;
+  /** Lines written and not yet confirmed. */
+  readonly queued: number;
+  /** The lease is gone: drops what is queued, sends nothing more; flush() rejects and write() throws from now on. */
+  abandon(): void;
 }
 
 /** The two streams of one lease: separate requests, running at once on the same connection. */
@@ -73,7 +85,7 @@ interface Queued {
  * reply lost on the way (the resent lines are refused as repeats, naming how
  * far the control plane got). A rejection that stored nothing new (lease
  * ended, bad data) is final: the stream fails with the control plane's
- * message.
+ * message. So is a 501: the control plane does not serve the stream.
  */
 export function createStreamWriter(stream: "events" | "logs", options: StreamWriterOptions): StreamWriter {
   const path = `/v1/runner/${stream}`;
@@ -85,6 +97,8 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
   let confirmed = 0;
   let failure: Error | undefined;
   let pumping: Promise<void> | undefined;
+  let abandoned = false;
+  let wake: (() => void) | undefined; // ends a backoff early when the stream is abandoned
   const prefix = JSON.stringify({ apiVersion: "v1", runnerId: options.runnerId, jobId: options.jobId, leaseToken: options.leaseToken }).slice(0, -1);
 
   const confirm = (upTo: number) => {
@@ -126,30 +140,42 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
         // The control plane's bound is smaller than ours: from now on send what it just took (or half).
         const taken = progressed ? batch.filter((b) => b.sequence <= last).reduce((sum, b) => sum + b.line.length + 1, 0) : Math.floor(bytes / 2);
         maxBytes = Math.max(1, Math.min(maxBytes, taken));
-        if (!progressed && batch.length === 1) throw new Error(`${stream}: the control plane refused sequence ${first}: ${reply.status} ${messageOf(reply.text)}`);
+        if (!progressed && batch.length === 1) throw refused(first, reply);
         continue;
       }
       if (progressed) {
         retries = 0;
         continue; // the control plane stored part of this request: send the rest
       }
-      if ((reply.status === 429 || reply.status >= 500) && retries++ < maxRetries) {
+      if ((reply.status === 429 || (reply.status >= 500 && reply.status !== 501)) && retries++ < maxRetries) {
         await backoff(retries);
         continue;
       }
-      throw new Error(`${stream}: the control plane refused sequence ${first}: ${reply.status} ${messageOf(reply.text)}`);
+      throw refused(first, reply);
     }
   };
 
-  const backoff = (attempt: number) => new Promise((resolve) => setTimeout(resolve, Math.min(5_000, (options.backoffMs ?? 100) * 2 ** (attempt - 1))));
+  const refused = (first: number, reply: NdjsonReply) => new StreamRefused(`${stream}: the control plane refused sequence ${first}: ${reply.status} ${messageOf(reply.text)}`, reply.status);
+
+  const backoff = (attempt: number) =>
+    new Promise<void>((resolve) => {
+      if (abandoned) return resolve();
+      const timer = setTimeout(resolve, Math.min(5_000, (options.backoffMs ?? 100) * 2 ** (attempt - 1)));
+      wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
 
   const start = () => {
     // The first request waits for the current tick to end, so a burst of writes shares it.
     pumping ??= new Promise((resolve) => setImmediate(resolve))
       .then(pump)
       .catch((err: Error) => {
+        if (failure) return; // abandoned meanwhile
         failure = err;
         queue.length = 0;
+        options.onFailure?.(err);
       })
       .finally(() => {
         pumping = undefined;
@@ -165,6 +191,10 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
       if (Buffer.byteLength(line) + 1 > maxBytes) throw new Error(`${stream}: one message of ${Buffer.byteLength(line)} bytes is over the request bound of ${maxBytes} bytes; split it`);
       next++;
       queue.push({ sequence, line });
+      if (queue.length > (options.maxQueuedLines ?? Infinity)) {
+        queue.shift(); // confirmations go by sequence, so a dropped line still in flight is harmless
+        options.onDropped?.();
+      }
       start();
       return sequence;
     },
@@ -178,6 +208,15 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
     get failure() {
       return failure;
     },
+    get queued() {
+      return queue.length;
+    },
+    abandon() {
+      abandoned = true;
+      failure ??= new Error(`${stream}: abandoned (the lease is gone)`);
+      queue.length = 0;
+      wake?.();
+    },
   };
 }
 
@@ -187,33 +226,4 @@ function messageOf(text: string): string {
   } catch {
     return text;
   }
-}
-
-/** An NdjsonPost over the HTTP/2 session `session()` returns (the runner's one connection). */
-export function createSessionPost(session: () => http2.ClientHttp2Session | Promise<http2.ClientHttp2Session>): NdjsonPost {
-  return async (path, body, timeoutMs) => {
-    const s = await session();
-    return new Promise<NdjsonReply>((resolve, reject) => {
-      const stream = s.request({ ":method": "POST", ":path": path, "content-type": "application/x-ndjson" });
-      const chunks: Buffer[] = [];
-      let headers: http2.IncomingHttpHeaders | undefined;
-      const timer = setTimeout(() => fail(new Error(`${path}: no reply within ${timeoutMs} ms`)), timeoutMs);
-      const fail = (err: Error) => {
-        clearTimeout(timer);
-        if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
-        reject(err);
-      };
-      stream.on("response", (h) => (headers = h));
-      stream.on("data", (c: Buffer) => chunks.push(c));
-      stream.on("error", (err) => fail(err));
-      stream.on("close", () => headers || fail(new Error(`${path}: the stream closed without a reply (code ${stream.rstCode})`)));
-      stream.on("end", () => {
-        clearTimeout(timer);
-        // A reply before the whole body was sent (a rejected line): stop sending.
-        if (!stream.writableFinished) stream.close(http2.constants.NGHTTP2_CANCEL);
-        resolve({ status: Number(headers?.[":status"]), headers: headers ?? {}, text: Buffer.concat(chunks).toString("utf8") });
-      });
-      stream.end(body);
-    });
-  };
 }

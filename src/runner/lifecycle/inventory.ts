@@ -1,6 +1,6 @@
-import type { InventoryItemJson, RunnerClient } from "./client.js";
-import { RunnerApiError } from "./client.js";
-import type { Executor, ExecutorResource } from "./executor.js";
+import type { InventoryItemJson, RunnerClient } from "../transport/client.js";
+import { RunnerApiError } from "../transport/client.js";
+import type { Executor, ExecutorResource } from "../executors/executor.js";
 
 /** Options of the inventory loop. */
 export interface InventoryOptions {
@@ -72,7 +72,7 @@ export function startInventory(options: InventoryOptions): InventoryLoop {
     }
     if (!stopped) timer = setTimeout(tick, options.intervalMs ?? 15_000);
   };
-  if (executor.kind === "docker") timer = setTimeout(tick, 0);
+  if (executor.reportsInventory) timer = setTimeout(tick, 0);
 
   return {
     reportNow,

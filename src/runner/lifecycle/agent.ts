@@ -1,14 +1,14 @@
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { CheckoutStep } from "./checkout-step.js";
-import { RunnerApiError, type RunnerClient } from "./client.js";
+import type { CheckoutStep } from "../checkout/checkout-step.js";
+import { RunnerApiError, type RunnerClient } from "../transport/client.js";
 import { measureClockOffset, serverClock, type ServerClock } from "./clock.js";
-import type { Executor, RunnerCapacity } from "./executor.js";
+import type { Executor, RunnerCapacity } from "../executors/executor.js";
 import { startInventory, type InventoryLoop } from "./inventory.js";
 import { runLease, type JobRun } from "./job-run.js";
-import type { OutputSink } from "./output.js";
+import type { OutputSink } from "../output/output.js";
 import { sleep } from "./settle.js";
-import type { UploadClient } from "./upload-output.js";
+import type { UploadClient } from "../output/upload-output.js";
 
 /** Everything the agent runs with. */
 export interface RunnerAgentOptions {

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
-import type { Completion, RunnerClient } from "./client.js";
-import { RunnerApiError } from "./client.js";
+import type { Completion, RunnerClient } from "../transport/client.js";
+import { RunnerApiError } from "../transport/client.js";
 
 /** A completion without its id: what the job came to. */
 export type Settlement = Omit<Completion, "completionId">;

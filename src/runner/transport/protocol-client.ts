@@ -1,6 +1,6 @@
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { RunnerService } from "../../../gen/forelead/runner/v1/runner_pb.js";
 import type { TlsMaterial } from "./rest-transport.js";
 
 /**

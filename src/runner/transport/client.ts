@@ -1,7 +1,8 @@
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
-import { ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { JobSchema, LeaseSchema, type Job, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
+import { ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import type { NdjsonPost } from "./ndjson-post.js";
 import type { RestReply, RestTransport } from "./rest-transport.js";
 
 /** The control plane answered with an error (the Connect error shape on REST). */
@@ -74,8 +75,8 @@ export interface RunnerClient {
   release(jobId: string, leaseToken: string): Promise<void>;
   complete(jobId: string, leaseToken: string, completion: Completion): Promise<Job>;
   inventory(items: readonly InventoryItemJson[]): Promise<ReapOrder[]>;
-  /** POSTs NDJSON lines to a stream route; resolves with the reply whatever its status. */
-  postNdjson(path: string, lines: readonly string[], signal?: AbortSignal): Promise<RestReply>;
+  /** POSTs an NDJSON body to a stream route on the runner's connection; resolves with the reply whatever its status. */
+  readonly postNdjson: NdjsonPost;
   close(): Promise<void>;
 }
 
@@ -143,10 +144,7 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
       const reply = await call("POST", "/v1/runner/inventory", { apiVersion, runnerId, items });
       return fromJson(InventoryResponseSchema, (reply.json ?? {}) as JsonValue, parseOptions).reap;
     },
-    postNdjson(path, lines, signal) {
-      const body = lines.map((l) => `${l}\n`).join("");
-      return transport.request("POST", path, body, { contentType: "application/x-ndjson", ...(signal ? { signal } : {}) });
-    },
+    postNdjson: (path, body, timeoutMs) => transport.request("POST", path, body, { contentType: "application/x-ndjson", timeoutMs }),
     close: () => transport.close(),
   };
 }

@@ -1,5 +1,5 @@
-import type { RunnerClient } from "./client.js";
-import { leaseExpiryMs, RunnerApiError } from "./client.js";
+import type { RunnerClient } from "../transport/client.js";
+import { leaseExpiryMs, RunnerApiError } from "../transport/client.js";
 import type { ServerClock } from "./clock.js";
 
 /** Keeps one lease alive while its job runs. */

@@ -1,7 +1,7 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
-import type { JobSpec } from "../../gen/forelead/runner/v1/job_pb.js";
+import type { JobSpec } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { createDockerClient, dockerMessage, dockerStatus, type DockerClient, type DockerContainer } from "./docker-api.js";
 import { commonIncompatibility, type ExecutionRequest, type ExecutionResult, type Executor, type ExecutorResource, type RunningJob } from "./executor.js";
 import { forEachLine } from "./lines.js";

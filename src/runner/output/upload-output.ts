@@ -4,8 +4,8 @@ import { lstat, open, readdir, readlink, realpath, type FileHandle } from "node:
 import { extname, join } from "node:path";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { PutUploadRequestSchema, RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { artifactNameProblem } from "../artifacts/names.js";
+import type { PutUploadRequestSchema, RunnerService } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import { artifactNameProblem } from "../../artifacts/names.js";
 
 /** The calls the uploader makes; a generated RunnerService client has them. */
 export type UploadClient = Pick<Client<typeof RunnerService>, "openUpload" | "putUpload" | "finalizeUpload">;

@@ -2,16 +2,17 @@ import { randomUUID } from "node:crypto";
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { JobSpecSchema, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
-import { CheckoutError, needsCheckout, type CheckoutStep } from "./checkout-step.js";
-import { leaseExpiryMs, type RunnerClient } from "./client.js";
+import { JobSpecSchema, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
+import { CheckoutError, needsCheckout, type CheckoutStep } from "../checkout/checkout-step.js";
+import { leaseExpiryMs, type RunnerClient } from "../transport/client.js";
 import type { ServerClock } from "./clock.js";
-import type { ExecutionResult, Executor, RunnerCapacity, RunningJob } from "./executor.js";
-import { withUploadedOutput } from "./job-output.js";
+import type { ExecutionResult, Executor, RunnerCapacity } from "../executors/executor.js";
+import { withUploadedOutput } from "./upload-step.js";
 import { keepLease } from "./lease-keeper.js";
-import { secretMasker, type JobOutput, type OutputSink } from "./output.js";
+import { secretMasker, type OutputSink } from "../output/output.js";
+import { createLeaseRun, type StopReason } from "./run-state.js";
 import { settle, type Settlement } from "./settle.js";
-import type { UploadClient } from "./upload-output.js";
+import type { UploadClient } from "../output/upload-output.js";
 
 /** What running a lease needs from the agent. */
 export interface JobRunContext {
@@ -41,28 +42,18 @@ export interface JobRun {
   release(): void;
 }
 
-/** Why the job stopped early, if it did. */
-type StopReason = "timeout" | "cancel" | "lost" | "release";
-
 /**
  * Runs one lease end to end: keep the lease, check the spec, check out,
- * execute, watch the timeout and cancellation, stream output, settle.
+ * execute, watch the timeout and cancellation, stream output, settle. The
+ * run moves through the phases of RunState (run-state.ts); a lost lease
+ * ends it wherever it is.
  */
 export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
   const job = lease.job!;
   const jobId = job.id;
   const token = lease.token;
   const spec = job.spec ?? create(JobSpecSchema);
-  let reason: StopReason | undefined;
-  let running: RunningJob | undefined;
-  let output: JobOutput | undefined;
-  let settling = false; // the job has ended; renewals only bridge the completion
-  const leaseLost = new AbortController();
-  const stopJob = (why: StopReason, graceMs: number) => {
-    if (reason) return;
-    reason = why;
-    void running?.stop(graceMs);
-  };
+  const run = createLeaseRun();
 
   const keeper = keepLease({
     client: ctx.client,
@@ -72,19 +63,15 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
     expiresAtMs: leaseExpiryMs(lease),
     log: ctx.log,
     onCancelRequested: () => {
-      if (reason) return;
+      if (!run.stop("cancel", ctx.graceMs)) return;
       ctx.log(`job ${jobId}: cancel requested; stopping it`);
-      output?.event({ type: "job.cancelled" });
-      stopJob("cancel", ctx.graceMs);
+      const state = run.state;
+      if (state.phase === "starting" || state.phase === "running") state.output.event({ type: "job.cancelled" });
     },
     onLost: (why) => {
-      // After the job ended, a refused renewal changes nothing: the completion's own answer tells.
-      if (settling) return;
+      // After the job ended, a refused renewal only means the completion is not sent.
+      if (run.lose(why) === "settling") return;
       ctx.log(`job ${jobId}: lease lost (${why}); killing the job, it will not be completed`);
-      output?.abandon();
-      leaseLost.abort();
-      reason = "lost"; // overrides any other reason: nothing may be completed now
-      void running?.stop(0);
     },
   });
 
@@ -102,11 +89,10 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
         throw err;
       }
     }
-    if (reason) return undefined;
-    const out = ctx.output.open({ jobId, leaseToken: token });
-    output = out;
+    const out = run.starting(() => ctx.output.open({ jobId, leaseToken: token }));
+    if (!out) return undefined; // stopped or lost during the checkout: nothing starts
     const mask = secretMasker(spec.env);
-    running = await ctx.executor.start({
+    const running = await ctx.executor.start({
       runnerId: ctx.client.runnerId,
       workspaceId: ctx.client.workspaceId,
       jobId,
@@ -117,22 +103,23 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
     });
     out.event({ type: "job.started", executor: ctx.executor.kind });
     ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
-    if (reason) void running.stop(reason === "lost" ? 0 : ctx.graceMs); // stopped while it was starting
+    run.running(running, ctx.graceMs);
     const timeout = spec.timeoutSeconds > 0
       ? setTimeout(() => {
-          if (reason) return;
+          if (!run.stop("timeout", ctx.graceMs)) return;
           ctx.log(`job ${jobId}: over its ${spec.timeoutSeconds}s timeout; stopping it`);
           out.event({ type: "job.timeout", timeoutSeconds: spec.timeoutSeconds });
-          stopJob("timeout", ctx.graceMs);
         }, spec.timeoutSeconds * 1000)
       : undefined;
     const result = await running.done;
     clearTimeout(timeout);
     out.event({ type: "job.exited", ...exitFacts(result) });
-    const settlement = settlementOf(result, reason, spec.timeoutSeconds, spec.argv[0] ?? "");
+    const state = run.state;
+    const stopping = "stopping" in state ? state.stopping : undefined;
+    const settlement = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
     // A cancelled, lost or released job keeps nothing; a timed-out one keeps what it wrote.
-    if (!ctx.uploads || (reason && reason !== "timeout")) return settlement;
-    const signal = AbortSignal.any([leaseLost.signal, ctx.abort]);
+    if (!ctx.uploads || state.phase === "lost" || (stopping && stopping !== "timeout")) return settlement;
+    const signal = AbortSignal.any([run.lostSignal, ctx.abort]);
     return withUploadedOutput({ uploads: ctx.uploads, jobId, leaseToken: token, jobDir, signal, events: out, log: ctx.log }, settlement);
   };
 
@@ -146,10 +133,11 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
         ctx.log(`job ${jobId}: the runner could not run it: ${(err as Error).message}`);
         settlement = { outcome: "failed", error: { code: "runner_error", message: `the runner could not run the job: ${(err as Error).message}`, retryable: true } };
       }
-      if (reason === "lost") return;
-      if (reason === "release") {
+      const ended = run.ended();
+      if (!ended) return; // lost: never completed
+      if (ended.phase === "releasing") {
         keeper.stop();
-        await output?.flush();
+        await ended.output?.flush();
         await ctx.client.release(jobId, token).then(
           () => ctx.log(`job ${jobId}: lease released`),
           (err) => ctx.log(`job ${jobId}: release failed (${(err as Error).message}); the lease will expire`),
@@ -157,18 +145,18 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
         return;
       }
       if (!settlement) return;
-      settling = true;
-      await output?.flush();
-      if (keeper.lostReason) return;
+      await ended.output?.flush();
+      if (run.state.phase === "lost") return; // lost while the output was flushed
       await settle(ctx, jobId, token, settlement);
     } finally {
       keeper.stop();
-      output?.abandon();
+      const state = run.state;
+      if ("output" in state) state.output?.abandon();
       await rm(jobDir, { recursive: true, force: true }).catch((err) => ctx.log(`job ${jobId}: could not remove ${jobDir}: ${err.message}`));
     }
   })();
 
-  return { jobId, done, release: () => stopJob("release", ctx.graceMs) };
+  return { jobId, done, release: () => void run.stop("release", ctx.graceMs) };
 }
 
 function kindIncompatibility(kind: string, checkout: CheckoutStep | undefined): string | undefined {
