@@ -1,28 +1,35 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
-
-const payloadTooLargeErrors = new WeakSet<ConnectError>();
+import { codeToString } from "@connectrpc/connect/protocol-connect";
 
 /**
- * A body over its byte bound: resource_exhausted, which REST answers with 413
- * (Connect's mapping would say 429, which means "slow down", not "too big").
+ * The HTTP status of each Connect code on the REST surface: Connect's own
+ * mapping, except that resource_exhausted is 413. Forelead raises
+ * resource_exhausted only for a size over a bound (a body, a bundle, an
+ * artifact, the open uploads of a lease), and 429 would tell a client to slow
+ * down and retry the same request, which fails the same way again.
  */
-export function payloadTooLarge(message: string): ConnectError {
-  const err = new ConnectError(message, Code.ResourceExhausted);
-  payloadTooLargeErrors.add(err);
-  return err;
-}
+const httpStatus: Readonly<Record<Code, number>> = {
+  [Code.Canceled]: 499,
+  [Code.Unknown]: 500,
+  [Code.InvalidArgument]: 400,
+  [Code.DeadlineExceeded]: 504,
+  [Code.NotFound]: 404,
+  [Code.AlreadyExists]: 409,
+  [Code.PermissionDenied]: 403,
+  [Code.ResourceExhausted]: 413,
+  [Code.FailedPrecondition]: 400,
+  [Code.Aborted]: 409,
+  [Code.OutOfRange]: 400,
+  [Code.Unimplemented]: 501,
+  [Code.Internal]: 500,
+  [Code.Unavailable]: 503,
+  [Code.DataLoss]: 500,
+  [Code.Unauthenticated]: 401,
+};
 
-/**
- * The HTTP status of an error on the REST surface: Connect's mapping, 413
- * for oversized bodies, also when a handler rethrew one with more context
- * (as its cause, keeping the code).
- */
+/** The HTTP status of an error on the REST surface (see httpStatus). */
 export function httpStatusOf(err: ConnectError): number {
-  for (let e: unknown = err; e instanceof ConnectError && e.code === err.code; e = e.cause) {
-    if (payloadTooLargeErrors.has(e)) return 413;
-  }
-  return codeToHttpStatus(err.code);
+  return httpStatus[err.code] ?? 500;
 }
 
 /** The REST error body: the Connect error shape {code, message}. */

@@ -2,7 +2,7 @@ import { constants as http2Constants, type Http2ServerRequest, type Http2ServerR
 import { StringDecoder } from "node:string_decoder";
 import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
-import { errorBody, httpStatusOf, payloadTooLarge, toConnectError } from "./errors.js";
+import { errorBody, httpStatusOf, toConnectError } from "./errors.js";
 import { messageStreamFormat, writeMessageStream } from "./rest-streams.js";
 import { routeOf, type RouteEntry } from "./routes.js";
 
@@ -237,7 +237,7 @@ async function readJsonBody(req: Http2ServerRequest, maxBytes: number): Promise<
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > maxBytes) throw payloadTooLarge(`the request body is over ${maxBytes} bytes; send a smaller body`);
+    if (size > maxBytes) throw tooLarge(`the request body is over ${maxBytes} bytes; send a smaller body`);
     chunks.push(chunk);
   }
   const text = Buffer.concat(chunks).toString("utf8");
@@ -298,7 +298,7 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
   const parseLine = (raw: string): Message | undefined => {
     lineNo++;
     consumed += Buffer.byteLength(raw, "utf8");
-    if (consumed > maxBytes) throw payloadTooLarge(`line ${lineNo} takes the request body over ${maxBytes} bytes; send it in a new request`);
+    if (consumed > maxBytes) throw tooLarge(`line ${lineNo} takes the request body over ${maxBytes} bytes; send it in a new request`);
     const line = raw.replace(/\r?\n$/, "");
     if (line.trim() === "") return undefined;
     let json: JsonValue;
@@ -323,7 +323,7 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
       if (message) yield message;
     }
     if (Buffer.byteLength(pending, "utf8") + consumed > maxBytes) {
-      throw payloadTooLarge(`line ${lineNo + 1} takes the request body over ${maxBytes} bytes; send it in a new request`);
+      throw tooLarge(`line ${lineNo + 1} takes the request body over ${maxBytes} bytes; send it in a new request`);
     }
   }
   pending += decoder.end();
@@ -355,6 +355,11 @@ async function* rawChunkMessages(req: Http2ServerRequest, schema: DescMessage, c
     yield { ...base, data: new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length) } as Message;
   }
   if (!any) yield base;
+}
+
+/** A body over its byte bound: resource_exhausted, 413 on REST (see errors.ts). */
+function tooLarge(message: string): ConnectError {
+  return new ConnectError(message, Code.ResourceExhausted);
 }
 
 function writeReply(res: Http2ServerResponse, method: DescMethod, reply: Message): void {
