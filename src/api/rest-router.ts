@@ -1,15 +1,16 @@
 import { constants as http2Constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import { StringDecoder } from "node:string_decoder";
-import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
-import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext } from "@connectrpc/connect";
+import { create, fromJson, toJson, type DescMessage, type DescMethod, type JsonValue, type Message, type MessageInitShape } from "@bufbuild/protobuf";
+import { reflect } from "@bufbuild/protobuf/reflect";
+import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext, type MethodImplSpec } from "@connectrpc/connect";
 import { errorBody, httpStatusOf, toConnectError } from "./errors.js";
 import { messageStreamFormat, writeMessageStream } from "./rest-streams.js";
 import { routeOf, type RouteEntry } from "./routes.js";
 
-/** A route with the (guarded) function that serves it. */
+/** A route with the (guarded) implementation that serves it. */
 export interface RestBinding {
   readonly entry: RouteEntry;
-  readonly handler: (...args: unknown[]) => unknown;
+  readonly spec: MethodImplSpec;
 }
 
 /** Options of the REST router. */
@@ -71,7 +72,7 @@ function compile(binding: RestBinding): CompiledRoute {
 }
 
 async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2ServerResponse, url: URL, options: RestRouterOptions): Promise<void> {
-  const { entry, handler } = route.binding;
+  const { entry, spec } = route.binding;
   const { method } = entry;
   const ctx = createRestContext(req, res, entry, url, options.contextValues(req));
   options.preauthorize?.(ctx);
@@ -79,23 +80,24 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
 
   const fromHeaders = headerFields(req, entry);
 
-  if (method.methodKind === "client_streaming") {
+  if (spec.kind === "bidi_streaming") throw new ConnectError(`${method.name} is not served on REST`, Code.Unimplemented);
+  if (spec.kind === "client_streaming") {
     const rawType = entry.option.rawRequestContentType;
     const messages = entry.option.rawRequestBody
       ? rawBodyMessages(req, method.input, entry.option.rawRequestBody, { ...fromHeaders, ...bound })
       : rawType
         ? rawChunkMessages(req, method.input, rawType)
         : ndjsonMessages(req, method.input, options.maxBodyBytes);
-    let reply: object;
+    let reply: MessageInitShape<DescMessage>;
     try {
-      reply = await (handler(messages, ctx) as Promise<object>);
+      reply = await spec.impl(messages, ctx);
     } finally {
       // A handler may stop reading early: let go of the body (see stopUnreadBody). Not awaited: a
       // handler that gave up while a read was pending (the time bound) would wait for a byte that
       // never comes; the queued return completes once the stream is reset.
       void messages.return(undefined).catch(() => {});
     }
-    return writeReply(res, method, create(method.output, reply as never));
+    return writeReply(res, method, create(method.output, reply));
   }
 
   const json = req.method === "GET" ? queryJson(url, method.input) : await readJsonBody(req, options.maxBodyBytes);
@@ -105,20 +107,21 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
   if (resumeField && typeof lastEventId === "string" && lastEventId && json[resumeField] === undefined) json[resumeField] = lastEventId;
   const input = decode(method.input, { ...json, ...fromHeaders, ...bound }, "request body");
 
-  if (method.methodKind === "server_streaming" && entry.option.ndjsonResponse) {
-    const messages = (handler(input, ctx) as AsyncIterable<object>)[Symbol.asyncIterator]();
+  if (spec.kind === "server_streaming" && entry.option.ndjsonResponse) {
+    const messages = spec.impl(input, ctx)[Symbol.asyncIterator]();
     const format = messageStreamFormat(entry.option, method, input, req.headers.accept);
     const where = `${req.method} ${url.pathname}`;
     return writeMessageStream(res, entry.option, method, format, messages, (err) => writeError(res, err), (err) => toConnectError(err, where));
   }
 
-  if (method.methodKind === "server_streaming") {
-    const chunks = (handler(input, ctx) as AsyncIterable<Message & { data?: Uint8Array }>)[Symbol.asyncIterator]();
+  if (spec.kind === "server_streaming") {
+    const chunks = spec.impl(input, ctx)[Symbol.asyncIterator]();
     const first = await chunks.next(); // errors before the first byte still get a JSON error reply
     res.writeHead(200, { ...responseHeaderFields(entry, first.done ? undefined : first.value), "content-type": entry.option.rawResponseContentType });
     try {
       for (let r = first; !r.done; r = await chunks.next()) {
-        if (r.value.data && r.value.data.length > 0 && !res.write(r.value.data)) await drained(res);
+        const data = r.value["data"];
+        if (data instanceof Uint8Array && data.length > 0 && !res.write(data)) await drained(res);
       }
       res.end();
     } catch (err) {
@@ -127,8 +130,8 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
     return;
   }
 
-  const reply = await (handler(input, ctx) as Promise<object>);
-  writeReply(res, method, create(method.output, reply as never));
+  const reply = await spec.impl(input, ctx);
+  writeReply(res, method, create(method.output, reply));
 }
 
 /** The request fields the route reads from headers (`header_fields`), as JSON. */
@@ -144,9 +147,9 @@ function headerFields(req: Http2ServerRequest, entry: RouteEntry): Record<string
 }
 
 /** The reply headers a raw response takes from its first message (`response_header_fields`). */
-function responseHeaderFields(entry: RouteEntry, first: Message | undefined): Record<string, string> {
+function responseHeaderFields(entry: RouteEntry, first: MessageInitShape<DescMessage> | undefined): Record<string, string> {
   if (!first || entry.option.responseHeaderFields.length === 0) return {};
-  const json = toJson(entry.method.output, create(entry.method.output, first as never), { alwaysEmitImplicit: true }) as Record<string, JsonValue>;
+  const json = toJson(entry.method.output, create(entry.method.output, first), { alwaysEmitImplicit: true }) as Record<string, JsonValue>;
   const out: Record<string, string> = {};
   for (const { header, field } of entry.option.responseHeaderFields) {
     const value = json[field];
@@ -165,15 +168,15 @@ function responseHeaderFields(entry: RouteEntry, first: Message | undefined): Re
  */
 async function* rawBodyMessages(req: Http2ServerRequest, schema: DescMessage, bytesField: string, fields: Record<string, JsonValue>): AsyncGenerator<Message> {
   const field = schema.fields.find((f) => f.name === bytesField)!;
-  const head = decode(schema, fields, "request") as Message & Record<string, unknown>;
+  const head = decode(schema, fields, "request");
   const chunks = bodyChunks(req)[Symbol.asyncIterator]();
   try {
     const first = await chunks.next();
-    head[field.localName] = first.done ? new Uint8Array(0) : first.value;
+    reflect(schema, head).set(field, first.done ? new Uint8Array(0) : first.value);
     yield head;
     if (first.done) return;
     for (let r = await chunks.next(); !r.done; r = await chunks.next()) {
-      yield create(schema, { [field.localName]: r.value } as never);
+      yield create(schema, { [field.localName]: r.value });
     }
   } finally {
     await chunks.return?.();

@@ -1,5 +1,5 @@
 import type { Http2ServerResponse } from "node:http2";
-import { create, toJson, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
+import { create, toJson, type DescMessage, type DescMethod, type JsonValue, type Message, type MessageInitShape } from "@bufbuild/protobuf";
 import type { ConnectError } from "@connectrpc/connect";
 import { errorBody } from "./errors.js";
 import type { Route } from "../../gen/forelead/api/v1/route_pb.js";
@@ -44,7 +44,7 @@ export async function writeMessageStream(
   route: Route,
   method: DescMethod,
   format: MessageStreamFormat,
-  messages: AsyncIterator<object>,
+  messages: AsyncIterator<MessageInitShape<DescMessage>>,
   writeError: (err: ConnectError) => void,
   toError: (err: unknown) => ConnectError,
 ): Promise<void> {
@@ -52,8 +52,8 @@ export async function writeMessageStream(
   const sendHeaders = () => {
     if (!res.headersSent) res.writeHead(200, { "content-type": contentTypes[format], ...(format === "event-stream" ? { "cache-control": "no-cache" } : {}) });
   };
-  const encode = (value: object): string => {
-    const json = toJson(method.output, create(method.output, value as never)) as Record<string, JsonValue>;
+  const encode = (value: MessageInitShape<DescMessage>): string => {
+    const json = toJson(method.output, create(method.output, value)) as Record<string, JsonValue>;
     if (format === "ndjson") return `${JSON.stringify(json)}\n`;
     if (format === "text") return textOf(json[route.textField]);
     const id = route.eventIdField ? json[route.eventIdField] : undefined;
