@@ -82,12 +82,9 @@ async function serve(route: CompiledRoute, req: Http2ServerRequest, res: Http2Se
 
   if (spec.kind === "bidi_streaming") throw new ConnectError(`${method.name} is not served on REST`, Code.Unimplemented);
   if (spec.kind === "client_streaming") {
-    const rawType = entry.option.rawRequestContentType;
     const messages = entry.option.rawRequestBody
-      ? rawBodyMessages(req, method.input, entry.option.rawRequestBody, { ...fromHeaders, ...bound })
-      : rawType
-        ? rawChunkMessages(req, method.input, rawType)
-        : ndjsonMessages(req, method.input, options.maxBodyBytes);
+      ? rawBodyMessages(req, entry, { ...fromHeaders, ...bound })
+      : ndjsonMessages(req, method.input, options.maxBodyBytes);
     let reply: MessageInitShape<DescMessage>;
     try {
       reply = await spec.impl(messages, ctx);
@@ -164,10 +161,17 @@ function responseHeaderFields(entry: RouteEntry, first: MessageInitShape<DescMes
  * so a bad header is a 400 naming its field) and the first chunk; each later
  * message carries only the next chunk. Chunks are handed over as they
  * arrive, never gathered, and always at least one message is yielded, so an
- * empty body still reaches the handler. The handler bounds the body.
+ * empty body still reaches the handler. The handler bounds the body. A body
+ * not sent as the route's raw_request_content_type is invalid_argument.
  */
-async function* rawBodyMessages(req: Http2ServerRequest, schema: DescMessage, bytesField: string, fields: Record<string, JsonValue>): AsyncGenerator<Message> {
-  const field = schema.fields.find((f) => f.name === bytesField)!;
+async function* rawBodyMessages(req: Http2ServerRequest, entry: RouteEntry, fields: Record<string, JsonValue>): AsyncGenerator<Message> {
+  const { rawRequestBody, rawRequestContentType } = entry.option;
+  if (rawRequestContentType) {
+    const given = String(req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+    if (given !== rawRequestContentType) throw new ConnectError(`send the request body as ${rawRequestContentType}, not ${JSON.stringify(given || "(no content-type)")}`, Code.InvalidArgument);
+  }
+  const schema = entry.method.input;
+  const field = schema.fields.find((f) => f.name === rawRequestBody)!;
   const head = decode(schema, fields, "request");
   const chunks = bodyChunks(req)[Symbol.asyncIterator]();
   try {
@@ -334,30 +338,6 @@ async function* ndjsonMessages(req: Http2ServerRequest, schema: DescMessage, max
     const message = parseLine(pending);
     if (message) yield message;
   }
-}
-
-/**
- * A raw request body as request messages: one per body chunk, its bytes in
- * "data", every other field read once from the "forelead-<kebab-json-name>"
- * headers (an empty body still yields one message, so the handler sees the
- * lease fields). The body is not bounded here: the handler knows its own cap
- * and stops reading past it.
- */
-async function* rawChunkMessages(req: Http2ServerRequest, schema: DescMessage, contentType: string): AsyncGenerator<Message> {
-  const given = String(req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  if (given !== contentType) throw new ConnectError(`send the request body as ${contentType}, not ${JSON.stringify(given || "(no content-type)")}`, Code.InvalidArgument);
-  const fields: Record<string, JsonValue> = {};
-  for (const field of schema.fields) {
-    const value = req.headers[`forelead-${field.jsonName.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`];
-    if (field.name !== "data" && typeof value === "string") fields[field.jsonName] = value;
-  }
-  const base = decode(schema, fields, "request headers");
-  let any = false;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    any = true;
-    yield { ...base, data: new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length) } as Message;
-  }
-  if (!any) yield base;
 }
 
 /** A body over its byte bound: resource_exhausted, 413 on REST (see errors.ts). */
