@@ -4,7 +4,7 @@ import { createServiceImplSpec, type ContextValues, type Interceptor, type Metho
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { toConnectError } from "./errors.js";
 import { authorizeOnce, guardService, type GuardOptions } from "./guard.js";
-import { createRestRouter } from "./rest-router.js";
+import { createRestRouter } from "./rest/index.js";
 import { routeTable, type RouteEntry } from "./routes.js";
 import { services } from "./services.js";
 
