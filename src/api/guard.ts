@@ -41,57 +41,30 @@ export function guardService(spec: ServiceImplSpec, options: GuardOptions): Serv
 }
 
 function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpec {
-  const admit = async (ctx: HandlerContext, req?: object) => {
+  // The context, once the caller is admitted and (given a request message) the message passes the rules.
+  const admitted = async (ctx: HandlerContext, req?: object): Promise<HandlerContext> => {
     const admission = authorizeOnce(ctx, options);
     if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
-    return admission.principal;
+    if (req) checkRequestMessage(spec.method.input, req, admission.principal);
+    return ctx;
   };
-  const input = spec.method.input;
+  // Streamed requests: each message is checked by the handler as it arrives.
   switch (spec.kind) {
     case "unary": {
       const { method, impl } = spec;
-      return {
-        kind: "unary",
-        method,
-        impl: async (req, ctx) => {
-          checkRequestMessage(input, req, await admit(ctx, req));
-          return impl(req, ctx);
-        },
-      };
+      return { kind: "unary", method, impl: async (req, ctx) => impl(req, await admitted(ctx, req)) };
     }
     case "server_streaming": {
       const { method, impl } = spec;
-      return {
-        kind: "server_streaming",
-        method,
-        impl: async function* (req, ctx) {
-          checkRequestMessage(input, req, await admit(ctx, req));
-          yield* impl(req, ctx);
-        },
-      };
+      return { kind: "server_streaming", method, impl: async function* (req, ctx) { yield* impl(req, await admitted(ctx, req)); } };
     }
-    // Streamed requests: each message is checked by the handler as it arrives.
     case "client_streaming": {
       const { method, impl } = spec;
-      return {
-        kind: "client_streaming",
-        method,
-        impl: async (reqs, ctx) => {
-          await admit(ctx);
-          return impl(reqs, ctx);
-        },
-      };
+      return { kind: "client_streaming", method, impl: async (reqs, ctx) => impl(reqs, await admitted(ctx)) };
     }
     case "bidi_streaming": {
       const { method, impl } = spec;
-      return {
-        kind: "bidi_streaming",
-        method,
-        impl: async function* (reqs, ctx) {
-          await admit(ctx);
-          yield* impl(reqs, ctx);
-        },
-      };
+      return { kind: "bidi_streaming", method, impl: async function* (reqs, ctx) { yield* impl(reqs, await admitted(ctx)); } };
     }
   }
 }
