@@ -4,7 +4,6 @@ import type { PutUploadRequest, RunnerService } from "../../gen/forelead/runner/
 import type { Artifacts } from "../artifacts/artifacts.js";
 import type { StoredArtifact } from "../artifacts/uploads.js";
 import { runnerOf } from "./context.js";
-import { payloadTooLarge } from "./errors.js";
 import { apiVersion, checkApiVersion } from "./request-rules.js";
 
 type RunnerImpl = ServiceImpl<typeof RunnerService>;
@@ -14,9 +13,7 @@ type AdminImpl = ServiceImpl<typeof AdminService>;
 export function runnerArtifactHandlers(artifacts: Artifacts): Pick<RunnerImpl, "openUpload" | "putUpload" | "finalizeUpload"> {
   return {
     async openUpload(req, ctx) {
-      const opened = await artifacts
-        .open({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, name: req.name, size: Number(req.size), digest: req.digest, mediaType: req.mediaType })
-        .catch(tooLarge);
+      const opened = await artifacts.open({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, name: req.name, size: Number(req.size), digest: req.digest, mediaType: req.mediaType });
       return { apiVersion, uploadId: opened.uploadId, durableSize: BigInt(opened.durableSize) };
     },
 
@@ -27,7 +24,7 @@ export function runnerArtifactHandlers(artifacts: Artifacts): Pick<RunnerImpl, "
       const head: PutUploadRequest = first.value;
       checkApiVersion(head.apiVersion);
       const put = { ...runnerOf(ctx), jobId: head.jobId, leaseToken: head.leaseToken, uploadId: head.uploadId, offset: Number(head.offset) };
-      const progress = await artifacts.put(put, chunksOf(head, messages)).catch(tooLarge);
+      const progress = await artifacts.put(put, chunksOf(head, messages));
       return { apiVersion, uploadId: progress.uploadId, durableSize: BigInt(progress.durableSize), size: BigInt(progress.size) };
     },
 
@@ -67,12 +64,4 @@ export function artifactMessage(a: StoredArtifact): { name: string; digest: stri
 async function* chunksOf(head: PutUploadRequest, rest: AsyncIterator<PutUploadRequest>): AsyncGenerator<Uint8Array> {
   if (head.data.length > 0) yield head.data;
   for (let r = await rest.next(); !r.done; r = await rest.next()) if (r.value.data.length > 0) yield r.value.data;
-}
-
-/** A declared or sent size over a bound is 413 on REST (resource_exhausted on RPC), with the same headers. */
-function tooLarge(err: unknown): never {
-  if (!(err instanceof ConnectError) || err.code !== Code.ResourceExhausted) throw err;
-  const mapped = payloadTooLarge(err.rawMessage);
-  err.metadata.forEach((value, key) => mapped.metadata.set(key, value));
-  throw mapped;
 }

@@ -1,5 +1,5 @@
-import { Code, ConnectError, createContextKey, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextKey, type HandlerContext, type MethodImplSpec, type ServiceImplSpec } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
@@ -29,39 +29,44 @@ export interface GuardOptions {
  * wrapped implementation, so neither can skip a check. Every decision is
  * audited, once; admitted requests get an action auditor for what they do.
  */
-export function guardService<S extends DescService>(service: S, impl: ServiceImpl<S>, options: GuardOptions): ServiceImpl<S> {
-  const guarded: Record<string, unknown> = {};
-  for (const method of service.methods) {
-    const fn = (impl as Record<string, unknown>)[method.localName] as (...args: unknown[]) => unknown;
-    if (typeof fn !== "function") throw new Error(`${service.typeName}.${method.name} has no implementation`);
+export function guardService(spec: ServiceImplSpec, options: GuardOptions): ServiceImplSpec {
+  const methods: Record<string, MethodImplSpec> = {};
+  for (const method of spec.service.methods) {
+    const impl = spec.methods[method.localName];
+    if (!impl) throw new Error(`${spec.service.typeName}.${method.name} has no implementation`);
     ruleOf(method); // a method without a valid role declaration fails here, at start-up
-    const admit = async (ctx: HandlerContext, req?: object) => {
-      const admission = authorizeOnce(ctx, options);
-      if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
-      return admission.principal;
-    };
-    switch (method.methodKind) {
-      case "unary":
-        guarded[method.localName] = async (req: object, ctx: HandlerContext) => {
-          checkRequestMessage(method.input, req, await admit(ctx, req));
-          return fn.call(impl, req, ctx);
-        };
-        break;
-      case "server_streaming":
-        guarded[method.localName] = async function* (req: object, ctx: HandlerContext) {
-          checkRequestMessage(method.input, req, await admit(ctx, req));
-          yield* fn.call(impl, req, ctx) as AsyncIterable<unknown>;
-        };
-        break;
-      default:
-        // Streamed requests: each message is checked by the handler as it arrives.
-        guarded[method.localName] = async (reqs: AsyncIterable<object>, ctx: HandlerContext) => {
-          await admit(ctx);
-          return fn.call(impl, reqs, ctx);
-        };
+    methods[method.localName] = guardMethod(impl, options);
+  }
+  return { service: spec.service, methods };
+}
+
+function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpec {
+  // The context, once the caller is admitted and (given a request message) the message passes the rules.
+  const admitted = async (ctx: HandlerContext, req?: object): Promise<HandlerContext> => {
+    const admission = authorizeOnce(ctx, options);
+    if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
+    if (req) checkRequestMessage(spec.method.input, req, admission.principal);
+    return ctx;
+  };
+  // Streamed requests: each message is checked by the handler as it arrives.
+  switch (spec.kind) {
+    case "unary": {
+      const { method, impl } = spec;
+      return { kind: "unary", method, impl: async (req, ctx) => impl(req, await admitted(ctx, req)) };
+    }
+    case "server_streaming": {
+      const { method, impl } = spec;
+      return { kind: "server_streaming", method, impl: async function* (req, ctx) { yield* impl(req, await admitted(ctx, req)); } };
+    }
+    case "client_streaming": {
+      const { method, impl } = spec;
+      return { kind: "client_streaming", method, impl: async (reqs, ctx) => impl(reqs, await admitted(ctx)) };
+    }
+    case "bidi_streaming": {
+      const { method, impl } = spec;
+      return { kind: "bidi_streaming", method, impl: async function* (reqs, ctx) { yield* impl(reqs, await admitted(ctx)); } };
     }
   }
-  return guarded as ServiceImpl<S>;
 }
 
 /** How one method is admitted: who may call it and, on admin routes, with which role. */

@@ -1,11 +1,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { AgentPublishRequest } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { payloadTooLarge } from "./errors.js";
 
 /**
  * Splits a publish request stream into its first message (the lease fields)
- * and the bundle's bytes, bounded to `maxBytes` (413 past it: the bundle is
- * refused whole, never cut). Later messages may repeat the lease fields but
+ * and the bundle's bytes, bounded to `maxBytes` (resource_exhausted past it: the
+ * bundle is refused whole, never cut). Later messages may repeat the lease fields but
  * not change them.
  */
 export async function publishChunks(reqs: AsyncIterable<AgentPublishRequest>, maxBytes: number): Promise<{ first: AgentPublishRequest; chunks: AsyncIterable<Uint8Array> }> {
@@ -21,7 +20,7 @@ export async function publishChunks(reqs: AsyncIterable<AgentPublishRequest>, ma
         throw new ConnectError("every message of one publish must name the same jobId and leaseToken as the first", Code.InvalidArgument);
       }
       total += m.data.length;
-      if (total > maxBytes) throw payloadTooLarge(`the bundle is over the ${maxBytes}-byte cap on bundles; it was refused whole`);
+      if (total > maxBytes) throw new ConnectError(`the bundle is over the ${maxBytes}-byte cap on bundles; it was refused whole`, Code.ResourceExhausted);
       if (m.data.length > 0) yield m.data;
     }
   }

@@ -57,8 +57,8 @@ export function renderRoutesDoc(services: readonly DescService[] = servedService
     "Request bodies are proto3 JSON objects (unknown fields are ignored); a GET takes its fields as query",
     "parameters; `{field}` in a path binds that request field; a header listed with a route sets the request field",
     "in parentheses. NDJSON bodies carry one request message per line. A raw request body fills the bytes field",
-    "named (streamed to the handler, which bounds it); a raw body with a content type is the bytes of the request's",
-    "`data` field, its other fields from `forelead-*` headers; a raw response sets the headers listed from its first message.",
+    "named (streamed to the handler, which bounds it), sent with the content type shown when the route names one;",
+    "a raw response sets the headers listed from its first message.",
     "Errors are `{\"code\", \"message\"}` with the Connect code; a body over the size bound is 413.",
     "",
   ].join("\n");
@@ -69,11 +69,11 @@ function requestOf(e: RouteEntry): string {
   const fromPath = bound.length > 0 ? `; ${bound.map(code).join(", ")} from the path` : "";
   const input = e.method.input;
   const headers = e.option.headerFields.length > 0 ? `; headers ${e.option.headerFields.map((h) => `${code(h.header)} (${code(h.field)})`).join(", ")}` : "";
-  if (e.option.rawRequestBody) return `raw bytes (${code(e.option.rawRequestBody)} of ${code(input.name)})${fromPath}${headers}`;
-  if (e.method.methodKind === "client_streaming") {
-    if (e.option.rawRequestContentType) return `raw ${code(e.option.rawRequestContentType)}; ${input.fields.filter((f) => f.name !== "data").map((f) => code(`forelead-${f.jsonName.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`)).join(", ")} headers${fromPath}`;
-    return `NDJSON stream of ${code(input.name)}${fromPath}`;
+  if (e.option.rawRequestBody) {
+    const raw = e.option.rawRequestContentType ? `raw ${code(e.option.rawRequestContentType)}` : "raw bytes";
+    return `${raw} (${code(e.option.rawRequestBody)} of ${code(input.name)})${fromPath}${headers}`;
   }
+  if (e.method.methodKind === "client_streaming") return `NDJSON stream of ${code(input.name)}${fromPath}`;
   if (e.httpMethod === "GET") {
     const query = input.fields.map((f) => f.jsonName).filter((name) => !bound.includes(name));
     return `none${fromPath}${query.length > 0 ? `; query ${query.map(code).join(", ")}` : ""}${headers}`;

@@ -30,9 +30,9 @@ export function routeTable(services: readonly DescService[]): RouteEntry[] {
         throw new Error(`${service.typeName}.${method.name}: route principal must be runner, admin or none, not ${JSON.stringify(option.principal)}`);
       }
       const where = `${service.typeName}.${method.name}`;
-      const requestMappings = [option.ndjsonRequest, option.rawRequestBody !== "", option.rawRequestContentType !== ""].filter(Boolean).length;
+      const requestMappings = [option.ndjsonRequest, option.rawRequestBody !== ""].filter(Boolean).length;
       if (requestMappings !== (method.methodKind === "client_streaming" ? 1 : 0)) {
-        throw new Error(`${where}: client-streaming methods need exactly one of ndjson_request, raw_request_body and raw_request_content_type; other methods none`);
+        throw new Error(`${where}: client-streaming methods need exactly one of ndjson_request and raw_request_body; other methods none`);
       }
       if ((option.rawResponseContentType !== "" || option.ndjsonResponse) !== (method.methodKind === "server_streaming")) {
         throw new Error(`${where}: raw_response_content_type or ndjson_response must be set exactly on server-streaming methods`);
@@ -82,6 +82,7 @@ function checkBodyMappings(where: string, method: DescMethod, option: Route): vo
     const field = method.input.fields.find((f) => f.name === option.rawRequestBody);
     if (field?.fieldKind !== "scalar" || field.scalar !== ScalarType.BYTES) throw new Error(`${where}: raw_request_body ${option.rawRequestBody} is not a bytes field of ${method.input.name}`);
   }
+  if (option.rawRequestContentType && !option.rawRequestBody) throw new Error(`${where}: raw_request_content_type applies only with raw_request_body`);
   if (option.ndjsonRequest && option.headerFields.length > 0) throw new Error(`${where}: header_fields do not apply to NDJSON requests (each line is a whole message)`);
   if (!option.rawResponseContentType && option.responseHeaderFields.length > 0) throw new Error(`${where}: response_header_fields apply only to raw responses`);
   const check = (what: string, message: DescMessage, bindings: readonly HeaderField[]) => {

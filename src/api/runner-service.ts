@@ -1,4 +1,4 @@
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { EventsRequestSchema, LogsRequestSchema, type RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import type { DbClock } from "../store/db-clock.js";
@@ -11,7 +11,6 @@ import type { Artifacts } from "../artifacts/artifacts.js";
 import type { Streams } from "../streams/streams.js";
 import { runnerArtifactHandlers } from "./artifact-handlers.js";
 import { runnerOf } from "./context.js";
-import { payloadTooLarge } from "./errors.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
 import { publishChunks } from "./publish-body.js";
 import { apiVersion, checkApiVersion } from "./request-rules.js";
@@ -83,12 +82,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     },
 
     async *codeBundle(req, ctx) {
-      try {
-        for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
-      } catch (err) {
-        // Over the bundle cap: 413 on REST (the bundle asked for is too large), not 429 (which means "slow down").
-        throw err instanceof ConnectError && err.code === Code.ResourceExhausted ? payloadTooLarge(err.rawMessage) : err;
-      }
+      for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
     },
 
     async agentPublish(reqs, ctx) {

@@ -7,7 +7,7 @@ import type { StreamEntry, StreamQuery } from "../streams/read.js";
 import type { Streams } from "../streams/streams.js";
 import { runnerOf } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
-import { ndjsonLineOf } from "./rest-router.js";
+import { ndjsonLineOf } from "./rest/index.js";
 
 /** The fields every stream message (EventsRequest, LogsRequest) has. */
 interface StreamRequest {

@@ -1,7 +1,5 @@
 import type http2 from "node:http2";
-import type { DescService } from "@bufbuild/protobuf";
-import { createContextValues, type ConnectRouter, type ContextValues, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { createContextValues, type ContextValues } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
@@ -9,11 +7,8 @@ import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
 import { jobWorkspace } from "../broker/job-workspace.js";
 import { requestIdentityKey } from "../api/context.js";
-import { toConnectError } from "../api/errors.js";
-import { authorizeOnce, guardService } from "../api/guard.js";
 import { services as serviceList } from "../api/services.js";
-import { createRestRouter, type RestBinding } from "../api/rest-router.js";
-import { routeTable } from "../api/routes.js";
+import { createApiHandler, serviceImpl } from "../api/surfaces.js";
 import { createRunnerService } from "../api/runner-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
@@ -35,16 +30,11 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
   const runnerRefusal = retirements.refusal;
   const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobWorkspace: (jobId: string) => jobWorkspace(store.db, jobId) };
   // One implementation per service of src/api/services.ts: the list the route docs are made from.
-  const implementations = new Map<DescService, ServiceImpl<DescService>>([
-    [RunnerService, guardService(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
-    [AdminService, guardService(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams }), guardOptions) as ServiceImpl<DescService>],
-    [EnrollService, guardService(EnrollService, createEnrollService(enrollment), guardOptions) as ServiceImpl<DescService>],
-  ]);
-  const services = serviceList.map((service) => {
-    const impl = implementations.get(service);
-    if (!impl) throw new Error(`${service.typeName} is listed in src/api/services.ts but has no implementation`);
-    return { service, impl };
-  });
+  const implementations = [
+    serviceImpl(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams })),
+    serviceImpl(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams })),
+    serviceImpl(EnrollService, createEnrollService(enrollment)),
+  ];
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
   // One set of context values per request: the procedure check, Connect and the REST router share it.
   const valuesOf = new WeakMap<http2.Http2ServerRequest, ContextValues>();
@@ -54,31 +44,10 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     return values;
   };
   const checkProcedure = createProcedureCheck(serviceList, guardOptions);
-  const bindings: RestBinding[] = routeTable(services.map((s) => s.service)).map((entry) => {
-    const impl = services.find((s) => s.service === entry.service)!.impl as Record<string, (...args: unknown[]) => unknown>;
-    return { entry, handler: impl[entry.method.localName]! };
-  });
-  const rest = createRestRouter({ bindings, contextValues, maxBodyBytes, preauthorize: (ctx) => void authorizeOnce(ctx, guardOptions) });
-  const connectHandler = connectNodeAdapter({
-    routes: (router: ConnectRouter) => services.forEach((s) => router.service(s.service, s.impl)),
-    fallback: rest as Parameters<typeof connectNodeAdapter>[0]["fallback"],
-    contextValues: contextValues as never,
-    interceptors: [internalErrors],
-    readMaxBytes: maxBodyBytes,
-    jsonOptions: { ignoreUnknownFields: true },
-  });
+  const connectHandler = createApiHandler({ implementations, guard: guardOptions, contextValues, maxBodyBytes });
   const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
     checkProcedure(req, contextValues(req));
     connectHandler(req, res);
   };
   return handler;
 }
-
-/** Errors that are not ConnectErrors are logged with an incident id, never sent as they are. */
-const internalErrors: Interceptor = (next) => async (req) => {
-  try {
-    return await next(req);
-  } catch (err) {
-    throw toConnectError(err, `${req.service.typeName}/${req.method.name}`);
-  }
-};

@@ -36,11 +36,12 @@ describe("route option body mappings", () => {
   });
 
   it.each<[string, RouteInit, { clientStreaming?: boolean; serverStreaming?: boolean }, string]>([
-    ["a client stream with neither mapping", {}, { clientStreaming: true }, "client-streaming methods need exactly one of ndjson_request, raw_request_body and raw_request_content_type"],
-    ["a client stream with both mappings", { ndjsonRequest: true, rawRequestBody: "data" }, { clientStreaming: true }, "client-streaming methods need exactly one of ndjson_request, raw_request_body and raw_request_content_type"],
-    ["a raw body on a unary method", { rawRequestBody: "data" }, {}, "client-streaming methods need exactly one of ndjson_request, raw_request_body and raw_request_content_type"],
+    ["a client stream with neither mapping", {}, { clientStreaming: true }, "client-streaming methods need exactly one of ndjson_request and raw_request_body"],
+    ["a client stream with both mappings", { ndjsonRequest: true, rawRequestBody: "data" }, { clientStreaming: true }, "client-streaming methods need exactly one of ndjson_request and raw_request_body"],
+    ["a raw body on a unary method", { rawRequestBody: "data" }, {}, "client-streaming methods need exactly one of ndjson_request and raw_request_body"],
     ["a raw body naming a non-bytes field", { rawRequestBody: "lease_token" }, { clientStreaming: true }, "raw_request_body lease_token is not a bytes field of Req"],
     ["a raw body naming no field", { rawRequestBody: "nothing" }, { clientStreaming: true }, "raw_request_body nothing is not a bytes field"],
+    ["a content type without a raw body", { ndjsonRequest: true, rawRequestContentType: "application/x-git-bundle" }, { clientStreaming: true }, "raw_request_content_type applies only with raw_request_body"],
     ["header fields on NDJSON", { ndjsonRequest: true, headerFields: [{ header: "x-a", field: "offset" }] }, { clientStreaming: true }, "header_fields do not apply to NDJSON requests"],
     ["an upper-case header", { rawRequestBody: "data", headerFields: [{ header: "X-Offset", field: "offset" }] }, { clientStreaming: true }, 'header "X-Offset" must be a lower-case header name'],
     ["a header bound to an unknown field", { rawRequestBody: "data", headerFields: [{ header: "x-a", field: "lease_token" }] }, { clientStreaming: true }, 'field "lease_token" is not a scalar field (JSON name) of Req'],

@@ -49,7 +49,7 @@ describe("docs/routes.md", () => {
     expect(row("POST /v1/runner/release")).toContain("| 204 No Content |");
     expect(row("POST /v1/runner/events")).toContain("| NDJSON stream of `EventsRequest` |");
     expect(row("POST /v1/runner/code/bundle")).toContain("| raw `application/x-git-bundle` |");
-    expect(row("POST /v1/runner/agent/publish")).toContain("| raw `application/x-git-bundle`; `forelead-api-version`, `forelead-job-id`, `forelead-lease-token` headers |");
+    expect(row("POST /v1/runner/agent/publish")).toContain("| raw `application/x-git-bundle` (`data` of `AgentPublishRequest`); headers `forelead-api-version` (`apiVersion`), `forelead-job-id` (`jobId`), `forelead-lease-token` (`leaseToken`) |");
   });
 
   it("carries each method's leading proto comment as its summary", () => {

@@ -87,23 +87,22 @@ export type Route = Message<"forelead.api.v1.Route"> & {
   role: string;
 
   /**
-   * The request is a client stream of chunks whose bytes field "data" is read
-   * raw from the REST body, sent with this content type. Every other request
-   * field is read from the header "forelead-" + the field's JSON name in
-   * kebab case, e.g. jobId from "forelead-job-id".
+   * With raw_request_body: the content type the body must be sent with,
+   * e.g. "application/x-git-bundle"; a body sent as anything else is refused
+   * (invalid_argument). Empty: any content type.
    *
    * @generated from field: string raw_request_content_type = 9;
    */
   rawRequestContentType: string;
 
   /**
-   * The request is a client stream sent on REST as the raw request body (any
-   * content type), e.g. an upload: this bytes field (proto name, like
-   * response_body) of each request message carries the body's bytes in
-   * chunks as they arrive; the other fields come from the path and
-   * header_fields and are set in the first message only. The body is
-   * streamed, never buffered, and the 1 MiB bound of JSON bodies does not
-   * apply: the handler bounds it. Set instead of ndjson_request.
+   * The request is a client stream sent on REST as the raw request body, e.g.
+   * an upload: this bytes field (proto name, like response_body) of each
+   * request message carries the body's bytes in chunks as they arrive; the
+   * other fields come from the path and header_fields and are set in the
+   * first message only. The body is streamed, never buffered, and the 1 MiB
+   * bound of JSON bodies does not apply: the handler bounds it. Set instead
+   * of ndjson_request.
    *
    * @generated from field: string raw_request_body = 10;
    */

@@ -1,8 +1,10 @@
 import type { Http2ServerResponse } from "node:http2";
-import { create, toJson, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
-import type { ConnectError } from "@connectrpc/connect";
-import { errorBody } from "./errors.js";
-import type { Route } from "../../gen/forelead/api/v1/route_pb.js";
+import { create, toJson, type DescMessage, type DescMethod, type JsonValue, type Message, type MessageInitShape } from "@bufbuild/protobuf";
+import { reflect } from "@bufbuild/protobuf/reflect";
+import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
+import { toConnectError } from "../errors.js";
+import { drained, streamGone } from "./end-stream.js";
+import { errorBody, writeError } from "./error-json.js";
 
 /** How REST writes a server stream of messages (route option ndjson_response and its companions). */
 export type MessageStreamFormat = "ndjson" | "event-stream" | "text";
@@ -26,7 +28,7 @@ const keepaliveMs = 15_000;
 export function messageStreamFormat(route: Route, method: DescMethod, input: Message, accept: string | undefined): MessageStreamFormat {
   if (route.eventStreamField) {
     const field = method.input.fields.find((f) => f.jsonName === route.eventStreamField);
-    if (field && (input as unknown as Record<string, unknown>)[field.localName] === true) return "event-stream";
+    if (field && reflect(method.input, input).get(field) === true) return "event-stream";
   }
   if (route.textField && accept && /\btext\/plain\b/.test(accept)) return "text";
   return "ndjson";
@@ -34,7 +36,7 @@ export function messageStreamFormat(route: Route, method: DescMethod, input: Mes
 
 /**
  * Writes a server stream of messages. An error before the headers are sent
- * gets the ordinary JSON error reply (`writeError`); after them, an event
+ * gets the ordinary JSON error reply; after them, an event
  * stream ends with an "error" event and the other formats with a broken
  * stream (never a truncated success). An event stream's normal end is an
  * "end" event, so EventSource clients close instead of reconnecting.
@@ -44,16 +46,15 @@ export async function writeMessageStream(
   route: Route,
   method: DescMethod,
   format: MessageStreamFormat,
-  messages: AsyncIterator<object>,
-  writeError: (err: ConnectError) => void,
-  toError: (err: unknown) => ConnectError,
+  messages: AsyncIterator<MessageInitShape<DescMessage>>,
+  where: string,
 ): Promise<void> {
-  const gone = () => res.stream.destroyed || res.stream.closed;
+  const gone = () => streamGone(res);
   const sendHeaders = () => {
     if (!res.headersSent) res.writeHead(200, { "content-type": contentTypes[format], ...(format === "event-stream" ? { "cache-control": "no-cache" } : {}) });
   };
-  const encode = (value: object): string => {
-    const json = toJson(method.output, create(method.output, value as never)) as Record<string, JsonValue>;
+  const encode = (value: MessageInitShape<DescMessage>): string => {
+    const json = toJson(method.output, create(method.output, value)) as Record<string, JsonValue>;
     if (format === "ndjson") return `${JSON.stringify(json)}\n`;
     if (format === "text") return textOf(json[route.textField]);
     const id = route.eventIdField ? json[route.eventIdField] : undefined;
@@ -79,9 +80,9 @@ export async function writeMessageStream(
     if (format === "event-stream") res.end("event: end\ndata: {}\n\n");
     else res.end();
   } catch (thrown) {
-    const err = toError(thrown);
+    const err = toConnectError(thrown, where);
     if (format === "event-stream" && res.headersSent && !gone()) res.end(`event: error\ndata: ${JSON.stringify(errorBody(err))}\n\n`);
-    else writeError(err);
+    else writeError(res, err);
   } finally {
     clearInterval(keepalive);
     if (gone()) void messages.return?.().catch(() => {});
@@ -100,16 +101,4 @@ function textOf(value: JsonValue | undefined): string {
     return text.endsWith("\n") ? text : `${text}\n`;
   }
   return `${JSON.stringify(value ?? null)}\n`;
-}
-
-function drained(res: Http2ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off("drain", done);
-      res.stream.off("close", done);
-      resolve();
-    };
-    res.once("drain", done);
-    res.stream.once("close", done);
-  });
 }
