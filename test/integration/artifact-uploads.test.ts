@@ -4,8 +4,8 @@ import { constants as http2Constants } from "node:http2";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
-import { blobPath, filesUnder, leasedJob, restUploads, sha256, type LeasedJob } from "../support/artifacts.js";
+import { adminActor, eventually, leasedJob, type AdminActor, type LeasedJob } from "../support/actors.js";
+import { blobPath, filesUnder, restUploads, sha256 } from "../support/artifacts.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
 

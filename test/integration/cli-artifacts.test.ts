@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, type AdminActor } from "../support/actors.js";
-import { leasedJob, restUploads, sha256 } from "../support/artifacts.js";
+import { adminActor, leasedJob, type AdminActor } from "../support/actors.js";
+import { restUploads, sha256 } from "../support/artifacts.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
 

@@ -1,10 +1,10 @@
 import "reflect-metadata";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLeaseStreams, createSessionPost, lastAcceptedHeader, type NdjsonPost, type NdjsonReply } from "../../src/runner/stream-writer.js";
-import { adminActor, type AdminActor } from "../support/actors.js";
+import { adminActor, leasedJob, type AdminActor, type LeasedJob } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
-import { expireLease, leasedJob, readSequences, type Leased } from "../support/streams.js";
+import { expireLease, readSequences } from "../support/streams.js";
 
 // The control plane's body bound is made small (16 KiB), so the writer's own
 // bound (1 MB) is too big and the server cuts its requests with 413: the
@@ -32,7 +32,7 @@ interface Posted {
 }
 
 /** Wraps the runner's real post (its one HTTP/2 connection) to record every request. */
-function recordingPost(leased: Leased, around?: (path: string, send: () => Promise<NdjsonReply>) => Promise<NdjsonReply>): { post: NdjsonPost; posted: Posted[] } {
+function recordingPost(leased: LeasedJob, around?: (path: string, send: () => Promise<NdjsonReply>) => Promise<NdjsonReply>): { post: NdjsonPost; posted: Posted[] } {
   const real = createSessionPost(() => leased.runner.rest.session);
   const posted: Posted[] = [];
   const post: NdjsonPost = async (path, body, timeoutMs) => {
@@ -57,7 +57,7 @@ function recordingPost(leased: Leased, around?: (path: string, send: () => Promi
 }
 
 const leased = () => leasedJob(cp, admin, "r1", `sw${++n}`);
-const writerOptions = (l: Leased, post: NdjsonPost) => ({ post, runnerId: "r1", jobId: l.jobId, leaseToken: l.token, backoffMs: 10 });
+const writerOptions = (l: LeasedJob, post: NdjsonPost) => ({ post, runnerId: "r1", jobId: l.jobId, leaseToken: l.token, backoffMs: 10 });
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 describe(`the runner's stream writer against the real server (${databaseKind})`, () => {

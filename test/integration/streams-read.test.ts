@@ -4,12 +4,12 @@ import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
+import { adminActor, eventually, leasedJob as lease, type AdminActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
 import { readEventStream } from "../support/ndjson.js";
-import { leasedJob as lease, logLines, readEntries } from "../support/streams.js";
+import { logLines, readEntries } from "../support/streams.js";
 
 let cp: TestControlPlane;
 let admin: AdminActor;
