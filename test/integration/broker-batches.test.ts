@@ -9,24 +9,15 @@ import { claimBatch, completeBatch } from "../../src/broker/lease-batches.js";
 import type { LeaseView } from "../../src/broker/leases.js";
 import { register } from "../../src/broker/registrations.js";
 import { openStore, type Store } from "../../src/store/database.js";
-import { adminActor, registeredRunner, type AdminActor } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { registeredRunner } from "../support/actors.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+// One batch at a time: requests arriving while it runs wait and go together.
+const cp = useControlPlane({ batching: { maxBatch: 64, maxInFlight: 1 } });
+const { admin } = cp;
 let wsCounter = 0;
 const freshWorkspace = () => `bw${++wsCounter}`;
-
-beforeAll(async () => {
-  // One batch at a time: requests arriving while it runs wait and go together.
-  cp = await startTestControlPlane({ batching: { maxBatch: 64, maxInFlight: 1 } });
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 describe(`batched claims and completions over REST (${databaseKind})`, () => {
   it("concurrent claims never exceed a runner's slots, never lease a job twice, and respect labels", async () => {

@@ -1,26 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { adminActor, registeredRunner, runnerActor, type AdminActor } from "../support/actors.js";
+import { registeredRunner, runnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let wsCounter = 0;
 /** Each test works in a workspace of its own, so tests never see each other's jobs. */
 const freshWorkspace = () => `ws${++wsCounter}`;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 async function queuedJobs(workspaceId: string): Promise<number> {
   const reply = await admin.rest.request("GET", `/v1/admin/jobs?workspaceId=${workspaceId}&state=queued&pageSize=500`);

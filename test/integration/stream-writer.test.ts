@@ -1,26 +1,17 @@
 import "reflect-metadata";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createLeaseStreams, createSessionPost, lastAcceptedHeader, type NdjsonPost, type NdjsonReply } from "../../src/runner/stream-writer.js";
-import { adminActor, leasedJob, type AdminActor, type LeasedJob } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { leasedJob, type LeasedJob } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { expireLease, readSequences } from "../support/streams.js";
 
 // The control plane's body bound is made small (16 KiB), so the writer's own
 // bound (1 MB) is too big and the server cuts its requests with 413: the
 // writer must resume from the sequence the server reports.
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane({ maxBodyBytes: 16 * 1024 });
+const { admin } = cp;
 let n = 0;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane({ maxBodyBytes: 16 * 1024 });
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 /** One post as the writer made it, and what came of it. */
 interface Posted {
