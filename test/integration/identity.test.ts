@@ -9,27 +9,25 @@ import http2 from "node:http2";
 import https from "node:https";
 import tls from "node:tls";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createCertificateAuthority, issueClientCertificate, type IssuedCertificate } from "../../src/identity/ca.js";
 import { eventually } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { createRestClient, createTestClient, rpcProtocols, type RestReply, type RpcProtocol } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
 const HOUR = 3_600_000;
 const r1 = "spiffe://forelead/runners/r1/workspaces/w1";
 const r2 = "spiffe://forelead/runners/r2/workspaces/w1";
 const registration = { apiVersion: "v1", runnerId: "r1", workspaceId: "w1", slots: 2, cpu: 4, memoryBytes: "1073741824", architecture: "amd64", labels: ["linux"] };
 
-let cp: TestControlPlane;
+const cp = useControlPlane();
 let good: IssuedCertificate;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
   good = await cp.pki.runner("r1", "w1");
 });
-afterAll(async () => cp?.close());
 
 /** One request on a fresh connection with `cert` (none when undefined). */
 async function send(cert: IssuedCertificate | undefined, method: string, path: string, body?: unknown): Promise<RestReply> {
