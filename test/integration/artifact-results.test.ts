@@ -1,30 +1,21 @@
 import "reflect-metadata";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { adminActor, type AdminActor } from "../support/actors.js";
-import { filesUnder, leasedJob, restUploads, sha256, type LeasedJob } from "../support/artifacts.js";
+import { leasedJob, type LeasedJob } from "../support/actors.js";
+import { filesUnder, restUploads, sha256 } from "../support/artifacts.js";
 import { createTestClient, rpcProtocols } from "../support/clients.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
 const KiB = 1024;
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let counter = 0;
 const fresh = () => `res${++counter}`;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 /** Uploads `data` as `name` under the job's lease over REST and returns the manifest entry. */
 async function uploaded(j: LeasedJob, name: string, data: Buffer, mediaType = "") {

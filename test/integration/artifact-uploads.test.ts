@@ -3,28 +3,19 @@ import { randomBytes } from "node:crypto";
 import { constants as http2Constants } from "node:http2";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
-import { blobPath, filesUnder, leasedJob, restUploads, sha256, type LeasedJob } from "../support/artifacts.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { describe, expect, it } from "vitest";
+import { eventually, leasedJob, type LeasedJob } from "../support/actors.js";
+import { blobPath, filesUnder, restUploads, sha256 } from "../support/artifacts.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
 const MiB = 1024 * 1024;
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let counter = 0;
 const fresh = () => `up${++counter}`;
 const staging = () => join(cp.plane.artifacts.dir, "staging");
 const blobs = () => join(cp.plane.artifacts.dir, "blobs");
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 async function job(): Promise<LeasedJob> {
   const ws = fresh();

@@ -9,39 +9,24 @@ import { claimBatch, completeBatch } from "../../src/broker/lease-batches.js";
 import type { LeaseView } from "../../src/broker/leases.js";
 import { register } from "../../src/broker/registrations.js";
 import { openStore, type Store } from "../../src/store/database.js";
-import { adminActor, runnerActor, type AdminActor, type RunnerActor } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { registeredRunner } from "../support/actors.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+// One batch at a time: requests arriving while it runs wait and go together.
+const cp = useControlPlane({ batching: { maxBatch: 64, maxInFlight: 1 } });
+const { admin } = cp;
 let wsCounter = 0;
 const freshWorkspace = () => `bw${++wsCounter}`;
-
-beforeAll(async () => {
-  // One batch at a time: requests arriving while it runs wait and go together.
-  cp = await startTestControlPlane({ batching: { maxBatch: 64, maxInFlight: 1 } });
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
-
-async function registeredRunner(runnerId: string, workspaceId: string, overrides: Record<string, unknown> = {}): Promise<RunnerActor> {
-  const runner = await runnerActor(cp, runnerId, workspaceId);
-  expect((await runner.register(overrides)).status).toBe(200);
-  return runner;
-}
 
 describe(`batched claims and completions over REST (${databaseKind})`, () => {
   it("concurrent claims never exceed a runner's slots, never lease a job twice, and respect labels", async () => {
     const ws = freshWorkspace();
     for (let i = 0; i < 12; i++) expect((await admin.enqueue({ workspaceId: ws })).status).toBe(200);
     for (let i = 0; i < 3; i++) expect((await admin.enqueue({ workspaceId: ws, labels: ["linux", "gpu"] })).status).toBe(200);
-    const two = await registeredRunner("two", ws, { slots: 2 });
-    const three = await registeredRunner("three", ws, { slots: 3 });
-    const gpu = await registeredRunner("gpu", ws, { slots: 10, labels: ["linux", "gpu"] });
+    const two = await registeredRunner(cp, "two", ws, { slots: 2 });
+    const three = await registeredRunner(cp, "three", ws, { slots: 3 });
+    const gpu = await registeredRunner(cp, "gpu", ws, { slots: 10, labels: ["linux", "gpu"] });
     const claims = await Promise.all([
       ...Array.from({ length: 6 }, () => two.claim()),
       ...Array.from({ length: 6 }, () => three.claim()),
@@ -60,7 +45,7 @@ describe(`batched claims and completions over REST (${databaseKind})`, () => {
 
   it("concurrent completions settle every job once, each with its own reply", async () => {
     const ws = freshWorkspace();
-    const runners = await Promise.all(Array.from({ length: 8 }, (_, i) => registeredRunner(`c${i}`, ws)));
+    const runners = await Promise.all(Array.from({ length: 8 }, (_, i) => registeredRunner(cp, `c${i}`, ws)));
     for (let i = 0; i < 8; i++) await admin.enqueue({ workspaceId: ws });
     const leases = await Promise.all(runners.map((r) => r.claim()));
     expect(leases.map((l) => l.status)).toEqual(Array(8).fill(200));

@@ -1,25 +1,17 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, eventually, runnerActor, type AdminActor } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { describe, expect, it } from "vitest";
+import { adminActor, eventually, runnerActor } from "../support/actors.js";
+import { startTestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
 // Leases of one second, swept every 100 ms: expiry happens for real, in test time.
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane({ leaseSeconds: 1, sweepIntervalMs: 100 });
+const { admin } = cp;
 let n = 0;
 const freshWorkspace = () => `exp${++n}`;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane({ leaseSeconds: 1, sweepIntervalMs: 100 });
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 async function jobState(jobId: string, state: string) {
   return eventually(`job ${jobId} to be ${state}`, async () => {

@@ -1,34 +1,18 @@
 import { sql } from "kysely";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { adminActor, eventually, runnerActor, type AdminActor } from "../support/actors.js";
+import { eventually, registeredRunner, runnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let wsCounter = 0;
 /** Each test works in a workspace of its own, so tests never see each other's jobs. */
 const freshWorkspace = () => `ws${++wsCounter}`;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
-
-async function registeredRunner(runnerId: string, workspaceId: string, overrides: Record<string, unknown> = {}) {
-  const runner = await runnerActor(cp, runnerId, workspaceId);
-  const reg = await runner.register(overrides);
-  expect(reg.status, reg.text).toBe(200);
-  return runner;
-}
 
 async function queuedJobs(workspaceId: string): Promise<number> {
   const reply = await admin.rest.request("GET", `/v1/admin/jobs?workspaceId=${workspaceId}&state=queued&pageSize=500`);
@@ -38,7 +22,7 @@ async function queuedJobs(workspaceId: string): Promise<number> {
 describe(`the job lifecycle (${databaseKind})`, () => {
   it("enqueue → claim → renew → complete over REST, with the wire names of WIRE.md", async () => {
     const ws = freshWorkspace();
-    const runner = await registeredRunner("r1", ws, { labels: ["linux", "docker"] });
+    const runner = await registeredRunner(cp, "r1", ws, { labels: ["linux", "docker"] });
     const enq = await admin.enqueue({ workspaceId: ws, maxAttempts: 3, idempotencyKey: "build-4711", spec: { image: "busybox", argv: ["sh", "-c", "echo hi"], env: { CI: "1" }, timeoutSeconds: 60, memoryBytes: "2147483648" } });
     expect(enq.status, enq.text).toBe(200);
     expect(enq.json.job).toMatchObject({ workspaceId: ws, state: "queued", attempts: 0, maxAttempts: 3, labels: ["linux"] });
@@ -91,7 +75,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   });
 
   it("a claim with nothing eligible answers 204", async () => {
-    const runner = await registeredRunner("idle", freshWorkspace());
+    const runner = await registeredRunner(cp, "idle", freshWorkspace());
     const reply = await runner.claim();
     expect(reply.status).toBe(204);
     expect(reply.text).toBe("");
@@ -103,13 +87,13 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const other = freshWorkspace();
     const gpu = (await admin.enqueue({ workspaceId: ws, labels: ["linux", "gpu"] })).json.job.id;
     const plain = (await admin.enqueue({ workspaceId: ws, labels: ["linux"] })).json.job.id;
-    const stranger = await registeredRunner("r1", other, { labels: ["linux", "gpu"], slots: 4 });
+    const stranger = await registeredRunner(cp, "r1", other, { labels: ["linux", "gpu"], slots: 4 });
     expect((await stranger.claim()).status).toBe(204);
-    const linuxOnly = await registeredRunner("r2", ws, { labels: ["linux"], slots: 4 });
+    const linuxOnly = await registeredRunner(cp, "r2", ws, { labels: ["linux"], slots: 4 });
     const first = await linuxOnly.claim();
     expect(first.json.job.id).toBe(plain);
     expect((await linuxOnly.claim()).status).toBe(204); // the gpu job stays queued
-    const gpuRunner = await registeredRunner("r3", ws, { labels: ["gpu", "linux", "big"], slots: 4 });
+    const gpuRunner = await registeredRunner(cp, "r3", ws, { labels: ["gpu", "linux", "big"], slots: 4 });
     expect((await gpuRunner.claim()).json.job.id).toBe(gpu);
     await Promise.all([stranger.close(), linuxOnly.close(), gpuRunner.close()]);
   });
@@ -117,7 +101,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   it("a runner never holds more live leases than its slots", async () => {
     const ws = freshWorkspace();
     for (let i = 0; i < 5; i++) await admin.enqueue({ workspaceId: ws });
-    const runner = await registeredRunner("r1", ws, { slots: 2 });
+    const runner = await registeredRunner(cp, "r1", ws, { slots: 2 });
     const claims = await Promise.all([runner.claim(), runner.claim(), runner.claim(), runner.claim()]);
     expect(claims.map((c) => c.status).sort()).toEqual([200, 200, 204, 204]);
     const held = claims.filter((c) => c.status === 200);
@@ -132,7 +116,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const low = (await admin.enqueue({ workspaceId: ws, priority: 0 })).json.job.id;
     const high = (await admin.enqueue({ workspaceId: ws, priority: 5 })).json.job.id;
     const low2 = (await admin.enqueue({ workspaceId: ws, priority: 0 })).json.job.id;
-    const runner = await registeredRunner("r1", ws, { slots: 3 });
+    const runner = await registeredRunner(cp, "r1", ws, { slots: 3 });
     const order = [];
     for (let i = 0; i < 3; i++) order.push((await runner.claim()).json.job.id);
     expect(order).toEqual([high, low, low2]);
@@ -141,7 +125,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
 
   it("long-poll: a waiting claim is answered by the enqueue's wakeup, before its wait runs out", async () => {
     const ws = freshWorkspace();
-    const runner = await registeredRunner("r1", ws);
+    const runner = await registeredRunner(cp, "r1", ws);
     const lastSeen = async () => (await sql<{ seen: string }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id = 'r1'`.execute(cp.plane.store.db)).rows[0]!.seen;
     const registered = await lastSeen();
     const waitSeconds = 20;
@@ -163,7 +147,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   });
 
   it("long-poll: with nothing enqueued the claim returns 204 after waitSeconds", async () => {
-    const runner = await registeredRunner("r1", freshWorkspace());
+    const runner = await registeredRunner(cp, "r1", freshWorkspace());
     const started = Date.now();
     const claim = await runner.claim({ waitSeconds: 1 });
     expect(claim.status).toBe(204);
@@ -174,7 +158,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   it("release returns the job to the queue at once without charging the attempt; the old token is dead", async () => {
     const ws = freshWorkspace();
     const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
-    const runner = await registeredRunner("r1", ws);
+    const runner = await registeredRunner(cp, "r1", ws);
     const claim = await runner.claim();
     const released = await runner.release(jobId, claim.json.token);
     expect(released.status, released.text).toBe(204);
@@ -194,7 +178,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   it("complete is idempotent by completionId; a different completion after settling gets 409", async () => {
     const ws = freshWorkspace();
     const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
-    const runner = await registeredRunner("r1", ws);
+    const runner = await registeredRunner(cp, "r1", ws);
     const { token } = (await runner.claim()).json;
     const body = { completionId: "c-7", outcome: "failed", exitCode: 2, error: { code: "exit_code", message: "make exited 2", retryable: false } };
     const first = await runner.complete(jobId, token, body);
@@ -215,7 +199,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   it("a retryable failure requeues the job while attempts remain", async () => {
     const ws = freshWorkspace();
     const jobId = (await admin.enqueue({ workspaceId: ws, maxAttempts: 2 })).json.job.id;
-    const runner = await registeredRunner("r1", ws);
+    const runner = await registeredRunner(cp, "r1", ws);
     const retryable = { outcome: "failed", exitCode: 1, error: { code: "infra", message: "disk full", retryable: true } };
     const first = (await runner.claim()).json;
     expect((await runner.complete(jobId, first.token, { ...retryable, completionId: "a1" })).json.job).toMatchObject({ state: "queued", attempts: 1 });
@@ -231,7 +215,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const cancelled = await admin.cancel(queued);
     expect(cancelled.status).toBe(200);
     expect(cancelled.json.job).toMatchObject({ state: "cancelled", failure: { reason: "cancelled" } });
-    const runner = await registeredRunner("r1", ws);
+    const runner = await registeredRunner(cp, "r1", ws);
     expect((await runner.claim()).status).toBe(204);
 
     const running = (await admin.enqueue({ workspaceId: ws })).json.job.id;
@@ -283,7 +267,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
 
   it("admin runners lists registrations with live leases", async () => {
     const ws = freshWorkspace();
-    const runner = await registeredRunner("r9", ws, { slots: 3, labels: ["linux", "arm"] });
+    const runner = await registeredRunner(cp, "r9", ws, { slots: 3, labels: ["linux", "arm"] });
     await admin.enqueue({ workspaceId: ws });
     await runner.claim();
     const reply = await admin.rest.request("GET", `/v1/admin/runners?workspaceId=${ws}`);
@@ -306,12 +290,12 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
   it("lease calls: unknown job 404, job of another workspace 404, malformed id 400, bad token 409, wrong outcome 400", async () => {
     const ws = freshWorkspace();
     const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
-    const runner = await registeredRunner("r1", ws);
+    const runner = await registeredRunner(cp, "r1", ws);
     const { token } = (await runner.claim()).json;
     const unknown = await runner.renew("01a226bc-0000-7000-8000-000000000000", token);
     expect(unknown.status).toBe(404);
     expect(unknown.json.message).toContain("not found");
-    const outsider = await registeredRunner("r1", freshWorkspace());
+    const outsider = await registeredRunner(cp, "r1", freshWorkspace());
     const foreignWs = await outsider.renew(jobId, token);
     expect(foreignWs.status).toBe(404);
     const malformed = await runner.renew("not-a-job", token);
@@ -334,8 +318,8 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
   it("another runner's token on the job is refused as foreign (409)", async () => {
     const ws = freshWorkspace();
     const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
-    const owner = await registeredRunner("owner", ws);
-    const thief = await registeredRunner("thief", ws);
+    const owner = await registeredRunner(cp, "owner", ws);
+    const thief = await registeredRunner(cp, "thief", ws);
     const { token } = (await owner.claim()).json;
     const stolen = await thief.complete(jobId, token);
     expect(stolen.status).toBe(409);
@@ -351,7 +335,7 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
   ])("waitSeconds %s is refused", async (waitSeconds, message) => {
     const ws = freshWorkspace();
     await admin.enqueue({ workspaceId: ws });
-    const runner = await registeredRunner("r1", ws);
+    const runner = await registeredRunner(cp, "r1", ws);
     const reply = await runner.claim({ waitSeconds });
     expect(reply.status).toBe(400);
     expect(reply.json.message).toContain(message);

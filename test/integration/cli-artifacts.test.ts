@@ -5,20 +5,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, type AdminActor } from "../support/actors.js";
-import { leasedJob, restUploads, sha256 } from "../support/artifacts.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { leasedJob } from "../support/actors.js";
+import { restUploads, sha256 } from "../support/artifacts.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
 const run = promisify(execFile);
 const forelead = join(process.cwd(), "bin/forelead.js");
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let dir: string;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
   dir = await mkdtemp(join(tmpdir(), "forelead-cli-artifacts-"));
   const cert = await cp.pki.service("test-admin");
   await writeFile(join(dir, "ca.pem"), cp.pki.ca.certPem);
@@ -26,8 +24,6 @@ beforeAll(async () => {
   await writeFile(join(dir, "admin-key.pem"), cert.keyPem);
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   await rm(dir, { recursive: true, force: true });
 });
 

@@ -3,17 +3,17 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestControlPlane, testAdminId, type TestControlPlane } from "../support/control-plane.js";
+import { testAdminId } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, type TestOrigin } from "../support/git-repos.js";
 
 const repoRoot = resolve(import.meta.dirname, "../..");
-let cp: TestControlPlane;
+const cp = useControlPlane();
 let origin: TestOrigin;
 let dir: string;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
   origin = await createTestOrigin();
   dir = await mkdtemp(join(tmpdir(), "forelead-cli-"));
   const admin = await cp.pki.client({ uris: [testAdminId] });
@@ -22,7 +22,6 @@ beforeAll(async () => {
   await writeFile(join(dir, "admin-key.pem"), admin.keyPem, { mode: 0o600 });
 });
 afterAll(async () => {
-  await cp?.close();
   await origin?.remove();
   await rm(dir, { recursive: true, force: true });
 });

@@ -6,21 +6,19 @@ import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { checkoutBase } from "../../src/runner/checkout/checkout.js";
-import { adminActor, type AdminActor } from "../support/actors.js";
 import { createTestClient, type RestReply } from "../support/clients.js";
 import { leaseCodeJob, publishBundle, registerRepository, requestBundle, requestHead } from "../support/code-actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, git, type TestOrigin } from "../support/git-repos.js";
 import { startGitHttpsServer, type GitHttpsServer } from "../support/git-https.js";
-import { createTestPki } from "../support/pki.js";
+import { createTestPki, type TestPki } from "../support/pki.js";
 
 // An https code host that wants one password, and a `git` wrapper first on PATH that records the
 // argv of every git process: the credential must reach the code host and appear nowhere else.
 const secret = `s3cr3t-${randomBytes(12).toString("hex")}`;
 const wrongSecret = `wr0ng-${randomBytes(12).toString("hex")}`;
-let cp: TestControlPlane;
-let admin: AdminActor;
+let pki: TestPki;
 let origin: TestOrigin;
 let host: GitHttpsServer;
 let scratch: string;
@@ -29,7 +27,7 @@ const logged: string[] = [];
 
 beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "forelead-cred-test-"));
-  const pki = await createTestPki();
+  pki = await createTestPki();
   await writeFile(join(scratch, "ca.pem"), pki.ca.certPem);
   process.env.GIT_SSL_CAINFO = join(scratch, "ca.pem"); // the control plane's git trusts the test code host
   const realGit = (await git(scratch, ["--exec-path"])).replace(/\/lib\/git-core$|\/libexec\/git-core$/, "/bin/git");
@@ -46,17 +44,16 @@ beforeAll(async () => {
   }
   origin = await createTestOrigin();
   host = await startGitHttpsServer(join(origin.path, ".."), pki.server, "forelead", secret);
-  cp = await startTestControlPlane({ pki });
-  admin = await adminActor(cp);
 });
 afterAll(async () => {
   vi.restoreAllMocks();
-  await admin?.close();
-  await cp?.close();
   await host?.close();
   await origin?.remove();
   await rm(scratch, { recursive: true, force: true });
 });
+// Registered after the hooks above, so the control plane starts with their PKI once the code host and the git wrapper are up.
+const cp = useControlPlane(() => ({ pki }));
+const { admin } = cp;
 
 /** Keeps every reply so the test can search all of them. */
 async function kept(p: Promise<RestReply>): Promise<RestReply> {

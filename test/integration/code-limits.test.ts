@@ -5,34 +5,31 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { adminActor, type AdminActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { leaseCodeJob, publishBundle, registerRepository, requestBundle } from "../support/code-actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, git, type TestOrigin } from "../support/git-repos.js";
 
 // The 256 MiB cap lowered to 256 KiB by configuration, and a 300 KiB repository of random
 // (incompressible) bytes: the same rule as a 300 MiB repository against the real cap, in test time.
 const cap = 256 * 1024;
-let cp: TestControlPlane;
-let admin: AdminActor;
-let origin: TestOrigin;
 let codeDir: string;
+const cp = useControlPlane(async () => {
+  codeDir = await mkdtemp(join(tmpdir(), "forelead-codedir-"));
+  return { maxBundleBytes: cap, codeDir };
+});
+const { admin } = cp;
+let origin: TestOrigin;
 let n = 0;
 const freshWorkspace = () => `lim${++n}`;
 
 beforeAll(async () => {
-  codeDir = await mkdtemp(join(tmpdir(), "forelead-codedir-"));
-  cp = await startTestControlPlane({ maxBundleBytes: cap, codeDir });
-  admin = await adminActor(cp);
   origin = await createTestOrigin();
   await origin.commit("huge", { "random.bin": randomBytes(300 * 1024) });
   expect((await registerRepository(admin, "app", origin.path)).status).toBe(200);
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   await origin?.remove();
   await rm(codeDir, { recursive: true, force: true });
 });

@@ -4,28 +4,25 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { checkoutBase, importBundle } from "../../src/runner/checkout/checkout.js";
-import { adminActor, runnerActor, type AdminActor } from "../support/actors.js";
+import { adminActor, runnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { emptyRepo, importBundleBytes, leaseCodeJob, publishBundle, registerRepository, requestBundle, type CodeLease } from "../support/code-actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, git, type TestOrigin } from "../support/git-repos.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let origin: TestOrigin;
 let n = 0;
 const freshWorkspace = () => `pub${++n}`;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
   origin = await createTestOrigin();
   expect((await registerRepository(admin, "app", origin.path)).status).toBe(200);
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   await origin?.remove();
 });
 

@@ -1,23 +1,21 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { adminActor, runnerActor, type AdminActor } from "../support/actors.js";
+import { runnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { leaseCodeJob, loseLease, registerRepository, requestBundle, requestHead, type CodeLease } from "../support/code-actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, type TestOrigin } from "../support/git-repos.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let origin: TestOrigin;
 let base: string;
 let checkout: CodeLease;
 let agent: CodeLease;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
   origin = await createTestOrigin();
   expect((await registerRepository(admin, "app", origin.path)).status).toBe(200);
   base = (await origin.branchHead("main"))!;
@@ -25,8 +23,7 @@ beforeAll(async () => {
   agent = await leaseCodeJob(cp, admin, "wa", "r1", { kind: "agent", repository: "app", targetBranch: "main" });
 });
 afterAll(async () => {
-  await Promise.all([checkout?.runner.close(), agent?.runner.close(), admin?.close()]);
-  await cp?.close();
+  await Promise.all([checkout?.runner.close(), agent?.runner.close()]);
   await origin?.remove();
 });
 

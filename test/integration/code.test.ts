@@ -5,29 +5,25 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { checkoutBase, CheckoutRefused } from "../../src/runner/checkout/checkout.js";
-import { adminActor, runnerActor, type AdminActor } from "../support/actors.js";
+import { runnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { emptyRepo, importBundleBytes, leaseCodeJob, loseLease, registerRepository, requestBundle, requestHead } from "../support/code-actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, git, type TestOrigin } from "../support/git-repos.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let origin: TestOrigin;
 let n = 0;
 const freshWorkspace = () => `code${++n}`;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
   origin = await createTestOrigin();
   const reg = await registerRepository(admin, "app", origin.path);
   expect(reg.status, reg.text).toBe(200);
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   await origin?.remove();
 });
 

@@ -5,8 +5,9 @@ import { newJobId } from "../../src/broker/ids.js";
 import { networkName } from "../../src/inventory/names.js";
 import { jobBody, runnerActor } from "../support/actors.js";
 import { createRestClient, type RestClient } from "../support/clients.js";
-import { startTestControlPlane, testAdminId, type TestControlPlane } from "../support/control-plane.js";
+import { testAdminId } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { enrollRequest, issuerOf, makeCsr } from "../support/identity.js";
 import { createTestPki } from "../support/pki.js";
 
@@ -21,7 +22,6 @@ interface Rec {
   certificateSerial?: string; certificateSha256?: string; certificateNotAfter?: string; remoteAddress?: string; action?: string; target?: string;
 }
 
-let cp: TestControlPlane;
 let admin: RestClient;
 const printed: string[] = [];
 const secrets: Record<string, string> = {};
@@ -35,15 +35,24 @@ let orphanName = "";
 const hex = (n: number) => new RegExp(`^[0-9a-f]{${n}}$`);
 const loopback = /^(127\.0\.0\.1|::ffff:127\.0\.0\.1)$/;
 
-beforeAll(async () => {
+// What the server prints is captured from before it starts until after it closes.
+beforeAll(() => {
   for (const method of ["log", "error", "warn", "info", "debug"] as const) {
     vi.spyOn(console, method).mockImplementation((...args: unknown[]) => void printed.push(args.map((a) => (a instanceof Error ? `${a.message}\n${a.stack}` : typeof a === "string" ? a : JSON.stringify(a))).join(" ")));
   }
+});
+afterAll(() => {
+  vi.restoreAllMocks();
+});
+const cp = useControlPlane(async () => {
   const pki = await createTestPki();
-  cp = await startTestControlPlane({ pki, ...issuerOf(pki) });
+  return { pki, ...issuerOf(pki) };
+});
+
+beforeAll(async () => {
   const adminCert = await cp.pki.service("test-admin");
   adminSerial = adminCert.serialHex;
-  admin = createRestClient(cp.url, pki.ca.certPem, adminCert);
+  admin = createRestClient(cp.url, cp.pki.ca.certPem, adminCert);
 
   const grant = async (body: Record<string, unknown> = {}) => (await admin.request("POST", "/v1/admin/enrollment-grants", { apiVersion: "v1", workspaceId: "wa", ...body })).json;
   // Enroll with a grant, then use it again.
@@ -65,7 +74,7 @@ beforeAll(async () => {
   expect((await enrollRequest(cp, { grant: g3.grant, runnerId: "rd", csr: (await makeCsr({ forge: true })).csrPem })).status).toBe(400);
 
   // The enrolled runner works a job and renews its certificate.
-  const runner = createRestClient(cp.url, pki.ca.certPem, { certPem: enrolled.json.certificateChain, keyPem: csr.keyPem });
+  const runner = createRestClient(cp.url, cp.pki.ca.certPem, { certPem: enrolled.json.certificateChain, keyPem: csr.keyPem });
   expect((await runner.request("POST", "/v1/runner/register", { apiVersion: "v1", runnerId: "ra", workspaceId: "wa", slots: 1 })).status).toBe(200);
   jobId = (await admin.request("POST", "/v1/admin/jobs", jobBody({ workspaceId: "wa", labels: [] }))).json.job.id;
   const claim = await runner.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "ra" });
@@ -105,8 +114,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await admin?.close();
-  await cp?.close();
-  vi.restoreAllMocks();
 });
 
 const action = (name: string, decision: string) => records.filter((r) => r.kind === "action" && r.action === name && r.decision === decision);

@@ -6,29 +6,27 @@ import { promisify } from "node:util";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane } from "../../src/server/control-plane.js";
-import { adminActor, type AdminActor } from "../support/actors.js";
 import { createRestClient } from "../support/clients.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { enrollRequest, issuerOf, makeCsr, uriSans } from "../support/identity.js";
 import { createTestPki } from "../support/pki.js";
 
 const run = promisify(execFile);
 const hourMs = 3600_000;
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane(async () => {
+  const pki = await createTestPki();
+  return { pki, ...issuerOf(pki) };
+});
+const { admin } = cp;
 let tmp: string;
 
 beforeAll(async () => {
-  const pki = await createTestPki();
-  cp = await startTestControlPlane({ pki, ...issuerOf(pki) });
-  admin = await adminActor(cp);
   tmp = await mkdtemp(path.join(os.tmpdir(), "forelead-enroll-"));
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   await rm(tmp, { recursive: true, force: true });
 });
 

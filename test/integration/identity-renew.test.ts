@@ -7,31 +7,29 @@ import { enroll, type ControlPlaneEndpoint } from "../../src/runner/identity/enr
 import { connectWithIdentity, keepIdentityFresh } from "../../src/runner/identity/keeper.js";
 import type { RunnerIdentity } from "../../src/runner/identity/runner-identity.js";
 import { loadIdentity } from "../../src/runner/identity/state-dir.js";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
+import { eventually } from "../support/actors.js";
 import { createRestClient, type RestReply } from "../support/clients.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { issuerOf, makeCsr, uriSans } from "../support/identity.js";
 import { createTestPki } from "../support/pki.js";
 
 /** Short enough to watch a renewal happen and the old certificate expire within one test. */
 const lifetimeMs = 20_000;
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane(async () => {
+  const pki = await createTestPki();
+  return { pki, ...issuerOf(pki), issuedCertLifetimeMs: lifetimeMs };
+});
+const { admin } = cp;
 let endpoint: ControlPlaneEndpoint;
 let tmp: string;
 
 beforeAll(async () => {
-  const pki = await createTestPki();
-  cp = await startTestControlPlane({ pki, ...issuerOf(pki), issuedCertLifetimeMs: lifetimeMs });
-  admin = await adminActor(cp);
-  endpoint = { server: cp.url, caPem: pki.ca.certPem };
+  endpoint = { server: cp.url, caPem: cp.pki.ca.certPem };
   tmp = await mkdtemp(path.join(os.tmpdir(), "forelead-renew-"));
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   await rm(tmp, { recursive: true, force: true });
 });
 

@@ -1,22 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, eventually, runnerActor, type AdminActor } from "../support/actors.js";
+import { adminActor, eventually, runnerActor } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestPki } from "../support/pki.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let wsCounter = 0;
 const freshWorkspace = () => `rt${++wsCounter}`;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 describe(`retiring a runner (${databaseKind})`, () => {
   it("takes effect on the very next request of an already-open HTTP/2 connection, and its live lease goes back to the queue", async () => {

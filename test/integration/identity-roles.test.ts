@@ -1,17 +1,25 @@
 import { Code } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { startControlPlane } from "../../src/server/control-plane.js";
-import { adminActor, jobBody, runnerActor, type AdminActor } from "../support/actors.js";
+import { jobBody, runnerActor } from "../support/actors.js";
 import { createRestClient, createTestClient, type RestClient } from "../support/clients.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
 const id = (name: string) => `spiffe://forelead/services/${name}`;
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane({
+  grants: [
+    parseRoleGrant(`${id("ci")}=enqueue:w1,w2`),
+    parseRoleGrant(`${id("dash")}=read`),
+    parseRoleGrant(`${id("both")}=read`),
+    parseRoleGrant(`${id("both")}=enqueue:w3`),
+    parseRoleGrant(`${id("ops")}=admin`),
+  ],
+});
+const { admin } = cp;
 const clients: RestClient[] = [];
 async function service(name: string): Promise<RestClient> {
   const client = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service(name));
@@ -19,22 +27,8 @@ async function service(name: string): Promise<RestClient> {
   return client;
 }
 
-beforeAll(async () => {
-  cp = await startTestControlPlane({
-    grants: [
-      parseRoleGrant(`${id("ci")}=enqueue:w1,w2`),
-      parseRoleGrant(`${id("dash")}=read`),
-      parseRoleGrant(`${id("both")}=read`),
-      parseRoleGrant(`${id("both")}=enqueue:w3`),
-      parseRoleGrant(`${id("ops")}=admin`),
-    ],
-  });
-  admin = await adminActor(cp);
-});
 afterAll(async () => {
   await Promise.all(clients.map((c) => c.close()));
-  await admin?.close();
-  await cp?.close();
 });
 
 describe(`roles on admin methods (${databaseKind})`, () => {

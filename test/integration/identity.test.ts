@@ -9,26 +9,25 @@ import http2 from "node:http2";
 import https from "node:https";
 import tls from "node:tls";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createCertificateAuthority, issueClientCertificate, type IssuedCertificate } from "../../src/identity/ca.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { eventually } from "../support/actors.js";
 import { createRestClient, createTestClient, rpcProtocols, type RestReply, type RpcProtocol } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
 const HOUR = 3_600_000;
 const r1 = "spiffe://forelead/runners/r1/workspaces/w1";
 const r2 = "spiffe://forelead/runners/r2/workspaces/w1";
 const registration = { apiVersion: "v1", runnerId: "r1", workspaceId: "w1", slots: 2, cpu: 4, memoryBytes: "1073741824", architecture: "amd64", labels: ["linux"] };
 
-let cp: TestControlPlane;
+const cp = useControlPlane();
 let good: IssuedCertificate;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
   good = await cp.pki.runner("r1", "w1");
 });
-afterAll(async () => cp?.close());
 
 /** One request on a fresh connection with `cert` (none when undefined). */
 async function send(cert: IssuedCertificate | undefined, method: string, path: string, body?: unknown): Promise<RestReply> {
@@ -86,14 +85,6 @@ function readReply(stream: http2.ClientHttp2Stream): Promise<RestReply> {
     stream.on("error", reject);
     stream.on("end", () => resolve({ status: Number(headers[":status"]), headers, text, json: text ? JSON.parse(text) : undefined }));
   });
-}
-
-/** Polls a state the server changes on its own; fails naming what it waited for after 5 s. */
-async function waitFor(done: () => boolean, what: string): Promise<void> {
-  for (let i = 0; !done(); i++) {
-    if (i === 500) throw new Error(`gave up waiting for ${what}`);
-    await sleep(10);
-  }
 }
 
 const fingerprintOf = (cert: IssuedCertificate) => new X509Certificate(cert.certPem).fingerprint256.replaceAll(":", "").toLowerCase();
@@ -302,7 +293,7 @@ describe(`identity, per request (${databaseKind})`, () => {
         expectRefusal(await reply, 413, "resource_exhausted", "over 1048576 bytes", "send a smaller body");
         // RFC 9113 section 8.1: a reply sent before the whole request is followed by
         // RST_STREAM NO_ERROR, so the client stops sending instead of the stream staying open.
-        await waitFor(() => stream.closed, "the server to reset the stream whose body it stopped reading");
+        await eventually("the server to reset the stream whose body it stopped reading", async () => stream.closed || undefined, 5_000, 10);
         expect(stream.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
         const after = await client.request("GET", "/v1/runner/clock");
         expect(after.status, "the same connection still serves").toBe(200);

@@ -1,32 +1,24 @@
 // Runner inventory and reap orders over the real server (HTTP/2 + TLS 1.3,
 // client certificates): what a report may hold, what is kept, what operators
 // see, and that an order reaches exactly the runner it names.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { newJobId } from "../../src/broker/ids.js";
 import { containerName, networkName } from "../../src/inventory/names.js";
-import { adminActor, runnerActor, type AdminActor, type RunnerActor } from "../support/actors.js";
+import { runnerActor, type RunnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
-import { startTestControlPlane, testAdminId, type TestControlPlane } from "../support/control-plane.js";
+import { testAdminId } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let wsCounter = 0;
 /** Each test works in workspaces of its own, so tests never see each other's reports. */
 const freshWorkspace = () => `inv${++wsCounter}`;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 type Item = Record<string, unknown>;
 

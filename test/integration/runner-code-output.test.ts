@@ -1,16 +1,17 @@
 import "reflect-metadata";
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
+import { eventually } from "../support/actors.js";
 import { loseLease, registerRepository } from "../support/code-actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, type TestOrigin } from "../support/git-repos.js";
 import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind, type TestRunner } from "../support/runner-agent.js";
 
 // The agent wired to the code routes (checkout before the job) and to artifact uploads (output after it).
-let cp: TestControlPlane;
-let admin: AdminActor;
+// Leases of 6 s: renewals (every ~2 s) carry a cancellation to the runner within seconds.
+const cp = useControlPlane({ leaseSeconds: 6 });
+const { admin } = cp;
 let origin: TestOrigin;
 let n = 0;
 /** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
@@ -18,16 +19,11 @@ const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 
 beforeAll(async () => {
-  // Leases of 6 s: renewals (every ~2 s) carry a cancellation to the runner within seconds.
-  cp = await startTestControlPlane({ leaseSeconds: 6 });
-  admin = await adminActor(cp);
   origin = await createTestOrigin();
   const reg = await registerRepository(admin, "app", origin.path);
   expect(reg.status, reg.text).toBe(200);
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   await origin?.remove();
 });
 

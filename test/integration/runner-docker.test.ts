@@ -1,29 +1,19 @@
 import "reflect-metadata";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createDockerClient } from "../../src/runner/executors/docker-api.js";
 import { containerName, networkName } from "../../src/runner/executors/names.js";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { eventually } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { executorsUnderTest, specFor, startTestRunner, testImage, type TestRunner } from "../support/runner-agent.js";
 
 // What only the docker executor does: names, labels, limits, networks, images.
 const withDocker = (await executorsUnderTest()).includes("docker");
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane({ leaseSeconds: 6 });
+const { admin } = cp;
 let n = 0;
 /** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
 const tag = Math.random().toString(36).slice(2, 8);
-
-beforeAll(async () => {
-  if (!withDocker) return;
-  cp = await startTestControlPlane({ leaseSeconds: 6 });
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 async function settled(jobId: string) {
   return eventually(`job ${jobId} to settle`, async () => {

@@ -1,27 +1,18 @@
 import "reflect-metadata";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { describe, expect, it } from "vitest";
+import { eventually } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind, type TestRunner } from "../support/runner-agent.js";
 
 // Leases of 6 s: renewals (every ~2 s) carry cancellations to the runner within seconds.
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane({ leaseSeconds: 6 });
+const { admin } = cp;
 let n = 0;
 /** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
 const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 const isRoot = process.getuid?.() === 0;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane({ leaseSeconds: 6 });
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 /** A runner of its own in a workspace of its own, so tests never take each other's jobs. */
 async function freshRunner(executor: ExecutorKind, slots = 1): Promise<{ runner: TestRunner; ws: string }> {

@@ -7,14 +7,15 @@ import { basename, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDockerClient } from "../../src/runner/executors/docker-api.js";
 import { containerName } from "../../src/runner/executors/names.js";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
+import { adminActor, eventually } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { executorsUnderTest, runnerCertificateFiles, specFor, startTestRunner, type ExecutorKind } from "../support/runner-agent.js";
 
 // Leases of 2 s swept every 100 ms: a dead runner's lease runs out in test time.
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane({ leaseSeconds: 2, sweepIntervalMs: 100 });
+const { admin } = cp;
 let scratch: string;
 let n = 0;
 /** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
@@ -23,14 +24,10 @@ const executors = await executorsUnderTest();
 const repoRoot = join(import.meta.dirname, "../..");
 
 beforeAll(async () => {
-  cp = await startTestControlPlane({ leaseSeconds: 2, sweepIntervalMs: 100 });
-  admin = await adminActor(cp);
   scratch = await mkdtemp(join(tmpdir(), "forelead-resilience-"));
   await chmod(scratch, 0o777); // process jobs run as users of their own and write markers here
 });
 afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
   if (scratch) await rm(scratch, { recursive: true, force: true });
 });
 

@@ -9,15 +9,15 @@ import { newJobId } from "../../src/broker/ids.js";
 import { runnersCommand } from "../../src/cli/runners.js";
 import { containerName, networkName } from "../../src/inventory/names.js";
 import { runnerActor } from "../support/actors.js";
-import { startTestControlPlane, testAdminId, type TestControlPlane } from "../support/control-plane.js";
+import { testAdminId } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
-let cp: TestControlPlane;
+const cp = useControlPlane();
 let dir: string;
 let certFlags: string[];
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
   dir = await mkdtemp(join(tmpdir(), "forelead-cli-"));
   const admin = await cp.pki.service("test-admin");
   await writeFile(join(dir, "ca.pem"), cp.pki.ca.certPem);
@@ -26,7 +26,6 @@ beforeAll(async () => {
   certFlags = ["--server", cp.url, "--ca", join(dir, "ca.pem"), "--cert", join(dir, "admin.pem"), "--key", join(dir, "admin-key.pem")];
 });
 afterAll(async () => {
-  await cp?.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 

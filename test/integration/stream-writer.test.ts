@@ -1,27 +1,18 @@
 import "reflect-metadata";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createLeaseStreams, lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
 import { createSessionPost, type NdjsonPost, type NdjsonReply } from "../../src/runner/transport/ndjson-post.js";
-import { adminActor, type AdminActor } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { leasedJob, type LeasedJob } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
-import { expireLease, leasedJob, readSequences, type Leased } from "../support/streams.js";
+import { useControlPlane } from "../support/fixture.js";
+import { expireLease, readSequences } from "../support/streams.js";
 
 // The control plane's body bound is made small (16 KiB), so the writer's own
 // bound (1 MB) is too big and the server cuts its requests with 413: the
 // writer must resume from the sequence the server reports.
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane({ maxBodyBytes: 16 * 1024 });
+const { admin } = cp;
 let n = 0;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane({ maxBodyBytes: 16 * 1024 });
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 /** One post as the writer made it, and what came of it. */
 interface Posted {
@@ -33,7 +24,7 @@ interface Posted {
 }
 
 /** Wraps the runner's real post (its one HTTP/2 connection) to record every request. */
-function recordingPost(leased: Leased, around?: (path: string, send: () => Promise<NdjsonReply>) => Promise<NdjsonReply>): { post: NdjsonPost; posted: Posted[] } {
+function recordingPost(leased: LeasedJob, around?: (path: string, send: () => Promise<NdjsonReply>) => Promise<NdjsonReply>): { post: NdjsonPost; posted: Posted[] } {
   const real = createSessionPost(() => leased.runner.rest.session);
   const posted: Posted[] = [];
   const post: NdjsonPost = async (path, body, timeoutMs) => {
@@ -58,7 +49,7 @@ function recordingPost(leased: Leased, around?: (path: string, send: () => Promi
 }
 
 const leased = () => leasedJob(cp, admin, "r1", `sw${++n}`);
-const writerOptions = (l: Leased, post: NdjsonPost) => ({ post, runnerId: "r1", jobId: l.jobId, leaseToken: l.token, backoffMs: 10 });
+const writerOptions = (l: LeasedJob, post: NdjsonPost) => ({ post, runnerId: "r1", jobId: l.jobId, leaseToken: l.token, backoffMs: 10 });
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 describe(`the runner's stream writer against the real server (${databaseKind})`, () => {

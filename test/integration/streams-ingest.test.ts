@@ -4,27 +4,19 @@ import { fromJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
+import { adminActor, eventually, leasedJob as lease, type AdminActor } from "../support/actors.js";
 import { createTestClient, rpcProtocols } from "../support/clients.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { openNdjson } from "../support/ndjson.js";
-import { expireLease as expire, leasedJob as lease, logLines, readEntries, readSequences } from "../support/streams.js";
+import { expireLease as expire, logLines, readEntries, readSequences } from "../support/streams.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let n = 0;
 const freshWorkspace = () => `st${++n}`;
 const lastAccepted = "forelead-last-accepted-sequence";
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 const leasedJob = (runnerId = "r1", ws = freshWorkspace()) => lease(cp, admin, runnerId, ws);
 const entries = (jobId: string, stream: "logs" | "events" = "logs") => readEntries(admin, jobId, stream);

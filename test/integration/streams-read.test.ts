@@ -1,29 +1,20 @@
 import "reflect-metadata";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
-import { adminActor, eventually, type AdminActor } from "../support/actors.js";
+import { eventually, leasedJob as lease } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 import { readEventStream } from "../support/ndjson.js";
-import { leasedJob as lease, logLines, readEntries } from "../support/streams.js";
+import { logLines, readEntries } from "../support/streams.js";
 
-let cp: TestControlPlane;
-let admin: AdminActor;
+const cp = useControlPlane();
+const { admin } = cp;
 let n = 0;
 const freshWorkspace = () => `rd${++n}`;
-
-beforeAll(async () => {
-  cp = await startTestControlPlane();
-  admin = await adminActor(cp);
-});
-afterAll(async () => {
-  await admin?.close();
-  await cp?.close();
-});
 
 const leasedJob = (runnerId = "r1") => lease(cp, admin, runnerId, freshWorkspace());
 

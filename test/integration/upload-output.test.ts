@@ -4,27 +4,24 @@ import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type Client } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { uploadOutput, type UploadClient } from "../../src/runner/output/upload-output.js";
 import { blobPath, filesUnder, sha256 } from "../support/artifacts.js";
 import { createTestClient } from "../support/clients.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { startTestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
 
-let cp: TestControlPlane;
+const cp = useControlPlane();
 let dir: string;
 let adminClient: Client<typeof AdminService>;
 let counter = 0;
 
 beforeAll(async () => {
-  cp = await startTestControlPlane();
   adminClient = createTestClient(AdminService, cp.url, cp.pki.ca.certPem, await cp.pki.service("test-admin"), "grpc");
-});
-afterAll(async () => {
-  await cp?.close();
 });
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "forelead-output-"));

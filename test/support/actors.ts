@@ -1,3 +1,4 @@
+import { expect } from "vitest";
 import { createRestClient, type RestClient, type RestReply } from "./clients.js";
 import type { TestControlPlane } from "./control-plane.js";
 
@@ -55,6 +56,37 @@ export async function runnerActor(cp: TestControlPlane, runnerId: string, worksp
       rest.request("POST", "/v1/runner/complete", { ...lease(jobId, token), completionId: `c-${jobId}`, outcome: "succeeded", exitCode: 0, ...overrides }),
     close: () => rest.close(),
   };
+}
+
+/** A runner actor for `runnerId` in `workspaceId`, registered with `overrides`; the registration must succeed. */
+export async function registeredRunner(cp: TestControlPlane, runnerId: string, workspaceId = "w1", overrides: Record<string, unknown> = {}): Promise<RunnerActor> {
+  const runner = await runnerActor(cp, runnerId, workspaceId);
+  const reg = await runner.register(overrides);
+  expect(reg.status, reg.text).toBe(200);
+  return runner;
+}
+
+/** A registered runner holding the lease on a fresh job of its workspace. */
+export interface LeasedJob {
+  readonly runner: RunnerActor;
+  readonly workspaceId: string;
+  readonly jobId: string;
+  readonly token: string;
+  /** One stream message of this lease, as WIRE.md writes it. */
+  msg(sequence: number, data: unknown): Record<string, unknown>;
+}
+
+/** Registers `runnerId` in `workspaceId`, enqueues a job there and claims it. */
+export async function leasedJob(cp: TestControlPlane, admin: AdminActor, runnerId: string, workspaceId: string): Promise<LeasedJob> {
+  const runner = await registeredRunner(cp, runnerId, workspaceId);
+  const enq = await admin.enqueue({ workspaceId });
+  expect(enq.status, enq.text).toBe(200);
+  const claim = await runner.claim();
+  expect(claim.status, claim.text).toBe(200);
+  expect(claim.json.job.id, claim.text).toBe(enq.json.job.id);
+  const { token } = claim.json;
+  const jobId: string = claim.json.job.id;
+  return { runner, workspaceId, jobId, token, msg: (sequence, data) => ({ apiVersion: "v1", runnerId, jobId, leaseToken: token, sequence, data }) };
 }
 
 /** Polls `probe` until it returns a value (not undefined), at most `timeoutMs`; throws with `what` on timeout. */

@@ -1,34 +1,12 @@
 import { createHash } from "node:crypto";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { expect } from "vitest";
-import type { AdminActor, RunnerActor } from "./actors.js";
-import { runnerActor } from "./actors.js";
+import type { LeasedJob } from "./actors.js";
 import type { RestReply } from "./clients.js";
-import type { TestControlPlane } from "./control-plane.js";
 
 /** "sha256:<hex>" of some bytes. */
 export function sha256(bytes: Uint8Array | string): string {
   return `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
-}
-
-/** A runner holding a live lease on a fresh job of its own workspace. */
-export interface LeasedJob {
-  readonly runner: RunnerActor;
-  readonly workspaceId: string;
-  readonly jobId: string;
-  readonly token: string;
-}
-
-/** Registers `runnerId` in `workspaceId`, enqueues a job there and claims it. */
-export async function leasedJob(cp: TestControlPlane, admin: AdminActor, runnerId: string, workspaceId: string): Promise<LeasedJob> {
-  const runner = await runnerActor(cp, runnerId, workspaceId);
-  expect((await runner.register()).status).toBe(200);
-  const enq = await admin.enqueue({ workspaceId });
-  expect(enq.status, enq.text).toBe(200);
-  const claim = await runner.claim();
-  expect(claim.status, claim.text).toBe(200);
-  return { runner, workspaceId, jobId: claim.json.job.id, token: claim.json.token };
 }
 
 /** The upload routes over REST, under a leased job. */

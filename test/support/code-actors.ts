@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { sql } from "kysely";
 import { expect } from "vitest";
-import { runnerActor, type AdminActor, type RunnerActor } from "./actors.js";
+import { registeredRunner, type AdminActor, type RunnerActor } from "./actors.js";
 import type { RestReply } from "./clients.js";
 import type { TestControlPlane } from "./control-plane.js";
 import { git } from "./git-repos.js";
@@ -26,8 +26,7 @@ export interface CodeLease {
 export async function leaseCodeJob(cp: TestControlPlane, admin: AdminActor, workspaceId: string, runnerId: string, overrides: Record<string, unknown>): Promise<CodeLease> {
   const enq = await admin.enqueue({ workspaceId, labels: [], ...overrides });
   expect(enq.status, enq.text).toBe(200);
-  const runner = await runnerActor(cp, runnerId, workspaceId);
-  expect((await runner.register()).status).toBe(200);
+  const runner = await registeredRunner(cp, runnerId, workspaceId);
   const claim = await runner.claim();
   expect(claim.status, claim.text).toBe(200);
   expect(claim.json.job.id).toBe(enq.json.job.id);

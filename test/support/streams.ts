@@ -1,31 +1,7 @@
 import { sql } from "kysely";
 import { expect } from "vitest";
-import { runnerActor, type AdminActor, type RunnerActor } from "./actors.js";
+import type { AdminActor } from "./actors.js";
 import type { TestControlPlane } from "./control-plane.js";
-
-/** A registered runner holding the lease on a fresh job. */
-export interface Leased {
-  readonly runner: RunnerActor;
-  readonly jobId: string;
-  readonly token: string;
-  /** One stream message of this lease, as WIRE.md writes it. */
-  msg(sequence: number, data: unknown): Record<string, unknown>;
-}
-
-/** Registers `runnerId` in `workspaceId`, enqueues a job there and claims it. */
-export async function leasedJob(cp: TestControlPlane, admin: AdminActor, runnerId: string, workspaceId: string): Promise<Leased> {
-  const runner = await runnerActor(cp, runnerId, workspaceId);
-  expect((await runner.register()).status).toBe(200);
-  const jobId = (await admin.enqueue({ workspaceId })).json.job.id;
-  const claim = await runner.claim();
-  expect(claim.json?.job?.id, claim.text).toBe(jobId);
-  return leaseOf(runner, jobId, claim.json.token);
-}
-
-/** The Leased view of a claim the test made itself. */
-export function leaseOf(runner: RunnerActor, jobId: string, token: string): Leased {
-  return { runner, jobId, token, msg: (sequence, data) => ({ apiVersion: "v1", runnerId: runner.runnerId, jobId, leaseToken: token, sequence, data }) };
-}
 
 /** Log chunks "line <from>\n" .. "line <to>\n". */
 export function logLines(from: number, to: number): string[] {

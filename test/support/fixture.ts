@@ -1,0 +1,63 @@
+import { afterAll, beforeAll } from "vitest";
+import { adminActor, type AdminActor } from "./actors.js";
+import { startTestControlPlane, type TestControlPlane, type TestControlPlaneOptions } from "./control-plane.js";
+
+/** A test file's control plane with its admin actor. */
+export interface ControlPlaneFixture extends TestControlPlane {
+  /** The test-admin service speaking REST on one connection. */
+  readonly admin: AdminActor;
+}
+
+/** The file's control-plane options, or a function that makes them in beforeAll (when they need a PKI or a directory made there). */
+export type ControlPlaneFixtureOptions = TestControlPlaneOptions | (() => TestControlPlaneOptions | Promise<TestControlPlaneOptions>);
+
+/**
+ * Starts a control plane and its admin actor in beforeAll and closes both in
+ * afterAll. The handle exists at once, so a file can write
+ * `const cp = useControlPlane(); const { admin } = cp;` at the top; its members
+ * reach the running plane when a hook or test uses them. Hooks registered after
+ * this call run after the plane started (beforeAll) and before it closes (afterAll).
+ */
+export function useControlPlane(options: ControlPlaneFixtureOptions = {}): ControlPlaneFixture {
+  let cp: TestControlPlane | undefined;
+  let admin: AdminActor | undefined;
+  const running = () => {
+    if (!cp || !admin) throw new Error("the test control plane is not running: useControlPlane() starts it in beforeAll and closes it in afterAll");
+    return { cp, admin };
+  };
+  const close = async () => {
+    const [openAdmin, openPlane] = [admin, cp];
+    admin = cp = undefined;
+    await openAdmin?.close();
+    await openPlane?.close();
+  };
+  beforeAll(async () => {
+    cp = await startTestControlPlane(typeof options === "function" ? await options() : options);
+    admin = await adminActor(cp);
+  });
+  afterAll(close);
+  return {
+    get plane() {
+      return running().cp.plane;
+    },
+    get pki() {
+      return running().cp.pki;
+    },
+    get database() {
+      return running().cp.database;
+    },
+    get url() {
+      return running().cp.url;
+    },
+    admin: {
+      get rest() {
+        return running().admin.rest;
+      },
+      enqueue: (overrides) => running().admin.enqueue(overrides),
+      job: (jobId) => running().admin.job(jobId),
+      cancel: (jobId) => running().admin.cancel(jobId),
+      close: () => running().admin.close(),
+    },
+    close,
+  };
+}
