@@ -4,7 +4,7 @@ import { InvalidSpiffeIdError, parseSpiffeId } from "./spiffe.js";
 import { principalOf, type Principal } from "./principal.js";
 
 /**
- * The certificate policy of DESIGN.md, split in two: what can be decided once
+ * The certificate policy of docs/design.md ("Identity, per request"), split in two: what can be decided once
  * per TLS session (chain, SANs, CA flag, trust domain, lifetime) and what must
  * be decided on every request, because an HTTP/2 connection can outlive its
  * certificate (validity now).

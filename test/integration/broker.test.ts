@@ -20,7 +20,7 @@ async function queuedJobs(workspaceId: string): Promise<number> {
 }
 
 describe(`the job lifecycle (${databaseKind})`, () => {
-  it("enqueue → claim → renew → complete over REST, with the wire names of WIRE.md", async () => {
+  it("enqueue → claim → renew → complete over REST, with the wire names of docs/routes.md", async () => {
     const ws = freshWorkspace();
     const runner = await registeredRunner(cp, "r1", ws, { labels: ["linux", "docker"] });
     const enq = await admin.enqueue({ workspaceId: ws, maxAttempts: 3, idempotencyKey: "build-4711", spec: { image: "busybox", argv: ["sh", "-c", "echo hi"], env: { CI: "1" }, timeoutSeconds: 60, memoryBytes: "2147483648" } });

@@ -1,4 +1,4 @@
-// The identity refusals of DESIGN.md "Identity, per request", each driven
+// The identity refusals of docs/design.md "Identity, per request", each driven
 // through the real server over HTTP/2 + TLS with a certificate made here.
 // After every test a good runner is still served: no refusal may take the
 // server down or poison its state.

@@ -22,7 +22,7 @@ const freshWorkspace = () => `inv${++wsCounter}`;
 
 type Item = Record<string, unknown>;
 
-/** An item as WIRE.md writes it. */
+/** An item as the protocol writes it. */
 function container(jobId: string, overrides: Item = {}): Item {
   return { kind: "container", name: containerName(jobId, "main"), jobId, state: "running", image: "busybox", createdAt: "2026-11-29T09:29:00Z", cpu: 2, memory: "2147483648", orphan: false, ...overrides };
 }

@@ -1,4 +1,4 @@
-// The broker's concurrency proof (DESIGN.md "Leases": "No job is ever leased
+// The broker's concurrency proof (docs/design.md "Leases": "No job is ever leased
 // twice at once, across any number of control-plane replicas on one
 // Postgres"). Two real `forelead serve` processes share one fresh Postgres
 // database; 2,000 no-op jobs are enqueued through both while 50 runners, each

@@ -2,7 +2,7 @@ import { expect } from "vitest";
 import { createRestClient, type RestClient, type RestReply } from "./clients.js";
 import type { TestControlPlane } from "./control-plane.js";
 
-/** The body of a no-op job as WIRE.md writes it; override any field. */
+/** The body of a no-op job as the protocol writes it; override any field. */
 export function jobBody(overrides: Record<string, unknown> = {}): Record<string, unknown> {
   return { apiVersion: "v1", workspaceId: "w1", labels: ["linux"], spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 }, ...overrides };
 }
@@ -72,7 +72,7 @@ export interface LeasedJob {
   readonly workspaceId: string;
   readonly jobId: string;
   readonly token: string;
-  /** One stream message of this lease, as WIRE.md writes it. */
+  /** One stream message of this lease, as the protocol writes it. */
   msg(sequence: number, data: unknown): Record<string, unknown>;
 }
 

@@ -38,7 +38,7 @@ export interface Registration {
   readonly clockOffsetNs: bigint;
 }
 
-/** A completion as the runner sends it (WIRE.md `POST /v1/runner/complete`). */
+/** A completion as the runner sends it (`POST /v1/runner/complete` in docs/routes.md). */
 export interface Completion {
   readonly completionId: string;
   readonly outcome: "succeeded" | "failed" | "cancelled";
@@ -48,7 +48,7 @@ export interface Completion {
   readonly artifacts?: readonly { readonly name: string; readonly digest: string; readonly size: bigint; readonly mediaType: string }[];
 }
 
-/** An inventory item as WIRE.md writes it. */
+/** An inventory item as `POST /v1/runner/inventory` carries it (docs/inventory.md). */
 export interface InventoryItemJson {
   readonly kind: "container" | "network";
   readonly name: string;
