@@ -4,14 +4,15 @@
 // idempotent completion. Over REST with one batch in flight (so concurrent
 // requests queue and go together), and on the batch functions directly for
 // the cases arrival order cannot force (repeats inside one batch).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { claimBatch, completeBatch } from "../../src/broker/lease-batches.js";
 import type { LeaseView } from "../../src/broker/leases.js";
 import { register } from "../../src/broker/registrations.js";
-import { openStore, type Store } from "../../src/store/database.js";
+import type { Store } from "../../src/store/database.js";
 import { registeredRunner } from "../support/actors.js";
-import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
+import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
+import { useTestStore } from "../support/store.js";
 
 // One batch at a time: requests arriving while it runs wait and go together.
 const cp = useControlPlane({ batching: { maxBatch: 64, maxInFlight: 1 } });
@@ -61,16 +62,9 @@ describe(`batched claims and completions over REST (${databaseKind})`, () => {
 });
 
 describe(`batch functions (${databaseKind})`, () => {
-  let database: TestDatabase;
+  const testStore = useTestStore();
   let store: Store;
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    store = await openStore(database.location);
-  });
-  afterAll(async () => {
-    await store?.close();
-    await database?.drop();
-  });
+  beforeAll(() => void (store = testStore()));
 
   /** The token and job id of a claim that leased a job (fails the test otherwise). */
   function leaseOf(r: PromiseSettledResult<LeaseView | undefined> | undefined): { token: string; job: { id: string } } {
