@@ -6,6 +6,7 @@ import { checkJobId } from "../broker/ids.js";
 import type { LeaseHolder } from "../broker/lease-check.js";
 import type { LeaseCall } from "../broker/leases.js";
 import type { Database } from "../store/schema.js";
+import { logUnlessUnreachable } from "../store/unreachable.js";
 import { checkManifest, type ManifestEntryInput } from "./manifest.js";
 import { checkArtifactName, type Digest } from "./names.js";
 import { createStaging } from "./staging.js";
@@ -71,7 +72,7 @@ export async function createArtifacts(options: ArtifactsOptions): Promise<Artifa
   };
   let sweeping: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
-    sweeping = sweepUploads(ctx).catch((err) => console.error(`artifacts: upload sweep failed: ${err.message}`));
+    sweeping = sweepUploads(ctx).catch((err) => logUnlessUnreachable("artifacts: upload sweep failed", err));
   }, options.sweepIntervalMs ?? 30_000);
   timer.unref();
 

@@ -1,5 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
+import { logUnlessUnreachable } from "../store/unreachable.js";
 import { cancelJob, enqueueJob, getJob, hasQueuedJobs, listJobs, type EnqueueInput, type ListJobsInput } from "./jobs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
@@ -67,7 +68,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   let closed = false;
   let sweeping: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
-    sweeping = sweep().catch((err) => console.error(`broker: expiry sweep failed: ${err.message}`));
+    sweeping = sweep().catch((err) => logUnlessUnreachable("broker: expiry sweep failed", err));
   }, options.sweepIntervalMs ?? 1000);
   timer.unref();
 

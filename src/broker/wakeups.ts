@@ -15,6 +15,10 @@ export const jobsChannel = "forelead_jobs";
  * none). A woken waiter that claims nothing (full slots, missing labels)
  * relays the wake to the next waiter that has not tried it yet, so a job
  * still reaches any eligible runner.
+ *
+ * When the LISTEN connection was lost and is back, every waiter is woken
+ * without a wake (as on a timeout), so each claim runs again: notifications
+ * sent while it was down are lost, and a claim finds what they announced.
  */
 export interface Wakeups {
   /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. */
@@ -42,6 +46,8 @@ export interface Waiter {
 interface Armed {
   readonly id: number;
   readonly wake: (w: Wake) => void;
+  /** Ends the wait (or the next one) with no wake: the claim looks again. */
+  readonly recheck: () => void;
 }
 
 /** Subscribes to the jobs channel of `store`. */
@@ -59,18 +65,27 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
     armed!.wake(wake);
   };
 
-  const unlisten = await store.listen(jobsChannel, (workspaceId) => wakeNext({ workspaceId, tried: new Set() }));
+  const recheckAll = () => {
+    // A copy: an ended wait disarms itself, taking its waiter out of the queue.
+    for (const armed of [...waiting.values()].flat()) armed.recheck();
+  };
+  const unlisten = await store.listen(jobsChannel, (workspaceId) => wakeNext({ workspaceId, tried: new Set() }), recheckAll);
 
   return {
     arm(workspaceId) {
       const id = nextId++;
       let woken: Wake | undefined;
+      let rechecked = false;
       let resolveWait: ((w: Wake | undefined) => void) | undefined;
       const armed: Armed = {
         id,
         wake: (w) => {
           woken = w;
           resolveWait?.(w);
+        },
+        recheck: () => {
+          rechecked = true;
+          resolveWait?.(undefined);
         },
       };
       const queue = waiting.get(workspaceId) ?? [];
@@ -86,7 +101,7 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
       let delivered = false;
       return {
         wait(ms, signal) {
-          if (woken || ms <= 0 || signal?.aborted) {
+          if (woken || rechecked || ms <= 0 || signal?.aborted) {
             disarm();
             delivered = woken !== undefined;
             return Promise.resolve(woken);
@@ -122,7 +137,7 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
     },
     async close() {
       await unlisten();
-      for (const queue of waiting.values()) for (const armed of queue) armed.wake({ workspaceId: "", tried: new Set() });
+      for (const armed of [...waiting.values()].flat()) armed.wake({ workspaceId: "", tried: new Set() });
       waiting.clear();
     },
   };

@@ -2,6 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Transaction } from "kysely";
 import { releaseRunnerLeases } from "../broker/sql/release.js";
 import type { Store } from "../store/database.js";
+import { logUnlessUnreachable } from "../store/unreachable.js";
 import type { Database } from "../store/schema.js";
 
 /** The NOTIFY channel that tells every replica "this runner was retired". */
@@ -31,7 +32,8 @@ export interface RetireInput {
  * Retired runner identities, known to every control-plane process in memory
  * so the per-request check is a set lookup. Retirement is permanent, so the
  * set only grows: it is loaded at start, kept current across replicas by
- * LISTEN/NOTIFY, reloaded now and then in case a notification was lost, and
+ * LISTEN/NOTIFY, reloaded when the LISTEN connection is back after being down
+ * (notifications sent meanwhile are lost) and now and then anyway, and
  * updated locally before a retire replies, so the runner's very next request
  * to this replica is refused.
  */
@@ -55,19 +57,22 @@ export async function createRetirements(store: Store, options: { refreshInterval
     const rows = await store.db.selectFrom("runner_retirements").select(["workspace_id", "runner_id", "retired_at"]).execute();
     for (const r of rows) note(r.workspace_id, r.runner_id, r.retired_at);
   };
+  const reload = () => void load().catch((err) => logUnlessUnreachable("identity: could not reload retired runners", err));
   // Subscribe before loading: a retirement between the two is then never missed.
-  const unlisten = await store.listen(retirementsChannel, (payload) => {
-    try {
-      const { w, r, at } = JSON.parse(payload) as { w: string; r: string; at: string };
-      note(w, r, new Date(at));
-    } catch {
-      void load().catch(() => {});
-    }
-  });
+  const unlisten = await store.listen(
+    retirementsChannel,
+    (payload) => {
+      try {
+        const { w, r, at } = JSON.parse(payload) as { w: string; r: string; at: string };
+        note(w, r, new Date(at));
+      } catch {
+        reload();
+      }
+    },
+    reload,
+  );
   await load();
-  const timer = setInterval(() => {
-    load().catch((err) => console.error(`identity: could not reload retired runners: ${(err as Error).message}`));
-  }, options.refreshIntervalMs ?? 30_000);
+  const timer = setInterval(reload, options.refreshIntervalMs ?? 30_000);
   timer.unref();
 
   return {

@@ -5,20 +5,32 @@ import { PGliteDialect } from "kysely-pglite-dialect";
 import { PGlite, types as pgliteTypes } from "@electric-sql/pglite";
 import pg from "pg";
 import type { Database } from "./schema.js";
+import { createDatabaseHealth, type DatabaseHealth } from "./health.js";
+import { createListenClient } from "./listen-client.js";
 import { migrations } from "./migrations/index.js";
+import { watchedPool } from "./watched-pool.js";
 
 /**
  * The control plane's database: kysely over embedded PGlite (a directory, or
  * "memory://") or a real Postgres server (a postgres:// URL), with LISTEN /
- * NOTIFY on both so idle claims can wait without polling.
+ * NOTIFY on both so idle claims can wait without polling. A Postgres server
+ * may go away and come back: its connections heal by themselves (see
+ * DESIGN.md "Failure handling"); the embedded database cannot go away.
  */
 export interface Store {
   readonly db: Kysely<Database>;
   readonly kind: "embedded" | "postgres";
   /** Where the data lives, without any password: safe to log. */
   readonly description: string;
-  /** Calls `onNotify` for every NOTIFY on `channel`; resolves to an unsubscribe function. */
-  listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+  /** Whether the database answers; for the embedded database, always. */
+  readonly health: DatabaseHealth;
+  /**
+   * Calls `onNotify` for every NOTIFY on `channel`, and `onRecheck` when
+   * notifications may have been lost (the LISTEN connection was down and is
+   * back): the subscriber then looks at the database itself. Resolves to an
+   * unsubscribe function.
+   */
+  listen(channel: string, onNotify: (payload: string) => void, onRecheck?: () => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -75,42 +87,32 @@ async function openPostgres(url: string): Promise<Store> {
     getTypeParser: (oid: number, format?: "text" | "binary") =>
       oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text"),
   };
-  const pool = new pg.Pool({ connectionString: url, max: 20, types: typeParsers as pg.CustomTypesConfig });
-  pool.on("error", (err) => console.error(`database: an idle connection failed: ${err.message}`));
+  // connectionTimeoutMillis: with the server's host gone, a request fails (503) instead of hanging.
+  const pool = new pg.Pool({ connectionString: url, max: 20, connectionTimeoutMillis: 5_000, keepAlive: true, types: typeParsers as pg.CustomTypesConfig });
+  const health = createDatabaseHealth({ description, probe: () => pool.query("select 1") });
+  const watched = watchedPool(pool, health);
   try {
     const client = await pool.connect();
     client.release();
   } catch (err) {
+    health.close();
     await pool.end().catch(() => {});
     throw new Error(`cannot reach the database at ${description}: ${(err as Error).message}; check the URL and that the server is running`);
   }
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  let listener: pg.Client | undefined;
-  const handlers = new Map<string, Set<(payload: string) => void>>();
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: watched }) });
+  const listener = createListenClient(url, health);
   return {
     db,
     kind: "postgres",
     description,
-    async listen(channel, onNotify) {
-      if (!listener) {
-        listener = new pg.Client({ connectionString: url });
-        listener.on("notification", (n) => handlers.get(n.channel)?.forEach((h) => h(n.payload ?? "")));
-        listener.on("error", (err) => console.error(`database: the LISTEN connection failed: ${err.message}`));
-        await listener.connect();
-      }
-      let set = handlers.get(channel);
-      if (!set) {
-        set = new Set();
-        handlers.set(channel, set);
-        await listener.query(`LISTEN ${checkedChannel(channel)}`);
-      }
-      set.add(onNotify);
-      return async () => {
-        set.delete(onNotify);
-      };
+    health,
+    async listen(channel, onNotify, onRecheck) {
+      const unsubscribe = await listener.listen(channel, { onNotify, ...(onRecheck ? { onRecheck } : {}) });
+      return async () => unsubscribe();
     },
     async close() {
-      await listener?.end().catch(() => {});
+      health.close();
+      await listener.close();
       await db.destroy();
     },
   };
@@ -130,23 +132,22 @@ async function openEmbedded(location: string): Promise<Store> {
     throw new Error(`cannot open the embedded database in ${dataDir ?? "memory"}: ${(err as Error).message}; is another forelead process using it?`);
   }
   const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite) });
+  const description = dataDir ? `embedded Postgres (PGlite) in ${dataDir}` : "embedded Postgres (PGlite) in memory";
+  // In this process: it cannot become unreachable, so nothing reports to it and it never probes.
+  const health = createDatabaseHealth({ description, probe: () => pglite.query("select 1") });
   return {
     db,
     kind: "embedded",
-    description: dataDir ? `embedded Postgres (PGlite) in ${dataDir}` : "embedded Postgres (PGlite) in memory",
+    description,
+    health,
     async listen(channel, onNotify) {
       const unsubscribe = await pglite.listen(channel, onNotify);
       return async () => unsubscribe();
     },
     async close() {
+      health.close();
       await db.destroy();
       if (!pglite.closed) await pglite.close();
     },
   };
-}
-
-/** Channel names are fixed identifiers in the code; refuse anything else rather than quote it. */
-function checkedChannel(channel: string): string {
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel)) throw new Error(`invalid LISTEN channel name ${JSON.stringify(channel)}`);
-  return channel;
 }

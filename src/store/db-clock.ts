@@ -1,5 +1,6 @@
 import { sql, type Kysely } from "kysely";
 import type { Database } from "./schema.js";
+import { logUnlessUnreachable } from "./unreachable.js";
 
 /**
  * The database's clock, read without a query per call: the offset between
@@ -29,7 +30,7 @@ export async function createDbClock(db: Kysely<Database>, options: { resampleMs?
     offsetMs = best.offset;
   };
   await sample();
-  const timer = setInterval(() => void sample().catch((err) => console.error(`clock: could not sample the database clock: ${err.message}`)), options.resampleMs ?? 60_000);
+  const timer = setInterval(() => void sample().catch((err) => logUnlessUnreachable("clock: could not sample the database clock (the last offset stays in use)", err)), options.resampleMs ?? 60_000);
   timer.unref();
   return {
     nowNs: () => BigInt(Math.round((performance.timeOrigin + performance.now() + offsetMs) * 1e6)),

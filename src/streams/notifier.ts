@@ -1,5 +1,6 @@
 import { sql, type Kysely } from "kysely";
 import type { Database, StreamName } from "../store/schema.js";
+import { logUnlessUnreachable } from "../store/unreachable.js";
 import { streamsChannel } from "./wakeups.js";
 
 /** Tells followers on every replica that a job's stream grew. */
@@ -36,8 +37,8 @@ export function createStreamNotifier(db: Kysely<Database>, intervalMs = 50): Str
     try {
       await sql`select pg_notify(${streamsChannel}, k) from jsonb_array_elements_text(${JSON.stringify(keys)}::jsonb) as k`.execute(db);
     } catch (err) {
-      // Followers also re-read on a timer: a lost wakeup delays them, it loses nothing.
-      console.error(`streams: could not wake followers: ${(err as Error).message}`);
+      // Followers also re-read on a timer (and all of them when the LISTEN connection is back): a lost wakeup delays them, it loses nothing.
+      logUnlessUnreachable("streams: could not wake followers", err);
     }
   };
 

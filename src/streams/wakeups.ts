@@ -8,7 +8,11 @@ import type { StreamName } from "../store/schema.js";
  */
 export const streamsChannel = "forelead_streams";
 
-/** Wakes followers of a job when its stream grows or it settles, on any replica. */
+/**
+ * Wakes followers of a job when its stream grows or it settles, on any
+ * replica; and every follower when the LISTEN connection is back after being
+ * down, since what was stored meanwhile was announced to no one.
+ */
 export interface StreamWakeups {
   /** Arms a waiter before the follower reads, so nothing stored after the read is missed. */
   arm(jobId: string, stream: StreamName): StreamWaiter;
@@ -45,7 +49,15 @@ export async function createStreamWakeups(store: Store): Promise<StreamWakeups> 
       armed.wake?.();
     }
   };
-  const unlisten = await store.listen(streamsChannel, onNotify);
+  const wakeAll = () => {
+    for (const set of byJob.values()) {
+      for (const armed of set) {
+        armed.woken = true;
+        armed.wake?.();
+      }
+    }
+  };
+  const unlisten = await store.listen(streamsChannel, onNotify, wakeAll);
   let closed = false;
 
   return {
@@ -83,12 +95,7 @@ export async function createStreamWakeups(store: Store): Promise<StreamWakeups> 
     async close() {
       closed = true;
       await unlisten();
-      for (const set of byJob.values()) {
-        for (const armed of set) {
-          armed.woken = true;
-          armed.wake?.();
-        }
-      }
+      wakeAll();
       byJob.clear();
     },
   };
