@@ -81,7 +81,7 @@ export function serveCommand(): Command {
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
-      console.log(`forelead: serving certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
+      console.log(`forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
       console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);

@@ -236,7 +236,7 @@ async function openCertificateAuthority(
   const key = readSigningKey(ca.keyPem, "the CA key");
   // Without this check a mismatched key would yield certificates that silently fail to verify.
   if (!nodeCert.checkPrivateKey(key.key)) {
-    throw new Error(`CA private key (${key.form}) does not match the CA certificate`);
+    throw new Error("CA private key does not match the CA certificate");
   }
   const cert = new x509.X509Certificate(ca.certPem);
   const signingKey = await globalThis.crypto.subtle.importKey("pkcs8", key.pkcs8, key.importAlgorithm, false, ["sign"]);

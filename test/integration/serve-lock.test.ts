@@ -74,7 +74,7 @@ describe("one forelead serve per embedded data directory", () => {
   it("a second serve on the same data directory exits 1 naming the first (pid, start time); the first keeps serving and reloads on SIGHUP; after SIGKILL of the first, `npm start` takes the stale lock, and SIGTERM to npm stops the server", { timeout: 120_000 }, async () => {
     const first = forelead(...serveArgs);
     const url = await serving(first);
-    expect(first.output()).toMatch(/forelead: serving certificate CN=localhost \(serial [0-9A-F]+, valid until \d{4}-/);
+    expect(first.output()).toMatch(/forelead: TLS certificate CN=localhost \(serial [0-9A-F]+, valid until \d{4}-/);
     const lock = JSON.parse(await readFile(join(dir, "data/db", lockFileName), "utf8"));
     expect(lock).toMatchObject({ pid: first.child.pid, command: "forelead serve" });
 
