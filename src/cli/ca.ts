@@ -2,6 +2,10 @@ import { Command } from "commander";
 import { issueClientCertificate, parseDuration } from "../identity/ca.js";
 import { initDevPki, loadCertificateAuthority, writeIssued } from "../identity/pki-files.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
+import { pathOption } from "./options.js";
+
+/** How far `ca issue` backdates notBefore, for clients whose clock is behind. */
+const backdateMs = 60_000;
 
 /** Default hosts of the development server certificate. */
 export const defaultHosts = ["localhost", "127.0.0.1", "::1"];
@@ -11,7 +15,7 @@ export function caCommand(): Command {
   const ca = new Command("ca").description("development certificate authority (ECDSA P-256) for the server and runner certificates");
   ca.command("init")
     .description("create a development CA and a server certificate in --dir (kept if they exist)")
-    .option("--dir <dir>", "where to write the PKI", "certs")
+    .addOption(pathOption("--dir <dir>", "where to write the PKI", "certs"))
     .option("--trust-domain <td>", "SPIFFE trust domain the certificates will be used with", "forelead")
     .option("--hosts <list>", "server certificate hosts, comma separated", defaultHosts.join(","))
     .option("--force", "replace an existing CA and server certificate")
@@ -23,16 +27,17 @@ export function caCommand(): Command {
     });
   ca.command("issue")
     .description("issue a client certificate for a SPIFFE ID, e.g. spiffe://forelead/runners/r1/workspaces/w1")
-    .option("--dir <dir>", "the development PKI", "certs")
+    .addOption(pathOption("--dir <dir>", "the development PKI", "certs"))
     .requiredOption("--spiffe-id <id>", "the certificate's only URI SAN")
     .option("--ttl <duration>", "lifetime, e.g. 24h, 90m", "24h")
-    .requiredOption("--out <prefix>", "writes PREFIX.pem and PREFIX-key.pem")
+    .addOption(pathOption("--out <prefix>", "writes PREFIX.pem and PREFIX-key.pem").makeOptionMandatory())
     .action(async (opts: { dir: string; spiffeId: string; ttl: string; out: string }) => {
       parseSpiffeId(opts.spiffeId);
       const lifetimeMs = parseDuration(opts.ttl);
+      // Backdated by a minute for clock skew; the lifetime stays the one asked for, so it must be longer.
+      if (lifetimeMs <= backdateMs) throw new Error(`--ttl ${opts.ttl} is not longer than the ${backdateMs / 1000} s the certificate is backdated for clock skew: it would be expired when written; give at least 2m`);
       const authority = await loadCertificateAuthority(opts.dir);
-      // Backdated by a minute for clock skew; the lifetime stays the one asked for.
-      const notBefore = new Date(Date.now() - 60_000);
+      const notBefore = new Date(Date.now() - backdateMs);
       const issued = await issueClientCertificate(authority, { uris: [opts.spiffeId], notBefore, notAfter: new Date(notBefore.getTime() + lifetimeMs) });
       const files = await writeIssued(opts.out, issued);
       console.log(`wrote ${files.cert} and ${files.key} for ${opts.spiffeId}, valid until ${issued.notAfter.toISOString()}`);

@@ -1,4 +1,5 @@
-import { InvalidArgumentError } from "commander";
+import { resolve } from "node:path";
+import { InvalidArgumentError, Option } from "commander";
 
 /** A commander argument parser for whole numbers in a range. */
 export function integerIn(name: string, min: number, max: number): (value: string) => number {
@@ -12,4 +13,15 @@ export function integerIn(name: string, min: number, max: number): (value: strin
 /** Collects a repeatable option into an array. */
 export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
+}
+
+/**
+ * A file or directory flag, resolved against the directory the command was
+ * started in (its default too), so every later use — git run with another
+ * working directory, a child process, a log line — sees the same absolute
+ * path. Help shows the default as written.
+ */
+export function pathOption(flags: string, description: string, defaultPath?: string): Option {
+  const option = new Option(flags, description).argParser((value: string) => resolve(value));
+  return defaultPath === undefined ? option : option.default(resolve(defaultPath), defaultPath);
 }

@@ -1,7 +1,7 @@
-import { readFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { Command, Option } from "commander";
+import { readNamedFile } from "../identity/pki-files.js";
 import { keepIdentityFresh } from "../runner/identity/keeper.js";
 import { loadIdentity } from "../runner/identity/state-dir.js";
 import { startRunnerAgent } from "../runner/lifecycle/agent.js";
@@ -12,7 +12,8 @@ import { createControlPlaneOutput } from "../runner/output/control-plane-output.
 import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
 import { createRestTransport } from "../runner/transport/rest-transport.js";
-import { integerIn } from "./options.js";
+import { lockDirectory } from "../store/data-dir-lock.js";
+import { integerIn, pathOption } from "./options.js";
 
 interface RunnerFlags {
   server: string;
@@ -36,14 +37,14 @@ export function runnerCommand(): Command {
     .description("run leased jobs from a control plane, in Docker or as local processes")
     // Not requiredOption: commander would demand them of `forelead runner enroll` too.
     .option("--server <url>", "the control plane, e.g. https://127.0.0.1:8443 (required)")
-    .option("--ca <file>", "CA bundle that signed the control plane's certificate (PEM) (required)")
-    .option("--cert <file>", "this runner's certificate (PEM); its SPIFFE ID names the runner and workspace; re-read on every new connection")
-    .option("--key <file>", "the certificate's private key (PEM)")
-    .option("--state-dir <dir>", "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime")
+    .addOption(pathOption("--ca <file>", "CA bundle that signed the control plane's certificate (PEM) (required)"))
+    .addOption(pathOption("--cert <file>", "this runner's certificate (PEM); its SPIFFE ID names the runner and workspace; re-read on every new connection"))
+    .addOption(pathOption("--key <file>", "the certificate's private key (PEM)"))
+    .addOption(pathOption("--state-dir <dir>", "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime (one runner at a time: it is locked)"))
     .addOption(new Option("--slots <n>", "most jobs run at once").default(1).argParser(integerIn("--slots", 1, 1000)))
     .option("--labels <list>", "labels offered to jobs, comma separated (default: the OS and the executor, e.g. linux,docker)")
     .addOption(new Option("--executor <kind>", "how jobs run").choices(Object.keys(executors)).default("docker"))
-    .option("--work-dir <dir>", "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)")
+    .addOption(pathOption("--work-dir <dir>", "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)"))
     .addOption(new Option("--grace-seconds <n>", "TERM-to-KILL grace for cancel, timeout and forced shutdown").default(10).argParser(integerIn("--grace-seconds", 0, 3600)))
     .option("--force", "on SIGTERM, stop running jobs and release their leases at once instead of draining")
     .action(async (flags: RunnerFlags) => {
@@ -51,7 +52,7 @@ export function runnerCommand(): Command {
       const server = new URL(flags.server);
       if (server.protocol !== "https:") throw new Error(`--server ${flags.server} must be an https:// URL`);
       const log = (message: string) => console.log(`forelead runner: ${message}`);
-      const ca = await read(flags.ca, "--ca");
+      const ca = await readNamedFile(flags.ca, "--ca");
       const { identity, tls, keeper } = await runnerTls(flags, ca, log);
       const transport = createRestTransport(server.origin, tls);
       // Code bundles and uploads go over Connect with the same certificate.
@@ -108,7 +109,12 @@ export function runnerCommand(): Command {
 async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) => void) {
   if (flags.stateDir) {
     if (flags.cert || flags.key) throw new Error("--state-dir and --cert/--key exclude each other: use the enrolled state directory or certificate files");
-    const enrolled = await loadIdentity(flags.stateDir);
+    // Before reading it: two runners renewing one identity would each replace the other's key.
+    const lock = lockDirectory(flags.stateDir, "forelead runner", "stop it or use another --state-dir");
+    const enrolled = await loadIdentity(flags.stateDir).catch((err: unknown) => {
+      lock.close();
+      throw err;
+    });
     const keeper = keepIdentityFresh({ server: flags.server, caPem: ca }, enrolled, {
       stateDir: flags.stateDir,
       onError: (err, retryInMs) => log(`certificate renewal failed: ${err.message}${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`),
@@ -117,8 +123,8 @@ async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) 
     return { identity, keeper, tls: () => ({ ca, cert: keeper.current().certPem, key: keeper.current().keyPem }) };
   }
   if (!flags.cert || !flags.key) throw new Error("give --cert and --key (a runner certificate and its key), or --state-dir from `forelead runner enroll`");
-  const identity = readRunnerCertificate(await read(flags.cert, "--cert"), `--cert ${flags.cert}`);
-  const tls = async () => ({ ca: await read(flags.ca, "--ca"), cert: await read(flags.cert!, "--cert"), key: await read(flags.key!, "--key") });
+  const identity = readRunnerCertificate(await readNamedFile(flags.cert, "--cert"), `--cert ${flags.cert}`);
+  const tls = async () => ({ ca: await readNamedFile(flags.ca, "--ca"), cert: await readNamedFile(flags.cert!, "--cert"), key: await readNamedFile(flags.key!, "--key") });
   await tls(); // unreadable files fail now, with their names
   return { identity, keeper: undefined, tls };
 }
@@ -127,12 +133,4 @@ async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) 
 export function architecture(nodeArch: string): string {
   const names: Record<string, string> = { x64: "amd64", arm64: "arm64", arm: "arm", ia32: "386", ppc64: "ppc64le", s390x: "s390x", riscv64: "riscv64" };
   return names[nodeArch] ?? nodeArch;
-}
-
-async function read(file: string, what: string): Promise<string> {
-  try {
-    return await readFile(file, "utf8");
-  } catch (err) {
-    throw new Error(`cannot read ${what} ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-  }
 }

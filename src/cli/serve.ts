@@ -1,15 +1,15 @@
-import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
 import { isPostgresUrl } from "../store/database.js";
 import { parseDuration } from "../identity/ca.js";
-import { devPkiPaths, initDevPki } from "../identity/pki-files.js";
+import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js";
 import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { startControlPlane } from "../server/control-plane.js";
+import { readTlsFiles, type TlsFiles, type TlsPems } from "../server/tls-material.js";
 import { defaultHosts } from "./ca.js";
-import { collect, integerIn } from "./options.js";
+import { collect, integerIn, pathOption } from "./options.js";
 
 interface ServeFlags {
   listen: string;
@@ -36,21 +36,21 @@ export function serveCommand(): Command {
   return new Command("serve")
     .description("serve the control plane (HTTP/2, TLS 1.3, client certificates required)")
     .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
-    .option("--tls-cert <file>", "server certificate (PEM); default: the development PKI in --certs-dir")
-    .option("--tls-key <file>", "server key (PEM)")
-    .option("--client-ca <file>", "trust bundle for client certificates (PEM); default: the development CA")
-    .option("--certs-dir <dir>", "development PKI used (and created) when no TLS flags are given", "certs")
+    .addOption(pathOption("--tls-cert <file>", "server certificate (PEM); default: the development PKI in --certs-dir; reloaded on SIGHUP and when it changes"))
+    .addOption(pathOption("--tls-key <file>", "server key (PEM)"))
+    .addOption(pathOption("--client-ca <file>", "trust bundle for client certificates (PEM); default: the development CA"))
+    .addOption(pathOption("--certs-dir <dir>", "development PKI used (and created) when no TLS flags are given", "certs"))
     .option("--trust-domain <td>", "SPIFFE trust domain of client identities", "forelead")
-    .option("--database <url|dir>", "postgres:// URL, or a directory for the embedded database", "data/db")
+    .addOption(new Option("--database <url|dir>", "postgres:// URL, or a directory for the embedded database (one process at a time: it is locked)").default(resolve("data/db"), "data/db").argParser(databaseLocation))
     .option("--admin <spiffe-id>", "grant this identity the admin role: every admin method (repeatable)", collect, [])
     .option("--grant <spiffe-id=role>", "grant a role: ID=admin, ID=read, or ID=enqueue:W1,W2 (enqueue and cancel in those workspaces); repeatable", collect, [])
-    .option("--issuer-cert <file>", "CA certificate (PEM, optionally followed by its chain) that signs runner certificates on enroll and renew; default: the development CA when no TLS flags are given")
-    .option("--issuer-key <file>", "the issuer's private key (PEM, ECDSA P-256)")
+    .addOption(pathOption("--issuer-cert <file>", "CA certificate (PEM, optionally followed by its chain) that signs runner certificates on enroll and renew; default: the development CA when no TLS flags are given"))
+    .addOption(pathOption("--issuer-key <file>", "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 (BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted"))
     .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
-    .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
-    .option("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)")
+    .addOption(pathOption("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)"))
+    .addOption(pathOption("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)"))
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -81,6 +81,7 @@ export function serveCommand(): Command {
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
+      console.log(`forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
       console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
@@ -99,7 +100,7 @@ export function serveCommand(): Command {
 
 /** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in data/artifacts. */
 function defaultArtifactsDir(database: string): string | undefined {
-  if (isPostgresUrl(database)) return "data/artifacts";
+  if (isPostgresUrl(database)) return resolve("data/artifacts");
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "artifacts");
 }
@@ -115,6 +116,11 @@ function byteSize(name: string): (value: string) => number {
   };
 }
 
+/** --database: a URL or "memory://" as given, a directory made absolute. */
+function databaseLocation(value: string): string {
+  return isPostgresUrl(value) || value === "memory://" ? value : resolve(value);
+}
+
 function parseListen(listen: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(listen);
   const port = Number(m?.[3]);
@@ -122,19 +128,18 @@ function parseListen(listen: string): { host: string; port: number } {
   return { host: (m[1] ?? m[2])!, port };
 }
 
-async function loadTls(flags: ServeFlags): Promise<{ tlsCertPem: string; tlsKeyPem: string; clientCaPem: string }> {
+/** The TLS files (watched and reloaded by the control plane) and their PEMs as read now. */
+async function loadTls(flags: ServeFlags): Promise<TlsPems & { tlsFiles: TlsFiles }> {
   const given = [flags.tlsCert, flags.tlsKey, flags.clientCa].filter(Boolean).length;
   if (given === 0) {
     const { paths, created } = await initDevPki(flags.certsDir, { hosts: defaultHosts });
     if (created) console.log(`forelead: created a development PKI in ${paths.dir} (not for production)`);
-    return { tlsCertPem: await read(paths.serverCert, "server certificate"), tlsKeyPem: await read(paths.serverKey, "server key"), clientCaPem: await read(paths.caCert, "CA") };
+    const tlsFiles = { cert: paths.serverCert, key: paths.serverKey, clientCa: paths.caCert };
+    return { tlsFiles, ...(await readTlsFiles(tlsFiles, { cert: "server certificate", key: "server key", clientCa: "CA" })) };
   }
   if (given !== 3) throw new Error("--tls-cert, --tls-key and --client-ca go together: give all three, or none to use the development PKI");
-  return {
-    tlsCertPem: await read(flags.tlsCert!, "--tls-cert"),
-    tlsKeyPem: await read(flags.tlsKey!, "--tls-key"),
-    clientCaPem: await read(flags.clientCa!, "--client-ca"),
-  };
+  const tlsFiles = { cert: flags.tlsCert!, key: flags.tlsKey!, clientCa: flags.clientCa! };
+  return { tlsFiles, ...(await readTlsFiles(tlsFiles, { cert: "--tls-cert", key: "--tls-key", clientCa: "--client-ca" })) };
 }
 
 /**
@@ -144,16 +149,8 @@ async function loadTls(flags: ServeFlags): Promise<{ tlsCertPem: string; tlsKeyP
  */
 async function loadIssuer(flags: ServeFlags): Promise<{ certPem: string; keyPem: string } | undefined> {
   if (Boolean(flags.issuerCert) !== Boolean(flags.issuerKey)) throw new Error("--issuer-cert and --issuer-key go together: give both, or neither");
-  if (flags.issuerCert) return { certPem: await read(flags.issuerCert, "--issuer-cert"), keyPem: await read(flags.issuerKey!, "--issuer-key") };
+  if (flags.issuerCert) return { certPem: await readNamedFile(flags.issuerCert, "--issuer-cert"), keyPem: await readNamedFile(flags.issuerKey!, "--issuer-key") };
   if (flags.tlsCert || flags.tlsKey || flags.clientCa) return undefined;
   const paths = devPkiPaths(flags.certsDir);
-  return { certPem: await read(paths.caCert, "CA"), keyPem: await read(paths.caKey, "CA key") };
-}
-
-async function read(file: string, what: string): Promise<string> {
-  try {
-    return await readFile(file, "utf8");
-  } catch (err) {
-    throw new Error(`cannot read ${what} ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-  }
+  return { certPem: await readNamedFile(paths.caCert, "CA"), keyPem: await readNamedFile(paths.caKey, "CA key") };
 }

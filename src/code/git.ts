@@ -146,7 +146,13 @@ function gitError(args: readonly string[], stderr: string, exitCode: number | un
   return new GitError(`${what} ${why}${clean ? `: ${lastLines(clean)}` : ""}`, clean, exitCode);
 }
 
-/** The last few lines of git's stderr: where it says what went wrong. */
+/**
+ * What git said went wrong: its `fatal:` and `error:` lines when there are
+ * any (advice such as "Please make sure you have the correct access rights"
+ * follows them and names no cause), else its last few lines.
+ */
 function lastLines(text: string): string {
-  return text.split("\n").slice(-3).join(" / ").slice(0, 600);
+  const lines = text.split("\n").map((l) => l.trim()).filter(Boolean);
+  const causes = lines.filter((l) => /^(fatal|error):/.test(l));
+  return (causes.length > 0 ? causes.slice(0, 3) : lines.slice(-3)).join(" / ").slice(0, 600);
 }

@@ -7,6 +7,7 @@ import "reflect-metadata"; // @peculiar/x509 uses decorators that need it loaded
 import * as nodeCrypto from "node:crypto";
 import { isIP } from "node:net";
 import * as x509 from "@peculiar/x509";
+import { readSigningKey, type SigningKey } from "./signing-key.js";
 
 // The project compiles without the DOM lib, so the WebCrypto types come from Node.
 type CryptoKey = nodeCrypto.webcrypto.CryptoKey;
@@ -197,7 +198,7 @@ interface LeafTemplate {
 
 /** Signs a leaf with the CA, copying the issuer name and key identifier from the CA certificate. */
 async function signLeaf(ca: CertificateAuthority, leaf: LeafTemplate): Promise<x509.X509Certificate> {
-  const { cert: caCert, signingKey } = await openCertificateAuthority(ca);
+  const { cert: caCert, signingKey, signingAlgorithm } = await openCertificateAuthority(ca);
   // RFC 5280: the AKI of a leaf should equal the issuer's SKI, so reuse it rather than recompute.
   const caSki = caCert.getExtension(x509.SubjectKeyIdentifierExtension);
   const aki = caSki
@@ -212,14 +213,14 @@ async function signLeaf(ca: CertificateAuthority, leaf: LeafTemplate): Promise<x
     notAfter: leaf.notAfter,
     publicKey: leaf.publicKey,
     signingKey,
-    signingAlgorithm: ECDSA_SHA256,
+    signingAlgorithm,
     extensions: [...leaf.extensions, await x509.SubjectKeyIdentifierExtension.create(leaf.publicKey), aki],
   });
 }
 
 /**
- * Checks that `ca` can sign: a CA certificate with an ECDSA P-256 key and the
- * private key that belongs to it. Throws with the reason, so a control plane
+ * Checks that `ca` can sign: a CA certificate with an ECDSA P-256 or RSA key
+ * and the private key that belongs to it (PKCS#8, SEC1 or PKCS#1 PEM). Throws with the reason, so a control plane
  * refuses a bad issuer at start-up rather than at the first enrollment.
  */
 export async function checkCertificateAuthority(ca: CertificateAuthority): Promise<void> {
@@ -229,26 +230,17 @@ export async function checkCertificateAuthority(ca: CertificateAuthority): Promi
 /** Parses the CA and imports its key, refusing a key that does not belong to the certificate. */
 async function openCertificateAuthority(
   ca: CertificateAuthority,
-): Promise<{ cert: x509.X509Certificate; signingKey: CryptoKey }> {
+): Promise<{ cert: x509.X509Certificate; signingKey: CryptoKey; signingAlgorithm: SigningKey["signingAlgorithm"] }> {
   const nodeCert = new nodeCrypto.X509Certificate(ca.certPem);
   if (!nodeCert.ca) throw new Error(`CA certificate ${nodeCert.subject} is not a CA (basicConstraints cA is false)`);
+  const key = readSigningKey(ca.keyPem, "the CA key");
   // Without this check a mismatched key would yield certificates that silently fail to verify.
-  const details = nodeCert.publicKey.asymmetricKeyDetails;
-  if (nodeCert.publicKey.asymmetricKeyType !== "ec" || details?.namedCurve !== "prime256v1") {
-    throw new Error("CA key must be ECDSA P-256, the only kind this module signs with");
-  }
-  if (!nodeCert.checkPrivateKey(nodeCrypto.createPrivateKey(ca.keyPem))) {
+  if (!nodeCert.checkPrivateKey(key.key)) {
     throw new Error("CA private key does not match the CA certificate");
   }
   const cert = new x509.X509Certificate(ca.certPem);
-  const signingKey = await globalThis.crypto.subtle.importKey(
-    "pkcs8",
-    x509.PemConverter.decodeFirst(ca.keyPem),
-    ECDSA_P256,
-    false,
-    ["sign"],
-  );
-  return { cert, signingKey };
+  const signingKey = await globalThis.crypto.subtle.importKey("pkcs8", key.pkcs8, key.importAlgorithm, false, ["sign"]);
+  return { cert, signingKey, signingAlgorithm: key.signingAlgorithm };
 }
 
 /** Maps a host to an iPAddress or dNSName SAN. */

@@ -38,7 +38,7 @@ const maxClockSkewMs = 60_000;
 
 /**
  * Loads the issuer and checks it before anything is served: a CA with an
- * ECDSA P-256 key that matches, valid now, and trusted by the client trust
+ * ECDSA P-256 or RSA key that matches (PKCS#8, SEC1 or PKCS#1 PEM), valid now, and trusted by the client trust
  * bundle (itself an anchor, or chaining to one through the certificates that
  * follow it in its file) — otherwise every certificate it signs would be
  * refused by this very control plane. Leaves get `lifetimeMs`, cut short so

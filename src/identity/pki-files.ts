@@ -158,6 +158,15 @@ export async function writeFileAtomic(path: string, data: string, mode: number):
   }
 }
 
+/** Reads a file that a flag or a setting names; the error names `what` and the file ("cannot read --ca ca.pem: ENOENT"). */
+export async function readNamedFile(file: string, what: string): Promise<string> {
+  try {
+    return await readFile(file, "utf8");
+  } catch (err) {
+    throw new Error(`cannot read ${what} ${file}: ${errorCode(err) ?? (err as Error).message}`);
+  }
+}
+
 function errorCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null && "code" in err ? String(err.code) : undefined;
 }

@@ -24,7 +24,7 @@ export type RequestHandler = (req: http2.Http2ServerRequest, res: http2.Http2Ser
  * identity and one procedure check before either.
  */
 export function bindServices(checked: CheckedOptions, domain: Domain): RequestHandler {
-  const { options, trustAnchors, maxBodyBytes } = checked;
+  const { options, tls, maxBodyBytes } = checked;
   const { store, clock, broker, inventory, code, artifacts, streams, identity } = domain;
   const { roles, audit, retirements, enrollment } = identity;
   const runnerRefusal = retirements.refusal;
@@ -35,7 +35,8 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams })),
     serviceImpl(EnrollService, createEnrollService(enrollment)),
   ];
-  const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, trustAnchors });
+  // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
+  const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });
   // One set of context values per request: the procedure check, Connect and the REST router share it.
   const valuesOf = new WeakMap<http2.Http2ServerRequest, ContextValues>();
   const contextValues = (req: http2.Http2ServerRequest) => {

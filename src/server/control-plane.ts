@@ -1,12 +1,15 @@
+import { resolve } from "node:path";
 import type { Artifacts } from "../artifacts/artifacts.js";
 import type { Broker } from "../broker/broker.js";
 import type { AuditSink } from "../identity/audit.js";
-import type { Store } from "../store/database.js";
+import { lockDirectory } from "../store/data-dir-lock.js";
+import { isPostgresUrl, type Store } from "../store/database.js";
 import { bindServices } from "./bind-services.js";
 import { buildDomain } from "./domain.js";
 import { listen } from "./listener.js";
 import { checkOptions, type ControlPlaneOptions } from "./options.js";
-import { createResourceStack } from "./resource-stack.js";
+import { createResourceStack, type ResourceStack } from "./resource-stack.js";
+import type { TlsMaterial } from "./tls-material.js";
 
 export type { ControlPlaneOptions } from "./options.js";
 
@@ -20,6 +23,8 @@ export interface ControlPlane {
   /** The issuer's description, or undefined when it has none. */
   readonly issuer: string | undefined;
   readonly artifacts: Artifacts;
+  /** The TLS material being served: reload it, describe it, count refused reloads. */
+  readonly tls: TlsMaterial;
   /**
    * Stops accepting, closes client sessions, then everything else it opened,
    * newest first, down to the database; rejects with an UnwindError naming
@@ -38,8 +43,9 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   const checked = await checkOptions(options);
   const stack = createResourceStack();
   try {
+    lockEmbeddedDatabase(options.database, stack);
     const domain = await buildDomain(checked, stack);
-    const listener = await listen(options, bindServices(checked, domain), stack, () => domain.streams.close());
+    const listener = await listen(options, checked.tls, bindServices(checked, domain), stack, () => domain.streams.close());
     return {
       url: listener.url,
       port: listener.port,
@@ -48,6 +54,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       broker: domain.broker,
       issuer: checked.issuer?.description,
       artifacts: domain.artifacts,
+      tls: checked.tls,
       close: () => stack.unwind(),
     };
   } catch (err) {
@@ -55,4 +62,14 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     await stack.unwind().catch((unwound: unknown) => console.error(`forelead: after a failed start, ${(unwound as Error).message}`));
     throw err;
   }
+}
+
+/**
+ * One process per embedded data directory: locked before the database or the
+ * port is touched (src/store/data-dir-lock.ts), released last at unwind.
+ * Postgres is shared by design (replicas) and memory:// is private.
+ */
+function lockEmbeddedDatabase(database: string, stack: ResourceStack): void {
+  if (isPostgresUrl(database) || database === "memory://") return;
+  stack.use("the data directory lock", lockDirectory(resolve(database), "forelead serve", "stop it or use another --database"));
 }

@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import type { RequestHandler } from "./bind-services.js";
 import type { ControlPlaneOptions } from "./options.js";
 import type { ResourceStack } from "./resource-stack.js";
+import type { TlsMaterial } from "./tls-material.js";
 
 /** Where a listening control plane answers. */
 export interface Listener {
@@ -18,16 +19,13 @@ export interface Listener {
  * open, such as followers, end there), then waits for the sessions to end;
  * any still open after 5 s are destroyed.
  */
-export async function listen(options: ControlPlaneOptions, handler: RequestHandler, stack: ResourceStack, endRequests: () => Promise<void>): Promise<Listener> {
+export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, handler: RequestHandler, stack: ResourceStack, endRequests: () => Promise<void>): Promise<Listener> {
   const server = http2.createSecureServer(
     {
-      cert: options.tlsCertPem,
-      key: options.tlsKeyPem,
-      ca: options.clientCaPem,
+      ...tls.contextOptions(), // certificate, key, client CA, TLS 1.3 only: reloadable (src/server/tls-material.ts)
       requestCert: true,
       // The policy decides per request, with a message; a TLS alert would tell the client nothing.
       rejectUnauthorized: false,
-      minVersion: "TLSv1.3",
       ALPNProtocols: ["h2"],
       allowHTTP1: false,
       // A 1 MiB request body (an NDJSON stream request) arrives in one flow-control window, so the
@@ -40,6 +38,7 @@ export async function listen(options: ControlPlaneOptions, handler: RequestHandl
   // A TLS client that offered no ALPN gets past the handshake; Node would answer it in plain
   // HTTP/1.0 and keep the socket for 10 s. Close it at once instead.
   server.on("unknownProtocol", (socket) => socket.destroy());
+  stack.defer("the TLS reloads", tls.serveOn(server));
   const sessions = new Set<Http2Session>();
   server.on("session", (s: Http2Session) => {
     sessions.add(s);

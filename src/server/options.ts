@@ -1,9 +1,7 @@
-import type { X509Certificate } from "node:crypto";
-import { createSecureContext } from "node:tls";
 import type { BatcherOptions } from "../broker/batcher.js";
-import { parseTrustBundle } from "../identity/certificate-policy.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
+import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
 
 /** Everything `forelead serve` needs, already read from flags and files. */
 export interface ControlPlaneOptions {
@@ -14,6 +12,8 @@ export interface ControlPlaneOptions {
   readonly tlsKeyPem: string;
   /** The client trust bundle (PEM). */
   readonly clientCaPem: string;
+  /** The files the three PEMs were read from: re-read on SIGHUP and when they change (src/server/tls-material.ts). */
+  readonly tlsFiles?: TlsFiles;
   readonly trustDomain: string;
   /** postgres:// URL, a directory for the embedded database, or "memory://". */
   readonly database: string;
@@ -48,10 +48,10 @@ export interface ControlPlaneOptions {
   readonly batching?: BatcherOptions;
 }
 
-/** The options with what checking them made: parsed trust anchors and roles, the loaded issuer. */
+/** The options with what checking them made: the TLS material (with the client trust anchors), roles, the loaded issuer. */
 export interface CheckedOptions {
   readonly options: ControlPlaneOptions;
-  readonly trustAnchors: readonly X509Certificate[];
+  readonly tls: TlsMaterial;
   readonly roles: RoleTable;
   readonly issuer: Issuer | undefined;
   readonly maxBodyBytes: number;
@@ -65,17 +65,13 @@ const defaultMaxBodyBytes = 1024 * 1024;
  * a bad flag fails at once with a message that names it.
  */
 export async function checkOptions(options: ControlPlaneOptions): Promise<CheckedOptions> {
-  try {
-    createSecureContext({ cert: options.tlsCertPem, key: options.tlsKeyPem });
-  } catch (err) {
-    throw new Error(`the TLS certificate and key cannot be used together: ${(err as Error).message}`);
-  }
-  const trustAnchors = parseTrustBundle(options.clientCaPem, "the client CA bundle");
+  const tls = createTlsMaterial(options, options.tlsFiles);
+  const trustAnchors = tls.trustAnchors;
   const roles = createRoleTable(options.grants ?? [], options.admins);
   const issuedLifetimeMs = options.issuedCertLifetimeMs ?? options.maxCertLifetimeMs;
   if (issuedLifetimeMs > options.maxCertLifetimeMs) {
     throw new Error(`the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`);
   }
   const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
-  return { options, trustAnchors, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes };
+  return { options, tls, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes };
 }

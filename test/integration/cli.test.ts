@@ -53,20 +53,24 @@ describe("the forelead command", () => {
     expect(new Date(cert.validTo).getTime() - new Date(cert.validFrom).getTime()).toBe(2 * 3600 * 1000);
   });
 
-  it("ca issue refuses an invalid SPIFFE ID and a bad duration, saying which", async () => {
+  it("ca issue refuses an invalid SPIFFE ID, a bad duration and a lifetime no longer than the backdating, saying which", async () => {
     const badId = await forel(["ca", "issue", "--dir", "pki", "--spiffe-id", "spiffe://Forelead/x", "--out", "x"]);
     expect(badId.code).toBe(1);
     expect(badId.stderr).toContain("the trust domain must be lowercase");
     const badTtl = await forel(["ca", "issue", "--dir", "pki", "--spiffe-id", "spiffe://forelead/x", "--ttl", "soon", "--out", "x"]);
     expect(badTtl.code).toBe(1);
     expect(badTtl.stderr).toContain('"soon" is not a duration');
+    const backdated = await forel(["ca", "issue", "--dir", "pki", "--spiffe-id", "spiffe://forelead/x", "--ttl", "60s", "--out", "x"]);
+    expect(backdated.code).toBe(1);
+    expect(backdated.stderr).toContain("--ttl 60s is not longer than the 60 s the certificate is backdated for clock skew");
   });
 
   it.each([
     [["--listen", "nowhere"], "--listen \"nowhere\" is not host:port"],
     [["--lease-seconds", "0"], "--lease-seconds must be a whole number from 5 to 3600"],
     [["--tls-cert", "missing.pem"], "--tls-cert, --tls-key and --client-ca go together"],
-    [["--tls-cert", "missing.pem", "--tls-key", "missing-key.pem", "--client-ca", "missing-ca.pem"], "cannot read --tls-cert missing.pem: ENOENT"],
+    // Relative paths are resolved where the command starts (an absolute path in the error).
+    [["--tls-cert", "missing.pem", "--tls-key", "missing-key.pem", "--client-ca", "missing-ca.pem"], "cannot read --tls-cert /"],
     [["--database", "postgres://nobody@127.0.0.1:1/none"], "cannot reach the database at postgres://nobody@127.0.0.1:1/none"],
     [["--admin", "not-a-spiffe-id"], "is not a valid SPIFFE ID"],
     [["--bogus"], "unknown option '--bogus'"],

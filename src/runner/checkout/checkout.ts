@@ -1,6 +1,6 @@
 import { createWriteStream } from "node:fs";
 import { mkdir, readdir, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { resolve } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { Client } from "@connectrpc/connect";
@@ -63,7 +63,8 @@ export async function checkoutBase(lease: LeasedCode, options: CheckoutOptions):
  * thin head or published bundle). Resolves to the commit's tree.
  */
 export async function importBundle(lease: Pick<LeasedCode, "jobId" | "leaseToken">, kind: "base" | "head" | "published", commit: string, options: CheckoutOptions): Promise<string> {
-  const file = join(options.dir, ".git", `forelead-${kind}.bundle`);
+  // Absolute: git runs with -C options.dir, and would resolve a relative bundle path from there.
+  const file = resolve(options.dir, ".git", `forelead-${kind}.bundle`);
   try {
     const chunks = options.client.codeBundle({ apiVersion: "v1", jobId: lease.jobId, leaseToken: lease.leaseToken, kind, commit }, { signal: options.signal });
     await pipeline(

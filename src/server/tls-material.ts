@@ -1,0 +1,177 @@
+// The listener's TLS material — server certificate, its key and the client
+// trust bundle — as one reloadable value. Reloaded on SIGHUP and when a file
+// changes (fs.watch on the directories holding them, so an atomic rename or a
+// Kubernetes secret's symlink swap is seen; debounced, so a certificate and
+// key written one after the other are read together). A reload that fails
+// keeps what is served, logs why and is counted. New handshakes get the new
+// material through server.setSecureContext; open connections keep theirs.
+import { X509Certificate } from "node:crypto";
+import { watch, type FSWatcher } from "node:fs";
+import { basename, dirname } from "node:path";
+import { createSecureContext, type SecureContextOptions } from "node:tls";
+import type { Http2SecureServer } from "node:http2";
+import { parseTrustBundle } from "../identity/certificate-policy.js";
+import { readNamedFile } from "../identity/pki-files.js";
+
+/** The files the PEMs were read from; given, they are watched and re-read on SIGHUP. */
+export interface TlsFiles {
+  readonly cert: string;
+  readonly key: string;
+  readonly clientCa: string;
+}
+
+/** The PEMs themselves. */
+export interface TlsPems {
+  readonly tlsCertPem: string;
+  readonly tlsKeyPem: string;
+  readonly clientCaPem: string;
+}
+
+/** What a reload did. */
+export type ReloadOutcome = "reloaded" | "unchanged" | "refused";
+
+/** The material being served, and how its reloads went. */
+export interface TlsMaterial {
+  /** The client trust bundle now in force (the certificate policy reads it per new session). */
+  readonly trustAnchors: readonly X509Certificate[];
+  /** The serving certificate (the leaf). */
+  readonly certificate: X509Certificate;
+  /** Reloads that were refused since start. */
+  readonly failedReloads: number;
+  /** e.g. `CN=localhost (serial 1A2B…, valid until 2027-01-01T00:00:00.000Z)`. */
+  describe(): string;
+  /** The secure-context options of the current material, TLS 1.3 only. */
+  contextOptions(): SecureContextOptions;
+  /** Re-reads the files now (serialised with other reloads). Without files, "unchanged". */
+  reload(reason: string): Promise<ReloadOutcome>;
+  /**
+   * Serves the material on `server`: every successful reload is set as its
+   * secure context; with files, starts the SIGHUP handler and the watchers.
+   * Returns the function that stops them.
+   */
+  serveOn(server: Http2SecureServer): () => void;
+}
+
+const debounceMs = 200;
+
+/**
+ * Checks `pems` (certificate and key belong together, the bundle parses) and
+ * returns them as reloadable material; throws at start on bad material.
+ */
+export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, log: (line: string) => void = console.log): TlsMaterial {
+  let current = checkMaterial(pems);
+  let failedReloads = 0;
+  let chain: Promise<unknown> = Promise.resolve();
+  const servers = new Set<Http2SecureServer>();
+
+  const describe = () => describeCertificate(current.certificate);
+  const contextOptions = (): SecureContextOptions => ({ cert: current.pems.tlsCertPem, key: current.pems.tlsKeyPem, ca: current.pems.clientCaPem, minVersion: "TLSv1.3" });
+
+  async function reloadNow(reason: string): Promise<ReloadOutcome> {
+    if (!files) return "unchanged";
+    let next: Checked;
+    try {
+      const pems = await readTlsFiles(files);
+      if (pems.tlsCertPem === current.pems.tlsCertPem && pems.tlsKeyPem === current.pems.tlsKeyPem && pems.clientCaPem === current.pems.clientCaPem) {
+        if (reason === "SIGHUP") log(`forelead: SIGHUP: the TLS files are unchanged; still serving ${describe()}`);
+        return "unchanged";
+      }
+      next = checkMaterial(pems);
+      const expiry = Date.parse(next.certificate.validTo);
+      if (expiry <= Date.now()) throw new Error(`the new server certificate expired at ${new Date(expiry).toISOString()}`);
+    } catch (err) {
+      failedReloads++;
+      log(`forelead: TLS reload (${reason}) refused, still serving ${describe()}: ${(err as Error).message} (${failedReloads} refused reload${failedReloads === 1 ? "" : "s"} since start)`);
+      return "refused";
+    }
+    current = next;
+    for (const server of servers) server.setSecureContext(contextOptions());
+    log(`forelead: TLS material reloaded (${reason}): serving ${describe()}, client trust bundle of ${current.trustAnchors.length} certificate${current.trustAnchors.length === 1 ? "" : "s"}`);
+    return "reloaded";
+  }
+
+  const reload = (reason: string) => {
+    const run = chain.then(() => reloadNow(reason));
+    chain = run.catch(() => {});
+    return run;
+  };
+
+  return {
+    get trustAnchors() {
+      return current.trustAnchors;
+    },
+    get certificate() {
+      return current.certificate;
+    },
+    get failedReloads() {
+      return failedReloads;
+    },
+    describe,
+    contextOptions,
+    reload,
+    serveOn(server) {
+      servers.add(server);
+      if (!files) return () => servers.delete(server);
+      const onHup = () => void reload("SIGHUP");
+      process.on("SIGHUP", onHup);
+      const watchers = watchFiles(files, () => void reload("file change"), log);
+      return () => {
+        servers.delete(server);
+        process.off("SIGHUP", onHup);
+        watchers();
+      };
+    },
+  };
+}
+
+/** How the files are named in errors: by default what they are; `forelead serve` passes its flags. */
+const fileRoles: TlsFiles = { cert: "the server certificate", key: "the server key", clientCa: "the client CA bundle" };
+
+/** Reads the three files; an error names the one that cannot be read. */
+export async function readTlsFiles(files: TlsFiles, names: TlsFiles = fileRoles): Promise<TlsPems> {
+  return { tlsCertPem: await readNamedFile(files.cert, names.cert), tlsKeyPem: await readNamedFile(files.key, names.key), clientCaPem: await readNamedFile(files.clientCa, names.clientCa) };
+}
+
+interface Checked {
+  readonly pems: TlsPems;
+  readonly certificate: X509Certificate;
+  readonly trustAnchors: readonly X509Certificate[];
+}
+
+function checkMaterial(pems: TlsPems): Checked {
+  try {
+    createSecureContext({ cert: pems.tlsCertPem, key: pems.tlsKeyPem });
+  } catch (err) {
+    throw new Error(`the TLS certificate and key cannot be used together: ${(err as Error).message}`);
+  }
+  const trustAnchors = parseTrustBundle(pems.clientCaPem, "the client CA bundle");
+  return { pems, certificate: new X509Certificate(pems.tlsCertPem), trustAnchors };
+}
+
+function describeCertificate(cert: X509Certificate): string {
+  return `${cert.subject.replace(/\n/g, ", ")} (serial ${cert.serialNumber}, valid until ${new Date(cert.validTo).toISOString()})`;
+}
+
+/** One watcher per directory; any change there schedules one reload after a quiet `debounceMs`. */
+function watchFiles(files: TlsFiles, onChange: () => void, log: (line: string) => void): () => void {
+  const names = new Set([files.cert, files.key, files.clientCa].map((f) => basename(f)));
+  let timer: NodeJS.Timeout | undefined;
+  const schedule = (name: string | null) => {
+    // A Kubernetes secret volume swaps a "..data" symlink; editors write temp files beside.
+    if (name !== null && !names.has(name) && !name.startsWith("..")) return;
+    clearTimeout(timer);
+    timer = setTimeout(onChange, debounceMs);
+  };
+  const watchers: FSWatcher[] = [];
+  for (const dir of new Set([files.cert, files.key, files.clientCa].map((f) => dirname(f)))) {
+    try {
+      watchers.push(watch(dir, { persistent: false }, (_event, name) => schedule(name)).on("error", (err) => log(`forelead: watching ${dir} for TLS changes failed (${err.message}); SIGHUP still reloads`)));
+    } catch (err) {
+      log(`forelead: cannot watch ${dir} for TLS changes (${(err as Error).message}); SIGHUP still reloads`);
+    }
+  }
+  return () => {
+    clearTimeout(timer);
+    watchers.forEach((w) => w.close());
+  };
+}
