@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
+import { defaultJobTimeouts } from "../broker/jobs.js";
 import { isPostgresUrl } from "../store/database.js";
 import { parseDuration } from "../identity/ca.js";
 import { devPkiPaths, initDevPki } from "../identity/pki-files.js";
@@ -25,6 +26,9 @@ interface ServeFlags {
   issuerKey?: string;
   issuedCertLifetime?: string;
   leaseSeconds: number;
+  defaultJobTimeout: number;
+  maxJobTimeout: number;
+  jobTimeoutGrace: number;
   maxCertLifetime: string;
   codeDir?: string;
   artifactsDir?: string;
@@ -48,6 +52,9 @@ export function serveCommand(): Command {
     .option("--issuer-key <file>", "the issuer's private key (PEM, ECDSA P-256)")
     .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
+    .addOption(new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one").default(defaultJobTimeouts.defaultSeconds, "6h").argParser(durationSeconds("--default-job-timeout")))
+    .addOption(new Option("--max-job-timeout <duration>", "longest timeout a job may ask for; an enqueue over it is refused").default(defaultJobTimeouts.maxSeconds, "7d").argParser(durationSeconds("--max-job-timeout")))
+    .addOption(new Option("--job-timeout-grace <duration>", "how long a job may run past its timeout before the control plane fails it (error timeout)").default(defaultJobTimeouts.graceSeconds, "30s").argParser(durationSeconds("--job-timeout-grace")))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
     .option("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)")
@@ -73,6 +80,7 @@ export function serveCommand(): Command {
         ...(issuer ? { issuer } : {}),
         ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
         leaseSeconds: flags.leaseSeconds,
+        jobTimeouts: { defaultSeconds: flags.defaultJobTimeout, maxSeconds: flags.maxJobTimeout, graceSeconds: flags.jobTimeoutGrace },
         maxCertLifetimeMs,
         ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
         ...(artifactsDir ? { artifactsDir } : {}),
@@ -102,6 +110,21 @@ function defaultArtifactsDir(database: string): string | undefined {
   if (isPostgresUrl(database)) return "data/artifacts";
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "artifacts");
+}
+
+/** A commander parser for durations such as 6h, 90m or 30s, in whole seconds. */
+function durationSeconds(name: string): (value: string) => number {
+  return (value) => {
+    const ms = (() => {
+      try {
+        return parseDuration(value);
+      } catch {
+        return NaN;
+      }
+    })();
+    if (!(ms >= 1000) || ms % 1000 !== 0) throw new InvalidArgumentError(`${name} must be a duration of whole seconds such as 6h, 90m or 30s; got ${JSON.stringify(value)}`);
+    return ms / 1000;
+  };
 }
 
 /** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */

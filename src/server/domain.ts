@@ -27,7 +27,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const clock = stack.use("the database clock", await createDbClock(store.db));
   const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer }));
   const code = stack.use("the code host", await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
-  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.batching ? { batching: options.batching } : {}) }));
+  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}) }));
   const inventory = createInventory(store.db);
   const artifactsDir = options.artifactsDir ?? (await temporaryDirectory(stack, "forelead-artifacts-"));
   const artifacts = stack.use("artifacts", await createArtifacts({ db: store.db, dir: artifactsDir, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));

@@ -112,7 +112,8 @@ export interface LeasesTable {
   issued_at: Generated<Date>;
   expires_at: Date;
   ended_at: Date | null;
-  end_reason: "released" | "expired" | "settled" | "requeued" | null;
+  /** timed_out: the expiry sweep failed the job past its timeout plus grace (migration 0009). */
+  end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | null;
   completion_id: string | null;
   completion_sha256: string | null;
   /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/sql/complete.ts). */
