@@ -57,7 +57,7 @@ export function serveCommand(): Command {
     .addOption(new Option("--job-timeout-grace <duration>", "how long a job may run past its timeout before the control plane fails it (error timeout)").default(defaultJobTimeouts.graceSeconds, "30s").argParser(durationSeconds("--job-timeout-grace")))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
-    .option("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)")
+    .option("--artifacts-dir <dir>", "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL")
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -89,7 +89,7 @@ export function serveCommand(): Command {
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
         plane.close().then(
@@ -105,9 +105,9 @@ export function serveCommand(): Command {
     });
 }
 
-/** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in data/artifacts. */
+/** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in Postgres (no directory). */
 function defaultArtifactsDir(database: string): string | undefined {
-  if (isPostgresUrl(database)) return "data/artifacts";
+  if (isPostgresUrl(database)) return undefined;
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "artifacts");
 }

@@ -39,8 +39,9 @@ export interface ControlPlaneOptions {
   /** Cap of one git bundle, sent or received; 256 MiB by default. */
   readonly maxBundleBytes?: number;
   /**
-   * Where artifacts live (blobs/ and staging/); replicas must share it.
-   * Default: a fresh temporary directory, removed at close (tests).
+   * A directory for artifacts as files (blobs/ and staging/); replicas must
+   * share it. Without it: Postgres rows on a postgres:// database, else a
+   * fresh temporary directory, removed at close (tests).
    */
   readonly artifactsDir?: string;
   /** Largest artifact an upload may declare; 2 GiB by default. */

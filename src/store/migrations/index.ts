@@ -8,6 +8,7 @@ import * as m0006 from "./0006_code.js";
 import * as m0007 from "./0007_artifacts.js";
 import * as m0008 from "./0008_claim_function.js";
 import * as m0009 from "./0009_job_deadlines.js";
+import * as m0010 from "./0010_artifact_rows.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -23,4 +24,5 @@ export const migrations: Record<string, Migration> = {
   "0007_artifacts": m0007,
   "0008_claim_function": m0008,
   "0009_job_deadlines": m0009,
+  "0010_artifact_rows": m0010,
 };
