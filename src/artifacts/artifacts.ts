@@ -1,5 +1,4 @@
 import { createHash } from "node:crypto";
-import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
 import { checkJobId } from "../broker/ids.js";
@@ -9,8 +8,7 @@ import type { Database } from "../store/schema.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import { checkManifest, type ManifestEntryInput } from "./manifest.js";
 import { checkArtifactName, type Digest } from "./names.js";
-import { createStaging } from "./staging.js";
-import { createFileBlobStore, type BlobStore } from "./store.js";
+import type { ArtifactStore } from "./store.js";
 import { finalizeUpload, openUpload, putUpload, sweepUploads, type OpenUploadInput, type PutUploadInput, type StoredArtifact, type UploadContext, type UploadProgress } from "./uploads.js";
 
 /** The default cap on one artifact: 2 GiB. */
@@ -19,13 +17,13 @@ export const defaultMaxArtifactBytes = 2 * 1024 * 1024 * 1024;
 /** Options of the artifacts service. */
 export interface ArtifactsOptions {
   readonly db: Kysely<Database>;
-  /** Holds `blobs/` (the store) and `staging/` (partial uploads): one filesystem, so finalize is a rename. */
-  readonly dir: string;
+  /** Where blobs and staged uploads live: files (fs-store.ts) or Postgres rows (pg-store.ts). */
+  readonly store: ArtifactStore;
   /** Largest artifact accepted; 2 GiB by default. */
   readonly maxArtifactBytes?: number;
   /** How often uploads of ended leases are discarded; 30 s by default. */
   readonly sweepIntervalMs?: number;
-  /** Bytes a put writes between two fsync + durable-size commits; 8 MiB by default. */
+  /** Bytes a put writes between two sync + durable-size commits; 8 MiB by default. */
   readonly commitEveryBytes?: number;
   /** How long a put or finalize waits for another one on the same upload; 10 s by default. */
   readonly lockWaitMs?: number;
@@ -38,8 +36,7 @@ export interface ArtifactContent extends StoredArtifact {
 
 /** Uploads under a lease, the blob store, and job result manifests. */
 export interface Artifacts {
-  readonly dir: string;
-  readonly blobs: BlobStore;
+  readonly store: ArtifactStore;
   readonly maxArtifactBytes: number;
   open(input: OpenUploadInput): Promise<UploadProgress>;
   put(input: PutUploadInput, data: AsyncIterable<Uint8Array>): Promise<UploadProgress>;
@@ -55,11 +52,10 @@ export interface Artifacts {
   close(): Promise<void>;
 }
 
-/** Starts the artifacts service on the filesystem store in `options.dir`. */
-export async function createArtifacts(options: ArtifactsOptions): Promise<Artifacts> {
-  const { db } = options;
-  const blobs = createFileBlobStore(join(options.dir, "blobs"));
-  const staging = await createStaging(join(options.dir, "staging"));
+/** Starts the artifacts service on `options.store`. */
+export function createArtifacts(options: ArtifactsOptions): Artifacts {
+  const { db, store } = options;
+  const { blobs, staging } = store;
   const maxArtifactBytes = options.maxArtifactBytes ?? defaultMaxArtifactBytes;
   const ctx: UploadContext = {
     db,
@@ -83,8 +79,7 @@ export async function createArtifacts(options: ArtifactsOptions): Promise<Artifa
     return (row.artifacts ?? []).map((a) => ({ name: String(a.name), digest: String(a.digest) as Digest, size: Number(a.size), mediaType: String(a.mediaType) }));
   };
   return {
-    dir: options.dir,
-    blobs,
+    store,
     maxArtifactBytes,
     open: (input) => openUpload(ctx, input),
     put: (input, data) => putUpload(ctx, input, data),
@@ -107,7 +102,7 @@ export async function createArtifacts(options: ArtifactsOptions): Promise<Artifa
 }
 
 /**
- * The blob's bytes, hashed as they pass: a blob changed on disk ends the
+ * The blob's bytes, hashed as they pass: a blob changed in the store ends the
  * stream with data_loss instead of completing, so a reader never takes
  * damaged bytes for the artifact (on REST the stream is reset).
  */
@@ -131,7 +126,7 @@ async function* verified(artifact: StoredArtifact, chunks: AsyncIterable<Uint8Ar
  * the one before it up to `waitMs` (a retry often arrives while the request
  * it replaces is still being torn down), then is refused. Replicas do not
  * share this lock: the durable-size update is a compare-and-set, and
- * finalize hashes what is on disk, so a race across replicas can fail a put
+ * finalize hashes what is staged, so a race across replicas can fail a put
  * but never store wrong bytes.
  */
 function createKeyedLock(waitMs: number): UploadContext["lock"] {

@@ -1,5 +1,4 @@
 import { randomUUID } from "node:crypto";
-import type { FileHandle } from "node:fs/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Selectable } from "kysely";
 import { requireLiveLease, type LiveLease } from "../broker/lease-check.js";
@@ -7,17 +6,16 @@ import { liveLease, liveLeaseRow } from "../broker/lease-sql.js";
 import type { LeaseCall } from "../broker/leases.js";
 import type { Database, UploadsTable } from "../store/schema.js";
 import { checkArtifactName, checkDigest, checkMediaType, type Digest } from "./names.js";
-import { sameBytesAt, sha256Of, writeAllAt, type Staging } from "./staging.js";
-import type { BlobStore } from "./store.js";
+import type { BlobStore, StagedWriter, StagingStore } from "./store.js";
 
 /** What the upload operations work with. */
 export interface UploadContext {
   readonly db: Kysely<Database>;
   readonly blobs: BlobStore;
-  readonly staging: Staging;
+  readonly staging: StagingStore;
   /** Largest artifact accepted at open. */
   readonly maxArtifactBytes: number;
-  /** Bytes a put writes between two fsync + durable-size commits. */
+  /** Bytes a put writes between two sync + durable-size commits. */
   readonly commitEveryBytes: number;
   /** Most uploads one lease may hold open at once. */
   readonly maxOpenPerLease: number;
@@ -36,7 +34,7 @@ export interface OpenUploadInput extends LeaseCall {
 /** Where an upload stands. */
 export interface UploadProgress {
   readonly uploadId: string;
-  /** Bytes held durably (fsynced and recorded): where the next put starts. */
+  /** Bytes held durably (synced and recorded): where the next put starts. */
   readonly durableSize: number;
   readonly size: number;
 }
@@ -98,7 +96,7 @@ export interface PutUploadInput extends LeaseCall {
 /**
  * Writes `data` at `offset` of an open upload. Bytes below the durable size
  * must equal those held (a replay: compared, never written again); the rest
- * is written in order, fsynced and recorded every `commitEveryBytes` and at
+ * is written in order, synced and recorded every `commitEveryBytes` and at
  * the end, also when the body breaks off, so a client resumes from exactly
  * what is held. A gap, different bytes, or bytes past the declared size are
  * refused; every refusal carries the durable size in `forelead-upload-offset`.
@@ -113,7 +111,7 @@ export async function putUpload(ctx: UploadContext, input: PutUploadInput, data:
     const held = upload.durable_size;
     if (!Number.isSafeInteger(input.offset) || input.offset < 0) throw withOffset(new ConnectError(`offset must be a byte position; got ${input.offset}`, Code.InvalidArgument), held);
     if (input.offset > held) throw withOffset(new ConnectError(`offset ${input.offset} leaves a gap: upload ${uploadId} holds ${held} bytes; resume from ${held}`, Code.Aborted), held);
-    const file = await ctx.staging.openFile(uploadId);
+    const file = await ctx.staging.open(uploadId);
     let committed = held;
     let position = input.offset;
     let failure: unknown;
@@ -127,10 +125,10 @@ export async function putUpload(ctx: UploadContext, input: PutUploadInput, data:
           throw new ConnectError(`the body runs past the declared size of ${JSON.stringify(upload.name)}: ${position + chunk.length} > ${upload.size} bytes`, Code.ResourceExhausted);
         }
         const replay = Math.max(0, Math.min(chunk.length, held - position));
-        if (replay > 0 && !(await sameBytesAt(file, position, chunk.subarray(0, replay)))) {
+        if (replay > 0 && !(await file.matches(position, chunk.subarray(0, replay)))) {
           throw new ConnectError(`the bytes at ${position}..${position + replay} differ from those upload ${uploadId} already holds; resume from ${held} with the same content`, Code.Aborted);
         }
-        if (replay < chunk.length) await writeAllAt(file, position + replay, chunk.subarray(replay));
+        if (replay < chunk.length) await file.write(position + replay, chunk.subarray(replay));
         position += chunk.length;
         if (position - committed >= ctx.commitEveryBytes) committed = await commit(ctx, file, upload, input, committed, position);
       }
@@ -149,8 +147,8 @@ export async function putUpload(ctx: UploadContext, input: PutUploadInput, data:
   });
 }
 
-/** fsync, then record `position` as durable; refused when the lease died or another put moved the upload. */
-async function commit(ctx: UploadContext, file: FileHandle, upload: UploadRow, input: PutUploadInput, from: number, position: number): Promise<number> {
+/** Sync, then record `position` as durable; refused when the lease died or another put moved the upload. */
+async function commit(ctx: UploadContext, file: StagedWriter, upload: UploadRow, input: PutUploadInput, from: number, position: number): Promise<number> {
   await file.sync();
   // The lease condition makes a put that outlives its lease stop counting bytes at once.
   const { rows } = await sql<{ durable_size: number }>`
@@ -169,7 +167,7 @@ async function commit(ctx: UploadContext, file: FileHandle, upload: UploadRow, i
 /**
  * Verifies an upload and moves it into the store: the bytes held must be
  * exactly the declared size and hash to the declared digest; otherwise the
- * upload is discarded (its staging file removed) and the call refused.
+ * upload is discarded (its staged bytes removed) and the call refused.
  * Finalizing a finalized upload returns the same answer.
  */
 export async function finalizeUpload(ctx: UploadContext, input: LeaseCall & { readonly uploadId: string }): Promise<StoredArtifact> {
@@ -189,19 +187,11 @@ export async function finalizeUpload(ctx: UploadContext, input: LeaseCall & { re
       throw await discard(ctx, upload, `${label} holds ${upload.durable_size} of its declared ${upload.size} bytes; it was discarded: open a new upload and send all of it`, Code.FailedPrecondition);
     }
     if (length === undefined && upload.size > 0) throw await discard(ctx, upload, `the bytes of ${label} are no longer held; it was discarded: open a new upload`, Code.FailedPrecondition);
-    const file = await ctx.staging.openFile(uploadId);
-    let actual: string;
-    try {
-      await file.truncate(upload.size); // bytes a crash left past the durable size are not part of it
-      await file.sync();
-      actual = await sha256Of(file, upload.size);
-    } finally {
-      await file.close();
-    }
+    const actual = await ctx.staging.seal(uploadId, upload.size); // bytes a crash left past the durable size are not part of it
     if (actual !== digest) {
       throw await discard(ctx, upload, `the ${upload.size} bytes of ${label} hash to ${actual}, not the declared ${digest}; it was discarded`, Code.InvalidArgument);
     }
-    await ctx.blobs.putFile(digest, ctx.staging.pathOf(uploadId));
+    await ctx.staging.promote(uploadId, digest);
     return markFinalized(ctx, upload);
   });
 }
@@ -220,7 +210,7 @@ async function discard(ctx: UploadContext, upload: UploadRow, message: string, c
 
 /**
  * Discards open uploads whose lease has ended (released, expired, settled):
- * nobody can write or finalize them any more, so their staging files go.
+ * nobody can write or finalize them any more, so their staged bytes go.
  * Bounded and SKIP LOCKED, so replicas sweep side by side.
  */
 export async function sweepUploads(ctx: UploadContext, limit = 200): Promise<number> {

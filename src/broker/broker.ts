@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
-import { cancelJob, enqueueJob, getJob, hasQueuedJobs, listJobs, type EnqueueInput, type ListJobsInput } from "./jobs.js";
+import { cancelJob, defaultJobTimeouts, enqueueJob, getJob, hasQueuedJobs, listJobs, type EnqueueInput, type JobTimeouts, type ListJobsInput } from "./jobs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
@@ -42,8 +42,10 @@ export interface Broker {
 export interface BrokerOptions {
   readonly store: Store;
   readonly leaseSeconds: number;
-  /** How often expired leases are swept; 1 s by default. */
+  /** How often expired leases and overdue jobs are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
+  /** Default and maximum job timeouts and the grace before the sweep fails an overdue job; defaultJobTimeouts unless given. */
+  readonly jobTimeouts?: JobTimeouts;
   /** The code host: checks repositories at enqueue, pins base commits at claim. Without it, jobs with a repository are refused. */
   readonly code?: CodeHooks;
   /** How claims and completions arriving together are batched; see defaultBatching. */
@@ -57,14 +59,15 @@ export interface BrokerOptions {
  */
 export const defaultBatching: BatcherOptions = { maxBatch: 64, maxInFlight: 4 };
 
-/** Starts a broker: subscribes to wakeups and sweeps expired leases on a timer. */
+/** Starts a broker: subscribes to wakeups and sweeps expired leases and overdue jobs on a timer. */
 export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const { db } = options.store;
   const wakeups: Wakeups = await createWakeups(options.store);
   const batching = options.batching ?? defaultBatching;
   const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds), batching);
   const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs), batching);
-  const sweep = async () => (await expireLeases(db)).length;
+  const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
+  const sweep = async () => (await expireLeases(db, timeouts)).length;
   let closed = false;
   let sweeping: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
@@ -73,7 +76,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   timer.unref();
 
   return {
-    enqueue: (input) => enqueueJob(db, input, options.code),
+    enqueue: (input) => enqueueJob(db, input, timeouts, options.code),
     get: (jobId) => getJob(db, jobId),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by),

@@ -40,7 +40,23 @@ export function jobKindOf(input: Pick<EnqueueInput, "kind" | "repository">): str
 }
 
 /** Limits on what a job may ask for; outside them the enqueue is refused by name. */
-export const jobLimits = { maxAttempts: 100, defaultMaxAttempts: 3, maxPriority: 1_000_000, maxTimeoutSeconds: 7 * 24 * 3600, maxArgs: 4096, maxEnv: 1024 } as const;
+export const jobLimits = { maxAttempts: 100, defaultMaxAttempts: 3, maxPriority: 1_000_000, maxArgs: 4096, maxEnv: 1024 } as const;
+
+/**
+ * The control plane's job deadlines (forelead serve --default-job-timeout,
+ * --max-job-timeout, --job-timeout-grace). A job's timeoutSeconds (the
+ * default when it gives none) is stored in its spec, so the runner enforces
+ * the same limit; the expiry sweep fails a job still running `graceSeconds`
+ * after it, when the runner did not stop it.
+ */
+export interface JobTimeouts {
+  readonly defaultSeconds: number;
+  readonly maxSeconds: number;
+  readonly graceSeconds: number;
+}
+
+/** 6 h by default (GitHub Actions' job limit), at most 7 days, 30 s of grace. */
+export const defaultJobTimeouts: JobTimeouts = { defaultSeconds: 6 * 3600, maxSeconds: 7 * 24 * 3600, graceSeconds: 30 };
 
 const segment = /^[A-Za-z0-9._-]{1,128}$/;
 const labelPattern = /^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,62}$/;
@@ -52,7 +68,7 @@ function bad(message: string): never {
 }
 
 /** Checks an enqueue request; throws invalid_argument naming the first bad field. */
-export function validateEnqueue(input: EnqueueInput): void {
+export function validateEnqueue(input: EnqueueInput, timeouts: JobTimeouts = defaultJobTimeouts): void {
   if (!segment.test(input.workspaceId)) bad(`workspaceId ${JSON.stringify(input.workspaceId)} must be 1 to 128 characters of A-Z a-z 0-9 . _ - (a SPIFFE path segment)`);
   input.labels.forEach((l, i) => labelPattern.test(l) || bad(`labels[${i}] ${JSON.stringify(l)} is not a label: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`));
   if (input.maxAttempts < 0 || input.maxAttempts > jobLimits.maxAttempts) bad(`maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ${jobLimits.defaultMaxAttempts}); got ${input.maxAttempts}`);
@@ -70,7 +86,8 @@ export function validateEnqueue(input: EnqueueInput): void {
   if (spec.argv.length === 0) bad("spec.argv is required: the command as an array, e.g. [\"sh\", \"-c\", \"make test\"]");
   if (spec.argv.length > jobLimits.maxArgs) bad(`spec.argv has ${spec.argv.length} entries; at most ${jobLimits.maxArgs} are allowed`);
   if (spec.image.length > 512) bad("spec.image is longer than 512 characters");
-  if (spec.timeoutSeconds < 0 || spec.timeoutSeconds > jobLimits.maxTimeoutSeconds) bad(`spec.timeoutSeconds must be 0 (no limit) to ${jobLimits.maxTimeoutSeconds}; got ${spec.timeoutSeconds}`);
+  if (!Number.isSafeInteger(spec.timeoutSeconds) || spec.timeoutSeconds < 0) bad(`spec.timeoutSeconds must be a whole number of seconds, 0 for this control plane's default of ${timeouts.defaultSeconds} s; got ${spec.timeoutSeconds}`);
+  if (spec.timeoutSeconds > timeouts.maxSeconds) bad(`spec.timeoutSeconds ${spec.timeoutSeconds} is over this control plane's maximum job timeout of ${timeouts.maxSeconds} s (forelead serve --max-job-timeout)`);
   if (!(spec.cpu >= 0) || !Number.isFinite(spec.cpu)) bad(`spec.cpu must be a non-negative number of cores; got ${spec.cpu}`);
   if (!(spec.memoryBytes >= 0) || !Number.isSafeInteger(spec.memoryBytes)) bad(`spec.memoryBytes must be a non-negative byte count; got ${spec.memoryBytes}`);
   const env = Object.keys(spec.env);
@@ -79,20 +96,21 @@ export function validateEnqueue(input: EnqueueInput): void {
 }
 
 /**
- * Stores a job, queued, and wakes runners waiting in its workspace. The same
+ * Stores a job, queued, and wakes runners waiting in its workspace; a job
+ * without a timeout gets the server's default one. The same
  * idempotencyKey in the same workspace returns the job stored first; with a
  * different request it is refused (409), since silently returning a job that
  * runs something else would be worse.
  */
-export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, code?: CodeHooks): Promise<JobSnapshot> {
-  validateEnqueue(input);
+export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, code?: CodeHooks): Promise<JobSnapshot> {
+  validateEnqueue(input, timeouts);
   const kind = jobKindOf(input);
   if (input.repository) {
     if (!code) bad(`repository ${JSON.stringify(input.repository)} is not registered: this control plane serves no code routes`);
     await code.checkTarget(input.repository, input.targetBranch);
   }
   const spec = input.spec!;
-  const storedSpec = {
+  const requestedSpec = {
     image: spec.image,
     argv: [...spec.argv],
     ...(Object.keys(spec.env).length ? { env: { ...spec.env } } : {}),
@@ -100,9 +118,11 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, code
     ...(spec.cpu ? { cpu: spec.cpu } : {}),
     ...(spec.memoryBytes ? { memoryBytes: String(spec.memoryBytes) } : {}),
   };
+  // The timeout as asked for goes into the idempotency hash, so a retry still matches after the default changed.
+  const storedSpec = { ...requestedSpec, timeoutSeconds: spec.timeoutSeconds || timeouts.defaultSeconds };
   const labels = [...new Set(input.labels)].sort();
   const maxAttempts = input.maxAttempts || jobLimits.defaultMaxAttempts;
-  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, storedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : [])])).digest("hex");
+  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, requestedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : [])])).digest("hex");
   // One statement: the insert, and the wakeup only when a row was inserted (a repeat of an
   // idempotency key wakes nobody). One round trip and one commit instead of four round trips:
   // under load each round trip waits for the event loop, and enqueue latency is pickup latency.

@@ -1,6 +1,7 @@
 import { dirname, join, resolve } from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
+import { defaultJobTimeouts } from "../broker/jobs.js";
 import { isPostgresUrl } from "../store/database.js";
 import { parseDuration } from "../identity/ca.js";
 import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js";
@@ -25,6 +26,9 @@ interface ServeFlags {
   issuerKey?: string;
   issuedCertLifetime?: string;
   leaseSeconds: number;
+  defaultJobTimeout: number;
+  maxJobTimeout: number;
+  jobTimeoutGrace: number;
   maxCertLifetime: string;
   codeDir?: string;
   artifactsDir?: string;
@@ -48,9 +52,12 @@ export function serveCommand(): Command {
     .addOption(pathOption("--issuer-key <file>", "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 (BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted"))
     .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
+    .addOption(new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one").default(defaultJobTimeouts.defaultSeconds, "6h").argParser(durationSeconds("--default-job-timeout")))
+    .addOption(new Option("--max-job-timeout <duration>", "longest timeout a job may ask for; an enqueue over it is refused").default(defaultJobTimeouts.maxSeconds, "7d").argParser(durationSeconds("--max-job-timeout")))
+    .addOption(new Option("--job-timeout-grace <duration>", "how long a job may run past its timeout before the control plane fails it (error timeout)").default(defaultJobTimeouts.graceSeconds, "30s").argParser(durationSeconds("--job-timeout-grace")))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .addOption(pathOption("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)"))
-    .addOption(pathOption("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)"))
+    .addOption(pathOption("--artifacts-dir <dir>", "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL"))
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -73,6 +80,7 @@ export function serveCommand(): Command {
         ...(issuer ? { issuer } : {}),
         ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
         leaseSeconds: flags.leaseSeconds,
+        jobTimeouts: { defaultSeconds: flags.defaultJobTimeout, maxSeconds: flags.maxJobTimeout, graceSeconds: flags.jobTimeoutGrace },
         maxCertLifetimeMs,
         ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
         ...(artifactsDir ? { artifactsDir } : {}),
@@ -82,7 +90,7 @@ export function serveCommand(): Command {
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
       console.log(`forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
         plane.close().then(
@@ -98,11 +106,26 @@ export function serveCommand(): Command {
     });
 }
 
-/** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in data/artifacts. */
+/** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in Postgres (no directory). */
 function defaultArtifactsDir(database: string): string | undefined {
-  if (isPostgresUrl(database)) return resolve("data/artifacts");
+  if (isPostgresUrl(database)) return undefined;
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "artifacts");
+}
+
+/** A commander parser for durations such as 6h, 90m or 30s, in whole seconds. */
+function durationSeconds(name: string): (value: string) => number {
+  return (value) => {
+    const ms = (() => {
+      try {
+        return parseDuration(value);
+      } catch {
+        return NaN;
+      }
+    })();
+    if (!(ms >= 1000) || ms % 1000 !== 0) throw new InvalidArgumentError(`${name} must be a duration of whole seconds such as 6h, 90m or 30s; got ${JSON.stringify(value)}`);
+    return ms / 1000;
+  };
 }
 
 /** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */

@@ -2,11 +2,14 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createArtifacts } from "../artifacts/artifacts.js";
+import { createFileArtifactStore } from "../artifacts/fs-store.js";
+import { createPostgresArtifactStore } from "../artifacts/pg-store.js";
+import type { ArtifactStore } from "../artifacts/store.js";
 import { createBroker } from "../broker/broker.js";
 import { createCodeHost } from "../code/code-host.js";
 import { createIdentity } from "../identity/identity.js";
 import { createInventory } from "../inventory/inventory.js";
-import { openStore } from "../store/database.js";
+import { isPostgresUrl, openStore, type Store } from "../store/database.js";
 import { createDbClock } from "../store/db-clock.js";
 import { createStreams } from "../streams/streams.js";
 import type { CheckedOptions } from "./options.js";
@@ -27,12 +30,25 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const clock = stack.use("the database clock", await createDbClock(store.db));
   const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer }));
   const code = stack.use("the code host", await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
-  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.batching ? { batching: options.batching } : {}) }));
+  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}) }));
   const inventory = createInventory(store.db);
-  const artifactsDir = options.artifactsDir ?? (await temporaryDirectory(stack, "forelead-artifacts-"));
-  const artifacts = stack.use("artifacts", await createArtifacts({ db: store.db, dir: artifactsDir, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));
+  const artifactStore = await chooseArtifactStore(checked, store, stack);
+  const artifacts = stack.use("artifacts", createArtifacts({ db: store.db, store: artifactStore, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));
   const streams = stack.use("streams", await createStreams({ store, maxRequestBytes: checked.maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) }));
   return { store, clock, identity, code, broker, inventory, artifacts, streams };
+}
+
+/**
+ * Where artifacts live, decided here and nowhere else: the directory given
+ * (--artifacts-dir); else, on a postgres:// database, Postgres rows, so
+ * replicas share artifacts as they share jobs; else (the embedded database)
+ * files in a private temporary directory (`forelead serve` gives one beside
+ * the data directory).
+ */
+async function chooseArtifactStore({ options }: CheckedOptions, store: Store, stack: ResourceStack): Promise<ArtifactStore> {
+  if (options.artifactsDir) return createFileArtifactStore(options.artifactsDir);
+  if (isPostgresUrl(options.database)) return createPostgresArtifactStore(store.db);
+  return createFileArtifactStore(await temporaryDirectory(stack, "forelead-artifacts-"));
 }
 
 /** A fresh directory under the system's temporary directory, removed at unwind. */

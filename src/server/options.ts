@@ -1,4 +1,5 @@
 import type { BatcherOptions } from "../broker/batcher.js";
+import type { JobTimeouts } from "../broker/jobs.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
@@ -29,15 +30,18 @@ export interface ControlPlaneOptions {
   readonly maxCertLifetimeMs: number;
   /** Byte bound of one request body; 1 MiB by default. */
   readonly maxBodyBytes?: number;
-  /** How often expired leases are swept; 1 s by default. */
+  /** How often expired leases and overdue jobs are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
+  /** Job timeouts: the default, the maximum and the grace; defaultJobTimeouts (6 h, 7 d, 30 s) unless given. */
+  readonly jobTimeouts?: JobTimeouts;
   /** Where repository mirrors and scratch files live; a private temporary directory when omitted. */
   readonly codeDir?: string;
   /** Cap of one git bundle, sent or received; 256 MiB by default. */
   readonly maxBundleBytes?: number;
   /**
-   * Where artifacts live (blobs/ and staging/); replicas must share it.
-   * Default: a fresh temporary directory, removed at close (tests).
+   * A directory for artifacts as files (blobs/ and staging/); replicas must
+   * share it. Without it: Postgres rows on a postgres:// database, else a
+   * fresh temporary directory, removed at close (tests).
    */
   readonly artifactsDir?: string;
   /** Largest artifact an upload may declare; 2 GiB by default. */
@@ -71,6 +75,10 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
   const issuedLifetimeMs = options.issuedCertLifetimeMs ?? options.maxCertLifetimeMs;
   if (issuedLifetimeMs > options.maxCertLifetimeMs) {
     throw new Error(`the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`);
+  }
+  const timeouts = options.jobTimeouts;
+  if (timeouts && timeouts.defaultSeconds > timeouts.maxSeconds) {
+    throw new Error(`the default job timeout (${timeouts.defaultSeconds} s) is over the maximum job timeout (${timeouts.maxSeconds} s)`);
   }
   const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
   return { options, tls, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes };

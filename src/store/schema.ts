@@ -20,6 +20,9 @@ export interface Database {
   reap_orders: ReapOrdersTable;
   repositories: RepositoriesTable;
   uploads: UploadsTable;
+  artifact_blobs: ArtifactBlobsTable;
+  artifact_blob_chunks: ByteChunksTable & { digest: string };
+  upload_chunks: ByteChunksTable & { upload_id: string };
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -112,7 +115,8 @@ export interface LeasesTable {
   issued_at: Generated<Date>;
   expires_at: Date;
   ended_at: Date | null;
-  end_reason: "released" | "expired" | "settled" | "requeued" | null;
+  /** timed_out: the expiry sweep failed the job past its timeout plus grace (migration 0009). */
+  end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | null;
   completion_id: string | null;
   completion_sha256: string | null;
   /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/sql/complete.ts). */
@@ -141,13 +145,27 @@ export interface UploadsTable {
   size: number;
   digest: string;
   media_type: string;
-  /** Bytes fsynced in the staging file. */
+  /** Bytes held durably in staging (fsynced in the file, or committed in upload_chunks). */
   durable_size: Generated<number>;
   state: "open" | "finalized" | "discarded";
   discard_reason: string | null;
   created_at: Generated<Date>;
   updated_at: Generated<Date>;
   finalized_at: Date | null;
+}
+
+/** A blob of the Postgres artifact store (migration 0010); its bytes are rows of artifact_blob_chunks. */
+export interface ArtifactBlobsTable {
+  digest: string;
+  size: number;
+  created_at: Generated<Date>;
+}
+
+/** One piece of a blob or a staged upload: `data` is the bytes from `byte_offset` on. */
+export interface ByteChunksTable {
+  byte_offset: number;
+  /** pg returns a Buffer, PGlite a Uint8Array. */
+  data: Uint8Array;
 }
 
 /** A JSON object as stored in a jsonb column. */

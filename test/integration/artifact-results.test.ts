@@ -1,21 +1,16 @@
 import "reflect-metadata";
 import { randomBytes } from "node:crypto";
-import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { leasedJob, type LeasedJob } from "../support/actors.js";
-import { filesUnder, restUploads, sha256 } from "../support/artifacts.js";
+import { artifactStoreKinds, artifactStoreOptions, restUploads, sha256, storedArtifacts } from "../support/artifacts.js";
 import { createTestClient, rpcProtocols } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 
 const KiB = 1024;
-const cp = useControlPlane();
-const { admin } = cp;
-let counter = 0;
-const fresh = () => `res${++counter}`;
 
 /** Uploads `data` as `name` under the job's lease over REST and returns the manifest entry. */
 async function uploaded(j: LeasedJob, name: string, data: Buffer, mediaType = "") {
@@ -28,7 +23,12 @@ async function uploaded(j: LeasedJob, name: string, data: Buffer, mediaType = ""
   return { name: done.json.name, digest: done.json.digest, size: done.json.size, mediaType: done.json.mediaType };
 }
 
-describe(`results on completion (${databaseKind})`, () => {
+describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s store)`, (kind) => {
+  const cp = useControlPlane(artifactStoreOptions(kind));
+  const { admin } = cp;
+  let counter = 0;
+  const fresh = () => `res${++counter}`;
+
   it("a completion lists its artifacts; the job lists them; a download returns the same bytes with Content-Length and the digest", async () => {
     const report = Buffer.from('<testsuite tests="3"/>\n');
     const binary = randomBytes(700 * KiB + 3);
@@ -149,34 +149,29 @@ describe(`results on completion (${databaseKind})`, () => {
     expect((await adminClient.listJobArtifacts({ jobId: job!.id })).artifacts).toHaveLength(1);
   });
 
-  it("a blob damaged on disk is never served as the artifact: the download breaks instead of completing", async () => {
+  it("a blob damaged in the store is never served as the artifact: the download breaks instead of completing", async () => {
     const data = randomBytes(300 * KiB);
     const j = await leasedJob(cp, admin, "r1", fresh());
     const entry = await uploaded(j, "fragile.bin", data);
     expect((await j.runner.complete(j.jobId, j.token, { artifacts: [entry] })).status).toBe(200);
-    const blobs = join(cp.plane.artifacts.dir, "blobs");
-    const file = (await filesUnder(blobs)).find((f) => f.endsWith(entry.digest.slice(7)))!;
-    const { chmod, writeFile } = await import("node:fs/promises");
-    await chmod(join(blobs, file), 0o644);
-    const damaged = Buffer.from(data);
-    damaged[1000] = damaged[1000]! ^ 1;
-    await writeFile(join(blobs, file), damaged);
+    expect((await downloadRaw(j.jobId, "fragile.bin")).status).toBe(200); // intact, it downloads
+    await storedArtifacts(cp.plane).damage(entry.digest, 1000);
     const got = await downloadRaw(j.jobId, "fragile.bin").catch((err: Error) => err);
     expect(got).toBeInstanceOf(Error); // the stream is reset: never a clean 200 with the wrong bytes
     await j.runner.close();
   });
-});
 
-/** GET an artifact's bytes over REST, keeping the body binary. */
-function downloadRaw(jobId: string, name: string): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
-  return new Promise((resolve, reject) => {
-    const stream = admin.rest.session.request({ ":method": "GET", ":path": `/v1/admin/jobs/${jobId}/artifacts/content?name=${encodeURIComponent(name)}` });
-    const chunks: Buffer[] = [];
-    let headers: Record<string, unknown> = {};
-    stream.on("response", (h) => (headers = h));
-    stream.on("data", (c: Buffer) => chunks.push(c));
-    stream.on("error", reject);
-    stream.on("end", () => (stream.rstCode && stream.rstCode !== 0 ? reject(new Error(`reset ${stream.rstCode}`)) : resolve({ status: Number(headers[":status"]), headers, body: Buffer.concat(chunks) })));
-    stream.end();
-  });
-}
+  /** GET an artifact's bytes over REST, keeping the body binary. */
+  function downloadRaw(jobId: string, name: string): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
+    return new Promise((resolve, reject) => {
+      const stream = admin.rest.session.request({ ":method": "GET", ":path": `/v1/admin/jobs/${jobId}/artifacts/content?name=${encodeURIComponent(name)}` });
+      const chunks: Buffer[] = [];
+      let headers: Record<string, unknown> = {};
+      stream.on("response", (h) => (headers = h));
+      stream.on("data", (c: Buffer) => chunks.push(c));
+      stream.on("error", reject);
+      stream.on("end", () => (stream.rstCode && stream.rstCode !== 0 ? reject(new Error(`reset ${stream.rstCode}`)) : resolve({ status: Number(headers[":status"]), headers, body: Buffer.concat(chunks) })));
+      stream.end();
+    });
+  }
+});

@@ -5,45 +5,44 @@ import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { eventually, leasedJob, type LeasedJob } from "../support/actors.js";
-import { blobPath, filesUnder, restUploads, sha256 } from "../support/artifacts.js";
+import { artifactStoreKinds, artifactStoreOptions, blobPath, restUploads, sha256, storedArtifacts } from "../support/artifacts.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 
 const MiB = 1024 * 1024;
-const cp = useControlPlane();
-const { admin } = cp;
-let counter = 0;
-const fresh = () => `up${++counter}`;
-const staging = () => join(cp.plane.artifacts.dir, "staging");
-const blobs = () => join(cp.plane.artifacts.dir, "blobs");
 
-async function job(): Promise<LeasedJob> {
-  const ws = fresh();
-  return leasedJob(cp, admin, "r1", ws);
-}
+describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`, (kind) => {
+  const cp = useControlPlane(artifactStoreOptions(kind));
+  const { admin } = cp;
+  let counter = 0;
+  const fresh = () => `up${++counter}`;
+  const stored = () => storedArtifacts(cp.plane);
 
-/**
- * Starts a raw PUT of `bytes` at `offset` and resets the stream (RST_STREAM
- * CANCEL) once the control plane has written `cutAfter` bytes of the upload
- * to its staging file: a connection lost in the middle of a body.
- */
-async function interruptedPut(j: LeasedJob, uploadId: string, offset: number, bytes: Buffer, cutAfter: number): Promise<void> {
-  const stream = j.runner.rest.session.request({ ":method": "PUT", ":path": `/v1/runner/uploads/${uploadId}`, ...restUploads(j).headers(offset) });
-  stream.on("error", () => {});
-  const closed = new Promise<void>((resolve) => stream.once("close", () => resolve()));
-  const writing = (async () => {
-    for (let at = 0; at < bytes.length && !stream.destroyed; at += MiB) {
-      if (!stream.write(bytes.subarray(at, at + MiB))) await Promise.race([new Promise((r) => stream.once("drain", r)), closed]);
-    }
-  })();
-  const file = join(staging(), `${uploadId}.part`);
-  await eventually(`${cutAfter} bytes in the staging file`, async () => ((await stat(file).catch(() => undefined))?.size ?? 0) >= cutAfter || undefined, 30_000, 20);
-  stream.close(http2Constants.NGHTTP2_CANCEL);
-  await closed;
-  await writing;
-}
+  async function job(): Promise<LeasedJob> {
+    const ws = fresh();
+    return leasedJob(cp, admin, "r1", ws);
+  }
 
-describe(`artifact uploads (${databaseKind})`, () => {
+  /**
+   * Starts a raw PUT of `bytes` at `offset` and resets the stream (RST_STREAM
+   * CANCEL) once the control plane has staged `cutAfter` bytes of the upload:
+   * a connection lost in the middle of a body.
+   */
+  async function interruptedPut(j: LeasedJob, uploadId: string, offset: number, bytes: Buffer, cutAfter: number): Promise<void> {
+    const stream = j.runner.rest.session.request({ ":method": "PUT", ":path": `/v1/runner/uploads/${uploadId}`, ...restUploads(j).headers(offset) });
+    stream.on("error", () => {});
+    const closed = new Promise<void>((resolve) => stream.once("close", () => resolve()));
+    const writing = (async () => {
+      for (let at = 0; at < bytes.length && !stream.destroyed; at += MiB) {
+        if (!stream.write(bytes.subarray(at, at + MiB))) await Promise.race([new Promise((r) => stream.once("drain", r)), closed]);
+      }
+    })();
+    await eventually(`${cutAfter} bytes staged`, async () => (await stored().stagedBytes(uploadId)) >= cutAfter || undefined, 30_000, 20);
+    stream.close(http2Constants.NGHTTP2_CANCEL);
+    await closed;
+    await writing;
+  }
+
   it("a 50 MiB upload in chunks, interrupted and resumed, is verified and stored once; a second upload of the same bytes is deduplicated", { timeout: 120_000 }, async () => {
     const data = randomBytes(50 * MiB);
     const digest = sha256(data);
@@ -81,22 +80,25 @@ describe(`artifact uploads (${databaseKind})`, () => {
     const done = await up.finalize(id);
     expect(done.status, done.text).toBe(200);
     expect(done.json).toEqual({ apiVersion: "v1", name: "dist/app.bin", digest, size: String(data.length), mediaType: "application/octet-stream" });
-    console.log(`50 MiB: open, 8 MiB, interrupted at ${(held / MiB).toFixed(1)} MiB, resumed, finalized in ${Date.now() - t0} ms (${databaseKind})`);
-    expect(await filesUnder(blobs())).toEqual([blobPath(digest)]);
-    expect(await filesUnder(staging())).toEqual([]);
-    const blob = await stat(join(blobs(), blobPath(digest)));
-    expect(blob.size).toBe(data.length);
-    expect(blob.mode & 0o222).toBe(0); // read-only: blobs are immutable
+    console.log(`50 MiB: open, 8 MiB, interrupted at ${(held / MiB).toFixed(1)} MiB, resumed, finalized in ${Date.now() - t0} ms (${databaseKind}, ${kind} store)`);
+    expect(await stored().blobs()).toEqual([digest]);
+    expect(await stored().staged()).toEqual([]);
+    const identity = await stored().blobIdentity(digest);
+    if (cp.plane.artifacts.store.kind === "files") {
+      const blob = await stat(join(cp.plane.artifacts.store.dir, "blobs", blobPath(digest)));
+      expect(blob.size).toBe(data.length);
+      expect(blob.mode & 0o222).toBe(0); // read-only: blobs are immutable
+    }
 
-    // The same bytes again, from another job, in one streamed body: one blob, the very same file.
+    // The same bytes again, from another job, in one streamed body: one blob, the very same one.
     const k = await job();
     const again = restUploads(k);
     const id2 = (await again.open("copy.bin", data.length, digest)).json.uploadId;
     expect((await again.put(id2, 0, data)).json.durableSize).toBe(String(data.length));
     expect((await again.finalize(id2)).json).toMatchObject({ digest, size: String(data.length) });
-    expect(await filesUnder(blobs())).toEqual([blobPath(digest)]);
-    expect((await stat(join(blobs(), blobPath(digest)))).ino).toBe(blob.ino);
-    expect(await filesUnder(staging())).toEqual([]);
+    expect(await stored().blobs()).toEqual([digest]);
+    expect(await stored().blobIdentity(digest)).toBe(identity);
+    expect(await stored().staged()).toEqual([]);
     await Promise.all([j.runner.close(), k.runner.close()]);
   });
 
@@ -105,15 +107,15 @@ describe(`artifact uploads (${databaseKind})`, () => {
     const declared = sha256("something else");
     const j = await job();
     const up = restUploads(j);
-    const before = await filesUnder(blobs());
+    const before = await stored().blobs();
     const id = (await up.open("report.xml", data.length, declared)).json.uploadId;
     expect((await up.put(id, 0, data)).status).toBe(200);
     const refused = await up.finalize(id);
     expect(refused.status).toBe(400);
     expect(refused.json.code).toBe("invalid_argument");
     expect(refused.json.message).toContain(`hash to ${sha256(data)}, not the declared ${declared}; it was discarded`);
-    expect(await filesUnder(blobs())).toEqual(before);
-    expect(await filesUnder(staging())).toEqual([]);
+    expect(await stored().blobs()).toEqual(before);
+    expect(await stored().staged()).toEqual([]);
     const late = await up.put(id, 0);
     expect(late.status).toBe(409);
     expect(late.json.message).toContain("was discarded");
@@ -124,29 +126,29 @@ describe(`artifact uploads (${databaseKind})`, () => {
     const data = randomBytes(MiB);
     const j = await job();
     const up = restUploads(j);
-    const before = await filesUnder(blobs());
+    const before = await stored().blobs();
     const id = (await up.open("short.bin", data.length, sha256(data))).json.uploadId;
     expect((await up.put(id, 0, data.subarray(0, 512 * 1024))).json.durableSize).toBe(String(512 * 1024));
-    expect(await filesUnder(staging())).toEqual([`${id}.part`]);
+    expect(await stored().staged()).toEqual([id]);
     const refused = await up.finalize(id);
     expect(refused.status).toBe(400);
     expect(refused.json).toMatchObject({ code: "failed_precondition" });
     expect(refused.json.message).toContain(`holds ${512 * 1024} of its declared ${MiB} bytes; it was discarded`);
-    expect(await filesUnder(blobs())).toEqual(before);
-    expect(await filesUnder(staging())).toEqual([]);
+    expect(await stored().blobs()).toEqual(before);
+    expect(await stored().staged()).toEqual([]);
     await j.runner.close();
   });
 
   it("a size over the cap (2 GiB by default) is refused at open by name, before any byte moves", async () => {
     const j = await job();
     const up = restUploads(j);
-    const before = await filesUnder(blobs());
+    const before = await stored().blobs();
     const over = await up.open("huge.iso", 2 * 1024 * MiB + 1, sha256("x"));
     expect(over.status).toBe(413);
     expect(over.json.code).toBe("resource_exhausted");
     expect(over.json.message).toContain(`artifact "huge.iso" declares ${2 * 1024 * MiB + 1} bytes, over this control plane's cap of ${2 * 1024 * MiB} bytes`);
-    expect(await filesUnder(staging())).toEqual([]);
-    expect(await filesUnder(blobs())).toEqual(before);
+    expect(await stored().staged()).toEqual([]);
+    expect(await stored().blobs()).toEqual(before);
     expect((await up.open("exactly-the-cap.iso", 2 * 1024 * MiB, sha256("x"))).status).toBe(200);
     await j.runner.close();
   });
@@ -220,9 +222,9 @@ describe(`artifact uploads (${databaseKind})`, () => {
     expect(dead.status).toBe(409);
     expect(dead.json.message).toContain("was released");
     expect((await up.finalize(id)).status).toBe(409);
-    expect(await filesUnder(staging())).toContain(`${id}.part`);
+    expect(await stored().staged()).toContain(id);
     await cp.plane.artifacts.sweep();
-    expect(await filesUnder(staging())).not.toContain(`${id}.part`);
+    expect(await stored().staged()).not.toContain(id);
     await Promise.all([j.runner.close(), stranger.runner.close()]);
   });
 

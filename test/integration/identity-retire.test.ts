@@ -1,9 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { adminActor, eventually, runnerActor } from "../support/actors.js";
-import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
-import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
-import { useControlPlane } from "../support/fixture.js";
-import { createTestPki } from "../support/pki.js";
+import { databaseKind } from "../support/database.js";
+import { useControlPlane, useReplicaPair } from "../support/fixture.js";
 
 const cp = useControlPlane();
 const { admin } = cp;
@@ -103,25 +101,12 @@ describe(`retiring a runner (${databaseKind})`, () => {
 });
 
 describe.runIf(databaseKind === "postgres")("retirement across replicas (postgres)", () => {
-  let database: TestDatabase;
-  let a: TestControlPlane;
-  let b: TestControlPlane;
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    const pki = await createTestPki();
-    a = await startTestControlPlane({ pki, database });
-    b = await startTestControlPlane({ pki, database });
-  });
-  afterAll(async () => {
-    await a?.close();
-    await b?.close();
-    await database?.drop();
-  });
+  const replicas = useReplicaPair();
 
   it("a retire on one replica reaches an open connection on the other through NOTIFY", async () => {
-    const runner = await runnerActor(b, "rx", "w1");
+    const runner = await runnerActor(replicas.b, "rx", "w1");
     expect((await runner.register()).status).toBe(200);
-    const adminA = await adminActor(a);
+    const adminA = await adminActor(replicas.a);
     const retire = await adminA.rest.request("POST", "/v1/admin/runners/rx/retire", { apiVersion: "v1", workspaceId: "w1" });
     expect(retire.status, retire.text).toBe(200);
     const refused = await eventually("replica b to refuse the retired runner", async () => {

@@ -9,7 +9,7 @@ import { type Client } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { uploadOutput, type UploadClient } from "../../src/runner/output/upload-output.js";
-import { blobPath, filesUnder, sha256 } from "../support/artifacts.js";
+import { sha256, storedArtifacts } from "../support/artifacts.js";
 import { createTestClient } from "../support/clients.js";
 import { startTestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
@@ -76,7 +76,7 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
     await symlink("../../../../../../etc/passwd", join(dir, "sub/relative"));
     execFileSync("mkfifo", [join(dir, "pipe")]);
     const { runner, jobId, leaseToken } = await leased();
-    const before = await filesUnder(join(cp.plane.artifacts.dir, "blobs"));
+    const before = await storedArtifacts(cp.plane).blobs();
     const result = await uploadOutput({ client: runner, jobId, leaseToken, dir });
     expect(result.artifacts.map((a) => a.name)).toEqual(["sub/ok.txt"]);
     expect(result.skipped).toEqual([
@@ -85,10 +85,10 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
       { name: "pipe", reason: "not a regular file (a device, FIFO or socket)" },
       { name: "sub/relative", reason: "a symbolic link (never followed)" },
     ]);
-    const blobs = await filesUnder(join(cp.plane.artifacts.dir, "blobs"));
-    expect(blobs.filter((b) => !before.includes(b))).toEqual([blobPath(sha256("inside"))]);
-    expect(blobs).not.toContain(blobPath(sha256(passwd)));
-    expect(await filesUnder(join(cp.plane.artifacts.dir, "staging"))).toEqual([]);
+    const blobs = await storedArtifacts(cp.plane).blobs();
+    expect(blobs.filter((b) => !before.includes(b))).toEqual([sha256("inside")]);
+    expect(blobs).not.toContain(sha256(passwd));
+    expect(await storedArtifacts(cp.plane).staged()).toEqual([]);
   });
 
   it("an output directory that is itself a symlink is not followed", async () => {
@@ -149,7 +149,7 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
       const failed = await uploadOutput({ client: runner, jobId: job!.id, leaseToken: lease!.token, dir }).catch((err: Error) => err);
       expect(failed).toBeInstanceOf(Error);
       expect((failed as Error).message).toContain('artifact "too-big.bin" declares 1001 bytes, over this control plane\'s cap of 1000 bytes');
-      expect(await filesUnder(join(small.plane.artifacts.dir, "staging"))).toEqual([]);
+      expect(await storedArtifacts(small.plane).staged()).toEqual([]);
     } finally {
       await small.close();
     }

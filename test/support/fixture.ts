@@ -1,6 +1,8 @@
 import { afterAll, beforeAll } from "vitest";
 import { adminActor, type AdminActor } from "./actors.js";
 import { startTestControlPlane, type TestControlPlane, type TestControlPlaneOptions } from "./control-plane.js";
+import { createTestDatabase, type TestDatabase } from "./database.js";
+import { createTestPki } from "./pki.js";
 
 /** A test file's control plane with its admin actor. */
 export interface ControlPlaneFixture extends TestControlPlane {
@@ -59,5 +61,44 @@ export function useControlPlane(options: ControlPlaneFixtureOptions = {}): Contr
       close: () => running().admin.close(),
     },
     close,
+  };
+}
+
+/** Two control planes on one fresh Postgres database (DATABASE_URL) with one PKI: replicas. */
+export interface ReplicaPair {
+  readonly a: TestControlPlane;
+  readonly b: TestControlPlane;
+}
+
+/**
+ * Starts two replicas in beforeAll and closes them (and drops their
+ * database) in afterAll. Postgres only: embedded databases are not shared.
+ * Members reach the running planes when a hook or test uses them.
+ */
+export function useReplicaPair(options: TestControlPlaneOptions = {}): ReplicaPair {
+  let database: TestDatabase | undefined;
+  let planes: { a: TestControlPlane; b: TestControlPlane } | undefined;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    const pki = await createTestPki();
+    const a = await startTestControlPlane({ ...options, pki, database });
+    planes = { a, b: await startTestControlPlane({ ...options, pki, database }) };
+  });
+  afterAll(async () => {
+    await planes?.a.close();
+    await planes?.b.close();
+    await database?.drop();
+  });
+  const running = () => {
+    if (!planes) throw new Error("the replicas are not running: useReplicaPair() starts them in beforeAll");
+    return planes;
+  };
+  return {
+    get a() {
+      return running().a;
+    },
+    get b() {
+      return running().b;
+    },
   };
 }

@@ -95,7 +95,8 @@ export async function completeJobInTransaction(db: Kysely<Database>, input: Comp
     const [reply] = await settleLeases(tx, [{ input, checked }]);
     if (reply) return reply;
     const settled = await tx.selectFrom("jobs").select(["state"]).where("id", "=", jobId).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
-    if (settled && ["succeeded", "failed", "cancelled"].includes(settled.state)) {
+    // A job the sweep failed past its deadline: leaseRefusal says so, rather than "already failed".
+    if (settled && lease?.end_reason !== "timed_out" && ["succeeded", "failed", "cancelled"].includes(settled.state)) {
       throw new ConnectError(`job ${jobId} is already ${settled.state}; a different completion is refused`, Code.Aborted);
     }
     throw await leaseRefusal(tx, input, jobId, tokenHash);

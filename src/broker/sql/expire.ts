@@ -1,39 +1,57 @@
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
-import { clearLease, expiredLease, wakeWaiters, woken } from "../lease-sql.js";
+import type { JobTimeouts } from "../jobs.js";
+import { clearLease, expiredLease, leaseHeld, wakeWaiters, woken } from "../lease-sql.js";
+
+/** A timestamptz expression as RFC 3339 UTC text, for a message written in SQL. */
+function utcText(at: RawBuilder<unknown>): RawBuilder<string> {
+  return sql<string>`to_char(${at} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')`;
+}
 
 /**
- * Ends expired leases: each job goes back to the queue while attempts
- * remain, is failed with reason lease_lost when none remain, and is settled
- * as cancelled when a cancel was requested. Returns the jobs it changed.
- * Bounded per call, and SKIP LOCKED, so replicas sweep side by side.
+ * Ends expired and overdue leases. A job running past its timeout plus the
+ * grace (its runner still renewing, or gone) is failed with error and reason
+ * `timeout`. Otherwise, for an expired lease, the job goes back to the queue
+ * while attempts remain, is failed with reason lease_lost when none remain,
+ * and is settled as cancelled when a cancel was requested. Returns the jobs
+ * it changed. Bounded per call, and SKIP LOCKED, so replicas sweep side by side.
  */
-export async function expireLeases(db: Kysely<Database>, limit = 500): Promise<Array<{ id: string; state: string }>> {
-  // Not measured: no scenario of docs/performance.md lets a lease expire. The search is written
-  // for the partial index jobs_running_expiry (lease_expires_at where state = 'running',
-  // migration 0002); the job rows, the lease rows and the wake are one statement, the shape
-  // measured for the completion there (section 3).
+export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeouts, "defaultSeconds" | "graceSeconds">, limit = 500): Promise<Array<{ id: string; state: string }>> {
+  // Not measured: no scenario of docs/performance.md lets a lease expire. The expiry search is
+  // written for the partial index jobs_running_expiry (lease_expires_at where state = 'running',
+  // migration 0002). The deadline (the lease's issue time plus the job's timeout, the server
+  // default for a job stored without one) is not indexed: the sweep reads every running job's
+  // row and lease row, which are as many as the runners' slots, not the queue. The job rows,
+  // the lease rows and the wake are one statement, the shape measured for the completion
+  // there (section 3).
+  const timeout = sql<number>`coalesce((j.spec->>'timeoutSeconds')::int, ${timeouts.defaultSeconds}::int)`;
+  const deadline = sql`(l.issued_at + make_interval(secs => ${timeout}))`;
+  const overdue = sql`${deadline} + make_interval(secs => ${timeouts.graceSeconds}::int) <= now()`;
   const { rows } = await sql<{ id: string; state: string; workspace_id: string }>`
     with expired as (
-      select id, lease_id, lease_expires_at from jobs
-      where ${expiredLease()}
-      order by lease_expires_at
+      select j.id, j.lease_id, j.lease_expires_at, ${timeout} as timeout_seconds, ${deadline} as deadline,
+        ${overdue} as timed_out
+      from jobs j join leases l on l.id = j.lease_id
+      where (${expiredLease("j")}) or (${leaseHeld({}, "j")} and ${overdue})
+      order by j.lease_expires_at
       limit ${limit}
-      for update skip locked
+      for update of j skip locked
     ), j as (
       update jobs set
-        state = case when jobs.cancel_requested then 'cancelled' when jobs.attempts >= jobs.max_attempts then 'failed' else 'queued' end,
-        failure_reason = case when jobs.cancel_requested then 'cancelled' when jobs.attempts >= jobs.max_attempts then 'lease_lost' end,
+        state = case when expired.timed_out then 'failed' when jobs.cancel_requested then 'cancelled' when jobs.attempts >= jobs.max_attempts then 'failed' else 'queued' end,
+        failure_reason = case when expired.timed_out then 'timeout' when jobs.cancel_requested then 'cancelled' when jobs.attempts >= jobs.max_attempts then 'lease_lost' end,
         failure_message = case
-          when jobs.cancel_requested then 'cancelled; the lease expired at ' || to_char(expired.lease_expires_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' without the runner settling the job'
-          when jobs.attempts >= jobs.max_attempts then 'the lease expired at ' || to_char(expired.lease_expires_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' on attempt ' || jobs.attempts || ' of ' || jobs.max_attempts || '; no attempts left'
+          when expired.timed_out then 'the job ran past its timeout of ' || expired.timeout_seconds || ' s at ' || ${utcText(sql`expired.deadline`)} || ' and was failed'
+          when jobs.cancel_requested then 'cancelled; the lease expired at ' || ${utcText(sql`expired.lease_expires_at`)} || ' without the runner settling the job'
+          when jobs.attempts >= jobs.max_attempts then 'the lease expired at ' || ${utcText(sql`expired.lease_expires_at`)} || ' on attempt ' || jobs.attempts || ' of ' || jobs.max_attempts || '; no attempts left'
         end,
-        settled_at = case when jobs.cancel_requested or jobs.attempts >= jobs.max_attempts then now() end,
+        error = case when expired.timed_out then jsonb_build_object('code', 'timeout', 'message', 'the job ran past its timeout of ' || expired.timeout_seconds || ' s and was failed by the control plane', 'retryable', false) else jobs.error end,
+        settled_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >= jobs.max_attempts then now() end,
         ${clearLease}
       from expired where jobs.id = expired.id
-      returning jobs.id, jobs.state, jobs.workspace_id, expired.lease_id
+      returning jobs.id, jobs.state, jobs.workspace_id, expired.lease_id, expired.timed_out
     ), l as (
-      update leases set ended_at = now(), end_reason = 'expired' from j where leases.id = j.lease_id
+      update leases set ended_at = now(), end_reason = case when j.timed_out then 'timed_out' else 'expired' end from j where leases.id = j.lease_id
     ), ${wakeWaiters("j")}
     select j.id, j.state, j.workspace_id, ${woken} from j`.execute(db);
   return rows.map((r) => ({ id: r.id, state: r.state }));
