@@ -29,6 +29,8 @@ interface ServeFlags {
   codeDir?: string;
   artifactsDir?: string;
   maxArtifactSize: number;
+  auditSpool?: string;
+  auditSpoolMaxSize: number;
 }
 
 /** `forelead serve`: the control plane. */
@@ -51,6 +53,8 @@ export function serveCommand(): Command {
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
     .option("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)")
+    .option("--audit-spool <dir>", "where audit records wait (fsynced) while the database cannot take them; default: beside an embedded database (data/audit-spool), data/audit-spool with a postgres:// URL (one per replica)")
+    .addOption(new Option("--audit-spool-max-size <size>", "the spool's bound; past it requests are refused (503) until the database takes records").default(2 ** 30, "1GiB").argParser(byteSize("--audit-spool-max-size")))
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -62,6 +66,7 @@ export function serveCommand(): Command {
       const tls = await loadTls(flags);
       const issuer = await loadIssuer(flags);
       const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
+      const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database);
       const plane = await startControlPlane({
         host,
         port,
@@ -77,11 +82,13 @@ export function serveCommand(): Command {
         ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
         ...(artifactsDir ? { artifactsDir } : {}),
         maxArtifactBytes: flags.maxArtifactSize,
+        ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
+        auditSpoolMaxBytes: flags.auditSpoolMaxSize,
       });
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.dir}, audit spool ${plane.audit.backlog().spoolPath}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
         plane.close().then(
@@ -102,6 +109,13 @@ function defaultArtifactsDir(database: string): string | undefined {
   if (isPostgresUrl(database)) return "data/artifacts";
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "artifacts");
+}
+
+/** The audit spool lives beside an embedded database (data/db → data/audit-spool); with a URL, in data/audit-spool. */
+function defaultAuditSpoolDir(database: string): string | undefined {
+  if (isPostgresUrl(database)) return "data/audit-spool";
+  if (database === "memory://") return undefined; // a temporary directory, like the database
+  return join(dirname(resolve(database)), "audit-spool");
 }
 
 /** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */

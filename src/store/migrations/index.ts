@@ -7,6 +7,7 @@ import * as m0005 from "./0005_identity.js";
 import * as m0006 from "./0006_code.js";
 import * as m0007 from "./0007_artifacts.js";
 import * as m0008 from "./0008_claim_function.js";
+import * as m0009 from "./0009_audit_record_ids.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -21,4 +22,5 @@ export const migrations: Record<string, Migration> = {
   "0006_code": m0006,
   "0007_artifacts": m0007,
   "0008_claim_function": m0008,
+  "0009_audit_record_ids": m0009,
 };
