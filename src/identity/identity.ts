@@ -1,5 +1,6 @@
 import type { Store } from "../store/database.js";
 import { createDatabaseAuditSink, type AuditSink } from "./audit.js";
+import { aggregateRefusals } from "./audit-aggregation.js";
 import { listAuditRecords, type AuditQuery, type StoredAuditRecord } from "./audit-trail.js";
 import { listIssuedCertificates, type CertificateQuery, type IssuedCertificateView } from "./certificates.js";
 import { createEnrollments, type Enrollments } from "./enrollment.js";
@@ -44,7 +45,7 @@ export interface IdentityOptions {
 export async function createIdentity(options: IdentityOptions): Promise<Identity> {
   const { store, trustDomain, roles, issuer, auditSpool } = options;
   const { db } = store;
-  const audit = await createDatabaseAuditSink(db, { spoolDir: auditSpool.dir, ...(auditSpool.maxBytes ? { spoolMaxBytes: auditSpool.maxBytes } : {}) });
+  const audit = aggregateRefusals(await createDatabaseAuditSink(db, { spoolDir: auditSpool.dir, ...(auditSpool.maxBytes ? { spoolMaxBytes: auditSpool.maxBytes } : {}) }));
   const retirements = await createRetirements(store).catch(async (err: unknown) => {
     await audit.close();
     throw err;
