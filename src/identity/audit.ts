@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Insertable, Kysely } from "kysely";
 import type { AuditRecordsTable, Database } from "../store/schema.js";
 import type { CertificateFacts } from "./certificate-policy.js";
-import { openAuditSpool, type AuditSpool } from "./audit-spool.js";
+import { openAuditSpool } from "./audit-spool.js";
 
 /**
  * One identity decision, allowed or refused, or one administrative action
