@@ -20,7 +20,7 @@ export interface AuditSpool<T> {
   readonly bytes: number;
   /** The time of the oldest row not yet taken out. */
   readonly oldest: Date | undefined;
-  /** Appends rows after every row already there, fsynced; throws when they cannot be written whole. */
+  /** Appends rows after every row already there, fsynced; throws when they cannot be written whole. Reads `rows` only before its first await. */
   append(rows: readonly T[]): Promise<void>;
   /** The oldest rows not yet taken out, at most `max`. */
   peek(max: number): Promise<readonly T[]>;
@@ -67,14 +67,17 @@ export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<
       return oldest;
     },
     async append(rows) {
-      if (rows.length === 0) return;
+      const count = rows.length;
+      if (count === 0) return;
+      const first = timeOf(rows[0]!);
       const data = Buffer.from(rows.map((r) => `${JSON.stringify(r)}\n`).join(""));
       if (size + data.length > maxBytes) throw new Error(`the spool is full (${size} bytes; --audit-spool-max-size is ${maxBytes})`);
       await mkdir(dir, { recursive: true });
       const created = size === 0;
       const file = await open(path, "a");
       try {
-        await file.write(data);
+        // A write to a nearly full disk may take only part of the buffer without an error.
+        for (let written = 0; written < data.length; ) written += (await file.write(data, written, data.length - written)).bytesWritten;
         await file.sync();
       } catch (err) {
         // A partial write would leave a torn line in front of the next append: cut the file back.
@@ -85,8 +88,8 @@ export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<
       }
       if (created) await syncDirectory(dir);
       size += data.length;
-      if (records === 0) oldest = timeOf(rows[0]!);
-      records += rows.length;
+      if (records === 0) oldest = first;
+      records += count;
     },
     peek,
     async take(count) {

@@ -91,7 +91,7 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
   const maxInMemory = options.maxInMemory ?? 10_000;
   const spool = await openAuditSpool<AuditRow>({ dir: options.spoolDir, maxBytes: options.spoolMaxBytes ?? 2 ** 30, timeOf: (r) => new Date(r.at) });
   // The queue, oldest first: the spool's rows, then the buffer's. Only drain() (one at a time) moves rows.
-  let buffer: AuditRow[] = [];
+  const buffer: AuditRow[] = [];
   let databaseFailure: string | undefined;
   let spoolFailure: string | undefined;
   let dropped = 0;
@@ -119,12 +119,20 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
         buffer.splice(0, rows.length);
       }
     } catch (err) {
-      if (!(err instanceof DatabaseRefused)) throw err;
+      if (!(err instanceof DatabaseRefused)) return spoolBroken(err);
       databaseDown(err.message);
       await spoolBuffer();
       return;
     }
     databaseUp();
+  }
+
+  // The spool cannot be read, written or emptied: what it has not taken stays in memory, and requests are refused.
+  function spoolBroken(err: unknown): void {
+    const code = (err as NodeJS.ErrnoException).code;
+    const message = code && !(err as Error).message.startsWith(code) ? `${code}: ${(err as Error).message}` : (err as Error).message;
+    if (spoolFailure === undefined) console.error(`audit: cannot use the spool ${spool.path} (${message})${databaseFailure ? ` and the database refuses records (${databaseFailure})` : ""}; refusing requests with 503 until audit records can be stored`);
+    spoolFailure = message;
   }
 
   async function insert(rows: readonly AuditRow[]): Promise<void> {
@@ -137,14 +145,13 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
 
   async function spoolBuffer(): Promise<void> {
     if (buffer.length > 0) {
+      // What record() adds during the append stays in the buffer, behind what the spool took.
+      const rows = buffer.slice();
       try {
-        await spool.append(buffer);
-        buffer = [];
+        await spool.append(rows);
+        buffer.splice(0, rows.length);
       } catch (err) {
-        const message = (err as NodeJS.ErrnoException).code ? `${(err as NodeJS.ErrnoException).code}: ${(err as Error).message}` : (err as Error).message;
-        if (spoolFailure === undefined) console.error(`audit: cannot write the spool ${spool.path} (${message}) and the database refuses records (${databaseFailure}); refusing requests with 503 until one of them takes records again`);
-        spoolFailure = message;
-        return;
+        return spoolBroken(err);
       }
     }
     if (spoolFailure !== undefined) {
