@@ -145,11 +145,14 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
     if (principal) ctx.values.set(principalKey, principal);
     return { principal };
   };
-  if (rule.kind === "none") return admitted(undefined, `${method.name} needs no client certificate`);
   const deny = (code: Code, reason: string): never => {
     decide("deny", reason);
     throw new ConnectError(reason, code);
   };
+  // Fail closed: a decision that cannot be recorded is not made (the refusal itself waits in memory, aggregated).
+  const unrecordable = options.audit.unavailable();
+  if (unrecordable) return deny(Code.Unavailable, unrecordable);
+  if (rule.kind === "none") return admitted(undefined, `${method.name} needs no client certificate`);
   if (!verdict) return deny(Code.Unauthenticated, "no client certificate was presented; connect with a runner certificate");
   if (!verdict.ok) return deny(Code.Unauthenticated, verdict.reason);
   const expired = checkValidityNow(verdict.facts, new Date());

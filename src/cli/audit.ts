@@ -67,6 +67,9 @@ function plain(r: AuditRecord): Record<string, unknown> {
     remoteAddress: r.remoteAddress || undefined,
     action: r.action || undefined,
     target: r.target || undefined,
+    count: r.count || 1,
+    firstAt: r.firstAt ? timestampDate(r.firstAt).toISOString() : undefined,
+    lastAt: r.lastAt ? timestampDate(r.lastAt).toISOString() : undefined,
   };
 }
 
@@ -75,5 +78,6 @@ function line(r: AuditRecord): string {
   const at = r.at ? timestampDate(r.at).toISOString() : "-";
   const what = r.kind === "action" ? `${r.action} ${r.target}` : r.route;
   const who = r.spiffeId ? `${r.spiffeId}${r.certificateSerial ? ` (serial ${r.certificateSerial})` : ""}` : "(no certificate)";
-  return `${at} ${r.decision.padEnd(5)} ${what} by ${who}${r.remoteAddress ? ` from ${r.remoteAddress}` : ""}: ${r.reason}`;
+  const repeated = r.count > 1 ? ` (${r.count} times to ${r.lastAt ? timestampDate(r.lastAt).toISOString() : "-"})` : "";
+  return `${at}${repeated} ${r.decision.padEnd(5)} ${what} by ${who}${r.remoteAddress ? ` from ${r.remoteAddress}` : ""}: ${r.reason}`;
 }

@@ -33,6 +33,8 @@ interface ServeFlags {
   codeDir?: string;
   artifactsDir?: string;
   maxArtifactSize: number;
+  auditSpool?: string;
+  auditSpoolMaxSize: number;
 }
 
 /** `forelead serve`: the control plane. */
@@ -58,6 +60,8 @@ export function serveCommand(): Command {
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .addOption(pathOption("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)"))
     .addOption(pathOption("--artifacts-dir <dir>", "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL"))
+    .addOption(pathOption("--audit-spool <dir>", "where audit records wait (fsynced) while the database cannot take them; default: beside an embedded database (data/audit-spool), data/audit-spool with a postgres:// URL (one per replica)"))
+    .addOption(new Option("--audit-spool-max-size <size>", "the spool's bound; past it requests are refused (503) until the database takes records").default(2 ** 30, "1GiB").argParser(byteSize("--audit-spool-max-size")))
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -69,6 +73,7 @@ export function serveCommand(): Command {
       const tls = await loadTls(flags);
       const issuer = await loadIssuer(flags);
       const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
+      const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database);
       const plane = await startControlPlane({
         host,
         port,
@@ -85,12 +90,14 @@ export function serveCommand(): Command {
         ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
         ...(artifactsDir ? { artifactsDir } : {}),
         maxArtifactBytes: flags.maxArtifactSize,
+        ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
+        auditSpoolMaxBytes: flags.auditSpoolMaxSize,
       });
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
       console.log(`forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
+      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, audit spool ${plane.audit.backlog().spoolPath}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
       const stop = (signal: string) => {
         console.log(`forelead: ${signal} received; closing connections and the database`);
         plane.close().then(
@@ -126,6 +133,13 @@ function durationSeconds(name: string): (value: string) => number {
     if (!(ms >= 1000) || ms % 1000 !== 0) throw new InvalidArgumentError(`${name} must be a duration of whole seconds such as 6h, 90m or 30s; got ${JSON.stringify(value)}`);
     return ms / 1000;
   };
+}
+
+/** The audit spool lives beside an embedded database (data/db → data/audit-spool); with a URL, in data/audit-spool. */
+function defaultAuditSpoolDir(database: string): string | undefined {
+  if (isPostgresUrl(database)) return resolve("data/audit-spool");
+  if (database === "memory://") return undefined; // a temporary directory, like the database
+  return join(dirname(resolve(database)), "audit-spool");
 }
 
 /** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */

@@ -1,6 +1,8 @@
-import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
+import { randomUUID } from "node:crypto";
+import type { Insertable, Kysely } from "kysely";
+import type { AuditRecordsTable, Database } from "../store/schema.js";
 import type { CertificateFacts } from "./certificate-policy.js";
+import { openAuditSpool } from "./audit-spool.js";
 
 /**
  * One identity decision, allowed or refused, or one administrative action
@@ -23,58 +25,198 @@ export interface AuditRecord {
   readonly spiffeId?: string;
   readonly certificate?: CertificateFacts;
   readonly remoteAddress?: string;
+  /** For aggregated refusals: how many requests the record stands for (1 when absent); `at` is the first. */
+  readonly count?: number;
+  /** For aggregated refusals: the time of the last request. */
+  readonly lastAt?: Date;
+}
+
+/** What is not yet in the database, for the operator. */
+export interface AuditBacklog {
+  /** Records waiting in memory for the next write. */
+  readonly inMemory: number;
+  /** Records in the spool file, waiting for the database. */
+  readonly spooled: number;
+  readonly spoolBytes: number;
+  readonly spoolPath: string;
+  /** The time of the oldest record not yet in the database. */
+  readonly oldestUnwritten: Date | undefined;
 }
 
 /** Where audit records go. record() never blocks a request. */
 export interface AuditSink {
   record(record: AuditRecord): void;
-  /** Writes what is buffered; resolves when it is stored. */
+  /**
+   * Set while records can be stored neither in the database nor in the spool:
+   * the message to refuse requests with (503), since answering them would
+   * leave decisions unrecorded.
+   */
+  unavailable(): string | undefined;
+  backlog(): AuditBacklog;
+  /** Writes what is buffered (to the database, or else the spool); resolves when it is durable. */
   flush(): Promise<void>;
   close(): Promise<void>;
 }
 
+/** What the database sink needs besides the database. */
+export interface DatabaseAuditSinkOptions {
+  /** The spool's directory: beside the embedded data directory, or `--audit-spool`. */
+  readonly spoolDir: string;
+  /** The spool file's bound; 1 GiB by default. */
+  readonly spoolMaxBytes?: number;
+  readonly flushIntervalMs?: number;
+  readonly maxBatch?: number;
+  /** Records kept in memory while neither the database nor the spool takes them; 10,000 by default. */
+  readonly maxInMemory?: number;
+}
+
+type AuditRow = Insertable<AuditRecordsTable> & { readonly record_id: string; readonly at: Date | string };
+
+/** The client's message while audit records cannot be stored. */
+export const auditUnavailableMessage = "the audit trail cannot be written, so this control plane refuses requests rather than answer them unrecorded; retry later";
+
+const backlogLogIntervalMs = 30_000;
+
 /**
  * Buffers records and writes them in batches: one INSERT per flush instead of
- * one per request keeps the audit off the claim path's latency. A crash loses
- * at most the last flush interval of records.
+ * one per request keeps the audit off the claim path's latency. Records the
+ * database refuses go to the spool (fsynced) and are written from there, in
+ * order and before any newer record, once it takes them again; every row
+ * carries its record id and is inserted `on conflict do nothing`, so a replay
+ * after a crash or a lost commit reply stores it once. A crash loses at most
+ * the records of the last flush interval that were not yet in the spool.
  */
-export function createDatabaseAuditSink(db: Kysely<Database>, options: { flushIntervalMs?: number; maxBatch?: number } = {}): AuditSink {
+export async function createDatabaseAuditSink(db: Kysely<Database>, options: DatabaseAuditSinkOptions): Promise<AuditSink> {
   const maxBatch = options.maxBatch ?? 500;
-  let buffer: AuditRecord[] = [];
+  const maxInMemory = options.maxInMemory ?? 10_000;
+  const spool = await openAuditSpool<AuditRow>({ dir: options.spoolDir, maxBytes: options.spoolMaxBytes ?? 2 ** 30, timeOf: (r) => new Date(r.at) });
+  // The queue, oldest first: the spool's rows, then the buffer's. Only drain() (one at a time) moves rows.
+  const buffer: AuditRow[] = [];
+  let databaseFailure: string | undefined;
+  let spoolFailure: string | undefined;
+  let dropped = 0;
+  let backlogLoggedAt = 0;
   let writing: Promise<void> = Promise.resolve();
+  if (spool.records > 0) console.error(`audit: ${describe()} from an earlier run; writing them to the database before any new record`);
   const timer = setInterval(() => void flush(), options.flushIntervalMs ?? 200);
   timer.unref();
 
-  function flush(): Promise<void> {
-    writing = writing.then(async () => {
-      while (buffer.length > 0) {
-        const batch = buffer.slice(0, maxBatch);
-        buffer = buffer.slice(batch.length);
-        try {
-          await db.insertInto("audit_records").values(batch.map(toRow)).execute();
-        } catch (err) {
-          console.error(`audit: could not store ${batch.length} records: ${(err as Error).message}`);
-        }
+  function describe(): string {
+    const when = spool.oldest ? `, the oldest from ${spool.oldest.toISOString()}` : "";
+    return `${spool.records} records (${spool.bytes} bytes) wait in the spool ${spool.path}${when}`;
+  }
+
+  async function drain(): Promise<void> {
+    try {
+      while (spool.records > 0) {
+        const rows = await spool.peek(maxBatch);
+        await insert(rows);
+        await spool.take(rows.length);
       }
-    });
+      while (buffer.length > 0) {
+        const rows = buffer.slice(0, maxBatch);
+        await insert(rows);
+        buffer.splice(0, rows.length);
+      }
+    } catch (err) {
+      if (!(err instanceof DatabaseRefused)) return spoolBroken(err);
+      databaseDown(err.message);
+      await spoolBuffer();
+      return;
+    }
+    databaseUp();
+  }
+
+  // The spool cannot be read, written or emptied: what it has not taken stays in memory, and requests are refused.
+  function spoolBroken(err: unknown): void {
+    const code = (err as NodeJS.ErrnoException).code;
+    const message = code && !(err as Error).message.startsWith(code) ? `${code}: ${(err as Error).message}` : (err as Error).message;
+    if (spoolFailure === undefined) console.error(`audit: cannot use the spool ${spool.path} (${message})${databaseFailure ? ` and the database refuses records (${databaseFailure})` : ""}; refusing requests with 503 until audit records can be stored`);
+    spoolFailure = message;
+  }
+
+  async function insert(rows: readonly AuditRow[]): Promise<void> {
+    try {
+      await db.insertInto("audit_records").values(rows).onConflict((oc) => oc.column("record_id").doNothing()).execute();
+    } catch (err) {
+      throw new DatabaseRefused((err as Error).message);
+    }
+  }
+
+  async function spoolBuffer(): Promise<void> {
+    if (buffer.length > 0) {
+      // What record() adds during the append stays in the buffer, behind what the spool took.
+      const rows = buffer.slice();
+      try {
+        await spool.append(rows);
+        buffer.splice(0, rows.length);
+      } catch (err) {
+        return spoolBroken(err);
+      }
+    }
+    if (spoolFailure !== undefined) {
+      console.error(`audit: the spool ${spool.path} takes records again; serving requests (${describe()})`);
+      spoolFailure = undefined;
+    }
+    if (Date.now() - backlogLoggedAt >= backlogLogIntervalMs && spool.records > 0) {
+      backlogLoggedAt = Date.now();
+      console.error(`audit: ${describe()}; the database refuses them: ${databaseFailure}`);
+    }
+  }
+
+  function databaseDown(message: string): void {
+    if (databaseFailure === undefined) {
+      console.error(`audit: the database refuses audit records (${message}); keeping them in the spool ${spool.path} until it takes them`);
+      backlogLoggedAt = Date.now();
+    }
+    databaseFailure = message;
+  }
+
+  function databaseUp(): void {
+    if (databaseFailure === undefined && spoolFailure === undefined) return;
+    console.error(`audit: the database stores audit records again; every spooled record is written${dropped ? `; ${dropped} records could not be kept while neither the database nor the spool took them` : ""}`);
+    databaseFailure = spoolFailure = undefined;
+    dropped = 0;
+  }
+
+  function flush(): Promise<void> {
+    writing = writing.then(drain).catch((err: unknown) => console.error(`audit: writing records failed: ${(err as Error).message}`));
     return writing;
   }
 
   return {
     record(record) {
-      buffer.push(record);
+      if (spoolFailure !== undefined && buffer.length >= maxInMemory) {
+        dropped++;
+        return;
+      }
+      buffer.push(toRow(record));
       if (buffer.length >= maxBatch) void flush();
     },
+    unavailable: () => (spoolFailure === undefined ? undefined : auditUnavailableMessage),
+    backlog: () => ({
+      inMemory: buffer.length,
+      spooled: spool.records,
+      spoolBytes: spool.bytes,
+      spoolPath: spool.path,
+      oldestUnwritten: spool.oldest ?? (buffer[0] ? new Date(buffer[0].at) : undefined),
+    }),
     flush,
     async close() {
       clearInterval(timer);
       await flush();
+      if (buffer.length > 0) console.error(`audit: ${buffer.length} records could be stored neither in the database nor in the spool ${spool.path}; they are lost`);
+      else if (spool.records > 0) console.error(`audit: closing with ${describe()}; the next start writes them first`);
     },
   };
 }
 
-function toRow(r: AuditRecord) {
+/** The database did not take a batch; the batch goes to the spool. */
+class DatabaseRefused extends Error {}
+
+function toRow(r: AuditRecord): AuditRow {
   return {
+    record_id: randomUUID(),
     at: r.at,
     kind: r.kind ?? ("decision" as const),
     action: r.action ?? null,
@@ -87,5 +229,7 @@ function toRow(r: AuditRecord) {
     certificate_sha256: r.certificate?.fingerprintSha256 ?? null,
     certificate_not_after: r.certificate?.notAfter ?? null,
     remote_address: r.remoteAddress ?? null,
+    count: r.count ?? 1,
+    last_at: r.lastAt ?? null,
   };
 }

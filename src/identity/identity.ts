@@ -1,5 +1,6 @@
 import type { Store } from "../store/database.js";
 import { createDatabaseAuditSink, type AuditSink } from "./audit.js";
+import { aggregateRefusals } from "./audit-aggregation.js";
 import { listAuditRecords, type AuditQuery, type StoredAuditRecord } from "./audit-trail.js";
 import { listIssuedCertificates, type CertificateQuery, type IssuedCertificateView } from "./certificates.js";
 import { createEnrollments, type Enrollments } from "./enrollment.js";
@@ -36,13 +37,15 @@ export interface IdentityOptions {
   readonly trustDomain: string;
   readonly roles: RoleTable;
   readonly issuer: Issuer | undefined;
+  /** Where audit records the database cannot take are spooled, and the spool's bound in bytes. */
+  readonly auditSpool: { readonly dir: string; readonly maxBytes?: number };
 }
 
 /** Starts the identity facade: loads the retired runners and follows new retirements. */
 export async function createIdentity(options: IdentityOptions): Promise<Identity> {
-  const { store, trustDomain, roles, issuer } = options;
+  const { store, trustDomain, roles, issuer, auditSpool } = options;
   const { db } = store;
-  const audit = createDatabaseAuditSink(db);
+  const audit = aggregateRefusals(await createDatabaseAuditSink(db, { spoolDir: auditSpool.dir, ...(auditSpool.maxBytes ? { spoolMaxBytes: auditSpool.maxBytes } : {}) }));
   const retirements = await createRetirements(store).catch(async (err: unknown) => {
     await audit.close();
     throw err;

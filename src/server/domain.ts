@@ -28,7 +28,8 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const { options } = checked;
   const store = stack.use("the database", await openStore(options.database));
   const clock = stack.use("the database clock", await createDbClock(store.db));
-  const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer }));
+  const auditSpool = { dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")), ...(options.auditSpoolMaxBytes ? { maxBytes: options.auditSpoolMaxBytes } : {}) };
+  const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer, auditSpool }));
   const code = stack.use("the code host", await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
   const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}) }));
   const inventory = createInventory(store.db);

@@ -44,6 +44,14 @@ export interface ControlPlaneOptions {
    * fresh temporary directory, removed at close (tests).
    */
   readonly artifactsDir?: string;
+  /**
+   * Where audit records the database cannot take are spooled (fsynced) until
+   * it takes them again. Default: a fresh temporary directory, removed at
+   * close (tests); `forelead serve` puts it beside the data directory.
+   */
+  readonly auditSpoolDir?: string;
+  /** The spool's bound; past it requests are refused (503) until the database takes records. 1 GiB by default. */
+  readonly auditSpoolMaxBytes?: number;
   /** Largest artifact an upload may declare; 2 GiB by default. */
   readonly maxArtifactBytes?: number;
   /** An events or logs request still open after this many seconds is ended by the server; 30 by default. */

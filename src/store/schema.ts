@@ -62,6 +62,12 @@ export interface AuditRecordsTable {
   action: ColumnType<string | null, string | null | undefined, string | null>;
   /** For actions: what was acted on. */
   target: ColumnType<string | null, string | null | undefined, string | null>;
+  /** Given when the record is made; null on records stored before 0009. Unique: a replayed record is stored once. */
+  record_id: ColumnType<string | null, string | undefined, never>;
+  /** How many requests an aggregated refusal stands for; 1 for every other record. */
+  count: ColumnType<number, number | undefined, never>;
+  /** The last request an aggregated refusal stands for (`at` is the first); null when count is 1. */
+  last_at: ColumnType<Date | null, Date | string | null | undefined, never>;
 }
 
 /** Job states: queued and running are live; the other three are settled. */
