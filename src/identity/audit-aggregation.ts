@@ -28,9 +28,10 @@ interface Repeats {
  */
 export function aggregateRefusals(sink: AuditSink, options: RefusalAggregationOptions = {}): AuditSink {
   const maxSources = options.maxSources ?? 10_000;
+  const intervalMs = options.intervalMs ?? 1000;
   // Every key seen in this interval; with the repeats counted since its first refusal.
   let open = new Map<string, Repeats | undefined>();
-  const timer = setInterval(emit, options.intervalMs ?? 1000);
+  const timer = setInterval(emit, intervalMs);
   timer.unref();
 
   function emit(): void {
@@ -52,7 +53,12 @@ export function aggregateRefusals(sink: AuditSink, options: RefusalAggregationOp
         return sink.record(record);
       }
       const repeats = open.get(key);
-      if (repeats) {
+      if (repeats && record.at.getTime() - repeats.first.at.getTime() >= intervalMs) {
+        // The timer runs late on a busy process: a repeat past the interval starts the next
+        // record, so one record never spans more than one interval.
+        sink.record({ ...repeats.first, count: repeats.count, lastAt: repeats.lastAt });
+        open.set(key, { first: record, count: 1, lastAt: record.at });
+      } else if (repeats) {
         repeats.count++;
         repeats.lastAt = record.at;
       } else {
