@@ -7,6 +7,7 @@ import { parseDuration } from "../identity/ca.js";
 import { devPkiPaths, initDevPki } from "../identity/pki-files.js";
 import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
+import { defaultConnectionLimits } from "../server/connection-limits.js";
 import { startControlPlane } from "../server/control-plane.js";
 import { defaultHosts } from "./ca.js";
 import { collect, integerIn } from "./options.js";
@@ -29,6 +30,12 @@ interface ServeFlags {
   codeDir?: string;
   artifactsDir?: string;
   maxArtifactSize: number;
+  tlsHandshakeTimeout: number;
+  maxConcurrentStreams: number;
+  bodyIdleTimeout: number;
+  maxStreamsWithoutCertificate: number;
+  maxConnectionsPerAddress: number;
+  idleConnectionTimeout: number;
 }
 
 /** `forelead serve`: the control plane. */
@@ -52,6 +59,13 @@ export function serveCommand(): Command {
     .option("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)")
     .option("--artifacts-dir <dir>", "where artifacts are stored; default: beside an embedded database (data/artifacts), data/artifacts with a postgres:// URL (replicas must share one directory)")
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
+    // Connection limits (docs/limits.md).
+    .addOption(new Option("--tls-handshake-timeout <seconds>", "close a TLS handshake not finished within this").default(defaultConnectionLimits.handshakeTimeoutMs / 1000).argParser(integerIn("--tls-handshake-timeout", 1, 600)))
+    .addOption(new Option("--max-concurrent-streams <n>", "SETTINGS_MAX_CONCURRENT_STREAMS of every connection").default(defaultConnectionLimits.maxConcurrentStreams).argParser(integerIn("--max-concurrent-streams", 1, 10_000)))
+    .addOption(new Option("--body-idle-timeout <seconds>", "end a request body that brings less than 1 KiB in this long (408 on REST)").default(defaultConnectionLimits.bodyIdleMs / 1000).argParser(integerIn("--body-idle-timeout", 1, 3600)))
+    .addOption(new Option("--max-streams-without-certificate <n>", "open streams a connection without a client certificate may have (it can only enroll)").default(defaultConnectionLimits.certlessMaxStreams).argParser(integerIn("--max-streams-without-certificate", 1, 1000)))
+    .addOption(new Option("--max-connections-per-address <n>", "connections one client address may hold, handshakes included").default(defaultConnectionLimits.maxConnectionsPerAddress).argParser(integerIn("--max-connections-per-address", 1, 1_000_000)))
+    .addOption(new Option("--idle-connection-timeout <seconds>", "close a connection with no open stream for this long").default(defaultConnectionLimits.idleConnectionMs / 1000).argParser(integerIn("--idle-connection-timeout", 1, 86_400)))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       parseSpiffeId(`spiffe://${flags.trustDomain}`);
@@ -77,6 +91,14 @@ export function serveCommand(): Command {
         ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
         ...(artifactsDir ? { artifactsDir } : {}),
         maxArtifactBytes: flags.maxArtifactSize,
+        connectionLimits: {
+          handshakeTimeoutMs: flags.tlsHandshakeTimeout * 1000,
+          maxConcurrentStreams: flags.maxConcurrentStreams,
+          bodyIdleMs: flags.bodyIdleTimeout * 1000,
+          certlessMaxStreams: flags.maxStreamsWithoutCertificate,
+          maxConnectionsPerAddress: flags.maxConnectionsPerAddress,
+          idleConnectionMs: flags.idleConnectionTimeout * 1000,
+        },
       });
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.

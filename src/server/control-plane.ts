@@ -5,10 +5,12 @@ import type { Store } from "../store/database.js";
 import { bindServices } from "./bind-services.js";
 import { buildDomain } from "./domain.js";
 import { listen } from "./listener.js";
+import type { ConnectionCounters } from "./connection-limits.js";
 import { checkOptions, type ControlPlaneOptions } from "./options.js";
 import { createResourceStack } from "./resource-stack.js";
 
 export type { ControlPlaneOptions } from "./options.js";
+export type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 
 /** A running control plane. */
 export interface ControlPlane {
@@ -20,6 +22,8 @@ export interface ControlPlane {
   /** The issuer's description, or undefined when it has none. */
   readonly issuer: string | undefined;
   readonly artifacts: Artifacts;
+  /** What the connection limits cut, and how many clients left before their reply (live counts). */
+  readonly connections: ConnectionCounters;
   /**
    * Stops accepting, closes client sessions, then everything else it opened,
    * newest first, down to the database; rejects with an UnwindError naming
@@ -39,7 +43,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   const stack = createResourceStack();
   try {
     const domain = await buildDomain(checked, stack);
-    const listener = await listen(options, bindServices(checked, domain), stack, () => domain.streams.close());
+    const listener = await listen(options, checked.connectionLimits, bindServices(checked, domain), stack, () => domain.streams.close());
     return {
       url: listener.url,
       port: listener.port,
@@ -48,6 +52,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       broker: domain.broker,
       issuer: checked.issuer?.description,
       artifacts: domain.artifacts,
+      connections: listener.counters,
       close: () => stack.unwind(),
     };
   } catch (err) {

@@ -1,6 +1,7 @@
 import type { X509Certificate } from "node:crypto";
 import { createSecureContext } from "node:tls";
 import type { BatcherOptions } from "../broker/batcher.js";
+import { defaultConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
@@ -46,6 +47,8 @@ export interface ControlPlaneOptions {
   readonly streamMaxSeconds?: number;
   /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
   readonly batching?: BatcherOptions;
+  /** Bounds on client connections (docs/limits.md); each one omitted takes its default. */
+  readonly connectionLimits?: Partial<ConnectionLimits>;
 }
 
 /** The options with what checking them made: parsed trust anchors and roles, the loaded issuer. */
@@ -55,6 +58,7 @@ export interface CheckedOptions {
   readonly roles: RoleTable;
   readonly issuer: Issuer | undefined;
   readonly maxBodyBytes: number;
+  readonly connectionLimits: ConnectionLimits;
 }
 
 const defaultMaxBodyBytes = 1024 * 1024;
@@ -77,5 +81,9 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
     throw new Error(`the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`);
   }
   const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
-  return { options, trustAnchors, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes };
+  const connectionLimits = { ...defaultConnectionLimits, ...options.connectionLimits };
+  for (const [name, value] of Object.entries(connectionLimits)) {
+    if (!Number.isSafeInteger(value) || value < 1) throw new Error(`the connection limit ${name} must be a positive integer; got ${value}`);
+  }
+  return { options, trustAnchors, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes, connectionLimits };
 }
