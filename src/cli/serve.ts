@@ -7,6 +7,7 @@ import { parseDuration } from "../identity/ca.js";
 import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js";
 import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
+import { defaultConnectionLimits } from "../server/connection-limits.js";
 import { startControlPlane } from "../server/control-plane.js";
 import { readTlsFiles, type TlsFiles, type TlsPems } from "../server/tls-material.js";
 import { defaultHosts } from "./ca.js";
@@ -35,6 +36,12 @@ interface ServeFlags {
   maxArtifactSize: number;
   auditSpool?: string;
   auditSpoolMaxSize: number;
+  tlsHandshakeTimeout: number;
+  maxConcurrentStreams: number;
+  bodyIdleTimeout: number;
+  maxStreamsWithoutCertificate: number;
+  maxConnectionsPerAddress: number;
+  idleConnectionTimeout: number;
 }
 
 /** `forelead serve`: the control plane. */
@@ -63,6 +70,13 @@ export function serveCommand(): Command {
     .addOption(pathOption("--audit-spool <dir>", "where audit records wait (fsynced) while the database cannot take them; default: beside an embedded database (data/audit-spool), data/audit-spool with a postgres:// URL (one per replica)"))
     .addOption(new Option("--audit-spool-max-size <size>", "the spool's bound; past it requests are refused (503) until the database takes records").default(2 ** 30, "1GiB").argParser(byteSize("--audit-spool-max-size")))
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
+    // Connection limits (docs/limits.md).
+    .addOption(new Option("--tls-handshake-timeout <seconds>", "close a TLS handshake not finished within this").default(defaultConnectionLimits.handshakeTimeoutMs / 1000).argParser(integerIn("--tls-handshake-timeout", 1, 600)))
+    .addOption(new Option("--max-concurrent-streams <n>", "SETTINGS_MAX_CONCURRENT_STREAMS of every connection").default(defaultConnectionLimits.maxConcurrentStreams).argParser(integerIn("--max-concurrent-streams", 1, 10_000)))
+    .addOption(new Option("--body-idle-timeout <seconds>", "end a request body that brings less than 1 KiB in this long (408 on REST)").default(defaultConnectionLimits.bodyIdleMs / 1000).argParser(integerIn("--body-idle-timeout", 1, 3600)))
+    .addOption(new Option("--max-streams-without-certificate <n>", "open streams a connection without a client certificate may have (it can only enroll)").default(defaultConnectionLimits.certlessMaxStreams).argParser(integerIn("--max-streams-without-certificate", 1, 1000)))
+    .addOption(new Option("--max-connections-per-address <n>", "connections one client address may hold, handshakes included").default(defaultConnectionLimits.maxConnectionsPerAddress).argParser(integerIn("--max-connections-per-address", 1, 1_000_000)))
+    .addOption(new Option("--idle-connection-timeout <seconds>", "close a connection with no open stream for this long").default(defaultConnectionLimits.idleConnectionMs / 1000).argParser(integerIn("--idle-connection-timeout", 1, 86_400)))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       parseSpiffeId(`spiffe://${flags.trustDomain}`);
@@ -92,6 +106,14 @@ export function serveCommand(): Command {
         maxArtifactBytes: flags.maxArtifactSize,
         ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
         auditSpoolMaxBytes: flags.auditSpoolMaxSize,
+        connectionLimits: {
+          handshakeTimeoutMs: flags.tlsHandshakeTimeout * 1000,
+          maxConcurrentStreams: flags.maxConcurrentStreams,
+          bodyIdleMs: flags.bodyIdleTimeout * 1000,
+          certlessMaxStreams: flags.maxStreamsWithoutCertificate,
+          maxConnectionsPerAddress: flags.maxConnectionsPerAddress,
+          idleConnectionMs: flags.idleConnectionTimeout * 1000,
+        },
       });
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.

@@ -7,11 +7,13 @@ import { isPostgresUrl, type Store } from "../store/database.js";
 import { bindServices } from "./bind-services.js";
 import { buildDomain } from "./domain.js";
 import { listen } from "./listener.js";
+import type { ConnectionCounters } from "./connection-limits.js";
 import { checkOptions, type ControlPlaneOptions } from "./options.js";
 import { createResourceStack, type ResourceStack } from "./resource-stack.js";
 import type { TlsMaterial } from "./tls-material.js";
 
 export type { ControlPlaneOptions } from "./options.js";
+export type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 
 /** A running control plane. */
 export interface ControlPlane {
@@ -25,6 +27,8 @@ export interface ControlPlane {
   readonly artifacts: Artifacts;
   /** The TLS material being served: reload it, describe it, count refused reloads. */
   readonly tls: TlsMaterial;
+  /** What the connection limits cut, and how many clients left before their reply (live counts). */
+  readonly connections: ConnectionCounters;
   /**
    * Stops accepting, closes client sessions, then everything else it opened,
    * newest first, down to the database; rejects with an UnwindError naming
@@ -45,7 +49,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   try {
     lockEmbeddedDatabase(options.database, stack);
     const domain = await buildDomain(checked, stack);
-    const listener = await listen(options, checked.tls, bindServices(checked, domain), stack, () => domain.streams.close());
+    const listener = await listen(options, checked.tls, checked.connectionLimits, bindServices(checked, domain), stack, () => domain.streams.close());
     return {
       url: listener.url,
       port: listener.port,
@@ -55,6 +59,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       issuer: checked.issuer?.description,
       artifacts: domain.artifacts,
       tls: checked.tls,
+      connections: listener.counters,
       close: () => stack.unwind(),
     };
   } catch (err) {

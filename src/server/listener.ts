@@ -2,6 +2,8 @@ import http2 from "node:http2";
 import type { Http2Session } from "node:http2";
 import type { AddressInfo } from "node:net";
 import type { RequestHandler } from "./bind-services.js";
+import { guardConnections } from "./connection-guard.js";
+import type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 import type { ControlPlaneOptions } from "./options.js";
 import type { ResourceStack } from "./resource-stack.js";
 import type { TlsMaterial } from "./tls-material.js";
@@ -10,16 +12,19 @@ import type { TlsMaterial } from "./tls-material.js";
 export interface Listener {
   readonly url: string;
   readonly port: number;
+  /** What the connection limits cut, and clients that left early. */
+  readonly counters: ConnectionCounters;
 }
 
 /**
  * Serves `handler` over HTTP/2 with mutual TLS on the options' host and port,
- * and registers the server on `stack`. Closing stops accepting, sends every
+ * within `limits` (see guardConnections), and registers the server on `stack`. Closing stops accepting, sends every
  * session a GOAWAY, calls `endRequests` (requests that would otherwise stay
  * open, such as followers, end there), then waits for the sessions to end;
  * any still open after 5 s are destroyed.
  */
-export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, handler: RequestHandler, stack: ResourceStack, endRequests: () => Promise<void>): Promise<Listener> {
+export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, limits: ConnectionLimits, handler: RequestHandler, stack: ResourceStack, endRequests: () => Promise<void>): Promise<Listener> {
+  let watchRequest: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void = () => {};
   const server = http2.createSecureServer(
     {
       ...tls.contextOptions(), // certificate, key, client CA, TLS 1.3 only: reloadable (src/server/tls-material.ts)
@@ -31,10 +36,16 @@ export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, han
       // A 1 MiB request body (an NDJSON stream request) arrives in one flow-control window, so the
       // server stores it with one commit instead of one per 64 KiB window (measured: 3 batches per
       // 66 KB logs request with the default window, 1 with this; about twice the lines/s).
-      settings: { initialWindowSize: 1 << 20 },
+      settings: { initialWindowSize: 1 << 20, maxConcurrentStreams: limits.maxConcurrentStreams },
+      handshakeTimeout: limits.handshakeTimeoutMs,
     },
-    handler,
+    (req, res) => {
+      watchRequest(req, res);
+      handler(req, res);
+    },
   );
+  const guard = guardConnections(server, limits);
+  watchRequest = guard.watchRequest;
   // A TLS client that offered no ALPN gets past the handshake; Node would answer it in plain
   // HTTP/1.0 and keep the socket for 10 s. Close it at once instead.
   server.on("unknownProtocol", (socket) => socket.destroy());
@@ -42,7 +53,6 @@ export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, han
   const sessions = new Set<Http2Session>();
   server.on("session", (s: Http2Session) => {
     sessions.add(s);
-    s.setLocalWindowSize(4 << 20); // the connection's window: a runner's streams of several leases share it
     s.once("close", () => sessions.delete(s));
   });
   await new Promise<void>((resolve, reject) => {
@@ -60,10 +70,11 @@ export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, han
     try {
       await endRequests(); // ends followers, whose open streams would hold their sessions
     } finally {
-      const forced = setTimeout(() => sessions.forEach((s) => s.destroy()), 5_000);
+      // A session flooded by a client may have stopped reading its socket, and then never sees it close.
+      const forced = setTimeout(() => (sessions.forEach((s) => s.destroy()), guard.destroyAll()), 5_000);
       await closed;
       clearTimeout(forced);
     }
   });
-  return { url: `https://${host}:${port}`, port };
+  return { url: `https://${host}:${port}`, port, counters: guard.counters };
 }

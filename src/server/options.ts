@@ -1,5 +1,6 @@
 import type { BatcherOptions } from "../broker/batcher.js";
 import type { JobTimeouts } from "../broker/jobs.js";
+import { defaultConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
@@ -58,6 +59,8 @@ export interface ControlPlaneOptions {
   readonly streamMaxSeconds?: number;
   /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
   readonly batching?: BatcherOptions;
+  /** Bounds on client connections (docs/limits.md); each one omitted takes its default. */
+  readonly connectionLimits?: Partial<ConnectionLimits>;
 }
 
 /** The options with what checking them made: the TLS material (with the client trust anchors), roles, the loaded issuer. */
@@ -67,6 +70,7 @@ export interface CheckedOptions {
   readonly roles: RoleTable;
   readonly issuer: Issuer | undefined;
   readonly maxBodyBytes: number;
+  readonly connectionLimits: ConnectionLimits;
 }
 
 const defaultMaxBodyBytes = 1024 * 1024;
@@ -89,5 +93,9 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
     throw new Error(`the default job timeout (${timeouts.defaultSeconds} s) is over the maximum job timeout (${timeouts.maxSeconds} s)`);
   }
   const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
-  return { options, tls, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes };
+  const connectionLimits = { ...defaultConnectionLimits, ...options.connectionLimits };
+  for (const [name, value] of Object.entries(connectionLimits)) {
+    if (!Number.isSafeInteger(value) || value < 1) throw new Error(`the connection limit ${name} must be a positive integer; got ${value}`);
+  }
+  return { options, tls, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes, connectionLimits };
 }

@@ -1,4 +1,5 @@
 import { Code, type ConnectError } from "@connectrpc/connect";
+import { isBodyStalled } from "../body-stall.js";
 
 /**
  * The HTTP status of each Connect code on the REST surface: Connect's own
@@ -27,7 +28,8 @@ const httpStatus: Readonly<Record<Code, number>> = {
   [Code.Unauthenticated]: 401,
 };
 
-/** The HTTP status of an error on the REST surface (see httpStatus). */
+/** The HTTP status of an error on the REST surface (see httpStatus); a body that stalled is 408 Request Timeout. */
 export function httpStatusOf(err: ConnectError): number {
+  if (isBodyStalled(err)) return 408;
   return httpStatus[err.code] ?? 500;
 }
