@@ -1,5 +1,5 @@
 import { Code, ConnectError, createContextKey, type HandlerContext, type MethodImplSpec, type ServiceImplSpec } from "@connectrpc/connect";
-import type { DescMethod } from "@bufbuild/protobuf";
+import type { DescMessage, DescMethod } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
@@ -7,6 +7,8 @@ import type { RoleName, RoleTable } from "../identity/roles.js";
 import { actionAuditorKey } from "./audit-actions.js";
 import { principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
+import { ndjsonLineOf } from "./rest/index.js";
+import { checkRequestText } from "./text-rules.js";
 import { checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
 
 /** What the guard needs to decide who may call what. */
@@ -44,11 +46,12 @@ function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpe
   // The context, once the caller is admitted and (given a request message) the message passes the rules.
   const admitted = async (ctx: HandlerContext, req?: object): Promise<HandlerContext> => {
     const admission = authorizeOnce(ctx, options);
+    if (req) checkRequestText(spec.method.input, req); // before anything (the scope's audit record) reads it
     if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
     if (req) checkRequestMessage(spec.method.input, req, admission.principal);
     return ctx;
   };
-  // Streamed requests: each message is checked by the handler as it arrives.
+  // Streamed requests: each message passes the text rules as it arrives; the handler checks the rest.
   switch (spec.kind) {
     case "unary": {
       const { method, impl } = spec;
@@ -60,12 +63,28 @@ function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpe
     }
     case "client_streaming": {
       const { method, impl } = spec;
-      return { kind: "client_streaming", method, impl: async (reqs, ctx) => impl(reqs, await admitted(ctx)) };
+      return { kind: "client_streaming", method, impl: async (reqs, ctx) => impl(textChecked(method.input, reqs), await admitted(ctx)) };
     }
     case "bidi_streaming": {
       const { method, impl } = spec;
-      return { kind: "bidi_streaming", method, impl: async function* (reqs, ctx) { yield* impl(reqs, await admitted(ctx)); } };
+      return { kind: "bidi_streaming", method, impl: async function* (reqs, ctx) { yield* impl(textChecked(method.input, reqs), await admitted(ctx)); } };
     }
+  }
+}
+
+/**
+ * Streamed request messages, each through the text rules before the handler
+ * sees it; the first that breaks one ends the stream with the refusal, named
+ * by its NDJSON line (REST) or its position (generated clients), like a line
+ * that is not JSON.
+ */
+async function* textChecked<T extends object>(schema: DescMessage, reqs: AsyncIterable<T>): AsyncGenerator<T> {
+  let n = 0;
+  for await (const req of reqs) {
+    n++;
+    const line = ndjsonLineOf(req);
+    checkRequestText(schema, req, `${line === undefined ? `message ${n}` : `line ${line}`}: `);
+    yield req;
   }
 }
 

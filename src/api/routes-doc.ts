@@ -41,7 +41,7 @@ export function renderRoutesDoc(services: readonly DescService[] = servedService
     "",
     "Every method is served twice on one HTTP/2 + TLS 1.3 listener: on its REST route (proto3 JSON) and",
     "on its RPC path (Connect, gRPC and gRPC-Web, for the clients generated from `proto/`).",
-    "Both surfaces pass the same identity policy and request rules.",
+    "Both surfaces pass the same identity policy and request rules (text, ids, 64-bit integers, paging: see [requests.md](requests.md)).",
     "",
     table(["REST route", "RPC path", "Caller", "Request body", "Response", "Summary"], rows),
     "",

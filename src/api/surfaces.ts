@@ -4,9 +4,11 @@ import { createServiceImplSpec, type ContextValues, type Interceptor, type Metho
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { toConnectError } from "./errors.js";
 import { authorizeOnce, guardService, type GuardOptions } from "./guard.js";
+import { jsonText } from "./json-wire.js";
 import { createRestRouter } from "./rest/index.js";
 import { routeTable, type RouteEntry } from "./routes.js";
 import { services } from "./services.js";
+import { markInvalidUtf8InBinary } from "./text-rules.js";
 
 /**
  * A service with its implementation, as Connect's typed spec. Unlike
@@ -36,6 +38,7 @@ export interface ApiHandlerOptions {
 export function createApiHandler(options: ApiHandlerOptions): (req: Http2ServerRequest, res: Http2ServerResponse) => void {
   const unlisted = options.implementations.find((impl) => !services.includes(impl.service));
   if (unlisted) throw new Error(`${unlisted.service.typeName} has an implementation but is not listed in src/api/services.ts`);
+  markInvalidUtf8InBinary();
   const guarded = services.map((service) => {
     const impls = options.implementations.filter((impl) => impl.service === service);
     if (impls.length !== 1) throw new Error(`${service.typeName} is listed in src/api/services.ts but has ${impls.length === 0 ? "no implementation" : "more than one"}`);
@@ -60,9 +63,20 @@ export function createApiHandler(options: ApiHandlerOptions): (req: Http2ServerR
     contextValues: (req) => options.contextValues(http2Request(req)),
     interceptors: [internalErrors],
     readMaxBytes: options.maxBodyBytes,
-    jsonOptions: { ignoreUnknownFields: true },
+    jsonOptions: connectJsonOptions,
   });
 }
+
+/**
+ * How Connect reads JSON: unknown fields ignored, and the REST body's byte
+ * checks (invalid UTF-8, integers past 2^53; json-wire.ts) before JSON.parse.
+ * The adapter hands these options to Connect's JSON serialization, which
+ * takes a textDecoder, though the adapter's type does not name it.
+ */
+const connectJsonOptions = {
+  ignoreUnknownFields: true,
+  textDecoder: { decode: (bytes?: Uint8Array) => jsonText(bytes ?? new Uint8Array(0), "the request message") },
+} as { ignoreUnknownFields: boolean };
 
 /** Errors that are not ConnectErrors are logged with an incident id, never sent as they are. */
 const internalErrors: Interceptor = (next) => async (req) => {

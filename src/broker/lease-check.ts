@@ -13,7 +13,8 @@ export interface LeaseHolder {
 /**
  * Explains why `tokenHash` is not a live lease on `jobId` for `holder`, as
  * the error to throw: 404 when the job is unknown in the holder's workspace,
- * otherwise 409 saying which: foreign token, released, expired (with when),
+ * otherwise 409 saying which: not this runner's token (foreign and unknown
+ * tokens alike), released, expired (with when),
  * or settled. Called only after a guarded statement matched no row, so the
  * happy path never pays for it.
  */
@@ -24,8 +25,10 @@ export async function leaseRefusal(db: Kysely<Database> | Transaction<Database>,
   const { rows } = await sql<{ now: Date }>`select now() as now`.execute(db);
   const now = rows[0]!.now;
   const refuse = (message: string) => new ConnectError(message, Code.Aborted);
-  if (!lease || lease.job_id !== jobId) return refuse(`the lease token is not a lease on job ${jobId}; use the token from the claim that leased this job`);
-  if (lease.runner_id !== holder.runnerId) return refuse(`the lease on job ${jobId} belongs to another runner`);
+  // Another runner's token gets the same answer as a made-up one: a difference would confirm a live lease exists.
+  if (!lease || lease.job_id !== jobId || lease.runner_id !== holder.runnerId || lease.workspace_id !== holder.workspaceId) {
+    return refuse(`the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`);
+  }
   switch (lease.end_reason) {
     case "released":
       return refuse(`the lease on job ${jobId} was released at ${iso(lease.ended_at)}; claim a job again`);

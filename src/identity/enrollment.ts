@@ -6,6 +6,7 @@ import { verifyCsr } from "./csr.js";
 import { useGrant, type GrantRecord } from "./grants.js";
 import type { Issuer, SignedCertificate } from "./issuer.js";
 import { runnerSpiffeId } from "./principal.js";
+import { checkSegmentId } from "./segment-id.js";
 
 /** What enrollment and renewal need. */
 export interface EnrollmentDeps {
@@ -23,8 +24,6 @@ export interface Enrollment {
   readonly workspaceId: string;
   readonly grant: GrantRecord;
 }
-
-const runnerIdPattern = /^[A-Za-z0-9._-]{1,128}$/;
 
 /** Enrollment and renewal bound to one database and issuer: what the enroll and runner services call. */
 export interface Enrollments {
@@ -52,9 +51,7 @@ export function createEnrollments(deps: EnrollmentDeps): Enrollments {
 export async function enrollRunner(deps: EnrollmentDeps, req: { grant: string; runnerId: string; csr: string }): Promise<Enrollment> {
   const issuer = requireIssuer(deps.issuer);
   if (!req.runnerId) throw new ConnectError("runnerId is required: the id this runner will have (a SPIFFE path segment)", Code.InvalidArgument);
-  if (!runnerIdPattern.test(req.runnerId)) {
-    throw new ConnectError(`runnerId ${JSON.stringify(req.runnerId.slice(0, 140))} must be 1 to 128 characters of A-Z a-z 0-9 . _ - (a SPIFFE path segment)`, Code.InvalidArgument);
-  }
+  checkSegmentId("runnerId", req.runnerId);
   const csr = await verifyCsr(req.csr);
   return deps.db.transaction().execute(async (tx) => {
     const grant = await useGrant(tx, req.grant, req.runnerId);

@@ -2,6 +2,7 @@ import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Selectable, type Transaction } from "kysely";
 import type { Database, EnrollmentGrantsTable } from "../store/schema.js";
+import { checkSegmentId } from "./segment-id.js";
 
 /** Lifetime bounds of an enrollment grant, in seconds. */
 export const grantLimits = { defaultSeconds: 600, maxSeconds: 86_400 } as const;
@@ -9,7 +10,6 @@ export const grantLimits = { defaultSeconds: 600, maxSeconds: 86_400 } as const;
 /** Every grant starts with this, so a leaked one is easy to recognise (and to scan for). */
 const grantPrefix = "feg_";
 const grantPattern = /^feg_[A-Za-z0-9_-]{43}$/;
-const idPattern = /^[A-Za-z0-9._-]{1,128}$/;
 
 /** A grant as stored: everything but the secret. */
 export type GrantRecord = Selectable<EnrollmentGrantsTable>;
@@ -39,8 +39,8 @@ export async function createGrant(db: Kysely<Database>, req: GrantRequest): Prom
   const bad = (message: string): never => {
     throw new ConnectError(message, Code.InvalidArgument);
   };
-  if (!idPattern.test(req.workspaceId)) bad(`workspaceId ${JSON.stringify(req.workspaceId)} must be 1 to 128 characters of A-Z a-z 0-9 . _ - (a SPIFFE path segment)`);
-  if (req.runnerId && !idPattern.test(req.runnerId)) bad(`runnerId ${JSON.stringify(req.runnerId)} must be 1 to 128 characters of A-Z a-z 0-9 . _ - (a SPIFFE path segment)`);
+  checkSegmentId("workspaceId", req.workspaceId);
+  if (req.runnerId) checkSegmentId("runnerId", req.runnerId);
   const seconds = req.expiresInSeconds || grantLimits.defaultSeconds;
   if (!Number.isInteger(seconds) || seconds < 1 || seconds > grantLimits.maxSeconds) {
     bad(`expiresInSeconds must be 1 to ${grantLimits.maxSeconds} (0 means ${grantLimits.defaultSeconds}); got ${req.expiresInSeconds}`);

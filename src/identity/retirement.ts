@@ -4,6 +4,7 @@ import { releaseRunnerLeases } from "../broker/sql/release.js";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import type { Database } from "../store/schema.js";
+import { checkSegmentId } from "./segment-id.js";
 
 /** The NOTIFY channel that tells every replica "this runner was retired". */
 export const retirementsChannel = "forelead_retirements";
@@ -44,7 +45,6 @@ export interface Retirements {
   close(): Promise<void>;
 }
 
-const idPattern = /^[A-Za-z0-9._-]{1,128}$/;
 
 /** Loads the retired runners of `store` and follows new retirements. */
 export async function createRetirements(store: Store, options: { refreshIntervalMs?: number } = {}): Promise<Retirements> {
@@ -83,8 +83,8 @@ export async function createRetirements(store: Store, options: { refreshInterval
     },
 
     async retire(input) {
-      if (!idPattern.test(input.runnerId)) throw new ConnectError(`runnerId ${JSON.stringify(input.runnerId)} must be 1 to 128 characters of A-Z a-z 0-9 . _ -`, Code.InvalidArgument);
-      if (input.workspaceId && !idPattern.test(input.workspaceId)) throw new ConnectError(`workspaceId ${JSON.stringify(input.workspaceId)} must be 1 to 128 characters of A-Z a-z 0-9 . _ -`, Code.InvalidArgument);
+      checkSegmentId("runnerId", input.runnerId);
+      if (input.workspaceId) checkSegmentId("workspaceId", input.workspaceId);
       if (input.reason.length > 1000) throw new ConnectError("reason is longer than 1000 characters", Code.InvalidArgument);
       const result = await store.db.transaction().execute(async (tx) => {
         const workspaceId = input.workspaceId || (await onlyWorkspaceOf(tx, input.runnerId));

@@ -1,5 +1,6 @@
 import { parseSpiffeId } from "./spiffe.js";
 import { principalOf } from "./principal.js";
+import { maxSegmentIdLength, segmentIdProblem } from "./segment-id.js";
 
 /**
  * Roles the configuration grants service identities:
@@ -36,7 +37,6 @@ export interface RoleTable {
   readonly grants: readonly RoleGrant[];
 }
 
-const workspacePattern = /^[A-Za-z0-9._-]{1,128}$/;
 const usage = "use --grant SPIFFE_ID=admin, --grant SPIFFE_ID=read or --grant SPIFFE_ID=enqueue:WORKSPACE[,WORKSPACE...]";
 
 /**
@@ -53,7 +53,8 @@ export function parseRoleGrant(text: string, trustDomain?: string): RoleGrant {
   if (role.startsWith("enqueue:")) {
     const workspaces = role.slice("enqueue:".length).split(",").map((w) => w.trim());
     for (const w of workspaces) {
-      if (!workspacePattern.test(w)) throw new Error(`--grant ${JSON.stringify(text)}: workspace ${JSON.stringify(w)} must be 1 to 128 characters of A-Z a-z 0-9 . _ -`);
+      const problem = segmentIdProblem(w);
+      if (problem) throw new Error(`--grant ${JSON.stringify(text)}: workspace ${JSON.stringify(w)} is not a valid id (${problem}); an id is 1 to ${maxSegmentIdLength} characters of A-Z a-z 0-9 . _ -`);
     }
     return { spiffeId, role: "enqueue", workspaces };
   }

@@ -59,16 +59,27 @@ export function parseSpiffeId(input: string): SpiffeId {
     const parts = path.slice(1).split("/");
     parts.forEach((part, i) => {
       if (part.length === 0) fail(i === parts.length - 1 ? "a trailing slash is not allowed" : "empty path segments are not allowed");
-      if (part === "." || part === "..") fail("'.' and '..' path segments are not allowed");
-      for (const c of part) {
-        if (segmentChar.test(c)) continue;
-        checkUriSyntax(c, fail);
-        fail(`a path segment contains ${describe(c)}; only A-Z, a-z, 0-9, '.', '-' and '_' are allowed`);
-      }
+      for (const c of part) if (!segmentChar.test(c)) checkUriSyntax(c, fail);
+      const problem = segmentProblem(part);
+      if (problem) fail(problem);
       segments.push(part);
     });
   }
   return { trustDomain, segments, text: input };
+}
+
+/**
+ * Why `segment` cannot be one SPIFFE path segment (empty, "." or "..", or a
+ * character outside A-Z a-z 0-9 . - _), or undefined when it can. Runner and
+ * workspace ids are such segments (see segment-id.ts).
+ */
+export function segmentProblem(segment: string): string | undefined {
+  if (segment.length === 0) return "empty path segments are not allowed";
+  if (segment === "." || segment === "..") return "'.' and '..' path segments are not allowed";
+  for (const c of segment) {
+    if (!segmentChar.test(c)) return `a path segment contains ${describe(c)}; only A-Z, a-z, 0-9, '.', '-' and '_' are allowed`;
+  }
+  return undefined;
 }
 
 /** Names the URI rule a forbidden character would start, wherever it appears (trust domain or path). */

@@ -62,16 +62,16 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
 /**
  * The last accepted sequence to report when a message is rejected: that of
  * the lease the message names when it is the caller's lease on that job
- * (live or ended), else that of the caller's latest lease on the job, else
- * 0. Another runner's progress is never revealed. Only rejections pay for
- * this query.
+ * (live or ended), else 0. Not the caller's other lease on the job: a client
+ * following the resume rule drops every message up to the number reported,
+ * so a number from another lease would have it drop a refused message as
+ * stored. Another runner's progress is never revealed. Only rejections pay
+ * for this query.
  */
 export async function lastAcceptedSequence(db: Kysely<Database>, holder: LeaseHolder, stream: StreamName, jobId: string, tokenHash: Buffer): Promise<number> {
   const { rows } = await sql<{ last: number }>`
     select coalesce(c.last_sequence, 0)::bigint as last
     from leases l left join stream_cursors c on c.lease_id = l.id and c.stream = ${stream}
-    where l.job_id = ${jobId} and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}
-    order by (l.token_sha256 = ${tokenHash}) desc, l.id desc
-    limit 1`.execute(db);
+    where l.token_sha256 = ${tokenHash} and l.job_id = ${jobId} and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}`.execute(db);
   return rows[0]?.last ?? 0;
 }

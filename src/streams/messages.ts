@@ -82,7 +82,7 @@ function logShapeError(data: JsonValue): string | undefined {
   if (typeof data === "string") return undefined;
   if (typeof data !== "object" || data === null || Array.isArray(data)) return "data is neither a string nor an object";
   if (typeof data["text"] !== "string") return 'data has no string "text"';
-  if (data["stream"] !== undefined && typeof data["stream"] !== "string") return 'data\'s "stream" is not a string';
+  if (data["stream"] !== undefined && data["stream"] !== "stdout" && data["stream"] !== "stderr") return `data's "stream" is ${JSON.stringify(data["stream"]).slice(0, 40)}, not "stdout" or "stderr"`;
   return undefined;
 }
 

@@ -196,7 +196,7 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     ["an empty segment", "a//b", "has an empty segment"],
     ["a . segment", "a/./b", 'has a "." segment'],
     ["a trailing /", "trailing/", "has an empty segment"],
-    ["a NUL", "nul\u0000byte", "holds a control character"],
+    ["a NUL", "nul\u0000byte", 'field "name" contains NUL (U+0000)'],
     ["an empty name", "", "is empty"],
     ["1025 bytes", "x".repeat(1025), "is longer than 1024 bytes"],
   ])("a name with %s is refused at open", async (_label, name, problem) => {

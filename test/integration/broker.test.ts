@@ -303,7 +303,7 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
     expect(malformed.json.message).toContain("not a job id");
     const badToken = await runner.renew(jobId, "AAAA");
     expect(badToken.status).toBe(409);
-    expect(badToken.json.message).toContain("not a lease on job");
+    expect(badToken.json.message).toContain("not a lease of this runner on job");
     const missingToken = await runner.renew(jobId, "");
     expect(missingToken.status).toBe(400);
     const wrongOutcome = await runner.complete(jobId, token, { outcome: "done" });
@@ -315,7 +315,7 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
     await Promise.all([runner.close(), outsider.close()]);
   });
 
-  it("another runner's token on the job is refused as foreign (409)", async () => {
+  it("another runner's token on the job is refused (409) with the words a made-up token gets: nothing confirms a live lease", async () => {
     const ws = freshWorkspace();
     const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
     const owner = await registeredRunner(cp, "owner", ws);
@@ -323,7 +323,9 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
     const { token } = (await owner.claim()).json;
     const stolen = await thief.complete(jobId, token);
     expect(stolen.status).toBe(409);
-    expect(stolen.json.message).toContain("another runner");
+    const madeUp = await thief.complete(jobId, "AAAA");
+    expect(stolen.json).toEqual(madeUp.json);
+    expect(stolen.json.message).toBe(`the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`);
     expect((await admin.job(jobId)).json.job.state).toBe("running");
     await Promise.all([owner.close(), thief.close()]);
   });

@@ -75,14 +75,19 @@ describe(`events and logs over REST (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("a foreign lease is rejected with the last accepted sequence reported", async () => {
+  it("a foreign lease token is rejected like a made-up one, and the last accepted sequence reported is 0, not my lease's", async () => {
     const mine = await leasedJob("r1");
     const theirs = await leasedJob("r2");
-    // Another runner's token on my job: refused, and my own lease's progress is what I learn.
+    // Another runner's token on my job: refused, and 0 reported: the number is of the lease the message names, so a
+    // client following the resume rule (drop what is <= n) never drops the refused message as stored.
     const wrongToken = await mine.runner.rest.ndjson("/v1/runner/logs", [mine.msg(1, "a\n"), mine.msg(2, "b\n"), { ...mine.msg(3, "c\n"), leaseToken: theirs.token }]);
     expect(wrongToken.status, wrongToken.text).toBe(409);
-    expect(wrongToken.json.message).toMatch(/^line 3 \(sequence 3\): the lease token is not a lease on job .*; last accepted logs sequence for this lease is 2$/);
-    expect(wrongToken.headers[lastAccepted]).toBe("2");
+    expect(wrongToken.json.message).toMatch(/^line 3 \(sequence 3\): the lease token is not a lease of this runner on job .*; last accepted logs sequence for this lease is 0$/);
+    expect(wrongToken.headers[lastAccepted]).toBe("0");
+    const madeUp = await mine.runner.rest.ndjson("/v1/runner/logs", [{ ...mine.msg(3, "c\n"), leaseToken: "AAAA" }]);
+    const unlined = (m: string) => m.replace(/^line \d+ /, "");
+    expect(madeUp.status).toBe(409);
+    expect(unlined(madeUp.json.message)).toBe(unlined(wrongToken.json.message));
     // Another runner's job and lease (in my workspace or not): refused, nothing of theirs revealed.
     const theirJob = await mine.runner.rest.ndjson("/v1/runner/logs", [{ ...theirs.msg(1, "x\n"), runnerId: "r1" }]);
     expect(theirJob.status, theirJob.text).toBe(404);
@@ -120,7 +125,7 @@ describe(`events and logs over REST (${databaseKind})`, () => {
       [(s) => msg(s, undefined), 400, /^line 2: data is required/],
       [(s) => msg(s, 42), 400, /^line 2: data is neither a string nor an object/],
       [(s) => msg(s, { stream: "stdout" }), 400, /^line 2: data has no string "text"/],
-      [(s) => ({ ...msg(s, "x\n"), sequence: "9007199254740992" }), 400, /^line 2: sequence 9007199254740992 is over the largest accepted, 9007199254740991/],
+      [(s) => ({ ...msg(s, "x\n"), sequence: "9007199254740992" }), 400, /^line 2: field "sequence" is 9007199254740992, past 2\^53 - 1 \(9007199254740991\)/],
       [(s) => ({ ...msg(s, "x\n"), sequence: "three" }), 400, /^line 2: field "sequence": /],
       [() => "[1, 2]", 400, /^line 2 must be a JSON object/],
     ];

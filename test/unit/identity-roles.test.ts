@@ -19,8 +19,8 @@ describe("--grant values", () => {
   it("refuse what an operator could mistype, saying how to write it", () => {
     expect(() => parseRoleGrant(ci)).toThrow('has no "="; use --grant SPIFFE_ID=admin');
     expect(() => parseRoleGrant(`${ci}=enqueue`)).toThrow(`enqueue needs its workspaces, e.g. ${ci}=enqueue:w1,w2`);
-    expect(() => parseRoleGrant(`${ci}=enqueue:`)).toThrow('workspace "" must be');
-    expect(() => parseRoleGrant(`${ci}=enqueue:w1,w/2`)).toThrow('workspace "w/2" must be');
+    expect(() => parseRoleGrant(`${ci}=enqueue:`)).toThrow('workspace "" is not a valid id (empty path segments are not allowed)');
+    expect(() => parseRoleGrant(`${ci}=enqueue:w1,w/2`)).toThrow('workspace "w/2" is not a valid id (a path segment contains');
     expect(() => parseRoleGrant(`${ci}=write`)).toThrow('unknown role "write"');
     expect(() => parseRoleGrant("spiffe://Forelead/services/ci=read")).toThrow("not a valid SPIFFE ID");
     expect(() => parseRoleGrant("spiffe://other/services/ci=read", "forelead")).toThrow('is not in the trust domain "forelead"');

@@ -65,7 +65,7 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
     return writeReply(res, option, method, create(method.output, reply));
   }
 
-  const json: Record<string, JsonValue> = req.method === "GET" ? queryJson(url.searchParams, method.input) : await readJsonBody(req, r.maxBodyBytes);
+  const json: Record<string, JsonValue> = req.method === "GET" ? queryJson(url.search, method.input) : await readJsonBody(req, r.maxBodyBytes);
   // A reconnecting EventSource says where it stopped in Last-Event-ID; the route names the field it binds.
   const resumeField = option.lastEventIdField;
   const lastEventId = req.headers["last-event-id"];

@@ -1,5 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { jsonText } from "../json-wire.js";
 import { parseJsonObject } from "./json-text.js";
 
 /**
@@ -14,7 +15,7 @@ export async function readJsonBody(chunks: AsyncIterable<Buffer>, maxBytes: numb
     if (size > maxBytes) throw new ConnectError(`the request body is over ${maxBytes} bytes; send a smaller body`, Code.ResourceExhausted);
     gathered.push(chunk);
   }
-  const text = Buffer.concat(gathered).toString("utf8");
+  const text = jsonText(Buffer.concat(gathered), "the request body");
   if (text.trim() === "") return {};
   return parseJsonObject(text, "the request body");
 }

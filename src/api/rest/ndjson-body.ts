@@ -1,6 +1,6 @@
-import { StringDecoder } from "node:string_decoder";
 import type { DescMessage, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { jsonText } from "../json-wire.js";
 import { parseJsonObject } from "./json-text.js";
 import { decode } from "./proto-json.js";
 
@@ -11,43 +11,58 @@ export function ndjsonLineOf(message: object): number | undefined {
   return ndjsonLines.get(message);
 }
 
+const newline = 0x0a;
+
 /**
  * NDJSON request messages, read incrementally: never more than one line is
  * buffered. Lines are numbered from 1 (see ndjsonLineOf); blank lines are
- * skipped but counted. A line that takes the body past `maxBytes` (every
- * byte counts, newlines too) ends the stream with resource_exhausted; the
- * lines before it have already been handed to the handler.
+ * skipped but counted. Lines are split on their bytes and each is checked as
+ * bytes (jsonText: invalid UTF-8, integers past 2^53) before it is decoded.
+ * A line that takes the body past `maxBytes` (every byte counts, newlines
+ * too) ends the stream with resource_exhausted; the lines before it have
+ * already been handed to the handler.
  */
 export async function* ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: DescMessage, maxBytes: number): AsyncGenerator<Message> {
-  const decoder = new StringDecoder("utf8");
-  let pending = "";
+  let parts: Buffer[] = []; // the line being read
+  let partBytes = 0;
   let consumed = 0;
   let lineNo = 0;
   const over = (n: number) => new ConnectError(`line ${n} takes the request body over ${maxBytes} bytes; send it in a new request`, Code.ResourceExhausted);
   // `raw` is the line as sent, with its newline when it had one.
-  const parseLine = (raw: string): Message | undefined => {
+  const parseLine = (raw: Buffer): Message | undefined => {
     lineNo++;
-    consumed += Buffer.byteLength(raw, "utf8");
+    consumed += raw.length;
     if (consumed > maxBytes) throw over(lineNo);
-    const line = raw.replace(/\r?\n$/, "");
+    const what = `line ${lineNo}`;
+    const line = jsonText(raw, what).replace(/\r?\n$/, "");
     if (line.trim() === "") return undefined;
-    const message = decode(schema, parseJsonObject(line, `line ${lineNo}`), `line ${lineNo}`);
+    const message = decode(schema, parseJsonObject(line, what), what);
     ndjsonLines.set(message, lineNo);
     return message;
   };
+  const takeLine = (): Buffer => {
+    const raw = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+    parts = [];
+    partBytes = 0;
+    return raw;
+  };
   for await (const chunk of chunks) {
-    pending += decoder.write(chunk);
+    let start = 0;
     let nl: number;
-    while ((nl = pending.indexOf("\n")) !== -1) {
-      const message = parseLine(pending.slice(0, nl + 1));
-      pending = pending.slice(nl + 1);
+    while ((nl = chunk.indexOf(newline, start)) !== -1) {
+      parts.push(chunk.subarray(start, nl + 1));
+      start = nl + 1;
+      const message = parseLine(takeLine());
       if (message) yield message;
     }
-    if (Buffer.byteLength(pending, "utf8") + consumed > maxBytes) throw over(lineNo + 1);
+    if (start < chunk.length) {
+      parts.push(chunk.subarray(start));
+      partBytes += chunk.length - start;
+    }
+    if (partBytes + consumed > maxBytes) throw over(lineNo + 1);
   }
-  pending += decoder.end();
-  if (pending.length > 0) {
-    const message = parseLine(pending);
+  if (partBytes > 0) {
+    const message = parseLine(takeLine());
     if (message) yield message;
   }
 }

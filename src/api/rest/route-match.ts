@@ -1,3 +1,4 @@
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { RouteEntry } from "../routes.js";
 
 /** Anything served on a route: matched by the route's HTTP method and path template. */
@@ -37,11 +38,20 @@ export function createRouteMatcher<B extends Routed>(bindings: readonly B[]): (m
   };
 }
 
-/** The request fields a matched path binds, percent-decoded (a malformed escape throws URIError). */
+/**
+ * The request fields a matched path binds, percent-decoded; an escape that
+ * is malformed or not UTF-8 is invalid_argument naming the field.
+ */
 export function pathParams(route: CompiledRoute<Routed>, pathname: string): Record<string, string> {
   const m = route.pattern.exec(pathname);
   const out: Record<string, string> = {};
-  route.params.forEach((name, i) => (out[name] = decodeURIComponent(m?.[i + 1] ?? "")));
+  route.params.forEach((name, i) => {
+    try {
+      out[name] = decodeURIComponent(m?.[i + 1] ?? "");
+    } catch {
+      throw new ConnectError(`path parameter ${name} is not valid percent-encoded UTF-8; percent-encode the UTF-8 bytes of the text`, Code.InvalidArgument);
+    }
+  });
   return out;
 }
 

@@ -6,7 +6,7 @@ export const maxLineChars = 16 * 1024;
 
 /**
  * Calls `onLine` for every line of `stream` (without its "\n" or "\r\n"),
- * including a last line with no newline. Resolves when the stream has ended
+ * including a last line with no newline, with NUL as U+FFFD. Resolves when the stream has ended
  * and every line was passed on.
  */
 export function forEachLine(stream: Readable, onLine: (text: string) => void): Promise<void> {
@@ -21,12 +21,15 @@ export function forEachLine(stream: Readable, onLine: (text: string) => void): P
       emit(line.endsWith("\r") ? line.slice(0, -1) : line);
     }
     while (partial.length > maxLineChars) {
-      onLine(partial.slice(0, maxLineChars));
+      onLine(withoutNul(partial.slice(0, maxLineChars)));
       partial = partial.slice(maxLineChars);
     }
   };
+  // The control plane refuses text with NUL (Postgres text cannot hold it): a NUL byte in a job's output
+  // is passed on as U+FFFD, as invalid UTF-8 already is by the decoder, so the line still gets through.
   const emit = (line: string) => {
-    for (let i = 0; i < line.length || i === 0; i += maxLineChars) onLine(line.slice(i, i + maxLineChars));
+    const text = withoutNul(line);
+    for (let i = 0; i < text.length || i === 0; i += maxLineChars) onLine(text.slice(i, i + maxLineChars));
   };
   return new Promise((resolve) => {
     stream.on("data", (chunk: Buffer | string) => take(typeof chunk === "string" ? chunk : decoder.write(chunk)));
@@ -39,4 +42,8 @@ export function forEachLine(stream: Readable, onLine: (text: string) => void): P
     stream.once("end", finish);
     stream.once("error", finish); // a broken pipe ends the output; the exit code says the rest
   });
+}
+
+function withoutNul(text: string): string {
+  return text.includes("\u0000") ? text.replaceAll("\u0000", "\ufffd") : text;
 }

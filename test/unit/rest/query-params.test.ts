@@ -4,7 +4,7 @@ import type { DescMessage } from "@bufbuild/protobuf";
 import { EnqueueJobRequestSchema, GetJobLogsRequestSchema } from "../../../gen/forelead/admin/v1/admin_pb.js";
 import { queryJson } from "../../../src/api/rest/query-params.js";
 
-const query = (text: string, schema: DescMessage = GetJobLogsRequestSchema) => queryJson(new URLSearchParams(text), schema);
+const query = (text: string, schema: DescMessage = GetJobLogsRequestSchema) => queryJson(`?${text}`, schema);
 
 describe("query parameters", () => {
   it.each([
