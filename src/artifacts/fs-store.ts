@@ -5,6 +5,7 @@ import { dirname, join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { digestHex, type Digest } from "./names.js";
 import type { ArtifactStore, BlobStore, StagingStore } from "./store.js";
+import { fsyncPath } from "../store/fsync-path.js";
 
 /**
  * The filesystem store in `dir`:
@@ -107,15 +108,6 @@ async function sizeOf(path: string): Promise<number | undefined> {
   }
 }
 
-/** fsync of a file or directory by path: its data (or its entries) reach the disk. */
-async function fsyncPath(path: string): Promise<void> {
-  const handle = await open(path, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
 
 /** Whether the `bytes.length` bytes at `position` of `file` equal `bytes`. */
 async function sameBytesAt(file: FileHandle, position: number, bytes: Uint8Array): Promise<boolean> {

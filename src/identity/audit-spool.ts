@@ -2,6 +2,7 @@ import { createReadStream } from "node:fs";
 import { mkdir, open, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { fsyncPath } from "../store/fsync-path.js";
 
 /**
  * An append-only file of audit rows the database could not take, one JSON
@@ -86,7 +87,7 @@ export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<
       } finally {
         await file.close();
       }
-      if (created) await syncDirectory(dir);
+      if (created) await fsyncPath(dir);
       size += data.length;
       if (records === 0) oldest = first;
       records += count;
@@ -175,12 +176,3 @@ async function readLines<T>(path: string, offset: number, size: number, max: num
   return { rows, lengths };
 }
 
-/** Makes a newly created file's directory entry durable too. */
-async function syncDirectory(dir: string): Promise<void> {
-  const handle = await open(dir, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
