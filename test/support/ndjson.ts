@@ -1,5 +1,6 @@
 import type http2 from "node:http2";
 import type { RestClient, RestReply } from "./clients.js";
+import { jsonOrUndefined } from "../../src/runner/transport/rest-transport.js";
 
 /** An NDJSON request kept open: lines are written as the test decides, the reply may come before `end`. */
 export interface OpenNdjsonRequest {
@@ -30,13 +31,7 @@ export function openNdjson(rest: RestClient, path: string): OpenNdjsonRequest {
       if (!stream.writableFinished) stream.close(); // the reply came first: stop sending
       if (headers[":status"] === undefined) return reject(new Error(`${path}: the stream closed without a reply (code ${stream.rstCode})`));
       const text = Buffer.concat(chunks).toString("utf8");
-      let json: unknown;
-      try {
-        json = text ? JSON.parse(text) : undefined;
-      } catch {
-        json = undefined;
-      }
-      resolve({ status: Number(headers[":status"]), headers, text, json });
+      resolve({ status: Number(headers[":status"]), headers, text, json: jsonOrUndefined(text) });
     };
   });
   return {

@@ -138,13 +138,7 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
         stream.on("end", () => {
           cleanup();
           const text = Buffer.concat(chunks).toString("utf8");
-          let json: unknown;
-          try {
-            json = text ? JSON.parse(text) : undefined;
-          } catch {
-            json = undefined;
-          }
-          resolve({ status, headers: replyHeaders, text, json });
+          resolve({ status, headers: replyHeaders, text, json: jsonOrUndefined(text) });
         });
         if (options.signal?.aborted) onAbort();
         else stream.end(payload);
@@ -157,4 +151,13 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
       if (s && !s.closed) await new Promise<void>((resolve) => s.close(() => resolve()));
     },
   };
+}
+
+/** A reply body as JSON, or undefined when it is empty or not JSON (the status then says what happened). */
+export function jsonOrUndefined(text: string): unknown {
+  try {
+    return text ? JSON.parse(text) : undefined;
+  } catch {
+    return undefined;
+  }
 }
