@@ -39,8 +39,8 @@ describe(`code/bundle refusals (${databaseKind})`, () => {
     const { runner, jobId, token } = checkout;
     const noToken = await runner.rest.request("POST", "/v1/runner/code/bundle", { apiVersion: "v1", jobId, kind: "base", commit: base });
     refused(noToken, 400, "leaseToken is required");
-    refused(await requestBundle(runner, jobId, "not-a-lease", "base", base), 409, `the lease token is not a lease on job ${jobId}`);
-    refused(await requestBundle(runner, jobId, agent.token, "base", base), 409, `the lease token is not a lease on job ${jobId}`);
+    refused(await requestBundle(runner, jobId, "not-a-lease", "base", base), 409, `the lease token is not a lease of this runner on job ${jobId}`);
+    refused(await requestBundle(runner, jobId, agent.token, "base", base), 409, `the lease token is not a lease of this runner on job ${jobId}`);
     refused(await requestBundle(runner, jobId, token, "tip", base), 400, 'kind "tip" is not a bundle kind; use "base", "head" or "published"');
     refused(await requestBundle(runner, jobId, token, "base", ""), 400, "commit is required");
     refused(await requestBundle(runner, jobId, token, "base", "main"), 400, 'commit "main" is not a full commit id');
@@ -50,7 +50,7 @@ describe(`code/bundle refusals (${databaseKind})`, () => {
   it("refuses another runner's lease: 409 in the same workspace, 404 from another workspace", async () => {
     const other = await runnerActor(cp, "r2", "wc");
     await other.register();
-    refused(await requestBundle(other, checkout.jobId, checkout.token, "base", base), 409, `the lease on job ${checkout.jobId} belongs to another runner`);
+    refused(await requestBundle(other, checkout.jobId, checkout.token, "base", base), 409, `the lease token is not a lease of this runner on job ${checkout.jobId}`);
     const stranger = await runnerActor(cp, "r1", "elsewhere");
     refused(await requestBundle(stranger, checkout.jobId, checkout.token, "base", base), 404, `job ${checkout.jobId} not found in workspace "elsewhere"`);
     await Promise.all([other.close(), stranger.close()]);
