@@ -28,14 +28,21 @@ export async function readFlagFile(file: string, flag: string): Promise<string> 
   }
 }
 
-/** A commander parser for a duration flag ("600s", "10m", "2h"), in whole seconds. */
-export function secondsFlag(flag: string): (value: string) => number {
+/**
+ * A commander parser for a duration flag ("600s", "10m", "2h"), in seconds (rounded);
+ * `wholeSeconds` refuses anything under 1 s or not a whole number of seconds.
+ */
+export function secondsFlag(flag: string, options: { readonly wholeSeconds?: boolean } = {}): (value: string) => number {
   return (value) => {
+    let ms = NaN;
     try {
-      return Math.round(parseDuration(value) / 1000);
+      ms = parseDuration(value);
     } catch {
-      throw new InvalidArgumentError(`${flag} ${JSON.stringify(value)} is not a duration; use e.g. 600s, 10m, 2h`);
+      // refused below
     }
+    if (Number.isNaN(ms)) throw new InvalidArgumentError(`${flag} ${JSON.stringify(value)} is not a duration; use e.g. 600s, 10m, 2h`);
+    if (options.wholeSeconds && (ms < 1000 || ms % 1000 !== 0)) throw new InvalidArgumentError(`${flag} must be a duration of whole seconds such as 6h, 90m or 30s; got ${JSON.stringify(value)}`);
+    return Math.round(ms / 1000);
   };
 }
 

@@ -12,6 +12,7 @@ import { startControlPlane } from "../server/control-plane.js";
 import { readTlsFiles, type TlsFiles, type TlsPems } from "../server/tls-material.js";
 import { defaultHosts } from "./ca.js";
 import { collect, integerIn, pathOption } from "./options.js";
+import { secondsFlag } from "./admin-flags.js";
 
 interface ServeFlags {
   listen: string;
@@ -61,9 +62,9 @@ export function serveCommand(): Command {
     .addOption(pathOption("--issuer-key <file>", "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 (BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted"))
     .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
     .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
-    .addOption(new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one").default(defaultJobTimeouts.defaultSeconds, "6h").argParser(durationSeconds("--default-job-timeout")))
-    .addOption(new Option("--max-job-timeout <duration>", "longest timeout a job may ask for; an enqueue over it is refused").default(defaultJobTimeouts.maxSeconds, "7d").argParser(durationSeconds("--max-job-timeout")))
-    .addOption(new Option("--job-timeout-grace <duration>", "how long a job may run past its timeout before the control plane fails it (error timeout)").default(defaultJobTimeouts.graceSeconds, "30s").argParser(durationSeconds("--job-timeout-grace")))
+    .addOption(new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one").default(defaultJobTimeouts.defaultSeconds, "6h").argParser(secondsFlag("--default-job-timeout", { wholeSeconds: true })))
+    .addOption(new Option("--max-job-timeout <duration>", "longest timeout a job may ask for; an enqueue over it is refused").default(defaultJobTimeouts.maxSeconds, "7d").argParser(secondsFlag("--max-job-timeout", { wholeSeconds: true })))
+    .addOption(new Option("--job-timeout-grace <duration>", "how long a job may run past its timeout before the control plane fails it (error timeout)").default(defaultJobTimeouts.graceSeconds, "30s").argParser(secondsFlag("--job-timeout-grace", { wholeSeconds: true })))
     .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
     .addOption(pathOption("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)"))
     .addOption(pathOption("--artifacts-dir <dir>", "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL"))
@@ -140,21 +141,6 @@ function defaultArtifactsDir(database: string): string | undefined {
   if (isPostgresUrl(database)) return undefined;
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "artifacts");
-}
-
-/** A commander parser for durations such as 6h, 90m or 30s, in whole seconds. */
-function durationSeconds(name: string): (value: string) => number {
-  return (value) => {
-    const ms = (() => {
-      try {
-        return parseDuration(value);
-      } catch {
-        return NaN;
-      }
-    })();
-    if (!(ms >= 1000) || ms % 1000 !== 0) throw new InvalidArgumentError(`${name} must be a duration of whole seconds such as 6h, 90m or 30s; got ${JSON.stringify(value)}`);
-    return ms / 1000;
-  };
 }
 
 /** The audit spool lives beside an embedded database (data/db → data/audit-spool); with a URL, in data/audit-spool. */
