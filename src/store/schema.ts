@@ -23,6 +23,7 @@ export interface Database {
   artifact_blobs: ArtifactBlobsTable;
   artifact_blob_chunks: ByteChunksTable & { digest: string };
   upload_chunks: ByteChunksTable & { upload_id: string };
+  workspace_pauses: WorkspacePausesTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -42,6 +43,9 @@ export interface RunnersTable {
   last_seen_at: ColumnType<Date, Date | string | undefined, Date | string>;
   /** Set when the runner is retired: it is refused from then on. */
   retired_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  /** Set while the runner is paused: it gets no new lease (migration 0012). */
+  paused_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  paused_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** One identity decision, allowed or refused. */
@@ -68,6 +72,14 @@ export interface AuditRecordsTable {
   count: ColumnType<number, number | undefined, never>;
   /** The last request an aggregated refusal stands for (`at` is the first); null when count is 1. */
   last_at: ColumnType<Date | null, Date | string | null | undefined, never>;
+}
+
+/** A paused workspace (migration 0012): its queued jobs are not claimed until resumed. */
+export interface WorkspacePausesTable {
+  workspace_id: string;
+  paused_at: Generated<Date>;
+  paused_by: string;
+  reason: Generated<string>;
 }
 
 /** Job states: queued and running are live; the other three are settled. */
