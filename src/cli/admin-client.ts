@@ -15,13 +15,13 @@ export interface AdminClientFlags {
   readonly key: string;
 }
 
-/** Adds --server, --ca, --cert and --key to `command`; defaults fit `forelead ca issue --out certs/admin`. */
+/** Adds --server, --ca, --cert and --key to `command`; defaults fit the README quick start (`forelead ca issue ... --out certs/cli`). */
 export function withAdminClientOptions(command: Command): Command {
   return command
     .option("--server <url>", "the control plane", "https://127.0.0.1:8443")
     .option("--ca <file>", "CA bundle for the server certificate (PEM)", "certs/ca.pem")
     .option("--cert <file>", "client certificate of an identity granted admin (PEM)", "certs/admin.pem")
-    .option("--key <file>", "its private key (PEM)", "certs/admin-key.pem");
+    .option("--key <file>", "its private key (PEM)", "certs/cli-key.pem");
 }
 
 /**
