@@ -10,7 +10,8 @@ import { maxSegmentIdLength, segmentIdProblem } from "./segment-id.js";
  *   about those workspaces' jobs, runners and inventory only;
  * - `enqueue` for named workspaces: enqueue jobs there.
  * Whatever its roles, an identity may read and cancel the jobs it enqueued
- * (and, short of admin, cancel no others); see docs/identity.md.
+ * (and, short of admin, cancel no others); the matrix is in README.md
+ * ("Service identities and roles"), the check in src/api/guard.ts.
  */
 export type RoleName = "admin" | "read" | "enqueue";
 
