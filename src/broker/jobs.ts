@@ -160,6 +160,10 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
     return jobSnapshot(row);
   }
   const existing = await db.selectFrom("jobs").selectAll().where("workspace_id", "=", input.workspaceId).where("idempotency_key", "=", input.idempotencyKey).executeTakeFirstOrThrow();
+  // A key is its enqueuer's: another identity repeating it would otherwise read back a job that is not its own.
+  if (existing.enqueued_by && input.enqueuedBy && existing.enqueued_by !== input.enqueuedBy) {
+    throw new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" by another identity; use a new key`, Code.Aborted);
+  }
   if (existing.request_sha256 !== requestSha256) {
     throw new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" for job ${existing.id} with a different request; use a new key`, Code.Aborted);
   }

@@ -114,6 +114,14 @@ describe(`roles scoped to workspaces (${databaseKind})`, () => {
     const cancelled = await ci.request("POST", `/v1/admin/jobs/${mine}/cancel`, { apiVersion: "v1" });
     expect(cancelled.status, cancelled.text).toBe(200);
     expect(cancelled.json.job.state).toBe("cancelled");
+    // Repeating another identity's idempotency key does not hand back its job.
+    const key = { workspaceId: "w1", idempotencyKey: "ci2-key" };
+    const first = await ci2.request("POST", "/v1/admin/jobs", jobBody(key));
+    expect((await ci2.request("POST", "/v1/admin/jobs", jobBody(key))).json.job.id).toBe(first.json.job.id);
+    const repeat = await ci.request("POST", "/v1/admin/jobs", jobBody(key));
+    expect(repeat.status).toBe(409);
+    expect(repeat.json.message).toBe('idempotencyKey "ci2-key" was already used in workspace "w1" by another identity; use a new key');
+    expect(repeat.text).not.toContain(first.json.job.id);
     // The admin cancels anyone's.
     expect((await admin.cancel(theirs)).json.job.state).toBe("cancelled");
   });
