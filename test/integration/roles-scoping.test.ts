@@ -1,4 +1,4 @@
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
@@ -180,10 +180,14 @@ describe(`secret-looking env values in job views (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("a NUL in an env value, label or idempotency key is a 400 naming the field, never echoing the value, on REST and Connect", async () => {
+  it("a NUL in an env value or name, a label or an idempotency key is a 400 naming the field, never echoing the value, on REST and Connect nor in the server's log", async () => {
     const value = "hunter2\u0000tail";
+    // The server runs in this process: whatever it logs meanwhile is captured and searched.
+    const logged: string[] = [];
+    const spies = (["log", "error", "warn"] as const).map((level) => vi.spyOn(console, level).mockImplementation((...args: unknown[]) => void logged.push(args.map(String).join(" "))));
     const cases = [
       ["spec.env.API_TOKEN", { spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60, env: { API_TOKEN: value } } }],
+      ["spec.env key", { spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60, env: { [`K${value}`]: "v" } } }],
       ["labels[0]", { labels: [value] }],
       ["idempotencyKey", { idempotencyKey: value }],
     ] as const;
@@ -197,6 +201,8 @@ describe(`secret-looking env values in job views (${databaseKind})`, () => {
       expect(err?.rawMessage).toContain(`field "${field}" contains NUL (U+0000)`);
       expect(err?.rawMessage).not.toContain("hunter2");
     }
+    for (const spy of spies) spy.mockRestore();
+    expect(logged.filter((line) => line.includes("hunter2"))).toEqual([]);
     const stored = await sql<{ n: string }>`select count(*) as n from jobs where workspace_id = 'wnul'`.execute(cp.plane.store.db);
     expect(Number(stored.rows[0]!.n)).toBe(0);
   });
