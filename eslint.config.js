@@ -15,9 +15,10 @@ export default tseslint.config(
     },
   },
   // The layering (DESIGN.md): domain folders hold the rules and never reach out to the edges;
-  // the runner agent is a client of the protocol and never links the server's code.
+  // the runner agent is a client of the protocol and never links the server's code. protocol/
+  // holds the rules both sides of the wire apply (e.g. which env names look secret).
   {
-    files: ["src/{broker,streams,code,artifacts,inventory,identity,store}/**/*.ts"],
+    files: ["src/{broker,streams,code,artifacts,inventory,identity,store,protocol}/**/*.ts"],
     rules: {
       "no-restricted-imports": ["error", {
         patterns: [

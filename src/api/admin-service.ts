@@ -9,7 +9,7 @@ import type { RepositoryView } from "../code/repositories.js";
 import type { Artifacts } from "../artifacts/artifacts.js";
 import { adminArtifactHandlers } from "./artifact-handlers.js";
 import type { Streams } from "../streams/streams.js";
-import { principalOf } from "./context.js";
+import { jobReaderOf, principalOf } from "./context.js";
 import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-admin.js";
 import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
@@ -41,6 +41,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         priority: req.priority,
         idempotencyKey: req.idempotencyKey,
         kind: req.kind,
+        enqueuedBy: principalOf(ctx).spiffeId.text,
       });
       const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
       return { apiVersion, job: jobMessage(job) };
@@ -48,8 +49,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
     async getJob(req) {
       return { apiVersion, job: jobMessage(await broker.get(req.jobId)) };
     },
-    async listJobs(req) {
-      const page = await broker.list(req);
+    async listJobs(req, ctx) {
+      const page = await broker.list({ ...req, visibleTo: jobReaderOf(ctx) });
       return { apiVersion, jobs: page.jobs.map(jobMessage), nextPageToken: page.nextPageToken };
     },
     async cancelJob(req, ctx) {

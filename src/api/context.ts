@@ -1,5 +1,6 @@
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { SessionVerdict } from "../identity/certificate-policy.js";
+import type { JobReader } from "../broker/jobs.js";
 import type { Principal } from "../identity/principal.js";
 
 /** What the transport learned about a request before any handler runs. */
@@ -27,4 +28,16 @@ export function runnerOf(ctx: HandlerContext): Extract<Principal, { kind: "runne
   const p = principalOf(ctx);
   if (p.kind !== "runner") throw new Error(`${ctx.method.name}: the principal is not a runner`);
   return p;
+}
+
+/**
+ * Set by the guard when an identity with workspace-scoped roles lists jobs
+ * without naming a workspace: the listing must show only what this reader may
+ * see (its workspaces' jobs and the jobs it enqueued). Unset: no restriction.
+ */
+export const jobReaderKey = createContextKey<JobReader | undefined>(undefined, { description: "scoped job reader" });
+
+/** The scoped reader of a job listing, or undefined when the caller may see every job. */
+export function jobReaderOf(ctx: HandlerContext): JobReader | undefined {
+  return ctx.values.get(jobReaderKey);
 }

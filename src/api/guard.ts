@@ -3,9 +3,10 @@ import type { DescMessage, DescMethod } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
-import type { RoleName, RoleTable } from "../identity/roles.js";
+import type { JobOwnership } from "../broker/job-workspace.js";
+import type { IdentityRoles, RoleName, RoleTable } from "../identity/roles.js";
 import { actionAuditorKey } from "./audit-actions.js";
-import { principalKey, requestIdentityKey } from "./context.js";
+import { jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
 import { ndjsonLineOf } from "./rest/index.js";
 import { checkRequestText } from "./text-rules.js";
@@ -19,14 +20,15 @@ export interface GuardOptions {
   readonly audit: AuditSink;
   /** A reason when the runner is refused (retired); synchronous and cheap: it runs on every request. */
   readonly runnerRefusal?: (runner: Extract<Principal, { kind: "runner" }>) => string | undefined;
-  /** The workspace of a job, for "enqueue" methods that name a job rather than a workspace. */
-  readonly jobWorkspace: (jobId: string) => Promise<string | undefined>;
+  /** The workspace and enqueuer of a job, for scoped roles on methods that name a job rather than a workspace. */
+  readonly jobOwnership: (jobId: string) => Promise<JobOwnership | undefined>;
 }
 
 /**
  * Wraps every method of a service implementation with the per-request policy:
  * certificate verdict, validity now, the route's principal kind, the role an
- * admin method declares (scoped to the request's workspace for "enqueue"),
+ * admin method declares (scoped to the request's workspace or job for
+ * workspace-scoped roles, see `decideScope`),
  * then the request message rules. Both surfaces (Connect and REST) call the
  * wrapped implementation, so neither can skip a check. Every decision is
  * audited, once; admitted requests get an action auditor for what they do.
@@ -108,8 +110,9 @@ function ruleOf(method: DescMethod): MethodRule {
 
 /**
  * The outcome of the identity checks. `pendingScope` is set when the caller
- * holds only a workspace-scoped role: the decision then waits for the request
- * message, which names the workspace (or the job whose workspace counts).
+ * holds only workspace-scoped roles: the decision then waits for the request
+ * message, which names the workspace (or the job whose workspace and
+ * enqueuer count).
  */
 export interface Admission {
   readonly principal: Principal | undefined;
@@ -118,9 +121,12 @@ export interface Admission {
 
 interface PendingScope {
   readonly id: string;
-  readonly workspaces: ReadonlySet<string>;
+  readonly role: "read" | "enqueue";
+  readonly roles: IdentityRoles;
   readonly decide: (decision: AuditRecord["decision"], reason: string) => void;
 }
+
+const noRoles: IdentityRoles = { admin: false, read: false, readWorkspaces: new Set(), enqueue: new Set() };
 
 const admissionKey = createContextKey<Admission | ConnectError | undefined>(undefined, { description: "authorization done" });
 
@@ -193,32 +199,87 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
   const roles = options.roles.of(id);
   const role = rule.role!;
   const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
-  if (!roles) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`);
-  if (roles.admin) return admitted(principal, `admin ${id}`);
-  if (role === "read" && roles.read) return admitted(principal, `read ${id}`);
-  if (role === "enqueue" && roles.enqueue.size > 0) {
-    // Decided (and audited) once the request message names the workspace.
-    return { ...admitted(principal, undefined), pendingScope: { id, workspaces: roles.enqueue, decide } };
-  }
-  return deny(Code.PermissionDenied, `${id} lacks the "${role}" role that ${method.name} needs (start forelead serve with --grant ${hint})`);
+  // The enqueuer's right to its own jobs holds whatever its grants are now, even none.
+  const namesJob = method.input.fields.some((f) => f.name === "job_id");
+  if (!roles && !namesJob) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`);
+  if (roles?.admin) return admitted(principal, `admin ${id}`);
+  if (role === "read" && roles?.read) return admitted(principal, `read ${id}`);
+  // Workspace-scoped roles (an enqueuer may list its own jobs): decided (and audited) once the request message names the workspace or the job.
+  const scoped = role === "read" ? (roles?.readWorkspaces.size ?? 0) + (roles?.enqueue.size ?? 0) > 0 : role === "enqueue" && (roles?.enqueue.size ?? 0) > 0;
+  if (role === "admin" || (!scoped && !namesJob)) return deny(Code.PermissionDenied, lacks(id, role, method.name, hint));
+  return { ...admitted(principal, undefined), pendingScope: { id, role, roles: roles ?? noRoles, decide } };
+}
+
+function lacks(id: string, role: RoleName, method: string, hint: string, why = ""): string {
+  return `${id} lacks the "${role}" role that ${method} needs${why} (start forelead serve with --grant ${hint})`;
 }
 
 /**
- * Finishes the decision for a workspace-scoped role: the workspace is the
- * request's workspace_id, or the workspace of the job its job_id names. An
- * empty or unknown one is let through to the handler, which refuses it as
- * invalid or not found.
+ * Finishes the decision for an identity without admin or (on read methods)
+ * the global read role. One place decides every scoped method:
+ * - a request naming a workspace (workspace_id) is allowed when the role's
+ *   workspaces hold it (`read:`/`enqueue:`); a job listing naming none shows
+ *   the reader's workspaces and its own jobs (`jobReaderKey`), other read
+ *   listings naming none are refused naming the workspaces to ask for;
+ * - a request naming a job (job_id) is allowed to the identity that enqueued
+ *   the job, and on read methods to a reader of the job's workspace; cancelling
+ *   another identity's job takes admin;
+ * - a method naming neither (the audit trail), or listed in `everyWorkspace`,
+ *   needs the global role.
+ * An empty or unknown workspace or job is let through to the handler, which
+ * refuses it as invalid or not found. Refusals name the identity, the
+ * workspace and the grant that would allow the call.
  */
 async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object | undefined, options: GuardOptions): Promise<void> {
-  const values = (req ?? {}) as Record<string, unknown>;
-  const named = ctx.method.input.fields.some((f) => f.name === "workspace_id");
-  const jobId = named ? "" : String(values["jobId"] ?? "");
-  const workspace = named ? String(values["workspaceId"] ?? "") || undefined : jobId ? await options.jobWorkspace(jobId) : undefined;
-  if (workspace === undefined || scope.workspaces.has(workspace)) {
-    scope.decide("allow", `enqueue ${scope.id}${workspace ? ` in workspace "${workspace}"` : ""}`);
-    return;
+  const { id, role, roles } = scope;
+  const method = ctx.method;
+  const values = req as Record<string, unknown> | undefined;
+  const has = (name: string) => values !== undefined && method.input.fields.some((f) => f.name === name);
+  const allow = (reason: string) => scope.decide("allow", reason);
+  const deny = (reason: string): never => {
+    scope.decide("deny", reason);
+    throw new ConnectError(reason, Code.PermissionDenied);
+  };
+  const readable = roles.readWorkspaces;
+  const granted = role === "read" ? readable : roles.enqueue;
+  const listed = (ws: ReadonlySet<string>) => [...ws].map((w) => `"${w}"`).join(", ");
+  const may = granted.size > 0 ? `${id} may ${role} only in workspaces ${listed(granted)}` : `${id} has no "${role}" role in any workspace`;
+  if (has("workspace_id") && !everyWorkspace.has(method.name)) {
+    const workspace = String(values!["workspaceId"] ?? "");
+    const jobListing = role === "read" && listsJobs(method);
+    if (workspace === "" && role === "enqueue") return allow(`enqueue ${id}`);
+    if (workspace === "" && jobListing) {
+      ctx.values.set(jobReaderKey, { spiffeId: id, workspaces: [...readable] });
+      return allow(`read ${id}: jobs of ${readable.size > 0 ? `workspaces ${listed(readable)} and ` : ""}the jobs it enqueued`);
+    }
+    if (workspace === "") return deny(`${may}; name one with workspaceId, or grant every workspace with --grant ${id}=read`);
+    if (granted.has(workspace)) return allow(`${role} ${id} in workspace "${workspace}"`);
+    if (jobListing && roles.enqueue.has(workspace)) {
+      ctx.values.set(jobReaderKey, { spiffeId: id, workspaces: [] });
+      return allow(`read ${id}: the jobs it enqueued in workspace "${workspace}"`);
+    }
+    return deny(`${may}, not in workspace "${workspace}"; grant it with --grant ${id}=${role}:${workspace}`);
   }
-  const reason = `${scope.id} may enqueue only in workspaces ${[...scope.workspaces].map((w) => `"${w}"`).join(", ")}, not in workspace "${workspace}"; grant it with --grant ${scope.id}=enqueue:${workspace}`;
-  scope.decide("deny", reason);
-  throw new ConnectError(reason, Code.PermissionDenied);
+  if (has("job_id")) {
+    const jobId = String(values!["jobId"] ?? "");
+    const job = jobId ? await options.jobOwnership(jobId) : undefined;
+    if (!job) return allow(`${role} ${id}`);
+    if (job.enqueuedBy === id) return allow(`${id} enqueued job ${jobId}`);
+    if (role === "read" && readable.has(job.workspaceId)) return allow(`read ${id} in workspace "${job.workspaceId}"`);
+    if (role === "enqueue") return deny(`${id} may ${method.name === "CancelJob" ? "cancel" : "act on"} only the jobs it enqueued; job ${jobId} in workspace "${job.workspaceId}" is another identity's (only --grant ${id}=admin allows it)`);
+    return deny(`${may} and on the jobs it enqueued, not on job ${jobId} in workspace "${job.workspaceId}"; grant it with --grant ${id}=read:${job.workspaceId}`);
+  }
+  return deny(lacks(id, role, method.name, `${id}=${role}`, ": it covers every workspace"));
+}
+
+/**
+ * Read methods with a workspace filter that still stay global: issued
+ * certificates are the control plane's identity record, like the audit
+ * trail, and belong to operators (global read) rather than to a workspace.
+ */
+const everyWorkspace: ReadonlySet<string> = new Set(["ListCertificates"]);
+
+/** Whether a method's reply lists jobs (a repeated forelead.runner.v1.Job): its handler applies `jobReaderOf`. */
+function listsJobs(method: DescMethod): boolean {
+  return method.output.fields.some((f) => f.fieldKind === "list" && f.listKind === "message" && f.message.typeName === "forelead.runner.v1.Job");
 }

@@ -3,20 +3,33 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
 import type { JobSnapshot } from "../broker/job-snapshot.js";
 import type { LeaseView } from "../broker/leases.js";
+import { looksSecret, maskedValue } from "../protocol/secret-names.js";
 import { apiVersion } from "./request-rules.js";
 
-/** The proto Job of a broker snapshot (the snapshot is already proto3 JSON). */
+/**
+ * The proto Job of a broker snapshot, as every view shows it: spec.env values
+ * whose names look secret (`looksSecret`) are "***", for every role. Only a
+ * lease (`leaseMessage`) carries the real values, to the runner that runs it.
+ */
 export function jobMessage(snapshot: JobSnapshot): Job {
+  const job = unmaskedJob(snapshot);
+  const env = job.spec?.env;
+  if (env) for (const name of Object.keys(env)) if (looksSecret(name)) env[name] = maskedValue;
+  return job;
+}
+
+/** The proto Job of a broker snapshot (the snapshot is already proto3 JSON), env as enqueued. */
+function unmaskedJob(snapshot: JobSnapshot): Job {
   return fromJson(JobSchema, snapshot as JsonValue, { ignoreUnknownFields: true });
 }
 
-/** The proto Lease of a broker lease view. */
+/** The proto Lease of a broker lease view: the job with its real env, for the runner holding the lease. */
 export function leaseMessage(view: LeaseView): Lease {
   return create(LeaseSchema, {
     apiVersion,
     token: view.token ?? "",
     expiresAt: timestampFromDate(view.expiresAt),
     cancelRequested: view.cancelRequested,
-    job: jobMessage(view.job),
+    job: unmaskedJob(view.job),
   });
 }

@@ -3,13 +3,19 @@ import type { Database } from "../store/schema.js";
 
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** Whose a job is: its workspace and the SPIFFE ID that enqueued it (empty for jobs older than that record). */
+export interface JobOwnership {
+  readonly workspaceId: string;
+  readonly enqueuedBy: string;
+}
+
 /**
- * The workspace of a job, or undefined when there is no such job (or the id
- * is not one): what a workspace-scoped role is checked against for methods
- * that name a job rather than a workspace.
+ * The workspace and enqueuer of a job, or undefined when there is no such job
+ * (or the id is not one): what a workspace-scoped role, and the enqueuer's
+ * right to its own job, are checked against for methods that name a job.
  */
-export async function jobWorkspace(db: Kysely<Database>, jobId: string): Promise<string | undefined> {
+export async function jobOwnership(db: Kysely<Database>, jobId: string): Promise<JobOwnership | undefined> {
   if (!uuidPattern.test(jobId)) return undefined;
-  const row = await db.selectFrom("jobs").select("workspace_id").where("id", "=", jobId.toLowerCase()).executeTakeFirst();
-  return row?.workspace_id;
+  const row = await db.selectFrom("jobs").select(["workspace_id", "enqueued_by"]).where("id", "=", jobId.toLowerCase()).executeTakeFirst();
+  return row && { workspaceId: row.workspace_id, enqueuedBy: row.enqueued_by ?? "" };
 }

@@ -30,6 +30,8 @@ export interface EnqueueInput {
   readonly idempotencyKey: string;
   /** "command", "checkout" or "agent"; empty: checkout with a repository, command without. */
   readonly kind: string;
+  /** The SPIFFE ID enqueueing it, stored as the job's owner. */
+  readonly enqueuedBy?: string;
 }
 
 /** Job kinds: a command runs without code; checkout and agent jobs get a base commit pinned at claim. */
@@ -143,6 +145,7 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
           max_attempts: maxAttempts,
           idempotency_key: input.idempotencyKey || null,
           request_sha256: requestSha256,
+          enqueued_by: input.enqueuedBy ?? null,
         })
         .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
         .returningAll(),
@@ -157,6 +160,10 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
     return jobSnapshot(row);
   }
   const existing = await db.selectFrom("jobs").selectAll().where("workspace_id", "=", input.workspaceId).where("idempotency_key", "=", input.idempotencyKey).executeTakeFirstOrThrow();
+  // A key is its enqueuer's: another identity repeating it would otherwise read back a job that is not its own.
+  if (existing.enqueued_by && input.enqueuedBy && existing.enqueued_by !== input.enqueuedBy) {
+    throw new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" by another identity; use a new key`, Code.Aborted);
+  }
   if (existing.request_sha256 !== requestSha256) {
     throw new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" for job ${existing.id} with a different request; use a new key`, Code.Aborted);
   }
@@ -187,6 +194,14 @@ export interface ListJobsInput {
   readonly state: string;
   readonly pageSize: number;
   readonly pageToken: string;
+  /** When set, only the jobs this reader may see: those in its workspaces and those it enqueued. */
+  readonly visibleTo?: JobReader;
+}
+
+/** A reader scoped to workspaces: it sees their jobs and the jobs it enqueued itself. */
+export interface JobReader {
+  readonly spiffeId: string;
+  readonly workspaces: readonly string[];
 }
 
 /**
@@ -209,6 +224,8 @@ export async function listJobs(db: Kysely<Database>, input: ListJobsInput): Prom
     .orderBy("id", "desc")
     .limit(pageSize + 1);
   if (input.workspaceId) query = query.where("workspace_id", "=", input.workspaceId);
+  const reader = input.visibleTo;
+  if (reader) query = query.where((eb) => eb.or([eb("enqueued_by", "=", reader.spiffeId), ...(reader.workspaces.length ? [eb("workspace_id", "in", reader.workspaces)] : [])]));
   if (input.state) query = query.where("state", "=", input.state as JobState);
   if (input.pageToken) {
     const after = decodePageToken(input.pageToken);

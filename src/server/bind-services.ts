@@ -5,7 +5,7 @@ import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
-import { jobWorkspace } from "../broker/job-workspace.js";
+import { jobOwnership } from "../broker/job-workspace.js";
 import { requestIdentityKey } from "../api/context.js";
 import { services as serviceList } from "../api/services.js";
 import { createApiHandler, serviceImpl } from "../api/surfaces.js";
@@ -28,7 +28,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
   const { store, clock, broker, inventory, code, artifacts, streams, identity } = domain;
   const { roles, audit, retirements, enrollment } = identity;
   const runnerRefusal = retirements.refusal;
-  const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobWorkspace: (jobId: string) => jobWorkspace(store.db, jobId) };
+  const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobOwnership: (jobId: string) => jobOwnership(store.db, jobId) };
   // One implementation per service of src/api/services.ts: the list the route docs are made from.
   const implementations = [
     serviceImpl(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams })),

@@ -120,6 +120,8 @@ export interface JobsTable {
   published_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   /** The result manifest recorded by the completion that settled the job. */
   artifacts: ColumnType<JsonObject[] | null, string | null | undefined, string | null>;
+  /** The SPIFFE ID that enqueued the job (migration 0014); it may always read and cancel it. */
+  enqueued_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** Every lease ever issued; the token itself is never stored, only its SHA-256. */

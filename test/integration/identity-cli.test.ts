@@ -3,7 +3,7 @@
 // `forelead runner enroll`, `forelead certs` and `forelead audit` as separate
 // processes. Last, the server's own output is searched for the grant.
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -73,6 +73,19 @@ describe(`forelead serve, grants, runner enroll, certs and audit as processes ($
   it("serve names its roles and its issuer: the development CA when no TLS flags are given", () => {
     expect(out).toContain(`roles ${ops}=admin ${dash}=read`);
     expect(out).toMatch(/forelead: issuing runner certificates with CN=Forelead Development CA \(valid until /);
+  });
+
+  it("grants create --out writes the grant with mode 0600, not to stdout; every key file the CLI wrote is 0600", async () => {
+    const file = path.join(tmp, "grant-out");
+    const created = await cli(["grants", "create", "--workspace", "w1", "--out", file, ...conn("ops")]);
+    expect(created.code, created.stderr).toBe(0);
+    expect(created.stdout).toBe("");
+    expect(created.stderr).toContain(`Written to ${file} (mode 0600)`);
+    expect((await readFile(file, "utf8")).trim()).toMatch(/^feg_[A-Za-z0-9_-]{43}$/);
+    expect((await stat(file)).mode & 0o777).toBe(0o600);
+    const keys = [path.join(tmp, "ops-key.pem"), path.join(tmp, "dash-key.pem"), ...(await readdir(path.join(tmp, "certs"))).filter((f) => f.includes("key")).map((f) => path.join(tmp, "certs", f))];
+    expect(keys.length).toBeGreaterThan(2);
+    for (const key of keys) expect((await stat(key)).mode & 0o777, key).toBe(0o600);
   });
 
   it("an operator creates a grant, the runner enrolls with it, the certificate works; certs and audit show what happened; the server never prints the grant", { timeout: 120_000 }, async () => {

@@ -9,9 +9,12 @@ import { createRoleTable, describeGrant, parseRoleGrant } from "../../src/identi
 const ci = "spiffe://forelead/services/ci";
 
 describe("--grant values", () => {
-  it("parse admin, read and enqueue with its workspaces", () => {
+  it("parse admin, read (global or with its workspaces) and enqueue with its workspaces", () => {
     expect(parseRoleGrant(`${ci}=admin`)).toEqual({ spiffeId: ci, role: "admin" });
     expect(parseRoleGrant(`${ci}=read`)).toEqual({ spiffeId: ci, role: "read" });
+    expect(parseRoleGrant(`${ci}=read:w1, w2`)).toEqual({ spiffeId: ci, role: "read", workspaces: ["w1", "w2"] });
+    expect(describeGrant(parseRoleGrant(`${ci}=read:w1,w2`))).toBe("read:w1,w2");
+    expect(describeGrant(parseRoleGrant(`${ci}=read`))).toBe("read");
     expect(parseRoleGrant(`${ci}=enqueue:w1,w2`)).toEqual({ spiffeId: ci, role: "enqueue", workspaces: ["w1", "w2"] });
     expect(describeGrant(parseRoleGrant(`${ci}=enqueue:w1,w2`))).toBe("enqueue:w1,w2");
   });
@@ -21,6 +24,9 @@ describe("--grant values", () => {
     expect(() => parseRoleGrant(`${ci}=enqueue`)).toThrow(`enqueue needs its workspaces, e.g. ${ci}=enqueue:w1,w2`);
     expect(() => parseRoleGrant(`${ci}=enqueue:`)).toThrow('workspace "" is not a valid id (empty path segments are not allowed)');
     expect(() => parseRoleGrant(`${ci}=enqueue:w1,w/2`)).toThrow('workspace "w/2" is not a valid id (a path segment contains');
+    expect(() => parseRoleGrant(`${ci}=read:`)).toThrow('workspace "" is not a valid id (empty path segments are not allowed)');
+    expect(() => parseRoleGrant(`${ci}=read:w1,,w2`)).toThrow('workspace "" is not a valid id');
+    expect(() => parseRoleGrant(`${ci}=reader`)).toThrow('unknown role "reader"; use --grant SPIFFE_ID=admin, --grant SPIFFE_ID=read[:WORKSPACE[,WORKSPACE...]]');
     expect(() => parseRoleGrant(`${ci}=write`)).toThrow('unknown role "write"');
     expect(() => parseRoleGrant("spiffe://Forelead/services/ci=read")).toThrow("not a valid SPIFFE ID");
     expect(() => parseRoleGrant("spiffe://other/services/ci=read", "forelead")).toThrow('is not in the trust domain "forelead"');
@@ -29,9 +35,15 @@ describe("--grant values", () => {
 
   it("merge every grant of one identity, --admin included", () => {
     const table = createRoleTable([parseRoleGrant(`${ci}=enqueue:w1`), parseRoleGrant(`${ci}=enqueue:w2`), parseRoleGrant(`${ci}=read`)], ["spiffe://forelead/services/ops"]);
-    expect(table.of(ci)).toEqual({ admin: false, read: true, enqueue: new Set(["w1", "w2"]) });
-    expect(table.of("spiffe://forelead/services/ops")).toEqual({ admin: true, read: false, enqueue: new Set() });
+    expect(table.of(ci)).toEqual({ admin: false, read: true, readWorkspaces: new Set(), enqueue: new Set(["w1", "w2"]) });
+    expect(table.of("spiffe://forelead/services/ops")).toEqual({ admin: true, read: false, readWorkspaces: new Set(), enqueue: new Set() });
     expect(table.of("spiffe://forelead/services/nobody")).toBeUndefined();
+  });
+
+  it("read:w1 and read:w2 add up to those workspaces and never to the global read role", () => {
+    const table = createRoleTable([parseRoleGrant(`${ci}=read:w1`), parseRoleGrant(`${ci}=read:w2,w1`), parseRoleGrant(`${ci}=enqueue:w3`)]);
+    expect(table.of(ci)).toEqual({ admin: false, read: false, readWorkspaces: new Set(["w1", "w2"]), enqueue: new Set(["w3"]) });
+    expect(createRoleTable([parseRoleGrant(`${ci}=read:w1`), parseRoleGrant(`${ci}=read`)]).of(ci)?.read).toBe(true);
   });
 });
 

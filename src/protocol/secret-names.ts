@@ -1,0 +1,25 @@
+/**
+ * Which environment-variable names look like they hold a secret: the one rule
+ * that both the control plane's job views (values shown as "***") and the
+ * runner's output masker (values masked in logs) apply. It lives outside
+ * api/ and runner/ so both layers import the same list.
+ *
+ * A name looks secret when, compared case-insensitively, it contains one of
+ * `secretNameParts`, or is or ends with one of `secretNameSuffixes`
+ * (`AUTH`, `GITHUB_AUTH`, but not `AUTHOR`). Credentials belong in a job's
+ * `secrets`, which no view ever returns; this rule is the safety net for
+ * those that were put in `spec.env` anyway.
+ */
+export const secretNameParts: readonly string[] = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL"];
+
+/** Name endings that look secret on their own (see `secretNameParts`). */
+export const secretNameSuffixes: readonly string[] = ["AUTH"];
+
+/** The value a view shows in place of a secret-looking env value. */
+export const maskedValue = "***";
+
+/** Whether the environment-variable `name` looks like it holds a secret. */
+export function looksSecret(name: string): boolean {
+  const upper = name.toUpperCase();
+  return secretNameParts.some((part) => upper.includes(part)) || secretNameSuffixes.some((suffix) => upper.endsWith(suffix));
+}
