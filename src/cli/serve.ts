@@ -57,7 +57,7 @@ export function serveCommand(): Command {
     .option("--trust-domain <td>", "SPIFFE trust domain of client identities", "forelead")
     .addOption(new Option("--database <url|dir>", "postgres:// URL, or a directory for the embedded database (one process at a time: it is locked)").default(resolve("data/db"), "data/db").argParser(databaseLocation))
     .option("--admin <spiffe-id>", "grant this identity the admin role: every admin method (repeatable)", collect, [])
-    .option("--grant <spiffe-id=role>", "grant a role: ID=admin, ID=read, or ID=enqueue:W1,W2 (enqueue and cancel in those workspaces); repeatable", collect, [])
+    .option("--grant <spiffe-id=role>", "grant a role: ID=admin, ID=read (every workspace), ID=read:W1,W2 or ID=enqueue:W1,W2 (those workspaces only; an identity always reads and cancels the jobs it enqueued); repeatable", collect, [])
     .addOption(pathOption("--issuer-cert <file>", "CA certificate (PEM, optionally followed by its chain) that signs runner certificates on enroll and renew; default: the development CA when no TLS flags are given"))
     .addOption(pathOption("--issuer-key <file>", "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 (BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted"))
     .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
