@@ -15,6 +15,7 @@ import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
 import { streamEntries } from "./stream-handlers.js";
+import { parseTimeRange } from "./time-range.js";
 
 /** What the admin service binds to. */
 export interface AdminServiceDeps extends IdentityAdminDeps {
@@ -49,7 +50,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
       return { apiVersion, job: jobMessage(await broker.get(req.jobId)) };
     },
     async listJobs(req) {
-      const page = await broker.list(req);
+      const { since: _since, until: _until, ...filter } = req;
+      const page = await broker.list({ ...filter, ...parseTimeRange(req, new Date()) });
       return { apiVersion, jobs: page.jobs.map(jobMessage), nextPageToken: page.nextPageToken };
     },
     async cancelJob(req, ctx) {
