@@ -1,4 +1,4 @@
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../store/schema.js";
 
 /** Percentiles of one duration, in seconds. */
@@ -32,7 +32,8 @@ export interface StatsQuery {
   readonly workspaceId: string;
 }
 
-interface StatsRow {
+/** One row of the stats statement: a workspace, its lists as json. */
+export interface StatsRow {
   workspace_id: string;
   jobs: number;
   attempts: number;
@@ -57,8 +58,27 @@ interface StatsRow {
  * Measured on 1,000,000 jobs in docs/performance.md ("Stats").
  */
 export async function jobStats(db: Kysely<Database>, query: StatsQuery): Promise<WorkspaceStats[]> {
+  const { rows } = await statsStatement(query).execute(db);
+  const durations = (d: StatsRow["wait"]): DurationStats => ({ count: Number(d.count), p50Seconds: d.p50 ?? 0, p95Seconds: d.p95 ?? 0, maxSeconds: d.max ?? 0 });
+  return rows.map((r) => ({
+    workspaceId: r.workspace_id,
+    jobs: r.jobs,
+    byState: parsed(r.by_state),
+    byErrorCode: parsed(r.by_error_code),
+    attempts: r.attempts,
+    leaseLosses: r.lease_losses,
+    timeouts: r.timeouts,
+    cancels: r.cancels,
+    wait: durations(parsed(r.wait)),
+    run: durations(parsed(r.run)),
+    runners: parsed(r.runners),
+  }));
+}
+
+/** The stats statement of jobStats, unexecuted (bench/stats-scale.ts explains it). */
+export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
   const scope = query.workspaceId ? sql`and j.workspace_id = ${query.workspaceId}` : sql``;
-  const { rows } = await sql<StatsRow>`
+  return sql<StatsRow>`
     with j as materialized (
       select j.id, j.workspace_id, j.state, j.attempts, j.created_at, j.settled_at,
         case when j.state = 'failed' then coalesce(j.error->>'code', j.failure_reason, 'unknown') end as error_code
@@ -100,21 +120,7 @@ export async function jobStats(db: Kysely<Database>, query: StatsQuery): Promise
       coalesce((select json_agg(json_build_object('key', c.key, 'count', c.n) order by c.n desc, c.key) from codes c where c.workspace_id = t.workspace_id), '[]') as by_error_code,
       coalesce((select json_agg(json_build_object('runnerId', u.runner_id, 'jobs', u.jobs, 'busySeconds', u.busy) order by u.runner_id) from runner_use u where u.workspace_id = t.workspace_id), '[]') as runners
     from totals t
-    order by t.workspace_id`.execute(db);
-  const durations = (d: StatsRow["wait"]): DurationStats => ({ count: Number(d.count), p50Seconds: d.p50 ?? 0, p95Seconds: d.p95 ?? 0, maxSeconds: d.max ?? 0 });
-  return rows.map((r) => ({
-    workspaceId: r.workspace_id,
-    jobs: r.jobs,
-    byState: parsed(r.by_state),
-    byErrorCode: parsed(r.by_error_code),
-    attempts: r.attempts,
-    leaseLosses: r.lease_losses,
-    timeouts: r.timeouts,
-    cancels: r.cancels,
-    wait: durations(parsed(r.wait)),
-    run: durations(parsed(r.run)),
-    runners: parsed(r.runners),
-  }));
+    order by t.workspace_id`;
 }
 
 /** json columns come back parsed from pg and PGlite alike, but a driver may hand text. */

@@ -1886,7 +1886,8 @@ export const AdminService: GenService<{
     output: typeof GetJobResponseSchema;
   },
   /**
-   * Jobs, newest first, paged.
+   * Jobs, newest first (or oldest first), filtered by time, states, labels
+   * and runner, paged.
    *
    * @generated from rpc forelead.admin.v1.AdminService.ListJobs
    */
