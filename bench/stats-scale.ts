@@ -4,18 +4,49 @@
 // generate_series, spread evenly over 60 days, then ANALYZE.
 // Run: DATABASE_URL=postgres://… node --import tsx bench/stats-scale.ts [--jobs N]
 import { sql } from "kysely";
-import { statsStatement } from "../src/broker/stats.js";
+import { jobStats, statsSettings, statsStatement } from "../src/broker/stats.js";
 import { openStore } from "../src/store/database.js";
 import { freshDatabase } from "./lib/database.js";
 import { intFlag, parseOptions } from "./lib/options.js";
 
-const options = parseOptions(process.argv.slice(2), { jobs: "string" });
+const options = parseOptions(process.argv.slice(2), { jobs: "string", keep: "boolean", reuse: "boolean" });
+// --keep leaves the seeded database for another run; --reuse explains on it without seeding again.
+const { keep, reuse } = options.flags;
 const jobs = intFlag(options.flags.jobs, "jobs", options.size === "tiny" ? 10_000 : 1_000_000);
 if (!options.databaseUrl) throw new Error("stats-scale measures a real Postgres: set DATABASE_URL");
-const database = await freshDatabase(options.databaseUrl, "forelead_bench_stats");
+const database = reuse ? existingDatabase(options.databaseUrl, "forelead_bench_stats") : await freshDatabase(options.databaseUrl, "forelead_bench_stats");
 const store = await openStore(database.location);
 const db = store.db;
 try {
+  if (!reuse) await seed();
+  for (const days of [7, 30]) {
+    for (const workspaceId of ["", "w3"]) {
+      const query = { since: new Date(Date.now() - days * 86_400_000), until: new Date(), workspaceId };
+      const warm = performance.now();
+      await jobStats(db, query);
+      const wallMs = performance.now() - warm;
+      // As jobStats runs it: in a transaction with its settings.
+      const plan = await db.transaction().execute(async (trx) => {
+        await statsSettings(trx);
+        const { rows } = await sql<{ "QUERY PLAN": string }>`explain (analyze, buffers) ${statsStatement(query)}`.execute(trx);
+        return rows.map((r) => r["QUERY PLAN"]);
+      });
+      console.log(`\n=== ${days}d window, ${workspaceId || "every workspace"}: jobStats wall ${wallMs.toFixed(0)} ms`);
+      console.log(plan.join("\n"));
+    }
+  }
+} finally {
+  await store.close();
+  if (!keep && !reuse) await database.drop();
+}
+
+function existingDatabase(serverUrl: string, name: string): { location: string; drop(): Promise<void> } {
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return { location: url.toString(), drop: async () => {} };
+}
+
+async function seed(): Promise<void> {
   const t0 = performance.now();
   // i-th job: 10 workspaces, 50 runners; 5% cancelled before a lease, 10% failed (3 error codes),
   // 5% with a lost lease before the one that settled; wait 0-119 s, run 0-599 s.
@@ -45,19 +76,4 @@ try {
   const { rows: [counts] } = await sql<{ jobs: number; leases: number }>`select (select count(*)::int from jobs) as jobs, (select count(*)::int from leases) as leases`.execute(db);
   console.log(`seeded ${counts!.jobs} jobs and ${counts!.leases} leases in ${seedSeconds.toFixed(1)} s`);
 
-  for (const days of [7, 30]) {
-    for (const workspaceId of ["", "w3"]) {
-      const query = { since: new Date(Date.now() - days * 86_400_000), until: new Date(), workspaceId };
-      const warm = performance.now();
-      await statsStatement(query).execute(db);
-      const wallMs = performance.now() - warm;
-      const { rows } = await sql<{ "QUERY PLAN": string }>`explain (analyze, buffers) ${statsStatement(query)}`.execute(db);
-      const plan = rows.map((r) => r["QUERY PLAN"]);
-      console.log(`\n=== ${days}d window, ${workspaceId || "every workspace"}: wall ${wallMs.toFixed(0)} ms`);
-      console.log(plan.join("\n"));
-    }
-  }
-} finally {
-  await store.close();
-  await database.drop();
 }
