@@ -92,18 +92,22 @@ export async function statsSettings(trx: Kysely<Database>): Promise<void> {
 /** The stats statement of jobStats, unexecuted (bench/stats-scale.ts explains it). */
 export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
   const scope = query.workspaceId ? sql`and j.workspace_id = ${query.workspaceId}` : sql``;
-  const window = sql`j.settled_at >= ${query.since} and j.settled_at < ${query.until} ${scope}`;
   return sql<StatsRow>`
-    with per_job as materialized (
-      select j.id, j.workspace_id, j.state, j.attempts,
+    with jl as materialized (
+      select j.id, j.workspace_id, j.state, j.attempts, j.created_at, j.settled_at,
         case when j.state = 'failed' then coalesce(j.error->>'code', j.failure_reason, 'unknown') end as error_code,
-        extract(epoch from min(l.issued_at) - j.created_at)::float8 as wait,
-        extract(epoch from j.settled_at - max(l.issued_at))::float8 as run,
-        count(*) filter (where l.end_reason = 'expired') as lost,
-        count(*) filter (where l.end_reason = 'timed_out') as timed_out
+        l.runner_id, l.issued_at, l.end_reason,
+        extract(epoch from coalesce(l.ended_at, least(l.expires_at, now())) - l.issued_at)::float8 as held
       from jobs j left join leases l on l.job_id = j.id
-      where ${window}
-      group by j.id
+      where j.settled_at >= ${query.since} and j.settled_at < ${query.until} ${scope}
+    ),
+    per_job as materialized (
+      select workspace_id, state, attempts, error_code,
+        extract(epoch from min(issued_at) - created_at)::float8 as wait,
+        extract(epoch from settled_at - max(issued_at))::float8 as run,
+        count(*) filter (where end_reason = 'expired') as lost,
+        count(*) filter (where end_reason = 'timed_out') as timed_out
+      from jl group by id, workspace_id, state, attempts, error_code, created_at, settled_at
     ),
     totals as (
       select workspace_id, count(*)::int as jobs, sum(attempts)::int as attempts,
@@ -126,11 +130,8 @@ export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
     runner_use as (
       select workspace_id, json_agg(json_build_object('runnerId', runner_id, 'jobs', jobs, 'busySeconds', busy) order by runner_id) as runners
       from (
-        select l.workspace_id, l.runner_id, count(distinct l.job_id)::int as jobs,
-          sum(extract(epoch from coalesce(l.ended_at, least(l.expires_at, now())) - l.issued_at))::float8 as busy
-        from jobs j join leases l on l.job_id = j.id
-        where ${window}
-        group by 1, 2
+        select workspace_id, runner_id, count(distinct id)::int as jobs, sum(held) as busy
+        from jl where runner_id is not null group by 1, 2
       ) u group by workspace_id
     )
     select t.*, coalesce(s.by_state, '[]') as by_state, coalesce(c.by_error_code, '[]') as by_error_code, coalesce(u.runners, '[]') as runners
