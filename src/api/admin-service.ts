@@ -15,6 +15,7 @@ import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
 import { streamEntries } from "./stream-handlers.js";
+import { parseTimeRange } from "./time-range.js";
 
 /** What the admin service binds to. */
 export interface AdminServiceDeps extends IdentityAdminDeps {
@@ -50,7 +51,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
       return { apiVersion, job: jobMessage(await broker.get(req.jobId)) };
     },
     async listJobs(req, ctx) {
-      const page = await broker.list({ ...req, visibleTo: jobReaderOf(ctx) });
+      const { since: _since, until: _until, ...filter } = req;
+      const page = await broker.list({ ...filter, ...parseTimeRange(req, new Date()), visibleTo: jobReaderOf(ctx) });
       return { apiVersion, jobs: page.jobs.map(jobMessage), nextPageToken: page.nextPageToken };
     },
     async cancelJob(req, ctx) {

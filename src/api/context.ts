@@ -1,6 +1,6 @@
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { SessionVerdict } from "../identity/certificate-policy.js";
-import type { JobReader } from "../broker/jobs.js";
+import type { JobReader } from "../broker/job-list.js";
 import type { Principal } from "../identity/principal.js";
 
 /** What the transport learned about a request before any handler runs. */

@@ -1,7 +1,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
-import { cancelJob, defaultJobTimeouts, enqueueJob, getJob, hasQueuedJobs, listJobs, type EnqueueInput, type JobTimeouts, type ListJobsInput } from "./jobs.js";
+import { cancelJob, defaultJobTimeouts, enqueueJob, getJob, hasQueuedJobs, type EnqueueInput, type JobTimeouts } from "./jobs.js";
+import { listJobs, type ListJobsInput } from "./job-list.js";
+import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
+import { withWaiting } from "./waiting.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
@@ -21,7 +24,9 @@ export const maxClaimWaitSeconds = 20;
 
 /** The job queue and its leases: every operation runs against the shared database. */
 export interface Broker {
+  /** Stores a job; a queued job's reply says why it waits when that is already known (waiting.ts). */
   enqueue(input: EnqueueInput): Promise<JobSnapshot>;
+  /** One job; a queued one carries why it waits (waiting.ts). */
   get(jobId: string): Promise<JobSnapshot>;
   list(input: ListJobsInput): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }>;
   cancel(jobId: string, by: string): Promise<JobSnapshot>;
@@ -33,6 +38,8 @@ export interface Broker {
   runners(workspaceId: string): Promise<RunnerView[]>;
   /** Stores or updates a runner's registration; a retired runner's is refused, not revived. */
   register(registration: Registration): Promise<void>;
+  /** Statistics of the jobs settled in a window, per workspace (stats.ts). */
+  stats(query: StatsQuery): Promise<WorkspaceStats[]>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -76,8 +83,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   timer.unref();
 
   return {
-    enqueue: (input) => enqueueJob(db, input, timeouts, options.code),
-    get: (jobId) => getJob(db, jobId),
+    enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code), options.leaseSeconds),
+    get: async (jobId) => withWaiting(db, await getJob(db, jobId), options.leaseSeconds),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by),
     async claim(holder, waitSeconds, signal) {
@@ -117,6 +124,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     complete: (input) => batchedComplete(input),
     runners: (workspaceId) => listRunners(db, workspaceId),
     register: (registration) => register(db, registration),
+    stats: (query) => jobStats(db, query),
     sweep,
     async close() {
       closed = true;

@@ -63,16 +63,23 @@ export const defaultJobTimeouts: JobTimeouts = { defaultSeconds: 6 * 3600, maxSe
 
 const labelPattern = /^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,62}$/;
 const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const states: readonly JobState[] = ["queued", "running", "succeeded", "failed", "cancelled"];
+/** Every job state. */
+export const jobStates: readonly JobState[] = ["queued", "running", "succeeded", "failed", "cancelled"];
 
-function bad(message: string): never {
+/** Throws invalid_argument with the message. */
+export function bad(message: string): never {
   throw new ConnectError(message, Code.InvalidArgument);
+}
+
+/** Checks runner labels; throws invalid_argument naming the first bad one as `field[i]`. */
+export function checkLabels(field: string, labels: readonly string[]): void {
+  labels.forEach((l, i) => labelPattern.test(l) || bad(`${field}[${i}] ${JSON.stringify(l)} is not a label: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`));
 }
 
 /** Checks an enqueue request; throws invalid_argument naming the first bad field. */
 export function validateEnqueue(input: EnqueueInput, timeouts: JobTimeouts = defaultJobTimeouts): void {
   checkSegmentId("workspaceId", input.workspaceId);
-  input.labels.forEach((l, i) => labelPattern.test(l) || bad(`labels[${i}] ${JSON.stringify(l)} is not a label: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`));
+  checkLabels("labels", input.labels);
   if (input.maxAttempts < 0 || input.maxAttempts > jobLimits.maxAttempts) bad(`maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ${jobLimits.defaultMaxAttempts}); got ${input.maxAttempts}`);
   if (Math.abs(input.priority) > jobLimits.maxPriority) bad(`priority must be between -${jobLimits.maxPriority} and ${jobLimits.maxPriority}; got ${input.priority}`);
   if (input.idempotencyKey.length > 200) bad("idempotencyKey is longer than 200 characters");
@@ -186,70 +193,6 @@ export async function findJob(db: Kysely<Database>, jobId: string): Promise<JobR
   const row = await db.selectFrom("jobs").selectAll().where("id", "=", jobId).executeTakeFirst();
   if (!row) throw new ConnectError(`job ${jobId} not found`, Code.NotFound);
   return row;
-}
-
-/** Filter and page of a job listing. */
-export interface ListJobsInput {
-  readonly workspaceId: string;
-  readonly state: string;
-  readonly pageSize: number;
-  readonly pageToken: string;
-  /** When set, only the jobs this reader may see: those in its workspaces and those it enqueued. */
-  readonly visibleTo?: JobReader;
-}
-
-/** A reader scoped to workspaces: it sees their jobs and the jobs it enqueued itself. */
-export interface JobReader {
-  readonly spiffeId: string;
-  readonly workspaces: readonly string[];
-}
-
-/**
- * Jobs newest first, keyset-paged by (created_at, id): a unique order that
- * never changes for a row, so while jobs are added no row is listed twice or
- * skipped (new ones appear on pages already read, or not at all). The token
- * carries created_at to the microsecond as Postgres stores it: a JS Date
- * keeps milliseconds, and a token rounded to them skipped the jobs created
- * later in the same millisecond as a page's last one.
- */
-export async function listJobs(db: Kysely<Database>, input: ListJobsInput): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }> {
-  if (input.state && !states.includes(input.state as JobState)) bad(`state ${JSON.stringify(input.state)} is not one of ${states.join(", ")}`);
-  if (input.pageSize < 0 || input.pageSize > 500) bad(`pageSize must be 1 to 500 (0 means 50); got ${input.pageSize}`);
-  const pageSize = input.pageSize || 50;
-  let query = db
-    .selectFrom("jobs")
-    .selectAll()
-    .select(sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as("page_key"))
-    .orderBy("created_at", "desc")
-    .orderBy("id", "desc")
-    .limit(pageSize + 1);
-  if (input.workspaceId) query = query.where("workspace_id", "=", input.workspaceId);
-  const reader = input.visibleTo;
-  if (reader) query = query.where((eb) => eb.or([eb("enqueued_by", "=", reader.spiffeId), ...(reader.workspaces.length ? [eb("workspace_id", "in", reader.workspaces)] : [])]));
-  if (input.state) query = query.where("state", "=", input.state as JobState);
-  if (input.pageToken) {
-    const after = decodePageToken(input.pageToken);
-    query = query.where(sql<boolean>`(created_at, id) < (${after.createdAt}::timestamptz, ${after.id}::uuid)`);
-  }
-  const rows = await query.execute();
-  const page = rows.slice(0, pageSize);
-  const last = page[page.length - 1];
-  return {
-    jobs: page.map(({ page_key: _key, ...row }) => jobSnapshot(row)),
-    nextPageToken: rows.length > pageSize && last ? Buffer.from(JSON.stringify([last.page_key, last.id])).toString("base64url") : "",
-  };
-}
-
-const pageKeyPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$/;
-
-function decodePageToken(token: string): { createdAt: string; id: string } {
-  try {
-    const [createdAt, id] = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as [unknown, unknown];
-    if (typeof createdAt !== "string" || !pageKeyPattern.test(createdAt) || typeof id !== "string") throw new Error("bad token");
-    return { createdAt, id: checkJobId(id) };
-  } catch {
-    return bad("pageToken is not a token from a previous reply; start again without it");
-  }
 }
 
 /**

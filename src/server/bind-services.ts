@@ -3,6 +3,8 @@ import { createContextValues, type ContextValues } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { StatsService } from "../../gen/forelead/admin/v1/stats_pb.js";
+import { createStatsService } from "../api/stats-service.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
 import { jobOwnership } from "../broker/job-workspace.js";
@@ -34,6 +36,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams })),
     serviceImpl(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams })),
     serviceImpl(EnrollService, createEnrollService(enrollment)),
+    serviceImpl(StatsService, createStatsService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/job.proto.
  */
 export const file_forelead_runner_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiwQYKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCUILCglfYXR0ZW1wdHNCDAoKX2V4aXRfY29kZSLBAQoHSm9iU3BlYxINCgVpbWFnZRgBIAEoCRIMCgRhcmd2GAIgAygJEjEKA2VudhgDIAMoCzIkLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JTcGVjLkVudkVudHJ5EhcKD3RpbWVvdXRfc2Vjb25kcxgEIAEoBRILCgNjcHUYBSABKAESFAoMbWVtb3J5X2J5dGVzGAYgASgDGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCIqCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIpQDCgVMZWFzZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChBjYW5jZWxfcmVxdWVzdGVkGAQgASgISACIAQESJAoDam9iGAUgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYhI3CgdzZWNyZXRzGAYgAygLMiYuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldHNFbnRyeRJACgxzZWNyZXRfZmlsZXMYByADKAsyKi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0RmlsZXNFbnRyeRouCgxTZWNyZXRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBTZWNyZXRGaWxlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEwoRX2NhbmNlbF9yZXF1ZXN0ZWQiSgoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoAxISCgptZWRpYV90eXBlGAQgASgJYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEi8gYKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmdCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUibQoKSm9iV2FpdGluZxIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSFgoObWlzc2luZ19sYWJlbHMYAyADKAkSFAoMYnVzeV9ydW5uZXJzGAQgASgFEhIKCmJ1c3lfc2xvdHMYBSABKAUiwQEKB0pvYlNwZWMSDQoFaW1hZ2UYASABKAkSDAoEYXJndhgCIAMoCRIxCgNlbnYYAyADKAsyJC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYy5FbnZFbnRyeRIXCg90aW1lb3V0X3NlY29uZHMYBCABKAUSCwoDY3B1GAUgASgBEhQKDG1lbW9yeV9ieXRlcxgGIAEoAxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjwKCEpvYkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiKgoHRmFpbHVyZRIOCgZyZWFzb24YASABKAkSDwoHbWVzc2FnZRgCIAEoCSKUAwoFTGVhc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFdG9rZW4YAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQY2FuY2VsX3JlcXVlc3RlZBgEIAEoCEgAiAEBEiQKA2pvYhgFIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISNwoHc2VjcmV0cxgGIAMoCzImLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZS5TZWNyZXRzRW50cnkSQAoMc2VjcmV0X2ZpbGVzGAcgAygLMiouZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldEZpbGVzRW50cnkaLgoMU2VjcmV0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQU2VjcmV0RmlsZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhMKEV9jYW5jZWxfcmVxdWVzdGVkIkoKCEFydGlmYWN0EgwKBG5hbWUYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAMSEgoKbWVkaWFfdHlwZRgEIAEoCWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * Job is a unit of work as the control plane knows it. A lease carries the
@@ -180,6 +180,14 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
    * @generated from field: repeated string secret_file_names = 38;
    */
   secretFileNames: string[];
+
+  /**
+   * Why a queued job is not running yet, when the control plane can tell
+   * (GetJob and the enqueue reply); unset when a runner can take it now.
+   *
+   * @generated from field: forelead.runner.v1.JobWaiting waiting = 39;
+   */
+  waiting?: JobWaiting | undefined;
 };
 
 /**
@@ -188,6 +196,54 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_job, 0);
+
+/**
+ * JobWaiting says why a queued job waits and what to do about it.
+ *
+ * @generated from message forelead.runner.v1.JobWaiting
+ */
+export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
+  /**
+   * "workspace_paused", "no_runner", "missing_labels", "runners_paused",
+   * "runners_not_connected" or "all_busy".
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * For an operator: what is wrong and what to do.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * missing_labels: the job's labels the closest registered runner lacks.
+   *
+   * @generated from field: repeated string missing_labels = 3;
+   */
+  missingLabels: string[];
+
+  /**
+   * all_busy: how many matching runners are busy, with how many slots in all.
+   *
+   * @generated from field: int32 busy_runners = 4;
+   */
+  busyRunners: number;
+
+  /**
+   * @generated from field: int32 busy_slots = 5;
+   */
+  busySlots: number;
+};
+
+/**
+ * Describes the message forelead.runner.v1.JobWaiting.
+ * Use `create(JobWaitingSchema)` to create a new message.
+ */
+export const JobWaitingSchema: GenMessage<JobWaiting> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_job, 1);
 
 /**
  * JobSpec says what to run. argv is an array, never a shell string.
@@ -233,7 +289,7 @@ export type JobSpec = Message<"forelead.runner.v1.JobSpec"> & {
  * Use `create(JobSpecSchema)` to create a new message.
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 1);
+  messageDesc(file_forelead_runner_v1_job, 2);
 
 /**
  * JobError is the runner's account of a failed job.
@@ -264,7 +320,7 @@ export type JobError = Message<"forelead.runner.v1.JobError"> & {
  * Use `create(JobErrorSchema)` to create a new message.
  */
 export const JobErrorSchema: GenMessage<JobError> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 2);
+  messageDesc(file_forelead_runner_v1_job, 3);
 
 /**
  * Failure is the control plane's reason for settling a job as failed or
@@ -289,7 +345,7 @@ export type Failure = Message<"forelead.runner.v1.Failure"> & {
  * Use `create(FailureSchema)` to create a new message.
  */
 export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 3);
+  messageDesc(file_forelead_runner_v1_job, 4);
 
 /**
  * Lease is a runner's time-limited right to run one job. The token is shown
@@ -347,7 +403,7 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 4);
+  messageDesc(file_forelead_runner_v1_job, 5);
 
 /**
  * Artifact is one file a job left behind (its /output), stored by the
@@ -389,5 +445,5 @@ export type Artifact = Message<"forelead.runner.v1.Artifact"> & {
  * Use `create(ArtifactSchema)` to create a new message.
  */
 export const ArtifactSchema: GenMessage<Artifact> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 5);
+  messageDesc(file_forelead_runner_v1_job, 6);
 
