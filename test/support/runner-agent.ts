@@ -91,6 +91,8 @@ export interface TestRunnerOptions {
   readonly slots?: number;
   readonly labels?: string[];
   readonly graceMs?: number;
+  /** How often running jobs' CPU and memory are sent; the agent's default (5 s) when absent. */
+  readonly sampleIntervalMs?: number;
   /** The control plane URL, when it differs from cp.url. */
   readonly url?: string;
 }
@@ -117,6 +119,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     architecture: "amd64",
     workDir,
     graceMs: options.graceMs ?? 1000,
+    ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}),
     claimWaitSeconds: 5,
     checkout: protocolCheckout(protocol.client),
     uploads: protocol.client,
