@@ -3,6 +3,7 @@ import { createContextValues, type ContextValues } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
 import { jobWorkspace } from "../broker/job-workspace.js";
@@ -10,6 +11,7 @@ import { requestIdentityKey } from "../api/context.js";
 import { services as serviceList } from "../api/services.js";
 import { createApiHandler, serviceImpl } from "../api/surfaces.js";
 import { createRunnerService } from "../api/runner-service.js";
+import { createSamplesService } from "../api/samples-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -34,6 +36,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams })),
     serviceImpl(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams })),
     serviceImpl(EnrollService, createEnrollService(enrollment)),
+    serviceImpl(SamplesService, createSamplesService({ db: store.db })),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });
