@@ -71,7 +71,8 @@ export interface SizingQuery {
  */
 export async function sizing(db: Kysely<Database>, q: SizingQuery): Promise<SizingGroup[]> {
   const workspace = q.workspaceId ? sql`and jobs.workspace_id = ${q.workspaceId}` : sql``;
-  const specNumber = (field: string) => sql<number>`case when jsonb_typeof(jobs.spec->${field}) = 'number' then (jobs.spec->>${field})::float8 else 0 end`;
+  // spec.cpu is a JSON number; spec.memoryBytes is stored as a decimal string (an int64 in proto3 JSON).
+  const specNumber = (field: string) => sql<number>`case when jsonb_typeof(jobs.spec->${field}) in ('number', 'string') and (jobs.spec->>${field}) ~ '^[0-9]+([.][0-9]+)?$' then (jobs.spec->>${field})::float8 else 0 end`;
   const { rows } = await sql<{
     workspace_id: string;
     labels: string[];
