@@ -1,4 +1,4 @@
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 import { checkJobId } from "../broker/ids.js";
 import type { Database } from "../store/schema.js";
 import { jobState } from "./read.js";
@@ -10,18 +10,45 @@ import { jobState } from "./read.js";
 export const resourceSampleType = "resource.sample";
 
 /**
- * The one predicate of "this stream row is a usable resource sample": an
- * event of that type whose figures are JSON numbers (events are the
- * runner's free-form JSON; anything else is skipped, never cast and failed).
+ * The one predicate of "this event is a usable resource sample", on an
+ * event's JSON (`data`): of that type, with figures that are JSON numbers.
+ * Events are the runner's free-form JSON; anything else is skipped, never
+ * cast and failed. Used on stored rows and on a batch being stored.
  */
-export const isResourceSample = sql<boolean>`stream_messages.stream = 'events'
-  and stream_messages.data->>'type' = ${resourceSampleType}
-  and jsonb_typeof(stream_messages.data->'cpuCores') = 'number'
-  and jsonb_typeof(stream_messages.data->'memoryBytes') = 'number'`;
+export function isResourceSampleData(data: RawBuilder<unknown>): RawBuilder<boolean> {
+  return sql<boolean>`(${data}->>'type' = ${resourceSampleType}
+    and jsonb_typeof(${data}->'cpuCores') = 'number'
+    and jsonb_typeof(${data}->'memoryBytes') = 'number')`;
+}
 
-/** A sample's CPU in cores, and its memory in bytes, as SQL numbers (float8: memory is under 2^53). */
-export const sampleCpu = sql<number>`(stream_messages.data->>'cpuCores')::float8`;
-export const sampleMemory = sql<number>`(stream_messages.data->>'memoryBytes')::float8`;
+/** A sample's CPU in cores and its memory in bytes, as SQL numbers (float8: memory is under 2^53). */
+export const sampleCpuOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'cpuCores')::float8`;
+export const sampleMemoryOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'memoryBytes')::float8`;
+
+/**
+ * The part of the statement storing a batch (append.ts) that folds the
+ * batch's samples into job_peaks, the one row per job that sizing reads:
+ * an upsert keeping the highest CPU and memory and counting the samples.
+ * It writes only when the batch is stored (`cursor` has its row) and holds
+ * a sample, so other batches pay one pass over their items and no write.
+ */
+export function foldPeaks(jobId: string, stream: string, itemsJson: string): RawBuilder<unknown> {
+  const data = sql`(m.value -> 1)`;
+  return sql`
+    insert into job_peaks (job_id, peak_cpu_cores, peak_memory_bytes, samples)
+    select ${jobId}::uuid, max(${sampleCpuOf(data)}), max(${sampleMemoryOf(data)})::bigint, count(*)::int
+    from cursor, jsonb_array_elements(${itemsJson}::jsonb) m
+    where ${stream}::text = 'events' and ${isResourceSampleData(data)}
+    having count(*) > 0
+    on conflict (job_id) do update set
+      peak_cpu_cores = greatest(job_peaks.peak_cpu_cores, excluded.peak_cpu_cores),
+      peak_memory_bytes = greatest(job_peaks.peak_memory_bytes, excluded.peak_memory_bytes),
+      samples = job_peaks.samples + excluded.samples`;
+}
+
+const rowData = sql`stream_messages.data`;
+const sampleCpu = sampleCpuOf(rowData);
+const sampleMemory = sampleMemoryOf(rowData);
 
 /** One reading of a job, as stored. */
 export interface JobSample {
@@ -59,7 +86,8 @@ export async function jobSamples(db: Kysely<Database>, jobId: string): Promise<J
       sql<number>`max(${sampleMemory}) over ()`.as("peak_memory"),
     ])
     .where("job_id", "=", id)
-    .where(isResourceSample)
+    .where("stream", "=", "events")
+    .where(isResourceSampleData(rowData))
     .orderBy("lease_id")
     .orderBy("sequence")
     .execute();

@@ -1,6 +1,5 @@
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
-import { isResourceSample, sampleCpu, sampleMemory } from "./samples.js";
 
 /**
  * The sizing rule, in one place. A group's request is compared with the
@@ -62,12 +61,12 @@ export interface SizingQuery {
 }
 
 /**
- * Sizing of the jobs settled since `since`, computed in one statement: the
- * peaks of each job (max over its resource.sample rows, found through the
- * stream_messages primary key by job id), then per workspace, labels and
- * image the p95 and max of those peaks and the request of the group's newest
- * job (the request now in use, which the advice is about). Jobs are found
- * by settled_at (index jobs_settled_at, migration 0018).
+ * Sizing of the jobs settled since `since`, computed in one statement: each
+ * job's peaks (its job_peaks row, kept as samples are stored), then per
+ * workspace, labels and image the p95 and max of those peaks and the request
+ * of the group's newest job (the request now in use, which the advice is
+ * about). Jobs are found by settled_at (index jobs_settled_at, migration
+ * 0018); measured there.
  */
 export async function sizing(db: Kysely<Database>, q: SizingQuery): Promise<SizingGroup[]> {
   const workspace = q.workspaceId ? sql`and jobs.workspace_id = ${q.workspaceId}` : sql``;
@@ -86,12 +85,11 @@ export async function sizing(db: Kysely<Database>, q: SizingQuery): Promise<Sizi
     max_memory: number;
   }>`
     with peaks as (
-      select jobs.id, jobs.workspace_id, jobs.labels, coalesce(jobs.spec->>'image', '') as image, jobs.settled_at,
+      select jobs.workspace_id, jobs.labels, coalesce(jobs.spec->>'image', '') as image, jobs.settled_at,
              ${specNumber("cpu")} as requested_cpu, ${specNumber("memoryBytes")} as requested_memory,
-             max(${sampleCpu}) as peak_cpu, max(${sampleMemory}) as peak_memory
-      from jobs join stream_messages on stream_messages.job_id = jobs.id
-      where jobs.settled_at >= ${q.since} ${workspace} and ${isResourceSample}
-      group by jobs.id
+             job_peaks.peak_cpu_cores as peak_cpu, job_peaks.peak_memory_bytes::float8 as peak_memory
+      from jobs join job_peaks on job_peaks.job_id = jobs.id
+      where jobs.settled_at >= ${q.since} ${workspace}
     )
     select workspace_id, labels, image, count(*)::int as jobs,
            (array_agg(requested_cpu order by settled_at desc))[1] as requested_cpu,

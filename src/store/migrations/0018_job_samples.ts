@@ -1,11 +1,33 @@
 import { sql, type Kysely } from "kysely";
 
 /**
- * Sizing (src/streams/sizing.ts) reads the jobs settled since a time; this
- * index finds them without scanning every job. Their resource samples are
- * events rows, reached through the stream_messages primary key by job id,
- * so samples need no table of their own.
+ * Per-job peaks of the resource samples runners send (resource.sample
+ * events): one row per job, raised by the statement that stores an events
+ * batch (src/streams/append.ts), so sizing (src/streams/sizing.ts) reads one
+ * row per job instead of every sample. The samples themselves stay events
+ * rows. No foreign key, as on the stream tables: it would cost an index
+ * probe on the ingest path, and jobs are never deleted.
+ *
+ * Sizing finds the jobs settled since a time by jobs_settled_at.
+ * Measured on a local Postgres 15 (2 loaded cores, 100,000 settled jobs with
+ * 12 samples each, a week's 23,000 jobs sized): ~15 s reading the samples
+ * rows (a hash join over every sample), well under a second from job_peaks.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
+  await db.schema
+    .createTable("job_peaks")
+    .addColumn("job_id", "uuid", (c) => c.primaryKey())
+    .addColumn("peak_cpu_cores", "float8", (c) => c.notNull())
+    .addColumn("peak_memory_bytes", "bigint", (c) => c.notNull())
+    .addColumn("samples", "integer", (c) => c.notNull())
+    .execute();
+  // Samples stored before this migration.
+  await sql`
+    insert into job_peaks (job_id, peak_cpu_cores, peak_memory_bytes, samples)
+    select job_id, max((data->>'cpuCores')::float8), max((data->>'memoryBytes')::float8)::bigint, count(*)::int
+    from stream_messages
+    where stream = 'events' and data->>'type' = 'resource.sample'
+      and jsonb_typeof(data->'cpuCores') = 'number' and jsonb_typeof(data->'memoryBytes') = 'number'
+    group by job_id`.execute(db);
   await sql`create index jobs_settled_at on jobs (settled_at) where settled_at is not null`.execute(db);
 }
