@@ -36,7 +36,7 @@ describe("since", () => {
   });
 
   it("refuses anything else, naming the forms", () => {
-    for (const bad of ["soon", "1w", "1.5h", "2026-02-30T00:00:00Z x", "2026-11-30"]) {
+    for (const bad of ["soon", "1w", "1.5h", "2026-02-30T00:00:00Z", "2026-11-30T24:00:00Z", "2026-11-30T12:00:00Z x", "2026-11-30"]) {
       expect(() => parseSince("since", bad, "7d", now)).toThrow(/is not a time; give an RFC 3339 time .*Unix seconds.*720h.*7d/);
     }
   });
