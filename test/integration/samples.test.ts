@@ -3,14 +3,15 @@ import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
 import { eventually, registeredRunner } from "../support/actors.js";
-import { createTestClient } from "../support/clients.js";
+import { parseRoleGrant } from "../../src/identity/roles.js";
+import { createRestClient, createTestClient } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind } from "../support/runner-agent.js";
 import { readEntries } from "../support/streams.js";
 
 const withDocker = (await executorsUnderTest()).includes("docker");
-const cp = useControlPlane();
+const cp = useControlPlane({ grants: [parseRoleGrant("spiffe://forelead/services/dash=read"), parseRoleGrant("spiffe://forelead/services/ci=enqueue:sm-roles")] });
 const { admin } = cp;
 const MiB = 1024 * 1024;
 /** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
@@ -106,6 +107,24 @@ describe(`resource samples of real jobs (${databaseKind})`, () => {
 });
 
 describe(`the samples route (${databaseKind})`, () => {
+  it("needs the read role: a read identity is served, an enqueue-only one refused", async () => {
+    const jobId = (await admin.enqueue({ workspaceId: "sm-roles" })).json.job.id;
+    const dash = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service("dash"));
+    const ci = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service("ci"));
+    try {
+      for (const path of [`/v1/admin/jobs/${jobId}/samples`, "/v1/admin/sizing"]) {
+        const allowed = await dash.request("GET", path);
+        expect(allowed.status, allowed.text).toBe(200);
+        const refused = await ci.request("GET", path);
+        expect(refused.status, refused.text).toBe(403);
+        expect(refused.json.code).toBe("permission_denied");
+      }
+    } finally {
+      await Promise.all([dash.close(), ci.close()]);
+    }
+  });
+
+
   it("an unknown job is a 404 naming it; a malformed id a 400", async () => {
     const unknown = randomUUID();
     const missing = await admin.rest.request("GET", `/v1/admin/jobs/${unknown}/samples`);
