@@ -3,10 +3,11 @@ import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { StatsService } from "../../gen/forelead/admin/v1/stats_pb.js";
+import { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
  * them. The one list: the server binds these and the route table is
  * generated from them, so a service cannot be served without being documented.
  */
-export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, StatsService];
+export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, StatsService, SamplesService];

@@ -25,6 +25,7 @@ interface RunnerFlags {
   executor: ExecutorKind;
   workDir?: string;
   graceSeconds: number;
+  sampleIntervalMs: number;
   force?: boolean;
   stateDir?: string;
 }
@@ -46,6 +47,7 @@ export function runnerCommand(): Command {
     .addOption(new Option("--executor <kind>", "how jobs run").choices(Object.keys(executors)).default("docker"))
     .addOption(pathOption("--work-dir <dir>", "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)"))
     .addOption(new Option("--grace-seconds <n>", "TERM-to-KILL grace for cancel, timeout and forced shutdown").default(10).argParser(integerIn("--grace-seconds", 0, 3600)))
+    .addOption(new Option("--sample-interval-ms <n>", "how often each running job's CPU and memory are sent as resource.sample events (0: never)").default(5000).argParser(integerIn("--sample-interval-ms", 0, 3_600_000)))
     .option("--force", "on SIGTERM, stop running jobs and release their leases at once instead of draining")
     .action(async (flags: RunnerFlags) => {
       if (!flags.server || !flags.ca) throw new Error("--server and --ca are required: the control plane's URL and the CA bundle that signed its certificate");
@@ -75,6 +77,7 @@ export function runnerCommand(): Command {
         architecture: architecture(os.arch()),
         workDir: flags.workDir ?? join(os.tmpdir(), "forelead-runner", identity.runnerId),
         graceMs: flags.graceSeconds * 1000,
+        sampleIntervalMs: flags.sampleIntervalMs,
         checkout: protocolCheckout(protocol.client),
         uploads: protocol.client,
         log,

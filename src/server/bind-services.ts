@@ -5,6 +5,7 @@ import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { StatsService } from "../../gen/forelead/admin/v1/stats_pb.js";
 import { createStatsService } from "../api/stats-service.js";
+import { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
 import { jobOwnership } from "../broker/job-workspace.js";
@@ -12,6 +13,7 @@ import { requestIdentityKey } from "../api/context.js";
 import { services as serviceList } from "../api/services.js";
 import { createApiHandler, serviceImpl } from "../api/surfaces.js";
 import { createRunnerService } from "../api/runner-service.js";
+import { createSamplesService } from "../api/samples-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -37,6 +39,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams })),
     serviceImpl(EnrollService, createEnrollService(enrollment)),
     serviceImpl(StatsService, createStatsService(broker)),
+    serviceImpl(SamplesService, createSamplesService({ db: store.db })),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });

@@ -24,6 +24,7 @@ export interface Database {
   artifact_blob_chunks: ByteChunksTable & { digest: string };
   upload_chunks: ByteChunksTable & { upload_id: string };
   workspace_pauses: WorkspacePausesTable;
+  job_peaks: JobPeaksTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -301,4 +302,12 @@ export interface StreamMessagesTable {
   sequence: number;
   data: ColumnType<unknown, string, string>;
   received_at: Generated<Date>;
+}
+
+/** The highest resource sample of a job (migration 0018), raised as samples are stored. */
+export interface JobPeaksTable {
+  job_id: string;
+  peak_cpu_cores: number;
+  peak_memory_bytes: number;
+  samples: number;
 }

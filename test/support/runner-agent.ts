@@ -91,6 +91,11 @@ export interface TestRunnerOptions {
   readonly slots?: number;
   readonly labels?: string[];
   readonly graceMs?: number;
+  /**
+   * How often running jobs' CPU and memory are sent (resource.sample events); 0, none, when absent, so
+   * tests that list a job's events exactly are not timing-dependent. samples.test.ts asks for them.
+   */
+  readonly sampleIntervalMs?: number;
   /** The control plane URL, when it differs from cp.url. */
   readonly url?: string;
 }
@@ -117,6 +122,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     architecture: "amd64",
     workDir,
     graceMs: options.graceMs ?? 1000,
+    sampleIntervalMs: options.sampleIntervalMs ?? 0,
     claimWaitSeconds: 5,
     checkout: protocolCheckout(protocol.client),
     uploads: protocol.client,

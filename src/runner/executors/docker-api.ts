@@ -27,6 +27,16 @@ export interface ContainerCreateOptions {
   };
 }
 
+/** The part of one Engine API stats document (GET /containers/{id}/stats) a sample reads. */
+export interface DockerStats {
+  readonly cpu_stats?: { readonly cpu_usage?: { readonly total_usage?: number } };
+  readonly memory_stats?: {
+    readonly usage?: number;
+    /** cgroup v2: inactive_file; cgroup v1: total_inactive_file. */
+    readonly stats?: { readonly inactive_file?: number; readonly total_inactive_file?: number };
+  };
+}
+
 /** A container handle. */
 export interface DockerContainer {
   readonly id: string;
@@ -42,6 +52,8 @@ export interface DockerContainer {
   }>;
   /** A stream of JSON stats documents, about one a second, while the container runs. */
   stats(options: { stream: true }): Promise<NodeJS.ReadableStream>;
+  /** One stats document now (`one-shot`: without waiting a second for precpu_stats). */
+  stats(options: { stream: false; "one-shot": true }): Promise<DockerStats>;
   stop(options?: { t: number }): Promise<unknown>;
   kill(options?: { signal: string }): Promise<unknown>;
   remove(options?: { force?: boolean; v?: boolean }): Promise<unknown>;

@@ -4,6 +4,7 @@ import { PassThrough } from "node:stream";
 import type { JobSpec } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { createDockerClient, dockerMessage, dockerStatus, type DockerClient, type DockerContainer } from "./docker-api.js";
 import { commonIncompatibility, type ExecutionRequest, type ExecutionResult, type Executor, type ExecutorResource, type RunningJob } from "./executor.js";
+import { containerSampler } from "./docker-samples.js";
 import { forEachLine } from "./lines.js";
 import { containerName, labelKeys, mainTask, networkName, resourceLabels } from "./names.js";
 
@@ -89,6 +90,7 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
   let stopRequested: number | undefined; // set by stop(); run() checks it before each step
   let started = false;
   let exited = false;
+  let live: { container: DockerContainer; startedAtMs: number } | undefined; // while it runs: what the sampler reads
 
   const run = async (): Promise<ExecutionResult> => {
     const image = await ensureImage(docker, spec.image);
@@ -126,8 +128,10 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
       return { durationMs: 0, error: { code: "start_failed", message: `the container for job ${jobId} did not start: ${dockerMessage(err)}`, retryable: false } };
     }
     const peak = watchPeakMemory(container);
+    live = { container, startedAtMs: startedAt };
     const { StatusCode } = await container.wait();
     exited = true;
+    live = undefined;
     const peakMemoryBytes = peak.stop();
     const durationMs = Math.round(performance.now() - startedAt);
     const state = await container.inspect().then((i) => i.State, () => undefined);
@@ -150,6 +154,7 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
 
   return {
     done,
+    sampler: containerSampler(() => live),
     async stop(graceMs) {
       if (exited) return;
       stopRequested = graceMs;

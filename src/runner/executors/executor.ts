@@ -41,10 +41,26 @@ export interface ExecutionResult {
   readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
 }
 
+/** One reading of a running job's resource use: what a resource.sample event carries. */
+export interface ResourceUsage {
+  /** CPU used since the previous reading (or the start), in cores: 1.5 is one and a half CPUs busy. */
+  readonly cpuCores: number;
+  /** Memory in use now (resident set; for a container, usage less inactive page cache as `docker stats` shows it). */
+  readonly memoryBytes: number;
+}
+
+/** Reads a running job's resource use; each reading averages CPU over the time since the one before. */
+export interface ResourceSampler {
+  /** The job's use now, or undefined when it cannot be read (not started yet, or gone). */
+  sample(): Promise<ResourceUsage | undefined>;
+}
+
 /** A job the executor has started. */
 export interface RunningJob {
   /** Resolves when the job has ended and its resources are gone. */
   readonly done: Promise<ExecutionResult>;
+  /** Reads the job's CPU and memory while it runs (the agent sends resource.sample events from it). */
+  readonly sampler?: ResourceSampler;
   /**
    * Asks the job to stop: TERM, then KILL after `graceMs` (0: KILL at once).
    * Resolves when the request is made; `done` says when it ended.

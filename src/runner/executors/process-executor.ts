@@ -5,6 +5,7 @@ import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/prom
 import { join } from "node:path";
 import { commonIncompatibility, type ExecutionResult, type Executor, type RunningJob } from "./executor.js";
 import { forEachLine } from "./lines.js";
+import { processGroupSampler } from "./process-samples.js";
 
 /** The PATH a process job gets unless its spec sets one. */
 export const minimalPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -103,6 +104,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
 
       return {
         done,
+        sampler: processGroupSampler(child.pid),
         async stop(graceMs) {
           if (exited) return;
           if (graceMs <= 0) return killGroup("SIGKILL");

@@ -30,6 +30,8 @@ export interface RunnerAgentOptions {
   readonly checkout?: CheckoutStep;
   /** Where each job's output directory is uploaded before it is completed; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** How often each running job's CPU and memory are sent (resource.sample events); 5 s by default, 0 for never. */
+  readonly sampleIntervalMs?: number;
   /** Inventory report interval; 15 s by default. */
   readonly inventoryIntervalMs?: number;
   /** The operator's log: one line per call, never a lease token. */
@@ -94,7 +96,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   await register();
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
 
   const claimLoop = async () => {
     let failures = 0;

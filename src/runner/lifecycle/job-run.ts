@@ -11,6 +11,7 @@ import { withUploadedOutput } from "./upload-step.js";
 import { keepLease } from "./lease-keeper.js";
 import { secretMasker, type OutputSink } from "../output/output.js";
 import { createLeaseRun, type StopReason } from "./run-state.js";
+import { defaultSampleIntervalMs, startResourceSamples } from "./resource-samples.js";
 import { settle, type Settlement } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
 
@@ -25,6 +26,8 @@ export interface JobRunContext {
   readonly jobsDir: string;
   /** TERM-to-KILL grace for cancel, timeout and forced shutdown. */
   readonly graceMs: number;
+  /** How often a running job's CPU and memory are sent as resource.sample events; 5 s by default, 0 for never. */
+  readonly sampleIntervalMs?: number;
   readonly checkout?: CheckoutStep;
   /** Where the job's output directory is uploaded before completing; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
@@ -104,6 +107,7 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
     out.event({ type: "job.started", executor: ctx.executor.kind });
     ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
     run.running(running, ctx.graceMs);
+    const samples = startResourceSamples(running.sampler, ctx.sampleIntervalMs ?? defaultSampleIntervalMs, out, ctx.clock);
     const timeout = spec.timeoutSeconds > 0
       ? setTimeout(() => {
           if (!run.stop("timeout", ctx.graceMs)) return;
@@ -111,7 +115,7 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
           out.event({ type: "job.timeout", timeoutSeconds: spec.timeoutSeconds });
         }, spec.timeoutSeconds * 1000)
       : undefined;
-    const result = await running.done;
+    const result = await running.done.finally(() => samples.stop());
     clearTimeout(timeout);
     out.event({ type: "job.exited", ...exitFacts(result) });
     const state = run.state;

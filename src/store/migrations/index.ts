@@ -13,6 +13,7 @@ import * as m0011 from "./0011_audit_record_ids.js";
 import * as m0012 from "./0012_pause.js";
 import * as m0014 from "./0014_job_owner.js";
 import * as m0017 from "./0017_stats_indexes.js";
+import * as m0018 from "./0018_job_samples.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -33,4 +34,5 @@ export const migrations: Record<string, Migration> = {
   "0012_pause": m0012,
   "0014_job_owner": m0014,
   "0017_stats_indexes": m0017,
+  "0018_job_samples": m0018,
 };
