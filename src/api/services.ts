@@ -2,10 +2,11 @@ import type { DescService } from "@bufbuild/protobuf";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
  * them. The one list: the server binds these and the route table is
  * generated from them, so a service cannot be served without being documented.
  */
-export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService];
+export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, StatusService];

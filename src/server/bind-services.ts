@@ -3,6 +3,10 @@ import { createContextValues, type ContextValues } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
+import { createStatusService } from "../api/status-service.js";
+import { createOperatorView } from "../ops/operator-view.js";
+import { buildInfo } from "./build-info.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
 import { jobWorkspace } from "../broker/job-workspace.js";
@@ -34,6 +38,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams })),
     serviceImpl(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams })),
     serviceImpl(EnrollService, createEnrollService(enrollment)),
+    serviceImpl(StatusService, createStatusService(operatorView(checked, domain))),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });
@@ -51,4 +56,22 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     connectHandler(req, res);
   };
   return handler;
+}
+
+/** The status and doctor of this control plane, over its current TLS material and its domain. */
+function operatorView(checked: CheckedOptions, domain: Domain) {
+  const { options, tls, issuer } = checked;
+  return createOperatorView({
+    store: domain.store,
+    audit: domain.identity.audit,
+    server: () => {
+      const { cert, key } = tls.contextOptions();
+      return { certificate: tls.certificate, certPem: String(cert), keyPem: String(key) };
+    },
+    ...(options.issuer && issuer ? { issuer: { ...options.issuer, notAfter: issuer.notAfter } } : {}),
+    artifacts: domain.artifacts.store,
+    replica: domain.replica,
+    leaseSeconds: options.leaseSeconds,
+    build: buildInfo(),
+  });
 }

@@ -24,6 +24,7 @@ export interface Database {
   artifact_blob_chunks: ByteChunksTable & { digest: string };
   upload_chunks: ByteChunksTable & { upload_id: string };
   workspace_pauses: WorkspacePausesTable;
+  replicas: ReplicasTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -299,4 +300,14 @@ export interface StreamMessagesTable {
   sequence: number;
   data: ColumnType<unknown, string, string>;
   received_at: Generated<Date>;
+}
+
+/** A running `forelead serve` and its heartbeat (migration 0015). */
+export interface ReplicasTable {
+  id: string;
+  host: string;
+  pid: number;
+  version: string;
+  started_at: Generated<Date>;
+  last_seen_at: ColumnType<Date, Date | string | undefined, Date | string>;
 }
