@@ -154,7 +154,9 @@ export async function readDatabaseFacts(db: Kysely<Database>): Promise<DatabaseF
     const { rows } = await sql<{ now: Date }>`select now() as now`.execute(db);
     const roundTripMs = performance.now() - t0;
     const skewMs = rows[0]!.now.getTime() - (started + roundTripMs / 2);
-    const applied = (await sql<{ name: string }>`select name from kysely_migration order by name`.execute(db)).rows.map((r) => r.name);
+    // A database never migrated has no kysely_migration table: nothing applied.
+    const { rows: table } = await sql<{ present: boolean }>`select to_regclass('kysely_migration') is not null as present`.execute(db);
+    const applied = table[0]?.present ? (await sql<{ name: string }>`select name from kysely_migration order by name`.execute(db)).rows.map((r) => r.name) : [];
     return { reachable: true, roundTripMs, migration: applied.at(-1) ?? "", applied, skewMs };
   } catch (err) {
     return { reachable: false, roundTripMs: performance.now() - t0, migration: "", applied: [], skewMs: 0, error: (err as Error).message };

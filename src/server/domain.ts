@@ -49,7 +49,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
  * files in a private temporary directory (`forelead serve` gives one beside
  * the data directory).
  */
-async function chooseArtifactStore({ options }: CheckedOptions, store: Store, stack: ResourceStack): Promise<ArtifactStore> {
+export async function chooseArtifactStore({ options }: CheckedOptions, store: Store, stack: ResourceStack): Promise<ArtifactStore> {
   if (options.artifactsDir) return createFileArtifactStore(options.artifactsDir);
   if (isPostgresUrl(options.database)) return createPostgresArtifactStore(store.db);
   return createFileArtifactStore(await temporaryDirectory(stack, "forelead-artifacts-"));
