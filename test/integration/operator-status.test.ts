@@ -23,6 +23,9 @@ describe("GET /v1/admin/status", () => {
     await registeredRunner(cp, "r2", "w1", { slots: 1, cpu: 2, memoryBytes: String(GiB) });
     await registeredRunner(cp, "r3", "w1", { slots: 1, cpu: 8, memoryBytes: String(8 * GiB) });
     await registeredRunner(cp, "r4", "w1", { slots: 1, cpu: 1, memoryBytes: String(GiB) });
+    // Registered, but not seen within the lease length (30 s): not connected, not in the pool.
+    await registeredRunner(cp, "r5", "w1", { slots: 4, cpu: 16, memoryBytes: String(16 * GiB) });
+    await sql`update runners set last_seen_at = now() - interval '31 seconds' where runner_id = 'r5'`.execute(db);
     const retire = await admin.rest.request("POST", "/v1/admin/runners/r3/retire", { apiVersion: "v1", workspaceId: "w1", reason: "test" });
     expect(retire.status, retire.text).toBe(200);
     // The pause routes are another part's; the status only reads the pause state.
@@ -39,7 +42,7 @@ describe("GET /v1/admin/status", () => {
     const reply = await admin.rest.request("GET", "/v1/admin/status");
     expect(reply.status, reply.text).toBe(200);
     const s = reply.json;
-    expect(s.runners).toEqual({ registered: "4", connected: "3", busy: "1", idle: "1", paused: "1", retired: "1" });
+    expect(s.runners).toEqual({ registered: "5", connected: "3", busy: "1", idle: "1", paused: "1", retired: "1" });
     // Connected, unretired runners r1, r2 and r4; one live lease holds a slot, 1 CPU and 512 MiB.
     expect(s.pool).toEqual({ slotsTotal: "4", slotsFree: "3", cpuTotal: "7", cpuFree: "6", memoryBytesTotal: String(6 * GiB), memoryBytesFree: String(6 * GiB - 512 * MiB) });
     expect(s.workspaces).toEqual([
