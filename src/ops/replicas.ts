@@ -31,17 +31,21 @@ export interface ReplicaHeartbeat {
 export async function startReplicaHeartbeat(db: Kysely<Database>, health: DatabaseHealth, version: string): Promise<ReplicaHeartbeat> {
   const id = randomUUID();
   const row = { id, host: hostname(), pid: process.pid, version };
+  /** Upserts the row (a row lost to a restore or a prune comes back) and prunes the dead; returns the row's start. */
   const beat = async () => {
-    await db.insertInto("replicas").values(row).onConflict((oc) => oc.column("id").doUpdateSet({ last_seen_at: sql`now()` })).execute();
+    const { started_at } = await db.insertInto("replicas").values(row).onConflict((oc) => oc.column("id").doUpdateSet({ last_seen_at: sql`now()` })).returning("started_at").executeTakeFirstOrThrow();
     await db.deleteFrom("replicas").where(sql<boolean>`last_seen_at < now() - make_interval(secs => ${pruneAfterSeconds})`).execute();
+    return started_at;
   };
-  await beat();
-  const { started_at: startedAt } = await db.selectFrom("replicas").select("started_at").where("id", "=", id).executeTakeFirstOrThrow();
-  let running: Promise<void> = Promise.resolve();
+  const startedAt = await beat();
+  // One beat at a time: while the database hangs, beats are skipped rather than queued.
+  let running: Promise<unknown> | undefined;
   const timer = setInterval(() => {
-    running = running.then(beat).catch((err: unknown) => {
-      if (!health.failed("the replica heartbeat", err)) console.error(`forelead: the replica heartbeat failed: ${(err as Error).message}`);
-    });
+    running ??= beat()
+      .catch((err: unknown) => {
+        if (!health.failed("the replica heartbeat", err)) console.error(`forelead: the replica heartbeat failed: ${(err as Error).message}`);
+      })
+      .finally(() => (running = undefined));
   }, heartbeatIntervalMs);
   timer.unref();
   return {

@@ -4,7 +4,7 @@ import { X509Certificate } from "node:crypto";
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { migrations } from "../../src/store/migrations/index.js";
-import { registeredRunner } from "../support/actors.js";
+import { eventually, registeredRunner } from "../support/actors.js";
 import { startTestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane, useReplicaPair } from "../support/fixture.js";
@@ -60,6 +60,16 @@ describe("GET /v1/admin/status", () => {
     expect(s.build.commit).toMatch(/^([0-9a-f]{40}|unknown)$/);
     expect(s.replicas).toEqual([{ id: expect.any(String), host: expect.any(String), pid: process.pid, version: s.build.version, startedAt: s.startedAt, lastSeenAt: expect.any(String) }]);
     await sql`delete from issued_certificates`.execute(db);
+  });
+
+  it("the replica's heartbeat moves its last_seen_at while it runs", async () => {
+    const replica = async () => (await cp.admin.rest.request("GET", "/v1/admin/status")).json.replicas[0] as { startedAt: string; lastSeenAt: string };
+    const first = await replica();
+    const later = await eventually("a heartbeat after the first", async () => {
+      const r = await replica();
+      return Date.parse(r.lastSeenAt) > Date.parse(first.lastSeenAt) ? r : undefined;
+    });
+    expect(later.startedAt).toBe(first.startedAt);
   });
 
   it("needs the read role: an identity without a grant is refused", async () => {
