@@ -81,6 +81,10 @@ describe("a healthy control plane", () => {
     expect(cli.stdout).toMatch(/\d+ ok, 0 warn, 0 fail/);
     const json = await forel(["doctor", "--json", ...(await adminFlags(cp, "healthy"))]);
     expect(json.code).toBe(0);
+    const status = await forel(["status", ...(await adminFlags(cp, "healthy"))]);
+    expect(status.code, status.stdout + status.stderr).toBe(0);
+    expect(status.stdout).toMatch(/^database: (pglite|postgres) reachable/m);
+    expect(status.stdout).toMatch(/^replicas \(1\):/m);
     const statuses = (checks: Check[]) => checks.map((c) => [c.name, c.status]);
     expect(statuses(JSON.parse(json.stdout).checks)).toEqual(statuses(report.checks));
   });
