@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import type { DescService } from "@bufbuild/protobuf";
 import type { Command } from "commander";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 
@@ -30,6 +31,11 @@ export function withAdminClientOptions(command: Command): Command {
  * cannot be read.
  */
 export async function adminClientFromFlags(flags: AdminClientFlags): Promise<Client<typeof AdminService>> {
+  return serviceClientFromFlags(flags, AdminService);
+}
+
+/** A client of any admin-side `service` (StatusService, ...) from the flags, as adminClientFromFlags. */
+export async function serviceClientFromFlags<S extends DescService>(flags: AdminClientFlags, service: S): Promise<Client<S>> {
   let url: URL;
   try {
     url = new URL(flags.server);
@@ -39,7 +45,7 @@ export async function adminClientFromFlags(flags: AdminClientFlags): Promise<Cli
   if (url.protocol !== "https:") throw new Error(`--server must be an https:// URL; got ${flags.server}`);
   const [ca, cert, key] = await Promise.all([read(flags.ca, "--ca"), read(flags.cert, "--cert"), read(flags.key, "--key")]);
   const transport = createConnectTransport({ baseUrl: url.toString().replace(/\/$/, ""), httpVersion: "2", useBinaryFormat: true, nodeOptions: { ca, cert, key } });
-  return createClient(AdminService, transport);
+  return createClient(service, transport);
 }
 
 async function read(file: string, flag: string): Promise<string> {

@@ -9,6 +9,8 @@ import { runnersCommand } from "./runners.js";
 import { reposCommand } from "./repos.js";
 import { jobsCommand } from "./jobs.js";
 import { serveCommand } from "./serve.js";
+import { doctorCommand } from "./doctor.js";
+import { statusCommand } from "./status.js";
 
 /** The `forelead` command. */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -26,6 +28,8 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(runnersCommand());
   program.addCommand(reposCommand());
   program.addCommand(jobsCommand());
+  program.addCommand(statusCommand());
+  program.addCommand(doctorCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

@@ -8,7 +8,10 @@ import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js
 import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { defaultConnectionLimits } from "../server/connection-limits.js";
-import { startControlPlane } from "../server/control-plane.js";
+import { startControlPlane, type ControlPlaneOptions } from "../server/control-plane.js";
+import { checkServe } from "../server/serve-check.js";
+import type { DoctorCheck } from "../ops/doctor.js";
+import { reportChecks } from "./doctor.js";
 import { readTlsFiles, type TlsFiles, type TlsPems } from "../server/tls-material.js";
 import { defaultHosts } from "./ca.js";
 import { collect, integerIn, pathOption } from "./options.js";
@@ -43,6 +46,7 @@ interface ServeFlags {
   maxStreamsWithoutCertificate: number;
   maxConnectionsPerAddress: number;
   idleConnectionTimeout: number;
+  check?: boolean;
 }
 
 /** `forelead serve`: the control plane. */
@@ -78,45 +82,12 @@ export function serveCommand(): Command {
     .addOption(new Option("--max-streams-without-certificate <n>", "open streams a connection without a client certificate may have (it can only enroll)").default(defaultConnectionLimits.certlessMaxStreams).argParser(integerIn("--max-streams-without-certificate", 1, 1000)))
     .addOption(new Option("--max-connections-per-address <n>", "connections one client address may hold, handshakes included").default(defaultConnectionLimits.maxConnectionsPerAddress).argParser(integerIn("--max-connections-per-address", 1, 1_000_000)))
     .addOption(new Option("--idle-connection-timeout <seconds>", "close a connection with no open stream for this long").default(defaultConnectionLimits.idleConnectionMs / 1000).argParser(integerIn("--idle-connection-timeout", 1, 86_400)))
+    .option("--check", "check every flag, file and the database, print the doctor's table, and exit (1 when a check fails) without listening")
     .action(async (flags: ServeFlags) => {
-      const { host, port } = parseListen(flags.listen);
-      parseSpiffeId(`spiffe://${flags.trustDomain}`);
-      flags.admin.forEach((id) => checkServiceIdentity(id, flags.trustDomain));
-      const grants = flags.grant.map((g) => parseRoleGrant(g, flags.trustDomain));
-      const maxCertLifetimeMs = parseDuration(flags.maxCertLifetime);
-      const issuedCertLifetimeMs = flags.issuedCertLifetime ? parseDuration(flags.issuedCertLifetime) : undefined;
-      const tls = await loadTls(flags);
-      const issuer = await loadIssuer(flags);
-      const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
-      const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database);
-      const plane = await startControlPlane({
-        host,
-        port,
-        ...tls,
-        trustDomain: flags.trustDomain,
-        database: flags.database,
-        admins: flags.admin,
-        grants,
-        ...(issuer ? { issuer } : {}),
-        ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
-        leaseSeconds: flags.leaseSeconds,
-        jobTimeouts: { defaultSeconds: flags.defaultJobTimeout, maxSeconds: flags.maxJobTimeout, graceSeconds: flags.jobTimeoutGrace },
-        maxCertLifetimeMs,
-        ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
-        ...(artifactsDir ? { artifactsDir } : {}),
-        maxArtifactBytes: flags.maxArtifactSize,
-        ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
-        auditSpoolMaxBytes: flags.auditSpoolMaxSize,
-        connectionLimits: {
-          handshakeTimeoutMs: flags.tlsHandshakeTimeout * 1000,
-          maxConcurrentStreams: flags.maxConcurrentStreams,
-          bodyIdleMs: flags.bodyIdleTimeout * 1000,
-          certlessMaxStreams: flags.maxStreamsWithoutCertificate,
-          maxConnectionsPerAddress: flags.maxConnectionsPerAddress,
-          idleConnectionMs: flags.idleConnectionTimeout * 1000,
-        },
-      });
-      const roles = [...flags.admin.map((id) => `${id}=admin`), ...grants.map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
+      if (flags.check) return checkServeFlags(flags);
+      const options = await serveOptions(flags);
+      const plane = await startControlPlane(options);
+      const roles = [...flags.admin.map((id) => `${id}=admin`), ...(options.grants ?? []).map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
       console.log(`forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
@@ -134,6 +105,58 @@ export function serveCommand(): Command {
       process.once("SIGTERM", () => stop("SIGTERM"));
       process.once("SIGINT", () => stop("SIGINT"));
     });
+}
+
+/** The control plane's options from the flags, each flag and file checked; an error names the flag. */
+async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
+  const { host, port } = parseListen(flags.listen);
+  parseSpiffeId(`spiffe://${flags.trustDomain}`);
+  flags.admin.forEach((id) => checkServiceIdentity(id, flags.trustDomain));
+  const grants = flags.grant.map((g) => parseRoleGrant(g, flags.trustDomain));
+  const maxCertLifetimeMs = parseDuration(flags.maxCertLifetime);
+  const issuedCertLifetimeMs = flags.issuedCertLifetime ? parseDuration(flags.issuedCertLifetime) : undefined;
+  const tls = await loadTls(flags);
+  const issuer = await loadIssuer(flags);
+  const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
+  const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database);
+  return {
+    host,
+    port,
+    ...tls,
+    trustDomain: flags.trustDomain,
+    database: flags.database,
+    admins: flags.admin,
+    grants,
+    ...(issuer ? { issuer } : {}),
+    ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
+    leaseSeconds: flags.leaseSeconds,
+    jobTimeouts: { defaultSeconds: flags.defaultJobTimeout, maxSeconds: flags.maxJobTimeout, graceSeconds: flags.jobTimeoutGrace },
+    maxCertLifetimeMs,
+    ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
+    ...(artifactsDir ? { artifactsDir } : {}),
+    maxArtifactBytes: flags.maxArtifactSize,
+    ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
+    auditSpoolMaxBytes: flags.auditSpoolMaxSize,
+    connectionLimits: {
+      handshakeTimeoutMs: flags.tlsHandshakeTimeout * 1000,
+      maxConcurrentStreams: flags.maxConcurrentStreams,
+      bodyIdleMs: flags.bodyIdleTimeout * 1000,
+      certlessMaxStreams: flags.maxStreamsWithoutCertificate,
+      maxConnectionsPerAddress: flags.maxConnectionsPerAddress,
+      idleConnectionMs: flags.idleConnectionTimeout * 1000,
+    },
+  };
+}
+
+/** `serve --check`: what a start would refuse or warn about, as the doctor's table; exit code 1 when a check fails. */
+async function checkServeFlags(flags: ServeFlags): Promise<void> {
+  let checks: DoctorCheck[];
+  try {
+    checks = await checkServe(await serveOptions(flags));
+  } catch (err) {
+    checks = [{ name: "options", status: "fail", detail: (err as Error).message, hint: "fix the flag or file it names" }];
+  }
+  reportChecks(checks, false, (t) => process.stdout.write(t));
 }
 
 /** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in Postgres (no directory). */

@@ -25,6 +25,8 @@ export interface SignedCertificate {
 export interface Issuer {
   /** e.g. `CN=Forelead Development CA (until 2036-...)`, for the start-up line. */
   readonly description: string;
+  /** When the issuing CA's certificate ends. */
+  readonly notAfter: Date;
   /** Signs a certificate for `spiffeId` (its only URI SAN) over the CSR's key. */
   sign(spiffeId: string, csr: VerifiedCsr): Promise<SignedCertificate>;
 }
@@ -66,6 +68,7 @@ export async function createIssuer(material: IssuerMaterial, trustAnchors: reado
 
   return {
     description: `${issuerCert.subject.replace(/\n/g, ", ")} (valid until ${notAfter.toISOString()})`,
+    notAfter,
     async sign(spiffeId, csr) {
       const notBefore = new Date(Date.now() - Math.min(maxClockSkewMs, lifetimeMs / 10));
       const leafNotAfter = new Date(Math.min(notBefore.getTime() + lifetimeMs, notAfter.getTime()));

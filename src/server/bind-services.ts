@@ -6,6 +6,10 @@ import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { StatsService } from "../../gen/forelead/admin/v1/stats_pb.js";
 import { createStatsService } from "../api/stats-service.js";
 import { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
+import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
+import { createStatusService } from "../api/status-service.js";
+import { createOperatorView } from "../ops/operator-view.js";
+import { buildInfo } from "./build-info.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
 import { jobOwnership } from "../broker/job-workspace.js";
@@ -40,6 +44,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(EnrollService, createEnrollService(enrollment)),
     serviceImpl(StatsService, createStatsService(broker)),
     serviceImpl(SamplesService, createSamplesService({ db: store.db })),
+    serviceImpl(StatusService, createStatusService(operatorView(checked, domain))),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });
@@ -57,4 +62,22 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     connectHandler(req, res);
   };
   return handler;
+}
+
+/** The status and doctor of this control plane, over its current TLS material and its domain. */
+function operatorView(checked: CheckedOptions, domain: Domain) {
+  const { options, tls, issuer } = checked;
+  return createOperatorView({
+    store: domain.store,
+    audit: domain.identity.audit,
+    server: () => {
+      const { cert, key } = tls.contextOptions();
+      return { certificate: tls.certificate, certPem: String(cert), keyPem: String(key) };
+    },
+    ...(options.issuer && issuer ? { issuer: { ...options.issuer, notAfter: issuer.notAfter } } : {}),
+    artifacts: domain.artifacts.store,
+    replica: domain.replica,
+    leaseSeconds: options.leaseSeconds,
+    build: buildInfo(),
+  });
 }

@@ -12,6 +12,8 @@ import { createInventory } from "../inventory/inventory.js";
 import { isPostgresUrl, openStore, type Store } from "../store/database.js";
 import { createDbClock } from "../store/db-clock.js";
 import { createStreams } from "../streams/streams.js";
+import { startReplicaHeartbeat } from "../ops/replicas.js";
+import { buildInfo } from "./build-info.js";
 import type { CheckedOptions } from "./options.js";
 import type { ResourceStack } from "./resource-stack.js";
 
@@ -36,7 +38,8 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const artifactStore = await chooseArtifactStore(checked, store, stack);
   const artifacts = stack.use("artifacts", createArtifacts({ db: store.db, store: artifactStore, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));
   const streams = stack.use("streams", await createStreams({ store, maxRequestBytes: checked.maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) }));
-  return { store, clock, identity, code, broker, inventory, artifacts, streams };
+  const replica = stack.use("the replica heartbeat", await startReplicaHeartbeat(store.db, store.health, buildInfo().version));
+  return { store, clock, identity, code, broker, inventory, artifacts, streams, replica };
 }
 
 /**
@@ -46,7 +49,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
  * files in a private temporary directory (`forelead serve` gives one beside
  * the data directory).
  */
-async function chooseArtifactStore({ options }: CheckedOptions, store: Store, stack: ResourceStack): Promise<ArtifactStore> {
+export async function chooseArtifactStore({ options }: CheckedOptions, store: Store, stack: ResourceStack): Promise<ArtifactStore> {
   if (options.artifactsDir) return createFileArtifactStore(options.artifactsDir);
   if (isPostgresUrl(options.database)) return createPostgresArtifactStore(store.db);
   return createFileArtifactStore(await temporaryDirectory(stack, "forelead-artifacts-"));

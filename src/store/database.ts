@@ -31,6 +31,8 @@ export interface Store {
    * unsubscribe function.
    */
   listen(channel: string, onNotify: (payload: string) => void, onRecheck?: () => void): Promise<() => Promise<void>>;
+  /** Whether the LISTEN connection is up now; the embedded database's always is. */
+  listenConnected(): boolean;
   close(): Promise<void>;
 }
 
@@ -110,6 +112,7 @@ async function openPostgres(url: string): Promise<Store> {
       const unsubscribe = await listener.listen(channel, { onNotify, ...(onRecheck ? { onRecheck } : {}) });
       return async () => unsubscribe();
     },
+    listenConnected: () => listener.connected,
     async close() {
       health.close();
       await listener.close();
@@ -144,6 +147,7 @@ async function openEmbedded(location: string): Promise<Store> {
       const unsubscribe = await pglite.listen(channel, onNotify);
       return async () => unsubscribe();
     },
+    listenConnected: () => !pglite.closed,
     async close() {
       health.close();
       await db.destroy();

@@ -25,6 +25,7 @@ export interface Database {
   upload_chunks: ByteChunksTable & { upload_id: string };
   workspace_pauses: WorkspacePausesTable;
   job_peaks: JobPeaksTable;
+  replicas: ReplicasTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -310,4 +311,14 @@ export interface JobPeaksTable {
   peak_cpu_cores: number;
   peak_memory_bytes: number;
   samples: number;
+}
+
+/** A running `forelead serve` and its heartbeat (migration 0015). */
+export interface ReplicasTable {
+  id: string;
+  host: string;
+  pid: number;
+  version: string;
+  started_at: Generated<Date>;
+  last_seen_at: ColumnType<Date, Date | string | undefined, Date | string>;
 }

@@ -14,6 +14,7 @@ import * as m0012 from "./0012_pause.js";
 import * as m0014 from "./0014_job_owner.js";
 import * as m0017 from "./0017_stats_indexes.js";
 import * as m0018 from "./0018_job_samples.js";
+import * as m0015 from "./0015_replicas.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -35,4 +36,5 @@ export const migrations: Record<string, Migration> = {
   "0014_job_owner": m0014,
   "0017_stats_indexes": m0017,
   "0018_job_samples": m0018,
+  "0015_replicas": m0015,
 };

@@ -1,0 +1,49 @@
+import { Command } from "commander";
+import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+
+/** One row of the doctor's table, as the route and `serve --check` give it. */
+export interface CheckRow {
+  readonly name: string;
+  readonly status: string;
+  readonly detail: string;
+  readonly hint: string;
+}
+
+interface DoctorFlags extends AdminClientFlags {
+  json?: boolean;
+}
+
+/** `forelead doctor`: the control plane's named checks (GET /v1/admin/doctor), exit 1 when one fails. */
+export function doctorCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
+  return withAdminClientOptions(
+    new Command("doctor")
+      .description("run the control plane's health checks (certificates, issuer, database, clock, artifacts, LISTEN, backlogs); exits 1 when one fails")
+      .option("--json", "print the checks as JSON"),
+  ).action(async (flags: DoctorFlags) => {
+    let checks: CheckRow[];
+    try {
+      const client = await serviceClientFromFlags(flags, StatusService);
+      checks = (await client.runDoctor({})).checks;
+    } catch (err) {
+      // The control plane itself cannot be asked (down, or its certificate refused): that is the one failure to report.
+      checks = [{ name: "control plane", status: "fail", detail: `${flags.server} cannot be asked: ${(err as Error).message}`, hint: "check that forelead serve runs there and that its certificate is valid (forelead serve --check on its machine)" }];
+    }
+    reportChecks(checks, flags.json ?? false, write);
+  });
+}
+
+/** Prints `checks` as the table (or JSON) and sets exit code 1 when one failed: doctor and serve --check both end here. */
+export function reportChecks(checks: readonly CheckRow[], json: boolean, write: (text: string) => void): void {
+  write(json ? `${JSON.stringify({ checks: checks.map(({ name, status, detail, hint }) => ({ name, status, detail, hint })) }, null, 2)}\n` : formatChecks(checks));
+  if (checks.some((c) => c.status === "fail")) process.exitCode = 1;
+}
+
+/** The doctor's table: one line per check (status, name, detail), its hint under it when not ok, then a summary. */
+export function formatChecks(checks: readonly CheckRow[]): string {
+  const width = Math.max(...checks.map((c) => c.name.length), 5);
+  const lines = checks.flatMap((c) => [`${c.status.toUpperCase().padEnd(4)}  ${c.name.padEnd(width)}  ${c.detail}`, ...(c.hint && c.status !== "ok" ? [`${" ".repeat(width + 8)}hint: ${c.hint}`] : [])]);
+  const count = (s: string) => checks.filter((c) => c.status === s).length;
+  lines.push(`${count("ok")} ok, ${count("warn")} warn, ${count("fail")} fail${count("skip") ? `, ${count("skip")} skipped` : ""}`);
+  return lines.join("\n") + "\n";
+}

@@ -1,0 +1,164 @@
+import { sql, type Kysely } from "kysely";
+import { liveLeaseRow } from "../broker/lease-sql.js";
+import type { Database } from "../store/schema.js";
+import { liveReplica } from "./replicas.js";
+
+/** One workspace's queue. */
+export interface WorkspaceQueue {
+  readonly workspaceId: string;
+  readonly queued: number;
+  readonly running: number;
+  /** Seconds since the oldest queued job was enqueued; 0 when none is queued. */
+  readonly oldestQueuedSeconds: number;
+  readonly paused: boolean;
+}
+
+/** Runner counts; see status.proto RunnerCounts for what each counts. */
+export interface RunnerCounts {
+  readonly registered: number;
+  readonly connected: number;
+  readonly busy: number;
+  readonly idle: number;
+  readonly paused: number;
+  readonly retired: number;
+}
+
+/** Capacity of connected, unretired runners, and what live leases leave of it. */
+export interface Pool {
+  readonly slotsTotal: number;
+  readonly slotsFree: number;
+  readonly cpuTotal: number;
+  readonly cpuFree: number;
+  readonly memoryBytesTotal: number;
+  readonly memoryBytesFree: number;
+}
+
+/** An issued certificate that ends soon. */
+export interface ExpiringCertificate {
+  readonly serial: string;
+  readonly spiffeId: string;
+  readonly notAfter: Date;
+}
+
+/** A live replica's row. */
+export interface ReplicaRow {
+  readonly id: string;
+  readonly host: string;
+  readonly pid: number;
+  readonly version: string;
+  readonly startedAt: Date;
+  readonly lastSeenAt: Date;
+}
+
+/** What the database says about the fleet and the queue, as of one moment per statement. */
+export interface FleetStatus {
+  readonly workspaces: readonly WorkspaceQueue[];
+  readonly runners: RunnerCounts;
+  readonly pool: Pool;
+  readonly replicas: readonly ReplicaRow[];
+  readonly expiringWithin24h: number;
+  /** The soonest of them, at most `expiringListed`. */
+  readonly expiring: readonly ExpiringCertificate[];
+}
+
+const expiringListed = 10;
+
+/**
+ * Reads the fleet in four statements: the queue per workspace (with pauses),
+ * runners and pool together, live replicas, expiring certificates. A runner
+ * is connected when seen within `leaseSeconds` (the lease length: a runner
+ * that holds a lease renews within it); live leases are liveLeaseRow's.
+ */
+export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number): Promise<FleetStatus> {
+  const [workspaces, fleet, replicas, expiring] = await Promise.all([
+    sql<{ workspace_id: string; queued: number; running: number; oldest: number; paused: boolean }>`
+      with q as (
+        select workspace_id,
+               count(*) filter (where state = 'queued')::int as queued,
+               count(*) filter (where state = 'running')::int as running,
+               coalesce(extract(epoch from now() - min(created_at) filter (where state = 'queued')), 0)::float8 as oldest
+        from jobs where state in ('queued', 'running') group by workspace_id)
+      select coalesce(q.workspace_id, p.workspace_id) as workspace_id, coalesce(q.queued, 0) as queued, coalesce(q.running, 0) as running,
+             coalesce(q.oldest, 0) as oldest, p.workspace_id is not null as paused
+      from q full join workspace_pauses p on p.workspace_id = q.workspace_id
+      order by 1`.execute(db),
+    sql<Record<keyof RunnerCounts | "slots_total" | "slots_free" | "cpu_total" | "cpu_held" | "memory_total" | "memory_held", number>>`
+      with r as (
+        select r.slots, r.cpu, r.memory_bytes, r.retired_at is not null as retired, r.paused_at is not null as paused,
+               r.retired_at is null and r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) as connected,
+               h.leases, h.cpu as cpu_held, h.memory as memory_held
+        from runners r
+        cross join lateral (
+          select count(*)::int as leases,
+                 coalesce(sum((j.spec->>'cpu')::float8), 0) as cpu,
+                 coalesce(sum((j.spec->>'memoryBytes')::int8), 0) as memory
+          from leases l join jobs j on j.id = l.job_id
+          where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")}) h)
+      select count(*)::int as registered,
+             count(*) filter (where connected)::int as connected,
+             count(*) filter (where connected and leases > 0)::int as busy,
+             count(*) filter (where connected and leases = 0 and not paused)::int as idle,
+             count(*) filter (where paused and not retired)::int as paused,
+             count(*) filter (where retired)::int as retired,
+             coalesce(sum(slots) filter (where connected), 0)::int8 as slots_total,
+             coalesce(sum(greatest(slots - leases, 0)) filter (where connected), 0)::int8 as slots_free,
+             coalesce(sum(cpu) filter (where connected), 0)::int8 as cpu_total,
+             coalesce(sum(cpu_held) filter (where connected), 0)::float8 as cpu_held,
+             coalesce(sum(memory_bytes) filter (where connected), 0)::int8 as memory_total,
+             coalesce(sum(memory_held) filter (where connected), 0)::int8 as memory_held
+      from r`.execute(db),
+    db.selectFrom("replicas").selectAll().where(liveReplica).orderBy("started_at").orderBy("id").execute(),
+    sql<{ serial: string; spiffe_id: string; not_after: Date; total: number }>`
+      select serial, spiffe_id, not_after, count(*) over ()::int as total
+      from issued_certificates
+      where not_after > now() and not_after <= now() + interval '24 hours'
+      order by not_after, serial`.execute(db),
+  ]);
+  const f = fleet.rows[0]!;
+  return {
+    workspaces: workspaces.rows.map((w) => ({ workspaceId: w.workspace_id, queued: w.queued, running: w.running, oldestQueuedSeconds: w.oldest, paused: w.paused })),
+    runners: { registered: f.registered, connected: f.connected, busy: f.busy, idle: f.idle, paused: f.paused, retired: f.retired },
+    pool: {
+      slotsTotal: f.slots_total,
+      slotsFree: f.slots_free,
+      cpuTotal: f.cpu_total,
+      cpuFree: Math.max(0, Math.floor(f.cpu_total - f.cpu_held)),
+      memoryBytesTotal: f.memory_total,
+      memoryBytesFree: Math.max(0, f.memory_total - f.memory_held),
+    },
+    replicas: replicas.map((r) => ({ id: r.id, host: r.host, pid: r.pid, version: r.version, startedAt: r.started_at, lastSeenAt: r.last_seen_at })),
+    expiringWithin24h: expiring.rows[0]?.total ?? 0,
+    expiring: expiring.rows.slice(0, expiringListed).map((c) => ({ serial: c.serial, spiffeId: c.spiffe_id, notAfter: c.not_after })),
+  };
+}
+
+/** The database's side of the status: one round trip timed, and the latest applied migration. */
+export interface DatabaseFacts {
+  readonly reachable: boolean;
+  readonly roundTripMs: number;
+  /** The latest applied migration's name; "" when it cannot be read. */
+  readonly migration: string;
+  /** Every applied migration's name. */
+  readonly applied: readonly string[];
+  /** The database's now() at the middle of the round trip, minus this process's clock, in ms. */
+  readonly skewMs: number;
+  /** Why it is unreachable. */
+  readonly error?: string;
+}
+
+/** Times `select now()` and reads kysely's migration table; never throws. */
+export async function readDatabaseFacts(db: Kysely<Database>): Promise<DatabaseFacts> {
+  const started = Date.now();
+  const t0 = performance.now();
+  try {
+    const { rows } = await sql<{ now: Date }>`select now() as now`.execute(db);
+    const roundTripMs = performance.now() - t0;
+    const skewMs = rows[0]!.now.getTime() - (started + roundTripMs / 2);
+    // A database never migrated has no kysely_migration table: nothing applied.
+    const { rows: table } = await sql<{ present: boolean }>`select to_regclass('kysely_migration') is not null as present`.execute(db);
+    const applied = table[0]?.present ? (await sql<{ name: string }>`select name from kysely_migration order by name`.execute(db)).rows.map((r) => r.name) : [];
+    return { reachable: true, roundTripMs, migration: applied.at(-1) ?? "", applied, skewMs };
+  } catch (err) {
+    return { reachable: false, roundTripMs: performance.now() - t0, migration: "", applied: [], skewMs: 0, error: (err as Error).message };
+  }
+}
