@@ -1,6 +1,7 @@
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
+import { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 
 /**
@@ -8,4 +9,4 @@ import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
  * them. The one list: the server binds these and the route table is
  * generated from them, so a service cannot be served without being documented.
  */
-export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService];
+export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, FleetService];

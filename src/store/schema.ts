@@ -24,6 +24,7 @@ export interface Database {
   artifact_blob_chunks: ByteChunksTable & { digest: string };
   upload_chunks: ByteChunksTable & { upload_id: string };
   workspace_pauses: WorkspacePausesTable;
+  events: EventsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -299,4 +300,17 @@ export interface StreamMessagesTable {
   sequence: number;
   data: ColumnType<unknown, string, string>;
   received_at: Generated<Date>;
+}
+
+/** One event of the global stream (migration 0016, src/events/). */
+export interface EventsTable {
+  /** The writing transaction's id (xid8, as text): how a follower tells an open gap from a final one. */
+  tx: ColumnType<string, never, never>;
+  id: ColumnType<number, never, never>;
+  at: ColumnType<Date, Date | string | undefined, never>;
+  type: string;
+  workspace_id: string | null;
+  runner_id: string | null;
+  job_id: string | null;
+  data: ColumnType<unknown, string, never>;
 }
