@@ -250,7 +250,8 @@ function decodePageToken(token: string): { createdAt: string; id: string } {
  */
 export async function cancelJob(db: Kysely<Database>, jobId: string, by: string): Promise<JobSnapshot> {
   const id = checkJobId(jobId);
-  // The events: job.cancel_requested the first time, and job.settled for a queued job settled at once.
+  // The events: job.cancel_requested the first time, then job.settled for a queued job settled at once
+  // (read from the first insert's rows, so it comes after it; a queued job never has cancel_requested set).
   const { rows } = await sql<JobRow>`
     with old as (
       select id, state, cancel_requested from jobs where id = ${id} and state in ('queued', 'running') for update
@@ -265,7 +266,7 @@ export async function cancelJob(db: Kysely<Database>, jobId: string, by: string)
       from old where jobs.id = old.id
       returning jobs.*, old.state as was_state, old.cancel_requested as was_requested
     ), ${eventsCte("requested", "j", { type: sql`'job.cancel_requested'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('state', j.was_state)` }, sql`not j.was_requested`)},
-    ${eventsCte("settled", "j", { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state = 'queued'`)}
+    ${eventsCte("settled", sql`requested join j on j.id = requested.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state = 'queued'`)}
     select * from j`.execute(db);
   const row = rows[0];
   if (row) return jobSnapshot(row);

@@ -85,7 +85,7 @@ export async function readEvents(db: Kysely<Database>, q: EventQuery, pos: ReadP
     select s.snapshot, s.gap_closed, e.id, e.at, e.type, e.workspace_id, e.runner_id, e.job_id::text as job_id, e.data
     from (
       select pg_current_snapshot()::text as snapshot,
-        coalesce((select bool_and(pg_visible_in_snapshot(x, pg_current_snapshot())) from unnest(pg_snapshot_xip(${pos.gap?.snapshot ?? null}::pg_snapshot)) x), true) as gap_closed
+        coalesce((select bool_and(pg_visible_in_snapshot(x, pg_current_snapshot())) from pg_snapshot_xip(${pos.gap?.snapshot ?? null}::pg_snapshot) x), true) as gap_closed
     ) s
     left join lateral (select * from events where id > ${pos.afterId} order by id limit ${q.pageSize}) e on true
     order by e.id`.execute(db);

@@ -45,14 +45,17 @@ export interface EventColumns {
 }
 
 /**
- * The CTE `name`: an event row for each row of `from` (a CTE name) that
- * `where` keeps. A data-modifying CTE runs whether or not it is referenced.
+ * The CTE `name`: an event row for each row of `from` (a CTE name, or a
+ * FROM item) that `where` keeps, returning each row's job_id. A
+ * data-modifying CTE runs whether or not it is referenced; two in one
+ * statement run in no set order, unless one reads the other's rows.
  */
-export function eventsCte(name: string, from: string, columns: EventColumns, where: RawBuilder<unknown> = sql`true`): RawBuilder<unknown> {
+export function eventsCte(name: string, from: string | RawBuilder<unknown>, columns: EventColumns, where: RawBuilder<unknown> = sql`true`): RawBuilder<unknown> {
   return sql`${sql.id(name)} as (
     insert into events (type, workspace_id, runner_id, job_id, data)
     select ${columns.type}, ${columns.workspaceId}, ${columns.runnerId ?? sql`null`}, ${columns.jobId ?? sql`null`}::uuid, coalesce(${columns.data ?? sql`null`}, '{}'::jsonb)
-    from ${sql.table(from)} where ${where}
+    from ${typeof from === "string" ? sql.table(from) : from} where ${where}
+    returning job_id
   )`;
 }
 

@@ -55,7 +55,7 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.timed_out then 'timed_out' else 'expired' end from j where leases.id = j.lease_id
     ), ${eventsCte("ev", "j", settledOrRequeued("lease_lost"))},
-    ${eventsCte("lost", "j", { type: sql`'runner.lease_lost'`, workspaceId: sql`j.workspace_id`, runnerId: sql`j.lease_runner_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('attempt', j.attempts)` }, sql`not j.timed_out`)},
+    ${eventsCte("lost", sql`ev join j on j.id = ev.job_id`, { type: sql`'runner.lease_lost'`, workspaceId: sql`j.workspace_id`, runnerId: sql`j.lease_runner_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('attempt', j.attempts)` }, sql`not j.timed_out`)},
     ${wakeWaiters("j")}
     select j.id, j.state, j.workspace_id, ${woken} from j`.execute(db);
   return rows.map((r) => ({ id: r.id, state: r.state }));
