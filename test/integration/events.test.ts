@@ -1,4 +1,4 @@
-// The global event stream (docs/operations.md "The event stream"): every change
+// The global event stream (docs/fleet.md "The event stream"): every change
 // writes its event in its own transaction; a follower sees each event once, in id
 // order, and resumes exactly with Last-Event-ID (REST) or afterId (Connect) while
 // jobs flow; the filters work; retention prunes old rows in batches; an id

@@ -1,13 +1,16 @@
-// Pause and resume (docs/operations.md "Pausing"): a paused workspace's jobs are not
+// Pause and resume (docs/fleet.md "Pausing"): a paused workspace's jobs are not
 // claimed and a paused runner gets no new lease, while live leases renew and settle;
 // resume wakes waiting claims at once; both are audited, idempotent and shared
 // through the database, so they hold across replicas and restarts.
 import { describe, expect, it } from "vitest";
+import { mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
 import { sql } from "kysely";
 import { adminActor, eventually, registeredRunner, runnerActor } from "../support/actors.js";
 import { createRestClient } from "../support/clients.js";
-import type { TestControlPlane } from "../support/control-plane.js";
-import { databaseKind } from "../support/database.js";
+import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
+import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
 import { useControlPlane, useReplicaPair } from "../support/fixture.js";
 
 const cp = useControlPlane();
@@ -134,6 +137,41 @@ describe(`pausing a runner (${databaseKind})`, () => {
     expect(refused.status).toBe(403);
     await rest.close();
   });
+});
+
+describe(`pauses survive a restart (${databaseKind})`, () => {
+  it("a workspace and a runner paused before a restart are still paused after it", async () => {
+    // A database that outlives the control plane: a data directory, or a fresh Postgres database.
+    const dir = await mkdtemp(path.join(os.tmpdir(), "forelead-pause-"));
+    const database: TestDatabase = databaseKind === "embedded" ? { location: path.join(dir, "data"), kind: "embedded", drop: () => rm(dir, { recursive: true, force: true }) } : await createTestDatabase();
+    let plane = await startTestControlPlane({ database, pki: cp.pki });
+    try {
+      let boss = await adminActor(plane);
+      await registeredRunner(plane, "r1", "wa").then((r) => r.close());
+      await registeredRunner(plane, "r2", "wb").then((r) => r.close());
+      expect((await boss.rest.request("POST", "/v1/admin/workspaces/wa/pause", { apiVersion: "v1" })).status).toBe(200);
+      expect((await boss.rest.request("POST", "/v1/admin/runners/r2/pause", { apiVersion: "v1" })).status).toBe(200);
+      for (const w of ["wa", "wb"]) expect((await boss.enqueue({ workspaceId: w })).status).toBe(200);
+      await boss.close();
+      await plane.plane.close();
+
+      plane = await startTestControlPlane({ database, pki: cp.pki });
+      boss = await adminActor(plane);
+      const r1 = await registeredRunner(plane, "r1", "wa");
+      const r2 = await registeredRunner(plane, "r2", "wb");
+      expect((await r1.claim()).status).toBe(204);
+      expect((await r2.claim()).status).toBe(204);
+      expect((await boss.rest.request("POST", "/v1/admin/workspaces/wa/resume", { apiVersion: "v1" })).json.wasPaused).toBe(true);
+      expect((await boss.rest.request("POST", "/v1/admin/runners/r2/resume", { apiVersion: "v1" })).json.wasPaused).toBe(true);
+      expect((await r1.claim()).status).toBe(200);
+      expect((await r2.claim()).status).toBe(200);
+      await Promise.all([r1.close(), r2.close(), boss.close()]);
+    } finally {
+      await plane.plane.close();
+      await database.drop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
 
 describe.runIf(databaseKind === "postgres")("pause and resume across two replicas", () => {
