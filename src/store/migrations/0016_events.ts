@@ -9,7 +9,7 @@ import { sql, type Kysely } from "kysely";
  * changed another row before it records the event): a follower that sees a
  * gap in the ids waits for the transactions in flight at its read to end,
  * after which a missing id is final (a rolled-back write). A statement
- * trigger NOTIFYs forelead_events once per writing statement, payload-less,
+ * trigger NOTIFYs forelead_events once per statement that wrote any, payload-less,
  * so followers on every replica read on at commit.
  *
  * forelead_claim (migration 0008) replaced: the same claim, plus the pause
@@ -35,11 +35,15 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`
     create function forelead_events_notify() returns trigger language plpgsql as $$
     begin
-      perform pg_notify('forelead_events', '');
+      if exists (select 1 from inserted) then
+        perform pg_notify('forelead_events', '');
+      end if;
       return null;
     end
     $$`.execute(db);
-  await sql`create trigger events_notify after insert on events for each statement execute function forelead_events_notify()`.execute(db);
+  // A statement trigger fires for an insert of no rows too (a claim that leased nothing): the
+  // transition table tells them apart, so only a statement that wrote an event wakes followers.
+  await sql`create trigger events_notify after insert on events referencing new table as inserted for each statement execute function forelead_events_notify()`.execute(db);
   await sql`
     create or replace function forelead_claim(p_workspace_ids text[], p_runner_ids text[], p_token_hashes_hex text[], p_lease_seconds int)
     returns setof jobs
