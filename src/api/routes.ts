@@ -102,7 +102,7 @@ export function routeOf(method: DescMethod): Route {
 
 /** The companions of ndjson_response name fields that exist, and need it. */
 function checkMessageStreamOption(name: string, method: DescMethod, option: Route): void {
-  const companions = { event_stream_field: option.eventStreamField, event_id_field: option.eventIdField, last_event_id_field: option.lastEventIdField, text_field: option.textField };
+  const companions = { event_stream_field: option.eventStreamField, event_id_field: option.eventIdField, last_event_id_field: option.lastEventIdField, text_field: option.textField, event_type_field: option.eventTypeField };
   const set = Object.entries(companions).filter(([, v]) => v !== "");
   if (set.length === 0) return;
   if (!option.ndjsonResponse) throw new Error(`${name}: ${set.map(([k]) => k).join(", ")} need ndjson_response`);
@@ -111,7 +111,7 @@ function checkMessageStreamOption(name: string, method: DescMethod, option: Rout
   if (!has(method.input.fields, option.eventStreamField) || !has(method.input.fields, option.lastEventIdField)) {
     throw new Error(`${name}: event_stream_field and last_event_id_field must name fields of ${method.input.typeName}`);
   }
-  if (!has(method.output.fields, option.eventIdField) || !has(method.output.fields, option.textField)) {
-    throw new Error(`${name}: event_id_field and text_field must name fields of ${method.output.typeName}`);
+  if (!has(method.output.fields, option.eventIdField) || !has(method.output.fields, option.textField) || !has(method.output.fields, option.eventTypeField)) {
+    throw new Error(`${name}: event_id_field, event_type_field and text_field must name fields of ${method.output.typeName}`);
   }
 }

@@ -1,6 +1,7 @@
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
+import { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { StatsService } from "../../gen/forelead/admin/v1/stats_pb.js";
 import { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
@@ -11,4 +12,4 @@ import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
  * them. The one list: the server binds these and the route table is
  * generated from them, so a service cannot be served without being documented.
  */
-export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, StatusService, StatsService, SamplesService];
+export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, FleetService, StatusService, StatsService, SamplesService];

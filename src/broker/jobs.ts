@@ -6,6 +6,7 @@ import { checkJobId, newJobId } from "./ids.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
 import type { CodeHooks } from "./pinning.js";
 import { notifyJobs } from "./lease-sql.js";
+import { eventsCte } from "../events/record.js";
 import { checkSegmentId } from "../identity/segment-id.js";
 
 /** What to run. argv is an array, never a shell string. */
@@ -158,6 +159,12 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
         .returningAll(),
     )
     .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id")).as("sent")))
+    .with("ev", (qb) =>
+      qb
+        .insertInto("events")
+        .columns(["type", "workspace_id", "job_id", "data"])
+        .expression((eb) => eb.selectFrom("ins").select([sql<string>`'job.queued'`.as("type"), "ins.workspace_id", "ins.id", sql<string>`jsonb_build_object('labels', ins.labels, 'priority', ins.priority)`.as("data")])),
+    )
     .selectFrom("ins")
     .selectAll("ins")
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
@@ -203,16 +210,24 @@ export async function findJob(db: Kysely<Database>, jobId: string): Promise<JobR
  */
 export async function cancelJob(db: Kysely<Database>, jobId: string, by: string): Promise<JobSnapshot> {
   const id = checkJobId(jobId);
+  // The events: job.cancel_requested the first time, then job.settled for a queued job settled at once
+  // (read from the first insert's rows, so it comes after it; a queued job never has cancel_requested set).
   const { rows } = await sql<JobRow>`
-    update jobs set
-      state = case when state = 'queued' then 'cancelled' else state end,
-      settled_at = case when state = 'queued' then now() else settled_at end,
-      failure_reason = case when state = 'queued' then 'cancelled' else failure_reason end,
-      failure_message = case when state = 'queued' then ${`cancelled by ${by} before it was claimed`} else failure_message end,
-      cancel_requested = true,
-      updated_at = now()
-    where id = ${id} and state in ('queued', 'running')
-    returning *`.execute(db);
+    with old as (
+      select id, state, cancel_requested from jobs where id = ${id} and state in ('queued', 'running') for update
+    ), j as (
+      update jobs set
+        state = case when jobs.state = 'queued' then 'cancelled' else jobs.state end,
+        settled_at = case when jobs.state = 'queued' then now() else settled_at end,
+        failure_reason = case when jobs.state = 'queued' then 'cancelled' else failure_reason end,
+        failure_message = case when jobs.state = 'queued' then ${`cancelled by ${by} before it was claimed`} else failure_message end,
+        cancel_requested = true,
+        updated_at = now()
+      from old where jobs.id = old.id
+      returning jobs.*, old.state as was_state, old.cancel_requested as was_requested
+    ), ${eventsCte("requested", "j", { type: sql`'job.cancel_requested'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('state', j.was_state)` }, sql`not j.was_requested`)},
+    ${eventsCte("settled", sql`requested join j on j.id = requested.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state = 'queued'`)}
+    select * from j`.execute(db);
   const row = rows[0];
   if (row) return jobSnapshot(row);
   const current = await findJob(db, id);

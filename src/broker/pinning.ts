@@ -1,6 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
+import { eventsCte } from "../events/record.js";
+import { settledOrRequeued } from "./sql/lease-events.js";
 import { hashLeaseToken } from "./ids.js";
 import { leasedJobSnapshot, type JobRow } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
@@ -64,7 +66,7 @@ export async function pinClaimedJob(db: Kysely<Database>, holder: LeaseHolder, l
     throw new ConnectError(`job ${jobId} could not be pinned to its base commit (${why}); it is queued again: claim again later`, Code.Unavailable);
   }
   if ("refusal" in pinned) {
-    await failUnpinnable(db, jobId, tokenHash, `the base commit could not be pinned at claim: ${pinned.refusal}`);
+    await failUnpinnable(db, jobId, holder.runnerId, tokenHash, `the base commit could not be pinned at claim: ${pinned.refusal}`);
     return undefined;
   }
   const { rows } = await sql<JobRow>`
@@ -76,12 +78,12 @@ export async function pinClaimedJob(db: Kysely<Database>, holder: LeaseHolder, l
   return { ...lease, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
 }
 
-async function failUnpinnable(db: Kysely<Database>, jobId: string, tokenHash: Buffer, message: string): Promise<void> {
+async function failUnpinnable(db: Kysely<Database>, jobId: string, runnerId: string, tokenHash: Buffer, message: string): Promise<void> {
   await sql`
     with j as (
       update jobs set state = 'failed', failure_reason = 'code_unavailable', failure_message = ${message}, settled_at = now(), ${clearLease}
       where ${leaseHeld({ jobId, token: tokenHash })}
-      returning id
-    )
+      returning id, workspace_id, state, attempts, error, failure_reason, ${runnerId}::text as lease_runner_id
+    ), ${eventsCte("ev", "j", settledOrRequeued("released"))}
     update leases set ended_at = now(), end_reason = 'settled' where token_sha256 = ${tokenHash} and exists (select 1 from j)`.execute(db);
 }

@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
+import { recordEvent } from "../events/record.js";
 
 /** A runner's own description of itself, as sent to register. */
 export interface Registration {
@@ -56,18 +57,22 @@ export async function register(db: Kysely<Database>, r: Registration): Promise<v
     labels,
     clock_offset_ns: r.clockOffsetNs,
   };
-  const row = await db
-    .insertInto("runners")
-    .values(values)
-    .onConflict((oc) =>
-      oc
-        .columns(["workspace_id", "runner_id"])
-        .doUpdateSet({ ...values, updated_at: sql`now()`, last_seen_at: sql`now()` })
-        .where("runners.retired_at", "is", null),
-    )
-    .returning("runner_id")
-    .executeTakeFirst();
-  if (!row) {
-    throw new ConnectError(`runner "${r.runnerId}" in workspace "${r.workspaceId}" is retired; enroll a new runner identity`, Code.PermissionDenied);
-  }
+  // The registration and its event commit together.
+  await db.transaction().execute(async (tx) => {
+    const row = await tx
+      .insertInto("runners")
+      .values(values)
+      .onConflict((oc) =>
+        oc
+          .columns(["workspace_id", "runner_id"])
+          .doUpdateSet({ ...values, updated_at: sql`now()`, last_seen_at: sql`now()` })
+          .where("runners.retired_at", "is", null),
+      )
+      .returning("runner_id")
+      .executeTakeFirst();
+    if (!row) {
+      throw new ConnectError(`runner "${r.runnerId}" in workspace "${r.workspaceId}" is retired; enroll a new runner identity`, Code.PermissionDenied);
+    }
+    await recordEvent(tx, { type: "runner.registered", workspaceId: r.workspaceId, runnerId: r.runnerId, data: { slots: r.slots, labels } });
+  });
 }

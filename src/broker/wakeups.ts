@@ -3,6 +3,9 @@ import type { Store } from "../store/database.js";
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
 export const jobsChannel = "forelead_jobs";
 
+/** The NOTIFY channel that says "workspace <payload> or a runner in it was resumed": every waiter there claims again. */
+export const resumeChannel = "forelead_resume";
+
 /**
  * Long-poll wakeups. A waiting claim arms a waiter *before* it tries to
  * claim, so a job enqueued between the try and the wait still wakes it.
@@ -69,7 +72,15 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
     // A copy: an ended wait disarms itself, taking its waiter out of the queue.
     for (const armed of [...waiting.values()].flat()) armed.recheck();
   };
-  const unlisten = await store.listen(jobsChannel, (workspaceId) => wakeNext({ workspaceId, tried: new Set() }), recheckAll);
+  const unlistenJobs = await store.listen(jobsChannel, (workspaceId) => wakeNext({ workspaceId, tried: new Set() }), recheckAll);
+  // A resume may make many jobs claimable at once (and only for some runners): every waiter in the workspace looks again.
+  const unlistenResume = await store.listen(resumeChannel, (workspaceId) => {
+    for (const armed of [...(waiting.get(workspaceId) ?? [])]) armed.recheck();
+  });
+  const unlisten = async () => {
+    await unlistenJobs();
+    await unlistenResume();
+  };
 
   return {
     arm(workspaceId) {

@@ -19,6 +19,7 @@ import { secondsFlag } from "./admin-flags.js";
 
 interface ServeFlags {
   listen: string;
+  eventRetention: number;
   tlsCert?: string;
   tlsKey?: string;
   clientCa?: string;
@@ -74,6 +75,7 @@ export function serveCommand(): Command {
     .addOption(pathOption("--artifacts-dir <dir>", "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL"))
     .addOption(pathOption("--audit-spool <dir>", "where audit records wait (fsynced) while the database cannot take them; default: beside an embedded database (data/audit-spool), data/audit-spool with a postgres:// URL (one per replica)"))
     .addOption(new Option("--audit-spool-max-size <size>", "the spool's bound; past it requests are refused (503) until the database takes records").default(2 ** 30, "1GiB").argParser(byteSize("--audit-spool-max-size")))
+    .addOption(new Option("--event-retention <duration>", "how long the global event stream (GET /v1/admin/events) keeps events; older ones are pruned hourly in batches").default(7 * 86_400, "7d").argParser(secondsFlag("--event-retention", { wholeSeconds: true })))
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
     // Connection limits (docs/limits.md).
     .addOption(new Option("--tls-handshake-timeout <seconds>", "close a TLS handshake not finished within this").default(defaultConnectionLimits.handshakeTimeoutMs / 1000).argParser(integerIn("--tls-handshake-timeout", 1, 600)))
@@ -135,6 +137,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
     ...(artifactsDir ? { artifactsDir } : {}),
     maxArtifactBytes: flags.maxArtifactSize,
+    eventRetentionMs: flags.eventRetention * 1000,
     ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
     auditSpoolMaxBytes: flags.auditSpoolMaxSize,
     connectionLimits: {

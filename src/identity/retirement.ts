@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Transaction } from "kysely";
 import { releaseRunnerLeases } from "../broker/sql/release.js";
+import { recordEvent } from "../events/record.js";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import type { Database } from "../store/schema.js";
@@ -98,6 +99,7 @@ export async function createRetirements(store: Store, options: { refreshInterval
         // The registration stays, marked retired: operators still see the runner in the list.
         await tx.updateTable("runners").set({ retired_at: row.retired_at }).where("workspace_id", "=", workspaceId).where("runner_id", "=", input.runnerId).where("retired_at", "is", null).execute();
         const releasedJobIds = await releaseRunnerLeases(tx, { workspaceId, runnerId: input.runnerId });
+        if (inserted) await recordEvent(tx, { type: "runner.retired", workspaceId, runnerId: input.runnerId, data: { by: input.by, reason: input.reason } });
         const payload = JSON.stringify({ w: workspaceId, r: input.runnerId, at: row.retired_at.toISOString() });
         await sql`select pg_notify(${retirementsChannel}, ${payload})`.execute(tx);
         return { workspaceId, runnerId: input.runnerId, retiredAt: row.retired_at, releasedJobIds, newlyRetired: inserted !== undefined };

@@ -2,6 +2,8 @@ import type http2 from "node:http2";
 import { createContextValues, type ContextValues } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { EnrollService } from "../../gen/forelead/enroll/v1/enroll_pb.js";
+import { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
+import { createFleetService } from "../api/fleet-service.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { StatsService } from "../../gen/forelead/admin/v1/stats_pb.js";
 import { createStatsService } from "../api/stats-service.js";
@@ -45,6 +47,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(StatsService, createStatsService(broker)),
     serviceImpl(SamplesService, createSamplesService({ db: store.db })),
     serviceImpl(StatusService, createStatusService(operatorView(checked, domain))),
+    serviceImpl(FleetService, createFleetService({ pauses: domain.pauses, events: domain.events })),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });

@@ -49,7 +49,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   try {
     lockEmbeddedDatabase(options.database, stack);
     const domain = await buildDomain(checked, stack);
-    const listener = await listen(options, checked.tls, checked.connectionLimits, bindServices(checked, domain), stack, () => domain.streams.close());
+    const listener = await listen(options, checked.tls, checked.connectionLimits, bindServices(checked, domain), stack, () => Promise.all([domain.streams.close(), domain.events.close()]).then(() => {}));
     return {
       url: listener.url,
       port: listener.port,

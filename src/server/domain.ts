@@ -6,6 +6,8 @@ import { createFileArtifactStore } from "../artifacts/fs-store.js";
 import { createPostgresArtifactStore } from "../artifacts/pg-store.js";
 import type { ArtifactStore } from "../artifacts/store.js";
 import { createBroker } from "../broker/broker.js";
+import { createPauses } from "../broker/pauses.js";
+import { createEvents } from "../events/events.js";
 import { createCodeHost } from "../code/code-host.js";
 import { createIdentity } from "../identity/identity.js";
 import { createInventory } from "../inventory/inventory.js";
@@ -39,7 +41,9 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const artifacts = stack.use("artifacts", createArtifacts({ db: store.db, store: artifactStore, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));
   const streams = stack.use("streams", await createStreams({ store, maxRequestBytes: checked.maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) }));
   const replica = stack.use("the replica heartbeat", await startReplicaHeartbeat(store.db, store.health, buildInfo().version));
-  return { store, clock, identity, code, broker, inventory, artifacts, streams, replica };
+  const events = stack.use("the event stream", await createEvents({ store, ...(options.eventRetentionMs ? { retentionMs: options.eventRetentionMs } : {}), ...(options.eventPruneIntervalMs ? { pruneIntervalMs: options.eventPruneIntervalMs } : {}) }));
+  const pauses = createPauses(store.db);
+  return { store, clock, identity, code, broker, inventory, artifacts, streams, replica, events, pauses };
 }
 
 /**

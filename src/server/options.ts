@@ -57,6 +57,10 @@ export interface ControlPlaneOptions {
   readonly maxArtifactBytes?: number;
   /** An events or logs request still open after this many seconds is ended by the server; 30 by default. */
   readonly streamMaxSeconds?: number;
+  /** How long the global event stream keeps events (--event-retention); 7 days by default. */
+  readonly eventRetentionMs?: number;
+  /** How often old events are pruned; hourly by default (tests prune sooner). */
+  readonly eventPruneIntervalMs?: number;
   /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
   readonly batching?: BatcherOptions;
   /** Bounds on client connections (docs/limits.md); each one omitted takes its default. */

@@ -26,6 +26,7 @@ export interface Database {
   workspace_pauses: WorkspacePausesTable;
   job_peaks: JobPeaksTable;
   replicas: ReplicasTable;
+  events: EventsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -321,4 +322,17 @@ export interface ReplicasTable {
   version: string;
   started_at: Generated<Date>;
   last_seen_at: ColumnType<Date, Date | string | undefined, Date | string>;
+}
+
+/** One event of the global stream (migration 0016, src/events/). */
+export interface EventsTable {
+  /** The writing transaction's id (xid8, as text): how a follower tells an open gap from a final one. */
+  tx: ColumnType<string, never, never>;
+  id: ColumnType<number, never, never>;
+  at: ColumnType<Date, Date | string | undefined, never>;
+  type: string;
+  workspace_id: string | null;
+  runner_id: string | null;
+  job_id: string | null;
+  data: ColumnType<unknown, string, never>;
 }

@@ -119,6 +119,9 @@ describe(`pinning at claim (${databaseKind})`, () => {
     const claim = await runner.claim();
     expect(claim.json.job.id).toBe(plain);
     expect((await admin.job(doomed)).json.job).toMatchObject({ state: "failed", failure: { reason: "code_unavailable" } });
+    // The global event stream says so too: leased, then settled as failed with that code.
+    const events = (await admin.rest.request("GET", `/v1/admin/events?workspaceId=${ws}&types=job.leased&types=job.settled`)).text.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { type: string; jobId: string; data: unknown });
+    expect(events.filter((e) => e.jobId === doomed).map((e) => [e.type, e.data])).toEqual([["job.leased", { attempt: 1 }], ["job.settled", { outcome: "failed", errorCode: "code_unavailable", attempt: 1 }]]);
     expect((await admin.job(doomed)).json.job.failure.message).toContain('branch "doomed" no longer exists');
     await runner.close();
   });

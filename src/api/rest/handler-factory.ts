@@ -70,6 +70,9 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
   const resumeField = option.lastEventIdField;
   const lastEventId = req.headers["last-event-id"];
   if (resumeField && typeof lastEventId === "string" && lastEventId && json[resumeField] === undefined) json[resumeField] = lastEventId;
+  // An EventSource asks for text/event-stream: that is the route's event stream, as if it set the field.
+  const streamField = option.eventStreamField;
+  if (streamField && req.method === "GET" && /\btext\/event-stream\b/.test(req.headers.accept ?? "") && json[streamField] === undefined) json[streamField] = true;
   const input = decode(method.input, { ...json, ...fields }, "request body");
 
   if (spec.kind === "server_streaming") {

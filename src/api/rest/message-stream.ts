@@ -17,6 +17,8 @@ const contentTypes: Record<MessageStreamFormat, string> = {
 
 /** An event stream sends its headers once the first message is ready, or after this long without one. */
 const eventStreamHeaderDelayMs = 250;
+/** An event name written as an "event:" line: one line, and never one of the stream's own "end" and "error". */
+const sseName = /^(?!(?:end|error)$)[A-Za-z0-9._:-]{1,100}$/;
 /** An idle event stream sends a comment this often, so proxies keep it open. */
 const keepaliveMs = 15_000;
 
@@ -58,7 +60,8 @@ export async function writeMessageStream(
     if (format === "ndjson") return `${JSON.stringify(json)}\n`;
     if (format === "text") return textOf(json[route.textField]);
     const id = route.eventIdField ? json[route.eventIdField] : undefined;
-    return `${typeof id === "string" && id ? `id: ${id}\n` : ""}data: ${JSON.stringify(json)}\n\n`;
+    const type = route.eventTypeField ? json[route.eventTypeField] : undefined;
+    return `${typeof id === "string" && id ? `id: ${id}\n` : ""}${typeof type === "string" && sseName.test(type) ? `event: ${type}\n` : ""}data: ${JSON.stringify(json)}\n\n`;
   };
   const keepalive = format === "event-stream" ? setInterval(() => res.headersSent && !gone() && res.write(": keepalive\n\n"), keepaliveMs) : undefined;
   let next = messages.next();

@@ -24,7 +24,9 @@ export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseS
  * asking k times gets at most its free slots), and concurrent claims on any
  * replica never take the same job. Requests are sent sorted by workspace and
  * runner, so concurrent calls lock runner rows in one order. Answers in the
- * order of `holders`: the lease, or undefined when none was free. Throws
+ * order of `holders`: the lease, or undefined when none was free (or the
+ * runner or its workspace is paused: migration 0016, which also writes each
+ * lease's job.leased event in the same statement). Throws
  * failed_precondition, claiming nothing, when a runner is not registered.
  */
 export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number): Promise<Array<LeaseView | undefined>> {
@@ -40,6 +42,8 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     // p50 8.9 and 9.8 ms against 13.8 and 12.9 ms. It stays flat with the queue's size (section
     // 5: p50 1.9 ms with 10,000 queued, 1.8 ms with 1,000,000, on the index jobs_claimable);
     // batching claims into one call (lease-batches.ts) gave 1.8x at N = 16 and 2.5x at N = 64.
+    // Not measured yet: the pause check (a probe of workspace_pauses by its key) and the
+    // job.leased insert that migration 0016 added to each request of the function.
     ({ rows } = await sql<JobRow>`
       select * from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
         ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int)`.execute(db));

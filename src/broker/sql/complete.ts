@@ -4,7 +4,9 @@ import type { Database } from "../../store/schema.js";
 import { checkCompletion, type CheckedCompletion, type CompletionInput } from "../completion.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
 import { leaseRefusal } from "../lease-check.js";
+import { eventsCte } from "../../events/record.js";
 import { clearLease, liveLease, wakeWaiters, woken } from "../lease-sql.js";
+import { settledOrRequeued } from "./lease-events.js";
 
 /**
  * Settles a job under its live lease. Idempotent: the same completionId with
@@ -64,12 +66,12 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
         ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
       ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, completion_id, completion_sha256)
       where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
-      returning jobs.*, to_jsonb(jobs.*) as reply_row, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
+      returning jobs.*, to_jsonb(jobs.*) as reply_row, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
         completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
-    ), ${wakeWaiters("j")}
+    ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
     select j.*, ${woken} from j`.execute(db);
   const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
   for (const row of rows) replies[row.ord] = jobSnapshot(row);

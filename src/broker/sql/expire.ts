@@ -1,7 +1,9 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
 import type { JobTimeouts } from "../jobs.js";
+import { eventsCte } from "../../events/record.js";
 import { clearLease, expiredLease, leaseHeld, wakeWaiters, woken } from "../lease-sql.js";
+import { settledOrRequeued } from "./lease-events.js";
 
 /** A timestamptz expression as RFC 3339 UTC text, for a message written in SQL. */
 function utcText(at: RawBuilder<unknown>): RawBuilder<string> {
@@ -29,7 +31,7 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
   const overdue = sql`${deadline} + make_interval(secs => ${timeouts.graceSeconds}::int) <= now()`;
   const { rows } = await sql<{ id: string; state: string; workspace_id: string }>`
     with expired as (
-      select j.id, j.lease_id, j.lease_expires_at, ${timeout} as timeout_seconds, ${deadline} as deadline,
+      select j.id, j.lease_id, j.runner_id, j.lease_expires_at, ${timeout} as timeout_seconds, ${deadline} as deadline,
         ${overdue} as timed_out
       from jobs j join leases l on l.id = j.lease_id
       where (${expiredLease("j")}) or (${leaseHeld({}, "j")} and ${overdue})
@@ -49,10 +51,12 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
         settled_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >= jobs.max_attempts then now() end,
         ${clearLease}
       from expired where jobs.id = expired.id
-      returning jobs.id, jobs.state, jobs.workspace_id, expired.lease_id, expired.timed_out
+      returning jobs.id, jobs.state, jobs.workspace_id, jobs.attempts, jobs.error, jobs.failure_reason, expired.lease_id, expired.runner_id as lease_runner_id, expired.timed_out
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.timed_out then 'timed_out' else 'expired' end from j where leases.id = j.lease_id
-    ), ${wakeWaiters("j")}
+    ), ${eventsCte("ev", "j", settledOrRequeued("lease_lost"))},
+    ${eventsCte("lost", sql`ev join j on j.id = ev.job_id`, { type: sql`'runner.lease_lost'`, workspaceId: sql`j.workspace_id`, runnerId: sql`j.lease_runner_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('attempt', j.attempts)` }, sql`not j.timed_out`)},
+    ${wakeWaiters("j")}
     select j.id, j.state, j.workspace_id, ${woken} from j`.execute(db);
   return rows.map((r) => ({ id: r.id, state: r.state }));
 }

@@ -3,7 +3,9 @@ import type { Database } from "../../store/schema.js";
 import { checkJobId, checkLeaseToken } from "../ids.js";
 import type { JobRow } from "../job-snapshot.js";
 import { leaseRefusal, type LeaseHolder } from "../lease-check.js";
+import { eventsCte } from "../../events/record.js";
 import { clearLease, leaseHeld, liveLease, wakeWaiters, woken } from "../lease-sql.js";
+import { settledOrRequeued } from "./lease-events.js";
 import type { LeaseCall } from "../leases.js";
 
 // Not measured on its own: no scenario of docs/performance.md releases a
@@ -40,11 +42,11 @@ export async function releaseLease(db: Kysely<Database>, call: LeaseCall): Promi
     with j as (
       update jobs set ${released("cancelled; the runner released the lease")}
       where ${liveLease({ jobId, workspaceId: call.workspaceId, runnerId: call.runnerId, token: tokenHash })}
-      returning *
+      returning *, ${call.runnerId}::text as lease_runner_id
     ), l as (
       update leases set ${releasedLeaseRow}
       where token_sha256 = ${tokenHash} and exists (select 1 from j)
-    ), ${wakeWaiters("j")}
+    ), ${eventsCte("ev", "j", settledOrRequeued("released"))}, ${wakeWaiters("j")}
     select j.*, ${woken} from j`.execute(db);
   if (!rows[0]) throw await leaseRefusal(db, call, jobId, tokenHash);
 }
@@ -68,11 +70,11 @@ export async function releaseRunnerLeases(db: Kysely<Database> | Transaction<Dat
     ), j as (
       update jobs set ${released("cancelled; the runner was retired")}
       from held where jobs.id = held.id
-      returning jobs.id, jobs.state, jobs.workspace_id, held.lease_id
+      returning jobs.id, jobs.state, jobs.workspace_id, jobs.attempts, jobs.error, jobs.failure_reason, held.lease_id, ${holder.runnerId}::text as lease_runner_id
     ), l as (
       update leases set ${releasedLeaseRow}
       from j where leases.id = j.lease_id
-    ), ${wakeWaiters("j")}
+    ), ${eventsCte("ev", "j", settledOrRequeued("released"))}, ${wakeWaiters("j")}
     select j.id, j.state, ${woken} from j`.execute(db);
   return rows.map((r) => r.id);
 }

@@ -12,9 +12,10 @@ import * as m0010 from "./0010_artifact_rows.js";
 import * as m0011 from "./0011_audit_record_ids.js";
 import * as m0012 from "./0012_pause.js";
 import * as m0014 from "./0014_job_owner.js";
+import * as m0015 from "./0015_replicas.js";
+import * as m0016 from "./0016_events.js";
 import * as m0017 from "./0017_stats_indexes.js";
 import * as m0018 from "./0018_job_samples.js";
-import * as m0015 from "./0015_replicas.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -34,7 +35,8 @@ export const migrations: Record<string, Migration> = {
   "0011_audit_record_ids": m0011,
   "0012_pause": m0012,
   "0014_job_owner": m0014,
+  "0015_replicas": m0015,
+  "0016_events": m0016,
   "0017_stats_indexes": m0017,
   "0018_job_samples": m0018,
-  "0015_replicas": m0015,
 };

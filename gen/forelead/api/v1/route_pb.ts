@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/api/v1/route.proto.
  */
 export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
-  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSLkAwoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCRIgChhyYXdfcmVxdWVzdF9jb250ZW50X3R5cGUYCSABKAkSGAoQcmF3X3JlcXVlc3RfYm9keRgKIAEoCRIzCg1oZWFkZXJfZmllbGRzGAsgAygLMhwuZm9yZWxlYWQuYXBpLnYxLkhlYWRlckZpZWxkEjwKFnJlc3BvbnNlX2hlYWRlcl9maWVsZHMYDCADKAsyHC5mb3JlbGVhZC5hcGkudjEuSGVhZGVyRmllbGQSFwoPbmRqc29uX3Jlc3BvbnNlGA0gASgIEhoKEmV2ZW50X3N0cmVhbV9maWVsZBgOIAEoCRIWCg5ldmVudF9pZF9maWVsZBgPIAEoCRIbChNsYXN0X2V2ZW50X2lkX2ZpZWxkGBAgASgJEhIKCnRleHRfZmllbGQYESABKAkiLAoLSGVhZGVyRmllbGQSDgoGaGVhZGVyGAEgASgJEg0KBWZpZWxkGAIgASgJOk4KBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuY4DIAEoCzIWLmZvcmVsZWFkLmFwaS52MS5Sb3V0ZVIFcm91dGViBnByb3RvMw", [file_google_protobuf_descriptor]);
+  fileDesc("Chtmb3JlbGVhZC9hcGkvdjEvcm91dGUucHJvdG8SD2ZvcmVsZWFkLmFwaS52MSL+AwoFUm91dGUSDgoGbWV0aG9kGAEgASgJEgwKBHBhdGgYAiABKAkSFQoNcmVzcG9uc2VfYm9keRgDIAEoCRIdChVub19jb250ZW50X3doZW5fZW1wdHkYBCABKAgSFgoObmRqc29uX3JlcXVlc3QYBSABKAgSIQoZcmF3X3Jlc3BvbnNlX2NvbnRlbnRfdHlwZRgGIAEoCRIRCglwcmluY2lwYWwYByABKAkSDAoEcm9sZRgIIAEoCRIgChhyYXdfcmVxdWVzdF9jb250ZW50X3R5cGUYCSABKAkSGAoQcmF3X3JlcXVlc3RfYm9keRgKIAEoCRIzCg1oZWFkZXJfZmllbGRzGAsgAygLMhwuZm9yZWxlYWQuYXBpLnYxLkhlYWRlckZpZWxkEjwKFnJlc3BvbnNlX2hlYWRlcl9maWVsZHMYDCADKAsyHC5mb3JlbGVhZC5hcGkudjEuSGVhZGVyRmllbGQSFwoPbmRqc29uX3Jlc3BvbnNlGA0gASgIEhoKEmV2ZW50X3N0cmVhbV9maWVsZBgOIAEoCRIWCg5ldmVudF9pZF9maWVsZBgPIAEoCRIbChNsYXN0X2V2ZW50X2lkX2ZpZWxkGBAgASgJEhIKCnRleHRfZmllbGQYESABKAkSGAoQZXZlbnRfdHlwZV9maWVsZBgSIAEoCSIsCgtIZWFkZXJGaWVsZBIOCgZoZWFkZXIYASABKAkSDQoFZmllbGQYAiABKAk6TgoFcm91dGUSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi5jgMgASgLMhYuZm9yZWxlYWQuYXBpLnYxLlJvdXRlUgVyb3V0ZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
 
 /**
  * Route declares how one RPC is served on the REST surface, beside its
@@ -168,6 +168,14 @@ export type Route = Message<"forelead.api.v1.Route"> & {
    * @generated from field: string text_field = 17;
    */
   textField: string;
+
+  /**
+   * With event_stream_field: the response field (JSON name) written as each
+   * event's "event:" line, so EventSource clients can listen by type.
+   *
+   * @generated from field: string event_type_field = 18;
+   */
+  eventTypeField: string;
 };
 
 /**

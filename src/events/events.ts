@@ -1,0 +1,115 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { sql } from "kysely";
+import type { Store } from "../store/database.js";
+import { logUnlessUnreachable } from "../store/unreachable.js";
+import { checkEventQuery, readEvents, type EventEntry, type EventQuery, type ReadPosition } from "./read.js";
+import { eventsChannel } from "./record.js";
+
+/** The global event stream: reading, following and retention. Writing is record.ts, in the writers' transactions. */
+export interface Events {
+  /** The events after `query.afterId` that have committed, in order, up to a page. */
+  read(query: EventQuery): AsyncIterable<EventEntry>;
+  /** Every event after `query.afterId`, in order, as it commits, until `signal` aborts (or unavailable on close). */
+  follow(query: EventQuery, signal?: AbortSignal): AsyncIterable<EventEntry>;
+  /** Deletes events older than the retention, in batches; returns how many. */
+  prune(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Options of the event stream. */
+export interface EventsOptions {
+  readonly store: Store;
+  /** How long events are kept (forelead serve --event-retention); 7 days by default. */
+  readonly retentionMs?: number;
+  /** How often the prune runs; an hour by default, at most the retention. */
+  readonly pruneIntervalMs?: number;
+  /** A follower reads again after this long without a notification: a safety net, not the way it learns. */
+  readonly followPollMs?: number;
+}
+
+/** 7 days. */
+export const defaultEventRetentionMs = 7 * 24 * 3600 * 1000;
+
+/** Rows one prune statement deletes: small enough that it holds few locks and commits quickly. */
+const pruneBatch = 5_000;
+/** While a gap is open, a follower looks again this often: a rolled-back writer sends no notification. */
+const gapRecheckMs = 100;
+
+/** Subscribes to the events channel (one LISTEN per process serves every follower) and starts the prune timer. */
+export async function createEvents(options: EventsOptions): Promise<Events> {
+  const { db } = options.store;
+  const retentionMs = options.retentionMs ?? defaultEventRetentionMs;
+  const followPollMs = options.followPollMs ?? 5_000;
+  // Each follower waits on a promise that the next notification (or a LISTEN reconnect) resolves.
+  let generation = 0;
+  const waiting = new Set<() => void>();
+  const wakeAll = () => {
+    generation++;
+    for (const wake of [...waiting]) wake();
+  };
+  const unlisten = await options.store.listen(eventsChannel, wakeAll, wakeAll);
+  let closed = false;
+  const waitFor = (seen: number, ms: number, signal?: AbortSignal) =>
+    new Promise<void>((resolve) => {
+      if (generation !== seen || closed || signal?.aborted) return resolve();
+      const done = () => {
+        clearTimeout(timer);
+        waiting.delete(done);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      waiting.add(done);
+      signal?.addEventListener("abort", done, { once: true });
+    });
+
+  const prune = async () => {
+    let total = 0;
+    for (;;) {
+      const { numAffectedRows } = await sql`
+        delete from events where id in (select id from events where at < now() - make_interval(secs => ${retentionMs / 1000}) order by id limit ${pruneBatch})`.execute(db);
+      const n = Number(numAffectedRows ?? 0);
+      total += n;
+      if (n < pruneBatch || closed) return total;
+    }
+  };
+  let pruning: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    pruning = prune().catch((err) => logUnlessUnreachable("events: prune failed", err));
+  }, Math.min(options.pruneIntervalMs ?? 3600_000, retentionMs));
+  timer.unref();
+
+  async function* entries(query: EventQuery, follow: boolean, signal?: AbortSignal): AsyncGenerator<EventEntry> {
+    const q = checkEventQuery(query);
+    let pos: ReadPosition = { afterId: q.afterId, finalThrough: q.afterId };
+    let sent = 0;
+    for (;;) {
+      const seen = generation; // taken before the read: a commit after it wakes the wait below
+      const page = await readEvents(db, q, pos);
+      pos = page.pos;
+      for (const e of page.entries) {
+        yield e;
+        if (!follow && ++sent >= q.pageSize) return;
+      }
+      if (page.full && !page.open) continue;
+      if (signal?.aborted) return;
+      if (!follow && !page.open) return;
+      if (closed) throw new ConnectError("the control plane is shutting down; follow again after the last event id", Code.Unavailable);
+      await waitFor(seen, page.open ? gapRecheckMs : followPollMs, signal);
+    }
+  }
+
+  return {
+    read: (query) => entries(query, false),
+    follow: (query, signal) => entries(query, true, signal),
+    prune,
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearInterval(timer);
+      wakeAll();
+      await pruning;
+      await unlisten();
+    },
+  };
+}
