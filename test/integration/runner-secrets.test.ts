@@ -31,6 +31,9 @@ const values = [...Object.values(secrets), ...Object.values(secretFiles)];
 // Where the 16 KiB cut of a long line falls inside the token.
 const pad = maxLineChars - 12;
 
+/** Prints the secret directory, and in a container the host directory bound there. */
+const showDir = 'echo "dir=$FORELEAD_SECRETS_DIR"; grep " /run/secrets " /proc/self/mountinfo | while read -r l; do echo "mount $l"; done';
+
 /** What the job does: prints the secrets every way the masker must hold against, and shows the secret files. */
 const script = [
   "s=x; i=0; while [ $i -lt 14 ]; do s=$s$s; i=$((i+1)); done", // 16384 x
@@ -42,10 +45,9 @@ const script = [
   'echo "err=$DEPLOY_TOKEN" >&2',
   'echo "file:"; cat "$FORELEAD_SECRETS_DIR/deploy.pem"; echo "<end"',
   'echo "size $(wc -c < "$FORELEAD_SECRETS_DIR/deploy.pem")"',
-  'echo "dir=$FORELEAD_SECRETS_DIR"',
   'echo "dirmode $(ls -ld "$FORELEAD_SECRETS_DIR")"',
   'echo "filemode $(ls -l "$FORELEAD_SECRETS_DIR/deploy.pem")"',
-  'grep " /run/secrets " /proc/self/mountinfo | while read -r l; do echo "mount $l"; done', // docker: the bind's host directory
+  showDir,
 ].join("\n");
 
 async function settled(jobId: string) {
@@ -60,18 +62,43 @@ const eightCharPieces = (value: string) => Array.from({ length: value.length - 7
 
 type Delivery = "put into the claimed lease" | "given to EnqueueJob";
 
-async function runSecretJob(executor: ExecutorKind, delivery: Delivery): Promise<{ runner: TestRunner; jobId: string; stored: string; everything: string }> {
+/** A runner of its own in a workspace of its own; with "put into the claimed lease", it adds `leaseSecrets` to every lease it claims. */
+async function secretRunner(executor: ExecutorKind, delivery: Delivery, leaseSecrets: { secrets: Record<string, string>; secretFiles: Record<string, string> } = { secrets, secretFiles }): Promise<{ runner: TestRunner; ws: string }> {
   const ws = `sec${++n}`;
   const runner = await startTestRunner(cp, {
     runnerId: `s${n}-${tag}`,
     workspaceId: ws,
     executor,
-    ...(delivery === "put into the claimed lease" ? { onLease: (lease) => Object.assign(lease, { secrets: { ...secrets }, secretFiles: { ...secretFiles } }) } : {}),
+    ...(delivery === "put into the claimed lease" ? { onLease: (lease) => Object.assign(lease, { secrets: { ...leaseSecrets.secrets }, secretFiles: { ...leaseSecrets.secretFiles } }) } : {}),
   });
+  return { runner, ws };
+}
+
+async function enqueueSecretJob(ws: string, executor: ExecutorKind, delivery: Delivery, argv: string[]): Promise<string> {
   const extra = delivery === "given to EnqueueJob" ? { secrets, secretFiles } : {};
-  const reply = await admin.enqueue({ workspaceId: ws, spec: specFor(executor, { argv: ["sh", "-c", script] }), ...extra });
+  const reply = await admin.enqueue({ workspaceId: ws, spec: specFor(executor, { argv }), ...extra });
   expect(reply.status, reply.text).toBe(200);
-  const jobId = reply.json.job.id as string;
+  return reply.json.job.id as string;
+}
+
+/** Checks the secret directory the job named in its "dir=" line (and, in a container, its "mount" line) is gone. */
+function expectSecretDirGone(executor: ExecutorKind, lines: string[]): void {
+  const dir = lines.find((l) => l.startsWith("dir="))?.slice(4);
+  if (executor === "process") {
+    expect(dir).toMatch(/\/forelead-secrets-[^/]+$/);
+    expect(existsSync(dir!)).toBe(false);
+    return;
+  }
+  expect(dir).toBe("/run/secrets");
+  // The host directory bound there, by the name the container's mount table gives it.
+  const hostName = lines.find((l) => l.startsWith("mount "))?.split(" ")[4]?.split("/").pop();
+  expect(hostName).toMatch(/^forelead-secrets-/);
+  for (const root of ["/dev/shm", tmpdir()]) expect(existsSync(join(root, hostName!))).toBe(false);
+}
+
+async function runSecretJob(executor: ExecutorKind, delivery: Delivery): Promise<{ runner: TestRunner; jobId: string; stored: string; everything: string }> {
+  const { runner, ws } = await secretRunner(executor, delivery);
+  const jobId = await enqueueSecretJob(ws, executor, delivery, ["sh", "-c", script]);
   const job = await settled(jobId);
   const entries = await readEntries(admin, jobId, "logs", "?pageSize=10000");
   const stored = entries.map((e) => (e.data as { text: string }).text).join("\n");
@@ -106,22 +133,44 @@ for (const delivery of ["put into the claimed lease", "given to EnqueueJob"] as 
     it("the secret files are gone once the job has ended", async () => {
       const { runner, stored } = await runSecretJob(executor, delivery);
       try {
-        const lines = stored.split("\n");
-        const dir = lines.find((l) => l.startsWith("dir="))!.slice(4);
-        if (executor === "process") {
-          expect(dir).toMatch(/\/forelead-secrets-[^/]+$/);
-          expect(existsSync(dir)).toBe(false);
-        } else {
-          expect(dir).toBe("/run/secrets");
-          // The host directory bound there, by the name the container's mount table gives it.
-          const mount = lines.find((l) => l.startsWith("mount "));
-          const hostName = mount?.split(" ")[4]?.split("/").pop();
-          expect(hostName).toMatch(/^forelead-secrets-/);
-          for (const root of ["/dev/shm", tmpdir()]) expect(existsSync(join(root, hostName!))).toBe(false);
-        }
+        expectSecretDirGone(executor, stored.split("\n"));
       } finally {
         await runner.close();
       }
     });
   });
 }
+
+describe.each(executors)(`job secrets put into the claimed lease on the %s executor, whatever the job's end (${databaseKind})`, (executor) => {
+  it("a job that fails, and one cancelled while it runs, leave no secret files behind", async () => {
+    const { runner, ws } = await secretRunner(executor, "put into the claimed lease");
+    try {
+      const failing = await enqueueSecretJob(ws, executor, "put into the claimed lease", ["sh", "-c", `${showDir}; exit 3`]);
+      expect((await settled(failing)).state).toBe("failed");
+      expectSecretDirGone(executor, runner.recorded.job(failing).logs.map((l) => l.text));
+
+      const cancelled = await enqueueSecretJob(ws, executor, "put into the claimed lease", ["sh", "-c", `${showDir}; echo up; sleep 60`]);
+      await runner.waitForLine(cancelled, /^up$/);
+      expect((await admin.cancel(cancelled)).status).toBe(200);
+      expect((await settled(cancelled)).state).toBe("cancelled");
+      expectSecretDirGone(executor, runner.recorded.job(cancelled).logs.map((l) => l.text));
+    } finally {
+      await runner.close();
+    }
+  });
+
+  it("a secret an environment cannot carry (NUL) fails the job with invalid_secrets naming the variable, never the value", async () => {
+    const value = "nul-\u0000-secret-value-5d2c";
+    const { runner, ws } = await secretRunner(executor, "put into the claimed lease", { secrets: { API_TOKEN: value }, secretFiles: {} });
+    try {
+      const jobId = await enqueueSecretJob(ws, executor, "put into the claimed lease", ["sh", "-c", "echo never"]);
+      const job = await settled(jobId);
+      expect(job).toMatchObject({ state: "failed", error: { code: "invalid_secrets" } });
+      expect(job.error.message).toContain("API_TOKEN");
+      expect(job.error.retryable ?? false).toBe(false);
+      expect(JSON.stringify([job, runner.log, runner.recorded.job(jobId)])).not.toContain("secret-value");
+    } finally {
+      await runner.close();
+    }
+  });
+});

@@ -103,7 +103,7 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
     await docker.createNetwork({ Name: names.network, Internal: true, Labels: networkLabels, CheckDuplicate: true });
     const outputDir = join(request.jobDir, "output");
     await mkdir(outputDir, { recursive: true });
-    secretFiles = await writeSecretFiles(request.secrets.files);
+    secretFiles = await writeSecretFiles(request.secrets.files, request.jobDir);
     container = await docker.createContainer(containerOptions(spec, names, labels, outputDir, request, pidsLimit, secretFiles));
     const stream = await container.attach({ stream: true, stdout: true, stderr: true });
     const stdout = new PassThrough();

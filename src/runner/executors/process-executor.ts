@@ -61,7 +61,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       let secretFiles: WrittenSecretFiles | undefined;
       let child: ChildProcessByStdio<null, Readable, Readable>;
       try {
-        secretFiles = await writeSecretFiles(request.secrets.files, uid); // its errors name files, never contents
+        secretFiles = await writeSecretFiles(request.secrets.files, jobDir, uid); // its errors name files, never contents
       } catch (err) {
         if (uid !== undefined) uidsInUse.delete(uid);
         throw err;

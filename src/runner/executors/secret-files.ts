@@ -1,7 +1,8 @@
+import { createHash } from "node:crypto";
 import { constants as fsConstants } from "node:fs";
-import { access, chown, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
+import { access, chown, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { secretFileNameProblem } from "../../protocol/secret-names.js";
 import type { JobSecrets } from "./executor.js";
 
@@ -31,20 +32,30 @@ async function secretsRoot(): Promise<string> {
 }
 
 /**
- * Writes `files` into a fresh private directory (mode 0700, each file 0400,
- * given to `uid` when the job runs as a user of its own) and returns it, or
- * undefined when there are none. The caller removes it when the job has
- * ended, whatever the end. Names are checked again here (one path segment:
- * secretFileNameProblem), since a file must never land outside the directory.
+ * The name prefix of the secret directories of jobs run under `jobsDir`:
+ * one runner's, since a runner's state directory is locked to one process,
+ * so a runner restarted after a crash can remove what its earlier life left.
  */
-export async function writeSecretFiles(files: Readonly<Record<string, string>>, uid?: number): Promise<WrittenSecretFiles | undefined> {
+function secretsPrefix(jobsDir: string): string {
+  return `forelead-secrets-${createHash("sha256").update(resolve(jobsDir)).digest("hex").slice(0, 12)}-`;
+}
+
+/**
+ * Writes `files` into a fresh private directory (mode 0700, each file 0400,
+ * given to `uid` when the job runs as a user of its own) for the job whose
+ * directory is `jobDir`, and returns it, or undefined when there are none.
+ * The caller removes it when the job has ended, whatever the end; after a
+ * crash, removeLeftoverSecretFiles does. Names are checked again here (one
+ * path segment: secretFileNameProblem): a file must never land outside it.
+ */
+export async function writeSecretFiles(files: Readonly<Record<string, string>>, jobDir: string, uid?: number): Promise<WrittenSecretFiles | undefined> {
   const entries = Object.entries(files);
   if (entries.length === 0) return undefined;
   for (const [name] of entries) {
     const problem = secretFileNameProblem(name);
     if (problem) throw new Error(`secret file name ${JSON.stringify(name)} ${problem}`);
   }
-  const dir = await mkdtemp(join(await secretsRoot(), "forelead-secrets-")); // mkdtemp makes it 0700
+  const dir = await mkdtemp(join(await secretsRoot(), secretsPrefix(dirname(jobDir)))); // mkdtemp makes it 0700
   const remove = () => rm(dir, { recursive: true, force: true });
   try {
     for (const [name, content] of entries) {
@@ -58,6 +69,15 @@ export async function writeSecretFiles(files: Readonly<Record<string, string>>, 
     throw err;
   }
   return { dir, remove };
+}
+
+/** Removes the secret directories that jobs under `jobsDir` left (the runner died before removing them); returns them. */
+export async function removeLeftoverSecretFiles(jobsDir: string): Promise<string[]> {
+  const root = await secretsRoot();
+  const prefix = secretsPrefix(jobsDir);
+  const left = (await readdir(root).catch(() => [] as string[])).filter((name) => name.startsWith(prefix)).map((name) => join(root, name));
+  for (const dir of left) await rm(dir, { recursive: true, force: true });
+  return left;
 }
 
 /**
