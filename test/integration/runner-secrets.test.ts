@@ -60,7 +60,7 @@ async function settled(jobId: string) {
 /** Every substring of `value` of 8 characters. */
 const eightCharPieces = (value: string) => Array.from({ length: value.length - 7 }, (_, i) => value.slice(i, i + 8));
 
-type Delivery = "put into the claimed lease" | "given to EnqueueJob";
+type Delivery = "put into the claimed lease" | "given to EnqueueJob, delivered in the claim reply";
 
 /** A runner of its own in a workspace of its own; with "put into the claimed lease", it adds `leaseSecrets` to every lease it claims. */
 async function secretRunner(executor: ExecutorKind, delivery: Delivery, leaseSecrets: { secrets: Record<string, string>; secretFiles: Record<string, string> } = { secrets, secretFiles }): Promise<{ runner: TestRunner; ws: string }> {
@@ -75,7 +75,7 @@ async function secretRunner(executor: ExecutorKind, delivery: Delivery, leaseSec
 }
 
 async function enqueueSecretJob(ws: string, executor: ExecutorKind, delivery: Delivery, argv: string[]): Promise<string> {
-  const extra = delivery === "given to EnqueueJob" ? { secrets, secretFiles } : {};
+  const extra = delivery !== "put into the claimed lease" ? { secrets, secretFiles } : {};
   const reply = await admin.enqueue({ workspaceId: ws, spec: specFor(executor, { argv }), ...extra });
   expect(reply.status, reply.text).toBe(200);
   return reply.json.job.id as string;
@@ -107,7 +107,7 @@ async function runSecretJob(executor: ExecutorKind, delivery: Delivery): Promise
   return { runner, jobId, stored, everything };
 }
 
-for (const delivery of ["put into the claimed lease", "given to EnqueueJob"] as const) {
+for (const delivery of ["put into the claimed lease", "given to EnqueueJob, delivered in the claim reply"] as const) {
   // "given to EnqueueJob" needs the control plane to deliver secrets in the claim reply (issue 16 item 1).
   describe.each(executors)(`job secrets ${delivery}, on the %s executor (${databaseKind})`, (executor) => {
     it("the job sees its env secrets and secret files; the stored log, events, job view and runner log hold no 8 characters of any value, however it was printed", async () => {
