@@ -23,3 +23,16 @@ export function looksSecret(name: string): boolean {
   const upper = name.toUpperCase();
   return secretNameParts.some((part) => upper.includes(part)) || secretNameSuffixes.some((suffix) => upper.endsWith(suffix));
 }
+
+/**
+ * Why `name` cannot name a secret file (EnqueueJobRequest.secret_files), or
+ * undefined when it can: one path segment of 1..255 bytes, not "." or "..",
+ * without "/", "\" or NUL, so it cannot leave the directory it is written to.
+ */
+export function secretFileNameProblem(name: string): string | undefined {
+  if (name.length === 0) return "is empty";
+  if (name === "." || name === "..") return `is ${JSON.stringify(name)}`;
+  if (/[/\\]/.test(name) || name.includes("\u0000")) return "holds \"/\", \"\\\" or NUL (it must be one path segment, e.g. \"deploy-key.pem\")";
+  if (Buffer.byteLength(name) > 255) return "is over 255 bytes";
+  return undefined;
+}

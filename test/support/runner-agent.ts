@@ -1,4 +1,5 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import type { Lease } from "../../gen/forelead/runner/v1/job_pb.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startRunnerAgent, type RunnerAgent } from "../../src/runner/lifecycle/agent.js";
@@ -98,6 +99,8 @@ export interface TestRunnerOptions {
   readonly sampleIntervalMs?: number;
   /** The control plane URL, when it differs from cp.url. */
   readonly url?: string;
+  /** Changes each lease the agent claims before it runs it (e.g. adds secrets, to test the runner's side alone). */
+  readonly onLease?: (lease: Lease) => void;
 }
 
 /** Starts an in-process agent with a runner certificate made by the test PKI; output goes to the control plane and a recording. */
@@ -106,7 +109,18 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
   const tls = () => ({ ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem });
   const transport = createRestTransport(options.url ?? cp.url, tls);
   const protocol = createRunnerProtocol(options.url ?? cp.url, tls);
-  const client = createRunnerClient(transport, options.runnerId, options.workspaceId);
+  const base = createRunnerClient(transport, options.runnerId, options.workspaceId);
+  const onLease = options.onLease;
+  const client: RunnerClient = !onLease
+    ? base
+    : {
+        ...base,
+        claim: async (waitSeconds, signal) => {
+          const lease = await base.claim(waitSeconds, signal);
+          if (lease) onLease(lease);
+          return lease;
+        },
+      };
   const workDir = await mkdtemp(join(tmpdir(), `forelead-runner-${options.runnerId}-`));
   const log: string[] = [];
   const say = (m: string) => log.push(m);

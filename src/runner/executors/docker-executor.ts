@@ -5,7 +5,7 @@ import type { JobSpec } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { createDockerClient, dockerMessage, dockerStatus, type DockerClient, type DockerContainer } from "./docker-api.js";
 import { commonIncompatibility, type ExecutionRequest, type ExecutionResult, type Executor, type ExecutorResource, type RunningJob } from "./executor.js";
 import { containerSampler } from "./docker-samples.js";
-import { forEachLine } from "./lines.js";
+import { containerSecretsDir, secretsDirEnv, writeSecretFiles, type WrittenSecretFiles } from "./secret-files.js";
 import { containerName, labelKeys, mainTask, networkName, resourceLabels } from "./names.js";
 
 /** Options of the docker executor. */
@@ -26,8 +26,12 @@ type Failure = NonNullable<ExecutionResult["error"]>;
  * launcher's pattern and carrying the four forelead.* labels: argv as the
  * command array (never a shell string), the spec's env, CPU and memory
  * limits, an empty /output bound from the job's directory, the checkout at
- * /workspace. stdout and stderr are demultiplexed into log lines. The
- * container and the network are removed when the job ends, whatever the end.
+ * /workspace. stdout and stderr are demultiplexed into log lines. The job's
+ * secrets are env variables of the container; its secret files are written
+ * to a private directory on the host's tmpfs (secret-files.ts: /dev/shm, so
+ * never to a disk, nor into the container's writable layer) and bound
+ * read-only at /run/secrets. The container, the network and the secret
+ * files are removed when the job ends, whatever the end.
  */
 export function createDockerExecutor(options: DockerExecutorOptions): Executor {
   let docker: DockerClient | undefined = options.docker;
@@ -87,6 +91,7 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
   const labels = resourceLabels(request.runnerId, request.workspaceId, jobId, mainTask);
   const networkLabels = resourceLabels(request.runnerId, request.workspaceId, jobId);
   let container: DockerContainer | undefined;
+  let secretFiles: WrittenSecretFiles | undefined;
   let stopRequested: number | undefined; // set by stop(); run() checks it before each step
   let started = false;
   let exited = false;
@@ -100,7 +105,8 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
     await docker.createNetwork({ Name: names.network, Internal: true, Labels: networkLabels, CheckDuplicate: true });
     const outputDir = join(request.jobDir, "output");
     await mkdir(outputDir, { recursive: true });
-    container = await docker.createContainer(containerOptions(spec, names, labels, outputDir, request, pidsLimit));
+    secretFiles = await writeSecretFiles(request.secrets.files, request.jobDir);
+    container = await docker.createContainer(containerOptions(spec, names, labels, outputDir, request, pidsLimit, secretFiles));
     const stream = await container.attach({ stream: true, stdout: true, stderr: true });
     const stdout = new PassThrough();
     const stderr = new PassThrough();
@@ -110,8 +116,8 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
       stderr.end();
     });
     const lines = Promise.all([
-      forEachLine(stdout, (text) => request.onLine({ stream: "stdout", text })),
-      forEachLine(stderr, (text) => request.onLine({ stream: "stderr", text })),
+      request.readOutput("stdout", stdout),
+      request.readOutput("stderr", stderr),
     ]);
     if (stopRequested !== undefined) {
       stdout.end();
@@ -150,6 +156,7 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
       // Best effort: whatever stays behind is reported by the inventory as an orphan.
       if (container) await container.remove({ force: true, v: true }).catch(() => undefined);
       await docker.getNetwork(names.network).remove().catch(() => undefined);
+      await secretFiles?.remove();
     });
 
   return {
@@ -173,13 +180,15 @@ function containerOptions(
   outputDir: string,
   request: ExecutionRequest,
   pidsLimit: number,
+  secretFiles: WrittenSecretFiles | undefined,
 ) {
   const memory = Number(spec.memoryBytes);
+  const env = { ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: containerSecretsDir } : {}) };
   return {
     name: names.container,
     Image: spec.image,
     Cmd: [...spec.argv],
-    Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+    Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
     Labels: labels,
     WorkingDir: "/",
     AttachStdout: true,
@@ -187,7 +196,11 @@ function containerOptions(
     Tty: false,
     HostConfig: {
       NetworkMode: names.network,
-      Binds: [`${outputDir}:/output`, ...(request.hasWorkspace ? [`${join(request.jobDir, "workspace")}:/workspace`] : [])],
+      Binds: [
+        `${outputDir}:/output`,
+        ...(request.hasWorkspace ? [`${join(request.jobDir, "workspace")}:/workspace`] : []),
+        ...(secretFiles ? [`${secretFiles.dir}:${containerSecretsDir}:ro`] : []),
+      ],
       ...(spec.cpu > 0 ? { NanoCpus: Math.round(spec.cpu * 1e9) } : {}),
       ...(memory > 0 ? { Memory: memory, MemorySwap: memory } : {}),
       PidsLimit: pidsLimit,

@@ -1,5 +1,5 @@
+import type { Readable } from "node:stream";
 import type { JobSpec } from "../../../gen/forelead/runner/v1/job_pb.js";
-import type { LogLine } from "../output/output.js";
 
 /** What the runner can offer a job: the same figures it registers with. */
 export interface RunnerCapacity {
@@ -24,8 +24,23 @@ export interface ExecutionRequest {
   readonly jobDir: string;
   /** Whether `jobDir/workspace` holds a checked-out tree to mount. */
   readonly hasWorkspace: boolean;
-  /** Every line the job writes on stdout or stderr, in order per stream. */
-  readonly onLine: (line: LogLine) => void;
+  /**
+   * Reads one of the job's output streams to its end and passes on every
+   * line, decoded and with the job's secret values masked (the agent's one
+   * masking step: executors hand over raw streams, never lines). Resolves
+   * when every line was passed on.
+   */
+  readonly readOutput: (stream: "stdout" | "stderr", from: Readable) => Promise<void>;
+  /** What the job is given besides its spec: never logged, never in an event. */
+  readonly secrets: JobSecrets;
+}
+
+/** A job's secrets as its lease delivered them. */
+export interface JobSecrets {
+  /** Environment-variable name to value, added to the spec's env (a secret wins over a spec.env variable of its name). */
+  readonly env: Readonly<Record<string, string>>;
+  /** File name (one path segment) to content; written to a private directory named by FORELEAD_SECRETS_DIR (secret-files.ts). */
+  readonly files: Readonly<Record<string, string>>;
 }
 
 /** How a job ended, as far as the executor saw. */

@@ -1,5 +1,6 @@
 import { StringDecoder } from "node:string_decoder";
 import type { Readable } from "node:stream";
+import type { MaskingStream } from "../output/secret-masker.js";
 
 /** Longest line passed on whole; longer ones are cut into pieces of this size, so one endless line cannot exhaust memory. */
 export const maxLineChars = 16 * 1024;
@@ -7,9 +8,11 @@ export const maxLineChars = 16 * 1024;
 /**
  * Calls `onLine` for every line of `stream` (without its "\n" or "\r\n"),
  * including a last line with no newline, with NUL as U+FFFD. Resolves when the stream has ended
- * and every line was passed on.
+ * and every line was passed on. With `masking`, the decoded text goes through it before it is
+ * cut into lines, so a secret value is masked whether it was split over reads, over the 16 KiB
+ * cut of a long line, or holds a line break itself.
  */
-export function forEachLine(stream: Readable, onLine: (text: string) => void): Promise<void> {
+export function forEachLine(stream: Readable, onLine: (text: string) => void, masking?: MaskingStream): Promise<void> {
   const decoder = new StringDecoder("utf8");
   let partial = "";
   const take = (chunk: string) => {
@@ -32,9 +35,13 @@ export function forEachLine(stream: Readable, onLine: (text: string) => void): P
     for (let i = 0; i < text.length || i === 0; i += maxLineChars) onLine(text.slice(i, i + maxLineChars));
   };
   return new Promise((resolve) => {
-    stream.on("data", (chunk: Buffer | string) => take(typeof chunk === "string" ? chunk : decoder.write(chunk)));
+    const decoded = (text: string) => (masking ? masking.write(text) : text);
+    stream.on("data", (chunk: Buffer | string) => take(decoded(typeof chunk === "string" ? chunk : decoder.write(chunk))));
+    let finished = false;
     const finish = () => {
-      take(decoder.end());
+      if (finished) return;
+      finished = true;
+      take(decoded(decoder.end()) + (masking?.end() ?? ""));
       if (partial.length > 0) emit(partial);
       partial = "";
       resolve();

@@ -1,11 +1,12 @@
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { randomInt } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
+import type { Readable } from "node:stream";
 import { commonIncompatibility, type ExecutionResult, type Executor, type RunningJob } from "./executor.js";
-import { forEachLine } from "./lines.js";
 import { processGroupSampler } from "./process-samples.js";
+import { secretsDirEnv, writeSecretFiles, type WrittenSecretFiles } from "./secret-files.js";
 
 /** The PATH a process job gets unless its spec sets one. */
 export const minimalPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -23,10 +24,12 @@ export interface ProcessExecutorOptions {
 
 /**
  * Runs jobs as local processes, for machines without Docker: argv without a
- * shell, in the job's own directory, with only the spec's env and a minimal
- * PATH, in a process group of its own (detached) so cancel and timeout kill
- * everything it started. The image is not used; CPU and memory are checked
- * against the machine but not enforced.
+ * shell, in the job's own directory, with only the spec's env, the job's
+ * secrets and a minimal PATH, in a process group of its own (detached) so
+ * cancel and timeout kill everything it started. Secret files are written
+ * to a private directory (secret-files.ts) named by FORELEAD_SECRETS_DIR and
+ * removed when the job has ended. The image is not used; CPU and memory are
+ * checked against the machine but not enforced.
  */
 export function createProcessExecutor(options: ProcessExecutorOptions = {}): Executor {
   const isRoot = process.getuid?.() === 0;
@@ -56,15 +59,29 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         await chownTree(jobDir, uid);
       }
       await chmod(jobDir, 0o700);
-
+      let secretFiles: WrittenSecretFiles | undefined;
+      let child: ChildProcessByStdio<null, Readable, Readable>;
+      try {
+        secretFiles = await writeSecretFiles(request.secrets.files, jobDir, uid); // its errors name files, never contents
+      } catch (err) {
+        if (uid !== undefined) uidsInUse.delete(uid);
+        throw err;
+      }
+      try {
+        child = spawn(spec.argv[0]!, spec.argv.slice(1), {
+          cwd: jobDir,
+          env: { PATH: minimalPath, ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}) },
+          detached: true, // its own process group: kill(-pid) reaches everything it started
+          stdio: ["ignore", "pipe", "pipe"],
+          ...(uid !== undefined ? { uid, gid: uid } : {}),
+        });
+      } catch (err) {
+        if (uid !== undefined) uidsInUse.delete(uid);
+        await secretFiles?.remove();
+        // Node's own message of a refused spawn quotes the env it was given: never pass it on.
+        throw new Error(`the process could not be started (${(err as NodeJS.ErrnoException).code ?? (err as Error).name})`);
+      }
       const started = performance.now();
-      const child = spawn(spec.argv[0]!, spec.argv.slice(1), {
-        cwd: jobDir,
-        env: { PATH: minimalPath, ...spec.env },
-        detached: true, // its own process group: kill(-pid) reaches everything it started
-        stdio: ["ignore", "pipe", "pipe"],
-        ...(uid !== undefined ? { uid, gid: uid } : {}),
-      });
       // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers after a
       // crash. Synchronously, before anything is awaited: the exit listener below must be attached at
       // once, and the record must exist before the job gets far.
@@ -79,8 +96,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         }
       };
       const outputs = Promise.all([
-        forEachLine(child.stdout, (text) => request.onLine({ stream: "stdout", text })),
-        forEachLine(child.stderr, (text) => request.onLine({ stream: "stderr", text })),
+        request.readOutput("stdout", child.stdout),
+        request.readOutput("stderr", child.stderr),
       ]);
       let exited = false;
       const done = new Promise<ExecutionResult>((resolve) => {
@@ -100,6 +117,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       }).finally(async () => {
         if (uid !== undefined) uidsInUse.delete(uid);
         await rm(pidFile, { force: true });
+        await secretFiles?.remove();
       });
 
       return {

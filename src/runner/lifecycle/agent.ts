@@ -4,6 +4,7 @@ import type { CheckoutStep } from "../checkout/checkout-step.js";
 import { RunnerApiError, type RunnerClient } from "../transport/client.js";
 import { measureClockOffset, serverClock, type ServerClock } from "./clock.js";
 import type { Executor, RunnerCapacity } from "../executors/executor.js";
+import { removeLeftoverSecretFiles } from "../executors/secret-files.js";
 import { startInventory, type InventoryLoop } from "./inventory.js";
 import { runLease, type JobRun } from "./job-run.js";
 import type { OutputSink } from "../output/output.js";
@@ -66,6 +67,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   const jobsDir = join(options.workDir, "jobs");
   // What a crashed predecessor left: its leases are gone, so its jobs must not run on.
   for (const stopped of await executor.recover(jobsDir)) log(`stopped a leftover of an earlier run: ${stopped}`);
+  for (const dir of await removeLeftoverSecretFiles(jobsDir)) log(`removed the secret files an earlier run left in ${dir}`);
   await rm(jobsDir, { recursive: true, force: true });
   await mkdir(jobsDir, { recursive: true, mode: 0o711 });
   await executor.prepare();

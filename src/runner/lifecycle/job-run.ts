@@ -9,7 +9,10 @@ import type { ServerClock } from "./clock.js";
 import type { ExecutionResult, Executor, RunnerCapacity } from "../executors/executor.js";
 import { withUploadedOutput } from "./upload-step.js";
 import { keepLease } from "./lease-keeper.js";
-import { secretMasker, type OutputSink } from "../output/output.js";
+import type { JobOutput, OutputSink } from "../output/output.js";
+import { createSecretMasker, leaseSecretValues, type SecretMasker } from "../output/secret-masker.js";
+import { forEachLine } from "../executors/lines.js";
+import { jobSecretsProblem } from "../executors/secret-files.js";
 import { createLeaseRun, type StopReason } from "./run-state.js";
 import { defaultSampleIntervalMs, startResourceSamples } from "./resource-samples.js";
 import { settle, type Settlement } from "./settle.js";
@@ -49,14 +52,19 @@ export interface JobRun {
  * Runs one lease end to end: keep the lease, check the spec, check out,
  * execute, watch the timeout and cancellation, stream output, settle. The
  * run moves through the phases of RunState (run-state.ts); a lost lease
- * ends it wherever it is.
+ * ends it wherever it is. Everything sent or logged about the job (its
+ * output, events, the completion's error, the operator log) passes the
+ * lease's secret masker (secret-masker.ts).
  */
-export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
+export function runLease(context: JobRunContext, lease: Lease): JobRun {
   const job = lease.job!;
   const jobId = job.id;
   const token = lease.token;
   const spec = job.spec ?? create(JobSpecSchema);
   const run = createLeaseRun();
+  const masker = createSecretMasker(leaseSecretValues(lease));
+  const secrets = { env: lease.secrets, files: lease.secretFiles };
+  const ctx: JobRunContext = { ...context, log: (message) => context.log(masker.text(message)) };
 
   const keeper = keepLease({
     client: ctx.client,
@@ -81,6 +89,8 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
   const execute = async (jobDir: string): Promise<Settlement | undefined> => {
     const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout);
     if (why) return { outcome: "failed", error: { code: "incompatible_spec", message: `this runner cannot run job ${jobId}: ${why}`, retryable: false } };
+    const badSecrets = jobSecretsProblem(secrets);
+    if (badSecrets) return { outcome: "failed", error: { code: "invalid_secrets", message: `this runner cannot give job ${jobId} its secrets: ${badSecrets}`, retryable: false } };
     if (lease.cancelRequested) return { outcome: "cancelled" };
     await mkdir(jobDir, { recursive: true });
     const hasWorkspace = needsCheckout(job.kind);
@@ -92,9 +102,8 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
         throw err;
       }
     }
-    const out = run.starting(() => ctx.output.open({ jobId, leaseToken: token }));
+    const out = run.starting(() => maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker));
     if (!out) return undefined; // stopped or lost during the checkout: nothing starts
-    const mask = secretMasker(spec.env);
     const running = await ctx.executor.start({
       runnerId: ctx.client.runnerId,
       workspaceId: ctx.client.workspaceId,
@@ -102,7 +111,8 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
       spec,
       jobDir,
       hasWorkspace,
-      onLine: (line) => out.log({ stream: line.stream, text: mask(line.text) }),
+      readOutput: (stream, from) => forEachLine(from, (text) => out.log({ stream, text }), masker.stream()),
+      secrets,
     });
     out.event({ type: "job.started", executor: ctx.executor.kind });
     ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
@@ -151,7 +161,7 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
       if (!settlement) return;
       await ended.output?.flush();
       if (run.state.phase === "lost") return; // lost while the output was flushed
-      await settle(ctx, jobId, token, settlement);
+      await settle(ctx, jobId, token, settlement.error ? { ...settlement, error: { ...settlement.error, message: masker.text(settlement.error.message) } } : settlement);
     } finally {
       keeper.stop();
       const state = run.state;
@@ -161,6 +171,15 @@ export function runLease(ctx: JobRunContext, lease: Lease): JobRun {
   })();
 
   return { jobId, done, release: () => void run.stop("release", ctx.graceMs) };
+}
+
+/**
+ * The job's output with its events masked. Its log lines are not masked
+ * again: readOutput's stream masker saw them whole, before they were cut
+ * into lines.
+ */
+function maskedOutput(out: JobOutput, masker: SecretMasker): JobOutput {
+  return { log: (line) => out.log(line), event: (event) => out.event(masker.value(event)), flush: () => out.flush(), abandon: () => out.abandon() };
 }
 
 function kindIncompatibility(kind: string, checkout: CheckoutStep | undefined): string | undefined {

@@ -55,19 +55,3 @@ export function teeOutput(...sinks: readonly OutputSink[]): OutputSink {
     },
   };
 }
-
-/**
- * Replaces the values of secret-looking env variables of the spec (names
- * with SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or KEY, values of 6+
- * characters) with "***" in every log line, as CI systems mask secrets:
- * a job that prints its credentials does not publish them.
- */
-export function secretMasker(env: Readonly<Record<string, string>>): (text: string) => string {
-  const secretName = /SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|KEY/i;
-  const values = Object.entries(env)
-    .filter(([name, value]) => secretName.test(name) && value.length >= 6)
-    .map(([, value]) => value)
-    .sort((a, b) => b.length - a.length); // longest first, so a secret containing another is masked whole
-  if (values.length === 0) return (text) => text;
-  return (text) => values.reduce((t, v) => t.split(v).join("***"), text);
-}
