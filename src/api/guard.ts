@@ -5,7 +5,7 @@ import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
 import type { RoleName, RoleTable } from "../identity/roles.js";
 import { actionAuditorKey } from "./audit-actions.js";
-import { principalKey, requestIdentityKey } from "./context.js";
+import { calledMethodKey, principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
 import { ndjsonLineOf } from "./rest/index.js";
 import { checkRequestText } from "./text-rules.js";
@@ -21,7 +21,15 @@ export interface GuardOptions {
   readonly runnerRefusal?: (runner: Extract<Principal, { kind: "runner" }>) => string | undefined;
   /** The workspace of a job, for "enqueue" methods that name a job rather than a workspace. */
   readonly jobWorkspace: (jobId: string) => Promise<string | undefined>;
+  /** Told of every refusal, once per request, by its kind (metrics); cheap and synchronous. */
+  readonly onRefusal?: (reason: RefusalReason) => void;
 }
+
+/** Why the guard refused a request, as a closed set (the audit record holds the full text). */
+export const refusalReasons = ["audit_unavailable", "no_certificate", "certificate_rejected", "certificate_expired", "not_a_runner", "runner_refused", "runner_on_admin_route", "no_role", "missing_role", "workspace_scope"] as const;
+
+/** One of refusalReasons. */
+export type RefusalReason = (typeof refusalReasons)[number];
 
 /**
  * Wraps every method of a service implementation with the per-request policy:
@@ -135,6 +143,7 @@ export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Admis
   const done = ctx.values.get(admissionKey);
   if (done instanceof ConnectError) throw done;
   if (done) return done;
+  ctx.values.set(calledMethodKey, ctx.method);
   let admission: Admission;
   try {
     admission = authorize(ctx, ctx.method, ruleOf(ctx.method), options);
@@ -164,43 +173,44 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
     if (principal) ctx.values.set(principalKey, principal);
     return { principal };
   };
-  const deny = (code: Code, reason: string): never => {
+  const deny = (code: Code, reason: string, why: RefusalReason): never => {
     decide("deny", reason);
+    options.onRefusal?.(why);
     throw new ConnectError(reason, code);
   };
   // Fail closed: a decision that cannot be recorded is not made (the refusal itself waits in memory, aggregated).
   const unrecordable = options.audit.unavailable();
-  if (unrecordable) return deny(Code.Unavailable, unrecordable);
+  if (unrecordable) return deny(Code.Unavailable, unrecordable, "audit_unavailable");
   if (rule.kind === "none") return admitted(undefined, `${method.name} needs no client certificate`);
-  if (!verdict) return deny(Code.Unauthenticated, "no client certificate was presented; connect with a runner certificate");
-  if (!verdict.ok) return deny(Code.Unauthenticated, verdict.reason);
+  if (!verdict) return deny(Code.Unauthenticated, "no client certificate was presented; connect with a runner certificate", "no_certificate");
+  if (!verdict.ok) return deny(Code.Unauthenticated, verdict.reason, "certificate_rejected");
   const expired = checkValidityNow(verdict.facts, new Date());
-  if (expired) return deny(Code.Unauthenticated, expired);
+  if (expired) return deny(Code.Unauthenticated, expired, "certificate_expired");
   const principal = verdict.principal;
   const id = principal.spiffeId.text;
   if (rule.kind === "runner") {
     if (principal.kind !== "runner") {
-      return deny(Code.PermissionDenied, `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`);
+      return deny(Code.PermissionDenied, `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`, "not_a_runner");
     }
     const refusal = options.runnerRefusal?.(principal);
-    if (refusal) return deny(Code.PermissionDenied, refusal);
+    if (refusal) return deny(Code.PermissionDenied, refusal, "runner_refused");
     return admitted(principal, `runner ${id}`);
   }
   // Admin routes. A runner identity never gets here, whatever the configuration says.
   if (principal.kind === "runner") {
-    return deny(Code.PermissionDenied, `${method.name} is an admin method; runner identities (${id}) can never call admin methods`);
+    return deny(Code.PermissionDenied, `${method.name} is an admin method; runner identities (${id}) can never call admin methods`, "runner_on_admin_route");
   }
   const roles = options.roles.of(id);
   const role = rule.role!;
   const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
-  if (!roles) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`);
+  if (!roles) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`, "no_role");
   if (roles.admin) return admitted(principal, `admin ${id}`);
   if (role === "read" && roles.read) return admitted(principal, `read ${id}`);
   if (role === "enqueue" && roles.enqueue.size > 0) {
     // Decided (and audited) once the request message names the workspace.
     return { ...admitted(principal, undefined), pendingScope: { id, workspaces: roles.enqueue, decide } };
   }
-  return deny(Code.PermissionDenied, `${id} lacks the "${role}" role that ${method.name} needs (start forelead serve with --grant ${hint})`);
+  return deny(Code.PermissionDenied, `${id} lacks the "${role}" role that ${method.name} needs (start forelead serve with --grant ${hint})`, "missing_role");
 }
 
 /**
@@ -220,5 +230,6 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
   }
   const reason = `${scope.id} may enqueue only in workspaces ${[...scope.workspaces].map((w) => `"${w}"`).join(", ")}, not in workspace "${workspace}"; grant it with --grant ${scope.id}=enqueue:${workspace}`;
   scope.decide("deny", reason);
+  options.onRefusal?.("workspace_scope");
   throw new ConnectError(reason, Code.PermissionDenied);
 }

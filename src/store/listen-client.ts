@@ -12,6 +12,8 @@ export interface Subscription {
 export interface ListenClient {
   /** Subscribes; resolves once the channel is LISTENed (or will be, on the reconnect under way); resolves to the unsubscribe. */
   listen(channel: string, subscription: Subscription): Promise<() => void>;
+  /** True while the connection is up with every channel LISTENed (readiness, metrics). */
+  readonly connected: boolean;
   close(): Promise<void>;
 }
 
@@ -109,6 +111,9 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
   });
 
   return {
+    get connected() {
+      return client !== undefined && [...channels.keys()].every((c) => listening.has(c));
+    },
     async listen(channel, subscription) {
       checkedChannel(channel);
       const subscriptions = channels.get(channel) ?? new Set();
