@@ -150,7 +150,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     refused: (reason) => refusedBy[reason].inc(),
     watchRequest(req, res, values) {
       const startedAt = performance.now();
-      res.once("close", () => requestChild(values.get(calledMethodKey), req.url, res.statusCode).observe((performance.now() - startedAt) / 1000));
+      res.stream.once("close", () => requestChild(values.get(calledMethodKey), req.url, res.statusCode).observe((performance.now() - startedAt) / 1000));
     },
     collectProcessMetrics() {
       if (processMetrics) return;
