@@ -8,7 +8,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, registeredRunner, runnerActor } from "../support/actors.js";
+import { adminActor, eventually, registeredRunner, runnerActor } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { useControlPlane } from "../support/fixture.js";
 import { health, scrape } from "../support/metrics.js";
@@ -151,11 +151,9 @@ describe("the metrics listener", () => {
 });
 
 describe("two control planes in one process", () => {
-  it("keep their own registries: a lease on one is not counted by the other", { timeout: 90_000 }, async () => {
-    const a = await startTestControlPlane({ metricsListen: loopback });
-    const b = await startTestControlPlane({ metricsListen: loopback });
+  it("keep their own registries: a lease on one is not counted by the other", { timeout: 120_000 }, async () => {
+    const [a, b] = await Promise.all([startTestControlPlane({ metricsListen: loopback }), startTestControlPlane({ metricsListen: loopback })]);
     try {
-      const { adminActor } = await import("../support/actors.js");
       const admin = await adminActor(a);
       const runner = await registeredRunner(a, "r-a");
       expect((await admin.enqueue()).status).toBe(200);
@@ -167,6 +165,28 @@ describe("two control planes in one process", () => {
       await a.close();
       await b.close();
     }
+  });
+});
+
+describe("a lease the sweep ends", () => {
+  // Leases of one second, swept every 100 ms: expiry happens for real, in test time.
+  const cp = useControlPlane({ leaseSeconds: 1, sweepIntervalMs: 100, metricsListen: loopback });
+
+  it("is counted as expired, and the job it fails (no attempts left) as a failed settlement", async () => {
+    const runner = await registeredRunner(cp, "metrics-lost", "wx");
+    const enq = await cp.admin.enqueue({ workspaceId: "wx", maxAttempts: 1 });
+    expect(enq.status, enq.text).toBe(200);
+    const before = await scrape(cp.plane.metrics!.url);
+    const claim = await runner.claim();
+    expect(claim.status, claim.text).toBe(200);
+    await eventually("the job to fail with its lease lost", async () => ((await cp.admin.job(enq.json.job.id)).json.job.state === "failed" ? true : undefined));
+    const after = await scrape(cp.plane.metrics!.url);
+    const delta = (name: string, labels?: Record<string, string>) => after.value(name, labels) - before.value(name, labels);
+    expect(delta("forelead_leases_granted_total")).toBe(1);
+    expect(delta("forelead_leases_expired_total")).toBe(1);
+    expect(delta("forelead_settlements_total", { outcome: "failed" })).toBe(1);
+    expect(delta("forelead_settlements_total", { outcome: "succeeded" })).toBe(0);
+    await runner.close();
   });
 });
 
