@@ -71,7 +71,7 @@ interface Served {
 
 async function serve(options: PlanesOptions): Promise<Served> {
   const { files } = options.pki;
-  const args = ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", options.database, "--admin", benchAdminId];
+  const args = ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", options.database, "--admin", benchAdminId];
   // BENCH_CPU_PROF_DIR=dir: each serve process writes a V8 CPU profile there when it exits (docs/performance.md).
   const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
   const child = spawn(process.execPath, [...profile, ...args], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });

@@ -1,4 +1,5 @@
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
 import type { SessionVerdict } from "../identity/certificate-policy.js";
 import type { JobReader } from "../broker/job-list.js";
 import type { Principal } from "../identity/principal.js";
@@ -12,6 +13,9 @@ export interface RequestIdentity {
 
 /** Set by the server for every request, on both surfaces. */
 export const requestIdentityKey = createContextKey<RequestIdentity | undefined>(undefined, { description: "request identity" });
+
+/** Set by the guard when it decides a request: the method called, on either surface (request metrics label by it). */
+export const calledMethodKey = createContextKey<DescMethod | undefined>(undefined, { description: "method called" });
 
 /** Set by the guard once a request is authorized. */
 export const principalKey = createContextKey<Principal | undefined>(undefined, { description: "authorized principal" });

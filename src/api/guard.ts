@@ -6,7 +6,7 @@ import type { AuditRecord, AuditSink } from "../identity/audit.js";
 import type { JobOwnership } from "../broker/job-workspace.js";
 import type { IdentityRoles, RoleName, RoleTable } from "../identity/roles.js";
 import { actionAuditorKey } from "./audit-actions.js";
-import { jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
+import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
 import { ndjsonLineOf } from "./rest/index.js";
 import { checkRequestText } from "./text-rules.js";
@@ -22,7 +22,15 @@ export interface GuardOptions {
   readonly runnerRefusal?: (runner: Extract<Principal, { kind: "runner" }>) => string | undefined;
   /** The workspace and enqueuer of a job, for scoped roles on methods that name a job rather than a workspace. */
   readonly jobOwnership: (jobId: string) => Promise<JobOwnership | undefined>;
+  /** Told of every refusal, once per request, by its kind (metrics); cheap and synchronous. */
+  readonly onRefusal?: (reason: RefusalReason) => void;
 }
+
+/** Why the guard refused a request, as a closed set (the audit record holds the full text). */
+export const refusalReasons = ["audit_unavailable", "no_certificate", "certificate_rejected", "certificate_expired", "not_a_runner", "runner_refused", "runner_on_admin_route", "no_role", "missing_role", "workspace_scope"] as const;
+
+/** One of refusalReasons. */
+export type RefusalReason = (typeof refusalReasons)[number];
 
 /**
  * Wraps every method of a service implementation with the per-request policy:
@@ -141,6 +149,7 @@ export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Admis
   const done = ctx.values.get(admissionKey);
   if (done instanceof ConnectError) throw done;
   if (done) return done;
+  ctx.values.set(calledMethodKey, ctx.method);
   let admission: Admission;
   try {
     admission = authorize(ctx, ctx.method, ruleOf(ctx.method), options);
@@ -170,43 +179,44 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
     if (principal) ctx.values.set(principalKey, principal);
     return { principal };
   };
-  const deny = (code: Code, reason: string): never => {
+  const deny = (code: Code, reason: string, why: RefusalReason): never => {
     decide("deny", reason);
+    options.onRefusal?.(why);
     throw new ConnectError(reason, code);
   };
   // Fail closed: a decision that cannot be recorded is not made (the refusal itself waits in memory, aggregated).
   const unrecordable = options.audit.unavailable();
-  if (unrecordable) return deny(Code.Unavailable, unrecordable);
+  if (unrecordable) return deny(Code.Unavailable, unrecordable, "audit_unavailable");
   if (rule.kind === "none") return admitted(undefined, `${method.name} needs no client certificate`);
-  if (!verdict) return deny(Code.Unauthenticated, "no client certificate was presented; connect with a runner certificate");
-  if (!verdict.ok) return deny(Code.Unauthenticated, verdict.reason);
+  if (!verdict) return deny(Code.Unauthenticated, "no client certificate was presented; connect with a runner certificate", "no_certificate");
+  if (!verdict.ok) return deny(Code.Unauthenticated, verdict.reason, "certificate_rejected");
   const expired = checkValidityNow(verdict.facts, new Date());
-  if (expired) return deny(Code.Unauthenticated, expired);
+  if (expired) return deny(Code.Unauthenticated, expired, "certificate_expired");
   const principal = verdict.principal;
   const id = principal.spiffeId.text;
   if (rule.kind === "runner") {
     if (principal.kind !== "runner") {
-      return deny(Code.PermissionDenied, `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`);
+      return deny(Code.PermissionDenied, `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`, "not_a_runner");
     }
     const refusal = options.runnerRefusal?.(principal);
-    if (refusal) return deny(Code.PermissionDenied, refusal);
+    if (refusal) return deny(Code.PermissionDenied, refusal, "runner_refused");
     return admitted(principal, `runner ${id}`);
   }
   // Admin routes. A runner identity never gets here, whatever the configuration says.
   if (principal.kind === "runner") {
-    return deny(Code.PermissionDenied, `${method.name} is an admin method; runner identities (${id}) can never call admin methods`);
+    return deny(Code.PermissionDenied, `${method.name} is an admin method; runner identities (${id}) can never call admin methods`, "runner_on_admin_route");
   }
   const roles = options.roles.of(id);
   const role = rule.role!;
   const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
   // The enqueuer's right to its own jobs holds whatever its grants are now, even none.
   const namesJob = method.input.fields.some((f) => f.name === "job_id");
-  if (!roles && !namesJob) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`);
+  if (!roles && !namesJob) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`, "no_role");
   if (roles?.admin) return admitted(principal, `admin ${id}`);
   if (role === "read" && roles?.read) return admitted(principal, `read ${id}`);
   // Workspace-scoped roles (an enqueuer may list its own jobs): decided (and audited) once the request message names the workspace or the job.
   const scoped = role === "read" ? (roles?.readWorkspaces.size ?? 0) + (roles?.enqueue.size ?? 0) > 0 : role === "enqueue" && (roles?.enqueue.size ?? 0) > 0;
-  if (role === "admin" || (!scoped && !namesJob)) return deny(Code.PermissionDenied, lacks(id, role, method.name, hint));
+  if (role === "admin" || (!scoped && !namesJob)) return deny(Code.PermissionDenied, lacks(id, role, method.name, hint), "missing_role");
   return { ...admitted(principal, undefined), pendingScope: { id, role, roles: roles ?? noRoles, decide } };
 }
 
@@ -238,6 +248,7 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
   const allow = (reason: string) => scope.decide("allow", reason);
   const deny = (reason: string): never => {
     scope.decide("deny", reason);
+    options.onRefusal?.("workspace_scope");
     throw new ConnectError(reason, Code.PermissionDenied);
   };
   const readable = roles.readWorkspaces;

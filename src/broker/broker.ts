@@ -11,6 +11,7 @@ import { createBatcher, type BatcherOptions } from "./batcher.js";
 import { claimBatch, completeBatch } from "./lease-batches.js";
 import type { CompletionInput } from "./completion.js";
 import type { LeaseCall, LeaseView } from "./leases.js";
+import type { BrokerObserver } from "./observer.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
 import { register, type Registration } from "./registrations.js";
 import { listRunners, type RunnerView } from "./runners.js";
@@ -57,6 +58,8 @@ export interface BrokerOptions {
   readonly code?: CodeHooks;
   /** How claims and completions arriving together are batched; see defaultBatching. */
   readonly batching?: BatcherOptions;
+  /** Told of every lease granted, renewed, settled or swept (metrics); nothing by default. */
+  readonly observer?: BrokerObserver;
 }
 
 /**
@@ -72,9 +75,14 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const wakeups: Wakeups = await createWakeups(options.store);
   const batching = options.batching ?? defaultBatching;
   const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds), batching);
-  const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs), batching);
+  const { observer } = options;
+  const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer), batching);
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
-  const sweep = async () => (await expireLeases(db, timeouts)).length;
+  const sweep = async () => {
+    const ended = await expireLeases(db, timeouts);
+    observer?.swept(ended);
+    return ended.length;
+  };
   let closed = false;
   let sweeping: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
@@ -91,6 +99,11 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
         throw new ConnectError(`waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`, Code.InvalidArgument);
       }
+      const startedAt = performance.now();
+      const end = (lease: LeaseView | undefined) => {
+        observer?.claimEnded(lease !== undefined, performance.now() - startedAt);
+        return lease;
+      };
       const deadline = Date.now() + waitSeconds * 1000;
       let swept = false;
       let unused: Wake | undefined;
@@ -99,7 +112,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         try {
           const claimed = await batchedClaim(holder);
           const lease = claimed && (await pinClaimedJob(db, holder, claimed, options.code));
-          if (lease) return lease;
+          if (lease) return end(lease);
           if (claimed) continue; // that job could not be pinned and was settled: look for another
           // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
           // jobs remain, so another runner gets its chance; when the job is already gone, stop.
@@ -110,16 +123,20 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
             swept = true;
             if ((await sweep()) > 0) continue;
           }
-          if (Date.now() >= deadline || signal?.aborted) return undefined;
+          if (Date.now() >= deadline || signal?.aborted) return end(undefined);
           unused = await waiter.wait(deadline - Date.now(), signal);
           // Closing wakes every waiter; none may claim from a database about to close.
-          if (closed) return undefined;
+          if (closed) return end(undefined);
         } finally {
           waiter.cancel();
         }
       }
     },
-    renew: (call) => renewLease(db, call, options.leaseSeconds),
+    async renew(call) {
+      const lease = await renewLease(db, call, options.leaseSeconds);
+      observer?.renewed();
+      return lease;
+    },
     release: (call) => releaseLease(db, call),
     complete: (input) => batchedComplete(input),
     runners: (workspaceId) => listRunners(db, workspaceId),

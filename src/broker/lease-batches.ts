@@ -5,6 +5,7 @@ import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { checkCompletion, type CheckedCompletion, type CompletionInput } from "./completion.js";
 import type { LeaseView } from "./leases.js";
+import type { BrokerObserver } from "./observer.js";
 import { claimJob, claimLeases } from "./sql/claim.js";
 import { completeJob, completeJobInTransaction, settleLeases } from "./sql/complete.js";
 
@@ -36,8 +37,8 @@ export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHo
 }
 
 /** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
-export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[]): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
-  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input));
+export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
+  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer));
   const results: Array<PromiseSettledResult<JobSnapshot> | undefined> = inputs.map(() => undefined);
   const valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> = [];
   inputs.forEach((input, index) => {
@@ -51,7 +52,7 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
   let tried = false;
   if (valid.length > 1) {
     try {
-      replies = await settleLeases(db, valid);
+      replies = await settleLeases(db, valid, observer);
       tried = true;
     } catch {
       // Rolled back (a deadlock between batches, say): each is completed alone below.
@@ -62,7 +63,7 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
     if (reply) results[v.index] = { status: "fulfilled", value: reply };
   });
   const rest = valid.filter((v) => !results[v.index]);
-  const settled = await settleEach(rest, (v) => (tried ? completeJobInTransaction(db, v.input, v.checked) : completeJob(db, v.input)));
+  const settled = await settleEach(rest, (v) => (tried ? completeJobInTransaction(db, v.input, v.checked, observer) : completeJob(db, v.input, observer)));
   rest.forEach((v, i) => (results[v.index] = settled[i]));
   return results as Array<PromiseSettledResult<JobSnapshot>>;
 }

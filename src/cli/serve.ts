@@ -20,6 +20,7 @@ import { secondsFlag } from "./admin-flags.js";
 interface ServeFlags {
   listen: string;
   eventRetention: number;
+  metricsListen: string;
   tlsCert?: string;
   tlsKey?: string;
   clientCa?: string;
@@ -55,6 +56,7 @@ export function serveCommand(): Command {
   return new Command("serve")
     .description("serve the control plane (HTTP/2, TLS 1.3, client certificates required)")
     .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
+    .option("--metrics-listen <host:port|off>", "plain-HTTP address of /metrics (Prometheus), /healthz and /readyz, without client certificates (docs/operations.md); off: not served", "127.0.0.1:9464")
     .addOption(pathOption("--tls-cert <file>", "server certificate (PEM); default: the development PKI in --certs-dir; reloaded on SIGHUP and when it changes"))
     .addOption(pathOption("--tls-key <file>", "server key (PEM)"))
     .addOption(pathOption("--client-ca <file>", "trust bundle for client certificates (PEM); default: the development CA"))
@@ -91,6 +93,7 @@ export function serveCommand(): Command {
       const plane = await startControlPlane(options);
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...(options.grants ?? []).map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
       // Before the "serving" line, which scripts wait for.
+      if (plane.metrics) console.log(`forelead: metrics and health on ${plane.metrics.url} (/metrics, /healthz, /readyz; plain HTTP, no client certificate)${plane.metrics.loopback ? "" : `; ${plane.metrics.url} is not a loopback address: anyone who can reach this host on the network can read them`}`);
       console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
       console.log(`forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
       console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, audit spool ${plane.audit.backlog().spoolPath}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
@@ -111,7 +114,8 @@ export function serveCommand(): Command {
 
 /** The control plane's options from the flags, each flag and file checked; an error names the flag. */
 async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
-  const { host, port } = parseListen(flags.listen);
+  const { host, port } = parseListen(flags.listen, "--listen");
+  const metricsListen = flags.metricsListen === "off" ? undefined : parseListen(flags.metricsListen, "--metrics-listen");
   parseSpiffeId(`spiffe://${flags.trustDomain}`);
   flags.admin.forEach((id) => checkServiceIdentity(id, flags.trustDomain));
   const grants = flags.grant.map((g) => parseRoleGrant(g, flags.trustDomain));
@@ -140,6 +144,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     eventRetentionMs: flags.eventRetention * 1000,
     ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
     auditSpoolMaxBytes: flags.auditSpoolMaxSize,
+    ...(metricsListen ? { metricsListen } : {}),
     connectionLimits: {
       handshakeTimeoutMs: flags.tlsHandshakeTimeout * 1000,
       maxConcurrentStreams: flags.maxConcurrentStreams,
@@ -192,10 +197,10 @@ function databaseLocation(value: string): string {
   return isPostgresUrl(value) || value === "memory://" ? value : resolve(value);
 }
 
-function parseListen(listen: string): { host: string; port: number } {
+function parseListen(listen: string, flag: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(listen);
   const port = Number(m?.[3]);
-  if (!m || port > 65535) throw new Error(`--listen ${JSON.stringify(listen)} is not host:port (e.g. 127.0.0.1:8443 or [::1]:8443)`);
+  if (!m || port > 65535) throw new Error(`${flag} ${JSON.stringify(listen)} is not host:port (e.g. 127.0.0.1:8443 or [::1]:8443)${flag === "--metrics-listen" ? ", or off" : ""}`);
   return { host: (m[1] ?? m[2])!, port };
 }
 

@@ -52,7 +52,7 @@ export function createOperatorView(deps: OperatorViewDeps): OperatorView {
         ...fleet,
         build: deps.build,
         startedAt: deps.replica.startedAt,
-        database: { kind: store.kind === "embedded" ? "pglite" : "postgres", reachable: facts.reachable, roundTripMs: facts.roundTripMs, migration: facts.migration, listenConnected: store.listenConnected(), audit: deps.audit.backlog() },
+        database: { kind: store.kind === "embedded" ? "pglite" : "postgres", reachable: facts.reachable, roundTripMs: facts.roundTripMs, migration: facts.migration, listenConnected: store.listening, audit: deps.audit.backlog() },
         serverNotAfter: new Date(deps.server().certificate.validTo),
         issuerNotAfter: deps.issuer?.notAfter,
       };
@@ -63,7 +63,7 @@ export function createOperatorView(deps: OperatorViewDeps): OperatorView {
         ...(deps.issuer ? { issuer: deps.issuer } : {}),
         database: { db: store.db },
         pendingMigrations: "fail",
-        listenConnected: () => store.listenConnected(),
+        listenConnected: () => store.listening,
         artifacts: deps.artifacts,
         audit: deps.audit,
       }),

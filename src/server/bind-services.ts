@@ -35,10 +35,10 @@ export type RequestHandler = (req: http2.Http2ServerRequest, res: http2.Http2Ser
  */
 export function bindServices(checked: CheckedOptions, domain: Domain): RequestHandler {
   const { options, tls, maxBodyBytes } = checked;
-  const { store, clock, broker, inventory, code, artifacts, streams, identity } = domain;
+  const { store, clock, broker, inventory, code, artifacts, streams, identity, metrics } = domain;
   const { roles, audit, retirements, enrollment } = identity;
   const runnerRefusal = retirements.refusal;
-  const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobOwnership: (jobId: string) => jobOwnership(store.db, jobId) };
+  const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobOwnership: (jobId: string) => jobOwnership(store.db, jobId), onRefusal: metrics.refused };
   // One implementation per service of src/api/services.ts: the list the route docs are made from.
   const implementations = [
     serviceImpl(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams })),
@@ -61,6 +61,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
   const checkProcedure = createProcedureCheck(serviceList, guardOptions);
   const connectHandler = createApiHandler({ implementations, guard: guardOptions, contextValues, maxBodyBytes });
   const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+    metrics.watchRequest(req, res, contextValues(req));
     checkProcedure(req, contextValues(req));
     connectHandler(req, res);
   };

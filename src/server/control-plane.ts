@@ -7,6 +7,7 @@ import { isPostgresUrl, type Store } from "../store/database.js";
 import { bindServices } from "./bind-services.js";
 import { buildDomain } from "./domain.js";
 import { listen } from "./listener.js";
+import { serveMetrics, type MetricsServer } from "./metrics/http.js";
 import type { ConnectionCounters } from "./connection-limits.js";
 import { checkOptions, type ControlPlaneOptions } from "./options.js";
 import { createResourceStack, type ResourceStack } from "./resource-stack.js";
@@ -29,6 +30,8 @@ export interface ControlPlane {
   readonly tls: TlsMaterial;
   /** What the connection limits cut, and how many clients left before their reply (live counts). */
   readonly connections: ConnectionCounters;
+  /** The plain-HTTP metrics and health listener, when options.metricsListen asked for one. */
+  readonly metrics: MetricsServer | undefined;
   /**
    * Stops accepting, closes client sessions, then everything else it opened,
    * newest first, down to the database; rejects with an UnwindError naming
@@ -50,6 +53,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     lockEmbeddedDatabase(options.database, stack);
     const domain = await buildDomain(checked, stack);
     const listener = await listen(options, checked.tls, checked.connectionLimits, bindServices(checked, domain), stack, () => Promise.all([domain.streams.close(), domain.events.close()]).then(() => {}));
+    const metrics = options.metricsListen ? await serveMetrics(options.metricsListen, domain.metrics, stack) : undefined;
     return {
       url: listener.url,
       port: listener.port,
@@ -60,6 +64,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       artifacts: domain.artifacts,
       tls: checked.tls,
       connections: listener.counters,
+      metrics,
       close: () => stack.unwind(),
     };
   } catch (err) {

@@ -18,6 +18,7 @@ import { startReplicaHeartbeat } from "../ops/replicas.js";
 import { buildInfo } from "./build-info.js";
 import type { CheckedOptions } from "./options.js";
 import type { ResourceStack } from "./resource-stack.js";
+import { createMetrics } from "./metrics/metrics.js";
 
 /** The domain objects the services bind to, each open on the database. */
 export type Domain = Awaited<ReturnType<typeof buildDomain>>;
@@ -34,8 +35,9 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const clock = stack.use("the database clock", await createDbClock(store.db));
   const auditSpool = { dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")), ...(options.auditSpoolMaxBytes ? { maxBytes: options.auditSpoolMaxBytes } : {}) };
   const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer, auditSpool }));
+  const metrics = stack.use("the metrics", createMetrics({ store, audit: identity.audit }));
   const code = stack.use("the code host", await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
-  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}) }));
+  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}), observer: metrics.broker }));
   const inventory = createInventory(store.db);
   const artifactStore = await chooseArtifactStore(checked, store, stack);
   const artifacts = stack.use("artifacts", createArtifacts({ db: store.db, store: artifactStore, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));
@@ -43,7 +45,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const replica = stack.use("the replica heartbeat", await startReplicaHeartbeat(store.db, store.health, buildInfo().version));
   const events = stack.use("the event stream", await createEvents({ store, ...(options.eventRetentionMs ? { retentionMs: options.eventRetentionMs } : {}), ...(options.eventPruneIntervalMs ? { pruneIntervalMs: options.eventPruneIntervalMs } : {}) }));
   const pauses = createPauses(store.db);
-  return { store, clock, identity, code, broker, inventory, artifacts, streams, replica, events, pauses };
+  return { store, clock, identity, code, broker, inventory, artifacts, streams, replica, events, pauses, metrics };
 }
 
 /**

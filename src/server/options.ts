@@ -4,6 +4,7 @@ import { defaultConnectionLimits, type ConnectionLimits } from "./connection-lim
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
+import type { MetricsListen } from "./metrics/http.js";
 
 /** Everything `forelead serve` needs, already read from flags and files. */
 export interface ControlPlaneOptions {
@@ -65,6 +66,8 @@ export interface ControlPlaneOptions {
   readonly batching?: BatcherOptions;
   /** Bounds on client connections (docs/limits.md); each one omitted takes its default. */
   readonly connectionLimits?: Partial<ConnectionLimits>;
+  /** Where /metrics, /healthz and /readyz are served over plain HTTP (`--metrics-listen`); not served when omitted. */
+  readonly metricsListen?: MetricsListen;
 }
 
 /** The options with what checking them made: the TLS material (with the client trust anchors), roles, the loaded issuer. */

@@ -31,9 +31,20 @@ export interface Store {
    * unsubscribe function.
    */
   listen(channel: string, onNotify: (payload: string) => void, onRecheck?: () => void): Promise<() => Promise<void>>;
-  /** Whether the LISTEN connection is up now; the embedded database's always is. */
-  listenConnected(): boolean;
+  /** True while notifications arrive: the LISTEN connection is up (always, embedded). */
+  readonly listening: boolean;
+  /** The connection pool's use now; undefined for the embedded database, which has none. */
+  poolUse(): PoolUse | undefined;
   close(): Promise<void>;
+}
+
+/** How many connections a Postgres store's pool holds, and who waits for one. */
+export interface PoolUse {
+  readonly max: number;
+  readonly total: number;
+  readonly idle: number;
+  /** Queries waiting for a connection. */
+  readonly waiting: number;
 }
 
 /** Options for openStore. */
@@ -71,6 +82,12 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<void> {
   }
 }
 
+/** The migrations this build knows that the database has not run, in order (none: current). */
+export async function pendingMigrations(db: Kysely<Database>): Promise<string[]> {
+  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
+  return (await migrator.getMigrations()).filter((m) => m.executedAt === undefined).map((m) => m.name);
+}
+
 /** A postgres:// URL with its password replaced by "***". */
 export function redactUrl(url: string): string {
   try {
@@ -90,7 +107,8 @@ async function openPostgres(url: string): Promise<Store> {
       oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text"),
   };
   // connectionTimeoutMillis: with the server's host gone, a request fails (503) instead of hanging.
-  const pool = new pg.Pool({ connectionString: url, max: 20, connectionTimeoutMillis: 5_000, keepAlive: true, types: typeParsers as pg.CustomTypesConfig });
+  const poolMax = 20;
+  const pool = new pg.Pool({ connectionString: url, max: poolMax, connectionTimeoutMillis: 5_000, keepAlive: true, types: typeParsers as pg.CustomTypesConfig });
   const health = createDatabaseHealth({ description, probe: () => pool.query("select 1") });
   const watched = watchedPool(pool, health);
   try {
@@ -112,7 +130,10 @@ async function openPostgres(url: string): Promise<Store> {
       const unsubscribe = await listener.listen(channel, { onNotify, ...(onRecheck ? { onRecheck } : {}) });
       return async () => unsubscribe();
     },
-    listenConnected: () => listener.connected,
+    get listening() {
+      return listener.connected;
+    },
+    poolUse: () => ({ max: poolMax, total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     async close() {
       health.close();
       await listener.close();
@@ -147,7 +168,8 @@ async function openEmbedded(location: string): Promise<Store> {
       const unsubscribe = await pglite.listen(channel, onNotify);
       return async () => unsubscribe();
     },
-    listenConnected: () => !pglite.closed,
+    listening: true,
+    poolUse: () => undefined,
     async close() {
       health.close();
       await db.destroy();

@@ -12,7 +12,7 @@ export interface Subscription {
 export interface ListenClient {
   /** Subscribes; resolves once the channel is LISTENed (or will be, on the reconnect under way); resolves to the unsubscribe. */
   listen(channel: string, subscription: Subscription): Promise<() => void>;
-  /** Whether the connection is up now (false while it reconnects). */
+  /** True while the connection is up with every channel LISTENed (readiness, metrics). */
   readonly connected: boolean;
   close(): Promise<void>;
 }
@@ -112,7 +112,7 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
 
   return {
     get connected() {
-      return client !== undefined && !connecting;
+      return client !== undefined && [...channels.keys()].every((c) => listening.has(c));
     },
     async listen(channel, subscription) {
       checkedChannel(channel);

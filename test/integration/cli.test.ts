@@ -94,7 +94,7 @@ describe("the forelead command", () => {
   it("serve logs one line when it listens, serves, and exits 0 on SIGTERM", { timeout: 90_000 }, async () => {
     await forel(["ca", "init", "--dir", "pki-serve"]);
     await forel(["ca", "issue", "--dir", "pki-serve", "--spiffe-id", "spiffe://forelead/runners/r1/workspaces/w1", "--out", "serve-r1"]);
-    const child = spawn(process.execPath, [forelead, "serve", "--listen", "127.0.0.1:0", "--certs-dir", "pki-serve", "--database", join(dir, "db-serve")], { cwd: dir });
+    const child = spawn(process.execPath, [forelead, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", "pki-serve", "--database", join(dir, "db-serve")], { cwd: dir });
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     const url = await new Promise<string>((resolve, reject) => {

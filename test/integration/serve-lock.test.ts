@@ -33,7 +33,7 @@ function spawnServe(command: string, args: readonly string[], cwd = dir): Serve 
 }
 
 /** Relative flags on purpose: the lock and the PKI must not depend on the working directory later. */
-const serveArgs = ["serve", "--listen", "127.0.0.1:0", "--certs-dir", "certs", "--database", "data/db"];
+const serveArgs = ["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", "certs", "--database", "data/db"];
 const forelead = (...args: string[]) => spawnServe(process.execPath, [join(repoRoot, "bin/forelead.js"), ...args]);
 
 async function serving(serve: Serve): Promise<string> {
