@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { sql, type Kysely } from "kysely";
 import type { ArtifactStore } from "../artifacts/store.js";
 import type { AuditSink } from "../identity/audit.js";
-import { migrations } from "../store/migrations/index.js";
+import { pendingMigrations, unknownMigrations } from "../store/database.js";
 import type { Database } from "../store/schema.js";
 import { readDatabaseFacts } from "./status.js";
 
@@ -109,9 +109,8 @@ function certificateCheck(pems: { readonly certPem: string; readonly keyPem: str
 }
 
 function migrationCheck(applied: readonly string[], pendingIs: "warn" | "fail") {
-  const known = Object.keys(migrations);
-  const pending = known.filter((m) => !applied.includes(m));
-  const unknown = applied.filter((m) => !known.includes(m));
+  const pending = pendingMigrations(applied);
+  const unknown = unknownMigrations(applied);
   if (unknown.length > 0) return warn(`the database has migrations this build does not know: ${unknown.join(", ")}`, "a newer build migrated it: upgrade this replica");
   if (pending.length > 0) {
     const detail = `${pending.length} pending: ${pending.join(", ")}`;

@@ -82,10 +82,15 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<void> {
   }
 }
 
-/** The migrations this build knows that the database has not run, in order (none: current). */
-export async function pendingMigrations(db: Kysely<Database>): Promise<string[]> {
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
-  return (await migrator.getMigrations()).filter((m) => m.executedAt === undefined).map((m) => m.name);
+/** The migrations this build knows that are not among `applied` (the database's), in order (none: current). */
+export function pendingMigrations(applied: readonly string[]): string[] {
+  return Object.keys(migrations).filter((m) => !applied.includes(m));
+}
+
+/** The migrations among `applied` that this build does not know (a newer build ran them). */
+export function unknownMigrations(applied: readonly string[]): string[] {
+  const known = new Set(Object.keys(migrations));
+  return applied.filter((m) => !known.has(m));
 }
 
 /** A postgres:// URL with its password replaced by "***". */

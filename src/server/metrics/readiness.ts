@@ -1,6 +1,6 @@
-import { sql } from "kysely";
 import type { AuditSink } from "../../identity/audit.js";
 import { pendingMigrations, type Store } from "../../store/database.js";
+import { readDatabaseFacts, type DatabaseFacts } from "../../ops/status.js";
 
 /** One condition of readiness, as /readyz reports it. */
 export interface ReadinessCheck {
@@ -21,35 +21,26 @@ const databaseTimeoutMs = 2_000;
  * stored (else every request is refused, src/identity/audit.ts).
  */
 export async function checkReadiness(store: Store, audit: AuditSink): Promise<ReadinessCheck[]> {
-  const database = await checkDatabase(store);
-  return [database, await checkMigrations(store, database.ok), checkListen(store), checkAudit(audit)];
+  return [...(await checkDatabase(store)), checkListen(store), checkAudit(audit)];
 }
 
-async function checkDatabase(store: Store): Promise<ReadinessCheck> {
-  const startedAt = performance.now();
+/** The database's round trip and migrations, read once (src/ops/status.ts), bounded by databaseTimeoutMs. */
+async function checkDatabase(store: Store): Promise<[ReadinessCheck, ReadinessCheck]> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${databaseTimeoutMs} ms`)), databaseTimeoutMs);
+  const timeout = new Promise<DatabaseFacts>((resolve) => {
+    timer = setTimeout(() => resolve({ reachable: false, roundTripMs: databaseTimeoutMs, migration: "", applied: [], skewMs: 0, error: `no answer within ${databaseTimeoutMs} ms` }), databaseTimeoutMs);
   });
-  try {
-    await Promise.race([sql`select 1`.execute(store.db), timeout]);
-    return { name: "database", ok: true, message: `${store.kind} database reachable (round trip ${(performance.now() - startedAt).toFixed(1)} ms)` };
-  } catch (err) {
-    return { name: "database", ok: false, message: `the ${store.kind} database is unreachable: ${(err as Error).message}` };
-  } finally {
-    clearTimeout(timer);
+  const facts = await Promise.race([readDatabaseFacts(store.db), timeout]).finally(() => clearTimeout(timer));
+  if (!facts.reachable) {
+    return [
+      { name: "database", ok: false, message: `the ${store.kind} database is unreachable: ${facts.error ?? "no answer"}` },
+      { name: "migrations", ok: false, message: "cannot be read while the database is unreachable" },
+    ];
   }
-}
-
-async function checkMigrations(store: Store, reachable: boolean): Promise<ReadinessCheck> {
-  if (!reachable) return { name: "migrations", ok: false, message: "cannot be read while the database is unreachable" };
-  try {
-    const pending = await pendingMigrations(store.db);
-    if (pending.length === 0) return { name: "migrations", ok: true, message: "current" };
-    return { name: "migrations", ok: false, message: `${pending.length} not run: ${pending.join(", ")}; restart forelead serve to run them` };
-  } catch (err) {
-    return { name: "migrations", ok: false, message: `cannot be read: ${(err as Error).message}` };
-  }
+  const database: ReadinessCheck = { name: "database", ok: true, message: `${store.kind} database reachable (round trip ${facts.roundTripMs.toFixed(1)} ms)` };
+  const pending = pendingMigrations(facts.applied);
+  if (pending.length === 0) return [database, { name: "migrations", ok: true, message: "current" }];
+  return [database, { name: "migrations", ok: false, message: `${pending.length} not run: ${pending.join(", ")}; restart forelead serve to run them` }];
 }
 
 function checkListen(store: Store): ReadinessCheck {
