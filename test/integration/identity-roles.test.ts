@@ -1,12 +1,12 @@
 import { Code } from "@connectrpc/connect";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { startControlPlane } from "../../src/server/control-plane.js";
 import { jobBody, runnerActor } from "../support/actors.js";
-import { createRestClient, createTestClient, type RestClient } from "../support/clients.js";
+import { createTestClient } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
-import { useControlPlane } from "../support/fixture.js";
+import { useControlPlane, useServiceClients } from "../support/fixture.js";
 
 const id = (name: string) => `spiffe://forelead/services/${name}`;
 
@@ -20,16 +20,7 @@ const cp = useControlPlane({
   ],
 });
 const { admin } = cp;
-const clients: RestClient[] = [];
-async function service(name: string): Promise<RestClient> {
-  const client = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service(name));
-  clients.push(client);
-  return client;
-}
-
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.close()));
-});
+const service = useServiceClients(cp);
 
 describe(`roles on admin methods (${databaseKind})`, () => {
   it("a runner identity calling any admin method is refused, on REST and through a generated client", async () => {

@@ -1,12 +1,12 @@
-import { afterAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { jobBody, registeredRunner } from "../support/actors.js";
-import { createRestClient, createTestClient, type RestClient } from "../support/clients.js";
+import { createTestClient, type RestClient } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
-import { useControlPlane } from "../support/fixture.js";
+import { useControlPlane, useServiceClients } from "../support/fixture.js";
 
 const id = (name: string) => `spiffe://forelead/services/${name}`;
 
@@ -19,15 +19,7 @@ const cp = useControlPlane({
   ],
 });
 const { admin } = cp;
-const clients: RestClient[] = [];
-async function service(name: string): Promise<RestClient> {
-  const client = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service(name));
-  clients.push(client);
-  return client;
-}
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.close()));
-});
+const service = useServiceClients(cp);
 
 async function enqueued(client: RestClient, body: Record<string, unknown>): Promise<string> {
   const reply = await client.request("POST", "/v1/admin/jobs", jobBody(body));

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll } from "vitest";
 import { adminActor, type AdminActor } from "./actors.js";
+import { createRestClient, type RestClient } from "./clients.js";
 import { startTestControlPlane, type TestControlPlane, type TestControlPlaneOptions } from "./control-plane.js";
 import { createTestDatabase, type TestDatabase } from "./database.js";
 import { createTestPki } from "./pki.js";
@@ -61,6 +62,22 @@ export function useControlPlane(options: ControlPlaneFixtureOptions = {}): Contr
       close: () => running().admin.close(),
     },
     close,
+  };
+}
+
+/**
+ * A REST client per service identity (spiffe://forelead/services/NAME), made
+ * on each call with a certificate from the plane's PKI; all closed in afterAll.
+ */
+export function useServiceClients(cp: ControlPlaneFixture): (name: string) => Promise<RestClient> {
+  const clients: RestClient[] = [];
+  afterAll(async () => {
+    await Promise.all(clients.map((c) => c.close()));
+  });
+  return async (name) => {
+    const client = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service(name));
+    clients.push(client);
+    return client;
   };
 }
 
