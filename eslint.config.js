@@ -17,7 +17,7 @@ export default tseslint.config(
   // The layering (DESIGN.md): domain folders hold the rules and never reach out to the edges;
   // the runner agent is a client of the protocol and never links the server's code.
   {
-    files: ["src/{broker,streams,code,artifacts,inventory,identity,store}/**/*.ts"],
+    files: ["src/{broker,streams,code,artifacts,inventory,identity,store,secrets}/**/*.ts"],
     rules: {
       "no-restricted-imports": ["error", {
         patterns: [

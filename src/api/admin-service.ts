@@ -41,6 +41,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         priority: req.priority,
         idempotencyKey: req.idempotencyKey,
         kind: req.kind,
+        secrets: req.secrets,
+        secretFiles: req.secretFiles,
       });
       const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
       return { apiVersion, job: jobMessage(job) };

@@ -10,7 +10,7 @@ export function jobMessage(snapshot: JobSnapshot): Job {
   return fromJson(JobSchema, snapshot as JsonValue, { ignoreUnknownFields: true });
 }
 
-/** The proto Lease of a broker lease view. */
+/** The proto Lease of a broker lease view; secrets only when the view carries them (the claim that issued it). */
 export function leaseMessage(view: LeaseView): Lease {
   return create(LeaseSchema, {
     apiVersion,
@@ -18,5 +18,6 @@ export function leaseMessage(view: LeaseView): Lease {
     expiresAt: timestampFromDate(view.expiresAt),
     cancelRequested: view.cancelRequested,
     job: jobMessage(view.job),
+    ...(view.secrets ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles } : {}),
   });
 }

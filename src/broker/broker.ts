@@ -15,6 +15,7 @@ import { expireLeases } from "./sql/expire.js";
 import { releaseLease } from "./sql/release.js";
 import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
+import type { SecretBox } from "../secrets/box.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
@@ -50,6 +51,8 @@ export interface BrokerOptions {
   readonly code?: CodeHooks;
   /** How claims and completions arriving together are batched; see defaultBatching. */
   readonly batching?: BatcherOptions;
+  /** Seals job secrets at enqueue and opens them at claim; without it, an enqueue with secrets is refused. */
+  readonly secrets?: SecretBox;
 }
 
 /**
@@ -64,7 +67,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const { db } = options.store;
   const wakeups: Wakeups = await createWakeups(options.store);
   const batching = options.batching ?? defaultBatching;
-  const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds), batching);
+  const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds, options.secrets), batching);
   const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs), batching);
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
   const sweep = async () => (await expireLeases(db, timeouts)).length;
@@ -76,7 +79,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   timer.unref();
 
   return {
-    enqueue: (input) => enqueueJob(db, input, timeouts, options.code),
+    enqueue: (input) => enqueueJob(db, input, timeouts, options.code, options.secrets),
     get: (jobId) => getJob(db, jobId),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by),

@@ -24,6 +24,8 @@ export interface Database {
   artifact_blob_chunks: ByteChunksTable & { digest: string };
   upload_chunks: ByteChunksTable & { upload_id: string };
   workspace_pauses: WorkspacePausesTable;
+  job_secrets: JobSecretsTable;
+  secrets_keys: SecretsKeysTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -120,6 +122,24 @@ export interface JobsTable {
   published_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   /** The result manifest recorded by the completion that settled the job. */
   artifacts: ColumnType<JsonObject[] | null, string | null | undefined, string | null>;
+  /** The names of the job's secrets and secret files (migration 0013); the values are in job_secrets. */
+  secret_names: ColumnType<string[], string[] | undefined, string[]>;
+  secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
+}
+
+/** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
+export interface JobSecretsTable {
+  job_id: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
+}
+
+/** A known value sealed by each secrets key in use: a start with another key is refused (migration 0013). */
+export interface SecretsKeysTable {
+  key_id: number;
+  sealed: Buffer;
+  created_at: Generated<Date>;
 }
 
 /** Every lease ever issued; the token itself is never stored, only its SHA-256. */
@@ -147,6 +167,8 @@ export interface RepositoriesTable {
   url: string;
   /** Never returned, logged or put in argv: handed to git through a private askpass file. */
   credential: string | null;
+  /** The credential sealed (src/secrets, migration 0013); `credential` is emptied once it is. */
+  credential_sealed: ColumnType<Buffer | null, Buffer | null | undefined, Buffer | null>;
   registered_by: string;
   created_at: Generated<Date>;
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>;

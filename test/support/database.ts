@@ -1,4 +1,6 @@
 import pg from "pg";
+import { ephemeralSecretsKey } from "../../src/secrets/box.js";
+import type { SecretsKeys } from "../../src/secrets/keys.js";
 
 /** A database for one test file: embedded in memory, or a fresh database on the server named by DATABASE_URL. */
 export interface TestDatabase {
@@ -34,4 +36,13 @@ async function admin(url: string, statement: string): Promise<void> {
   } finally {
     await client.end();
   }
+}
+
+const keysByLocation = new Map<string, SecretsKeys>();
+
+/** The secrets key of a database location: every control plane this process starts on it (replicas, restarts) gets the same one. */
+export function testSecretsKeys(location: string): SecretsKeys {
+  let keys = keysByLocation.get(location);
+  if (!keys) keysByLocation.set(location, (keys = { current: ephemeralSecretsKey() }));
+  return keys;
 }
