@@ -121,6 +121,23 @@ describe(`job secrets (${databaseKind})`, () => {
     expect(await db.selectFrom("job_secrets").select("name").where("job_id", "=", jobId).execute()).toEqual([]);
   });
 
+  it("a lease lost to expiry with no attempts left fails the job and erases its secrets in the sweep's statement", async () => {
+    const workspaceId = ws();
+    const runner = await registeredRunner(cp, "r3", workspaceId);
+    const enq = await admin.enqueue({ workspaceId, maxAttempts: 1, secrets: { API_TOKEN: token } });
+    const jobId: string = enq.json.job.id;
+    const claim = await runner.claim();
+    expect(claim.json.secrets).toEqual({ API_TOKEN: token });
+    const db = cp.plane.store.db;
+    // The lease ends by the database's clock: move its expiry into the past rather than wait for it.
+    await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${jobId}`.execute(db);
+    await sql`update leases set expires_at = now() - interval '1 second' where job_id = ${jobId}`.execute(db);
+    await cp.plane.broker.sweep();
+    expect((await admin.job(jobId)).json.job).toMatchObject({ state: "failed", failure: { reason: "lease_lost" } });
+    expect(await db.selectFrom("job_secrets").select("name").where("job_id", "=", jobId).execute()).toEqual([]);
+    await runner.close();
+  });
+
   it("an idempotent re-enqueue with the same secrets returns the job; with a different value it is the usual 409, without a value", async () => {
     const workspaceId = ws();
     const body = { workspaceId, idempotencyKey: "same", secrets: { API_TOKEN: token } };
