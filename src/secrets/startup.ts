@@ -1,4 +1,4 @@
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type Transaction } from "kysely";
 import type { Database } from "../store/schema.js";
 import { jobSecretBinding, keyCheckBinding, keyCheckValue, repositoryCredentialBinding } from "./bindings.js";
 import { createSecretBox, type SecretBox, type SecretsKey } from "./box.js";
@@ -81,32 +81,42 @@ async function sealPlainCredentials(db: Kysely<Database>, box: SecretBox): Promi
   });
 }
 
-async function rotate(db: Kysely<Database>, box: SecretBox): Promise<number> {
-  const id = box.current.id;
+/** One table's sealed values: how to find a batch still under another key, and how to store one re-sealed. */
+interface SealedRows<R> {
+  batch(tx: Transaction<Database>, keyId: number): Promise<R[]>;
+  binding(row: R): string;
+  sealed(row: R): Uint8Array;
+  store(tx: Transaction<Database>, row: R, sealed: Buffer): Promise<unknown>;
+}
+
+const jobSecretRows: SealedRows<{ job_id: string; kind: "env" | "file"; name: string; sealed: Buffer }> = {
+  batch: (tx, id) => tx.selectFrom("job_secrets").select(["job_id", "kind", "name", "sealed"]).where(notCurrent("sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute(),
+  binding: (r) => jobSecretBinding(r.job_id, r.kind, r.name),
+  sealed: (r) => r.sealed,
+  store: (tx, r, sealed) => tx.updateTable("job_secrets").set({ sealed }).where("job_id", "=", r.job_id).where("kind", "=", r.kind).where("name", "=", r.name).execute(),
+};
+
+const credentialRows: SealedRows<{ name: string; credential_sealed: Buffer | null }> = {
+  batch: (tx, id) => tx.selectFrom("repositories").select(["name", "credential_sealed"]).where("credential_sealed", "is not", null).where(notCurrent("credential_sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute(),
+  binding: (r) => repositoryCredentialBinding(r.name),
+  sealed: (r) => r.credential_sealed!,
+  store: (tx, r, sealed) => tx.updateTable("repositories").set({ credential_sealed: sealed }).where("name", "=", r.name).execute(),
+};
+
+/** Re-encrypts every row of `table` sealed with another key to the current one, a batch per transaction; returns how many. */
+async function reseal<R>(db: Kysely<Database>, box: SecretBox, table: SealedRows<R>): Promise<number> {
   let total = 0;
   for (;;) {
     const n = await db.transaction().execute(async (tx) => {
-      const rows = await tx.selectFrom("job_secrets").select(["job_id", "kind", "name", "sealed"]).where(notCurrent("sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute();
-      for (const r of rows) {
-        const binding = jobSecretBinding(r.job_id, r.kind, r.name);
-        await tx.updateTable("job_secrets").set({ sealed: box.seal(box.open(r.sealed, binding), binding) }).where("job_id", "=", r.job_id).where("kind", "=", r.kind).where("name", "=", r.name).execute();
-      }
+      const rows = await table.batch(tx, box.current.id);
+      for (const r of rows) await table.store(tx, r, box.seal(box.open(table.sealed(r), table.binding(r)), table.binding(r)));
       return rows.length;
     });
     total += n;
-    if (n < rotationBatch) break;
+    if (n < rotationBatch) return total;
   }
-  for (;;) {
-    const n = await db.transaction().execute(async (tx) => {
-      const rows = await tx.selectFrom("repositories").select(["name", "credential_sealed"]).where("credential_sealed", "is not", null).where(notCurrent("credential_sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute();
-      for (const r of rows) {
-        const binding = repositoryCredentialBinding(r.name);
-        await tx.updateTable("repositories").set({ credential_sealed: box.seal(box.open(r.credential_sealed!, binding), binding) }).where("name", "=", r.name).execute();
-      }
-      return rows.length;
-    });
-    total += n;
-    if (n < rotationBatch) break;
-  }
-  return total;
+}
+
+async function rotate(db: Kysely<Database>, box: SecretBox): Promise<number> {
+  return (await reseal(db, box, jobSecretRows)) + (await reseal(db, box, credentialRows));
 }

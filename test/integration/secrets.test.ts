@@ -193,7 +193,8 @@ describe(`secrets at rest across restarts (${databaseKind})`, () => {
     plane = undefined;
   };
 
-  it("seals plain credentials, refuses a wrong key naming its file, rotates every row to the new key", async () => {
+  // Five starts of a control plane on one database: more than the default 30 s on a loaded machine.
+  it("seals plain credentials, refuses a wrong key naming its file, rotates every row to the new key", { timeout: 180_000 }, async () => {
     expect((await stat(join(dir, "k1.key"))).mode & 0o777).toBe(0o600);
     let cp = await start({ current: k1 });
     const db = () => cp.plane.store.db;
