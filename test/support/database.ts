@@ -1,5 +1,6 @@
 import pg from "pg";
-import { ephemeralSecretsKey } from "../../src/secrets/box.js";
+import { createHash } from "node:crypto";
+import { secretsKey } from "../../src/secrets/box.js";
 import type { SecretsKeys } from "../../src/secrets/keys.js";
 
 /** A database for one test file: embedded in memory, or a fresh database on the server named by DATABASE_URL. */
@@ -38,11 +39,11 @@ async function admin(url: string, statement: string): Promise<void> {
   }
 }
 
-const keysByLocation = new Map<string, SecretsKeys>();
-
-/** The secrets key of a database location: every control plane this process starts on it (replicas, restarts) gets the same one. */
+/**
+ * The secrets key of a database location, derived from it: every control
+ * plane started on it, in any test process (replicas, restarts, a child
+ * process), gets the same one. A test key, not a secret.
+ */
 export function testSecretsKeys(location: string): SecretsKeys {
-  let keys = keysByLocation.get(location);
-  if (!keys) keysByLocation.set(location, (keys = { current: ephemeralSecretsKey() }));
-  return keys;
+  return { current: secretsKey(createHash("sha256").update(`forelead test secrets key ${location}`).digest(), `the test key of ${location}`) };
 }
