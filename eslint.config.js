@@ -18,7 +18,7 @@ export default tseslint.config(
   // the runner agent is a client of the protocol and never links the server's code. protocol/
   // holds the rules both sides of the wire apply (e.g. which env names look secret).
   {
-    files: ["src/{broker,streams,code,artifacts,inventory,identity,store,protocol,ops,events}/**/*.ts"],
+    files: ["src/{broker,streams,code,artifacts,inventory,identity,store,protocol,ops,events,secrets}/**/*.ts"],
     rules: {
       "no-restricted-imports": ["error", {
         patterns: [

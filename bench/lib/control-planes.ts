@@ -1,6 +1,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { BatcherOptions } from "../../src/broker/batcher.js";
+import { readOrCreateSecretsKeyFile } from "../../src/secrets/key-file.js";
 import { startControlPlane, type ControlPlane } from "../../src/server/control-plane.js";
 import { benchAdminId, type BenchPki } from "./pki.js";
 
@@ -32,6 +34,9 @@ export interface PlanesOptions {
 
 /** Starts `count` control planes on loopback ports (one after the other, so migrations do not race). */
 export async function startPlanes(options: PlanesOptions): Promise<Planes> {
+  // One secrets key beside the PKI, shared by every plane on the database (required on postgres://).
+  const secretsKeyFile = join(dirname(options.pki.files.ca), "secrets.key");
+  const { key } = await readOrCreateSecretsKeyFile(secretsKeyFile);
   if (options.mode === "in-process") {
     if (options.count !== 1) throw new Error("only one control plane runs in-process");
     const plane = await startControlPlane({
@@ -45,13 +50,14 @@ export async function startPlanes(options: PlanesOptions): Promise<Planes> {
       admins: [benchAdminId],
       leaseSeconds: options.leaseSeconds ?? 30,
       maxCertLifetimeMs: 24 * 3600 * 1000,
+      secretsKeys: { current: key },
       ...(options.batching ? { batching: options.batching } : {}),
     });
     return { urls: [plane.url], pids: [process.pid], inProcess: plane, close: () => plane.close() };
   }
   const children: Served[] = [];
   try {
-    for (let i = 0; i < options.count; i++) children.push(await serve(options));
+    for (let i = 0; i < options.count; i++) children.push(await serve(options, secretsKeyFile));
   } catch (err) {
     await Promise.all(children.map((c) => stop(c.child)));
     throw err;
@@ -69,9 +75,9 @@ interface Served {
   readonly url: string;
 }
 
-async function serve(options: PlanesOptions): Promise<Served> {
+async function serve(options: PlanesOptions, secretsKeyFile: string): Promise<Served> {
   const { files } = options.pki;
-  const args = ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", options.database, "--admin", benchAdminId];
+  const args = ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", options.database, "--secrets-key", secretsKeyFile, "--admin", benchAdminId];
   // BENCH_CPU_PROF_DIR=dir: each serve process writes a V8 CPU profile there when it exits (docs/performance.md).
   const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
   const child = spawn(process.execPath, [...profile, ...args], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });

@@ -43,6 +43,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         idempotencyKey: req.idempotencyKey,
         kind: req.kind,
         enqueuedBy: principalOf(ctx).spiffeId.text,
+        secrets: req.secrets,
+        secretFiles: req.secretFiles,
       });
       const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
       return { apiVersion, job: jobMessage(job) };

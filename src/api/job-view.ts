@@ -23,7 +23,7 @@ function unmaskedJob(snapshot: JobSnapshot): Job {
   return fromJson(JobSchema, snapshot as JsonValue, { ignoreUnknownFields: true });
 }
 
-/** The proto Lease of a broker lease view: the job with its real env, for the runner holding the lease. */
+/** The proto Lease of a broker lease view; secrets only when the view carries them (the claim that issued it). */
 export function leaseMessage(view: LeaseView): Lease {
   return create(LeaseSchema, {
     apiVersion,
@@ -31,5 +31,6 @@ export function leaseMessage(view: LeaseView): Lease {
     expiresAt: timestampFromDate(view.expiresAt),
     cancelRequested: view.cancelRequested,
     job: unmaskedJob(view.job),
+    ...(view.secrets ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles } : {}),
   });
 }

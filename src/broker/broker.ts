@@ -19,6 +19,7 @@ import { expireLeases } from "./sql/expire.js";
 import { releaseLease } from "./sql/release.js";
 import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
+import type { SecretBox } from "../secrets/box.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
@@ -60,6 +61,8 @@ export interface BrokerOptions {
   readonly batching?: BatcherOptions;
   /** Told of every lease granted, renewed, settled or swept (metrics); nothing by default. */
   readonly observer?: BrokerObserver;
+  /** Seals job secrets at enqueue and opens them at claim; without it, an enqueue with secrets is refused. */
+  readonly secrets?: SecretBox;
 }
 
 /**
@@ -74,7 +77,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const { db } = options.store;
   const wakeups: Wakeups = await createWakeups(options.store);
   const batching = options.batching ?? defaultBatching;
-  const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds), batching);
+  const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds, options.secrets), batching);
   const { observer } = options;
   const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer), batching);
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
@@ -91,7 +94,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   timer.unref();
 
   return {
-    enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code), options.leaseSeconds),
+    enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code, options.secrets), options.leaseSeconds),
     get: async (jobId) => withWaiting(db, await getJob(db, jobId), options.leaseSeconds),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by),

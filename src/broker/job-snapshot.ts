@@ -45,6 +45,9 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.published_commit) out.publishedCommit = row.published_commit;
   if (row.published_branch) out.publishedBranch = row.published_branch;
   if (row.artifacts?.length) out.artifacts = row.artifacts;
+  // The names only: a secret's value is never part of any view (src/broker/job-secrets.ts).
+  if (row.secret_names?.length) out.secretNames = row.secret_names;
+  if (row.secret_file_names?.length) out.secretFileNames = row.secret_file_names;
   return out;
 }
 

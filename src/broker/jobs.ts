@@ -8,6 +8,8 @@ import type { CodeHooks } from "./pinning.js";
 import { notifyJobs } from "./lease-sql.js";
 import { eventsCte } from "../events/record.js";
 import { checkSegmentId } from "../identity/segment-id.js";
+import type { SecretBox } from "../secrets/box.js";
+import { hasSecrets, secretNames, secretsDigest, storeJobSecrets, validateSecrets, type JobSecretsInput } from "./job-secrets.js";
 
 /** What to run. argv is an array, never a shell string. */
 export interface JobSpecInput {
@@ -19,8 +21,8 @@ export interface JobSpecInput {
   readonly memoryBytes: number;
 }
 
-/** An enqueue request, already decoded. */
-export interface EnqueueInput {
+/** An enqueue request, already decoded; its secrets (JobSecretsInput) are write-only. */
+export interface EnqueueInput extends JobSecretsInput {
   readonly workspaceId: string;
   readonly labels: readonly string[];
   readonly repository: string;
@@ -103,6 +105,7 @@ export function validateEnqueue(input: EnqueueInput, timeouts: JobTimeouts = def
   const env = Object.keys(spec.env);
   if (env.length > jobLimits.maxEnv) bad(`spec.env has ${env.length} entries; at most ${jobLimits.maxEnv} are allowed`);
   env.forEach((k) => envName.test(k) || bad(`spec.env key ${JSON.stringify(k)} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)`));
+  validateSecrets(input);
 }
 
 /**
@@ -110,10 +113,14 @@ export function validateEnqueue(input: EnqueueInput, timeouts: JobTimeouts = def
  * without a timeout gets the server's default one. The same
  * idempotencyKey in the same workspace returns the job stored first; with a
  * different request it is refused (409), since silently returning a job that
- * runs something else would be worse.
+ * runs something else would be worse. Secrets are sealed with `box` and
+ * stored with the job in one transaction; the idempotency hash compares
+ * their keyed hashes, never their values.
  */
-export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, code?: CodeHooks): Promise<JobSnapshot> {
+export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, code?: CodeHooks, box?: SecretBox): Promise<JobSnapshot> {
   validateEnqueue(input, timeouts);
+  const withSecrets = hasSecrets(input);
+  if (withSecrets && !box) bad("this control plane has no secrets key, so it cannot store a job's secrets");
   const kind = jobKindOf(input);
   if (input.repository) {
     if (!code) bad(`repository ${JSON.stringify(input.repository)} is not registered: this control plane serves no code routes`);
@@ -132,16 +139,18 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
   const storedSpec = { ...requestedSpec, timeoutSeconds: spec.timeoutSeconds || timeouts.defaultSeconds };
   const labels = [...new Set(input.labels)].sort();
   const maxAttempts = input.maxAttempts || jobLimits.defaultMaxAttempts;
-  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, requestedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : [])])).digest("hex");
+  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, requestedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : []), ...(withSecrets ? [secretsDigest(box!, input)] : [])])).digest("hex");
+  const id = newJobId();
   // One statement: the insert, and the wakeup only when a row was inserted (a repeat of an
   // idempotency key wakes nobody). One round trip and one commit instead of four round trips:
   // under load each round trip waits for the event loop, and enqueue latency is pickup latency.
-  const inserted = await db
+  // A job with secrets adds their rows in the same transaction (the wake is sent at its commit).
+  const insertJob = (q: Kysely<Database>) => q
     .with("ins", (qb) =>
       qb
         .insertInto("jobs")
         .values({
-          id: newJobId(),
+          id,
           workspace_id: input.workspaceId,
           labels,
           kind,
@@ -154,6 +163,7 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
           idempotency_key: input.idempotencyKey || null,
           request_sha256: requestSha256,
           enqueued_by: input.enqueuedBy ?? null,
+          ...(withSecrets ? secretNames(input) : {}),
         })
         .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
         .returningAll(),
@@ -169,6 +179,13 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
     .selectAll("ins")
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
     .executeTakeFirst();
+  const inserted = withSecrets
+    ? await db.transaction().execute(async (tx) => {
+        const row = await insertJob(tx);
+        if (row) await storeJobSecrets(tx, box!, id, input);
+        return row;
+      })
+    : await insertJob(db);
   if (inserted) {
     const { woken: _woken, ...row } = inserted;
     return jobSnapshot(row);

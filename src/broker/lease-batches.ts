@@ -7,6 +7,7 @@ import { checkCompletion, type CheckedCompletion, type CompletionInput } from ".
 import type { LeaseView } from "./leases.js";
 import type { BrokerObserver } from "./observer.js";
 import { claimJob, claimLeases } from "./sql/claim.js";
+import type { SecretBox } from "../secrets/box.js";
 import { completeJob, completeJobInTransaction, settleLeases } from "./sql/complete.js";
 
 // Claims and completions that arrive together are served by one statement:
@@ -23,16 +24,16 @@ import { completeJob, completeJobInTransaction, settleLeases } from "./sql/compl
  * registered, or a deadlock), so each request gets its own answer or error
  * and a runner's free slots still go to its earliest requests.
  */
-export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number): Promise<Array<PromiseSettledResult<LeaseView | undefined>>> {
+export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number, box?: SecretBox): Promise<Array<PromiseSettledResult<LeaseView | undefined>>> {
   if (holders.length > 1) {
     try {
-      return (await claimLeases(db, holders, leaseSeconds)).map((value) => ({ status: "fulfilled", value }));
+      return (await claimLeases(db, holders, leaseSeconds, box)).map((value) => ({ status: "fulfilled", value }));
     } catch {
       // Rolled back whole: nothing was claimed.
     }
   }
   const results: Array<PromiseSettledResult<LeaseView | undefined>> = [];
-  for (const h of holders) results.push(...(await settleEach([h], (one) => claimJob(db, one, leaseSeconds))));
+  for (const h of holders) results.push(...(await settleEach([h], (one) => claimJob(db, one, leaseSeconds, box))));
   return results;
 }
 

@@ -1,13 +1,15 @@
 import type { JobSnapshot } from "./job-snapshot.js";
+import type { LeaseSecrets } from "./job-secrets.js";
 import type { LeaseHolder } from "./lease-check.js";
 
 // The lease operations are one SQL module each, in sql/: claim, renew,
 // release, complete, expire. The rules they share (a live lease, ending one,
 // waking claims) are in lease-sql.ts.
 
-/** A lease as the runner sees it: the token only in the claim that issued it. */
+/** A lease as the runner sees it: the token, and the job's secrets, only in the claim that issued it. */
 export interface LeaseView {
   readonly token?: string;
+  readonly secrets?: LeaseSecrets;
   readonly expiresAt: Date;
   readonly cancelRequested: boolean;
   readonly job: JobSnapshot;

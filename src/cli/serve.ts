@@ -3,6 +3,8 @@ import { Command, InvalidArgumentError, Option } from "commander";
 import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
 import { defaultJobTimeouts } from "../broker/jobs.js";
 import { isPostgresUrl } from "../store/database.js";
+import { readOrCreateSecretsKeyFile, readSecretsKeyFile } from "../secrets/key-file.js";
+import type { SecretsKeys } from "../secrets/keys.js";
 import { parseDuration } from "../identity/ca.js";
 import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js";
 import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
@@ -49,6 +51,8 @@ interface ServeFlags {
   maxConnectionsPerAddress: number;
   idleConnectionTimeout: number;
   check?: boolean;
+  secretsKey?: string;
+  secretsKeyPrevious?: string;
 }
 
 /** `forelead serve`: the control plane. */
@@ -79,6 +83,8 @@ export function serveCommand(): Command {
     .addOption(new Option("--audit-spool-max-size <size>", "the spool's bound; past it requests are refused (503) until the database takes records").default(2 ** 30, "1GiB").argParser(byteSize("--audit-spool-max-size")))
     .addOption(new Option("--event-retention <duration>", "how long the global event stream (GET /v1/admin/events) keeps events; older ones are pruned hourly in batches").default(7 * 86_400, "7d").argParser(secondsFlag("--event-retention", { wholeSeconds: true })))
     .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
+    .addOption(pathOption("--secrets-key <file>", "the key (32 random bytes, base64, mode 0600) that encrypts job secrets and repository credentials; required with a postgres:// URL (the same file on every replica); default: beside an embedded database (data/secrets.key), made on the first start"))
+    .addOption(pathOption("--secrets-key-previous <file>", "the key being replaced: every secret is re-encrypted from it to --secrets-key at start, after which it is no longer needed"))
     // Connection limits (docs/limits.md).
     .addOption(new Option("--tls-handshake-timeout <seconds>", "close a TLS handshake not finished within this").default(defaultConnectionLimits.handshakeTimeoutMs / 1000).argParser(integerIn("--tls-handshake-timeout", 1, 600)))
     .addOption(new Option("--max-concurrent-streams <n>", "SETTINGS_MAX_CONCURRENT_STREAMS of every connection").default(defaultConnectionLimits.maxConcurrentStreams).argParser(integerIn("--max-concurrent-streams", 1, 10_000)))
@@ -116,6 +122,7 @@ export function serveCommand(): Command {
 async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
   const { host, port } = parseListen(flags.listen, "--listen");
   const metricsListen = flags.metricsListen === "off" ? undefined : parseListen(flags.metricsListen, "--metrics-listen");
+  const secretsKeys = await loadSecretsKeys(flags);
   parseSpiffeId(`spiffe://${flags.trustDomain}`);
   flags.admin.forEach((id) => checkServiceIdentity(id, flags.trustDomain));
   const grants = flags.grant.map((g) => parseRoleGrant(g, flags.trustDomain));
@@ -141,6 +148,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
     ...(artifactsDir ? { artifactsDir } : {}),
     maxArtifactBytes: flags.maxArtifactSize,
+    ...(secretsKeys ? { secretsKeys } : {}),
     eventRetentionMs: flags.eventRetention * 1000,
     ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
     auditSpoolMaxBytes: flags.auditSpoolMaxSize,
@@ -179,6 +187,23 @@ function defaultAuditSpoolDir(database: string): string | undefined {
   if (isPostgresUrl(database)) return resolve("data/audit-spool");
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "audit-spool");
+}
+
+/**
+ * --secrets-key (and -previous), read; without it, beside an embedded data
+ * directory (data/db → data/secrets.key), made there on the first start.
+ * None for a database in memory or a postgres:// URL: the control plane
+ * makes a key for the run, or refuses to start, naming the flag.
+ */
+async function loadSecretsKeys(flags: ServeFlags): Promise<SecretsKeys | undefined> {
+  const previous = flags.secretsKeyPrevious ? await readSecretsKeyFile(flags.secretsKeyPrevious) : undefined;
+  if (flags.secretsKey) return { current: await readSecretsKeyFile(flags.secretsKey), ...(previous ? { previous } : {}) };
+  if (previous) throw new Error("--secrets-key-previous needs --secrets-key: the key every secret is re-encrypted to");
+  if (isPostgresUrl(flags.database) || flags.database === "memory://") return undefined;
+  const path = join(dirname(resolve(flags.database)), "secrets.key");
+  const { key, created } = await readOrCreateSecretsKeyFile(path);
+  if (created) console.log(`forelead: created the secrets key ${path} (mode 0600); back it up with the database: without it, job secrets and repository credentials cannot be read`);
+  return { current: key };
 }
 
 /** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */

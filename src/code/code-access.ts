@@ -7,6 +7,7 @@ import { createBundleFile, type BundleFile } from "./bundles.js";
 import type { KeyedQueue } from "./keyed-queue.js";
 import { objectIdPattern, type Mirrors } from "./mirror.js";
 import { findRepository, type RepositoryRow } from "./repositories.js";
+import type { SecretBox } from "../secrets/box.js";
 
 /** The bundle kinds of code/bundle. */
 export const bundleKinds = ["base", "head", "published"] as const;
@@ -16,6 +17,8 @@ export type BundleKind = (typeof bundleKinds)[number];
 /** What the lease-scoped code routes need. */
 export interface CodeAccessDeps {
   readonly db: Kysely<Database>;
+  /** Opens repository credentials. */
+  readonly secrets: SecretBox;
   readonly mirrors: Mirrors;
   /** One bundle per job and kind at a time: the bundle's ref is set, then read. */
   readonly bundleQueue: KeyedQueue;
@@ -38,7 +41,7 @@ async function codeLease(deps: CodeAccessDeps, call: LeaseCall): Promise<{ lease
   const lease = await requireLiveLease(deps.db, call, call.jobId, call.leaseToken);
   const job = lease.job;
   if (!job.repository || !job.target_branch) refuse(`job ${job.id} is a ${job.kind} job with no repository; code routes are for checkout and agent jobs`);
-  const repo = await findRepository(deps.db, job.repository).catch(() =>
+  const repo = await findRepository(deps.db, deps.secrets, job.repository).catch(() =>
     refuse(`repository ${JSON.stringify(job.repository)} of job ${job.id} is no longer registered with this control plane`),
   );
   return { lease, repo, branch: job.target_branch };

@@ -13,11 +13,14 @@ import { GitError, gitTimeouts, runGit } from "./git.js";
 import { createKeyedQueue } from "./keyed-queue.js";
 import { checkBranchName, createMirrors } from "./mirror.js";
 import { publishCommit, type Published } from "./publish.js";
-import { findRepository, listRepositories, upsertRepository, validateRegistration, type RegisterRepositoryInput, type RepositoryView } from "./repositories.js";
+import type { SecretBox } from "../secrets/box.js";
+import { findRepository, listRepositories, lookUpRepository, upsertRepository, validateRegistration, type RegisterRepositoryInput, type RepositoryView } from "./repositories.js";
 
 /** Options of the code host. */
 export interface CodeHostOptions {
   readonly db: Kysely<Database>;
+  /** Seals and opens repository credentials (src/secrets). */
+  readonly secrets: SecretBox;
   /** Where mirrors and scratch files live; a private temporary directory (removed on close) when omitted. */
   readonly codeDir?: string;
   /** Cap of one bundle, either way; 256 MiB by default. */
@@ -48,7 +51,7 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
   const codeDir = options.codeDir ?? (await mkdtemp(join(tmpdir(), "forelead-code-")));
   const mirrors = createMirrors(join(codeDir, "mirrors"));
   const maxBundleBytes = options.maxBundleBytes ?? defaultMaxBundleBytes;
-  const deps = { db: options.db, mirrors, bundleQueue: createKeyedQueue(), maxBundleBytes, scratchDir: join(codeDir, "scratch") };
+  const deps = { db: options.db, secrets: options.secrets, mirrors, bundleQueue: createKeyedQueue(), maxBundleBytes, scratchDir: join(codeDir, "scratch") };
 
   return {
     maxBundleBytes,
@@ -61,17 +64,17 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
         if (err instanceof GitError) throw new ConnectError(`repository ${input.name} at ${input.url} could not be read: ${err.message}`, Code.FailedPrecondition);
         throw err;
       });
-      return upsertRepository(options.db, input, by);
+      return upsertRepository(options.db, options.secrets, input, by);
     },
     list: () => listRepositories(options.db),
     async checkTarget(repository, targetBranch) {
-      const repo = await findRepository(options.db, repository);
+      const repo = await findRepository(options.db, options.secrets, repository);
       checkBranchName(targetBranch);
       const head = await mirrors.resolveBranch(repo, targetBranch);
       if (!head) throw new ConnectError(`targetBranch ${JSON.stringify(targetBranch)} does not exist in repository ${JSON.stringify(repository)}`, Code.InvalidArgument);
     },
     async resolvePin(repository, targetBranch) {
-      const repo = await options.db.selectFrom("repositories").selectAll().where("name", "=", repository).executeTakeFirst();
+      const repo = await lookUpRepository(options.db, options.secrets, repository);
       if (!repo) return { refusal: `repository ${JSON.stringify(repository)} is no longer registered` };
       const head = await mirrors.resolveBranch(repo, targetBranch);
       return head ?? { refusal: `branch ${JSON.stringify(targetBranch)} no longer exists in repository ${JSON.stringify(repository)}` };

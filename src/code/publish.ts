@@ -15,10 +15,13 @@ import { withRemoteAccess } from "./credentials.js";
 import { GitError, gitTimeouts, runGit } from "./git.js";
 import type { Mirrors } from "./mirror.js";
 import { findRepository } from "./repositories.js";
+import type { SecretBox } from "../secrets/box.js";
 
 /** What publishing needs. */
 export interface PublishDeps {
   readonly db: Kysely<Database>;
+  /** Opens repository credentials. */
+  readonly secrets: SecretBox;
   readonly mirrors: Mirrors;
   readonly scratchDir: string;
 }
@@ -54,7 +57,7 @@ export async function publishCommit(deps: PublishDeps, call: LeaseCall, chunks: 
   if (job.kind !== "agent" || !job.repository || !job.target_branch) refuse(`publish is only for agent jobs; job ${job.id} is a ${job.kind} job`);
   const base = job.base_commit;
   if (!base) refuse(`job ${job.id} has no pinned base commit yet; claim it again`);
-  const repo = await findRepository(deps.db, job.repository);
+  const repo = await findRepository(deps.db, deps.secrets, job.repository);
   const mirror = await deps.mirrors.open(repo);
   if (!(await deps.mirrors.ensureCommit(repo, base, [job.target_branch]))) refuse(`base commit ${base} is no longer available from repository ${JSON.stringify(repo.name)}`);
 

@@ -1,10 +1,16 @@
 import { isAbsolute } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Selectable } from "kysely";
+import { repositoryCredentialBinding } from "../secrets/bindings.js";
+import type { SecretBox } from "../secrets/box.js";
 import type { Database, RepositoriesTable } from "../store/schema.js";
 
-/** A repository row, credential included: never leaves src/code. */
-export type RepositoryRow = Selectable<RepositoriesTable>;
+/**
+ * A repository row with its credential opened: never leaves src/code. The
+ * credential is stored sealed (credential_sealed, src/secrets) and opened
+ * only here.
+ */
+export type RepositoryRow = Omit<Selectable<RepositoriesTable>, "credential_sealed">;
 
 /** A repository as admins see it: no credential, only whether one is set. */
 export interface RepositoryView {
@@ -67,12 +73,13 @@ export function urlKind(url: string): "path" | "file" | "https" | "ssh" {
   }
 }
 
-/** Inserts or replaces a registration; the credential is replaced too (empty clears it). */
-export async function upsertRepository(db: Kysely<Database>, input: RegisterRepositoryInput, by: string): Promise<RepositoryView> {
+/** Inserts or replaces a registration; the credential is replaced too (empty clears it), stored sealed. */
+export async function upsertRepository(db: Kysely<Database>, box: SecretBox, input: RegisterRepositoryInput, by: string): Promise<RepositoryView> {
+  const sealed = input.credential ? box.seal(input.credential, repositoryCredentialBinding(input.name)) : null;
   const row = await db
     .insertInto("repositories")
-    .values({ name: input.name, url: input.url, credential: input.credential || null, registered_by: by })
-    .onConflict((oc) => oc.column("name").doUpdateSet({ url: input.url, credential: input.credential || null, registered_by: by, updated_at: sql`now()` }))
+    .values({ name: input.name, url: input.url, credential: null, credential_sealed: sealed, registered_by: by })
+    .onConflict((oc) => oc.column("name").doUpdateSet({ url: input.url, credential: null, credential_sealed: sealed, registered_by: by, updated_at: sql`now()` }))
     .returningAll()
     .executeTakeFirstOrThrow();
   return repositoryView(row);
@@ -85,13 +92,21 @@ export async function listRepositories(db: Kysely<Database>): Promise<Repository
 }
 
 /** A registration with its credential, or invalid_argument saying how to register it. */
-export async function findRepository(db: Kysely<Database>, name: string): Promise<RepositoryRow> {
-  const row = await db.selectFrom("repositories").selectAll().where("name", "=", name).executeTakeFirst();
+export async function findRepository(db: Kysely<Database>, box: SecretBox, name: string): Promise<RepositoryRow> {
+  const row = await lookUpRepository(db, box, name);
   if (!row) bad(`repository ${JSON.stringify(name)} is not registered with this control plane; register it first (forelead repos add ${name} URL)`);
   return row;
 }
 
+/** A registration with its credential opened, or undefined. */
+export async function lookUpRepository(db: Kysely<Database>, box: SecretBox, name: string): Promise<RepositoryRow | undefined> {
+  const row = await db.selectFrom("repositories").selectAll().where("name", "=", name).executeTakeFirst();
+  if (!row) return undefined;
+  const { credential_sealed: sealed, ...rest } = row;
+  return { ...rest, credential: sealed ? box.open(sealed, repositoryCredentialBinding(row.name)) : rest.credential };
+}
+
 /** The admin view of a row. */
-export function repositoryView(row: RepositoryRow): RepositoryView {
-  return { name: row.name, url: row.url, hasCredential: row.credential !== null, createdAt: row.created_at, updatedAt: row.updated_at };
+export function repositoryView(row: Selectable<RepositoriesTable>): RepositoryView {
+  return { name: row.name, url: row.url, hasCredential: row.credential_sealed !== null || row.credential !== null, createdAt: row.created_at, updatedAt: row.updated_at };
 }

@@ -11,6 +11,8 @@ import { createEvents } from "../events/events.js";
 import { createCodeHost } from "../code/code-host.js";
 import { createIdentity } from "../identity/identity.js";
 import { createInventory } from "../inventory/inventory.js";
+import { defaultSecretsKeys } from "../secrets/keys.js";
+import { openSecrets } from "../secrets/startup.js";
 import { isPostgresUrl, openStore, type Store } from "../store/database.js";
 import { createDbClock } from "../store/db-clock.js";
 import { createStreams } from "../streams/streams.js";
@@ -31,13 +33,17 @@ export type Domain = Awaited<ReturnType<typeof buildDomain>>;
  */
 export async function buildDomain(checked: CheckedOptions, stack: ResourceStack) {
   const { options } = checked;
+  const keys = options.secretsKeys ?? defaultSecretsKeys({ shared: isPostgresUrl(options.database), persistent: options.database !== "memory://" });
   const store = stack.use("the database", await openStore(options.database));
+  const secrets = await openSecrets(store.db, keys.current, keys.previous);
+  if (keys.previous) console.log(`forelead: re-encrypted ${secrets.rotated} secret(s) from ${keys.previous.source} to ${keys.current.source}; the previous key is no longer needed`);
+  if (secrets.sealedCredentials) console.log(`forelead: sealed ${secrets.sealedCredentials} repository credential(s) stored in plain text by an earlier version`);
   const clock = stack.use("the database clock", await createDbClock(store.db));
   const auditSpool = { dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")), ...(options.auditSpoolMaxBytes ? { maxBytes: options.auditSpoolMaxBytes } : {}) };
   const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer, auditSpool }));
   const metrics = stack.use("the metrics", createMetrics({ store, audit: identity.audit }));
-  const code = stack.use("the code host", await createCodeHost({ db: store.db, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
-  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}), observer: metrics.broker }));
+  const code = stack.use("the code host", await createCodeHost({ db: store.db, secrets: secrets.box, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
+  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, secrets: secrets.box, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}), observer: metrics.broker }));
   const inventory = createInventory(store.db);
   const artifactStore = await chooseArtifactStore(checked, store, stack);
   const artifacts = stack.use("artifacts", createArtifacts({ db: store.db, store: artifactStore, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));

@@ -3,6 +3,7 @@ import type { JobTimeouts } from "../broker/jobs.js";
 import { defaultConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
+import type { SecretsKeys } from "../secrets/keys.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
 import type { MetricsListen } from "./metrics/http.js";
 
@@ -68,6 +69,13 @@ export interface ControlPlaneOptions {
   readonly connectionLimits?: Partial<ConnectionLimits>;
   /** Where /metrics, /healthz and /readyz are served over plain HTTP (`--metrics-listen`); not served when omitted. */
   readonly metricsListen?: MetricsListen;
+  /**
+   * The key that seals job secrets and repository credentials (--secrets-key),
+   * and the one being rotated away from (--secrets-key-previous). Required on
+   * a postgres:// database or a data directory; a database in memory gets a
+   * key for the run.
+   */
+  readonly secretsKeys?: SecretsKeys;
 }
 
 /** The options with what checking them made: the TLS material (with the client trust anchors), roles, the loaded issuer. */

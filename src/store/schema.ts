@@ -27,6 +27,8 @@ export interface Database {
   job_peaks: JobPeaksTable;
   replicas: ReplicasTable;
   events: EventsTable;
+  job_secrets: JobSecretsTable;
+  secrets_keys: SecretsKeysTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -125,6 +127,24 @@ export interface JobsTable {
   artifacts: ColumnType<JsonObject[] | null, string | null | undefined, string | null>;
   /** The SPIFFE ID that enqueued the job (migration 0014); it may always read and cancel it. */
   enqueued_by: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The names of the job's secrets and secret files (migration 0013); the values are in job_secrets. */
+  secret_names: ColumnType<string[], string[] | undefined, string[]>;
+  secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
+}
+
+/** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
+export interface JobSecretsTable {
+  job_id: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
+}
+
+/** A known value sealed by each secrets key in use: a start with another key is refused (migration 0013). */
+export interface SecretsKeysTable {
+  key_id: number;
+  sealed: Buffer;
+  created_at: Generated<Date>;
 }
 
 /** Every lease ever issued; the token itself is never stored, only its SHA-256. */
@@ -152,6 +172,8 @@ export interface RepositoriesTable {
   url: string;
   /** Never returned, logged or put in argv: handed to git through a private askpass file. */
   credential: string | null;
+  /** The credential sealed (src/secrets, migration 0013); `credential` is emptied once it is. */
+  credential_sealed: ColumnType<Buffer | null, Buffer | null | undefined, Buffer | null>;
   registered_by: string;
   created_at: Generated<Date>;
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>;

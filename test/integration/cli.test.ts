@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readOrCreateSecretsKeyFile } from "../../src/secrets/key-file.js";
 import { createRestClient } from "../support/clients.js";
 import { createTestPki } from "../support/pki.js";
 
@@ -13,6 +14,7 @@ let dir: string;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "forelead-cli-"));
+  await readOrCreateSecretsKeyFile(join(dir, "pg-secrets.key"));
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
@@ -71,7 +73,9 @@ describe("the forelead command", () => {
     [["--tls-cert", "missing.pem"], "--tls-cert, --tls-key and --client-ca go together"],
     // Relative paths are resolved where the command starts (an absolute path in the error).
     [["--tls-cert", "missing.pem", "--tls-key", "missing-key.pem", "--client-ca", "missing-ca.pem"], "cannot read --tls-cert /"],
-    [["--database", "postgres://nobody@127.0.0.1:1/none"], "cannot reach the database at postgres://nobody@127.0.0.1:1/none"],
+    [["--database", "postgres://nobody@127.0.0.1:1/none", "--secrets-key", "pg-secrets.key"], "cannot reach the database at postgres://nobody@127.0.0.1:1/none"],
+    [["--database", "postgres://nobody@127.0.0.1:1/none"], "a postgres:// database needs --secrets-key FILE"],
+    [["--secrets-key", "absent.key"], "the secrets key file /"],
     [["--admin", "not-a-spiffe-id"], "is not a valid SPIFFE ID"],
     [["--bogus"], "unknown option '--bogus'"],
   ])("serve %j refuses to start with a clear message", async (args, message) => {

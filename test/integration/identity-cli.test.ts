@@ -9,6 +9,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readOrCreateSecretsKeyFile } from "../../src/secrets/key-file.js";
 import { createRestClient } from "../support/clients.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
@@ -45,7 +46,7 @@ describe(`forelead serve, grants, runner enroll, certs and audit as processes ($
       const issued = await cli(["ca", "issue", "--dir", certs, "--spiffe-id", `spiffe://forelead/services/${who}`, "--out", path.join(tmp, who)]);
       expect(issued.code, issued.stderr).toBe(0);
     }
-    serve = spawn(process.execPath, ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", certs, "--database", database.location, "--admin", ops, "--grant", `${dash}=read`], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
+    serve = spawn(process.execPath, ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", certs, "--database", database.location, "--secrets-key", (await readOrCreateSecretsKeyFile(path.join(tmp, "secrets.key")), path.join(tmp, "secrets.key")), "--admin", ops, "--grant", `${dash}=read`], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
     serve.stdout!.setEncoding("utf8").on("data", (c: string) => (out += c));
     serve.stderr!.setEncoding("utf8").on("data", (c: string) => (out += c));
     url = await new Promise<string>((resolve, reject) => {

@@ -16,6 +16,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readOrCreateSecretsKeyFile } from "../../src/secrets/key-file.js";
 import { hashLeaseToken } from "../../src/broker/ids.js";
 import { createRestClient, type RestClient, type RestReply } from "../support/clients.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
@@ -138,7 +139,7 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     await writeFile(files.key, pki.server.keyPem, { mode: 0o600 });
     await writeFile(files.ca, pki.ca.certPem);
     database = await createTestDatabase();
-    const args = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", database.location, "--admin", adminId];
+    const args = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", database.location, "--admin", adminId, "--secrets-key", (await readOrCreateSecretsKeyFile(path.join(tmp, "secrets.key")), path.join(tmp, "secrets.key"))];
     // Both at once, on an empty database: their start-up migrations race too.
     const results = await Promise.allSettled([startReplica("A", args, replicas), startReplica("B", args, replicas)]);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");

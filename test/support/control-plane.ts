@@ -1,5 +1,5 @@
 import { startControlPlane, type ControlPlane, type ControlPlaneOptions } from "../../src/server/control-plane.js";
-import { createTestDatabase, type TestDatabase } from "./database.js";
+import { createTestDatabase, testSecretsKeys, type TestDatabase } from "./database.js";
 import { createTestPki, type TestPki } from "./pki.js";
 
 /** A control plane on a loopback port with a PKI and database made for the test. */
@@ -34,6 +34,7 @@ export async function startTestControlPlane(overrides: TestControlPlaneOptions =
     admins: [testAdminId],
     leaseSeconds: 30,
     maxCertLifetimeMs: 24 * 3600 * 1000,
+    secretsKeys: testSecretsKeys(database.location),
     ...options,
   });
   return {

@@ -1,4 +1,7 @@
 import pg from "pg";
+import { createHash } from "node:crypto";
+import { secretsKey } from "../../src/secrets/box.js";
+import type { SecretsKeys } from "../../src/secrets/keys.js";
 
 /** A database for one test file: embedded in memory, or a fresh database on the server named by DATABASE_URL. */
 export interface TestDatabase {
@@ -34,4 +37,13 @@ async function admin(url: string, statement: string): Promise<void> {
   } finally {
     await client.end();
   }
+}
+
+/**
+ * The secrets key of a database location, derived from it: every control
+ * plane started on it, in any test process (replicas, restarts, a child
+ * process), gets the same one. A test key, not a secret.
+ */
+export function testSecretsKeys(location: string): SecretsKeys {
+  return { current: secretsKey(createHash("sha256").update(`forelead test secrets key ${location}`).digest(), `the test key of ${location}`) };
 }

@@ -3,11 +3,13 @@
 // and is taken over from a dead one; git's cause survives into an error.
 import { spawnSync } from "node:child_process";
 import { generateKeyPairSync } from "node:crypto";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runGit } from "../../src/code/git.js";
+import { readOrCreateSecretsKeyFile, readSecretsKeyFile } from "../../src/secrets/key-file.js";
+import { defaultSecretsKeys } from "../../src/secrets/keys.js";
 import { readSigningKey } from "../../src/identity/signing-key.js";
 import { DirectoryInUse, lockDirectory, lockFileName } from "../../src/store/data-dir-lock.js";
 
@@ -84,5 +86,36 @@ describe("git errors", () => {
     await runGit(["init", "--quiet", repo]);
     const failed = await runGit(["fetch", "--quiet", "missing.bundle", "+refs/*:refs/x/*"], { cwd: repo }).catch((err: Error) => err);
     expect((failed as Error).message).toContain("fatal: 'missing.bundle' does not appear to be a git repository");
+  });
+});
+
+describe("the secrets key", () => {
+  it("is made on the first start with mode 0600, one line of base64, and read back the same on the next", async () => {
+    const path = join(dir, "data", "secrets.key");
+    const made = await readOrCreateSecretsKeyFile(path);
+    expect(made.created).toBe(true);
+    expect((await stat(path)).mode & 0o777).toBe(0o600);
+    expect(await readFile(path, "utf8")).toMatch(/^[A-Za-z0-9+/]{43}=\n$/);
+    const again = await readOrCreateSecretsKeyFile(path);
+    expect(again.created).toBe(false);
+    expect(again.key.key.equals(made.key.key)).toBe(true);
+  });
+
+  it("in a file others can read is refused, naming the file and the chmod to run", async () => {
+    const path = join(dir, "loose.key");
+    await writeFile(path, `${Buffer.alloc(32, 7).toString("base64")}\n`, { mode: 0o644 });
+    await chmod(path, 0o644);
+    await expect(readSecretsKeyFile(path)).rejects.toThrow(`the secrets key file ${path} is readable by others (mode 0644); run: chmod 600 ${path}`);
+  });
+
+  it("that is not 32 bytes of base64 is refused naming the file and how to make one", async () => {
+    const path = join(dir, "short.key");
+    await writeFile(path, "c2hvcnQ=\n", { mode: 0o600 });
+    await expect(readSecretsKeyFile(path)).rejects.toThrow(`the secrets key in ${path} is 5 bytes; it must be 32 random bytes, base64 (make one with: openssl rand -base64 32 > ${path})`);
+  });
+
+  it("is required on a postgres:// database: the start is refused naming --secrets-key", () => {
+    expect(() => defaultSecretsKeys({ shared: true, persistent: true })).toThrow(/a postgres:\/\/ database needs --secrets-key FILE/);
+    expect(defaultSecretsKeys({ shared: false, persistent: false }).current.key).toHaveLength(32);
   });
 });

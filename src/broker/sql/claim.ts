@@ -5,13 +5,15 @@ import { hashLeaseToken, newLeaseToken } from "../ids.js";
 import { leasedJobSnapshot, type JobRow } from "../job-snapshot.js";
 import type { LeaseHolder } from "../lease-check.js";
 import type { LeaseView } from "../leases.js";
+import { leaseSecrets } from "../job-secrets.js";
+import type { SecretBox } from "../../secrets/box.js";
 
 /**
  * Claims the highest-priority, oldest eligible job for a runner, or none.
  * One request of claimLeases: see there for the guarantees.
  */
-export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseSeconds: number): Promise<LeaseView | undefined> {
-  const [lease] = await claimLeases(db, [holder], leaseSeconds);
+export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseSeconds: number, box?: SecretBox): Promise<LeaseView | undefined> {
+  const [lease] = await claimLeases(db, [holder], leaseSeconds, box);
   return lease;
 }
 
@@ -28,8 +30,9 @@ export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseS
  * runner or its workspace is paused: migration 0016, which also writes each
  * lease's job.leased event in the same statement). Throws
  * failed_precondition, claiming nothing, when a runner is not registered.
+ * A leased job with secrets gets them opened (with `box`) into its lease.
  */
-export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number): Promise<Array<LeaseView | undefined>> {
+export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number, box?: SecretBox): Promise<Array<LeaseView | undefined>> {
   const tokens = holders.map(() => newLeaseToken());
   const hashes = tokens.map((t) => hashLeaseToken(t).toString("hex"));
   const order = holders.map((_, i) => i).sort((x, y) => compareHolders(holders[x]!, holders[y]!) || x - y);
@@ -54,9 +57,13 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   }
   // PGlite returns bytea as a Uint8Array, pg as a Buffer.
   const byHash = new Map(rows.map((row) => [Buffer.from(row.lease_token_sha256!).toString("hex"), row]));
+  // A second query only when a leased job has secrets (its row lists their names); after the
+  // claim committed, which is safe: a lease is live from then on, and rows go only at settle.
+  const secrets = await leaseSecrets(db, box, rows.filter((r) => r.secret_names.length || r.secret_file_names.length).map((r) => r.id));
   return holders.map((_, i) => {
     const row = byHash.get(hashes[i]!);
-    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
+    const delivered = row && secrets.get(row.id);
+    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), ...(delivered ? { secrets: delivered } : {}) };
   });
 }
 

@@ -11,6 +11,7 @@ import * as m0009 from "./0009_job_deadlines.js";
 import * as m0010 from "./0010_artifact_rows.js";
 import * as m0011 from "./0011_audit_record_ids.js";
 import * as m0012 from "./0012_pause.js";
+import * as m0013 from "./0013_secrets.js";
 import * as m0014 from "./0014_job_owner.js";
 import * as m0015 from "./0015_replicas.js";
 import * as m0016 from "./0016_events.js";
@@ -34,6 +35,7 @@ export const migrations: Record<string, Migration> = {
   "0010_artifact_rows": m0010,
   "0011_audit_record_ids": m0011,
   "0012_pause": m0012,
+  "0013_secrets": m0013,
   "0014_job_owner": m0014,
   "0015_replicas": m0015,
   "0016_events": m0016,

@@ -1,0 +1,22 @@
+// What each sealed value is bound to (its associated data): the row it
+// belongs to, so a value copied into another row, or another column, does
+// not open. Written once here; the broker, the code host and the rotation
+// all seal and open through these.
+
+/** A job secret: its job, kind ("env" or "file") and name. */
+export function jobSecretBinding(jobId: string, kind: "env" | "file", name: string): string {
+  return `job_secrets/${jobId}/${kind}/${name}`;
+}
+
+/** A repository's credential. */
+export function repositoryCredentialBinding(name: string): string {
+  return `repositories/${name}/credential`;
+}
+
+/** The check value of a key id (secrets_keys). */
+export function keyCheckBinding(keyId: number): string {
+  return `secrets_keys/${keyId}`;
+}
+
+/** The value a key check row seals. */
+export const keyCheckValue = "forelead secrets key check";
