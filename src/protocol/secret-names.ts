@@ -5,15 +5,21 @@
  * api/ and runner/ so both layers import the same list.
  *
  * A name looks secret when, compared case-insensitively, it contains one of
- * `secretNameParts`, or is or ends with one of `secretNameSuffixes`
- * (`AUTH`, `GITHUB_AUTH`, but not `AUTHOR`). Credentials belong in a job's
+ * `secretNameParts`, or is or ends with one of `secretNameSuffixes`, or has one
+ * of `secretNameWords` as a word of its own (`AUTH`, `GITHUB_AUTH`,
+ * `GIT_AUTH_HEADER`, but not `AUTHOR`). Credentials belong in a job's
  * `secrets`, which no view ever returns; this rule is the safety net for
  * those that were put in `spec.env` anyway.
  */
-export const secretNameParts: readonly string[] = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL"];
+export const secretNameParts: readonly string[] = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTHORIZATION"];
 
 /** Name endings that look secret on their own (see `secretNameParts`). */
 export const secretNameSuffixes: readonly string[] = ["AUTH"];
+
+/** Words that look secret where they stand alone between non-letters (`GIT_AUTH_HEADER`), not inside a word (`AUTHOR`). */
+export const secretNameWords: readonly string[] = ["AUTH"];
+
+const secretWord = new RegExp(`(?:^|[^A-Z])(?:${secretNameWords.join("|")})(?:[^A-Z]|$)`);
 
 /** The value a view shows in place of a secret-looking env value. */
 export const maskedValue = "***";
@@ -21,7 +27,7 @@ export const maskedValue = "***";
 /** Whether the environment-variable `name` looks like it holds a secret. */
 export function looksSecret(name: string): boolean {
   const upper = name.toUpperCase();
-  return secretNameParts.some((part) => upper.includes(part)) || secretNameSuffixes.some((suffix) => upper.endsWith(suffix));
+  return secretNameParts.some((part) => upper.includes(part)) || secretNameSuffixes.some((suffix) => upper.endsWith(suffix)) || secretWord.test(upper);
 }
 
 /**

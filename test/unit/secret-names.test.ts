@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { looksSecret, secretNameParts, secretNameSuffixes } from "../../src/protocol/secret-names.js";
+import { looksSecret, secretNameParts, secretNameSuffixes, secretNameWords } from "../../src/protocol/secret-names.js";
 
 describe("looksSecret: which env names look like they hold a secret", () => {
   it("a name containing TOKEN, SECRET, PASSWORD, PASSWD, KEY or CREDENTIAL, in any case, anywhere", () => {
@@ -8,9 +8,9 @@ describe("looksSecret: which env names look like they hold a secret", () => {
     }
   });
 
-  it("a name that is or ends with AUTH, but not one where AUTH is only a prefix or inside a word", () => {
-    for (const name of ["AUTH", "auth", "BASIC_AUTH", "GitAuth"]) expect(looksSecret(name), name).toBe(true);
-    for (const name of ["AUTHOR", "AUTHOR_NAME", "OAUTH_CLIENT_ID", "AUTH_MODE"]) expect(looksSecret(name), name).toBe(false);
+  it("a name that ends with AUTH or has AUTH as a word of its own, or holds AUTHORIZATION, but not one where AUTH is inside a word", () => {
+    for (const name of ["AUTH", "auth", "BASIC_AUTH", "GitAuth", "GIT_AUTH_HEADER", "AUTH_MODE", "HTTP_AUTHORIZATION"]) expect(looksSecret(name), name).toBe(true);
+    for (const name of ["AUTHOR", "AUTHOR_NAME", "OAUTH_CLIENT_ID"]) expect(looksSecret(name), name).toBe(false);
   });
 
   it("ordinary names are not secret-looking", () => {
@@ -22,7 +22,8 @@ describe("looksSecret: which env names look like they hold a secret", () => {
   });
 
   it("the list is written once, upper case, as documented", () => {
-    expect(secretNameParts).toEqual(["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL"]);
+    expect(secretNameParts).toEqual(["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTHORIZATION"]);
     expect(secretNameSuffixes).toEqual(["AUTH"]);
+    expect(secretNameWords).toEqual(["AUTH"]);
   });
 });
