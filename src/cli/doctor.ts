@@ -41,9 +41,15 @@ export function reportChecks(checks: readonly CheckRow[], json: boolean, write: 
 
 /** The doctor's table: one line per check (status, name, detail), its hint under it when not ok, then a summary. */
 export function formatChecks(checks: readonly CheckRow[]): string {
-  const width = Math.max(...checks.map((c) => c.name.length), 5);
-  const lines = checks.flatMap((c) => [`${c.status.toUpperCase().padEnd(4)}  ${c.name.padEnd(width)}  ${c.detail}`, ...(c.hint && c.status !== "ok" ? [`${" ".repeat(width + 8)}hint: ${c.hint}`] : [])]);
+  const lines = formatTable(checks.flatMap((c) => [[c.status.toUpperCase(), c.name, c.detail], ...(c.hint && c.status !== "ok" ? [["", "", `hint: ${c.hint}`]] : [])]));
   const count = (s: string) => checks.filter((c) => c.status === s).length;
   lines.push(`${count("ok")} ok, ${count("warn")} warn, ${count("fail")} fail${count("skip") ? `, ${count("skip")} skipped` : ""}`);
   return lines.join("\n") + "\n";
+}
+
+/** The CLI's one table: every column but the last padded to its widest cell, two spaces apart; one line per row. */
+export function formatTable(rows: readonly (readonly string[])[]): string[] {
+  const widths: number[] = [];
+  for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)));
+  return rows.map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join("  ").trimEnd());
 }

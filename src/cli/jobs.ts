@@ -4,7 +4,11 @@ import { basename } from "node:path";
 import { Command } from "commander";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { toJsonString } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { AdminService, ListJobsResponseSchema, type ListJobsResponse } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { formatTable } from "./doctor.js";
+import { timeForms } from "./stats.js";
 
 interface ConnectionFlags {
   server: string;
@@ -13,14 +17,58 @@ interface ConnectionFlags {
   ca: string;
 }
 
+interface ListFlags extends ConnectionFlags {
+  workspace?: string;
+  since?: string;
+  until?: string;
+  state: string[];
+  label: string[];
+  runner?: string;
+  order?: string;
+  pageSize?: string;
+  pageToken?: string;
+  json?: boolean;
+}
+
 interface DownloadFlags extends ConnectionFlags {
   out?: string;
   force?: boolean;
 }
 
 /** `forelead jobs ...`: an admin identity reading jobs' results. */
-export function jobsCommand(): Command {
+export function jobsCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
   const jobs = new Command("jobs").description("read jobs' results as an admin identity (a certificate granted with serve --admin)");
+  const repeat = (value: string, previous: string[]) => [...previous, value];
+  connectionOptions(
+    jobs
+      .command("list")
+      .description("job history, newest first (or --order oldest: the queue as it is claimed); a queued job says why it waits")
+      .option("--workspace <id>", "only this workspace")
+      .option("--since <time>", `jobs created at or after: ${timeForms}`)
+      .option("--until <time>", "jobs created before, in the same forms")
+      .option("--state <state>", "queued, running, succeeded, failed or cancelled (repeatable: any of them)", repeat, [] as string[])
+      .option("--label <label>", "jobs whose labels include this one (repeatable: all of them)", repeat, [] as string[])
+      .option("--runner <id>", "jobs a lease of this runner ever held")
+      .option("--order <order>", "newest or oldest", "newest")
+      .option("--page-size <n>", "1..500", "50")
+      .option("--page-token <token>", "the next page, as the previous page named it")
+      .option("--json", "print the reply as JSON"),
+  ).action(async (flags: ListFlags) => {
+    await withAdmin(flags, async (admin) => {
+      const page = await admin.listJobs({
+        workspaceId: flags.workspace ?? "",
+        since: flags.since ?? "",
+        until: flags.until ?? "",
+        states: flags.state,
+        labels: flags.label,
+        runnerId: flags.runner ?? "",
+        order: flags.order ?? "",
+        pageSize: Number(flags.pageSize),
+        pageToken: flags.pageToken ?? "",
+      });
+      write(flags.json ? `${toJsonString(ListJobsResponseSchema, page)}\n` : formatJobs(page));
+    });
+  });
   connectionOptions(
     jobs
       .command("artifacts")
@@ -45,6 +93,23 @@ export function jobsCommand(): Command {
     await withAdmin(flags, (admin) => download(admin, jobId, name, flags.out ?? basename(name), flags.force ?? false));
   });
   return jobs;
+}
+
+/** The text `forelead jobs list` prints: a row per job, then the next page's token when there is one. */
+export function formatJobs(page: ListJobsResponse): string {
+  const rows = page.jobs.map((j) => [
+    j.id,
+    j.state,
+    j.workspaceId,
+    j.labels.join(",") || "-",
+    String(j.attempts ?? 0),
+    j.runnerId || "-",
+    j.createdAt ? timestampDate(j.createdAt).toISOString() : "-",
+    j.waiting?.message ? `waiting: ${j.waiting.message}` : j.error?.code ? `error: ${j.error.code}` : "",
+  ]);
+  const lines = page.jobs.length === 0 ? ["no jobs"] : formatTable([["job", "state", "workspace", "labels", "attempts", "runner", "created", ""], ...rows]);
+  if (page.nextPageToken) lines.push(`more: --page-token ${page.nextPageToken}`);
+  return lines.join("\n") + "\n";
 }
 
 function connectionOptions(command: Command): Command {

@@ -11,6 +11,10 @@ import { jobsCommand } from "./jobs.js";
 import { serveCommand } from "./serve.js";
 import { doctorCommand } from "./doctor.js";
 import { statusCommand } from "./status.js";
+import { workspacesCommand } from "./workspaces.js";
+import { eventsCommand } from "./events.js";
+import { statsCommand } from "./stats.js";
+import { addSamplesCommand, sizingCommand } from "./samples.js";
 
 /** The `forelead` command. */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -27,9 +31,13 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(certsCommand());
   program.addCommand(runnersCommand());
   program.addCommand(reposCommand());
-  program.addCommand(jobsCommand());
+  program.addCommand(addSamplesCommand(jobsCommand()));
   program.addCommand(statusCommand());
   program.addCommand(doctorCommand());
+  program.addCommand(workspacesCommand());
+  program.addCommand(eventsCommand());
+  program.addCommand(statsCommand());
+  program.addCommand(sizingCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

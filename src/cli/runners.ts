@@ -1,11 +1,19 @@
 import { Command } from "commander";
+import { toJsonString } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { RunnerInventory } from "../../gen/forelead/admin/v1/admin_pb.js";
-import { adminClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { FleetService, PauseRunnerResponseSchema, ResumeRunnerResponseSchema } from "../../gen/forelead/admin/v1/fleet_pb.js";
+import { adminClientFromFlags, serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
 
 interface InventoryFlags extends AdminClientFlags {
   workspace?: string;
   items?: boolean;
+}
+
+interface PauseFlags extends AdminClientFlags {
+  workspace?: string;
+  reason?: string;
+  json?: boolean;
 }
 
 /** `forelead runners ...`: operator views of runners, through the admin API. */
@@ -35,6 +43,31 @@ export function runnersCommand(write: (text: string) => void = (t) => process.st
     const admin = await adminClientFromFlags(flags);
     const { order } = await admin.orderReap({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "", kind, name });
     write(`order ${order?.id} ${order?.state}: runner ${order?.runnerId} in workspace ${order?.workspaceId} is told to remove ${order?.kind} ${order?.name} in its next inventory reply\n`);
+  });
+  withAdminClientOptions(
+    runners
+      .command("pause")
+      .description("give the runner no new lease (its claims wait or answer 204); its live leases go on (survives restarts, audited)")
+      .argument("<runner>", "the runner id")
+      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)")
+      .option("--reason <text>", "why, for the audit record")
+      .option("--json", "print the reply as JSON"),
+  ).action(async (runnerId: string, flags: PauseFlags) => {
+    const fleet = await serviceClientFromFlags(flags, FleetService);
+    const reply = await fleet.pauseRunner({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "", reason: flags.reason ?? "" });
+    write(flags.json ? `${toJsonString(PauseRunnerResponseSchema, reply)}\n` : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.alreadyPaused ? "was already paused" : "paused"}\n`);
+  });
+  withAdminClientOptions(
+    runners
+      .command("resume")
+      .description("lease jobs to the runner again")
+      .argument("<runner>", "the runner id")
+      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)")
+      .option("--json", "print the reply as JSON"),
+  ).action(async (runnerId: string, flags: PauseFlags) => {
+    const fleet = await serviceClientFromFlags(flags, FleetService);
+    const reply = await fleet.resumeRunner({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "" });
+    write(flags.json ? `${toJsonString(ResumeRunnerResponseSchema, reply)}\n` : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.wasPaused ? "resumed" : "was not paused"}\n`);
   });
   return runners;
 }
