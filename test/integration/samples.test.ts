@@ -57,7 +57,8 @@ describe(`resource samples of real jobs (${databaseKind})`, () => {
     // A buffer filled with ones (its pages are touched, so resident), then a busy loop reading it until the
     // job has used 1.5 s of CPU by its own account: a fixed amount of work however busy the machine is.
     const program = "const b = Buffer.alloc(64 * 1024 * 1024, 1); let x = 0; const used = () => { const u = process.cpuUsage(); return u.user + u.system; }; while (used() < 1.5e6) for (let i = 0; i < 1e5; i++) x += b[(x + i) % b.length]; console.log('done', x > 0);";
-    const jobId = await runSampled("process", "sm-proc", { argv: [process.execPath, "-e", program] });
+    // "node" from the job's PATH: process.execPath may lie under /root (CI's Node 24), which the job's own user cannot enter.
+    const jobId = await runSampled("process", "sm-proc", { argv: ["node", "-e", program] });
 
     const found = await samplesOf(jobId);
     expect(found.samples?.length ?? 0, JSON.stringify(found)).toBeGreaterThanOrEqual(2);
