@@ -18,7 +18,7 @@ function procUnits(): { clockTicks: number; pageBytes: number } {
   return (units ??= { clockTicks: getconf("CLK_TCK", 100), pageBytes: getconf("PAGESIZE", 4096) });
 }
 
-/** CPU ticks and resident pages of every process in process group `pgid`, from /proc/<pid>/stat. */
+/** CPU ticks and resident pages of every process in process group `pgid`, from /proc/<pid>/stat; `processes` counts the live ones. */
 async function groupTotals(pgid: number): Promise<{ ticks: number; residentPages: number; processes: number }> {
   const totals = { ticks: 0, residentPages: 0, processes: 0 };
   const pids = (await readdir("/proc").catch(() => [] as string[])).filter((name) => /^\d+$/.test(name));
@@ -32,8 +32,11 @@ async function groupTotals(pgid: number): Promise<{ ticks: number; residentPages
       // utime, stime, and cutime, cstime (reaped children): a child's ticks move into its parent's
       // c-fields when it is reaped, so the group's total stays whole as its processes come and go.
       totals.ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
-      totals.residentPages += Number(f[21]); // field 24: rss in pages
-      totals.processes++;
+      const residentPages = Number(f[21]); // field 24: rss in pages
+      totals.residentPages += residentPages;
+      // A process that has exited (a zombie, state Z, or one whose memory is already released on its way
+      // out) has no resident set: a group of such processes only is gone, not a job using no memory.
+      if (f[0] !== "Z" && residentPages > 0) totals.processes++;
     }),
   );
   return totals;
