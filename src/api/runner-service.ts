@@ -1,10 +1,11 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { EventsRequestSchema, LogsRequestSchema, type RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Broker } from "../broker/broker.js";
+import { describeChange } from "../broker/registrations.js";
 import type { Enrollments } from "../identity/enrollment.js";
-import { audited } from "./audit-actions.js";
+import { audited, recordAction } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";
 import type { CodeHost } from "../code/code-host.js";
 import type { Artifacts } from "../artifacts/artifacts.js";
@@ -35,16 +36,30 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
 
     async register(req, ctx) {
       const runner = runnerOf(ctx);
-      await deps.broker.register({
-        workspaceId: runner.workspaceId,
-        runnerId: runner.runnerId,
-        slots: req.slots,
-        cpu: req.cpu,
-        memoryBytes: Number(req.memoryBytes),
-        architecture: req.architecture,
-        labels: req.labels,
-        clockOffsetNs: Number(req.clockOffsetNs),
-      });
+      const target = `runner "${runner.runnerId}" in workspace "${runner.workspaceId}"`;
+      const registered = await deps.broker
+        .register({
+          workspaceId: runner.workspaceId,
+          runnerId: runner.runnerId,
+          slots: req.slots,
+          cpu: req.cpu,
+          memoryBytes: Number(req.memoryBytes),
+          architecture: req.architecture,
+          labels: req.labels,
+          clockOffsetNs: Number(req.clockOffsetNs),
+          instanceId: req.instanceId,
+          ...(req.instanceStartedAt ? { instanceStartedAt: timestampDate(req.instanceStartedAt) } : {}),
+        })
+        .catch((err: unknown) => {
+          // A second process of one runner is an identity decision: keep it.
+          if (err instanceof ConnectError && err.code === Code.AlreadyExists) recordAction(ctx, { action: "runner.register", target, decision: "deny", reason: err.rawMessage });
+          throw err;
+        });
+      if (registered.change) {
+        const reason = `registration changed${registered.change.live ? " while the runner was live" : ""}: ${describeChange(registered.change)}`;
+        console.log(`forelead: ${target}: ${reason}`);
+        recordAction(ctx, { action: "runner.register", target, decision: "allow", reason });
+      }
       return { apiVersion };
     },
 

@@ -5,8 +5,17 @@ export const timeBoundForms = 'RFC 3339 ("2026-11-29T09:30:00Z"), Unix seconds (
 
 const rfc3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
 const unixSeconds = /^\d{1,11}$/;
-const ago = /^(\d{1,9})([dhms])$/;
+const duration = /^(\d{1,9})([dhms])$/;
 const unitMs: Record<string, number> = { d: 86_400_000, h: 3_600_000, m: 60_000, s: 1000 };
+
+/**
+ * A duration of one number and unit (d, h, m or s: "45s", "90m", "720h",
+ * "30d") in milliseconds; undefined when `text` is not one.
+ */
+export function parseDuration(text: string): number | undefined {
+  const m = duration.exec(text.trim());
+  return m ? Number(m[1]) * unitMs[m[2]!]! : undefined;
+}
 
 /**
  * A time bound as tie takes it (`since`, `until`): RFC 3339, Unix seconds, a
@@ -15,8 +24,8 @@ const unitMs: Record<string, number> = { d: 86_400_000, h: 3_600_000, m: 60_000,
  */
 export function parseTimeBound(field: string, text: string, now: Date): Date {
   const value = text.trim();
-  const relative = ago.exec(value);
-  if (relative) return new Date(now.getTime() - Number(relative[1]) * unitMs[relative[2]!]!);
+  const relative = parseDuration(value);
+  if (relative !== undefined) return new Date(now.getTime() - relative);
   if (unixSeconds.test(value)) return new Date(Number(value) * 1000);
   const fields = rfc3339.exec(value);
   if (fields && realFields(fields)) {

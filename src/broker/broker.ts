@@ -13,7 +13,7 @@ import type { CompletionInput } from "./completion.js";
 import type { LeaseCall, LeaseView } from "./leases.js";
 import type { BrokerObserver } from "./observer.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
-import { register, type Registration } from "./registrations.js";
+import { register, type Registered, type Registration } from "./registrations.js";
 import { listRunners, type RunnerView } from "./runners.js";
 import { expireLeases } from "./sql/expire.js";
 import { releaseLease } from "./sql/release.js";
@@ -23,6 +23,17 @@ import type { SecretBox } from "../secrets/box.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
+
+/**
+ * The longest a claim is held before it answers "no job": two thirds of the
+ * lease length (at most maxClaimWaitSeconds), so a runner that keeps polling
+ * is heard from (runners.last_seen_at) well within the lease length, the
+ * window in which it counts as live (status, and the refusal of a second
+ * process of it at register).
+ */
+export function pollBoundSeconds(leaseSeconds: number): number {
+  return Math.min(maxClaimWaitSeconds, Math.max(1, Math.floor((leaseSeconds * 2) / 3)));
+}
 
 /** The job queue and its leases: every operation runs against the shared database. */
 export interface Broker {
@@ -38,8 +49,8 @@ export interface Broker {
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
   runners(workspaceId: string): Promise<RunnerView[]>;
-  /** Stores or updates a runner's registration; a retired runner's is refused, not revived. */
-  register(registration: Registration): Promise<void>;
+  /** Stores or updates a runner's registration; a retired runner's is refused, not revived, and so is a second live process of one runner. */
+  register(registration: Registration): Promise<Registered>;
   /** Statistics of the jobs settled in a window, per workspace (stats.ts). */
   stats(query: StatsQuery): Promise<WorkspaceStats[]>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
@@ -107,7 +118,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         observer?.claimEnded(lease !== undefined, performance.now() - startedAt);
         return lease;
       };
-      const deadline = Date.now() + waitSeconds * 1000;
+      const deadline = Date.now() + Math.min(waitSeconds, pollBoundSeconds(options.leaseSeconds)) * 1000;
       let swept = false;
       let unused: Wake | undefined;
       for (;;) {
@@ -143,7 +154,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     release: (call) => releaseLease(db, call),
     complete: (input) => batchedComplete(input),
     runners: (workspaceId) => listRunners(db, workspaceId),
-    register: (registration) => register(db, registration),
+    register: (registration) => register(db, registration, options.leaseSeconds),
     stats: (query) => jobStats(db, query),
     sweep,
     async close() {

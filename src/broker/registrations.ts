@@ -13,12 +13,31 @@ export interface Registration {
   readonly architecture: string;
   readonly labels: readonly string[];
   readonly clockOffsetNs: number;
+  /** The runner process this comes from: random per process start; '' (the default) when the runner sends none. */
+  readonly instanceId?: string;
+  /** When that process started, as it says. */
+  readonly instanceStartedAt?: Date;
+}
+
+/** What a registration changed of the one stored before it; undefined fields did not change. */
+export interface RegistrationChange {
+  readonly slots?: { readonly from: number; readonly to: number };
+  readonly labels?: { readonly from: readonly string[]; readonly to: readonly string[] };
+  /** The runner had been heard from within the lease length: the change applies to a runner at work. */
+  readonly live: boolean;
+}
+
+/** The outcome of a stored registration. */
+export interface Registered {
+  /** Set when an earlier registration of this runner had other slots or labels. */
+  readonly change?: RegistrationChange;
 }
 
 /** Bounds that keep a registration meaningful; a value outside is refused by name. */
 export const registrationLimits = { maxSlots: 1024, maxLabels: 64, maxLabelLength: 63 } as const;
 
 const labelPattern = /^[A-Za-z0-9][A-Za-z0-9._:/=-]*$/;
+const instancePattern = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** Checks a registration's values; throws invalid_argument naming the first bad field. */
 export function validateRegistration(r: Registration): void {
@@ -32,6 +51,7 @@ export function validateRegistration(r: Registration): void {
   if (r.memoryBytes < 0 || !Number.isSafeInteger(r.memoryBytes)) bad(`memoryBytes must be a non-negative byte count; got ${r.memoryBytes}`);
   if (r.architecture.length > 64) bad("architecture is longer than 64 characters");
   if (!Number.isSafeInteger(r.clockOffsetNs)) bad(`clockOffsetNs is out of range; got ${r.clockOffsetNs}`);
+  if (r.instanceId && !instancePattern.test(r.instanceId)) bad(`instanceId ${JSON.stringify(r.instanceId.slice(0, 80))} is not an instance id: 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit (a random UUID per runner process is one)`);
   if (r.labels.length > registrationLimits.maxLabels) bad(`labels has ${r.labels.length} entries; at most ${registrationLimits.maxLabels} are allowed`);
   r.labels.forEach((label, i) => {
     if (label.length === 0 || label.length > registrationLimits.maxLabelLength || !labelPattern.test(label)) {
@@ -42,9 +62,15 @@ export function validateRegistration(r: Registration): void {
 
 /**
  * Stores or updates a registration. A retired runner stays retired: its
- * registration is refused, not revived.
+ * registration is refused, not revived. One process per runner identity: a
+ * registration from another instance than the stored one is refused with
+ * already_exists while the stored one is heard from (last_seen_at, moved by
+ * register, claim and renew, within the lease length), so the live process
+ * keeps working and the newer one is told who holds the identity. The
+ * decision is one predicate of the upsert, so two instances registering at
+ * once cannot both pass it.
  */
-export async function register(db: Kysely<Database>, r: Registration): Promise<void> {
+export async function register(db: Kysely<Database>, r: Registration, leaseSeconds: number): Promise<Registered> {
   validateRegistration(r);
   const labels = [...new Set(r.labels)].sort();
   const values = {
@@ -56,9 +82,19 @@ export async function register(db: Kysely<Database>, r: Registration): Promise<v
     architecture: r.architecture,
     labels,
     clock_offset_ns: r.clockOffsetNs,
+    instance_id: r.instanceId ?? "",
+    instance_started_at: r.instanceStartedAt ?? null,
   };
+  const heard = runnerHeardFrom("runners", leaseSeconds);
+  const stored = (tx: Kysely<Database>) =>
+    tx
+      .selectFrom("runners")
+      .select(["slots", "labels", "instance_id", "instance_started_at", "updated_at", "last_seen_at", "retired_at", heard.as("live")])
+      .where("workspace_id", "=", r.workspaceId)
+      .where("runner_id", "=", r.runnerId);
   // The registration and its event commit together.
-  await db.transaction().execute(async (tx) => {
+  return db.transaction().execute(async (tx) => {
+    const before = await stored(tx).forUpdate().executeTakeFirst();
     const row = await tx
       .insertInto("runners")
       .values(values)
@@ -66,13 +102,52 @@ export async function register(db: Kysely<Database>, r: Registration): Promise<v
         oc
           .columns(["workspace_id", "runner_id"])
           .doUpdateSet({ ...values, updated_at: sql`now()`, last_seen_at: sql`now()` })
-          .where("runners.retired_at", "is", null),
+          .where("runners.retired_at", "is", null)
+          .where((eb) => eb.or([eb("runners.instance_id", "=", eb.ref("excluded.instance_id")), eb.not(heard)])),
       )
       .returning("runner_id")
       .executeTakeFirst();
     if (!row) {
-      throw new ConnectError(`runner "${r.runnerId}" in workspace "${r.workspaceId}" is retired; enroll a new runner identity`, Code.PermissionDenied);
+      // A registration inserted at the same moment holds no lock `before` saw: read what won.
+      const holder = before ?? (await stored(tx).executeTakeFirstOrThrow());
+      if (holder.retired_at) throw new ConnectError(`runner "${r.runnerId}" in workspace "${r.workspaceId}" is retired; enroll a new runner identity`, Code.PermissionDenied);
+      throw new ConnectError(secondInstanceMessage(r, holder, leaseSeconds), Code.AlreadyExists);
     }
     await recordEvent(tx, { type: "runner.registered", workspaceId: r.workspaceId, runnerId: r.runnerId, data: { slots: r.slots, labels } });
+    if (!before) return {};
+    const slotsChanged = before.slots !== r.slots;
+    const labelsChanged = before.labels.join(",") !== labels.join(",");
+    if (!slotsChanged && !labelsChanged) return {};
+    return {
+      change: {
+        live: before.live,
+        ...(slotsChanged ? { slots: { from: before.slots, to: r.slots } } : {}),
+        ...(labelsChanged ? { labels: { from: before.labels, to: labels } } : {}),
+      },
+    };
   });
+}
+
+/**
+ * True for a runner row heard from (registered, claimed or renewed) within
+ * the lease length: its process is taken to be alive.
+ */
+export function runnerHeardFrom(alias: string, leaseSeconds: number) {
+  return sql<boolean>`${sql.ref(`${alias}.last_seen_at`)} > now() - make_interval(secs => ${leaseSeconds})`;
+}
+
+/** The refusal of a second process: who holds the identity, since when, and when it is free. */
+function secondInstanceMessage(r: Registration, holder: { instance_id: string; instance_started_at: Date | null; updated_at: Date; last_seen_at: Date }, leaseSeconds: number): string {
+  const started = holder.instance_started_at ? `started ${new Date(holder.instance_started_at).toISOString()}` : `registered ${new Date(holder.updated_at).toISOString()}, its start time unknown`;
+  const instance = holder.instance_id ? `instance ${holder.instance_id}` : "a process that sent no instance id";
+  const free = new Date(new Date(holder.last_seen_at).getTime() + leaseSeconds * 1000).toISOString();
+  return `runner "${r.runnerId}" in workspace "${r.workspaceId}" is already running as ${instance} (${started}, last heard from ${new Date(holder.last_seen_at).toISOString()}); another process with the same identity is refused until that one has been silent for the lease length (${leaseSeconds} s, not before ${free}): stop the other process, or give this one a runner identity of its own`;
+}
+
+/** One line naming what a registration changed, e.g. "slots 1 → 2, labels linux → docker,linux". */
+export function describeChange(change: RegistrationChange): string {
+  const parts: string[] = [];
+  if (change.slots) parts.push(`slots ${change.slots.from} → ${change.slots.to}`);
+  if (change.labels) parts.push(`labels ${change.labels.from.join(",") || "(none)"} → ${change.labels.to.join(",") || "(none)"}`);
+  return parts.join(", ");
 }

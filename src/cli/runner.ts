@@ -1,12 +1,16 @@
+import { randomUUID } from "node:crypto";
 import os from "node:os";
 import { join } from "node:path";
-import { Command, Option } from "commander";
+import { performance } from "node:perf_hooks";
+import { Command, InvalidArgumentError, Option } from "commander";
+import { parseDuration } from "../api/time-range.js";
 import { readNamedFile } from "../identity/pki-files.js";
 import { keepIdentityFresh } from "../runner/identity/keeper.js";
 import { loadIdentity } from "../runner/identity/state-dir.js";
-import { startRunnerAgent } from "../runner/lifecycle/agent.js";
+import { startRunnerAgent, type AgentEnd } from "../runner/lifecycle/agent.js";
 import { readRunnerCertificate } from "../runner/identity/runner-identity.js";
-import { createRunnerClient } from "../runner/transport/client.js";
+import { createRunnerClient, RunnerApiError } from "../runner/transport/client.js";
+import { fixOf, type TlsSources } from "../runner/transport/failures.js";
 import { createExecutor, executors, type ExecutorKind } from "../runner/executors/kinds.js";
 import { createControlPlaneOutput } from "../runner/output/control-plane-output.js";
 import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
@@ -28,7 +32,27 @@ interface RunnerFlags {
   sampleIntervalMs: number;
   force?: boolean;
   stateDir?: string;
+  once?: boolean;
+  idleExit?: number;
 }
+
+/**
+ * The runner's exit codes (docs/deploy.md). As with GitHub's ephemeral
+ * runners and Buildkite's --disconnect-after-job, the job's own outcome is
+ * not the runner's: a failed job that was settled is exit 0.
+ */
+export const runnerExit = {
+  /** Stopped as asked: a signal's drain, --idle-exit, or --once with its job settled. */
+  done: 0,
+  /** --once: no job was leased before --idle-exit passed. */
+  noJob: 3,
+  /** --once: the job ran but its completion was not taken (lease lost, refused, or not answered before the runner stopped). */
+  unsettled: 4,
+  /** The control plane cannot be verified or refuses this runner (wrong --ca or host, certificate refused, retired): fix the configuration. */
+  refused: 5,
+  /** Another live process holds this runner identity (409 on register); accepted once it has been silent for the lease length. */
+  secondInstance: 6,
+} as const;
 
 /** `forelead runner`: the runner agent. */
 export function runnerCommand(): Command {
@@ -49,6 +73,8 @@ export function runnerCommand(): Command {
     .addOption(new Option("--grace-seconds <n>", "TERM-to-KILL grace for cancel, timeout and forced shutdown").default(10).argParser(integerIn("--grace-seconds", 0, 3600)))
     .addOption(new Option("--sample-interval-ms <n>", "how often each running job's CPU and memory are sent as resource.sample events (0: never)").default(5000).argParser(integerIn("--sample-interval-ms", 0, 3_600_000)))
     .option("--force", "on SIGTERM, stop running jobs and release their leases at once instead of draining")
+    .option("--once", "take one job (whatever --slots says), run it, settle it and exit: 0 once it is settled, whatever its outcome (exit codes: docs/deploy.md)")
+    .addOption(new Option("--idle-exit <duration>", "exit (0) after this long with no job running, e.g. 30s or 5m; with --once, no job by then exits 3").argParser(durationFlag("--idle-exit")))
     .action(async (flags: RunnerFlags) => {
       if (!flags.server || !flags.ca) throw new Error("--server and --ca are required: the control plane's URL and the CA bundle that signed its certificate");
       const server = new URL(flags.server);
@@ -56,7 +82,7 @@ export function runnerCommand(): Command {
       const log = (message: string) => console.log(`forelead runner: ${message}`);
       const ca = await readNamedFile(flags.ca, "--ca");
       const { identity, tls, keeper } = await runnerTls(flags, ca, log);
-      const transport = createRestTransport(server.origin, tls);
+      const transport = createRestTransport(server.origin, tls, { sources: tlsSources(flags) });
       // Code bundles and uploads go over Connect with the same certificate.
       const protocol = createRunnerProtocol(server.origin, tls);
       keeper?.onRenewed((renewed) => {
@@ -68,6 +94,10 @@ export function runnerCommand(): Command {
       const executor = createExecutor(flags.executor, identity);
       const labels = flags.labels !== undefined ? flags.labels.split(",").map((l) => l.trim()).filter(Boolean) : [os.platform(), flags.executor];
       const agent = await startRunnerAgent({
+        // This process: the control plane refuses a second live one with the same identity.
+        instance: { id: randomUUID(), startedAt: new Date(performance.timeOrigin) },
+        ...(flags.once ? { jobLimit: 1 } : {}),
+        ...(flags.idleExit !== undefined ? { idleExitMs: flags.idleExit } : {}),
         client,
         executor,
         output: createControlPlaneOutput(client, { warn: log }),
@@ -81,6 +111,11 @@ export function runnerCommand(): Command {
         checkout: protocolCheckout(protocol.client),
         uploads: protocol.client,
         log,
+      }).catch((err: unknown) => {
+        // A failure no retry cures ends the command here with what to fix, before any job.
+        if (!fixOf(err)) throw err;
+        console.error(`forelead runner: cannot start: ${fixOf(err)}`);
+        process.exit(exitCodeOf(err));
       });
       let signals = 0;
       const onSignal = (signal: string) => {
@@ -95,12 +130,13 @@ export function runnerCommand(): Command {
       };
       process.on("SIGTERM", () => onSignal("SIGTERM"));
       process.on("SIGINT", () => onSignal("SIGINT"));
-      await agent.stopped;
+      const end = await agent.stopped;
       keeper?.stop();
       await client.close();
       protocol.close();
-      log("stopped");
-      process.exit(0);
+      const code = exitOf(end, flags.once === true);
+      log(`stopped (${end.reason}; ${end.claimed} job(s) claimed, ${end.settled} settled; exit ${code})`);
+      process.exit(code);
     });
 }
 
@@ -136,4 +172,31 @@ async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) 
 export function architecture(nodeArch: string): string {
   const names: Record<string, string> = { x64: "amd64", arm64: "arm64", arm: "arm", ia32: "386", ppc64: "ppc64le", s390x: "s390x", riscv64: "riscv64" };
   return names[nodeArch] ?? nodeArch;
+}
+
+/** The exit code of a stopped agent (runnerExit). */
+export function exitOf(end: AgentEnd, once: boolean): number {
+  if (end.failure) return exitCodeOf(end.failure);
+  if (!once) return runnerExit.done;
+  if (end.claimed === 0) return end.reason === "idle" ? runnerExit.noJob : runnerExit.done;
+  return end.settled > 0 ? runnerExit.done : runnerExit.unsettled;
+}
+
+/** The exit code of a failure no retry cures. */
+function exitCodeOf(err: unknown): number {
+  return err instanceof RunnerApiError && err.secondInstance ? runnerExit.secondInstance : runnerExit.refused;
+}
+
+/** The flags the TLS material came from, as a refusal names them. */
+function tlsSources(flags: RunnerFlags): TlsSources {
+  return { ca: `--ca ${flags.ca}`, cert: flags.stateDir ? `the identity in --state-dir ${flags.stateDir}` : `--cert ${flags.cert}` };
+}
+
+/** A commander parser for a duration flag ("30s", "5m", "2h"): milliseconds, at least one second. */
+function durationFlag(name: string): (value: string) => number {
+  return (value) => {
+    const ms = parseDuration(value);
+    if (ms === undefined || ms < 1000) throw new InvalidArgumentError(`${name} must be a duration of at least 1s: a number and a unit (s, m, h or d), e.g. 30s or 5m; got ${JSON.stringify(value)}`);
+    return ms;
+  };
 }

@@ -51,6 +51,9 @@ export interface RunnersTable {
   /** Set while the runner is paused: it gets no new lease (migration 0012). */
   paused_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   paused_by: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The registered process: random per runner process start; '' when the runner sends none (migration 0023). */
+  instance_id: ColumnType<string, string | undefined, string>;
+  instance_started_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
 }
 
 /** One identity decision, allowed or refused. */

@@ -73,7 +73,7 @@ describe(`batch functions (${databaseKind})`, () => {
   }
 
   async function setup(ws: string, jobs: number, runners: Array<{ id: string; slots: number }>) {
-    for (const r of runners) await register(store.db, { workspaceId: ws, runnerId: r.id, slots: r.slots, cpu: 1, memoryBytes: 1, architecture: "amd64", labels: ["linux"], clockOffsetNs: 0 });
+    for (const r of runners) await register(store.db, { workspaceId: ws, runnerId: r.id, slots: r.slots, cpu: 1, memoryBytes: 1, architecture: "amd64", labels: ["linux"], clockOffsetNs: 0 }, 30);
     const { defaultJobTimeouts, enqueueJob } = await import("../../src/broker/jobs.js");
     for (let i = 0; i < jobs; i++) {
       await enqueueJob(store.db, { workspaceId: ws, labels: ["linux"], repository: "", targetBranch: "", spec: { image: "busybox", argv: ["true"], env: {}, timeoutSeconds: 0, cpu: 0, memoryBytes: 0 }, maxAttempts: 2, priority: 0, idempotencyKey: "", kind: "" }, defaultJobTimeouts);

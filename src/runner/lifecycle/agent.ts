@@ -1,7 +1,8 @@
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { CheckoutStep } from "../checkout/checkout-step.js";
-import { RunnerApiError, type RunnerClient } from "../transport/client.js";
+import { RunnerApiError, type RunnerClient, type RunnerInstance } from "../transport/client.js";
+import { fixOf } from "../transport/failures.js";
 import { measureClockOffset, serverClock, type ServerClock } from "./clock.js";
 import type { Executor, RunnerCapacity } from "../executors/executor.js";
 import { removeLeftoverSecretFiles } from "../executors/secret-files.js";
@@ -37,6 +38,24 @@ export interface RunnerAgentOptions {
   readonly inventoryIntervalMs?: number;
   /** The operator's log: one line per call, never a lease token. */
   readonly log?: (message: string) => void;
+  /** This process, sent with the registration: the control plane refuses a second live process of one runner identity. */
+  readonly instance?: RunnerInstance;
+  /** Claim this many jobs, then drain and stop (`forelead runner --once`: 1, whatever the slots). */
+  readonly jobLimit?: number;
+  /** Drain and stop after this long with no job running (`--idle-exit`); a claim's long-poll never outlasts it. */
+  readonly idleExitMs?: number;
+}
+
+/** Why the agent stopped, and what it did. */
+export interface AgentEnd {
+  /** "drained" (drain or stop called), "job-limit" (jobLimit claims made and run), "idle" (idleExitMs without a job), "failed" (a failure no retry cures). */
+  readonly reason: "drained" | "job-limit" | "idle" | "failed";
+  /** Leases claimed. */
+  readonly claimed: number;
+  /** Jobs whose completion the control plane took. */
+  readonly settled: number;
+  /** The final failure, when reason is "failed": its message says what to fix. */
+  readonly failure?: Error;
 }
 
 /** A running runner agent. */
@@ -45,10 +64,10 @@ export interface RunnerAgent {
   readonly clock: ServerClock;
   /** Jobs running now. */
   runningJobs(): string[];
-  /** Resolves when the agent has stopped (after drain or stop). */
-  readonly stopped: Promise<void>;
+  /** Resolves when the agent has stopped: after drain or stop, the job limit, the idle bound, or a final failure. */
+  readonly stopped: Promise<AgentEnd>;
   /** Stops claiming and lets running jobs finish; resolves when they have. */
-  drain(): Promise<void>;
+  drain(): Promise<AgentEnd>;
   /** Stops claiming, stops running jobs and releases their leases. */
   stop(): Promise<void>;
   /** Reports inventory now (Docker); the reap orders obeyed. */
@@ -58,8 +77,10 @@ export interface RunnerAgent {
 /**
  * Starts a runner agent: measures the clock offset, registers, then claims
  * (long-poll) while it has free slots and runs each lease. Resolves once
- * registered; a refusal to register (e.g. 403) rejects, an unreachable
- * control plane is retried.
+ * registered; a refusal to register (e.g. 403, or 409: another process
+ * holds this runner identity) or a server it cannot verify rejects at once,
+ * an unreachable control plane is retried. Later, a failure no retry cures
+ * (failures.ts) stops the agent: running jobs are stopped and released.
  */
 export async function startRunnerAgent(options: RunnerAgentOptions): Promise<RunnerAgent> {
   const { client, executor } = options;
@@ -78,17 +99,23 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   let draining = false;
   let slotFreed: () => void = () => {};
   let clock = serverClock(0n);
+  let claimed = 0;
+  let settled = 0;
+  let idleSince = Date.now();
+  let end: AgentEnd["reason"] = "drained";
+  let failure: Error | undefined;
 
   const register = async () => {
     for (let attempt = 1; ; attempt++) {
       try {
         const offset = await measureClockOffset(() => client.clock());
         clock = serverClock(offset.offsetNs);
-        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs });
-        log(`registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`);
+        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs, ...(options.instance ? { instance: options.instance } : {}) });
+        const instance = options.instance ? `instance ${options.instance.id} started ${options.instance.startedAt.toISOString()}, ` : "";
+        log(`registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${instance}${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`);
         return;
       } catch (err) {
-        if (err instanceof RunnerApiError && !err.transient) throw err;
+        if ((err instanceof RunnerApiError && !err.transient) || fixOf(err)) throw err;
         if (claiming.signal.aborted) throw err;
         const waitMs = Math.min(10_000, 500 * attempt);
         log(`cannot register yet (${(err as Error).message}); retrying in ${waitMs} ms`);
@@ -100,15 +127,44 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
 
   const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
 
+  /** Ends the claim loop for a failure no retry cures: running jobs are stopped and their leases released. */
+  const fail = (err: Error) => {
+    end = "failed";
+    failure = err;
+    log(`stopping: ${fixOf(err) ?? err.message}`);
+    forced.abort();
+    for (const run of runs.values()) run.release();
+  };
+
+  /** The claim's long-poll: never past the idle bound, so an idle runner stops on time without abandoning a claim. */
+  const claimWait = (): number | "idle" => {
+    const longest = options.claimWaitSeconds ?? 20;
+    if (options.idleExitMs === undefined) return longest;
+    const idleFor = runs.size === 0 ? Date.now() - idleSince : 0;
+    if (runs.size === 0 && idleFor >= options.idleExitMs) return "idle";
+    return Math.min(longest, Math.ceil((options.idleExitMs - idleFor) / 1000));
+  };
+
   const claimLoop = async () => {
     let failures = 0;
     while (!draining) {
+      if (options.jobLimit !== undefined && claimed >= options.jobLimit) {
+        end = "job-limit";
+        log(`claimed ${claimed} job(s), the most this runner takes; stopping once ${runs.size === 1 ? "it is" : "they are"} settled`);
+        break;
+      }
       if (runs.size >= options.slots) {
         await new Promise<void>((resolve) => (slotFreed = resolve));
         continue;
       }
+      const waitSeconds = claimWait();
+      if (waitSeconds === "idle") {
+        end = "idle";
+        log(`no job for ${Math.round(options.idleExitMs! / 1000)} s (--idle-exit); stopping`);
+        break;
+      }
       try {
-        const lease = await client.claim(options.claimWaitSeconds ?? 20, claiming.signal);
+        const lease = await client.claim(waitSeconds, claiming.signal);
         failures = 0;
         if (!lease?.job) continue;
         if (draining) {
@@ -117,17 +173,29 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
           break;
         }
         log(`claimed job ${lease.job.id}`);
+        claimed++;
         const run = runLease(context(), lease);
         runs.set(run.jobId, run);
-        run.done.finally(() => {
-          runs.delete(run.jobId);
-          slotFreed();
-        });
+        void run.done
+          .then((took) => void (took && settled++))
+          .finally(() => {
+            runs.delete(run.jobId);
+            if (runs.size === 0) idleSince = Date.now();
+            slotFreed();
+          });
       } catch (err) {
         if (draining) break;
+        if (fixOf(err)) {
+          fail(err as Error);
+          break;
+        }
         if (err instanceof RunnerApiError && err.code === "failed_precondition") {
           log(`the control plane does not know this runner (${err.message}); registering again`);
-          await register().catch((e) => log(`registering again failed: ${(e as Error).message}`));
+          const refused = await register().then(() => undefined, (e: Error) => (log(`registering again failed: ${e.message}`), e));
+          if (refused && fixOf(refused)) {
+            fail(refused);
+            break;
+          }
           continue;
         }
         failures++;
@@ -139,14 +207,16 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
 
   const inventory: InventoryLoop | undefined = !executor.reportsInventory ? undefined : startInventory({ client, executor, liveJobs: () => new Set(runs.keys()), log, ...(options.inventoryIntervalMs ? { intervalMs: options.inventoryIntervalMs } : {}) });
-  const loop = claimLoop();
-  const finished = async () => {
+  let resolveStopped: (end: AgentEnd) => void = () => {};
+  const stopped = new Promise<AgentEnd>((resolve) => (resolveStopped = resolve));
+  // A loop that ends by itself (job limit, idle, failure) drains the agent as drain() does.
+  const loop = claimLoop().then(() => void beginDrain());
+  const finished = async (): Promise<AgentEnd> => {
     await loop;
     await Promise.all([...runs.values()].map((r) => r.done));
     inventory?.stop();
+    return { reason: end, claimed, settled, ...(failure ? { failure } : {}) };
   };
-  let resolveStopped: () => void = () => {};
-  const stopped = new Promise<void>((resolve) => (resolveStopped = resolve));
   let finishing: Promise<void> | undefined;
   const beginDrain = () => {
     draining = true;

@@ -42,8 +42,8 @@ export interface JobRunContext {
 /** One lease being run. */
 export interface JobRun {
   readonly jobId: string;
-  /** Resolves when the job is settled, released or abandoned, and its directory is gone. */
-  readonly done: Promise<void>;
+  /** Resolves when the job is settled, released or abandoned, and its directory is gone: true when the control plane took its completion. */
+  readonly done: Promise<boolean>;
   /** Shutdown: stop the job (TERM, KILL after the grace) and release the lease instead of completing. */
   release(): void;
 }
@@ -137,7 +137,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     return withUploadedOutput({ uploads: ctx.uploads, jobId, leaseToken: token, jobDir, signal, events: out, log: ctx.log }, settlement);
   };
 
-  const done = (async () => {
+  const done = (async (): Promise<boolean> => {
     const jobDir = join(ctx.jobsDir, `${jobId}-${randomUUID().slice(0, 8)}`);
     try {
       let settlement: Settlement | undefined;
@@ -148,7 +148,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         settlement = { outcome: "failed", error: { code: "runner_error", message: `the runner could not run the job: ${(err as Error).message}`, retryable: true } };
       }
       const ended = run.ended();
-      if (!ended) return; // lost: never completed
+      if (!ended) return false; // lost: never completed
       if (ended.phase === "releasing") {
         keeper.stop();
         await ended.output?.flush();
@@ -156,12 +156,12 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
           () => ctx.log(`job ${jobId}: lease released`),
           (err) => ctx.log(`job ${jobId}: release failed (${(err as Error).message}); the lease will expire`),
         );
-        return;
+        return false;
       }
-      if (!settlement) return;
+      if (!settlement) return false;
       await ended.output?.flush();
-      if (run.state.phase === "lost") return; // lost while the output was flushed
-      await settle(ctx, jobId, token, settlement.error ? { ...settlement, error: { ...settlement.error, message: masker.text(settlement.error.message) } } : settlement);
+      if (run.state.phase === "lost") return false; // lost while the output was flushed
+      return await settle(ctx, jobId, token, settlement.error ? { ...settlement, error: { ...settlement.error, message: masker.text(settlement.error.message) } } : settlement);
     } finally {
       keeper.stop();
       const state = run.state;

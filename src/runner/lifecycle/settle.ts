@@ -18,24 +18,25 @@ export interface SettleContext {
  * plane answers: the same completion again gets the stored reply, so a
  * retry after a lost reply (or a restart) is safe. Any HTTP answer other
  * than a transient one (5xx, 429) ends the retries; a 409 means the lease
- * ended first and the job was settled by someone else.
+ * ended first and the job was settled by someone else. Resolves true when
+ * the control plane took the completion.
  */
-export async function settle(ctx: SettleContext, jobId: string, leaseToken: string, settlement: Settlement): Promise<void> {
+export async function settle(ctx: SettleContext, jobId: string, leaseToken: string, settlement: Settlement): Promise<boolean> {
   const completion: Completion = { completionId: `c-${randomUUID()}`, ...settlement };
   for (let attempt = 1; ; attempt++) {
     try {
       const job = await ctx.client.complete(jobId, leaseToken, completion);
       const code = settlement.error ? ` (${settlement.error.code})` : "";
       ctx.log(`job ${jobId}: completed ${settlement.outcome}${code}; the job is ${job.state}`);
-      return;
+      return true;
     } catch (err) {
       if (err instanceof RunnerApiError && !err.transient) {
         ctx.log(`job ${jobId}: the completion was refused: ${err.message}`);
-        return;
+        return false;
       }
       if (ctx.abort.aborted) {
         ctx.log(`job ${jobId}: stopping before the completion was answered: ${(err as Error).message}`);
-        return;
+        return false;
       }
       const waitMs = Math.min(10_000, 250 * 2 ** Math.min(attempt, 6));
       ctx.log(`job ${jobId}: completion not answered (${(err as Error).message}); retrying in ${waitMs} ms`);

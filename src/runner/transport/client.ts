@@ -2,19 +2,29 @@ import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobSchema, LeaseSchema, type Job, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import { refusalFix, type TlsSources } from "./failures.js";
 import type { NdjsonPost } from "./ndjson-post.js";
 import type { RestReply, RestTransport } from "./rest-transport.js";
 
 /** The control plane answered with an error (the Connect error shape on REST). */
 export class RunnerApiError extends Error {
+  /** What the operator must change first, when no retry can succeed (failures.ts decides). */
+  readonly fix: string | undefined;
   constructor(
     readonly route: string,
     readonly status: number,
     readonly code: string,
     message: string,
+    sources?: TlsSources,
   ) {
     super(`${route}: ${status} ${code}: ${message}`);
     this.name = "RunnerApiError";
+    this.fix = refusalFix(route, status, code, message, sources);
+  }
+
+  /** Register refused: another live process holds this runner identity (409 already_exists). */
+  get secondInstance(): boolean {
+    return this.status === 409 && this.code === "already_exists";
   }
 
   /** 404 or 409 on a lease-scoped route: the lease is gone (expired, released, settled) and will not come back. */
@@ -36,6 +46,14 @@ export interface Registration {
   readonly architecture: string;
   readonly labels: readonly string[];
   readonly clockOffsetNs: bigint;
+  /** This process (random per process start) and its start: the control plane refuses a second live process of one runner. */
+  readonly instance?: RunnerInstance;
+}
+
+/** One process of a runner. */
+export interface RunnerInstance {
+  readonly id: string;
+  readonly startedAt: Date;
 }
 
 /** A completion as the runner sends it (`POST /v1/runner/complete` in docs/routes.md). */
@@ -89,7 +107,7 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
     const reply = await transport.request(method, path, body, { ...(timeoutMs ? { timeoutMs } : {}), ...(signal ? { signal } : {}) });
     if (reply.status >= 200 && reply.status < 300) return reply;
     const err = (reply.json ?? {}) as { code?: string; message?: string };
-    throw new RunnerApiError(`${method} ${path}`, reply.status, err.code ?? "unknown", err.message ?? (reply.text.slice(0, 200) || "no error body"));
+    throw new RunnerApiError(`${method} ${path}`, reply.status, err.code ?? "unknown", err.message ?? (reply.text.slice(0, 200) || "no error body"), transport.sources);
   };
   const leaseBody = (jobId: string, leaseToken: string) => ({ apiVersion, jobId, leaseToken });
   return {
@@ -112,6 +130,7 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         architecture: r.architecture,
         labels: r.labels,
         clockOffsetNs: String(r.clockOffsetNs),
+        ...(r.instance ? { instanceId: r.instance.id, instanceStartedAt: r.instance.startedAt.toISOString() } : {}),
       });
     },
     async claim(waitSeconds, signal) {

@@ -1,4 +1,5 @@
 import http2 from "node:http2";
+import { connectionFix, type TlsSources } from "./failures.js";
 
 /** The TLS material of a runner: read again for every new connection, so a renewed certificate is used on the next handshake. */
 export interface TlsMaterial {
@@ -19,14 +20,26 @@ export interface RestReply {
 
 /**
  * The request never got an HTTP answer: connection refused or reset, TLS
- * failure, timeout. Always worth retrying: the control plane may be
- * restarting.
+ * failure, timeout. Worth retrying (the control plane may be restarting)
+ * unless it has a `fix`: a server the runner cannot verify, or TLS files it
+ * cannot use, fail the same way every time (failures.ts decides).
  */
 export class TransportError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  /** What the operator must change first; set when no retry can succeed. */
+  readonly fix: string | undefined;
+  constructor(message: string, options?: { cause?: unknown; fix?: string }) {
+    super(options?.fix ?? message, options);
     this.name = "TransportError";
+    this.fix = options?.fix;
   }
+}
+
+/** Options of a transport. */
+export interface RestTransportOptions {
+  /** A session is replaced after this long (5 min by default), so a renewed certificate is presented well before the old one expires. */
+  readonly maxSessionAgeMs?: number;
+  /** Named in the message of a failure no retry cures (a CA bundle that does not sign the server's certificate). */
+  readonly sources?: TlsSources;
 }
 
 /** Options of one request. */
@@ -44,6 +57,8 @@ export interface RestTransport {
   request(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<RestReply>;
   /** The next request opens a new session (a new handshake, e.g. with a renewed certificate). */
   reconnect(): void;
+  /** Where the TLS material came from, when the caller said: named in what a refusal tells the operator to fix. */
+  readonly sources: TlsSources | undefined;
   close(): Promise<void>;
 }
 
@@ -56,7 +71,14 @@ export interface RestTransport {
  * renewed on disk is presented on a new handshake well before the old one
  * expires; requests in flight finish on the old session.
  */
-export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Promise<TlsMaterial>, maxSessionAgeMs = 5 * 60_000): RestTransport {
+export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Promise<TlsMaterial>, settings: RestTransportOptions = {}): RestTransport {
+  const maxSessionAgeMs = settings.maxSessionAgeMs ?? 5 * 60_000;
+  const server = new URL(baseUrl);
+  /** The one place a failed connection or stream becomes a TransportError: final (with its fix) or transient. */
+  const failure = (message: string, cause: unknown) => {
+    const fix = connectionFix(cause, server, settings.sources);
+    return new TransportError(message, { cause, ...(fix ? { fix } : {}) });
+  };
   let session: http2.ClientHttp2Session | undefined;
   let openedAt = 0;
   let opening: Promise<http2.ClientHttp2Session> | undefined;
@@ -89,6 +111,7 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
   };
 
   return {
+    sources: settings.sources,
     reconnect() {
       openedAt = 0;
     },
@@ -98,7 +121,7 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
       try {
         s = await current();
       } catch (err) {
-        throw err instanceof TransportError ? err : new TransportError(`cannot connect to ${baseUrl}: ${(err as Error).message}`, { cause: err });
+        throw err instanceof TransportError ? err : failure(`cannot connect to ${baseUrl}: ${(err as Error).message}`, err);
       }
       return new Promise<RestReply>((resolve, reject) => {
         const headers: http2.OutgoingHttpHeaders = { ":method": method, ":path": path };
@@ -108,7 +131,7 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
           stream = s.request(headers);
         } catch (err) {
           if (session === s) session = undefined;
-          reject(new TransportError(`${method} ${path}: ${(err as Error).message}`, { cause: err }));
+          reject(failure(`${method} ${path}: ${(err as Error).message}`, err));
           return;
         }
         const chunks: Buffer[] = [];
@@ -117,7 +140,7 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
         const fail = (why: string, cause?: unknown) => {
           cleanup();
           if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
-          reject(new TransportError(`${method} ${path}: ${why}`, { cause }));
+          reject(failure(`${method} ${path}: ${why}`, cause));
         };
         const timer = setTimeout(() => fail(`no answer within ${options.timeoutMs ?? 15_000} ms`), options.timeoutMs ?? 15_000);
         const onAbort = () => fail("aborted");
