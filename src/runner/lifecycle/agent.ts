@@ -86,11 +86,6 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   const { client, executor } = options;
   const log = options.log ?? ((m: string) => console.log(`forelead runner: ${m}`));
   const jobsDir = join(options.workDir, "jobs");
-  // What a crashed predecessor left: its leases are gone, so its jobs must not run on.
-  for (const stopped of await executor.recover(jobsDir)) log(`stopped a leftover of an earlier run: ${stopped}`);
-  for (const dir of await removeLeftoverSecretFiles(jobsDir)) log(`removed the secret files an earlier run left in ${dir}`);
-  await rm(jobsDir, { recursive: true, force: true });
-  await mkdir(jobsDir, { recursive: true, mode: 0o711 });
   await executor.prepare();
 
   const claiming = new AbortController();
@@ -124,6 +119,12 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     }
   };
   await register();
+  // Only once registered: a second process of this runner is refused above, before it touches the first one's jobs.
+  // What a crashed predecessor left: its leases are gone, so its jobs must not run on.
+  for (const stopped of await executor.recover(jobsDir)) log(`stopped a leftover of an earlier run: ${stopped}`);
+  for (const dir of await removeLeftoverSecretFiles(jobsDir)) log(`removed the secret files an earlier run left in ${dir}`);
+  await rm(jobsDir, { recursive: true, force: true });
+  await mkdir(jobsDir, { recursive: true, mode: 0o711 });
 
   const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
 
