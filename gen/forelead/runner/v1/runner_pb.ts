@@ -1164,7 +1164,11 @@ export const RunnerService: GenService<{
     output: typeof ClockResponseSchema;
   },
   /**
-   * Records or updates the runner's registration.
+   * Records or updates the runner's registration. A second live process of
+   * the same runner (another instance_id while the registered one was heard
+   * from within the lease length) is refused with already_exists (409) naming
+   * the live one's start time; a change of a live runner's slots or labels is
+   * applied and audited.
    *
    * @generated from rpc forelead.runner.v1.RunnerService.Register
    */
