@@ -7,7 +7,7 @@ import { parseDuration } from "../api/time-range.js";
 import { readNamedFile } from "../identity/pki-files.js";
 import { keepIdentityFresh } from "../runner/identity/keeper.js";
 import { loadIdentity } from "../runner/identity/state-dir.js";
-import { startRunnerAgent, type AgentEnd } from "../runner/lifecycle/agent.js";
+import { startRunnerAgent, type AgentEnd, type RunnerAgent } from "../runner/lifecycle/agent.js";
 import { readRunnerCertificate } from "../runner/identity/runner-identity.js";
 import { createRunnerClient, RunnerApiError } from "../runner/transport/client.js";
 import { fixOf, type TlsSources } from "../runner/transport/failures.js";
@@ -93,7 +93,19 @@ export function runnerCommand(): Command {
       const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
       const executor = createExecutor(flags.executor, identity);
       const labels = flags.labels !== undefined ? flags.labels.split(",").map((l) => l.trim()).filter(Boolean) : [os.platform(), flags.executor];
-      const agent = await startRunnerAgent({
+      // Before the agent starts: a signal while it registers stops it as soon as it is up, never by default action.
+      let agent: RunnerAgent | undefined = undefined;
+      let signals = 0;
+      const onSignal = (signal: string) => {
+        signals++;
+        const drain = signals === 1 && !flags.force;
+        if (drain) log(`${signal}: draining (send it again to stop running jobs and release their leases)`);
+        else log(`${signal}: stopping running jobs and releasing their leases`);
+        if (agent) void (drain ? agent.drain() : agent.stop());
+      };
+      process.on("SIGTERM", () => onSignal("SIGTERM"));
+      process.on("SIGINT", () => onSignal("SIGINT"));
+      agent = await startRunnerAgent({
         // This process: the control plane refuses a second live one with the same identity.
         instance: { id: randomUUID(), startedAt: new Date(performance.timeOrigin) },
         ...(flags.once ? { jobLimit: 1 } : {}),
@@ -117,19 +129,7 @@ export function runnerCommand(): Command {
         console.error(`forelead runner: cannot start: ${fixOf(err)}`);
         process.exit(exitCodeOf(err));
       });
-      let signals = 0;
-      const onSignal = (signal: string) => {
-        signals++;
-        if (signals === 1 && !flags.force) {
-          log(`${signal}: draining (send it again to stop running jobs and release their leases)`);
-          void agent.drain();
-        } else {
-          log(`${signal}: stopping running jobs and releasing their leases`);
-          void agent.stop();
-        }
-      };
-      process.on("SIGTERM", () => onSignal("SIGTERM"));
-      process.on("SIGINT", () => onSignal("SIGINT"));
+      if (signals > 0) void (signals === 1 && !flags.force ? agent.drain() : agent.stop());
       const end = await agent.stopped;
       keeper?.stop();
       await client.close();

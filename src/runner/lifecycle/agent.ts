@@ -125,6 +125,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   for (const dir of await removeLeftoverSecretFiles(jobsDir)) log(`removed the secret files an earlier run left in ${dir}`);
   await rm(jobsDir, { recursive: true, force: true });
   await mkdir(jobsDir, { recursive: true, mode: 0o711 });
+  idleSince = Date.now(); // idle from here, however long registering took
 
   const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
 
