@@ -4,6 +4,8 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Backoff, Requirements } from "./scheduling_pb.js";
+import { file_forelead_runner_v1_scheduling } from "./scheduling_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/job.proto.
  */
 export const file_forelead_runner_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEi8gYKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmdCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUibQoKSm9iV2FpdGluZxIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSFgoObWlzc2luZ19sYWJlbHMYAyADKAkSFAoMYnVzeV9ydW5uZXJzGAQgASgFEhIKCmJ1c3lfc2xvdHMYBSABKAUiwQEKB0pvYlNwZWMSDQoFaW1hZ2UYASABKAkSDAoEYXJndhgCIAMoCRIxCgNlbnYYAyADKAsyJC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYy5FbnZFbnRyeRIXCg90aW1lb3V0X3NlY29uZHMYBCABKAUSCwoDY3B1GAUgASgBEhQKDG1lbW9yeV9ieXRlcxgGIAEoAxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjwKCEpvYkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiKgoHRmFpbHVyZRIOCgZyZWFzb24YASABKAkSDwoHbWVzc2FnZRgCIAEoCSKUAwoFTGVhc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFdG9rZW4YAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQY2FuY2VsX3JlcXVlc3RlZBgEIAEoCEgAiAEBEiQKA2pvYhgFIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISNwoHc2VjcmV0cxgGIAMoCzImLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZS5TZWNyZXRzRW50cnkSQAoMc2VjcmV0X2ZpbGVzGAcgAygLMiouZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldEZpbGVzRW50cnkaLgoMU2VjcmV0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQU2VjcmV0RmlsZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhMKEV9jYW5jZWxfcmVxdWVzdGVkIkoKCEFydGlmYWN0EgwKBG5hbWUYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAMSEgoKbWVkaWFfdHlwZRgEIAEoCWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEivggKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmcSMAoMY2xhaW1hYmxlX2F0GCggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYKSABKAkSGQoRY29uY3VycmVuY3lfbGltaXQYKiABKAUSNgoMcmVxdWlyZW1lbnRzGCsgASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLlJlcXVpcmVtZW50cxIsCgdiYWNrb2ZmGCwgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkJhY2tvZmZCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUi6QEKCkpvYldhaXRpbmcSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhYKDm1pc3NpbmdfbGFiZWxzGAMgAygJEhQKDGJ1c3lfcnVubmVycxgEIAEoBRISCgpidXN5X3Nsb3RzGAUgASgFEikKBXVudGlsGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYByABKAkSGwoTY29uY3VycmVuY3lfcnVubmluZxgIIAEoBRIZChF1bm1ldF9yZXF1aXJlbWVudBgJIAEoCSLBAQoHSm9iU3BlYxINCgVpbWFnZRgBIAEoCRIMCgRhcmd2GAIgAygJEjEKA2VudhgDIAMoCzIkLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JTcGVjLkVudkVudHJ5EhcKD3RpbWVvdXRfc2Vjb25kcxgEIAEoBRILCgNjcHUYBSABKAESFAoMbWVtb3J5X2J5dGVzGAYgASgDGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCIqCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIpQDCgVMZWFzZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChBjYW5jZWxfcmVxdWVzdGVkGAQgASgISACIAQESJAoDam9iGAUgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYhI3CgdzZWNyZXRzGAYgAygLMiYuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldHNFbnRyeRJACgxzZWNyZXRfZmlsZXMYByADKAsyKi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0RmlsZXNFbnRyeRouCgxTZWNyZXRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBTZWNyZXRGaWxlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEwoRX2NhbmNlbF9yZXF1ZXN0ZWQiSgoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoAxISCgptZWRpYV90eXBlGAQgASgJYgZwcm90bzM", [file_forelead_runner_v1_scheduling, file_google_protobuf_timestamp]);
 
 /**
  * Job is a unit of work as the control plane knows it. A lease carries the
@@ -188,6 +190,41 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
    * @generated from field: forelead.runner.v1.JobWaiting waiting = 39;
    */
   waiting?: JobWaiting | undefined;
+
+  /**
+   * When a queued job becomes claimable: its runAt (or enqueue time plus
+   * delaySeconds), or the end of its retry backoff. Unset: claimable now.
+   *
+   * @generated from field: google.protobuf.Timestamp claimable_at = 40;
+   */
+  claimableAt?: Timestamp | undefined;
+
+  /**
+   * The job's concurrency group: at most concurrency_limit jobs with this key
+   * run at once in the workspace.
+   *
+   * @generated from field: string concurrency_key = 41;
+   */
+  concurrencyKey: string;
+
+  /**
+   * @generated from field: int32 concurrency_limit = 42;
+   */
+  concurrencyLimit: number;
+
+  /**
+   * What a runner must have to be leased the job.
+   *
+   * @generated from field: forelead.runner.v1.Requirements requirements = 43;
+   */
+  requirements?: Requirements | undefined;
+
+  /**
+   * How its retries are spaced.
+   *
+   * @generated from field: forelead.runner.v1.Backoff backoff = 44;
+   */
+  backoff?: Backoff | undefined;
 };
 
 /**
@@ -204,8 +241,9 @@ export const JobSchema: GenMessage<Job> = /*@__PURE__*/
  */
 export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
   /**
-   * "workspace_paused", "no_runner", "missing_labels", "runners_paused",
-   * "runners_not_connected" or "all_busy".
+   * "workspace_paused", "scheduled", "backoff", "no_runner", "missing_labels",
+   * "unmet_requirements", "runners_paused", "runners_not_connected",
+   * "concurrency_group" or "all_busy".
    *
    * @generated from field: string code = 1;
    */
@@ -236,6 +274,33 @@ export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
    * @generated from field: int32 busy_slots = 5;
    */
   busySlots: number;
+
+  /**
+   * scheduled, backoff: when the job becomes claimable.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 6;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * concurrency_group: the group holding the job, and how many of it run.
+   *
+   * @generated from field: string concurrency_key = 7;
+   */
+  concurrencyKey: string;
+
+  /**
+   * @generated from field: int32 concurrency_running = 8;
+   */
+  concurrencyRunning: number;
+
+  /**
+   * unmet_requirements: the requirement no registered runner meets, e.g.
+   * "architecture arm64".
+   *
+   * @generated from field: string unmet_requirement = 9;
+   */
+  unmetRequirement: string;
 };
 
 /**
