@@ -44,6 +44,10 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         architecture: req.architecture,
         labels: req.labels,
         clockOffsetNs: Number(req.clockOffsetNs),
+        os: req.os,
+        executionKinds: req.executionKinds,
+        features: req.features,
+        maxConcurrency: req.maxConcurrency,
       });
       return { apiVersion };
     },

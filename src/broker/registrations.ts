@@ -2,6 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
 import { recordEvent } from "../events/record.js";
+import { checkCapability, checkExecutionKind, scheduleLimits } from "./jobs.js";
 
 /** A runner's own description of itself, as sent to register. */
 export interface Registration {
@@ -13,6 +14,11 @@ export interface Registration {
   readonly architecture: string;
   readonly labels: readonly string[];
   readonly clockOffsetNs: number;
+  /** Capabilities (additive): "linux", ...; "docker"/"process"; feature names; the runner's own concurrency. */
+  readonly os?: string;
+  readonly executionKinds?: readonly string[];
+  readonly features?: readonly string[];
+  readonly maxConcurrency?: number;
 }
 
 /** Bounds that keep a registration meaningful; a value outside is refused by name. */
@@ -32,6 +38,12 @@ export function validateRegistration(r: Registration): void {
   if (r.memoryBytes < 0 || !Number.isSafeInteger(r.memoryBytes)) bad(`memoryBytes must be a non-negative byte count; got ${r.memoryBytes}`);
   if (r.architecture.length > 64) bad("architecture is longer than 64 characters");
   if (!Number.isSafeInteger(r.clockOffsetNs)) bad(`clockOffsetNs is out of range; got ${r.clockOffsetNs}`);
+  if (r.os) checkCapability("os", r.os);
+  (r.executionKinds ?? []).forEach((k, i) => checkExecutionKind(`executionKinds[${i}]`, k));
+  if ((r.features ?? []).length > scheduleLimits.maxFeatures) bad(`features has ${r.features!.length} entries; at most ${scheduleLimits.maxFeatures} are allowed`);
+  (r.features ?? []).forEach((f, i) => checkCapability(`features[${i}]`, f));
+  const maxConcurrency = r.maxConcurrency ?? 0;
+  if (!Number.isInteger(maxConcurrency) || maxConcurrency < 0 || maxConcurrency > registrationLimits.maxSlots) bad(`maxConcurrency must be 0 to ${registrationLimits.maxSlots}; got ${maxConcurrency}`);
   if (r.labels.length > registrationLimits.maxLabels) bad(`labels has ${r.labels.length} entries; at most ${registrationLimits.maxLabels} are allowed`);
   r.labels.forEach((label, i) => {
     if (label.length === 0 || label.length > registrationLimits.maxLabelLength || !labelPattern.test(label)) {
@@ -56,6 +68,10 @@ export async function register(db: Kysely<Database>, r: Registration): Promise<v
     architecture: r.architecture,
     labels,
     clock_offset_ns: r.clockOffsetNs,
+    os: r.os ?? "",
+    execution_kinds: [...new Set(r.executionKinds ?? [])].sort(),
+    features: [...new Set(r.features ?? [])].sort(),
+    max_concurrency: r.maxConcurrency ?? 0,
   };
   // The registration and its event commit together.
   await db.transaction().execute(async (tx) => {

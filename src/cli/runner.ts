@@ -75,6 +75,8 @@ export function runnerCommand(): Command {
         labels,
         capacity: { cpu: os.availableParallelism(), memoryBytes: os.totalmem() },
         architecture: architecture(os.arch()),
+        os: os.platform(),
+        executionKind: flags.executor,
         workDir: flags.workDir ?? join(os.tmpdir(), "forelead-runner", identity.runnerId),
         graceMs: flags.graceSeconds * 1000,
         sampleIntervalMs: flags.sampleIntervalMs,

@@ -51,6 +51,11 @@ export interface RunnersTable {
   /** Set while the runner is paused: it gets no new lease (migration 0012). */
   paused_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   paused_by: ColumnType<string | null, string | null | undefined, string | null>;
+  /** Capabilities a job's requirements are matched against (migration 0019). */
+  os: ColumnType<string, string | undefined, string>;
+  execution_kinds: ColumnType<string[], string[] | undefined, string[]>;
+  features: ColumnType<string[], string[] | undefined, string[]>;
+  max_concurrency: ColumnType<number, number | undefined, number>;
 }
 
 /** One identity decision, allowed or refused. */
@@ -130,6 +135,20 @@ export interface JobsTable {
   /** The names of the job's secrets and secret files (migration 0013); the values are in job_secrets. */
   secret_names: ColumnType<string[], string[] | undefined, string[]>;
   secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
+  /** A queued job is claimable from then (migration 0019): enqueue, runAt/delaySeconds, or a retry's backoff. */
+  claimable_at: ColumnType<Date, Date | string | undefined, Date | string>;
+  /** Its concurrency group: at most concurrency_limit jobs of the key run at once in the workspace. */
+  concurrency_key: ColumnType<string | null, string | null | undefined, string | null>;
+  concurrency_limit: ColumnType<number | null, number | null | undefined, number | null>;
+  /** Its retry backoff (all null: requeued at once). */
+  backoff_initial_seconds: ColumnType<number | null, number | null | undefined, number | null>;
+  backoff_multiplier: ColumnType<number | null, number | null | undefined, number | null>;
+  backoff_max_seconds: ColumnType<number | null, number | null | undefined, number | null>;
+  /** What a runner must have (null / empty: anything). */
+  req_architecture: ColumnType<string | null, string | null | undefined, string | null>;
+  req_os: ColumnType<string | null, string | null | undefined, string | null>;
+  req_execution_kind: ColumnType<string | null, string | null | undefined, string | null>;
+  req_features: ColumnType<string[], string[] | undefined, string[]>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (migration 0013). */

@@ -5,7 +5,7 @@ import { checkCompletion, type CheckedCompletion, type CompletionInput } from ".
 import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
 import { leaseRefusal } from "../lease-check.js";
 import { eventsCte } from "../../events/record.js";
-import { clearLease, liveLease, wakeWaiters, woken } from "../lease-sql.js";
+import { clearLease, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
 import type { BrokerObserver } from "../observer.js";
 
@@ -59,6 +59,7 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
         error = i.error::jsonb,
         artifacts = case when ${requeues} then null else i.artifacts::jsonb end,
         settled_at = case when ${requeues} then null else now() end,
+        claimable_at = case when ${requeues} then ${retryClaimableAt} else jobs.claimable_at end,
         ${clearLease}
       from unnest(
         ${items.map((_, i) => i)}::int[], ${items.map((it) => it.checked.jobId)}::uuid[], ${items.map((it) => it.input.workspaceId)}::text[],

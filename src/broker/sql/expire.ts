@@ -2,7 +2,7 @@ import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
 import type { JobTimeouts } from "../jobs.js";
 import { eventsCte } from "../../events/record.js";
-import { clearLease, expiredLease, leaseHeld, wakeWaiters, woken } from "../lease-sql.js";
+import { clearLease, expiredLease, leaseHeld, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
 
 /** A timestamptz expression as RFC 3339 UTC text, for a message written in SQL. */
@@ -14,7 +14,7 @@ function utcText(at: RawBuilder<unknown>): RawBuilder<string> {
  * Ends expired and overdue leases. A job running past its timeout plus the
  * grace (its runner still renewing, or gone) is failed with error and reason
  * `timeout`. Otherwise, for an expired lease, the job goes back to the queue
- * while attempts remain, is failed with reason lease_lost when none remain,
+ * while attempts remain (claimable after its backoff: retryClaimableAt), is failed with reason lease_lost when none remain,
  * and is settled as cancelled when a cancel was requested. Returns the jobs
  * it changed. Bounded per call, and SKIP LOCKED, so replicas sweep side by side.
  */
@@ -49,9 +49,10 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
         end,
         error = case when expired.timed_out then jsonb_build_object('code', 'timeout', 'message', 'the job ran past its timeout of ' || expired.timeout_seconds || ' s and was failed by the control plane', 'retryable', false) else jobs.error end,
         settled_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >= jobs.max_attempts then now() end,
+        claimable_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >= jobs.max_attempts then jobs.claimable_at else ${retryClaimableAt} end,
         ${clearLease}
       from expired where jobs.id = expired.id
-      returning jobs.id, jobs.state, jobs.workspace_id, jobs.attempts, jobs.error, jobs.failure_reason, expired.lease_id, expired.runner_id as lease_runner_id, expired.timed_out
+      returning jobs.id, jobs.state, jobs.workspace_id, jobs.claimable_at, jobs.concurrency_key, jobs.attempts, jobs.error, jobs.failure_reason, expired.lease_id, expired.runner_id as lease_runner_id, expired.timed_out
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.timed_out then 'timed_out' else 'expired' end from j where leases.id = j.lease_id
     ), ${eventsCte("ev", "j", settledOrRequeued("lease_lost"))},

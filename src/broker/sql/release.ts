@@ -70,7 +70,7 @@ export async function releaseRunnerLeases(db: Kysely<Database> | Transaction<Dat
     ), j as (
       update jobs set ${released("cancelled; the runner was retired")}
       from held where jobs.id = held.id
-      returning jobs.id, jobs.state, jobs.workspace_id, jobs.attempts, jobs.error, jobs.failure_reason, held.lease_id, ${holder.runnerId}::text as lease_runner_id
+      returning jobs.id, jobs.state, jobs.workspace_id, jobs.claimable_at, jobs.concurrency_key, jobs.attempts, jobs.error, jobs.failure_reason, held.lease_id, ${holder.runnerId}::text as lease_runner_id
     ), l as (
       update leases set ${releasedLeaseRow}
       from j where leases.id = j.lease_id

@@ -21,6 +21,10 @@ export interface RunnerAgentOptions {
   readonly capacity: RunnerCapacity;
   /** "amd64", "arm64", ... */
   readonly architecture: string;
+  /** "linux", "darwin", ... (node's os.platform()); sent as a capability jobs may require. */
+  readonly os?: string;
+  /** How the executor runs jobs, "docker" or "process"; sent as a capability jobs may require. */
+  readonly executionKind?: string;
   /** This runner's own directory: job directories live in `jobs/` under it. */
   readonly workDir: string;
   /** TERM-to-KILL grace for cancel, timeout and forced shutdown; 10 s by default. */
@@ -38,6 +42,9 @@ export interface RunnerAgentOptions {
   /** The operator's log: one line per call, never a lease token. */
   readonly log?: (message: string) => void;
 }
+
+/** Protocol features this agent implements, registered as capabilities: cancel-v1 (a cancel learned on renew stops the job). */
+export const runnerFeatures: readonly string[] = ["cancel-v1"];
 
 /** A running runner agent. */
 export interface RunnerAgent {
@@ -79,12 +86,18 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   let slotFreed: () => void = () => {};
   let clock = serverClock(0n);
 
+  const capabilities = {
+    ...(options.os ? { os: options.os } : {}),
+    ...(options.executionKind ? { executionKinds: [options.executionKind] } : {}),
+    features: runnerFeatures,
+    maxConcurrency: options.slots,
+  };
   const register = async () => {
     for (let attempt = 1; ; attempt++) {
       try {
         const offset = await measureClockOffset(() => client.clock());
         clock = serverClock(offset.offsetNs);
-        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs });
+        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs, ...capabilities });
         log(`registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`);
         return;
       } catch (err) {

@@ -36,6 +36,11 @@ export interface Registration {
   readonly architecture: string;
   readonly labels: readonly string[];
   readonly clockOffsetNs: bigint;
+  /** Capabilities a job's requirements are matched against: "linux", ...; "docker"/"process"; protocol features. */
+  readonly os?: string;
+  readonly executionKinds?: readonly string[];
+  readonly features?: readonly string[];
+  readonly maxConcurrency?: number;
 }
 
 /** A completion as the runner sends it (`POST /v1/runner/complete` in docs/routes.md). */
@@ -112,6 +117,10 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         architecture: r.architecture,
         labels: r.labels,
         clockOffsetNs: String(r.clockOffsetNs),
+        ...(r.os ? { os: r.os } : {}),
+        ...(r.executionKinds?.length ? { executionKinds: r.executionKinds } : {}),
+        ...(r.features?.length ? { features: r.features } : {}),
+        ...(r.maxConcurrency ? { maxConcurrency: r.maxConcurrency } : {}),
       });
     },
     async claim(waitSeconds, signal) {
