@@ -99,11 +99,12 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
     due.set(workspaceId, { at, timer });
   };
   const readDue = async (workspaceId?: string) => {
-    const { rows } = await sql<{ workspace_id: string; at: Date | string }>`
-      select workspace_id, min(claimable_at) as at from jobs
-      where state = 'queued' and claimable_at > created_at and claimable_at > now() ${workspaceId === undefined ? sql`` : sql`and workspace_id = ${workspaceId}`}
-      group by workspace_id`.execute(store.db);
-    for (const row of rows) scheduleDue(row.workspace_id, new Date(row.at).getTime());
+    const due = sql`state = 'queued' and claimable_at > created_at and claimable_at > now()`;
+    // One workspace: min() without GROUP BY is one probe of jobs_scheduled (a LIMIT 1 in index order).
+    const { rows } = workspaceId === undefined
+      ? await sql<{ workspace_id: string; at: Date | string | null }>`select workspace_id, min(claimable_at) as at from jobs where ${due} group by workspace_id`.execute(store.db)
+      : await sql<{ workspace_id: string; at: Date | string | null }>`select ${workspaceId}::text as workspace_id, min(claimable_at) as at from jobs where workspace_id = ${workspaceId} and ${due}`.execute(store.db);
+    for (const row of rows) if (row.at !== null) scheduleDue(row.workspace_id, new Date(row.at).getTime());
   };
   // A failed read leaves that workspace without a timer until its next announcement; its waiting
   // claims still end and are made again at their long-poll's end.

@@ -13,11 +13,11 @@ import { sql, type Kysely } from "kysely";
  * tests it on the index tuple (an Index Cond beside workspace_id), so a
  * scheduled job costs the walk one index tuple and no heap visit, and the
  * walk keeps the index's order (priority desc, created_at, id): no sort.
- * Plan on Postgres 16 (EXPLAIN of the pick, 100,000 queued, half of them
- * scheduled for later):
+ * Plan on Postgres 15 (EXPLAIN ANALYZE of the pick, 100,000 queued, docs/fleet.md
+ * "Scheduling" has the measurements):
  *   Limit -> LockRows -> Index Scan using jobs_claimable on jobs j
- *     Index Cond: ((workspace_id = $1) AND (claimable_at <= now()))
- *     Filter: ((labels <@ $2) AND forelead_meets_requirements(...) AND ...)
+ *     Index Cond: ((workspace_id = 'w1') AND (claimable_at <= now()))
+ *     Filter: labels <@ ..., the inlined requirements, the group's count < limit, state
  * jobs_scheduled indexes only the jobs whose claimable_at was put after their
  * creation (delayed or backed off), by workspace and time: a replica's due
  * timer (wakeups.ts) reads the next due time of a workspace from it in one probe.
@@ -29,10 +29,12 @@ import { sql, type Kysely } from "kysely";
  * requirement at a time, to name the one no runner meets.
  *
  * Concurrency groups (jobs.concurrency_key, concurrency_limit): at most
- * limit jobs of a key run at once in a workspace. forelead_group_running
- * counts them (jobs_running_group). Exact across replicas, reasoned so: a
- * claimer first picks a candidate with the group's count, as of its
- * statement's snapshot, under the limit (a cheap filter that may be stale).
+ * limit jobs of a key run at once in a workspace. forelead_running_groups
+ * counts them by key (jobs_running_group), forelead_group_running one key.
+ * Exact across replicas, reasoned so: a claimer counts the workspace's
+ * running groups once per request and picks a candidate whose group's count,
+ * as of that snapshot, is under the limit (a cheap filter that may be stale:
+ * an array lookup per candidate row, not a query).
  * For a candidate with a key it then takes pg_advisory_xact_lock on
  * (workspace, key) and recounts in a new statement. In READ COMMITTED each
  * statement of a volatile PL/pgSQL function takes a new snapshot, and the
@@ -93,8 +95,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
         and j_features <@ r_features
     $$`.execute(db);
   await sql`
+    create function forelead_running_groups(p_workspace_id text) returns table (concurrency_key text, running int) language sql stable as $$
+      select concurrency_key, count(*)::int from jobs where workspace_id = p_workspace_id and concurrency_key is not null and state = 'running' group by concurrency_key
+    $$`.execute(db);
+  await sql`
     create function forelead_group_running(p_workspace_id text, p_key text) returns int language sql stable as $$
-      select count(*)::int from jobs where workspace_id = p_workspace_id and concurrency_key = p_key and state = 'running'
+      select coalesce((select g.running from forelead_running_groups(p_workspace_id) g where g.concurrency_key = p_key), 0)
     $$`.execute(db);
   await sql`
     create or replace function forelead_claim(p_workspace_ids text[], p_runner_ids text[], p_token_hashes_hex text[], p_lease_seconds int)
@@ -108,6 +114,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       held runners[] := '{}';
       cand record;
       excluded text[];
+      group_keys text[];
+      group_counts int[];
       group_locked boolean := false;
       contended text[] := '{}';
       leased int := 0;
@@ -130,6 +138,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
         continue when runner.paused_at is not null
           or exists (select 1 from workspace_pauses where workspace_id = p_workspace_ids[i]);
         excluded := '{}';
+        -- The workspace's running groups, counted once per request (not per candidate row).
+        select coalesce(array_agg(g.concurrency_key), '{}'), coalesce(array_agg(g.running), '{}') into group_keys, group_counts
+        from forelead_running_groups(p_workspace_ids[i]) g;
         loop
           select j.id, j.attempts, j.concurrency_key, j.concurrency_limit into cand from jobs j
           where j.workspace_id = p_workspace_ids[i] and j.state = 'queued' and j.claimable_at <= now()
@@ -137,7 +148,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
             and forelead_meets_requirements(j.req_architecture, j.req_os, j.req_execution_kind, j.req_features,
               runner.architecture, runner.os, runner.execution_kinds, runner.features)
             and (j.concurrency_key is null
-              or (not j.concurrency_key = any(excluded) and forelead_group_running(j.workspace_id, j.concurrency_key) < j.concurrency_limit))
+              or (not j.concurrency_key = any(excluded) and coalesce(group_counts[array_position(group_keys, j.concurrency_key)], 0) < j.concurrency_limit))
             and (select count(*) from leases
                  where workspace_id = p_workspace_ids[i] and runner_id = p_runner_ids[i]
                    and ended_at is null and expires_at > now()) < runner.slots

@@ -113,7 +113,7 @@ export type EnqueueJobRequest = Message<"forelead.admin.v1.EnqueueJobRequest"> &
   runAt?: Timestamp | undefined;
 
   /**
-   * Not claimable for this many seconds after the enqueue (0 to 31,536,000).
+   * Not claimable for this many seconds after the enqueue (0 to 31,622,400, 366 days).
    * Excludes run_at.
    *
    * @generated from field: optional int64 delay_seconds = 14;
