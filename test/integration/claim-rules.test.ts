@@ -1,10 +1,11 @@
 import "reflect-metadata";
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
-import { registeredRunner, type RunnerActor } from "../support/actors.js";
+import { eventually, registeredRunner, type RunnerActor } from "../support/actors.js";
 import type { RestReply } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
+import { specFor, startTestRunner } from "../support/runner-agent.js";
 
 // What a claim may lease (issues 20 and 21): later (runAt, delaySeconds), after a retry's backoff,
 // within a concurrency group's limit, and only to a runner meeting the job's requirements.
@@ -152,6 +153,19 @@ describe(`what a claim may lease (${databaseKind})`, () => {
     const armClaim = await arm.claim({ waitSeconds: 0 });
     expect(armClaim.status, armClaim.text).toBe(200);
     expect(armClaim.json.job.id).toBe(job.id);
+  });
+
+  it("the runner agent registers its os, execution kind and features, and runs a job requiring them", async () => {
+    const runner = await startTestRunner(cp, { runnerId: "caps-1", workspaceId: "caps", executor: "process", slots: 2 });
+    try {
+      const row = await cp.plane.store.db.selectFrom("runners").select(["os", "execution_kinds", "features", "max_concurrency"]).where("runner_id", "=", "caps-1").executeTakeFirstOrThrow();
+      expect(row).toEqual({ os: process.platform, execution_kinds: ["process"], features: ["cancel-v1"], max_concurrency: 2 });
+      const job = await enqueue("caps", { spec: specFor("process", { argv: ["true"] }), requirements: { os: process.platform, executionKind: "process", features: ["cancel-v1"] } });
+      const settled = await eventually("the job to succeed", async () => ((await getJob(job.id)).state === "succeeded" ? true : undefined));
+      expect(settled).toBe(true);
+    } finally {
+      await runner.close();
+    }
   });
 
   it("bad scheduling, group and requirement fields are refused with 400 naming the field", async () => {

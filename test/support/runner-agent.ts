@@ -134,6 +134,8 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     labels: options.labels ?? ["linux"],
     capacity: { cpu: 2, memoryBytes: 4 * 1024 ** 3 },
     architecture: "amd64",
+    os: process.platform,
+    executionKind: options.executor,
     workDir,
     graceMs: options.graceMs ?? 1000,
     sampleIntervalMs: options.sampleIntervalMs ?? 0,
