@@ -28,7 +28,10 @@ export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseS
  * runner, so concurrent calls lock runner rows in one order. Answers in the
  * order of `holders`: the lease, or undefined when none was free (or the
  * runner or its workspace is paused: migration 0016, which also writes each
- * lease's job.leased event in the same statement). Throws
+ * lease's job.leased event in the same statement). Since migration 0019 it
+ * leases only a job that is due (claimable_at), whose requirements the
+ * runner meets and whose concurrency group is under its limit, exactly
+ * across replicas (the migration's comment reasons it through). Throws
  * failed_precondition, claiming nothing, when a runner is not registered.
  * A leased job with secrets gets them opened (with `box`) into its lease.
  */
@@ -46,7 +49,10 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     // 5: p50 1.9 ms with 10,000 queued, 1.8 ms with 1,000,000, on the index jobs_claimable);
     // batching claims into one call (lease-batches.ts) gave 1.8x at N = 16 and 2.5x at N = 64.
     // Not measured yet: the pause check (a probe of workspace_pauses by its key) and the
-    // job.leased insert that migration 0016 added to each request of the function.
+    // job.leased insert that migration 0016 added to each request of the function. Migration
+    // 0019's predicates, EXPLAIN ANALYZE with 100,000 queued (docs/fleet.md "Scheduling"): free
+    // when nothing ineligible is ahead of the first eligible job; a job not yet due costs an index
+    // tuple, one with unmet requirements or a full group a heap visit; still one round trip.
     ({ rows } = await sql<JobRow>`
       select * from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
         ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int)`.execute(db));
