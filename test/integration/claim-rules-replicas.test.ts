@@ -58,6 +58,7 @@ describe.runIf(databaseKind === "postgres")("claim rules across two replicas", (
     await Promise.all(runners.flatMap((r) => [loop(r, 0), loop(r, 1), loop(r, 2)]));
     done = true;
     await sampler;
+    console.log(`claim-rules replicas: ${total} jobs (${grouped.length} in the group) through 2 replicas by 6 runners; most group jobs seen running at once: ${maxSeen}`);
     expect(errors).toEqual([]);
     expect(completed.size).toBe(total);
     expect(maxSeen).toBeLessThanOrEqual(2);
