@@ -5,8 +5,7 @@
 // at close.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { createWriteStream } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Client } from "@connectrpc/connect";
@@ -148,8 +147,7 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
     const workDir = join(dir, "work");
     await mkdir(workDir, { mode: 0o700 });
     const launch: RunnerLaunch = { server: plane.url, ca: caFile, cert: runnerFiles.cert, key: runnerFiles.key, runnerId, workspaceId, workDir };
-    const outputFile = join(dir, "runner-output.log");
-    const runner = startRunner(options.runnerCommand, launch, outputFile);
+    const runner = startRunner(options.runnerCommand, launch);
     cleanups.push(() => stopRunner(runner.child));
     say(`control plane ${plane.url} (lease ${options.leaseSeconds}s); runner ${runnerId} in workspace ${workspaceId}: ${substitute(options.runnerCommand, launch)}`);
 
@@ -229,7 +227,7 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
         } while (pageToken);
         return JSON.stringify(records, (_, v: unknown) => (typeof v === "bigint" ? v.toString() : v));
       },
-      runnerOutput: () => readFile(outputFile, "utf8").catch(() => ""),
+      runnerOutput: async () => runner.output(),
       runnerExit: runner.exit,
       async answered(route) {
         const text = await (await fetch(`${plane.metrics!.url}/metrics`)).text();
@@ -273,27 +271,29 @@ function shellQuote(value: string): string {
 }
 
 /** Starts `sh -c command` in a process group of its own (so close stops whatever it started), output to `outputFile`. */
-function startRunner(command: string, launch: RunnerLaunch, outputFile: string): { child: ChildProcess; exit: () => string | undefined } {
+function startRunner(command: string, launch: RunnerLaunch): { child: ChildProcess; exit: () => string | undefined; output: () => string } {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const [name, variable] of Object.entries(placeholders)) env[variable] = launch[name as keyof RunnerLaunch];
-  const out = createWriteStream(outputFile);
   const child = spawn("sh", ["-c", substitute(command, launch)], { detached: true, env, stdio: ["ignore", "pipe", "pipe"] });
-  child.stdout!.pipe(out, { end: false });
-  child.stderr!.pipe(out, { end: false });
+  // Kept whole (a run's runner output is small): the secrets row searches all of it.
+  const output: Buffer[] = [];
+  child.stdout!.on("data", (d: Buffer) => output.push(d));
+  child.stderr!.on("data", (d: Buffer) => output.push(d));
   let exit: string | undefined;
-  child.once("exit", (code, signal) => {
+  // "close": after its output ended too, so a runner that exited has all of it read.
+  child.once("close", (code, signal) => {
     exit = signal ? `signal ${signal}` : `exit code ${code}`;
   });
   child.once("error", (err) => {
     exit = `could not start: ${err.message}`;
   });
-  return { child, exit: () => exit };
+  return { child, exit: () => exit, output: () => Buffer.concat(output).toString("utf8") };
 }
 
 /** SIGTERM to the runner's process group, then SIGKILL if it is still there after 15 s. */
 async function stopRunner(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const exited = new Promise<void>((resolve) => child.once("close", () => resolve()));
   const signal = (s: NodeJS.Signals) => {
     try {
       process.kill(-child.pid!, s);
