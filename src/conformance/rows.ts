@@ -27,11 +27,15 @@ export interface Row {
  */
 export const controlPlaneFeatures: ReadonlySet<string> = new Set<string>();
 
-/** Whether the runner declared `feature` at registration (capabilities, issue 21 item 3: not in the registration yet). */
+/**
+ * Whether the runner declared `feature` at registration: the `features` of
+ * its registration as the runner listing shows it (capabilities, issue 21
+ * item 3; until that field exists, no runner declares anything).
+ */
 export async function runnerDeclares(h: Harness, feature: string): Promise<boolean> {
-  void h;
-  void feature;
-  return false;
+  const { runners } = await h.admin.listRunners({ workspaceId: h.launch.workspaceId });
+  const me = runners.find((r) => r.runnerId === h.launch.runnerId) as { features?: unknown } | undefined;
+  return Array.isArray(me?.features) && me.features.includes(feature);
 }
 
 const done = (job: { state: string }) => ["succeeded", "failed", "cancelled"].includes(job.state);
