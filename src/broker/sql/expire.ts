@@ -2,7 +2,7 @@ import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
 import type { JobTimeouts } from "../jobs.js";
 import { eventsCte } from "../../events/record.js";
-import { clearLease, expiredLease, leaseHeld, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
+import { clearLease, expiredLease, leaseHeld, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
 
 /** A timestamptz expression as RFC 3339 UTC text, for a message written in SQL. */
@@ -60,4 +60,19 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
     ${wakeWaiters("j")}
     select j.id, j.state, j.workspace_id, ${woken} from j`.execute(db);
   return rows.map((r) => ({ id: r.id, state: r.state }));
+}
+
+/**
+ * Makes job `jobId`'s live lease expire now, as if its time ran out; the
+ * next sweep (expireLeases) ends it. For drills that must see a runner
+ * meet an expired lease (the conformance kit, src/conformance/): returns
+ * false when the job holds no live lease.
+ */
+export async function expireLeaseNow(db: Kysely<Database>, jobId: string): Promise<boolean> {
+  const { rows } = await sql<{ lease_id: number }>`
+    with j as (
+      update jobs set lease_expires_at = now() - interval '1 second' where ${liveLease({ jobId })} returning lease_id
+    )
+    update leases set expires_at = now() - interval '1 second' from j where leases.id = j.lease_id returning leases.id as lease_id`.execute(db);
+  return rows.length > 0;
 }
