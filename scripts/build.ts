@@ -7,12 +7,13 @@
 import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
+import type * as Esbuild from "esbuild";
 import { readBuildInfo } from "../src/server/build-info.js";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const outdir = `${root}dist`;
 
-let esbuild: typeof import("esbuild");
+let esbuild: typeof Esbuild;
 try {
   esbuild = await import("esbuild");
 } catch {
