@@ -4,12 +4,16 @@
 // loader, compiled at every start: slower) when FORELEAD_RUN_SOURCE=1 — the tests set it, so a
 // spawned `forelead` runs the sources under test, never a stale build — or when dist/ is missing.
 import { existsSync } from "node:fs";
+import module from "node:module";
 
 const compiled = new URL("../dist/cli/main.js", import.meta.url);
 const fromSource = process.env.FORELEAD_RUN_SOURCE === "1" || !existsSync(compiled);
 if (fromSource && process.env.FORELEAD_RUN_SOURCE !== "1") {
   process.stderr.write("forelead: dist/ is not built (run `npm run build`); running the TypeScript sources, which starts slower\n");
 }
+// Node 22.1 and later keep the compiled code of the modules in a cache (os.tmpdir()/node-compile-cache,
+// or NODE_COMPILE_CACHE): later starts skip compiling them. Node 20 has no such cache.
+if (!fromSource) module.enableCompileCache?.();
 const { main } = fromSource
   ? await import("tsx/esm/api").then(({ register }) => (register(), import("../src/cli/main.ts")))
   : await import(compiled.href);
