@@ -19,7 +19,7 @@ fail() { echo "image: $*" >&2; exit 1; }
 build() {
   [[ -f dist/cli/main.js ]] || fail "dist/ is not built: run \`npm run build\` (npm ci runs it) first"
   docker image inspect "$base" >/dev/null 2>&1 || bash scripts/ci/base-image.sh "$base"
-  local ctx
+  # Not local: the EXIT trap reads it after build returns.
   ctx="$(mktemp -d -t forelead-image.XXXXXX)"
   trap 'rm -rf "$ctx"' EXIT
   mkdir -p "$ctx/app"
@@ -35,7 +35,10 @@ build() {
 }
 
 smoke() {
-  local name="forelead-smoke-$$" out code
+  # Not local: the EXIT trap reads it after smoke returns.
+  name="forelead-smoke-$$"
+  local out code
+  docker image inspect "$tag" >/dev/null 2>&1 || fail "there is no image $tag: build it first (image.sh build $tag)"
   trap 'docker rm -f -v "$name" >/dev/null 2>&1 || true' EXIT
   # Read-only root; the state volume (anonymous here) and a /tmp tmpfs are the writable places.
   # dockerd here has no bridge network (scripts/ci/docker.sh): the host's, with ports the kernel picks.
