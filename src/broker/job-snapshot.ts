@@ -48,6 +48,9 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   // The names only: a secret's value is never part of any view (src/broker/job-secrets.ts).
   if (row.secret_names?.length) out.secretNames = row.secret_names;
   if (row.secret_file_names?.length) out.secretFileNames = row.secret_file_names;
+  // docs/job-contract.md: the result the settling completion reported, and the last progress.
+  if (row.result) out.result = row.result;
+  if (row.progress) out.progress = row.progress;
   return out;
 }
 

@@ -130,6 +130,9 @@ export interface JobsTable {
   /** The names of the job's secrets and secret files (migration 0013); the values are in job_secrets. */
   secret_names: ColumnType<string[], string[] | undefined, string[]>;
   secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
+  /** The job's result object and its last progress (migration 0021, docs/job-contract.md). */
+  result: ColumnType<JsonObject | null, string | null | undefined, string | null>;
+  progress: ColumnType<JsonObject | null, string | null | undefined, string | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
