@@ -20,8 +20,10 @@ export const jobDirParts = {
 /**
  * The env a job gets for the parts of `jobDir` the runner made (lifecycle/
  * job-contract.ts makes them; an executor started without it gets none):
- * FORELEAD_EVENTS, the events file as the job sees it, under `root` (the job
- * directory for a process, "/" in a container).
+ * FORELEAD_EVENTS, the events file as the job sees it, under `root`: "/" in
+ * a container; "" for a process, which gets it relative to its directory (where
+ * it starts), since the runner's work directory above it may be closed to the
+ * job's own user.
  */
 export function jobDirEnv(jobDir: string, root: string): Record<string, string> {
   return existsSync(join(jobDir, jobDirParts.eventsFile)) ? { [jobEventsEnv]: join(root, jobDirParts.eventsFile) } : {};

@@ -77,7 +77,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       try {
         child = spawn(spec.argv[0]!, spec.argv.slice(1), {
           cwd: jobDir,
-          env: { PATH: minimalPath, ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}), ...jobDirEnv(jobDir, jobDir) },
+          env: { PATH: minimalPath, ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}), ...jobDirEnv(jobDir, "") },
           detached: true, // its own process group: kill(-pid) reaches everything it started
           stdio: ["ignore", "pipe", "pipe"],
           ...(uid !== undefined ? { uid, gid: uid } : {}),
