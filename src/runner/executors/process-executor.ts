@@ -29,8 +29,11 @@ export interface ProcessExecutorOptions {
  * secrets and a minimal PATH, in a process group of its own (detached) so
  * cancel and timeout kill everything it started. Secret files are written
  * to a private directory (secret-files.ts) named by FORELEAD_SECRETS_DIR and
- * removed when the job has ended. The image is not used; CPU and memory are
- * checked against the machine but not enforced.
+ * removed when the job has ended. The runner's input/ (job-dir.ts) stays the
+ * runner's, read-only to a job run as a user of its own, and the job's
+ * directory is sticky so the job cannot replace it (docs/job-contract.md).
+ * The image is not used; CPU and memory are checked against the machine but
+ * not enforced.
  */
 export function createProcessExecutor(options: ProcessExecutorOptions = {}): Executor {
   const isRoot = process.getuid?.() === 0;
