@@ -29,6 +29,8 @@ export interface JobContractOptions {
 
 /** The job's side of the contract for one run (docs/job-contract.md). */
 export interface JobContract {
+  /** The job has started and its job.started event is sent: the events file is read from now on. */
+  started(): void;
   /** A line of the job's stdout (masked): a directive acts; every line stays in the log. */
   stdout(text: string): void;
   /** The job has ended: the rest of its events file is read and its last progress sent. */
@@ -73,6 +75,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
   };
 
   return {
+    started: () => events.start(),
     stdout(text) {
       const directive = parseDirective(text);
       if (!directive) return;

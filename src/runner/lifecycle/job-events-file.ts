@@ -10,6 +10,8 @@ export const eventsPollMs = 200;
 
 /** The job's events file, followed. */
 export interface JobEventsFile {
+  /** The job has started (its job.started event is sent): reading begins, so the job's events come after it. */
+  start(): void;
   /** Reads what is left (after the job ended), passes it on, and stops following. */
   stop(): Promise<void>;
 }
@@ -77,10 +79,13 @@ export async function followJobEvents(jobDir: string, sink: JobEventsSink): Prom
   };
   // One read at a time: each tick waits for the one before.
   let reading: Promise<void> = Promise.resolve();
-  const timer = setInterval(() => {
-    reading = reading.then(() => readMore(false)).catch(() => undefined);
-  }, eventsPollMs);
+  let timer: NodeJS.Timeout | undefined;
   return {
+    start() {
+      timer ??= setInterval(() => {
+        reading = reading.then(() => readMore(false)).catch(() => undefined);
+      }, eventsPollMs);
+    },
     async stop() {
       clearInterval(timer);
       await reading;

@@ -124,6 +124,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       throw err;
     });
     out.event({ type: "job.started", executor: ctx.executor.kind });
+    contract.started();
     ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
     run.running(running, ctx.graceMs);
     const samples = startResourceSamples(running.sampler, ctx.sampleIntervalMs ?? defaultSampleIntervalMs, out, ctx.clock);
