@@ -56,8 +56,8 @@ export function splitDirective(line: string): DirectiveLine | undefined {
   return { name, argument: space === -1 ? "" : rest.slice(space + 1).trim() };
 }
 
-/** Largest done or total count (int32, as the job view carries it). */
-const maxCount = 2 ** 31 - 1;
+/** Largest done or total count (int32, as the job view's JobProgress carries it). */
+export const maxProgressCount = 2 ** 31 - 1;
 
 /** Each directive's argument parser: the directive, or undefined when the argument does not parse. */
 export const directiveParsers: { readonly [name: string]: (argument: string) => Directive | undefined } = {
@@ -66,7 +66,7 @@ export const directiveParsers: { readonly [name: string]: (argument: string) => 
     if (count) {
       const done = Number(count[1]);
       const total = Number(count[2]);
-      return total > 0 && done <= total && total <= maxCount ? { name: "progress", progress: { done, total } } : undefined;
+      return total > 0 && done <= total && total <= maxProgressCount ? { name: "progress", progress: { done, total } } : undefined;
     }
     if (!/^\d{1,3}(\.\d{1,6})?%?$/.test(argument)) return undefined;
     const percent = Number(argument.replace(/%$/, ""));

@@ -194,7 +194,27 @@ describe.each(executors)(`the job's files and lines on the %s executor (${databa
   });
 });
 
-describe(`the control plane's result bound (${databaseKind})`, () => {
+describe(`the control plane's result bound and progress (${databaseKind})`, () => {
+  it("a runner's job.progress event becomes the job's progress, the last of a batch winning; figures out of range or not numbers are left out", async () => {
+    const { runner, jobId, token, msg } = await leasedJob(cp, admin, `prog-${tag}`, "jcprog");
+    try {
+      const sent = await runner.rest.ndjson("/v1/runner/events", [msg(1, { type: "job.progress", percent: 10 }), msg(2, { type: "job.progress", done: 4, total: 8, note: "x" })]);
+      expect(sent.status, sent.text).toBe(204);
+      expect((await admin.job(jobId)).json.job.progress).toMatchObject({ done: 4, total: 8 });
+      expect((await admin.job(jobId)).json.job.progress.percent).toBeUndefined();
+      const odd = await runner.rest.ndjson("/v1/runner/events", [msg(3, { type: "job.progress", percent: 250, done: 1e12, total: 2.5 }), msg(4, { type: "job.progress", percent: "50", done: 3 })]);
+      expect(odd.status, odd.text).toBe(204);
+      const view = await admin.job(jobId);
+      expect(view.status, view.text).toBe(200);
+      expect(view.json.job.progress).toEqual({ done: 3, updatedAt: expect.any(String) });
+      const done = await runner.complete(jobId, token);
+      expect(done.json.job.progress).toEqual({ done: 3, updatedAt: expect.any(String) });
+    } finally {
+      await runner.close();
+    }
+  });
+
+
   it("a completion's result over 1 MiB is refused with 400 naming the bound; one within it is stored and shown", async () => {
     const { runner, jobId, token } = await leasedJob(cp, admin, `bound-${tag}`, "jcbound");
     try {
