@@ -31,6 +31,7 @@ export function leaseMessage(view: LeaseView): Lease {
     expiresAt: timestampFromDate(view.expiresAt),
     cancelRequested: view.cancelRequested,
     job: unmaskedJob(view.job),
+    ...(view.attempt ? { attempt: view.attempt } : {}),
     ...(view.secrets ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles } : {}),
   });
 }

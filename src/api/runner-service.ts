@@ -77,6 +77,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         exitCode: req.exitCode,
         error: req.error,
         artifacts,
+        result: req.result,
       });
       return { apiVersion, job: jobMessage(job) };
     },

@@ -61,6 +61,9 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
     ...(row.req_features?.length ? { features: row.req_features } : {}),
   };
   if (Object.keys(requirements).length) out.requirements = requirements;
+  // docs/job-contract.md: the result the settling completion reported, and the last progress.
+  if (row.result) out.result = row.result;
+  if (row.progress) out.progress = row.progress;
   return out;
 }
 

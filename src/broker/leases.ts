@@ -13,6 +13,8 @@ export interface LeaseView {
   readonly expiresAt: Date;
   readonly cancelRequested: boolean;
   readonly job: JobSnapshot;
+  /** Which attempt this lease runs (the claim reply only). */
+  readonly attempt?: number;
 }
 
 /** The identity of a lease-scoped call. */

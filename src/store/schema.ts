@@ -149,6 +149,9 @@ export interface JobsTable {
   req_os: ColumnType<string | null, string | null | undefined, string | null>;
   req_execution_kind: ColumnType<string | null, string | null | undefined, string | null>;
   req_features: ColumnType<string[], string[] | undefined, string[]>;
+  /** The job's result object and its last progress (migration 0021, docs/job-contract.md). */
+  result: ColumnType<JsonObject | null, string | null | undefined, string | null>;
+  progress: ColumnType<JsonObject | null, string | null | undefined, string | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (migration 0013). */

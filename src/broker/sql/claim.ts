@@ -69,7 +69,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   return holders.map((_, i) => {
     const row = byHash.get(hashes[i]!);
     const delivered = row && secrets.get(row.id);
-    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), ...(delivered ? { secrets: delivered } : {}) };
+    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, ...(delivered ? { secrets: delivered } : {}) };
   });
 }
 

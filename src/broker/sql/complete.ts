@@ -58,6 +58,7 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
         exit_code = i.exit_code,
         error = i.error::jsonb,
         artifacts = case when ${requeues} then null else i.artifacts::jsonb end,
+        result = case when ${requeues} then null else i.result::jsonb end,
         settled_at = case when ${requeues} then null else now() end,
         claimable_at = case when ${requeues} then ${retryClaimableAt} else jobs.claimable_at end,
         ${clearLease}
@@ -65,9 +66,9 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
         ${items.map((_, i) => i)}::int[], ${items.map((it) => it.checked.jobId)}::uuid[], ${items.map((it) => it.input.workspaceId)}::text[],
         ${items.map((it) => it.input.runnerId)}::text[], ${items.map((it) => it.checked.tokenHash.toString("hex"))}::text[], ${items.map((it) => it.checked.outcome)}::text[],
         ${items.map((it) => it.checked.error?.retryable ?? false)}::boolean[], ${items.map((it) => it.input.exitCode ?? null)}::int[],
-        ${items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null))}::text[], ${items.map((it) => it.checked.artifacts)}::text[],
+        ${items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null))}::text[], ${items.map((it) => it.checked.artifacts)}::text[], ${items.map((it) => it.checked.result)}::text[],
         ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
-      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, completion_id, completion_sha256)
+      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, result, completion_id, completion_sha256)
       where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
       returning jobs.*, to_jsonb(jobs.*) as reply_row, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
     ), l as (

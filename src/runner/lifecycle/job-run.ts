@@ -16,6 +16,7 @@ import { jobSecretsProblem } from "../executors/secret-files.js";
 import { createLeaseRun, type StopReason } from "./run-state.js";
 import { defaultSampleIntervalMs, startResourceSamples } from "./resource-samples.js";
 import { settle, type Settlement } from "./settle.js";
+import { openJobContract } from "./job-contract.js";
 import type { UploadClient } from "../output/upload-output.js";
 
 /** What running a lease needs from the agent. */
@@ -104,6 +105,8 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     }
     const out = run.starting(() => maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker));
     if (!out) return undefined; // stopped or lost during the checkout: nothing starts
+    // The job's files and lines (docs/job-contract.md): input/execution.json, the events file, directives, result.json.
+    const contract = await openJobContract({ jobDir, lease, runnerId: ctx.client.runnerId, executor: ctx.executor.kind, out, masker, log: ctx.log });
     const running = await ctx.executor.start({
       runnerId: ctx.client.runnerId,
       workspaceId: ctx.client.workspaceId,
@@ -111,10 +114,17 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       spec,
       jobDir,
       hasWorkspace,
-      readOutput: (stream, from) => forEachLine(from, (text) => out.log({ stream, text }), masker.stream()),
+      readOutput: (stream, from) => forEachLine(from, (text) => {
+        out.log({ stream, text });
+        if (stream === "stdout") contract.stdout(text);
+      }, masker.stream()),
       secrets,
+    }).catch(async (err) => {
+      await contract.ended();
+      throw err;
     });
     out.event({ type: "job.started", executor: ctx.executor.kind });
+    contract.started();
     ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
     run.running(running, ctx.graceMs);
     const samples = startResourceSamples(running.sampler, ctx.sampleIntervalMs ?? defaultSampleIntervalMs, out, ctx.clock);
@@ -127,10 +137,12 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       : undefined;
     const result = await running.done.finally(() => samples.stop());
     clearTimeout(timeout);
+    await contract.ended();
     out.event({ type: "job.exited", ...exitFacts(result) });
     const state = run.state;
     const stopping = "stopping" in state ? state.stopping : undefined;
-    const settlement = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
+    const ended = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
+    const settlement = stopping || state.phase === "lost" ? ended : await contract.settle(ended);
     // A cancelled, lost or released job keeps nothing; a timed-out one keeps what it wrote.
     if (!ctx.uploads || state.phase === "lost" || (stopping && stopping !== "timeout")) return settlement;
     const signal = AbortSignal.any([run.lostSignal, ctx.abort]);

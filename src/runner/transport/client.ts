@@ -51,6 +51,8 @@ export interface Completion {
   readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
   /** The result manifest: files uploaded and finalized under this lease. */
   readonly artifacts?: readonly { readonly name: string; readonly digest: string; readonly size: bigint; readonly mediaType: string }[];
+  /** The job's result object (docs/job-contract.md). */
+  readonly result?: { readonly [key: string]: unknown };
 }
 
 /** An inventory item as `POST /v1/runner/inventory` carries it (docs/inventory.md). */
@@ -145,6 +147,7 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         ...(c.error ? { error: c.error } : {}),
         // int64 is a string in proto JSON.
         ...(c.artifacts?.length ? { artifacts: c.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: String(a.size), mediaType: a.mediaType })) } : {}),
+        ...(c.result ? { result: c.result as JsonValue } : {}),
       });
       const job = (reply.json as { job?: JsonValue } | undefined)?.job;
       return fromJson(JobSchema, job ?? {}, parseOptions);

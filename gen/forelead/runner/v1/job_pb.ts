@@ -7,14 +7,14 @@ import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Backoff, Requirements } from "./scheduling_pb.js";
 import { file_forelead_runner_v1_scheduling } from "./scheduling_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Message } from "@bufbuild/protobuf";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file forelead/runner/v1/job.proto.
  */
 export const file_forelead_runner_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEivggKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmcSMAoMY2xhaW1hYmxlX2F0GCggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYKSABKAkSGQoRY29uY3VycmVuY3lfbGltaXQYKiABKAUSNgoMcmVxdWlyZW1lbnRzGCsgASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLlJlcXVpcmVtZW50cxIsCgdiYWNrb2ZmGCwgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkJhY2tvZmZCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUi6QEKCkpvYldhaXRpbmcSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhYKDm1pc3NpbmdfbGFiZWxzGAMgAygJEhQKDGJ1c3lfcnVubmVycxgEIAEoBRISCgpidXN5X3Nsb3RzGAUgASgFEikKBXVudGlsGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYByABKAkSGwoTY29uY3VycmVuY3lfcnVubmluZxgIIAEoBRIZChF1bm1ldF9yZXF1aXJlbWVudBgJIAEoCSLBAQoHSm9iU3BlYxINCgVpbWFnZRgBIAEoCRIMCgRhcmd2GAIgAygJEjEKA2VudhgDIAMoCzIkLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JTcGVjLkVudkVudHJ5EhcKD3RpbWVvdXRfc2Vjb25kcxgEIAEoBRILCgNjcHUYBSABKAESFAoMbWVtb3J5X2J5dGVzGAYgASgDGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCIqCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIpQDCgVMZWFzZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChBjYW5jZWxfcmVxdWVzdGVkGAQgASgISACIAQESJAoDam9iGAUgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYhI3CgdzZWNyZXRzGAYgAygLMiYuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldHNFbnRyeRJACgxzZWNyZXRfZmlsZXMYByADKAsyKi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0RmlsZXNFbnRyeRouCgxTZWNyZXRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBTZWNyZXRGaWxlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEwoRX2NhbmNlbF9yZXF1ZXN0ZWQiSgoIQXJ0aWZhY3QSDAoEbmFtZRgBIAEoCRIOCgZkaWdlc3QYAiABKAkSDAoEc2l6ZRgDIAEoAxISCgptZWRpYV90eXBlGAQgASgJYgZwcm90bzM", [file_forelead_runner_v1_scheduling, file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEimgkKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmcSMAoMY2xhaW1hYmxlX2F0GCggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYKSABKAkSGQoRY29uY3VycmVuY3lfbGltaXQYKiABKAUSNgoMcmVxdWlyZW1lbnRzGCsgASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLlJlcXVpcmVtZW50cxIsCgdiYWNrb2ZmGCwgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkJhY2tvZmYSJwoGcmVzdWx0GDggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIxCghwcm9ncmVzcxg5IAEoCzIfLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JQcm9ncmVzc0ILCglfYXR0ZW1wdHNCDAoKX2V4aXRfY29kZSKZAQoLSm9iUHJvZ3Jlc3MSFAoHcGVyY2VudBgBIAEoAUgAiAEBEhEKBGRvbmUYAiABKAVIAYgBARISCgV0b3RhbBgDIAEoBUgCiAEBEi4KCnVwZGF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9wZXJjZW50QgcKBV9kb25lQggKBl90b3RhbCLpAQoKSm9iV2FpdGluZxIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSFgoObWlzc2luZ19sYWJlbHMYAyADKAkSFAoMYnVzeV9ydW5uZXJzGAQgASgFEhIKCmJ1c3lfc2xvdHMYBSABKAUSKQoFdW50aWwYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2NvbmN1cnJlbmN5X2tleRgHIAEoCRIbChNjb25jdXJyZW5jeV9ydW5uaW5nGAggASgFEhkKEXVubWV0X3JlcXVpcmVtZW50GAkgASgJIsEBCgdKb2JTcGVjEg0KBWltYWdlGAEgASgJEgwKBGFyZ3YYAiADKAkSMQoDZW52GAMgAygLMiQuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMuRW52RW50cnkSFwoPdGltZW91dF9zZWNvbmRzGAQgASgFEgsKA2NwdRgFIAEoARIUCgxtZW1vcnlfYnl0ZXMYBiABKAMaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8CghKb2JFcnJvchIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSEQoJcmV0cnlhYmxlGAMgASgIIioKB0ZhaWx1cmUSDgoGcmVhc29uGAEgASgJEg8KB21lc3NhZ2UYAiABKAkipQMKBUxlYXNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg0KBXRva2VuGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh0KEGNhbmNlbF9yZXF1ZXN0ZWQYBCABKAhIAIgBARIkCgNqb2IYBSABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEjcKB3NlY3JldHMYBiADKAsyJi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0c0VudHJ5EkAKDHNlY3JldF9maWxlcxgHIAMoCzIqLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZS5TZWNyZXRGaWxlc0VudHJ5Eg8KB2F0dGVtcHQYCiABKAUaLgoMU2VjcmV0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQU2VjcmV0RmlsZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhMKEV9jYW5jZWxfcmVxdWVzdGVkIkoKCEFydGlmYWN0EgwKBG5hbWUYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAMSEgoKbWVkaWFfdHlwZRgEIAEoCWIGcHJvdG8z", [file_forelead_runner_v1_scheduling, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Job is a unit of work as the control plane knows it. A lease carries the
@@ -225,6 +225,23 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
    * @generated from field: forelead.runner.v1.Backoff backoff = 44;
    */
   backoff?: Backoff | undefined;
+
+  /**
+   * The job's result (docs/job-contract.md): the JSON object it wrote to
+   * /output/result.json or on a `::forelead::result` line, as the
+   * completion that settled it reported it. At most 1 MiB of JSON.
+   *
+   * @generated from field: google.protobuf.Struct result = 56;
+   */
+  result?: JsonObject | undefined;
+
+  /**
+   * The job's last reported progress (`::forelead::progress` lines), as
+   * the runner sent it in a job.progress event.
+   *
+   * @generated from field: forelead.runner.v1.JobProgress progress = 57;
+   */
+  progress?: JobProgress | undefined;
 };
 
 /**
@@ -233,6 +250,45 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_job, 0);
+
+/**
+ * JobProgress is how far a job says it is: a percent, a done/total count,
+ * or both.
+ *
+ * @generated from message forelead.runner.v1.JobProgress
+ */
+export type JobProgress = Message<"forelead.runner.v1.JobProgress"> & {
+  /**
+   * 0 to 100.
+   *
+   * @generated from field: optional double percent = 1;
+   */
+  percent?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 done = 2;
+   */
+  done?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 total = 3;
+   */
+  total?: number | undefined;
+
+  /**
+   * When the control plane stored it.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 4;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.runner.v1.JobProgress.
+ * Use `create(JobProgressSchema)` to create a new message.
+ */
+export const JobProgressSchema: GenMessage<JobProgress> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_job, 1);
 
 /**
  * JobWaiting says why a queued job waits and what to do about it.
@@ -308,7 +364,7 @@ export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
  * Use `create(JobWaitingSchema)` to create a new message.
  */
 export const JobWaitingSchema: GenMessage<JobWaiting> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 1);
+  messageDesc(file_forelead_runner_v1_job, 2);
 
 /**
  * JobSpec says what to run. argv is an array, never a shell string.
@@ -354,7 +410,7 @@ export type JobSpec = Message<"forelead.runner.v1.JobSpec"> & {
  * Use `create(JobSpecSchema)` to create a new message.
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 2);
+  messageDesc(file_forelead_runner_v1_job, 3);
 
 /**
  * JobError is the runner's account of a failed job.
@@ -385,7 +441,7 @@ export type JobError = Message<"forelead.runner.v1.JobError"> & {
  * Use `create(JobErrorSchema)` to create a new message.
  */
 export const JobErrorSchema: GenMessage<JobError> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 3);
+  messageDesc(file_forelead_runner_v1_job, 4);
 
 /**
  * Failure is the control plane's reason for settling a job as failed or
@@ -410,7 +466,7 @@ export type Failure = Message<"forelead.runner.v1.Failure"> & {
  * Use `create(FailureSchema)` to create a new message.
  */
 export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 4);
+  messageDesc(file_forelead_runner_v1_job, 5);
 
 /**
  * Lease is a runner's time-limited right to run one job. The token is shown
@@ -461,6 +517,14 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
    * @generated from field: map<string, string> secret_files = 7;
    */
   secretFiles: { [key: string]: string };
+
+  /**
+   * Which attempt of the job this lease runs (1 for the first claim); the
+   * runner writes it into the job's /input/execution.json.
+   *
+   * @generated from field: int32 attempt = 10;
+   */
+  attempt: number;
 };
 
 /**
@@ -468,7 +532,7 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 5);
+  messageDesc(file_forelead_runner_v1_job, 6);
 
 /**
  * Artifact is one file a job left behind (its /output), stored by the
@@ -510,5 +574,5 @@ export type Artifact = Message<"forelead.runner.v1.Artifact"> & {
  * Use `create(ArtifactSchema)` to create a new message.
  */
 export const ArtifactSchema: GenMessage<Artifact> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 6);
+  messageDesc(file_forelead_runner_v1_job, 7);
 
