@@ -4,15 +4,17 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { InputRequest } from "./input_pb.js";
+import { file_forelead_runner_v1_input } from "./input_pb.js";
+import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file forelead/runner/v1/job.proto.
  */
 export const file_forelead_runner_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEi8gYKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmdCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUibQoKSm9iV2FpdGluZxIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSFgoObWlzc2luZ19sYWJlbHMYAyADKAkSFAoMYnVzeV9ydW5uZXJzGAQgASgFEhIKCmJ1c3lfc2xvdHMYBSABKAUiwQEKB0pvYlNwZWMSDQoFaW1hZ2UYASABKAkSDAoEYXJndhgCIAMoCRIxCgNlbnYYAyADKAsyJC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYy5FbnZFbnRyeRIXCg90aW1lb3V0X3NlY29uZHMYBCABKAUSCwoDY3B1GAUgASgBEhQKDG1lbW9yeV9ieXRlcxgGIAEoAxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjwKCEpvYkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiKgoHRmFpbHVyZRIOCgZyZWFzb24YASABKAkSDwoHbWVzc2FnZRgCIAEoCSKUAwoFTGVhc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFdG9rZW4YAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQY2FuY2VsX3JlcXVlc3RlZBgEIAEoCEgAiAEBEiQKA2pvYhgFIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISNwoHc2VjcmV0cxgGIAMoCzImLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZS5TZWNyZXRzRW50cnkSQAoMc2VjcmV0X2ZpbGVzGAcgAygLMiouZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldEZpbGVzRW50cnkaLgoMU2VjcmV0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQU2VjcmV0RmlsZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhMKEV9jYW5jZWxfcmVxdWVzdGVkIkoKCEFydGlmYWN0EgwKBG5hbWUYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAMSEgoKbWVkaWFfdHlwZRgEIAEoCWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEi3QcKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmcSNwoNaW5wdXRfcmVxdWVzdBg+IAEoCzIgLmZvcmVsZWFkLnJ1bm5lci52MS5JbnB1dFJlcXVlc3QSMAoKY2hlY2twb2ludBg/IAMoCzIcLmZvcmVsZWFkLnJ1bm5lci52MS5BcnRpZmFjdEILCglfYXR0ZW1wdHNCDAoKX2V4aXRfY29kZSJtCgpKb2JXYWl0aW5nEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIWCg5taXNzaW5nX2xhYmVscxgDIAMoCRIUCgxidXN5X3J1bm5lcnMYBCABKAUSEgoKYnVzeV9zbG90cxgFIAEoBSLBAQoHSm9iU3BlYxINCgVpbWFnZRgBIAEoCRIMCgRhcmd2GAIgAygJEjEKA2VudhgDIAMoCzIkLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JTcGVjLkVudkVudHJ5EhcKD3RpbWVvdXRfc2Vjb25kcxgEIAEoBRILCgNjcHUYBSABKAESFAoMbWVtb3J5X2J5dGVzGAYgASgDGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCIqCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIo4ECgVMZWFzZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChBjYW5jZWxfcmVxdWVzdGVkGAQgASgISACIAQESJAoDam9iGAUgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYhI3CgdzZWNyZXRzGAYgAygLMiYuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldHNFbnRyeRJACgxzZWNyZXRfZmlsZXMYByADKAsyKi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0RmlsZXNFbnRyeRIYChBpbnB1dF9yZXF1ZXN0X2lkGAsgASgJEiwKDGlucHV0X2Fuc3dlchgMIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIwCgpjaGVja3BvaW50GA0gAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0Gi4KDFNlY3JldHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFNlY3JldEZpbGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUITChFfY2FuY2VsX3JlcXVlc3RlZCJKCghBcnRpZmFjdBIMCgRuYW1lGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIMCgRzaXplGAMgASgDEhIKCm1lZGlhX3R5cGUYBCABKAliBnByb3RvMw", [file_forelead_runner_v1_input, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Job is a unit of work as the control plane knows it. A lease carries the
@@ -75,7 +77,8 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
   spec?: JobSpec | undefined;
 
   /**
-   * "queued", "running", "succeeded", "failed" or "cancelled".
+   * "queued", "running", "waiting_input" (suspended until its input request
+   * is answered), "succeeded", "failed" or "cancelled".
    *
    * @generated from field: string state = 20;
    */
@@ -188,6 +191,20 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
    * @generated from field: forelead.runner.v1.JobWaiting waiting = 39;
    */
   waiting?: JobWaiting | undefined;
+
+  /**
+   * The input the job asked for when it suspended (docs/suspend.md): set
+   * while it is "waiting_input" and kept once answered; with the checkpoint
+   * files it left, which the next lease carries.
+   *
+   * @generated from field: forelead.runner.v1.InputRequest input_request = 62;
+   */
+  inputRequest?: InputRequest | undefined;
+
+  /**
+   * @generated from field: repeated forelead.runner.v1.Artifact checkpoint = 63;
+   */
+  checkpoint: Artifact[];
 };
 
 /**
@@ -396,6 +413,26 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
    * @generated from field: map<string, string> secret_files = 7;
    */
   secretFiles: { [key: string]: string };
+
+  /**
+   * A job resumed after an answered input request (docs/suspend.md): the
+   * request's id, the answer (written to input/answer.json) and the
+   * checkpoint files to restore under input/checkpoint/, fetched with
+   * POST /v1/runner/checkpoint. Only in the claim reply.
+   *
+   * @generated from field: string input_request_id = 11;
+   */
+  inputRequestId: string;
+
+  /**
+   * @generated from field: google.protobuf.Value input_answer = 12;
+   */
+  inputAnswer?: Value | undefined;
+
+  /**
+   * @generated from field: repeated forelead.runner.v1.Artifact checkpoint = 13;
+   */
+  checkpoint: Artifact[];
 };
 
 /**
