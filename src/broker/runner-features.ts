@@ -1,9 +1,9 @@
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
 import type { LeaseHolder } from "./lease-check.js";
+import { featureLabel } from "../protocol/input-request.js";
 
-/** The label prefix that declares a feature until registrations carry `features` (see declaredFeatures). */
-export const featureLabelPrefix = "feature:";
+const featureLabelPrefix = featureLabel("");
 
 /**
  * The protocol features a runner declared when it registered. The one place

@@ -12,6 +12,14 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 /** The features a runner declares to be let suspend jobs. */
 export const suspendFeatures: readonly string[] = ["checkpoint-v1", "input-v1"];
 
+/**
+ * The label a runner declares a feature with until registrations carry
+ * `features` (runner capabilities, issue 21 item 3): `feature:<name>`.
+ */
+export function featureLabel(name: string): string {
+  return `feature:${name}`;
+}
+
 /** Where a job writes its request (under /output) and where its checkpoint goes; where the resumed job finds both (under /input). */
 export const inputPaths = { request: "input-request.json", checkpointDir: "checkpoint", answer: "answer.json" } as const;
 

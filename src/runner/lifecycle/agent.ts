@@ -10,6 +10,8 @@ import { runLease, type JobRun } from "./job-run.js";
 import type { OutputSink } from "../output/output.js";
 import { sleep } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
+import type { SuspendClient } from "./suspend-step.js";
+import { featureLabel, suspendFeatures } from "../../protocol/input-request.js";
 
 /** Everything the agent runs with. */
 export interface RunnerAgentOptions {
@@ -31,6 +33,8 @@ export interface RunnerAgentOptions {
   readonly checkout?: CheckoutStep;
   /** Where each job's output directory is uploaded before it is completed; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** The suspend routes: with them (and uploads) the runner declares checkpoint-v1 and input-v1 and suspends jobs that ask for input (docs/suspend.md). */
+  readonly suspends?: () => Promise<SuspendClient>;
   /** How often each running job's CPU and memory are sent (resource.sample events); 5 s by default, 0 for never. */
   readonly sampleIntervalMs?: number;
   /** Inventory report interval; 15 s by default. */
@@ -84,7 +88,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
       try {
         const offset = await measureClockOffset(() => client.clock());
         clock = serverClock(offset.offsetNs);
-        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs });
+        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.suspends ? [...options.labels, ...suspendFeatures.map(featureLabel)] : options.labels, clockOffsetNs: offset.offsetNs });
         log(`registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`);
         return;
       } catch (err) {
@@ -98,7 +102,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   await register();
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}), ...(options.suspends ? { suspends: options.suspends } : {}) });
 
   const claimLoop = async () => {
     let failures = 0;
