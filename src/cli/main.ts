@@ -8,6 +8,7 @@ import { addEnrollCommand } from "./runner-enroll.js";
 import { runnersCommand } from "./runners.js";
 import { reposCommand } from "./repos.js";
 import { jobsCommand } from "./jobs.js";
+import { addAnswerCommand } from "./jobs-answer.js";
 import { serveCommand } from "./serve.js";
 import { doctorCommand } from "./doctor.js";
 import { statusCommand } from "./status.js";
@@ -31,7 +32,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(certsCommand());
   program.addCommand(runnersCommand());
   program.addCommand(reposCommand());
-  program.addCommand(addSamplesCommand(jobsCommand()));
+  program.addCommand(addAnswerCommand(addSamplesCommand(jobsCommand())));
   program.addCommand(statusCommand());
   program.addCommand(doctorCommand());
   program.addCommand(workspacesCommand());

@@ -1,4 +1,9 @@
 import "reflect-metadata";
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { registeredRunner, type RunnerActor } from "../support/actors.js";
@@ -190,5 +195,34 @@ describe(`suspend and answer (${databaseKind})`, () => {
     expect(cancelled.json.job.failure.message).toContain("while it waited for input");
     expect((await answer(j.jobId, { requestId: "approve-1", answer: { approved: true } })).status).toBe(409);
     await j.runner.close();
+  });
+
+  it("forelead jobs answer answers from a file; a refusal is the control plane's message and a non-zero exit", async () => {
+    const j = await leased();
+    expect((await suspend(j.runner, j.jobId, j.token)).status).toBe(200);
+    const dir = await mkdtemp(join(tmpdir(), "forelead-answer-"));
+    try {
+      const identity = await cp.pki.service("test-admin");
+      await writeFile(join(dir, "ca.pem"), cp.pki.ca.certPem);
+      await writeFile(join(dir, "admin.pem"), identity.certPem);
+      await writeFile(join(dir, "admin-key.pem"), identity.keyPem);
+      await writeFile(join(dir, "bad.json"), JSON.stringify({ approved: 1 }));
+      await writeFile(join(dir, "good.json"), JSON.stringify({ approved: true }));
+      const flags = ["--server", cp.url, "--ca", join(dir, "ca.pem"), "--cert", join(dir, "admin.pem"), "--key", join(dir, "admin-key.pem")];
+      const forelead = (...args: string[]) =>
+        promisify(execFile)(process.execPath, [join(process.cwd(), "bin/forelead.js"), "jobs", "answer", j.jobId, ...args, ...flags], { timeout: 60_000 }).then(
+          (r) => ({ code: 0, ...r }),
+          (e: { code?: number; stdout?: string; stderr?: string }) => ({ code: e.code ?? -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" }),
+        );
+      const bad = await forelead("--request-id", "approve-1", "--answer-file", join(dir, "bad.json"));
+      expect(bad.code).not.toBe(0);
+      expect(bad.stderr).toContain("answer at /approved must be boolean");
+      const good = await forelead("--request-id", "approve-1", "--answer-file", join(dir, "good.json"));
+      expect(good.code, good.stderr).toBe(0);
+      expect(good.stdout).toBe(`job ${j.jobId}: input request approve-1 answered; the job is queued\n`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+      await j.runner.close();
+    }
   });
 });
