@@ -143,6 +143,12 @@ describe(`suspend and answer (${databaseKind})`, () => {
     const badExpiry = await suspend(j.runner, j.jobId, j.token, { inputRequest: { ...approval, expiresInSeconds: 0 } });
     expect(badExpiry.status).toBe(400);
     expect(badExpiry.json.message).toContain("inputRequest.expiresInSeconds must be 1 to 604800");
+    const notAnObject = await suspend(j.runner, j.jobId, j.token, { inputRequest: { ...approval, schema: "string" } });
+    expect(notAnObject.status).toBe(400);
+    expect(notAnObject.json.code).toBe("invalid_argument");
+    const badId = await suspend(j.runner, j.jobId, j.token, { inputRequest: { ...approval, id: "a b" } });
+    expect(badId.status).toBe(400);
+    expect(badId.json.message).toContain('inputRequest.id "a b" must be 1 to 64 characters');
     expect((await j.runner.renew(j.jobId, j.token)).status).toBe(200);
     await j.runner.close();
   });
