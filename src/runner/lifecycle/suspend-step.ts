@@ -168,12 +168,14 @@ export async function suspendJob(step: SuspendStep, request: InputRequestSpec, o
 }
 
 /**
- * After a job exited 0: when it wrote an input request, suspends it (see
+ * After a job exited 0: when it asked for input, suspends it (see
  * suspendJob) and returns what is left to complete, `{}` for nothing;
- * undefined when it asked for nothing, and the run settles as usual.
+ * undefined when it asked for nothing, and the run settles as usual. The
+ * request is `asked` when the job's output gave one (the `::forelead::input`
+ * directive, read with inputRequestOf), else output/input-request.json.
  */
-export async function suspendIfAsked(step: SuspendStep, out: JobOutput, stopRenewing: () => void): Promise<{ readonly settlement?: Settlement } | undefined> {
-  const request = await readInputRequest(step.jobDir);
+export async function suspendIfAsked(step: SuspendStep, out: JobOutput, stopRenewing: () => void, asked?: InputRequestSpec | Settlement): Promise<{ readonly settlement?: Settlement } | undefined> {
+  const request = asked ?? (await readInputRequest(step.jobDir));
   if (!request) return undefined;
   if ("outcome" in request) return { settlement: request };
   const suspended = await suspendJob(step, request, out, stopRenewing);

@@ -8,7 +8,7 @@ import { sql, type Kysely } from "kysely";
  * lease finds its row), with the checkpoint manifest and, once given, the
  * answer. `jobs.input_lease_id` names the job's latest request: shown on the
  * job, and delivered with every later lease until the job suspends again.
- * The partial index is what the expiry sweep searches.
+ * job_inputs_unanswered is what the expiry sweep searches.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`alter table jobs drop constraint jobs_state_check`.execute(db);
@@ -32,5 +32,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       answered_by text
     )`.execute(db);
   await sql`create index job_inputs_job on job_inputs (job_id)`.execute(db);
+  // What the waiting_input gauge counts per workspace (src/server/metrics/database-sample.ts).
+  await sql`create index jobs_waiting_input on jobs (workspace_id) where state = 'waiting_input'`.execute(db);
   await sql`create index job_inputs_unanswered on job_inputs (expires_at) where answered_at is null`.execute(db);
 }
