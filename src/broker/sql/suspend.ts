@@ -9,7 +9,8 @@ import { findJob } from "../jobs.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
 import { withInput, type CheckpointEntry } from "../job-inputs.js";
 import { leaseRefusal } from "../lease-check.js";
-import { clearLease, liveLease } from "../lease-sql.js";
+import { liveLease } from "../lease-sql.js";
+import { givenBack, givenBackLeaseRow } from "./release.js";
 import type { LeaseCall } from "../leases.js";
 import { declaredFeatures } from "../runner-features.js";
 
@@ -60,17 +61,12 @@ export async function suspendJob(db: Kysely<Database>, input: SuspendInput): Pro
       for update
     ), j as (
       update jobs set
-        state = case when jobs.cancel_requested then 'cancelled' else 'waiting_input' end,
-        attempts = case when jobs.cancel_requested then jobs.attempts else jobs.attempts - 1 end,
-        settled_at = case when jobs.cancel_requested then now() end,
-        failure_reason = case when jobs.cancel_requested then 'cancelled' end,
-        failure_message = case when jobs.cancel_requested then 'cancelled; the job suspended after its cancel was requested' end,
-        input_lease_id = case when jobs.cancel_requested then jobs.input_lease_id else held.lease_id end,
-        ${clearLease}
+        ${givenBack("cancelled; the job suspended after its cancel was requested", "waiting_input")},
+        input_lease_id = case when jobs.cancel_requested then jobs.input_lease_id else held.lease_id end
       from held where jobs.id = held.id
       returning jobs.*, held.lease_id as ended_lease_id, ${input.runnerId}::text as lease_runner_id
     ), l as (
-      update leases set ended_at = now(), end_reason = 'suspended', expires_at = least(expires_at, now())
+      update leases set ${givenBackLeaseRow("suspended")}
       from j where leases.id = j.ended_lease_id
     ), ins as (
       insert into job_inputs (lease_id, job_id, request_id, prompt, schema, expires_at, checkpoint, suspend_sha256)
