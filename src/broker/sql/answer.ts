@@ -44,13 +44,15 @@ export async function answerInput(db: Kysely<Database>, input: AnswerInput): Pro
     if (err instanceof InputRuleError) throw new ConnectError(err.message, Code.InvalidArgument);
     throw err;
   }
-  // One statement, guarded by the state and the unanswered, unexpired request: a concurrent answer,
-  // cancel or expiry makes it match nothing, and the refusal below says what happened instead.
+  // One statement, guarded by the state and the unanswered, unexpired request. The job row is
+  // locked first, as cancel and the expiry sweep lock it: a concurrent answer, cancel or expiry
+  // either waits for this one or makes it match nothing, and the refusal below says what happened.
   const { rows } = await sql<JobRow>`
-    with i as (
+    with held as (
+      select id from jobs where id = ${jobId} and state = 'waiting_input' and input_lease_id = ${request.lease_id} for update
+    ), i as (
       update job_inputs set answer = ${JSON.stringify(input.answer)}::jsonb, answered_at = now(), answered_by = ${input.answeredBy}
-      where lease_id = ${request.lease_id} and answered_at is null and expires_at > now()
-        and exists (select 1 from jobs where id = ${jobId} and state = 'waiting_input' and input_lease_id = ${request.lease_id})
+      where lease_id = ${request.lease_id} and answered_at is null and expires_at > now() and exists (select 1 from held)
       returning job_id, request_id
     ), j as (
       update jobs set state = 'queued', updated_at = now() from i where jobs.id = i.job_id
