@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { registeredRunner, type RunnerActor } from "../support/actors.js";
 import { restUploads, sha256 } from "../support/artifacts.js";
+import { expireLease } from "../support/streams.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 
@@ -182,13 +183,24 @@ describe(`suspend and answer (${databaseKind})`, () => {
     await j.runner.close();
   });
 
-  it("a runner cannot suspend a job whose lease it lost", async () => {
+  it("a runner cannot suspend a job whose lease it lost (released, or expired and the job leased again)", async () => {
     const j = await leased();
     expect((await j.runner.release(j.jobId, j.token)).status).toBe(204);
     const refused = await suspend(j.runner, j.jobId, j.token);
     expect(refused.status).toBe(409);
     expect(refused.json.message).toContain("was released");
     expect((await admin.job(j.jobId)).json.job.state).toBe("queued");
+
+    const again = await j.runner.claim();
+    expect(again.status, again.text).toBe(200);
+    await expireLease(cp, j.jobId);
+    expect(await cp.plane.broker.sweep()).toBe(1);
+    const third = await j.runner.claim();
+    expect(third.status, third.text).toBe(200);
+    const expired = await suspend(j.runner, j.jobId, again.json.token);
+    expect(expired.status).toBe(409);
+    expect(expired.json.message).toContain("expired at");
+    expect((await admin.job(j.jobId)).json.job).toMatchObject({ state: "running", attempts: 2 });
     await j.runner.close();
   });
 
