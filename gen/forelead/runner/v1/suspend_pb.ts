@@ -187,7 +187,8 @@ export const SuspendService: GenService<{
   /**
    * Ends the lease without charging the attempt and parks the job in
    * "waiting_input" until its input request is answered or expires.
-   * Idempotent: the same request under the same lease gets the same reply.
+   * Idempotent: the same request again under the same lease gets the job as
+   * it is now; a different one is refused (409).
    *
    * @generated from rpc forelead.runner.v1.SuspendService.Suspend
    */
