@@ -5,6 +5,7 @@ import { cancelJob, defaultJobTimeouts, enqueueJob, getJob, hasQueuedJobs, type 
 import { listJobs, type ListJobsInput } from "./job-list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
 import { withWaiting } from "./waiting.js";
+import { withInput } from "./job-inputs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
@@ -15,7 +16,7 @@ import type { BrokerObserver } from "./observer.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
 import { register, type Registration } from "./registrations.js";
 import { listRunners, type RunnerView } from "./runners.js";
-import { expireLeases } from "./sql/expire.js";
+import { expireInputRequests, expireLeases } from "./sql/expire.js";
 import { releaseLease } from "./sql/release.js";
 import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
@@ -84,7 +85,9 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const sweep = async () => {
     const ended = await expireLeases(db, timeouts);
     observer?.swept(ended);
-    return ended.length;
+    // Unanswered input requests past their expiry (docs/suspend.md): no lease ends, so not `swept`.
+    const expiredInputs = await expireInputRequests(db);
+    return ended.length + expiredInputs.length;
   };
   let closed = false;
   let sweeping: Promise<unknown> = Promise.resolve();
@@ -95,7 +98,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
 
   return {
     enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code, options.secrets), options.leaseSeconds),
-    get: async (jobId) => withWaiting(db, await getJob(db, jobId), options.leaseSeconds),
+    get: async (jobId) => withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by),
     async claim(holder, waitSeconds, signal) {

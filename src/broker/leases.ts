@@ -1,6 +1,7 @@
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseSecrets } from "./job-secrets.js";
 import type { LeaseHolder } from "./lease-check.js";
+import type { LeaseInput } from "./job-inputs.js";
 
 // The lease operations are one SQL module each, in sql/: claim, renew,
 // release, complete, expire. The rules they share (a live lease, ending one,
@@ -15,6 +16,8 @@ export interface LeaseView {
   readonly job: JobSnapshot;
   /** Which attempt this lease runs (the claim reply only). */
   readonly attempt?: number;
+  /** A resumed job's answered input request and checkpoint (docs/suspend.md), only in the claim that issued the lease. */
+  readonly input?: LeaseInput;
 }
 
 /** The identity of a lease-scoped call. */

@@ -46,7 +46,7 @@ export function jobsCommand(write: (text: string) => void = (t) => process.stdou
       .option("--workspace <id>", "only this workspace")
       .option("--since <time>", `jobs created at or after: ${timeForms}`)
       .option("--until <time>", "jobs created before, in the same forms")
-      .option("--state <state>", "queued, running, succeeded, failed or cancelled (repeatable: any of them)", repeat, [] as string[])
+      .option("--state <state>", "queued, running, waiting_input, succeeded, failed or cancelled (repeatable: any of them)", repeat, [] as string[])
       .option("--label <label>", "jobs whose labels include this one (repeatable: all of them)", repeat, [] as string[])
       .option("--runner <id>", "jobs a lease of this runner ever held")
       .option("--order <order>", "newest or oldest", "newest")

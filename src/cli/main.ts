@@ -36,8 +36,8 @@ export const commandGroups: readonly CommandGroup[] = [
     name: "jobs",
     description: "read jobs' results as an admin identity (a certificate granted with serve --admin)",
     load: async () => {
-      const [{ jobsCommand }, { addSamplesCommand }] = await Promise.all([import("./jobs.js"), import("./samples.js")]);
-      return addSamplesCommand(jobsCommand());
+      const [{ jobsCommand }, { addSamplesCommand }, { addAnswerCommand }] = await Promise.all([import("./jobs.js"), import("./samples.js"), import("./jobs-answer.js")]);
+      return addAnswerCommand(addSamplesCommand(jobsCommand()));
     },
   },
   { name: "status", description: "the control plane's status: build, database, replicas, queues, runners, pool, certificates", load: async () => (await import("./status.js")).statusCommand() },

@@ -82,6 +82,7 @@ export function runnerCommand(): Command {
         sampleIntervalMs: flags.sampleIntervalMs,
         checkout: protocolCheckout(protocol.client),
         uploads: protocol.client,
+        suspends: protocol.suspendClient,
         log,
       });
       let signals = 0;

@@ -29,6 +29,7 @@ export interface Database {
   events: EventsTable;
   job_secrets: JobSecretsTable;
   secrets_keys: SecretsKeysTable;
+  job_inputs: JobInputsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -92,8 +93,8 @@ export interface WorkspacePausesTable {
   reason: Generated<string>;
 }
 
-/** Job states: queued and running are live; the other three are settled. */
-export type JobState = "queued" | "running" | "succeeded" | "failed" | "cancelled";
+/** Job states: queued, running and waiting_input (suspended, migration 0022) are live; the other three are settled. */
+export type JobState = "queued" | "running" | "waiting_input" | "succeeded" | "failed" | "cancelled";
 
 /** A job and its current lease. */
 export interface JobsTable {
@@ -152,6 +153,8 @@ export interface JobsTable {
   /** The job's result object and its last progress (migration 0021, docs/job-contract.md). */
   result: ColumnType<JsonObject | null, string | null | undefined, string | null>;
   progress: ColumnType<JsonObject | null, string | null | undefined, string | null>;
+  /** The lease whose input request (job_inputs) is the job's latest (migration 0022). */
+  input_lease_id: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
@@ -181,7 +184,7 @@ export interface LeasesTable {
   expires_at: Date;
   ended_at: Date | null;
   /** timed_out: the expiry sweep failed the job past its timeout plus grace (migration 0009). */
-  end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | null;
+  end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | "suspended" | null;
   completion_id: string | null;
   completion_sha256: string | null;
   /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/sql/complete.ts). */
@@ -379,4 +382,22 @@ export interface EventsTable {
   runner_id: string | null;
   job_id: string | null;
   data: ColumnType<unknown, string, never>;
+}
+
+/** An input request of a suspended job, keyed by the lease that suspended it (migration 0022, docs/suspend.md). */
+export interface JobInputsTable {
+  lease_id: number;
+  job_id: string;
+  request_id: string;
+  prompt: string;
+  schema: ColumnType<JsonObject, string, string>;
+  expires_at: Date;
+  /** The checkpoint manifest: [{name, digest, size, mediaType}]. */
+  checkpoint: ColumnType<JsonObject[], string, string>;
+  /** SHA-256 of the suspend request as checked: a repeat must match it. */
+  suspend_sha256: string;
+  created_at: Generated<Date>;
+  answer: ColumnType<unknown, string | null | undefined, string | null>;
+  answered_at: Date | null;
+  answered_by: string | null;
 }

@@ -101,6 +101,8 @@ export interface TestRunnerOptions {
   readonly url?: string;
   /** Changes each lease the agent claims before it runs it (e.g. adds secrets, to test the runner's side alone). */
   readonly onLease?: (lease: Lease) => void;
+  /** Give the agent the suspend routes, so it declares checkpoint-v1 and input-v1 (docs/suspend.md). */
+  readonly suspends?: boolean;
 }
 
 /** Starts an in-process agent with a runner certificate made by the test PKI; output goes to the control plane and a recording. */
@@ -142,6 +144,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     claimWaitSeconds: 5,
     checkout: protocolCheckout(protocol.client),
     uploads: protocol.client,
+    ...(options.suspends ? { suspends: protocol.suspendClient } : {}),
     log: say,
   });
   return {

@@ -6,6 +6,7 @@ import { leasedJobSnapshot, type JobRow } from "../job-snapshot.js";
 import type { LeaseHolder } from "../lease-check.js";
 import type { LeaseView } from "../leases.js";
 import { leaseSecrets } from "../job-secrets.js";
+import { leaseInputs } from "../job-inputs.js";
 import type { SecretBox } from "../../secrets/box.js";
 
 /**
@@ -66,10 +67,13 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   // A second query only when a leased job has secrets (its row lists their names); after the
   // claim committed, which is safe: a lease is live from then on, and rows go only at settle.
   const secrets = await leaseSecrets(db, box, rows.filter((r) => r.secret_names.length || r.secret_file_names.length).map((r) => r.id));
+  // Likewise for a resumed job (docs/suspend.md): the answer and checkpoint of its latest input request.
+  const inputs = await leaseInputs(db, rows.flatMap((r) => (r.input_lease_id === null ? [] : [Number(r.input_lease_id)])));
   return holders.map((_, i) => {
     const row = byHash.get(hashes[i]!);
     const delivered = row && secrets.get(row.id);
-    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, ...(delivered ? { secrets: delivered } : {}) };
+    const input = row?.input_lease_id != null ? inputs.get(Number(row.input_lease_id)) : undefined;
+    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, ...(delivered ? { secrets: delivered } : {}), ...(input ? { input } : {}) };
   });
 }
 

@@ -76,3 +76,30 @@ export async function expireLeaseNow(db: Kysely<Database>, jobId: string): Promi
     update leases set expires_at = now() - interval '1 second' from j where leases.id = j.lease_id returning leases.id as lease_id`.execute(db);
   return rows.length > 0;
 }
+
+/**
+ * Fails the jobs whose input request was not answered by its expiry
+ * (docs/suspend.md) with reason input_expired, in one statement with their
+ * job.input_expired and job.settled events. Part of every sweep, beside
+ * expireLeases; bounded and SKIP LOCKED the same way. The search is the
+ * partial index job_inputs_unanswered (migration 0022).
+ */
+export async function expireInputRequests(db: Kysely<Database>, limit = 500): Promise<Array<{ id: string; state: string }>> {
+  const { rows } = await sql<{ id: string; state: string }>`
+    with due as (
+      select j.id, i.request_id, i.expires_at from job_inputs i join jobs j on j.input_lease_id = i.lease_id
+      where i.answered_at is null and i.expires_at <= now() and j.state = 'waiting_input'
+      order by i.expires_at
+      limit ${limit}
+      for update of j skip locked
+    ), j as (
+      update jobs set state = 'failed', failure_reason = 'input_expired',
+        failure_message = 'input request "' || due.request_id || '" was not answered by ' || ${utcText(sql`due.expires_at`)} || '; the job was failed',
+        settled_at = now(), updated_at = now()
+      from due where jobs.id = due.id
+      returning jobs.id, jobs.state, jobs.workspace_id, jobs.attempts, due.request_id
+    ), ${eventsCte("ev", "j", { type: sql`'job.input_expired'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('requestId', j.request_id)` })},
+    ${eventsCte("settled", sql`ev join j on j.id = ev.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'failed', 'errorCode', 'input_expired', 'attempt', j.attempts)` })}
+    select j.id, j.state from j`.execute(db);
+  return rows;
+}

@@ -10,6 +10,8 @@ import { runLease, type JobRun } from "./job-run.js";
 import type { OutputSink } from "../output/output.js";
 import { sleep } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
+import type { SuspendClient } from "./suspend-step.js";
+import { suspendFeatures } from "../../protocol/input-request.js";
 
 /** Everything the agent runs with. */
 export interface RunnerAgentOptions {
@@ -35,6 +37,8 @@ export interface RunnerAgentOptions {
   readonly checkout?: CheckoutStep;
   /** Where each job's output directory is uploaded before it is completed; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** The suspend routes: with them (and uploads) the runner declares checkpoint-v1 and input-v1 and suspends jobs that ask for input (docs/suspend.md). */
+  readonly suspends?: () => Promise<SuspendClient>;
   /** How often each running job's CPU and memory are sent (resource.sample events); 5 s by default, 0 for never. */
   readonly sampleIntervalMs?: number;
   /** Inventory report interval; 15 s by default. */
@@ -89,7 +93,8 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   const capabilities = {
     ...(options.os ? { os: options.os } : {}),
     ...(options.executionKind ? { executionKinds: [options.executionKind] } : {}),
-    features: runnerFeatures,
+    // checkpoint-v1 and input-v1 (docs/suspend.md) when it can suspend jobs.
+    features: options.suspends ? [...runnerFeatures, ...suspendFeatures] : runnerFeatures,
     maxConcurrency: options.slots,
   };
   const register = async () => {
@@ -111,7 +116,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   await register();
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}), ...(options.suspends ? { suspends: options.suspends } : {}) });
 
   const claimLoop = async () => {
     let failures = 0;

@@ -18,6 +18,7 @@ import { defaultSampleIntervalMs, startResourceSamples } from "./resource-sample
 import { settle, type Settlement } from "./settle.js";
 import { openJobContract } from "./job-contract.js";
 import type { UploadClient } from "../output/upload-output.js";
+import { restoreInput, suspendIfAsked, type SuspendClient, type SuspendStep } from "./suspend-step.js";
 
 /** What running a lease needs from the agent. */
 export interface JobRunContext {
@@ -35,6 +36,8 @@ export interface JobRunContext {
   readonly checkout?: CheckoutStep;
   /** Where the job's output directory is uploaded before completing; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** The suspend routes (docs/suspend.md); without them a job that asks for input fails. */
+  readonly suspends?: () => Promise<SuspendClient>;
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: completion retries end. */
   readonly abort: AbortSignal;
@@ -87,6 +90,8 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     },
   });
 
+  const suspendStep = (jobDir: string): SuspendStep => ({ ...(ctx.suspends ? { suspends: ctx.suspends } : {}), ...(ctx.uploads ? { uploads: ctx.uploads } : {}), jobId, leaseToken: token, jobDir, signal: AbortSignal.any([run.lostSignal, ctx.abort]), log: ctx.log });
+
   const execute = async (jobDir: string): Promise<Settlement | undefined> => {
     const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout);
     if (why) return { outcome: "failed", error: { code: "incompatible_spec", message: `this runner cannot run job ${jobId}: ${why}`, retryable: false } };
@@ -103,6 +108,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         throw err;
       }
     }
+    await restoreInput(suspendStep(jobDir), lease);
     const out = run.starting(() => maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker));
     if (!out) return undefined; // stopped or lost during the checkout: nothing starts
     // The job's files and lines (docs/job-contract.md): input/execution.json, the events file, directives, result.json.
@@ -142,6 +148,9 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     const state = run.state;
     const stopping = "stopping" in state ? state.stopping : undefined;
     const ended = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
+    // Exit 0 with output/input-request.json written: the job is suspended, not completed (docs/suspend.md).
+    const asked = ended.outcome === "succeeded" && !stopping && state.phase !== "lost" ? await suspendIfAsked(suspendStep(jobDir), out, () => keeper.stop()) : undefined;
+    if (asked) return asked.settlement;
     const settlement = stopping || state.phase === "lost" ? ended : await contract.settle(ended);
     // A cancelled, lost or released job keeps nothing; a timed-out one keeps what it wrote.
     if (!ctx.uploads || state.phase === "lost" || (stopping && stopping !== "timeout")) return settlement;

@@ -19,6 +19,7 @@ import * as m0017 from "./0017_stats_indexes.js";
 import * as m0018 from "./0018_job_samples.js";
 import * as m0019 from "./0019_claim_rules.js";
 import * as m0021 from "./0021_job_results.js";
+import * as m0022 from "./0022_suspend.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -45,4 +46,5 @@ export const migrations: Record<string, Migration> = {
   "0018_job_samples": m0018,
   "0019_claim_rules": m0019,
   "0021_job_results": m0021,
+  "0022_suspend": m0022,
 };
