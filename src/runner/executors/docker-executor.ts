@@ -1,4 +1,3 @@
-import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
@@ -202,7 +201,6 @@ function containerOptions(
       Binds: [
         `${outputDir}:/output`,
         ...(request.hasWorkspace ? [`${join(request.jobDir, "workspace")}:/workspace`] : []),
-        ...(existsSync(join(request.jobDir, "input")) ? [`${join(request.jobDir, "input")}:/input:ro`] : []),
         ...(secretFiles ? [`${secretFiles.dir}:${containerSecretsDir}:ro`] : []),
         ...jobDirBinds(request.jobDir),
       ],
