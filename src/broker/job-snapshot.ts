@@ -48,6 +48,8 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   // The names only: a secret's value is never part of any view (src/broker/job-secrets.ts).
   if (row.secret_names?.length) out.secretNames = row.secret_names;
   if (row.secret_file_names?.length) out.secretFileNames = row.secret_file_names;
+  if (row.retry_of) out.retryOf = row.retry_of;
+  if (row.retried_by) out.retriedBy = row.retried_by;
   return out;
 }
 

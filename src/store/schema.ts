@@ -29,6 +29,9 @@ export interface Database {
   events: EventsTable;
   job_secrets: JobSecretsTable;
   secrets_keys: SecretsKeysTable;
+  pipelines: PipelinesTable;
+  pipeline_steps: PipelineStepsTable;
+  pipeline_step_secrets: PipelineStepSecretsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -130,6 +133,9 @@ export interface JobsTable {
   /** The names of the job's secrets and secret files (migration 0013); the values are in job_secrets. */
   secret_names: ColumnType<string[], string[] | undefined, string[]>;
   secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
+  /** The job this one retries, and the job that retried this one (migration 0020). */
+  retry_of: ColumnType<string | null, string | null | undefined, string | null>;
+  retried_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
@@ -357,4 +363,46 @@ export interface EventsTable {
   runner_id: string | null;
   job_id: string | null;
   data: ColumnType<unknown, string, never>;
+}
+
+/** A pipeline (migration 0020): a step graph sequenced by the control plane (src/broker/pipelines/). */
+export interface PipelinesTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  idempotency_key: string | null;
+  request_sha256: string;
+  state: JobState;
+  cancel_requested: Generated<boolean>;
+  enqueued_by: string | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  settled_at: Date | null;
+}
+
+/** A step's state; "running" is read from its job (the claim does not touch steps). */
+export type StepState = "pending" | "queued" | "running" | "succeeded" | "failed" | "skipped" | "cancelled";
+
+/** One step of a pipeline (migration 0020). */
+export interface PipelineStepsTable {
+  pipeline_id: string;
+  name: string;
+  ord: number;
+  needs: string[];
+  allow_failure: boolean;
+  inputs: ColumnType<JsonObject[], string, string>;
+  request: ColumnType<JsonObject, string, string>;
+  state: StepState;
+  job_id: string | null;
+  attempts: Generated<number>;
+  updated_at: Generated<Date>;
+}
+
+/** A step's secret, sealed bound to the step (src/secrets/bindings.ts), copied into each job of the step. */
+export interface PipelineStepSecretsTable {
+  pipeline_id: string;
+  step: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
 }

@@ -17,6 +17,7 @@ import * as m0015 from "./0015_replicas.js";
 import * as m0016 from "./0016_events.js";
 import * as m0017 from "./0017_stats_indexes.js";
 import * as m0018 from "./0018_job_samples.js";
+import * as m0020 from "./0020_pipelines.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -41,4 +42,5 @@ export const migrations: Record<string, Migration> = {
   "0016_events": m0016,
   "0017_stats_indexes": m0017,
   "0018_job_samples": m0018,
+  "0020_pipelines": m0020,
 };
