@@ -15,6 +15,7 @@ import { workspacesCommand } from "./workspaces.js";
 import { eventsCommand } from "./events.js";
 import { statsCommand } from "./stats.js";
 import { addSamplesCommand, sizingCommand } from "./samples.js";
+import { addRetryCommand, pipelinesCommand } from "./pipelines.js";
 
 /** The `forelead` command. */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -31,13 +32,14 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(certsCommand());
   program.addCommand(runnersCommand());
   program.addCommand(reposCommand());
-  program.addCommand(addSamplesCommand(jobsCommand()));
+  program.addCommand(addRetryCommand(addSamplesCommand(jobsCommand())));
   program.addCommand(statusCommand());
   program.addCommand(doctorCommand());
   program.addCommand(workspacesCommand());
   program.addCommand(eventsCommand());
   program.addCommand(statsCommand());
   program.addCommand(sizingCommand());
+  program.addCommand(pipelinesCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {

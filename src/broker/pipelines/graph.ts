@@ -72,7 +72,11 @@ export function downstream(name: string, steps: readonly StepNode[]): Set<string
   const out = new Set([name]);
   for (let grew = true; grew; ) {
     grew = false;
-    for (const s of steps) if (!out.has(s.name) && s.needs.some((n) => out.has(n))) out.add(s.name), (grew = true);
+    for (const s of steps) {
+      if (out.has(s.name) || !s.needs.some((n) => out.has(n))) continue;
+      out.add(s.name);
+      grew = true;
+    }
   }
   return out;
 }
