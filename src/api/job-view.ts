@@ -32,5 +32,6 @@ export function leaseMessage(view: LeaseView): Lease {
     cancelRequested: view.cancelRequested,
     job: unmaskedJob(view.job),
     ...(view.secrets ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles } : {}),
+    ...(view.inputs ? { inputs: view.inputs.map((i) => ({ ...i, size: BigInt(i.size) })) } : {}),
   });
 }

@@ -23,6 +23,7 @@ import type { SecretBox } from "../secrets/box.js";
 import { pipelineSettleHook } from "./pipelines/sequence.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
 import { retryJob } from "./retry.js";
+import { leaseInput, withInputs, type JobInputView } from "./pipelines/inputs.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
@@ -49,6 +50,8 @@ export interface Broker {
   readonly pipelines: Pipelines;
   /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
   retry(jobId: string, by: string): Promise<JobSnapshot>;
+  /** The input `name` of `fromJobId` that a live lease of `jobId` may read (pipelines/inputs.ts). */
+  input(holder: LeaseHolder, jobId: string, leaseToken: string, fromJobId: string, name: string): Promise<JobInputView>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -127,7 +130,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         try {
           const claimed = await batchedClaim(holder);
           const lease = claimed && (await pinClaimedJob(db, holder, claimed, options.code, settled));
-          if (lease) return end(lease);
+          if (lease) return end(await withInputs(db, lease));
           if (claimed) continue; // that job could not be pinned and was settled: look for another
           // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
           // jobs remain, so another runner gets its chance; when the job is already gone, stop.
@@ -153,6 +156,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       return lease;
     },
     release: (call) => releaseLease(db, call, settled),
+    input: (holder, jobId, token, fromJobId, name) => leaseInput(db, holder, jobId, token, fromJobId, name),
     complete: (input) => batchedComplete(input),
     runners: (workspaceId) => listRunners(db, workspaceId),
     register: (registration) => register(db, registration),

@@ -1,6 +1,7 @@
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseSecrets } from "./job-secrets.js";
 import type { LeaseHolder } from "./lease-check.js";
+import type { JobInputView } from "./pipelines/inputs.js";
 
 // The lease operations are one SQL module each, in sql/: claim, renew,
 // release, complete, expire. The rules they share (a live lease, ending one,
@@ -13,6 +14,8 @@ export interface LeaseView {
   readonly expiresAt: Date;
   readonly cancelRequested: boolean;
   readonly job: JobSnapshot;
+  /** A pipeline step's inputs (pipelines/inputs.ts), only in the claim that issued the lease. */
+  readonly inputs?: readonly JobInputView[];
 }
 
 /** The identity of a lease-scoped call. */
