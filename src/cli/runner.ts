@@ -80,6 +80,7 @@ export function runnerCommand(): Command {
         sampleIntervalMs: flags.sampleIntervalMs,
         checkout: protocolCheckout(protocol.client),
         uploads: protocol.client,
+        inputs: protocol.client,
         log,
       });
       let signals = 0;

@@ -140,6 +140,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     claimWaitSeconds: 5,
     checkout: protocolCheckout(protocol.client),
     uploads: protocol.client,
+    inputs: protocol.client,
     log: say,
   });
   return {

@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
@@ -200,6 +201,7 @@ function containerOptions(
         `${outputDir}:/output`,
         ...(request.hasWorkspace ? [`${join(request.jobDir, "workspace")}:/workspace`] : []),
         ...(secretFiles ? [`${secretFiles.dir}:${containerSecretsDir}:ro`] : []),
+        ...(existsSync(join(request.jobDir, "input")) ? [`${join(request.jobDir, "input")}:/input:ro`] : []),
       ],
       ...(spec.cpu > 0 ? { NanoCpus: Math.round(spec.cpu * 1e9) } : {}),
       ...(memory > 0 ? { Memory: memory, MemorySwap: memory } : {}),

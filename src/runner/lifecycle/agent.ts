@@ -10,6 +10,7 @@ import { runLease, type JobRun } from "./job-run.js";
 import type { OutputSink } from "../output/output.js";
 import { sleep } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
+import type { InputClient } from "./input-step.js";
 
 /** Everything the agent runs with. */
 export interface RunnerAgentOptions {
@@ -31,6 +32,8 @@ export interface RunnerAgentOptions {
   readonly checkout?: CheckoutStep;
   /** Where each job's output directory is uploaded before it is completed; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** Where pipeline steps' inputs are downloaded from (the protocol client); without it, jobs with inputs are refused. */
+  readonly inputs?: () => Promise<InputClient>;
   /** How often each running job's CPU and memory are sent (resource.sample events); 5 s by default, 0 for never. */
   readonly sampleIntervalMs?: number;
   /** Inventory report interval; 15 s by default. */
@@ -98,7 +101,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   await register();
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}), ...(options.inputs ? { inputs: options.inputs } : {}) });
 
   const claimLoop = async () => {
     let failures = 0;

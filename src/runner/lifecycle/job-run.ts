@@ -17,6 +17,7 @@ import { createLeaseRun, type StopReason } from "./run-state.js";
 import { defaultSampleIntervalMs, startResourceSamples } from "./resource-samples.js";
 import { settle, type Settlement } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
+import { fetchInputs, InputError, type InputClient } from "./input-step.js";
 
 /** What running a lease needs from the agent. */
 export interface JobRunContext {
@@ -34,6 +35,8 @@ export interface JobRunContext {
   readonly checkout?: CheckoutStep;
   /** Where the job's output directory is uploaded before completing; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** Where a pipeline step's inputs are downloaded from; without it, a job with inputs is refused as incompatible. */
+  readonly inputs?: () => Promise<InputClient>;
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: completion retries end. */
   readonly abort: AbortSignal;
@@ -87,7 +90,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
   });
 
   const execute = async (jobDir: string): Promise<Settlement | undefined> => {
-    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout);
+    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout) ?? (lease.inputs.length && !ctx.inputs ? "it has pipeline inputs and this runner has no inputs client" : undefined);
     if (why) return { outcome: "failed", error: { code: "incompatible_spec", message: `this runner cannot run job ${jobId}: ${why}`, retryable: false } };
     const badSecrets = jobSecretsProblem(secrets);
     if (badSecrets) return { outcome: "failed", error: { code: "invalid_secrets", message: `this runner cannot give job ${jobId} its secrets: ${badSecrets}`, retryable: false } };
@@ -99,6 +102,14 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         await ctx.checkout!.checkout(lease, token, join(jobDir, "workspace"), ctx.abort);
       } catch (err) {
         if (err instanceof CheckoutError) return { outcome: "failed", error: { code: err.code, message: err.message, retryable: err.retryable } };
+        throw err;
+      }
+    }
+    if (lease.inputs.length) {
+      try {
+        await fetchInputs(await ctx.inputs!(), { jobId, leaseToken: token }, lease.inputs, jobDir, AbortSignal.any([run.lostSignal, ctx.abort]));
+      } catch (err) {
+        if (err instanceof InputError) return { outcome: "failed", error: { code: err.code, message: err.message, retryable: err.retryable } };
         throw err;
       }
     }
