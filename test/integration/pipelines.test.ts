@@ -173,6 +173,26 @@ describe(`pipelines (${databaseKind})`, () => {
     await runner.close();
   });
 
+  it("a step's secrets reach its job's lease only, never a view or an event; a resumed step gets them again", async () => {
+    const w = freshWorkspace();
+    const runner = await registeredRunner(cp, "r-secrets", w);
+    const value = "pipeline-secret-value-0123";
+    const p = await submit(w, [step("A", [], { secrets: { TOKEN: value }, secretFiles: { "key.pem": value }, maxAttempts: 1 })]);
+    const claim = await runner.claim({ waitSeconds: 0 });
+    expect(claim.json.secrets).toEqual({ TOKEN: value });
+    expect(claim.json.secretFiles).toEqual({ "key.pem": value });
+    await complete(runner, { jobId: claim.json.job.id, token: claim.json.token }, "failed");
+    const resumed = await post(`/v1/admin/pipelines/${p.id}/resume`);
+    expect(resumed.status, resumed.text).toBe(200);
+    const again = await runner.claim({ waitSeconds: 0 });
+    expect(again.json.job.id).toBe(stepJob(resumed.json.pipeline, "A"));
+    expect(again.json.secrets).toEqual({ TOKEN: value });
+    await complete(runner, { jobId: again.json.job.id, token: again.json.token });
+    const seen = [(await admin.rest.request("GET", `/v1/admin/pipelines/${p.id}`)).text, (await admin.job(again.json.job.id)).text, JSON.stringify(await events(w))];
+    for (const text of seen) expect(text).not.toContain(value);
+    await runner.close();
+  });
+
   it("every bad graph is refused with 400 naming the cause", async () => {
     const refused = async (steps: unknown[], message: string) => {
       const reply = await post("/v1/admin/pipelines", { workspaceId: "w1", name: "bad", steps });
