@@ -10,7 +10,7 @@ import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
 import { claimBatch, completeBatch } from "./lease-batches.js";
 import type { CompletionInput } from "./completion.js";
-import type { LeaseCall, LeaseView } from "./leases.js";
+import type { JobInputView, LeaseCall, LeaseView } from "./leases.js";
 import type { BrokerObserver } from "./observer.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
 import { register, type Registration } from "./registrations.js";
@@ -23,7 +23,7 @@ import type { SecretBox } from "../secrets/box.js";
 import { pipelineSettleHook } from "./pipelines/sequence.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
 import { retryJob } from "./retry.js";
-import { leaseInput, withInputs, type JobInputView } from "./pipelines/inputs.js";
+import { leaseInput, withInputs } from "./pipelines/inputs.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;

@@ -1,11 +1,19 @@
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseSecrets } from "./job-secrets.js";
 import type { LeaseHolder } from "./lease-check.js";
-import type { JobInputView } from "./pipelines/inputs.js";
 
 // The lease operations are one SQL module each, in sql/: claim, renew,
 // release, complete, expire. The rules they share (a live lease, ending one,
 // waking claims) are in lease-sql.ts.
+
+/** One input of a pipeline step's job: an artifact of a step it needs (proto forelead.runner.v1.JobInput; pipelines/inputs.ts). */
+export interface JobInputView {
+  readonly name: string;
+  readonly digest: string;
+  readonly size: number;
+  readonly fromStep: string;
+  readonly fromJobId: string;
+}
 
 /** A lease as the runner sees it: the token, and the job's secrets, only in the claim that issued it. */
 export interface LeaseView {

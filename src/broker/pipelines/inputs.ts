@@ -2,17 +2,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
 import { requireLiveLease, type LeaseHolder } from "../lease-check.js";
-import type { LeaseView } from "../leases.js";
+import type { JobInputView, LeaseView } from "../leases.js";
 import type { StepInputSpec } from "./graph.js";
-
-/** One input of a step's job: an artifact of a step it needs (proto forelead.runner.v1.JobInput). */
-export interface JobInputView {
-  readonly name: string;
-  readonly digest: string;
-  readonly size: number;
-  readonly fromStep: string;
-  readonly fromJobId: string;
-}
 
 /**
  * A glob over artifact names: `*` and `?` within a path segment, `**` across
