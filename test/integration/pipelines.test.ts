@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
+import { sql } from "kysely";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { registeredRunner, type RunnerActor } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
@@ -190,6 +191,20 @@ describe(`pipelines (${databaseKind})`, () => {
     await complete(runner, { jobId: again.json.job.id, token: again.json.token });
     const seen = [(await admin.rest.request("GET", `/v1/admin/pipelines/${p.id}`)).text, (await admin.job(again.json.job.id)).text, JSON.stringify(await events(w))];
     for (const text of seen) expect(text).not.toContain(value);
+    await runner.close();
+  });
+
+  it("a step whose lease expires with no attempts left fails in the sweep's transaction, and its dependents are skipped", async () => {
+    const w = freshWorkspace();
+    const runner = await registeredRunner(cp, "r-expiry", w);
+    const p = await submit(w, [step("A", [], { maxAttempts: 1 }), step("B", ["A"])]);
+    const a = (await claimNow(runner))!;
+    await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${a.jobId}`.execute(cp.plane.store.db);
+    expect(await claimNow(runner)).toBeUndefined(); // the claim sweeps the expired lease first
+    const done = await pipeline(p.id);
+    expect(states(done)).toEqual({ A: "failed", B: "skipped" });
+    expect(done.state).toBe("failed");
+    expect((await admin.job(a.jobId)).json.job.failure.reason).toBe("lease_lost");
     await runner.close();
   });
 
