@@ -36,5 +36,6 @@ export function leaseMessage(view: LeaseView): Lease {
     ...(view.input
       ? { inputRequestId: view.input.requestId, inputAnswer: fromJson(ValueSchema, view.input.answer as JsonValue), checkpoint: view.input.checkpoint.map((a) => fromJson(ArtifactSchema, a as JsonValue, { ignoreUnknownFields: true })) }
       : {}),
+    ...(view.inputs ? { inputs: view.inputs.map((i) => ({ ...i, size: BigInt(i.size) })) } : {}),
   });
 }

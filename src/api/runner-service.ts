@@ -86,6 +86,15 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       return { apiVersion, commit: await deps.code.head({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken }) };
     },
 
+    async *downloadInput(req, ctx) {
+      const input = await deps.broker.input(runnerOf(ctx), req.jobId, req.leaseToken, req.fromJobId, req.name);
+      const artifact = await deps.artifacts.read(input.fromJobId, input.name);
+      for await (const data of artifact.chunks) {
+        if (ctx.signal.aborted) return;
+        yield { data };
+      }
+    },
+
     async *codeBundle(req, ctx) {
       for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
     },

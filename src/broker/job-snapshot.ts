@@ -64,6 +64,8 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   // docs/job-contract.md: the result the settling completion reported, and the last progress.
   if (row.result) out.result = row.result;
   if (row.progress) out.progress = row.progress;
+  if (row.retry_of) out.retryOf = row.retry_of;
+  if (row.retried_by) out.retriedBy = row.retried_by;
   return out;
 }
 

@@ -7,6 +7,8 @@ import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
 import type { CodeHooks } from "./pinning.js";
 import { notifyJobs } from "./lease-sql.js";
 import { eventsCte } from "../events/record.js";
+import { inTransaction } from "../store/transaction.js";
+import { settleWith, type SettleHook } from "./pipelines/settle-hook.js";
 import { checkSegmentId } from "../identity/segment-id.js";
 import type { SecretBox } from "../secrets/box.js";
 import { hasSecrets, secretNames, secretsDigest, storeJobSecrets, validateSecrets, type JobSecretsInput } from "./job-secrets.js";
@@ -283,7 +285,7 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
     .executeTakeFirst();
   const inserted = withSecrets
-    ? await db.transaction().execute(async (tx) => {
+    ? await inTransaction(db, async (tx) => {
         const row = await insertJob(tx);
         if (row) await storeJobSecrets(tx, box!, id, input);
         return row;
@@ -328,11 +330,11 @@ export async function findJob(db: Kysely<Database>, jobId: string): Promise<JobR
  * lease's expiry settles it as cancelled. Cancelling a cancelled job returns
  * it; a succeeded or failed job cannot be cancelled (409).
  */
-export async function cancelJob(db: Kysely<Database>, jobId: string, by: string): Promise<JobSnapshot> {
+export async function cancelJob(db: Kysely<Database>, jobId: string, by: string, hook?: SettleHook): Promise<JobSnapshot> {
   const id = checkJobId(jobId);
   // The events: job.cancel_requested the first time, then job.settled for a queued job settled at once
   // (read from the first insert's rows, so it comes after it; a queued job never has cancel_requested set).
-  const { rows } = await sql<JobRow>`
+  const rows = await settleWith(db, hook, async (q) => (await sql<JobRow>`
     with old as (
       select id, state, cancel_requested from jobs where id = ${id} and state in ('queued', 'running', 'waiting_input') for update
     ), j as (
@@ -347,7 +349,7 @@ export async function cancelJob(db: Kysely<Database>, jobId: string, by: string)
       returning jobs.*, old.state as was_state, old.cancel_requested as was_requested
     ), ${eventsCte("requested", "j", { type: sql`'job.cancel_requested'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('state', j.was_state)` }, sql`not j.was_requested`)},
     ${eventsCte("settled", sql`requested join j on j.id = requested.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state in ('queued', 'waiting_input')`)}
-    select * from j`.execute(db);
+    select * from j`.execute(q)).rows);
   const row = rows[0];
   if (row) return jobSnapshot(row);
   const current = await findJob(db, id);

@@ -7,6 +7,15 @@ import type { LeaseInput } from "./job-inputs.js";
 // release, complete, expire. The rules they share (a live lease, ending one,
 // waking claims) are in lease-sql.ts.
 
+/** One input of a pipeline step's job: an artifact of a step it needs (proto forelead.runner.v1.JobInput; pipelines/inputs.ts). */
+export interface JobInputView {
+  readonly name: string;
+  readonly digest: string;
+  readonly size: number;
+  readonly fromStep: string;
+  readonly fromJobId: string;
+}
+
 /** A lease as the runner sees it: the token, and the job's secrets, only in the claim that issued it. */
 export interface LeaseView {
   readonly token?: string;
@@ -18,6 +27,8 @@ export interface LeaseView {
   readonly attempt?: number;
   /** A resumed job's answered input request and checkpoint (docs/suspend.md), only in the claim that issued the lease. */
   readonly input?: LeaseInput;
+  /** A pipeline step's inputs (pipelines/inputs.ts), only in the claim that issued the lease. */
+  readonly inputs?: readonly JobInputView[];
 }
 
 /** The identity of a lease-scoped call. */

@@ -36,8 +36,8 @@ export const commandGroups: readonly CommandGroup[] = [
     name: "jobs",
     description: "read jobs' results as an admin identity (a certificate granted with serve --admin)",
     load: async () => {
-      const [{ jobsCommand }, { addSamplesCommand }, { addAnswerCommand }] = await Promise.all([import("./jobs.js"), import("./samples.js"), import("./jobs-answer.js")]);
-      return addAnswerCommand(addSamplesCommand(jobsCommand()));
+      const [{ jobsCommand }, { addSamplesCommand }, { addAnswerCommand }, { addRetryCommand }] = await Promise.all([import("./jobs.js"), import("./samples.js"), import("./jobs-answer.js"), import("./pipelines.js")]);
+      return addRetryCommand(addAnswerCommand(addSamplesCommand(jobsCommand())));
     },
   },
   { name: "status", description: "the control plane's status: build, database, replicas, queues, runners, pool, certificates", load: async () => (await import("./status.js")).statusCommand() },
@@ -46,6 +46,7 @@ export const commandGroups: readonly CommandGroup[] = [
   { name: "events", description: "the control plane's events (job.queued, job.leased, job.settled, runner.paused, workspace.paused, ...), oldest first", load: async () => (await import("./events.js")).eventsCommand() },
   { name: "stats", description: "per workspace: jobs by final state and error code, attempts, lease losses, timeouts, cancels, wait and run times; per runner: jobs and busy time", load: async () => (await import("./stats.js")).statsCommand() },
   { name: "sizing", description: "settled jobs grouped by workspace, labels and image: requested CPU and memory against the p95 of their peaks, with advice", load: async () => (await import("./samples.js")).sizingCommand() },
+  { name: "pipelines", description: "submit and watch pipelines: step graphs whose steps run as jobs once their needs succeeded (enqueue and read roles)", load: async () => (await import("./pipelines.js")).pipelinesCommand() },
   { name: "conformance", description: "check a runner against the protocol: start a throwaway control plane, start the runner with a fresh identity, run the compatibility rows, print a table; exits 1 when a row fails (docs/conformance.md)", load: async () => (await import("./conformance.js")).conformanceCommand() },
   { name: "version", description: versionDescription, load: async () => versionCommand() },
 ];

@@ -83,6 +83,7 @@ export function runnerCommand(): Command {
         checkout: protocolCheckout(protocol.client),
         uploads: protocol.client,
         suspends: protocol.suspendClient,
+        inputs: protocol.client,
         log,
       });
       let signals = 0;

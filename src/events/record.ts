@@ -26,6 +26,13 @@ export const eventTypes = [
   "runner.lease_lost",
   "workspace.paused",
   "workspace.resumed",
+  "pipeline.queued",
+  "pipeline.settled",
+  "step.queued",
+  "step.succeeded",
+  "step.failed",
+  "step.skipped",
+  "step.cancelled",
 ] as const;
 
 /** One of eventTypes. */

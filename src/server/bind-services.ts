@@ -23,6 +23,8 @@ import { createSamplesService } from "../api/samples-service.js";
 import { SuspendService } from "../../gen/forelead/runner/v1/suspend_pb.js";
 import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import { createInputService, createSuspendService } from "../api/suspend-service.js";
+import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
+import { createPipelineService } from "../api/pipeline-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -53,6 +55,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(FleetService, createFleetService({ pauses: domain.pauses, events: domain.events })),
     serviceImpl(SuspendService, createSuspendService({ db: store.db, artifacts })),
     serviceImpl(InputService, createInputService({ db: store.db })),
+    serviceImpl(PipelineService, createPipelineService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });

@@ -30,6 +30,9 @@ export interface Database {
   job_secrets: JobSecretsTable;
   secrets_keys: SecretsKeysTable;
   job_inputs: JobInputsTable;
+  pipelines: PipelinesTable;
+  pipeline_steps: PipelineStepsTable;
+  pipeline_step_secrets: PipelineStepSecretsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -155,6 +158,9 @@ export interface JobsTable {
   progress: ColumnType<JsonObject | null, string | null | undefined, string | null>;
   /** The lease whose input request (job_inputs) is the job's latest (migration 0022). */
   input_lease_id: ColumnType<number | null, number | null | undefined, number | null>;
+  /** The job this one retries, and the job that retried this one (migration 0020). */
+  retry_of: ColumnType<string | null, string | null | undefined, string | null>;
+  retried_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
@@ -400,4 +406,46 @@ export interface JobInputsTable {
   answer: ColumnType<unknown, string | null | undefined, string | null>;
   answered_at: Date | null;
   answered_by: string | null;
+}
+
+/** A pipeline (migration 0020): a step graph sequenced by the control plane (src/broker/pipelines/). */
+export interface PipelinesTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  idempotency_key: string | null;
+  request_sha256: string;
+  state: JobState;
+  cancel_requested: Generated<boolean>;
+  enqueued_by: string | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  settled_at: Date | null;
+}
+
+/** A step's state; "running" is read from its job (the claim does not touch steps). */
+export type StepState = "pending" | "queued" | "running" | "succeeded" | "failed" | "skipped" | "cancelled";
+
+/** One step of a pipeline (migration 0020). */
+export interface PipelineStepsTable {
+  pipeline_id: string;
+  name: string;
+  ord: number;
+  needs: string[];
+  allow_failure: boolean;
+  inputs: ColumnType<JsonObject[], string, string>;
+  request: ColumnType<JsonObject, string, string>;
+  state: StepState;
+  job_id: string | null;
+  attempts: Generated<number>;
+  updated_at: Generated<Date>;
+}
+
+/** A step's secret, sealed bound to the step (src/secrets/bindings.ts), copied into each job of the step. */
+export interface PipelineStepSecretsTable {
+  pipeline_id: string;
+  step: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
 }

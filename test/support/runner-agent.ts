@@ -145,6 +145,7 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     checkout: protocolCheckout(protocol.client),
     uploads: protocol.client,
     ...(options.suspends ? { suspends: protocol.suspendClient } : {}),
+    inputs: protocol.client,
     log: say,
   });
   return {

@@ -8,6 +8,7 @@ import { eventsCte } from "../../events/record.js";
 import { clearLease, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
 import type { BrokerObserver } from "../observer.js";
+import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 
 /**
  * Settles a job under its live lease. Idempotent: the same completionId with
@@ -19,10 +20,10 @@ import type { BrokerObserver } from "../observer.js";
  * The usual case (a live lease, first completion) is one statement
  * (settleLeases); anything else is told apart by completeJobInTransaction.
  */
-export async function completeJob(db: Kysely<Database>, input: CompletionInput, observer?: BrokerObserver): Promise<JobSnapshot> {
+export async function completeJob(db: Kysely<Database>, input: CompletionInput, observer?: BrokerObserver, hook?: SettleHook): Promise<JobSnapshot> {
   const checked = checkCompletion(input);
-  const [reply] = await settleLeases(db, [{ input, checked }], observer);
-  return reply ?? completeJobInTransaction(db, input, checked, observer);
+  const [reply] = await settleLeases(db, [{ input, checked }], observer, hook);
+  return reply ?? completeJobInTransaction(db, input, checked, observer, hook);
 }
 
 /** A completion with its checked fields, as settleLeases takes it. */
@@ -42,16 +43,17 @@ const requeues = sql`i.outcome = 'failed' and i.retryable and jobs.attempts < jo
  * others (not a live lease of that runner, already settled, or a second
  * completion of one job in the same call): completeJobInTransaction answers
  * those, a repeat with the stored reply and everything else with its error.
- * The one place a completion settles a lease: each is reported to `observer`.
+ * The one place a completion settles a lease: each is reported to `observer`,
+ * and `hook` (a pipeline's next steps) runs in the same transaction.
  */
-export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[], observer?: BrokerObserver): Promise<Array<JobSnapshot | undefined>> {
+export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<JobSnapshot | undefined>> {
   // Measured (docs/performance.md, "Profiling and what changed", 3): a completion was BEGIN,
   // SELECT the lease FOR UPDATE, UPDATE jobs, UPDATE leases, COMMIT, five round trips alone and
   // four in a batch. In this one CTE: 173 and 179 jobs/s at N = 1 against 156 and 153, 731 and
   // 716 at N = 16 against 674 and 622; at N = 64 (1,111 and 1,049 against 1,081 and 1,046) the
   // machine was saturated. The stored reply is the settled row as jsonb (to_jsonb) so it can be
   // written by this same statement; storedReply reads it back.
-  const { rows } = await sql<JobRow & { ord: number }>`
+  const rows = await settleWith(db, hook, async (q) => (await sql<JobRow & { ord: number }>`
     with j as (
       update jobs set
         state = case when ${requeues} then 'queued' else i.outcome end,
@@ -76,7 +78,7 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
         completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
     ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
-    select j.*, ${woken} from j`.execute(db);
+    select j.*, ${woken} from j`.execute(q)).rows);
   const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
   for (const row of rows) {
     replies[row.ord] = jobSnapshot(row);
@@ -91,7 +93,7 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
  * completion 409, a settled job or a dead lease its refusal (and a lease
  * found live after all is settled by settleLeases under the lock).
  */
-export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion, observer?: BrokerObserver): Promise<JobSnapshot> {
+export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion, observer?: BrokerObserver, hook?: SettleHook): Promise<JobSnapshot> {
   const { jobId, tokenHash, completionSha256 } = checked;
   return db.transaction().execute(async (tx) => {
     const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
@@ -101,7 +103,7 @@ export async function completeJobInTransaction(db: Kysely<Database>, input: Comp
     }
     // Not completed under this lease: settle it here if it is live after all (the lock is now held),
     // else say why it cannot be.
-    const [reply] = await settleLeases(tx, [{ input, checked }], observer);
+    const [reply] = await settleLeases(tx, [{ input, checked }], observer, hook);
     if (reply) return reply;
     const settled = await tx.selectFrom("jobs").select(["state"]).where("id", "=", jobId).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
     // A job the sweep failed past its deadline: leaseRefusal says so, rather than "already failed".

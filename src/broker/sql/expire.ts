@@ -4,6 +4,7 @@ import type { JobTimeouts } from "../jobs.js";
 import { eventsCte } from "../../events/record.js";
 import { clearLease, expiredLease, leaseHeld, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
+import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 
 /** A timestamptz expression as RFC 3339 UTC text, for a message written in SQL. */
 function utcText(at: RawBuilder<unknown>): RawBuilder<string> {
@@ -16,9 +17,10 @@ function utcText(at: RawBuilder<unknown>): RawBuilder<string> {
  * `timeout`. Otherwise, for an expired lease, the job goes back to the queue
  * while attempts remain (claimable after its backoff: retryClaimableAt), is failed with reason lease_lost when none remain,
  * and is settled as cancelled when a cancel was requested. Returns the jobs
- * it changed. Bounded per call, and SKIP LOCKED, so replicas sweep side by side.
+ * it changed, after `hook` ran over them in the same transaction. Bounded
+ * per call, and SKIP LOCKED, so replicas sweep side by side.
  */
-export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeouts, "defaultSeconds" | "graceSeconds">, limit = 500): Promise<Array<{ id: string; state: string }>> {
+export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeouts, "defaultSeconds" | "graceSeconds">, limit = 500, hook?: SettleHook): Promise<Array<{ id: string; state: string }>> {
   // Not measured: no scenario of docs/performance.md lets a lease expire. The expiry search is
   // written for the partial index jobs_running_expiry (lease_expires_at where state = 'running',
   // migration 0002). The deadline (the lease's issue time plus the job's timeout, the server
@@ -29,7 +31,7 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
   const timeout = sql<number>`coalesce((j.spec->>'timeoutSeconds')::int, ${timeouts.defaultSeconds}::int)`;
   const deadline = sql`(l.issued_at + make_interval(secs => ${timeout}))`;
   const overdue = sql`${deadline} + make_interval(secs => ${timeouts.graceSeconds}::int) <= now()`;
-  const { rows } = await sql<{ id: string; state: string; workspace_id: string }>`
+  const rows = await settleWith(db, hook, async (q) => (await sql<{ id: string; state: string; workspace_id: string }>`
     with expired as (
       select j.id, j.lease_id, j.runner_id, j.lease_expires_at, ${timeout} as timeout_seconds, ${deadline} as deadline,
         ${overdue} as timed_out
@@ -58,7 +60,7 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
     ), ${eventsCte("ev", "j", settledOrRequeued("lease_lost"))},
     ${eventsCte("lost", sql`ev join j on j.id = ev.job_id`, { type: sql`'runner.lease_lost'`, workspaceId: sql`j.workspace_id`, runnerId: sql`j.lease_runner_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('attempt', j.attempts)` }, sql`not j.timed_out`)},
     ${wakeWaiters("j")}
-    select j.id, j.state, j.workspace_id, ${woken} from j`.execute(db);
+    select j.id, j.state, j.workspace_id, ${woken} from j`.execute(q)).rows);
   return rows.map((r) => ({ id: r.id, state: r.state }));
 }
 

@@ -3,6 +3,7 @@ import type { Database } from "../../store/schema.js";
 import { checkJobId, checkLeaseToken } from "../ids.js";
 import type { JobRow } from "../job-snapshot.js";
 import { leaseRefusal, type LeaseHolder } from "../lease-check.js";
+import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 import { eventsCte } from "../../events/record.js";
 import { clearLease, leaseHeld, liveLease, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
@@ -37,10 +38,10 @@ export function givenBackLeaseRow(reason: "released" | "suspended"): RawBuilder<
  * Gives a live lease back: the job is queued again at once, without charging
  * the attempt. A job whose cancel was requested is settled as cancelled.
  */
-export async function releaseLease(db: Kysely<Database>, call: LeaseCall): Promise<void> {
+export async function releaseLease(db: Kysely<Database>, call: LeaseCall, hook?: SettleHook): Promise<void> {
   const jobId = checkJobId(call.jobId);
   const tokenHash = checkLeaseToken(call.leaseToken);
-  const { rows } = await sql<JobRow>`
+  const rows = await settleWith(db, hook, async (q) => (await sql<JobRow>`
     with j as (
       update jobs set ${givenBack("cancelled; the runner released the lease")}
       where ${liveLease({ jobId, workspaceId: call.workspaceId, runnerId: call.runnerId, token: tokenHash })}
@@ -49,7 +50,7 @@ export async function releaseLease(db: Kysely<Database>, call: LeaseCall): Promi
       update leases set ${givenBackLeaseRow("released")}
       where token_sha256 = ${tokenHash} and exists (select 1 from j)
     ), ${eventsCte("ev", "j", settledOrRequeued("released"))}, ${wakeWaiters("j")}
-    select j.*, ${woken} from j`.execute(db);
+    select j.*, ${woken} from j`.execute(q)).rows);
   if (!rows[0]) throw await leaseRefusal(db, call, jobId, tokenHash);
 }
 

@@ -12,6 +12,7 @@ import { sleep } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
 import type { SuspendClient } from "./suspend-step.js";
 import { suspendFeatures } from "../../protocol/input-request.js";
+import type { InputClient } from "./input-step.js";
 
 /** Everything the agent runs with. */
 export interface RunnerAgentOptions {
@@ -39,6 +40,8 @@ export interface RunnerAgentOptions {
   readonly uploads?: () => Promise<UploadClient>;
   /** The suspend routes: with them (and uploads) the runner declares checkpoint-v1 and input-v1 and suspends jobs that ask for input (docs/suspend.md). */
   readonly suspends?: () => Promise<SuspendClient>;
+  /** Where pipeline steps' inputs are downloaded from (the protocol client); without it, jobs with inputs are refused. */
+  readonly inputs?: () => Promise<InputClient>;
   /** How often each running job's CPU and memory are sent (resource.sample events); 5 s by default, 0 for never. */
   readonly sampleIntervalMs?: number;
   /** Inventory report interval; 15 s by default. */
@@ -116,7 +119,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   await register();
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}), ...(options.suspends ? { suspends: options.suspends } : {}) });
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}), ...(options.suspends ? { suspends: options.suspends } : {}), ...(options.inputs ? { inputs: options.inputs } : {}) });
 
   const claimLoop = async () => {
     let failures = 0;

@@ -19,6 +19,7 @@ import { settle, type Settlement } from "./settle.js";
 import { openJobContract } from "./job-contract.js";
 import type { UploadClient } from "../output/upload-output.js";
 import { restoreInput, suspendIfAsked, type SuspendClient, type SuspendStep } from "./suspend-step.js";
+import { fetchInputs, InputError, type InputClient } from "./input-step.js";
 
 /** What running a lease needs from the agent. */
 export interface JobRunContext {
@@ -38,6 +39,8 @@ export interface JobRunContext {
   readonly uploads?: () => Promise<UploadClient>;
   /** The suspend routes (docs/suspend.md); without them a job that asks for input fails. */
   readonly suspends?: () => Promise<SuspendClient>;
+  /** Where a pipeline step's inputs are downloaded from; without it, a job with inputs is refused as incompatible. */
+  readonly inputs?: () => Promise<InputClient>;
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: completion retries end. */
   readonly abort: AbortSignal;
@@ -93,7 +96,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
   const suspendStep = (jobDir: string): SuspendStep => ({ ...(ctx.suspends ? { suspends: ctx.suspends } : {}), ...(ctx.uploads ? { uploads: ctx.uploads } : {}), jobId, leaseToken: token, jobDir, signal: AbortSignal.any([run.lostSignal, ctx.abort]), log: ctx.log });
 
   const execute = async (jobDir: string): Promise<Settlement | undefined> => {
-    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout);
+    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout) ?? (lease.inputs.length && !ctx.inputs ? "it has pipeline inputs and this runner has no inputs client" : undefined);
     if (why) return { outcome: "failed", error: { code: "incompatible_spec", message: `this runner cannot run job ${jobId}: ${why}`, retryable: false } };
     const badSecrets = jobSecretsProblem(secrets);
     if (badSecrets) return { outcome: "failed", error: { code: "invalid_secrets", message: `this runner cannot give job ${jobId} its secrets: ${badSecrets}`, retryable: false } };
@@ -109,6 +112,14 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       }
     }
     await restoreInput(suspendStep(jobDir), lease);
+    if (lease.inputs.length) {
+      try {
+        await fetchInputs(await ctx.inputs!(), { jobId, leaseToken: token }, lease.inputs, jobDir, AbortSignal.any([run.lostSignal, ctx.abort]));
+      } catch (err) {
+        if (err instanceof InputError) return { outcome: "failed", error: { code: err.code, message: err.message, retryable: err.retryable } };
+        throw err;
+      }
+    }
     const out = run.starting(() => maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker));
     if (!out) return undefined; // stopped or lost during the checkout: nothing starts
     // The job's files and lines (docs/job-contract.md): input/execution.json, the events file, directives, result.json.

@@ -18,6 +18,7 @@ import * as m0016 from "./0016_events.js";
 import * as m0017 from "./0017_stats_indexes.js";
 import * as m0018 from "./0018_job_samples.js";
 import * as m0019 from "./0019_claim_rules.js";
+import * as m0020 from "./0020_pipelines.js";
 import * as m0021 from "./0021_job_results.js";
 import * as m0022 from "./0022_suspend.js";
 
@@ -45,6 +46,7 @@ export const migrations: Record<string, Migration> = {
   "0017_stats_indexes": m0017,
   "0018_job_samples": m0018,
   "0019_claim_rules": m0019,
+  "0020_pipelines": m0020,
   "0021_job_results": m0021,
   "0022_suspend": m0022,
 };
