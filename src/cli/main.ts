@@ -15,6 +15,7 @@ import { workspacesCommand } from "./workspaces.js";
 import { eventsCommand } from "./events.js";
 import { statsCommand } from "./stats.js";
 import { addSamplesCommand, sizingCommand } from "./samples.js";
+import { configCommand } from "./config.js";
 
 /** The `forelead` command. */
 export async function main(argv: readonly string[]): Promise<void> {
@@ -38,6 +39,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   program.addCommand(eventsCommand());
   program.addCommand(statsCommand());
   program.addCommand(sizingCommand());
+  program.addCommand(configCommand());
   try {
     await program.parseAsync([...argv]);
   } catch (err) {
