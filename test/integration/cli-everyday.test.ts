@@ -110,11 +110,13 @@ describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () =
     await writeFile(join(dir, "secrets.env"), "# deploy credentials\nAPI_TOKEN=s3cret-token-value\n\nOTHER=x=y\n");
     await writeFile(join(dir, "kubeconfig"), "kube-secret-content\n");
     const args = ["jobs", "enqueue", "--workspace", "ev-w1", "--label", "linux", "--label", "gpu", "--image", "app:1", "--env", "MODE=ci", "--secrets-file", join(dir, "secrets.env")];
-    args.push("--secret-file", `kubeconfig=${join(dir, "kubeconfig")}`, "--timeout", "10m", "--priority", "7", "--max-attempts", "2", "--idempotency-key", "ev-key-1", "--", "make", "test", "--verbose");
-    const enqueued = await forel(...args, "--json");
+    args.push("--secret-file", `kubeconfig=${join(dir, "kubeconfig")}`, "--timeout", "10m", "--priority", "7", "--max-attempts", "2", "--idempotency-key", "ev-key-1");
+    const argv = ["--", "make", "test", "--verbose"];
+    const enqueued = await forel(...args, "--json", ...argv);
     expect(enqueued.code, enqueued.stderr).toBe(0);
     expect(enqueued.stdout + enqueued.stderr).not.toMatch(/s3cret-token-value|kube-secret-content/);
-    const [{ job }] = enqueued.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { job: JobJson });
+    const [reply] = enqueued.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { job: JobJson });
+    const job = reply!.job;
     expect(job).toMatchObject({
       state: "queued",
       workspaceId: "ev-w1",
@@ -127,7 +129,7 @@ describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () =
       spec: { image: "app:1", argv: ["make", "test", "--verbose"], env: { MODE: "ci" }, timeoutSeconds: 600 },
     });
     // The same idempotency key returns the same job; text output names it.
-    const again = await forel(...args);
+    const again = await forel(...args, ...argv);
     expect(again.code, again.stderr).toBe(0);
     expect(again.stdout).toMatch(new RegExp(`^job ${job.id} queued in workspace ev-w1`));
 
@@ -209,11 +211,13 @@ describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () =
   it("runners list shows registered runners; runners retire retires one and releases its lease", async () => {
     const runner = await registeredRunner(cp, "ev-r4", "ev-w4");
     const jobId = (await cp.admin.enqueue({ workspaceId: "ev-w4" })).json.job.id as string;
-    expect((await runner.claim({ waitSeconds: 0 })).status).toBe(200);
+    const claim = await runner.claim({ waitSeconds: 0 });
+    expect(claim.status).toBe(200);
     const [list] = await json<{ runners: Array<{ runnerId: string; workspaceId: string; slots: number; liveLeases: number; retiredAt?: string }> }>("runners", "list", "--workspace", "ev-w4");
     expect(list!.runners).toEqual([expect.objectContaining({ runnerId: "ev-r4", workspaceId: "ev-w4", slots: 1, liveLeases: 1 })]);
     expect((await forel("runners", "list", "--workspace", "ev-w4")).stdout).toMatch(/^runner +workspace +slots +leases +labels .*\nev-r4 +ev-w4 +1 +1 +linux +amd64 /);
 
+    expect((await runner.renew(jobId, claim.json.token)).status).toBe(200); // the lease is live when the retire comes, however slow the commands above were
     const [retired] = await json<{ runnerId: string; newlyRetired?: boolean; releasedJobIds: string[] }>("runners", "retire", "ev-r4", "--workspace", "ev-w4", "--reason", "decommissioned");
     expect(retired).toMatchObject({ runnerId: "ev-r4", newlyRetired: true, releasedJobIds: [jobId] });
     expect((await forel("runners", "retire", "ev-r4", "--workspace", "ev-w4")).stdout).toBe('runner "ev-r4" in workspace "ev-w4" was already retired\n');
