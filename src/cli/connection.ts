@@ -267,6 +267,6 @@ async function readSetting(setting: Resolved, name: string): Promise<string> {
   try {
     return await readFile(setting.value, "utf8");
   } catch (err) {
-    throw new Error(`cannot read ${name} ${setting.value} (${setting.source}): ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    throw new Error(`cannot read --${name} ${setting.value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message} (${setting.source})`);
   }
 }

@@ -1,5 +1,5 @@
 import { readFile } from "node:fs/promises";
-import { Command, InvalidArgumentError, Option } from "commander";
+import { Command, Option } from "commander";
 import { toJsonString } from "@bufbuild/protobuf";
 import { AdminService, EnqueueJobResponseSchema, GetJobResponseSchema } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
@@ -114,7 +114,7 @@ function keyValues(values: readonly string[], flag: string): Record<string, stri
   const map: Record<string, string> = {};
   for (const v of values) {
     const eq = v.indexOf("=");
-    if (eq <= 0) throw new InvalidArgumentError(`${flag} takes KEY=VALUE; got one without a key or an "=" (${JSON.stringify(v.slice(0, Math.max(0, eq)) || "(empty key)")})`);
+    if (eq <= 0) throw new Error(`${flag} takes KEY=VALUE; got one without a key or an "=" (${JSON.stringify(v.slice(0, Math.max(0, eq)) || "(empty key)")})`);
     map[v.slice(0, eq)] = v.slice(eq + 1);
   }
   return map;
