@@ -3,7 +3,7 @@ import type { Command } from "commander";
 import { fromJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { AnswerInputResponseSchema, InputService } from "../../gen/forelead/admin/v1/input_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 
 interface AnswerFlags extends AdminClientFlags {
   requestId: string;

@@ -47,6 +47,7 @@ export const commandGroups: readonly CommandGroup[] = [
   { name: "stats", description: "per workspace: jobs by final state and error code, attempts, lease losses, timeouts, cancels, wait and run times; per runner: jobs and busy time", load: async () => (await import("./stats.js")).statsCommand() },
   { name: "sizing", description: "settled jobs grouped by workspace, labels and image: requested CPU and memory against the p95 of their peaks, with advice", load: async () => (await import("./samples.js")).sizingCommand() },
   { name: "pipelines", description: "submit and watch pipelines: step graphs whose steps run as jobs once their needs succeeded (enqueue and read roles)", load: async () => (await import("./pipelines.js")).pipelinesCommand() },
+  { name: "config", description: "the CLI's configuration: flags, FORELEAD_* environment variables and the config file (docs/cli.md)", load: async () => (await import("./config.js")).configCommand() },
   { name: "conformance", description: "check a runner against the protocol: start a throwaway control plane, start the runner with a fresh identity, run the compatibility rows, print a table; exits 1 when a row fails (docs/conformance.md)", load: async () => (await import("./conformance.js")).conformanceCommand() },
   { name: "version", description: versionDescription, load: async () => versionCommand() },
 ];

@@ -14,7 +14,7 @@ import {
   SubmitPipelineResponseSchema,
   type Pipeline,
 } from "../../gen/forelead/admin/v1/pipelines_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
 
 interface JsonFlags extends AdminClientFlags {

@@ -19,7 +19,7 @@ import { createCertificateAuthority, issueClientCertificate, issueServerCertific
 import { writeFileAtomic, writeIssued } from "../identity/pki-files.js";
 import { runnerSpiffeId } from "../identity/principal.js";
 import { startControlPlane, type ControlPlane } from "../server/control-plane.js";
-import { serviceClientFromFlags } from "../cli/admin-client.js";
+import { serviceClientFromFlags } from "../cli/connection.js";
 
 /** How the kit is run. */
 export interface KitOptions {
