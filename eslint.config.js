@@ -3,7 +3,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["gen/**", "node_modules/**", "data/**", "certs/**", "bench/results/**"] },
+  { ignores: ["gen/**", "dist/**", "node_modules/**", "data/**", "certs/**", "bench/results/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

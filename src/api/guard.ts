@@ -210,7 +210,7 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
   const role = rule.role!;
   const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
   // The enqueuer's right to its own jobs holds whatever its grants are now, even none.
-  const namesJob = method.input.fields.some((f) => f.name === "job_id");
+  const namesJob = method.input.fields.some((f) => f.name === "job_id" || f.name === "pipeline_id");
   if (!roles && !namesJob) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`, "no_role");
   if (roles?.admin) return admitted(principal, `admin ${id}`);
   if (role === "read" && roles?.read) return admitted(principal, `read ${id}`);
@@ -271,14 +271,16 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
     }
     return deny(`${may}, not in workspace "${workspace}"; grant it with --grant ${id}=${role}:${workspace}`);
   }
-  if (has("job_id")) {
-    const jobId = String(values!["jobId"] ?? "");
+  if (has("job_id") || has("pipeline_id")) {
+    // A pipeline is scoped as a job is: its workspace, and the identity that submitted it.
+    const what = has("job_id") ? "job" : "pipeline";
+    const jobId = String(values![what === "job" ? "jobId" : "pipelineId"] ?? "");
     const job = jobId ? await options.jobOwnership(jobId) : undefined;
     if (!job) return allow(`${role} ${id}`);
-    if (job.enqueuedBy === id) return allow(`${id} enqueued job ${jobId}`);
+    if (job.enqueuedBy === id) return allow(`${id} enqueued ${what} ${jobId}`);
     if (role === "read" && readable.has(job.workspaceId)) return allow(`read ${id} in workspace "${job.workspaceId}"`);
-    if (role === "enqueue") return deny(`${id} may ${method.name === "CancelJob" ? "cancel" : "act on"} only the jobs it enqueued; job ${jobId} in workspace "${job.workspaceId}" is another identity's (only --grant ${id}=admin allows it)`);
-    return deny(`${may} and on the jobs it enqueued, not on job ${jobId} in workspace "${job.workspaceId}"; grant it with --grant ${id}=read:${job.workspaceId}`);
+    if (role === "enqueue") return deny(`${id} may ${method.name.startsWith("Cancel") ? "cancel" : "act on"} only the ${what}s it enqueued; ${what} ${jobId} in workspace "${job.workspaceId}" is another identity's (only --grant ${id}=admin allows it)`);
+    return deny(`${may} and on the ${what}s it enqueued, not on ${what} ${jobId} in workspace "${job.workspaceId}"; grant it with --grant ${id}=read:${job.workspaceId}`);
   }
   return deny(lacks(id, role, method.name, `${id}=${role}`, ": it covers every workspace"));
 }

@@ -1,6 +1,6 @@
 import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
+import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import { ArtifactSchema, JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
 import type { JobSnapshot } from "../broker/job-snapshot.js";
 import type { LeaseView } from "../broker/leases.js";
 import { looksSecret, maskedValue } from "../protocol/secret-names.js";
@@ -31,6 +31,11 @@ export function leaseMessage(view: LeaseView): Lease {
     expiresAt: timestampFromDate(view.expiresAt),
     cancelRequested: view.cancelRequested,
     job: unmaskedJob(view.job),
+    ...(view.attempt ? { attempt: view.attempt } : {}),
     ...(view.secrets ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles } : {}),
+    ...(view.input
+      ? { inputRequestId: view.input.requestId, inputAnswer: fromJson(ValueSchema, view.input.answer as JsonValue), checkpoint: view.input.checkpoint.map((a) => fromJson(ArtifactSchema, a as JsonValue, { ignoreUnknownFields: true })) }
+      : {}),
+    ...(view.inputs ? { inputs: view.inputs.map((i) => ({ ...i, size: BigInt(i.size) })) } : {}),
   });
 }

@@ -67,8 +67,8 @@ export function checkedRole(service: DescService, method: DescMethod, option: Ro
   }
   if (option.role === "enqueue") {
     const names = method.input.fields.map((f) => f.name);
-    if (method.methodKind !== "unary" || (!names.includes("workspace_id") && !names.includes("job_id"))) {
-      throw new Error(`${name}: an "enqueue" method must be unary with a workspace_id or job_id field, so its workspace can be checked`);
+    if (method.methodKind !== "unary" || !["workspace_id", "job_id", "pipeline_id"].some((n) => names.includes(n))) {
+      throw new Error(`${name}: an "enqueue" method must be unary with a workspace_id, job_id or pipeline_id field, so its workspace can be checked`);
     }
   }
   return option.role as RoleName;

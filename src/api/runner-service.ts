@@ -47,6 +47,10 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
           architecture: req.architecture,
           labels: req.labels,
           clockOffsetNs: Number(req.clockOffsetNs),
+          os: req.os,
+          executionKinds: req.executionKinds,
+          features: req.features,
+          maxConcurrency: req.maxConcurrency,
           instanceId: req.instanceId,
           ...(req.instanceStartedAt ? { instanceStartedAt: timestampDate(req.instanceStartedAt) } : {}),
         })
@@ -88,12 +92,22 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         exitCode: req.exitCode,
         error: req.error,
         artifacts,
+        result: req.result,
       });
       return { apiVersion, job: jobMessage(job) };
     },
 
     async codeHead(req, ctx) {
       return { apiVersion, commit: await deps.code.head({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken }) };
+    },
+
+    async *downloadInput(req, ctx) {
+      const input = await deps.broker.input(runnerOf(ctx), req.jobId, req.leaseToken, req.fromJobId, req.name);
+      const artifact = await deps.artifacts.read(input.fromJobId, input.name);
+      for await (const data of artifact.chunks) {
+        if (ctx.signal.aborted) return;
+        yield { data };
+      }
     },
 
     async *codeBundle(req, ctx) {

@@ -47,6 +47,8 @@ export interface Artifacts {
   list(jobId: string): Promise<StoredArtifact[]>;
   /** One artifact of a job's manifest, by name, with its bytes. */
   read(jobId: string, name: string, chunkBytes?: number): Promise<ArtifactContent>;
+  /** The bytes of an artifact listed elsewhere (a suspended job's checkpoint), checked against its digest as read. */
+  content(artifact: StoredArtifact, chunkBytes?: number): Promise<ArtifactContent>;
   /** Discards uploads whose lease has ended now (also done on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -78,6 +80,10 @@ export function createArtifacts(options: ArtifactsOptions): Artifacts {
     if (!row) throw new ConnectError(`job ${jobId} not found`, Code.NotFound);
     return (row.artifacts ?? []).map((a) => ({ name: String(a.name), digest: String(a.digest) as Digest, size: Number(a.size), mediaType: String(a.mediaType) }));
   };
+  const content = async (artifact: StoredArtifact, chunkBytes?: number): Promise<ArtifactContent> => {
+    const blob = await blobs.open(artifact.digest, chunkBytes);
+    return { ...artifact, chunks: verified(artifact, blob.chunks) };
+  };
   return {
     store,
     maxArtifactBytes,
@@ -90,9 +96,9 @@ export function createArtifacts(options: ArtifactsOptions): Artifacts {
       checkArtifactName(name);
       const artifact = (await list(jobId)).find((a) => a.name === name);
       if (!artifact) throw new ConnectError(`job ${jobId} has no artifact named ${JSON.stringify(name)}; its completion lists the ones it has`, Code.NotFound);
-      const blob = await blobs.open(artifact.digest, chunkBytes);
-      return { ...artifact, chunks: verified(artifact, blob.chunks) };
+      return content(artifact, chunkBytes);
     },
+    content,
     sweep: () => sweepUploads(ctx),
     async close() {
       clearInterval(timer);

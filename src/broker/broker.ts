@@ -5,21 +5,26 @@ import { cancelJob, defaultJobTimeouts, enqueueJob, getJob, hasQueuedJobs, type 
 import { listJobs, type ListJobsInput } from "./job-list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
 import { withWaiting } from "./waiting.js";
+import { withInput } from "./job-inputs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
 import { claimBatch, completeBatch } from "./lease-batches.js";
 import type { CompletionInput } from "./completion.js";
-import type { LeaseCall, LeaseView } from "./leases.js";
+import type { JobInputView, LeaseCall, LeaseView } from "./leases.js";
 import type { BrokerObserver } from "./observer.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
 import { register, type Registered, type Registration } from "./registrations.js";
 import { listRunners, type RunnerView } from "./runners.js";
-import { expireLeases } from "./sql/expire.js";
+import { expireInputRequests, expireLeases } from "./sql/expire.js";
 import { releaseLease } from "./sql/release.js";
 import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
 import type { SecretBox } from "../secrets/box.js";
+import { pipelineSettleHook } from "./pipelines/sequence.js";
+import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
+import { retryJob } from "./retry.js";
+import { leaseInput, withInputs } from "./pipelines/inputs.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
@@ -53,6 +58,12 @@ export interface Broker {
   register(registration: Registration): Promise<Registered>;
   /** Statistics of the jobs settled in a window, per workspace (stats.ts). */
   stats(query: StatsQuery): Promise<WorkspaceStats[]>;
+  /** Pipelines: step graphs whose steps this broker enqueues as their needs settle (pipelines/). */
+  readonly pipelines: Pipelines;
+  /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
+  retry(jobId: string, by: string): Promise<JobSnapshot>;
+  /** The input `name` of `fromJobId` that a live lease of `jobId` may read (pipelines/inputs.ts). */
+  input(holder: LeaseHolder, jobId: string, leaseToken: string, fromJobId: string, name: string): Promise<JobInputView>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -90,12 +101,17 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const batching = options.batching ?? defaultBatching;
   const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds, options.secrets), batching);
   const { observer } = options;
-  const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer), batching);
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
+  // Every statement that settles a job moves its pipeline in the same transaction.
+  const stepEnqueue = { timeouts, code: options.code, box: options.secrets };
+  const settled = pipelineSettleHook(stepEnqueue);
+  const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer, settled), batching);
   const sweep = async () => {
-    const ended = await expireLeases(db, timeouts);
+    const ended = await expireLeases(db, timeouts, undefined, settled);
     observer?.swept(ended);
-    return ended.length;
+    // Unanswered input requests past their expiry (docs/suspend.md): no lease ends, so not `swept`.
+    const expiredInputs = await expireInputRequests(db);
+    return ended.length + expiredInputs.length;
   };
   let closed = false;
   let sweeping: Promise<unknown> = Promise.resolve();
@@ -106,9 +122,11 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
 
   return {
     enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code, options.secrets), options.leaseSeconds),
-    get: async (jobId) => withWaiting(db, await getJob(db, jobId), options.leaseSeconds),
+    get: async (jobId) => withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
     list: (input) => listJobs(db, input),
-    cancel: (jobId, by) => cancelJob(db, jobId, by),
+    cancel: (jobId, by) => cancelJob(db, jobId, by, settled),
+    pipelines: createPipelines(db, stepEnqueue, settled),
+    retry: async (jobId, by) => withWaiting(db, await retryJob(db, jobId, by, timeouts, options.code, options.secrets), options.leaseSeconds),
     async claim(holder, waitSeconds, signal) {
       if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
         throw new ConnectError(`waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`, Code.InvalidArgument);
@@ -125,8 +143,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         const waiter = wakeups.arm(holder.workspaceId); // armed before the try: no enqueue slips between
         try {
           const claimed = await batchedClaim(holder);
-          const lease = claimed && (await pinClaimedJob(db, holder, claimed, options.code));
-          if (lease) return end(lease);
+          const lease = claimed && (await pinClaimedJob(db, holder, claimed, options.code, settled));
+          if (lease) return end(await withInputs(db, lease));
           if (claimed) continue; // that job could not be pinned and was settled: look for another
           // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
           // jobs remain, so another runner gets its chance; when the job is already gone, stop.
@@ -151,7 +169,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       observer?.renewed();
       return lease;
     },
-    release: (call) => releaseLease(db, call),
+    release: (call) => releaseLease(db, call, settled),
+    input: (holder, jobId, token, fromJobId, name) => leaseInput(db, holder, jobId, token, fromJobId, name),
     complete: (input) => batchedComplete(input),
     runners: (workspaceId) => listRunners(db, workspaceId),
     register: (registration) => register(db, registration, options.leaseSeconds),

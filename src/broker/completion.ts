@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { resultProblem } from "../protocol/job-result.js";
 import { checkJobId, checkLeaseToken, hashLeaseToken } from "./ids.js";
 import type { LeaseCall } from "./leases.js";
 
@@ -17,6 +18,8 @@ export interface CompletionInput extends LeaseCall {
    * digests finalized under this job's leases. Recorded when the job settles.
    */
   readonly artifacts?: readonly ResultArtifact[];
+  /** The job's result object (docs/job-contract.md); checked against src/protocol/job-result.ts. */
+  readonly result?: { readonly [key: string]: unknown } | undefined;
 }
 
 /** One entry of a completion's result manifest. */
@@ -35,6 +38,8 @@ export interface CheckedCompletion {
   readonly error: { readonly code: string; readonly message: string; readonly retryable: boolean } | undefined;
   /** The result manifest as stored JSON, or null when there is none. */
   readonly artifacts: string | null;
+  /** The result as stored JSON, or null when there is none. */
+  readonly result: string | null;
   /** Identifies the body, so a repeat with a different body is told apart. */
   readonly completionSha256: string;
 }
@@ -51,6 +56,12 @@ export function checkCompletion(input: CompletionInput): CheckedCompletion {
   const outcome = input.outcome as Outcome;
   const error = input.error && (input.error.code || input.error.message) ? { code: input.error.code, message: input.error.message.slice(0, 4096), retryable: input.error.retryable } : undefined;
   const artifacts = input.artifacts?.length ? JSON.stringify(input.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: a.size, mediaType: a.mediaType }))) : null;
-  const completionSha256 = hashLeaseToken(JSON.stringify([outcome, input.exitCode ?? null, error ?? null, ...(artifacts ? [artifacts] : [])])).toString("hex");
-  return { jobId, tokenHash, outcome, error, artifacts, completionSha256 };
+  const result = input.result ? JSON.stringify(input.result) : null;
+  if (result !== null) {
+    const problem = resultProblem(input.result, Buffer.byteLength(result, "utf8"));
+    if (problem) throw new ConnectError(`result ${problem}`, Code.InvalidArgument);
+  }
+  // The result joins the hash only when present, so completions without one hash as before.
+  const completionSha256 = hashLeaseToken(JSON.stringify([outcome, input.exitCode ?? null, error ?? null, ...(artifacts || result ? [artifacts] : []), ...(result ? [result] : [])])).toString("hex");
+  return { jobId, tokenHash, outcome, error, artifacts, result, completionSha256 };
 }

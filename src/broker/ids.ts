@@ -19,9 +19,14 @@ const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 
 /** Throws invalid_argument unless `jobId` has the shape of a job id. */
 export function checkJobId(jobId: string): string {
-  if (!jobId) throw new ConnectError("jobId is required", Code.InvalidArgument);
-  if (!uuidPattern.test(jobId)) throw new ConnectError(`jobId ${JSON.stringify(jobId.slice(0, 80))} is not a job id (a UUID)`, Code.InvalidArgument);
-  return jobId.toLowerCase();
+  return checkRowId("jobId", "job", jobId);
+}
+
+/** Throws invalid_argument unless `value` (the field `field`, naming a `what`) has the shape of an id (a UUID); returns it in lower case. */
+export function checkRowId(field: string, what: string, value: string): string {
+  if (!value) throw new ConnectError(`${field} is required`, Code.InvalidArgument);
+  if (!uuidPattern.test(value)) throw new ConnectError(`${field} ${JSON.stringify(value.slice(0, 80))} is not a ${what} id (a UUID)`, Code.InvalidArgument);
+  return value.toLowerCase();
 }
 
 /** A new lease token: 256 random bits, opaque to the runner. Only its hash is stored. */

@@ -58,12 +58,12 @@ export async function listJobs(db: Kysely<Database>, input: ListJobsInput): Prom
   if (!(jobListOrders as readonly string[]).includes(order)) bad(`order ${JSON.stringify(order.slice(0, 40))} is not one of ${jobListOrders.join(", ")}`);
   if (input.labels) checkLabels("labels", input.labels);
   if (input.runnerId) checkSegmentId("runnerId", input.runnerId);
-  const direction = order === "oldest" ? "asc" : "desc";
+  const direction: "asc" | "desc" = order === "oldest" ? "asc" : "desc";
   const pageSize = input.pageSize || 50;
   let query = db
     .selectFrom("jobs")
     .selectAll()
-    .select(sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as("page_key"))
+    .select(pageKey.as("page_key"))
     .orderBy("created_at", direction)
     .orderBy("id", direction)
     .limit(pageSize + 1);
@@ -75,18 +75,29 @@ export async function listJobs(db: Kysely<Database>, input: ListJobsInput): Prom
   if (input.until) query = query.where("created_at", "<", input.until);
   if (input.labels?.length) query = query.where(sql<boolean>`labels @> ${[...input.labels]}::text[]`);
   if (input.runnerId) query = query.where(sql<boolean>`exists (select 1 from leases l where l.runner_id = ${input.runnerId} and l.job_id = jobs.id)`);
-  if (input.pageToken) {
-    const after = decodePageToken(input.pageToken);
-    const key = sql`(${after.createdAt}::timestamptz, ${after.id}::uuid)`;
-    query = query.where(direction === "asc" ? sql<boolean>`(created_at, id) > ${key}` : sql<boolean>`(created_at, id) < ${key}`);
-  }
+  if (input.pageToken) query = query.where(afterPageToken(input.pageToken, direction));
   const rows = await query.execute();
   const page = rows.slice(0, pageSize);
   const last = page[page.length - 1];
   return {
     jobs: page.map(({ page_key: _key, ...row }) => jobSnapshot(row)),
-    nextPageToken: rows.length > pageSize && last ? Buffer.from(JSON.stringify([last.page_key, last.id])).toString("base64url") : "",
+    nextPageToken: rows.length > pageSize && last ? pageTokenOf(last) : "",
   };
+}
+
+/** The page key of a row keyset-paged by (created_at, id): created_at to the microsecond, as text. */
+export const pageKey = sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/** The token of the page after `last` (a row selected with pageKey as page_key). */
+export function pageTokenOf(last: { page_key: string; id: string }): string {
+  return Buffer.from(JSON.stringify([last.page_key, last.id])).toString("base64url");
+}
+
+/** The condition for the rows after a page token, in the listing's direction (400 for a token not from a reply). */
+export function afterPageToken(token: string, direction: "asc" | "desc") {
+  const after = decodePageToken(token);
+  const key = sql`(${after.createdAt}::timestamptz, ${after.id}::uuid)`;
+  return direction === "asc" ? sql<boolean>`(created_at, id) > ${key}` : sql<boolean>`(created_at, id) < ${key}`;
 }
 
 const pageKeyPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$/;

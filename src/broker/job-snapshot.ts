@@ -48,6 +48,24 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   // The names only: a secret's value is never part of any view (src/broker/job-secrets.ts).
   if (row.secret_names?.length) out.secretNames = row.secret_names;
   if (row.secret_file_names?.length) out.secretFileNames = row.secret_file_names;
+  // When a queued job becomes claimable (its runAt, delay or retry backoff): shown while it waits.
+  if (row.state === "queued" && row.claimable_at) out.claimableAt = iso(row.claimable_at);
+  if (row.concurrency_key) Object.assign(out, { concurrencyKey: row.concurrency_key, concurrencyLimit: row.concurrency_limit });
+  if (row.backoff_initial_seconds !== null && row.backoff_initial_seconds !== undefined) {
+    out.backoff = { initialSeconds: row.backoff_initial_seconds, multiplier: row.backoff_multiplier, maxSeconds: row.backoff_max_seconds };
+  }
+  const requirements = {
+    ...(row.req_architecture ? { architecture: row.req_architecture } : {}),
+    ...(row.req_os ? { os: row.req_os } : {}),
+    ...(row.req_execution_kind ? { executionKind: row.req_execution_kind } : {}),
+    ...(row.req_features?.length ? { features: row.req_features } : {}),
+  };
+  if (Object.keys(requirements).length) out.requirements = requirements;
+  // docs/job-contract.md: the result the settling completion reported, and the last progress.
+  if (row.result) out.result = row.result;
+  if (row.progress) out.progress = row.progress;
+  if (row.retry_of) out.retryOf = row.retry_of;
+  if (row.retried_by) out.retriedBy = row.retried_by;
   return out;
 }
 

@@ -7,6 +7,8 @@ import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
 import type { CodeHooks } from "./pinning.js";
 import { notifyJobs } from "./lease-sql.js";
 import { eventsCte } from "../events/record.js";
+import { inTransaction } from "../store/transaction.js";
+import { settleWith, type SettleHook } from "./pipelines/settle-hook.js";
 import { checkSegmentId } from "../identity/segment-id.js";
 import type { SecretBox } from "../secrets/box.js";
 import { hasSecrets, secretNames, secretsDigest, storeJobSecrets, validateSecrets, type JobSecretsInput } from "./job-secrets.js";
@@ -35,6 +37,51 @@ export interface EnqueueInput extends JobSecretsInput {
   readonly kind: string;
   /** The SPIFFE ID enqueueing it, stored as the job's owner. */
   readonly enqueuedBy?: string;
+  /** Not claimable before then; excludes delaySeconds. */
+  readonly runAt?: Date;
+  /** Not claimable for this many seconds after the enqueue; undefined when not given. */
+  readonly delaySeconds?: number;
+  /** A concurrency group: at most concurrencyLimit jobs of the key run at once in the workspace. Empty: none. */
+  readonly concurrencyKey?: string;
+  readonly concurrencyLimit?: number;
+  /** How retries are spaced; undefined: requeued at once. */
+  readonly backoff?: BackoffInput;
+  /** What a runner must have to be leased the job. */
+  readonly requirements?: RequirementsInput;
+}
+
+/** A retry backoff as enqueued: multiplier 0 means 2, maxSeconds 0 means an hour (or initialSeconds when larger). */
+export interface BackoffInput {
+  readonly initialSeconds: number;
+  readonly multiplier: number;
+  readonly maxSeconds: number;
+}
+
+/** Runner capabilities a job requires; an empty field requires nothing. */
+export interface RequirementsInput {
+  readonly architecture: string;
+  readonly os: string;
+  readonly executionKind: string;
+  readonly features: readonly string[];
+}
+
+/** How runners run jobs (RegisterRequest.executionKinds, Requirements.executionKind). */
+export const executionKinds = ["docker", "process"] as const;
+
+/** Bounds on scheduling fields; outside them an enqueue is refused by name. */
+export const scheduleLimits = { maxDelaySeconds: 366 * 24 * 3600, maxBackoffSeconds: 7 * 24 * 3600, defaultBackoffMaxSeconds: 3600, maxMultiplier: 10, maxConcurrencyLimit: 10_000, maxFeatures: 32 } as const;
+
+/** A capability name: architecture, os or feature ("amd64", "linux", "cancel-v1"). */
+const capabilityPattern = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+
+/** Checks a capability name; throws invalid_argument naming `field`. */
+export function checkCapability(field: string, value: string): void {
+  if (!capabilityPattern.test(value)) bad(`${field} ${JSON.stringify(value.slice(0, 70))} is not a capability name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`);
+}
+
+/** Checks an execution kind; throws invalid_argument naming `field`. */
+export function checkExecutionKind(field: string, value: string): void {
+  if (!(executionKinds as readonly string[]).includes(value)) bad(`${field} ${JSON.stringify(value.slice(0, 40))} is not an execution kind: one of ${executionKinds.join(", ")}`);
 }
 
 /** Job kinds: a command runs without code; checkout and agent jobs get a base commit pinned at claim. */
@@ -67,7 +114,7 @@ export const defaultJobTimeouts: JobTimeouts = { defaultSeconds: 6 * 3600, maxSe
 const labelPattern = /^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,62}$/;
 const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** Every job state. */
-export const jobStates: readonly JobState[] = ["queued", "running", "succeeded", "failed", "cancelled"];
+export const jobStates: readonly JobState[] = ["queued", "running", "waiting_input", "succeeded", "failed", "cancelled"];
 
 /** Throws invalid_argument with the message. */
 export function bad(message: string): never {
@@ -106,6 +153,62 @@ export function validateEnqueue(input: EnqueueInput, timeouts: JobTimeouts = def
   if (env.length > jobLimits.maxEnv) bad(`spec.env has ${env.length} entries; at most ${jobLimits.maxEnv} are allowed`);
   env.forEach((k) => envName.test(k) || bad(`spec.env key ${JSON.stringify(k)} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)`));
   validateSecrets(input);
+  validateSchedule(input);
+}
+
+/** The scheduling fields of an enqueue: when, how retries are spaced, its group, its requirements. */
+function validateSchedule(input: EnqueueInput): void {
+  if (input.runAt && input.delaySeconds !== undefined) bad("runAt and delaySeconds exclude each other: give runAt (a time) or delaySeconds (from now), not both");
+  if (input.runAt && !(input.runAt.getTime() <= Date.now() + scheduleLimits.maxDelaySeconds * 1000)) bad(`runAt ${input.runAt.toISOString()} is more than ${scheduleLimits.maxDelaySeconds} s (366 days) ahead`);
+  const delay = input.delaySeconds;
+  if (delay !== undefined && !(Number.isSafeInteger(delay) && delay >= 0 && delay <= scheduleLimits.maxDelaySeconds)) bad(`delaySeconds must be a whole number of seconds from 0 to ${scheduleLimits.maxDelaySeconds}; got ${delay}`);
+  const key = input.concurrencyKey ?? "";
+  const limit = input.concurrencyLimit ?? 0;
+  if (key && !labelPattern.test(key)) bad(`concurrencyKey ${JSON.stringify(key.slice(0, 70))} is not a group name: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`);
+  if (!key && limit !== 0) bad("concurrencyLimit needs a concurrencyKey: the group whose running jobs it bounds");
+  if (key && !(Number.isInteger(limit) && limit >= 1 && limit <= scheduleLimits.maxConcurrencyLimit)) bad(`concurrencyLimit must be 1 to ${scheduleLimits.maxConcurrencyLimit} with a concurrencyKey (how many jobs of the group may run at once); got ${limit}`);
+  const b = input.backoff;
+  if (b) {
+    if (!(b.initialSeconds > 0 && b.initialSeconds <= scheduleLimits.maxBackoffSeconds)) bad(`backoff.initialSeconds must be more than 0 and at most ${scheduleLimits.maxBackoffSeconds}; got ${b.initialSeconds}`);
+    if (!(b.multiplier === 0 || (b.multiplier >= 1 && b.multiplier <= scheduleLimits.maxMultiplier))) bad(`backoff.multiplier must be 1 to ${scheduleLimits.maxMultiplier} (0 means 2); got ${b.multiplier}`);
+    if (!(b.maxSeconds === 0 || (b.maxSeconds >= b.initialSeconds && b.maxSeconds <= scheduleLimits.maxBackoffSeconds))) bad(`backoff.maxSeconds must be 0 (an hour) or from backoff.initialSeconds (${b.initialSeconds}) to ${scheduleLimits.maxBackoffSeconds}; got ${b.maxSeconds}`);
+  }
+  const r = input.requirements;
+  if (r) {
+    if (r.architecture) checkCapability("requirements.architecture", r.architecture);
+    if (r.os) checkCapability("requirements.os", r.os);
+    if (r.executionKind) checkExecutionKind("requirements.executionKind", r.executionKind);
+    if (r.features.length > scheduleLimits.maxFeatures) bad(`requirements.features has ${r.features.length} entries; at most ${scheduleLimits.maxFeatures} are allowed`);
+    r.features.forEach((f, i) => checkCapability(`requirements.features[${i}]`, f));
+  }
+}
+
+/** The stored columns of an enqueue's scheduling fields (validated), and what of them goes into the idempotency hash. */
+function scheduleColumns(input: EnqueueInput) {
+  const b = input.backoff;
+  const r = input.requirements;
+  const multiplier = b ? b.multiplier || 2 : null;
+  const columns = {
+    ...(input.runAt ? { claimable_at: input.runAt } : input.delaySeconds ? { claimable_at: sql<Date>`now() + make_interval(secs => ${input.delaySeconds}::int)` as unknown as Date } : {}),
+    concurrency_key: input.concurrencyKey || null,
+    concurrency_limit: input.concurrencyKey ? input.concurrencyLimit! : null,
+    backoff_initial_seconds: b ? b.initialSeconds : null,
+    backoff_multiplier: multiplier,
+    backoff_max_seconds: b ? b.maxSeconds || Math.max(b.initialSeconds, scheduleLimits.defaultBackoffMaxSeconds) : null,
+    req_architecture: r?.architecture || null,
+    req_os: r?.os || null,
+    req_execution_kind: r?.executionKind || null,
+    req_features: r ? [...new Set(r.features)].sort() : [],
+  };
+  // Only what was given, so the hash of a request without these fields is what it was before them.
+  const hashed = Object.entries({
+    runAt: input.runAt?.toISOString(),
+    delaySeconds: input.delaySeconds,
+    concurrency: input.concurrencyKey ? [input.concurrencyKey, input.concurrencyLimit] : undefined,
+    backoff: b ? [columns.backoff_initial_seconds, columns.backoff_multiplier, columns.backoff_max_seconds] : undefined,
+    requirements: r && (r.architecture || r.os || r.executionKind || r.features.length) ? [columns.req_architecture, columns.req_os, columns.req_execution_kind, columns.req_features] : undefined,
+  }).filter(([, v]) => v !== undefined);
+  return { columns, hashed };
 }
 
 /**
@@ -139,7 +242,8 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
   const storedSpec = { ...requestedSpec, timeoutSeconds: spec.timeoutSeconds || timeouts.defaultSeconds };
   const labels = [...new Set(input.labels)].sort();
   const maxAttempts = input.maxAttempts || jobLimits.defaultMaxAttempts;
-  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, requestedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : []), ...(withSecrets ? [secretsDigest(box!, input)] : [])])).digest("hex");
+  const schedule = scheduleColumns(input);
+  const requestSha256 = createHash("sha256").update(JSON.stringify([labels, requestedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : []), ...(withSecrets ? [secretsDigest(box!, input)] : []), ...(schedule.hashed.length ? [schedule.hashed] : [])])).digest("hex");
   const id = newJobId();
   // One statement: the insert, and the wakeup only when a row was inserted (a repeat of an
   // idempotency key wakes nobody). One round trip and one commit instead of four round trips:
@@ -164,11 +268,12 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
           request_sha256: requestSha256,
           enqueued_by: input.enqueuedBy ?? null,
           ...(withSecrets ? secretNames(input) : {}),
+          ...schedule.columns,
         })
         .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
         .returningAll(),
     )
-    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id")).as("sent")))
+    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id"), sql.ref("ins.claimable_at")).as("sent")))
     .with("ev", (qb) =>
       qb
         .insertInto("events")
@@ -180,7 +285,7 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
     .executeTakeFirst();
   const inserted = withSecrets
-    ? await db.transaction().execute(async (tx) => {
+    ? await inTransaction(db, async (tx) => {
         const row = await insertJob(tx);
         if (row) await storeJobSecrets(tx, box!, id, input);
         return row;
@@ -201,9 +306,9 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
   return jobSnapshot(existing);
 }
 
-/** Whether any job is queued in the workspace (one probe of the claim index). */
+/** Whether any job is queued and due in the workspace (one probe of the claim index). */
 export async function hasQueuedJobs(db: Kysely<Database>, workspaceId: string): Promise<boolean> {
-  const row = await db.selectFrom("jobs").select("id").where("workspace_id", "=", workspaceId).where("state", "=", "queued").limit(1).executeTakeFirst();
+  const row = await db.selectFrom("jobs").select("id").where("workspace_id", "=", workspaceId).where("state", "=", "queued").where("claimable_at", "<=", sql<Date>`now()`).limit(1).executeTakeFirst();
   return row !== undefined;
 }
 
@@ -220,31 +325,31 @@ export async function findJob(db: Kysely<Database>, jobId: string): Promise<JobR
 }
 
 /**
- * Cancels a job. Queued: settled as cancelled at once. Running: flagged; the
+ * Cancels a job. Queued or waiting for input: settled as cancelled at once. Running: flagged; the
  * runner learns it on its next renew, and if it never settles the job, the
  * lease's expiry settles it as cancelled. Cancelling a cancelled job returns
  * it; a succeeded or failed job cannot be cancelled (409).
  */
-export async function cancelJob(db: Kysely<Database>, jobId: string, by: string): Promise<JobSnapshot> {
+export async function cancelJob(db: Kysely<Database>, jobId: string, by: string, hook?: SettleHook): Promise<JobSnapshot> {
   const id = checkJobId(jobId);
   // The events: job.cancel_requested the first time, then job.settled for a queued job settled at once
   // (read from the first insert's rows, so it comes after it; a queued job never has cancel_requested set).
-  const { rows } = await sql<JobRow>`
+  const rows = await settleWith(db, hook, async (q) => (await sql<JobRow>`
     with old as (
-      select id, state, cancel_requested from jobs where id = ${id} and state in ('queued', 'running') for update
+      select id, state, cancel_requested from jobs where id = ${id} and state in ('queued', 'running', 'waiting_input') for update
     ), j as (
       update jobs set
-        state = case when jobs.state = 'queued' then 'cancelled' else jobs.state end,
-        settled_at = case when jobs.state = 'queued' then now() else settled_at end,
-        failure_reason = case when jobs.state = 'queued' then 'cancelled' else failure_reason end,
-        failure_message = case when jobs.state = 'queued' then ${`cancelled by ${by} before it was claimed`} else failure_message end,
+        state = case when jobs.state in ('queued', 'waiting_input') then 'cancelled' else jobs.state end,
+        settled_at = case when jobs.state in ('queued', 'waiting_input') then now() else settled_at end,
+        failure_reason = case when jobs.state in ('queued', 'waiting_input') then 'cancelled' else failure_reason end,
+        failure_message = case when jobs.state = 'queued' then ${`cancelled by ${by} before it was claimed`} when jobs.state = 'waiting_input' then ${`cancelled by ${by} while it waited for input`} else failure_message end,
         cancel_requested = true,
         updated_at = now()
       from old where jobs.id = old.id
       returning jobs.*, old.state as was_state, old.cancel_requested as was_requested
     ), ${eventsCte("requested", "j", { type: sql`'job.cancel_requested'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('state', j.was_state)` }, sql`not j.was_requested`)},
-    ${eventsCte("settled", sql`requested join j on j.id = requested.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state = 'queued'`)}
-    select * from j`.execute(db);
+    ${eventsCte("settled", sql`requested join j on j.id = requested.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state in ('queued', 'waiting_input')`)}
+    select * from j`.execute(q)).rows);
   const row = rows[0];
   if (row) return jobSnapshot(row);
   const current = await findJob(db, id);

@@ -9,6 +9,7 @@ import type { BrokerObserver } from "./observer.js";
 import { claimJob, claimLeases } from "./sql/claim.js";
 import type { SecretBox } from "../secrets/box.js";
 import { completeJob, completeJobInTransaction, settleLeases } from "./sql/complete.js";
+import type { SettleHook } from "./pipelines/settle-hook.js";
 
 // Claims and completions that arrive together are served by one statement:
 // each commit waits for a WAL flush, and one flush (and one round trip per
@@ -38,8 +39,8 @@ export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHo
 }
 
 /** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
-export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
-  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer));
+export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
+  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer, hook));
   const results: Array<PromiseSettledResult<JobSnapshot> | undefined> = inputs.map(() => undefined);
   const valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> = [];
   inputs.forEach((input, index) => {
@@ -53,7 +54,7 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
   let tried = false;
   if (valid.length > 1) {
     try {
-      replies = await settleLeases(db, valid, observer);
+      replies = await settleLeases(db, valid, observer, hook);
       tried = true;
     } catch {
       // Rolled back (a deadlock between batches, say): each is completed alone below.
@@ -64,7 +65,7 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
     if (reply) results[v.index] = { status: "fulfilled", value: reply };
   });
   const rest = valid.filter((v) => !results[v.index]);
-  const settled = await settleEach(rest, (v) => (tried ? completeJobInTransaction(db, v.input, v.checked, observer) : completeJob(db, v.input, observer)));
+  const settled = await settleEach(rest, (v) => (tried ? completeJobInTransaction(db, v.input, v.checked, observer, hook) : completeJob(db, v.input, observer, hook)));
   rest.forEach((v, i) => (results[v.index] = settled[i]));
   return results as Array<PromiseSettledResult<JobSnapshot>>;
 }

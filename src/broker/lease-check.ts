@@ -35,6 +35,8 @@ export async function leaseRefusal(db: Kysely<Database> | Transaction<Database>,
     case "settled":
     case "requeued":
       return refuse(`the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the runner completed it (job now ${job.state}); claim a job again`);
+    case "suspended":
+      return refuse(`the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the job suspended for input (job now ${job.state}); claim a job again`);
     case "timed_out":
       return refuse(`${job.failure_message ?? `job ${jobId} ran past its timeout and was failed`}; stop the job, it will not be accepted`);
     case "expired":

@@ -82,21 +82,42 @@ export function liveLeaseRow(alias?: LeasesAlias): RawBuilder<SqlBool> {
  */
 export const clearLease = sql`runner_id = null, lease_id = null, lease_token_sha256 = null, lease_expires_at = null, updated_at = now()`;
 
-/** `pg_notify` on the jobs channel: a job may be claimable in `workspaceId` (a value, or a column reference). */
-export function notifyJobs(workspaceId: string | RawBuilder<string>): RawBuilder<string> {
-  return sql<string>`pg_notify(${jobsChannel}, ${workspaceId})`;
+/**
+ * `pg_notify` on the jobs channel: a job may be claimable in `workspaceId`
+ * (a value, or a column reference). With `claimableAt` (a timestamptz
+ * expression) in the future, the payload is "<workspace> <epoch ms>": the
+ * job becomes claimable then, and each replica's due timer (wakeups.ts)
+ * wakes that workspace's waiting claims at that time.
+ */
+export function notifyJobs(workspaceId: string | RawBuilder<string>, claimableAt?: RawBuilder<unknown>): RawBuilder<string> {
+  if (!claimableAt) return sql<string>`pg_notify(${jobsChannel}, ${workspaceId})`;
+  return sql<string>`pg_notify(${jobsChannel}, case when ${claimableAt} > now() then ${workspaceId} || ' ' || floor(extract(epoch from ${claimableAt}) * 1000)::bigint else ${workspaceId} end)`;
 }
 
 /**
  * The CTE `wake`: one notification per workspace with a job in the CTE
- * `from` that is now queued, so a waiting claim there takes it. Sent in the
- * statement that queued the job, committed with it (listeners get it only at
- * commit). A SELECT in WITH runs only when referenced: select `woken`
- * beside it.
+ * `from` that is now queued (carrying the earliest claimable_at among them,
+ * see notifyJobs), or that left a concurrency group (a job of the group may
+ * now run), so a waiting claim there takes it. Sent in the statement that
+ * queued the job, committed with it (listeners get it only at commit). A
+ * SELECT in WITH runs only when referenced: select `woken` beside it. The
+ * CTE must return state, workspace_id, claimable_at and concurrency_key.
  */
 export function wakeWaiters(from: string): RawBuilder<unknown> {
-  return sql`wake as (select ${notifyJobs(sql.ref("q.w"))} from (select distinct workspace_id as w from ${sql.table(from)} where state = 'queued') q)`;
+  return sql`wake as (select ${notifyJobs(sql.ref("q.w"), sql.ref("q.at"))} from (
+    select workspace_id as w, min(claimable_at) filter (where state = 'queued') as at from ${sql.table(from)}
+    where state = 'queued' or concurrency_key is not null group by workspace_id) q)`;
 }
 
 /** The select item that makes `wake` run (see wakeWaiters): how many notifications it sent. */
 export const woken = sql`(select count(*) from wake) as woken`;
+
+/**
+ * When a job requeued for a retry (a retryable failure, a lost lease) is
+ * claimable again: now plus its backoff delay for the attempt that just
+ * ended, min(max, initial * multiplier^(attempts - 1)); unchanged (so
+ * claimable at once) without a backoff. The one home of the delay rule: a
+ * SET item's value, over the unqualified jobs row before the update.
+ */
+export const retryClaimableAt = sql`case when jobs.backoff_initial_seconds is null then jobs.claimable_at
+  else now() + make_interval(secs => least(jobs.backoff_max_seconds, jobs.backoff_initial_seconds * power(jobs.backoff_multiplier, greatest(jobs.attempts - 1, 0)))) end`;

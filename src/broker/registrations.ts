@@ -2,6 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
 import { recordEvent } from "../events/record.js";
+import { checkCapability, checkExecutionKind, scheduleLimits } from "./jobs.js";
 
 /** A runner's own description of itself, as sent to register. */
 export interface Registration {
@@ -17,6 +18,11 @@ export interface Registration {
   readonly instanceId?: string;
   /** When that process started, as it says. */
   readonly instanceStartedAt?: Date;
+  /** Capabilities (additive): "linux", ...; "docker"/"process"; feature names; the runner's own concurrency. */
+  readonly os?: string;
+  readonly executionKinds?: readonly string[];
+  readonly features?: readonly string[];
+  readonly maxConcurrency?: number;
 }
 
 /** What a registration changed of the one stored before it; undefined fields did not change. */
@@ -52,6 +58,12 @@ export function validateRegistration(r: Registration): void {
   if (r.architecture.length > 64) bad("architecture is longer than 64 characters");
   if (!Number.isSafeInteger(r.clockOffsetNs)) bad(`clockOffsetNs is out of range; got ${r.clockOffsetNs}`);
   if (r.instanceId && !instancePattern.test(r.instanceId)) bad(`instanceId ${JSON.stringify(r.instanceId.slice(0, 80))} is not an instance id: 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit (a random UUID per runner process is one)`);
+  if (r.os) checkCapability("os", r.os);
+  (r.executionKinds ?? []).forEach((k, i) => checkExecutionKind(`executionKinds[${i}]`, k));
+  if ((r.features ?? []).length > scheduleLimits.maxFeatures) bad(`features has ${r.features!.length} entries; at most ${scheduleLimits.maxFeatures} are allowed`);
+  (r.features ?? []).forEach((f, i) => checkCapability(`features[${i}]`, f));
+  const maxConcurrency = r.maxConcurrency ?? 0;
+  if (!Number.isInteger(maxConcurrency) || maxConcurrency < 0 || maxConcurrency > registrationLimits.maxSlots) bad(`maxConcurrency must be 0 to ${registrationLimits.maxSlots}; got ${maxConcurrency}`);
   if (r.labels.length > registrationLimits.maxLabels) bad(`labels has ${r.labels.length} entries; at most ${registrationLimits.maxLabels} are allowed`);
   r.labels.forEach((label, i) => {
     if (label.length === 0 || label.length > registrationLimits.maxLabelLength || !labelPattern.test(label)) {
@@ -84,6 +96,10 @@ export async function register(db: Kysely<Database>, r: Registration, leaseSecon
     clock_offset_ns: r.clockOffsetNs,
     instance_id: r.instanceId ?? "",
     instance_started_at: r.instanceStartedAt ?? null,
+    os: r.os ?? "",
+    execution_kinds: [...new Set(r.executionKinds ?? [])].sort(),
+    features: [...new Set(r.features ?? [])].sort(),
+    max_concurrency: r.maxConcurrency ?? 0,
   };
   const heard = runnerHeardFrom("runners", leaseSeconds);
   const stored = (tx: Kysely<Database>) =>

@@ -1,3 +1,4 @@
+import { sql } from "kysely";
 import type { Store } from "../store/database.js";
 
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
@@ -22,6 +23,16 @@ export const resumeChannel = "forelead_resume";
  * When the LISTEN connection was lost and is back, every waiter is woken
  * without a wake (as on a timeout), so each claim runs again: notifications
  * sent while it was down are lost, and a claim finds what they announced.
+ *
+ * Due timers: a job queued for later (runAt, delaySeconds, a retry's backoff)
+ * is announced with its claimable time ("<workspace> <epoch ms>", see
+ * lease-sql.ts notifyJobs), and no notification comes when it falls due. So
+ * each replica keeps one timer per workspace, for the earliest due time it
+ * knows; when it fires, every waiter of the workspace claims again (as on a
+ * resume: several jobs may fall due at once), and the next due time is read
+ * from the database (index jobs_scheduled, one probe). Read for every
+ * workspace at start and after the LISTEN connection is back. Pickup of a due
+ * job is then the timer's lateness plus a claim, not a poll interval.
  */
 export interface Wakeups {
   /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. */
@@ -45,6 +56,10 @@ export interface Waiter {
   /** Hands an unused wake to the next waiter that has not tried it. */
   relay(wake: Wake): void;
 }
+
+/** How long after a due time its timer fires; and the longest timer (a later time is re-read then). */
+const dueSlackMs = 5;
+const maxTimerMs = 3_600_000;
 
 interface Armed {
   readonly id: number;
@@ -72,7 +87,43 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
     // A copy: an ended wait disarms itself, taking its waiter out of the queue.
     for (const armed of [...waiting.values()].flat()) armed.recheck();
   };
-  const unlistenJobs = await store.listen(jobsChannel, (workspaceId) => wakeNext({ workspaceId, tried: new Set() }), recheckAll);
+  const due = new Map<string, { at: number; timer: ReturnType<typeof setTimeout> }>();
+  let closed = false;
+  const scheduleDue = (workspaceId: string, at: number) => {
+    const known = due.get(workspaceId);
+    if (closed || (known && known.at <= at)) return;
+    if (known) clearTimeout(known.timer);
+    // A little after the time, so the database's now() has passed it too; a far time is re-read.
+    const timer = setTimeout(() => fireDue(workspaceId), Math.min(Math.max(at - Date.now(), 0) + dueSlackMs, maxTimerMs));
+    timer.unref();
+    due.set(workspaceId, { at, timer });
+  };
+  const readDue = async (workspaceId?: string) => {
+    const due = sql`state = 'queued' and claimable_at > created_at and claimable_at > now()`;
+    // One workspace: min() without GROUP BY is one probe of jobs_scheduled (a LIMIT 1 in index order).
+    const { rows } = workspaceId === undefined
+      ? await sql<{ workspace_id: string; at: Date | string | null }>`select workspace_id, min(claimable_at) as at from jobs where ${due} group by workspace_id`.execute(store.db)
+      : await sql<{ workspace_id: string; at: Date | string | null }>`select ${workspaceId}::text as workspace_id, min(claimable_at) as at from jobs where workspace_id = ${workspaceId} and ${due}`.execute(store.db);
+    for (const row of rows) if (row.at !== null) scheduleDue(row.workspace_id, new Date(row.at).getTime());
+  };
+  // A failed read leaves that workspace without a timer until its next announcement; its waiting
+  // claims still end and are made again at their long-poll's end.
+  const readDueQuietly = (workspaceId?: string) => void readDue(workspaceId).catch(() => {});
+  const fireDue = (workspaceId: string) => {
+    due.delete(workspaceId);
+    for (const armed of [...(waiting.get(workspaceId) ?? [])]) armed.recheck();
+    readDueQuietly(workspaceId);
+  };
+  const onJobs = (payload: string) => {
+    const [workspaceId = "", at] = payload.split(" ");
+    if (at !== undefined) scheduleDue(workspaceId, Number(at));
+    wakeNext({ workspaceId, tried: new Set() });
+  };
+  const unlistenJobs = await store.listen(jobsChannel, onJobs, () => {
+    recheckAll();
+    readDueQuietly();
+  });
+  readDueQuietly();
   // A resume may make many jobs claimable at once (and only for some runners): every waiter in the workspace looks again.
   const unlistenResume = await store.listen(resumeChannel, (workspaceId) => {
     for (const armed of [...(waiting.get(workspaceId) ?? [])]) armed.recheck();
@@ -147,6 +198,9 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
       };
     },
     async close() {
+      closed = true;
+      for (const { timer } of due.values()) clearTimeout(timer);
+      due.clear();
       await unlisten();
       for (const armed of [...waiting.values()].flat()) armed.wake({ workspaceId: "", tried: new Set() });
       waiting.clear();

@@ -1,23 +1,6 @@
 import { readFile } from "node:fs/promises";
-import { createClient, type Client } from "@connectrpc/connect";
-import { Http2SessionManager, createConnectTransport } from "@connectrpc/connect-node";
 import { InvalidArgumentError } from "commander";
-import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { parseDuration } from "../identity/ca.js";
-import type { AdminClientFlags } from "./admin-client.js";
-
-/**
- * A generated AdminService client over HTTP/2 + mTLS from the flags of
- * `withAdminClientOptions` (src/cli/admin-client.ts), and a way to close its
- * connection so the command exits as soon as it is done.
- */
-export async function openAdminClient(flags: AdminClientFlags): Promise<{ admin: Client<typeof AdminService>; close(): void }> {
-  const [ca, cert, key] = await Promise.all([readFlagFile(flags.ca, "--ca"), readFlagFile(flags.cert, "--cert"), readFlagFile(flags.key, "--key")]);
-  const nodeOptions = { ca, cert, key };
-  const sessionManager = new Http2SessionManager(flags.server, {}, nodeOptions);
-  const transport = createConnectTransport({ baseUrl: flags.server, httpVersion: "2", nodeOptions, sessionManager });
-  return { admin: createClient(AdminService, transport), close: () => sessionManager.abort() };
-}
 
 /** Reads a file a flag names, with an error naming the flag. */
 export async function readFlagFile(file: string, flag: string): Promise<string> {

@@ -1,8 +1,8 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Command, Option } from "commander";
 import type { AuditRecord } from "../../gen/forelead/admin/v1/admin_pb.js";
-import { openAdminClient, timeFlag } from "./admin-flags.js";
-import { withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { timeFlag } from "./admin-flags.js";
+import { openAdminClient, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 import { integerIn } from "./options.js";
 
 interface AuditFlags extends AdminClientFlags {

@@ -1,8 +1,8 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Command, Option } from "commander";
 import { formatDuration } from "../identity/certificate-policy.js";
-import { openAdminClient, secondsFlag } from "./admin-flags.js";
-import { withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { secondsFlag } from "./admin-flags.js";
+import { openAdminClient, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 
 interface CertsFlags extends AdminClientFlags {
   workspace?: string;

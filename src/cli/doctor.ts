@@ -1,6 +1,6 @@
 import { Command } from "commander";
 import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 
 /** One row of the doctor's table, as the route and `serve --check` give it. */
 export interface CheckRow {

@@ -1,10 +1,9 @@
-import { setTimeout as sleep } from "node:timers/promises";
 import { Command, InvalidArgumentError } from "commander";
 import { toJsonString } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { FleetService, StreamEventsResponseSchema, type StreamEventsResponse } from "../../gen/forelead/admin/v1/fleet_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { followResuming } from "./follow.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 
 interface EventsFlags extends AdminClientFlags {
   workspace?: string;
@@ -13,9 +12,6 @@ interface EventsFlags extends AdminClientFlags {
   follow?: boolean;
   json?: boolean;
 }
-
-/** Refusals a reconnect cannot cure: the request itself or the identity is wrong. */
-const final = new Set([Code.InvalidArgument, Code.PermissionDenied, Code.Unauthenticated, Code.NotFound, Code.FailedPrecondition, Code.Unimplemented, Code.OutOfRange]);
 
 /**
  * `forelead events`: the global event stream (FleetService StreamEvents).
@@ -35,23 +31,13 @@ export function eventsCommand(write: (text: string) => void = (t) => process.std
       .option("--json", "one proto3 JSON object per event and line"),
   ).action(async (flags: EventsFlags) => {
     const fleet = await serviceClientFromFlags(flags, FleetService);
-    let afterId = flags.after ?? 0n;
-    for (let failures = 0; ; failures++) {
-      try {
-        for await (const event of fleet.streamEvents({ workspaceId: flags.workspace ?? "", types: flags.type, afterId, follow: flags.follow ?? false })) {
-          afterId = event.id;
-          failures = 0;
-          write(flags.json ? `${toJsonString(StreamEventsResponseSchema, event)}\n` : formatEvent(event));
-        }
-        if (!flags.follow) return;
-        warn(`forelead: events: the stream ended; resuming after event ${afterId}\n`);
-      } catch (err) {
-        const error = ConnectError.from(err);
-        if (!flags.follow || final.has(error.code)) throw error;
-        warn(`forelead: events: connection lost (${error.message}); resuming after event ${afterId}\n`);
-      }
-      await sleep(Math.min(5_000, 100 * 2 ** failures));
+    const print = (event: StreamEventsResponse) => write(flags.json ? `${toJsonString(StreamEventsResponseSchema, event)}\n` : formatEvent(event));
+    const open = (afterId: bigint) => fleet.streamEvents({ workspaceId: flags.workspace ?? "", types: flags.type, afterId, follow: flags.follow ?? false });
+    if (!flags.follow) {
+      for await (const event of open(flags.after ?? 0n)) print(event);
+      return;
     }
+    await followResuming({ start: flags.after ?? 0n, open, cursorOf: (e) => e.id, onItem: print, onEnd: "resume", describe: (id) => `resuming after event ${id}`, name: "events", warn });
   });
 }
 

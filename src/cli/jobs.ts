@@ -1,20 +1,28 @@
 import { createHash, randomBytes } from "node:crypto";
-import { open, readFile, rename, rm } from "node:fs/promises";
+import { open, rename, rm } from "node:fs/promises";
 import { basename } from "node:path";
-import { Command } from "commander";
-import { createClient, type Client } from "@connectrpc/connect";
-import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Command, Option } from "commander";
+import type { Client } from "@connectrpc/connect";
 import { toJsonString } from "@bufbuild/protobuf";
-import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { AdminService, ListJobsResponseSchema, type ListJobsResponse } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { AdminService, CancelJobResponseSchema, GetJobResponseSchema, ListJobsResponseSchema, type ListJobsResponse } from "../../gen/forelead/admin/v1/admin_pb.js";
+import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
+import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
+import { formatEntry, readJobStream, type JobStream } from "./job-output.js";
+import { enqueueCommand, outcomeReason } from "./jobs-enqueue.js";
+import { integerIn } from "./options.js";
 import { timeForms } from "./stats.js";
 
-interface ConnectionFlags {
-  server: string;
-  cert: string;
-  key: string;
-  ca: string;
+type ConnectionFlags = AdminClientFlags;
+
+interface JsonFlags extends AdminClientFlags {
+  json?: boolean;
+}
+
+interface StreamFlags extends JsonFlags {
+  follow?: boolean;
+  attempt?: number;
 }
 
 interface ListFlags extends ConnectionFlags {
@@ -36,17 +44,48 @@ interface DownloadFlags extends ConnectionFlags {
 }
 
 /** `forelead jobs ...`: an admin identity reading jobs' results. */
-export function jobsCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
-  const jobs = new Command("jobs").description("read jobs' results as an admin identity (a certificate granted with serve --admin)");
+export function jobsCommand(write: (text: string) => void = (t) => process.stdout.write(t), warn: (text: string) => void = (t) => process.stderr.write(t)): Command {
+  const jobs = new Command("jobs").description("enqueue, follow, cancel and read jobs (admin API: an identity granted a role with serve --admin or --grant)");
+  jobs.addCommand(enqueueCommand(write, warn));
+  withAdminClientOptions(jobs.command("get").description("one job: state, attempts, runner, exit code, error, why it waits").argument("<job>", "job id").option("--json", "print the reply as proto3 JSON")).action(
+    async (jobId: string, flags: JsonFlags) => {
+      await withAdmin(flags, async (admin) => {
+        const reply = await admin.getJob({ jobId });
+        write(flags.json ? `${toJsonString(GetJobResponseSchema, reply)}\n` : formatJob(reply.job!));
+      });
+    },
+  );
+  withAdminClientOptions(
+    jobs.command("cancel").description("cancel a job: at once when queued, through its runner when running").argument("<job>", "job id").option("--json", "print the reply as proto3 JSON"),
+  ).action(async (jobId: string, flags: JsonFlags) => {
+    await withAdmin(flags, async (admin) => {
+      const reply = await admin.cancelJob({ apiVersion: "v1", jobId });
+      const job = reply.job!;
+      write(flags.json ? `${toJsonString(CancelJobResponseSchema, reply)}\n` : `job ${job.id} ${job.state === "running" && job.cancelRequested ? "running: cancel requested, its runner stops it" : job.state}\n`);
+    });
+  });
+  for (const stream of ["logs", "events"] as const) {
+    withAdminClientOptions(
+      jobs
+        .command(stream)
+        .description(stream === "logs" ? "a job's log as plain text, in order across attempts; --follow: live until the job settles, resuming after a dropped connection" : "a job's events (runner-reported), in order across attempts; --follow: live until the job settles")
+        .argument("<job>", "job id")
+        .option("--follow", "keep printing until the job settles; reconnects after a dropped connection without a gap or a duplicate")
+        .addOption(new Option("--attempt <n>", "only this attempt").argParser(integerIn("--attempt", 1, 1000)))
+        .option("--json", "one proto3 JSON object per entry and line"),
+    ).action(async (jobId: string, flags: StreamFlags) => {
+      await withAdmin(flags, (admin) => printStream(admin, stream, jobId, flags, write, warn));
+    });
+  }
   const repeat = (value: string, previous: string[]) => [...previous, value];
-  connectionOptions(
+  withAdminClientOptions(
     jobs
       .command("list")
       .description("job history, newest first (or --order oldest: the queue as it is claimed); a queued job says why it waits")
       .option("--workspace <id>", "only this workspace")
       .option("--since <time>", `jobs created at or after: ${timeForms}`)
       .option("--until <time>", "jobs created before, in the same forms")
-      .option("--state <state>", "queued, running, succeeded, failed or cancelled (repeatable: any of them)", repeat, [] as string[])
+      .option("--state <state>", "queued, running, waiting_input, succeeded, failed or cancelled (repeatable: any of them)", repeat, [] as string[])
       .option("--label <label>", "jobs whose labels include this one (repeatable: all of them)", repeat, [] as string[])
       .option("--runner <id>", "jobs a lease of this runner ever held")
       .option("--order <order>", "newest or oldest", "newest")
@@ -69,7 +108,7 @@ export function jobsCommand(write: (text: string) => void = (t) => process.stdou
       write(flags.json ? `${toJsonString(ListJobsResponseSchema, page)}\n` : formatJobs(page));
     });
   });
-  connectionOptions(
+  withAdminClientOptions(
     jobs
       .command("artifacts")
       .description("list the artifacts a job's completion recorded: name, size, digest, media type")
@@ -81,7 +120,7 @@ export function jobsCommand(write: (text: string) => void = (t) => process.stdou
       if (artifacts.length === 0) console.error(`job ${jobId} lists no artifacts`);
     });
   });
-  connectionOptions(
+  withAdminClientOptions(
     jobs
       .command("download")
       .description("download one artifact of a job, checked against its digest")
@@ -112,22 +151,40 @@ export function formatJobs(page: ListJobsResponse): string {
   return lines.join("\n") + "\n";
 }
 
-function connectionOptions(command: Command): Command {
-  return command
-    .option("--server <url>", "the control plane", "https://127.0.0.1:8443")
-    .requiredOption("--cert <file>", "client certificate (PEM) of an identity granted the admin routes")
-    .requiredOption("--key <file>", "its private key (PEM)")
-    .option("--ca <file>", "CA bundle that signed the server certificate", "certs/ca.pem");
+async function withAdmin(flags: ConnectionFlags, use: (admin: Client<typeof AdminService>) => Promise<void>): Promise<void> {
+  await withService(flags, AdminService, use);
 }
 
-async function withAdmin(flags: ConnectionFlags, use: (admin: Client<typeof AdminService>) => Promise<void>): Promise<void> {
-  const nodeOptions = { ca: await readFile(flags.ca), cert: await readFile(flags.cert), key: await readFile(flags.key) };
-  const sessionManager = new Http2SessionManager(flags.server, {}, nodeOptions);
-  try {
-    await use(createClient(AdminService, createConnectTransport({ baseUrl: flags.server, httpVersion: "2", sessionManager, nodeOptions, useBinaryFormat: true })));
-  } finally {
-    sessionManager.abort(); // the command is done: let the process exit
-  }
+async function printStream(admin: Client<typeof AdminService>, stream: JobStream, jobId: string, flags: StreamFlags, write: (text: string) => void, warn: (text: string) => void): Promise<void> {
+  await readJobStream(admin, stream, { jobId, attempt: flags.attempt, follow: flags.follow ?? false, warn }, (entry) => write(formatEntry(stream, entry, flags.json ?? false)));
+}
+
+/** The text `forelead jobs get` prints: one "name: value" line per field that is set. */
+export function formatJob(j: Job): string {
+  const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : undefined);
+  const rows: Array<[string, string | undefined]> = [
+    ["job", j.id],
+    ["state", `${j.state}${j.cancelRequested && j.state === "running" ? " (cancel requested)" : ""}`],
+    ["workspace", j.workspaceId],
+    ["kind", j.kind],
+    ["labels", j.labels.join(",") || undefined],
+    ["repository", j.repository ? `${j.repository}${j.targetBranch ? ` (${j.targetBranch})` : ""}${j.baseCommit ? ` at ${j.baseCommit}` : ""}` : undefined],
+    ["image", j.spec?.image || undefined],
+    ["argv", j.spec?.argv.length ? JSON.stringify(j.spec.argv) : undefined],
+    ["timeout", j.spec?.timeoutSeconds ? `${j.spec.timeoutSeconds}s` : undefined],
+    ["priority", String(j.priority)],
+    ["attempts", `${j.attempts ?? 0} of ${j.maxAttempts}`],
+    ["runner", j.runnerId || undefined],
+    ["lease until", at(j.leaseExpiresAt)],
+    ["exit code", j.exitCode !== undefined ? String(j.exitCode) : undefined],
+    ["outcome", outcomeReason(j).replace(/^: /, "") || undefined],
+    ["waiting", j.waiting?.message ? `${j.waiting.code}: ${j.waiting.message}` : undefined],
+    ["secrets", [...j.secretNames, ...j.secretFileNames.map((n) => `file ${n}`)].join(", ") || undefined],
+    ["artifacts", j.artifacts.length ? j.artifacts.map((a) => a.name).join(", ") : undefined],
+    ["created", at(j.createdAt)],
+    ["settled", at(j.settledAt)],
+  ];
+  return formatTable(rows.filter((r): r is [string, string] => r[1] !== undefined && r[1] !== "").map(([k, v]) => [`${k}:`, v])).join("\n") + "\n";
 }
 
 /**

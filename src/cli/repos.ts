@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { Command } from "commander";
 import { ConnectError } from "@connectrpc/connect";
-import { adminClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { adminClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 
 /** `forelead repos ...`: repositories the code routes serve, registered through the admin API. */
 export function reposCommand(): Command {

@@ -117,11 +117,15 @@ export function runnerCommand(): Command {
         labels,
         capacity: { cpu: os.availableParallelism(), memoryBytes: os.totalmem() },
         architecture: architecture(os.arch()),
+        os: os.platform(),
+        executionKind: flags.executor,
         workDir: flags.workDir ?? join(os.tmpdir(), "forelead-runner", identity.runnerId),
         graceMs: flags.graceSeconds * 1000,
         sampleIntervalMs: flags.sampleIntervalMs,
         checkout: protocolCheckout(protocol.client),
         uploads: protocol.client,
+        suspends: protocol.suspendClient,
+        inputs: protocol.client,
         log,
       }).catch((err: unknown) => {
         // A failure no retry cures ends the command here with what to fix, before any job.

@@ -1,9 +1,10 @@
 import { Command } from "commander";
 import { toJsonString } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import type { RunnerInventory } from "../../gen/forelead/admin/v1/admin_pb.js";
+import { AdminService, ListRunnersResponseSchema, RetireRunnerResponseSchema, type Runner, type RunnerInventory } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { FleetService, PauseRunnerResponseSchema, ResumeRunnerResponseSchema } from "../../gen/forelead/admin/v1/fleet_pb.js";
-import { adminClientFromFlags, serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { adminClientFromFlags, serviceClientFromFlags, withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
+import { formatTable } from "./doctor.js";
 
 interface InventoryFlags extends AdminClientFlags {
   workspace?: string;
@@ -19,6 +20,29 @@ interface PauseFlags extends AdminClientFlags {
 /** `forelead runners ...`: operator views of runners, through the admin API. */
 export function runnersCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
   const runners = new Command("runners").description("runners as the control plane sees them (admin API; needs an identity granted --admin)");
+  withAdminClientOptions(
+    runners
+      .command("list")
+      .description("registered runners: slots, labels, live leases, last seen, retired")
+      .option("--workspace <id>", "only runners of this workspace")
+      .option("--json", "print the reply as proto3 JSON"),
+  ).action(async (flags: PauseFlags) => {
+    const reply = await withService(flags, AdminService, (admin) => admin.listRunners({ workspaceId: flags.workspace ?? "" }));
+    write(flags.json ? `${toJsonString(ListRunnersResponseSchema, reply)}\n` : formatRunners(reply.runners));
+  });
+  withAdminClientOptions(
+    runners
+      .command("retire")
+      .description("retire a runner identity: refused from its next request on; its live leases go back to the queue (audited)")
+      .argument("<runner>", "the runner id")
+      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)")
+      .option("--reason <text>", "why, for the audit record")
+      .option("--json", "print the reply as proto3 JSON"),
+  ).action(async (runnerId: string, flags: PauseFlags) => {
+    const reply = await withService(flags, AdminService, (admin) => admin.retireRunner({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "", reason: flags.reason ?? "" }));
+    const released = reply.releasedJobIds.length ? `; released ${reply.releasedJobIds.join(", ")} back to the queue` : "";
+    write(flags.json ? `${toJsonString(RetireRunnerResponseSchema, reply)}\n` : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.newlyRetired ? "retired" : "was already retired"}${released}\n`);
+  });
   withAdminClientOptions(
     runners
       .command("inventory")
@@ -70,6 +94,14 @@ export function runnersCommand(write: (text: string) => void = (t) => process.st
     write(flags.json ? `${toJsonString(ResumeRunnerResponseSchema, reply)}\n` : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.wasPaused ? "resumed" : "was not paused"}\n`);
   });
   return runners;
+}
+
+/** The table `forelead runners list` prints. */
+export function formatRunners(runners: readonly Runner[]): string {
+  if (runners.length === 0) return "no runners\n";
+  const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : "-");
+  const rows = runners.map((r) => [r.runnerId, r.workspaceId, String(r.slots), String(r.liveLeases ?? 0), r.labels.join(",") || "-", r.architecture || "-", at(r.lastSeenAt), r.retiredAt ? `retired ${at(r.retiredAt)}` : ""]);
+  return formatTable([["runner", "workspace", "slots", "leases", "labels", "arch", "last seen", ""], ...rows]).join("\n") + "\n";
 }
 
 /** The text `forelead runners inventory` prints: one block per runner, then totals. */

@@ -9,7 +9,7 @@ import {
   type GetSizingResponse,
   type ResourceAdvice,
 } from "../../gen/forelead/admin/v1/samples_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
 import { timeForms } from "./stats.js";
 

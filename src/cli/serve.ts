@@ -18,6 +18,7 @@ import { readTlsFiles, type TlsFiles, type TlsPems } from "../server/tls-materia
 import { defaultHosts } from "./ca.js";
 import { collect, integerIn, pathOption } from "./options.js";
 import { secondsFlag } from "./admin-flags.js";
+import { applyServeConfig } from "./config.js";
 
 interface ServeFlags {
   listen: string;
@@ -93,6 +94,11 @@ export function serveCommand(): Command {
     .addOption(new Option("--max-connections-per-address <n>", "connections one client address may hold, handshakes included").default(defaultConnectionLimits.maxConnectionsPerAddress).argParser(integerIn("--max-connections-per-address", 1, 1_000_000)))
     .addOption(new Option("--idle-connection-timeout <seconds>", "close a connection with no open stream for this long").default(defaultConnectionLimits.idleConnectionMs / 1000).argParser(integerIn("--idle-connection-timeout", 1, 86_400)))
     .option("--check", "check every flag, file and the database, print the doctor's table, and exit (1 when a check fails) without listening")
+    .option("--config <file>", "read options from this file's [serve] table (TOML, or JSON for *.json; keys are the flag names: listen, database, secrets-key, grant = [...]); flags win; relative paths are relative to the file (docs/cli.md)")
+    .hook("preAction", async (command) => {
+      const file = command.getOptionValue("config") as string | undefined;
+      if (file) await applyServeConfig(command, file);
+    })
     .action(async (flags: ServeFlags) => {
       if (flags.check) return checkServeFlags(flags);
       const options = await serveOptions(flags);

@@ -2,7 +2,7 @@ import { Command } from "commander";
 import { toJsonString } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { GetStatsResponseSchema, StatsService, type CountBy, type DurationStats, type GetStatsResponse } from "../../gen/forelead/admin/v1/stats_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
 
 interface StatsFlags extends AdminClientFlags {

@@ -2,7 +2,7 @@ import { Command } from "commander";
 import { toJson } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { GetStatusResponseSchema, StatusService, type GetStatusResponse } from "../../gen/forelead/admin/v1/status_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 
 interface StatusFlags extends AdminClientFlags {
   json?: boolean;

@@ -1,7 +1,7 @@
 import { Command } from "commander";
 import { toJsonString } from "@bufbuild/protobuf";
 import { FleetService, PauseWorkspaceResponseSchema, ResumeWorkspaceResponseSchema } from "../../gen/forelead/admin/v1/fleet_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./admin-client.js";
+import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
 
 interface PauseFlags extends AdminClientFlags {
   reason?: string;

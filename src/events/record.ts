@@ -16,6 +16,9 @@ export const eventTypes = [
   "job.settled",
   "job.requeued",
   "job.cancel_requested",
+  "job.suspended",
+  "job.input_answered",
+  "job.input_expired",
   "runner.registered",
   "runner.paused",
   "runner.resumed",
@@ -23,6 +26,13 @@ export const eventTypes = [
   "runner.lease_lost",
   "workspace.paused",
   "workspace.resumed",
+  "pipeline.queued",
+  "pipeline.settled",
+  "step.queued",
+  "step.succeeded",
+  "step.failed",
+  "step.skipped",
+  "step.cancelled",
 ] as const;
 
 /** One of eventTypes. */

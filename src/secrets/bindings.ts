@@ -8,6 +8,11 @@ export function jobSecretBinding(jobId: string, kind: "env" | "file", name: stri
   return `job_secrets/${jobId}/${kind}/${name}`;
 }
 
+/** A pipeline step's secret, copied (opened and sealed again) into each job of the step. */
+export function pipelineStepSecretBinding(pipelineId: string, step: string, kind: "env" | "file", name: string): string {
+  return `pipeline_step_secrets/${pipelineId}/${step}/${kind}/${name}`;
+}
+
 /** A repository's credential. */
 export function repositoryCredentialBinding(name: string): string {
   return `repositories/${name}/credential`;

@@ -1,6 +1,6 @@
 import { sql, type Kysely, type Transaction } from "kysely";
 import type { Database } from "../store/schema.js";
-import { jobSecretBinding, keyCheckBinding, keyCheckValue, repositoryCredentialBinding } from "./bindings.js";
+import { jobSecretBinding, pipelineStepSecretBinding, keyCheckBinding, keyCheckValue, repositoryCredentialBinding } from "./bindings.js";
 import { createSecretBox, type SecretBox, type SecretsKey } from "./box.js";
 
 /** What openSecrets did, for the start-up log. */
@@ -67,7 +67,8 @@ const notCurrent = (column: string, keyId: number) => sql<boolean>`get_byte(${sq
 async function staleRows(db: Kysely<Database>, keyId: number): Promise<number> {
   const { rows } = await sql<{ n: number }>`
     select (select count(*) from job_secrets where ${notCurrent("sealed", keyId)})
-      + (select count(*) from repositories where credential_sealed is not null and ${notCurrent("credential_sealed", keyId)}) as n`.execute(db);
+      + (select count(*) from repositories where credential_sealed is not null and ${notCurrent("credential_sealed", keyId)})
+      + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)}) as n`.execute(db);
   return Number(rows[0]?.n ?? 0);
 }
 
@@ -96,6 +97,13 @@ const jobSecretRows: SealedRows<{ job_id: string; kind: "env" | "file"; name: st
   store: (tx, r, sealed) => tx.updateTable("job_secrets").set({ sealed }).where("job_id", "=", r.job_id).where("kind", "=", r.kind).where("name", "=", r.name).execute(),
 };
 
+const stepSecretRows: SealedRows<{ pipeline_id: string; step: string; kind: "env" | "file"; name: string; sealed: Buffer }> = {
+  batch: (tx, id) => tx.selectFrom("pipeline_step_secrets").select(["pipeline_id", "step", "kind", "name", "sealed"]).where(notCurrent("sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute(),
+  binding: (r) => pipelineStepSecretBinding(r.pipeline_id, r.step, r.kind, r.name),
+  sealed: (r) => r.sealed,
+  store: (tx, r, sealed) => tx.updateTable("pipeline_step_secrets").set({ sealed }).where("pipeline_id", "=", r.pipeline_id).where("step", "=", r.step).where("kind", "=", r.kind).where("name", "=", r.name).execute(),
+};
+
 const credentialRows: SealedRows<{ name: string; credential_sealed: Buffer | null }> = {
   batch: (tx, id) => tx.selectFrom("repositories").select(["name", "credential_sealed"]).where("credential_sealed", "is not", null).where(notCurrent("credential_sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute(),
   binding: (r) => repositoryCredentialBinding(r.name),
@@ -118,5 +126,5 @@ async function reseal<R>(db: Kysely<Database>, box: SecretBox, table: SealedRows
 }
 
 async function rotate(db: Kysely<Database>, box: SecretBox): Promise<number> {
-  return (await reseal(db, box, jobSecretRows)) + (await reseal(db, box, credentialRows));
+  return (await reseal(db, box, jobSecretRows)) + (await reseal(db, box, credentialRows)) + (await reseal(db, box, stepSecretRows));
 }

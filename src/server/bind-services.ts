@@ -20,6 +20,11 @@ import { services as serviceList } from "../api/services.js";
 import { createApiHandler, serviceImpl } from "../api/surfaces.js";
 import { createRunnerService } from "../api/runner-service.js";
 import { createSamplesService } from "../api/samples-service.js";
+import { SuspendService } from "../../gen/forelead/runner/v1/suspend_pb.js";
+import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
+import { createInputService, createSuspendService } from "../api/suspend-service.js";
+import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
+import { createPipelineService } from "../api/pipeline-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -48,6 +53,9 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(SamplesService, createSamplesService({ db: store.db })),
     serviceImpl(StatusService, createStatusService(operatorView(checked, domain))),
     serviceImpl(FleetService, createFleetService({ pauses: domain.pauses, events: domain.events })),
+    serviceImpl(SuspendService, createSuspendService({ db: store.db, artifacts })),
+    serviceImpl(InputService, createInputService({ db: store.db })),
+    serviceImpl(PipelineService, createPipelineService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });

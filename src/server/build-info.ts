@@ -12,21 +12,32 @@ export interface BuildInfo {
   readonly buildDate: string;
 }
 
-const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
+/**
+ * Set by the build (scripts/build.ts, esbuild's `define`) to what readBuildInfo() said when the
+ * compiled command was made; not defined when the TypeScript sources run (tests, tsx).
+ */
+declare const FORELEAD_BUILD_STAMP: BuildInfo | undefined;
+
 let cached: BuildInfo | undefined;
 
-/** The build info, read once per process (git runs at most twice, at the first call). */
+/** The build info, read once per process: the build's stamp, or (sources) readBuildInfo(). */
 export function buildInfo(): BuildInfo {
-  cached ??= {
-    version: (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version,
-    commit: git("rev-parse", "HEAD") ?? process.env.FORELEAD_COMMIT ?? "unknown",
-    buildDate: process.env.FORELEAD_BUILD_DATE ?? git("show", "-s", "--format=%cI", "HEAD") ?? "",
-  };
+  cached ??= typeof FORELEAD_BUILD_STAMP === "object" ? FORELEAD_BUILD_STAMP : readBuildInfo();
   return cached;
 }
 
+/** The build info of the checkout these sources are in (git runs at most twice). */
+export function readBuildInfo(): BuildInfo {
+  const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
+  return {
+    version: (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version,
+    commit: git(repoRoot, "rev-parse", "HEAD") ?? process.env.FORELEAD_COMMIT ?? "unknown",
+    buildDate: process.env.FORELEAD_BUILD_DATE ?? git(repoRoot, "show", "-s", "--format=%cI", "HEAD") ?? "",
+  };
+}
+
 /** One git query in the checkout; undefined when git or the checkout is not there (an installed package). */
-function git(...args: string[]): string | undefined {
+function git(repoRoot: string, ...args: string[]): string | undefined {
   try {
     return execFileSync("git", args, { cwd: repoRoot, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"], timeout: 5_000 }).trim() || undefined;
   } catch {

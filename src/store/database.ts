@@ -1,12 +1,10 @@
 import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { Kysely, Migrator, PostgresDialect } from "kysely";
-import { PGliteDialect } from "kysely-pglite-dialect";
-import { PGlite, types as pgliteTypes } from "@electric-sql/pglite";
-import pg from "pg";
+import type { PGlite } from "@electric-sql/pglite";
+import type pg from "pg";
 import type { Database } from "./schema.js";
 import { createDatabaseHealth, type DatabaseHealth } from "./health.js";
-import { createListenClient } from "./listen-client.js";
 import { migrations } from "./migrations/index.js";
 import { watchedPool } from "./watched-pool.js";
 
@@ -105,6 +103,9 @@ export function redactUrl(url: string): string {
 }
 
 async function openPostgres(url: string): Promise<Store> {
+  // Each driver is loaded only when its kind of database is opened: a start on the embedded
+  // database does not load pg, one on a server does not load PGlite (docs/performance.md, "Start-up").
+  const [{ default: pg }, { createListenClient }] = await Promise.all([import("pg"), import("./listen-client.js")]);
   const description = redactUrl(url);
   // int8 as JS numbers on both dialects: counters, sizes and offsets stay below 2^53.
   const typeParsers = {
@@ -151,6 +152,7 @@ async function openEmbedded(location: string): Promise<Store> {
   const inMemory = location === "memory://";
   const dataDir = inMemory ? undefined : resolve(location);
   if (dataDir) mkdirSync(dataDir, { recursive: true });
+  const [{ PGlite, types: pgliteTypes }, { PGliteDialect }] = await Promise.all([import("@electric-sql/pglite"), import("kysely-pglite-dialect")]);
   let pglite: PGlite;
   try {
     pglite = await PGlite.create({

@@ -29,6 +29,10 @@ export interface Database {
   events: EventsTable;
   job_secrets: JobSecretsTable;
   secrets_keys: SecretsKeysTable;
+  job_inputs: JobInputsTable;
+  pipelines: PipelinesTable;
+  pipeline_steps: PipelineStepsTable;
+  pipeline_step_secrets: PipelineStepSecretsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -54,6 +58,11 @@ export interface RunnersTable {
   /** The registered process: random per runner process start; '' when the runner sends none (migration 0023). */
   instance_id: ColumnType<string, string | undefined, string>;
   instance_started_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  /** Capabilities a job's requirements are matched against (migration 0019). */
+  os: ColumnType<string, string | undefined, string>;
+  execution_kinds: ColumnType<string[], string[] | undefined, string[]>;
+  features: ColumnType<string[], string[] | undefined, string[]>;
+  max_concurrency: ColumnType<number, number | undefined, number>;
 }
 
 /** One identity decision, allowed or refused. */
@@ -90,8 +99,8 @@ export interface WorkspacePausesTable {
   reason: Generated<string>;
 }
 
-/** Job states: queued and running are live; the other three are settled. */
-export type JobState = "queued" | "running" | "succeeded" | "failed" | "cancelled";
+/** Job states: queued, running and waiting_input (suspended, migration 0022) are live; the other three are settled. */
+export type JobState = "queued" | "running" | "waiting_input" | "succeeded" | "failed" | "cancelled";
 
 /** A job and its current lease. */
 export interface JobsTable {
@@ -133,6 +142,28 @@ export interface JobsTable {
   /** The names of the job's secrets and secret files (migration 0013); the values are in job_secrets. */
   secret_names: ColumnType<string[], string[] | undefined, string[]>;
   secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
+  /** A queued job is claimable from then (migration 0019): enqueue, runAt/delaySeconds, or a retry's backoff. */
+  claimable_at: ColumnType<Date, Date | string | undefined, Date | string>;
+  /** Its concurrency group: at most concurrency_limit jobs of the key run at once in the workspace. */
+  concurrency_key: ColumnType<string | null, string | null | undefined, string | null>;
+  concurrency_limit: ColumnType<number | null, number | null | undefined, number | null>;
+  /** Its retry backoff (all null: requeued at once). */
+  backoff_initial_seconds: ColumnType<number | null, number | null | undefined, number | null>;
+  backoff_multiplier: ColumnType<number | null, number | null | undefined, number | null>;
+  backoff_max_seconds: ColumnType<number | null, number | null | undefined, number | null>;
+  /** What a runner must have (null / empty: anything). */
+  req_architecture: ColumnType<string | null, string | null | undefined, string | null>;
+  req_os: ColumnType<string | null, string | null | undefined, string | null>;
+  req_execution_kind: ColumnType<string | null, string | null | undefined, string | null>;
+  req_features: ColumnType<string[], string[] | undefined, string[]>;
+  /** The job's result object and its last progress (migration 0021, docs/job-contract.md). */
+  result: ColumnType<JsonObject | null, string | null | undefined, string | null>;
+  progress: ColumnType<JsonObject | null, string | null | undefined, string | null>;
+  /** The lease whose input request (job_inputs) is the job's latest (migration 0022). */
+  input_lease_id: ColumnType<number | null, number | null | undefined, number | null>;
+  /** The job this one retries, and the job that retried this one (migration 0020). */
+  retry_of: ColumnType<string | null, string | null | undefined, string | null>;
+  retried_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
@@ -162,7 +193,7 @@ export interface LeasesTable {
   expires_at: Date;
   ended_at: Date | null;
   /** timed_out: the expiry sweep failed the job past its timeout plus grace (migration 0009). */
-  end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | null;
+  end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | "suspended" | null;
   completion_id: string | null;
   completion_sha256: string | null;
   /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/sql/complete.ts). */
@@ -360,4 +391,64 @@ export interface EventsTable {
   runner_id: string | null;
   job_id: string | null;
   data: ColumnType<unknown, string, never>;
+}
+
+/** An input request of a suspended job, keyed by the lease that suspended it (migration 0022, docs/suspend.md). */
+export interface JobInputsTable {
+  lease_id: number;
+  job_id: string;
+  request_id: string;
+  prompt: string;
+  schema: ColumnType<JsonObject, string, string>;
+  expires_at: Date;
+  /** The checkpoint manifest: [{name, digest, size, mediaType}]. */
+  checkpoint: ColumnType<JsonObject[], string, string>;
+  /** SHA-256 of the suspend request as checked: a repeat must match it. */
+  suspend_sha256: string;
+  created_at: Generated<Date>;
+  answer: ColumnType<unknown, string | null | undefined, string | null>;
+  answered_at: Date | null;
+  answered_by: string | null;
+}
+
+/** A pipeline (migration 0020): a step graph sequenced by the control plane (src/broker/pipelines/). */
+export interface PipelinesTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  idempotency_key: string | null;
+  request_sha256: string;
+  state: JobState;
+  cancel_requested: Generated<boolean>;
+  enqueued_by: string | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  settled_at: Date | null;
+}
+
+/** A step's state; "running" is read from its job (the claim does not touch steps). */
+export type StepState = "pending" | "queued" | "running" | "succeeded" | "failed" | "skipped" | "cancelled";
+
+/** One step of a pipeline (migration 0020). */
+export interface PipelineStepsTable {
+  pipeline_id: string;
+  name: string;
+  ord: number;
+  needs: string[];
+  allow_failure: boolean;
+  inputs: ColumnType<JsonObject[], string, string>;
+  request: ColumnType<JsonObject, string, string>;
+  state: StepState;
+  job_id: string | null;
+  attempts: Generated<number>;
+  updated_at: Generated<Date>;
+}
+
+/** A step's secret, sealed bound to the step (src/secrets/bindings.ts), copied into each job of the step. */
+export interface PipelineStepSecretsTable {
+  pipeline_id: string;
+  step: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
 }

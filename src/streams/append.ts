@@ -3,6 +3,7 @@ import type { LeaseHolder } from "../broker/lease-check.js";
 import { liveLease } from "../broker/lease-sql.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { foldPeaks } from "./samples.js";
+import { foldProgress } from "./progress.js";
 
 /** Consecutive messages of one request on one lease, strictly increasing. */
 export interface AppendBatch {
@@ -34,7 +35,8 @@ export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasi
  *   checks), so its first sequence decides for all of it.
  *
  * Resource samples in an events batch also raise the job's row in
- * job_peaks, in the same statement (samples.ts, foldPeaks).
+ * job_peaks, and its last job.progress event becomes the job's progress
+ * (progress.ts, foldProgress), in the same statement.
  *
  * One statement per batch rather than per message: a request's buffered
  * lines share one round trip and one commit (fsync). Followers are woken
@@ -57,6 +59,7 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
       select ${b.jobId}::uuid, ${b.stream}::text, lease.id, lease.attempt, (m.value ->> 0)::bigint, m.value -> 1
       from cursor, lease, jsonb_array_elements(${b.itemsJson}::jsonb) m
     ), peaks as (${foldPeaks(b.jobId, b.stream, b.itemsJson)}
+    ), progress as (${foldProgress(b.jobId, b.stream, b.itemsJson)}
     )
     select (select count(*) from lease)::int as live, (select count(*) from cursor)::int as stored`.execute(db);
   const row = rows[0]!;

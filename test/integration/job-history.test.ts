@@ -98,7 +98,7 @@ describe(`job history: ListJobs filters and orders (${databaseKind})`, () => {
   it("refuses a bad order, state, label or time with 400 naming what is accepted", async () => {
     const cases: Array<[string, RegExp]> = [
       ["order=sideways", /^order "sideways" is not one of newest, oldest$/],
-      ["states=queued&states=done", /^state "done" is not one of queued, running, succeeded, failed, cancelled$/],
+      ["states=queued&states=done", /^state "done" is not one of queued, running, waiting_input, succeeded, failed, cancelled$/],
       ["labels=no%20spaces", /^labels\[0\] "no spaces" is not a label/],
       ["since=soon", /^since "soon" is not a time; use RFC 3339 .*"90m".*"30d"/],
       ["since=1h&until=2h", /^until .* is before since/],

@@ -25,6 +25,7 @@ describe("the metrics listener", () => {
     const expected: Record<string, string> = {
       forelead_jobs_queued: "GAUGE",
       forelead_jobs_running: "GAUGE",
+      forelead_jobs_waiting_input: "GAUGE",
       forelead_jobs_oldest_queued_age_seconds: "GAUGE",
       forelead_leases_granted_total: "COUNTER",
       forelead_leases_renewed_total: "COUNTER",

@@ -1,7 +1,7 @@
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { sql } from "kysely";
+import { expireLeaseNow } from "../../src/broker/sql/expire.js";
 import { expect } from "vitest";
 import { registeredRunner, type AdminActor, type RunnerActor } from "./actors.js";
 import type { RestReply } from "./clients.js";
@@ -75,7 +75,6 @@ export async function importBundleBytes(repo: string, bytes: Buffer, name = "in.
 
 /** Ends a job's lease as if the runner had vanished: expiry moved to the past, then one sweep. */
 export async function loseLease(cp: TestControlPlane, jobId: string): Promise<void> {
-  await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${jobId}`.execute(cp.plane.store.db);
-  await sql`update leases set expires_at = now() - interval '1 second' where job_id = ${jobId} and ended_at is null`.execute(cp.plane.store.db);
+  if (!(await expireLeaseNow(cp.plane.store.db, jobId))) throw new Error(`job ${jobId} holds no live lease to lose`);
   await cp.plane.broker.sweep();
 }

@@ -101,6 +101,8 @@ export interface TestRunnerOptions {
   readonly url?: string;
   /** Changes each lease the agent claims before it runs it (e.g. adds secrets, to test the runner's side alone). */
   readonly onLease?: (lease: Lease) => void;
+  /** Give the agent the suspend routes, so it declares checkpoint-v1 and input-v1 (docs/suspend.md). */
+  readonly suspends?: boolean;
 }
 
 /** Starts an in-process agent with a runner certificate made by the test PKI; output goes to the control plane and a recording. */
@@ -134,12 +136,16 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     labels: options.labels ?? ["linux"],
     capacity: { cpu: 2, memoryBytes: 4 * 1024 ** 3 },
     architecture: "amd64",
+    os: process.platform,
+    executionKind: options.executor,
     workDir,
     graceMs: options.graceMs ?? 1000,
     sampleIntervalMs: options.sampleIntervalMs ?? 0,
     claimWaitSeconds: 5,
     checkout: protocolCheckout(protocol.client),
     uploads: protocol.client,
+    ...(options.suspends ? { suspends: protocol.suspendClient } : {}),
+    inputs: protocol.client,
     log: say,
   });
   return {

@@ -1,4 +1,4 @@
-import { sql } from "kysely";
+import { expireLeaseNow } from "../../src/broker/sql/expire.js";
 import { expect } from "vitest";
 import type { AdminActor } from "./actors.js";
 import type { TestControlPlane } from "./control-plane.js";
@@ -32,7 +32,5 @@ export async function readSequences(admin: AdminActor, jobId: string, stream: "l
 
 /** Makes the job's live lease expire now, as if its time ran out (the sweep has not run yet). */
 export async function expireLease(cp: TestControlPlane, jobId: string): Promise<void> {
-  const db = cp.plane.store.db;
-  await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${jobId}`.execute(db);
-  await sql`update leases set expires_at = now() - interval '1 second' where job_id = ${jobId} and ended_at is null`.execute(db);
+  if (!(await expireLeaseNow(cp.plane.store.db, jobId))) throw new Error(`job ${jobId} holds no live lease to expire`);
 }

@@ -2,6 +2,7 @@ import type { Http2ServerResponse } from "node:http2";
 import { create, toJson, type DescMessage, type DescMethod, type JsonValue, type Message, type MessageInitShape } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
+import { logEntryText } from "../../protocol/log-text.js";
 import { toConnectError } from "../errors.js";
 import { drained, streamGone } from "./end-stream.js";
 import { errorBody, writeError } from "./error-json.js";
@@ -58,7 +59,7 @@ export async function writeMessageStream(
   const encode = (value: MessageInitShape<DescMessage>): string => {
     const json = toJson(method.output, create(method.output, value)) as Record<string, JsonValue>;
     if (format === "ndjson") return `${JSON.stringify(json)}\n`;
-    if (format === "text") return textOf(json[route.textField]);
+    if (format === "text") return logEntryText(json[route.textField]);
     const id = route.eventIdField ? json[route.eventIdField] : undefined;
     const type = route.eventTypeField ? json[route.eventTypeField] : undefined;
     return `${typeof id === "string" && id ? `id: ${id}\n` : ""}${typeof type === "string" && sseName.test(type) ? `event: ${type}\n` : ""}data: ${JSON.stringify(json)}\n\n`;
@@ -90,18 +91,4 @@ export async function writeMessageStream(
     clearInterval(keepalive);
     if (gone()) void messages.return?.().catch(() => {});
   }
-}
-
-/**
- * The text of a value: a string chunk as it is; an object's string "text" as
- * a line (the runner agent sends one {stream, text} per output line, without
- * its newline, so one is added when missing); anything else as one JSON line.
- */
-function textOf(value: JsonValue | undefined): string {
-  if (typeof value === "string") return value;
-  if (value && typeof value === "object" && !Array.isArray(value) && typeof value["text"] === "string") {
-    const text = value["text"];
-    return text.endsWith("\n") ? text : `${text}\n`;
-  }
-  return `${JSON.stringify(value ?? null)}\n`;
 }

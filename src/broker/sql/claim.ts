@@ -6,6 +6,7 @@ import { leasedJobSnapshot, type JobRow } from "../job-snapshot.js";
 import type { LeaseHolder } from "../lease-check.js";
 import type { LeaseView } from "../leases.js";
 import { leaseSecrets } from "../job-secrets.js";
+import { leaseInputs } from "../job-inputs.js";
 import type { SecretBox } from "../../secrets/box.js";
 
 /**
@@ -28,7 +29,10 @@ export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseS
  * runner, so concurrent calls lock runner rows in one order. Answers in the
  * order of `holders`: the lease, or undefined when none was free (or the
  * runner or its workspace is paused: migration 0016, which also writes each
- * lease's job.leased event in the same statement). Throws
+ * lease's job.leased event in the same statement). Since migration 0019 it
+ * leases only a job that is due (claimable_at), whose requirements the
+ * runner meets and whose concurrency group is under its limit, exactly
+ * across replicas (the migration's comment reasons it through). Throws
  * failed_precondition, claiming nothing, when a runner is not registered.
  * A leased job with secrets gets them opened (with `box`) into its lease.
  */
@@ -46,7 +50,10 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     // 5: p50 1.9 ms with 10,000 queued, 1.8 ms with 1,000,000, on the index jobs_claimable);
     // batching claims into one call (lease-batches.ts) gave 1.8x at N = 16 and 2.5x at N = 64.
     // Not measured yet: the pause check (a probe of workspace_pauses by its key) and the
-    // job.leased insert that migration 0016 added to each request of the function.
+    // job.leased insert that migration 0016 added to each request of the function. Migration
+    // 0019's predicates, EXPLAIN ANALYZE with 100,000 queued (docs/fleet.md "Scheduling"): free
+    // when nothing ineligible is ahead of the first eligible job; a job not yet due costs an index
+    // tuple, one with unmet requirements or a full group a heap visit; still one round trip.
     ({ rows } = await sql<JobRow>`
       select * from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
         ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int)`.execute(db));
@@ -60,10 +67,13 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   // A second query only when a leased job has secrets (its row lists their names); after the
   // claim committed, which is safe: a lease is live from then on, and rows go only at settle.
   const secrets = await leaseSecrets(db, box, rows.filter((r) => r.secret_names.length || r.secret_file_names.length).map((r) => r.id));
+  // Likewise for a resumed job (docs/suspend.md): the answer and checkpoint of its latest input request.
+  const inputs = await leaseInputs(db, rows.flatMap((r) => (r.input_lease_id === null ? [] : [Number(r.input_lease_id)])));
   return holders.map((_, i) => {
     const row = byHash.get(hashes[i]!);
     const delivered = row && secrets.get(row.id);
-    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), ...(delivered ? { secrets: delivered } : {}) };
+    const input = row?.input_lease_id != null ? inputs.get(Number(row.input_lease_id)) : undefined;
+    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, ...(delivered ? { secrets: delivered } : {}), ...(input ? { input } : {}) };
   });
 }
 

@@ -5,9 +5,10 @@ import { checkCompletion, type CheckedCompletion, type CompletionInput } from ".
 import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
 import { leaseRefusal } from "../lease-check.js";
 import { eventsCte } from "../../events/record.js";
-import { clearLease, liveLease, wakeWaiters, woken } from "../lease-sql.js";
+import { clearLease, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
 import type { BrokerObserver } from "../observer.js";
+import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 
 /**
  * Settles a job under its live lease. Idempotent: the same completionId with
@@ -19,10 +20,10 @@ import type { BrokerObserver } from "../observer.js";
  * The usual case (a live lease, first completion) is one statement
  * (settleLeases); anything else is told apart by completeJobInTransaction.
  */
-export async function completeJob(db: Kysely<Database>, input: CompletionInput, observer?: BrokerObserver): Promise<JobSnapshot> {
+export async function completeJob(db: Kysely<Database>, input: CompletionInput, observer?: BrokerObserver, hook?: SettleHook): Promise<JobSnapshot> {
   const checked = checkCompletion(input);
-  const [reply] = await settleLeases(db, [{ input, checked }], observer);
-  return reply ?? completeJobInTransaction(db, input, checked, observer);
+  const [reply] = await settleLeases(db, [{ input, checked }], observer, hook);
+  return reply ?? completeJobInTransaction(db, input, checked, observer, hook);
 }
 
 /** A completion with its checked fields, as settleLeases takes it. */
@@ -42,31 +43,34 @@ const requeues = sql`i.outcome = 'failed' and i.retryable and jobs.attempts < jo
  * others (not a live lease of that runner, already settled, or a second
  * completion of one job in the same call): completeJobInTransaction answers
  * those, a repeat with the stored reply and everything else with its error.
- * The one place a completion settles a lease: each is reported to `observer`.
+ * The one place a completion settles a lease: each is reported to `observer`,
+ * and `hook` (a pipeline's next steps) runs in the same transaction.
  */
-export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[], observer?: BrokerObserver): Promise<Array<JobSnapshot | undefined>> {
+export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<JobSnapshot | undefined>> {
   // Measured (docs/performance.md, "Profiling and what changed", 3): a completion was BEGIN,
   // SELECT the lease FOR UPDATE, UPDATE jobs, UPDATE leases, COMMIT, five round trips alone and
   // four in a batch. In this one CTE: 173 and 179 jobs/s at N = 1 against 156 and 153, 731 and
   // 716 at N = 16 against 674 and 622; at N = 64 (1,111 and 1,049 against 1,081 and 1,046) the
   // machine was saturated. The stored reply is the settled row as jsonb (to_jsonb) so it can be
   // written by this same statement; storedReply reads it back.
-  const { rows } = await sql<JobRow & { ord: number }>`
+  const rows = await settleWith(db, hook, async (q) => (await sql<JobRow & { ord: number }>`
     with j as (
       update jobs set
         state = case when ${requeues} then 'queued' else i.outcome end,
         exit_code = i.exit_code,
         error = i.error::jsonb,
         artifacts = case when ${requeues} then null else i.artifacts::jsonb end,
+        result = case when ${requeues} then null else i.result::jsonb end,
         settled_at = case when ${requeues} then null else now() end,
+        claimable_at = case when ${requeues} then ${retryClaimableAt} else jobs.claimable_at end,
         ${clearLease}
       from unnest(
         ${items.map((_, i) => i)}::int[], ${items.map((it) => it.checked.jobId)}::uuid[], ${items.map((it) => it.input.workspaceId)}::text[],
         ${items.map((it) => it.input.runnerId)}::text[], ${items.map((it) => it.checked.tokenHash.toString("hex"))}::text[], ${items.map((it) => it.checked.outcome)}::text[],
         ${items.map((it) => it.checked.error?.retryable ?? false)}::boolean[], ${items.map((it) => it.input.exitCode ?? null)}::int[],
-        ${items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null))}::text[], ${items.map((it) => it.checked.artifacts)}::text[],
+        ${items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null))}::text[], ${items.map((it) => it.checked.artifacts)}::text[], ${items.map((it) => it.checked.result)}::text[],
         ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
-      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, completion_id, completion_sha256)
+      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, result, completion_id, completion_sha256)
       where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
       returning jobs.*, to_jsonb(jobs.*) as reply_row, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
     ), l as (
@@ -74,7 +78,7 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
         completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
     ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
-    select j.*, ${woken} from j`.execute(db);
+    select j.*, ${woken} from j`.execute(q)).rows);
   const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
   for (const row of rows) {
     replies[row.ord] = jobSnapshot(row);
@@ -89,7 +93,7 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
  * completion 409, a settled job or a dead lease its refusal (and a lease
  * found live after all is settled by settleLeases under the lock).
  */
-export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion, observer?: BrokerObserver): Promise<JobSnapshot> {
+export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion, observer?: BrokerObserver, hook?: SettleHook): Promise<JobSnapshot> {
   const { jobId, tokenHash, completionSha256 } = checked;
   return db.transaction().execute(async (tx) => {
     const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
@@ -99,7 +103,7 @@ export async function completeJobInTransaction(db: Kysely<Database>, input: Comp
     }
     // Not completed under this lease: settle it here if it is live after all (the lock is now held),
     // else say why it cannot be.
-    const [reply] = await settleLeases(tx, [{ input, checked }], observer);
+    const [reply] = await settleLeases(tx, [{ input, checked }], observer, hook);
     if (reply) return reply;
     const settled = await tx.selectFrom("jobs").select(["state"]).where("id", "=", jobId).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
     // A job the sweep failed past its deadline: leaseRefusal says so, rather than "already failed".

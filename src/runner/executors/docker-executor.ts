@@ -6,6 +6,7 @@ import { createDockerClient, dockerMessage, dockerStatus, type DockerClient, typ
 import { commonIncompatibility, type ExecutionRequest, type ExecutionResult, type Executor, type ExecutorResource, type RunningJob } from "./executor.js";
 import { containerSampler } from "./docker-samples.js";
 import { containerSecretsDir, secretsDirEnv, writeSecretFiles, type WrittenSecretFiles } from "./secret-files.js";
+import { jobDirBinds, jobDirEnv } from "./job-dir.js";
 import { containerName, labelKeys, mainTask, networkName, resourceLabels } from "./names.js";
 
 /** Options of the docker executor. */
@@ -26,7 +27,8 @@ type Failure = NonNullable<ExecutionResult["error"]>;
  * launcher's pattern and carrying the four forelead.* labels: argv as the
  * command array (never a shell string), the spec's env, CPU and memory
  * limits, an empty /output bound from the job's directory, the checkout at
- * /workspace. stdout and stderr are demultiplexed into log lines. The job's
+ * /workspace, the runner's input read-only at /input and the events file's
+ * directory at /events (job-dir.ts). stdout and stderr are demultiplexed into log lines. The job's
  * secrets are env variables of the container; its secret files are written
  * to a private directory on the host's tmpfs (secret-files.ts: /dev/shm, so
  * never to a disk, nor into the container's writable layer) and bound
@@ -183,7 +185,7 @@ function containerOptions(
   secretFiles: WrittenSecretFiles | undefined,
 ) {
   const memory = Number(spec.memoryBytes);
-  const env = { ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: containerSecretsDir } : {}) };
+  const env = { ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: containerSecretsDir } : {}), ...jobDirEnv(request.jobDir, "/") };
   return {
     name: names.container,
     Image: spec.image,
@@ -200,6 +202,7 @@ function containerOptions(
         `${outputDir}:/output`,
         ...(request.hasWorkspace ? [`${join(request.jobDir, "workspace")}:/workspace`] : []),
         ...(secretFiles ? [`${secretFiles.dir}:${containerSecretsDir}:ro`] : []),
+        ...jobDirBinds(request.jobDir),
       ],
       ...(spec.cpu > 0 ? { NanoCpus: Math.round(spec.cpu * 1e9) } : {}),
       ...(memory > 0 ? { Memory: memory, MemorySwap: memory } : {}),

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { commonIncompatibility, type ExecutionResult, type Executor, type RunningJob } from "./executor.js";
 import { processGroupSampler } from "./process-samples.js";
+import { jobDirEnv, jobDirParts } from "./job-dir.js";
 import { secretsDirEnv, writeSecretFiles, type WrittenSecretFiles } from "./secret-files.js";
 
 /** The PATH a process job gets unless its spec sets one. */
@@ -28,8 +29,11 @@ export interface ProcessExecutorOptions {
  * secrets and a minimal PATH, in a process group of its own (detached) so
  * cancel and timeout kill everything it started. Secret files are written
  * to a private directory (secret-files.ts) named by FORELEAD_SECRETS_DIR and
- * removed when the job has ended. The image is not used; CPU and memory are
- * checked against the machine but not enforced.
+ * removed when the job has ended. The runner's input/ (job-dir.ts) stays the
+ * runner's, read-only to a job run as a user of its own, and the job's
+ * directory is sticky so the job cannot replace it (docs/job-contract.md).
+ * The image is not used; CPU and memory are checked against the machine but
+ * not enforced.
  */
 export function createProcessExecutor(options: ProcessExecutorOptions = {}): Executor {
   const isRoot = process.getuid?.() === 0;
@@ -56,9 +60,15 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         do uid = uidBase + randomInt(1_000_000);
         while (uidsInUse.has(uid));
         uidsInUse.add(uid);
-        await chownTree(jobDir, uid);
+        await chownTree(jobDir, uid, jobDirParts.input);
+        // The job's directory stays the runner's, writable by the job's group (its uid's own) and
+        // sticky: the job makes and removes its own files there but cannot rename or replace input/,
+        // which stays the runner's, read-only to the job (docs/job-contract.md).
+        await chown(jobDir, process.getuid!(), uid);
+        await chmod(jobDir, 0o1770);
+      } else {
+        await chmod(jobDir, 0o700);
       }
-      await chmod(jobDir, 0o700);
       let secretFiles: WrittenSecretFiles | undefined;
       let child: ChildProcessByStdio<null, Readable, Readable>;
       try {
@@ -70,7 +80,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       try {
         child = spawn(spec.argv[0]!, spec.argv.slice(1), {
           cwd: jobDir,
-          env: { PATH: minimalPath, ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}) },
+          env: { PATH: minimalPath, ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}), ...jobDirEnv(jobDir, "") },
           detached: true, // its own process group: kill(-pid) reaches everything it started
           stdio: ["ignore", "pipe", "pipe"],
           ...(uid !== undefined ? { uid, gid: uid } : {}),
@@ -179,10 +189,11 @@ function processStartTicks(pid: number): string | undefined {
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
 }
 
-/** Gives `dir` and everything in it to `uid` (the agent made them as root). */
-async function chownTree(dir: string, uid: number): Promise<void> {
+/** Gives `dir` and everything in it to `uid` (the agent made them as root), except its entry named `keep`. */
+async function chownTree(dir: string, uid: number, keep?: string): Promise<void> {
   await chown(dir, uid, uid);
   for (const entry of await readdir(dir, { withFileTypes: true })) {
+    if (entry.name === keep) continue;
     const path = join(dir, entry.name);
     if (entry.isDirectory()) await chownTree(path, uid);
     else await lchown(path, uid, uid); // a symlink itself, never what it points to

@@ -11,6 +11,9 @@ import { runLease, type JobRun } from "./job-run.js";
 import type { OutputSink } from "../output/output.js";
 import { sleep } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
+import type { SuspendClient } from "./suspend-step.js";
+import { suspendFeatures } from "../../protocol/input-request.js";
+import type { InputClient } from "./input-step.js";
 
 /** Everything the agent runs with. */
 export interface RunnerAgentOptions {
@@ -22,6 +25,10 @@ export interface RunnerAgentOptions {
   readonly capacity: RunnerCapacity;
   /** "amd64", "arm64", ... */
   readonly architecture: string;
+  /** "linux", "darwin", ... (node's os.platform()); sent as a capability jobs may require. */
+  readonly os?: string;
+  /** How the executor runs jobs, "docker" or "process"; sent as a capability jobs may require. */
+  readonly executionKind?: string;
   /** This runner's own directory: job directories live in `jobs/` under it. */
   readonly workDir: string;
   /** TERM-to-KILL grace for cancel, timeout and forced shutdown; 10 s by default. */
@@ -32,6 +39,10 @@ export interface RunnerAgentOptions {
   readonly checkout?: CheckoutStep;
   /** Where each job's output directory is uploaded before it is completed; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** The suspend routes: with them (and uploads) the runner declares checkpoint-v1 and input-v1 and suspends jobs that ask for input (docs/suspend.md). */
+  readonly suspends?: () => Promise<SuspendClient>;
+  /** Where pipeline steps' inputs are downloaded from (the protocol client); without it, jobs with inputs are refused. */
+  readonly inputs?: () => Promise<InputClient>;
   /** How often each running job's CPU and memory are sent (resource.sample events); 5 s by default, 0 for never. */
   readonly sampleIntervalMs?: number;
   /** Inventory report interval; 15 s by default. */
@@ -57,6 +68,9 @@ export interface AgentEnd {
   /** The final failure, when reason is "failed": its message says what to fix. */
   readonly failure?: Error;
 }
+
+/** Protocol features this agent implements, registered as capabilities: cancel-v1 (a cancel learned on renew stops the job). */
+export const runnerFeatures: readonly string[] = ["cancel-v1"];
 
 /** A running runner agent. */
 export interface RunnerAgent {
@@ -100,12 +114,19 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   let end: AgentEnd["reason"] = "drained";
   let failure: Error | undefined;
 
+  const capabilities = {
+    ...(options.os ? { os: options.os } : {}),
+    ...(options.executionKind ? { executionKinds: [options.executionKind] } : {}),
+    // checkpoint-v1 and input-v1 (docs/suspend.md) when it can suspend jobs.
+    features: options.suspends ? [...runnerFeatures, ...suspendFeatures] : runnerFeatures,
+    maxConcurrency: options.slots,
+  };
   const register = async () => {
     for (let attempt = 1; ; attempt++) {
       try {
         const offset = await measureClockOffset(() => client.clock());
         clock = serverClock(offset.offsetNs);
-        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs, ...(options.instance ? { instance: options.instance } : {}) });
+        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs, ...capabilities, ...(options.instance ? { instance: options.instance } : {}) });
         const instance = options.instance ? `instance ${options.instance.id} started ${options.instance.startedAt.toISOString()}, ` : "";
         log(`registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${instance}${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`);
         return;
@@ -127,7 +148,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   await mkdir(jobsDir, { recursive: true, mode: 0o711 });
   idleSince = Date.now(); // idle from here, however long registering took
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}) });
+  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}), ...(options.suspends ? { suspends: options.suspends } : {}), ...(options.inputs ? { inputs: options.inputs } : {}) });
 
   /** Ends the claim loop for a failure no retry cures: running jobs are stopped and their leases released. */
   const fail = (err: Error) => {

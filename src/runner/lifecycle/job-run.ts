@@ -16,7 +16,10 @@ import { jobSecretsProblem } from "../executors/secret-files.js";
 import { createLeaseRun, type StopReason } from "./run-state.js";
 import { defaultSampleIntervalMs, startResourceSamples } from "./resource-samples.js";
 import { settle, type Settlement } from "./settle.js";
+import { openJobContract } from "./job-contract.js";
 import type { UploadClient } from "../output/upload-output.js";
+import { restoreInput, suspendIfAsked, type SuspendClient, type SuspendStep } from "./suspend-step.js";
+import { fetchInputs, InputError, type InputClient } from "./input-step.js";
 
 /** What running a lease needs from the agent. */
 export interface JobRunContext {
@@ -34,6 +37,10 @@ export interface JobRunContext {
   readonly checkout?: CheckoutStep;
   /** Where the job's output directory is uploaded before completing; without it, output files are not kept. */
   readonly uploads?: () => Promise<UploadClient>;
+  /** The suspend routes (docs/suspend.md); without them a job that asks for input fails. */
+  readonly suspends?: () => Promise<SuspendClient>;
+  /** Where a pipeline step's inputs are downloaded from; without it, a job with inputs is refused as incompatible. */
+  readonly inputs?: () => Promise<InputClient>;
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: completion retries end. */
   readonly abort: AbortSignal;
@@ -86,8 +93,10 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     },
   });
 
+  const suspendStep = (jobDir: string): SuspendStep => ({ ...(ctx.suspends ? { suspends: ctx.suspends } : {}), ...(ctx.uploads ? { uploads: ctx.uploads } : {}), jobId, leaseToken: token, jobDir, signal: AbortSignal.any([run.lostSignal, ctx.abort]), log: ctx.log });
+
   const execute = async (jobDir: string): Promise<Settlement | undefined> => {
-    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout);
+    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout) ?? (lease.inputs.length && !ctx.inputs ? "it has pipeline inputs and this runner has no inputs client" : undefined);
     if (why) return { outcome: "failed", error: { code: "incompatible_spec", message: `this runner cannot run job ${jobId}: ${why}`, retryable: false } };
     const badSecrets = jobSecretsProblem(secrets);
     if (badSecrets) return { outcome: "failed", error: { code: "invalid_secrets", message: `this runner cannot give job ${jobId} its secrets: ${badSecrets}`, retryable: false } };
@@ -102,8 +111,19 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         throw err;
       }
     }
+    await restoreInput(suspendStep(jobDir), lease);
+    if (lease.inputs.length) {
+      try {
+        await fetchInputs(await ctx.inputs!(), { jobId, leaseToken: token }, lease.inputs, jobDir, AbortSignal.any([run.lostSignal, ctx.abort]));
+      } catch (err) {
+        if (err instanceof InputError) return { outcome: "failed", error: { code: err.code, message: err.message, retryable: err.retryable } };
+        throw err;
+      }
+    }
     const out = run.starting(() => maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker));
     if (!out) return undefined; // stopped or lost during the checkout: nothing starts
+    // The job's files and lines (docs/job-contract.md): input/execution.json, the events file, directives, result.json.
+    const contract = await openJobContract({ jobDir, lease, runnerId: ctx.client.runnerId, executor: ctx.executor.kind, out, masker, log: ctx.log });
     const running = await ctx.executor.start({
       runnerId: ctx.client.runnerId,
       workspaceId: ctx.client.workspaceId,
@@ -111,10 +131,17 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       spec,
       jobDir,
       hasWorkspace,
-      readOutput: (stream, from) => forEachLine(from, (text) => out.log({ stream, text }), masker.stream()),
+      readOutput: (stream, from) => forEachLine(from, (text) => {
+        out.log({ stream, text });
+        if (stream === "stdout") contract.stdout(text);
+      }, masker.stream()),
       secrets,
+    }).catch(async (err) => {
+      await contract.ended();
+      throw err;
     });
     out.event({ type: "job.started", executor: ctx.executor.kind });
+    contract.started();
     ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
     run.running(running, ctx.graceMs);
     const samples = startResourceSamples(running.sampler, ctx.sampleIntervalMs ?? defaultSampleIntervalMs, out, ctx.clock);
@@ -127,10 +154,15 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       : undefined;
     const result = await running.done.finally(() => samples.stop());
     clearTimeout(timeout);
+    await contract.ended();
     out.event({ type: "job.exited", ...exitFacts(result) });
     const state = run.state;
     const stopping = "stopping" in state ? state.stopping : undefined;
-    const settlement = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
+    const ended = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
+    // Exit 0 with output/input-request.json written: the job is suspended, not completed (docs/suspend.md).
+    const asked = ended.outcome === "succeeded" && !stopping && state.phase !== "lost" ? await suspendIfAsked(suspendStep(jobDir), out, () => keeper.stop()) : undefined;
+    if (asked) return asked.settlement;
+    const settlement = stopping || state.phase === "lost" ? ended : await contract.settle(ended);
     // A cancelled, lost or released job keeps nothing; a timed-out one keeps what it wrote.
     if (!ctx.uploads || state.phase === "lost" || (stopping && stopping !== "timeout")) return settlement;
     const signal = AbortSignal.any([run.lostSignal, ctx.abort]);

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Completion, RunnerClient } from "../transport/client.js";
 import { RunnerApiError } from "../transport/client.js";
+import { invalidResultCode } from "../../protocol/job-result.js";
 
 /** A completion without its id: what the job came to. */
 export type Settlement = Omit<Completion, "completionId">;
@@ -22,16 +23,22 @@ export interface SettleContext {
  * the control plane took the completion.
  */
 export async function settle(ctx: SettleContext, jobId: string, leaseToken: string, settlement: Settlement): Promise<boolean> {
-  const completion: Completion = { completionId: `c-${randomUUID()}`, ...settlement };
+  let completion: Completion = { completionId: `c-${randomUUID()}`, ...settlement };
   for (let attempt = 1; ; attempt++) {
     try {
       const job = await ctx.client.complete(jobId, leaseToken, completion);
-      const code = settlement.error ? ` (${settlement.error.code})` : "";
-      ctx.log(`job ${jobId}: completed ${settlement.outcome}${code}; the job is ${job.state}`);
+      const code = completion.error ? ` (${completion.error.code})` : "";
+      ctx.log(`job ${jobId}: completed ${completion.outcome}${code}; the job is ${job.state}`);
       return true;
     } catch (err) {
       if (err instanceof RunnerApiError && !err.transient) {
         ctx.log(`job ${jobId}: the completion was refused: ${err.message}`);
+        // A result the control plane will not take (over its bound, or with its body over the
+        // body bound) must not leave the job running until its lease expires: fail it without.
+        if (completion.result && (err.status === 400 || err.status === 413)) {
+          completion = { completionId: `c-${randomUUID()}`, outcome: "failed", ...(settlement.exitCode !== undefined ? { exitCode: settlement.exitCode } : {}), error: { code: invalidResultCode, message: `the control plane refused the job's result: ${err.message}`, retryable: false } };
+          continue;
+        }
         return false;
       }
       if (ctx.abort.aborted) {

@@ -116,8 +116,8 @@ async function* walk(dir: string, prefix: string, skipped: OutputManifest["skipp
   }
 }
 
-/** Opens the examined file, or says why not: it must still be that regular file, inside the real root. */
-async function openExamined(path: string, examined: Stats, realRoot: string): Promise<FileHandle | string> {
+/** Opens the examined file, or says why not: it must still be that regular file, inside the real root (also lifecycle/job-result.ts). */
+export async function openExamined(path: string, examined: Stats, realRoot: string): Promise<FileHandle | string> {
   let file: FileHandle;
   try {
     file = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);

@@ -48,6 +48,11 @@ export interface Registration {
   readonly clockOffsetNs: bigint;
   /** This process (random per process start) and its start: the control plane refuses a second live process of one runner. */
   readonly instance?: RunnerInstance;
+  /** Capabilities a job's requirements are matched against: "linux", ...; "docker"/"process"; protocol features. */
+  readonly os?: string;
+  readonly executionKinds?: readonly string[];
+  readonly features?: readonly string[];
+  readonly maxConcurrency?: number;
 }
 
 /** One process of a runner. */
@@ -64,6 +69,8 @@ export interface Completion {
   readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
   /** The result manifest: files uploaded and finalized under this lease. */
   readonly artifacts?: readonly { readonly name: string; readonly digest: string; readonly size: bigint; readonly mediaType: string }[];
+  /** The job's result object (docs/job-contract.md). */
+  readonly result?: { readonly [key: string]: unknown };
 }
 
 /** An inventory item as `POST /v1/runner/inventory` carries it (docs/inventory.md). */
@@ -131,6 +138,10 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         labels: r.labels,
         clockOffsetNs: String(r.clockOffsetNs),
         ...(r.instance ? { instanceId: r.instance.id, instanceStartedAt: r.instance.startedAt.toISOString() } : {}),
+        ...(r.os ? { os: r.os } : {}),
+        ...(r.executionKinds?.length ? { executionKinds: r.executionKinds } : {}),
+        ...(r.features?.length ? { features: r.features } : {}),
+        ...(r.maxConcurrency ? { maxConcurrency: r.maxConcurrency } : {}),
       });
     },
     async claim(waitSeconds, signal) {
@@ -155,6 +166,7 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         ...(c.error ? { error: c.error } : {}),
         // int64 is a string in proto JSON.
         ...(c.artifacts?.length ? { artifacts: c.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: String(a.size), mediaType: a.mediaType })) } : {}),
+        ...(c.result ? { result: c.result as JsonValue } : {}),
       });
       const job = (reply.json as { job?: JsonValue } | undefined)?.job;
       return fromJson(JobSchema, job ?? {}, parseOptions);

@@ -6,6 +6,8 @@ export interface WorkspaceQueue {
   readonly workspaceId: string;
   readonly queued: number;
   readonly running: number;
+  /** Jobs suspended until their input request is answered (docs/suspend.md). */
+  readonly waitingInput: number;
   /** Seconds since the oldest queued job was enqueued; undefined when none is queued. */
   readonly oldestQueuedSeconds: number | undefined;
 }
@@ -28,7 +30,7 @@ export interface DatabaseSample {
  * is one statement of two grouped branches, each on the partial index of its
  * state (jobs_claimable for queued, which holds workspace_id and created_at,
  * so its branch is an index-only scan; jobs_running_expiry for running, whose
- * rows are as many as the runners' busy slots).
+ * rows are as many as the runners' busy slots; jobs_waiting_input, migration 0022, for waiting_input).
  */
 export function createDatabaseSampler(db: Kysely<Database>, ttlMs: number): () => Promise<DatabaseSample> {
   let cached: { sample: Promise<DatabaseSample>; settledAt: number | undefined } | undefined;
@@ -51,19 +53,22 @@ async function sample(db: Kysely<Database>): Promise<DatabaseSample> {
   }
   const roundTripSeconds = (performance.now() - startedAt) / 1000;
   try {
-    const { rows } = await sql<{ workspace_id: string; state: "queued" | "running"; jobs: number; oldest_seconds: number | null }>`
+    const { rows } = await sql<{ workspace_id: string; state: "queued" | "running" | "waiting_input"; jobs: number; oldest_seconds: number | null }>`
       select workspace_id, 'queued' as state, count(*)::int as jobs, extract(epoch from now() - min(created_at))::float8 as oldest_seconds
         from jobs where state = 'queued' group by workspace_id
       union all
-      select workspace_id, 'running', count(*)::int, null from jobs where state = 'running' group by workspace_id`.execute(db);
-    const byWorkspace = new Map<string, { workspaceId: string; queued: number; running: number; oldestQueuedSeconds: number | undefined }>();
+      select workspace_id, 'running', count(*)::int, null from jobs where state = 'running' group by workspace_id
+      union all
+      select workspace_id, 'waiting_input', count(*)::int, null from jobs where state = 'waiting_input' group by workspace_id`.execute(db);
+    const byWorkspace = new Map<string, { workspaceId: string; queued: number; running: number; waitingInput: number; oldestQueuedSeconds: number | undefined }>();
     for (const row of rows) {
-      const w = byWorkspace.get(row.workspace_id) ?? { workspaceId: row.workspace_id, queued: 0, running: 0, oldestQueuedSeconds: undefined };
+      const w = byWorkspace.get(row.workspace_id) ?? { workspaceId: row.workspace_id, queued: 0, running: 0, waitingInput: 0, oldestQueuedSeconds: undefined };
       byWorkspace.set(row.workspace_id, w);
       if (row.state === "queued") {
         w.queued = row.jobs;
         w.oldestQueuedSeconds = Math.max(0, Number(row.oldest_seconds));
-      } else w.running = row.jobs;
+      } else if (row.state === "waiting_input") w.waitingInput = row.jobs;
+      else w.running = row.jobs;
     }
     return { reachable: true, roundTripSeconds, workspaces: [...byWorkspace.values()] };
   } catch {

@@ -100,6 +100,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     });
   sampled("forelead_jobs_queued", "Queued jobs, by workspace.", (g, s) => s.workspaces.forEach((w) => g.labels(w.workspaceId).set(w.queued)), ["workspace"]);
   sampled("forelead_jobs_running", "Running (leased) jobs, by workspace.", (g, s) => s.workspaces.forEach((w) => g.labels(w.workspaceId).set(w.running)), ["workspace"]);
+  sampled("forelead_jobs_waiting_input", "Jobs suspended until their input request is answered, by workspace.", (g, s) => s.workspaces.forEach((w) => g.labels(w.workspaceId).set(w.waitingInput)), ["workspace"]);
   sampled("forelead_jobs_oldest_queued_age_seconds", "Seconds since the oldest queued job of the workspace was enqueued.", (g, s) => s.workspaces.forEach((w) => w.oldestQueuedSeconds !== undefined && g.labels(w.workspaceId).set(w.oldestQueuedSeconds)), ["workspace"]);
   sampled("forelead_database_reachable", "1 when the database answered the scrape's select 1, else 0 (the queue gauges are then absent).", (g, s) => g.set(s.reachable ? 1 : 0));
   sampled("forelead_database_round_trip_seconds", "How long the scrape's select 1 took (0 while unreachable).", (g, s) => s.roundTripSeconds !== undefined && g.set(s.roundTripSeconds));

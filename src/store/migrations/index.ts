@@ -17,6 +17,10 @@ import * as m0015 from "./0015_replicas.js";
 import * as m0016 from "./0016_events.js";
 import * as m0017 from "./0017_stats_indexes.js";
 import * as m0018 from "./0018_job_samples.js";
+import * as m0019 from "./0019_claim_rules.js";
+import * as m0020 from "./0020_pipelines.js";
+import * as m0021 from "./0021_job_results.js";
+import * as m0022 from "./0022_suspend.js";
 import * as m0023 from "./0023_runner_instances.js";
 
 /**
@@ -42,5 +46,9 @@ export const migrations: Record<string, Migration> = {
   "0016_events": m0016,
   "0017_stats_indexes": m0017,
   "0018_job_samples": m0018,
+  "0019_claim_rules": m0019,
+  "0020_pipelines": m0020,
+  "0021_job_results": m0021,
+  "0022_suspend": m0022,
   "0023_runner_instances": m0023,
 };

@@ -4,15 +4,21 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Message } from "@bufbuild/protobuf";
+import type { Backoff, Requirements } from "./scheduling_pb.js";
+import { file_forelead_runner_v1_scheduling } from "./scheduling_pb.js";
+import type { InputRequest } from "./input_pb.js";
+import { file_forelead_runner_v1_input } from "./input_pb.js";
+import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { JobInput } from "./inputs_pb.js";
+import { file_forelead_runner_v1_inputs } from "./inputs_pb.js";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file forelead/runner/v1/job.proto.
  */
 export const file_forelead_runner_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEi8gYKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmdCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUibQoKSm9iV2FpdGluZxIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSFgoObWlzc2luZ19sYWJlbHMYAyADKAkSFAoMYnVzeV9ydW5uZXJzGAQgASgFEhIKCmJ1c3lfc2xvdHMYBSABKAUiwQEKB0pvYlNwZWMSDQoFaW1hZ2UYASABKAkSDAoEYXJndhgCIAMoCRIxCgNlbnYYAyADKAsyJC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iU3BlYy5FbnZFbnRyeRIXCg90aW1lb3V0X3NlY29uZHMYBCABKAUSCwoDY3B1GAUgASgBEhQKDG1lbW9yeV9ieXRlcxgGIAEoAxoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjwKCEpvYkVycm9yEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIRCglyZXRyeWFibGUYAyABKAgiKgoHRmFpbHVyZRIOCgZyZWFzb24YASABKAkSDwoHbWVzc2FnZRgCIAEoCSKUAwoFTGVhc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFdG9rZW4YAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQY2FuY2VsX3JlcXVlc3RlZBgEIAEoCEgAiAEBEiQKA2pvYhgFIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISNwoHc2VjcmV0cxgGIAMoCzImLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZS5TZWNyZXRzRW50cnkSQAoMc2VjcmV0X2ZpbGVzGAcgAygLMiouZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldEZpbGVzRW50cnkaLgoMU2VjcmV0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMgoQU2VjcmV0RmlsZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhMKEV9jYW5jZWxfcmVxdWVzdGVkIkoKCEFydGlmYWN0EgwKBG5hbWUYASABKAkSDgoGZGlnZXN0GAIgASgJEgwKBHNpemUYAyABKAMSEgoKbWVkaWFfdHlwZRgEIAEoCWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiqwoKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmcSMAoMY2xhaW1hYmxlX2F0GCggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYKSABKAkSGQoRY29uY3VycmVuY3lfbGltaXQYKiABKAUSNgoMcmVxdWlyZW1lbnRzGCsgASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLlJlcXVpcmVtZW50cxIsCgdiYWNrb2ZmGCwgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkJhY2tvZmYSJwoGcmVzdWx0GDggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIxCghwcm9ncmVzcxg5IAEoCzIfLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JQcm9ncmVzcxI3Cg1pbnB1dF9yZXF1ZXN0GD4gASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLklucHV0UmVxdWVzdBIwCgpjaGVja3BvaW50GD8gAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhAKCHJldHJ5X29mGDAgASgJEhIKCnJldHJpZWRfYnkYMSABKAlCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUimQEKC0pvYlByb2dyZXNzEhQKB3BlcmNlbnQYASABKAFIAIgBARIRCgRkb25lGAIgASgFSAGIAQESEgoFdG90YWwYAyABKAVIAogBARIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIKCghfcGVyY2VudEIHCgVfZG9uZUIICgZfdG90YWwi6QEKCkpvYldhaXRpbmcSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhYKDm1pc3NpbmdfbGFiZWxzGAMgAygJEhQKDGJ1c3lfcnVubmVycxgEIAEoBRISCgpidXN5X3Nsb3RzGAUgASgFEikKBXVudGlsGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYByABKAkSGwoTY29uY3VycmVuY3lfcnVubmluZxgIIAEoBRIZChF1bm1ldF9yZXF1aXJlbWVudBgJIAEoCSLBAQoHSm9iU3BlYxINCgVpbWFnZRgBIAEoCRIMCgRhcmd2GAIgAygJEjEKA2VudhgDIAMoCzIkLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JTcGVjLkVudkVudHJ5EhcKD3RpbWVvdXRfc2Vjb25kcxgEIAEoBRILCgNjcHUYBSABKAESFAoMbWVtb3J5X2J5dGVzGAYgASgDGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCIqCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIs0ECgVMZWFzZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChBjYW5jZWxfcmVxdWVzdGVkGAQgASgISACIAQESJAoDam9iGAUgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYhI3CgdzZWNyZXRzGAYgAygLMiYuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldHNFbnRyeRJACgxzZWNyZXRfZmlsZXMYByADKAsyKi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0RmlsZXNFbnRyeRIPCgdhdHRlbXB0GAogASgFEhgKEGlucHV0X3JlcXVlc3RfaWQYCyABKAkSLAoMaW5wdXRfYW5zd2VyGAwgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEjAKCmNoZWNrcG9pbnQYDSADKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuQXJ0aWZhY3QSLAoGaW5wdXRzGAggAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkpvYklucHV0Gi4KDFNlY3JldHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFNlY3JldEZpbGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUITChFfY2FuY2VsX3JlcXVlc3RlZCJKCghBcnRpZmFjdBIMCgRuYW1lGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIMCgRzaXplGAMgASgDEhIKCm1lZGlhX3R5cGUYBCABKAliBnByb3RvMw", [file_forelead_runner_v1_scheduling, file_forelead_runner_v1_input, file_google_protobuf_struct, file_forelead_runner_v1_inputs, file_google_protobuf_timestamp]);
 
 /**
  * Job is a unit of work as the control plane knows it. A lease carries the
@@ -75,7 +81,8 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
   spec?: JobSpec | undefined;
 
   /**
-   * "queued", "running", "succeeded", "failed" or "cancelled".
+   * "queued", "running", "waiting_input" (suspended until its input request
+   * is answered), "succeeded", "failed" or "cancelled".
    *
    * @generated from field: string state = 20;
    */
@@ -188,6 +195,84 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
    * @generated from field: forelead.runner.v1.JobWaiting waiting = 39;
    */
   waiting?: JobWaiting | undefined;
+
+  /**
+   * When a queued job becomes claimable: its runAt (or enqueue time plus
+   * delaySeconds), or the end of its retry backoff. Unset: claimable now.
+   *
+   * @generated from field: google.protobuf.Timestamp claimable_at = 40;
+   */
+  claimableAt?: Timestamp | undefined;
+
+  /**
+   * The job's concurrency group: at most concurrency_limit jobs with this key
+   * run at once in the workspace.
+   *
+   * @generated from field: string concurrency_key = 41;
+   */
+  concurrencyKey: string;
+
+  /**
+   * @generated from field: int32 concurrency_limit = 42;
+   */
+  concurrencyLimit: number;
+
+  /**
+   * What a runner must have to be leased the job.
+   *
+   * @generated from field: forelead.runner.v1.Requirements requirements = 43;
+   */
+  requirements?: Requirements | undefined;
+
+  /**
+   * How its retries are spaced.
+   *
+   * @generated from field: forelead.runner.v1.Backoff backoff = 44;
+   */
+  backoff?: Backoff | undefined;
+
+  /**
+   * The job's result (docs/job-contract.md): the JSON object it wrote to
+   * /output/result.json or on a `::forelead::result` line, as the
+   * completion that settled it reported it. At most 1 MiB of JSON.
+   *
+   * @generated from field: google.protobuf.Struct result = 56;
+   */
+  result?: JsonObject | undefined;
+
+  /**
+   * The job's last reported progress (`::forelead::progress` lines), as
+   * the runner sent it in a job.progress event.
+   *
+   * @generated from field: forelead.runner.v1.JobProgress progress = 57;
+   */
+  progress?: JobProgress | undefined;
+
+  /**
+   * The input the job asked for when it suspended (docs/suspend.md): set
+   * while it is "waiting_input" and kept once answered; with the checkpoint
+   * files it left, which the next lease carries.
+   *
+   * @generated from field: forelead.runner.v1.InputRequest input_request = 62;
+   */
+  inputRequest?: InputRequest | undefined;
+
+  /**
+   * @generated from field: repeated forelead.runner.v1.Artifact checkpoint = 63;
+   */
+  checkpoint: Artifact[];
+
+  /**
+   * The job this one retries (POST /v1/admin/jobs/{jobId}/retry), and the job that retried this one.
+   *
+   * @generated from field: string retry_of = 48;
+   */
+  retryOf: string;
+
+  /**
+   * @generated from field: string retried_by = 49;
+   */
+  retriedBy: string;
 };
 
 /**
@@ -198,14 +283,54 @@ export const JobSchema: GenMessage<Job> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_job, 0);
 
 /**
+ * JobProgress is how far a job says it is: a percent, a done/total count,
+ * or both.
+ *
+ * @generated from message forelead.runner.v1.JobProgress
+ */
+export type JobProgress = Message<"forelead.runner.v1.JobProgress"> & {
+  /**
+   * 0 to 100.
+   *
+   * @generated from field: optional double percent = 1;
+   */
+  percent?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 done = 2;
+   */
+  done?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 total = 3;
+   */
+  total?: number | undefined;
+
+  /**
+   * When the control plane stored it.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 4;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.runner.v1.JobProgress.
+ * Use `create(JobProgressSchema)` to create a new message.
+ */
+export const JobProgressSchema: GenMessage<JobProgress> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_job, 1);
+
+/**
  * JobWaiting says why a queued job waits and what to do about it.
  *
  * @generated from message forelead.runner.v1.JobWaiting
  */
 export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
   /**
-   * "workspace_paused", "no_runner", "missing_labels", "runners_paused",
-   * "runners_not_connected" or "all_busy".
+   * "workspace_paused", "scheduled", "backoff", "no_runner", "missing_labels",
+   * "unmet_requirements", "runners_paused", "runners_not_connected",
+   * "concurrency_group" or "all_busy".
    *
    * @generated from field: string code = 1;
    */
@@ -236,6 +361,33 @@ export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
    * @generated from field: int32 busy_slots = 5;
    */
   busySlots: number;
+
+  /**
+   * scheduled, backoff: when the job becomes claimable.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 6;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * concurrency_group: the group holding the job, and how many of it run.
+   *
+   * @generated from field: string concurrency_key = 7;
+   */
+  concurrencyKey: string;
+
+  /**
+   * @generated from field: int32 concurrency_running = 8;
+   */
+  concurrencyRunning: number;
+
+  /**
+   * unmet_requirements: the requirement no registered runner meets, e.g.
+   * "architecture arm64".
+   *
+   * @generated from field: string unmet_requirement = 9;
+   */
+  unmetRequirement: string;
 };
 
 /**
@@ -243,7 +395,7 @@ export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
  * Use `create(JobWaitingSchema)` to create a new message.
  */
 export const JobWaitingSchema: GenMessage<JobWaiting> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 1);
+  messageDesc(file_forelead_runner_v1_job, 2);
 
 /**
  * JobSpec says what to run. argv is an array, never a shell string.
@@ -289,7 +441,7 @@ export type JobSpec = Message<"forelead.runner.v1.JobSpec"> & {
  * Use `create(JobSpecSchema)` to create a new message.
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 2);
+  messageDesc(file_forelead_runner_v1_job, 3);
 
 /**
  * JobError is the runner's account of a failed job.
@@ -320,7 +472,7 @@ export type JobError = Message<"forelead.runner.v1.JobError"> & {
  * Use `create(JobErrorSchema)` to create a new message.
  */
 export const JobErrorSchema: GenMessage<JobError> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 3);
+  messageDesc(file_forelead_runner_v1_job, 4);
 
 /**
  * Failure is the control plane's reason for settling a job as failed or
@@ -345,7 +497,7 @@ export type Failure = Message<"forelead.runner.v1.Failure"> & {
  * Use `create(FailureSchema)` to create a new message.
  */
 export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 4);
+  messageDesc(file_forelead_runner_v1_job, 5);
 
 /**
  * Lease is a runner's time-limited right to run one job. The token is shown
@@ -396,6 +548,42 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
    * @generated from field: map<string, string> secret_files = 7;
    */
   secretFiles: { [key: string]: string };
+
+  /**
+   * Which attempt of the job this lease runs (1 for the first claim); the
+   * runner writes it into the job's /input/execution.json.
+   *
+   * @generated from field: int32 attempt = 10;
+   */
+  attempt: number;
+
+  /**
+   * A job resumed after an answered input request (docs/suspend.md): the
+   * request's id, the answer (written to input/answer.json) and the
+   * checkpoint files to restore under input/checkpoint/, fetched with
+   * POST /v1/runner/checkpoint. Only in the claim reply.
+   *
+   * @generated from field: string input_request_id = 11;
+   */
+  inputRequestId: string;
+
+  /**
+   * @generated from field: google.protobuf.Value input_answer = 12;
+   */
+  inputAnswer?: Value | undefined;
+
+  /**
+   * @generated from field: repeated forelead.runner.v1.Artifact checkpoint = 13;
+   */
+  checkpoint: Artifact[];
+
+  /**
+   * A pipeline step's inputs: artifacts of the steps it needs, to fetch with
+   * DownloadInput before the job starts. Only in the claim reply.
+   *
+   * @generated from field: repeated forelead.runner.v1.JobInput inputs = 8;
+   */
+  inputs: JobInput[];
 };
 
 /**
@@ -403,7 +591,7 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 5);
+  messageDesc(file_forelead_runner_v1_job, 6);
 
 /**
  * Artifact is one file a job left behind (its /output), stored by the
@@ -445,5 +633,5 @@ export type Artifact = Message<"forelead.runner.v1.Artifact"> & {
  * Use `create(ArtifactSchema)` to create a new message.
  */
 export const ArtifactSchema: GenMessage<Artifact> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 6);
+  messageDesc(file_forelead_runner_v1_job, 7);
 

@@ -1,0 +1,45 @@
+// `npm run build` (run by `npm ci` and `npm install` through `prepare`): compiles the `forelead`
+// command into dist/ with esbuild, so bin/forelead.js starts compiled JavaScript instead of
+// compiling TypeScript at every start. ES modules with code splitting: every command group that
+// src/cli/main.ts imports lazily is a chunk of its own, loaded only when that group runs.
+// Packages stay external (node_modules is read at run time); gen/ and src/ are bundled.
+// The build facts (version, commit, date: src/server/build-info.ts) are stamped in.
+import { existsSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import type * as Esbuild from "esbuild";
+import { readBuildInfo } from "../src/server/build-info.js";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const outdir = `${root}dist`;
+
+let esbuild: typeof Esbuild;
+try {
+  esbuild = await import("esbuild");
+} catch {
+  // An install without devDependencies (npm ci --omit=dev): keep what a full install built.
+  if (existsSync(`${outdir}/cli/main.js`)) console.error("forelead build: esbuild is not installed; keeping the dist/ already built");
+  else console.error("forelead build: esbuild is not installed (an install without devDependencies), dist/ not built: bin/forelead.js will run the TypeScript sources, which starts slower. Build with the devDependencies installed, then `npm prune --omit=dev`.");
+  process.exit(0);
+}
+
+const started = performance.now();
+await rm(outdir, { recursive: true, force: true });
+const result = await esbuild.build({
+  absWorkingDir: root,
+  entryPoints: { "cli/main": "src/cli/main.ts" },
+  outdir,
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  platform: "node",
+  target: "node20",
+  packages: "external",
+  chunkNames: "chunks/[name]-[hash]",
+  sourcemap: "linked",
+  define: { FORELEAD_BUILD_STAMP: JSON.stringify(readBuildInfo()) },
+  logLevel: "warning",
+  metafile: true,
+});
+const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js")).length;
+console.error(`forelead build: dist/ (${files} files) in ${Math.round(performance.now() - started)} ms`);

@@ -1,0 +1,166 @@
+import { readFile } from "node:fs/promises";
+import { Command, Option } from "commander";
+import { toJsonString } from "@bufbuild/protobuf";
+import { AdminService, EnqueueJobResponseSchema, GetJobResponseSchema } from "../../gen/forelead/admin/v1/admin_pb.js";
+import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
+import { secondsFlag } from "./admin-flags.js";
+import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
+import { statusLine } from "./follow.js";
+import { formatEntry, readJobStream } from "./job-output.js";
+import { collect, integerIn } from "./options.js";
+
+interface EnqueueFlags extends AdminClientFlags {
+  workspace: string;
+  label: string[];
+  image?: string;
+  env: string[];
+  secretsFile?: string;
+  secretFile: string[];
+  timeout?: number;
+  priority?: number;
+  maxAttempts?: number;
+  idempotencyKey?: string;
+  repository?: string;
+  branch?: string;
+  kind?: string;
+  wait?: boolean;
+  json?: boolean;
+}
+
+/** The exit code `jobs enqueue --wait` ends with when the job was cancelled (as a shell reports an interrupt). */
+export const cancelledExitCode = 130;
+
+/** `forelead jobs enqueue`: EnqueueJob, and with --wait the job's log live and its exit code. */
+export function enqueueCommand(write: (text: string) => void = (t) => process.stdout.write(t), warn: (text: string) => void = (t) => process.stderr.write(t)): Command {
+  return withAdminClientOptions(
+    new Command("enqueue")
+      .description("enqueue a job (argv after --); with --wait print its log as it runs and exit with its exit code")
+      .argument("[argv...]", "the command the job runs, after --: forelead jobs enqueue --workspace w1 -- make test")
+      .requiredOption("--workspace <id>", "the job's workspace")
+      .option("--label <label>", "a runner label the job needs (repeatable: all of them)", collect, [] as string[])
+      .option("--image <image>", "the container image (the docker executor runs argv in it)")
+      .option("--env <KEY=VALUE>", "an environment variable of the job (repeatable); not for credentials: use --secrets-file", collect, [] as string[])
+      .option("--secrets-file <file>", "credentials for the job's environment: KEY=VALUE lines (# comments) or a JSON object; stored encrypted, never printed")
+      .option("--secret-file <NAME=PATH>", "a secret delivered to the job as the file NAME, with the content of PATH (repeatable)", collect, [] as string[])
+      .addOption(new Option("--timeout <duration>", "how long the job may run, e.g. 10m, 2h (default: the server's --default-job-timeout)").argParser(secondsFlag("--timeout", { wholeSeconds: true })))
+      .addOption(new Option("--priority <n>", "higher runs first; ties go to the oldest").argParser(integerIn("--priority", -1_000_000, 1_000_000)))
+      .addOption(new Option("--max-attempts <n>", "claims allowed before the job fails (default 3)").argParser(integerIn("--max-attempts", 1, 100)))
+      .option("--idempotency-key <key>", "the same key in the same workspace returns the same job instead of a new one")
+      .option("--repository <name>", "a registered repository: the job runs in its checkout")
+      .option("--branch <branch>", "the repository's branch (default: its default branch)")
+      .addOption(new Option("--kind <kind>", "the job's kind (default: checkout with --repository, else command)").choices(["command", "checkout", "agent"]))
+      .option("--wait", `follow the job until it settles, printing its log, and exit with its exit code (failed without one: 1; cancelled: ${cancelledExitCode})`)
+      .option("--json", "print the enqueue reply as proto3 JSON (with --wait: the settled job, the log on stderr)"),
+  ).action(async (argv: string[], flags: EnqueueFlags) => {
+    const [env, secrets, secretFiles] = await Promise.all([Promise.resolve(keyValues(flags.env, "--env")), readSecretsFile(flags.secretsFile), readSecretFiles(flags.secretFile)]);
+    await withService(flags, AdminService, async (admin) => {
+      const reply = await admin.enqueueJob({
+        apiVersion: "v1",
+        workspaceId: flags.workspace,
+        labels: flags.label,
+        repository: flags.repository ?? "",
+        targetBranch: flags.branch ?? "",
+        kind: flags.kind ?? "",
+        spec: { image: flags.image ?? "", argv, env, timeoutSeconds: flags.timeout ?? 0 },
+        priority: flags.priority ?? 0,
+        maxAttempts: flags.maxAttempts ?? 0,
+        idempotencyKey: flags.idempotencyKey ?? "",
+        secrets,
+        secretFiles,
+      });
+      const job = reply.job;
+      if (!job) throw new Error("the control plane's enqueue reply has no job");
+      if (!flags.wait) {
+        write(flags.json ? `${toJsonString(EnqueueJobResponseSchema, reply)}\n` : `job ${job.id} ${job.state} in workspace ${job.workspaceId}${job.waiting?.message ? `: waiting: ${job.waiting.message}` : ""}\n`);
+        return;
+      }
+      warn(`forelead: job ${job.id} ${job.state} in workspace ${job.workspaceId}\n`);
+      const status = statusLine(`job ${job.id} ${job.state}${job.waiting?.message ? `: ${job.waiting.message}` : ""}`);
+      const log = flags.json ? warn : write;
+      try {
+        await readJobStream(admin, "logs", { jobId: job.id, follow: true, warn }, (entry) => {
+          status.stop();
+          log(formatEntry("logs", entry, false));
+        });
+      } finally {
+        status.stop();
+      }
+      const final = await admin.getJob({ jobId: job.id });
+      const settled = final.job!;
+      if (flags.json) write(`${toJsonString(GetJobResponseSchema, final)}\n`);
+      const code = jobExitCode(settled);
+      warn(`forelead: job ${settled.id} ${settled.state}${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}${outcomeReason(settled)}\n`);
+      process.exitCode = code;
+    });
+  });
+}
+
+/** The exit code `--wait` ends with: the job's own when it ran to one; 1 for a failure without one; 130 when cancelled. */
+export function jobExitCode(job: Job): number {
+  if (job.state === "cancelled") return cancelledExitCode;
+  if (job.state === "succeeded") return job.exitCode ?? 0;
+  return job.exitCode !== undefined && job.exitCode !== 0 ? job.exitCode : 1;
+}
+
+/** Why a job did not succeed, for the last line: its error or the control plane's failure. */
+export function outcomeReason(job: Job): string {
+  if (job.error?.code) return `: ${job.error.code}${job.error.message ? ` (${job.error.message})` : ""}`;
+  if (job.failure?.reason) return `: ${job.failure.reason}${job.failure.message ? ` (${job.failure.message})` : ""}`;
+  return "";
+}
+
+/** KEY=VALUE flag values as a map; an error names the flag and the key, never the value. */
+function keyValues(values: readonly string[], flag: string): Record<string, string> {
+  const map: Record<string, string> = {};
+  for (const v of values) {
+    const eq = v.indexOf("=");
+    if (eq <= 0) throw new Error(`${flag} takes KEY=VALUE; got one without a key or an "=" (${JSON.stringify(v.slice(0, Math.max(0, eq)) || "(empty key)")})`);
+    map[v.slice(0, eq)] = v.slice(eq + 1);
+  }
+  return map;
+}
+
+/**
+ * The --secrets-file: a JSON object of strings, or KEY=VALUE lines (blank
+ * lines and # comments skipped; the value is everything after the first
+ * "="). Errors name the file and the line or key, never a value.
+ */
+export async function readSecretsFile(file: string | undefined): Promise<Record<string, string>> {
+  if (!file) return {};
+  const text = await readFile(file, "utf8").catch((err: NodeJS.ErrnoException) => {
+    throw new Error(`--secrets-file ${file}: cannot read it (${err.code ?? err.message})`);
+  });
+  if (text.trimStart().startsWith("{")) {
+    let data: unknown;
+    try {
+      data = JSON.parse(text);
+    } catch {
+      throw new Error(`--secrets-file ${file}: starts with "{" but is not valid JSON (an object of names to string values)`);
+    }
+    const map: Record<string, string> = {};
+    for (const [key, value] of Object.entries(data as Record<string, unknown>)) {
+      if (typeof value !== "string") throw new Error(`--secrets-file ${file}: the value of ${JSON.stringify(key)} is not a string`);
+      map[key] = value;
+    }
+    return map;
+  }
+  const map: Record<string, string> = {};
+  text.split(/\r?\n/).forEach((line, i) => {
+    if (line.trim() === "" || line.trimStart().startsWith("#")) return;
+    const eq = line.indexOf("=");
+    if (eq <= 0) throw new Error(`--secrets-file ${file} line ${i + 1}: not KEY=VALUE`);
+    map[line.slice(0, eq).trim()] = line.slice(eq + 1);
+  });
+  return map;
+}
+
+/** --secret-file NAME=PATH values as file name to content. */
+async function readSecretFiles(values: readonly string[]): Promise<Record<string, string>> {
+  const files: Record<string, string> = {};
+  for (const [name, path] of Object.entries(keyValues(values, "--secret-file"))) {
+    files[name] = await readFile(path, "utf8").catch((err: NodeJS.ErrnoException) => {
+      throw new Error(`--secret-file ${name}=${path}: cannot read it (${err.code ?? err.message})`);
+    });
+  }
+  return files;
+}

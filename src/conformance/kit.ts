@@ -1,0 +1,67 @@
+import { RowFailure, startHarness, type KitOptions } from "./harness.js";
+import { controlPlaneFeatures, rows, runnerDeclares, type Row } from "./rows.js";
+
+/** One row of the kit's table. */
+export interface RowResult {
+  readonly row: string;
+  readonly result: "pass" | "fail" | "skip";
+  readonly reason: string;
+  /** What the row holds, for the table's reader. */
+  readonly holds: string;
+  readonly seconds: number;
+}
+
+/**
+ * Runs every row against the runner `options.runnerCommand` starts, on a
+ * throwaway control plane, and reports each as it ends (`onRow`). A row the
+ * control plane or the runner lacks the feature for is skipped with the
+ * reason; after a failed `register` the rest are skipped.
+ */
+export async function runConformance(options: KitOptions, onRow: (result: RowResult) => void = () => {}, only: readonly Row[] = rows): Promise<RowResult[]> {
+  const h = await startHarness(options);
+  const results: RowResult[] = [];
+  const report = (r: RowResult) => {
+    results.push(r);
+    onRow(r);
+  };
+  try {
+    for (const row of only) {
+      const started = Date.now();
+      const base = { row: row.name, holds: row.holds };
+      const skip = results.some((r) => r.row === "register" && r.result !== "pass")
+        ? "the runner did not register"
+        : row.feature && !controlPlaneFeatures.has(row.feature)
+          ? `this control plane does not serve ${row.feature} yet`
+          : row.feature && !(await runnerDeclares(h, row.feature))
+            ? `the runner does not declare ${row.feature}`
+            : undefined;
+      if (skip) {
+        report({ ...base, result: "skip", reason: skip, seconds: 0 });
+        continue;
+      }
+      try {
+        const reason = await row.run(h);
+        report({ ...base, result: "pass", reason, seconds: (Date.now() - started) / 1000 });
+      } catch (err) {
+        const reason = err instanceof RowFailure ? err.message : `the kit could not run the row: ${(err as Error).message}`;
+        report({ ...base, result: "fail", reason, seconds: (Date.now() - started) / 1000 });
+      }
+    }
+  } finally {
+    await h.close();
+  }
+  return results;
+}
+
+/** The results as a table: row, result, reason (one line each; a long reason wraps under its row). */
+export function formatTable(results: readonly RowResult[]): string {
+  const width = Math.max(3, ...results.map((r) => r.row.length));
+  const lines = [`${"ROW".padEnd(width)}  RESULT  REASON`];
+  for (const r of results) {
+    const [first, ...rest] = r.reason.split("\n");
+    lines.push(`${r.row.padEnd(width)}  ${r.result.padEnd(6)}  ${first}`, ...rest.map((l) => `${" ".repeat(width + 10)}${l}`));
+  }
+  const count = (result: RowResult["result"]) => results.filter((r) => r.result === result).length;
+  lines.push("", `${count("pass")} passed, ${count("fail")} failed, ${count("skip")} skipped`);
+  return `${lines.join("\n")}\n`;
+}

@@ -1,0 +1,78 @@
+import { createHash } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eventually, registeredRunner } from "../support/actors.js";
+import { databaseKind } from "../support/database.js";
+import { useControlPlane } from "../support/fixture.js";
+import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind, type TestRunner } from "../support/runner-agent.js";
+
+const cp = useControlPlane();
+const { admin } = cp;
+const executors = await executorsUnderTest();
+const post = (path: string, body: Record<string, unknown> = {}) => admin.rest.request("POST", path, { apiVersion: "v1", ...body });
+const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+
+interface StepJson { name: string; state: string; jobId?: string }
+
+describe.each(executors)(`pipeline inputs, %s executor (${databaseKind})`, (executor: ExecutorKind) => {
+  const ws = `pi-${executor}`;
+  let runner: TestRunner;
+  beforeAll(async () => {
+    runner = await startTestRunner(cp, { runnerId: `r-inputs-${executor}`, workspaceId: ws, executor, slots: 2 });
+  });
+  afterAll(async () => runner?.close());
+
+  // Each job prints the sha256 of the inputs it sees, tries to write one, and leaves its own output.
+  const sh = (script: string) => specFor(executor, { argv: ["sh", "-c", script] });
+  const inDir = executor === "docker" ? "/input/files" : "input/files";
+  const outDir = executor === "docker" ? "/output" : "output";
+  const tryWrite = (file: string) => `(echo tamper >> ${inDir}/${file}) 2>/dev/null && echo WRITABLE || echo READONLY`;
+
+  it("a diamond passes A's output to B and C and theirs to D, read-only, each checked by digest inside the job", async () => {
+    const step = (name: string, needs: string[], script: string, inputs: unknown[] = []) => ({ name, needs, labels: ["linux"], spec: sh(script), inputs });
+    const reply = await post("/v1/admin/pipelines", {
+      workspaceId: ws,
+      name: "inputs",
+      steps: [
+        step("A", [], `printf alpha > ${outDir}/a.txt`),
+        step("B", ["A"], `sha256sum ${inDir}/A/a.txt; ${tryWrite("A/a.txt")}; printf beta > ${outDir}/b.txt`, [{ step: "A", name: "a.txt" }]),
+        step("C", ["A"], `sha256sum ${inDir}/A/a.txt; printf gamma > ${outDir}/c.txt`, [{ step: "A", glob: "*.txt" }]),
+        step("D", ["B", "C"], `sha256sum ${inDir}/B/b.txt ${inDir}/C/c.txt ${inDir}/A/a.txt 2>&1; ${tryWrite("B/b.txt")}`, [{ step: "B", name: "b.txt" }, { step: "C", name: "c.txt" }]),
+      ],
+    });
+    expect(reply.status, reply.text).toBe(200);
+    const pid = reply.json.pipeline.id as string;
+    const done = await eventually("the pipeline to settle", async () => {
+      const p = (await admin.rest.request("GET", `/v1/admin/pipelines/${pid}`)).json.pipeline;
+      return ["succeeded", "failed", "cancelled"].includes(p.state) ? p : undefined;
+    }, 60_000);
+    expect(done.state, JSON.stringify(done)).toBe("succeeded");
+    const jobOf = (name: string) => (done.steps as StepJson[]).find((s) => s.name === name)!.jobId!;
+    const artifact = async (step: string, name: string) => {
+      const listed = await admin.rest.request("GET", `/v1/admin/jobs/${jobOf(step)}/artifacts`);
+      return (listed.json.artifacts as Array<{ name: string; digest: string }>).find((a) => a.name === name)!.digest.replace("sha256:", "");
+    };
+    const lines = (step: string) => runner.recorded.job(jobOf(step)).logs.map((l) => l.text);
+    const a = await artifact("A", "a.txt");
+    expect(a).toBe(sha("alpha"));
+    expect(lines("B")).toContain(`${a}  ${inDir}/A/a.txt`);
+    expect(lines("B")).toContain("READONLY");
+    expect(lines("C")).toContain(`${a}  ${inDir}/A/a.txt`);
+    expect(lines("D")).toContain(`${await artifact("B", "b.txt")}  ${inDir}/B/b.txt`);
+    expect(lines("D")).toContain(`${await artifact("C", "c.txt")}  ${inDir}/C/c.txt`);
+    // D did not name A's output: it is not there.
+    expect(lines("D").some((l) => l.includes(`${inDir}/A/a.txt`) && /No such file/.test(l))).toBe(true);
+    expect(lines("D")).toContain("READONLY");
+
+    // Another job's lease cannot read A's artifact: 404 for a job that does not name it, 409 for a dead token.
+    const other = await registeredRunner(cp, `r-other-${executor}`, `${ws}-x`);
+    const enq = await admin.enqueue({ workspaceId: `${ws}-x` });
+    const claim = await other.claim({ waitSeconds: 5 });
+    expect(claim.json.job.id).toBe(enq.json.job.id);
+    const ask = (token: string) => other.rest.request("POST", "/v1/runner/inputs/content", { apiVersion: "v1", jobId: claim.json.job.id, leaseToken: token, fromJobId: jobOf("A"), name: "a.txt" });
+    const refused = await ask(claim.json.token);
+    expect(refused.status).toBe(404);
+    expect(refused.json.message).toBe(`job ${claim.json.job.id} has no input "a.txt" from job ${jobOf("A")}; its lease lists the inputs it may read`);
+    expect((await ask("not-the-token")).status).toBe(409);
+    await other.close();
+  }, 120_000);
+});
