@@ -34,7 +34,7 @@ export const commandGroups: readonly CommandGroup[] = [
   { name: "repos", description: "repositories the control plane fetches from and pushes to (it alone holds their credentials)", load: async () => (await import("./repos.js")).reposCommand() },
   {
     name: "jobs",
-    description: "read jobs' results as an admin identity (a certificate granted with serve --admin)",
+    description: "enqueue, follow, cancel and read jobs (admin API: an identity granted a role with serve --admin or --grant)",
     load: async () => {
       const [{ jobsCommand }, { addSamplesCommand }, { addAnswerCommand }, { addRetryCommand }] = await Promise.all([import("./jobs.js"), import("./samples.js"), import("./jobs-answer.js"), import("./pipelines.js")]);
       return addRetryCommand(addAnswerCommand(addSamplesCommand(jobsCommand())));
