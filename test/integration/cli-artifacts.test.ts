@@ -1,43 +1,18 @@
 import "reflect-metadata";
-import { execFile } from "node:child_process";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { leasedJob } from "../support/actors.js";
 import { restUploads, sha256 } from "../support/artifacts.js";
 import { databaseKind } from "../support/database.js";
+import { useCliDir } from "../support/cli-dir.js";
 import { useControlPlane } from "../support/fixture.js";
 
-const run = promisify(execFile);
-const forelead = join(process.cwd(), "bin/forelead.js");
 const cp = useControlPlane();
 const { admin } = cp;
-let dir: string;
+const cli = useCliDir(cp, "cli-artifacts");
+const { forel, connection } = cli;
 
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "forelead-cli-artifacts-"));
-  const cert = await cp.pki.service("test-admin");
-  await writeFile(join(dir, "ca.pem"), cp.pki.ca.certPem);
-  await writeFile(join(dir, "admin.pem"), cert.certPem);
-  await writeFile(join(dir, "admin-key.pem"), cert.keyPem);
-});
-afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
-
-async function forel(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [forelead, ...args], { cwd: dir, timeout: 60_000, encoding: "utf8" });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
-}
-
-const connection = () => ["--server", cp.url, "--cert", "admin.pem", "--key", "admin-key.pem", "--ca", "ca.pem"];
 
 describe(`forelead jobs artifacts / download (${databaseKind})`, () => {
   it("lists a job's artifacts and downloads one, checked against its digest", { timeout: 90_000 }, async () => {
@@ -57,7 +32,7 @@ describe(`forelead jobs artifacts / download (${databaseKind})`, () => {
     const got = await forel(["jobs", "download", j.jobId, "logs/build.log", ...connection()]);
     expect(got.code, got.stderr).toBe(0);
     expect(got.stderr).toContain(`wrote build.log (${data.length} bytes, ${sha256(data)})`);
-    expect(await readFile(join(dir, "build.log"))).toEqual(data);
+    expect(await readFile(join(cli.dir(), "build.log"))).toEqual(data);
     const again = await forel(["jobs", "download", j.jobId, "logs/build.log", ...connection()]);
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("build.log exists; pass --force");

@@ -1,43 +1,19 @@
 import "reflect-metadata";
-import { execFile } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { registeredRunner } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
+import { useCliDir } from "../support/cli-dir.js";
 import { useControlPlane } from "../support/fixture.js";
 
-const run = promisify(execFile);
-const forelead = join(process.cwd(), "bin/forelead.js");
 const cp = useControlPlane();
-let dir: string;
-
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), "forelead-cli-pipelines-"));
-  const cert = await cp.pki.service("test-admin");
-  await writeFile(join(dir, "ca.pem"), cp.pki.ca.certPem);
-  await writeFile(join(dir, "admin.pem"), cert.certPem);
-  await writeFile(join(dir, "admin-key.pem"), cert.keyPem);
-});
-afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
-
-async function forel(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [forelead, ...args, "--server", cp.url, "--cert", "admin.pem", "--key", "admin-key.pem", "--ca", "ca.pem"], { cwd: dir, timeout: 60_000, encoding: "utf8" });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
-}
+const cli = useCliDir(cp, "cli-pipelines");
+const forel = (args: string[]) => cli.forel([...args, ...cli.connection()]);
 
 describe(`forelead pipelines and jobs retry (${databaseKind})`, () => {
   it("submits a YAML file, gets, lists, cancels and resumes it; a bad graph's refusal is printed; jobs retry links a new job", { timeout: 120_000 }, async () => {
-    await writeFile(join(dir, "p.yaml"), [
+    await writeFile(join(cli.dir(), "p.yaml"), [
       "workspaceId: clip",
       "name: from-yaml",
       "steps:",
@@ -65,7 +41,7 @@ describe(`forelead pipelines and jobs retry (${databaseKind})`, () => {
     expect(resumed.code, resumed.stderr).toBe(0);
     expect(resumed.stdout).toMatch(/^build\s+-\s+queued\s+2\s+/m);
 
-    await writeFile(join(dir, "cycle.json"), JSON.stringify({ workspaceId: "clip", name: "c", steps: [{ name: "a", needs: ["b"] }, { name: "b", needs: ["a"] }] }));
+    await writeFile(join(cli.dir(), "cycle.json"), JSON.stringify({ workspaceId: "clip", name: "c", steps: [{ name: "a", needs: ["b"] }, { name: "b", needs: ["a"] }] }));
     const cycle = await forel(["pipelines", "submit", "cycle.json"]);
     expect(cycle.code).toBe(1);
     expect(cycle.stderr).toContain("the steps form a cycle: a → b → a (each needs the next)");

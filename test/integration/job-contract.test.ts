@@ -1,9 +1,10 @@
 import "reflect-metadata";
 import { describe, expect, it } from "vitest";
-import { eventually, leasedJob } from "../support/actors.js";
+import { leasedJob } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
-import { executorsUnderTest, specFor, startTestRunner, testImage, type ExecutorKind, type TestRunner } from "../support/runner-agent.js";
+import { runnerJobs } from "../support/runner-jobs.js";
+import { executorsUnderTest, testImage, type TestRunner } from "../support/runner-agent.js";
 import { readEntries } from "../support/streams.js";
 
 // The job's side of the contract (issue 21 items 1 and 2; docs/job-contract.md): execution.json in a
@@ -12,7 +13,6 @@ import { readEntries } from "../support/streams.js";
 // The body bound is raised here so the control plane's own result bound (1 MiB) is what refuses.
 const cp = useControlPlane({ leaseSeconds: 6, maxBodyBytes: 3 * 1024 * 1024 });
 const { admin } = cp;
-let n = 0;
 const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 
@@ -20,23 +20,7 @@ const secretValue = "tok-5b1e9d2c-7a44-4f0e-9c3b-2d8e6f1a0b77";
 const specSecretValue = "pw-8c2f41d9e7b3a6";
 const secretFileContent = "-----BEGIN TEST KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n-----END TEST KEY-----\n";
 
-async function freshRunner(executor: ExecutorKind): Promise<{ runner: TestRunner; ws: string }> {
-  const ws = `jc${++n}`;
-  return { runner: await startTestRunner(cp, { runnerId: `jc${n}-${tag}`, workspaceId: ws, executor }), ws };
-}
-
-async function enqueue(ws: string, executor: ExecutorKind, spec: Record<string, unknown>, extra: Record<string, unknown> = {}): Promise<string> {
-  const reply = await admin.enqueue({ workspaceId: ws, spec: specFor(executor, spec), ...extra });
-  expect(reply.status, reply.text).toBe(200);
-  return reply.json.job.id;
-}
-
-async function settled(jobId: string) {
-  return eventually(`job ${jobId} to settle`, async () => {
-    const job = (await admin.job(jobId)).json.job;
-    return ["succeeded", "failed", "cancelled"].includes(job.state) ? job : undefined;
-  }, 30_000);
-}
+const { freshRunner, enqueue, settled } = runnerJobs(cp, "jc");
 
 const stdout = (runner: TestRunner, jobId: string) => runner.recorded.job(jobId).logs.filter((l) => l.stream === "stdout").map((l) => l.text);
 

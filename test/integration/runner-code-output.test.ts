@@ -5,15 +5,15 @@ import { eventually } from "../support/actors.js";
 import { loseLease, registerRepository } from "../support/code-actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
+import { runnerJobs } from "../support/runner-jobs.js";
 import { createTestOrigin, type TestOrigin } from "../support/git-repos.js";
-import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind, type TestRunner } from "../support/runner-agent.js";
+import { executorsUnderTest } from "../support/runner-agent.js";
 
 // The agent wired to the code routes (checkout before the job) and to artifact uploads (output after it).
 // Leases of 6 s: renewals (every ~2 s) carry a cancellation to the runner within seconds.
 const cp = useControlPlane({ leaseSeconds: 6 });
 const { admin } = cp;
 let origin: TestOrigin;
-let n = 0;
 /** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
 const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
@@ -27,23 +27,7 @@ afterAll(async () => {
   await origin?.remove();
 });
 
-async function freshRunner(executor: ExecutorKind): Promise<{ runner: TestRunner; ws: string }> {
-  const ws = `rco${++n}`;
-  return { runner: await startTestRunner(cp, { runnerId: `rco${n}-${tag}`, workspaceId: ws, executor }), ws };
-}
-
-async function enqueue(ws: string, executor: ExecutorKind, spec: Record<string, unknown>, extra: Record<string, unknown> = {}): Promise<string> {
-  const reply = await admin.enqueue({ workspaceId: ws, spec: specFor(executor, spec), ...extra });
-  expect(reply.status, reply.text).toBe(200);
-  return reply.json.job.id;
-}
-
-async function settled(jobId: string) {
-  return eventually(`job ${jobId} to settle`, async () => {
-    const job = (await admin.job(jobId)).json.job;
-    return ["succeeded", "failed", "cancelled"].includes(job.state) ? job : undefined;
-  }, 30_000);
-}
+const { freshRunner, enqueue, settled } = runnerJobs(cp, "rco");
 
 const sha256 = (bytes: Buffer | string) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
 
