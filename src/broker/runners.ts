@@ -12,6 +12,10 @@ export interface RunnerView {
   readonly architecture: string;
   readonly labels: readonly string[];
   readonly clockOffsetNs: number;
+  readonly os: string;
+  readonly executionKinds: readonly string[];
+  readonly features: readonly string[];
+  readonly maxConcurrency: number;
   readonly liveLeases: number;
   readonly registeredAt: Date;
   readonly lastSeenAt: Date;
@@ -39,6 +43,10 @@ export async function listRunners(db: Kysely<Database>, workspaceId: string): Pr
     architecture: r.architecture,
     labels: r.labels,
     clockOffsetNs: r.clock_offset_ns,
+    os: r.os,
+    executionKinds: r.execution_kinds,
+    features: r.features,
+    maxConcurrency: r.max_concurrency,
     liveLeases: r.live_leases,
     registeredAt: r.registered_at,
     lastSeenAt: r.last_seen_at,

@@ -13,6 +13,7 @@ import { toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
+import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
 import { expireLeaseNow } from "../broker/sql/expire.js";
 import { createCertificateAuthority, issueClientCertificate, issueServerCertificate } from "../identity/ca.js";
@@ -77,9 +78,13 @@ export interface Harness {
   readonly options: KitOptions;
   readonly plane: ControlPlane;
   readonly admin: Client<typeof AdminService>;
+  /** Answers a suspended job's input request (POST /v1/admin/jobs/{jobId}/input). */
+  readonly input: Client<typeof InputService>;
   readonly launch: RunnerLaunch;
   /** Where a job's output directory is, as the job's shell sees it. */
   readonly outputDir: string;
+  /** Where a job's input directory is (answer and checkpoint of a resumed job), as the job's shell sees it. */
+  readonly inputDir: string;
   /** Every job the kit enqueued, in order. */
   readonly jobIds: readonly string[];
   enqueue(job: KitJob): Promise<string>;
@@ -144,6 +149,7 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
     const flags = { server: plane.url, ca: caFile, cert: adminFiles.cert, key: adminFiles.key };
     const admin = await serviceClientFromFlags(flags, AdminService);
     const fleet = await serviceClientFromFlags(flags, FleetService);
+    const input = await serviceClientFromFlags(flags, InputService);
     const workDir = join(dir, "work");
     await mkdir(workDir, { mode: 0o700 });
     const launch: RunnerLaunch = { server: plane.url, ca: caFile, cert: runnerFiles.cert, key: runnerFiles.key, runnerId, workspaceId, workDir };
@@ -158,8 +164,10 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
       options,
       plane,
       admin,
+      input,
       launch,
       outputDir: options.executor === "docker" ? "/output" : "output",
+      inputDir: options.executor === "docker" ? "/input" : "input",
       jobIds,
       async enqueue(j) {
         const { job: enqueued } = await admin.enqueueJob({

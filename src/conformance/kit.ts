@@ -1,5 +1,5 @@
-import { RowFailure, startHarness, type KitOptions } from "./harness.js";
-import { controlPlaneFeatures, rows, runnerDeclares, type Row } from "./rows.js";
+import { RowFailure, startHarness, type Harness, type KitOptions } from "./harness.js";
+import { controlPlaneFeatures, rows, undeclared, type Row } from "./rows.js";
 
 /** One row of the kit's table. */
 export interface RowResult {
@@ -28,13 +28,7 @@ export async function runConformance(options: KitOptions, onRow: (result: RowRes
     for (const row of only) {
       const started = Date.now();
       const base = { row: row.name, holds: row.holds };
-      const skip = results.some((r) => r.row === "register" && r.result !== "pass")
-        ? "the runner did not register"
-        : row.feature && !controlPlaneFeatures.has(row.feature)
-          ? `this control plane does not serve ${row.feature} yet`
-          : row.feature && !(await runnerDeclares(h, row.feature))
-            ? `the runner does not declare ${row.feature}`
-            : undefined;
+      const skip = results.some((r) => r.row === "register" && r.result !== "pass") ? "the runner did not register" : await missingFeature(h, row);
       if (skip) {
         report({ ...base, result: "skip", reason: skip, seconds: 0 });
         continue;
@@ -51,6 +45,15 @@ export async function runConformance(options: KitOptions, onRow: (result: RowRes
     await h.close();
   }
   return results;
+}
+
+/** Why a row needing features is skipped: the first one this control plane does not serve, or the ones the runner did not declare. */
+async function missingFeature(h: Harness, row: Row): Promise<string | undefined> {
+  const wanted = row.features ?? [];
+  const unserved = wanted.find((f) => !controlPlaneFeatures.has(f));
+  if (unserved) return `this control plane does not serve ${unserved} yet`;
+  const missing = wanted.length ? await undeclared(h, wanted) : [];
+  return missing.length ? `the runner does not declare ${missing.join(", ")}` : undefined;
 }
 
 /** The results as a table: row, result, reason (one line each; a long reason wraps under its row). */

@@ -4,6 +4,10 @@
 // request metrics), never by looking inside the runner. docs/conformance.md
 // says what each row checks.
 import { createHash, randomBytes } from "node:crypto";
+import { fromJson } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { features, suspendFeatures } from "../protocol/features.js";
+import { inputPaths } from "../protocol/input-request.js";
 import { describeJob, RowFailure, type Harness } from "./harness.js";
 
 /** One row: its name in the table, what it holds, and its check (its pass reason, or a RowFailure). */
@@ -11,31 +15,30 @@ export interface Row {
   readonly name: string;
   readonly holds: string;
   /**
-   * A feature the row needs from both the control plane and the runner
-   * (issue 21: progress, result and suspend). The row is skipped with the
-   * reason until controlPlaneFeatures lists it and the runner declares it.
+   * The features the row needs from both the control plane and the runner
+   * (src/protocol/features.ts: progress, result and suspend). The row is
+   * skipped, naming the first one missing, unless controlPlaneFeatures lists
+   * them all and the runner declared them all at registration.
    */
-  readonly feature?: string;
+  readonly features?: readonly string[];
   run(h: Harness): Promise<string>;
 }
 
 /**
- * The job-side features this control plane serves, which rows may require.
- * None yet: progress and result lines and suspend arrive with issue 21's
- * items 2 and 4; add each name here (and the runner's declaration check in
- * runnerDeclares) when its route merges.
+ * The features this control plane serves, which rows may require: every
+ * name of src/protocol/features.ts (cancel, progress and result lines and
+ * result.json reach the job view) and suspend's checkpoint-v1 and input-v1.
  */
-export const controlPlaneFeatures: ReadonlySet<string> = new Set<string>();
+export const controlPlaneFeatures: ReadonlySet<string> = new Set<string>([...Object.values(features), ...suspendFeatures]);
 
 /**
- * Whether the runner declared `feature` at registration: the `features` of
- * its registration as the runner listing shows it (capabilities, issue 21
- * item 3; until that field exists, no runner declares anything).
+ * The ones of `wanted` the runner did not declare at registration: the
+ * `features` of its registration as the admin runner listing shows it.
  */
-export async function runnerDeclares(h: Harness, feature: string): Promise<boolean> {
+export async function undeclared(h: Harness, wanted: readonly string[]): Promise<string[]> {
   const { runners } = await h.admin.listRunners({ workspaceId: h.launch.workspaceId });
-  const me = runners.find((r) => r.runnerId === h.launch.runnerId) as { features?: unknown } | undefined;
-  return Array.isArray(me?.features) && me.features.includes(feature);
+  const declared = runners.find((r) => r.runnerId === h.launch.runnerId)?.features ?? [];
+  return wanted.filter((f) => !declared.includes(f));
 }
 
 const done = (job: { state: string }) => ["succeeded", "failed", "cancelled"].includes(job.state);
@@ -255,20 +258,69 @@ export const rows: readonly Row[] = [
   },
   {
     name: "progress",
-    feature: "progress-v1",
-    holds: "::forelead::progress lines set the job's progress (issue 21 item 2)",
-    run: () => Promise.reject(new RowFailure("not written yet: lands with the progress lines")),
+    features: [features.progress],
+    holds: "::forelead::progress 3/10 then 100 are job.progress events, and the job view shows the last",
+    async run(h) {
+      const job = await runToEnd(h, "echo '::forelead::progress 3/10'; sleep 1; echo '::forelead::progress 100'", "the job printing progress lines did not settle");
+      expectSettled(job, "succeeded", "the job printing progress lines");
+      const events = (await h.jobEvents(job.id)) as Array<{ type?: unknown; percent?: unknown; done?: unknown; total?: unknown }>;
+      const progress = events.filter((e) => e?.type === "job.progress");
+      const shown = JSON.stringify(progress);
+      if (!progress.some((e) => e.done === 3 && e.total === 10)) throw new RowFailure(`no job.progress event with done 3 of total 10 for "::forelead::progress 3/10"; the job's job.progress events: ${shown}`);
+      if (!progress.some((e) => e.percent === 100)) throw new RowFailure(`no job.progress event with percent 100 for "::forelead::progress 100"; the job's job.progress events: ${shown}`);
+      if (job.progress?.percent !== 100) throw new RowFailure(`the job view's progress is ${JSON.stringify(job.progress ?? null, (_, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}; want percent 100, the last line's`);
+      return `${progress.length} job.progress events (3/10, 100); the job view shows 100 percent`;
+    },
   },
   {
     name: "result",
-    feature: "result-v1",
-    holds: "/output/result.json and ::forelead::result lines reach the job view (issue 21 items 1-2)",
-    run: () => Promise.reject(new RowFailure("not written yet: lands with result.json")),
+    features: [features.result],
+    holds: "a job's result.json in its output directory, and a ::forelead::result line, are the job's result in the job view",
+    async run(h) {
+      const nonce = randomBytes(4).toString("hex");
+      const checks: Array<[string, string, string]> = [
+        ["result.json", `printf '%s' '{"kit":"file","nonce":"${nonce}"}' > ${h.outputDir}/result.json`, "file"],
+        ["a ::forelead::result line", `echo '::forelead::result {"kit":"line","nonce":"${nonce}"}'`, "line"],
+      ];
+      for (const [what, script, kit] of checks) {
+        const job = await runToEnd(h, script, `the job writing ${what} did not settle`);
+        expectSettled(job, "succeeded", `the job writing ${what}`);
+        if (job.result?.kit !== kit || job.result?.nonce !== nonce) throw new RowFailure(`the job writing ${what} has the result ${JSON.stringify(job.result ?? null)} in its view; want {"kit":"${kit}","nonce":"${nonce}"}`);
+      }
+      return "result.json and a result line each are the job's result";
+    },
   },
   {
     name: "suspend",
-    feature: "checkpoint-v1",
-    holds: "a job suspends with a checkpoint and an input request, and resumes with the answer (issue 21 item 4)",
-    run: () => Promise.reject(new RowFailure("not written yet: lands with suspend")),
+    features: suspendFeatures,
+    holds: "a job writing a checkpoint and an input request waits for input with no attempt charged; answered, it resumes and finds the answer and its checkpoint in its input directory",
+    async run(h) {
+      const requestId = `kit-${randomBytes(3).toString("hex")}`;
+      const saved = `saved-${randomBytes(4).toString("hex")}`;
+      const answered = `answered-${randomBytes(4).toString("hex")}`;
+      const request = { id: requestId, prompt: "conformance kit: go on?", expiresInSeconds: 600, schema: { type: "object", properties: { word: { type: "string" } }, required: ["word"] } };
+      const [input, output] = [h.inputDir, h.outputDir];
+      // One script for both attempts: the first saves and asks, the resumed one prints what it found.
+      const script = [
+        `if [ -f ${input}/${inputPaths.answer} ]; then echo "answer: $(cat ${input}/${inputPaths.answer})"; echo "checkpoint: $(cat ${input}/${inputPaths.checkpointDir}/state.txt)"; exit 0; fi`,
+        `mkdir -p ${output}/${inputPaths.checkpointDir} && echo ${saved} > ${output}/${inputPaths.checkpointDir}/state.txt`,
+        `printf '%s' '${JSON.stringify(request)}' > ${output}/${inputPaths.request}`,
+      ].join("\n");
+      const jobId = await h.enqueue({ script });
+      const waiting = await h.waitFor(jobId, "the job asking for input did not suspend", (j) => j.state === "waiting_input" || done(j));
+      if (waiting.state !== "waiting_input") throw new RowFailure(`the job asking for input is ${describeJob(waiting)}; want waiting_input`);
+      if (waiting.attempts) throw new RowFailure(`the suspended job has ${waiting.attempts} attempt(s) charged; a suspend gives its attempt back (want 0)`);
+      if (waiting.inputRequest?.id !== requestId) throw new RowFailure(`the suspended job's view shows the input request ${JSON.stringify(waiting.inputRequest?.id ?? null)}; want ${requestId}`);
+      if (!waiting.checkpoint.some((a) => a.name === "state.txt")) throw new RowFailure(`the suspended job's checkpoint does not list state.txt: [${waiting.checkpoint.map((a) => a.name).join(", ")}]`);
+      await h.input.answerInput({ apiVersion: "v1", jobId, requestId, answer: fromJson(ValueSchema, { word: answered }) });
+      const job = await h.waitFor(jobId, "the answered job did not settle", done);
+      expectSettled(job, "succeeded", "the answered job");
+      const log = await h.logText(jobId);
+      const answerLine = log.find((l) => l.startsWith("answer: "));
+      if (!answerLine?.includes(answered)) throw new RowFailure(`the resumed job did not print the answer ${answered} from ${input}/${inputPaths.answer}; its line: ${JSON.stringify(answerLine ?? null)}`);
+      const checkpointLine = log.find((l) => l.startsWith("checkpoint: "));
+      if (checkpointLine?.trim() !== `checkpoint: ${saved}`) throw new RowFailure(`the resumed job did not print its checkpoint ${saved} from ${input}/${inputPaths.checkpointDir}/state.txt; its line: ${JSON.stringify(checkpointLine ?? null)}`);
+      return "waiting_input, no attempt charged; answered, resumed with the answer and its checkpoint";
+    },
   },
 ];

@@ -2,7 +2,7 @@ import "reflect-metadata";
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { eventually, registeredRunner, type RunnerActor } from "../support/actors.js";
-import type { RestReply } from "../support/clients.js";
+import { createRestClient, type RestReply } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { specFor, startTestRunner } from "../support/runner-agent.js";
@@ -159,7 +159,12 @@ describe(`what a claim may lease (${databaseKind})`, () => {
     const runner = await startTestRunner(cp, { runnerId: "caps-1", workspaceId: "caps", executor: "process", slots: 2 });
     try {
       const row = await cp.plane.store.db.selectFrom("runners").select(["os", "execution_kinds", "features", "max_concurrency"]).where("runner_id", "=", "caps-1").executeTakeFirstOrThrow();
-      expect(row).toEqual({ os: process.platform, execution_kinds: ["process"], features: ["cancel-v1"], max_concurrency: 2 });
+      expect(row).toEqual({ os: process.platform, execution_kinds: ["process"], features: ["cancel-v1", "progress-v1", "result-v1"], max_concurrency: 2 });
+      // The admin runner listing shows them as registered.
+      const rest = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service("test-admin"));
+      const listed = await rest.request("GET", "/v1/admin/runners?workspaceId=caps").finally(() => rest.close());
+      expect(listed.status, listed.text).toBe(200);
+      expect(listed.json.runners[0]).toMatchObject({ runnerId: "caps-1", os: process.platform, executionKinds: ["process"], features: ["cancel-v1", "progress-v1", "result-v1"], maxConcurrency: 2 });
       const job = await enqueue("caps", { spec: specFor("process", { argv: ["true"] }), requirements: { os: process.platform, executionKind: "process", features: ["cancel-v1"] } });
       const settled = await eventually("the job to succeed", async () => ((await getJob(job.id)).state === "succeeded" ? true : undefined));
       expect(settled).toBe(true);

@@ -9,8 +9,9 @@ const forelead = join(process.cwd(), "bin/forelead.js");
 const brokenRunner = join(process.cwd(), "test/fixtures/broken-runner.mjs");
 const executors = await executorsUnderTest();
 
-/** The rows that need a feature this control plane does not serve yet: skipped with the reason. */
+/** The rows that need a feature the runner declares (src/protocol/features.ts), and the reason each is skipped for a runner declaring none. */
 const featureRows = ["progress", "result", "suspend"];
+const undeclaredReasons = ["the runner does not declare progress-v1", "the runner does not declare result-v1", "the runner does not declare checkpoint-v1, input-v1"];
 
 interface Row {
   readonly row: string;
@@ -34,12 +35,12 @@ const failures = (rows: Row[]) => JSON.stringify(rows.filter((r) => r.result ===
 
 describe("forelead conformance", () => {
   for (const executor of executors) {
-    it(`passes for forelead runner with the ${executor} executor`, { timeout: 300_000 }, async () => {
+    it(`passes for forelead runner with the ${executor} executor`, { timeout: 360_000 }, async () => {
       const runner = `${process.execPath} ${forelead} runner --server {server} --ca {ca} --cert {cert} --key {key} --executor ${executor} --slots 1 --work-dir {workDir} --grace-seconds 1 --sample-interval-ms 0`;
       const { rows, exitCode, stderr } = await conformance(runner, ["--executor", executor, ...(executor === "docker" ? ["--image", testImage] : [])]);
       expect(rows.filter((r) => r.result === "fail"), stderr).toEqual([]);
-      expect(rowsWith(rows, "skip")).toEqual(featureRows);
-      expect(rowsWith(rows, "pass")).toEqual(["register", "success", "failure", "incompatible-spec", "cancel", "timeout", "renew", "expired-lease", "isolation", "upload-digest", "secrets", "repeated-complete"]);
+      expect(rowsWith(rows, "skip")).toEqual([]);
+      expect(rowsWith(rows, "pass")).toEqual(["register", "success", "failure", "incompatible-spec", "cancel", "timeout", "renew", "expired-lease", "isolation", "upload-digest", "secrets", "repeated-complete", ...featureRows]);
       expect(exitCode).toBe(0);
     });
   }
@@ -49,6 +50,7 @@ describe("forelead conformance", () => {
     expect(rowsWith(rows, "fail"), failures(rows)).toEqual(["cancel", "renew"]);
     expect(rows.find((r) => r.row === "cancel")?.reason).toMatch(/settled by the control plane: cancelled/);
     expect(rows.find((r) => r.row === "renew")?.reason).toMatch(/settled by the control plane: lease_lost/);
+    expect(rows.filter((r) => r.result === "skip").map((r) => r.reason)).toEqual(undeclaredReasons);
     expect(rowsWith(rows, "skip")).toEqual(featureRows);
     expect(exitCode).toBe(1);
   });
@@ -57,6 +59,7 @@ describe("forelead conformance", () => {
     const { rows, exitCode } = await conformance(`${process.execPath} ${brokenRunner} complete-twice`);
     expect(rowsWith(rows, "fail"), failures(rows)).toEqual(["repeated-complete"]);
     expect(rows.find((r) => r.row === "repeated-complete")?.reason).toMatch(/refused completions: \d+ × 409/);
+    expect(rows.filter((r) => r.result === "skip").map((r) => r.reason)).toEqual(undeclaredReasons);
     expect(exitCode).toBe(1);
   });
 

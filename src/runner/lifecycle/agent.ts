@@ -12,7 +12,7 @@ import type { OutputSink } from "../output/output.js";
 import { sleep } from "./settle.js";
 import type { UploadClient } from "../output/upload-output.js";
 import type { SuspendClient } from "./suspend-step.js";
-import { suspendFeatures } from "../../protocol/input-request.js";
+import { features, jobContractFeatures, suspendFeatures } from "../../protocol/features.js";
 import type { InputClient } from "./input-step.js";
 
 /** Everything the agent runs with. */
@@ -69,8 +69,8 @@ export interface AgentEnd {
   readonly failure?: Error;
 }
 
-/** Protocol features this agent implements, registered as capabilities: cancel-v1 (a cancel learned on renew stops the job). */
-export const runnerFeatures: readonly string[] = ["cancel-v1"];
+/** Features this agent implements, registered as capabilities (src/protocol/features.ts): cancel-v1, progress-v1, result-v1. */
+export const runnerFeatures: readonly string[] = [features.cancel, ...jobContractFeatures];
 
 /** A running runner agent. */
 export interface RunnerAgent {
