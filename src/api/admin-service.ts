@@ -1,5 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Broker } from "../broker/broker.js";
 import { audited } from "./audit-actions.js";
@@ -14,6 +14,7 @@ import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-a
 import { createInventoryAdminMethods } from "./inventory-admin.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
+import { scheduleFieldsOf } from "./schedule-fields.js";
 import { streamEntries } from "./stream-handlers.js";
 import { parseTimeRange } from "./time-range.js";
 
@@ -45,12 +46,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
         enqueuedBy: principalOf(ctx).spiffeId.text,
         secrets: req.secrets,
         secretFiles: req.secretFiles,
-        ...(req.runAt ? { runAt: timestampDate(req.runAt) } : {}),
-        ...(req.delaySeconds !== undefined ? { delaySeconds: Number(req.delaySeconds) } : {}),
-        concurrencyKey: req.concurrencyKey,
-        concurrencyLimit: req.concurrencyLimit,
-        ...(req.backoff ? { backoff: { initialSeconds: req.backoff.initialSeconds, multiplier: req.backoff.multiplier, maxSeconds: req.backoff.maxSeconds } } : {}),
-        ...(req.requirements ? { requirements: { architecture: req.requirements.architecture, os: req.requirements.os, executionKind: req.requirements.executionKind, features: req.requirements.features } } : {}),
+        ...scheduleFieldsOf(req),
       });
       const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
       return { apiVersion, job: jobMessage(job) };

@@ -7,6 +7,7 @@ import { audited } from "./audit-actions.js";
 import { jobReaderOf, principalOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
+import { scheduleFieldsOf } from "./schedule-fields.js";
 
 /** The pipeline surface: decode, call the broker's pipelines, encode. */
 export function createPipelineService(broker: Broker): ServiceImpl<typeof PipelineService> {
@@ -57,6 +58,7 @@ function stepOf(s: PipelineStepRequest): StepSubmission {
     kind: s.kind,
     secrets: s.secrets,
     secretFiles: s.secretFiles,
+    ...scheduleFieldsOf(s),
   };
 }
 

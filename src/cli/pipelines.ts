@@ -67,7 +67,7 @@ export function pipelinesCommand(write: (text: string) => void = (t) => process.
   withAdminClientOptions(
     pipelines
       .command("submit")
-      .description("submit the pipeline in FILE (YAML or JSON: workspaceId, name, steps[{name, needs, labels, spec, inputs, ...}])")
+      .description("submit the pipeline in FILE (YAML or JSON: workspaceId, name, steps[{name, needs, labels, spec, inputs, concurrencyKey, delaySeconds, requirements, ...}])")
       .argument("<file>", "the pipeline file")
       .option("--workspace <id>", "the workspace, instead of the file's workspaceId")
       .option("--name <name>", "the name, instead of the file's")

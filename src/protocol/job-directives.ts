@@ -9,6 +9,7 @@ import { parseResult, type JobResult } from "./job-result.js";
  *     progress  = percent / done "/" total   ; percent: 0-100, decimals allowed; done, total: 0 <= done <= total, total > 0
  *     result    = a JSON object (the rest of the line)
  *     error     = any text, the failure message of a failed job (at most 4096 characters)
+ *     input     = a JSON object (the rest of the line): an input request {id, prompt, schema, expiresInSeconds}
  *
  * The prefix must start the line; the name ends at the first space (one
  * space separates the argument, which runs to the end of the line and is
@@ -32,7 +33,9 @@ export type Progress = { readonly percent: number } | { readonly done: number; r
 export type Directive =
   | { readonly name: "progress"; readonly progress: Progress }
   | { readonly name: "result"; readonly result: JobResult }
-  | { readonly name: "error"; readonly message: string };
+  | { readonly name: "error"; readonly message: string }
+  /** The request as the job wrote it; its rules (src/protocol/input-request.ts) are checked where it is used, as the file's are. */
+  | { readonly name: "input"; readonly request: Readonly<Record<string, unknown>> };
 
 /** A directive's name and its argument, before the argument is parsed. */
 export interface DirectiveLine {
@@ -78,6 +81,15 @@ export const directiveParsers: { readonly [name: string]: (argument: string) => 
   },
   error(argument) {
     return argument ? { name: "error", message: argument.slice(0, maxErrorMessageChars) } : undefined;
+  },
+  input(argument) {
+    let value: unknown;
+    try {
+      value = JSON.parse(argument);
+    } catch {
+      return undefined;
+    }
+    return typeof value === "object" && value !== null && !Array.isArray(value) ? { name: "input", request: value as Record<string, unknown> } : undefined;
   },
 };
 

@@ -20,6 +20,8 @@ describe("job directives", () => {
     expect(parseDirective("::forelead::error make: *** [test] Error 2")).toEqual({ name: "error", message: "make: *** [test] Error 2" });
     expect((parseDirective(`::forelead::error ${"x".repeat(5000)}`) as { message: string }).message).toHaveLength(4096);
     expect(parseDirective("::forelead::error")).toBeUndefined();
+    expect(parseDirective('::forelead::input {"id":"q1","prompt":"Go?"}')).toEqual({ name: "input", request: { id: "q1", prompt: "Go?" } });
+    for (const bad of ["[1]", "1", "null", '"x"', "{broken", ""]) expect(parseDirective(`::forelead::input ${bad}`), bad).toBeUndefined();
   });
 
   it("unknown names, a prefix not at the start, and odd names are ordinary lines; splitDirective still reads an unknown name for directives defined elsewhere", () => {

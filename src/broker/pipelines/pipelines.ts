@@ -6,7 +6,7 @@ import { checkSegmentId } from "../../identity/segment-id.js";
 import { recordEvent } from "../../events/record.js";
 import { pipelineStepSecretBinding } from "../../secrets/bindings.js";
 import { checkRowId, newJobId } from "../ids.js";
-import { bad, cancelJob, jobKindOf, jobStates, validateEnqueue } from "../jobs.js";
+import { bad, cancelJob, jobKindOf, jobStates, validateEnqueue, type EnqueueInput } from "../jobs.js";
 import { hasSecrets, secretsDigest, type JobSecretsInput } from "../job-secrets.js";
 import { afterPageToken, pageKey, pageTokenOf } from "../job-list.js";
 import type { SettleHook } from "./settle-hook.js";
@@ -14,7 +14,7 @@ import { checkGraph, downstream, type StepInputSpec } from "./graph.js";
 import { advancePipeline, type StepEnqueue, type StoredStepRequest } from "./sequence.js";
 
 /** One step as submitted: its graph part, its job's fields and its secrets (write-only). */
-export interface StepSubmission extends StoredStepRequest, JobSecretsInput {
+export interface StepSubmission extends Omit<StoredStepRequest, "runAt">, Pick<EnqueueInput, "runAt">, JobSecretsInput {
   readonly name: string;
   readonly needs: readonly string[];
   readonly inputs: readonly StepInputSpec[];
@@ -98,7 +98,14 @@ function checkSubmission(input: PipelineSubmission, ctx: StepEnqueue): void {
 }
 
 function storedRequest(s: StepSubmission): StoredStepRequest {
-  return { labels: [...s.labels], repository: s.repository, targetBranch: s.targetBranch, spec: s.spec, maxAttempts: s.maxAttempts, priority: s.priority, kind: jobKindOf(s) };
+  return {
+    labels: [...s.labels], repository: s.repository, targetBranch: s.targetBranch, spec: s.spec, maxAttempts: s.maxAttempts, priority: s.priority, kind: jobKindOf(s),
+    ...(s.runAt ? { runAt: s.runAt.toISOString() } : {}),
+    ...(s.delaySeconds !== undefined ? { delaySeconds: s.delaySeconds } : {}),
+    ...(s.concurrencyKey ? { concurrencyKey: s.concurrencyKey, concurrencyLimit: s.concurrencyLimit } : {}),
+    ...(s.backoff ? { backoff: s.backoff } : {}),
+    ...(s.requirements ? { requirements: s.requirements } : {}),
+  };
 }
 
 async function submitPipeline(db: Kysely<Database>, input: PipelineSubmission, ctx: StepEnqueue): Promise<PipelineView> {

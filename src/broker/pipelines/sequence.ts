@@ -117,9 +117,19 @@ async function enqueueStep(tx: Transaction<Database>, pipeline: { id: string; wo
   const request = step.request as unknown as StoredStepRequest;
   // The repository and branch were checked at submit; the code host is not asked again under the pipeline's lock.
   const code: CodeHooks | undefined = ctx.code && { ...ctx.code, checkTarget: async () => undefined };
-  const job = await enqueueJob(tx, { ...request, workspaceId: pipeline.workspace_id, idempotencyKey: "", enqueuedBy: pipeline.enqueued_by ?? undefined, secrets, secretFiles }, ctx.timeouts, code, ctx.box);
+  const job = await enqueueJob(tx, { ...enqueueFieldsOf(request), workspaceId: pipeline.workspace_id, idempotencyKey: "", enqueuedBy: pipeline.enqueued_by ?? undefined, secrets, secretFiles }, ctx.timeouts, code, ctx.box);
   return String(job.id);
 }
 
-/** A step's job fields as stored at submit (secrets apart). */
-export type StoredStepRequest = Pick<EnqueueInput, "labels" | "repository" | "targetBranch" | "spec" | "maxAttempts" | "priority" | "kind">;
+/**
+ * A step's job fields as stored at submit (secrets apart), as JSON: runAt as
+ * its RFC 3339 text. delaySeconds is counted by the enqueue, so from when the
+ * step becomes ready; runAt is a time, so a step ready after it is claimable
+ * at once.
+ */
+export type StoredStepRequest = Pick<EnqueueInput, "labels" | "repository" | "targetBranch" | "spec" | "maxAttempts" | "priority" | "kind" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"> & { readonly runAt?: string };
+
+/** A stored step request as the enqueue takes it. */
+function enqueueFieldsOf({ runAt, ...request }: StoredStepRequest): Omit<EnqueueInput, "workspaceId" | "idempotencyKey"> {
+  return { ...request, ...(runAt ? { runAt: new Date(runAt) } : {}) };
+}

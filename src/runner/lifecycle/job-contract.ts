@@ -8,6 +8,8 @@ import { followJobEvents } from "./job-events-file.js";
 import { writeJobInput } from "./job-input.js";
 import { readResultFile } from "./job-result.js";
 import type { Settlement } from "./settle.js";
+import { inputRequestOf } from "./suspend-step.js";
+import type { InputRequestSpec } from "../../protocol/input-request.js";
 
 /** Least time between two job.progress events of one job; the last progress is always sent. */
 export const progressIntervalMs = 1000;
@@ -35,6 +37,8 @@ export interface JobContract {
   stdout(text: string): void;
   /** The job has ended: the rest of its events file is read and its last progress sent. */
   ended(): Promise<void>;
+  /** The last `::forelead::input` directive's request, its rules checked (a failed settlement naming the problem); undefined when there was none. */
+  inputRequest(): InputRequestSpec | Settlement | undefined;
   /** The settlement with the job's result and its error line; an invalid result.json fails a succeeded job. */
   settle(settlement: Settlement): Promise<Settlement>;
 }
@@ -62,6 +66,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
 
   let lineResult: JobResult | undefined;
   let errorMessage: string | undefined;
+  let lineInput: Readonly<Record<string, unknown>> | undefined;
   let lastSentAt = -Infinity;
   let pending: Progress | undefined;
   let timer: NodeJS.Timeout | undefined;
@@ -81,6 +86,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
       if (!directive) return;
       if (directive.name === "result") lineResult = directive.result;
       else if (directive.name === "error") errorMessage = directive.message;
+      else if (directive.name === "input") lineInput = directive.request;
       else {
         pending = directive.progress;
         const wait = lastSentAt + progressIntervalMs - performance.now();
@@ -96,6 +102,8 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
         o.out.event({ type: droppedEventType, count: dropped - maxDropReports, reason: `${dropped - maxDropReports} more lines were dropped` });
       }
     },
+    inputRequest: () =>
+      lineInput && inputRequestOf(lineInput, (message): Settlement => ({ outcome: "failed", error: { code: "invalid_input_request", message: `the job's ::forelead::input directive ${message}`, retryable: false } })),
     async settle(settlement) {
       const file = await readResultFile(o.jobDir);
       if (file.kind === "invalid") {

@@ -159,8 +159,8 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     const state = run.state;
     const stopping = "stopping" in state ? state.stopping : undefined;
     const ended = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
-    // Exit 0 with output/input-request.json written: the job is suspended, not completed (docs/suspend.md).
-    const asked = ended.outcome === "succeeded" && !stopping && state.phase !== "lost" ? await suspendIfAsked(suspendStep(jobDir), out, () => keeper.stop()) : undefined;
+    // Exit 0 with output/input-request.json written or an input directive printed: the job is suspended, not completed (docs/suspend.md).
+    const asked = ended.outcome === "succeeded" && !stopping && state.phase !== "lost" ? await suspendIfAsked(suspendStep(jobDir), out, () => keeper.stop(), contract.inputRequest()) : undefined;
     if (asked) return asked.settlement;
     const settlement = stopping || state.phase === "lost" ? ended : await contract.settle(ended);
     // A cancelled, lost or released job keeps nothing; a timed-out one keeps what it wrote.

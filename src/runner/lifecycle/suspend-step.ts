@@ -14,8 +14,8 @@ import { uploadOutput, type UploadClient } from "../output/upload-output.js";
 import type { Settlement } from "./settle.js";
 
 // Suspend and answer on the runner's side (docs/suspend.md). A job asks for
-// input by writing output/input-request.json (/output in a container) and
-// exiting 0; what it wants to keep goes under output/checkpoint/. The runner
+// input by writing output/input-request.json (/output in a container), or
+// printing `::forelead::input {json}` on stdout, and exiting 0; what it wants to keep goes under output/checkpoint/. The runner
 // uploads the checkpoint, suspends the job under its lease and completes
 // nothing. The lease that resumes the job carries the answer and the
 // checkpoint list: before the job starts again they are written to
@@ -171,11 +171,13 @@ export async function suspendJob(step: SuspendStep, request: InputRequestSpec, o
  * After a job exited 0: when it asked for input, suspends it (see
  * suspendJob) and returns what is left to complete, `{}` for nothing;
  * undefined when it asked for nothing, and the run settles as usual. The
- * request is `asked` when the job's output gave one (the `::forelead::input`
- * directive, read with inputRequestOf), else output/input-request.json.
+ * request is output/input-request.json when the job wrote it (the file
+ * wins, as result.json wins over a result line: an invalid file fails the
+ * job even with a valid directive), else `asked`: the last
+ * `::forelead::input` directive, read with inputRequestOf.
  */
 export async function suspendIfAsked(step: SuspendStep, out: JobOutput, stopRenewing: () => void, asked?: InputRequestSpec | Settlement): Promise<{ readonly settlement?: Settlement } | undefined> {
-  const request = asked ?? (await readInputRequest(step.jobDir));
+  const request = (await readInputRequest(step.jobDir)) ?? asked;
   if (!request) return undefined;
   if ("outcome" in request) return { settlement: request };
   const suspended = await suspendJob(step, request, out, stopRenewing);

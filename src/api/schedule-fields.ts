@@ -1,0 +1,25 @@
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Backoff, Requirements } from "../../gen/forelead/runner/v1/scheduling_pb.js";
+import type { EnqueueInput } from "../broker/jobs.js";
+
+/** The scheduling and requirement fields an EnqueueJobRequest and a PipelineStepRequest share, as decoded messages. */
+export interface ScheduleMessage {
+  readonly runAt?: Timestamp;
+  readonly delaySeconds?: bigint;
+  readonly concurrencyKey: string;
+  readonly concurrencyLimit: number;
+  readonly backoff?: Backoff;
+  readonly requirements?: Requirements;
+}
+
+/** Those fields as the broker takes them (validated there, by validateEnqueue). */
+export function scheduleFieldsOf(req: ScheduleMessage): Pick<EnqueueInput, "runAt" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"> {
+  return {
+    ...(req.runAt ? { runAt: timestampDate(req.runAt) } : {}),
+    ...(req.delaySeconds !== undefined ? { delaySeconds: Number(req.delaySeconds) } : {}),
+    concurrencyKey: req.concurrencyKey,
+    concurrencyLimit: req.concurrencyLimit,
+    ...(req.backoff ? { backoff: { initialSeconds: req.backoff.initialSeconds, multiplier: req.backoff.multiplier, maxSeconds: req.backoff.maxSeconds } } : {}),
+    ...(req.requirements ? { requirements: { architecture: req.requirements.architecture, os: req.requirements.os, executionKind: req.requirements.executionKind, features: req.requirements.features } } : {}),
+  };
+}
