@@ -107,9 +107,13 @@ describe(`forelead serve, grants, runner enroll, certs and audit as processes ($
     expect(again.stderr).toContain("was already used at");
 
     const runner = createRestClient(url, await readFile(path.join(tmp, "certs/ca.pem"), "utf8"), { certPem: await readFile(path.join(stateDir, "cert.pem"), "utf8"), keyPem: await readFile(path.join(stateDir, "key.pem"), "utf8") });
-    const reg = await runner.request("POST", "/v1/runner/register", { apiVersion: "v1", runnerId: "r1", workspaceId: "w1", slots: 1 });
+    // The certificate is accepted (the refusal is about registration, not identity); no register here: a
+    // registration without the agent's instance id would hold off the agent below for a lease length.
+    const probe = await runner.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "r1", waitSeconds: 0 });
     await runner.close();
-    expect(reg.status, reg.text).toBe(200);
+    expect(probe.status, probe.text).toBe(400);
+    expect(probe.json.code, probe.text).toBe("failed_precondition");
+    expect(probe.json.message).toContain('runner "r1" is not registered in workspace "w1"');
 
     // `forelead runner --state-dir` runs jobs with the enrolled identity.
     const agent = spawn(process.execPath, ["bin/forelead.js", "runner", "--server", url, "--ca", path.join(tmp, "certs/ca.pem"), "--state-dir", stateDir, "--executor", "process", "--labels", "linux", "--work-dir", path.join(tmp, "work")], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
