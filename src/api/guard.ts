@@ -232,8 +232,9 @@ function lacks(id: string, role: RoleName, method: string, hint: string, why = "
  *   the reader's workspaces and its own jobs (`jobReaderKey`), other read
  *   listings naming none are refused naming the workspaces to ask for;
  * - a request naming a job (job_id) is allowed to the identity that enqueued
- *   the job, and on read methods to a reader of the job's workspace; cancelling
- *   another identity's job takes admin;
+ *   the job, on read methods to a reader of the job's workspace, and on the
+ *   `workspaceActs` to an enqueuer of its workspace; cancelling another
+ *   identity's job takes admin;
  * - a method naming neither (the audit trail), or listed in `everyWorkspace`,
  *   needs the global role.
  * An empty or unknown workspace or job is let through to the handler, which
@@ -279,6 +280,7 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
     if (!job) return allow(`${role} ${id}`);
     if (job.enqueuedBy === id) return allow(`${id} enqueued ${what} ${jobId}`);
     if (role === "read" && readable.has(job.workspaceId)) return allow(`read ${id} in workspace "${job.workspaceId}"`);
+    if (role === "enqueue" && workspaceActs.has(method.name) && roles.enqueue.has(job.workspaceId)) return allow(`enqueue ${id} in workspace "${job.workspaceId}" (${method.name} is open to the workspace)`);
     if (role === "enqueue") return deny(`${id} may ${method.name.startsWith("Cancel") ? "cancel" : "act on"} only the ${what}s it enqueued; ${what} ${jobId} in workspace "${job.workspaceId}" is another identity's (only --grant ${id}=admin allows it)`);
     return deny(`${may} and on the ${what}s it enqueued, not on ${what} ${jobId} in workspace "${job.workspaceId}"; grant it with --grant ${id}=read:${job.workspaceId}`);
   }
@@ -291,6 +293,13 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
  * trail, and belong to operators (global read) rather than to a workspace.
  */
 const everyWorkspace: ReadonlySet<string> = new Set(["ListCertificates"]);
+
+/**
+ * Enqueue methods on a job that any identity granted enqueue in the job's
+ * workspace may call, not only the one that enqueued it: answering a
+ * suspended job's input request is an approver's act (docs/suspend.md).
+ */
+const workspaceActs: ReadonlySet<string> = new Set(["AnswerInput"]);
 
 /** Whether a method's reply lists jobs (a repeated forelead.runner.v1.Job): its handler applies `jobReaderOf`. */
 function listsJobs(method: DescMethod): boolean {

@@ -7,6 +7,8 @@ import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { registeredRunner, type RunnerActor } from "../support/actors.js";
+import { parseRoleGrant } from "../../src/identity/roles.js";
+import { createRestClient } from "../support/clients.js";
 import { restUploads, sha256 } from "../support/artifacts.js";
 import { expireLease } from "../support/streams.js";
 import { databaseKind } from "../support/database.js";
@@ -24,14 +26,16 @@ const approval = {
 
 describe(`suspend and answer (${databaseKind})`, () => {
   // No sweep on a timer: the tests sweep when they mean to.
-  const cp = useControlPlane({ sweepIntervalMs: 3_600_000 });
+  const cp = useControlPlane({
+    sweepIntervalMs: 3_600_000,
+    grants: [parseRoleGrant("spiffe://forelead/services/approver=enqueue:sus-approve"), parseRoleGrant("spiffe://forelead/services/outsider=enqueue:elsewhere")],
+  });
   const { admin } = cp;
   let counter = 0;
   const fresh = () => `sus${++counter}`;
 
   /** A runner (with the suspend features unless `features` says otherwise) holding the lease on a new job. */
-  async function leased(features = suspendFeatures, maxAttempts = 2) {
-    const ws = fresh();
+  async function leased(features = suspendFeatures, maxAttempts = 2, ws = fresh()) {
     const runner = await registeredRunner(cp, "r1", ws, { features });
     const enq = await admin.enqueue({ workspaceId: ws, maxAttempts });
     expect(enq.status, enq.text).toBe(200);
@@ -105,6 +109,27 @@ describe(`suspend and answer (${databaseKind})`, () => {
     expect(done.json.job).toMatchObject({ state: "succeeded", attempts: 1 });
 
     expect(await eventTypes(j.ws)).toEqual(["runner.registered", "job.queued", "job.leased", "job.suspended", "job.input_answered", "job.leased", "job.settled"]);
+    await j.runner.close();
+  });
+
+  it("any identity granted enqueue in the job's workspace may answer; one granted elsewhere is refused naming the grant", async () => {
+    const j = await leased(suspendFeatures, 2, "sus-approve");
+    expect((await suspend(j.runner, j.jobId, j.token)).status).toBe(200);
+    const body = { apiVersion: "v1", requestId: "approve-1", answer: { approved: true } };
+    const outsider = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service("outsider"));
+    const approver = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service("approver"));
+    try {
+      const refused = await outsider.request("POST", `/v1/admin/jobs/${j.jobId}/input`, body);
+      expect(refused.status, refused.text).toBe(403);
+      expect(refused.json.message).toContain(`job ${j.jobId} in workspace "sus-approve" is another identity's`);
+      expect((await admin.job(j.jobId)).json.job.state).toBe("waiting_input");
+      const answered = await approver.request("POST", `/v1/admin/jobs/${j.jobId}/input`, body);
+      expect(answered.status, answered.text).toBe(200);
+      expect(answered.json.job.state).toBe("queued");
+    } finally {
+      await outsider.close();
+      await approver.close();
+    }
     await j.runner.close();
   });
 
