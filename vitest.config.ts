@@ -8,8 +8,8 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: "forks",
-    // A spawned bin/forelead.js runs the TypeScript sources under test, not a dist/ build that may
-    // be stale (test/integration/cli-build.test.ts builds and runs the compiled command itself).
-    env: { FORELEAD_RUN_SOURCE: "1" },
+    // dist/ is built from the sources under test before the suites run, so a spawned
+    // bin/forelead.js runs the compiled command, as users do, and is never stale.
+    globalSetup: ["test/support/build-cli.ts"],
   },
 });

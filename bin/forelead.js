@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // Entry point of the `forelead` command: runs the compiled command in dist/ (`npm run build`,
 // which `npm ci` runs through `prepare`). The TypeScript sources run instead (through tsx's
-// loader, compiled at every start: slower) when FORELEAD_RUN_SOURCE=1 — the tests set it, so a
-// spawned `forelead` runs the sources under test, never a stale build — or when dist/ is missing.
+// loader, compiled at every start: slower) when FORELEAD_RUN_SOURCE=1 or when dist/ is missing.
+// The tests build dist/ from the sources under test before they run (test/support/build-cli.ts).
 import { existsSync } from "node:fs";
 import module from "node:module";
 

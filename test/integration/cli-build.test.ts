@@ -1,12 +1,12 @@
 // The compiled `forelead` (npm run build → dist/, what bin/forelead.js runs after npm ci): built
-// here from the sources under test, then run as a user runs it (FORELEAD_RUN_SOURCE unset; the
-// other suites run the sources). --help lists every command group, --version prints the build
+// from the sources under test before the suites run (test/support/build-cli.ts), run as a user
+// runs it. --help lists every command group, --version prints the build
 // facts that GET /v1/admin/status reports (src/server/build-info.ts) on every command.
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { commandGroups } from "../../src/cli/main.js";
 import { readBuildInfo } from "../../src/server/build-info.js";
 
@@ -30,10 +30,6 @@ function parseVersion(stdout: string): Record<string, string> {
   const version = /^forelead (\S+)$/.exec(first ?? "")?.[1];
   return { version: version ?? "", ...Object.fromEntries(rest.map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()])) };
 }
-
-beforeAll(async () => {
-  await run(process.execPath, ["--import", "tsx", "scripts/build.ts"], { cwd: repoRoot, timeout: 120_000 });
-}, 150_000);
 
 describe("the compiled forelead command", () => {
   it("npm run build leaves dist/cli/main.js, and the compiled --help lists every command group", async () => {

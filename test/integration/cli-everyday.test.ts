@@ -32,8 +32,8 @@ afterAll(async () => {
 
 /** The environment of a spawned command: no FORELEAD_* of the caller's, and a home without a config file. */
 function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  // No FORELEAD_* setting of the caller's reaches the command, but the tests' choice of running the sources does (vitest.config.ts).
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("FORELEAD_") || k === "FORELEAD_RUN_SOURCE"));
+  // No FORELEAD_* setting of the caller's reaches the command.
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("FORELEAD_")));
   return { ...env, HOME: dir, XDG_CONFIG_HOME: join(dir, "xdg"), ...extra };
 }
 
