@@ -21,7 +21,8 @@ import { releaseLease } from "./sql/release.js";
 import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
 import type { SecretBox } from "../secrets/box.js";
-import { pipelineSettleHook } from "./pipelines/sequence.js";
+import { pipelineSettleHook, strandedStepJobs } from "./pipelines/sequence.js";
+import { inTransaction } from "../store/transaction.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
 import { retryJob } from "./retry.js";
 import { leaseInput, withInputs } from "./pipelines/inputs.js";
@@ -111,6 +112,10 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     observer?.swept(ended);
     // Unanswered input requests past their expiry (docs/suspend.md): no lease ends, so not `swept`.
     const expiredInputs = await expireInputRequests(db);
+    // Steps whose job settled on a path without the hook (an input request's expiry just above, a
+    // runner's retirement): moved here, within a sweep interval.
+    const stranded = await strandedStepJobs(db);
+    if (stranded.length) await inTransaction(db, (tx) => settled(tx, stranded));
     return ended.length + expiredInputs.length;
   };
   let closed = false;

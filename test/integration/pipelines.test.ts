@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { parseRoleGrant } from "../../src/identity/roles.js";
-import { registeredRunner, type RunnerActor } from "../support/actors.js";
+import { eventually, registeredRunner, type RunnerActor } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane, useServiceClients } from "../support/fixture.js";
 
@@ -171,6 +171,26 @@ describe(`pipelines (${databaseKind})`, () => {
     const qc = await post(`/v1/admin/pipelines/${q.id}/cancel`);
     expect(qc.json.pipeline.state).toBe("cancelled");
     expect((await admin.job(stepJob(q, "only"))).json.job.state).toBe("cancelled");
+    await runner.close();
+  });
+
+  it("a step whose job settles on a path that moves no pipeline (its runner retired while the cancel was asked) is moved by the sweep", async () => {
+    const w = freshWorkspace();
+    const runner = await registeredRunner(cp, "r-retired", w, { slots: 4 });
+    const p = await submit(w, diamond());
+    const a = (await claimNow(runner))!;
+    expect((await post(`/v1/admin/pipelines/${p.id}/cancel`)).status).toBe(200);
+    // The runner never completes: it is retired, which releases its job (cancel asked: cancelled).
+    const retire = await post(`/v1/admin/runners/r-retired/retire`, { workspaceId: w, reason: "drill" });
+    expect(retire.status, retire.text).toBe(200);
+    expect(retire.json.releasedJobIds).toEqual([a.jobId]);
+    expect((await admin.job(a.jobId)).json.job.state).toBe("cancelled");
+    const done = await eventually(`pipeline ${p.id} to settle`, async () => {
+      const now = await pipeline(p.id);
+      return now.state === "cancelled" ? now : undefined;
+    });
+    expect(states(done)).toEqual({ A: "cancelled", B: "cancelled", C: "cancelled", D: "cancelled" });
+    expect((await events(w)).filter((e) => e.type === "pipeline.settled")).toHaveLength(1);
     await runner.close();
   });
 

@@ -1,4 +1,4 @@
-import type { Transaction } from "kysely";
+import type { Kysely, Transaction } from "kysely";
 import type { Database, JobState, StepState } from "../../store/schema.js";
 import { recordEvent, type EventType } from "../../events/record.js";
 import { pipelineStepSecretBinding } from "../../secrets/bindings.js";
@@ -35,6 +35,26 @@ type SettledState = "succeeded" | "failed" | "cancelled";
 const settledJob = new Set<JobState>(["succeeded", "failed", "cancelled"]);
 /** Whether a step's job has settled for good (a job waiting for input has not: its step stays as it is). */
 const isSettled = (state: JobState | null): state is SettledState => state !== null && settledJob.has(state);
+
+/**
+ * Jobs that settled while their step still waits on them: a settle path that
+ * runs no SettleHook (a runner's retirement releasing a job whose cancel was
+ * asked, an input request that expired). The broker's sweep passes them to
+ * its hook, so no pipeline waits for a step that is already over; every path
+ * with a hook moves its steps in the settling transaction and never shows up
+ * here. Bounded; reads the partial index pipeline_steps_open (migration 0024).
+ */
+export async function strandedStepJobs(db: Kysely<Database>, limit = 100): Promise<string[]> {
+  const rows = await db
+    .selectFrom("pipeline_steps as s")
+    .innerJoin("jobs as j", "j.id", "s.job_id")
+    .select("j.id")
+    .where("s.state", "in", ["queued", "running"])
+    .where("j.state", "in", [...settledJob])
+    .limit(limit)
+    .execute();
+  return rows.map((r) => r.id);
+}
 
 interface StepRow {
   name: string;

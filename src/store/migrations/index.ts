@@ -22,6 +22,7 @@ import * as m0020 from "./0020_pipelines.js";
 import * as m0021 from "./0021_job_results.js";
 import * as m0022 from "./0022_suspend.js";
 import * as m0023 from "./0023_runner_instances.js";
+import * as m0024 from "./0024_open_steps.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -51,4 +52,5 @@ export const migrations: Record<string, Migration> = {
   "0021_job_results": m0021,
   "0022_suspend": m0022,
   "0023_runner_instances": m0023,
+  "0024_open_steps": m0024,
 };
