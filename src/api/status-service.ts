@@ -26,7 +26,7 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
           ...(audit.oldestUnwritten ? { auditOldestUnwritten: timestampFromDate(audit.oldestUnwritten) } : {}),
         },
         replicas: s.replicas.map((r) => ({ id: r.id, host: r.host, pid: r.pid, version: r.version, startedAt: timestampFromDate(r.startedAt), lastSeenAt: timestampFromDate(r.lastSeenAt) })),
-        workspaces: s.workspaces.map((w) => ({ workspaceId: w.workspaceId, queued: BigInt(w.queued), running: BigInt(w.running), oldestQueuedSeconds: w.oldestQueuedSeconds, paused: w.paused })),
+        workspaces: s.workspaces.map((w) => ({ workspaceId: w.workspaceId, queued: BigInt(w.queued), running: BigInt(w.running), waitingInput: BigInt(w.waitingInput), oldestQueuedSeconds: w.oldestQueuedSeconds, paused: w.paused })),
         runners: {
           registered: BigInt(s.runners.registered),
           connected: BigInt(s.runners.connected),

@@ -31,7 +31,7 @@ export function formatStatus(s: GetStatusResponse): string {
     `replicas (${s.replicas.length}):`,
     ...s.replicas.map((x) => `  ${x.id}  ${x.host} pid ${x.pid}  ${x.version}  started ${at(x.startedAt)}  seen ${at(x.lastSeenAt)}`),
     `workspaces (${s.workspaces.length}):`,
-    ...s.workspaces.map((w) => `  ${w.workspaceId}  queued ${w.queued}  running ${w.running}  oldest queued ${w.oldestQueuedSeconds.toFixed(0)} s${w.paused ? "  PAUSED" : ""}`),
+    ...s.workspaces.map((w) => `  ${w.workspaceId}  queued ${w.queued}  running ${w.running}${w.waitingInput ? `  waiting for input ${w.waitingInput}` : ""}  oldest queued ${w.oldestQueuedSeconds.toFixed(0)} s${w.paused ? "  PAUSED" : ""}`),
     `runners: ${r?.registered} registered, ${r?.connected} connected, ${r?.busy} busy, ${r?.idle} idle, ${r?.paused} paused, ${r?.retired} retired`,
     `pool: slots ${p?.slotsFree}/${p?.slotsTotal} free, cpu ${p?.cpuFree}/${p?.cpuTotal} free, memory ${p?.memoryBytesFree}/${p?.memoryBytesTotal} bytes free`,
     `certificates: server until ${at(s.certificates?.serverNotAfter)}, issuer until ${at(s.certificates?.issuerNotAfter)}, ${s.certificates?.expiringWithin24h} issued ending within 24 h`,

@@ -11,6 +11,8 @@ export interface WorkspaceQueue {
   /** Seconds since the oldest queued job was enqueued; 0 when none is queued. */
   readonly oldestQueuedSeconds: number;
   readonly paused: boolean;
+  /** Jobs suspended waiting for an answer (waiting_input). */
+  readonly waitingInput: number;
 }
 
 /** Runner counts; see status.proto RunnerCounts for what each counts. */
@@ -71,14 +73,15 @@ const expiringListed = 10;
  */
 export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number): Promise<FleetStatus> {
   const [workspaces, fleet, replicas, expiring] = await Promise.all([
-    sql<{ workspace_id: string; queued: number; running: number; oldest: number; paused: boolean }>`
+    sql<{ workspace_id: string; queued: number; running: number; waiting_input: number; oldest: number; paused: boolean }>`
       with q as (
         select workspace_id,
                count(*) filter (where state = 'queued')::int as queued,
                count(*) filter (where state = 'running')::int as running,
+               count(*) filter (where state = 'waiting_input')::int as waiting_input,
                coalesce(extract(epoch from now() - min(created_at) filter (where state = 'queued')), 0)::float8 as oldest
-        from jobs where state in ('queued', 'running') group by workspace_id)
-      select coalesce(q.workspace_id, p.workspace_id) as workspace_id, coalesce(q.queued, 0) as queued, coalesce(q.running, 0) as running,
+        from jobs where state in ('queued', 'running', 'waiting_input') group by workspace_id)
+      select coalesce(q.workspace_id, p.workspace_id) as workspace_id, coalesce(q.queued, 0) as queued, coalesce(q.running, 0) as running, coalesce(q.waiting_input, 0) as waiting_input,
              coalesce(q.oldest, 0) as oldest, p.workspace_id is not null as paused
       from q full join workspace_pauses p on p.workspace_id = q.workspace_id
       order by 1`.execute(db),
@@ -116,7 +119,7 @@ export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number
   ]);
   const f = fleet.rows[0]!;
   return {
-    workspaces: workspaces.rows.map((w) => ({ workspaceId: w.workspace_id, queued: w.queued, running: w.running, oldestQueuedSeconds: w.oldest, paused: w.paused })),
+    workspaces: workspaces.rows.map((w) => ({ workspaceId: w.workspace_id, queued: w.queued, running: w.running, waitingInput: w.waiting_input, oldestQueuedSeconds: w.oldest, paused: w.paused })),
     runners: { registered: f.registered, connected: f.connected, busy: f.busy, idle: f.idle, paused: f.paused, retired: f.retired },
     pool: {
       slotsTotal: f.slots_total,

@@ -85,6 +85,10 @@ describe(`suspend and answer (${databaseKind})`, () => {
     expect(view.json.job).toMatchObject({ state: "waiting_input", inputRequest: { id: "approve-1" }, checkpoint });
     const expiresAt = Date.parse(view.json.job.inputRequest.expiresAt);
     expect(expiresAt).toBeGreaterThan(Date.now() + 3000 * 1000);
+    // The operator's status counts it, apart from queued and running.
+    const status = await admin.rest.request("GET", "/v1/admin/status");
+    expect(status.status, status.text).toBe(200);
+    expect(status.json.workspaces.find((w: { workspaceId: string }) => w.workspaceId === j.ws)).toMatchObject({ waitingInput: "1" });
 
     const answered = await answer(j.jobId, { requestId: "approve-1", answer: { approved: true, note: "ship it" } });
     expect(answered.status, answered.text).toBe(200);
