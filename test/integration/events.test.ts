@@ -229,7 +229,10 @@ describe.runIf(databaseKind === "postgres")("an id taken by a transaction that c
       const gap = await readEvents(db, query, read.pos);
       expect([gap.entries.length, gap.open]).toEqual([0, true]);
       await client.query("rollback");
-      const after = await readEvents(db, query, gap.pos);
+      // Its transaction ended: the gap waits for those in flight at this read too (src/events/read.ts).
+      const confirming = await readEvents(db, query, gap.pos);
+      expect([confirming.entries.length, confirming.open]).toEqual([0, true]);
+      const after = await readEvents(db, query, confirming.pos);
       expect(after.entries.map((e) => e.type)).toEqual(["job.queued"]);
     } finally {
       await client.end();
