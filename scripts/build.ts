@@ -13,6 +13,9 @@ import { readBuildInfo } from "../src/server/build-info.js";
 const root = fileURLToPath(new URL("..", import.meta.url));
 const outdir = `${root}dist`;
 
+/** Left in node_modules (see the build's comment). */
+const externalPackages = ["@electric-sql/pglite", "pg", "pg-native", "dockerode", "ssh2", "cpu-features", "esbuild", "tsx"];
+
 let esbuild: typeof Esbuild;
 try {
   esbuild = await import("esbuild");
@@ -34,7 +37,13 @@ const result = await esbuild.build({
   format: "esm",
   platform: "node",
   target: "node20",
-  packages: "external",
+  // Packages are bundled too: resolving and reading ~400 files of node_modules was a third of
+  // `forelead serve`'s start. Kept external: the ones that read files beside themselves at run
+  // time (PGlite's WebAssembly and data bundle) or carry native or optional parts (pg, dockerode
+  // and its ssh2), and esbuild itself. CommonJS packages in an ES module bundle need `require`:
+  // the banner makes one.
+  external: externalPackages,
+  banner: { js: 'import { createRequire as __forelead_createRequire } from "node:module"; const require = __forelead_createRequire(import.meta.url);' },
   chunkNames: "chunks/[name]-[hash]",
   sourcemap: "linked",
   define: { FORELEAD_BUILD_STAMP: JSON.stringify(readBuildInfo()) },
