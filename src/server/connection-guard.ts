@@ -3,6 +3,7 @@ import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { bodyStalledError } from "../api/body-stall.js";
 import type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
+import { peerCertificate } from "./peer-certificate.js";
 import { resetAfterEndStream } from "./stream-end.js";
 
 /** Less than this in one body window counts as no progress: a body dripped a few bytes at a time is a stall. */
@@ -57,9 +58,7 @@ export function guardConnections(server: Http2SecureServer, limits: ConnectionLi
     if (err.code === "ERR_TLS_HANDSHAKE_TIMEOUT") counters.handshakeTimeouts++;
   });
   server.on("session", (session: Http2Session) => {
-    // getPeerCertificate without its chain: getPeerX509Certificate here would leave identity.ts a leaf
-    // without its issuers (the chain is linked only on the first call).
-    const certless = Object.keys((session.socket as TLSSocket).getPeerCertificate(false)).length === 0;
+    const certless = peerCertificate(session.socket as TLSSocket) === undefined;
     // A certificate-less client may only enroll (the guard refuses the rest before any body byte):
     // a few streams and the default 64 KiB windows bound what it can make the server hold.
     if (certless) session.settings({ maxConcurrentStreams: limits.certlessMaxStreams, initialWindowSize: 65_535 });

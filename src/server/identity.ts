@@ -2,14 +2,15 @@ import type { Http2ServerRequest, Http2Session } from "node:http2";
 import type { TLSSocket } from "node:tls";
 import { verifyPresentedChain, type CertificatePolicy, type SessionVerdict } from "../identity/certificate-policy.js";
 import type { RequestIdentity } from "../api/context.js";
+import { peerCertificate } from "./peer-certificate.js";
 
 /**
  * Reads the client certificate of a request's TLS session and judges it once
  * per HTTP/2 session; validity in time is judged again on every request by
  * the guard. The certificate is taken as a node:crypto X509Certificate,
  * linked to the intermediates the client sent: no JS object per field, no
- * second parse (docs/performance.md, connections). (Node quirk: after
- * getPeerX509Certificate, getPeerCertificate(true) reports no issuer chain.)
+ * second parse (docs/performance.md, connections); read once per connection
+ * (peer-certificate.ts).
  */
 export function createRequestIdentifier(policy: CertificatePolicy): (req: Http2ServerRequest) => RequestIdentity {
   const verdicts = new WeakMap<Http2Session, SessionVerdict>();
@@ -21,7 +22,7 @@ export function createRequestIdentifier(policy: CertificatePolicy): (req: Http2S
     if (!verdict) {
       verdict = verifyPresentedChain(
         {
-          leaf: socket.getPeerX509Certificate(),
+          leaf: peerCertificate(socket),
           authorized: socket.authorized,
           ...(socket.authorizationError ? { authorizationError: String((socket.authorizationError as Error).message ?? socket.authorizationError) } : {}),
         },
