@@ -10,12 +10,17 @@ import { mkdtemp, rm } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { residentBytes } from "./lib/cpu.js";
+import { freshDatabase } from "./lib/database.js";
 import { intFlag, parseOptions } from "./lib/options.js";
+import { readOrCreateSecretsKeyFile } from "../src/secrets/key-file.js";
 import { publishScenario } from "./lib/report.js";
 import { round, summarize } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { runs: "string" });
+const options = parseOptions(process.argv.slice(2), { runs: "string", "idle-seconds": "string" });
 const runs = intFlag(options.flags.runs, "runs", options.size === "tiny" ? 1 : 7, 1, 100);
+/** How long a serve idles before its RSS is read: garbage of the start collected, nothing connected. */
+const idleSeconds = intFlag(options.flags["idle-seconds"], "idle-seconds", options.size === "tiny" ? 1 : 15, 1, 600);
 const repoRoot = fileURLToPath(new URL("..", import.meta.url));
 const bin = path.join(repoRoot, "bin/forelead.js");
 if (!existsSync(path.join(repoRoot, "dist/cli/main.js"))) throw new Error("dist/ is not built: run `npm run build` first");
@@ -26,6 +31,8 @@ const serveLimitMs = 60_000;
 const started = performance.now();
 const dir = await mkdtemp(path.join(os.tmpdir(), "forelead-start-"));
 const serveArgs = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--database", path.join(dir, "db"), "--certs-dir", path.join(dir, "certs")];
+/** RSS in MiB of an idle `forelead serve` on each database kind measured. */
+const idle: { embedded?: number; postgres?: number } = {};
 const samples: Record<string, number[]> = { node: [], help: [], helpSource: [], serving: [], healthz: [] };
 /** CPU milliseconds (user + system) of each run, every process it started: the machine's load moves them much less than the wall time. */
 const cpu: Record<string, number[]> = { node: [], help: [], helpSource: [], serving: [] };
@@ -39,6 +46,17 @@ try {
     const { serving, healthz } = await measured("serving", serveUntilReady);
     samples.serving!.push(serving);
     samples.healthz!.push(healthz);
+  }
+  idle.embedded = await idleResident(["--database", path.join(dir, "db")]);
+  if (options.databaseUrl) {
+    const database = await freshDatabase(options.databaseUrl, options.databaseName);
+    try {
+      const keyFile = path.join(dir, "secrets-pg.key");
+      await readOrCreateSecretsKeyFile(keyFile);
+      idle.postgres = await idleResident(["--database", database.location, "--secrets-key", keyFile]);
+    } finally {
+      await database.drop();
+    }
   }
 } finally {
   await rm(dir, { recursive: true, force: true });
@@ -54,16 +72,61 @@ await publishScenario(options, started, {
   notes: [
     "forelead --help: the compiled command (dist/, npm run build); from sources: FORELEAD_RUN_SOURCE=1, compiled by tsx at every start (as before the build step)",
     "npm start: `npm start -- --database DIR` on an existing embedded database (created by an unmeasured first start); serving = its `serving https://` line, /healthz = the first 200 from --metrics-listen",
+    `idle RSS: \`forelead serve\` (compiled) ${idleSeconds} s after its serving line, nothing connected: on the embedded database of the runs above${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; in the seconds column: MiB`,
     "CPU seconds: user + system of every process of the run (from /proc/self/stat's reaped-children times); for npm start, npm's too and the whole run, its stop included",
     `load average at the end: ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} on ${os.cpus().length} cores`,
   ],
   table: {
     title: `Start-up, median of ${runs} runs`,
     columns: ["command", "seconds", "× node -e 0", "CPU seconds", "runs"],
-    rows: [row("node -e 0", "node"), row("forelead --help", "help"), row("forelead --help (from sources, tsx)", "helpSource"), row("npm start: /healthz answers", "healthz"), row("npm start: serving", "serving")],
+    rows: [
+      row("node -e 0", "node"),
+      row("forelead --help", "help"),
+      row("forelead --help (from sources, tsx)", "helpSource"),
+      row("npm start: /healthz answers", "healthz"),
+      row("npm start: serving", "serving"),
+      ...idleRows(),
+    ],
   },
-  figures: { samplesMs: samples, cpuMs: cpu },
+  figures: { samplesMs: samples, cpuMs: cpu, idleRssMiB: idle },
 });
+
+/** The idle-memory rows: MiB in the seconds column, the rest empty. */
+function idleRows(): (string | number | null)[][] {
+  const rows: (string | number | null)[][] = [];
+  if (idle.embedded !== undefined) rows.push(["forelead serve idle RSS, embedded (MiB)", idle.embedded, null, null, 1]);
+  if (idle.postgres !== undefined) rows.push(["forelead serve idle RSS, PostgreSQL (MiB)", idle.postgres, null, null, 1]);
+  return rows;
+}
+
+/** Starts `forelead serve` (compiled) with `databaseArgs`, lets it idle, and returns its RSS in MiB. */
+async function idleResident(databaseArgs: readonly string[]): Promise<number> {
+  const args = [bin, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", path.join(dir, "certs"), ...databaseArgs];
+  const child = spawn(process.execPath, args, { cwd: repoRoot, env: compiledEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  let output = "";
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`forelead serve did not serve within ${serveLimitMs / 1000} s: ${output}`)), serveLimitMs);
+      child.once("exit", (code) => reject(new Error(`forelead serve exited ${code} before serving: ${output}`)));
+      const onOutput = (d: Buffer) => {
+        output += d.toString();
+        if (!/serving https:\/\//.test(output)) return;
+        clearTimeout(timer);
+        resolve();
+      };
+      child.stdout.on("data", onOutput);
+      child.stderr.on("data", onOutput);
+    });
+    await new Promise((r) => setTimeout(r, idleSeconds * 1000));
+    const bytes = residentBytes(child.pid!);
+    if (bytes === undefined) throw new Error("could not read the serve's RSS from /proc");
+    return round(bytes / 2 ** 20, 0);
+  } finally {
+    if (child.exitCode === null) child.kill("SIGTERM");
+    await exited;
+  }
+}
 
 /** Runs `run`, adding the CPU its (reaped) child processes used to cpu[name]. */
 async function measured<T>(name: string, run: () => Promise<T>): Promise<T> {
