@@ -19,7 +19,6 @@ interface AuditFlags extends AdminClientFlags {
 export function auditCommand(): Command {
   return withAdminClientOptions(
     new Command("audit")
-      .description("read the audit trail: identity decisions and administrative actions, newest first (needs the read role)")
       .option("--since <time>", "from this time (RFC 3339) or this long ago (1h, 30m)", timeFlag("--since"))
       .option("--until <time>", "before this time (RFC 3339) or this long ago", timeFlag("--until"))
       .option("--identity <spiffe-id>", "only records of this SPIFFE ID")

@@ -12,7 +12,7 @@ export const defaultHosts = ["localhost", "127.0.0.1", "::1"];
 
 /** `forelead ca ...`: the development PKI. */
 export function caCommand(): Command {
-  const ca = new Command("ca").description("development certificate authority (ECDSA P-256) for the server and runner certificates");
+  const ca = new Command("ca");
   ca.command("init")
     .description("create a development CA and a server certificate in --dir (kept if they exist)")
     .addOption(pathOption("--dir <dir>", "where to write the PKI", "certs"))

@@ -21,7 +21,6 @@ const flagged: Record<string, string> = {
 export function certsCommand(): Command {
   return withAdminClientOptions(
     new Command("certs")
-      .description("list the runner certificates this control plane issued, newest per runner; flags those expiring soon and runners that failed to renew (needs the read role)")
       .option("--workspace <id>", "only this workspace")
       .option("--runner-id <id>", "only this runner id")
       .option("--all", "every certificate, not only the newest per runner")

@@ -9,7 +9,7 @@ interface ShowFlags extends AdminClientFlags {
 
 /** `forelead config show`: the resolved connection and where each value came from. */
 export function configCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
-  const config = new Command("config").description("the CLI's configuration: flags, FORELEAD_* environment variables and the config file (docs/cli.md)");
+  const config = new Command("config");
   withAdminClientOptions(
     config
       .command("show")

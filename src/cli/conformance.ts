@@ -18,7 +18,6 @@ const placeholderHelp = Object.entries(placeholders).map(([name, env]) => `{${na
 /** `forelead conformance`: the conformance kit for runners (docs/conformance.md). */
 export function conformanceCommand(): Command {
   return new Command("conformance")
-    .description("check a runner against the protocol: start a throwaway control plane, start the runner with a fresh identity, run the compatibility rows, print a table; exits 1 when a row fails (docs/conformance.md)")
     .requiredOption("--runner-command <command>", `the runner's command line, run by sh -c; placeholders, also given as environment variables: ${placeholderHelp}`)
     .addOption(new Option("--executor <kind>", "how the runner runs jobs: docker (jobs name --image, output in /output) or process (output in ./output)").choices(["docker", "process"]).default("process"))
     .option("--image <ref>", "the image docker jobs name", "busybox:latest")

@@ -18,7 +18,6 @@ interface DoctorFlags extends AdminClientFlags {
 export function doctorCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
   return withAdminClientOptions(
     new Command("doctor")
-      .description("run the control plane's health checks (certificates, issuer, database, clock, artifacts, LISTEN, backlogs); exits 1 when one fails")
       .option("--json", "print the checks as JSON"),
   ).action(async (flags: DoctorFlags) => {
     let checks: CheckRow[];

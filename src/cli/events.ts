@@ -23,7 +23,6 @@ interface EventsFlags extends AdminClientFlags {
 export function eventsCommand(write: (text: string) => void = (t) => process.stdout.write(t), warn: (text: string) => void = (t) => process.stderr.write(t)): Command {
   return withAdminClientOptions(
     new Command("events")
-      .description("the control plane's events (job.queued, job.leased, job.settled, runner.paused, workspace.paused, ...), oldest first")
       .option("--workspace <id>", "only this workspace's events")
       .option("--type <type>", "only events of this type (repeatable)", (value: string, previous: string[]) => [...previous, value], [] as string[])
       .option("--after <id>", "only events after this id (as a follower resumes)", eventId)

@@ -13,7 +13,7 @@ interface GrantsCreateFlags extends AdminClientFlags {
 
 /** `forelead grants create`: a one-time enrollment grant, printed once. */
 export function grantsCommand(): Command {
-  const grants = new Command("grants").description("one-time enrollment grants for new runners (needs the admin role)");
+  const grants = new Command("grants");
   withAdminClientOptions(
     grants
       .command("create")

@@ -45,7 +45,7 @@ interface DownloadFlags extends ConnectionFlags {
 
 /** `forelead jobs ...`: an admin identity reading jobs' results. */
 export function jobsCommand(write: (text: string) => void = (t) => process.stdout.write(t), warn: (text: string) => void = (t) => process.stderr.write(t)): Command {
-  const jobs = new Command("jobs").description("enqueue, follow, cancel and read jobs (admin API: an identity granted a role with serve --admin or --grant)");
+  const jobs = new Command("jobs");
   jobs.addCommand(enqueueCommand(write, warn));
   withAdminClientOptions(jobs.command("get").description("one job: state, attempts, runner, exit code, error, why it waits").argument("<job>", "job id").option("--json", "print the reply as proto3 JSON")).action(
     async (jobId: string, flags: JsonFlags) => {

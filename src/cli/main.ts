@@ -3,7 +3,8 @@ import { buildInfo } from "../server/build-info.js";
 
 /**
  * One command group of `forelead`: its name and one-line description (what the top-level help
- * lists) and how to load it. Only the group named on the command line is imported, so
+ * lists, and the group's own help: this row is its one home, given to the loaded command here)
+ * and how to load it. Only the group named on the command line is imported, so
  * `forelead --help` and `forelead ca init` never load the server, the runner or the clients of
  * the other groups (the build gives each group a chunk of its own: scripts/build.ts).
  */
@@ -12,8 +13,6 @@ export interface CommandGroup {
   readonly description: string;
   readonly load: () => Promise<Command>;
 }
-
-const versionDescription = "print the version, commit, build date and Node.js version (as GET /v1/admin/status reports them)";
 
 /** Every command group, in the order the help lists them. */
 export const commandGroups: readonly CommandGroup[] = [
@@ -49,7 +48,7 @@ export const commandGroups: readonly CommandGroup[] = [
   { name: "pipelines", description: "submit and watch pipelines: step graphs whose steps run as jobs once their needs succeeded (enqueue and read roles)", load: async () => (await import("./pipelines.js")).pipelinesCommand() },
   { name: "config", description: "the CLI's configuration: flags, FORELEAD_* environment variables and the config file (docs/cli.md)", load: async () => (await import("./config.js")).configCommand() },
   { name: "conformance", description: "check a runner against the protocol: start a throwaway control plane, start the runner with a fresh identity, run the compatibility rows, print a table; exits 1 when a row fails (docs/conformance.md)", load: async () => (await import("./conformance.js")).conformanceCommand() },
-  { name: "version", description: versionDescription, load: async () => versionCommand() },
+  { name: "version", description: "print the version, commit, build date and Node.js version (as GET /v1/admin/status reports them)", load: async () => versionCommand() },
 ];
 
 /** What `--version` and `forelead version` print: the build facts of `GET /v1/admin/status`, and Node's version. */
@@ -60,7 +59,6 @@ export function versionText(): string {
 
 function versionCommand(): Command {
   return new Command("version")
-    .description(versionDescription)
     .option("--json", "one JSON object: version, commit, buildDate, node")
     .action((flags: { json?: boolean }) => {
       process.stdout.write(flags.json ? `${JSON.stringify({ ...buildInfo(), node: process.version })}\n` : versionText());
@@ -100,7 +98,7 @@ export async function main(argv: readonly string[]): Promise<void> {
     const wanted = groupNamed(argv.slice(2));
     for (const group of commandGroups) {
       // The other groups stay placeholders: enough for the help to list them.
-      program.addCommand(group === wanted ? await group.load() : new Command(group.name).description(group.description));
+      program.addCommand((group === wanted ? await group.load() : new Command(group.name)).description(group.description));
     }
     addVersionOption(program);
     await program.parseAsync([...argv]);

@@ -63,7 +63,7 @@ export async function readPipelineFile(file: string) {
 
 /** `forelead pipelines submit|get|list|cancel|resume`: step graphs sequenced by the control plane (docs/pipelines.md). */
 export function pipelinesCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
-  const pipelines = new Command("pipelines").description("submit and watch pipelines: step graphs whose steps run as jobs once their needs succeeded (enqueue and read roles)");
+  const pipelines = new Command("pipelines");
   withAdminClientOptions(
     pipelines
       .command("submit")

@@ -5,7 +5,7 @@ import { adminClientFromFlags, withAdminClientOptions, type AdminClientFlags } f
 
 /** `forelead repos ...`: repositories the code routes serve, registered through the admin API. */
 export function reposCommand(): Command {
-  const repos = new Command("repos").description("repositories the control plane fetches from and pushes to (it alone holds their credentials)");
+  const repos = new Command("repos");
   withAdminClientOptions(
     repos
       .command("add")

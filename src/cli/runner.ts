@@ -59,7 +59,6 @@ export function runnerCommand(): Command {
   return new Command("runner")
     // Options after `enroll` belong to enroll, not to the agent.
     .enablePositionalOptions()
-    .description("run leased jobs from a control plane, in Docker or as local processes")
     // Not requiredOption: commander would demand them of `forelead runner enroll` too.
     .option("--server <url>", "the control plane, e.g. https://127.0.0.1:8443 (required)")
     .addOption(pathOption("--ca <file>", "CA bundle that signed the control plane's certificate (PEM) (required)"))

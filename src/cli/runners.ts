@@ -19,7 +19,7 @@ interface PauseFlags extends AdminClientFlags {
 
 /** `forelead runners ...`: operator views of runners, through the admin API. */
 export function runnersCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
-  const runners = new Command("runners").description("runners as the control plane sees them (admin API; needs an identity granted --admin)");
+  const runners = new Command("runners");
   withAdminClientOptions(
     runners
       .command("list")

@@ -42,7 +42,6 @@ export function addSamplesCommand(jobs: Command, write: (text: string) => void =
 export function sizingCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
   return withAdminClientOptions(
     new Command("sizing")
-      .description("settled jobs grouped by workspace, labels and image: requested CPU and memory against the p95 of their peaks, with advice")
       .option("--since <time>", `jobs settled since: ${timeForms}`, "7d")
       .option("--workspace <id>", "only this workspace")
       .option("--json", "print the reply as JSON"),

@@ -59,7 +59,6 @@ interface ServeFlags {
 /** `forelead serve`: the control plane. */
 export function serveCommand(): Command {
   return new Command("serve")
-    .description("serve the control plane (HTTP/2, TLS 1.3, client certificates required)")
     .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
     .option("--metrics-listen <host:port|off>", "plain-HTTP address of /metrics (Prometheus), /healthz and /readyz, without client certificates (docs/operations.md); off: not served", "127.0.0.1:9464")
     .addOption(pathOption("--tls-cert <file>", "server certificate (PEM); default: the development PKI in --certs-dir; reloaded on SIGHUP and when it changes"))

@@ -19,7 +19,6 @@ export const timeForms = "RFC 3339, Unix seconds, a duration before now (720h, 9
 export function statsCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
   return withAdminClientOptions(
     new Command("stats")
-      .description("per workspace: jobs by final state and error code, attempts, lease losses, timeouts, cancels, wait and run times; per runner: jobs and busy time")
       .option("--since <time>", `from this time: ${timeForms}`, "7d")
       .option("--until <time>", "until this time, in the same forms (default: now)")
       .option("--workspace <id>", "only this workspace")

@@ -11,7 +11,7 @@ interface StatusFlags extends AdminClientFlags {
 /** `forelead status`: GET /v1/admin/status as text, or its JSON. */
 export function statusCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
   return withAdminClientOptions(
-    new Command("status").description("the control plane's status: build, database, replicas, queues, runners, pool, certificates").option("--json", "print the reply as JSON"),
+    new Command("status").option("--json", "print the reply as JSON"),
   ).action(async (flags: StatusFlags) => {
     const client = await serviceClientFromFlags(flags, StatusService);
     const status = await client.getStatus({});

@@ -10,7 +10,7 @@ interface PauseFlags extends AdminClientFlags {
 
 /** `forelead workspaces pause|resume`: claims skip a paused workspace; its running jobs go on and settle (admin role). */
 export function workspacesCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
-  const workspaces = new Command("workspaces").description("pause and resume workspaces (admin API; needs an identity granted --admin)");
+  const workspaces = new Command("workspaces");
   withAdminClientOptions(
     workspaces
       .command("pause")
