@@ -7,7 +7,7 @@ import type { StreamEntry, StreamQuery } from "../streams/read.js";
 import type { Streams } from "../streams/streams.js";
 import { runnerOf } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
-import { ndjsonLineOf } from "./rest/index.js";
+import { ndjsonLineOf, plainValueOf } from "./rest/index.js";
 
 /** The fields every stream message (EventsRequest, LogsRequest) has. */
 interface StreamRequest {
@@ -49,7 +49,8 @@ async function* incoming(requests: AsyncIterable<StreamRequest>, schema: DescMes
       jobId: req.jobId,
       leaseToken: req.leaseToken,
       sequence: req.sequence,
-      data: req.data === undefined ? undefined : toJson(ValueSchema, req.data),
+      // Lines the REST flat decoder read keep their data as the JSON sent: no Value is built.
+      data: plainValueOf(req, "data")?.json ?? (req.data === undefined ? undefined : toJson(ValueSchema, req.data)),
       ...(refusal ? { refusal } : {}),
     };
   }
