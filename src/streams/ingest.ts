@@ -99,14 +99,22 @@ export async function ingest(
 
   try {
     for (;;) {
-      const next = it.next().catch((err: unknown) => {
-        if (err instanceof ConnectError) throw err; // a bad line, a body over its bound
-        throw new ConnectError(`the request body ended early: ${(err as Error)?.message ?? String(err)}`, Code.Canceled, undefined, undefined, err);
-      });
-      let r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
+      // Errors of reading are mapped where they are awaited (bodyError), not by a .catch on every
+      // message: that is a promise per line more.
+      const next = it.next();
+      let r: IteratorResult<IncomingMessage> | typeof idleMark | typeof deadlineMark;
+      try {
+        r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
+      } catch (err) {
+        throw bodyError(err);
+      }
       if (r === idleMark) {
         await flush(); // reading on would wait for the network: store what has arrived
-        r = await Promise.race([next, deadline]);
+        try {
+          r = await Promise.race([next, deadline]);
+        } catch (err) {
+          throw bodyError(err);
+        }
       }
       if (r === deadlineMark || expired) {
         next.catch(() => {}); // the request is abandoned; its body may still fail later
@@ -141,6 +149,12 @@ export async function ingest(
   } finally {
     clearTimeout(deadlineTimer);
   }
+}
+
+/** A failure of reading the messages: a bad line or a body over its bound as it is, anything else a body that ended early. */
+function bodyError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  return new ConnectError(`the request body ended early: ${(err as Error)?.message ?? String(err)}`, Code.Canceled, undefined, undefined, err);
 }
 
 function sequenceError(m: CheckedMessage, last: number): ConnectError {
