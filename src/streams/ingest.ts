@@ -33,13 +33,16 @@ const deadlineMark = Symbol("deadline");
  * lease and stream, in its message and in the `forelead-last-accepted-sequence`
  * metadata, so the client resumes exactly after it. Errors thrown by
  * `messages` itself (a bad NDJSON line, a body over its bound) are handled
- * the same way. `onStored` hears of every committed batch.
+ * the same way. `read` turns each message of the transport into an
+ * IncomingMessage as it is taken (a function, not a mapping generator: one
+ * promise hop less per message). `onStored` hears of every committed batch.
  */
-export async function ingest(
+export async function ingest<T>(
   db: Kysely<Database>,
   stream: StreamName,
   holder: LeaseHolder,
-  messages: AsyncIterable<IncomingMessage>,
+  messages: AsyncIterable<T>,
+  read: (message: T) => IncomingMessage,
   limits: IngestLimits,
   onStored: (jobId: string) => void = () => {},
 ): Promise<number> {
@@ -102,7 +105,7 @@ export async function ingest(
       // Errors of reading are mapped where they are awaited (bodyError), not by a .catch on every
       // message: that is a promise per line more.
       const next = it.next();
-      let r: IteratorResult<IncomingMessage> | typeof idleMark | typeof deadlineMark;
+      let r: IteratorResult<T> | typeof idleMark | typeof deadlineMark;
       try {
         r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
       } catch (err) {
@@ -122,7 +125,7 @@ export async function ingest(
         throw new ConnectError(`the request stayed open past the server's bound of ${bound} (runners keep each request under 25 s); send the rest in a new request`, Code.DeadlineExceeded);
       }
       if (r.done) break;
-      const m = r.value;
+      const m = read(r.value);
       if (m.refusal) {
         current = leaseOrUndefined(m, current) ?? current;
         throw new ConnectError(`${m.where} (sequence ${m.sequence}): ${m.refusal.rawMessage}`, m.refusal.code, m.refusal.metadata);
