@@ -35,6 +35,7 @@ const cases: Case[] = [
   { name: "an unknown field", line: (m, s) => ({ ...m(s, "with extra\n"), extra: { any: 1 } }), stored: "with extra\n" },
   { name: "data nested past the flat decoder's depth", line: (m, s) => m(s, deep(40)), stored: deep(40) },
   { name: "a __proto__ key in data", line: (m, s) => `{"apiVersion":"v1","runnerId":"r1","jobId":${JSON.stringify(m(s, "").jobId)},"leaseToken":${JSON.stringify(m(s, "").leaseToken)},"sequence":${s},"data":{"text":"p\\n","__proto__":{"a":1}}}`, stored: { text: "p\n" } },
+  { name: "a CRLF line end", line: (m, s) => `${JSON.stringify(m(s, "crlf\n"))}\r`, stored: "crlf\n" },
   { name: "text outside the BMP", line: (m, s) => m(s, { stream: "stdout", text: "emoji \u{1F600}\n" }), stored: { stream: "stdout", text: "emoji \u{1F600}\n" } },
   {
     name: "NUL in the text",

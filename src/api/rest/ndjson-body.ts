@@ -14,6 +14,7 @@ export function ndjsonLineOf(message: object): number | undefined {
 }
 
 const newline = 0x0a;
+const carriageReturn = 0x0d;
 
 /**
  * NDJSON request messages, read incrementally: never more than one line is
@@ -38,7 +39,10 @@ export async function* ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: Des
     consumed += raw.length;
     if (consumed > maxBytes) throw over(lineNo);
     const what = `line ${lineNo}`;
-    const line = jsonText(raw, what).replace(/\r?\n$/, "");
+    // The newline (and a CR before it) is cut from the bytes: one string per line, not two.
+    let end = raw.length;
+    if (end > 0 && raw[end - 1] === newline) end -= end > 1 && raw[end - 2] === carriageReturn ? 2 : 1;
+    const line = jsonText(raw.subarray(0, end), what);
     if (line.trim() === "") return undefined;
     const json = parseJsonObject(line, what);
     const message = flat?.(json) ?? decode(schema, json, what);
