@@ -7,7 +7,7 @@ import type { StreamEntry, StreamQuery } from "../streams/read.js";
 import type { Streams } from "../streams/streams.js";
 import { runnerOf } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
-import { ndjsonLineOf } from "./rest/index.js";
+import { ndjsonLineOf, plainValueOf } from "./rest/index.js";
 
 /** The fields every stream message (EventsRequest, LogsRequest) has. */
 interface StreamRequest {
@@ -28,13 +28,14 @@ interface StreamRequest {
  */
 export async function ingestRequests(streams: Streams, stream: StreamName, schema: DescMessage, requests: AsyncIterable<StreamRequest>, ctx: HandlerContext): Promise<Record<string, never>> {
   const runner = runnerOf(ctx);
-  await streams.ingest(stream, runner, incoming(requests, schema, runner));
+  await streams.ingest(stream, runner, requests, reader(schema, runner));
   return {};
 }
 
-async function* incoming(requests: AsyncIterable<StreamRequest>, schema: DescMessage, runner: ReturnType<typeof runnerOf>): AsyncGenerator<IncomingMessage> {
+/** Reads each streamed request as an IncomingMessage, numbering them ("message 3", or its NDJSON line). */
+function reader(schema: DescMessage, runner: ReturnType<typeof runnerOf>): (req: StreamRequest) => IncomingMessage {
   let n = 0;
-  for await (const req of requests) {
+  return (req) => {
     n++;
     const line = ndjsonLineOf(req);
     let refusal: ConnectError | undefined;
@@ -44,15 +45,16 @@ async function* incoming(requests: AsyncIterable<StreamRequest>, schema: DescMes
       if (!(err instanceof ConnectError)) throw err;
       refusal = err;
     }
-    yield {
+    return {
       where: line === undefined ? `message ${n}` : `line ${line}`,
       jobId: req.jobId,
       leaseToken: req.leaseToken,
       sequence: req.sequence,
-      data: req.data === undefined ? undefined : toJson(ValueSchema, req.data),
+      // Lines the REST flat decoder read keep their data as the JSON sent: no Value is built.
+      data: plainValueOf(req, "data")?.json ?? (req.data === undefined ? undefined : toJson(ValueSchema, req.data)),
       ...(refusal ? { refusal } : {}),
     };
-  }
+  };
 }
 
 /** The fields of GetJobLogsRequest and GetJobEventsRequest. */

@@ -23,6 +23,7 @@ const int64Types = new Set([ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT
  * a secret).
  */
 export function checkRequestText(schema: DescMessage, message: object, where = ""): void {
+  if ((message as { [passedTextRules]?: true })[passedTextRules]) return;
   walkMessage(schema, message as Record<string, unknown>, "", (path, problem) => {
     throw new ConnectError(`${where}field "${path}" ${problem}`, Code.InvalidArgument);
   });
@@ -82,6 +83,60 @@ function walkText(text: string, path: string, refuse: Refuse): void {
   const nul = text.indexOf("\u0000");
   if (nul !== -1) refuse(path, `contains NUL (U+0000) at character ${nul + 1}; text cannot hold NUL: remove it (send binary data base64-encoded)`);
   if (unpairedSurrogate.test(text)) refuse(path, "is not valid UTF-8 text (invalid bytes, or an unpaired surrogate escape); send text as UTF-8");
+}
+
+/**
+ * Messages a decoder built from plain JSON after checking them with the
+ * predicates below (rest/flat-message.ts): checkRequestText passes them
+ * without walking them again. A symbol property, not a WeakSet: a weak
+ * collection of every line costs the garbage collector more than the walk.
+ */
+const passedTextRules = Symbol("passed the text rules");
+
+/** Records that `message` passed these rules (textAllowed, idAllowed, valueSurelyAllowed on every field). */
+export function markPassedTextRules(message: object): void {
+  (message as { [passedTextRules]?: true })[passedTextRules] = true;
+}
+
+/** Whether a string field's text passes the rules (the predicate of walkText, without the error). */
+export function textAllowed(text: string): boolean {
+  return !text.includes("\u0000") && !unpairedSurrogate.test(text);
+}
+
+/** Whether the value of a string field passes the id rule: only runner_id and workspace_id, when set, must be ids. */
+export function idAllowed(field: DescField, value: string): boolean {
+  return value === "" || !idFields.has(field.name) || segmentIdProblem(value) === undefined;
+}
+
+/**
+ * Whether plain JSON held as a google.protobuf.Value surely passes the rules
+ * of walkValue: every string and key allowed text, every number finite. False
+ * also when it cannot say cheaply (nested deeper than `depthLeft`, a
+ * "__proto__" key, which a decoded Struct does not keep as sent): the caller
+ * then decodes and walks the message by its descriptor, which decides.
+ */
+export function valueSurelyAllowed(json: unknown, depthLeft: number): boolean {
+  switch (typeof json) {
+    case "string":
+      return textAllowed(json);
+    case "number":
+      return Number.isFinite(json);
+    case "boolean":
+      return true;
+    case "object": {
+      if (json === null) return true;
+      if (depthLeft <= 0) return false;
+      if (Array.isArray(json)) {
+        for (const item of json) if (!valueSurelyAllowed(item, depthLeft - 1)) return false;
+        return true;
+      }
+      const object = json as Record<string, unknown>;
+      for (const key in object) if (key === "__proto__" || !textAllowed(key) || !valueSurelyAllowed(object[key], depthLeft - 1)) return false;
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 function checkId(value: string, path: string): void {

@@ -33,13 +33,16 @@ const deadlineMark = Symbol("deadline");
  * lease and stream, in its message and in the `forelead-last-accepted-sequence`
  * metadata, so the client resumes exactly after it. Errors thrown by
  * `messages` itself (a bad NDJSON line, a body over its bound) are handled
- * the same way. `onStored` hears of every committed batch.
+ * the same way. `read` turns each message of the transport into an
+ * IncomingMessage as it is taken (a function, not a mapping generator: one
+ * promise hop less per message). `onStored` hears of every committed batch.
  */
-export async function ingest(
+export async function ingest<T>(
   db: Kysely<Database>,
   stream: StreamName,
   holder: LeaseHolder,
-  messages: AsyncIterable<IncomingMessage>,
+  messages: AsyncIterable<T>,
+  read: (message: T) => IncomingMessage,
   limits: IngestLimits,
   onStored: (jobId: string) => void = () => {},
 ): Promise<number> {
@@ -99,14 +102,22 @@ export async function ingest(
 
   try {
     for (;;) {
-      const next = it.next().catch((err: unknown) => {
-        if (err instanceof ConnectError) throw err; // a bad line, a body over its bound
-        throw new ConnectError(`the request body ended early: ${(err as Error)?.message ?? String(err)}`, Code.Canceled, undefined, undefined, err);
-      });
-      let r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
+      // Errors of reading are mapped where they are awaited (bodyError), not by a .catch on every
+      // message: that is a promise per line more.
+      const next = it.next();
+      let r: IteratorResult<T> | typeof idleMark | typeof deadlineMark;
+      try {
+        r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
+      } catch (err) {
+        throw bodyError(err);
+      }
       if (r === idleMark) {
         await flush(); // reading on would wait for the network: store what has arrived
-        r = await Promise.race([next, deadline]);
+        try {
+          r = await Promise.race([next, deadline]);
+        } catch (err) {
+          throw bodyError(err);
+        }
       }
       if (r === deadlineMark || expired) {
         next.catch(() => {}); // the request is abandoned; its body may still fail later
@@ -114,7 +125,7 @@ export async function ingest(
         throw new ConnectError(`the request stayed open past the server's bound of ${bound} (runners keep each request under 25 s); send the rest in a new request`, Code.DeadlineExceeded);
       }
       if (r.done) break;
-      const m = r.value;
+      const m = read(r.value);
       if (m.refusal) {
         current = leaseOrUndefined(m, current) ?? current;
         throw new ConnectError(`${m.where} (sequence ${m.sequence}): ${m.refusal.rawMessage}`, m.refusal.code, m.refusal.metadata);
@@ -141,6 +152,12 @@ export async function ingest(
   } finally {
     clearTimeout(deadlineTimer);
   }
+}
+
+/** A failure of reading the messages: a bad line or a body over its bound as it is, anything else a body that ended early. */
+function bodyError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  return new ConnectError(`the request body ended early: ${(err as Error)?.message ?? String(err)}`, Code.Canceled, undefined, undefined, err);
 }
 
 function sequenceError(m: CheckedMessage, last: number): ConnectError {

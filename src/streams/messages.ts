@@ -47,14 +47,19 @@ export interface MessageLease {
  * (logs: a text chunk or {stream, text}; events: an object with a "type").
  */
 export function checkMessage(stream: StreamName, m: IncomingMessage, lease: MessageLease): CheckedMessage {
-  const at = (text: string) => new ConnectError(`${m.where}: ${text}`, Code.InvalidArgument);
-  if (m.sequence <= 0n) throw at("sequence is required: a positive integer that increases with each message of this lease and stream");
-  if (m.sequence > BigInt(maxSequence)) throw at(`sequence ${m.sequence} is over the largest accepted, ${maxSequence}`);
+  if (m.sequence <= 0n) throw invalid(m, "sequence is required: a positive integer that increases with each message of this lease and stream");
+  if (m.sequence > maxSequenceBig) throw invalid(m, `sequence ${m.sequence} is over the largest accepted, ${maxSequence}`);
   const data = m.data;
-  if (data === undefined || data === null) throw at(`data is required: ${shapeOf(stream)}`);
+  if (data === undefined || data === null) throw invalid(m, `data is required: ${shapeOf(stream)}`);
   const shapeError = stream === "logs" ? logShapeError(data) : eventShapeError(data);
-  if (shapeError) throw at(`${shapeError}; ${shapeOf(stream)}`);
-  return { where: m.where, ...lease, sequence: Number(m.sequence), dataJson: JSON.stringify(data) };
+  if (shapeError) throw invalid(m, `${shapeError}; ${shapeOf(stream)}`);
+  return { where: m.where, jobId: lease.jobId, leaseToken: lease.leaseToken, tokenHash: lease.tokenHash, sequence: Number(m.sequence), dataJson: JSON.stringify(data) };
+}
+
+const maxSequenceBig = BigInt(maxSequence);
+
+function invalid(m: IncomingMessage, text: string): ConnectError {
+  return new ConnectError(`${m.where}: ${text}`, Code.InvalidArgument);
 }
 
 /**

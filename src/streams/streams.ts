@@ -12,7 +12,7 @@ import { createStreamWakeups, type StreamWakeups } from "./wakeups.js";
 /** Events and logs: ingest from runners, read and follow for internal services. */
 export interface Streams {
   /** Stores one request's messages in order; resolves with how many were accepted (see ingest). */
-  ingest(stream: StreamName, holder: LeaseHolder, messages: AsyncIterable<IncomingMessage>): Promise<number>;
+  ingest<T>(stream: StreamName, holder: LeaseHolder, messages: AsyncIterable<T>, read: (message: T) => IncomingMessage): Promise<number>;
   /** One page of a job's stream, in order across attempts; 404 for an unknown job. */
   read(query: StreamQuery): AsyncIterable<StreamEntry>;
   /**
@@ -50,7 +50,7 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
   const followPollMs = options.followPollMs ?? 5_000;
   let closing: Promise<void> | undefined;
   return {
-    ingest: (stream, holder, messages) => ingest(db, stream, holder, messages, limits, (jobId) => notifier.stored(jobId, stream)),
+    ingest: (stream, holder, messages, read) => ingest(db, stream, holder, messages, read, limits, (jobId) => notifier.stored(jobId, stream)),
     async *read(query) {
       const q = checkQuery(query);
       await jobState(db, q.jobId);

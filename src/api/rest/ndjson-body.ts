@@ -2,22 +2,26 @@ import type { DescMessage, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { jsonText } from "../json-wire.js";
 import { parseJsonObject } from "./json-text.js";
+import { flatDecoder } from "./flat-message.js";
 import { decode } from "./proto-json.js";
 
-const ndjsonLines = new WeakMap<object, number>();
+/** Carries the line number on each message (a symbol property: cheaper for the garbage collector than a WeakMap of every line). */
+const ndjsonLine = Symbol("NDJSON line");
 
 /** The NDJSON line a request message was read from, when it came from the REST surface. */
 export function ndjsonLineOf(message: object): number | undefined {
-  return ndjsonLines.get(message);
+  return (message as { [ndjsonLine]?: number })[ndjsonLine];
 }
 
 const newline = 0x0a;
+const carriageReturn = 0x0d;
 
 /**
  * NDJSON request messages, read incrementally: never more than one line is
  * buffered. Lines are numbered from 1 (see ndjsonLineOf); blank lines are
  * skipped but counted. Lines are split on their bytes and each is checked as
- * bytes (jsonText: invalid UTF-8, integers past 2^53) before it is decoded.
+ * bytes (jsonText: invalid UTF-8, integers past 2^53) before it is decoded
+ * (flat-message.ts for the stream messages, else proto3 JSON).
  * A line that takes the body past `maxBytes` (every byte counts, newlines
  * too) ends the stream with resource_exhausted; the lines before it have
  * already been handed to the handler.
@@ -27,6 +31,7 @@ export async function* ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: Des
   let partBytes = 0;
   let consumed = 0;
   let lineNo = 0;
+  const flat = flatDecoder(schema);
   const over = (n: number) => new ConnectError(`line ${n} takes the request body over ${maxBytes} bytes; send it in a new request`, Code.ResourceExhausted);
   // `raw` is the line as sent, with its newline when it had one.
   const parseLine = (raw: Buffer): Message | undefined => {
@@ -34,10 +39,14 @@ export async function* ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: Des
     consumed += raw.length;
     if (consumed > maxBytes) throw over(lineNo);
     const what = `line ${lineNo}`;
-    const line = jsonText(raw, what).replace(/\r?\n$/, "");
+    // The newline (and a CR before it) is cut from the bytes: one string per line, not two.
+    let end = raw.length;
+    if (end > 0 && raw[end - 1] === newline) end -= end > 1 && raw[end - 2] === carriageReturn ? 2 : 1;
+    const line = jsonText(raw.subarray(0, end), what);
     if (line.trim() === "") return undefined;
-    const message = decode(schema, parseJsonObject(line, what), what);
-    ndjsonLines.set(message, lineNo);
+    const json = parseJsonObject(line, what);
+    const message = flat?.(json) ?? decode(schema, json, what);
+    (message as { [ndjsonLine]?: number })[ndjsonLine] = lineNo;
     return message;
   };
   const takeLine = (): Buffer => {
