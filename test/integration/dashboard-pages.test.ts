@@ -7,6 +7,26 @@ import { parseRoleGrant } from "../../src/identity/roles.js";
 import { jobBody, leasedJob, registeredRunner } from "../support/actors.js";
 import { useDashboard } from "../support/browser.js";
 
+// The functions passed to page.evaluate/waitForFunction run in the page: its globals, declared for
+// this (node) program's type check.
+interface PageElement {
+  readonly textContent: string | null;
+  readonly tagName: string;
+  readonly className: string;
+  readonly scrollWidth: number;
+  readonly clientWidth: number;
+  querySelector(s: string): PageElement | null;
+  closest(s: string): PageElement | null;
+  getBoundingClientRect(): { readonly right: number };
+}
+declare const document: {
+  querySelector(s: string): PageElement | null;
+  querySelectorAll(s: string): Iterable<PageElement> & { length: number };
+  readonly documentElement: { readonly dataset: Record<string, string | undefined>; readonly scrollWidth: number };
+  readonly body: unknown;
+};
+declare function getComputedStyle(e: unknown): { readonly backgroundColor: string };
+
 /** Waits until `selector`'s text is `expected` (the page updates from the event stream), then returns it. */
 async function textBecomes(page: Page, selector: string, expected: string): Promise<string> {
   await page.waitForFunction((s, want) => document.querySelector(s)?.textContent?.trim() === want, { timeout: 15_000 }, selector, expected).catch(async () => {
@@ -35,10 +55,8 @@ describe("dashboard pages", () => {
 
   it("overview: the fleet's runner and queue numbers, per workspace, updating live as jobs are queued", async () => {
     const p = await dash.newPage();
-    const started = performance.now();
     await p.open("#/overview");
     await p.page.waitForSelector("[data-stat=runners-registered] .stat-value");
-    const firstRender = performance.now() - started;
     expect(await textBecomes(p.page, "[data-stat=runners-registered] .stat-value", "3")).toBe("3");
     await textBecomes(p.page, "[data-stat=jobs-queued] .stat-value", "2");
     await textBecomes(p.page, "[data-stat=jobs-running] .stat-value", "1");
@@ -53,7 +71,13 @@ describe("dashboard pages", () => {
     await p.page.waitForSelector(".chart canvas");
     await p.screenshot("overview");
     expect(p.errors).toEqual([]);
-    console.log(`overview: first render (status numbers shown) ${firstRender.toFixed(0)} ms after navigation`);
+    // Measured (docs/dashboard.md): from navigation start to the first paint and to the status numbers shown.
+    const timing = await p.page.evaluate(() => ({
+      fcp: performance.getEntriesByName("first-contentful-paint")[0]?.startTime,
+      rendered: performance.getEntriesByName("forelead:overview-rendered")[0]?.startTime,
+    }));
+    expect(timing.rendered).toBeGreaterThan(0);
+    console.log(`overview timing: first contentful paint ${timing.fcp?.toFixed(0)} ms, status numbers rendered ${timing.rendered?.toFixed(0)} ms after navigation start`);
   });
 
   it("runners: ids, leases and labels; pause asks first, then shows the runner paused, and the control plane agrees", async () => {
@@ -113,7 +137,7 @@ describe("dashboard pages", () => {
     await p.page.select("select[name=decision]", "allow");
     await p.page.click("form[role=search] button[type=submit]");
     await p.page.waitForFunction(() => document.querySelectorAll("table.audit [data-col=decision]").length > 0 && [...document.querySelectorAll("table.audit [data-col=decision]")].every((e) => e.textContent === "allow"), { timeout: 15_000 });
-    await p.screenshot("audit");
+    await p.screenshot("audit", { fullPage: false });
     expect(p.errors).toEqual([]);
   });
 
