@@ -8,13 +8,10 @@ interface DashboardFlags extends AdminClientFlags {
   allowRemote?: boolean;
 }
 
-const dashboardDescription = "serve the web dashboard on loopback; its API calls go to the control plane with your client certificate, as kubectl proxy does (docs/dashboard.md)";
-
 /** `forelead dashboard`: src/dashboard/server/server.ts with the connection of src/cli/connection.ts. */
 export function dashboardCommand(): Command {
   return withAdminClientOptions(
     new Command("dashboard")
-      .description(dashboardDescription)
       .option("--listen <host:port>", "where to serve it (loopback unless --allow-remote)", "127.0.0.1:8080")
       .option("--allow-remote", "allow a non-loopback --listen address: whoever reaches it acts with your certificate"),
   ).action(async (flags: DashboardFlags) => {
