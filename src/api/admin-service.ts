@@ -92,6 +92,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
           registeredAt: timestampFromDate(r.registeredAt),
           lastSeenAt: timestampFromDate(r.lastSeenAt),
           ...(r.retiredAt ? { retiredAt: timestampFromDate(r.retiredAt) } : {}),
+          ...(r.pausedAt ? { pausedAt: timestampFromDate(r.pausedAt), pausedBy: r.pausedBy ?? "" } : {}),
         })),
       };
     },

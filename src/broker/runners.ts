@@ -20,6 +20,9 @@ export interface RunnerView {
   readonly registeredAt: Date;
   readonly lastSeenAt: Date;
   readonly retiredAt: Date | null;
+  /** Set while paused (pauses.ts), with who paused it. */
+  readonly pausedAt: Date | null;
+  readonly pausedBy: string | null;
 }
 
 /** Registered runners, optionally of one workspace, with their live leases. */
@@ -51,5 +54,7 @@ export async function listRunners(db: Kysely<Database>, workspaceId: string): Pr
     registeredAt: r.registered_at,
     lastSeenAt: r.last_seen_at,
     retiredAt: r.retired_at,
+    pausedAt: r.paused_at,
+    pausedBy: r.paused_by,
   }));
 }

@@ -104,6 +104,11 @@ describe(`pausing a runner (${databaseKind})`, () => {
     expect(paused.status, paused.text).toBe(200);
     expect(paused.json).toMatchObject({ runnerId: "r1", workspaceId: w });
     expect((await post(`/v1/admin/runners/r1/pause`, { workspaceId: w })).json.alreadyPaused).toBe(true);
+    const listed = async () => ((await admin.rest.request("GET", `/v1/admin/runners?workspaceId=${w}`)).json.runners as { runnerId: string; pausedAt?: string; pausedBy?: string }[]).sort((a, b) => a.runnerId.localeCompare(b.runnerId));
+    const [r1View, r2View] = await listed();
+    expect(new Date(r1View!.pausedAt!).getTime()).toBeGreaterThan(Date.now() - 60_000);
+    expect(r1View!.pausedBy).toMatch(/^spiffe:\/\//);
+    expect(r2View!.pausedAt).toBeUndefined();
 
     const second = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
     expect((await r1.claim()).status).toBe(204);
@@ -114,6 +119,7 @@ describe(`pausing a runner (${databaseKind})`, () => {
     const third = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
     expect((await r1.claim()).status).toBe(204);
     expect((await post(`/v1/admin/runners/r1/resume`, { workspaceId: w })).json.wasPaused).toBe(true);
+    expect((await listed())[0]!.pausedAt).toBeUndefined();
     expect((await r1.claim()).json.job.id).toBe(third);
     await r1.close();
     await r2.close();
