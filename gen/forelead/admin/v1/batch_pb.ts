@@ -77,7 +77,7 @@ export const EnqueueJobsResponseSchema: GenMessage<EnqueueJobsResponse> = /*@__P
   messageDesc(file_forelead_admin_v1_batch, 1);
 
 /**
- * BatchService enqueues many jobs in one request (docs/admin.md: batch enqueue).
+ * BatchService enqueues many jobs in one request (docs/cli.md, Batch enqueue).
  *
  * @generated from service forelead.admin.v1.BatchService
  */
