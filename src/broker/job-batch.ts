@@ -30,7 +30,11 @@ export async function enqueueJobs(db: Kysely<Database>, inputs: readonly Enqueue
   const refusals: Array<[number, ConnectError]> = [];
   const settled = await Promise.allSettled(inputs.map((input) => prepareEnqueue(input, timeouts, code, box)));
   const prepared: PreparedEnqueue[] = [];
-  settled.forEach((s, i) => (s.status === "fulfilled" ? prepared.push(s.value) : refusals.push([i, ConnectError.from(s.reason)])));
+  settled.forEach((s, i) => {
+    if (s.status === "fulfilled") prepared.push(s.value);
+    else if (s.reason instanceof ConnectError) refusals.push([i, s.reason]);
+    else throw s.reason; // not a refusal of the job: an internal error, logged as the single enqueue's are
+  });
   const firstOfKey = new Map<string, number>();
   inputs.forEach((input, i) => {
     if (!input.idempotencyKey) return;
