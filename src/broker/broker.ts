@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
-import { enqueueJobs, type StoredBatch } from "./job-batch.js";
+import { batchLimits, createTurns, enqueueJobs, type StoredBatch } from "./job-batch.js";
 import { cancelJob, defaultJobTimeouts, enqueueJob, getJob, hasQueuedJobs, type EnqueueInput, type JobTimeouts } from "./jobs.js";
 import { listJobs, type ListJobsInput } from "./job-list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
@@ -106,6 +106,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds, options.secrets), batching);
   const { observer } = options;
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
+  const batchTurns = createTurns(batchLimits.concurrentBatches);
   // Every statement that settles a job moves its pipeline in the same transaction.
   const stepEnqueue = { timeouts, code: options.code, box: options.secrets };
   const settled = pipelineSettleHook(stepEnqueue);
@@ -130,7 +131,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
 
   return {
     enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code, options.secrets), options.leaseSeconds),
-    enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets),
+    enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
     get: async (jobId) => withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by, settled),
