@@ -16,9 +16,11 @@ import { ratio, round, summarize } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { singles: "string", batches: "string", "batch-size": "string", "in-flight": "string" });
 const tiny = options.size === "tiny";
-const singles = intFlag(options.flags.singles, "singles", tiny ? 64 : 10_000);
+const singles = intFlag(options.flags.singles, "singles", tiny ? 32 : 10_000);
 const batchSize = intFlag(options.flags["batch-size"], "batch-size", tiny ? 100 : 1000, 2, 1000);
-const batches = intFlag(options.flags.batches, "batches", tiny ? 4 : 100);
+const batches = intFlag(options.flags.batches, "batches", tiny ? 2 : 100);
+/** Single enqueues sent first and not counted. */
+const warmup = tiny ? 8 : 200;
 const inFlight = intFlag(options.flags["in-flight"], "in-flight", tiny ? 8 : 32, 1, 1000);
 
 interface Run {
@@ -44,7 +46,7 @@ try {
   try {
     await client.call({ type: "connect", url: planes.urls[0], caPem: pki.ca.certPem, admin: pki.admin });
     // A short warm-up of both routes, not counted: pools fill, code is compiled.
-    await client.call({ type: "enqueue", total: Math.min(200, singles), batchSize: 1, inFlight, workspaceId: "warm" });
+    await client.call({ type: "enqueue", total: warmup, batchSize: 1, inFlight, workspaceId: "warm" });
     await client.call({ type: "enqueue", total: batchSize * 2, batchSize, inFlight: 2, workspaceId: "warm" });
     const measure = async (system: string, total: number, size: number, workspaceId: string) => {
       const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
