@@ -12,9 +12,9 @@ import type { Streams } from "../streams/streams.js";
 import { jobReaderOf, principalOf } from "./context.js";
 import { createIdentityAdminMethods, type IdentityAdminDeps } from "./identity-admin.js";
 import { createInventoryAdminMethods } from "./inventory-admin.js";
+import { enqueueInputOf } from "./enqueue-input.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
-import { scheduleFieldsOf } from "./schedule-fields.js";
 import { streamEntries } from "./stream-handlers.js";
 import { parseTimeRange } from "./time-range.js";
 
@@ -32,22 +32,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
   const { broker } = deps;
   return {
     async enqueueJob(req, ctx) {
-      const spec = req.spec;
-      const enqueue = () => broker.enqueue({
-        workspaceId: req.workspaceId,
-        labels: req.labels,
-        repository: req.repository,
-        targetBranch: req.targetBranch,
-        spec: spec && { image: spec.image, argv: spec.argv, env: spec.env, timeoutSeconds: spec.timeoutSeconds, cpu: spec.cpu, memoryBytes: Number(spec.memoryBytes) },
-        maxAttempts: req.maxAttempts,
-        priority: req.priority,
-        idempotencyKey: req.idempotencyKey,
-        kind: req.kind,
-        enqueuedBy: principalOf(ctx).spiffeId.text,
-        secrets: req.secrets,
-        secretFiles: req.secretFiles,
-        ...scheduleFieldsOf(req),
-      });
+      const enqueue = () => broker.enqueue(enqueueInputOf(req, principalOf(ctx).spiffeId.text));
       const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
       return { apiVersion, job: jobMessage(job) };
     },

@@ -10,7 +10,7 @@ import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from 
 import { checkRequestMessage } from "./request-rules.js";
 import { ndjsonLineOf } from "./rest/index.js";
 import { checkRequestText } from "./text-rules.js";
-import { checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
+import { batchField, checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
 
 /** What the guard needs to decide who may call what. */
 export interface GuardOptions {
@@ -256,6 +256,19 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
   const granted = role === "read" ? readable : roles.enqueue;
   const listed = (ws: ReadonlySet<string>) => [...ws].map((w) => `"${w}"`).join(", ");
   const may = granted.size > 0 ? `${id} may ${role} only in workspaces ${listed(granted)}` : `${id} has no "${role}" role in any workspace`;
+  const batch = values && batchField(method);
+  if (batch) {
+    // A batch (jobs[]): every item's workspace must be granted; a refusal names each other workspace and its items.
+    const items = (values[batch.jsonName] as Array<Record<string, unknown>> | undefined) ?? [];
+    const outside = new Map<string, number[]>();
+    items.forEach((item, i) => {
+      const workspace = String(item["workspaceId"] ?? "");
+      if (workspace !== "" && !granted.has(workspace)) outside.set(workspace, [...(outside.get(workspace) ?? []), i]);
+    });
+    const named = [...outside].slice(0, 5).map(([w, at]) => `workspace "${w}" (${at.slice(0, 5).map((i) => `${batch.jsonName}[${i}]`).join(", ")}${at.length > 5 ? ` and ${at.length - 5} more` : ""})`);
+    if (outside.size === 0) return allow(`${role} ${id} in the workspaces of ${items.length} ${batch.jsonName}`);
+    return deny(`${may}, not in ${named.join(", ")}${outside.size > 5 ? ` and ${outside.size - 5} more workspaces` : ""}; grant it with --grant ${id}=${role}:${[...outside.keys()].slice(0, 5).join(",")}`);
+  }
   if (has("workspace_id") && !everyWorkspace.has(method.name)) {
     const workspace = String(values!["workspaceId"] ?? "");
     const jobListing = role === "read" && listsJobs(method);

@@ -1,4 +1,4 @@
-import { getOption, hasOption, ScalarType, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { getOption, hasOption, ScalarType, type DescField, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import { route as routeOption, type HeaderField, type Route } from "../../gen/forelead/api/v1/route_pb.js";
 import { roleNames, type RoleName } from "../identity/roles.js";
 
@@ -67,11 +67,20 @@ export function checkedRole(service: DescService, method: DescMethod, option: Ro
   }
   if (option.role === "enqueue") {
     const names = method.input.fields.map((f) => f.name);
-    if (method.methodKind !== "unary" || !["workspace_id", "job_id", "pipeline_id"].some((n) => names.includes(n))) {
-      throw new Error(`${name}: an "enqueue" method must be unary with a workspace_id, job_id or pipeline_id field, so its workspace can be checked`);
+    if (method.methodKind !== "unary" || (!["workspace_id", "job_id", "pipeline_id"].some((n) => names.includes(n)) && !batchField(method))) {
+      throw new Error(`${name}: an "enqueue" method must be unary with a workspace_id, job_id or pipeline_id field, or a batch of messages with one (jobs), so its workspace can be checked`);
     }
   }
   return option.role as RoleName;
+}
+
+/**
+ * A batch method's `jobs` field: a repeated message with a workspace_id, each
+ * item scoped on its own (the guard checks the workspace of every one).
+ */
+export function batchField(method: DescMethod): DescField | undefined {
+  const field = method.input.fields.find((f) => f.name === "jobs");
+  return field?.fieldKind === "list" && field.listKind === "message" && field.message.fields.some((f) => f.name === "workspace_id") ? field : undefined;
 }
 
 const headerName = /^[a-z0-9][a-z0-9-]*$/;

@@ -9,10 +9,11 @@ import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
 import { SuspendService } from "../../gen/forelead/runner/v1/suspend_pb.js";
 import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
+import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
  * them. The one list: the server binds these and the route table is
  * generated from them, so a service cannot be served without being documented.
  */
-export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, FleetService, StatusService, StatsService, SamplesService, SuspendService, InputService, PipelineService];
+export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, FleetService, StatusService, StatsService, SamplesService, SuspendService, InputService, PipelineService, BatchService];

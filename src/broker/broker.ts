@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
+import { batchLimits, createTurns, enqueueJobs, type StoredBatch } from "./job-batch.js";
 import { cancelJob, defaultJobTimeouts, enqueueJob, getJob, hasQueuedJobs, type EnqueueInput, type JobTimeouts } from "./jobs.js";
 import { listJobs, type ListJobsInput } from "./job-list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
@@ -45,6 +46,8 @@ export function pollBoundSeconds(leaseSeconds: number): number {
 export interface Broker {
   /** Stores a job; a queued job's reply says why it waits when that is already known (waiting.ts). */
   enqueue(input: EnqueueInput): Promise<JobSnapshot>;
+  /** Stores a batch of jobs, all or nothing, in one transaction (job-batch.ts); the replies carry no `waiting`. */
+  enqueueBatch(inputs: readonly EnqueueInput[]): Promise<StoredBatch>;
   /** One job; a queued one carries why it waits (waiting.ts). */
   get(jobId: string): Promise<JobSnapshot>;
   list(input: ListJobsInput): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }>;
@@ -103,6 +106,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds, options.secrets), batching);
   const { observer } = options;
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
+  const batchTurns = createTurns(batchLimits.concurrentBatches);
   // Every statement that settles a job moves its pipeline in the same transaction.
   const stepEnqueue = { timeouts, code: options.code, box: options.secrets };
   const settled = pipelineSettleHook(stepEnqueue);
@@ -127,6 +131,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
 
   return {
     enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code, options.secrets), options.leaseSeconds),
+    enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
     get: async (jobId) => withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by, settled),

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { sql, type Kysely } from "kysely";
+import { sql, type Insertable, type Kysely, type Transaction } from "kysely";
 import type { Database, JobState } from "../store/schema.js";
 import { checkJobId, newJobId } from "./ids.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
@@ -211,16 +211,20 @@ function scheduleColumns(input: EnqueueInput) {
   return { columns, hashed };
 }
 
+/** An enqueue that passed its rules, with the row it stores and the hash its idempotency key is compared by. */
+export interface PreparedEnqueue {
+  readonly input: EnqueueInput;
+  readonly row: Insertable<Database["jobs"]> & { readonly id: string };
+  readonly requestSha256: string;
+  readonly withSecrets: boolean;
+}
+
 /**
- * Stores a job, queued, and wakes runners waiting in its workspace; a job
- * without a timeout gets the server's default one. The same
- * idempotencyKey in the same workspace returns the job stored first; with a
- * different request it is refused (409), since silently returning a job that
- * runs something else would be worse. Secrets are sealed with `box` and
- * stored with the job in one transaction; the idempotency hash compares
- * their keyed hashes, never their values.
+ * Checks an enqueue (validateEnqueue, the secrets key, the repository and
+ * branch) and builds its row; a job without a timeout gets the server's
+ * default one. Throws naming the first thing wrong.
  */
-export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, code?: CodeHooks, box?: SecretBox): Promise<JobSnapshot> {
+export async function prepareEnqueue(input: EnqueueInput, timeouts: JobTimeouts, code?: CodeHooks, box?: SecretBox): Promise<PreparedEnqueue> {
   validateEnqueue(input, timeouts);
   const withSecrets = hasSecrets(input);
   if (withSecrets && !box) bad("this control plane has no secrets key, so it cannot store a job's secrets");
@@ -244,36 +248,52 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
   const maxAttempts = input.maxAttempts || jobLimits.defaultMaxAttempts;
   const schedule = scheduleColumns(input);
   const requestSha256 = createHash("sha256").update(JSON.stringify([labels, requestedSpec, maxAttempts, input.priority, input.repository, input.targetBranch, ...(kind === "agent" ? [kind] : []), ...(withSecrets ? [secretsDigest(box!, input)] : []), ...(schedule.hashed.length ? [schedule.hashed] : [])])).digest("hex");
-  const id = newJobId();
-  // One statement: the insert, and the wakeup only when a row was inserted (a repeat of an
-  // idempotency key wakes nobody). One round trip and one commit instead of four round trips:
-  // under load each round trip waits for the event loop, and enqueue latency is pickup latency.
-  // A job with secrets adds their rows in the same transaction (the wake is sent at its commit).
-  const insertJob = (q: Kysely<Database>) => q
+  const row = {
+    id: newJobId(),
+    workspace_id: input.workspaceId,
+    labels,
+    kind,
+    repository: input.repository || null,
+    target_branch: input.targetBranch || null,
+    spec: JSON.stringify(storedSpec),
+    state: "queued" as const,
+    priority: input.priority,
+    max_attempts: maxAttempts,
+    idempotency_key: input.idempotencyKey || null,
+    request_sha256: requestSha256,
+    enqueued_by: input.enqueuedBy ?? null,
+    ...(withSecrets ? secretNames(input) : {}),
+    ...schedule.columns,
+  };
+  return { input, row, requestSha256, withSecrets };
+}
+
+/** What storing one prepared enqueue came to: its job (new, or the one its key named), or why it was refused. */
+export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean } | { readonly refused: ConnectError };
+
+/**
+ * Stores prepared enqueues, queued, in one statement: the rows, one
+ * `job.queued` event each, and one wakeup per workspace (a repeat of an
+ * idempotency key wakes nobody). One round trip and one commit instead of
+ * four: under load each round trip waits for the event loop, and enqueue
+ * latency is pickup latency. Jobs with secrets add their rows (sealed with
+ * `box`) in the same transaction, so `q` must be one when any has secrets
+ * (the wake is sent at its commit). The same idempotencyKey in the same
+ * workspace returns the job stored first; with a different request, or from
+ * another identity, it is refused (409), since silently returning a job that
+ * runs something else would be worse. The idempotency hash compares the
+ * secrets' keyed hashes, never their values. Results are in `prepared`'s order.
+ */
+export async function storeEnqueues(q: Kysely<Database>, prepared: readonly PreparedEnqueue[], box?: SecretBox): Promise<StoredEnqueue[]> {
+  const inserted = await q
     .with("ins", (qb) =>
       qb
         .insertInto("jobs")
-        .values({
-          id,
-          workspace_id: input.workspaceId,
-          labels,
-          kind,
-          repository: input.repository || null,
-          target_branch: input.targetBranch || null,
-          spec: JSON.stringify(storedSpec),
-          state: "queued",
-          priority: input.priority,
-          max_attempts: maxAttempts,
-          idempotency_key: input.idempotencyKey || null,
-          request_sha256: requestSha256,
-          enqueued_by: input.enqueuedBy ?? null,
-          ...(withSecrets ? secretNames(input) : {}),
-          ...schedule.columns,
-        })
+        .values(prepared.map((p) => p.row))
         .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
         .returningAll(),
     )
-    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id"), sql.ref("ins.claimable_at")).as("sent")))
+    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id"), sql`min(ins.claimable_at)`).as("sent")).groupBy("ins.workspace_id"))
     .with("ev", (qb) =>
       qb
         .insertInto("events")
@@ -283,27 +303,40 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
     .selectFrom("ins")
     .selectAll("ins")
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
-    .executeTakeFirst();
-  const inserted = withSecrets
-    ? await inTransaction(db, async (tx) => {
-        const row = await insertJob(tx);
-        if (row) await storeJobSecrets(tx, box!, id, input);
-        return row;
-      })
-    : await insertJob(db);
-  if (inserted) {
-    const { woken: _woken, ...row } = inserted;
-    return jobSnapshot(row);
-  }
-  const existing = await db.selectFrom("jobs").selectAll().where("workspace_id", "=", input.workspaceId).where("idempotency_key", "=", input.idempotencyKey).executeTakeFirstOrThrow();
-  // A key is its enqueuer's: another identity repeating it would otherwise read back a job that is not its own.
-  if (existing.enqueued_by && input.enqueuedBy && existing.enqueued_by !== input.enqueuedBy) {
-    throw new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" by another identity; use a new key`, Code.Aborted);
-  }
-  if (existing.request_sha256 !== requestSha256) {
-    throw new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" for job ${existing.id} with a different request; use a new key`, Code.Aborted);
-  }
-  return jobSnapshot(existing);
+    .execute();
+  const byId = new Map(inserted.map(({ woken: _woken, ...row }) => [row.id, row as JobRow]));
+  for (const p of prepared) if (p.withSecrets && byId.has(p.row.id)) await storeJobSecrets(q as Transaction<Database>, box!, p.row.id, p.input);
+  const repeats = prepared.filter((p) => !byId.has(p.row.id));
+  const existing = repeats.length === 0 ? [] : await q.selectFrom("jobs").selectAll()
+    .where(sql<boolean>`(workspace_id, idempotency_key) in (select * from unnest(${repeats.map((p) => p.input.workspaceId)}::text[], ${repeats.map((p) => p.input.idempotencyKey)}::text[]))`)
+    .execute();
+  const byKey = new Map(existing.map((row) => [`${row.workspace_id}\0${row.idempotency_key}`, row]));
+  return prepared.map((p): StoredEnqueue => {
+    const row = byId.get(p.row.id);
+    if (row) return { job: row, created: true };
+    const { input } = p;
+    const found = byKey.get(`${input.workspaceId}\0${input.idempotencyKey}`)!;
+    // A key is its enqueuer's: another identity repeating it would otherwise read back a job that is not its own.
+    if (found.enqueued_by && input.enqueuedBy && found.enqueued_by !== input.enqueuedBy) {
+      return { refused: new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" by another identity; use a new key`, Code.Aborted) };
+    }
+    if (found.request_sha256 !== p.requestSha256) {
+      return { refused: new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" for job ${found.id} with a different request; use a new key`, Code.Aborted) };
+    }
+    return { job: found, created: false };
+  });
+}
+
+/**
+ * Stores a job, queued, and wakes runners waiting in its workspace: the
+ * rules of prepareEnqueue and storeEnqueues, for one job (a batch is
+ * job-batch.ts). One statement without secrets; with them, one transaction.
+ */
+export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, code?: CodeHooks, box?: SecretBox): Promise<JobSnapshot> {
+  const prepared = await prepareEnqueue(input, timeouts, code, box);
+  const [stored] = prepared.withSecrets ? await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box)) : await storeEnqueues(db, [prepared], box);
+  if (!stored || "refused" in stored) throw stored?.refused ?? new Error("enqueue stored nothing");
+  return jobSnapshot(stored.job);
 }
 
 /** Whether any job is queued and due in the workspace (one probe of the claim index). */

@@ -4,6 +4,7 @@ import { fromJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { AnswerInputResponseSchema, InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
+import { readStdin } from "./options.js";
 
 interface AnswerFlags extends AdminClientFlags {
   requestId: string;
@@ -42,10 +43,4 @@ async function readAnswer(file: string): Promise<JsonValue> {
   } catch (err) {
     throw new Error(`--answer-file ${file} is not JSON: ${(err as Error).message}`);
   }
-}
-
-async function readStdin(): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString("utf8");
 }

@@ -7,10 +7,12 @@ import { secondsFlag } from "./admin-flags.js";
 import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
 import { statusLine } from "./follow.js";
 import { formatEntry, readJobStream } from "./job-output.js";
+import { enqueueBatch } from "./jobs-batch.js";
 import { collect, integerIn } from "./options.js";
 
 interface EnqueueFlags extends AdminClientFlags {
-  workspace: string;
+  workspace?: string;
+  batch?: string;
   label: string[];
   image?: string;
   env: string[];
@@ -34,9 +36,10 @@ export const cancelledExitCode = 130;
 export function enqueueCommand(write: (text: string) => void = (t) => process.stdout.write(t), warn: (text: string) => void = (t) => process.stderr.write(t)): Command {
   return withAdminClientOptions(
     new Command("enqueue")
-      .description("enqueue a job (argv after --); with --wait print its log as it runs and exit with its exit code")
+      .description("enqueue a job (argv after --), or with --batch FILE many in one request; with --wait print its log as it runs and exit with its exit code")
       .argument("[argv...]", "the command the job runs, after --: forelead jobs enqueue --workspace w1 -- make test")
-      .requiredOption("--workspace <id>", "the job's workspace")
+      .option("--workspace <id>", "the job's workspace (required without --batch; with it, the default of the file's jobs)")
+      .option("--batch <file>", "enqueue the jobs of FILE in one request, all or nothing: EnqueueJob requests (proto3 JSON) one a line or as a JSON array, \"-\" for stdin; the flags given are every job's defaults")
       .option("--label <label>", "a runner label the job needs (repeatable: all of them)", collect, [] as string[])
       .option("--image <image>", "the container image (the docker executor runs argv in it)")
       .option("--env <KEY=VALUE>", "an environment variable of the job (repeatable); not for credentials: use --secrets-file", collect, [] as string[])
@@ -51,23 +54,30 @@ export function enqueueCommand(write: (text: string) => void = (t) => process.st
       .addOption(new Option("--kind <kind>", "the job's kind (default: checkout with --repository, else command)").choices(["command", "checkout", "agent"]))
       .option("--wait", `follow the job until it settles, printing its log, and exit with its exit code (failed without one: 1; cancelled: ${cancelledExitCode})`)
       .option("--json", "print the enqueue reply as proto3 JSON (with --wait: the settled job, the log on stderr)"),
-  ).action(async (argv: string[], flags: EnqueueFlags) => {
+  ).action(async (argv: string[], flags: EnqueueFlags, command: Command) => {
+    if (!flags.workspace && flags.batch === undefined) command.error("error: required option '--workspace <id>' not specified");
     const [env, secrets, secretFiles] = await Promise.all([Promise.resolve(keyValues(flags.env, "--env")), readSecretsFile(flags.secretsFile), readSecretFiles(flags.secretFile)]);
+    const request = {
+      apiVersion: "v1",
+      workspaceId: flags.workspace ?? "",
+      labels: flags.label,
+      repository: flags.repository ?? "",
+      targetBranch: flags.branch ?? "",
+      kind: flags.kind ?? "",
+      spec: { image: flags.image ?? "", argv, env, timeoutSeconds: flags.timeout ?? 0 },
+      priority: flags.priority ?? 0,
+      maxAttempts: flags.maxAttempts ?? 0,
+      idempotencyKey: flags.idempotencyKey ?? "",
+      secrets,
+      secretFiles,
+    };
+    if (flags.batch !== undefined) {
+      if (flags.wait) command.error("error: --wait follows one job; it does not apply with --batch");
+      if (flags.idempotencyKey) command.error("error: --idempotency-key names one job; with --batch give each job its own idempotencyKey in the file");
+      return enqueueBatch(flags.batch, request, flags, write);
+    }
     await withService(flags, AdminService, async (admin) => {
-      const reply = await admin.enqueueJob({
-        apiVersion: "v1",
-        workspaceId: flags.workspace,
-        labels: flags.label,
-        repository: flags.repository ?? "",
-        targetBranch: flags.branch ?? "",
-        kind: flags.kind ?? "",
-        spec: { image: flags.image ?? "", argv, env, timeoutSeconds: flags.timeout ?? 0 },
-        priority: flags.priority ?? 0,
-        maxAttempts: flags.maxAttempts ?? 0,
-        idempotencyKey: flags.idempotencyKey ?? "",
-        secrets,
-        secretFiles,
-      });
+      const reply = await admin.enqueueJob(request);
       const job = reply.job;
       if (!job) throw new Error("the control plane's enqueue reply has no job");
       if (!flags.wait) {

@@ -25,3 +25,10 @@ export function pathOption(flags: string, description: string, defaultPath?: str
   const option = new Option(flags, description).argParser((value: string) => resolve(value));
   return defaultPath === undefined ? option : option.default(resolve(defaultPath), defaultPath);
 }
+
+/** All of standard input as UTF-8 text (a file argument of "-"). */
+export async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}

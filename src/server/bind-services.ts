@@ -25,6 +25,8 @@ import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import { createInputService, createSuspendService } from "../api/suspend-service.js";
 import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { createPipelineService } from "../api/pipeline-service.js";
+import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
+import { createBatchService } from "../api/batch-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -56,6 +58,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(SuspendService, createSuspendService({ db: store.db, artifacts })),
     serviceImpl(InputService, createInputService({ db: store.db })),
     serviceImpl(PipelineService, createPipelineService(broker)),
+    serviceImpl(BatchService, createBatchService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });

@@ -30,7 +30,7 @@ describe(`benchmarks at tiny size (${databaseKind})`, () => {
     expect(code, output).toBe(0);
 
     const scenarios = presentScenarios();
-    expect(scenarios).toEqual(expect.arrayContaining(["lease-throughput", "pickup-latency", "streams-ingest", "connections", "queue-scale"]));
+    expect(scenarios).toEqual(expect.arrayContaining(["lease-throughput", "pickup-latency", "streams-ingest", "connections", "queue-scale", "enqueue-throughput"]));
     for (const scenario of scenarios) {
       const report = JSON.parse(await readFile(path.join(dir, `${scenario}.json`), "utf8")) as ScenarioReport;
       expect(report.scenario).toBe(scenario);
@@ -61,6 +61,11 @@ describe(`benchmarks at tiny size (${databaseKind})`, () => {
       expect(cell.bare.linesPerSecond).toBeGreaterThan(0);
     }
     for (const row of streams.table.rows) expect(row[row.length - 1]).toBe("all stored");
+
+    // Both enqueue routes stored every job they were sent (the client checks each reply's jobs).
+    const enqueues = JSON.parse(await readFile(path.join(dir, "enqueue-throughput.json"), "utf8")) as ScenarioReport;
+    expect(enqueues.table.rows.map((r) => String(r[0]).split(" ")[0])).toEqual(["single", "batches"]);
+    for (const row of enqueues.table.rows) expect(row[3]).toBeGreaterThan(0); // jobs/s
 
     const queue = JSON.parse(await readFile(path.join(dir, "queue-scale.json"), "utf8")) as ScenarioReport;
     // The claim uses its index (plans come from auto_explain, which only a Postgres server has).
