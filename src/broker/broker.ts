@@ -26,6 +26,7 @@ import { inTransaction } from "../store/transaction.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
 import { retryJob } from "./retry.js";
 import { leaseInput, withInputs } from "./pipelines/inputs.js";
+import { maxLeasesPerClaim } from "../protocol/claims.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
@@ -40,9 +41,6 @@ export const maxClaimWaitSeconds = 20;
 export function pollBoundSeconds(leaseSeconds: number): number {
   return Math.min(maxClaimWaitSeconds, Math.max(1, Math.floor((leaseSeconds * 2) / 3)));
 }
-
-/** Most leases one claim request takes (ClaimRequest.maxLeases); the runner's free slots bound it further. */
-export const maxLeasesPerClaim = 32;
 
 /** Refuses a claim's waitSeconds or maxLeases out of range (invalid_argument), before anything is claimed or settled. */
 export function checkClaimRequest(waitSeconds: number, maxLeases = 1): void {

@@ -8,6 +8,7 @@ import { eventually, registeredRunner, type RunnerActor } from "../support/actor
 import { createTestClient } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
+import { specFor, startTestRunner } from "../support/runner-agent.js";
 
 const cp = useControlPlane();
 const { admin } = cp;
@@ -158,5 +159,28 @@ describe(`claims of several leases (${databaseKind})`, () => {
     const done = await client.complete({ apiVersion: "v1", jobId: first.job!.id, leaseToken: first.token, completionId: "c1", outcome: "succeeded", next: { waitSeconds: 0 } });
     expect(done.job!.state).toBe("succeeded");
     expect(done.lease!.job!.id).toBe(ids[2]);
+  });
+});
+
+describe(`the runner agent on the fewer-round-trip paths (${databaseKind})`, () => {
+  it("claims its free slots in one request and takes the next job with each completion", async () => {
+    const ws = freshWorkspace();
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await admin.enqueue({ workspaceId: ws, priority: 6 - i, spec: specFor("process", { argv: ["true"] }) });
+      expect(r.status, r.text).toBe(200);
+      ids.push(r.json.job.id);
+    }
+    const runner = await startTestRunner(cp, { runnerId: "agent", workspaceId: ws, executor: "process", slots: 3 });
+    try {
+      for (const id of ids) await eventually(`job ${id} to succeed`, async () => ((await admin.job(id)).json.job.state === "succeeded" ? true : undefined));
+      const claimedBy = (how: RegExp) => runner.log.filter((l) => how.test(l)).map((l) => l.split(" ").pop());
+      // The first three in one claim request; each of their completions leased one of the rest.
+      expect(runner.log).toContain("one claim request leased 3 jobs");
+      expect(claimedBy(/^claimed job /)).toEqual(ids.slice(0, 3));
+      expect(claimedBy(/^claimed \(with a completion\) job /).sort()).toEqual(ids.slice(3).sort());
+    } finally {
+      await runner.close();
+    }
   });
 });
