@@ -259,43 +259,18 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
 
     // Each runner claims one of three ways (docs/protocol.md): a claim and a plain completion;
     // ClaimLeases of up to its slots, each completion asking for the next lease; or a claim with
-    // completions asking for the next lease. A loop works through the leases it holds in turn.
+    // completions asking for the next lease. As the runner agent does, a loop works every lease a
+    // claim gave it at once, each followed by the leases its completions bring.
     type Held = { token: string; jobId: string; expiresAt: string; claimedVia: string; claimedAt: number };
-    const work = async (r: (typeof runners)[number], loop: number) => {
-      const admin = admins[runners.indexOf(r) % 2]!;
-      const held: Held[] = [];
-      const asLease = (lease: { token?: unknown; job?: { id?: unknown }; expiresAt?: unknown } | undefined, via: string, at: number): Held | undefined =>
-        typeof lease?.token === "string" && lease.token && typeof lease.job?.id === "string" && typeof lease.expiresAt === "string"
-          ? { token: lease.token, jobId: lease.job.id, expiresAt: lease.expiresAt, claimedVia: via, claimedAt: at }
-          : undefined;
-      while (live()) {
-        if (!held.length) {
-          let claim: RestReply;
-          try {
-            claims++;
-            claim = await (r.mode === "claims"
-              ? r.home.client.request("POST", "/v1/runner/claims", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1, maxLeases: r.slots })
-              : r.home.client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1 }));
-          } catch (e) {
-            fail(`claim ${r.runnerId}/${loop}: ${(e as Error).message}`);
-            continue;
-          }
-          if (claim.status === 204) {
-            emptyClaims++;
-            if (records.length >= totalJobs || (enqueueDone && (await nothingLeft(admin).catch((e: Error) => (fail(`list: ${e.message}`), true))))) return;
-            continue;
-          }
-          const claimedAt = performance.now();
-          const got = claim.status !== 200 ? [] : r.mode === "claims" ? ((claim.json?.leases ?? []) as unknown[]) : [claim.json];
-          const leases = got.map((l) => asLease(l as Parameters<typeof asLease>[0], r.home.name, claimedAt));
-          if (!leases.length || leases.some((l) => !l) || (r.mode === "claims" && (leases.length > r.slots || claim.json.lease?.token !== leases[0]!.token))) {
-            fail(`claim ${r.runnerId}/${loop} via ${r.home.name}: ${describeReply(claim)}`);
-            continue;
-          }
-          if (leases.length > 1) multiLeases += leases.length;
-          held.push(...(leases as Held[]));
-        }
-        const { token, jobId, expiresAt, claimedVia, claimedAt } = held.shift()!;
+    const asLease = (lease: { token?: unknown; job?: { id?: unknown }; expiresAt?: unknown } | undefined, via: string, at: number): Held | undefined =>
+      typeof lease?.token === "string" && lease.token && typeof lease.job?.id === "string" && typeof lease.expiresAt === "string"
+        ? { token: lease.token, jobId: lease.job.id, expiresAt: lease.expiresAt, claimedVia: via, claimedAt: at }
+        : undefined;
+    /** Renews (every fifth) and completes `held`, then the lease its completion brought, and so on. */
+    const runLeases = async (r: (typeof runners)[number], loop: number, first: Held) => {
+      for (let held: Held | undefined = first; held && live(); ) {
+        const { token, jobId, expiresAt, claimedVia, claimedAt } = held;
+        held = undefined;
         const crossed = leaseSeq++ % crossEvery === crossEvery - 1;
         const via = crossed ? r.away : r.home;
         try {
@@ -319,16 +294,42 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
           }
           records.push({ jobId, token, runnerId: r.runnerId, slots: r.slots, claimedVia, completedVia: via.name, crossed, claimedAt, completeSentAt, completedAt });
           if (done.json.lease) {
-            const nextLease = asLease(done.json.lease, via.name, completedAt);
-            if (!nextLease) fail(`complete ${jobId} by ${r.runnerId} via ${via.name}: its next lease: ${describeReply(done)}`);
-            else {
-              nextLeases++;
-              held.push(nextLease);
-            }
+            held = asLease(done.json.lease, via.name, completedAt);
+            if (!held) fail(`complete ${jobId} by ${r.runnerId} via ${via.name}: its next lease: ${describeReply(done)}`);
+            else nextLeases++;
           }
         } catch (e) {
           fail(`renew/complete ${jobId} by ${r.runnerId} via ${via.name}: ${(e as Error).message}`);
         }
+      }
+    };
+    const work = async (r: (typeof runners)[number], loop: number) => {
+      const admin = admins[runners.indexOf(r) % 2]!;
+      while (live()) {
+        let claim: RestReply;
+        try {
+          claims++;
+          claim = await (r.mode === "claims"
+            ? r.home.client.request("POST", "/v1/runner/claims", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1, maxLeases: r.slots })
+            : r.home.client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1 }));
+        } catch (e) {
+          fail(`claim ${r.runnerId}/${loop}: ${(e as Error).message}`);
+          continue;
+        }
+        if (claim.status === 204) {
+          emptyClaims++;
+          if (records.length >= totalJobs || (enqueueDone && (await nothingLeft(admin).catch((e: Error) => (fail(`list: ${e.message}`), true))))) return;
+          continue;
+        }
+        const claimedAt = performance.now();
+        const got = claim.status !== 200 ? [] : r.mode === "claims" ? ((claim.json?.leases ?? []) as unknown[]) : [claim.json];
+        const leases = got.map((l) => asLease(l as Parameters<typeof asLease>[0], r.home.name, claimedAt));
+        if (!leases.length || leases.some((l) => !l) || (r.mode === "claims" && (leases.length > r.slots || claim.json.lease?.token !== leases[0]!.token))) {
+          fail(`claim ${r.runnerId}/${loop} via ${r.home.name}: ${describeReply(claim)}`);
+          continue;
+        }
+        if (leases.length > 1) multiLeases += leases.length;
+        await Promise.all((leases as Held[]).map((held) => runLeases(r, loop, held)));
       }
     };
 
