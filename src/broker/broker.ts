@@ -9,7 +9,7 @@ import { withInput } from "./job-inputs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
-import { claimBatch, completeBatch } from "./lease-batches.js";
+import { claimBatch, completeAndClaimBatch, completeBatch, type SettledAndClaimed } from "./lease-batches.js";
 import type { CompletionInput } from "./completion.js";
 import type { JobInputView, LeaseCall, LeaseView } from "./leases.js";
 import type { BrokerObserver } from "./observer.js";
@@ -139,6 +139,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const stepEnqueue = { timeouts, code: options.code, box: options.secrets };
   const settled = pipelineSettleHook(stepEnqueue);
   const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer, settled), batching);
+  const batchedCompleteAndClaim = createBatcher((inputs: readonly CompletionInput[]) => completeAndClaimBatch(db, inputs, options.leaseSeconds, options.secrets, observer, settled), batching);
   const sweep = async () => {
     const ended = await expireLeases(db, timeouts, undefined, settled);
     observer?.swept(ended);
@@ -213,12 +214,20 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     complete: (input) => batchedComplete(input),
     async completeAndClaim(input, waitSeconds, signal) {
       checkClaimRequest(waitSeconds);
-      const job = await batchedComplete(input);
+      const startedAt = performance.now();
+      const done: SettledAndClaimed = await batchedCompleteAndClaim(input);
+      // Leased with the completion (one commit): pinned and given its inputs as a claim's lease is.
+      const pinned = done.lease && (await pinClaimedJob(db, input, done.lease, options.code, settled));
+      if (pinned) {
+        observer?.claimEnded(true, performance.now() - startedAt);
+        return { job: done.job, lease: await withInputs(db, pinned) };
+      }
+      // None yet (or its job could not be pinned): a claim as Claim makes it, long poll and all.
       const leases = await claim(input, waitSeconds, signal).catch((err: unknown) => {
         if (!(err instanceof ConnectError)) logUnlessUnreachable(`broker: the claim after job ${input.jobId}'s completion failed`, err);
         return [];
       });
-      return leases[0] ? { job, lease: leases[0] } : { job };
+      return leases[0] ? { job: done.job, lease: leases[0] } : { job: done.job };
     },
     runners: (workspaceId) => listRunners(db, workspaceId),
     register: (registration) => register(db, registration, options.leaseSeconds),
