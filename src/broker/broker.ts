@@ -69,9 +69,10 @@ export interface Broker {
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
   /**
-   * Completes, then claims the runner's next lease as `claim` does (CompleteRequest.next). A
-   * refused completion claims nothing; a claim that fails after the completion was taken answers
-   * no lease (the settled job is the reply; the runner's next claim meets the failure itself).
+   * Completes and claims the runner's next lease (CompleteRequest.next): in the completion's own
+   * transaction when it can (completeAndClaimBatch), else by `claim` after it, which also makes the
+   * long poll when no job was free. A refused completion claims nothing; a claim that fails after
+   * the completion was taken answers no lease (the runner's next claim meets the failure itself).
    */
   completeAndClaim(input: CompletionInput, waitSeconds: number, signal?: AbortSignal): Promise<{ job: JobSnapshot; lease?: LeaseView }>;
   runners(workspaceId: string): Promise<RunnerView[]>;

@@ -99,6 +99,27 @@ describe(`complete and claim (${databaseKind})`, () => {
     await runner.close();
   });
 
+  it("completions arriving together each get their own next lease; a refused one among them gets its error and claims nothing", async () => {
+    const ws = freshWorkspace();
+    const first = await enqueue(ws, 5);
+    const runners = await Promise.all(Array.from({ length: 5 }, (_, i) => registeredRunner(cp, `t${i}`, ws)));
+    const leases: Array<{ token: string; job: { id: string } }> = [];
+    for (const r of runners) leases.push((await r.claim({ waitSeconds: 0 })).json);
+    const more = await enqueue(ws, 4);
+    // Runner t4 sends a completion its lease does not take (a wrong token): refused, as without next.
+    const replies = await Promise.all(runners.map((r, i) => r.complete(leases[i]!.job.id, i === 4 ? "y".repeat(leases[i]!.token.length) : leases[i]!.token, { next: { waitSeconds: 0 } })));
+    replies.slice(0, 4).forEach((d, i) => {
+      expect(d.status, d.text).toBe(200);
+      expect(d.json.job).toMatchObject({ id: first[i], state: "succeeded" });
+    });
+    expect(replies[4]!.status).toBeGreaterThanOrEqual(400);
+    const next = replies.slice(0, 4).map((d) => d.json.lease?.job.id);
+    expect([...next].sort()).toEqual([...more].sort());
+    expect((await admin.job(first[4]!)).json.job.state).toBe("running");
+    for (const [i, id] of next.entries()) expect((await admin.job(id)).json.job).toMatchObject({ state: "running", runnerId: `t${i}` });
+    await Promise.all(runners.map((r) => r.close()));
+  });
+
   it("a paused runner's completion is taken and claims nothing", async () => {
     const ws = freshWorkspace();
     const [first, queued] = await enqueue(ws, 2);
