@@ -40,10 +40,9 @@ export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHo
   return results;
 }
 
-/** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
-export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
-  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer, hook));
-  const results: Array<PromiseSettledResult<JobSnapshot> | undefined> = inputs.map(() => undefined);
+/** Each input checked (checkCompletion): the valid ones with their index, and a result slot per input, a refusal's already filled. */
+function checkEach<O>(inputs: readonly CompletionInput[]): { results: Array<PromiseSettledResult<O> | undefined>; valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> } {
+  const results: Array<PromiseSettledResult<O> | undefined> = inputs.map(() => undefined);
   const valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> = [];
   inputs.forEach((input, index) => {
     try {
@@ -52,6 +51,13 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
       results[index] = { status: "rejected", reason };
     }
   });
+  return { results, valid };
+}
+
+/** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
+export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
+  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer, hook));
+  const { results, valid } = checkEach<JobSnapshot>(inputs);
   let replies: Array<JobSnapshot | undefined> = valid.map(() => undefined);
   let tried = false;
   if (valid.length > 1) {
@@ -89,15 +95,7 @@ export interface SettledAndClaimed {
  * through completeBatch, with no lease.
  */
 export async function completeAndClaimBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], leaseSeconds: number, box?: SecretBox, observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<SettledAndClaimed>>> {
-  const results: Array<PromiseSettledResult<SettledAndClaimed> | undefined> = inputs.map(() => undefined);
-  const valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> = [];
-  inputs.forEach((input, index) => {
-    try {
-      valid.push({ index, input, checked: checkCompletion(input) });
-    } catch (reason) {
-      results[index] = { status: "rejected", reason };
-    }
-  });
+  const { results, valid } = checkEach<SettledAndClaimed>(inputs);
   try {
     await inTransaction(db, async (tx) => {
       const replies = await settleLeases(tx, valid, observer, hook);
