@@ -21,7 +21,7 @@ const options = parseOptions(process.argv.slice(2), { jobs: "string", "jobs-at-1
 /** --out NAME writes bench/results/NAME.json instead (e.g. the batching before/after of docs/performance.md). */
 const resultName = String(options.flags.out ?? "lease-throughput");
 if (!/^[a-z0-9-]+$/.test(resultName)) throw new Error(`--out ${JSON.stringify(resultName)} must be lower-case letters, digits and dashes`);
-const allSystems = ["ours-1", "ours-2", "graphile-worker", "pg-boss", "pg-boss-work", "ours-1-unbatched"] as const;
+const allSystems = ["ours-1", "ours-1-next", "ours-2", "ours-2-next", "graphile-worker", "pg-boss", "pg-boss-work", "ours-1-unbatched"] as const;
 const systems = new Set(String(options.flags.systems ?? allSystems.filter((s) => s !== "ours-1-unbatched").join(",")).split(","));
 for (const s of systems) if (!(allSystems as readonly string[]).includes(s)) throw new Error(`--systems: ${JSON.stringify(s)} is not one of ${allSystems.join(", ")}`);
 const tiny = options.size === "tiny";
@@ -34,6 +34,9 @@ const jobsFor = (n: number) => (n === 1 ? jobsAt1 : jobs);
 const concurrencies = intListFlag(options.flags.concurrency, "concurrency", tiny ? [2] : [1, 16, 64]);
 const workspaceId = "w1";
 const runnersScript = new URL("./clients/runners.ts", import.meta.url);
+
+/** The row name of our control plane(s): `next` is complete-and-claim. */
+const oursName = (processes: number, batching = true, next = false) => `ours, ${processes} process${processes > 1 ? "es" : ""}${batching ? "" : ", unbatched"}${next ? ", complete-and-claim" : ""}`;
 
 /** One system at one concurrency. */
 interface Run {
@@ -54,10 +57,12 @@ const pki = await createBenchPki();
 try {
   for (const n of concurrencies) {
     if (systems.has("ours-1")) runs.push(await ours(pki, n, 1));
+    if (systems.has("ours-1-next")) runs.push(await ours(pki, n, 1, true, true));
     if (systems.has("ours-1-unbatched")) runs.push(await ours(pki, n, 1, false));
     if (!options.databaseUrl) continue;
     // One runner talks to one control plane: two processes need N > 1 to mean anything.
     if (systems.has("ours-2") && n > 1) runs.push(await ours(pki, n, 2));
+    if (systems.has("ours-2-next") && n > 1) runs.push(await ours(pki, n, 2, true, true));
     if (systems.has("graphile-worker")) runs.push(await peer("graphile-worker", n, jobsFor(n), graphileEnqueue, (url, meter) => graphileThroughput(url, jobsFor(n), n, meter)));
     if (systems.has("pg-boss")) runs.push(await peer("pg-boss fetch+complete", n, jobsFor(n), bossEnqueue, (url, meter) => bossFetchComplete(url, jobsFor(n), n, meter)));
   }
@@ -70,18 +75,19 @@ if (!options.databaseUrl) notes.push("No DATABASE_URL: ours ran on the embedded 
 notes.push(
   `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued no-op jobs (${jobsAt1.toLocaleString("en-US")} at N = 1) in a fresh database, with at most ${poolSize} database connections per process.`,
   "Ours: each runner has its own certificate and HTTP/2 connection and loops claim (waitSeconds 0) → complete over REST; the runners live in a separate client process. 1 process: the control plane runs in the orchestrating process; 2 processes: two `forelead serve` children, runners split between them.",
+  "Ours, complete-and-claim: each completion also asks for the next lease (`next: {waitSeconds: 0}`), so a job costs one request instead of two; a runner claims only when a completion brought no lease (its first job, and at the end). Claim columns: those few claims only.",
   "graphile-worker: run() with concurrency N and a no-op task, in the orchestrating process. pg-boss: N loops of fetch() → complete() (what a runner does); its work() loop polls at most every 0.5 s per worker, so work() is shown once, at 4 workers × batch 100.",
   "CPU columns: percent of one core over the run (server = control plane or peer process, client = runner process, pg = every process of the Postgres server). The machine has 2 cores shared by all three: that is the limit of most figures.",
 );
 
-const oursAt = (n: number, processes: number) => runs.find((r) => r.system === `ours, ${processes} process${processes > 1 ? "es" : ""}` && r.concurrency === n);
+const oursAt = (n: number, processes: number, next = false) => runs.find((r) => r.system === oursName(processes, true, next) && r.concurrency === n);
 await publishScenario(options, started, {
   scenario: resultName,
   title: "Lease throughput",
   notes,
   table: {
     title: "Lease throughput: pre-enqueued no-op jobs, claim → complete, N at once",
-    columns: ["N", "system", "jobs", "jobs/s", "claim p50 ms", "claim p99 ms", "ours 1p ÷ it", "ours 2p ÷ it", "CPU % server/client/pg"],
+    columns: ["N", "system", "jobs", "jobs/s", "claim p50 ms", "claim p99 ms", "complete p50 ms", "ours 1p ÷ it", "ours 2p ÷ it", "ours 1p next ÷ it", "ours 2p next ÷ it", "CPU % server/client/pg"],
     rows: runs.map((r) => {
       const peerRow = !r.system.startsWith("ours");
       return [
@@ -91,8 +97,11 @@ await publishScenario(options, started, {
         Math.round(r.jobsPerSecond),
         r.claim?.p50 ?? null,
         r.claim?.p99 ?? null,
+        r.complete?.p50 ?? null,
         peerRow ? ratio(oursAt(r.concurrency, 1)?.jobsPerSecond, r.jobsPerSecond) : null,
         peerRow ? ratio(oursAt(r.concurrency, 2)?.jobsPerSecond, r.jobsPerSecond) : null,
+        peerRow ? ratio(oursAt(r.concurrency, 1, true)?.jobsPerSecond, r.jobsPerSecond) : null,
+        peerRow ? ratio(oursAt(r.concurrency, 2, true)?.jobsPerSecond, r.jobsPerSecond) : null,
         r.cpu ? `${r.cpu.rolesPctOfCore.server ?? 0}/${r.cpu.rolesPctOfCore.client ?? 0}/${r.cpu.rolesPctOfCore.postgres ?? "–"}` : null,
       ];
     }),
@@ -100,10 +109,10 @@ await publishScenario(options, started, {
   figures: { jobs, jobsAt1, concurrencies, runs },
 });
 
-/** Our control plane(s) with `n` runners in a client process. */
-async function ours(pki: BenchPki, n: number, processes: number, batching = true): Promise<Run> {
+/** Our control plane(s) with `n` runners in a client process; `next`: complete-and-claim. */
+async function ours(pki: BenchPki, n: number, processes: number, batching = true, next = false): Promise<Run> {
   const jobs = jobsFor(n);
-  const system = `ours, ${processes} process${processes > 1 ? "es" : ""}${batching ? "" : ", unbatched"}`;
+  const system = oursName(processes, batching, next);
   console.log(`lease-throughput: ${system}, N = ${n}`);
   const database = await freshDatabase(options.databaseUrl, options.databaseName);
   let planes: Planes | undefined;
@@ -115,10 +124,10 @@ async function ours(pki: BenchPki, n: number, processes: number, batching = true
     const store = planes.inProcess?.store ?? (await openStore(database.location, { migrate: false }));
     try {
       await bulkInsertJobs(store.db, jobs, workspaceId);
-      const runners = await pki.runners(`n${n}p${processes}-`, n, workspaceId);
+      const runners = await pki.runners(`n${n}p${processes}${next ? "x" : ""}-`, n, workspaceId);
       await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners });
       const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
-      const drained = await client.call<{ completed: number; elapsedMs: number; claimMs: number[]; completeMs: number[] }>({ type: "drain" });
+      const drained = await client.call<{ completed: number; elapsedMs: number; claimMs: number[]; completeMs: number[] }>({ type: "drain", next });
       const cpu = meter.stop();
       const states = await jobStates(store.db);
       if (drained.completed !== jobs || states.succeeded !== jobs) throw new Error(`${system}: ${drained.completed} completed, states ${JSON.stringify(states)}; expected ${jobs} succeeded`);

@@ -56,9 +56,13 @@ async function connect(m: Message): Promise<Message> {
 /**
  * Every runner claims (no wait) and completes until a claim finds nothing,
  * or until `maxJobs` claims were made in all. Latencies are per request.
+ * With `next` (complete-and-claim, CompleteRequest.next): each completion
+ * also asks for the next lease (waitSeconds 0), and a runner claims only
+ * when a completion brought none.
  */
 async function drain(m: Message): Promise<Message> {
   const maxJobs = (m.maxJobs as number | undefined) ?? Infinity;
+  const next = m.next === true;
   const claimMs: number[] = [];
   const completeMs: number[] = [];
   let claimed = 0;
@@ -68,23 +72,31 @@ async function drain(m: Message): Promise<Message> {
   const deadline = started + opDeadlineMs;
   await Promise.all(
     runners.map(async ({ spec, client }) => {
+      let lease: { job: { id: string }; token: string } | undefined;
       while (claimed < maxJobs && nowMs() < deadline) {
         claimed++;
-        const t0 = nowMs();
-        const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds: 0 });
-        const t1 = nowMs();
-        if (claim.status === 204) {
-          claimed--;
-          return;
+        let t1 = nowMs();
+        if (!lease) {
+          const t0 = t1;
+          const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds: 0 });
+          t1 = nowMs();
+          if (claim.status === 204) {
+            claimed--;
+            return;
+          }
+          if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
+          claimMs.push(t1 - t0);
+          lease = claim.json;
         }
-        if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
-        claimMs.push(t1 - t0);
-        const { job, token } = claim.json;
-        const done = await client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0 });
+        const { job, token } = lease!;
+        const done = await client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0, ...(next ? { next: { waitSeconds: 0 } } : {}) });
         if (done.status !== 200) throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
         completeMs.push(nowMs() - t1);
         completed++;
+        lease = done.json.lease;
       }
+      // maxJobs reached with a lease in hand (complete-and-claim): give it back.
+      if (lease) await client.post("/v1/runner/release", { apiVersion: "v1", jobId: lease.job.id, leaseToken: lease.token });
     }),
   );
   const elapsedMs = nowMs() - started;

@@ -3,6 +3,7 @@ import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/prot
 import { EventsRequestSchema, LogsRequestSchema, type RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Broker } from "../broker/broker.js";
+import type { LeaseView } from "../broker/leases.js";
 import { describeChange } from "../broker/registrations.js";
 import type { Enrollments } from "../identity/enrollment.js";
 import { audited, recordAction } from "./audit-actions.js";
@@ -68,8 +69,13 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     },
 
     async claim(req, ctx) {
-      const lease = await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal);
-      return lease ? { lease: leaseMessage(lease) } : {};
+      // Its REST body is one lease: a second would be leased and never delivered.
+      if (req.maxLeases > 1) throw new ConnectError(`maxLeases ${req.maxLeases}: Claim (POST /v1/runner/claim) leases one job; ask ClaimLeases (POST /v1/runner/claims) for more`, Code.InvalidArgument);
+      return claimResponse(await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal));
+    },
+
+    async claimLeases(req, ctx) {
+      return claimResponse(await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal, req.maxLeases || 1));
     },
 
     async renew(req, ctx) {
@@ -83,7 +89,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
 
     async complete(req, ctx) {
       const artifacts = await deps.artifacts.checkManifest(runnerOf(ctx), req.jobId, req.artifacts);
-      const job = await deps.broker.complete({
+      const input = {
         ...runnerOf(ctx),
         jobId: req.jobId,
         leaseToken: req.leaseToken,
@@ -93,8 +99,10 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         error: req.error,
         artifacts,
         result: req.result,
-      });
-      return { apiVersion, job: jobMessage(job) };
+      };
+      if (!req.next) return { apiVersion, job: jobMessage(await deps.broker.complete(input)) };
+      const { job, lease } = await deps.broker.completeAndClaim(input, req.next.waitSeconds, ctx.signal);
+      return { apiVersion, job: jobMessage(job), ...(lease ? { lease: leaseMessage(lease) } : {}) };
     },
 
     async codeHead(req, ctx) {
@@ -140,6 +148,11 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     logs: (reqs, ctx) => ingestRequests(deps.streams, "logs", LogsRequestSchema, reqs, ctx),
     ...runnerArtifactHandlers(deps.artifacts),
   };
+}
+
+/** ClaimResponse: `leases` in pick order, `lease` the first of them; nothing when none. */
+function claimResponse(leases: readonly LeaseView[]) {
+  return leases.length ? { lease: leaseMessage(leases[0]!), leases: leases.map(leaseMessage) } : {};
 }
 
 /** A protobuf Timestamp from nanoseconds since the epoch. */

@@ -10,7 +10,7 @@ import { withInput } from "./job-inputs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
-import { claimBatch, completeBatch } from "./lease-batches.js";
+import { claimBatch, completeAndClaimBatch, completeBatch, type SettledAndClaimed } from "./lease-batches.js";
 import type { CompletionInput } from "./completion.js";
 import type { JobInputView, LeaseCall, LeaseView } from "./leases.js";
 import type { BrokerObserver } from "./observer.js";
@@ -27,6 +27,7 @@ import { inTransaction } from "../store/transaction.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
 import { retryJob } from "./retry.js";
 import { leaseInput, withInputs } from "./pipelines/inputs.js";
+import { maxLeasesPerClaim } from "../protocol/claims.js";
 
 /** Longest a claim may wait for a job, in seconds. */
 export const maxClaimWaitSeconds = 20;
@@ -42,6 +43,16 @@ export function pollBoundSeconds(leaseSeconds: number): number {
   return Math.min(maxClaimWaitSeconds, Math.max(1, Math.floor((leaseSeconds * 2) / 3)));
 }
 
+/** Refuses a claim's waitSeconds or maxLeases out of range (invalid_argument), before anything is claimed or settled. */
+export function checkClaimRequest(waitSeconds: number, maxLeases = 1): void {
+  if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
+    throw new ConnectError(`waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`, Code.InvalidArgument);
+  }
+  if (!Number.isInteger(maxLeases) || maxLeases < 1 || maxLeases > maxLeasesPerClaim) {
+    throw new ConnectError(`maxLeases must be 1 to ${maxLeasesPerClaim} (0 or unset means 1); got ${maxLeases}`, Code.InvalidArgument);
+  }
+}
+
 /** The job queue and its leases: every operation runs against the shared database. */
 export interface Broker {
   /** Stores a job; a queued job's reply says why it waits when that is already known (waiting.ts). */
@@ -52,11 +63,21 @@ export interface Broker {
   get(jobId: string): Promise<JobSnapshot>;
   list(input: ListJobsInput): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }>;
   cancel(jobId: string, by: string): Promise<JobSnapshot>;
-  /** Claims a job, waiting up to `waitSeconds` for one to arrive. */
-  claim(holder: LeaseHolder, waitSeconds: number, signal?: AbortSignal): Promise<LeaseView | undefined>;
+  /**
+   * Claims up to `maxLeases` jobs (1 by default; checkClaimRequest), waiting up to `waitSeconds`
+   * for the first to arrive: answers as soon as any is leased, in pick order, or none.
+   */
+  claim(holder: LeaseHolder, waitSeconds: number, signal?: AbortSignal, maxLeases?: number): Promise<LeaseView[]>;
   renew(call: LeaseCall): Promise<LeaseView>;
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
+  /**
+   * Completes and claims the runner's next lease (CompleteRequest.next): in the completion's own
+   * transaction when it can (completeAndClaimBatch), else by `claim` after it, which also makes the
+   * long poll when no job was free. A refused completion claims nothing; a claim that fails after
+   * the completion was taken answers no lease (the runner's next claim meets the failure itself).
+   */
+  completeAndClaim(input: CompletionInput, waitSeconds: number, signal?: AbortSignal): Promise<{ job: JobSnapshot; lease?: LeaseView }>;
   runners(workspaceId: string): Promise<RunnerView[]>;
   /** Stores or updates a runner's registration; a retired runner's is refused, not revived, and so is a second live process of one runner. */
   register(registration: Registration): Promise<Registered>;
@@ -98,6 +119,18 @@ export interface BrokerOptions {
  */
 export const defaultBatching: BatcherOptions = { maxBatch: 64, maxInFlight: 4 };
 
+/**
+ * The leases of claims made together: every one that was taken, in order. A failed claim (its
+ * error) fails the call only when none was taken, so a lease taken is never dropped unanswered.
+ */
+async function claimedLeases(claims: ReadonlyArray<Promise<LeaseView | undefined>>): Promise<LeaseView[]> {
+  const settledClaims = await Promise.allSettled(claims);
+  const leases = settledClaims.flatMap((r) => (r.status === "fulfilled" && r.value ? [r.value] : []));
+  const failed = settledClaims.find((r) => r.status === "rejected");
+  if (failed && !leases.length) throw failed.reason;
+  return leases;
+}
+
 /** Starts a broker: subscribes to wakeups and sweeps expired leases and overdue jobs on a timer. */
 export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const { db } = options.store;
@@ -111,6 +144,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const stepEnqueue = { timeouts, code: options.code, box: options.secrets };
   const settled = pipelineSettleHook(stepEnqueue);
   const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer, settled), batching);
+  const batchedCompleteAndClaim = createBatcher((inputs: readonly CompletionInput[]) => completeAndClaimBatch(db, inputs, options.leaseSeconds, options.secrets, observer, settled), batching);
   const sweep = async () => {
     const ended = await expireLeases(db, timeouts, undefined, settled);
     observer?.swept(ended);
@@ -129,6 +163,44 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   }, options.sweepIntervalMs ?? 1000);
   timer.unref();
 
+  const claim: Broker["claim"] = async (holder, waitSeconds, signal, maxLeases = 1) => {
+    checkClaimRequest(waitSeconds, maxLeases);
+    const startedAt = performance.now();
+    const end = (leases: LeaseView[]) => {
+      observer?.claimEnded(leases.length > 0, performance.now() - startedAt);
+      return leases;
+    };
+    const deadline = Date.now() + Math.min(waitSeconds, pollBoundSeconds(options.leaseSeconds)) * 1000;
+    let swept = false;
+    let unused: Wake | undefined;
+    for (;;) {
+      const waiter = wakeups.arm(holder.workspaceId); // armed before the try: no enqueue slips between
+      try {
+        // maxLeases requests of one holder go to the batcher in one turn, so one forelead_claim call
+        // serves them (one commit) and the function's per-request slot count bounds them together.
+        const claimed = await claimedLeases(Array.from({ length: maxLeases }, () => batchedClaim(holder)));
+        const leases = await claimedLeases(claimed.map((c) => pinClaimedJob(db, holder, c, options.code, settled)));
+        if (leases.length) return end(await Promise.all(leases.map((lease) => withInputs(db, lease))));
+        if (claimed.length) continue; // those jobs could not be pinned and were settled: look for others
+        // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
+        // jobs remain, so another runner gets its chance; when the job is already gone, stop.
+        if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);
+        unused = undefined;
+        // Once per request: an expired lease may be holding a job the timer has not swept yet.
+        if (!swept) {
+          swept = true;
+          if ((await sweep()) > 0) continue;
+        }
+        if (Date.now() >= deadline || signal?.aborted) return end([]);
+        unused = await waiter.wait(deadline - Date.now(), signal);
+        // Closing wakes every waiter; none may claim from a database about to close.
+        if (closed) return end([]);
+      } finally {
+        waiter.cancel();
+      }
+    }
+  };
+
   return {
     enqueue: async (input) => withWaiting(db, await enqueueJob(db, input, timeouts, options.code, options.secrets), options.leaseSeconds),
     enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
@@ -137,43 +209,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     cancel: (jobId, by) => cancelJob(db, jobId, by, settled),
     pipelines: createPipelines(db, stepEnqueue, settled),
     retry: async (jobId, by) => withWaiting(db, await retryJob(db, jobId, by, timeouts, options.code, options.secrets), options.leaseSeconds),
-    async claim(holder, waitSeconds, signal) {
-      if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
-        throw new ConnectError(`waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`, Code.InvalidArgument);
-      }
-      const startedAt = performance.now();
-      const end = (lease: LeaseView | undefined) => {
-        observer?.claimEnded(lease !== undefined, performance.now() - startedAt);
-        return lease;
-      };
-      const deadline = Date.now() + Math.min(waitSeconds, pollBoundSeconds(options.leaseSeconds)) * 1000;
-      let swept = false;
-      let unused: Wake | undefined;
-      for (;;) {
-        const waiter = wakeups.arm(holder.workspaceId); // armed before the try: no enqueue slips between
-        try {
-          const claimed = await batchedClaim(holder);
-          const lease = claimed && (await pinClaimedJob(db, holder, claimed, options.code, settled));
-          if (lease) return end(await withInputs(db, lease));
-          if (claimed) continue; // that job could not be pinned and was settled: look for another
-          // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
-          // jobs remain, so another runner gets its chance; when the job is already gone, stop.
-          if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);
-          unused = undefined;
-          // Once per request: an expired lease may be holding a job the timer has not swept yet.
-          if (!swept) {
-            swept = true;
-            if ((await sweep()) > 0) continue;
-          }
-          if (Date.now() >= deadline || signal?.aborted) return end(undefined);
-          unused = await waiter.wait(deadline - Date.now(), signal);
-          // Closing wakes every waiter; none may claim from a database about to close.
-          if (closed) return end(undefined);
-        } finally {
-          waiter.cancel();
-        }
-      }
-    },
+    claim,
     async renew(call) {
       const lease = await renewLease(db, call, options.leaseSeconds);
       observer?.renewed();
@@ -182,6 +218,23 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     release: (call) => releaseLease(db, call, settled),
     input: (holder, jobId, token, fromJobId, name) => leaseInput(db, holder, jobId, token, fromJobId, name),
     complete: (input) => batchedComplete(input),
+    async completeAndClaim(input, waitSeconds, signal) {
+      checkClaimRequest(waitSeconds);
+      const startedAt = performance.now();
+      const done: SettledAndClaimed = await batchedCompleteAndClaim(input);
+      // Leased with the completion (one commit): pinned and given its inputs as a claim's lease is.
+      const pinned = done.lease && (await pinClaimedJob(db, input, done.lease, options.code, settled));
+      if (pinned) {
+        observer?.claimEnded(true, performance.now() - startedAt);
+        return { job: done.job, lease: await withInputs(db, pinned) };
+      }
+      // None yet (or its job could not be pinned): a claim as Claim makes it, long poll and all.
+      const leases = await claim(input, waitSeconds, signal).catch((err: unknown) => {
+        if (!(err instanceof ConnectError)) logUnlessUnreachable(`broker: the claim after job ${input.jobId}'s completion failed`, err);
+        return [];
+      });
+      return leases[0] ? { job: done.job, lease: leases[0] } : { job: done.job };
+    },
     runners: (workspaceId) => listRunners(db, workspaceId),
     register: (registration) => register(db, registration, options.leaseSeconds),
     stats: (query) => jobStats(db, query),

@@ -10,6 +10,8 @@ import { claimJob, claimLeases } from "./sql/claim.js";
 import type { SecretBox } from "../secrets/box.js";
 import { completeJob, completeJobInTransaction, settleLeases } from "./sql/complete.js";
 import type { SettleHook } from "./pipelines/settle-hook.js";
+import { sql } from "kysely";
+import { inTransaction } from "../store/transaction.js";
 
 // Claims and completions that arrive together are served by one statement:
 // each commit waits for a WAL flush, and one flush (and one round trip per
@@ -38,10 +40,9 @@ export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHo
   return results;
 }
 
-/** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
-export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
-  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer, hook));
-  const results: Array<PromiseSettledResult<JobSnapshot> | undefined> = inputs.map(() => undefined);
+/** Each input checked (checkCompletion): the valid ones with their index, and a result slot per input, a refusal's already filled. */
+function checkEach<O>(inputs: readonly CompletionInput[]): { results: Array<PromiseSettledResult<O> | undefined>; valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> } {
+  const results: Array<PromiseSettledResult<O> | undefined> = inputs.map(() => undefined);
   const valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> = [];
   inputs.forEach((input, index) => {
     try {
@@ -50,6 +51,13 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
       results[index] = { status: "rejected", reason };
     }
   });
+  return { results, valid };
+}
+
+/** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
+export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
+  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer, hook));
+  const { results, valid } = checkEach<JobSnapshot>(inputs);
   let replies: Array<JobSnapshot | undefined> = valid.map(() => undefined);
   let tried = false;
   if (valid.length > 1) {
@@ -68,4 +76,44 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
   const settled = await settleEach(rest, (v) => (tried ? completeJobInTransaction(db, v.input, v.checked, observer, hook) : completeJob(db, v.input, observer, hook)));
   rest.forEach((v, i) => (results[v.index] = settled[i]));
   return results as Array<PromiseSettledResult<JobSnapshot>>;
+}
+
+/** What completeAndClaimBatch answers for one completion: its settled job, and the lease claimed with it. */
+export interface SettledAndClaimed {
+  readonly job: JobSnapshot;
+  /** Leased in the completion's transaction; none when none was free or the completion took the slow path (the caller then claims as Claim does). */
+  readonly lease?: LeaseView;
+}
+
+/**
+ * Completions that also claim the runner's next lease (CompleteRequest.next), settled and claimed
+ * in one transaction, one commit: settleLeases for the lot, then claimLeases (forelead_claim) for
+ * the runners whose completion it settled, so the claim sees their slots free. The claim's own
+ * rule for a claim that leases nothing (commit without waiting for the WAL flush) must not reach
+ * the completion: synchronous_commit is put back before the commit. Anything the fast path does
+ * not settle (a repeat, a refusal) and any failure of the transaction (rolled back whole) go
+ * through completeBatch, with no lease.
+ */
+export async function completeAndClaimBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], leaseSeconds: number, box?: SecretBox, observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<SettledAndClaimed>>> {
+  const { results, valid } = checkEach<SettledAndClaimed>(inputs);
+  try {
+    await inTransaction(db, async (tx) => {
+      const replies = await settleLeases(tx, valid, observer, hook);
+      const settledOnes = valid.flatMap((v, i) => (replies[i] ? [{ v, job: replies[i] }] : []));
+      if (!settledOnes.length) return;
+      const leases = await claimLeases(tx, settledOnes.map(({ v }) => v.input), leaseSeconds, box);
+      await sql`select set_config('synchronous_commit', 'on', true)`.execute(tx);
+      settledOnes.forEach(({ v, job }, i) => (results[v.index] = { status: "fulfilled", value: { job, ...(leases[i] ? { lease: leases[i] } : {}) } }));
+    });
+  } catch {
+    // Rolled back whole (a runner not registered, a deadlock): nothing was settled or claimed.
+    for (const v of valid) results[v.index] = undefined;
+  }
+  const rest = valid.filter((v) => !results[v.index]);
+  const settled = await completeBatch(db, rest.map((v) => v.input), observer, hook);
+  rest.forEach((v, i) => {
+    const r = settled[i]!;
+    results[v.index] = r.status === "fulfilled" ? { status: "fulfilled", value: { job: r.value } } : r;
+  });
+  return results as Array<PromiseSettledResult<SettledAndClaimed>>;
 }

@@ -5,7 +5,9 @@
 // with its own certificate and HTTP/2 connections, claim and complete them
 // through both. Every fifth lease is renewed and completed through the other
 // replica. Each runner runs one more claim loop than it has slots, so the
-// slot limit is pushed against, not just never reached.
+// slot limit is pushed against, not just never reached. A third of the
+// runners claim several leases per request (ClaimLeases) and a third of
+// them with their completions (CompleteRequest.next), as the runner agent does.
 //
 // Needs real Postgres (DATABASE_URL): two processes cannot share an embedded
 // database, so the suite is skipped there.
@@ -101,6 +103,8 @@ interface LeaseRecord {
   readonly slots: number;
   readonly claimedVia: string;
   readonly completedVia: string;
+  /** Renewed and completed through the other replica than the runner's home. */
+  readonly crossed: boolean;
   /** When the claim reply arrived (the lease was issued before). */
   readonly claimedAt: number;
   /** When the complete request was sent (the lease ended after). */
@@ -187,7 +191,8 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
         const runnerId = `r${i}`;
         const cert = await pki.runner(runnerId, workspaceId);
         const [home, away] = i % 2 === 0 ? [A, B] : [B, A];
-        return { runnerId, slots: 1 + (i % 4), home: { name: home.name, client: connect(home.url, cert) }, away: { name: away.name, client: connect(away.url, cert) } };
+        const mode = (["claim", "claims", "next"] as const)[i % 3]!;
+        return { runnerId, slots: 1 + (i % 4), mode, home: { name: home.name, client: connect(home.url, cert) }, away: { name: away.name, client: connect(away.url, cert) } };
       }),
     );
     await Promise.all(
@@ -249,14 +254,64 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     let claims = 0;
     let emptyClaims = 0;
     let renewals = 0;
+    let multiLeases = 0;
+    let nextLeases = 0;
 
+    // Each runner claims one of three ways (docs/protocol.md): a claim and a plain completion;
+    // ClaimLeases of up to its slots, each completion asking for the next lease; or a claim with
+    // completions asking for the next lease. As the runner agent does, a loop works every lease a
+    // claim gave it at once, each followed by the leases its completions bring.
+    type Held = { token: string; jobId: string; expiresAt: string; claimedVia: string; claimedAt: number };
+    const asLease = (lease: { token?: unknown; job?: { id?: unknown }; expiresAt?: unknown } | undefined, via: string, at: number): Held | undefined =>
+      typeof lease?.token === "string" && lease.token && typeof lease.job?.id === "string" && typeof lease.expiresAt === "string"
+        ? { token: lease.token, jobId: lease.job.id, expiresAt: lease.expiresAt, claimedVia: via, claimedAt: at }
+        : undefined;
+    /** Renews (every fifth) and completes `held`, then the lease its completion brought, and so on. */
+    const runLeases = async (r: (typeof runners)[number], loop: number, first: Held) => {
+      for (let held: Held | undefined = first; held && live(); ) {
+        const { token, jobId, expiresAt, claimedVia, claimedAt } = held;
+        held = undefined;
+        const crossed = leaseSeq++ % crossEvery === crossEvery - 1;
+        const via = crossed ? r.away : r.home;
+        try {
+          if (crossed) {
+            const renew = await via.client.request("POST", "/v1/runner/renew", { apiVersion: "v1", jobId, leaseToken: token });
+            renewals++;
+            if (renew.status !== 200 || renew.json?.job?.id !== jobId || !(Date.parse(renew.json.expiresAt) >= Date.parse(expiresAt))) {
+              fail(`renew ${jobId} by ${r.runnerId} via ${via.name} (claimed via ${claimedVia}): ${describeReply(renew)}`);
+              continue;
+            }
+          }
+          const completeSentAt = performance.now();
+          const done = await via.client.request("POST", "/v1/runner/complete", {
+            apiVersion: "v1", jobId, leaseToken: token, completionId: `${r.runnerId}-${loop}-${jobId}`, outcome: "succeeded", exitCode: 0,
+            ...(r.mode === "claim" ? {} : { next: { waitSeconds: 0 } }),
+          });
+          const completedAt = performance.now();
+          if (done.status !== 200 || done.json?.job?.state !== "succeeded" || done.json?.job?.id !== jobId) {
+            fail(`complete ${jobId} by ${r.runnerId} via ${via.name}: ${describeReply(done)}`);
+            continue;
+          }
+          records.push({ jobId, token, runnerId: r.runnerId, slots: r.slots, claimedVia, completedVia: via.name, crossed, claimedAt, completeSentAt, completedAt });
+          if (done.json.lease) {
+            held = asLease(done.json.lease, via.name, completedAt);
+            if (!held) fail(`complete ${jobId} by ${r.runnerId} via ${via.name}: its next lease: ${describeReply(done)}`);
+            else nextLeases++;
+          }
+        } catch (e) {
+          fail(`renew/complete ${jobId} by ${r.runnerId} via ${via.name}: ${(e as Error).message}`);
+        }
+      }
+    };
     const work = async (r: (typeof runners)[number], loop: number) => {
       const admin = admins[runners.indexOf(r) % 2]!;
       while (live()) {
         let claim: RestReply;
         try {
           claims++;
-          claim = await r.home.client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1 });
+          claim = await (r.mode === "claims"
+            ? r.home.client.request("POST", "/v1/runner/claims", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1, maxLeases: r.slots })
+            : r.home.client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1 }));
         } catch (e) {
           fail(`claim ${r.runnerId}/${loop}: ${(e as Error).message}`);
           continue;
@@ -267,36 +322,14 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
           continue;
         }
         const claimedAt = performance.now();
-        const token: unknown = claim.json?.token;
-        const jobId: unknown = claim.json?.job?.id;
-        if (claim.status !== 200 || typeof token !== "string" || !token || typeof jobId !== "string") {
+        const got = claim.status !== 200 ? [] : r.mode === "claims" ? ((claim.json?.leases ?? []) as unknown[]) : [claim.json];
+        const leases = got.map((l) => asLease(l as Parameters<typeof asLease>[0], r.home.name, claimedAt));
+        if (!leases.length || leases.some((l) => !l) || (r.mode === "claims" && (leases.length > r.slots || claim.json.lease?.token !== leases[0]!.token))) {
           fail(`claim ${r.runnerId}/${loop} via ${r.home.name}: ${describeReply(claim)}`);
           continue;
         }
-        const crossed = leaseSeq++ % crossEvery === crossEvery - 1;
-        const via = crossed ? r.away : r.home;
-        try {
-          if (crossed) {
-            const renew = await via.client.request("POST", "/v1/runner/renew", { apiVersion: "v1", jobId, leaseToken: token });
-            renewals++;
-            if (renew.status !== 200 || renew.json?.job?.id !== jobId || !(Date.parse(renew.json.expiresAt) >= Date.parse(claim.json.expiresAt))) {
-              fail(`renew ${jobId} by ${r.runnerId} via ${via.name} (claimed via ${r.home.name}): ${describeReply(renew)}`);
-              continue;
-            }
-          }
-          const completeSentAt = performance.now();
-          const done = await via.client.request("POST", "/v1/runner/complete", {
-            apiVersion: "v1", jobId, leaseToken: token, completionId: `${r.runnerId}-${loop}-${jobId}`, outcome: "succeeded", exitCode: 0,
-          });
-          const completedAt = performance.now();
-          if (done.status !== 200 || done.json?.job?.state !== "succeeded" || done.json?.job?.id !== jobId) {
-            fail(`complete ${jobId} by ${r.runnerId} via ${via.name}: ${describeReply(done)}`);
-            continue;
-          }
-          records.push({ jobId, token, runnerId: r.runnerId, slots: r.slots, claimedVia: r.home.name, completedVia: via.name, claimedAt, completeSentAt, completedAt });
-        } catch (e) {
-          fail(`renew/complete ${jobId} by ${r.runnerId} via ${via.name}: ${(e as Error).message}`);
-        }
+        if (leases.length > 1) multiLeases += leases.length;
+        await Promise.all((leases as Held[]).map((held) => runLeases(r, loop, held)));
       }
     };
 
@@ -309,7 +342,7 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
       `replicas: ${records.length} jobs enqueued and completed through 2 replicas by ${runnerCount} runners in ${seconds.toFixed(2)} s ` +
         `(${(records.length / seconds).toFixed(0)} jobs/s; enqueue of ${enqueued.length} took ${((enqueueFinishedAt - started) / 1000).toFixed(2)} s); ` +
         `${claims} claims (${emptyClaims} empty), ${renewals} cross-replica renewals, ` +
-        `${records.filter((x) => x.claimedVia !== x.completedVia).length} cross-replica completions`,
+        `${records.filter((x) => x.crossed).length} cross-replica completions, ${multiLeases} leases from multi-lease claims, ${nextLeases} from completions`,
     );
 
     expect(errors, errors.join("\n")).toEqual([]);
@@ -334,7 +367,10 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
       tokenOwner.set(rec.token, rec.runnerId);
     }
     expect(tokenOwner.size).toBe(totalJobs);
-    expect(records.filter((x) => x.claimedVia !== x.completedVia).length).toBe(Math.floor(totalJobs / crossEvery));
+    expect(records.filter((x) => x.crossed).length).toBe(Math.floor(totalJobs / crossEvery));
+    // The fewer-round-trip paths were in use.
+    expect(multiLeases).toBeGreaterThan(0);
+    expect(nextLeases).toBeGreaterThan(0);
 
     // From the records: no runner ever held more live leases than its slots. A lease was
     // live from before its claim reply arrived until after its complete was sent, so

@@ -117,10 +117,16 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     ? base
     : {
         ...base,
-        claim: async (waitSeconds, signal) => {
-          const lease = await base.claim(waitSeconds, signal);
-          if (lease) onLease(lease);
-          return lease;
+        claim: async (waitSeconds, signal, maxLeases) => {
+          const leases = await base.claim(waitSeconds, signal, maxLeases);
+          leases.forEach(onLease);
+          return leases;
+        },
+        // A completion's reply may carry the next lease (CompleteRequest.next).
+        complete: async (jobId, leaseToken, completion, next) => {
+          const reply = await base.complete(jobId, leaseToken, completion, next);
+          if (reply.lease) onLease(reply.lease);
+          return reply;
         },
       };
   const workDir = await mkdtemp(join(tmpdir(), `forelead-runner-${options.runnerId}-`));

@@ -9,7 +9,9 @@ import { removeLeftoverSecretFiles } from "../executors/secret-files.js";
 import { startInventory, type InventoryLoop } from "./inventory.js";
 import { runLease, type JobRun } from "./job-run.js";
 import type { OutputSink } from "../output/output.js";
-import { sleep } from "./settle.js";
+import { sleep, type NextLease } from "./settle.js";
+import { maxLeasesPerClaim } from "../../protocol/claims.js";
+import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import type { UploadClient } from "../output/upload-output.js";
 import type { SuspendClient } from "./suspend-step.js";
 import { features, jobContractFeatures, suspendFeatures } from "../../protocol/features.js";
@@ -168,6 +170,32 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     return Math.min(longest, Math.ceil((options.idleExitMs - idleFor) / 1000));
   };
 
+  /**
+   * Runs a lease just received (a claim's, or a completion's next): as the drain began, it is given
+   * straight back instead. Each lease has its own run and its own keeper, so a lost one is killed.
+   */
+  const take = (lease: Lease, how: string) => {
+    if (!lease.job) return;
+    if (draining) {
+      void client.release(lease.job.id, lease.token).catch(() => undefined);
+      return;
+    }
+    log(`${how} job ${lease.job.id}`);
+    claimed++;
+    const run = runLease({ ...context(), next }, lease);
+    runs.set(run.jobId, run);
+    void run.done
+      .then((took) => void (took && settled++))
+      .finally(() => {
+        runs.delete(run.jobId);
+        if (runs.size === 0) idleSince = Date.now();
+        slotFreed();
+      });
+  };
+  // A finished job's completion asks for the next lease while the runner takes more jobs: not
+  // draining, and without a job limit (--once), which the claim loop alone counts out.
+  const next: NextLease = { wanted: () => !draining && options.jobLimit === undefined, take: (lease) => take(lease, "claimed (with a completion)") };
+
   const claimLoop = async () => {
     let failures = 0;
     while (!draining) {
@@ -187,25 +215,13 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
         break;
       }
       try {
-        const lease = await client.claim(waitSeconds, claiming.signal);
+        // Up to the free slots in one request (ClaimLeases); at most what the job limit leaves.
+        const free = Math.min(options.slots - runs.size, options.jobLimit === undefined ? Infinity : options.jobLimit - claimed);
+        const leases = await client.claim(waitSeconds, claiming.signal, Math.min(free, maxLeasesPerClaim));
         failures = 0;
-        if (!lease?.job) continue;
-        if (draining) {
-          // Claimed as the drain began: give it straight back.
-          await client.release(lease.job.id, lease.token).catch(() => undefined);
-          break;
-        }
-        log(`claimed job ${lease.job.id}`);
-        claimed++;
-        const run = runLease(context(), lease);
-        runs.set(run.jobId, run);
-        void run.done
-          .then((took) => void (took && settled++))
-          .finally(() => {
-            runs.delete(run.jobId);
-            if (runs.size === 0) idleSince = Date.now();
-            slotFreed();
-          });
+        if (leases.length > 1) log(`one claim request leased ${leases.length} jobs`);
+        for (const lease of leases) take(lease, "claimed");
+        if (draining) break;
       } catch (err) {
         if (draining) break;
         if (fixOf(err)) {

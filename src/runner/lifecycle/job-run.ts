@@ -15,7 +15,7 @@ import { forEachLine } from "../executors/lines.js";
 import { jobSecretsProblem } from "../executors/secret-files.js";
 import { createLeaseRun, type StopReason } from "./run-state.js";
 import { defaultSampleIntervalMs, startResourceSamples } from "./resource-samples.js";
-import { settle, type Settlement } from "./settle.js";
+import { settle, type NextLease, type Settlement } from "./settle.js";
 import { openJobContract } from "./job-contract.js";
 import type { UploadClient } from "../output/upload-output.js";
 import { restoreInput, suspendIfAsked, type SuspendClient, type SuspendStep } from "./suspend-step.js";
@@ -44,6 +44,8 @@ export interface JobRunContext {
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: completion retries end. */
   readonly abort: AbortSignal;
+  /** The completion asks for the runner's next lease (settle.ts). */
+  readonly next?: NextLease;
 }
 
 /** One lease being run. */

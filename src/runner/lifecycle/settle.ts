@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import type { Completion, RunnerClient } from "../transport/client.js";
 import { RunnerApiError } from "../transport/client.js";
 import { invalidResultCode } from "../../protocol/job-result.js";
@@ -12,6 +13,16 @@ export interface SettleContext {
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: retries end. */
   readonly abort: AbortSignal;
+  /** Asks each completion for the runner's next lease (CompleteRequest.next) while `wanted()`; a lease in the reply goes to `take`. */
+  readonly next?: NextLease;
+}
+
+/** How a completion asks for the runner's next lease. */
+export interface NextLease {
+  /** Whether to ask now: when the runner takes more jobs (not draining, no job limit). */
+  wanted(): boolean;
+  /** The lease the completion's reply carried: the runner runs it as a claimed one. */
+  take(lease: Lease): void;
 }
 
 /**
@@ -20,15 +31,19 @@ export interface SettleContext {
  * retry after a lost reply (or a restart) is safe. Any HTTP answer other
  * than a transient one (5xx, 429) ends the retries; a 409 means the lease
  * ended first and the job was settled by someone else. Resolves true when
- * the control plane took the completion.
+ * the control plane took the completion. With `ctx.next` wanted, each try
+ * also asks for the next lease without waiting (the claim loop long-polls
+ * once the slot is free); a retry asks again, and the control plane leases
+ * only into a free slot, so the runner never holds more than its slots.
  */
 export async function settle(ctx: SettleContext, jobId: string, leaseToken: string, settlement: Settlement): Promise<boolean> {
   let completion: Completion = { completionId: `c-${randomUUID()}`, ...settlement };
   for (let attempt = 1; ; attempt++) {
     try {
-      const job = await ctx.client.complete(jobId, leaseToken, completion);
+      const { job, lease } = await ctx.client.complete(jobId, leaseToken, completion, ctx.next?.wanted() ? { waitSeconds: 0 } : undefined);
       const code = completion.error ? ` (${completion.error.code})` : "";
       ctx.log(`job ${jobId}: completed ${completion.outcome}${code}; the job is ${job.state}`);
+      if (lease) ctx.next!.take(lease);
       return true;
     } catch (err) {
       if (err instanceof RunnerApiError && !err.transient) {

@@ -1,7 +1,7 @@
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobSchema, LeaseSchema, type Job, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
-import { ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import { ClaimResponseSchema, ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { refusalFix, type TlsSources } from "./failures.js";
 import type { NdjsonPost } from "./ndjson-post.js";
 import type { RestReply, RestTransport } from "./rest-transport.js";
@@ -93,12 +93,16 @@ export interface RunnerClient {
   /** The control plane's time in nanoseconds since the epoch. */
   clock(): Promise<bigint>;
   register(registration: Registration): Promise<void>;
-  /** A lease, or undefined when no job arrived within `waitSeconds`. */
-  claim(waitSeconds: number, signal?: AbortSignal): Promise<Lease | undefined>;
+  /**
+   * Up to `maxLeases` leases (1 by default: `POST /v1/runner/claim`; more: `POST /v1/runner/claims`),
+   * none when no job arrived within `waitSeconds`.
+   */
+  claim(waitSeconds: number, signal?: AbortSignal, maxLeases?: number): Promise<Lease[]>;
   /** Renews a lease; `timeoutMs` bounds the wait (a renewal answered after the lease ran out is no use). */
   renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
   release(jobId: string, leaseToken: string): Promise<void>;
-  complete(jobId: string, leaseToken: string, completion: Completion): Promise<Job>;
+  /** Settles the job; with `next`, the reply may carry the runner's next lease (CompleteRequest.next). */
+  complete(jobId: string, leaseToken: string, completion: Completion, next?: { readonly waitSeconds: number }): Promise<{ job: Job; lease?: Lease }>;
   inventory(items: readonly InventoryItemJson[]): Promise<ReapOrder[]>;
   /** POSTs an NDJSON body to a stream route on the runner's connection; resolves with the reply whatever its status. */
   readonly postNdjson: NdjsonPost;
@@ -144,11 +148,15 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         ...(r.maxConcurrency ? { maxConcurrency: r.maxConcurrency } : {}),
       });
     },
-    async claim(waitSeconds, signal) {
+    async claim(waitSeconds, signal, maxLeases = 1) {
       // The server holds a long poll up to waitSeconds; allow it that long plus room for the database.
-      const reply = await call("POST", "/v1/runner/claim", { apiVersion, runnerId, waitSeconds }, waitSeconds * 1000 + 15_000, signal);
-      if (reply.status === 204 || reply.json === undefined) return undefined;
-      return fromJson(LeaseSchema, reply.json as JsonValue, parseOptions);
+      const timeoutMs = waitSeconds * 1000 + 15_000;
+      if (maxLeases <= 1) {
+        const reply = await call("POST", "/v1/runner/claim", { apiVersion, runnerId, waitSeconds }, timeoutMs, signal);
+        return reply.status === 204 || reply.json === undefined ? [] : [fromJson(LeaseSchema, reply.json as JsonValue, parseOptions)];
+      }
+      const reply = await call("POST", "/v1/runner/claims", { apiVersion, runnerId, waitSeconds, maxLeases }, timeoutMs, signal);
+      return reply.status === 204 || reply.json === undefined ? [] : fromJson(ClaimResponseSchema, reply.json as JsonValue, parseOptions).leases;
     },
     async renew(jobId, leaseToken, timeoutMs) {
       const reply = await call("POST", "/v1/runner/renew", leaseBody(jobId, leaseToken), timeoutMs);
@@ -157,8 +165,8 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
     async release(jobId, leaseToken) {
       await call("POST", "/v1/runner/release", leaseBody(jobId, leaseToken));
     },
-    async complete(jobId, leaseToken, c) {
-      const reply = await call("POST", "/v1/runner/complete", {
+    async complete(jobId, leaseToken, c, next) {
+      const body = {
         ...leaseBody(jobId, leaseToken),
         completionId: c.completionId,
         outcome: c.outcome,
@@ -167,9 +175,12 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         // int64 is a string in proto JSON.
         ...(c.artifacts?.length ? { artifacts: c.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: String(a.size), mediaType: a.mediaType })) } : {}),
         ...(c.result ? { result: c.result as JsonValue } : {}),
-      });
-      const job = (reply.json as { job?: JsonValue } | undefined)?.job;
-      return fromJson(JobSchema, job ?? {}, parseOptions);
+        ...(next ? { next } : {}),
+      };
+      // A completion that waits for its next lease is held up to next.waitSeconds longer.
+      const reply = await call("POST", "/v1/runner/complete", body, next ? next.waitSeconds * 1000 + 15_000 : undefined);
+      const { job, lease } = (reply.json ?? {}) as { job?: JsonValue; lease?: JsonValue };
+      return { job: fromJson(JobSchema, job ?? {}, parseOptions), ...(lease ? { lease: fromJson(LeaseSchema, lease, parseOptions) } : {}) };
     },
     async inventory(items) {
       const reply = await call("POST", "/v1/runner/inventory", { apiVersion, runnerId, items });

@@ -17,7 +17,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/runner.proto.
  */
 export const file_forelead_runner_v1_runner: GenFile = /*@__PURE__*/
-  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIt4CCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDEgoKAm9zGAogASgJEhcKD2V4ZWN1dGlvbl9raW5kcxgLIAMoCRIQCghmZWF0dXJlcxgMIAMoCRIXCg9tYXhfY29uY3VycmVuY3kYDSABKAUSEwoLaW5zdGFuY2VfaWQYDyABKAkSNwoTaW5zdGFuY2Vfc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiJwoQUmVnaXN0ZXJSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCSJMCgxDbGFpbVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdhaXRfc2Vjb25kcxgDIAEoBSI5Cg1DbGFpbVJlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlIkgKDFJlbmV3UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkiOQoNUmVuZXdSZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZSJKCg5SZWxlYXNlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkiEQoPUmVsZWFzZVJlc3BvbnNlIqACCg9Db21wbGV0ZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhUKDWNvbXBsZXRpb25faWQYBCABKAkSDwoHb3V0Y29tZRgFIAEoCRIWCglleGl0X2NvZGUYBiABKAVIAIgBARIrCgVlcnJvchgHIAEoCzIcLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JFcnJvchIvCglhcnRpZmFjdHMYCCADKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuQXJ0aWZhY3QSJwoGcmVzdWx0GAkgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIMCgpfZXhpdF9jb2RlIk0KEENvbXBsZXRlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSJAoDam9iGAIgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYiJLCg9Db2RlSGVhZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIjcKEENvZGVIZWFkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGY29tbWl0GAIgASgJImsKEUNvZGVCdW5kbGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRraW5kGAQgASgJEg4KBmNvbW1pdBgFIAEoCSIiChJDb2RlQnVuZGxlUmVzcG9uc2USDAoEZGF0YRgBIAEoDCJdChNBZ2VudFB1Ymxpc2hSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRkYXRhGAQgASgMIksKFEFnZW50UHVibGlzaFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCRIOCgZicmFuY2gYAyABKAkibAoQSW52ZW50b3J5UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSMAoFaXRlbXMYAyADKAsyIS5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5SXRlbSK2AQoNSW52ZW50b3J5SXRlbRIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSDgoGam9iX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEg0KBWltYWdlGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA2NwdRgHIAEoARIOCgZtZW1vcnkYCCABKAMSDgoGb3JwaGFuGAkgASgIIlUKEUludmVudG9yeVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEisKBHJlYXAYAiADKAsyHS5mb3JlbGVhZC5ydW5uZXIudjEuUmVhcE9yZGVyIicKCVJlYXBPcmRlchIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkilAEKDUV2ZW50c1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRITCgtsZWFzZV90b2tlbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoAxIkCgRkYXRhGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIhAKDkV2ZW50c1Jlc3BvbnNlIpIBCgtMb2dzUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSDgoGam9iX2lkGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJEhAKCHNlcXVlbmNlGAUgASgDEiQKBGRhdGEYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiDgoMTG9nc1Jlc3BvbnNlIjsKF1JlbmV3Q2VydGlmaWNhdGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEgsKA2NzchgCIAEoCSKMAQoYUmVuZXdDZXJ0aWZpY2F0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhkKEWNlcnRpZmljYXRlX2NoYWluGAIgASgJEhEKCXNwaWZmZV9pZBgDIAEoCRItCglub3RfYWZ0ZXIYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo0BChFPcGVuVXBsb2FkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEbmFtZRgEIAEoCRIMCgRzaXplGAUgASgDEg4KBmRpZ2VzdBgGIAEoCRISCgptZWRpYV90eXBlGAcgASgJImgKEk9wZW5VcGxvYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCgl1cGxvYWRfaWQYAiABKAkSGQoMZHVyYWJsZV9zaXplGAMgASgDSACIAQFCDwoNX2R1cmFibGVfc2l6ZSJ9ChBQdXRVcGxvYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIRCgl1cGxvYWRfaWQYBCABKAkSDgoGb2Zmc2V0GAUgASgDEgwKBGRhdGEYBiABKAwidQoRUHV0VXBsb2FkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJdXBsb2FkX2lkGAIgASgJEhkKDGR1cmFibGVfc2l6ZRgDIAEoA0gAiAEBEgwKBHNpemUYBCABKANCDwoNX2R1cmFibGVfc2l6ZSJkChVGaW5hbGl6ZVVwbG9hZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhEKCXVwbG9hZF9pZBgEIAEoCSJtChZGaW5hbGl6ZVVwbG9hZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEgwKBG5hbWUYAiABKAkSDgoGZGlnZXN0GAMgASgJEgwKBHNpemUYBCABKAMSEgoKbWVkaWFfdHlwZRgFIAEoCTLFFAoNUnVubmVyU2VydmljZRJxCgVDbG9jaxIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1JlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xvY2tSZXNwb25zZSIjyvMYHwoDR0VUEhAvdjEvcnVubmVyL2Nsb2NrOgZydW5uZXISfgoIUmVnaXN0ZXISIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLlJlZ2lzdGVyUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvcmVnaXN0ZXI6BnJ1bm5lchJ7CgVDbGFpbRIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXNwb25zZSItyvMYKQoEUE9TVBIQL3YxL3J1bm5lci9jbGFpbRoFbGVhc2UgAToGcnVubmVyEnkKBVJlbmV3EiAuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld1Jlc3BvbnNlIivK8xgnCgRQT1NUEhAvdjEvcnVubmVyL3JlbmV3GgVsZWFzZToGcnVubmVyEnwKB1JlbGVhc2USIi5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlcXVlc3QaIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlc3BvbnNlIijK8xgkCgRQT1NUEhIvdjEvcnVubmVyL3JlbGVhc2UgAToGcnVubmVyEn4KCENvbXBsZXRlEiMuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5Db21wbGV0ZVJlc3BvbnNlIifK8xgjCgRQT1NUEhMvdjEvcnVubmVyL2NvbXBsZXRlOgZydW5uZXISfwoIQ29kZUhlYWQSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVIZWFkUmVzcG9uc2UiKMrzGCQKBFBPU1QSFC92MS9ydW5uZXIvY29kZS9oZWFkOgZydW5uZXISowEKCkNvZGVCdW5kbGUSJS5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlcXVlc3QaJi5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlc3BvbnNlIkTK8xhACgRQT1NUEhYvdjEvcnVubmVyL2NvZGUvYnVuZGxlMhhhcHBsaWNhdGlvbi94LWdpdC1idW5kbGU6BnJ1bm5lcjABEpUCCgxBZ2VudFB1Ymxpc2gSJy5mb3JlbGVhZC5ydW5uZXIudjEuQWdlbnRQdWJsaXNoUmVxdWVzdBooLmZvcmVsZWFkLnJ1bm5lci52MS5BZ2VudFB1Ymxpc2hSZXNwb25zZSKvAcrzGKoBCgRQT1NUEhgvdjEvcnVubmVyL2FnZW50L3B1Ymxpc2g6BnJ1bm5lckoYYXBwbGljYXRpb24veC1naXQtYnVuZGxlUgRkYXRhWiIKFGZvcmVsZWFkLWFwaS12ZXJzaW9uEgphcGlWZXJzaW9uWhgKD2ZvcmVsZWFkLWpvYi1pZBIFam9iSWRaIgoUZm9yZWxlYWQtbGVhc2UtdG9rZW4SCmxlYXNlVG9rZW4oARKCAQoJSW52ZW50b3J5EiQuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeVJlcXVlc3QaJS5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5UmVzcG9uc2UiKMrzGCQKBFBPU1QSFC92MS9ydW5uZXIvaW52ZW50b3J5OgZydW5uZXISfAoGRXZlbnRzEiEuZm9yZWxlYWQucnVubmVyLnYxLkV2ZW50c1JlcXVlc3QaIi5mb3JlbGVhZC5ydW5uZXIudjEuRXZlbnRzUmVzcG9uc2UiKcrzGCUKBFBPU1QSES92MS9ydW5uZXIvZXZlbnRzIAEoAToGcnVubmVyKAESdAoETG9ncxIfLmZvcmVsZWFkLnJ1bm5lci52MS5Mb2dzUmVxdWVzdBogLmZvcmVsZWFkLnJ1bm5lci52MS5Mb2dzUmVzcG9uc2UiJ8rzGCMKBFBPU1QSDy92MS9ydW5uZXIvbG9ncyABKAE6BnJ1bm5lcigBEpkBChBSZW5ld0NlcnRpZmljYXRlEisuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3Q2VydGlmaWNhdGVSZXF1ZXN0GiwuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3Q2VydGlmaWNhdGVSZXNwb25zZSIqyvMYJgoEUE9TVBIWL3YxL3J1bm5lci9jZXJ0aWZpY2F0ZToGcnVubmVyEoMBCgpPcGVuVXBsb2FkEiUuZm9yZWxlYWQucnVubmVyLnYxLk9wZW5VcGxvYWRSZXF1ZXN0GiYuZm9yZWxlYWQucnVubmVyLnYxLk9wZW5VcGxvYWRSZXNwb25zZSImyvMYIgoEUE9TVBISL3YxL3J1bm5lci91cGxvYWRzOgZydW5uZXISmAIKCVB1dFVwbG9hZBIkLmZvcmVsZWFkLnJ1bm5lci52MS5QdXRVcGxvYWRSZXF1ZXN0GiUuZm9yZWxlYWQucnVubmVyLnYxLlB1dFVwbG9hZFJlc3BvbnNlIrsByvMYtgEKA1BVVBIdL3YxL3J1bm5lci91cGxvYWRzL3t1cGxvYWRJZH06BnJ1bm5lclIEZGF0YVoiChRmb3JlbGVhZC1hcGktdmVyc2lvbhIKYXBpVmVyc2lvbloYCg9mb3JlbGVhZC1qb2ItaWQSBWpvYklkWiIKFGZvcmVsZWFkLWxlYXNlLXRva2VuEgpsZWFzZVRva2VuWiAKFmZvcmVsZWFkLXVwbG9hZC1vZmZzZXQSBm9mZnNldCgBEqMBCg5GaW5hbGl6ZVVwbG9hZBIpLmZvcmVsZWFkLnJ1bm5lci52MS5GaW5hbGl6ZVVwbG9hZFJlcXVlc3QaKi5mb3JlbGVhZC5ydW5uZXIudjEuRmluYWxpemVVcGxvYWRSZXNwb25zZSI6yvMYNgoEUE9TVBImL3YxL3J1bm5lci91cGxvYWRzL3t1cGxvYWRJZH0vZmluYWxpemU6BnJ1bm5lchKvAQoNRG93bmxvYWRJbnB1dBIoLmZvcmVsZWFkLnJ1bm5lci52MS5Eb3dubG9hZElucHV0UmVxdWVzdBopLmZvcmVsZWFkLnJ1bm5lci52MS5Eb3dubG9hZElucHV0UmVzcG9uc2UiR8rzGEMKBFBPU1QSGS92MS9ydW5uZXIvaW5wdXRzL2NvbnRlbnQyGGFwcGxpY2F0aW9uL29jdGV0LXN0cmVhbToGcnVubmVyMAFiBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_inputs, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIt4CCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDEgoKAm9zGAogASgJEhcKD2V4ZWN1dGlvbl9raW5kcxgLIAMoCRIQCghmZWF0dXJlcxgMIAMoCRIXCg9tYXhfY29uY3VycmVuY3kYDSABKAUSEwoLaW5zdGFuY2VfaWQYDyABKAkSNwoTaW5zdGFuY2Vfc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiJwoQUmVnaXN0ZXJSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCSJgCgxDbGFpbVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdhaXRfc2Vjb25kcxgDIAEoBRISCgptYXhfbGVhc2VzGAQgASgFImQKDUNsYWltUmVzcG9uc2USKAoFbGVhc2UYASABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2USKQoGbGVhc2VzGAIgAygLMhkuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlIkgKDFJlbmV3UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkiOQoNUmVuZXdSZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZSJKCg5SZWxlYXNlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkiEQoPUmVsZWFzZVJlc3BvbnNlItACCg9Db21wbGV0ZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhUKDWNvbXBsZXRpb25faWQYBCABKAkSDwoHb3V0Y29tZRgFIAEoCRIWCglleGl0X2NvZGUYBiABKAVIAIgBARIrCgVlcnJvchgHIAEoCzIcLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JFcnJvchIvCglhcnRpZmFjdHMYCCADKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuQXJ0aWZhY3QSJwoGcmVzdWx0GAkgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgRuZXh0GAogASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlTmV4dEIMCgpfZXhpdF9jb2RlIiQKDENvbXBsZXRlTmV4dBIUCgx3YWl0X3NlY29uZHMYASABKAUidwoQQ29tcGxldGVSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIkCgNqb2IYAiABKAsyFy5mb3JlbGVhZC5ydW5uZXIudjEuSm9iEigKBWxlYXNlGAMgASgLMhkuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlIksKD0NvZGVIZWFkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkiNwoQQ29kZUhlYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZjb21taXQYAiABKAkiawoRQ29kZUJ1bmRsZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEgwKBGtpbmQYBCABKAkSDgoGY29tbWl0GAUgASgJIiIKEkNvZGVCdW5kbGVSZXNwb25zZRIMCgRkYXRhGAEgASgMIl0KE0FnZW50UHVibGlzaFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEgwKBGRhdGEYBCABKAwiSwoUQWdlbnRQdWJsaXNoUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGY29tbWl0GAIgASgJEg4KBmJyYW5jaBgDIAEoCSJsChBJbnZlbnRvcnlSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIwCgVpdGVtcxgDIAMoCzIhLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlJdGVtIrYBCg1JbnZlbnRvcnlJdGVtEgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZqb2JfaWQYAyABKAkSDQoFc3RhdGUYBCABKAkSDQoFaW1hZ2UYBSABKAkSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDY3B1GAcgASgBEg4KBm1lbW9yeRgIIAEoAxIOCgZvcnBoYW4YCSABKAgiVQoRSW52ZW50b3J5UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSKwoEcmVhcBgCIAMoCzIdLmZvcmVsZWFkLnJ1bm5lci52MS5SZWFwT3JkZXIiJwoJUmVhcE9yZGVyEgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCSKUAQoNRXZlbnRzUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSDgoGam9iX2lkGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJEhAKCHNlcXVlbmNlGAUgASgDEiQKBGRhdGEYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiEAoORXZlbnRzUmVzcG9uc2UikgEKC0xvZ3NSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIOCgZqb2JfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkSEAoIc2VxdWVuY2UYBSABKAMSJAoEZGF0YRgGIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSIOCgxMb2dzUmVzcG9uc2UiOwoXUmVuZXdDZXJ0aWZpY2F0ZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSCwoDY3NyGAIgASgJIowBChhSZW5ld0NlcnRpZmljYXRlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSGQoRY2VydGlmaWNhdGVfY2hhaW4YAiABKAkSEQoJc3BpZmZlX2lkGAMgASgJEi0KCW5vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijQEKEU9wZW5VcGxvYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRuYW1lGAQgASgJEgwKBHNpemUYBSABKAMSDgoGZGlnZXN0GAYgASgJEhIKCm1lZGlhX3R5cGUYByABKAkiaAoST3BlblVwbG9hZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXVwbG9hZF9pZBgCIAEoCRIZCgxkdXJhYmxlX3NpemUYAyABKANIAIgBAUIPCg1fZHVyYWJsZV9zaXplIn0KEFB1dFVwbG9hZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhEKCXVwbG9hZF9pZBgEIAEoCRIOCgZvZmZzZXQYBSABKAMSDAoEZGF0YRgGIAEoDCJ1ChFQdXRVcGxvYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCgl1cGxvYWRfaWQYAiABKAkSGQoMZHVyYWJsZV9zaXplGAMgASgDSACIAQESDAoEc2l6ZRgEIAEoA0IPCg1fZHVyYWJsZV9zaXplImQKFUZpbmFsaXplVXBsb2FkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSEQoJdXBsb2FkX2lkGAQgASgJIm0KFkZpbmFsaXplVXBsb2FkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDAoEbmFtZRgCIAEoCRIOCgZkaWdlc3QYAyABKAkSDAoEc2l6ZRgEIAEoAxISCgptZWRpYV90eXBlGAUgASgJMsIVCg1SdW5uZXJTZXJ2aWNlEnEKBUNsb2NrEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsb2NrUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1Jlc3BvbnNlIiPK8xgfCgNHRVQSEC92MS9ydW5uZXIvY2xvY2s6BnJ1bm5lchJ+CghSZWdpc3RlchIjLmZvcmVsZWFkLnJ1bm5lci52MS5SZWdpc3RlclJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXNwb25zZSInyvMYIwoEUE9TVBITL3YxL3J1bm5lci9yZWdpc3RlcjoGcnVubmVyEnsKBUNsYWltEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlc3BvbnNlIi3K8xgpCgRQT1NUEhAvdjEvcnVubmVyL2NsYWltGgVsZWFzZSABOgZydW5uZXISewoLQ2xhaW1MZWFzZXMSIC5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVzcG9uc2UiJ8rzGCMKBFBPU1QSES92MS9ydW5uZXIvY2xhaW1zIAE6BnJ1bm5lchJ5CgVSZW5ldxIgLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld1JlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdSZXNwb25zZSIryvMYJwoEUE9TVBIQL3YxL3J1bm5lci9yZW5ldxoFbGVhc2U6BnJ1bm5lchJ8CgdSZWxlYXNlEiIuZm9yZWxlYWQucnVubmVyLnYxLlJlbGVhc2VSZXF1ZXN0GiMuZm9yZWxlYWQucnVubmVyLnYxLlJlbGVhc2VSZXNwb25zZSIoyvMYJAoEUE9TVBISL3YxL3J1bm5lci9yZWxlYXNlIAE6BnJ1bm5lchJ+CghDb21wbGV0ZRIjLmZvcmVsZWFkLnJ1bm5lci52MS5Db21wbGV0ZVJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVSZXNwb25zZSInyvMYIwoEUE9TVBITL3YxL3J1bm5lci9jb21wbGV0ZToGcnVubmVyEn8KCENvZGVIZWFkEiMuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVIZWFkUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlSGVhZFJlc3BvbnNlIijK8xgkCgRQT1NUEhQvdjEvcnVubmVyL2NvZGUvaGVhZDoGcnVubmVyEqMBCgpDb2RlQnVuZGxlEiUuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVCdW5kbGVSZXF1ZXN0GiYuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVCdW5kbGVSZXNwb25zZSJEyvMYQAoEUE9TVBIWL3YxL3J1bm5lci9jb2RlL2J1bmRsZTIYYXBwbGljYXRpb24veC1naXQtYnVuZGxlOgZydW5uZXIwARKVAgoMQWdlbnRQdWJsaXNoEicuZm9yZWxlYWQucnVubmVyLnYxLkFnZW50UHVibGlzaFJlcXVlc3QaKC5mb3JlbGVhZC5ydW5uZXIudjEuQWdlbnRQdWJsaXNoUmVzcG9uc2UirwHK8xiqAQoEUE9TVBIYL3YxL3J1bm5lci9hZ2VudC9wdWJsaXNoOgZydW5uZXJKGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZVIEZGF0YVoiChRmb3JlbGVhZC1hcGktdmVyc2lvbhIKYXBpVmVyc2lvbloYCg9mb3JlbGVhZC1qb2ItaWQSBWpvYklkWiIKFGZvcmVsZWFkLWxlYXNlLXRva2VuEgpsZWFzZVRva2VuKAESggEKCUludmVudG9yeRIkLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXF1ZXN0GiUuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeVJlc3BvbnNlIijK8xgkCgRQT1NUEhQvdjEvcnVubmVyL2ludmVudG9yeToGcnVubmVyEnwKBkV2ZW50cxIhLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXF1ZXN0GiIuZm9yZWxlYWQucnVubmVyLnYxLkV2ZW50c1Jlc3BvbnNlIinK8xglCgRQT1NUEhEvdjEvcnVubmVyL2V2ZW50cyABKAE6BnJ1bm5lcigBEnQKBExvZ3MSHy5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1JlcXVlc3QaIC5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1Jlc3BvbnNlIifK8xgjCgRQT1NUEg8vdjEvcnVubmVyL2xvZ3MgASgBOgZydW5uZXIoARKZAQoQUmVuZXdDZXJ0aWZpY2F0ZRIrLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVxdWVzdBosLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVzcG9uc2UiKsrzGCYKBFBPU1QSFi92MS9ydW5uZXIvY2VydGlmaWNhdGU6BnJ1bm5lchKDAQoKT3BlblVwbG9hZBIlLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVxdWVzdBomLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVzcG9uc2UiJsrzGCIKBFBPU1QSEi92MS9ydW5uZXIvdXBsb2FkczoGcnVubmVyEpgCCglQdXRVcGxvYWQSJC5mb3JlbGVhZC5ydW5uZXIudjEuUHV0VXBsb2FkUmVxdWVzdBolLmZvcmVsZWFkLnJ1bm5lci52MS5QdXRVcGxvYWRSZXNwb25zZSK7AcrzGLYBCgNQVVQSHS92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9OgZydW5uZXJSBGRhdGFaIgoUZm9yZWxlYWQtYXBpLXZlcnNpb24SCmFwaVZlcnNpb25aGAoPZm9yZWxlYWQtam9iLWlkEgVqb2JJZFoiChRmb3JlbGVhZC1sZWFzZS10b2tlbhIKbGVhc2VUb2tlblogChZmb3JlbGVhZC11cGxvYWQtb2Zmc2V0EgZvZmZzZXQoARKjAQoORmluYWxpemVVcGxvYWQSKS5mb3JlbGVhZC5ydW5uZXIudjEuRmluYWxpemVVcGxvYWRSZXF1ZXN0GiouZm9yZWxlYWQucnVubmVyLnYxLkZpbmFsaXplVXBsb2FkUmVzcG9uc2UiOsrzGDYKBFBPU1QSJi92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9L2ZpbmFsaXplOgZydW5uZXISrwEKDURvd25sb2FkSW5wdXQSKC5mb3JlbGVhZC5ydW5uZXIudjEuRG93bmxvYWRJbnB1dFJlcXVlc3QaKS5mb3JlbGVhZC5ydW5uZXIudjEuRG93bmxvYWRJbnB1dFJlc3BvbnNlIkfK8xhDCgRQT1NUEhkvdjEvcnVubmVyL2lucHV0cy9jb250ZW50MhhhcHBsaWNhdGlvbi9vY3RldC1zdHJlYW06BnJ1bm5lcjABYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_inputs, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * ClockRequest has no fields: GET /v1/runner/clock has no body.
@@ -209,6 +209,16 @@ export type ClaimRequest = Message<"forelead.runner.v1.ClaimRequest"> & {
    * @generated from field: int32 wait_seconds = 3;
    */
   waitSeconds: number;
+
+  /**
+   * Most leases this request takes (additive to v1): 0 means 1. Claim takes
+   * one (more is refused: its REST body is one lease); ClaimLeases takes up
+   * to 32, and never more than the runner's free slots (slots minus its
+   * live leases). Each job is leased atomically, as by separate claims.
+   *
+   * @generated from field: int32 max_leases = 4;
+   */
+  maxLeases: number;
 };
 
 /**
@@ -219,15 +229,26 @@ export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_runner, 4);
 
 /**
- * ClaimResponse holds the lease, or nothing when no job is available.
+ * ClaimResponse holds the leases, or nothing when no job is available.
  *
  * @generated from message forelead.runner.v1.ClaimResponse
  */
 export type ClaimResponse = Message<"forelead.runner.v1.ClaimResponse"> & {
   /**
+   * The first lease taken (leases[0]), for clients that read one.
+   *
    * @generated from field: forelead.runner.v1.Lease lease = 1;
    */
   lease?: Lease | undefined;
+
+  /**
+   * Every lease taken, in the order the jobs were picked (highest priority,
+   * oldest first); empty when none. Answered as soon as one is taken: a
+   * long poll does not wait to fill maxLeases.
+   *
+   * @generated from field: repeated forelead.runner.v1.Lease leases = 2;
+   */
+  leases: Lease[];
 };
 
 /**
@@ -390,6 +411,19 @@ export type CompleteRequest = Message<"forelead.runner.v1.CompleteRequest"> & {
    * @generated from field: google.protobuf.Struct result = 9;
    */
   result?: JsonObject | undefined;
+
+  /**
+   * Also claim the runner's next lease (additive to v1): when set and the
+   * completion is taken, the reply carries a lease for this runner, under
+   * the rules of Claim (its waitSeconds bound, slots, pause, labels and
+   * requirements), or none. A refused completion claims nothing. The same
+   * completion again (a retry after a lost reply) returns the settled job
+   * and claims again, which leases a job only while the runner has a free
+   * slot: a lease of the lost reply holds its slot until it expires.
+   *
+   * @generated from field: forelead.runner.v1.CompleteNext next = 10;
+   */
+  next?: CompleteNext | undefined;
 };
 
 /**
@@ -400,7 +434,30 @@ export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_runner, 10);
 
 /**
- * CompleteResponse is the settled job.
+ * CompleteNext asks a completion for the next lease.
+ *
+ * @generated from message forelead.runner.v1.CompleteNext
+ */
+export type CompleteNext = Message<"forelead.runner.v1.CompleteNext"> & {
+  /**
+   * Hold the reply up to this many seconds (0..20, as Claim's) until a job
+   * arrives; the completion itself is settled before the wait begins.
+   *
+   * @generated from field: int32 wait_seconds = 1;
+   */
+  waitSeconds: number;
+};
+
+/**
+ * Describes the message forelead.runner.v1.CompleteNext.
+ * Use `create(CompleteNextSchema)` to create a new message.
+ */
+export const CompleteNextSchema: GenMessage<CompleteNext> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 11);
+
+/**
+ * CompleteResponse is the settled job, and with CompleteRequest.next the
+ * runner's next lease when one was free.
  *
  * @generated from message forelead.runner.v1.CompleteResponse
  */
@@ -414,6 +471,13 @@ export type CompleteResponse = Message<"forelead.runner.v1.CompleteResponse"> & 
    * @generated from field: forelead.runner.v1.Job job = 2;
    */
   job?: Job | undefined;
+
+  /**
+   * The lease claimed for CompleteRequest.next; unset when none was free.
+   *
+   * @generated from field: forelead.runner.v1.Lease lease = 3;
+   */
+  lease?: Lease | undefined;
 };
 
 /**
@@ -421,7 +485,7 @@ export type CompleteResponse = Message<"forelead.runner.v1.CompleteResponse"> & 
  * Use `create(CompleteResponseSchema)` to create a new message.
  */
 export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 11);
+  messageDesc(file_forelead_runner_v1_runner, 12);
 
 /**
  * CodeHeadRequest names the agent job's lease.
@@ -450,7 +514,7 @@ export type CodeHeadRequest = Message<"forelead.runner.v1.CodeHeadRequest"> & {
  * Use `create(CodeHeadRequestSchema)` to create a new message.
  */
 export const CodeHeadRequestSchema: GenMessage<CodeHeadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 12);
+  messageDesc(file_forelead_runner_v1_runner, 13);
 
 /**
  * CodeHeadResponse is the current target-branch commit.
@@ -474,7 +538,7 @@ export type CodeHeadResponse = Message<"forelead.runner.v1.CodeHeadResponse"> & 
  * Use `create(CodeHeadResponseSchema)` to create a new message.
  */
 export const CodeHeadResponseSchema: GenMessage<CodeHeadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 13);
+  messageDesc(file_forelead_runner_v1_runner, 14);
 
 /**
  * CodeBundleRequest asks for a bundle of one permitted commit.
@@ -515,7 +579,7 @@ export type CodeBundleRequest = Message<"forelead.runner.v1.CodeBundleRequest"> 
  * Use `create(CodeBundleRequestSchema)` to create a new message.
  */
 export const CodeBundleRequestSchema: GenMessage<CodeBundleRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 14);
+  messageDesc(file_forelead_runner_v1_runner, 15);
 
 /**
  * CodeBundleResponse is one chunk of the bundle's bytes.
@@ -534,7 +598,7 @@ export type CodeBundleResponse = Message<"forelead.runner.v1.CodeBundleResponse"
  * Use `create(CodeBundleResponseSchema)` to create a new message.
  */
 export const CodeBundleResponseSchema: GenMessage<CodeBundleResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 15);
+  messageDesc(file_forelead_runner_v1_runner, 16);
 
 /**
  * AgentPublishRequest is one chunk of a git bundle holding one new commit that
@@ -572,7 +636,7 @@ export type AgentPublishRequest = Message<"forelead.runner.v1.AgentPublishReques
  * Use `create(AgentPublishRequestSchema)` to create a new message.
  */
 export const AgentPublishRequestSchema: GenMessage<AgentPublishRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 16);
+  messageDesc(file_forelead_runner_v1_runner, 17);
 
 /**
  * AgentPublishResponse is the published commit and the branch it was pushed to.
@@ -601,7 +665,7 @@ export type AgentPublishResponse = Message<"forelead.runner.v1.AgentPublishRespo
  * Use `create(AgentPublishResponseSchema)` to create a new message.
  */
 export const AgentPublishResponseSchema: GenMessage<AgentPublishResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 17);
+  messageDesc(file_forelead_runner_v1_runner, 18);
 
 /**
  * InventoryRequest lists what the runner created.
@@ -630,7 +694,7 @@ export type InventoryRequest = Message<"forelead.runner.v1.InventoryRequest"> & 
  * Use `create(InventoryRequestSchema)` to create a new message.
  */
 export const InventoryRequestSchema: GenMessage<InventoryRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 18);
+  messageDesc(file_forelead_runner_v1_runner, 19);
 
 /**
  * InventoryItem is one container or network the runner created.
@@ -693,7 +757,7 @@ export type InventoryItem = Message<"forelead.runner.v1.InventoryItem"> & {
  * Use `create(InventoryItemSchema)` to create a new message.
  */
 export const InventoryItemSchema: GenMessage<InventoryItem> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 19);
+  messageDesc(file_forelead_runner_v1_runner, 20);
 
 /**
  * InventoryResponse carries the reap orders for the runner.
@@ -717,7 +781,7 @@ export type InventoryResponse = Message<"forelead.runner.v1.InventoryResponse"> 
  * Use `create(InventoryResponseSchema)` to create a new message.
  */
 export const InventoryResponseSchema: GenMessage<InventoryResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 20);
+  messageDesc(file_forelead_runner_v1_runner, 21);
 
 /**
  * ReapOrder asks the runner to remove an orphan it reported.
@@ -741,7 +805,7 @@ export type ReapOrder = Message<"forelead.runner.v1.ReapOrder"> & {
  * Use `create(ReapOrderSchema)` to create a new message.
  */
 export const ReapOrderSchema: GenMessage<ReapOrder> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 21);
+  messageDesc(file_forelead_runner_v1_runner, 22);
 
 /**
  * EventsRequest is one event message; one NDJSON line on REST.
@@ -789,7 +853,7 @@ export type EventsRequest = Message<"forelead.runner.v1.EventsRequest"> & {
  * Use `create(EventsRequestSchema)` to create a new message.
  */
 export const EventsRequestSchema: GenMessage<EventsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 22);
+  messageDesc(file_forelead_runner_v1_runner, 23);
 
 /**
  * EventsResponse is empty: 204 on REST.
@@ -804,7 +868,7 @@ export type EventsResponse = Message<"forelead.runner.v1.EventsResponse"> & {
  * Use `create(EventsResponseSchema)` to create a new message.
  */
 export const EventsResponseSchema: GenMessage<EventsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 23);
+  messageDesc(file_forelead_runner_v1_runner, 24);
 
 /**
  * LogsRequest is one log message; one NDJSON line on REST.
@@ -852,7 +916,7 @@ export type LogsRequest = Message<"forelead.runner.v1.LogsRequest"> & {
  * Use `create(LogsRequestSchema)` to create a new message.
  */
 export const LogsRequestSchema: GenMessage<LogsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 24);
+  messageDesc(file_forelead_runner_v1_runner, 25);
 
 /**
  * LogsResponse is empty: 204 on REST.
@@ -867,7 +931,7 @@ export type LogsResponse = Message<"forelead.runner.v1.LogsResponse"> & {
  * Use `create(LogsResponseSchema)` to create a new message.
  */
 export const LogsResponseSchema: GenMessage<LogsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 25);
+  messageDesc(file_forelead_runner_v1_runner, 26);
 
 /**
  * RenewCertificateRequest carries a PKCS#10 CSR for a new key made on the runner.
@@ -895,7 +959,7 @@ export type RenewCertificateRequest = Message<"forelead.runner.v1.RenewCertifica
  * Use `create(RenewCertificateRequestSchema)` to create a new message.
  */
 export const RenewCertificateRequestSchema: GenMessage<RenewCertificateRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 26);
+  messageDesc(file_forelead_runner_v1_runner, 27);
 
 /**
  * RenewCertificateResponse is the new certificate.
@@ -931,7 +995,7 @@ export type RenewCertificateResponse = Message<"forelead.runner.v1.RenewCertific
  * Use `create(RenewCertificateResponseSchema)` to create a new message.
  */
 export const RenewCertificateResponseSchema: GenMessage<RenewCertificateResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 27);
+  messageDesc(file_forelead_runner_v1_runner, 28);
 
 /**
  * OpenUploadRequest declares one artifact before any byte moves.
@@ -989,7 +1053,7 @@ export type OpenUploadRequest = Message<"forelead.runner.v1.OpenUploadRequest"> 
  * Use `create(OpenUploadRequestSchema)` to create a new message.
  */
 export const OpenUploadRequestSchema: GenMessage<OpenUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 28);
+  messageDesc(file_forelead_runner_v1_runner, 29);
 
 /**
  * OpenUploadResponse names the upload. Opening the same name, size and
@@ -1021,7 +1085,7 @@ export type OpenUploadResponse = Message<"forelead.runner.v1.OpenUploadResponse"
  * Use `create(OpenUploadResponseSchema)` to create a new message.
  */
 export const OpenUploadResponseSchema: GenMessage<OpenUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 29);
+  messageDesc(file_forelead_runner_v1_runner, 30);
 
 /**
  * PutUploadRequest carries bytes of an upload. The first message names the
@@ -1071,7 +1135,7 @@ export type PutUploadRequest = Message<"forelead.runner.v1.PutUploadRequest"> & 
  * Use `create(PutUploadRequestSchema)` to create a new message.
  */
 export const PutUploadRequestSchema: GenMessage<PutUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 30);
+  messageDesc(file_forelead_runner_v1_runner, 31);
 
 /**
  * PutUploadResponse says how much of the upload is held durably.
@@ -1109,7 +1173,7 @@ export type PutUploadResponse = Message<"forelead.runner.v1.PutUploadResponse"> 
  * Use `create(PutUploadResponseSchema)` to create a new message.
  */
 export const PutUploadResponseSchema: GenMessage<PutUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 31);
+  messageDesc(file_forelead_runner_v1_runner, 32);
 
 /**
  * FinalizeUploadRequest asks the control plane to verify and store an upload.
@@ -1143,7 +1207,7 @@ export type FinalizeUploadRequest = Message<"forelead.runner.v1.FinalizeUploadRe
  * Use `create(FinalizeUploadRequestSchema)` to create a new message.
  */
 export const FinalizeUploadRequestSchema: GenMessage<FinalizeUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 32);
+  messageDesc(file_forelead_runner_v1_runner, 33);
 
 /**
  * FinalizeUploadResponse is the stored artifact; the same again for a
@@ -1183,7 +1247,7 @@ export type FinalizeUploadResponse = Message<"forelead.runner.v1.FinalizeUploadR
  * Use `create(FinalizeUploadResponseSchema)` to create a new message.
  */
 export const FinalizeUploadResponseSchema: GenMessage<FinalizeUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 33);
+  messageDesc(file_forelead_runner_v1_runner, 34);
 
 /**
  * RunnerService is Runner protocol v1: every call is made by a runner with a
@@ -1223,6 +1287,17 @@ export const RunnerService: GenService<{
    * @generated from rpc forelead.runner.v1.RunnerService.Claim
    */
   claim: {
+    methodKind: "unary";
+    input: typeof ClaimRequestSchema;
+    output: typeof ClaimResponseSchema;
+  },
+  /**
+   * Leases up to maxLeases eligible jobs in one request (additive to v1):
+   * the whole ClaimResponse is the REST body, or 204 when none was free.
+   *
+   * @generated from rpc forelead.runner.v1.RunnerService.ClaimLeases
+   */
+  claimLeases: {
     methodKind: "unary";
     input: typeof ClaimRequestSchema;
     output: typeof ClaimResponseSchema;
