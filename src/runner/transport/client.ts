@@ -121,6 +121,8 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
     throw new RunnerApiError(`${method} ${path}`, reply.status, err.code ?? "unknown", err.message ?? (reply.text.slice(0, 200) || "no error body"), transport.sources);
   };
   const leaseBody = (jobId: string, leaseToken: string) => ({ apiVersion, jobId, leaseToken });
+  /** Whether the control plane serves POST /v1/runner/claims (until a 404 says it does not). */
+  let claimsServed = true;
   return {
     runnerId,
     workspaceId,
@@ -151,12 +153,21 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
     async claim(waitSeconds, signal, maxLeases = 1) {
       // The server holds a long poll up to waitSeconds; allow it that long plus room for the database.
       const timeoutMs = waitSeconds * 1000 + 15_000;
-      if (maxLeases <= 1) {
+      const claimOne = async () => {
         const reply = await call("POST", "/v1/runner/claim", { apiVersion, runnerId, waitSeconds }, timeoutMs, signal);
         return reply.status === 204 || reply.json === undefined ? [] : [fromJson(LeaseSchema, reply.json as JsonValue, parseOptions)];
+      };
+      if (maxLeases <= 1 || !claimsServed) return claimOne();
+      try {
+        const reply = await call("POST", "/v1/runner/claims", { apiVersion, runnerId, waitSeconds, maxLeases }, timeoutMs, signal);
+        return reply.status === 204 || reply.json === undefined ? [] : fromJson(ClaimResponseSchema, reply.json as JsonValue, parseOptions).leases;
+      } catch (err) {
+        // A control plane older than multi-lease claims has no such route (404 "no route ..."):
+        // claim one at a time from then on. (Its completions ignore `next`, an unknown field.)
+        if (!(err instanceof RunnerApiError && err.status === 404 && err.code === "not_found" && err.message.includes(": no route "))) throw err;
+        claimsServed = false;
+        return claimOne();
       }
-      const reply = await call("POST", "/v1/runner/claims", { apiVersion, runnerId, waitSeconds, maxLeases }, timeoutMs, signal);
-      return reply.status === 204 || reply.json === undefined ? [] : fromJson(ClaimResponseSchema, reply.json as JsonValue, parseOptions).leases;
     },
     async renew(jobId, leaseToken, timeoutMs) {
       const reply = await call("POST", "/v1/runner/renew", leaseBody(jobId, leaseToken), timeoutMs);
