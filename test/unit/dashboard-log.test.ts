@@ -86,12 +86,11 @@ describe("the log follower", () => {
 
   it("stop() ends a follower waiting to reconnect", async () => {
     const s = server(entries);
-    let f: ReturnType<typeof follow<Entry>> | undefined;
-    f = follow({
+    const f: ReturnType<typeof follow<Entry>> = follow({
       open: s.open(0),
       cursor: (e) => e.position,
       onEntry: () => {},
-      onState: (st) => { if (st.kind === "reconnecting") f!.stop(); },
+      onState: (st) => { if (st.kind === "reconnecting") f.stop(); },
     });
     expect((await f.done).kind).toBe("stopped");
   });
