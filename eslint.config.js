@@ -1,6 +1,7 @@
 // Lint covers the project's own code; generated code under gen/ is excluded.
 import js from "@eslint/js";
 import tseslint from "typescript-eslint";
+import globals from "globals";
 
 export default tseslint.config(
   { ignores: ["gen/**", "dist/**", "node_modules/**", "data/**", "certs/**", "bench/results/**"] },
@@ -34,6 +35,33 @@ export default tseslint.config(
       "no-restricted-imports": ["error", {
         patterns: [
           { regex: "^(\\.\\./)+(api|server|store)/", message: "The runner agent speaks the protocol over the wire: it must not import the control plane's api/, server/ or store/ code." },
+        ],
+      }],
+    },
+  },
+  // The dashboard's web app runs in the browser: browser globals, and it reaches the control plane
+  // only through the generated clients over the proxy (src/dashboard/web/clients.ts), never the
+  // server's, the CLI's or node's code. The dashboard's node side (server/) never imports the web app.
+  {
+    files: ["src/dashboard/web/**/*.{ts,tsx}"],
+    languageOptions: { globals: { ...globals.browser } },
+    rules: {
+      "no-restricted-imports": ["error", {
+        patterns: [
+          { regex: "^node:", message: "The web app runs in the browser: no node modules." },
+          { regex: "^(\\.\\./)+(api|server|cli|runner|broker|store|identity|events|ops|protocol|secrets|streams|code|artifacts|inventory)/", message: "The web app calls the control plane through the generated clients (src/dashboard/web/clients.ts), not its code." },
+          { regex: "^@connectrpc/connect-node", message: "The web app uses @connectrpc/connect-web (clients.ts)." },
+        ],
+      }],
+    },
+  },
+  {
+    files: ["src/dashboard/server/**/*.ts"],
+    rules: {
+      "no-restricted-imports": ["error", {
+        patterns: [
+          { regex: "^\\.\\./web/", message: "The dashboard's server serves the built web app (dist/dashboard/); it does not import its sources." },
+          { regex: "^(\\.\\./)+(api|server|broker|store|runner)/", message: "The dashboard is a client of the control plane: it forwards calls, it does not link the server's code." },
         ],
       }],
     },

@@ -5,7 +5,7 @@
 // Packages stay external (node_modules is read at run time); gen/ and src/ are bundled.
 // The build facts (version, commit, date: src/server/build-info.ts) are stamped in.
 import { existsSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { copyFile, rm } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import type * as Esbuild from "esbuild";
 import { readBuildInfo } from "../src/server/build-info.js";
@@ -42,4 +42,34 @@ const result = await esbuild.build({
   metafile: true,
 });
 const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js")).length;
-console.error(`forelead build: dist/ (${files} files) in ${Math.round(performance.now() - started)} ms`);
+const web = await buildDashboard(esbuild);
+console.error(`forelead build: dist/ (${files} files; dashboard ${web}) in ${Math.round(performance.now() - started)} ms`);
+
+/**
+ * The dashboard's web app (src/dashboard/web/, preact + TSX) for the browser: dist/dashboard/
+ * index.html, favicon.svg, app.js and app.css, minified, not hashed (the dashboard serves them with
+ * Cache-Control: no-cache; src/dashboard/server/assets.ts finds them). Returns their sizes.
+ */
+async function buildDashboard(build: typeof Esbuild): Promise<string> {
+  const out = `${outdir}/dashboard`;
+  const web = await build.build({
+    absWorkingDir: root,
+    entryPoints: { app: "src/dashboard/web/main.tsx" },
+    outdir: out,
+    bundle: true,
+    format: "esm",
+    platform: "browser",
+    target: ["chrome115", "firefox115", "safari16"],
+    jsx: "automatic",
+    jsxImportSource: "preact",
+    minify: true,
+    legalComments: "none",
+    define: { "process.env.NODE_ENV": '"production"' },
+    logLevel: "warning",
+    metafile: true,
+  });
+  for (const file of ["index.html", "favicon.svg"]) await copyFile(`${root}src/dashboard/web/${file}`, `${out}/${file}`);
+  return Object.entries(web.metafile.outputs)
+    .map(([name, o]) => `${name.slice(name.lastIndexOf("/") + 1)} ${(o.bytes / 1024).toFixed(0)} kB`)
+    .join(", ");
+}

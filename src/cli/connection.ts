@@ -214,12 +214,20 @@ export interface Connection<S extends DescService> {
   close(): void;
 }
 
+/** The control plane's base URL (no trailing slash) and the TLS material to reach it: what every client (and the dashboard's proxy) is built from. */
+export interface Endpoint {
+  readonly baseUrl: string;
+  readonly ca: string;
+  readonly cert: string;
+  readonly key: string;
+}
+
 /**
- * Opens a client of `service` from the resolved connection: Connect protocol
- * (binary) over HTTP/2 + TLS with the client certificate. Errors name the
- * setting, its source and the file that cannot be read.
+ * Resolves the connection and reads its files: the server URL (must be
+ * https://) and the CA, certificate and key PEMs. Errors name the setting,
+ * its source and the file that cannot be read.
  */
-export async function connect<S extends DescService>(flags: AdminClientFlags, service: S): Promise<Connection<S>> {
+export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint> {
   const { settings } = await resolveConnection(flags);
   const server = settings.server;
   let url: URL;
@@ -230,7 +238,15 @@ export async function connect<S extends DescService>(flags: AdminClientFlags, se
   }
   if (url.protocol !== "https:") throw new Error(`server (${server.source}) must be an https:// URL; got ${server.value}`);
   const [ca, cert, key] = await Promise.all([readSetting(settings.ca, "ca"), readSetting(settings.cert, "cert"), readSetting(settings.key, "key")]);
-  const baseUrl = url.toString().replace(/\/$/, "");
+  return { baseUrl: url.toString().replace(/\/$/, ""), ca, cert, key };
+}
+
+/**
+ * Opens a client of `service` from the resolved connection: Connect protocol
+ * (binary) over HTTP/2 + TLS with the client certificate.
+ */
+export async function connect<S extends DescService>(flags: AdminClientFlags, service: S): Promise<Connection<S>> {
+  const { baseUrl, ca, cert, key } = await resolveEndpoint(flags);
   const nodeOptions = { ca, cert, key };
   const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
   const transport = createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, nodeOptions, sessionManager });

@@ -1,0 +1,80 @@
+// The dashboard's shell: the nav, the theme toggle, the live-stream state and the page of the route.
+import { useEffect, useState } from "preact/hooks";
+import { onLiveState, type LiveState } from "./live.js";
+import { AuditPage } from "./pages/audit.js";
+import { EventsPage } from "./pages/events.js";
+import { JobPage } from "./pages/job.js";
+import { JobsPage } from "./pages/jobs.js";
+import { OverviewPage } from "./pages/overview.js";
+import { RunnersPage } from "./pages/runners.js";
+import { href, useRoute, type Route } from "./route.js";
+import { applyTheme, currentTheme, type Theme } from "./theme.js";
+
+const nav: readonly { page: Route["page"]; label: string }[] = [
+  { page: "overview", label: "Overview" },
+  { page: "runners", label: "Runners" },
+  { page: "jobs", label: "Jobs" },
+  { page: "events", label: "Events" },
+  { page: "audit", label: "Audit" },
+];
+
+function Page({ route }: { route: Route }) {
+  switch (route.page) {
+    case "runners":
+      return <RunnersPage />;
+    case "jobs":
+      return <JobsPage />;
+    case "job":
+      return <JobPage jobId={route.id ?? ""} />;
+    case "events":
+      return <EventsPage />;
+    case "audit":
+      return <AuditPage />;
+    default:
+      return <OverviewPage />;
+  }
+}
+
+export function App() {
+  const route = useRoute();
+  const [theme, setTheme] = useState<Theme>(currentTheme);
+  const [live, setLive] = useState<LiveState>("connecting");
+  useEffect(() => applyTheme(theme, false), []);
+  useEffect(() => onLiveState(setLive), []);
+  const current = route.page === "job" ? "jobs" : route.page;
+  const toggle = () => {
+    const next = theme === "dark" ? "light" : "dark";
+    applyTheme(next, true);
+    setTheme(next);
+  };
+  return (
+    <>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header class="top">
+        <span class="brand">Forelead</span>
+        <nav aria-label="Pages">
+          <ul>
+            {nav.map((n) => (
+              <li key={n.page}>
+                <a href={href(n.page)} aria-current={n.page === current ? "page" : undefined}>
+                  {n.label}
+                </a>
+              </li>
+            ))}
+          </ul>
+        </nav>
+        <span class={`live live-${live}`} title="the control plane's event stream">
+          {live}
+        </span>
+        <button type="button" class="theme" onClick={toggle} aria-label={`Switch to the ${theme === "dark" ? "light" : "dark"} theme`}>
+          {theme === "dark" ? "Light" : "Dark"}
+        </button>
+      </header>
+      <main id="main" tabIndex={-1}>
+        <Page route={route} />
+      </main>
+    </>
+  );
+}

@@ -1,0 +1,76 @@
+// The live events of the control plane (FleetService.StreamEvents, server streaming through
+// connect-web): one stream per page load, shared by every subscriber. It starts after the last
+// event kept (it catches up without following first, so history is not replayed as news) and,
+// after a dropped connection, resumes after the last event it saw, so no event is missed.
+import type { StreamEventsResponse } from "../../../gen/forelead/admin/v1/fleet_pb.js";
+import { fleet } from "./clients.js";
+
+/** One event as the stream delivers it. */
+export type LiveEvent = StreamEventsResponse;
+/** Called with each event; `types` empty = every type. */
+export type LiveListener = (event: LiveEvent) => void;
+
+/** The state of the stream: pages may show it (e.g. "live" / "reconnecting"). */
+export type LiveState = "connecting" | "live" | "reconnecting";
+
+const listeners = new Set<{ types: readonly string[]; fn: LiveListener }>();
+const stateListeners = new Set<(s: LiveState) => void>();
+let state: LiveState = "connecting";
+let started = false;
+let lastId = 0n;
+
+function setState(next: LiveState): void {
+  if (next === state) return;
+  state = next;
+  for (const fn of stateListeners) fn(state);
+}
+
+const catchUpPage = 10_000;
+
+async function run(): Promise<void> {
+  let delay = 500;
+  for (;;) {
+    try {
+      if (lastId === 0n) {
+        // Skip what is already kept: read (not follow) to the end, page by page.
+        for (;;) {
+          let n = 0;
+          for await (const e of fleet.streamEvents({ afterId: lastId, pageSize: catchUpPage })) {
+            lastId = e.id;
+            n++;
+          }
+          if (n < catchUpPage) break;
+        }
+      }
+      for await (const e of fleet.streamEvents({ afterId: lastId, follow: true })) {
+        setState("live");
+        delay = 500;
+        lastId = e.id;
+        for (const l of listeners) if (l.types.length === 0 || l.types.includes(e.type)) l.fn(e);
+      }
+    } catch {
+      // Dropped (the control plane restarted, the proxy stopped, the network): resume after lastId.
+    }
+    setState("reconnecting");
+    await new Promise((r) => setTimeout(r, delay));
+    delay = Math.min(delay * 2, 10_000);
+  }
+}
+
+/** Subscribes `fn` to the events of `types` (all when empty); returns the unsubscribe. */
+export function subscribe(types: readonly string[], fn: LiveListener): () => void {
+  const entry = { types, fn };
+  listeners.add(entry);
+  if (!started) {
+    started = true;
+    void run();
+  }
+  return () => listeners.delete(entry);
+}
+
+/** Subscribes to the stream's state; returns the unsubscribe. */
+export function onLiveState(fn: (s: LiveState) => void): () => void {
+  stateListeners.add(fn);
+  fn(state);
+  return () => stateListeners.delete(fn);
+}

@@ -1,0 +1,32 @@
+// Hash routing: #/overview, #/runners, #/jobs, #/jobs/<id>, #/events, #/audit.
+import { useEffect, useState } from "preact/hooks";
+
+export interface Route {
+  readonly page: "overview" | "runners" | "jobs" | "job" | "events" | "audit";
+  /** The job id of #/jobs/<id>. */
+  readonly id?: string;
+}
+
+export function parseRoute(hash: string): Route {
+  const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const [head, id] = parts;
+  if (head === "jobs" && id) return { page: "job", id };
+  if (head === "runners" || head === "jobs" || head === "events" || head === "audit") return { page: head };
+  return { page: "overview" };
+}
+
+/** The link to a route, e.g. href(“job”, id). */
+export function href(page: Route["page"], id?: string): string {
+  return page === "job" ? `#/jobs/${encodeURIComponent(id ?? "")}` : `#/${page}`;
+}
+
+/** The current route, following hashchange. */
+export function useRoute(): Route {
+  const [route, setRoute] = useState(() => parseRoute(location.hash));
+  useEffect(() => {
+    const on = () => setRoute(parseRoute(location.hash));
+    window.addEventListener("hashchange", on);
+    return () => window.removeEventListener("hashchange", on);
+  }, []);
+  return route;
+}

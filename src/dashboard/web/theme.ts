@@ -1,0 +1,28 @@
+// The light and dark themes: the system's choice (prefers-color-scheme) unless the operator picked
+// one with the toggle, kept in localStorage. app.css reads <html data-theme>.
+export type Theme = "light" | "dark";
+const key = "forelead.theme";
+
+function stored(): Theme | undefined {
+  try {
+    const v = localStorage.getItem(key);
+    return v === "light" || v === "dark" ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function currentTheme(): Theme {
+  return stored() ?? (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
+}
+
+export function applyTheme(theme: Theme, remember: boolean): void {
+  document.documentElement.dataset.theme = theme;
+  if (remember) {
+    try {
+      localStorage.setItem(key, theme);
+    } catch {
+      // storage refused (private mode): the choice lasts for this page only
+    }
+  }
+}

@@ -1,0 +1,99 @@
+// Browser tests of the dashboard: a real control plane (useControlPlane), the dashboard's proxy
+// (src/dashboard/server, in this process) holding a client certificate, and Debian's chromium
+// driven headless by puppeteer-core (no downloaded browser). The pages are the built ones
+// (dist/dashboard/, which vitest's globalSetup builds from the sources under test).
+import { mkdir } from "node:fs/promises";
+import { afterAll, beforeAll } from "vitest";
+import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import { startDashboard, type Dashboard } from "../../src/dashboard/server/server.js";
+import type { IssuedCertificate } from "../../src/identity/ca.js";
+import { useControlPlane, type ControlPlaneFixture, type ControlPlaneFixtureOptions } from "./fixture.js";
+
+/** Where Debian's chromium package puts the browser; CI installs it (.ci/run). */
+export const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+
+/** A page of the dashboard with what the test needs around it. */
+export interface DashboardPage {
+  readonly page: Page;
+  /** Opens `route` (e.g. "#/runners") and waits until the page's <h1> is there. */
+  open(route: string): Promise<void>;
+  /** Errors the page logged or threw (CSP violations show here): a test asserts it stays empty. */
+  readonly errors: string[];
+  /** Writes a screenshot to docs/dashboard/<name>.png (full page). */
+  screenshot(name: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A test file's control plane, its dashboard (as the test admin) and a browser. */
+export interface DashboardFixture {
+  readonly cp: ControlPlaneFixture;
+  /** The admin dashboard's origin, e.g. http://127.0.0.1:41234. */
+  readonly url: string;
+  /** A new page (1280x900, light theme unless `dark`) on `url` (default the admin dashboard). */
+  newPage(options?: { url?: string; width?: number; dark?: boolean }): Promise<DashboardPage>;
+  /** Another dashboard acting as `certificate` (closed in afterAll): to test what a lesser identity sees. */
+  dashboardAs(certificate: IssuedCertificate): Promise<string>;
+}
+
+/** Starts the control plane (useControlPlane(options)), a dashboard with the test admin's certificate, and chromium; closes all in afterAll. */
+export function useDashboard(options: ControlPlaneFixtureOptions = {}): DashboardFixture {
+  const cp = useControlPlane(options);
+  const dashboards: Dashboard[] = [];
+  const pages: DashboardPage[] = [];
+  let browser: Browser | undefined;
+  let url: string | undefined;
+  const dashboardAs = async (certificate: IssuedCertificate) => {
+    const d = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint: { baseUrl: cp.url, ca: cp.pki.ca.certPem, cert: certificate.certPem, key: certificate.keyPem } });
+    dashboards.push(d);
+    return d.url;
+  };
+  beforeAll(async () => {
+    url = await dashboardAs(await cp.pki.service("test-admin"));
+    browser = await puppeteer.launch({
+      executablePath: chromiumPath,
+      headless: true,
+      // As root (CI containers) chromium's sandbox cannot start.
+      args: [...(process.getuid?.() === 0 ? ["--no-sandbox"] : []), "--disable-dev-shm-usage", "--disable-gpu", "--font-render-hinting=none"],
+    });
+  });
+  afterAll(async () => {
+    for (const p of pages.splice(0)) await p.close().catch(() => undefined);
+    await browser?.close();
+    for (const d of dashboards.splice(0)) await d.close();
+  });
+  return {
+    cp,
+    get url() {
+      if (!url) throw new Error("the dashboard is not running: useDashboard() starts it in beforeAll");
+      return url;
+    },
+    dashboardAs,
+    async newPage(opts = {}) {
+      if (!browser || !url) throw new Error("the browser is not running: useDashboard() starts it in beforeAll");
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      page.on("pageerror", (err) => errors.push(String(err)));
+      page.on("console", (msg) => {
+        if (msg.type() === "error") errors.push(msg.text());
+      });
+      await page.setViewport({ width: opts.width ?? 1280, height: 900 });
+      await page.emulateMediaFeatures([{ name: "prefers-color-scheme", value: opts.dark ? "dark" : "light" }]);
+      const base = opts.url ?? url;
+      const handle: DashboardPage = {
+        page,
+        errors,
+        async open(route) {
+          await page.goto(`${base}/${route}`, { waitUntil: "domcontentloaded" });
+          await page.waitForSelector("main h1");
+        },
+        async screenshot(name) {
+          await mkdir("docs/dashboard", { recursive: true });
+          await page.screenshot({ path: `docs/dashboard/${name}.png`, fullPage: true });
+        },
+        close: () => page.close(),
+      };
+      pages.push(handle);
+      return handle;
+    },
+  };
+}
