@@ -42,6 +42,9 @@ async function run(): Promise<void> {
           if (n < catchUpPage) break;
         }
       }
+      // Caught up: every event from now on reaches the listeners (the follow resumes after lastId),
+      // so the page may say "live" before the first one arrives (an idle fleet has none).
+      setState("live");
       for await (const e of fleet.streamEvents({ afterId: lastId, follow: true })) {
         setState("live");
         delay = 500;
