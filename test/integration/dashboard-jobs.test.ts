@@ -82,7 +82,9 @@ describe("the job page", () => {
     expect(await logText(p)).toBe(`first line\n<img src=x onerror="window.pwned=1"><b>bold?</b>\nsecond line\n`);
     await p.screenshot("job");
     expect(p.errors).toEqual([]);
-  });
+    // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+    await p.close();
+  }, 90_000);
 
   it("cancels a running job after a confirmation; an identity without the enqueue role is refused and the page says so", async () => {
     const jobId = await jobs.enqueue(ws, "process", { argv: ["sh", "-c", "echo started; exec sleep 60"] });
@@ -112,7 +114,10 @@ describe("the job page", () => {
     await shows(reader, "[data-state-badge]", "cancelled");
     expect((await jobs.settled(jobId)).state).toBe("cancelled");
     expect(p.errors).toEqual([]);
-  });
+    await reader.close();
+    // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+    await p.close();
+  }, 90_000);
 });
 
 describe("the jobs page", () => {
@@ -146,7 +151,9 @@ describe("the jobs page", () => {
     await shows(p, "main h1", stuck);
     await shows(p, ".waiting", "gpu");
     expect(p.errors).toEqual([]);
-  });
+    // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+    await p.close();
+  }, 90_000);
 
   it("is readable at 320 px: each row a block, nothing wider than the screen", async () => {
     const p = await dash.newPage({ width: 320 });
@@ -154,7 +161,8 @@ describe("the jobs page", () => {
     await p.page.waitForSelector("tr[data-job]");
     const overflow = await p.page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth");
     expect(overflow).toBeLessThanOrEqual(0);
-  });
+    await p.close();
+  }, 90_000);
 });
 
 describe("the events page", () => {
@@ -170,5 +178,7 @@ describe("the events page", () => {
     expect(types.indexOf("job.settled")).toBeLessThan(types.lastIndexOf("job.queued"));
     await p.screenshot("events");
     expect(p.errors).toEqual([]);
-  });
+    // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+    await p.close();
+  }, 90_000);
 });

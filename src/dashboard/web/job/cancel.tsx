@@ -13,7 +13,8 @@ export function CancelJob({ job, onCancelled }: { job: Job; onCancelled: () => v
   const confirm = async () => {
     setBusy(true);
     try {
-      await admin.cancelJob({ jobId: job.id });
+      // apiVersion: the version of the API every write request names.
+      await admin.cancelJob({ apiVersion: "v1", jobId: job.id });
       setError(undefined);
       onCancelled();
     } catch (err) {
