@@ -47,7 +47,8 @@ console.error(`forelead build: dist/ (${files} files; dashboard ${web}) in ${Mat
 
 /**
  * The dashboard's web app (src/dashboard/web/, preact + TSX) for the browser: dist/dashboard/
- * index.html, favicon.svg, app.js and app.css, minified, not hashed (the dashboard serves them with
+ * index.html, favicon.svg, app.js and app.css, minified, not hashed (chart.js is a
+ * chunk-<hash>.js of its own, loaded when a chart draws) (the dashboard serves them with
  * Cache-Control: no-cache; src/dashboard/server/assets.ts finds them). Returns their sizes.
  */
 async function buildDashboard(build: typeof Esbuild): Promise<string> {
@@ -57,6 +58,8 @@ async function buildDashboard(build: typeof Esbuild): Promise<string> {
     entryPoints: { app: "src/dashboard/web/main.tsx" },
     outdir: out,
     bundle: true,
+    splitting: true,
+    chunkNames: "chunk-[hash]",
     format: "esm",
     platform: "browser",
     target: ["chrome115", "firefox115", "safari16"],

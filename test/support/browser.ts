@@ -19,8 +19,8 @@ export interface DashboardPage {
   open(route: string): Promise<void>;
   /** Errors the page logged or threw (CSP violations show here): a test asserts it stays empty. */
   readonly errors: string[];
-  /** Writes a screenshot to docs/dashboard/<name>.png (full page). */
-  screenshot(name: string): Promise<void>;
+  /** Writes a screenshot to docs/dashboard/<name>.png (the whole page, or only the viewport). */
+  screenshot(name: string, options?: { fullPage?: boolean }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -86,9 +86,9 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
           await page.goto(`${base}/${route}`, { waitUntil: "domcontentloaded" });
           await page.waitForSelector("main h1");
         },
-        async screenshot(name) {
+        async screenshot(name, options = {}) {
           await mkdir("docs/dashboard", { recursive: true });
-          await page.screenshot({ path: `docs/dashboard/${name}.png`, fullPage: true });
+          await page.screenshot({ path: `docs/dashboard/${name}.png`, fullPage: options.fullPage ?? true });
         },
         close: () => page.close(),
       };

@@ -11,14 +11,14 @@ export interface DataState<T> {
   reload(): void;
 }
 
-/** Events of one burst (a job settling writes several) cause one reload after this long. */
-const coalesceMs = 250;
+/** Events of one burst (a job settling writes several) cause one reload after this long, by default. */
+const defaultCoalesceMs = 250;
 
 /**
  * Runs `load` and keeps its result. `deps` re-run it (as useEffect's deps); `liveTypes` re-run it when
- * such an event arrives (undefined: never; [] : on every event).
+ * such an event arrives (undefined: never; [] : on every event), at most once per `coalesceMs`.
  */
-export function useData<T>(load: (signal: AbortSignal) => Promise<T>, deps: readonly unknown[], liveTypes?: readonly string[]): DataState<T> {
+export function useData<T>(load: (signal: AbortSignal) => Promise<T>, deps: readonly unknown[], liveTypes?: readonly string[], coalesceMs = defaultCoalesceMs): DataState<T> {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState<unknown>(undefined);
   const [loading, setLoading] = useState(true);
@@ -53,6 +53,6 @@ export function useData<T>(load: (signal: AbortSignal) => Promise<T>, deps: read
       unsubscribe();
       if (timer !== undefined) clearTimeout(timer);
     };
-  }, [liveTypes?.join(",")]);
+  }, [liveTypes?.join(","), coalesceMs]);
   return { data, error, loading, reload: () => setTick((t) => t + 1) };
 }

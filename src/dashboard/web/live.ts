@@ -64,15 +64,19 @@ async function run(): Promise<void> {
 export function subscribe(types: readonly string[], fn: LiveListener): () => void {
   const entry = { types, fn };
   listeners.add(entry);
-  if (!started) {
-    started = true;
-    void run();
-  }
+  start();
   return () => listeners.delete(entry);
 }
 
-/** Subscribes to the stream's state; returns the unsubscribe. */
+function start(): void {
+  if (started) return;
+  started = true;
+  void run();
+}
+
+/** Subscribes to the stream's state (starting the stream: the shell shows it on every page); returns the unsubscribe. */
 export function onLiveState(fn: (s: LiveState) => void): () => void {
+  start();
   stateListeners.add(fn);
   fn(state);
   return () => stateListeners.delete(fn);

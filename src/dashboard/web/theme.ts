@@ -16,8 +16,17 @@ export function currentTheme(): Theme {
   return stored() ?? (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
 }
 
+/** The event `applyTheme` dispatches on window, so that canvases (charts) repaint in the new colours. */
+export const themeChanged = "forelead:theme";
+
+/** A colour of the current theme: the value of a custom property of app.css (e.g. "--fg"). */
+export function themeColor(name: string): string {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
 export function applyTheme(theme: Theme, remember: boolean): void {
   document.documentElement.dataset.theme = theme;
+  window.dispatchEvent(new Event(themeChanged));
   if (remember) {
     try {
       localStorage.setItem(key, theme);

@@ -1,9 +1,184 @@
-// The runners (AdminService.ListRunners) with pause/resume (FleetService) and retire (AdminService).
+// The runners: AdminService.ListRunners (slots, labels, live leases, last seen, retired), their newest
+// certificates (AdminService.ListCertificates), whether each is paused, and pause/resume
+// (FleetService) and retire (AdminService) with a confirmation; a refusal (the role lacking) shows
+// in the page. Reloads on runner and lease events.
+//
+// Paused: ListRunners does not carry a runner's pause, so the page reads it from the retained
+// runner.paused/runner.resumed events (7 days by default) and checks the count against
+// StatusService's; a difference (a pause older than the events kept) is said in the page.
+import { useState } from "preact/hooks";
+import type { IssuedCertificate, Runner } from "../../../../gen/forelead/admin/v1/admin_pb.js";
+import type { StreamEventsResponse } from "../../../../gen/forelead/admin/v1/fleet_pb.js";
+import { admin, fleet, status } from "../clients.js";
+import { ConfirmButton } from "../confirm.js";
+import { useData } from "../data.js";
+import { ErrorNote } from "../errors.js";
+import { Time } from "../time.js";
+
+const runnerEvents = ["runner.registered", "runner.paused", "runner.resumed", "runner.retired", "runner.lease_lost", "job.leased", "job.settled", "job.requeued"];
+const key = (workspaceId: string, runnerId: string) => `${workspaceId}\u0000${runnerId}`;
+
+interface RunnersView {
+  readonly runners: readonly Runner[];
+  readonly certs: ReadonlyMap<string, IssuedCertificate>;
+  /** The last runner.paused event of each paused runner. */
+  readonly paused: ReadonlyMap<string, StreamEventsResponse>;
+  /** StatusService's count of paused runners. */
+  readonly pausedCount: number;
+}
+
+const pageSize = 10_000;
+
+async function pauseEvents(signal: AbortSignal): Promise<Map<string, StreamEventsResponse>> {
+  const paused = new Map<string, StreamEventsResponse>();
+  let afterId = 0n;
+  for (;;) {
+    let n = 0;
+    for await (const e of fleet.streamEvents({ types: ["runner.paused", "runner.resumed"], afterId, pageSize }, { signal })) {
+      n++;
+      afterId = e.id;
+      const k = key(e.workspaceId, e.runnerId);
+      if (e.type === "runner.paused") paused.set(k, e);
+      else paused.delete(k);
+    }
+    if (n < pageSize) return paused;
+  }
+}
+
+async function load(signal: AbortSignal): Promise<RunnersView> {
+  const [list, certs, paused, st] = await Promise.all([admin.listRunners({}, { signal }), admin.listCertificates({}, { signal }), pauseEvents(signal), status.getStatus({}, { signal })]);
+  const byRunner = new Map<string, IssuedCertificate>();
+  for (const c of certs.certificates) if (c.runnerId && !byRunner.has(key(c.workspaceId, c.runnerId))) byRunner.set(key(c.workspaceId, c.runnerId), c);
+  return { runners: list.runners, certs: byRunner, paused, pausedCount: Number(st.runners?.paused ?? 0) };
+}
+
+const certBadge: Readonly<Record<string, string>> = { current: "ok", expiring_soon: "warn", renewal_overdue: "bad", expired: "bad", superseded: "muted", retired: "muted" };
+
+function RunnerRow({ r, v, onError, onDone }: { r: Runner; v: RunnersView; onError: (what: string) => (err: unknown) => void; onDone: () => void }) {
+  const k = key(r.workspaceId, r.runnerId);
+  const pause = v.paused.get(k);
+  const retired = r.retiredAt !== undefined;
+  const cert = v.certs.get(k);
+  const leases = r.liveLeases ?? 0;
+  const ids = { apiVersion: "v1", runnerId: r.runnerId, workspaceId: r.workspaceId };
+  const name = `runner ${r.runnerId} (${r.workspaceId})`;
+  return (
+    <tr data-runner={r.runnerId}>
+      <th scope="row">
+        <code>{r.runnerId}</code>
+        <div class="muted small">{r.workspaceId}</div>
+      </th>
+      <td data-col="state">
+        {retired ? (
+          <span class="badge muted">retired</span>
+        ) : pause ? (
+          <span class="badge warn" title={`paused by ${String(pause.data?.by ?? "?")}${pause.data?.reason ? `: ${String(pause.data.reason)}` : ""}`}>
+            paused
+          </span>
+        ) : leases > 0 ? (
+          <span class="badge ok">busy</span>
+        ) : (
+          <span class="badge ok">idle</span>
+        )}
+      </td>
+      <td data-col="leases">
+        {leases} / {r.slots}
+      </td>
+      <td>{r.labels.length ? r.labels.map((l) => <code class="label" key={l}>{l}</code>) : <span class="muted">-</span>}</td>
+      <td class="small">
+        {r.os || "-"}/{r.architecture || "-"}, {r.cpu} CPU
+      </td>
+      <td>
+        <Time at={r.lastSeenAt} />
+      </td>
+      <td>
+        {cert ? (
+          <>
+            <Time at={cert.notAfter} /> <span class={`badge ${certBadge[cert.status] ?? "muted"}`}>{cert.status.replace(/_/g, " ")}</span>
+          </>
+        ) : (
+          <span class="muted">-</span>
+        )}
+      </td>
+      <td>
+        {retired ? null : (
+          <div class="actions">
+            {pause ? (
+              <ConfirmButton label="Resume" ariaLabel={`Resume ${name}`} title={`Resume ${name}?`} body="It gets new leases again." onConfirm={() => fleet.resumeRunner(ids)} onError={onError(`resume ${name}`)} onDone={onDone} />
+            ) : (
+              <ConfirmButton label="Pause" ariaLabel={`Pause ${name}`} title={`Pause ${name}?`} body="It gets no new lease until resumed; the jobs it holds go on and settle." withReason onConfirm={(reason) => fleet.pauseRunner({ ...ids, reason })} onError={onError(`pause ${name}`)} onDone={onDone} />
+            )}
+            <ConfirmButton
+              label="Retire"
+              ariaLabel={`Retire ${name}`}
+              title={`Retire ${name}?`}
+              body="Its certificates stop working at once and its leases are released (their jobs go back to the queue). It must enroll again to come back."
+              danger
+              withReason
+              onConfirm={(reason) => admin.retireRunner({ ...ids, reason })}
+              onError={onError(`retire ${name}`)}
+              onDone={onDone}
+            />
+          </div>
+        )}
+      </td>
+    </tr>
+  );
+}
+
 export function RunnersPage() {
+  const d = useData(load, [], runnerEvents);
+  const [failure, setFailure] = useState<{ what: string; error: unknown } | undefined>(undefined);
+  const v = d.data;
+  const unknownPauses = v ? v.pausedCount - v.runners.filter((r) => !r.retiredAt && v.paused.has(key(r.workspaceId, r.runnerId))).length : 0;
   return (
     <section>
       <h1>Runners</h1>
-      <p class="muted">Not built yet.</p>
+      <ErrorNote error={d.error} what="runners" />
+      {failure ? <ErrorNote error={failure.error} what={failure.what} /> : null}
+      {unknownPauses > 0 ? (
+        <p class="muted" role="note">
+          The control plane counts {v?.pausedCount} paused runners; {unknownPauses} of them were paused before the oldest event kept, so this page cannot say which (forelead runners, docs/fleet.md).
+        </p>
+      ) : null}
+      {v ? (
+        v.runners.length === 0 ? (
+          <p class="muted">No runner has registered.</p>
+        ) : (
+          <div class="table-wrap">
+            <table class="runners">
+              <thead>
+                <tr>
+                  <th scope="col">runner</th>
+                  <th scope="col">state</th>
+                  <th scope="col">leases / slots</th>
+                  <th scope="col">labels</th>
+                  <th scope="col">platform</th>
+                  <th scope="col">last seen</th>
+                  <th scope="col">certificate until</th>
+                  <th scope="col">actions</th>
+                </tr>
+              </thead>
+              <tbody>
+                {v.runners.map((r) => (
+                  <RunnerRow
+                    key={key(r.workspaceId, r.runnerId)}
+                    r={r}
+                    v={v}
+                    onError={(what) => (error) => setFailure({ what, error })}
+                    onDone={() => {
+                      setFailure(undefined);
+                      d.reload();
+                    }}
+                  />
+                ))}
+              </tbody>
+            </table>
+          </div>
+        )
+      ) : d.loading ? (
+        <p class="muted">Loading…</p>
+      ) : null}
     </section>
   );
 }
