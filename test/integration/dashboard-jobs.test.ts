@@ -91,23 +91,23 @@ describe("the job page", () => {
     const reader = await dash.newPage({ url: await dash.dashboardAs(await dash.cp.pki.service("dash-reader")) });
     await reader.open(`#/jobs/${jobId}`);
     await shows(reader, ".log", "started");
-    await reader.page.click(".cancel button");
-    await reader.page.waitForSelector("dialog.confirm[open]");
-    await reader.page.click("dialog.confirm button.danger");
+    await reader.page.click(".cancel button[data-action]");
+    await reader.page.waitForSelector(".cancel dialog[open]");
+    await reader.page.click(".cancel dialog button[data-confirm=yes]");
     await reader.page.waitForSelector(".cancel .error[data-code=permission_denied]");
     expect(await reader.page.$eval(".cancel .error", (e) => e.textContent)).toContain("permission_denied");
 
     const p = await dash.newPage();
     await p.open(`#/jobs/${jobId}`);
     await shows(p, "[data-state-badge]", "running");
-    await p.page.click(".cancel button");
-    await p.page.waitForSelector("dialog.confirm[open]");
+    await p.page.click(".cancel button[data-action]");
+    await p.page.waitForSelector(".cancel dialog[open]");
     // Escape closes the dialog without cancelling (keyboard use).
     await p.page.keyboard.press("Escape");
-    await p.page.waitForSelector("dialog.confirm:not([open])");
-    await p.page.click(".cancel button");
-    await p.page.waitForSelector("dialog.confirm[open]");
-    await p.page.click("dialog.confirm button.danger");
+    await p.page.waitForSelector(".cancel dialog:not([open])");
+    await p.page.click(".cancel button[data-action]");
+    await p.page.waitForSelector(".cancel dialog[open]");
+    await p.page.click(".cancel dialog button[data-confirm=yes]");
     await shows(p, "[data-state-badge]", "cancelled");
     await shows(p, ".timeline", "cancel requested");
     // The reader's page followed it too, from the event stream.
