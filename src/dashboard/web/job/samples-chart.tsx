@@ -2,6 +2,7 @@
 // attempt) as two line charts (chart.tsx: chart.js with registered parts only, the theme's
 // colours). Reloaded when the job's events stream brings a new sample (`version`), not on a timer.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { useEffect, useState } from "preact/hooks";
 import { samples } from "../clients.js";
 import { ChartView } from "../chart.js";
 import { useData } from "../data.js";
@@ -9,8 +10,16 @@ import { ErrorNote } from "../errors.js";
 
 const mib = 2 ** 20;
 
+/** A burst of samples (the stream read from the start) reads them once, after it. */
+const settleMs = 300;
+
 export function SamplesChart({ jobId, version }: { jobId: string; version: number }) {
-  const s = useData((signal) => samples.getJobSamples({ jobId }, { signal }), [jobId, version]);
+  const [read, setRead] = useState(version);
+  useEffect(() => {
+    const timer = setTimeout(() => setRead(version), settleMs);
+    return () => clearTimeout(timer);
+  }, [version]);
+  const s = useData((signal) => samples.getJobSamples({ jobId }, { signal }), [jobId, read]);
   const list = s.data?.samples ?? [];
   const first = list[0]?.at ? timestampDate(list[0].at).getTime() : 0;
   // Seconds since the first sample, to a tenth.
