@@ -7,6 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseRoleGrant } from "../../src/identity/roles.js";
+import { startDashboard } from "../../src/dashboard/server/server.js";
+import { eventually } from "../support/actors.js";
 import { useDashboard, type DashboardPage } from "../support/browser.js";
 import { runnerJobs } from "../support/runner-jobs.js";
 import { startTestRunner, type TestRunner } from "../support/runner-agent.js";
@@ -28,7 +30,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   // Open the gate of a job a failed test left waiting, so the runner can close.
-  if (dir) await writeFile(join(dir, "go"), "");
+  if (dir) for (const gate of ["go", "one", "two"]) await writeFile(join(dir, gate), "");
   await runner?.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
@@ -84,6 +86,37 @@ describe("the job page", () => {
     expect(p.errors).toEqual([]);
     // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
     await p.close();
+  }, 90_000);
+
+  it("resumes the log after its connection drops, with no line shown twice and none lost", async () => {
+    const [one, two] = [join(dir, "one"), join(dir, "two")];
+    const script = `echo 'line one'; while [ ! -e "$ONE" ]; do sleep 0.05; done; echo 'line two'; while [ ! -e "$TWO" ]; do sleep 0.05; done; echo 'line three'`;
+    const jobId = await jobs.enqueue(ws, "process", { argv: ["sh", "-c", script], env: { ONE: one, TWO: two } });
+    // A dashboard of this test's own, to stop and start again on the same port.
+    const admin = await dash.cp.pki.service("test-admin");
+    const start = (port: number) => startDashboard({ listen: { host: "127.0.0.1", port }, endpoint: { baseUrl: dash.cp.url, ca: dash.cp.pki.ca.certPem, cert: admin.certPem, key: admin.keyPem } });
+    let proxy = await start(0);
+    const port = Number(new URL(proxy.url).port);
+    try {
+      const p = await dash.newPage({ url: proxy.url });
+      await p.open(`#/jobs/${jobId}`);
+      await shows(p, ".log", "line one");
+      // The dashboard goes away: the log's stream breaks and the page says it is reconnecting.
+      await proxy.close();
+      await shows(p, ".log-card .follow", "reconnecting");
+      // Meanwhile the job goes on: its next line is stored while the page cannot read it.
+      await writeFile(one, "");
+      await eventually("line two to be stored", async () => ((await dash.cp.admin.rest.request("GET", `/v1/admin/jobs/${jobId}/logs`)).text.includes("line two") ? true : undefined));
+      expect(await logText(p)).toBe("line one\n");
+      proxy = await start(port);
+      await shows(p, ".log", "line two");
+      await writeFile(two, "");
+      await shows(p, ".log-card .follow", "complete");
+      expect(await logText(p)).toBe("line one\nline two\nline three\n");
+      await p.close();
+    } finally {
+      await proxy.close();
+    }
   }, 90_000);
 
   it("cancels a running job after a confirmation; an identity without the enqueue role is refused and the page says so", async () => {
