@@ -3,6 +3,7 @@
 // what an identity without the role sees. Writes docs/dashboard/{overview,runners,audit}.png.
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "puppeteer-core";
+import { startDashboard } from "../../src/dashboard/server/server.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { jobBody, leasedJob, registeredRunner } from "../support/actors.js";
 import { useDashboard } from "../support/browser.js";
@@ -158,6 +159,27 @@ describe("dashboard pages", () => {
     await q.open("#/overview");
     await q.page.waitForSelector(".error[data-code=permission_denied]");
     expect(await q.page.$eval(".error", (e) => e.textContent)).toMatch(/^status: permission_denied /);
+  });
+
+  it("the live stream resumes after a dropped connection: an event from while it was down still updates the page", async () => {
+    // A dashboard of its own, restarted on the same port while the page stays open.
+    const cert = await cp.pki.service("test-admin");
+    const endpoint = { baseUrl: cp.url, ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem };
+    let dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint });
+    try {
+      const p = await dash.newPage({ url: dashboard.url });
+      await p.open("#/overview");
+      await p.page.waitForSelector(".live-live");
+      const before = await p.page.$eval("tr[data-workspace=w2] [data-col=queued]", (e) => Number(e.textContent));
+      await dashboard.close();
+      await p.page.waitForSelector(".live-reconnecting");
+      expect((await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status).toBe(200);
+      dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: Number(new URL(dashboard.url).port) }, endpoint });
+      await p.page.waitForSelector(".live-live", { timeout: 20_000 });
+      await textBecomes(p.page, "tr[data-workspace=w2] [data-col=queued]", String(before + 1));
+    } finally {
+      await dashboard.close();
+    }
   });
 
   it("reads at 320 px: the page does not scroll sideways (tables scroll inside their frame)", async () => {

@@ -107,6 +107,18 @@ describe("dashboard proxy", () => {
     expect(JSON.parse(bad.text).message).toContain("/api/<package.Service>/<Method>");
   });
 
+  it("says so when the control plane cannot be reached (502, Connect's unavailable)", async () => {
+    const cert = await cp.pki.service("test-admin");
+    const down = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint: { baseUrl: "https://127.0.0.1:1", ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem } });
+    try {
+      const reply = await call(down.url, "POST", getStatus, { ...json, origin: down.url }, "{}");
+      expect(reply.status).toBe(502);
+      expect(JSON.parse(reply.text)).toEqual({ code: "unavailable", message: "dashboard: cannot reach the control plane at https://127.0.0.1:1: ECONNREFUSED" });
+    } finally {
+      await down.close();
+    }
+  });
+
   it("refuses a non-loopback listen address unless --allow-remote", async () => {
     await expect(startDashboard({ listen: { host: "0.0.0.0", port: 0 }, endpoint: { baseUrl: cp.url, ca: "", cert: "", key: "" } })).rejects.toThrow(/--listen 0\.0\.0\.0:0 is not a loopback address.*--allow-remote/);
     const refused = await cli.forel(["dashboard", "--listen", "0.0.0.0:8080", ...cli.connection()]);

@@ -65,7 +65,9 @@ export function createProxy(endpoint: Endpoint): Proxy {
           res.destroy(err);
           return;
         }
-        writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: cannot reach the control plane at ${base.origin}: ${(err as NodeJS.ErrnoException).code ?? err.message}` });
+        // A stream cancelled because its session failed carries the session's error (ECONNREFUSED, a TLS alert) as its cause.
+        const cause = (err.cause instanceof Error ? err.cause : err) as NodeJS.ErrnoException;
+        writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: cannot reach the control plane at ${base.origin}: ${cause.code ?? cause.message}` });
       };
       let stream;
       try {

@@ -27,32 +27,40 @@ function setState(next: LiveState): void {
 
 const catchUpPage = 10_000;
 
+function deliver(e: LiveEvent): void {
+  lastId = e.id;
+  for (const l of listeners) if (l.types.length === 0 || l.types.includes(e.type)) l.fn(e);
+}
+
+/**
+ * Reads (without following) from lastId to the end, page by page: on the first connection to skip
+ * the history kept (not delivered: it is not news), after a reconnection to deliver what happened
+ * while the stream was down. Its end is the moment the stream is known to be up.
+ */
+async function catchUp(first: boolean): Promise<void> {
+  for (;;) {
+    let n = 0;
+    for await (const e of fleet.streamEvents({ afterId: lastId, pageSize: catchUpPage })) {
+      n++;
+      if (first) lastId = e.id;
+      else deliver(e);
+    }
+    if (n < catchUpPage) return;
+  }
+}
+
 async function run(): Promise<void> {
   let delay = 500;
+  let first = true;
   for (;;) {
     try {
-      if (lastId === 0n) {
-        // Skip what is already kept: read (not follow) to the end, page by page.
-        for (;;) {
-          let n = 0;
-          for await (const e of fleet.streamEvents({ afterId: lastId, pageSize: catchUpPage })) {
-            lastId = e.id;
-            n++;
-          }
-          if (n < catchUpPage) break;
-        }
-      }
-      // Caught up: every event from now on reaches the listeners (the follow resumes after lastId),
-      // so the page may say "live" before the first one arrives (an idle fleet has none).
+      await catchUp(first);
+      first = false;
       setState("live");
-      for await (const e of fleet.streamEvents({ afterId: lastId, follow: true })) {
-        setState("live");
-        delay = 500;
-        lastId = e.id;
-        for (const l of listeners) if (l.types.length === 0 || l.types.includes(e.type)) l.fn(e);
-      }
+      delay = 500;
+      for await (const e of fleet.streamEvents({ afterId: lastId, follow: true })) deliver(e);
     } catch {
-      // Dropped (the control plane restarted, the proxy stopped, the network): resume after lastId.
+      // Dropped (the control plane restarted, the dashboard stopped, the network): resume after lastId.
     }
     setState("reconnecting");
     await new Promise((r) => setTimeout(r, delay));
