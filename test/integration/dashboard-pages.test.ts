@@ -21,12 +21,13 @@ interface PageElement {
   getBoundingClientRect(): { readonly right: number };
 }
 declare const document: {
+  readonly activeElement: PageElement | null;
   querySelector(s: string): PageElement | null;
   querySelectorAll(s: string): Iterable<PageElement> & { length: number };
   readonly documentElement: { readonly dataset: Record<string, string | undefined>; readonly scrollWidth: number };
   readonly body: unknown;
 };
-declare function getComputedStyle(e: unknown): { readonly backgroundColor: string };
+declare function getComputedStyle(e: unknown): { readonly backgroundColor: string; readonly outlineStyle: string };
 
 /** Waits until `selector`'s text is `expected` (the page updates from the event stream), then returns it. */
 async function textBecomes(page: Page, selector: string, expected: string): Promise<string> {
@@ -190,6 +191,24 @@ describe("dashboard pages", () => {
       const wide = await p.page.evaluate(() => [...document.querySelectorAll("body *")].filter((e) => (e.getBoundingClientRect().right > 321 || e.scrollWidth > e.clientWidth + 1) && !e.closest(".table-wrap")).slice(0, 8).map((e) => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)} ${e.scrollWidth}/${e.clientWidth}`));
       expect(await p.page.evaluate(() => document.documentElement.scrollWidth), `${route}: ${wide.join(", ")}`).toBeLessThanOrEqual(320);
     }
+  });
+
+  it("works by keyboard: a skip link, then the nav with a visible focus ring; Enter follows a link", async () => {
+    const p = await dash.newPage();
+    await p.open("#/overview");
+    const focused = () => p.page.evaluate(() => {
+      const e = document.activeElement;
+      return { text: e?.textContent?.trim(), outline: e ? getComputedStyle(e).outlineStyle : "" };
+    });
+    await p.page.keyboard.press("Tab");
+    expect((await focused()).text).toBe("Skip to content");
+    await p.page.keyboard.press("Tab");
+    await p.page.keyboard.press("Tab");
+    const runners = await focused();
+    expect(runners).toEqual({ text: "Runners", outline: "solid" });
+    await p.page.keyboard.press("Enter");
+    await textBecomes(p.page, "main h1", "Runners");
+    expect(await p.page.$eval('nav a[aria-current="page"]', (e) => e.textContent)).toBe("Runners");
   });
 
   it("the theme toggle switches to dark and is remembered", async () => {
