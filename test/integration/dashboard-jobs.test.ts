@@ -2,7 +2,7 @@
 // Debian chromium, the dashboard's proxy, a real control plane), with a real runner agent running
 // real jobs. What is asserted is what a person sees: job ids and states, a queued job's waiting
 // reason, a log line appearing while its job runs, a cancel and its refusal, a new event.
-import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -116,6 +116,27 @@ describe("the job page", () => {
       await p.close();
     } finally {
       await proxy.close();
+    }
+  }, 90_000);
+
+  it("lists a settled job's artifacts and downloads one through the dashboard, byte for byte", async () => {
+    const jobId = await jobs.enqueue(ws, "process", { argv: ["sh", "-c", "mkdir -p output/reports && printf '<testsuite tests=\"1\"/>' > output/reports/junit.xml"] });
+    expect((await jobs.settled(jobId)).state).toBe("succeeded");
+    const saved = await mkdtemp(join(tmpdir(), "forelead-dash-download-"));
+    try {
+      const p = await dash.newPage();
+      const cdp = await p.page.createCDPSession();
+      await cdp.send("Browser.setDownloadBehavior", { behavior: "allow", downloadPath: saved });
+      await p.open(`#/jobs/${jobId}`);
+      await p.page.waitForSelector('tr[data-artifact="reports/junit.xml"] button');
+      await p.page.click('tr[data-artifact="reports/junit.xml"] button');
+      const file = join(saved, "junit.xml");
+      const bytes = await eventually("the download to be saved", () => readFile(file, "utf8").catch(() => undefined));
+      expect(bytes).toBe('<testsuite tests="1"/>');
+      expect(p.errors).toEqual([]);
+      await p.close();
+    } finally {
+      await rm(saved, { recursive: true, force: true });
     }
   }, 90_000);
 
