@@ -115,30 +115,43 @@ describe("dashboard pages", () => {
     expect(p.errors).toEqual([]);
   });
 
-  it("audit: search by identity and kind finds the pause the dashboard made, under the operator's identity", async () => {
+  it("audit: search by identity and kind finds an action made through the dashboard, under the operator's identity", async () => {
+    // An action through the dashboard's proxy, as its pages make them (Connect JSON, its own Origin).
+    const paused = await fetch(`${dash.url}/api/forelead.admin.v1.FleetService/PauseWorkspace`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "connect-protocol-version": "1", origin: dash.url },
+      body: JSON.stringify({ apiVersion: "v1", workspaceId: "w9", reason: "audit test" }),
+    });
+    expect(paused.status, await paused.clone().text()).toBe(200);
     const p = await dash.newPage();
     await p.open("#/audit");
     await p.page.waitForSelector("form[role=search]");
     await p.page.type("input[name=spiffeId]", "spiffe://forelead/services/test-admin");
     await p.page.select("select[name=kind]", "action");
     await p.page.click("form[role=search] button[type=submit]");
-    // The search's rows replace the first (unfiltered) page: every row is the operator's, one is the pause of r2.
+    // The search's rows replace the first (unfiltered) page: every row is the operator's, one is the pause of w9.
     const rows = async () => p.page.$$eval("table.audit tbody tr", (trs) => trs.map((tr) => ({ identity: tr.querySelector("[data-col=identity]")?.textContent, text: tr.textContent ?? "" })));
     await p.page.waitForFunction(
       () => {
         const trs = [...document.querySelectorAll("table.audit tbody tr")];
-        return trs.length > 0 && trs.every((tr) => tr.querySelector("[data-col=identity]")?.textContent === "spiffe://forelead/services/test-admin") && trs.some((tr) => tr.textContent?.includes("r2"));
+        return trs.length > 0 && trs.every((tr) => tr.querySelector("[data-col=identity]")?.textContent === "spiffe://forelead/services/test-admin") && trs.some((tr) => tr.textContent?.includes("w9"));
       },
       { timeout: 15_000 },
     ).catch(async () => {
       throw new Error(`the audit table shows ${JSON.stringify(await rows())}`);
     });
-    expect((await rows()).find((r) => r.text.includes("r2"))?.text).toMatch(/pause/i);
+    expect((await rows()).find((r) => r.text.includes("w9"))?.text).toMatch(/workspace\.pause/);
 
     await p.page.select("select[name=kind]", "decision");
     await p.page.select("select[name=decision]", "allow");
     await p.page.click("form[role=search] button[type=submit]");
-    await p.page.waitForFunction(() => document.querySelectorAll("table.audit [data-col=decision]").length > 0 && [...document.querySelectorAll("table.audit [data-col=decision]")].every((e) => e.textContent === "allow"), { timeout: 15_000 });
+    await p.page.waitForFunction(
+      () => {
+        const trs = [...document.querySelectorAll("table.audit tbody tr")];
+        return trs.length > 0 && trs.every((tr) => tr.querySelector("[data-col=kind]")?.textContent === "decision" && tr.querySelector("[data-col=decision]")?.textContent === "allow");
+      },
+      { timeout: 15_000 },
+    );
     await p.screenshot("audit", { fullPage: false });
     expect(p.errors).toEqual([]);
   });

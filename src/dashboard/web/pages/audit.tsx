@@ -33,7 +33,7 @@ function Row({ r }: { r: AuditRecord }) {
         <Time at={r.at} />
         {r.count > 1 ? <div class="muted small">×{r.count} since <Time at={r.firstAt} /></div> : null}
       </td>
-      <td>{r.kind}</td>
+      <td data-col="kind">{r.kind}</td>
       <td data-col="decision">{r.decision ? <span class={`badge ${r.decision === "allow" ? "ok" : "bad"}`}>{r.decision}</span> : "-"}</td>
       <td data-col="identity">
         <code>{r.spiffeId || "-"}</code>
@@ -116,7 +116,8 @@ export function AuditPage() {
           <p class="muted">No record matches.</p>
         ) : (
           <>
-            <div class="table-wrap">
+            {d.loading ? <p class="muted">Searching…</p> : null}
+            <div class="table-wrap" aria-busy={d.loading}>
               <table class="audit">
                 <thead>
                   <tr>
