@@ -106,7 +106,8 @@ function responseOf(e: RouteEntry): string {
 /**
  * The leading `//` comment of every rpc in a .proto source, keyed
  * "Service.Method", joined into one line. Only comment lines directly above
- * the rpc count, as protoc attaches them.
+ * the rpc count, as protoc attaches them; buf's lint directives
+ * (`buf:lint:ignore ...`) are not part of it.
  */
 function rpcComments(source: string): Map<string, string> {
   const out = new Map<string, string>();
@@ -121,7 +122,7 @@ function rpcComments(source: string): Map<string, string> {
     for (let j = i - 1; j >= 0; j--) {
       const c = /^\s*\/\/ ?(.*)$/.exec(lines[j]!);
       if (!c) break;
-      comment.unshift(c[1]!.trim());
+      if (!c[1]!.startsWith("buf:lint:")) comment.unshift(c[1]!.trim());
     }
     out.set(`${service}.${rpc[1]}`, comment.join(" ").trim());
   });

@@ -1283,6 +1283,7 @@ export const RunnerService: GenService<{
   },
   /**
    * Leases one eligible job, or none (204 on REST).
+   * buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
    *
    * @generated from rpc forelead.runner.v1.RunnerService.Claim
    */
@@ -1294,6 +1295,11 @@ export const RunnerService: GenService<{
   /**
    * Leases up to maxLeases eligible jobs in one request (additive to v1):
    * the whole ClaimResponse is the REST body, or 204 when none was free.
+   * The same messages as Claim on purpose: one claim request, one reply, two
+   * REST shapes (Claim's body is the one lease, for v1's clients).
+   * buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+   * buf:lint:ignore RPC_REQUEST_STANDARD_NAME
+   * buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
    *
    * @generated from rpc forelead.runner.v1.RunnerService.ClaimLeases
    */
