@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { isDatabaseUnreachable } from "../store/unreachable.js";
+import { DatabasePoolBusyError, isDatabaseUnreachable } from "../store/unreachable.js";
 
 /** Seconds a client is told to wait (Retry-After) before retrying while the database is away. */
 export const databaseRetryAfterSeconds = 1;
@@ -24,6 +24,9 @@ export function toConnectError(err: unknown, where: string): ConnectError {
   if (err instanceof ConnectError) return err;
   // Before clientGone: both know ECONNRESET, and a reset database connection must be a 503, not a
   // cancel (a client that is gone never reads either answer).
+  if (err instanceof DatabasePoolBusyError) {
+    return new ConnectError(`${err.message}: the control plane is overloaded or holding long transactions; retry (its operator: check forelead status's pool and the database's slow queries)`, Code.Unavailable, { "retry-after": String(databaseRetryAfterSeconds) });
+  }
   if (isDatabaseUnreachable(err)) {
     return new ConnectError("the database is unreachable; retry", Code.Unavailable, { "retry-after": String(databaseRetryAfterSeconds) });
   }

@@ -6,6 +6,7 @@
  * background loops stay quiet about them (the tracker logs the outage once).
  */
 export function isDatabaseUnreachable(err: unknown): boolean {
+  if (err instanceof DatabasePoolBusyError) return false;
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
     if (unreachableHere(e)) return true;
     if (e instanceof AggregateError && e.errors.some((inner) => inner instanceof Error && unreachableHere(inner))) return true;
@@ -36,4 +37,18 @@ function unreachableHere(e: Error): boolean {
 export function logUnlessUnreachable(what: string, err: unknown): void {
   if (isDatabaseUnreachable(err)) return;
   console.error(`${what}: ${err instanceof Error ? err.message : String(err)}`);
+}
+
+/**
+ * Every pooled connection stayed checked out for the pool's whole connection timeout: the
+ * database answers, but this process asks more of it at once than its pool holds (an overload, or
+ * long transactions). node-postgres says "timeout exceeded when trying to connect" for this and for
+ * a server it cannot reach alike; the pool's count tells them apart (watched-pool.ts). Not an
+ * outage: the health tracker ignores it; the API answers 503 with what is busy.
+ */
+export class DatabasePoolBusyError extends Error {
+  constructor(readonly poolSize: number, readonly waitedMs: number) {
+    super(`all ${poolSize} database connections of this replica stayed busy for ${waitedMs / 1000} s`);
+    this.name = "DatabasePoolBusyError";
+  }
 }
