@@ -11,7 +11,7 @@ import { formatTable, resultsDir, type ScenarioReport } from "./lib/report.js";
 import { presentScenarios, scenarios, scenarioScript } from "./lib/scenarios.js";
 
 /** Longest any one scenario may take before it is killed (with its helpers). */
-const scenarioLimitMs = 10 * 60_000;
+const scenarioLimitMs = 20 * 60_000;
 
 const { values } = parseArgs({ args: process.argv.slice(2), options: { size: { type: "string" }, only: { type: "string" } } });
 const only = values.only ? new Set(values.only.split(",")) : undefined;

@@ -75,9 +75,16 @@ interface Served {
   readonly url: string;
 }
 
+/**
+ * Every benchmark client connects from 127.0.0.1: the per-address bound (256 by default, a guard
+ * against one host holding the server's sockets) would refuse the connections scenario's
+ * thousands of idle runners as it refused them from one real address.
+ */
+const loopbackClients = ["--max-connections-per-address", "1000000"];
+
 async function serve(options: PlanesOptions, secretsKeyFile: string): Promise<Served> {
   const { files } = options.pki;
-  const args = ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", options.database, "--secrets-key", secretsKeyFile, "--admin", benchAdminId];
+  const args = ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", options.database, "--secrets-key", secretsKeyFile, "--admin", benchAdminId, ...loopbackClients];
   // BENCH_CPU_PROF_DIR=dir: each serve process writes a V8 CPU profile there when it exits (docs/performance.md).
   const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
   const child = spawn(process.execPath, [...profile, ...args], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
