@@ -21,7 +21,14 @@ const socketCodes = new Set(["ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EPIP
 const sqlStates = new Set(["57P01", "57P02", "57P03"]);
 
 /** What node-postgres says, without a code, when the socket closed under it or a dead client is used. */
-const messages = [/^Connection terminated/, /^timeout exceeded when trying to connect/, /^Client has encountered a connection error and is not queryable/];
+/** node-postgres's words when no connection came within connectionTimeoutMillis: the server is gone, or every pooled one stayed busy (watched-pool.ts tells them apart). */
+const connectTimeout = /^timeout exceeded when trying to connect/;
+const messages = [/^Connection terminated/, connectTimeout, /^Client has encountered a connection error and is not queryable/];
+
+/** Whether `err` is node-postgres's connection timeout (see connectTimeout). */
+export function isConnectTimeout(err: unknown): boolean {
+  return err instanceof Error && connectTimeout.test(err.message);
+}
 
 function unreachableHere(e: Error): boolean {
   const code = (e as { code?: unknown }).code;

@@ -1,7 +1,7 @@
 import type { PostgresPool, PostgresPoolClient } from "kysely";
 import type pg from "pg";
 import type { DatabaseHealth } from "./health.js";
-import { DatabasePoolBusyError } from "./unreachable.js";
+import { DatabasePoolBusyError, isConnectTimeout } from "./unreachable.js";
 
 /**
  * `pool` as kysely's PostgresDialect takes it, with every connect and query
@@ -45,7 +45,7 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
         client = await pool.connect();
       } catch (err) {
         // All checked out for the whole wait (pg-pool says it as for a server it cannot reach).
-        if (pool.totalCount >= (pool.options.max ?? 10) && err instanceof Error && err.message.startsWith("timeout exceeded when trying to connect")) {
+        if (pool.totalCount >= (pool.options.max ?? 10) && isConnectTimeout(err)) {
           throw new DatabasePoolBusyError(pool.options.max ?? 10, pool.options.connectionTimeoutMillis ?? 0);
         }
         health.failed("opening a connection", err);
