@@ -133,7 +133,9 @@ describe.each(executors)(`a runner on the %s executor survives failures (${datab
     expect(groupAlive(marker)).toBe(true); // detached from the dead runner, the job ran on
     const again = await spawnRunner(`crashes${n}-${tag}`, ws, executor);
     try {
-      expect(again.output()).toContain(`stopped a leftover of an earlier run: process group ${groups(marker)[0]} of job ${jobId}`);
+      // The runner looks for leftovers once registered, so the line may follow the registration's.
+      const leftover = `stopped a leftover of an earlier run: process group ${groups(marker)[0]} of job ${jobId}`;
+      await eventually("the restarted runner to report the leftover it stopped", async () => (again.output().includes(leftover) ? true : undefined));
       await eventually("the leftover job's processes to be gone", async () => (groupAlive(marker) ? undefined : true));
     } finally {
       again.child.kill("SIGTERM");
