@@ -41,6 +41,39 @@ interface RunnerFit {
   readonly unmet: string[];
 }
 
+/** A runner's capabilities, as forelead_meets_requirements takes them after the job's. */
+const capabilities = sql`r.architecture, r.os, r.execution_kinds, r.features`;
+
+/** Joined to `runners r`: `live.n`, the runner's live leases (the live-lease rule of lease-sql.ts). */
+const liveLeases = sql`cross join lateral (select count(*)::int as n from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")}) live`;
+
+/** Seen within the lease length, or holding a live lease (a busy runner renews but may not claim). */
+function connectedRunner(leaseSeconds: number): RawBuilder<boolean> {
+  return sql<boolean>`(r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) or live.n > 0)`;
+}
+
+/**
+ * Whether a runner of the workspace can take the job now: the workspace is
+ * not paused, the job's concurrency group has room, and some runner is
+ * registered, unpaused, connected, has the labels, meets every requirement
+ * and has a free slot, exactly when jobWaiting finds no reason. The job is
+ * taken to be due (its claimableAt is checked by the caller).
+ */
+async function runnableNow(db: Kysely<Database>, workspaceId: string, labels: readonly string[], req: Requirements, groupKey: string | undefined, limit: number, leaseSeconds: number): Promise<boolean> {
+  const requirements = sql`${req.architecture ?? null}::text, ${req.os ?? null}::text, ${req.executionKind ?? null}::text, ${[...(req.features ?? [])]}::text[]`;
+  const { rows } = await sql<{ runnable: boolean }>`
+    select not exists (select 1 from workspace_pauses where workspace_id = ${workspaceId})
+      and ${groupKey === undefined ? sql`true` : sql`forelead_group_running(${workspaceId}, ${groupKey}) < ${limit}`}
+      and exists (
+        select 1 from runners r ${liveLeases}
+        where r.workspace_id = ${workspaceId} and r.retired_at is null and r.paused_at is null
+          and r.labels @> ${[...labels]}::text[]
+          and forelead_meets_requirements(${requirements}, ${capabilities})
+          and ${connectedRunner(leaseSeconds)} and live.n < r.slots
+      ) as runnable`.execute(db);
+  return rows[0]?.runnable === true;
+}
+
 /**
  * Why the queued job `job` is not running, or undefined when a registered,
  * unpaused, connected runner with the labels has a free slot (it is about
@@ -61,17 +94,21 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
   const workspaceId = String(job.workspaceId);
   const labels = (job.labels as string[] | undefined) ?? [];
   const req = (job.requirements as Requirements | undefined) ?? {};
+  const claimableAt = typeof job.claimableAt === "string" ? new Date(job.claimableAt) : undefined;
+  const groupKey = typeof job.concurrencyKey === "string" ? job.concurrencyKey : undefined;
+  const limit = Number(job.concurrencyLimit ?? 0);
+  const due = !claimableAt || claimableAt.getTime() <= Date.now();
+  // The common case, a job a runner can take now, in one statement that stops at the first such runner.
+  if (due && (await runnableNow(db, workspaceId, labels, req, groupKey, limit, leaseSeconds))) return undefined;
   const wanted: Array<[string, RawBuilder<unknown>]> = [
     ...(req.architecture ? [[`architecture ${req.architecture}`, sql`${req.architecture}::text, null, null, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
     ...(req.os ? [[`os ${req.os}`, sql`null, ${req.os}::text, null, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
     ...(req.executionKind ? [[`executionKind ${req.executionKind}`, sql`null, null, ${req.executionKind}::text, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
     ...(req.features ?? []).map((f) => [`feature ${f}`, sql`null, null, null, array[${f}::text]`] as [string, RawBuilder<unknown>]),
   ];
-  const capabilities = sql`r.architecture, r.os, r.execution_kinds, r.features`;
   const unmet = wanted.length
     ? sql`array_remove(array[${sql.join(wanted.map(([name, args]) => sql`case when forelead_meets_requirements(${args}, ${capabilities}) then null else ${name}::text end`))}], null)`
     : sql`'{}'::text[]`;
-  const groupKey = typeof job.concurrencyKey === "string" ? job.concurrencyKey : undefined;
   const [pause, runners, groupRunning] = await Promise.all([
     db.selectFrom("workspace_pauses").select(["paused_at", "paused_by", "reason"]).where("workspace_id", "=", workspaceId).executeTakeFirst(),
     sql<RunnerFit>`
@@ -79,9 +116,8 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
         array(select x from unnest(${labels}::text[]) x where not x = any(r.labels) order by x) as missing,
         live.n as live_leases,
         cardinality(${unmet}) = 0 as meets, ${unmet} as unmet,
-        r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) or live.n > 0 as connected
-      from runners r
-      cross join lateral (select count(*)::int as n from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")}) live
+        ${connectedRunner(leaseSeconds)} as connected
+      from runners r ${liveLeases}
       where r.workspace_id = ${workspaceId} and r.retired_at is null
       order by r.runner_id`.execute(db).then((r) => r.rows),
     groupKey ? sql<{ n: number }>`select forelead_group_running(${workspaceId}, ${groupKey}) as n`.execute(db).then((r) => Number(r.rows[0]!.n)) : Promise.resolve(0),
@@ -91,8 +127,7 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
     const why = pause.reason ? ` (${pause.reason})` : "";
     return { code: "workspace_paused", message: `workspace ${ws} is paused since ${new Date(pause.paused_at).toISOString()} by ${pause.paused_by}${why}: its queued jobs are not claimed; resume it (POST /v1/admin/workspaces/${workspaceId}/resume) to let runners take them` };
   }
-  const claimableAt = typeof job.claimableAt === "string" ? new Date(job.claimableAt) : undefined;
-  if (claimableAt && claimableAt.getTime() > Date.now()) {
+  if (!due && claimableAt) {
     const until = claimableAt.toISOString();
     return Number(job.attempts ?? 0) > 0
       ? { code: "backoff", until, message: `the job failed attempt ${Number(job.attempts)} and waits out its retry backoff: it is claimable again at ${until}` }
@@ -130,7 +165,6 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
   if (connected.length === 0) {
     return { code: "runners_not_connected", message: `runners in workspace ${ws} have the job's labels (${unpaused.map((r) => r.runner_id).join(", ")}) but none was seen in the last ${leaseSeconds} s: start one, or check its network and certificate (its log says why it cannot reach the control plane)` };
   }
-  const limit = Number(job.concurrencyLimit ?? 0);
   if (groupKey && groupRunning >= limit) {
     return {
       code: "concurrency_group",
