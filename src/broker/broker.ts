@@ -17,7 +17,7 @@ import type { BrokerObserver } from "./observer.js";
 import { pinClaimedJob, type CodeHooks } from "./pinning.js";
 import { register, type Registered, type Registration } from "./registrations.js";
 import { listRunners, type RunnerView } from "./runners.js";
-import { expireInputRequests, expireLeases } from "./sql/expire.js";
+import { anyLeaseExpired, expireInputRequests, expireLeases } from "./sql/expire.js";
 import { releaseLease } from "./sql/release.js";
 import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
@@ -145,9 +145,14 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const settled = pipelineSettleHook(stepEnqueue);
   const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer, settled), batching);
   const batchedCompleteAndClaim = createBatcher((inputs: readonly CompletionInput[]) => completeAndClaimBatch(db, inputs, options.leaseSeconds, options.secrets, observer, settled), batching);
-  const sweep = async () => {
+  /** Leases past their expiry (and jobs past their deadline) ended, their jobs requeued or failed. */
+  const sweepLeases = async () => {
     const ended = await expireLeases(db, timeouts, undefined, settled);
     observer?.swept(ended);
+    return ended;
+  };
+  const sweep = async () => {
+    const ended = await sweepLeases();
     // Unanswered input requests past their expiry (docs/suspend.md): no lease ends, so not `swept`.
     const expiredInputs = await expireInputRequests(db);
     // Steps whose job settled on a path without the hook (an input request's expiry just above, a
@@ -186,10 +191,12 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         // jobs remain, so another runner gets its chance; when the job is already gone, stop.
         if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);
         unused = undefined;
-        // Once per request: an expired lease may be holding a job the timer has not swept yet.
+        // Once per request: an expired lease may be holding a job the timer has not swept yet. Only the
+        // leases, and only when one has expired: the timer's other work (overdue jobs, expired input
+        // requests, stranded steps) frees no queued job and can wait for it.
         if (!swept) {
           swept = true;
-          if ((await sweep()) > 0) continue;
+          if ((await anyLeaseExpired(db)) && (await sweepLeases()).length > 0) continue;
         }
         if (Date.now() >= deadline || signal?.aborted) return end([]);
         unused = await waiter.wait(deadline - Date.now(), signal);

@@ -65,6 +65,18 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
 }
 
 /**
+ * Whether some job runs under an expired lease: what a claim that found
+ * nothing asks before it sweeps (expireLeases, whose statement costs a few
+ * milliseconds of planning alone) — one probe of the partial index
+ * jobs_running_expiry. Overdue jobs (past their timeout, lease still live)
+ * are left to the timer's sweep: failing them frees no queued job.
+ */
+export async function anyLeaseExpired(db: Kysely<Database>): Promise<boolean> {
+  const { rows } = await sql<{ expired: boolean }>`select exists (select 1 from jobs j where ${expiredLease("j")}) as expired`.execute(db);
+  return rows[0]?.expired === true;
+}
+
+/**
  * Makes job `jobId`'s live lease expire now, as if its time ran out; the
  * next sweep (expireLeases) ends it. For drills that must see a runner
  * meet an expired lease (the conformance kit, src/conformance/): returns
