@@ -27,6 +27,8 @@ export interface LeaseView {
   readonly attempt?: number;
   /** A resumed job's answered input request and checkpoint (docs/suspend.md), only in the claim that issued the lease. */
   readonly input?: LeaseInput;
+  /** Whether the job is a pipeline step's, only in the claim that issued the lease: only then can it have inputs. */
+  readonly pipelineStep?: boolean;
   /** A pipeline step's inputs (pipelines/inputs.ts), only in the claim that issued the lease. */
   readonly inputs?: readonly JobInputView[];
 }

@@ -57,6 +57,7 @@ export async function jobInputs(db: Kysely<Database>, jobId: string): Promise<Jo
 
 /** A lease with its job's inputs (a claim reply of a pipeline step's job); any other lease as it is. */
 export async function withInputs(db: Kysely<Database>, lease: LeaseView): Promise<LeaseView> {
+  if (lease.pipelineStep === false) return lease; // the claim's row says it is no step's job
   const inputs = await jobInputs(db, String(lease.job.id));
   return inputs.length ? { ...lease, inputs } : lease;
 }

@@ -40,7 +40,9 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   const tokens = holders.map(() => newLeaseToken());
   const hashes = tokens.map((t) => hashLeaseToken(t).toString("hex"));
   const order = holders.map((_, i) => i).sort((x, y) => compareHolders(holders[x]!, holders[y]!) || x - y);
-  let rows: JobRow[];
+  // pipeline_step: whether the leased job is a pipeline step's (pipeline_steps_job, migration 0020), so
+  // only such a lease costs the query for its inputs (pipelines/inputs.ts withInputs).
+  let rows: Array<JobRow & { pipeline_step: boolean }>;
   try {
     // Measured (docs/performance.md, "Profiling and what changed", 2): the claim was BEGIN,
     // UPDATE runners (the lock that makes the live-lease count exact), the claim CTE and COMMIT,
@@ -54,9 +56,10 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     // 0019's predicates, EXPLAIN ANALYZE with 100,000 queued (docs/fleet.md "Scheduling"): free
     // when nothing ineligible is ahead of the first eligible job; a job not yet due costs an index
     // tuple, one with unmet requirements or a full group a heap visit; still one round trip.
-    ({ rows } = await sql<JobRow>`
-      select * from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
-        ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int)`.execute(db));
+    ({ rows } = await sql<JobRow & { pipeline_step: boolean }>`
+      select c.*, exists (select 1 from pipeline_steps s where s.job_id = c.id) as pipeline_step
+      from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
+        ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int) c`.execute(db));
   } catch (err) {
     // SQLSTATE FL001: raised by forelead_claim for a runner that is not registered (or retired).
     if ((err as { code?: string }).code === "FL001") throw new ConnectError((err as Error).message, Code.FailedPrecondition);
@@ -73,7 +76,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     const row = byHash.get(hashes[i]!);
     const delivered = row && secrets.get(row.id);
     const input = row?.input_lease_id != null ? inputs.get(Number(row.input_lease_id)) : undefined;
-    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, ...(delivered ? { secrets: delivered } : {}), ...(input ? { input } : {}) };
+    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, pipelineStep: row.pipeline_step, ...(delivered ? { secrets: delivered } : {}), ...(input ? { input } : {}) };
   });
 }
 
