@@ -47,13 +47,38 @@ const requeues = sql`i.outcome = 'failed' and i.retryable and jobs.attempts < jo
  * and `hook` (a pipeline's next steps) runs in the same transaction.
  */
 export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<JobSnapshot | undefined>> {
+  const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
+  const settled = (rows: ReadonlyArray<JobRow & { ord: number }>, at: readonly number[]) => {
+    for (const row of rows) {
+      replies[at[row.ord]!] = jobSnapshot(row);
+      observer?.settled(row.state);
+    }
+  };
+  // Without a hook, one statement. With one, a job of no pipeline step still settles in one
+  // statement and one commit (the statement leaves step jobs alone); what is left (a step's job,
+  // or a completion that is no live lease's) is tried again in a transaction with the hook, which
+  // moves the step's pipeline in that same transaction.
+  const all = items.map((_, i) => i);
+  settled(await settleStatement(db, items, hook ? "no steps" : "all"), all);
+  if (!hook) return replies;
+  const left = all.filter((i) => replies[i] === undefined);
+  if (left.length) settled(await settleWith(db, hook, (q) => settleStatement(q, left.map((i) => items[i]!), "all")), left);
+  return replies;
+}
+
+/**
+ * The completion statement over `items`: the rows it settled, each with its
+ * index in `items` (ord). `steps`: "no steps" leaves the jobs of pipeline
+ * steps as they are (pipeline_steps_job, migration 0020).
+ */
+async function settleStatement(q: Kysely<Database>, items: readonly CheckedItem[], steps: "all" | "no steps"): Promise<Array<JobRow & { ord: number }>> {
   // Measured (docs/performance.md, "Profiling and what changed", 3): a completion was BEGIN,
   // SELECT the lease FOR UPDATE, UPDATE jobs, UPDATE leases, COMMIT, five round trips alone and
   // four in a batch. In this one CTE: 173 and 179 jobs/s at N = 1 against 156 and 153, 731 and
   // 716 at N = 16 against 674 and 622; at N = 64 (1,111 and 1,049 against 1,081 and 1,046) the
   // machine was saturated. The stored reply is the settled row as jsonb (to_jsonb) so it can be
   // written by this same statement; storedReply reads it back.
-  const rows = await settleWith(db, hook, async (q) => (await sql<JobRow & { ord: number }>`
+  const { rows } = await sql<JobRow & { ord: number }>`
     with j as (
       update jobs set
         state = case when ${requeues} then 'queued' else i.outcome end,
@@ -72,19 +97,15 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
         ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
       ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, result, completion_id, completion_sha256)
       where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
+        ${steps === "no steps" ? sql`and not exists (select 1 from pipeline_steps s where s.job_id = jobs.id)` : sql``}
       returning jobs.*, to_jsonb(jobs.*) as reply_row, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
         completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
     ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
-    select j.*, ${woken} from j`.execute(q)).rows);
-  const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
-  for (const row of rows) {
-    replies[row.ord] = jobSnapshot(row);
-    observer?.settled(row.state);
-  }
-  return replies;
+    select j.*, ${woken} from j`.execute(q);
+  return rows;
 }
 
 /**
