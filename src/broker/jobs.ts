@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { sql, type Insertable, type Kysely, type Transaction } from "kysely";
+import { sql, type Insertable, type Kysely, type RawBuilder, type Transaction } from "kysely";
 import type { Database, JobState } from "../store/schema.js";
 import { checkJobId, newJobId } from "./ids.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
@@ -269,7 +269,7 @@ export async function prepareEnqueue(input: EnqueueInput, timeouts: JobTimeouts,
 }
 
 /** What storing one prepared enqueue came to: its job (new, or the one its key named), or why it was refused. */
-export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean } | { readonly refused: ConnectError };
+export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean; readonly probed?: boolean } | { readonly refused: ConnectError };
 
 /**
  * Stores prepared enqueues, queued, in one statement: the rows, one
@@ -284,7 +284,7 @@ export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean } 
  * runs something else would be worse. The idempotency hash compares the
  * secrets' keyed hashes, never their values. Results are in `prepared`'s order.
  */
-export async function storeEnqueues(q: Kysely<Database>, prepared: readonly PreparedEnqueue[], box?: SecretBox): Promise<StoredEnqueue[]> {
+export async function storeEnqueues(q: Kysely<Database>, prepared: readonly PreparedEnqueue[], box?: SecretBox, probe?: JobProbe): Promise<StoredEnqueue[]> {
   const inserted = await q
     .with("ins", (qb) =>
       qb
@@ -303,8 +303,10 @@ export async function storeEnqueues(q: Kysely<Database>, prepared: readonly Prep
     .selectFrom("ins")
     .selectAll("ins")
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
+    .$if(probe !== undefined, (qb) => qb.select(probe!("ins").as("probed")))
     .execute();
-  const byId = new Map(inserted.map(({ woken: _woken, ...row }) => [row.id, row as JobRow]));
+  const probed = new Map(inserted.map((r) => [r.id, r.probed]));
+  const byId = new Map(inserted.map(({ woken: _woken, probed: _probed, ...row }) => [row.id, row as JobRow]));
   for (const p of prepared) if (p.withSecrets && byId.has(p.row.id)) await storeJobSecrets(q as Transaction<Database>, box!, p.row.id, p.input);
   const repeats = prepared.filter((p) => !byId.has(p.row.id));
   const existing = repeats.length === 0 ? [] : await q.selectFrom("jobs").selectAll()
@@ -313,7 +315,7 @@ export async function storeEnqueues(q: Kysely<Database>, prepared: readonly Prep
   const byKey = new Map(existing.map((row) => [`${row.workspace_id}\0${row.idempotency_key}`, row]));
   return prepared.map((p): StoredEnqueue => {
     const row = byId.get(p.row.id);
-    if (row) return { job: row, created: true };
+    if (row) return { job: row, created: true, ...(probe ? { probed: probed.get(row.id) === true } : {}) };
     const { input } = p;
     const found = byKey.get(`${input.workspaceId}\0${input.idempotencyKey}`)!;
     // A key is its enqueuer's: another identity repeating it would otherwise read back a job that is not its own.
@@ -327,16 +329,24 @@ export async function storeEnqueues(q: Kysely<Database>, prepared: readonly Prep
   });
 }
 
+/** An expression over the new jobs row (`ins`) that the enqueue's statement answers too: e.g. waiting.ts runnableNow. */
+export type JobProbe = (alias: "ins") => RawBuilder<boolean>;
+
 /**
  * Stores a job, queued, and wakes runners waiting in its workspace: the
  * rules of prepareEnqueue and storeEnqueues, for one job (a batch is
  * job-batch.ts). One statement without secrets; with them, one transaction.
  */
 export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, code?: CodeHooks, box?: SecretBox): Promise<JobSnapshot> {
+  return (await enqueueProbed(db, input, timeouts, undefined, code, box)).job;
+}
+
+/** enqueueJob, with `probe` answered by the same statement (`probed`; undefined when the key named a job already stored). */
+export async function enqueueProbed(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, probe: JobProbe | undefined, code?: CodeHooks, box?: SecretBox): Promise<{ job: JobSnapshot; probed?: boolean }> {
   const prepared = await prepareEnqueue(input, timeouts, code, box);
-  const [stored] = prepared.withSecrets ? await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box)) : await storeEnqueues(db, [prepared], box);
+  const [stored] = prepared.withSecrets ? await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box, probe)) : await storeEnqueues(db, [prepared], box, probe);
   if (!stored || "refused" in stored) throw stored?.refused ?? new Error("enqueue stored nothing");
-  return jobSnapshot(stored.job);
+  return { job: jobSnapshot(stored.job), ...(stored.probed !== undefined ? { probed: stored.probed } : {}) };
 }
 
 /** Whether any job is queued and due in the workspace (one probe of the claim index). */

@@ -52,25 +52,35 @@ function connectedRunner(leaseSeconds: number): RawBuilder<boolean> {
   return sql<boolean>`(r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) or live.n > 0)`;
 }
 
+/** How a statement names the jobs row a runnableNow expression reads: a closed set, so safe to write raw. */
+export type RunnableJobAlias = "j" | "ins";
+
 /**
- * Whether a runner of the workspace can take the job now: the workspace is
- * not paused, the job's concurrency group has room, and some runner is
- * registered, unpaused, connected, has the labels, meets every requirement
- * and has a free slot, exactly when jobWaiting finds no reason. The job is
- * taken to be due (its claimableAt is checked by the caller).
+ * Whether a runner can take the job (the jobs row `alias`) now, as an
+ * expression: it is due, its workspace is not paused, its concurrency group
+ * has room, and some runner of the workspace is registered, unpaused,
+ * connected, has the labels, meets every requirement and has a free slot —
+ * exactly when jobWaiting finds no reason. Stops at the first such runner.
+ * A column of the enqueue's own statement (Broker.enqueue), so the usual
+ * reply costs no statement of its own.
  */
-async function runnableNow(db: Kysely<Database>, workspaceId: string, labels: readonly string[], req: Requirements, groupKey: string | undefined, limit: number, leaseSeconds: number): Promise<boolean> {
-  const requirements = sql`${req.architecture ?? null}::text, ${req.os ?? null}::text, ${req.executionKind ?? null}::text, ${[...(req.features ?? [])]}::text[]`;
-  const { rows } = await sql<{ runnable: boolean }>`
-    select not exists (select 1 from workspace_pauses where workspace_id = ${workspaceId})
-      and ${groupKey === undefined ? sql`true` : sql`forelead_group_running(${workspaceId}, ${groupKey}) < ${limit}`}
-      and exists (
-        select 1 from runners r ${liveLeases}
-        where r.workspace_id = ${workspaceId} and r.retired_at is null and r.paused_at is null
-          and r.labels @> ${[...labels]}::text[]
-          and forelead_meets_requirements(${requirements}, ${capabilities})
-          and ${connectedRunner(leaseSeconds)} and live.n < r.slots
-      ) as runnable`.execute(db);
+export function runnableNow(alias: RunnableJobAlias, leaseSeconds: number): RawBuilder<boolean> {
+  const j = sql.raw(alias);
+  return sql<boolean>`(${j}.claimable_at <= now()
+    and not exists (select 1 from workspace_pauses p where p.workspace_id = ${j}.workspace_id)
+    and (${j}.concurrency_key is null or forelead_group_running(${j}.workspace_id, ${j}.concurrency_key) < ${j}.concurrency_limit)
+    and exists (
+      select 1 from runners r ${liveLeases}
+      where r.workspace_id = ${j}.workspace_id and r.retired_at is null and r.paused_at is null
+        and r.labels @> ${j}.labels
+        and forelead_meets_requirements(${j}.req_architecture, ${j}.req_os, ${j}.req_execution_kind, ${j}.req_features, ${capabilities})
+        and ${connectedRunner(leaseSeconds)} and live.n < r.slots
+    ))`;
+}
+
+/** runnableNow for a stored job, by id, in a statement of its own. */
+async function jobRunnableNow(db: Kysely<Database>, jobId: string, leaseSeconds: number): Promise<boolean> {
+  const { rows } = await sql<{ runnable: boolean }>`select ${runnableNow("j", leaseSeconds)} as runnable from jobs j where j.id = ${jobId}`.execute(db);
   return rows[0]?.runnable === true;
 }
 
@@ -87,9 +97,11 @@ async function runnableNow(db: Kysely<Database>, workspaceId: string, labels: re
  * lacks, the requirements it does not meet (the claim's rule,
  * forelead_meets_requirements, one requirement at a time) and its live
  * leases (the live-lease rule of lease-sql.ts), and the group's running jobs
- * (forelead_group_running, the claim's count).
+ * (forelead_group_running, the claim's count). First, whether the job is
+ * runnable now at all (runnableNow): `runnable` when the caller's own
+ * statement asked it, else a statement of its own.
  */
-export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSeconds: number): Promise<JobWaiting | undefined> {
+export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSeconds: number, runnable?: boolean): Promise<JobWaiting | undefined> {
   if (job.state !== "queued") return undefined;
   const workspaceId = String(job.workspaceId);
   const labels = (job.labels as string[] | undefined) ?? [];
@@ -98,8 +110,9 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
   const groupKey = typeof job.concurrencyKey === "string" ? job.concurrencyKey : undefined;
   const limit = Number(job.concurrencyLimit ?? 0);
   const due = !claimableAt || claimableAt.getTime() <= Date.now();
-  // The common case, a job a runner can take now, in one statement that stops at the first such runner.
-  if (due && (await runnableNow(db, workspaceId, labels, req, groupKey, limit, leaseSeconds))) return undefined;
+  // The common case, a job a runner can take now: answered by the caller's statement (`runnable`), or
+  // by one that stops at the first such runner.
+  if (due && (runnable ?? (await jobRunnableNow(db, String(job.id), leaseSeconds)))) return undefined;
   const wanted: Array<[string, RawBuilder<unknown>]> = [
     ...(req.architecture ? [[`architecture ${req.architecture}`, sql`${req.architecture}::text, null, null, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
     ...(req.os ? [[`os ${req.os}`, sql`null, ${req.os}::text, null, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
@@ -186,7 +199,7 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
 }
 
 /** The snapshot with its `waiting` set when the job is queued and waits for a reason. */
-export async function withWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSeconds: number): Promise<JobSnapshot> {
-  const waiting = await jobWaiting(db, job, leaseSeconds);
+export async function withWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSeconds: number, runnable?: boolean): Promise<JobSnapshot> {
+  const waiting = await jobWaiting(db, job, leaseSeconds, runnable);
   return waiting ? { ...job, waiting } : job;
 }
