@@ -10,14 +10,14 @@ import { jobsChannel } from "./wakeups.js";
 // 0008) counts live lease rows in PL/pgSQL, where these cannot reach; it
 // states the rule of liveLeaseRow.
 
-/** How a statement names the jobs table: unqualified, or by one of these aliases. */
-export type JobsAlias = "jobs" | "j";
+/** How a statement names the jobs table: unqualified, or by one of these aliases ("ins": the enqueue's inserted rows). */
+export type JobsAlias = "jobs" | "j" | "ins";
 
 /** How a statement names the leases table. */
 export type LeasesAlias = "leases" | "l";
 
 /** `alias.`, or nothing: a closed set of names, so it is safe to write raw. */
-function qualifier(alias: JobsAlias | LeasesAlias | undefined): RawBuilder<unknown> {
+export function qualifier(alias: JobsAlias | LeasesAlias | undefined): RawBuilder<unknown> {
   return sql.raw(alias ? `${alias}.` : "");
 }
 

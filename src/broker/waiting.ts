@@ -1,7 +1,7 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../store/schema.js";
 import type { JobSnapshot } from "./job-snapshot.js";
-import { liveLeaseRow } from "./lease-sql.js";
+import { liveLeaseRow, qualifier, type JobsAlias } from "./lease-sql.js";
 
 /** Why a queued job waits: the wire's JobWaiting (proto3 JSON names). */
 export interface JobWaiting {
@@ -52,9 +52,6 @@ function connectedRunner(leaseSeconds: number): RawBuilder<boolean> {
   return sql<boolean>`(r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) or live.n > 0)`;
 }
 
-/** How a statement names the jobs row a runnableNow expression reads: a closed set, so safe to write raw. */
-export type RunnableJobAlias = "j" | "ins";
-
 /**
  * Whether a runner can take the job (the jobs row `alias`) now, as an
  * expression: it is due, its workspace is not paused, its concurrency group
@@ -64,16 +61,16 @@ export type RunnableJobAlias = "j" | "ins";
  * A column of the enqueue's own statement (Broker.enqueue), so the usual
  * reply costs no statement of its own.
  */
-export function runnableNow(alias: RunnableJobAlias, leaseSeconds: number): RawBuilder<boolean> {
-  const j = sql.raw(alias);
-  return sql<boolean>`(${j}.claimable_at <= now()
-    and not exists (select 1 from workspace_pauses p where p.workspace_id = ${j}.workspace_id)
-    and (${j}.concurrency_key is null or forelead_group_running(${j}.workspace_id, ${j}.concurrency_key) < ${j}.concurrency_limit)
+export function runnableNow(alias: JobsAlias, leaseSeconds: number): RawBuilder<boolean> {
+  const j = qualifier(alias); // "alias."
+  return sql<boolean>`(${j}claimable_at <= now()
+    and not exists (select 1 from workspace_pauses p where p.workspace_id = ${j}workspace_id)
+    and (${j}concurrency_key is null or forelead_group_running(${j}workspace_id, ${j}concurrency_key) < ${j}concurrency_limit)
     and exists (
       select 1 from runners r ${liveLeases}
-      where r.workspace_id = ${j}.workspace_id and r.retired_at is null and r.paused_at is null
-        and r.labels @> ${j}.labels
-        and forelead_meets_requirements(${j}.req_architecture, ${j}.req_os, ${j}.req_execution_kind, ${j}.req_features, ${capabilities})
+      where r.workspace_id = ${j}workspace_id and r.retired_at is null and r.paused_at is null
+        and r.labels @> ${j}labels
+        and forelead_meets_requirements(${j}req_architecture, ${j}req_os, ${j}req_execution_kind, ${j}req_features, ${capabilities})
         and ${connectedRunner(leaseSeconds)} and live.n < r.slots
     ))`;
 }
