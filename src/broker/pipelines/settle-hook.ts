@@ -1,4 +1,4 @@
-import type { Kysely, Transaction } from "kysely";
+import { sql, type Kysely, type RawBuilder, type SqlBool, type Transaction } from "kysely";
 import type { Database } from "../../store/schema.js";
 import { inTransaction } from "../../store/transaction.js";
 
@@ -16,4 +16,13 @@ export async function settleWith<R extends { id: string }>(db: Kysely<Database>,
     if (rows.length) await hook(tx, rows.map((r) => r.id));
     return rows;
   });
+}
+
+/**
+ * The job `jobId` (a column reference) is a pipeline step's job: one probe of
+ * pipeline_steps_job (migration 0020). What decides whether a settle needs
+ * the hook, and whether a lease can have inputs.
+ */
+export function isStepJob(jobId: RawBuilder<unknown>): RawBuilder<SqlBool> {
+  return sql<SqlBool>`exists (select 1 from pipeline_steps s where s.job_id = ${jobId})`;
 }

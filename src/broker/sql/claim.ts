@@ -8,6 +8,7 @@ import type { LeaseView } from "../leases.js";
 import { leaseSecrets } from "../job-secrets.js";
 import { leaseInputs } from "../job-inputs.js";
 import type { SecretBox } from "../../secrets/box.js";
+import { isStepJob } from "../pipelines/settle-hook.js";
 
 /**
  * Claims the highest-priority, oldest eligible job for a runner, or none.
@@ -40,7 +41,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   const tokens = holders.map(() => newLeaseToken());
   const hashes = tokens.map((t) => hashLeaseToken(t).toString("hex"));
   const order = holders.map((_, i) => i).sort((x, y) => compareHolders(holders[x]!, holders[y]!) || x - y);
-  // pipeline_step: whether the leased job is a pipeline step's (pipeline_steps_job, migration 0020), so
+  // pipeline_step: whether the leased job is a pipeline step's (isStepJob), so
   // only such a lease costs the query for its inputs (pipelines/inputs.ts withInputs).
   let rows: Array<JobRow & { pipeline_step: boolean }>;
   try {
@@ -57,7 +58,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     // when nothing ineligible is ahead of the first eligible job; a job not yet due costs an index
     // tuple, one with unmet requirements or a full group a heap visit; still one round trip.
     ({ rows } = await sql<JobRow & { pipeline_step: boolean }>`
-      select c.*, exists (select 1 from pipeline_steps s where s.job_id = c.id) as pipeline_step
+      select c.*, ${isStepJob(sql.ref("c.id"))} as pipeline_step
       from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
         ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int) c`.execute(db));
   } catch (err) {

@@ -8,7 +8,7 @@ import { eventsCte } from "../../events/record.js";
 import { clearLease, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
 import type { BrokerObserver } from "../observer.js";
-import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
+import { isStepJob, settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 
 /**
  * Settles a job under its live lease. Idempotent: the same completionId with
@@ -97,7 +97,7 @@ async function settleStatement(q: Kysely<Database>, items: readonly CheckedItem[
         ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
       ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, result, completion_id, completion_sha256)
       where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
-        ${steps === "no steps" ? sql`and not exists (select 1 from pipeline_steps s where s.job_id = jobs.id)` : sql``}
+        ${steps === "no steps" ? sql`and not ${isStepJob(sql.ref("jobs.id"))}` : sql``}
       returning jobs.*, to_jsonb(jobs.*) as reply_row, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
