@@ -10,6 +10,14 @@ import { DatabasePoolBusyError, isConnectTimeout } from "./unreachable.js";
  * that dies while checked out (between two statements of a transaction) from
  * crashing the process with an unhandled 'error' event; pg.Pool then drops it
  * at release and opens a new one for the next caller.
+ *
+ * A statement whose text comes again is sent as a named prepared statement
+ * (statementNames below): Postgres parses it once per connection and, for
+ * most of ours, keeps one generic plan, where an unnamed statement is
+ * parsed and planned on every call. Planning had been a third of Postgres'
+ * time under a steady pickup load (docs/performance.md). Statements inside a
+ * transaction go unnamed: there a plan made stale by a migration on another
+ * replica would abort the transaction instead of being sent again.
  */
 export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool {
   pool.on("error", (err) => {
@@ -19,22 +27,36 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
     // Idle, the pool's listener also sees the error (above); in use, its next query fails and is reported as well.
     client.on("error", (err) => void health.failed("a pooled connection", err));
   });
+  const names = statementNames();
   // One wrapper per pg client: kysely keeps its connection object per client it is handed.
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
   const wrap = (client: pg.PoolClient): PostgresPoolClient => {
+    let inTransaction = false;
+    const send = (text: string, values: unknown[] | undefined, name: string | undefined) => client.query(name ? { name, text, values } : { text, values });
     const query = (text: unknown, parameters?: ReadonlyArray<unknown>): unknown => {
       if (typeof text !== "string") return client.query(text as pg.Submittable);
+      if (transactionControl.test(text)) inTransaction = !/^(commit|rollback)$/i.test(text);
       const startedAt = performance.now();
-      return client.query(text, parameters as unknown[]).then(
-        (result) => {
-          health.succeeded(startedAt);
-          return result;
-        },
-        (err: unknown) => {
-          health.failed("a query", err);
-          throw err;
-        },
-      );
+      const values = parameters as unknown[] | undefined;
+      // Only outside a transaction, where a stale plan can be answered by sending the text again.
+      const name = inTransaction ? undefined : names.nameFor(text);
+      return send(text, values, name)
+        .catch((err: unknown) => {
+          // A column added since the statement was prepared (another replica's migration): prepare afresh.
+          if (!name || !isStalePlan(err)) throw err;
+          names.forgetAll();
+          return send(text, values, undefined);
+        })
+        .then(
+          (result) => {
+            health.succeeded(startedAt);
+            return result;
+          },
+          (err: unknown) => {
+            health.failed("a query", err);
+            throw err;
+          },
+        );
     };
     return { query: query as PostgresPoolClient["query"], release: (destroy) => client.release(destroy) };
   };
@@ -56,5 +78,45 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
       return wrapper;
     },
     end: () => pool.end(),
+  };
+}
+
+/** kysely's own transaction statements (postgres-driver.js): begin, commit, rollback. */
+const transactionControl = /^(begin|commit|rollback)$/i;
+
+/** Postgres refusing a prepared statement whose result columns changed under it. */
+function isStalePlan(err: unknown): boolean {
+  return (err as { code?: unknown }).code === "0A000" && /cached plan must not change result type/.test(String((err as Error).message));
+}
+
+/**
+ * Which statement texts go out named, and under what name. A text gets a
+ * name on its third call, so statements built with their values inline, or
+ * sized by a batch, seldom do; at most `limit` names in all, as each is a
+ * parsed statement and a plan on every connection that runs it.
+ */
+function statementNames(limit = 200) {
+  const seen = new Map<string, number>();
+  const named = new Map<string, string>();
+  let next = 1;
+  return {
+    nameFor(text: string): string | undefined {
+      const name = named.get(text);
+      if (name || named.size >= limit) return name;
+      const calls = (seen.get(text) ?? 0) + 1;
+      if (calls < 3) {
+        if (seen.size >= 10 * limit) seen.clear();
+        seen.set(text, calls);
+        return undefined;
+      }
+      seen.delete(text);
+      const fresh = `forelead_${next++}`;
+      named.set(text, fresh);
+      return fresh;
+    },
+    /** Every text is prepared again under a new name from now on (the old ones stay unused on their connections). */
+    forgetAll(): void {
+      named.clear();
+    },
   };
 }
