@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import { batchLimits, createTurns, enqueueJobs, type StoredBatch } from "./job-batch.js";
-import { cancelJob, defaultJobTimeouts, enqueueProbed, getJob, hasQueuedJobs, type EnqueueInput, type JobTimeouts } from "./jobs.js";
+import { cancelJob, defaultJobTimeouts, enqueueProbed, getJob, hasQueuedJobs, type EnqueueInput, type JobProbe, type JobTimeouts } from "./jobs.js";
 import { listJobs, type ListJobsInput } from "./job-list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
 import { runnableNow, withWaiting } from "./waiting.js";
@@ -208,10 +208,12 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     }
   };
 
+  // One function for the broker's life: the enqueue's compiled statement is kept per probe (statementShapes).
+  const runnableProbe: JobProbe = (ins) => runnableNow(ins, options.leaseSeconds);
   return {
     async enqueue(input) {
       // Whether a runner can take the job now is a column of the enqueue's statement: the usual reply costs nothing more.
-      const { job, probed } = await enqueueProbed(db, input, timeouts, (ins) => runnableNow(ins, options.leaseSeconds), options.code, options.secrets);
+      const { job, probed } = await enqueueProbed(db, input, timeouts, runnableProbe, options.code, options.secrets);
       return withWaiting(db, job, options.leaseSeconds, probed);
     },
     enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),

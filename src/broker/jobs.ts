@@ -8,6 +8,7 @@ import type { CodeHooks } from "./pinning.js";
 import { notifyJobs } from "./lease-sql.js";
 import { eventsCte } from "../events/record.js";
 import { inTransaction } from "../store/transaction.js";
+import { statementShapes } from "../store/statement-shapes.js";
 import { settleWith, type SettleHook } from "./pipelines/settle-hook.js";
 import { checkSegmentId } from "../identity/segment-id.js";
 import type { SecretBox } from "../secrets/box.js";
@@ -285,26 +286,9 @@ export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean; r
  * secrets' keyed hashes, never their values. Results are in `prepared`'s order.
  */
 export async function storeEnqueues(q: Kysely<Database>, prepared: readonly PreparedEnqueue[], box?: SecretBox, probe?: JobProbe): Promise<StoredEnqueue[]> {
-  const inserted = await q
-    .with("ins", (qb) =>
-      qb
-        .insertInto("jobs")
-        .values(prepared.map((p) => p.row))
-        .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
-        .returningAll(),
-    )
-    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id"), sql`min(ins.claimable_at)`).as("sent")).groupBy("ins.workspace_id"))
-    .with("ev", (qb) =>
-      qb
-        .insertInto("events")
-        .columns(["type", "workspace_id", "job_id", "data"])
-        .expression((eb) => eb.selectFrom("ins").select([sql<string>`'job.queued'`.as("type"), "ins.workspace_id", "ins.id", sql<string>`jsonb_build_object('labels', ins.labels, 'priority', ins.priority)`.as("data")])),
-    )
-    .selectFrom("ins")
-    .selectAll("ins")
-    .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
-    .$if(probe !== undefined, (qb) => qb.select(probe!("ins").as("probed")))
-    .execute();
+  const rows = prepared.map((p) => p.row);
+  // One job (every single enqueue) is sent as its compiled shape; a batch is built as it comes.
+  const inserted = rows.length === 1 ? (await oneEnqueue.execute(q, rows[0]!, probe)).rows : await enqueueStatement(q, rows, probe).execute();
   const probed = new Map(inserted.map((r) => [r.id, r.probed]));
   const byId = new Map(inserted.map(({ woken: _woken, probed: _probed, ...row }) => [row.id, row as JobRow]));
   for (const p of prepared) if (p.withSecrets && byId.has(p.row.id)) await storeJobSecrets(q as Transaction<Database>, box!, p.row.id, p.input);
@@ -328,6 +312,34 @@ export async function storeEnqueues(q: Kysely<Database>, prepared: readonly Prep
     return { job: found, created: false };
   });
 }
+
+/**
+ * The statement of storeEnqueues: the rows, their `job.queued` events, one
+ * wake per workspace, and `probe` over each new row.
+ */
+function enqueueStatement(q: Kysely<Database>, rows: readonly Insertable<Database["jobs"]>[], probe: JobProbe | undefined) {
+  return q
+    .with("ins", (qb) =>
+      qb
+        .insertInto("jobs")
+        .values(rows)
+        .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
+        .returningAll(),
+    )
+    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id"), sql`min(ins.claimable_at)`).as("sent")).groupBy("ins.workspace_id"))
+    .with("ev", (qb) =>
+      qb
+        .insertInto("events")
+        .columns(["type", "workspace_id", "job_id", "data"])
+        .expression((eb) => eb.selectFrom("ins").select([sql<string>`'job.queued'`.as("type"), "ins.workspace_id", "ins.id", sql<string>`jsonb_build_object('labels', ins.labels, 'priority', ins.priority)`.as("data")])),
+    )
+    .selectFrom("ins")
+    .selectAll("ins")
+    .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
+    .$if(probe !== undefined, (qb) => qb.select(probe!("ins").as("probed")));
+}
+
+const oneEnqueue = statementShapes((q: Kysely<Database>, row: Insertable<Database["jobs"]>, probe: JobProbe | undefined) => enqueueStatement(q, [row], probe));
 
 /** An expression over the new jobs row (`ins`) that the enqueue's statement answers too: e.g. waiting.ts runnableNow. */
 export type JobProbe = (alias: "ins") => RawBuilder<boolean>;

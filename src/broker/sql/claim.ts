@@ -9,6 +9,7 @@ import { leaseSecrets } from "../job-secrets.js";
 import { leaseInputs } from "../job-inputs.js";
 import type { SecretBox } from "../../secrets/box.js";
 import { isStepJob } from "../pipelines/settle-hook.js";
+import { statementShapes } from "../../store/statement-shapes.js";
 
 /**
  * Claims the highest-priority, oldest eligible job for a runner, or none.
@@ -57,10 +58,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     // 0019's predicates, EXPLAIN ANALYZE with 100,000 queued (docs/fleet.md "Scheduling"): free
     // when nothing ineligible is ahead of the first eligible job; a job not yet due costs an index
     // tuple, one with unmet requirements or a full group a heap visit; still one round trip.
-    ({ rows } = await sql<JobRow & { pipeline_step: boolean }>`
-      select c.*, ${isStepJob(sql.ref("c.id"))} as pipeline_step
-      from forelead_claim(${order.map((i) => holders[i]!.workspaceId)}::text[], ${order.map((i) => holders[i]!.runnerId)}::text[],
-        ${order.map((i) => hashes[i]!)}::text[], ${leaseSeconds}::int) c`.execute(db));
+    ({ rows } = await claimStatement.execute(db, { workspaces: order.map((i) => holders[i]!.workspaceId), runners: order.map((i) => holders[i]!.runnerId), hashes: order.map((i) => hashes[i]!), leaseSeconds }, undefined));
   } catch (err) {
     // SQLSTATE FL001: raised by forelead_claim for a runner that is not registered (or retired).
     if ((err as { code?: string }).code === "FL001") throw new ConnectError((err as Error).message, Code.FailedPrecondition);
@@ -80,6 +78,13 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, pipelineStep: row.pipeline_step, ...(delivered ? { secrets: delivered } : {}), ...(input ? { input } : {}) };
   });
 }
+
+/** The claim's one statement, compiled once (statementShapes): forelead_claim and, per leased job, whether it is a pipeline step's. */
+const claimStatement = statementShapes(
+  (_db: Kysely<Database>, v: { workspaces: string[]; runners: string[]; hashes: string[]; leaseSeconds: number }) => sql<JobRow & { pipeline_step: boolean }>`
+      select c.*, ${isStepJob(sql.ref("c.id"))} as pipeline_step
+      from forelead_claim(${v.workspaces}::text[], ${v.runners}::text[], ${v.hashes}::text[], ${v.leaseSeconds}::int) c`,
+);
 
 function compareHolders(a: LeaseHolder, b: LeaseHolder): number {
   return a.workspaceId < b.workspaceId ? -1 : a.workspaceId > b.workspaceId ? 1 : a.runnerId < b.runnerId ? -1 : a.runnerId > b.runnerId ? 1 : 0;

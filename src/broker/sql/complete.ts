@@ -9,6 +9,7 @@ import { clearLease, liveLease, retryClaimableAt, wakeWaiters, woken } from "../
 import { settledOrRequeued } from "./lease-events.js";
 import type { BrokerObserver } from "../observer.js";
 import { isStepJob, settleWith, type SettleHook } from "../pipelines/settle-hook.js";
+import { statementShapes } from "../../store/statement-shapes.js";
 
 /**
  * Settles a job under its live lease. Idempotent: the same completionId with
@@ -78,7 +79,27 @@ async function settleStatement(q: Kysely<Database>, items: readonly CheckedItem[
   // 716 at N = 16 against 674 and 622; at N = 64 (1,111 and 1,049 against 1,081 and 1,046) the
   // machine was saturated. The stored reply is the settled row as jsonb (to_jsonb) so it can be
   // written by this same statement; storedReply reads it back.
-  const { rows } = await sql<JobRow & { ord: number }>`
+  const values: SettleValues = {
+    ord: items.map((_, i) => i), jobId: items.map((it) => it.checked.jobId), workspaceId: items.map((it) => it.input.workspaceId),
+    runnerId: items.map((it) => it.input.runnerId), tokenHex: items.map((it) => it.checked.tokenHash.toString("hex")), outcome: items.map((it) => it.checked.outcome),
+    retryable: items.map((it) => it.checked.error?.retryable ?? false), exitCode: items.map((it) => it.input.exitCode ?? null),
+    error: items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null)), artifacts: items.map((it) => it.checked.artifacts), result: items.map((it) => it.checked.result),
+    completionId: items.map((it) => it.input.completionId), completionSha256: items.map((it) => it.checked.completionSha256),
+  };
+  return (await settleShapes.execute(q, values, settleModes[steps])).rows;
+}
+
+/** The columns of the completion statement's unnest, one array each, one entry per completion. */
+interface SettleValues extends Record<string, unknown[]> {
+  ord: number[]; jobId: string[]; workspaceId: string[]; runnerId: string[]; tokenHex: string[]; outcome: string[]; retryable: boolean[];
+  exitCode: Array<number | null>; error: Array<string | null>; artifacts: Array<string | null>; result: Array<string | null>; completionId: string[]; completionSha256: string[];
+}
+
+/** The two forms of the statement, as statementShapes contexts. */
+const settleModes = { all: { steps: "all" }, "no steps": { steps: "no steps" } } as const;
+
+/** The completion statement, compiled once per form (statementShapes); its values are arrays, so one shape serves any batch. */
+const settleShapes = statementShapes((_q: Kysely<Database>, v: SettleValues, mode: (typeof settleModes)[keyof typeof settleModes]) => sql<JobRow & { ord: number }>`
     with j as (
       update jobs set
         state = case when ${requeues} then 'queued' else i.outcome end,
@@ -90,23 +111,21 @@ async function settleStatement(q: Kysely<Database>, items: readonly CheckedItem[
         claimable_at = case when ${requeues} then ${retryClaimableAt} else jobs.claimable_at end,
         ${clearLease}
       from unnest(
-        ${items.map((_, i) => i)}::int[], ${items.map((it) => it.checked.jobId)}::uuid[], ${items.map((it) => it.input.workspaceId)}::text[],
-        ${items.map((it) => it.input.runnerId)}::text[], ${items.map((it) => it.checked.tokenHash.toString("hex"))}::text[], ${items.map((it) => it.checked.outcome)}::text[],
-        ${items.map((it) => it.checked.error?.retryable ?? false)}::boolean[], ${items.map((it) => it.input.exitCode ?? null)}::int[],
-        ${items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null))}::text[], ${items.map((it) => it.checked.artifacts)}::text[], ${items.map((it) => it.checked.result)}::text[],
-        ${items.map((it) => it.input.completionId)}::text[], ${items.map((it) => it.checked.completionSha256)}::text[]
+        ${v.ord}::int[], ${v.jobId}::uuid[], ${v.workspaceId}::text[],
+        ${v.runnerId}::text[], ${v.tokenHex}::text[], ${v.outcome}::text[],
+        ${v.retryable}::boolean[], ${v.exitCode}::int[],
+        ${v.error}::text[], ${v.artifacts}::text[], ${v.result}::text[],
+        ${v.completionId}::text[], ${v.completionSha256}::text[]
       ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, result, completion_id, completion_sha256)
       where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
-        ${steps === "no steps" ? sql`and not ${isStepJob(sql.ref("jobs.id"))}` : sql``}
+        ${mode.steps === "no steps" ? sql`and not ${isStepJob(sql.ref("jobs.id"))}` : sql``}
       returning jobs.*, to_jsonb(jobs.*) as reply_row, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
         completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
     ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
-    select j.*, ${woken} from j`.execute(q);
-  return rows;
-}
+    select j.*, ${woken} from j`);
 
 /**
  * completeJob for a completion settleLeases did not settle: in a transaction
