@@ -26,11 +26,11 @@ interface Shape {
  * A call whose values include an expression (a kysely `sql` fragment) is
  * built with them as they are, every time, and not kept.
  */
-export function statementShapes<V extends Record<string, unknown>, C extends object | undefined, R>(build: (db: Kysely<any>, values: V, context: C) => Compilable<R> | RawBuilder<R>) {
+export function statementShapes<DB, V extends Record<string, unknown>, C extends object | undefined, R>(build: (db: Kysely<DB>, values: V, context: C) => Compilable<R> | RawBuilder<R>) {
   // Per dialect adapter (the text is the dialect's), then per context, then per names.
   const shapes = new WeakMap<object, WeakMap<object, Map<string, Shape>>>();
   const noContext = {};
-  const shapesOf = (db: Kysely<any>, context: C): Map<string, Shape> => {
+  const shapesOf = (db: Kysely<DB>, context: C): Map<string, Shape> => {
     const adapter = db.getExecutor().adapter;
     let byContext = shapes.get(adapter);
     if (!byContext) shapes.set(adapter, (byContext = new WeakMap()));
@@ -41,7 +41,7 @@ export function statementShapes<V extends Record<string, unknown>, C extends obj
   };
   return {
     /** Runs the statement of this shape with `values`. */
-    async execute(db: Kysely<any>, values: V, context: C): Promise<QueryResult<R>> {
+    async execute(db: Kysely<DB>, values: V, context: C): Promise<QueryResult<R>> {
       const names = Object.keys(values).filter((name) => values[name] !== undefined);
       if (names.some((name) => isExpression(values[name]))) return db.executeQuery<R>(compile(db, build(db, values, context)));
       const byNames = shapesOf(db, context);
@@ -63,6 +63,6 @@ function isExpression(value: unknown): boolean {
 }
 
 /** A builder compiles by itself; a `sql` fragment with the database it will run on. */
-function compile<R>(db: Kysely<any>, statement: Compilable<R> | RawBuilder<R>): CompiledQuery<R> {
+function compile<DB, R>(db: Kysely<DB>, statement: Compilable<R> | RawBuilder<R>): CompiledQuery<R> {
   return (statement as RawBuilder<R>).isRawBuilder === true ? (statement as RawBuilder<R>).compile(db) : (statement as Compilable<R>).compile();
 }

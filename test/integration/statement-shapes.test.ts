@@ -5,6 +5,10 @@ import { describe, expect, it } from "vitest";
 import { statementShapes } from "../../src/store/statement-shapes.js";
 import { useTestStore } from "../support/store.js";
 
+interface Probe {
+  shapes_probe: { id: number; note: string | undefined; at: unknown };
+}
+
 interface Row extends Record<string, unknown> {
   readonly id: number;
   readonly note?: string | undefined;
@@ -13,13 +17,13 @@ interface Row extends Record<string, unknown> {
 
 describe("statementShapes", () => {
   const store = useTestStore();
-  const db = () => store().db as unknown as Kysely<any>;
+  const db = () => store().db as unknown as Kysely<Probe>;
 
   it("builds each shape once and answers every call with its own values", async () => {
     await sql`create table shapes_probe (id int primary key, note text not null default 'none', at timestamptz not null default 'epoch')`.execute(db());
     const builds: string[] = [];
     const suffix = { text: "!" };
-    const insert = statementShapes((q: Kysely<any>, row: Row, context: { text: string } | undefined) => {
+    const insert = statementShapes((q: Kysely<Probe>, row: Row, context: { text: string } | undefined) => {
       builds.push(Object.keys(row).join(","));
       return q.insertInto("shapes_probe").values(row).returning((eb) => [eb.ref("id").as("id"), sql<string>`note || ${context?.text ?? ""}`.as("note")]);
     });
