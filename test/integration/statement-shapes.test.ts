@@ -47,7 +47,13 @@ describe("statementShapes", () => {
     expect(builds.slice(3)).toEqual(["id,note,at", "id,note,at"]);
     const { rows } = await sql<{ id: number; at: Date }>`select id, at from shapes_probe where id in (7, 8) order by id`.execute(db());
     expect(rows.map((r) => new Date(r.at).toISOString())).toEqual(["2026-01-02T00:01:00.000Z", "2026-01-02T00:01:00.000Z"]);
+    // A database with plugins sees every statement compiled through them (bench/lib/plans.ts captures so).
+    const seen: string[] = [];
+    const watched = db().withPlugin({ transformQuery: (args) => (seen.push(args.node.kind), args.node), transformResult: async (args) => args.result });
+    expect((await insert.execute(watched, { id: 9, note: "g" }, undefined)).rows).toEqual([{ id: 9, note: "g" }]);
+    expect((await insert.execute(watched, { id: 10, note: "h" }, undefined)).rows).toEqual([{ id: 10, note: "h" }]);
+    expect(seen).toEqual(["InsertQueryNode", "InsertQueryNode"]);
     const all = await sql<{ id: number; note: string }>`select id, note from shapes_probe order by id`.execute(db());
-    expect(all.rows.map((r) => `${r.id}:${r.note}`)).toEqual(["1:a", "2:b", "3:none", "4:none", "5:c", "6:d", "7:e", "8:f"]);
+    expect(all.rows.map((r) => `${r.id}:${r.note}`)).toEqual(["1:a", "2:b", "3:none", "4:none", "5:c", "6:d", "7:e", "8:f", "9:g", "10:h"]);
   });
 });
