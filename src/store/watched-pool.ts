@@ -94,19 +94,23 @@ function isStalePlan(err: unknown): boolean {
  * Which statement texts go out named, and under what name. A text gets a
  * name on its third call, so statements built with their values inline, or
  * sized by a batch, seldom do; at most `limit` names in all, as each is a
- * parsed statement and a plan on every connection that runs it.
+ * parsed statement and a plan on every connection that runs it. A text over
+ * `maxLength` is never counted or named: a batch's multi-row insert can be
+ * hundreds of kilobytes, and remembering a few hundred of them would hold
+ * that much memory for nothing (the hot statements are 1–4 KB).
  */
-function statementNames(limit = 200) {
+function statementNames(limit = 200, maxLength = 16_384) {
   const seen = new Map<string, number>();
   const named = new Map<string, string>();
   let next = 1;
   return {
     nameFor(text: string): string | undefined {
+      if (text.length > maxLength) return undefined;
       const name = named.get(text);
       if (name || named.size >= limit) return name;
       const calls = (seen.get(text) ?? 0) + 1;
       if (calls < 3) {
-        if (seen.size >= 10 * limit) seen.clear();
+        if (seen.size >= 500) seen.clear();
         seen.set(text, calls);
         return undefined;
       }

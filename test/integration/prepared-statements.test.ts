@@ -24,6 +24,15 @@ describe.runIf(databaseKind === "postgres")("named prepared statements on a Post
     });
   });
 
+  it("never names a text over 16 KiB (a batch's multi-row insert), however often it comes", async () => {
+    const padding = sql.raw(`/* ${"x".repeat(17_000)} */`);
+    await store().db.connection().execute(async (conn) => {
+      for (const n of [1, 2, 3, 4]) expect((await sql<{ v: number }>`select ${n}::int + 60 as v ${padding}`.execute(conn)).rows).toEqual([{ v: n + 60 }]);
+      const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_prepared_statements where statement like '%::int + 60%'`.execute(conn);
+      expect(rows[0]!.n).toBe(0);
+    });
+  });
+
   it("sends statements inside a transaction unnamed: a stale plan there would abort it", async () => {
     await store().db.transaction().execute(async (tx) => {
       for (const n of [1, 2, 3, 4]) expect((await sql<{ v: number }>`select ${n}::int + 50 as v`.execute(tx)).rows).toEqual([{ v: n + 50 }]);
