@@ -75,7 +75,9 @@ export async function openUpload(ctx: UploadContext, input: OpenUploadInput): Pr
   const inserted = await ctx.db
     .insertInto("uploads")
     .values({ id: randomUUID(), job_id: live.job.id, lease_id: live.leaseId, workspace_id: input.workspaceId, runner_id: input.runnerId, name, size: input.size, digest, media_type: mediaType, state: "open" })
-    .onConflict((oc) => oc.columns(["lease_id", "name"]).where("state", "=", "open").doNothing())
+    // The literal, not a parameter: Postgres matches the arbiter to the partial index uploads_open_name
+    // only when it can read the predicate, which a generic plan of a prepared statement cannot.
+    .onConflict((oc) => oc.columns(["lease_id", "name"]).where("state", "=", sql.lit("open")).doNothing())
     .returning(["id", "durable_size", "size"])
     .executeTakeFirst();
   if (inserted) return { uploadId: inserted.id, durableSize: inserted.durable_size, size: inserted.size };

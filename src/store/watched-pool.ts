@@ -43,9 +43,11 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
       const name = inTransaction ? undefined : names.nameFor(text);
       return send(text, values, name)
         .catch((err: unknown) => {
-          // A column added since the statement was prepared (another replica's migration): prepare afresh.
-          if (!name || !isStalePlan(err)) throw err;
-          names.forgetAll();
+          // Never inside a transaction (above), so sending the text again is safe.
+          if (!name) throw err;
+          if (isStalePlan(err)) names.forgetAll(); // a column added since it was prepared (another replica's migration): prepare afresh
+          else if (isGenericPlanRefusal(err)) names.never(text); // e.g. ON CONFLICT ... WHERE state = $1 over a partial index
+          else throw err;
           return send(text, values, undefined);
         })
         .then(
@@ -85,6 +87,15 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
 /** kysely's own transaction statements (postgres-driver.js): begin, commit, rollback. */
 const transactionControl = /^(begin|commit|rollback)$/i;
 
+/**
+ * Postgres refusing a statement only in its generic plan: an ON CONFLICT whose
+ * WHERE takes a parameter cannot be matched to a partial unique index there
+ * (42P10), while the same text unnamed, planned with its values, can.
+ */
+function isGenericPlanRefusal(err: unknown): boolean {
+  return (err as { code?: unknown }).code === "42P10";
+}
+
 /** Postgres refusing a prepared statement whose result columns changed under it. */
 function isStalePlan(err: unknown): boolean {
   return (err as { code?: unknown }).code === "0A000" && /cached plan must not change result type/.test(String((err as Error).message));
@@ -102,10 +113,12 @@ function isStalePlan(err: unknown): boolean {
 function statementNames(limit = 200, maxLength = 16_384) {
   const seen = new Map<string, number>();
   const named = new Map<string, string>();
+  /** Texts that failed named and work unnamed (isGenericPlanRefusal); bounded like `named`. */
+  const unnamed = new Set<string>();
   let next = 1;
   return {
     nameFor(text: string): string | undefined {
-      if (text.length > maxLength) return undefined;
+      if (text.length > maxLength || unnamed.has(text)) return undefined;
       const name = named.get(text);
       if (name || named.size >= limit) return name;
       const calls = (seen.get(text) ?? 0) + 1;
@@ -118,6 +131,11 @@ function statementNames(limit = 200, maxLength = 16_384) {
       const fresh = `forelead_${next++}`;
       named.set(text, fresh);
       return fresh;
+    },
+    /** `text` goes out unnamed from now on. */
+    never(text: string): void {
+      named.delete(text);
+      if (unnamed.size < limit) unnamed.add(text);
     },
     /** Every text is prepared again under a new name from now on (the old ones stay unused on their connections). */
     forgetAll(): void {
