@@ -1,4 +1,5 @@
 import { dirname, join, resolve } from "node:path";
+import { setFlagsFromString } from "node:v8";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
 import { defaultJobTimeouts } from "../broker/jobs.js";
@@ -100,6 +101,7 @@ export function serveCommand(): Command {
     })
     .action(async (flags: ServeFlags) => {
       if (flags.check) return checkServeFlags(flags);
+      if (!isPostgresUrl(flags.database)) compileEmbeddedBaselineOnly();
       const options = await serveOptions(flags);
       const plane = await startControlPlane(options);
       const roles = [...flags.admin.map((id) => `${id}=admin`), ...(options.grants ?? []).map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
@@ -121,6 +123,17 @@ export function serveCommand(): Command {
       process.once("SIGTERM", () => stop("SIGTERM"));
       process.once("SIGINT", () => stop("SIGINT"));
     });
+}
+
+/**
+ * A serve on the embedded database runs PGlite's Postgres on V8's baseline WebAssembly code
+ * (Liftoff) and never tiers it up to TurboFan: the optimized code and the compiler's memory were
+ * ~60 MiB of an idle serve's RSS, and PGlite's queries ran as fast without them on this machine
+ * (docs/performance.md, "Start-up and idle memory"). Set before anything compiles WebAssembly, in
+ * this process only: the tests' workers, which open PGlite themselves, keep V8's default.
+ */
+function compileEmbeddedBaselineOnly(): void {
+  setFlagsFromString("--liftoff-only");
 }
 
 /** The control plane's options from the flags, each flag and file checked; an error names the flag. */
