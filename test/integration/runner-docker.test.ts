@@ -84,7 +84,7 @@ describe.skipIf(!withDocker)(`the docker executor (${databaseKind})`, () => {
       const grow = "x=0123456789; while true; do x=$x$x; done";
       const jobId = (await admin.enqueue({ workspaceId: ws, spec: specFor("docker", { argv: ["sh", "-c", grow], memoryBytes: String(8 * 1024 * 1024), timeoutSeconds: 60 }) })).json.job.id;
       const job = await settled(jobId);
-      expect(job).toMatchObject({ state: "failed", error: { code: "out_of_memory" } });
+      expect(job, JSON.stringify(job)).toMatchObject({ state: "failed", error: { code: "out_of_memory" } });
     });
   });
 });
