@@ -19,8 +19,12 @@ import { round, summarize } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { runs: "string", "idle-seconds": "string" });
 const runs = intFlag(options.flags.runs, "runs", options.size === "tiny" ? 1 : 7, 1, 100);
-/** How long a serve idles before its RSS is read: garbage of the start collected, nothing connected. */
-const idleSeconds = intFlag(options.flags["idle-seconds"], "idle-seconds", options.size === "tiny" ? 1 : 15, 1, 600);
+/**
+ * How long a serve idles, nothing connected, while its RSS is read once a second. The first ~20 s
+ * hold the start's garbage (V8 shrinks its young generation only when its memory reducer runs);
+ * the figure is the median of the last third of the readings, the start's peak is reported beside it.
+ */
+const idleSeconds = intFlag(options.flags["idle-seconds"], "idle-seconds", options.size === "tiny" ? 1 : 60, 1, 600);
 const repoRoot = fileURLToPath(new URL("..", import.meta.url));
 const bin = path.join(repoRoot, "bin/forelead.js");
 if (!existsSync(path.join(repoRoot, "dist/cli/main.js"))) throw new Error("dist/ is not built: run `npm run build` first");
@@ -32,7 +36,7 @@ const started = performance.now();
 const dir = await mkdtemp(path.join(os.tmpdir(), "forelead-start-"));
 const serveArgs = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--database", path.join(dir, "db"), "--certs-dir", path.join(dir, "certs")];
 /** RSS in MiB of an idle `forelead serve` on each database kind measured. */
-const idle: { embedded?: number; postgres?: number } = {};
+const idle: { embedded?: IdleResident; postgres?: IdleResident } = {};
 const samples: Record<string, number[]> = { node: [], help: [], helpSource: [], serving: [], healthz: [] };
 /** CPU milliseconds (user + system) of each run, every process it started: the machine's load moves them much less than the wall time. */
 const cpu: Record<string, number[]> = { node: [], help: [], helpSource: [], serving: [] };
@@ -72,7 +76,7 @@ await publishScenario(options, started, {
   notes: [
     "forelead --help: the compiled command (dist/, npm run build); from sources: FORELEAD_RUN_SOURCE=1, compiled by tsx at every start (as before the build step)",
     "npm start: `npm start -- --database DIR` on an existing embedded database (created by an unmeasured first start); serving = its `serving https://` line, /healthz = the first 200 from --metrics-listen",
-    `idle RSS: \`forelead serve\` (compiled) ${idleSeconds} s after its serving line, nothing connected: on the embedded database of the runs above${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; in the seconds column: MiB`,
+    `idle RSS: \`forelead serve\` (compiled), nothing connected, read each second for ${idleSeconds} s after its serving line: the median of the last third, and the highest reading: on the embedded database of the runs above${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; in the seconds column: MiB`,
     "CPU seconds: user + system of every process of the run (from /proc/self/stat's reaped-children times); for npm start, npm's too and the whole run, its stop included",
     `load average at the end: ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} on ${os.cpus().length} cores`,
   ],
@@ -94,13 +98,24 @@ await publishScenario(options, started, {
 /** The idle-memory rows: MiB in the seconds column, the rest empty. */
 function idleRows(): (string | number | null)[][] {
   const rows: (string | number | null)[][] = [];
-  if (idle.embedded !== undefined) rows.push(["forelead serve idle RSS, embedded (MiB)", idle.embedded, null, null, 1]);
-  if (idle.postgres !== undefined) rows.push(["forelead serve idle RSS, PostgreSQL (MiB)", idle.postgres, null, null, 1]);
+  for (const [kind, resident] of [["embedded", idle.embedded], ["PostgreSQL", idle.postgres]] as const) {
+    if (resident === undefined) continue;
+    rows.push([`forelead serve idle RSS, ${kind} (MiB)`, resident.settledMiB, null, null, 1]);
+    rows.push([`forelead serve idle RSS, ${kind}: highest reading (MiB)`, resident.peakMiB, null, null, 1]);
+  }
   return rows;
 }
 
-/** Starts `forelead serve` (compiled) with `databaseArgs`, lets it idle, and returns its RSS in MiB. */
-async function idleResident(databaseArgs: readonly string[]): Promise<number> {
+/** An idle serve's RSS readings, one a second after its serving line, in MiB. */
+interface IdleResident {
+  readingsMiB: number[];
+  /** The median of the last third of the readings. */
+  settledMiB: number;
+  peakMiB: number;
+}
+
+/** Starts `forelead serve` (compiled) with `databaseArgs`, lets it idle, and returns its RSS readings. */
+async function idleResident(databaseArgs: readonly string[]): Promise<IdleResident> {
   const args = [bin, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", path.join(dir, "certs"), ...databaseArgs];
   const child = spawn(process.execPath, args, { cwd: repoRoot, env: compiledEnv, stdio: ["ignore", "pipe", "pipe"] });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
@@ -118,10 +133,15 @@ async function idleResident(databaseArgs: readonly string[]): Promise<number> {
       child.stdout.on("data", onOutput);
       child.stderr.on("data", onOutput);
     });
-    await new Promise((r) => setTimeout(r, idleSeconds * 1000));
-    const bytes = residentBytes(child.pid!);
-    if (bytes === undefined) throw new Error("could not read the serve's RSS from /proc");
-    return round(bytes / 2 ** 20, 0);
+    const readingsMiB: number[] = [];
+    for (let second = 1; second <= idleSeconds; second++) {
+      await new Promise((r) => setTimeout(r, 1000));
+      const bytes = residentBytes(child.pid!);
+      if (bytes === undefined) throw new Error(`could not read the serve's RSS from /proc: ${output}`);
+      readingsMiB.push(round(bytes / 2 ** 20, 0));
+    }
+    const lastThird = readingsMiB.slice(-Math.max(1, Math.floor(readingsMiB.length / 3)));
+    return { readingsMiB, settledMiB: summarize(lastThird).p50, peakMiB: Math.max(...readingsMiB) };
   } finally {
     if (child.exitCode === null) child.kill("SIGTERM");
     await exited;

@@ -152,9 +152,10 @@ async function openPostgres(url: string): Promise<Store> {
  * The embedded server's buffer cache. initdb writes 128MB, which Postgres touches in full at start:
  * ~150 MiB of the idle process and a third of its open time. The embedded database is for one
  * machine's development and small fleets; pages it evicts stay in the OS page cache. Measured in
- * docs/performance.md ("Idle memory"): 128MB → 16MB cut an idle serve's RSS by ~150 MiB.
+ * docs/performance.md ("Idle memory"): 128MB → 16MB cut an idle serve's RSS by ~150 MiB, 16MB →
+ * 8MB by another ~8 MiB once settled (140–148 → 133–140 MiB, against the goal of 150).
  */
-const embeddedSharedBuffers = "16MB";
+const embeddedSharedBuffers = "8MB";
 
 async function openEmbedded(location: string): Promise<Store> {
   const inMemory = location === "memory://";
