@@ -77,8 +77,10 @@ async function settleStatement(q: Kysely<Database>, items: readonly CheckedItem[
   // SELECT the lease FOR UPDATE, UPDATE jobs, UPDATE leases, COMMIT, five round trips alone and
   // four in a batch. In this one CTE: 173 and 179 jobs/s at N = 1 against 156 and 153, 731 and
   // 716 at N = 16 against 674 and 622; at N = 64 (1,111 and 1,049 against 1,081 and 1,046) the
-  // machine was saturated. The stored reply is the settled row as jsonb (to_jsonb) so it can be
-  // written by this same statement; storedReply reads it back.
+  // machine was saturated. The stored reply is the settled row as jsonb (to_jsonb of j, less the
+  // statement's own columns) so it can be written by this same statement; storedReply reads it
+  // back. It is made in the leases update, not returned: the reply does not carry it to pg, which
+  // would JSON-parse the whole job once more per completion.
   const values: SettleValues = {
     ord: items.map((_, i) => i), jobId: items.map((it) => it.checked.jobId), workspaceId: items.map((it) => it.input.workspaceId),
     runnerId: items.map((it) => it.input.runnerId), tokenHex: items.map((it) => it.checked.tokenHash.toString("hex")), outcome: items.map((it) => it.checked.outcome),
@@ -119,10 +121,11 @@ const settleShapes = statementShapes((_q: Kysely<Database>, v: SettleValues, mod
       ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, result, completion_id, completion_sha256)
       where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
         ${mode.steps === "no steps" ? sql`and not ${isStepJob(sql.ref("jobs.id"))}` : sql``}
-      returning jobs.*, to_jsonb(jobs.*) as reply_row, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
+      returning jobs.*, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
-        completion_id = j.settled_by, completion_sha256 = j.settled_sha256, completion_reply = j.reply_row
+        completion_id = j.settled_by, completion_sha256 = j.settled_sha256,
+        completion_reply = to_jsonb(j.*) - ${sql.lit("{lease_runner_id,ord,token_hex,settled_by,settled_sha256}")}::text[]
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
     ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
     select j.*, ${woken} from j`);
