@@ -72,8 +72,8 @@ export interface Broker {
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
   /**
-   * Completes and claims the runner's next lease (CompleteRequest.next): in the completion's own
-   * transaction when it can (completeAndClaimBatch), else by `claim` after it, which also makes the
+   * Completes and claims the runner's next lease (CompleteRequest.next): in the completion's batch,
+   * right after its commit, when it can (completeAndClaimBatch), else by `claim` after it, which also makes the
    * long poll when no job was free. A refused completion claims nothing; a claim that fails after
    * the completion was taken answers no lease (the runner's next claim meets the failure itself).
    */
@@ -235,7 +235,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       checkClaimRequest(waitSeconds);
       const startedAt = performance.now();
       const done: SettledAndClaimed = await batchedCompleteAndClaim(input);
-      // Leased with the completion (one commit): pinned and given its inputs as a claim's lease is.
+      // Leased in the completion's batch: pinned and given its inputs as a claim's lease is.
       const pinned = done.lease && (await pinClaimedJob(db, input, done.lease, options.code, settled));
       if (pinned) {
         observer?.claimEnded(true, performance.now() - startedAt);
