@@ -10,6 +10,7 @@ import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from 
 import { checkRequestMessage } from "./request-rules.js";
 import { ndjsonLineOf } from "./rest/index.js";
 import { checkRequestText } from "./text-rules.js";
+import { mapMessages } from "../streams/batches.js";
 import { batchField, checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
 
 /** What the guard needs to decide who may call what. */
@@ -86,16 +87,16 @@ function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpe
  * Streamed request messages, each through the text rules before the handler
  * sees it; the first that breaks one ends the stream with the refusal, named
  * by its NDJSON line (REST) or its position (generated clients), like a line
- * that is not JSON.
+ * that is not JSON. Batches stay batches (streams/batches.ts).
  */
-async function* textChecked<T extends object>(schema: DescMessage, reqs: AsyncIterable<T>): AsyncGenerator<T> {
+function textChecked<T extends object>(schema: DescMessage, reqs: AsyncIterable<T>): AsyncIterable<T> {
   let n = 0;
-  for await (const req of reqs) {
+  return mapMessages(reqs, (req) => {
     n++;
     const line = ndjsonLineOf(req);
     checkRequestText(schema, req, `${line === undefined ? `message ${n}` : `line ${line}`}: `);
-    yield req;
-  }
+    return req;
+  });
 }
 
 /** How one method is admitted: who may call it and, on admin routes, with which role. */

@@ -12,10 +12,30 @@ export const apiVersion = "v1";
  */
 export function checkRequestMessage(schema: DescMessage, message: object, principal: Principal | undefined): void {
   const values = message as Record<string, unknown>;
-  if (schema.fields.some((f) => f.name === "api_version")) checkApiVersion(values["apiVersion"]);
+  const has = fieldsOf(schema);
+  if (has.apiVersion) checkApiVersion(values["apiVersion"]);
   if (principal?.kind !== "runner") return;
-  if (schema.fields.some((f) => f.name === "runner_id")) checkNamed("runnerId", "runner", values["runnerId"], principal.runnerId);
-  if (schema.fields.some((f) => f.name === "workspace_id")) checkNamed("workspaceId", "workspace", values["workspaceId"], principal.workspaceId);
+  if (has.runnerId) checkNamed("runnerId", "runner", values["runnerId"], principal.runnerId);
+  if (has.workspaceId) checkNamed("workspaceId", "workspace", values["workspaceId"], principal.workspaceId);
+}
+
+/** Which of the checked fields a message has, looked up once per schema (stream messages pass here line by line). */
+interface CheckedFields {
+  readonly apiVersion: boolean;
+  readonly runnerId: boolean;
+  readonly workspaceId: boolean;
+}
+
+const checkedFields = new WeakMap<DescMessage, CheckedFields>();
+
+function fieldsOf(schema: DescMessage): CheckedFields {
+  let has = checkedFields.get(schema);
+  if (!has) {
+    const named = (name: string) => schema.fields.some((f) => f.name === name);
+    has = { apiVersion: named("api_version"), runnerId: named("runner_id"), workspaceId: named("workspace_id") };
+    checkedFields.set(schema, has);
+  }
+  return has;
 }
 
 /** Throws invalid_argument unless `value` is "v1". */

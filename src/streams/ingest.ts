@@ -3,6 +3,7 @@ import type { Kysely } from "kysely";
 import { leaseRefusal, type LeaseHolder } from "../broker/lease-check.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { appendBatch, lastAcceptedSequence } from "./append.js";
+import { batchesOf } from "./batches.js";
 import { checkMessage, messageLease, type CheckedMessage, type IncomingMessage, type MessageLease } from "./messages.js";
 
 /** The response header (and Connect error metadata) that carries the last accepted sequence of a rejected request. */
@@ -27,6 +28,9 @@ const deadlineMark = Symbol("deadline");
  * a batch is every message already received on the same lease, stored by one
  * statement as soon as reading on would have to wait for the network (or at
  * `maxBatchMessages`). So a request pays one commit per burst, not per line.
+ * A transport that reads messages in batches (batches.ts: NDJSON, a body
+ * chunk's lines) is read a batch at a time, so the wait checks are per
+ * chunk, not per message.
  *
  * The first rejected message ends the request: every message before it is
  * stored first, then the error names the last accepted sequence for that
@@ -34,8 +38,8 @@ const deadlineMark = Symbol("deadline");
  * metadata, so the client resumes exactly after it. Errors thrown by
  * `messages` itself (a bad NDJSON line, a body over its bound) are handled
  * the same way. `read` turns each message of the transport into an
- * IncomingMessage as it is taken (a function, not a mapping generator: one
- * promise hop less per message). `onStored` hears of every committed batch.
+ * IncomingMessage as it is taken (a function, not a mapping generator: no
+ * promise hop per message). `onStored` hears of every committed batch.
  */
 export async function ingest<T>(
   db: Kysely<Database>,
@@ -46,7 +50,7 @@ export async function ingest<T>(
   limits: IngestLimits,
   onStored: (jobId: string) => void = () => {},
 ): Promise<number> {
-  const it = messages[Symbol.asyncIterator]();
+  const it = batchesOf(messages);
   let expired = false;
   let deadlineTimer: NodeJS.Timeout | undefined;
   const deadline = new Promise<typeof deadlineMark>((resolve) => {
@@ -105,7 +109,7 @@ export async function ingest<T>(
       // Errors of reading are mapped where they are awaited (bodyError), not by a .catch on every
       // message: that is a promise per line more.
       const next = it.next();
-      let r: IteratorResult<T> | typeof idleMark | typeof deadlineMark;
+      let r: IteratorResult<readonly T[]> | typeof idleMark | typeof deadlineMark;
       try {
         r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
       } catch (err) {
@@ -125,22 +129,24 @@ export async function ingest<T>(
         throw new ConnectError(`the request stayed open past the server's bound of ${bound} (runners keep each request under 25 s); send the rest in a new request`, Code.DeadlineExceeded);
       }
       if (r.done) break;
-      const m = read(r.value);
-      if (m.refusal) {
-        current = leaseOrUndefined(m, current) ?? current;
-        throw new ConnectError(`${m.where} (sequence ${m.sequence}): ${m.refusal.rawMessage}`, m.refusal.code, m.refusal.metadata);
+      for (const value of r.value) {
+        const m = read(value);
+        if (m.refusal) {
+          current = leaseOrUndefined(m, current) ?? current;
+          throw new ConnectError(`${m.where} (sequence ${m.sequence}): ${m.refusal.rawMessage}`, m.refusal.code, m.refusal.metadata);
+        }
+        current = messageLease(m, current);
+        const checked = checkMessage(stream, m, current);
+        bytes += Buffer.byteLength(checked.dataJson);
+        if (bytes > limits.maxRequestBytes) {
+          throw new ConnectError(`${m.where} takes the request over ${limits.maxRequestBytes} bytes of data; send it in a new request`, Code.ResourceExhausted);
+        }
+        const tail = batch[batch.length - 1];
+        if (tail && (tail.jobId !== checked.jobId || tail.leaseToken !== checked.leaseToken)) await flush();
+        else if (tail && checked.sequence <= tail.sequence) throw sequenceError(checked, tail.sequence);
+        batch.push(checked);
+        if (batch.length >= limits.maxBatchMessages) await flush();
       }
-      current = messageLease(m, current);
-      const checked = checkMessage(stream, m, current);
-      bytes += Buffer.byteLength(checked.dataJson);
-      if (bytes > limits.maxRequestBytes) {
-        throw new ConnectError(`${m.where} takes the request over ${limits.maxRequestBytes} bytes of data; send it in a new request`, Code.ResourceExhausted);
-      }
-      const tail = batch[batch.length - 1];
-      if (tail && (tail.jobId !== checked.jobId || tail.leaseToken !== checked.leaseToken)) await flush();
-      else if (tail && checked.sequence <= tail.sequence) throw sequenceError(checked, tail.sequence);
-      batch.push(checked);
-      if (batch.length >= limits.maxBatchMessages) await flush();
     }
     await flush();
     return accepted;

@@ -4,6 +4,7 @@ import { jsonText } from "../json-wire.js";
 import { parseJsonObject } from "./json-text.js";
 import { flatDecoder } from "./flat-message.js";
 import { decode } from "./proto-json.js";
+import { batchedMessages, type BatchedMessages } from "../../streams/batches.js";
 
 /** Carries the line number on each message (a symbol property: cheaper for the garbage collector than a WeakMap of every line). */
 const ndjsonLine = Symbol("NDJSON line");
@@ -18,15 +19,21 @@ const carriageReturn = 0x0d;
 
 /**
  * NDJSON request messages, read incrementally: never more than one line is
- * buffered. Lines are numbered from 1 (see ndjsonLineOf); blank lines are
+ * buffered past the body chunk being read, and the lines each chunk ends are
+ * handed on as one batch (batches.ts). Lines are numbered from 1 (see ndjsonLineOf); blank lines are
  * skipped but counted. Lines are split on their bytes and each is checked as
  * bytes (jsonText: invalid UTF-8, integers past 2^53) before it is decoded
  * (flat-message.ts for the stream messages, else proto3 JSON).
  * A line that takes the body past `maxBytes` (every byte counts, newlines
- * too) ends the stream with resource_exhausted; the lines before it have
- * already been handed to the handler.
+ * too) ends the stream with resource_exhausted, and a line that cannot be
+ * read ends it with its error; either way the lines before it are handed to
+ * the handler first.
  */
-export async function* ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: DescMessage, maxBytes: number): AsyncGenerator<Message> {
+export function ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: DescMessage, maxBytes: number): BatchedMessages<Message> {
+  return batchedMessages(ndjsonBatches(chunks, schema, maxBytes));
+}
+
+async function* ndjsonBatches(chunks: AsyncIterable<Buffer>, schema: DescMessage, maxBytes: number): AsyncGenerator<Message[]> {
   let parts: Buffer[] = []; // the line being read
   let partBytes = 0;
   let consumed = 0;
@@ -56,22 +63,30 @@ export async function* ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: Des
     return raw;
   };
   for await (const chunk of chunks) {
-    let start = 0;
-    let nl: number;
-    while ((nl = chunk.indexOf(newline, start)) !== -1) {
-      parts.push(chunk.subarray(start, nl + 1));
-      start = nl + 1;
-      const message = parseLine(takeLine());
-      if (message) yield message;
+    const batch: Message[] = [];
+    let failure: { readonly err: unknown } | undefined;
+    try {
+      let start = 0;
+      let nl: number;
+      while ((nl = chunk.indexOf(newline, start)) !== -1) {
+        parts.push(chunk.subarray(start, nl + 1));
+        start = nl + 1;
+        const message = parseLine(takeLine());
+        if (message) batch.push(message);
+      }
+      if (start < chunk.length) {
+        parts.push(chunk.subarray(start));
+        partBytes += chunk.length - start;
+      }
+      if (partBytes + consumed > maxBytes) throw over(lineNo + 1);
+    } catch (err) {
+      failure = { err };
     }
-    if (start < chunk.length) {
-      parts.push(chunk.subarray(start));
-      partBytes += chunk.length - start;
-    }
-    if (partBytes + consumed > maxBytes) throw over(lineNo + 1);
+    if (batch.length > 0) yield batch;
+    if (failure) throw failure.err;
   }
   if (partBytes > 0) {
     const message = parseLine(takeLine());
-    if (message) yield message;
+    if (message) yield [message];
   }
 }
