@@ -9,7 +9,7 @@ import { actionAuditorKey } from "./audit-actions.js";
 import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
 import { ndjsonLineOf } from "./rest/index.js";
-import { checkRequestText } from "./text-rules.js";
+import { checkRequestText, passedTextRulesAlready } from "./text-rules.js";
 import { mapMessages } from "../streams/batches.js";
 import { batchField, checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
 
@@ -93,6 +93,7 @@ function textChecked<T extends object>(schema: DescMessage, reqs: AsyncIterable<
   let n = 0;
   return mapMessages(reqs, (req) => {
     n++;
+    if (passedTextRulesAlready(req)) return req; // the flat decoder's lines: no "line N" text built for nothing
     const line = ndjsonLineOf(req);
     checkRequestText(schema, req, `${line === undefined ? `message ${n}` : `line ${line}`}: `);
     return req;

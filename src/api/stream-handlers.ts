@@ -45,15 +45,15 @@ function reader(schema: DescMessage, runner: ReturnType<typeof runnerOf>): (req:
       if (!(err instanceof ConnectError)) throw err;
       refusal = err;
     }
-    return {
+    const message: IncomingMessage = {
       where: line === undefined ? `message ${n}` : `line ${line}`,
       jobId: req.jobId,
       leaseToken: req.leaseToken,
       sequence: req.sequence,
       // Lines the REST flat decoder read keep their data as the JSON sent: no Value is built.
       data: plainValueOf(req, "data")?.json ?? (req.data === undefined ? undefined : toJson(ValueSchema, req.data)),
-      ...(refusal ? { refusal } : {}),
     };
+    return refusal ? { ...message, refusal } : message;
   };
 }
 

@@ -23,7 +23,7 @@ const int64Types = new Set([ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT
  * a secret).
  */
 export function checkRequestText(schema: DescMessage, message: object, where = ""): void {
-  if ((message as { [passedTextRules]?: true })[passedTextRules]) return;
+  if (passedTextRulesAlready(message)) return;
   walkMessage(schema, message as Record<string, unknown>, "", (path, problem) => {
     throw new ConnectError(`${where}field "${path}" ${problem}`, Code.InvalidArgument);
   });
@@ -92,6 +92,11 @@ function walkText(text: string, path: string, refuse: Refuse): void {
  * collection of every line costs the garbage collector more than the walk.
  */
 const passedTextRules = Symbol("passed the text rules");
+
+/** Whether a decoder marked `message` as having passed the text rules (checkRequestText then returns at once). */
+export function passedTextRulesAlready(message: object): boolean {
+  return (message as { [passedTextRules]?: true })[passedTextRules] === true;
+}
 
 /** Records that `message` passed these rules (textAllowed, idAllowed, valueSurelyAllowed on every field). */
 export function markPassedTextRules(message: object): void {

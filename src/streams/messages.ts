@@ -69,6 +69,7 @@ function invalid(m: IncomingMessage, text: string): ConnectError {
  * almost always does).
  */
 export function messageLease(m: Pick<IncomingMessage, "where" | "jobId" | "leaseToken">, previous?: MessageLease): MessageLease {
+  if (previous && previous.jobId === m.jobId && previous.leaseToken === m.leaseToken) return previous;
   try {
     const jobId = previous && previous.jobId === m.jobId ? previous.jobId : checkJobId(m.jobId);
     const tokenHash = previous && previous.leaseToken === m.leaseToken ? previous.tokenHash : checkLeaseToken(m.leaseToken);
