@@ -53,24 +53,31 @@ const started = performance.now();
 const postmaster = await postmasterPid(options.databaseUrl);
 const results: Pickup[] = [];
 
-console.log(`pickup-latency: ours, ${runnerCount} runners waiting, ${jobs} jobs at ${rate}/s`);
 const pki = await createBenchPki();
-const database = await freshDatabase(options.databaseUrl, options.databaseName);
-const client = forkProcess(new URL("./clients/runners.ts", import.meta.url));
 try {
-  const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1 });
-  try {
-    const runners = await pki.runners("p", runnerCount, workspaceId);
-    await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners, admin: pki.admin });
-    const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
-    const { latencies, enqueueLatencies } = await client.call<{ latencies: number[]; enqueueLatencies: number[] }>({ type: "pickup", total: warmup + jobs, ratePerSecond: rate, workspaceId, settleMs });
-    results.push(measured("ours (REST long-poll, 1 process)", latencies, enqueueLatencies, meter.stop()));
-  } finally {
-    await client.close();
-    await planes.close();
+  // The runners as bare REST clients (claim, complete, claim again), then as the runner agent
+  // makes its requests (each completion also waits for the next lease): one fresh database each.
+  for (const [system, next] of [["ours (REST long-poll, 1 process)", false], ["ours (complete-and-claim long-poll, 1 process)", true]] as const) {
+    console.log(`pickup-latency: ${system}, ${runnerCount} runners waiting, ${jobs} jobs at ${rate}/s`);
+    const database = await freshDatabase(options.databaseUrl, options.databaseName);
+    const client = forkProcess(new URL("./clients/runners.ts", import.meta.url));
+    try {
+      const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1 });
+      try {
+        const runners = await pki.runners("p", runnerCount, workspaceId);
+        await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners, admin: pki.admin });
+        const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
+        const { latencies, enqueueLatencies } = await client.call<{ latencies: number[]; enqueueLatencies: number[] }>({ type: "pickup", total: warmup + jobs, ratePerSecond: rate, workspaceId, settleMs, next });
+        results.push(measured(system, latencies, enqueueLatencies, meter.stop()));
+      } finally {
+        await client.close();
+        await planes.close();
+      }
+    } finally {
+      await database.drop();
+    }
   }
 } finally {
-  await database.drop();
   await pki.dispose();
 }
 
@@ -88,7 +95,8 @@ if (options.databaseUrl) {
 
 const notes = [
   `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} per second on a fixed schedule (each sent when due, whatever the previous one is doing), while ${runnerCount} runners (or workers) wait; ${warmup} more jobs go first, at the same rate, and are not counted (pools fill, code is compiled).`,
-  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. The claim waits on Postgres LISTEN/NOTIFY: one notification wakes one waiting claim.",
+  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. The claim waits on Postgres LISTEN/NOTIFY (an enqueue on the same replica wakes one waiting claim at once): one notification wakes one waiting claim.",
+  "Ours, complete-and-claim: each runner's completion also asks for its next lease and waits up to 20 s for it (CompleteRequest.next), as the runner agent does; the lease arrives in the completion's reply. The bare REST row completes, then claims again.",
   "graphile-worker: latency from calling addJob to its task function starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
   "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four processes (client, control plane, Postgres, back); graphile-worker stays in one process beside Postgres. The machine has 2 cores shared by all of them.",
 ];

@@ -108,12 +108,16 @@ async function drain(m: Message): Promise<Message> {
  * Pickup latency: every runner waits in a long-poll claim; meanwhile `total`
  * jobs are enqueued through the admin route at `ratePerSecond`, each sent at
  * its scheduled time whatever the previous one is doing (open loop). The
- * latency of a job is from sending its enqueue to its lease arriving.
+ * latency of a job is from sending its enqueue to its lease arriving. With
+ * `next` (complete-and-claim), each completion also waits for the next lease
+ * (CompleteRequest.next.waitSeconds 20), as the runner agent does, so a
+ * runner makes one request a job instead of two.
  */
 async function pickup(m: Message): Promise<Message> {
   const total = m.total as number;
   const ratePerSecond = m.ratePerSecond as number;
   const workspaceId = m.workspaceId as string;
+  const next = m.next === true;
   if (!admin) throw new Error("connect with an admin identity first");
   const leasedAt = new Map<string, number>();
   // By enqueue order: when sent, when acknowledged, and the job id the reply named.
@@ -125,22 +129,32 @@ async function pickup(m: Message): Promise<Message> {
   let allLeased: () => void = () => {};
   const everyLease = new Promise<void>((resolve) => (allLeased = resolve));
   const deadline = nowMs() + opDeadlineMs;
+  const waitSeconds = 20;
+  // The requests of a stopped run end when their connections close: not an error.
+  const unlessStopped = (err: Error) => {
+    if (stop) return undefined;
+    throw err;
+  };
   const loops = runners.map(async ({ spec, client }) => {
+    let lease: { job: { id: string }; token: string } | undefined;
     while (!stop && nowMs() < deadline) {
-      const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds: 20 }).catch((err: Error) => {
-        if (stop) return undefined;
-        throw err;
-      });
-      if (!claim || claim.status === 204) continue;
-      if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
-      const at = epochMs();
-      const { job, token } = claim.json;
-      leasedAt.set(job.id, at);
+      if (!lease) {
+        const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds }).catch(unlessStopped);
+        if (!claim || claim.status === 204) continue;
+        if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
+        lease = claim.json;
+      }
+      const { job, token } = lease!;
+      leasedAt.set(job.id, epochMs());
       if (leasedAt.size >= total) allLeased();
-      const completion = client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0 });
-      completing.add(completion);
-      const done = await completion.finally(() => completing.delete(completion));
+      const completion = client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0, ...(next ? { next: { waitSeconds } } : {}) });
+      // A completion that also waits for the next lease is a long poll: the run does not wait for it at its end.
+      if (!next) completing.add(completion);
+      const done = await completion.catch(unlessStopped).finally(() => completing.delete(completion));
+      if (!done) return;
       if (done.status !== 200) throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
+      // The next lease arrives with the completion's reply, when there is one by its wait's end.
+      lease = next ? done.json.lease : undefined;
     }
   });
   const failed = Promise.all(loops).then(() => {
