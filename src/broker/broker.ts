@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import { batchLimits, createTurns, enqueueJobs, type StoredBatch } from "./job-batch.js";
-import { cancelJob, defaultJobTimeouts, enqueueProbed, getJob, hasQueuedJobs, isQueued, type EnqueueInput, type JobProbe, type JobTimeouts } from "./jobs.js";
+import { cancelJob, defaultJobTimeouts, enqueueProbed, getJob, hasQueuedJobs, type EnqueueInput, type JobProbe, type JobTimeouts } from "./jobs.js";
 import { listJobs, type ListJobsInput } from "./job-list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
 import { runnableNow, withWaiting } from "./waiting.js";
@@ -187,10 +187,9 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         const leases = await claimedLeases(claimed.map((c) => pinClaimedJob(db, holder, c, options.code, settled)));
         if (leases.length) return end(await Promise.all(leases.map((lease) => withInputs(db, lease))));
         if (claimed.length) continue; // those jobs could not be pinned and were settled: look for others
-        // Woken for a job this runner cannot take (labels, slots): pass the wake on while the job
-        // is queued, so another runner gets its chance; when it is gone, stop. A wake that names no
-        // job (a notification) is passed on while any job of the workspace is queued.
-        if (unused && (await (unused.jobId ? isQueued(db, unused.jobId) : hasQueuedJobs(db, holder.workspaceId)))) waiter.relay(unused);
+        // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
+        // jobs remain, so another runner gets its chance; when the job is already gone, stop.
+        if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);
         unused = undefined;
         // Once per request: an expired lease may be holding a job the timer has not swept yet. Only the
         // leases, and only when one has expired: the timer's other work (overdue jobs, expired input
@@ -215,7 +214,6 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     async enqueue(input) {
       // Whether a runner can take the job now is a column of the enqueue's statement: the usual reply costs nothing more.
       const { job, probed } = await enqueueProbed(db, input, timeouts, runnableProbe, options.code, options.secrets);
-      if (probed) wakeups.committed(input.workspaceId, job.id as string);
       return withWaiting(db, job, options.leaseSeconds, probed);
     },
     enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),

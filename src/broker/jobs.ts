@@ -367,12 +367,6 @@ export async function hasQueuedJobs(db: Kysely<Database>, workspaceId: string): 
   return row !== undefined;
 }
 
-/** Whether job `jobId` is still queued (one probe of the primary key). */
-export async function isQueued(db: Kysely<Database>, jobId: string): Promise<boolean> {
-  const row = await db.selectFrom("jobs").select("id").where("id", "=", jobId).where("state", "=", "queued").executeTakeFirst();
-  return row !== undefined;
-}
-
 /** One job, or 404. */
 export async function getJob(db: Kysely<Database>, jobId: string): Promise<JobSnapshot> {
   return jobSnapshot(await findJob(db, checkJobId(jobId)));

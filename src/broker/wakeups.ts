@@ -20,15 +20,6 @@ export const resumeChannel = "forelead_resume";
  * relays the wake to the next waiter that has not tried it yet, so a job
  * still reaches any eligible runner.
  *
- * A job enqueued on this replica that a runner can take now (the enqueue's
- * `runnableNow` probe) wakes a waiter as soon as its insert commits
- * (`committed`), not when its notification has come back through Postgres'
- * listening backend; the notification is then absorbed. That wake names its
- * job, so a woken claim that finds nothing relays it only while that job is
- * still queued (broker.ts), not while any job is: under load, jobs are always
- * queued, and such wakes went from waiter to waiter (4.3 claim attempts a
- * job at 200 jobs/s, 2.1 after).
- *
  * When the LISTEN connection was lost and is back, every waiter is woken
  * without a wake (as on a timeout), so each claim runs again: notifications
  * sent while it was down are lost, and a claim finds what they announced.
@@ -46,21 +37,12 @@ export const resumeChannel = "forelead_resume";
 export interface Wakeups {
   /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. */
   arm(workspaceId: string): Waiter;
-  /**
-   * A job this replica has just committed, claimable now by some runner of `workspaceId`: wakes
-   * the next waiter there at once instead of when the job's notification comes back over LISTEN
-   * (one process hop later: Postgres' listening backend must run first). That notification, when
-   * it comes, then wakes no one: it was served early.
-   */
-  committed(workspaceId: string, jobId: string): void;
   close(): Promise<void>;
 }
 
 /** What woke a waiter: the notification it was handed, to relay when it could not use it. */
 export interface Wake {
   readonly workspaceId: string;
-  /** The job it announces, when known (a job this replica committed: `committed`); a notification names none. */
-  readonly jobId?: string;
   /** Waiters this notification has already woken. */
   readonly tried: Set<number>;
 }
@@ -74,13 +56,6 @@ export interface Waiter {
   /** Hands an unused wake to the next waiter that has not tried it. */
   relay(wake: Wake): void;
 }
-
-/**
- * How long an early wake (committed) waits for its notification to come back and be absorbed.
- * Longer than LISTEN takes; a notification that never comes (LISTEN is down) then absorbs no
- * other one after this.
- */
-const earlyWakeMs = 5_000;
 
 /** How long after a due time its timer fires; and the longest timer (a later time is re-read then). */
 const dueSlackMs = 5;
@@ -98,28 +73,14 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
   const waiting = new Map<string, Armed[]>();
   let nextId = 0;
 
-  /** Wakes the next waiter of the workspace that has not tried `wake`; false when there is none. */
-  const wakeNext = (wake: Wake): boolean => {
+  const wakeNext = (wake: Wake) => {
     const queue = waiting.get(wake.workspaceId);
     const i = queue?.findIndex((a) => !wake.tried.has(a.id)) ?? -1;
-    if (!queue || i === -1) return false;
+    if (!queue || i === -1) return;
     const [armed] = queue.splice(i, 1);
     if (queue.length === 0) waiting.delete(wake.workspaceId);
     wake.tried.add(armed!.id);
     armed!.wake(wake);
-    return true;
-  };
-  /** Per workspace, until when each early wake's own notification is expected (oldest first). */
-  const early = new Map<string, number[]>();
-  /** Whether a notification for `workspaceId` is one an early wake has already served. */
-  const servedEarly = (workspaceId: string): boolean => {
-    const expected = early.get(workspaceId);
-    if (!expected) return false;
-    const now = Date.now();
-    while (expected.length && expected[0]! < now) expected.shift();
-    const served = expected.shift() !== undefined;
-    if (!expected.length) early.delete(workspaceId);
-    return served;
   };
 
   const recheckAll = () => {
@@ -156,12 +117,9 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
   const onJobs = (payload: string) => {
     const [workspaceId = "", at] = payload.split(" ");
     if (at !== undefined) scheduleDue(workspaceId, Number(at));
-    else if (servedEarly(workspaceId)) return;
     wakeNext({ workspaceId, tried: new Set() });
   };
   const unlistenJobs = await store.listen(jobsChannel, onJobs, () => {
-    // Notifications sent while LISTEN was down are lost, the early wakes' own among them.
-    early.clear();
     recheckAll();
     readDueQuietly();
   });
@@ -238,12 +196,6 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
           wakeNext(wake);
         },
       };
-    },
-    committed(workspaceId, jobId) {
-      if (closed || !wakeNext({ workspaceId, jobId, tried: new Set() })) return;
-      const expected = early.get(workspaceId) ?? [];
-      expected.push(Date.now() + earlyWakeMs);
-      early.set(workspaceId, expected);
     },
     async close() {
       closed = true;

@@ -58,29 +58,4 @@ describe(`long-poll wakeups (${databaseKind})`, () => {
     expect(await second.wait(300)).toBeUndefined();
     second.cancel();
   });
-
-  it("a job this replica committed wakes one waiter at once, naming the job; its notification then wakes no other, and the next one does", async () => {
-    const a = wakeups.arm("w4");
-    const b = wakeups.arm("w4");
-    const early = a.wait(5_000);
-    wakeups.committed("w4", "job-1"); // before the job's notification is sent
-    expect(await early).toMatchObject({ workspaceId: "w4", jobId: "job-1" });
-    a.cancel();
-    await notify("w4"); // the committed job's own notification: already served
-    expect(await b.wait(300)).toBeUndefined();
-    b.cancel();
-    const c = wakeups.arm("w4");
-    const [wake] = await Promise.all([c.wait(5_000), notify("w4")]); // another job's
-    expect(wake).toMatchObject({ workspaceId: "w4" });
-    expect(wake?.jobId).toBeUndefined();
-    c.cancel();
-  });
-
-  it("a committed job with no waiter armed leaves its notification to wake the next one armed", async () => {
-    wakeups.committed("w5", "job-2");
-    const a = wakeups.arm("w5");
-    const [wake] = await Promise.all([a.wait(5_000), notify("w5")]);
-    expect(wake).toMatchObject({ workspaceId: "w5" });
-    a.cancel();
-  });
 });
