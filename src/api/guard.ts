@@ -8,7 +8,7 @@ import type { IdentityRoles, RoleName, RoleTable } from "../identity/roles.js";
 import { actionAuditorKey } from "./audit-actions.js";
 import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
-import { ndjsonLineOf } from "./rest/index.js";
+import { ndjsonLineOf, requestPath } from "./rest/index.js";
 import { checkRequestText, passedTextRulesAlready } from "./text-rules.js";
 import { mapMessages } from "../streams/batches.js";
 import { batchField, checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
@@ -166,7 +166,7 @@ export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Admis
 function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, options: GuardOptions): Admission {
   const identity = ctx.values.get(requestIdentityKey);
   const verdict = identity?.verdict;
-  const route = `${ctx.requestMethod} ${new URL(ctx.url).pathname}`;
+  const route = `${ctx.requestMethod} ${requestPath(ctx)}`;
   const base = {
     route,
     ...(identity?.remoteAddress ? { remoteAddress: identity.remoteAddress } : {}),

@@ -2,7 +2,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, type DescMessage, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ContextValues, type HandlerContext, type MethodImplSpec } from "@connectrpc/connect";
 import type { RouteEntry } from "../routes.js";
-import { createRestContext } from "./context.js";
+import { RestContext } from "./context.js";
 import { bodyChunks } from "./end-stream.js";
 import { requestHeaderFields } from "./header-fields.js";
 import { readJsonBody } from "./json-body.js";
@@ -43,7 +43,7 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
   const { entry, spec } = binding;
   const { req, res, url } = r;
   const { method, option } = entry;
-  const ctx = createRestContext(req, res, entry, url, r.contextValues);
+  const ctx = new RestContext(req, res, entry, url, r.contextValues);
   r.preauthorize?.(ctx);
   const fields = { ...requestHeaderFields(req.headers, entry), ...r.pathFields() };
   const where = `${req.method} ${url.pathname}`;
