@@ -28,6 +28,11 @@ export interface PresentedChain {
   /** Node's verdict on the chain against the trust bundle (OpenSSL). */
   readonly authorized: boolean;
   readonly authorizationError?: string;
+  /**
+   * Whether that verdict was reached against `trustAnchors` as they are now (the handshake
+   * began after the last TLS reload). Then an authorized chain is not walked again here.
+   */
+  readonly verdictIsCurrent?: boolean;
 }
 
 /** The facts about a client certificate an audit record carries. */
@@ -79,7 +84,10 @@ export function verifyPresentedChain(chain: PresentedChain, policy: CertificateP
   };
   const refuse = (reason: string): SessionVerdict => ({ ok: false, facts, reason });
 
-  const chainOk = chainVerifies(leaf, policy.trustAnchors);
+  // OpenSSL's "authorized" against the current bundle is the verdict; our own walk is for a
+  // handshake made before a reload (whose bundle may have lost the CA since) and for telling an
+  // expired certificate from an untrusted one (OpenSSL's time errors can mask others).
+  const chainOk = (chain.authorized && chain.verdictIsCurrent === true) || chainVerifies(leaf, policy.trustAnchors);
   const opensslOk = chain.authorized || timeErrors.has(chain.authorizationError ?? "");
   if (!chainOk || !opensslOk) {
     const detail = chain.authorizationError ? ` (${chain.authorizationError})` : "";

@@ -61,7 +61,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(BatchService, createBatchService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
-  const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } });
+  const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } }, (session) => tls.handshakeUnderCurrentMaterial(session));
   // One set of context values per request: the procedure check, Connect and the REST router share it.
   const valuesOf = new WeakMap<http2.Http2ServerRequest, ContextValues>();
   const contextValues = (req: http2.Http2ServerRequest) => {

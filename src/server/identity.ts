@@ -10,9 +10,12 @@ import { peerCertificate } from "./peer-certificate.js";
  * the guard. The certificate is taken as a node:crypto X509Certificate,
  * linked to the intermediates the client sent: no JS object per field, no
  * second parse (docs/performance.md, connections); read once per connection
- * (peer-certificate.ts).
+ * (peer-certificate.ts). `verdictIsCurrent` says whether the TLS layer's
+ * verdict was reached against the trust bundle now in force
+ * (TlsMaterial.handshakeUnderCurrentMaterial); then an authorized chain is
+ * not verified a second time.
  */
-export function createRequestIdentifier(policy: CertificatePolicy): (req: Http2ServerRequest) => RequestIdentity {
+export function createRequestIdentifier(policy: CertificatePolicy, verdictIsCurrent: (session: Http2Session) => boolean = () => false): (req: Http2ServerRequest) => RequestIdentity {
   const verdicts = new WeakMap<Http2Session, SessionVerdict>();
   return (req) => {
     const session = req.stream.session;
@@ -24,6 +27,7 @@ export function createRequestIdentifier(policy: CertificatePolicy): (req: Http2S
         {
           leaf: peerCertificate(socket),
           authorized: socket.authorized,
+          verdictIsCurrent: socket.authorized && verdictIsCurrent(session),
           ...(socket.authorizationError ? { authorizationError: String((socket.authorizationError as Error).message ?? socket.authorizationError) } : {}),
         },
         policy,

@@ -49,7 +49,7 @@ export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, lim
   // A TLS client that offered no ALPN gets past the handshake; Node would answer it in plain
   // HTTP/1.0 and keep the socket for 10 s. Close it at once instead.
   server.on("unknownProtocol", (socket) => socket.destroy());
-  stack.defer("the TLS reloads", tls.serveOn(server));
+  stack.defer("the TLS reloads", tls.serveOn(server, limits.handshakeTimeoutMs));
   const sessions = new Set<Http2Session>();
   server.on("session", (s: Http2Session) => {
     sessions.add(s);

@@ -9,7 +9,7 @@ import { X509Certificate } from "node:crypto";
 import { watch, type FSWatcher } from "node:fs";
 import { basename, dirname } from "node:path";
 import { createSecureContext, type SecureContextOptions } from "node:tls";
-import type { Http2SecureServer } from "node:http2";
+import type { Http2SecureServer, Http2Session } from "node:http2";
 import { parseTrustBundle } from "../identity/certificate-policy.js";
 import { readNamedFile } from "../identity/pki-files.js";
 
@@ -47,9 +47,20 @@ export interface TlsMaterial {
   /**
    * Serves the material on `server`: every successful reload is set as its
    * secure context; with files, starts the SIGHUP handler and the watchers.
-   * Returns the function that stops them.
+   * Returns the function that stops them. `handshakeTimeoutMs` is the
+   * server's bound on a TLS handshake (see handshakeUnderCurrentMaterial).
    */
-  serveOn(server: Http2SecureServer): () => void;
+  serveOn(server: Http2SecureServer, handshakeTimeoutMs: number): () => void;
+  /**
+   * Whether the TLS handshake of `session` was surely made with the material
+   * now in force: the session began (its handshake done) more than the
+   * handshake bound after the last reload, so the handshake began after it (a
+   * TLS socket takes the server's secure context when it is created, and a
+   * handshake that outlasts the bound is cut). Then its socket's `authorized`
+   * is OpenSSL's verdict against the current client trust bundle. False for a
+   * session of a server this material does not serve.
+   */
+  handshakeUnderCurrentMaterial(session: Http2Session): boolean;
 }
 
 const debounceMs = 200;
@@ -63,6 +74,10 @@ export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, lo
   let failedReloads = 0;
   let chain: Promise<unknown> = Promise.resolve();
   const servers = new Set<Http2SecureServer>();
+  /** When the last reload set new material (performance.now()); none yet: -Infinity. */
+  let reloadedAt = -Infinity;
+  /** When each session began (its handshake done), and the handshake bound of its server. */
+  const handshakes = new WeakMap<Http2Session, { readonly at: number; readonly boundMs: number }>();
 
   const describe = () => describeCertificate(current.certificate);
   const contextOptions = (): SecureContextOptions => ({ cert: current.pems.tlsCertPem, key: current.pems.tlsKeyPem, ca: current.pems.clientCaPem, minVersion: "TLSv1.3" });
@@ -85,6 +100,7 @@ export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, lo
       return "refused";
     }
     current = next;
+    reloadedAt = performance.now();
     for (const server of servers) server.setSecureContext(contextOptions());
     log(`forelead: TLS material reloaded (${reason}): serving ${describe()}, client trust bundle of ${current.trustAnchors.length} certificate${current.trustAnchors.length === 1 ? "" : "s"}`);
     return "reloaded";
@@ -109,14 +125,27 @@ export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, lo
     describe,
     contextOptions,
     reload,
-    serveOn(server) {
+    handshakeUnderCurrentMaterial(session) {
+      const handshake = handshakes.get(session);
+      return handshake !== undefined && handshake.at > reloadedAt + handshake.boundMs;
+    },
+    serveOn(server, handshakeTimeoutMs) {
       servers.add(server);
-      if (!files) return () => servers.delete(server);
+      // An HTTP/2 session starts on its socket's secureConnection (its socket is a proxy, so the session is the key).
+      const onHandshake = (session: Http2Session) => handshakes.set(session, { at: performance.now(), boundMs: handshakeTimeoutMs });
+      server.on("session", onHandshake);
+      if (!files) {
+        return () => {
+          servers.delete(server);
+          server.off("session", onHandshake);
+        };
+      }
       const onHup = () => void reload("SIGHUP");
       process.on("SIGHUP", onHup);
       const watchers = watchFiles(files, () => void reload("file change"), log);
       return () => {
         servers.delete(server);
+        server.off("session", onHandshake);
         process.off("SIGHUP", onHup);
         watchers();
       };

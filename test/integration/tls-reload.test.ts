@@ -5,6 +5,7 @@ import { X509Certificate } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { once } from "node:events";
 import { connect } from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { issueClientCertificate, issueServerCertificate } from "../../src/identity/ca.js";
@@ -83,5 +84,40 @@ describe(`TLS material reloads without a restart (${databaseKind})`, () => {
     expect((await fresh.request("GET", "/v1/runner/clock")).status).toBe(200);
     await fresh.close();
     expect((await open.request("GET", "/v1/runner/clock")).status).toBe(200);
+  });
+
+  it("a CA dropped from the client bundle refuses a connection made before the reload at its first request after it, and new connections", async () => {
+    const other = await createTestPki();
+    {
+      // Usable files again (the test before left an expired certificate and no bundle), the bundle with a second CA.
+      await writeFileAtomic(files().key, pki.server.keyPem, 0o600);
+      await writeFileAtomic(files().cert, pki.server.certPem, 0o644);
+      await writeFileAtomic(files().clientCa, pki.ca.certPem + other.ca.certPem, 0o644);
+      await eventually("the bundle of two CAs to be in force", async () => (cp.plane.tls.trustAnchors.length === 2 ? true : undefined), 10_000);
+      const early = createRestClient(cp.url, pki.ca.certPem, await other.runner("r9", "w1"));
+      try {
+        // The server's SETTINGS come once it has taken the session: its handshake is done, no request sent yet.
+        await once(early.session, "remoteSettings");
+        await writeFileAtomic(files().clientCa, pki.ca.certPem, 0o644);
+        await eventually("the bundle of one CA to be in force", async () => (cp.plane.tls.trustAnchors.length === 1 ? true : undefined), 10_000);
+        const refused = await early.request("GET", "/v1/runner/clock");
+        expect(refused.status).toBe(401);
+        expect(refused.text).toContain("not signed by a CA in the control plane's client trust bundle");
+      } finally {
+        await early.close();
+      }
+      const later = createRestClient(cp.url, pki.ca.certPem, await other.runner("r9", "w1"));
+      try {
+        expect((await later.request("GET", "/v1/runner/clock")).status).toBe(401);
+      } finally {
+        await later.close();
+      }
+      const kept = createRestClient(cp.url, pki.ca.certPem, await pki.runner("r2", "w1"));
+      try {
+        expect((await kept.request("GET", "/v1/runner/clock")).status).toBe(200);
+      } finally {
+        await kept.close();
+      }
+    }
   });
 });
