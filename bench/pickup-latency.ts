@@ -95,7 +95,7 @@ if (options.databaseUrl) {
 
 const notes = [
   `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} per second on a fixed schedule (each sent when due, whatever the previous one is doing), while ${runnerCount} runners (or workers) wait; ${warmup} more jobs go first, at the same rate, and are not counted (pools fill, code is compiled).`,
-  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. The claim waits on Postgres LISTEN/NOTIFY (an enqueue on the same replica wakes one waiting claim at once): one notification wakes one waiting claim.",
+  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. The claim waits on Postgres LISTEN/NOTIFY: one notification wakes one waiting claim.",
   "Ours, complete-and-claim: each runner's completion also asks for its next lease and waits up to 20 s for it (CompleteRequest.next), as the runner agent does; the lease arrives in the completion's reply. The bare REST row completes, then claims again.",
   "graphile-worker: latency from calling addJob to its task function starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
   "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four processes (client, control plane, Postgres, back); graphile-worker stays in one process beside Postgres. The machine has 2 cores shared by all of them.",
