@@ -17,14 +17,26 @@ export interface CertificatePolicy {
   readonly trustAnchors: readonly NodeX509[];
 }
 
+/** The client's certificate as the TLS layer read it. */
+export interface PresentedLeaf {
+  /** Its DER. */
+  readonly raw: Buffer;
+  /** Colon-separated upper-case hex, as node:tls gives it. */
+  readonly fingerprint256: string;
+  /** As node:tls gives them, e.g. "Nov 11 09:52:22 2029 GMT". */
+  readonly validFrom: string;
+  readonly validTo: string;
+}
+
 /** What the TLS layer reports about the client's certificate. */
 export interface PresentedChain {
+  /** The client's certificate, undefined when none was presented. */
+  readonly leaf: PresentedLeaf | undefined;
   /**
-   * The client's certificate (`TLSSocket.getPeerX509Certificate()`), undefined
-   * when none was presented; its `issuerCertificate` links are the
-   * intermediates the client sent.
+   * The same certificate as node:crypto X509Certificate, its `issuerCertificate` links the
+   * intermediates the client sent; read only when the chain is walked here.
    */
-  readonly leaf: NodeX509 | undefined;
+  readonly chain: () => NodeX509 | undefined;
   /** Node's verdict on the chain against the trust bundle (OpenSSL). */
   readonly authorized: boolean;
   readonly authorizationError?: string;
@@ -87,7 +99,7 @@ export function verifyPresentedChain(chain: PresentedChain, policy: CertificateP
   // OpenSSL's "authorized" against the current bundle is the verdict; our own walk is for a
   // handshake made before a reload (whose bundle may have lost the CA since) and for telling an
   // expired certificate from an untrusted one (OpenSSL's time errors can mask others).
-  const chainOk = (chain.authorized && chain.verdictIsCurrent === true) || chainVerifies(leaf, policy.trustAnchors);
+  const chainOk = (chain.authorized && chain.verdictIsCurrent === true) || chainVerifies(chain.chain(), policy.trustAnchors);
   const opensslOk = chain.authorized || timeErrors.has(chain.authorizationError ?? "");
   if (!chainOk || !opensslOk) {
     const detail = chain.authorizationError ? ` (${chain.authorizationError})` : "";
@@ -131,7 +143,8 @@ export function checkValidityNow(facts: CertificateFacts, now: Date): string | u
  * expired certificate be reported as expired (not as untrusted) without ever
  * accepting an untrusted one, since OpenSSL's time errors can mask others.
  */
-function chainVerifies(leaf: NodeX509, anchors: readonly NodeX509[]): boolean {
+function chainVerifies(leaf: NodeX509 | undefined, anchors: readonly NodeX509[]): boolean {
+  if (!leaf) return false;
   const now = new Date();
   const valid = (c: NodeX509) => new Date(c.validFrom) <= now && now <= new Date(c.validTo);
   const anchored = (c: NodeX509) => anchors.some((a) => valid(a) && c.checkIssued(a) && c.verify(a.publicKey));

@@ -2,15 +2,13 @@ import type { Http2ServerRequest, Http2Session } from "node:http2";
 import type { TLSSocket } from "node:tls";
 import { verifyPresentedChain, type CertificatePolicy, type SessionVerdict } from "../identity/certificate-policy.js";
 import type { RequestIdentity } from "../api/context.js";
-import { peerCertificate } from "./peer-certificate.js";
+import { peerCertificate, peerChain } from "./peer-certificate.js";
 
 /**
  * Reads the client certificate of a request's TLS session and judges it once
  * per HTTP/2 session; validity in time is judged again on every request by
- * the guard. The certificate is taken as a node:crypto X509Certificate,
- * linked to the intermediates the client sent: no JS object per field, no
- * second parse (docs/performance.md, connections); read once per connection
- * (peer-certificate.ts). `verdictIsCurrent` says whether the TLS layer's
+ * the guard. The certificate is read once per connection (peer-certificate.ts);
+ * the chain the client sent only when it is walked here. `verdictIsCurrent` says whether the TLS layer's
  * verdict was reached against the trust bundle now in force
  * (TlsMaterial.handshakeUnderCurrentMaterial); then an authorized chain is
  * not verified a second time.
@@ -26,6 +24,7 @@ export function createRequestIdentifier(policy: CertificatePolicy, verdictIsCurr
       verdict = verifyPresentedChain(
         {
           leaf: peerCertificate(socket),
+          chain: () => peerChain(socket),
           authorized: socket.authorized,
           verdictIsCurrent: socket.authorized && verdictIsCurrent(session),
           ...(socket.authorizationError ? { authorizationError: String((socket.authorizationError as Error).message ?? socket.authorizationError) } : {}),
