@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { Insertable, Kysely } from "kysely";
+import { sql, type Insertable, type Kysely } from "kysely";
 import type { AuditRecordsTable, Database } from "../store/schema.js";
 import type { CertificateFacts } from "./certificate-policy.js";
 import { openAuditSpool } from "./audit-spool.js";
@@ -72,6 +72,23 @@ export interface DatabaseAuditSinkOptions {
 
 type AuditRow = Insertable<AuditRecordsTable> & { readonly record_id: string; readonly at: Date | string };
 
+/** The columns with defaults: a row of a hand-written spool may leave them out. */
+const rowDefaults = { kind: "decision", count: 1 } as const satisfies Partial<AuditRow>;
+/** Every column a row of toRow sets. */
+const auditColumns = ["record_id", "at", "kind", "action", "target", "route", "decision", "reason", "spiffe_id", "certificate_serial", "certificate_sha256", "certificate_not_after", "remote_address", "count", "last_at"] as const satisfies readonly (keyof AuditRow)[];
+const auditColumnList = sql.join(auditColumns.map((c) => sql.ref(c)));
+
+/**
+ * A JSON.stringify replacer: every text as Postgres can store it, a lone surrogate or a NUL as
+ * U+FFFD. JSON.stringify writes those as \uD800 or \u0000 escapes, which jsonb refuses, and with
+ * them the whole batch: one record's odd text must not hold back the audit trail.
+ */
+function wellFormedText(_key: string, value: unknown): unknown {
+  if (typeof value !== "string") return value;
+  const text = (value as string & { toWellFormed(): string }).toWellFormed();
+  return text.includes("\0") ? text.replaceAll("\0", "\uFFFD") : text;
+}
+
 /** The client's message while audit records cannot be stored. */
 export const auditUnavailableMessage = "the audit trail cannot be written, so this control plane refuses requests rather than answer them unrecorded; retry later";
 
@@ -137,7 +154,13 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
 
   async function insert(rows: readonly AuditRow[]): Promise<void> {
     try {
-      await db.insertInto("audit_records").values(rows).onConflict((oc) => oc.column("record_id").doNothing()).execute();
+      // One jsonb parameter for the batch: a parameter per value (15 a row, up to 500 rows) cost
+      // more CPU to build and send than the records are worth (docs/performance.md, connections).
+      const json = JSON.stringify(rows.map((r) => ({ ...rowDefaults, ...r })), wellFormedText);
+      await sql`
+        insert into audit_records (${auditColumnList})
+        select ${auditColumnList} from jsonb_populate_recordset(null::audit_records, ${json}::jsonb)
+        on conflict (record_id) do nothing`.execute(db);
     } catch (err) {
       throw new DatabaseRefused((err as Error).message);
     }
@@ -214,11 +237,11 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
 /** The database did not take a batch; the batch goes to the spool. */
 class DatabaseRefused extends Error {}
 
-function toRow(r: AuditRecord): AuditRow {
+function toRow(r: AuditRecord): AuditRow & Record<(typeof auditColumns)[number], unknown> {
   return {
     record_id: randomUUID(),
     at: r.at,
-    kind: r.kind ?? ("decision" as const),
+    kind: r.kind ?? rowDefaults.kind,
     action: r.action ?? null,
     target: r.target ?? null,
     route: r.route,
@@ -229,7 +252,7 @@ function toRow(r: AuditRecord): AuditRow {
     certificate_sha256: r.certificate?.fingerprintSha256 ?? null,
     certificate_not_after: r.certificate?.notAfter ?? null,
     remote_address: r.remoteAddress ?? null,
-    count: r.count ?? 1,
+    count: r.count ?? rowDefaults.count,
     last_at: r.lastAt ?? null,
   };
 }
