@@ -213,15 +213,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   return {
     async enqueue(input) {
       // Whether a runner can take the job now is a column of the enqueue's statement: the usual reply costs nothing more.
-      // A job a runner can take now wakes a waiter of this replica as the reply comes (wakeups.ts, the early wake).
-      let jobId: string | undefined;
-      let stored: Awaited<ReturnType<typeof enqueueProbed>> | undefined;
-      try {
-        stored = await enqueueProbed(db, input, timeouts, runnableProbe, options.code, options.secrets, (id) => wakeups.sending((jobId = id)));
-      } finally {
-        if (jobId) wakeups.sent(input.workspaceId, jobId, stored?.probed === true);
-      }
-      return withWaiting(db, stored.job, options.leaseSeconds, stored.probed);
+      const { job, probed } = await enqueueProbed(db, input, timeouts, runnableProbe, options.code, options.secrets);
+      return withWaiting(db, job, options.leaseSeconds, probed);
     },
     enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
     get: async (jobId) => withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),

@@ -5,7 +5,7 @@ import type { Database, JobState } from "../store/schema.js";
 import { checkJobId, newJobId } from "./ids.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
 import type { CodeHooks } from "./pinning.js";
-import { notifyJobs, notifyNamedJob } from "./lease-sql.js";
+import { notifyJobs } from "./lease-sql.js";
 import { eventsCte } from "../events/record.js";
 import { inTransaction } from "../store/transaction.js";
 import { statementShapes } from "../store/statement-shapes.js";
@@ -326,15 +326,7 @@ function enqueueStatement(q: Kysely<Database>, rows: readonly Insertable<Databas
         .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
         .returningAll(),
     )
-    // One job: its named notification first, in the same select list (evaluated in order; two CTEs'
-    // notifications would have none), so it comes just before its jobs notification (wakeups.ts).
-    .with("wake", (qb) =>
-      qb
-        .selectFrom("ins")
-        .$if(rows.length === 1, (qb) => qb.select(notifyNamedJob(sql`min(ins.id::text)`).as("named")))
-        .select(notifyJobs(sql.ref("ins.workspace_id"), sql`min(ins.claimable_at)`).as("sent"))
-        .groupBy("ins.workspace_id"),
-    )
+    .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id"), sql`min(ins.claimable_at)`).as("sent")).groupBy("ins.workspace_id"))
     .with("ev", (qb) =>
       qb
         .insertInto("events")
@@ -362,9 +354,8 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
 }
 
 /** enqueueJob, with `probe` answered by the same statement (`probed`; undefined when the key named a job already stored). */
-export async function enqueueProbed(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, probe: JobProbe | undefined, code?: CodeHooks, box?: SecretBox, sending?: (jobId: string) => void): Promise<{ job: JobSnapshot; probed?: boolean }> {
+export async function enqueueProbed(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, probe: JobProbe | undefined, code?: CodeHooks, box?: SecretBox): Promise<{ job: JobSnapshot; probed?: boolean }> {
   const prepared = await prepareEnqueue(input, timeouts, code, box);
-  sending?.(prepared.row.id);
   const [stored] = prepared.withSecrets ? await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box, probe)) : await storeEnqueues(db, [prepared], box, probe);
   if (!stored || "refused" in stored) throw stored?.refused ?? new Error("enqueue stored nothing");
   return { job: jobSnapshot(stored.job), ...(stored.probed !== undefined ? { probed: stored.probed } : {}) };

@@ -1,5 +1,5 @@
 import { sql, type RawBuilder, type SqlBool } from "kysely";
-import { jobsChannel, namedJobChannel } from "./wakeups.js";
+import { jobsChannel } from "./wakeups.js";
 
 // The lease rules every statement on a leased job restates, written once as
 // kysely fragments. Fragments, not a Postgres function: each is inlined into
@@ -92,15 +92,6 @@ export const clearLease = sql`runner_id = null, lease_id = null, lease_token_sha
 export function notifyJobs(workspaceId: string | RawBuilder<string>, claimableAt?: RawBuilder<unknown>): RawBuilder<string> {
   if (!claimableAt) return sql<string>`pg_notify(${jobsChannel}, ${workspaceId})`;
   return sql<string>`pg_notify(${jobsChannel}, case when ${claimableAt} > now() then ${workspaceId} || ' ' || floor(extract(epoch from ${claimableAt}) * 1000)::bigint else ${workspaceId} end)`;
-}
-
-/**
- * `pg_notify` on the named-job channel: the job `jobId` (a text expression) was enqueued alone. Sent
- * just before its notifyJobs, in the same select list, so a replica that woke a waiter for the job
- * early knows which jobs notification was the job's own (wakeups.ts).
- */
-export function notifyNamedJob(jobId: RawBuilder<string>): RawBuilder<string> {
-  return sql<string>`pg_notify(${namedJobChannel}, ${jobId})`;
 }
 
 /**

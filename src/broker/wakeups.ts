@@ -4,12 +4,6 @@ import type { Store } from "../store/database.js";
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
 export const jobsChannel = "forelead_jobs";
 
-/**
- * The NOTIFY channel that names the job (payload: its id) of a single enqueue, sent just before that
- * enqueue's notification on jobsChannel in the same statement: see `sending`.
- */
-export const namedJobChannel = "forelead_job";
-
 /** The NOTIFY channel that says "workspace <payload> or a runner in it was resumed": every waiter there claims again. */
 export const resumeChannel = "forelead_resume";
 
@@ -25,22 +19,6 @@ export const resumeChannel = "forelead_resume";
  * none). A woken waiter that claims nothing (full slots, missing labels)
  * relays the wake to the next waiter that has not tried it yet, so a job
  * still reaches any eligible runner.
- *
- * A job this replica enqueues alone, that a runner can take now, wakes a
- * waiter as its statement's reply comes (`sending`, `sent`), not when its
- * notification comes back through Postgres' listening backend, one process
- * hop later (the early wake). Its notification then wakes no one. Which
- * notification is its own: the statement sends one on namedJobChannel with
- * the job's id just before the usual one; a transaction's notifications are
- * delivered in the order sent and never interleaved with another's, so the
- * jobs notification right after the named one is the job's. When the named
- * one comes before the reply (the listening connection won the race, and
- * always on PGlite, whose notifications come within the reply), the usual
- * notification has already woken a waiter, and there is no early wake.
- * (Absorbing "the next notification of the workspace" instead, without the
- * name, lost another job's wake whenever the notification came first:
- * docs/performance.md, pickup latency.) Every wake stays one wake per job,
- * relayed as before; only its time moves.
  *
  * When the LISTEN connection was lost and is back, every waiter is woken
  * without a wake (as on a timeout), so each claim runs again: notifications
@@ -59,13 +37,6 @@ export const resumeChannel = "forelead_resume";
 export interface Wakeups {
   /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. */
   arm(workspaceId: string): Waiter;
-  /** An enqueue of the one job `jobId` is about to be sent: its reply may come before or after its notifications. */
-  sending(jobId: string): void;
-  /**
-   * That enqueue ended: `claimable` when it stored the job and a runner can take it now (the
-   * enqueue's runnableNow probe); false when it failed, stored nothing or the job must wait.
-   */
-  sent(workspaceId: string, jobId: string, claimable: boolean): void;
   close(): Promise<void>;
 }
 
@@ -86,12 +57,6 @@ export interface Waiter {
   relay(wake: Wake): void;
 }
 
-/**
- * How long an early wake waits for its job's named notification. Longer than LISTEN takes; one that
- * never comes (LISTEN was down) is forgotten after this.
- */
-const earlyWakeMs = 5_000;
-
 /** How long after a due time its timer fires; and the longest timer (a later time is re-read then). */
 const dueSlackMs = 5;
 const maxTimerMs = 3_600_000;
@@ -108,37 +73,14 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
   const waiting = new Map<string, Armed[]>();
   let nextId = 0;
 
-  /** Wakes the next waiter of the workspace that has not tried `wake`; false when there is none. */
-  const wakeNext = (wake: Wake): boolean => {
+  const wakeNext = (wake: Wake) => {
     const queue = waiting.get(wake.workspaceId);
     const i = queue?.findIndex((a) => !wake.tried.has(a.id)) ?? -1;
-    if (!queue || i === -1) return false;
+    if (!queue || i === -1) return;
     const [armed] = queue.splice(i, 1);
     if (queue.length === 0) waiting.delete(wake.workspaceId);
     wake.tried.add(armed!.id);
     armed!.wake(wake);
-    return true;
-  };
-
-  /** Enqueues of one job sent and not yet answered: whether the job's named notification came meanwhile. */
-  const inFlight = new Map<string, { named: boolean }>();
-  /** Jobs woken early, by id: their workspace, and until when their named notification is expected. */
-  const wokenEarly = new Map<string, { workspaceId: string; until: number }>();
-  /** The workspace whose next jobs notification is the one of a job woken early: it wakes no one. */
-  let absorbNext: string | undefined;
-  const onNamedJob = (jobId: string) => {
-    const pending = inFlight.get(jobId);
-    if (pending) pending.named = true;
-    const early = wokenEarly.get(jobId);
-    if (early) {
-      wokenEarly.delete(jobId);
-      absorbNext = early.workspaceId;
-    }
-  };
-  const forgetEarly = () => {
-    absorbNext = undefined;
-    wokenEarly.clear();
-    for (const pending of inFlight.values()) pending.named = true; // their notifications may be lost: no early wake
   };
 
   const recheckAll = () => {
@@ -174,19 +116,13 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
   };
   const onJobs = (payload: string) => {
     const [workspaceId = "", at] = payload.split(" ");
-    const served = absorbNext === workspaceId && at === undefined;
-    absorbNext = undefined;
     if (at !== undefined) scheduleDue(workspaceId, Number(at));
-    if (!served) wakeNext({ workspaceId, tried: new Set() });
+    wakeNext({ workspaceId, tried: new Set() });
   };
   const unlistenJobs = await store.listen(jobsChannel, onJobs, () => {
-    forgetEarly();
     recheckAll();
     readDueQuietly();
   });
-  // After jobsChannel: a named notification LISTENed before its jobs one could set absorbNext with
-  // nothing to absorb. A reconnect LISTENs the channels in this order too.
-  const unlistenNamed = await store.listen(namedJobChannel, onNamedJob, forgetEarly);
   readDueQuietly();
   // A resume may make many jobs claimable at once (and only for some runners): every waiter in the workspace looks again.
   const unlistenResume = await store.listen(resumeChannel, (workspaceId) => {
@@ -194,7 +130,6 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
   });
   const unlisten = async () => {
     await unlistenJobs();
-    await unlistenNamed();
     await unlistenResume();
   };
 
@@ -261,18 +196,6 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
           wakeNext(wake);
         },
       };
-    },
-    sending(jobId) {
-      if (!closed) inFlight.set(jobId, { named: false });
-    },
-    sent(workspaceId, jobId, claimable) {
-      const pending = inFlight.get(jobId);
-      inFlight.delete(jobId);
-      if (!pending || pending.named || !claimable || closed) return;
-      const now = Date.now();
-      for (const [id, early] of wokenEarly) if (early.until < now) wokenEarly.delete(id);
-      // No waiter: the job's notification wakes the next one armed, as without an early wake.
-      if (wakeNext({ workspaceId, tried: new Set() })) wokenEarly.set(jobId, { workspaceId, until: now + earlyWakeMs });
     },
     async close() {
       closed = true;

@@ -5,7 +5,7 @@
 // on to the next waiter, or the announced job waits for the next enqueue.
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createWakeups, jobsChannel, namedJobChannel, type Wakeups } from "../../src/broker/wakeups.js";
+import { createWakeups, jobsChannel, type Wakeups } from "../../src/broker/wakeups.js";
 import { openStore, type Store } from "../../src/store/database.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
 
@@ -24,9 +24,6 @@ afterAll(async () => {
 });
 
 const notify = (workspaceId: string) => sql`select pg_notify(${jobsChannel}, ${workspaceId})`.execute(store.db);
-/** A single enqueue's notifications, as its statement sends them: the named one, then the workspace's. */
-const notifyEnqueued = (workspaceId: string, jobId: string) => sql`select pg_notify(${namedJobChannel}, ${jobId}), pg_notify(${jobsChannel}, ${workspaceId})`.execute(store.db);
-const settle = () => new Promise((resolve) => setTimeout(resolve, 200));
 
 describe(`long-poll wakeups (${databaseKind})`, () => {
   it("one notification wakes one waiter", async () => {
@@ -60,55 +57,5 @@ describe(`long-poll wakeups (${databaseKind})`, () => {
     first.cancel();
     expect(await second.wait(300)).toBeUndefined();
     second.cancel();
-  });
-
-  it("an enqueue's reply before its notifications wakes one waiter at once; its own notification then wakes no other, the next job's does", async () => {
-    const a = wakeups.arm("w4");
-    const b = wakeups.arm("w4");
-    const early = a.wait(5_000);
-    wakeups.sending("job-4");
-    wakeups.sent("w4", "job-4", true); // the reply came first
-    expect(await early).toMatchObject({ workspaceId: "w4" });
-    a.cancel();
-    const bWoken = b.wait(1_000);
-    await notifyEnqueued("w4", "job-4"); // the job's own notifications: already served
-    expect(await bWoken).toBeUndefined();
-    b.cancel();
-    const c = wakeups.arm("w4");
-    const [wake] = await Promise.all([c.wait(5_000), notifyEnqueued("w4", "job-5")]); // another job's, from another replica
-    expect(wake).toMatchObject({ workspaceId: "w4" });
-    c.cancel();
-  });
-
-  it("an enqueue whose notifications came before its reply wakes no one early, and takes no other job's wake", async () => {
-    const a = wakeups.arm("w5");
-    const b = wakeups.arm("w5");
-    wakeups.sending("job-6");
-    const [first] = await Promise.all([a.wait(5_000), notifyEnqueued("w5", "job-6")]); // the listening connection won
-    expect(first).toMatchObject({ workspaceId: "w5" });
-    a.cancel();
-    const bWoken = b.wait(5_000);
-    wakeups.sent("w5", "job-6", true); // the reply: its job's wake went out already
-    await settle();
-    await notify("w5"); // another job's notification must still wake b
-    expect(await bWoken).toMatchObject({ workspaceId: "w5" });
-    b.cancel();
-  });
-
-  it("an enqueue with no waiter armed, or whose job must wait, leaves the wake to its notification", async () => {
-    wakeups.sending("job-7");
-    wakeups.sent("w6", "job-7", true); // no waiter yet
-    const a = wakeups.arm("w6");
-    const [wake] = await Promise.all([a.wait(5_000), notifyEnqueued("w6", "job-7")]);
-    expect(wake).toMatchObject({ workspaceId: "w6" });
-    a.cancel();
-    const b = wakeups.arm("w6");
-    const bWoken = b.wait(5_000);
-    wakeups.sending("job-8");
-    wakeups.sent("w6", "job-8", false); // not claimable now (or the enqueue failed)
-    await settle();
-    await notifyEnqueued("w6", "job-8");
-    expect(await bWoken).toMatchObject({ workspaceId: "w6" });
-    b.cancel();
   });
 });
