@@ -42,10 +42,10 @@ async function latest(runnerId: string, workspaceId: string) {
 const orderReap = (body: Item) => admin.rest.request("POST", "/v1/admin/reap-orders", { apiVersion: "v1", ...body });
 
 /** A registered runner holding a live lease on a fresh job of its workspace. */
-async function runnerWithJob(runnerId: string, workspaceId: string) {
+async function runnerWithJob(runnerId: string, workspaceId: string, timeoutSeconds?: number) {
   const runner = await runnerActor(cp, runnerId, workspaceId);
   expect((await runner.register()).status).toBe(200);
-  const enq = await admin.enqueue({ workspaceId });
+  const enq = await admin.enqueue({ workspaceId, ...(timeoutSeconds ? { spec: { image: "busybox", argv: ["true"], timeoutSeconds } } : {}) });
   expect(enq.status, enq.text).toBe(200);
   const claim = await runner.claim();
   expect(claim.status, claim.text).toBe(200);
@@ -142,7 +142,9 @@ describe(`runner inventory reports (${databaseKind})`, () => {
 describe(`cross-checks against leases (${databaseKind})`, () => {
   it("an item of a job not leased to this runner, an orphan of a live lease, and a live lease with no container are flagged; normal cleanup is not", async () => {
     const ws = freshWorkspace();
-    const { runner, jobId: live } = await runnerWithJob("r1", ws);
+    // A timeout far past the 10 minutes its lease is aged below: else the sweep may fail the job
+    // as overdue (timeout + grace) between that update and the report, and nothing is live to flag.
+    const { runner, jobId: live } = await runnerWithJob("r1", ws, 3600);
     const { runner: r2, jobId: elsewhere } = await runnerWithJob("r2", ws);
     // A job r1 ran and completed just now: its leftovers are normal while the runner cleans up.
     const { runner: r3, jobId: finished, token } = await runnerWithJob("r3", ws);
