@@ -8,7 +8,7 @@ import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { newJobId } from "../../src/broker/ids.js";
 import { containerName, networkName } from "../../src/inventory/names.js";
-import { runnerActor, type RunnerActor } from "../support/actors.js";
+import { jobBody, runnerActor, type RunnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { testAdminId } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
@@ -45,7 +45,7 @@ const orderReap = (body: Item) => admin.rest.request("POST", "/v1/admin/reap-ord
 async function runnerWithJob(runnerId: string, workspaceId: string, timeoutSeconds?: number) {
   const runner = await runnerActor(cp, runnerId, workspaceId);
   expect((await runner.register()).status).toBe(200);
-  const enq = await admin.enqueue({ workspaceId, ...(timeoutSeconds ? { spec: { image: "busybox", argv: ["true"], timeoutSeconds } } : {}) });
+  const enq = await admin.enqueue({ workspaceId, ...(timeoutSeconds ? { spec: { ...(jobBody().spec as object), timeoutSeconds } } : {}) });
   expect(enq.status, enq.text).toBe(200);
   const claim = await runner.claim();
   expect(claim.status, claim.text).toBe(200);
