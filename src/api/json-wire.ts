@@ -21,8 +21,7 @@ export function jsonText(bytes: Uint8Array, what: string): string {
     throw new ConnectError(`${what}: ${path ? `field "${path}"` : "the text"} is not valid UTF-8 (byte ${at}); send text as UTF-8`, Code.InvalidArgument);
   }
   const text = buf.toString("utf8");
-  // 2^53 has 16 digits: only a text with a run of 16 digits can hold a literal past it.
-  if (/\d{16}/.test(text)) {
+  if (mayHoldUnsafeInteger(text)) {
     scanJson(text, (path, literal) => {
       const value = BigInt(literal);
       if (value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= -BigInt(Number.MAX_SAFE_INTEGER)) return;
@@ -33,6 +32,11 @@ export function jsonText(bytes: Uint8Array, what: string): string {
     });
   }
   return text;
+}
+
+/** Whether `text` can hold an integer literal past 2^53 - 1: 2^53 has 16 digits, so only a text with a run of 16 digits can. */
+export function mayHoldUnsafeInteger(text: string): boolean {
+  return /\d{16}/.test(text);
 }
 
 /** A field path as errors name it: `spec.env.FOO`, `argv[2]`, `labels["a b"]`. */

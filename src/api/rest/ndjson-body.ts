@@ -1,6 +1,7 @@
-import type { DescMessage, Message } from "@bufbuild/protobuf";
+import { isUtf8 } from "node:buffer";
+import type { DescMessage, JsonValue, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { jsonText } from "../json-wire.js";
+import { jsonText, mayHoldUnsafeInteger } from "../json-wire.js";
 import { parseJsonObject } from "./json-text.js";
 import { flatDecoder } from "./flat-message.js";
 import { decode } from "./proto-json.js";
@@ -16,14 +17,17 @@ export function ndjsonLineOf(message: object): number | undefined {
 
 const newline = 0x0a;
 const carriageReturn = 0x0d;
+const openBrace = 0x7b;
 
 /**
  * NDJSON request messages, read incrementally: never more than one line is
  * buffered past the body chunk being read, and the lines each chunk ends are
  * handed on as one batch (batches.ts). Lines are numbered from 1 (see ndjsonLineOf); blank lines are
- * skipped but counted. Lines are split on their bytes and each is checked as
- * bytes (jsonText: invalid UTF-8, integers past 2^53) before it is decoded
- * (flat-message.ts for the stream messages, else proto3 JSON).
+ * skipped but counted. Lines are split on their bytes and checked as bytes
+ * (jsonText: invalid UTF-8, integers past 2^53) before they are decoded
+ * (flat-message.ts for the stream messages, else proto3 JSON): the whole
+ * lines of a chunk together when they pass, else each on its own, so a
+ * refusal names its line either way.
  * A line that takes the body past `maxBytes` (every byte counts, newlines
  * too) ends the stream with resource_exhausted, and a line that cannot be
  * read ends it with its error; either way the lines before it are handed to
@@ -40,21 +44,59 @@ async function* ndjsonBatches(chunks: AsyncIterable<Buffer>, schema: DescMessage
   let lineNo = 0;
   const flat = flatDecoder(schema);
   const over = (n: number) => new ConnectError(`line ${n} takes the request body over ${maxBytes} bytes; send it in a new request`, Code.ResourceExhausted);
+  /** The message of line `lineNo`, its text checked (see jsonText) and without its newline; undefined when blank. */
+  const decodeLine = (line: string): Message | undefined => {
+    if (line.length === 0 || (line.charCodeAt(0) !== openBrace && line.trim() === "")) return undefined;
+    let json: unknown;
+    try {
+      json = JSON.parse(line);
+    } catch {
+      json = undefined;
+    }
+    // Refused lines are read again by parseJsonObject, which names the line and says why.
+    if (json === null || typeof json !== "object" || Array.isArray(json)) json = parseJsonObject(line, `line ${lineNo}`);
+    const message = flat?.(json as Record<string, JsonValue>) ?? decode(schema, json as Record<string, JsonValue>, `line ${lineNo}`);
+    (message as { [ndjsonLine]?: number })[ndjsonLine] = lineNo;
+    return message;
+  };
   // `raw` is the line as sent, with its newline when it had one.
   const parseLine = (raw: Buffer): Message | undefined => {
     lineNo++;
     consumed += raw.length;
     if (consumed > maxBytes) throw over(lineNo);
-    const what = `line ${lineNo}`;
     // The newline (and a CR before it) is cut from the bytes: one string per line, not two.
     let end = raw.length;
     if (end > 0 && raw[end - 1] === newline) end -= end > 1 && raw[end - 2] === carriageReturn ? 2 : 1;
-    const line = jsonText(raw.subarray(0, end), what);
-    if (line.trim() === "") return undefined;
-    const json = parseJsonObject(line, what);
-    const message = flat?.(json) ?? decode(schema, json, what);
-    (message as { [ndjsonLine]?: number })[ndjsonLine] = lineNo;
-    return message;
+    return decodeLine(jsonText(raw.subarray(0, end), `line ${lineNo}`));
+  };
+  /**
+   * The whole lines of `block` (it ends with a newline) into `batch`. The usual block — within the
+   * bound, valid UTF-8, no run of 16 digits (so no integer past 2^53) — is checked and decoded as
+   * one text, then cut into lines: one check per body chunk instead of one per line. Any other is
+   * read line by line, each checked on its own bytes, so every refusal names its line as before.
+   */
+  const readLines = (block: Buffer, batch: Message[]): void => {
+    if (consumed + block.length <= maxBytes && isUtf8(block)) {
+      const text = block.toString("utf8");
+      if (!mayHoldUnsafeInteger(text)) {
+        consumed += block.length;
+        for (let from = 0; from < text.length; ) {
+          const to = text.indexOf("\n", from);
+          lineNo++;
+          const message = decodeLine(text.slice(from, to > from && text.charCodeAt(to - 1) === carriageReturn ? to - 1 : to));
+          from = to + 1;
+          if (message) batch.push(message);
+        }
+        return;
+      }
+    }
+    let start = 0;
+    let nl: number;
+    while ((nl = block.indexOf(newline, start)) !== -1) {
+      const message = parseLine(block.subarray(start, nl + 1));
+      start = nl + 1;
+      if (message) batch.push(message);
+    }
   };
   const takeLine = (): Buffer => {
     const raw = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
@@ -67,12 +109,18 @@ async function* ndjsonBatches(chunks: AsyncIterable<Buffer>, schema: DescMessage
     let failure: { readonly err: unknown } | undefined;
     try {
       let start = 0;
-      let nl: number;
-      while ((nl = chunk.indexOf(newline, start)) !== -1) {
-        parts.push(chunk.subarray(start, nl + 1));
-        start = nl + 1;
+      const first = chunk.indexOf(newline);
+      if (first !== -1 && parts.length > 0) {
+        // The line an earlier chunk began ends here.
+        parts.push(chunk.subarray(0, first + 1));
+        start = first + 1;
         const message = parseLine(takeLine());
         if (message) batch.push(message);
+      }
+      const last = chunk.lastIndexOf(newline);
+      if (last >= start) {
+        readLines(chunk.subarray(start, last + 1), batch);
+        start = last + 1;
       }
       if (start < chunk.length) {
         parts.push(chunk.subarray(start));

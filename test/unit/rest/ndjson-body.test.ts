@@ -77,3 +77,60 @@ describe("NDJSON request bodies", () => {
     expect(error?.rawMessage).toMatch(/^line 1: field "leaseToken": /);
   });
 });
+
+// A chunk's whole lines are checked as one text when they can be (ndjson-body.ts, readLines); these
+// send several lines in one chunk, so a refusal must still name its own line and hand over the ones before.
+describe("NDJSON request bodies, many lines to a chunk", () => {
+  const body = (...lines: string[]) => Buffer.from(lines.join(""));
+
+  it("read every line of one chunk, with CRLF and blank lines, numbered as the client counts them", async () => {
+    const { got, error } = await readAll(chunksOf(body(line(1), "\r\n", line(2).replace("\n", "\r\n"), "   \n", line(3))));
+    expect(error).toBeUndefined();
+    expect(got).toEqual([
+      { sequence: 1n, line: 1 },
+      { sequence: 2n, line: 3 },
+      { sequence: 3n, line: 5 },
+    ]);
+  });
+
+  it("refuse invalid UTF-8 in the third line of a chunk, naming it, after the two before", async () => {
+    const bad = Buffer.concat([Buffer.from('{"sequence": "3", "data": "a'), Buffer.from([0xc3, 0x28]), Buffer.from('"}\n')]);
+    const { got, error } = await readAll(chunksOf(Buffer.concat([body(line(1), line(2)), bad, body(line(4))])));
+    expect(got.map((g) => g.line)).toEqual([1, 2]);
+    expect(error?.rawMessage).toMatch(/^line 3: field "data" is not valid UTF-8/);
+  });
+
+  it("refuse an integer past 2^53 in the second line of a chunk, quoting it, after the first", async () => {
+    const { got, error } = await readAll(chunksOf(body(line(1), '{"sequence": "2", "data": {"n": 9007199254740993}}\n', line(3))));
+    expect(got.map((g) => g.line)).toEqual([1]);
+    expect(error?.rawMessage).toMatch(/^line 2: field "data.n": the number 9007199254740993 is past 2\^53 - 1/);
+  });
+
+  it("take a 16-digit integer that is within 2^53 in a chunk of several lines", async () => {
+    const { got, error } = await readAll(chunksOf(body(line(1), '{"sequence": "2", "data": {"n": 1234567890123456}}\n', line(3))));
+    expect(error).toBeUndefined();
+    expect(got.map((g) => g.line)).toEqual([1, 2, 3]);
+  });
+
+  it("refuse the line of a chunk that crosses the bound, after the lines before it", async () => {
+    const two = line(1) + line(2);
+    const { got, error } = await readAll(chunksOf(body(line(1), line(2), line(3), line(4))), Buffer.byteLength(two) + 3);
+    expect(got.map((g) => g.sequence)).toEqual([1n, 2n]);
+    expect(error?.rawMessage).toBe(`line 3 takes the request body over ${Buffer.byteLength(two) + 3} bytes; send it in a new request`);
+  });
+
+  it("refuse a line of a chunk that is not JSON or not an object, naming it", async () => {
+    expect((await readAll(chunksOf(body(line(1), '{"leaseToken": "s3cret-token", oops}\n', line(3))))).error?.rawMessage).toMatch(/^line 2 is not valid JSON: /);
+    const notObject = await readAll(chunksOf(body(line(1), line(2), "[1]\n")));
+    expect(notObject.got).toHaveLength(2);
+    expect(notObject.error?.rawMessage).toBe("line 3 must be a JSON object");
+  });
+
+  it("join the line an earlier chunk began with the whole lines of the next", async () => {
+    const text = body(line(1), line(2), line(3), line(4));
+    const cut = Buffer.byteLength(line(1)) + 5; // inside line 2
+    const { got, error } = await readAll(chunksOf(text.subarray(0, cut), text.subarray(cut)));
+    expect(error).toBeUndefined();
+    expect(got).toEqual([1, 2, 3, 4].map((n) => ({ sequence: BigInt(n), line: n })));
+  });
+});
