@@ -99,7 +99,9 @@ describe(`resource samples of real jobs (${databaseKind})`, () => {
   });
 
   it.skipIf(!withDocker)("a docker job reports samples from the engine's stats", async () => {
-    const busy = "end=$(($(date +%s) + 3)); while [ $(date +%s) -lt $end ]; do :; done; echo done";
+    // 6 s: one reading of the engine's stats can take a second or two on a loaded machine (CI saw one
+    // sample of a 3 s job), and two readings are asked for.
+    const busy = "end=$(($(date +%s) + 6)); while [ $(date +%s) -lt $end ]; do :; done; echo done";
     const jobId = await runSampled("docker", "sm-docker", { argv: ["sh", "-c", busy], memoryBytes: String(128 * MiB) });
     const found = await samplesOf(jobId);
     expect(found.samples?.length ?? 0, JSON.stringify(found)).toBeGreaterThanOrEqual(2);
