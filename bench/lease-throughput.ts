@@ -3,8 +3,12 @@
 // control plane's REST routes, with one control plane in this process and
 // then two `forelead serve` processes on one database; beside them
 // graphile-worker and pg-boss process the same number of no-op jobs at the
-// same concurrency on the same Postgres. Run: npm run bench:leases
+// same concurrency on the same Postgres; and N real runner agents (process
+// executor) drain a smaller queue, each job a child process, for what the
+// agent itself keeps up with. Run: npm run bench:leases
+import { sql, type Kysely } from "kysely";
 import { openStore } from "../src/store/database.js";
+import type { Database } from "../src/store/schema.js";
 import { startPlanes, type Planes } from "./lib/control-planes.js";
 import { startCpuMeter, type CpuUse } from "./lib/cpu.js";
 import { freshDatabase } from "./lib/database.js";
@@ -17,11 +21,11 @@ import { bulkInsertJobs, jobStates } from "./lib/queue-sql.js";
 import { publishScenario } from "./lib/report.js";
 import { ratio, round, summarize, type LatencySummary } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { jobs: "string", "jobs-at-1": "string", concurrency: "string", systems: "string", out: "string" });
+const options = parseOptions(process.argv.slice(2), { jobs: "string", "jobs-at-1": "string", "agent-jobs": "string", concurrency: "string", systems: "string", out: "string" });
 /** --out NAME writes bench/results/NAME.json instead (e.g. the batching before/after of docs/performance.md). */
 const resultName = String(options.flags.out ?? "lease-throughput");
 if (!/^[a-z0-9-]+$/.test(resultName)) throw new Error(`--out ${JSON.stringify(resultName)} must be lower-case letters, digits and dashes`);
-const allSystems = ["ours-1", "ours-1-next", "ours-2", "ours-2-next", "graphile-worker", "pg-boss", "pg-boss-work", "ours-1-unbatched"] as const;
+const allSystems = ["ours-1", "ours-1-next", "ours-1-agent", "ours-2", "ours-2-next", "graphile-worker", "pg-boss", "pg-boss-work", "ours-1-unbatched"] as const;
 const systems = new Set(String(options.flags.systems ?? allSystems.filter((s) => s !== "ours-1-unbatched").join(",")).split(","));
 for (const s of systems) if (!(allSystems as readonly string[]).includes(s)) throw new Error(`--systems: ${JSON.stringify(s)} is not one of ${allSystems.join(", ")}`);
 const tiny = options.size === "tiny";
@@ -31,9 +35,14 @@ const tiny = options.size === "tiny";
 const jobs = intFlag(options.flags.jobs, "jobs", tiny ? 40 : 20_000);
 const jobsAt1 = intFlag(options.flags["jobs-at-1"], "jobs-at-1", Math.min(jobs, 2_000));
 const jobsFor = (n: number) => (n === 1 ? jobsAt1 : jobs);
+/** The runner agents' row: each job is a child process, so fewer jobs make a steady rate. */
+const agentJobs = intFlag(options.flags["agent-jobs"], "agent-jobs", tiny ? 10 : 2_000);
+const agentJobsFor = (n: number) => (n === 1 ? Math.min(agentJobs, 500) : agentJobs);
 const concurrencies = intListFlag(options.flags.concurrency, "concurrency", tiny ? [2] : [1, 16, 64]);
 const workspaceId = "w1";
 const runnersScript = new URL("./clients/runners.ts", import.meta.url);
+const agentsScript = new URL("./clients/agents.ts", import.meta.url);
+const agentsName = "ours, 1 process, runner agents (process executor)";
 
 /** The row name of our control plane(s): `next` is complete-and-claim. */
 const oursName = (processes: number, batching = true, next = false) => `ours, ${processes} process${processes > 1 ? "es" : ""}${batching ? "" : ", unbatched"}${next ? ", complete-and-claim" : ""}`;
@@ -59,6 +68,7 @@ try {
     if (systems.has("ours-1")) runs.push(await ours(pki, n, 1));
     if (systems.has("ours-1-next")) runs.push(await ours(pki, n, 1, true, true));
     if (systems.has("ours-1-unbatched")) runs.push(await ours(pki, n, 1, false));
+    if (systems.has("ours-1-agent")) runs.push(await oursAgents(pki, n));
     if (!options.databaseUrl) continue;
     // One runner talks to one control plane: two processes need N > 1 to mean anything.
     if (systems.has("ours-2") && n > 1) runs.push(await ours(pki, n, 2));
@@ -76,6 +86,7 @@ notes.push(
   `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued no-op jobs (${jobsAt1.toLocaleString("en-US")} at N = 1) in a fresh database, with at most ${poolSize} database connections per process.`,
   "Ours: each runner has its own certificate and HTTP/2 connection and loops claim (waitSeconds 0) → complete over REST; the runners live in a separate client process. 1 process: the control plane runs in the orchestrating process; 2 processes: two `forelead serve` children, runners split between them.",
   "Ours, complete-and-claim: each completion also asks for the next lease (`next: {waitSeconds: 0}`), so a job costs one request instead of two; a runner claims only when a completion brought no lease (its first job, and at the end). Claim columns: those few claims only.",
+  `Ours, runner agents: N real runner agents (the agent of \`forelead runner --executor process\`, one slot each, each with its own certificate and HTTP/2 connection, all in one client process) drain ${agentJobs.toLocaleString("en-US")} jobs (${agentJobsFor(1).toLocaleString("en-US")} at N = 1); each job runs \`true\` as a child process with its job directory, input file and output streams, and is completed with complete-and-claim. jobs/s from the first claim to the last completion as the database recorded them. Its CPU is the whole run's, the agents' registration and idle exit included.`,
   "graphile-worker: run() with concurrency N and a no-op task, in the orchestrating process. pg-boss: N loops of fetch() → complete() (what a runner does); its work() loop polls at most every 0.5 s per worker, so work() is shown once, at 4 workers × batch 100.",
   "CPU columns: percent of one core over the run (server = control plane or peer process, client = runner process, pg = every process of the Postgres server). The machine has 2 cores shared by all three: that is the limit of most figures.",
 );
@@ -140,6 +151,41 @@ async function ours(pki: BenchPki, n: number, processes: number, batching = true
     await planes?.close();
     await database.drop();
   }
+}
+
+/** `n` runner agents (bench/clients/agents.ts) draining agentJobsFor(n) jobs from one in-process control plane. */
+async function oursAgents(pki: BenchPki, n: number): Promise<Run> {
+  const jobs = agentJobsFor(n);
+  console.log(`lease-throughput: ${agentsName}, N = ${n}`);
+  const database = await freshDatabase(options.databaseUrl, options.databaseName);
+  const client = forkProcess(agentsScript);
+  let planes: Planes | undefined;
+  try {
+    planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1 });
+    const store = planes.inProcess!.store;
+    await bulkInsertJobs(store.db, jobs, workspaceId);
+    const runners = await pki.runners(`n${n}a-`, n, workspaceId);
+    const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
+    const ran = await client.call<{ settled: number; failures: string[]; warnings: string[] }>({ type: "run", urls: planes.urls, caPem: pki.ca.certPem, runners });
+    const cpu = meter.stop();
+    const states = await jobStates(store.db);
+    if (ran.failures.length || ran.settled !== jobs || states.succeeded !== jobs) {
+      throw new Error(`${agentsName}: ${ran.settled} settled, states ${JSON.stringify(states)}, failures ${JSON.stringify(ran.failures)}, warnings ${JSON.stringify(ran.warnings)}; expected ${jobs} succeeded`);
+    }
+    const span = await leasedSpan(store.db);
+    return { system: agentsName, concurrency: n, jobs, jobsPerSecond: round((jobs / span) * 1000, 1), claim: null, complete: null, cpu };
+  } finally {
+    await client.close();
+    await planes?.close();
+    await database.drop();
+  }
+}
+
+/** Milliseconds from the first lease issued to the last job settled, by the database's clock. */
+async function leasedSpan(db: Kysely<Database>): Promise<number> {
+  const { rows } = await sql<{ ms: number }>`
+    select extract(epoch from (select max(updated_at) from jobs where state = 'succeeded') - (select min(issued_at) from leases)) * 1000 as ms`.execute(db);
+  return Number(rows[0]!.ms);
 }
 
 /** A peer at concurrency `n` in its own fresh database. */
