@@ -21,7 +21,9 @@ export interface BenchProcess {
  * CPU is counted against the other.
  */
 export function forkProcess(script: URL): BenchProcess {
-  const child: ChildProcess = fork(script, [], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  // BENCH_CPU_PROF_DIR=dir: each helper writes a V8 CPU profile there when it exits, as each `forelead serve` does (docs/performance.md).
+  const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
+  const child: ChildProcess = fork(script, [], { execArgv: [...profile, "--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   let pending: { resolve: (m: Message) => void; reject: (e: Error) => void } | undefined;
   child.on("message", (m: Message) => {
