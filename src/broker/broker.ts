@@ -200,8 +200,10 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         }
         if (Date.now() >= deadline || signal?.aborted) return end([]);
         unused = await waiter.wait(deadline - Date.now(), signal);
-        // Closing wakes every waiter; none may claim from a database about to close.
-        if (closed) return end([]);
+        // Closing wakes every waiter; none may claim from a database about to close. An aborted
+        // request (its client closed the stream) must not claim again either: a lease made now
+        // would have no one to take it, and its job would wait out the lease.
+        if (closed || signal?.aborted) return end([]);
       } finally {
         waiter.cancel();
       }

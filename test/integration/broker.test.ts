@@ -1,3 +1,4 @@
+import http2 from "node:http2";
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -153,6 +154,37 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     expect(claim.status).toBe(204);
     expect(Date.now() - started).toBeGreaterThanOrEqual(950);
     await runner.close();
+  });
+
+  it("long-poll: a claim whose client resets its stream, or whose connection drops, stops waiting; the next job goes to a runner still waiting, never to a request that is gone", async () => {
+    const ws = freshWorkspace();
+    const gone = await registeredRunner(cp, "r1", ws);
+    const stays = await registeredRunner(cp, "r2", ws);
+    const lastSeen = async (runnerId: string) => (await sql<{ seen: string }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id = ${runnerId}`.execute(cp.plane.store.db)).rows[0]!.seen;
+    const registered = await lastSeen("r1");
+    // r1 waits first, so a wake would go to it before r2; then its client closes the stream.
+    const stream = gone.rest.session.request({ ":method": "POST", ":path": "/v1/runner/claim", "content-type": "application/json" });
+    stream.on("error", () => {});
+    stream.end(JSON.stringify({ apiVersion: "v1", runnerId: "r1", waitSeconds: 20 }));
+    await eventually("r1's claim to be waiting", async () => ((await lastSeen("r1")) !== registered ? true : undefined));
+    // r3 waits next, then its whole connection goes (a runner whose machine lost its network).
+    const dropped = await registeredRunner(cp, "r3", ws);
+    const r3Before = await lastSeen("r3");
+    const droppedClaim = dropped.claim({ waitSeconds: 20 }).catch(() => undefined);
+    await eventually("r3's claim to be waiting", async () => ((await lastSeen("r3")) !== r3Before ? true : undefined));
+    stream.close(http2.constants.NGHTTP2_CANCEL);
+    dropped.rest.session.destroy();
+    await droppedClaim;
+    await eventually("r1's stream to close", async () => (stream.closed ? true : undefined));
+    const seenBefore = await lastSeen("r2");
+    const waiting = stays.claim({ waitSeconds: 20 });
+    await eventually("r2's claim to be waiting", async () => ((await lastSeen("r2")) !== seenBefore ? true : undefined));
+    const enqueued = await admin.enqueue({ workspaceId: ws });
+    const claim = await waiting;
+    expect(claim.status, claim.text).toBe(200);
+    expect(claim.json.job.id).toBe(enqueued.json.job.id);
+    expect((await admin.job(enqueued.json.job.id)).json.job).toMatchObject({ state: "running", runnerId: "r2", attempts: 1 });
+    await Promise.all([gone.close(), stays.close(), dropped.close()]);
   });
 
   it("release returns the job to the queue at once without charging the attempt; the old token is dead", async () => {
