@@ -1,5 +1,5 @@
 import { isUtf8 } from "node:buffer";
-import type { DescMessage, JsonValue, Message } from "@bufbuild/protobuf";
+import type { DescMessage, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { jsonText, mayHoldUnsafeInteger } from "../json-wire.js";
 import { parseJsonObject } from "./json-text.js";
@@ -47,15 +47,9 @@ async function* ndjsonBatches(chunks: AsyncIterable<Buffer>, schema: DescMessage
   /** The message of line `lineNo`, its text checked (see jsonText) and without its newline; undefined when blank. */
   const decodeLine = (line: string): Message | undefined => {
     if (line.length === 0 || (line.charCodeAt(0) !== openBrace && line.trim() === "")) return undefined;
-    let json: unknown;
-    try {
-      json = JSON.parse(line);
-    } catch {
-      json = undefined;
-    }
-    // Refused lines are read again by parseJsonObject, which names the line and says why.
-    if (json === null || typeof json !== "object" || Array.isArray(json)) json = parseJsonObject(line, `line ${lineNo}`);
-    const message = flat?.(json as Record<string, JsonValue>) ?? decode(schema, json as Record<string, JsonValue>, `line ${lineNo}`);
+    const what = `line ${lineNo}`;
+    const json = parseJsonObject(line, what);
+    const message = flat?.(json) ?? decode(schema, json, what);
     (message as { [ndjsonLine]?: number })[ndjsonLine] = lineNo;
     return message;
   };
