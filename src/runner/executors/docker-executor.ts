@@ -142,9 +142,9 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
     live = undefined;
     const peakMemoryBytes = peak.stop();
     const durationMs = Math.round(performance.now() - startedAt);
-    const state = await container.inspect().then((i) => i.State, () => undefined);
+    const oomKilled = await wasOomKilled(container, StatusCode, Number(spec.memoryBytes));
     await lines;
-    if (state?.OOMKilled) {
+    if (oomKilled) {
       const limit = Number(spec.memoryBytes);
       return { durationMs, exitCode: StatusCode, ...peakMemoryBytes, error: { code: "out_of_memory", message: `the container was killed for going over its memory limit of ${limit} bytes`, retryable: false } };
     }
@@ -210,6 +210,23 @@ function containerOptions(
       SecurityOpt: ["no-new-privileges"],
     },
   };
+}
+
+/** Exit status of a process killed by SIGKILL, as the kernel's OOM killer kills. */
+const killedBySigkill = 137;
+
+/**
+ * Whether the engine killed the container for its memory limit. The engine learns of an OOM kill
+ * from an event of its own, which can come after the exit (CI saw exit 137 with OOMKilled still
+ * false), so a SIGKILL exit under a memory limit is looked at again, up to a second later.
+ */
+async function wasOomKilled(container: DockerContainer, exitCode: number, memoryLimit: number): Promise<boolean> {
+  for (let look = 0; ; look++) {
+    const state = await container.inspect().then((i) => i.State, () => undefined);
+    if (state?.OOMKilled) return true;
+    if (exitCode !== killedBySigkill || !(memoryLimit > 0) || look >= 4) return false;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
 }
 
 /**
