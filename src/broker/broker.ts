@@ -21,6 +21,7 @@ import { anyLeaseExpired, expireInputRequests, expireLeases } from "./sql/expire
 import { releaseLease } from "./sql/release.js";
 import { renewLease } from "./sql/renew.js";
 import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
+import { handoffFor } from "./handoff.js";
 import type { SecretBox } from "../secrets/box.js";
 import { pipelineSettleHook, strandedStepJobs } from "./pipelines/sequence.js";
 import { inTransaction } from "../store/transaction.js";
@@ -110,6 +111,8 @@ export interface BrokerOptions {
   readonly observer?: BrokerObserver;
   /** Seals job secrets at enqueue and opens them at claim; without it, an enqueue with secrets is refused. */
   readonly secrets?: SecretBox;
+  /** An enqueue leases its job to a claim waiting on this replica in its own statement (handoff.ts); true unless false. */
+  readonly handoff?: boolean;
 }
 
 /**
@@ -179,7 +182,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     let swept = false;
     let unused: Wake | undefined;
     for (;;) {
-      const waiter = wakeups.arm(holder.workspaceId); // armed before the try: no enqueue slips between
+      const waiter = wakeups.arm(holder.workspaceId, holder); // armed before the try: no enqueue slips between
       try {
         // maxLeases requests of one holder go to the batcher in one turn, so one forelead_claim call
         // serves them (one commit) and the function's per-request slot count bounds them together.
@@ -199,7 +202,20 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
           if ((await anyLeaseExpired(db)) && (await sweepLeases()).length > 0) continue;
         }
         if (Date.now() >= deadline || signal?.aborted) return end([]);
-        unused = await waiter.wait(deadline - Date.now(), signal);
+        observer?.claimWaiting(1);
+        const woke = await waiter.wait(deadline - Date.now(), signal).finally(() => observer?.claimWaiting(-1));
+        if (woke && "lease" in woke) {
+          // Handed a lease by an enqueue of this replica (handoff.ts). A request aborted while
+          // the enqueue's statement ran cannot take it: given back, the job is queued again.
+          if (signal?.aborted) {
+            await releaseLease(db, { ...holder, jobId: woke.lease.job.id as string, leaseToken: woke.lease.token! }, settled).catch((err: unknown) => logUnlessUnreachable("broker: a handed-off lease whose claim was gone could not be given back", err));
+            return end([]);
+          }
+          const pinned = await pinClaimedJob(db, holder, woke.lease, options.code, settled);
+          if (pinned) return end([await withInputs(db, pinned)]);
+          continue; // its job could not be pinned and was settled: look for others
+        }
+        unused = woke;
         // Closing wakes every waiter; none may claim from a database about to close. An aborted
         // request (its client closed the stream) must not claim again either: a lease made now
         // would have no one to take it, and its job would wait out the lease.
@@ -214,9 +230,16 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const runnableProbe: JobProbe = (ins) => runnableNow(ins, options.leaseSeconds);
   return {
     async enqueue(input) {
-      // Whether a runner can take the job now is a column of the enqueue's statement: the usual reply costs nothing more.
-      const { job, probed } = await enqueueProbed(db, input, timeouts, runnableProbe, options.code, options.secrets);
-      return withWaiting(db, job, options.leaseSeconds, probed);
+      const handoff = options.handoff === false ? undefined : handoffFor(db, wakeups, input, options.leaseSeconds, options.secrets);
+      try {
+        // Whether a runner can take the job now is a column of the enqueue's statement: the usual reply costs nothing more.
+        const { job, probed, handed } = await enqueueProbed(db, input, timeouts, runnableProbe, options.code, options.secrets, handoff?.target);
+        await handoff?.deliver(handed);
+        if (handed) observer?.handedOff();
+        return handed?.id === job.id ? job : withWaiting(db, job, options.leaseSeconds, probed);
+      } finally {
+        handoff?.cancel();
+      }
     },
     enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
     get: async (jobId) => withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),

@@ -9,7 +9,7 @@ import { notifyJobs } from "./lease-sql.js";
 import { eventsCte } from "../events/record.js";
 import { inTransaction } from "../store/transaction.js";
 import { statementShapes } from "../store/statement-shapes.js";
-import { settleWith, type SettleHook } from "./pipelines/settle-hook.js";
+import { isStepJob, settleWith, type SettleHook } from "./pipelines/settle-hook.js";
 import { checkSegmentId } from "../identity/segment-id.js";
 import type { SecretBox } from "../secrets/box.js";
 import { hasSecrets, secretNames, secretsDigest, storeJobSecrets, validateSecrets, type JobSecretsInput } from "./job-secrets.js";
@@ -270,7 +270,25 @@ export async function prepareEnqueue(input: EnqueueInput, timeouts: JobTimeouts,
 }
 
 /** What storing one prepared enqueue came to: its job (new, or the one its key named), or why it was refused. */
-export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean; readonly probed?: boolean } | { readonly refused: ConnectError };
+export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean; readonly probed?: boolean; readonly handed?: HandedRow } | { readonly refused: ConnectError };
+
+/**
+ * The waiting claim an enqueue may lease a job to in its own statement (the
+ * direct handoff, src/broker/handoff.ts): the runner, the hash of the lease
+ * token made for it, and the lease length.
+ */
+export interface HandoffTarget {
+  readonly workspaceId: string;
+  readonly runnerId: string;
+  readonly tokenHashHex: string;
+  readonly leaseSeconds: number;
+}
+
+/** The jobs row of the lease a handoff made, with whether its job is a pipeline step's (as a claim's rows). */
+export type HandedRow = JobRow & { readonly pipeline_step: boolean };
+
+/** A row of the enqueue statement: a stored job (handed false), or with a handoff, the job it leased (handed true). */
+type EnqueueReturned = JobRow & { readonly woken: unknown; readonly probed?: boolean; readonly handed?: boolean; readonly pipeline_step?: boolean };
 
 /**
  * Stores prepared enqueues, queued, in one statement: the rows, one
@@ -285,12 +303,19 @@ export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean; r
  * runs something else would be worse. The idempotency hash compares the
  * secrets' keyed hashes, never their values. Results are in `prepared`'s order.
  */
-export async function storeEnqueues(q: Kysely<Database>, prepared: readonly PreparedEnqueue[], box?: SecretBox, probe?: JobProbe): Promise<StoredEnqueue[]> {
+export async function storeEnqueues(q: Kysely<Database>, prepared: readonly PreparedEnqueue[], box?: SecretBox, probe?: JobProbe, handoff?: HandoffTarget): Promise<StoredEnqueue[]> {
   const rows = prepared.map((p) => p.row);
+  if (handoff && (rows.length !== 1 || prepared[0]!.withSecrets)) throw new Error("a handoff is made by the enqueue of one job without secrets");
   // One job (every single enqueue) is sent as its compiled shape; a batch is built as it comes.
-  const inserted = rows.length === 1 ? (await oneEnqueue.execute(q, rows[0]!, probe)).rows : await enqueueStatement(q, rows, probe).execute();
+  const returned: EnqueueReturned[] = handoff
+    ? (await oneHandoffEnqueue.execute(q, { ...rows[0]!, handoffRunnerId: handoff.runnerId, handoffTokenHash: handoff.tokenHashHex, handoffLeaseSeconds: handoff.leaseSeconds }, probe)).rows
+    : rows.length === 1 ? (await oneEnqueue.execute(q, rows[0]!, probe)).rows : await enqueueStatement(q, rows, probe).execute();
+  // A handoff's statement answers the lease it made too (handed): the waiting runner's, on the new job or an older one.
+  const inserted = returned.filter((r) => !r.handed);
+  const leased = returned.find((r) => r.handed);
+  const handed = leased && (({ woken: _woken, probed: _probed, handed: _handed, ...row }) => row as HandedRow)(leased);
   const probed = new Map(inserted.map((r) => [r.id, r.probed]));
-  const byId = new Map(inserted.map(({ woken: _woken, probed: _probed, ...row }) => [row.id, row as JobRow]));
+  const byId = new Map(inserted.map(({ woken: _woken, probed: _probed, handed: _handed, pipeline_step: _step, ...row }) => [row.id, (row.id === handed?.id ? handed : row) as JobRow]));
   for (const p of prepared) if (p.withSecrets && byId.has(p.row.id)) await storeJobSecrets(q as Transaction<Database>, box!, p.row.id, p.input);
   const repeats = prepared.filter((p) => !byId.has(p.row.id));
   const existing = repeats.length === 0 ? [] : await q.selectFrom("jobs").selectAll()
@@ -299,7 +324,7 @@ export async function storeEnqueues(q: Kysely<Database>, prepared: readonly Prep
   const byKey = new Map(existing.map((row) => [`${row.workspace_id}\0${row.idempotency_key}`, row]));
   return prepared.map((p): StoredEnqueue => {
     const row = byId.get(p.row.id);
-    if (row) return { job: row, created: true, ...(probe ? { probed: probed.get(row.id) === true } : {}) };
+    if (row) return { job: row, created: true, ...(probe ? { probed: probed.get(row.id) === true } : {}), ...(handed ? { handed } : {}) };
     const { input } = p;
     const found = byKey.get(`${input.workspaceId}\0${input.idempotencyKey}`)!;
     // A key is its enqueuer's: another identity repeating it would otherwise read back a job that is not its own.
@@ -318,28 +343,65 @@ export async function storeEnqueues(q: Kysely<Database>, prepared: readonly Prep
  * wake per workspace, and `probe` over each new row.
  */
 function enqueueStatement(q: Kysely<Database>, rows: readonly Insertable<Database["jobs"]>[], probe: JobProbe | undefined) {
-  return q
-    .with("ins", (qb) =>
-      qb
-        .insertInto("jobs")
-        .values(rows)
-        .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
-        .returningAll(),
-    )
+  return insertedJobs(q, rows)
     .with("wake", (qb) => qb.selectFrom("ins").select(notifyJobs(sql.ref("ins.workspace_id"), sql`min(ins.claimable_at)`).as("sent")).groupBy("ins.workspace_id"))
-    .with("ev", (qb) =>
-      qb
-        .insertInto("events")
-        .columns(["type", "workspace_id", "job_id", "data"])
-        .expression((eb) => eb.selectFrom("ins").select([sql<string>`'job.queued'`.as("type"), "ins.workspace_id", "ins.id", sql<string>`jsonb_build_object('labels', ins.labels, 'priority', ins.priority)`.as("data")])),
-    )
+    .with("ev", () => queuedEvents())
     .selectFrom("ins")
     .selectAll("ins")
     .select((eb) => eb.selectFrom("wake").select(eb.fn.countAll<number>().as("n")).as("woken"))
     .$if(probe !== undefined, (qb) => qb.select(probe!("ins").as("probed")));
 }
 
+/** The CTE `ins`: the new rows, a repeated idempotency key inserting nothing. */
+function insertedJobs(q: Kysely<Database>, rows: readonly Insertable<Database["jobs"]>[]) {
+  return q.with("ins", (qb) =>
+    qb
+      .insertInto("jobs")
+      .values(rows)
+      .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
+      .returningAll(),
+  );
+}
+
+/** The `job.queued` event of every row of `ins`, `returning` what a later CTE reads of it. */
+function queuedEvents(returning: RawBuilder<unknown> = sql``) {
+  return sql<{ job_id: string; workspace_id: string }>`(insert into events (type, workspace_id, job_id, data)
+    select 'job.queued', ins.workspace_id, ins.id, jsonb_build_object('labels', ins.labels, 'priority', ins.priority) from ins ${returning})`;
+}
+
+/**
+ * The enqueue of one job that also claims for a runner waiting on this
+ * replica (the direct handoff, src/broker/handoff.ts): the row, its
+ * `job.queued` event, then forelead_handoff (migration 0026, forelead_claim
+ * for one request) for the runner. The call is lateral to the event's row,
+ * so it runs after the insert and the event (the lease's `job.leased` comes
+ * after `job.queued`), and as a VOLATILE function it takes a fresh snapshot
+ * that sees the new row: it may lease that job, or an older one the runner
+ * is owed first, or none. Until the statement commits nobody else sees the
+ * job; after, it is running, so no claim of another replica can take it.
+ * The notification is sent only when the new job was not the one leased.
+ * Rows: the stored job (handed false) and the lease's job (handed true).
+ */
+function handoffStatement(q: Kysely<Database>, row: Insertable<Database["jobs"]>, handoff: { runnerId: string; tokenHash: string; leaseSeconds: number }, probe: JobProbe | undefined) {
+  return insertedJobs(q, [row])
+    .with("ev", () => queuedEvents(sql`returning job_id, workspace_id`))
+    .with("claimed", () => sql<JobRow>`(select c.* from ev cross join lateral forelead_handoff(ev.workspace_id, ${handoff.runnerId}, ${handoff.tokenHash}, ${handoff.leaseSeconds}::int) c)`)
+    .with("wake", () => sql<{ sent: string }>`(select ${notifyJobs(sql.ref("ins.workspace_id"), sql`min(ins.claimable_at)`)} as sent from ins
+      where not exists (select 1 from claimed where claimed.id = ins.id) group by ins.workspace_id)`)
+    .selectFrom("ins")
+    .selectAll("ins")
+    .select(sql<number>`(select count(*) from wake)`.as("woken"))
+    .$if(probe !== undefined, (qb) => qb.select(probe!("ins").as("probed")))
+    .select([sql<boolean>`false`.as("handed"), sql<boolean>`false`.as("pipeline_step")])
+    .unionAll(sql<never>`select claimed.*, null::bigint${sql.raw(probe ? ", null::boolean" : "")}, true, ${isStepJob(sql.ref("claimed.id"))} from claimed`);
+}
+
 const oneEnqueue = statementShapes((q: Kysely<Database>, row: Insertable<Database["jobs"]>, probe: JobProbe | undefined) => enqueueStatement(q, [row], probe));
+
+const oneHandoffEnqueue = statementShapes(
+  (q: Kysely<Database>, { handoffRunnerId, handoffTokenHash, handoffLeaseSeconds, ...row }: Insertable<Database["jobs"]> & { handoffRunnerId: string; handoffTokenHash: string; handoffLeaseSeconds: number }, probe: JobProbe | undefined) =>
+    handoffStatement(q, row, { runnerId: handoffRunnerId, tokenHash: handoffTokenHash, leaseSeconds: handoffLeaseSeconds }, probe),
+);
 
 /** An expression over the new jobs row (`ins`) that the enqueue's statement answers too: e.g. waiting.ts runnableNow. */
 export type JobProbe = (alias: "ins") => RawBuilder<boolean>;
@@ -353,12 +415,28 @@ export async function enqueueJob(db: Kysely<Database>, input: EnqueueInput, time
   return (await enqueueProbed(db, input, timeouts, undefined, code, box)).job;
 }
 
-/** enqueueJob, with `probe` answered by the same statement (`probed`; undefined when the key named a job already stored). */
-export async function enqueueProbed(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, probe: JobProbe | undefined, code?: CodeHooks, box?: SecretBox): Promise<{ job: JobSnapshot; probed?: boolean }> {
+/**
+ * enqueueJob, with `probe` answered by the same statement (`probed`; undefined when the key named a
+ * job already stored), and a direct handoff when `handoff` names a waiting claim's runner (asked
+ * once the enqueue passed its rules, never for a job with secrets): `handed` is the lease it made,
+ * on this job or an older one. A handoff refused for its runner (retired while it waited: FL001) or
+ * by a deadlock rolls the statement back whole, and the job is stored without it.
+ */
+export async function enqueueProbed(db: Kysely<Database>, input: EnqueueInput, timeouts: JobTimeouts, probe: JobProbe | undefined, code?: CodeHooks, box?: SecretBox, handoff?: () => HandoffTarget | undefined): Promise<{ job: JobSnapshot; probed?: boolean; handed?: HandedRow }> {
   const prepared = await prepareEnqueue(input, timeouts, code, box);
-  const [stored] = prepared.withSecrets ? await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box, probe)) : await storeEnqueues(db, [prepared], box, probe);
+  const target = prepared.withSecrets ? undefined : handoff?.();
+  let stored: StoredEnqueue | undefined;
+  if (prepared.withSecrets) [stored] = await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box, probe));
+  else {
+    try {
+      [stored] = await storeEnqueues(db, [prepared], box, probe, target);
+    } catch (err) {
+      if (!target || !["FL001", "40P01"].includes((err as { code?: string }).code ?? "")) throw err;
+      [stored] = await storeEnqueues(db, [prepared], box, probe);
+    }
+  }
   if (!stored || "refused" in stored) throw stored?.refused ?? new Error("enqueue stored nothing");
-  return { job: jobSnapshot(stored.job), ...(stored.probed !== undefined ? { probed: stored.probed } : {}) };
+  return { job: jobSnapshot(stored.job), ...(stored.probed !== undefined ? { probed: stored.probed } : {}), ...(stored.handed ? { handed: stored.handed } : {}) };
 }
 
 /** Whether any job is queued and due in the workspace (one probe of the claim index). */

@@ -9,6 +9,10 @@ import type { JobState } from "../store/schema.js";
 export interface BrokerObserver {
   /** A claim request ended after `waitedMs`: with a lease (`granted`), or without one (it timed out or was cancelled). */
   claimEnded(granted: boolean, waitedMs: number): void;
+  /** A long-poll claim began (+1) or ended (-1) its wait for a job. */
+  claimWaiting(delta: 1 | -1): void;
+  /** An enqueue leased a job to a claim waiting on this replica (the direct handoff, handoff.ts); that claim's claimEnded counts it as granted too. */
+  handedOff(): void;
   /** A live lease was extended. */
   renewed(): void;
   /** A completion settled a lease; `state` is the job's state after it ("queued" when a retryable failure requeued it). */

@@ -1,5 +1,7 @@
 import { sql } from "kysely";
 import type { Store } from "../store/database.js";
+import type { LeaseHolder } from "./lease-check.js";
+import type { LeaseView } from "./leases.js";
 
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
 export const jobsChannel = "forelead_jobs";
@@ -33,11 +35,34 @@ export const resumeChannel = "forelead_resume";
  * from the database (index jobs_scheduled, one probe). Read for every
  * workspace at start and after the LISTEN connection is back. Pickup of a due
  * job is then the timer's lateness plus a claim, not a poll interval.
+ *
+ * The direct handoff (handoff.ts): an enqueue on this replica may *reserve*
+ * a waiter that is waiting now, and lease a job to its runner in the
+ * enqueue's own statement. A reserved waiter stays in its queue but no
+ * notification wakes it, and its wait does not end while the reservation
+ * holds (its time running out, its request's abort, a recheck, close): those
+ * are kept and take effect when the reservation is delivered, so a lease is
+ * never made for a claim that already answered. Delivered with a lease, the
+ * wait resolves with it; without, it waits on, or ends as it would have.
  */
 export interface Wakeups {
-  /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. */
-  arm(workspaceId: string): Waiter;
+  /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. With `holder`, the waiter can be reserved for a handoff. */
+  arm(workspaceId: string, holder?: LeaseHolder): Waiter;
+  /** Reserves the first waiter of `workspaceId` that is waiting now and has a holder; undefined when none is. */
+  reserve(workspaceId: string): Reservation | undefined;
   close(): Promise<void>;
+}
+
+/** A waiter reserved for a handoff: deliver exactly once (a second call does nothing). */
+export interface Reservation {
+  readonly holder: LeaseHolder;
+  /** Ends the reservation: with the lease made for it, or none. */
+  deliver(lease?: LeaseView): void;
+}
+
+/** What ends a wait with a lease: the handoff made for it. */
+export interface Handed {
+  readonly lease: LeaseView;
 }
 
 /** What woke a waiter: the notification it was handed, to relay when it could not use it. */
@@ -49,8 +74,8 @@ export interface Wake {
 
 /** One armed waiter. */
 export interface Waiter {
-  /** Resolves with the wake, or undefined after `ms` or when `signal` aborts. */
-  wait(ms: number, signal?: AbortSignal): Promise<Wake | undefined>;
+  /** Resolves with the wake, a lease handed to it, or undefined after `ms` or when `signal` aborts. */
+  wait(ms: number, signal?: AbortSignal): Promise<Wake | Handed | undefined>;
   /** Disarms without waiting; a wake that arrived meanwhile and was not returned by wait() goes to the next waiter. */
   cancel(): void;
   /** Hands an unused wake to the next waiter that has not tried it. */
@@ -63,9 +88,17 @@ const maxTimerMs = 3_600_000;
 
 interface Armed {
   readonly id: number;
+  readonly holder: LeaseHolder | undefined;
   readonly wake: (w: Wake) => void;
   /** Ends the wait (or the next one) with no wake: the claim looks again. */
   readonly recheck: () => void;
+  /** Inside wait() now, not reserved: only such a waiter may be reserved. */
+  reservable(): boolean;
+  /** Reserved for a handoff: no notification wakes it, and its wait's end is held (see Wakeups). */
+  readonly held: () => boolean;
+  hold(): void;
+  /** Ends the hold: resolves the wait with the lease, or with what ended it meanwhile, or lets it wait on. */
+  unhold(lease?: LeaseView): void;
 }
 
 /** Subscribes to the jobs channel of `store`. */
@@ -75,7 +108,7 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
 
   const wakeNext = (wake: Wake) => {
     const queue = waiting.get(wake.workspaceId);
-    const i = queue?.findIndex((a) => !wake.tried.has(a.id)) ?? -1;
+    const i = queue?.findIndex((a) => !wake.tried.has(a.id) && !a.held()) ?? -1;
     if (!queue || i === -1) return;
     const [armed] = queue.splice(i, 1);
     if (queue.length === 0) waiting.delete(wake.workspaceId);
@@ -134,13 +167,19 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
   };
 
   return {
-    arm(workspaceId) {
+    arm(workspaceId, holder) {
       const id = nextId++;
       let woken: Wake | undefined;
       let rechecked = false;
       let resolveWait: ((w: Wake | undefined) => void) | undefined;
+      let resolveHanded: ((h: Handed | undefined) => void) | undefined;
+      let inWait = false;
+      let held = false;
+      // While held: what ended the wait meanwhile (a wake from close, or undefined), to end it with at delivery.
+      let heldEnd: { readonly w: Wake | undefined } | undefined;
       const armed: Armed = {
         id,
+        holder,
         wake: (w) => {
           woken = w;
           resolveWait?.(w);
@@ -148,6 +187,16 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
         recheck: () => {
           rechecked = true;
           resolveWait?.(undefined);
+        },
+        reservable: () => inWait && !held && holder !== undefined,
+        held: () => held,
+        hold: () => {
+          held = true;
+        },
+        unhold: (lease) => {
+          held = false;
+          if (lease) resolveHanded?.({ lease });
+          else if (heldEnd) resolveWait?.(heldEnd.w);
         },
       };
       const queue = waiting.get(workspaceId) ?? [];
@@ -169,17 +218,29 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
             return Promise.resolve(woken);
           }
           return new Promise((resolve) => {
-            const done = (w: Wake | undefined) => {
-              delivered = w !== undefined;
+            const finish = (result: Wake | Handed | undefined) => {
+              inWait = false;
+              resolveWait = resolveHanded = undefined;
               clearTimeout(timer);
               signal?.removeEventListener("abort", aborted);
               disarm();
-              resolve(w);
+              resolve(result);
+            };
+            const done = (w: Wake | undefined) => {
+              // Reserved: a lease may be on its way to this wait; its end waits for the delivery.
+              if (held) {
+                heldEnd ??= { w };
+                return;
+              }
+              delivered = w !== undefined;
+              finish(w);
             };
             const aborted = () => done(undefined);
             const timer = setTimeout(() => done(undefined), ms);
             signal?.addEventListener("abort", aborted, { once: true });
+            inWait = true;
             resolveWait = done;
+            resolveHanded = finish;
           });
         },
         cancel() {
@@ -194,6 +255,20 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
         relay(wake) {
           wake.tried.add(id);
           wakeNext(wake);
+        },
+      };
+    },
+    reserve(workspaceId) {
+      const armed = waiting.get(workspaceId)?.find((a) => a.reservable());
+      if (!armed) return undefined;
+      armed.hold();
+      let delivered = false;
+      return {
+        holder: armed.holder!,
+        deliver(lease) {
+          if (delivered) return;
+          delivered = true;
+          armed.unhold(lease);
         },
       };
     },

@@ -30,6 +30,8 @@ describe("the metrics listener", () => {
       forelead_leases_granted_total: "COUNTER",
       forelead_leases_renewed_total: "COUNTER",
       forelead_leases_expired_total: "COUNTER",
+      forelead_leases_handed_off_total: "COUNTER",
+      forelead_claims_waiting: "GAUGE",
       forelead_settlements_total: "COUNTER",
       forelead_claim_wait_seconds: "HISTOGRAM",
       forelead_request_duration_seconds: "HISTOGRAM",

@@ -209,7 +209,7 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     const live = () => !stopped && performance.now() < deadline;
 
     // Enqueue: 2,000 jobs, alternating replicas, 32 in flight. Runners are already claiming.
-    const enqueued: Array<{ id: string; via: string }> = [];
+    const enqueued: Array<{ id: string; via: string; handedTo?: string }> = [];
     let enqueueDone = false;
     let enqueueFinishedAt = 0;
     const enqueue = async () => {
@@ -224,8 +224,9 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
                 apiVersion: "v1", workspaceId, labels: ["linux"], maxAttempts: 3, priority: 0, idempotencyKey: `replicas-${n}`,
                 spec: { image: "busybox", argv: ["true"] },
               });
-              if (reply.status !== 200 || reply.json?.job?.state !== "queued") fail(`enqueue ${n} via ${n % 2 ? "B" : "A"}: ${describeReply(reply)}`);
-              else enqueued.push({ id: reply.json.job.id, via: n % 2 ? "B" : "A" });
+              // Running: handed off in the enqueue's own statement to a runner waiting on that replica (src/broker/handoff.ts).
+              if (reply.status !== 200 || !["queued", "running"].includes(reply.json?.job?.state)) fail(`enqueue ${n} via ${n % 2 ? "B" : "A"}: ${describeReply(reply)}`);
+              else enqueued.push({ id: reply.json.job.id, via: n % 2 ? "B" : "A", handedTo: reply.json.job.state === "running" ? reply.json.job.runnerId : undefined });
             } catch (e) {
               fail(`enqueue ${n}: ${(e as Error).message}`);
             }
@@ -371,6 +372,11 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     // The fewer-round-trip paths were in use.
     expect(multiLeases).toBeGreaterThan(0);
     expect(nextLeases).toBeGreaterThan(0);
+    // Handed off by its enqueue: claimed by that runner (the one record of the job above), on the enqueue's replica.
+    const handed = enqueued.filter((e) => e.handedTo);
+    console.log(`replicas: ${handed.length} jobs handed off by their enqueue to a waiting claim`);
+    expect(handed.length).toBeGreaterThan(0);
+    expect(handed.filter((e) => byJob.get(e.id)?.[0]?.runnerId !== e.handedTo || byJob.get(e.id)?.[0]?.claimedVia !== e.via).map((e) => e.id)).toEqual([]);
 
     // From the records: no runner ever held more live leases than its slots. A lease was
     // live from before its claim reply arrived until after its complete was sent, so

@@ -64,6 +64,16 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     if ((err as { code?: string }).code === "FL001") throw new ConnectError((err as Error).message, Code.FailedPrecondition);
     throw err;
   }
+  return leaseViews(db, rows, tokens, hashes, box);
+}
+
+/**
+ * The leases of a claim's rows (forelead_claim's jobs rows, each with pipeline_step), in the
+ * order of `tokens`: each token's lease, or undefined when no row carries its hash (`hashes`:
+ * the tokens' SHA-256, hex). Reads the secrets and resumed input of the leased jobs that have
+ * them. Also how an enqueue's direct handoff (handoff.ts) answers the lease it made.
+ */
+export async function leaseViews(db: Kysely<Database>, rows: ReadonlyArray<JobRow & { pipeline_step: boolean }>, tokens: readonly string[], hashes: readonly string[], box?: SecretBox): Promise<Array<LeaseView | undefined>> {
   // PGlite returns bytea as a Uint8Array, pg as a Buffer.
   const byHash = new Map(rows.map((row) => [Buffer.from(row.lease_token_sha256!).toString("hex"), row]));
   // A second query only when a leased job has secrets (its row lists their names); after the
@@ -71,7 +81,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   const secrets = await leaseSecrets(db, box, rows.filter((r) => r.secret_names.length || r.secret_file_names.length).map((r) => r.id));
   // Likewise for a resumed job (docs/suspend.md): the answer and checkpoint of its latest input request.
   const inputs = await leaseInputs(db, rows.flatMap((r) => (r.input_lease_id === null ? [] : [Number(r.input_lease_id)])));
-  return holders.map((_, i) => {
+  return tokens.map((_, i) => {
     const row = byHash.get(hashes[i]!);
     const delivered = row && secrets.get(row.id);
     const input = row?.input_lease_id != null ? inputs.get(Number(row.input_lease_id)) : undefined;

@@ -56,6 +56,8 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const sampleDatabase = createDatabaseSampler(store.db, options.sampleTtlMs ?? 1000);
 
   const granted = new Counter({ name: "forelead_leases_granted_total", help: "Leases granted to claims.", registers });
+  const handedOff = new Counter({ name: "forelead_leases_handed_off_total", help: "Leases an enqueue granted in its own statement to a claim waiting on this replica (the direct handoff); also counted in forelead_leases_granted_total.", registers });
+  const claimsWaiting = new Gauge({ name: "forelead_claims_waiting", help: "Long-poll claims waiting for a job on this replica now.", registers });
   const renewed = new Counter({ name: "forelead_leases_renewed_total", help: "Live leases extended by a renew.", registers });
   const expired = new Counter({ name: "forelead_leases_expired_total", help: "Leases the expiry sweep ended: expired, or past the job's timeout.", registers });
   const settlements = new Counter({ name: "forelead_settlements_total", help: "Jobs settled under a lease, by outcome (a completion, or the expiry sweep); requeued: a retryable failure with attempts left.", labelNames: ["outcome"], registers });
@@ -141,6 +143,8 @@ export function createMetrics(options: MetricsOptions): Metrics {
         if (wasGranted) granted.inc();
         (wasGranted ? claimGranted : claimNone).observe(waitedMs / 1000);
       },
+      claimWaiting: (delta) => claimsWaiting.inc(delta),
+      handedOff: () => handedOff.inc(),
       renewed: () => renewed.inc(),
       settled: (state) => settled[state === "queued" ? "requeued" : state]?.inc(),
       swept(jobs) {

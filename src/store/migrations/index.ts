@@ -24,6 +24,7 @@ import * as m0022 from "./0022_suspend.js";
 import * as m0023 from "./0023_runner_instances.js";
 import * as m0024 from "./0024_open_steps.js";
 import * as m0025 from "./0025_claim_generic_plans.js";
+import * as m0026 from "./0026_handoff.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -55,4 +56,5 @@ export const migrations: Record<string, Migration> = {
   "0023_runner_instances": m0023,
   "0024_open_steps": m0024,
   "0025_claim_generic_plans": m0025,
+  "0026_handoff": m0026,
 };
