@@ -56,13 +56,20 @@ const results: Pickup[] = [];
 const pki = await createBenchPki();
 try {
   // The runners as bare REST clients (claim, complete, claim again), then as the runner agent
-  // makes its requests (each completion also waits for the next lease): one fresh database each.
-  for (const [system, next] of [["ours (REST long-poll, 1 process)", false], ["ours (complete-and-claim long-poll, 1 process)", true]] as const) {
+  // makes its requests (each completion also waits for the next lease), then each again without
+  // the direct handoff (src/broker/handoff.ts), to show what it buys: one fresh database each.
+  const rows = [
+    ["ours (REST long-poll, 1 process)", false, true],
+    ["ours (complete-and-claim long-poll, 1 process)", true, true],
+    ["ours (REST long-poll, no handoff)", false, false],
+    ["ours (complete-and-claim long-poll, no handoff)", true, false],
+  ] as const;
+  for (const [system, next, handoff] of rows) {
     console.log(`pickup-latency: ${system}, ${runnerCount} runners waiting, ${jobs} jobs at ${rate}/s`);
     const database = await freshDatabase(options.databaseUrl, options.databaseName);
     const client = forkProcess(new URL("./clients/runners.ts", import.meta.url));
     try {
-      const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1 });
+      const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1, handoff });
       try {
         const runners = await pki.runners("p", runnerCount, workspaceId);
         await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners, admin: pki.admin });
@@ -95,7 +102,8 @@ if (options.databaseUrl) {
 
 const notes = [
   `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} per second on a fixed schedule (each sent when due, whatever the previous one is doing), while ${runnerCount} runners (or workers) wait; ${warmup} more jobs go first, at the same rate, and are not counted (pools fill, code is compiled).`,
-  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. The claim waits on Postgres LISTEN/NOTIFY: one notification wakes one waiting claim.",
+  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. An enqueue that finds a claim waiting leases the job to it in its own statement (the direct handoff); otherwise the claim waits on Postgres LISTEN/NOTIFY: one notification wakes one waiting claim.",
+  "Ours, no handoff: the same with the direct handoff turned off (every job reaches its runner through the enqueue's NOTIFY and a claim statement), for the comparison in one run.",
   "Ours, complete-and-claim: each runner's completion also asks for its next lease and waits up to 20 s for it (CompleteRequest.next), as the runner agent does; the lease arrives in the completion's reply. The bare REST row completes, then claims again.",
   "graphile-worker: latency from calling addJob to its task function starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
   "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four processes (client, control plane, Postgres, back); graphile-worker stays in one process beside Postgres. The machine has 2 cores shared by all of them.",

@@ -30,6 +30,8 @@ export interface PlanesOptions {
   readonly batching?: BatcherOptions;
   /** In-process only: lease duration instead of 30 s (a scenario that holds leases for minutes). */
   readonly leaseSeconds?: number;
+  /** In-process only: false turns the direct handoff off (to measure what it buys). */
+  readonly handoff?: boolean;
 }
 
 /** Starts `count` control planes on loopback ports (one after the other, so migrations do not race). */
@@ -52,6 +54,7 @@ export async function startPlanes(options: PlanesOptions): Promise<Planes> {
       maxCertLifetimeMs: 24 * 3600 * 1000,
       secretsKeys: { current: key },
       ...(options.batching ? { batching: options.batching } : {}),
+      ...(options.handoff === false ? { handoff: false } : {}),
     });
     return { urls: [plane.url], pids: [process.pid], inProcess: plane, close: () => plane.close() };
   }

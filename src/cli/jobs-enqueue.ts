@@ -80,11 +80,13 @@ export function enqueueCommand(write: (text: string) => void = (t) => process.st
       const reply = await admin.enqueueJob(request);
       const job = reply.job;
       if (!job) throw new Error("the control plane's enqueue reply has no job");
+      // Running already: leased in the enqueue to a runner that was waiting (the direct handoff).
+      const where = `${job.state === "running" && job.runnerId ? ` on runner ${job.runnerId}` : ""} in workspace ${job.workspaceId}`;
       if (!flags.wait) {
-        write(flags.json ? `${toJsonString(EnqueueJobResponseSchema, reply)}\n` : `job ${job.id} ${job.state} in workspace ${job.workspaceId}${job.waiting?.message ? `: waiting: ${job.waiting.message}` : ""}\n`);
+        write(flags.json ? `${toJsonString(EnqueueJobResponseSchema, reply)}\n` : `job ${job.id} ${job.state}${where}${job.waiting?.message ? `: waiting: ${job.waiting.message}` : ""}\n`);
         return;
       }
-      warn(`forelead: job ${job.id} ${job.state} in workspace ${job.workspaceId}\n`);
+      warn(`forelead: job ${job.id} ${job.state}${where}\n`);
       const status = statusLine(`job ${job.id} ${job.state}${job.waiting?.message ? `: ${job.waiting.message}` : ""}`);
       const log = flags.json ? warn : write;
       try {

@@ -43,7 +43,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer, auditSpool }));
   const metrics = stack.use("the metrics", createMetrics({ store, audit: identity.audit }));
   const code = stack.use("the code host", await createCodeHost({ db: store.db, secrets: secrets.box, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
-  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, secrets: secrets.box, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}), observer: metrics.broker }));
+  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, secrets: secrets.box, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}), ...(options.handoff === false ? { handoff: false } : {}), observer: metrics.broker }));
   const inventory = createInventory(store.db);
   const artifactStore = await chooseArtifactStore(checked, store, stack);
   const artifacts = stack.use("artifacts", createArtifacts({ db: store.db, store: artifactStore, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));

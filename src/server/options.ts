@@ -65,6 +65,8 @@ export interface ControlPlaneOptions {
   readonly eventPruneIntervalMs?: number;
   /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
   readonly batching?: BatcherOptions;
+  /** false: no direct handoff from an enqueue to a waiting claim (src/broker/handoff.ts); on unless false (benchmarks compare). */
+  readonly handoff?: boolean;
   /** Bounds on client connections (docs/limits.md); each one omitted takes its default. */
   readonly connectionLimits?: Partial<ConnectionLimits>;
   /** Where /metrics, /healthz and /readyz are served over plain HTTP (`--metrics-listen`); not served when omitted. */

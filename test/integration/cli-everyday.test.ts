@@ -168,7 +168,8 @@ describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () =
       expect(failed.code, failed.stderr).toBe(3);
       expect(failed.stdout).toBe("first line\nsecond line\n");
       expect(failed.stderr).toMatch(/forelead: job (\S+) failed with exit code 3/);
-      const jobId = /forelead: job (\S+) queued/.exec(failed.stderr)![1]!;
+      // Queued, or running already when the runner was waiting for it (the direct handoff names it).
+      const jobId = /forelead: job (\S+) (?:queued|running on runner ev-r2) in workspace ev-w2/.exec(failed.stderr)![1]!;
 
       const ok = await forel("jobs", "enqueue", "--workspace", "ev-w2", "--label", "linux", "--image", "busybox", "--wait", "--json", "--", "sh", "-c", "echo all good");
       expect(ok.code, ok.stderr).toBe(0);

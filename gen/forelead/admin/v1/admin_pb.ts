@@ -157,7 +157,9 @@ export const EnqueueJobRequestSchema: GenMessage<EnqueueJobRequest> = /*@__PURE_
   messageDesc(file_forelead_admin_v1_admin, 0);
 
 /**
- * EnqueueJobResponse is the job as stored.
+ * EnqueueJobResponse is the job as stored: queued, or already running when
+ * the enqueue leased it to a runner whose claim was waiting on the control
+ * plane that took the enqueue (the direct handoff; runnerId names it).
  *
  * @generated from message forelead.admin.v1.EnqueueJobResponse
  */
