@@ -137,7 +137,7 @@ async function claimedLeases(claims: ReadonlyArray<Promise<LeaseView | undefined
 /** Starts a broker: subscribes to wakeups and sweeps expired leases and overdue jobs on a timer. */
 export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const { db } = options.store;
-  const wakeups: Wakeups = await createWakeups(options.store);
+  const wakeups: Wakeups<LeaseHolder, LeaseView> = await createWakeups<LeaseHolder, LeaseView>(options.store);
   const batching = options.batching ?? defaultBatching;
   const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds, options.secrets), batching);
   const { observer } = options;

@@ -3,6 +3,8 @@ import type { Database } from "../store/schema.js";
 import type { SecretBox } from "../secrets/box.js";
 import { hashLeaseToken, newLeaseToken } from "./ids.js";
 import type { EnqueueInput, HandedRow, HandoffTarget } from "./jobs.js";
+import type { LeaseHolder } from "./lease-check.js";
+import type { LeaseView } from "./leases.js";
 import { leaseViews } from "./sql/claim.js";
 import type { Reservation, Wakeups } from "./wakeups.js";
 
@@ -33,9 +35,9 @@ export interface Handoff {
 }
 
 /** The handoff of one enqueue, or undefined when `input` cannot be handed off. */
-export function handoffFor(db: Kysely<Database>, wakeups: Wakeups, input: EnqueueInput, leaseSeconds: number, box?: SecretBox): Handoff | undefined {
+export function handoffFor(db: Kysely<Database>, wakeups: Wakeups<LeaseHolder, LeaseView>, input: EnqueueInput, leaseSeconds: number, box?: SecretBox): Handoff | undefined {
   if (input.runAt || input.delaySeconds) return undefined;
-  let reservation: Reservation | undefined;
+  let reservation: Reservation<LeaseHolder, LeaseView> | undefined;
   let token = "";
   let tokenHashHex = "";
   return {

@@ -1,7 +1,5 @@
 import { sql } from "kysely";
 import type { Store } from "../store/database.js";
-import type { LeaseHolder } from "./lease-check.js";
-import type { LeaseView } from "./leases.js";
 
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
 export const jobsChannel = "forelead_jobs";
@@ -45,24 +43,24 @@ export const resumeChannel = "forelead_resume";
  * never made for a claim that already answered. Delivered with a lease, the
  * wait resolves with it; without, it waits on, or ends as it would have.
  */
-export interface Wakeups {
-  /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. With `holder`, the waiter can be reserved for a handoff. */
-  arm(workspaceId: string, holder?: LeaseHolder): Waiter;
+export interface Wakeups<H = unknown, L = unknown> {
+  /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. With `holder` (the claim's runner), the waiter can be reserved for a handoff. */
+  arm(workspaceId: string, holder?: H): Waiter<L>;
   /** Reserves the first waiter of `workspaceId` that is waiting now and has a holder; undefined when none is. */
-  reserve(workspaceId: string): Reservation | undefined;
+  reserve(workspaceId: string): Reservation<H, L> | undefined;
   close(): Promise<void>;
 }
 
 /** A waiter reserved for a handoff: deliver exactly once (a second call does nothing). */
-export interface Reservation {
-  readonly holder: LeaseHolder;
+export interface Reservation<H, L> {
+  readonly holder: H;
   /** Ends the reservation: with the lease made for it, or none. */
-  deliver(lease?: LeaseView): void;
+  deliver(lease?: L): void;
 }
 
 /** What ends a wait with a lease: the handoff made for it. */
-export interface Handed {
-  readonly lease: LeaseView;
+export interface Handed<L> {
+  readonly lease: L;
 }
 
 /** What woke a waiter: the notification it was handed, to relay when it could not use it. */
@@ -73,9 +71,9 @@ export interface Wake {
 }
 
 /** One armed waiter. */
-export interface Waiter {
+export interface Waiter<L = unknown> {
   /** Resolves with the wake, a lease handed to it, or undefined after `ms` or when `signal` aborts. */
-  wait(ms: number, signal?: AbortSignal): Promise<Wake | Handed | undefined>;
+  wait(ms: number, signal?: AbortSignal): Promise<Wake | Handed<L> | undefined>;
   /** Disarms without waiting; a wake that arrived meanwhile and was not returned by wait() goes to the next waiter. */
   cancel(): void;
   /** Hands an unused wake to the next waiter that has not tried it. */
@@ -86,9 +84,9 @@ export interface Waiter {
 const dueSlackMs = 5;
 const maxTimerMs = 3_600_000;
 
-interface Armed {
+interface Armed<H, L> {
   readonly id: number;
-  readonly holder: LeaseHolder | undefined;
+  readonly holder: H | undefined;
   readonly wake: (w: Wake) => void;
   /** Ends the wait (or the next one) with no wake: the claim looks again. */
   readonly recheck: () => void;
@@ -98,12 +96,12 @@ interface Armed {
   readonly held: () => boolean;
   hold(): void;
   /** Ends the hold: resolves the wait with the lease, or with what ended it meanwhile, or lets it wait on. */
-  unhold(lease?: LeaseView): void;
+  unhold(lease?: L): void;
 }
 
 /** Subscribes to the jobs channel of `store`. */
-export async function createWakeups(store: Store): Promise<Wakeups> {
-  const waiting = new Map<string, Armed[]>();
+export async function createWakeups<H = unknown, L = unknown>(store: Store): Promise<Wakeups<H, L>> {
+  const waiting = new Map<string, Array<Armed<H, L>>>();
   let nextId = 0;
 
   const wakeNext = (wake: Wake) => {
@@ -172,12 +170,12 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
       let woken: Wake | undefined;
       let rechecked = false;
       let resolveWait: ((w: Wake | undefined) => void) | undefined;
-      let resolveHanded: ((h: Handed | undefined) => void) | undefined;
+      let resolveHanded: ((h: Handed<L> | undefined) => void) | undefined;
       let inWait = false;
       let held = false;
       // While held: what ended the wait meanwhile (a wake from close, or undefined), to end it with at delivery.
       let heldEnd: { readonly w: Wake | undefined } | undefined;
-      const armed: Armed = {
+      const armed: Armed<H, L> = {
         id,
         holder,
         wake: (w) => {
@@ -218,7 +216,7 @@ export async function createWakeups(store: Store): Promise<Wakeups> {
             return Promise.resolve(woken);
           }
           return new Promise((resolve) => {
-            const finish = (result: Wake | Handed | undefined) => {
+            const finish = (result: Wake | Handed<L> | undefined) => {
               inWait = false;
               resolveWait = resolveHanded = undefined;
               clearTimeout(timer);

@@ -12,11 +12,11 @@ import { createTestDatabase, databaseKind, type TestDatabase } from "../support/
 
 let database: TestDatabase;
 let store: Store;
-let wakeups: Wakeups;
+let wakeups: Wakeups<{ workspaceId: string; runnerId: string }, LeaseView>;
 beforeAll(async () => {
   database = await createTestDatabase();
   store = await openStore(database.location);
-  wakeups = await createWakeups(store);
+  wakeups = await createWakeups<{ workspaceId: string; runnerId: string }, LeaseView>(store);
 });
 afterAll(async () => {
   await wakeups?.close();
