@@ -62,7 +62,7 @@ describe(`long-poll wakeups (${databaseKind})`, () => {
 
   describe("reserved for a direct handoff (src/broker/handoff.ts)", () => {
     const holder = (runnerId: string, workspaceId: string) => ({ workspaceId, runnerId });
-    const lease = (jobId: string): LeaseView => ({ token: "t", expiresAt: new Date(), cancelRequested: false, job: { id: jobId } });
+    const lease = (jobId: string): LeaseView => ({ token: "t", expiresAt: new Date("2026-12-04T12:00:00Z"), cancelRequested: false, job: { id: jobId } });
 
     it("takes the first waiter that is waiting now; no notification wakes it while reserved (the next waiter gets it), and its wait resolves with the lease delivered", async () => {
       const first = wakeups.arm("h1", holder("r1", "h1"));
