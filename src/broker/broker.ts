@@ -171,6 +171,15 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   }, options.sweepIntervalMs ?? 1000);
   timer.unref();
 
+  /**
+   * One lease as its request answers it: its base commit pinned (pinning.ts) and a step's inputs read; undefined
+   * when its job could not be pinned (then it was settled). A completion's next lease and a handed-off one.
+   */
+  const answerable = async (holder: LeaseHolder, lease: LeaseView): Promise<LeaseView | undefined> => {
+    const pinned = await pinClaimedJob(db, holder, lease, options.code, settled);
+    return pinned && withInputs(db, pinned);
+  };
+
   const claim: Broker["claim"] = async (holder, waitSeconds, signal, maxLeases = 1) => {
     checkClaimRequest(waitSeconds, maxLeases);
     const startedAt = performance.now();
@@ -211,8 +220,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
             await releaseLease(db, { ...holder, jobId: woke.lease.job.id as string, leaseToken: woke.lease.token! }, settled).catch((err: unknown) => logUnlessUnreachable("broker: a handed-off lease whose claim was gone could not be given back", err));
             return end([]);
           }
-          const pinned = await pinClaimedJob(db, holder, woke.lease, options.code, settled);
-          if (pinned) return end([await withInputs(db, pinned)]);
+          const lease = await answerable(holder, woke.lease);
+          if (lease) return end([lease]);
           continue; // its job could not be pinned and was settled: look for others
         }
         unused = woke;
@@ -261,10 +270,10 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       const startedAt = performance.now();
       const done: SettledAndClaimed = await batchedCompleteAndClaim(input);
       // Leased in the completion's batch: pinned and given its inputs as a claim's lease is.
-      const pinned = done.lease && (await pinClaimedJob(db, input, done.lease, options.code, settled));
-      if (pinned) {
+      const lease = done.lease && (await answerable(input, done.lease));
+      if (lease) {
         observer?.claimEnded(true, performance.now() - startedAt);
-        return { job: done.job, lease: await withInputs(db, pinned) };
+        return { job: done.job, lease };
       }
       // None yet (or its job could not be pinned): a claim as Claim makes it, long poll and all.
       const leases = await claim(input, waitSeconds, signal).catch((err: unknown) => {

@@ -46,16 +46,13 @@ export function handoffFor(db: Kysely<Database>, wakeups: Wakeups<LeaseHolder, L
       if (!reservation) return undefined;
       token = newLeaseToken();
       tokenHashHex = hashLeaseToken(token).toString("hex");
-      return { workspaceId: input.workspaceId, runnerId: reservation.holder.runnerId, tokenHashHex, leaseSeconds };
+      return { runnerId: reservation.holder.runnerId, tokenHashHex, leaseSeconds };
     },
     async deliver(handed) {
       if (!reservation) return;
-      try {
-        const [lease] = handed ? await leaseViews(db, [handed], [token], [tokenHashHex], box) : [];
-        reservation.deliver(lease);
-      } finally {
-        reservation.deliver(undefined);
-      }
+      // Should reading the lease fail, the enqueue's `cancel` still ends the reservation.
+      const [lease] = handed ? await leaseViews(db, [handed], [token], [tokenHashHex], box) : [];
+      reservation.deliver(lease);
     },
     cancel() {
       reservation?.deliver(undefined);

@@ -278,7 +278,7 @@ export type StoredEnqueue = { readonly job: JobRow; readonly created: boolean; r
  * token made for it, and the lease length.
  */
 export interface HandoffTarget {
-  readonly workspaceId: string;
+  /** In the job's workspace: the reservation was made there. */
   readonly runnerId: string;
   readonly tokenHashHex: string;
   readonly leaseSeconds: number;
