@@ -1,8 +1,9 @@
-import { create, fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { ArtifactSchema, JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
 import type { JobSnapshot } from "../broker/job-snapshot.js";
 import type { LeaseView } from "../broker/leases.js";
+import { messageFromJson } from "../protocol/json-codec.js";
 import { looksSecret, maskedValue } from "../protocol/secret-names.js";
 import { apiVersion } from "./request-rules.js";
 
@@ -20,7 +21,7 @@ export function jobMessage(snapshot: JobSnapshot): Job {
 
 /** The proto Job of a broker snapshot (the snapshot is already proto3 JSON), env as enqueued. */
 function unmaskedJob(snapshot: JobSnapshot): Job {
-  return fromJson(JobSchema, snapshot as JsonValue, { ignoreUnknownFields: true });
+  return messageFromJson(JobSchema, snapshot as JsonValue);
 }
 
 /** The proto Lease of a broker lease view; secrets only when the view carries them (the claim that issued it). */
@@ -34,7 +35,7 @@ export function leaseMessage(view: LeaseView): Lease {
     ...(view.attempt ? { attempt: view.attempt } : {}),
     ...(view.secrets ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles } : {}),
     ...(view.input
-      ? { inputRequestId: view.input.requestId, inputAnswer: fromJson(ValueSchema, view.input.answer as JsonValue), checkpoint: view.input.checkpoint.map((a) => fromJson(ArtifactSchema, a as JsonValue, { ignoreUnknownFields: true })) }
+      ? { inputRequestId: view.input.requestId, inputAnswer: messageFromJson(ValueSchema, view.input.answer as JsonValue), checkpoint: view.input.checkpoint.map((a) => messageFromJson(ArtifactSchema, a as JsonValue)) }
       : {}),
     ...(view.inputs ? { inputs: view.inputs.map((i) => ({ ...i, size: BigInt(i.size) })) } : {}),
   });

@@ -1,8 +1,9 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import type { JsonValue } from "@bufbuild/protobuf";
 import { PipelineSchema, type PipelineService, type PipelineStepRequest } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import type { Broker } from "../broker/broker.js";
 import type { PipelineView, StepSubmission } from "../broker/pipelines/pipelines.js";
+import { messageFromJson } from "../protocol/json-codec.js";
 import { audited } from "./audit-actions.js";
 import { jobReaderOf, principalOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
@@ -63,5 +64,5 @@ function stepOf(s: PipelineStepRequest): StepSubmission {
 }
 
 function pipelineMessage(view: PipelineView) {
-  return fromJson(PipelineSchema, view as JsonValue, { ignoreUnknownFields: true });
+  return messageFromJson(PipelineSchema, view as JsonValue);
 }

@@ -1,7 +1,8 @@
 import type { Http2ServerResponse } from "node:http2";
-import { create, toJson, type DescMessage, type DescMethod, type JsonValue, type Message, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, type DescMessage, type DescMethod, type JsonValue, type Message, type MessageInitShape } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
+import { messageToJson } from "../../protocol/json-codec.js";
 import { logEntryText } from "../../protocol/log-text.js";
 import { toConnectError } from "../errors.js";
 import { drained, streamGone } from "./end-stream.js";
@@ -57,7 +58,7 @@ export async function writeMessageStream(
     if (!res.headersSent) res.writeHead(200, { "content-type": contentTypes[format], ...(format === "event-stream" ? { "cache-control": "no-cache" } : {}) });
   };
   const encode = (value: MessageInitShape<DescMessage>): string => {
-    const json = toJson(method.output, create(method.output, value)) as Record<string, JsonValue>;
+    const json = messageToJson(method.output, create(method.output, value)) as Record<string, JsonValue>;
     if (format === "ndjson") return `${JSON.stringify(json)}\n`;
     if (format === "text") return logEntryText(json[route.textField]);
     const id = route.eventIdField ? json[route.eventIdField] : undefined;

@@ -1,7 +1,8 @@
 import type { Http2ServerResponse } from "node:http2";
-import { toJson, type DescMethod, type JsonValue, type Message } from "@bufbuild/protobuf";
+import type { DescMethod, JsonValue, Message } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
+import { messageToJson } from "../../protocol/json-codec.js";
 import { writeJson } from "./error-json.js";
 
 /**
@@ -19,9 +20,9 @@ export function routeBody(route: Route, method: DescMethod, reply: Message): Jso
       if (route.noContentWhenEmpty) return undefined;
       throw new Error(`${method.name}: the reply has no ${route.responseBody}`);
     }
-    return toJson(field.message, message.get(field).message);
+    return messageToJson(field.message, message.get(field).message);
   }
-  const json = toJson(method.output, reply);
+  const json = messageToJson(method.output, reply);
   if (route.noContentWhenEmpty && json !== null && typeof json === "object" && Object.keys(json).length === 0) return undefined;
   return json;
 }

@@ -1,7 +1,8 @@
-import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import type { JsonValue } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { JobSchema, LeaseSchema, type Job, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { ClaimResponseSchema, ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import { messageFromJson } from "../../protocol/json-codec.js";
 import { refusalFix, type TlsSources } from "./failures.js";
 import type { NdjsonPost } from "./ndjson-post.js";
 import type { RestReply, RestTransport } from "./rest-transport.js";
@@ -110,7 +111,6 @@ export interface RunnerClient {
 }
 
 const apiVersion = "v1";
-const parseOptions = { ignoreUnknownFields: true };
 
 /** A client for the runner whose certificate names `runnerId` in `workspaceId`. */
 export function createRunnerClient(transport: RestTransport, runnerId: string, workspaceId: string): RunnerClient {
@@ -128,7 +128,7 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
     workspaceId,
     async clock() {
       const reply = await call("GET", "/v1/runner/clock");
-      const clock = fromJson(ClockResponseSchema, reply.json as JsonValue, parseOptions);
+      const clock = messageFromJson(ClockResponseSchema, reply.json as JsonValue);
       if (!clock.serverTime) throw new RunnerApiError("GET /v1/runner/clock", reply.status, "invalid", "the reply has no serverTime");
       return clock.serverTime.seconds * 1_000_000_000n + BigInt(clock.serverTime.nanos);
     },
@@ -155,12 +155,12 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
       const timeoutMs = waitSeconds * 1000 + 15_000;
       const claimOne = async () => {
         const reply = await call("POST", "/v1/runner/claim", { apiVersion, runnerId, waitSeconds }, timeoutMs, signal);
-        return reply.status === 204 || reply.json === undefined ? [] : [fromJson(LeaseSchema, reply.json as JsonValue, parseOptions)];
+        return reply.status === 204 || reply.json === undefined ? [] : [messageFromJson(LeaseSchema, reply.json as JsonValue)];
       };
       if (maxLeases <= 1 || !claimsServed) return claimOne();
       try {
         const reply = await call("POST", "/v1/runner/claims", { apiVersion, runnerId, waitSeconds, maxLeases }, timeoutMs, signal);
-        return reply.status === 204 || reply.json === undefined ? [] : fromJson(ClaimResponseSchema, reply.json as JsonValue, parseOptions).leases;
+        return reply.status === 204 || reply.json === undefined ? [] : messageFromJson(ClaimResponseSchema, reply.json as JsonValue).leases;
       } catch (err) {
         // A control plane older than multi-lease claims has no such route (404 "no route ..."):
         // claim one at a time from then on. (Its completions ignore `next`, an unknown field.)
@@ -171,7 +171,7 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
     },
     async renew(jobId, leaseToken, timeoutMs) {
       const reply = await call("POST", "/v1/runner/renew", leaseBody(jobId, leaseToken), timeoutMs);
-      return fromJson(LeaseSchema, reply.json as JsonValue, parseOptions);
+      return messageFromJson(LeaseSchema, reply.json as JsonValue);
     },
     async release(jobId, leaseToken) {
       await call("POST", "/v1/runner/release", leaseBody(jobId, leaseToken));
@@ -191,11 +191,11 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
       // A completion that waits for its next lease is held up to next.waitSeconds longer.
       const reply = await call("POST", "/v1/runner/complete", body, next ? next.waitSeconds * 1000 + 15_000 : undefined);
       const { job, lease } = (reply.json ?? {}) as { job?: JsonValue; lease?: JsonValue };
-      return { job: fromJson(JobSchema, job ?? {}, parseOptions), ...(lease ? { lease: fromJson(LeaseSchema, lease, parseOptions) } : {}) };
+      return { job: messageFromJson(JobSchema, job ?? {}), ...(lease ? { lease: messageFromJson(LeaseSchema, lease) } : {}) };
     },
     async inventory(items) {
       const reply = await call("POST", "/v1/runner/inventory", { apiVersion, runnerId, items });
-      return fromJson(InventoryResponseSchema, (reply.json ?? {}) as JsonValue, parseOptions).reap;
+      return messageFromJson(InventoryResponseSchema, (reply.json ?? {}) as JsonValue).reap;
     },
     postNdjson: (path, body, timeoutMs) => transport.request("POST", path, body, { contentType: "application/x-ndjson", timeoutMs }),
     close: () => transport.close(),
