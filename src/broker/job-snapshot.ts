@@ -69,12 +69,21 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   return out;
 }
 
-/** The part of a job a runner sees in its lease. */
-export function leasedJobSnapshot(row: JobRow): JobSnapshot {
-  const full = jobSnapshot(row);
-  const out: JobSnapshot = { id: full.id, workspaceId: full.workspaceId, labels: full.labels, kind: full.kind, spec: full.spec };
+/** The columns of a job a runner sees in its lease (leasedJobSnapshot). */
+export const leasedJobColumns = ["id", "workspace_id", "labels", "kind", "spec", "repository", "target_branch", "base_commit", "base_tree", "published_commit"] as const satisfies readonly (keyof JobRow)[];
+
+/** A job row with at least the columns a lease shows. */
+export type LeasedJobRow = Pick<JobRow, (typeof leasedJobColumns)[number]>;
+
+/** The part of a job a runner sees in its lease: jobSnapshot's fields of those columns. */
+export function leasedJobSnapshot(row: LeasedJobRow): JobSnapshot {
+  const out: JobSnapshot = { id: row.id, workspaceId: row.workspace_id, labels: row.labels, kind: row.kind, spec: row.spec as Record<string, unknown> };
+  if (row.repository) out.repository = row.repository;
+  if (row.target_branch) out.targetBranch = row.target_branch;
+  if (row.base_commit) out.baseCommit = row.base_commit;
+  if (row.base_tree) out.baseTree = row.base_tree;
   // publishedCommit (additive): a runner that takes over an agent job learns what it may ask a published bundle for.
-  for (const k of ["repository", "targetBranch", "baseCommit", "baseTree", "publishedCommit"] as const) if (full[k]) out[k] = full[k];
+  if (row.published_commit) out.publishedCommit = row.published_commit;
   return out;
 }
 

@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
 import { hashLeaseToken, newLeaseToken } from "../ids.js";
-import { leasedJobSnapshot, type JobRow } from "../job-snapshot.js";
+import { leasedJobColumns, leasedJobSnapshot, type JobRow } from "../job-snapshot.js";
 import type { LeaseHolder } from "../lease-check.js";
 import type { LeaseView } from "../leases.js";
 import { leaseSecrets } from "../job-secrets.js";
@@ -44,7 +44,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
   const order = holders.map((_, i) => i).sort((x, y) => compareHolders(holders[x]!, holders[y]!) || x - y);
   // pipeline_step: whether the leased job is a pipeline step's (isStepJob), so
   // only such a lease costs the query for its inputs (pipelines/inputs.ts withInputs).
-  let rows: Array<JobRow & { pipeline_step: boolean }>;
+  let rows: LeaseRow[];
   try {
     // Measured (docs/performance.md, "Profiling and what changed", 2): the claim was BEGIN,
     // UPDATE runners (the lock that makes the live-lease count exact), the claim CTE and COMMIT,
@@ -73,7 +73,7 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
  * the tokens' SHA-256, hex). Reads the secrets and resumed input of the leased jobs that have
  * them. Also how an enqueue's direct handoff (handoff.ts) answers the lease it made.
  */
-export async function leaseViews(db: Kysely<Database>, rows: ReadonlyArray<JobRow & { pipeline_step: boolean }>, tokens: readonly string[], hashes: readonly string[], box?: SecretBox): Promise<Array<LeaseView | undefined>> {
+export async function leaseViews(db: Kysely<Database>, rows: readonly LeaseRow[], tokens: readonly string[], hashes: readonly string[], box?: SecretBox): Promise<Array<LeaseView | undefined>> {
   // PGlite returns bytea as a Uint8Array, pg as a Buffer.
   const byHash = new Map(rows.map((row) => [Buffer.from(row.lease_token_sha256!).toString("hex"), row]));
   // A second query only when a leased job has secrets (its row lists their names); after the
@@ -89,10 +89,21 @@ export async function leaseViews(db: Kysely<Database>, rows: ReadonlyArray<JobRo
   });
 }
 
-/** The claim's one statement, compiled once (statementShapes): forelead_claim and, per leased job, whether it is a pipeline step's. */
+/** The columns of a leased job's row that its lease is made of (leaseViews). */
+const leaseColumns = [...leasedJobColumns, "lease_token_sha256", "lease_expires_at", "cancel_requested", "attempts", "secret_names", "secret_file_names", "input_lease_id"] as const satisfies readonly (keyof JobRow)[];
+
+/** A leased job's row as leaseViews reads it: a claim selects just these columns, a handoff has the whole row. */
+export type LeaseRow = Pick<JobRow, (typeof leaseColumns)[number]> & { readonly pipeline_step: boolean };
+
+/**
+ * The claim's one statement, compiled once (statementShapes): forelead_claim and, per leased job,
+ * whether it is a pipeline step's. It returns the lease's columns only: `c.*` was 58 columns of
+ * which a lease reads 17; Postgres formatted and pg parsed every one of them (timestamps, jsonb)
+ * for each leased job (docs/performance.md, "Profiling and what changed" 8).
+ */
 const claimStatement = statementShapes(
-  (_db: Kysely<Database>, v: { workspaces: string[]; runners: string[]; hashes: string[]; leaseSeconds: number }) => sql<JobRow & { pipeline_step: boolean }>`
-      select c.*, ${isStepJob(sql.ref("c.id"))} as pipeline_step
+  (_db: Kysely<Database>, v: { workspaces: string[]; runners: string[]; hashes: string[]; leaseSeconds: number }) => sql<LeaseRow>`
+      select ${sql.join(leaseColumns.map((c) => sql.ref(`c.${c}`)))}, ${isStepJob(sql.ref("c.id"))} as pipeline_step
       from forelead_claim(${v.workspaces}::text[], ${v.runners}::text[], ${v.hashes}::text[], ${v.leaseSeconds}::int) c`,
 );
 
