@@ -29,10 +29,7 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
     createdAt: iso(row.created_at),
     updatedAt: iso(row.updated_at),
   };
-  if (row.repository) out.repository = row.repository;
-  if (row.target_branch) out.targetBranch = row.target_branch;
-  if (row.base_commit) out.baseCommit = row.base_commit;
-  if (row.base_tree) out.baseTree = row.base_tree;
+  codeFields(row, out);
   if (row.state === "running") {
     if (row.runner_id) out.runnerId = row.runner_id;
     if (row.lease_expires_at) out.leaseExpiresAt = iso(row.lease_expires_at);
@@ -42,7 +39,6 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.failure_reason) out.failure = { reason: row.failure_reason, message: row.failure_message ?? "" };
   if (row.idempotency_key) out.idempotencyKey = row.idempotency_key;
   if (row.settled_at) out.settledAt = iso(row.settled_at);
-  if (row.published_commit) out.publishedCommit = row.published_commit;
   if (row.published_branch) out.publishedBranch = row.published_branch;
   if (row.artifacts?.length) out.artifacts = row.artifacts;
   // The names only: a secret's value is never part of any view (src/broker/job-secrets.ts).
@@ -78,13 +74,20 @@ export type LeasedJobRow = Pick<JobRow, (typeof leasedJobColumns)[number]>;
 /** The part of a job a runner sees in its lease: jobSnapshot's fields of those columns. */
 export function leasedJobSnapshot(row: LeasedJobRow): JobSnapshot {
   const out: JobSnapshot = { id: row.id, workspaceId: row.workspace_id, labels: row.labels, kind: row.kind, spec: row.spec as Record<string, unknown> };
+  codeFields(row, out);
+  return out;
+}
+
+/**
+ * The code a job works on, when it has any. publishedCommit is in a lease too (additive): a
+ * runner that takes over an agent job learns what it may ask a published bundle for.
+ */
+function codeFields(row: Pick<JobRow, "repository" | "target_branch" | "base_commit" | "base_tree" | "published_commit">, out: JobSnapshot): void {
   if (row.repository) out.repository = row.repository;
   if (row.target_branch) out.targetBranch = row.target_branch;
   if (row.base_commit) out.baseCommit = row.base_commit;
   if (row.base_tree) out.baseTree = row.base_tree;
-  // publishedCommit (additive): a runner that takes over an agent job learns what it may ask a published bundle for.
   if (row.published_commit) out.publishedCommit = row.published_commit;
-  return out;
 }
 
 function iso(d: Date | string): string {
