@@ -352,13 +352,17 @@ function enqueueStatement(q: Kysely<Database>, rows: readonly Insertable<Databas
     .$if(probe !== undefined, (qb) => qb.select(probe!("ins").as("probed")));
 }
 
-/** The CTE `ins`: the new rows, a repeated idempotency key inserting nothing. */
+/**
+ * The CTE `ins`: the new rows, a repeated idempotency key inserting nothing. The conflict target
+ * names jobs_idempotency's predicate (migration 0027: only keyed jobs are in it), which Postgres
+ * needs to infer that partial index as the arbiter.
+ */
 function insertedJobs(q: Kysely<Database>, rows: readonly Insertable<Database["jobs"]>[]) {
   return q.with("ins", (qb) =>
     qb
       .insertInto("jobs")
       .values(rows)
-      .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).doNothing())
+      .onConflict((oc) => oc.columns(["workspace_id", "idempotency_key"]).where("idempotency_key", "is not", null).doNothing())
       .returningAll(),
   );
 }

@@ -280,6 +280,18 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const d = await admin.enqueue({ workspaceId: freshWorkspace(), idempotencyKey: "k" });
     expect(d.json.job.id).not.toBe(a.json.job.id);
     expect(await queuedJobs(ws)).toBe(1);
+    // Jobs without a key are never compared (jobs_idempotency holds only keyed jobs, migration 0027).
+    const keyless = await Promise.all([1, 2].map(() => admin.enqueue({ workspaceId: ws })));
+    expect(new Set(keyless.map((r) => r.json.job.id)).size).toBe(2);
+    expect(await queuedJobs(ws)).toBe(3);
+  });
+
+  it("concurrent enqueues with one idempotencyKey store one job and answer it to every one of them", async () => {
+    const ws = freshWorkspace();
+    const replies = await Promise.all(Array.from({ length: 12 }, () => admin.enqueue({ workspaceId: ws, idempotencyKey: "same", priority: 3 })));
+    expect(replies.map((r) => r.status)).toEqual(replies.map(() => 200));
+    expect(new Set(replies.map((r) => r.json.job.id)).size).toBe(1);
+    expect(await queuedJobs(ws)).toBe(1);
   });
 
   it("job listing is newest first and paged", async () => {

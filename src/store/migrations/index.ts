@@ -25,6 +25,7 @@ import * as m0023 from "./0023_runner_instances.js";
 import * as m0024 from "./0024_open_steps.js";
 import * as m0025 from "./0025_claim_generic_plans.js";
 import * as m0026 from "./0026_handoff.js";
+import * as m0027 from "./0027_leaner_job_writes.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -57,4 +58,5 @@ export const migrations: Record<string, Migration> = {
   "0024_open_steps": m0024,
   "0025_claim_generic_plans": m0025,
   "0026_handoff": m0026,
+  "0027_leaner_job_writes": m0027,
 };
