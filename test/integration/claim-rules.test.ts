@@ -1,4 +1,5 @@
 import "reflect-metadata";
+import { randomBytes } from "node:crypto";
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { eventually, registeredRunner, type RunnerActor } from "../support/actors.js";
@@ -128,6 +129,46 @@ describe(`what a claim may lease (${databaseKind})`, () => {
     expect(took.json.job.id).toBe(grouped[2]!.id);
     const running = await cp.plane.store.db.selectFrom("jobs").select(sql<number>`count(*)::int`.as("n")).where("concurrency_key", "=", "deploy-api").where("state", "=", "running").executeTakeFirstOrThrow();
     expect(running.n).toBe(2);
+  });
+
+  it("one call for many requests (a batch): each request a different job, a runner's picks within its slots, a group's limit counting the call's own picks", async () => {
+    const db = cp.plane.store.db;
+    const call = async (ws: string, runnerIds: string[]) => {
+      const hashes = runnerIds.map(() => randomBytes(32).toString("hex"));
+      const { rows } = await sql<{ id: string; runner_id: string; token: string }>`
+        select c.id::text as id, c.runner_id, encode(c.lease_token_sha256, 'hex') as token
+        from forelead_claim(${runnerIds.map(() => ws)}::text[], ${runnerIds}::text[], ${hashes}::text[], 30) c`.execute(db);
+      // Each lease's token is one of the call's, once; its lease row and its job.leased event are written.
+      expect(new Set(rows.map((r) => r.token)).size).toBe(rows.length);
+      for (const r of rows) expect(hashes).toContain(r.token);
+      const leases = await db.selectFrom("leases").select(["job_id", "runner_id"]).where("workspace_id", "=", ws).where("ended_at", "is", null).execute();
+      expect(leases.map((l) => `${l.job_id} ${l.runner_id}`).sort()).toEqual(rows.map((r) => `${r.id} ${r.runner_id}`).sort());
+      const events = await db.selectFrom("events").select("job_id").where("workspace_id", "=", ws).where("type", "=", "job.leased").execute();
+      expect(events.map((e) => e.job_id).sort()).toEqual(rows.map((r) => r.id).sort());
+      return rows;
+    };
+
+    // Slots: r1 has 2 and asks 3 times, r2 has 1 and asks twice; the oldest three jobs go, each once.
+    const ws = `batch-${randomBytes(4).toString("hex")}`;
+    const r1 = await registeredRunner(cp, "batch-1", ws, { slots: 2 });
+    const r2 = await registeredRunner(cp, "batch-2", ws, { slots: 1 });
+    const jobs: string[] = [];
+    for (let i = 0; i < 6; i++) jobs.push((await enqueue(ws)).id as string);
+    const rows = await call(ws, ["batch-1", "batch-1", "batch-1", "batch-2", "batch-2"]);
+    expect(rows.map((r) => r.id).sort()).toEqual(jobs.slice(0, 3).sort());
+    expect(rows.filter((r) => r.runner_id === "batch-1")).toHaveLength(2);
+    expect(rows.filter((r) => r.runner_id === "batch-2")).toHaveLength(1);
+
+    // Groups: a job before the group, two of group "g" (limit 1), one after; one runner asks 4 times.
+    const wg = `batch-${randomBytes(4).toString("hex")}`;
+    const r3 = await registeredRunner(cp, "batch-3", wg, { slots: 4 });
+    const before = (await enqueue(wg)).id as string;
+    const g1 = (await enqueue(wg, { concurrencyKey: "g", concurrencyLimit: 1 })).id as string;
+    await enqueue(wg, { concurrencyKey: "g", concurrencyLimit: 1 });
+    const after = (await enqueue(wg)).id as string;
+    const grouped = await call(wg, ["batch-3", "batch-3", "batch-3", "batch-3"]);
+    expect(grouped.map((r) => r.id).sort()).toEqual([before, g1, after].sort());
+    await Promise.all([r1, r2, r3].map((r) => r.close()));
   });
 
   it("requirements: an arm64 job is never leased to an amd64 runner, and is to an arm64 one; each unmet requirement is named", async () => {
