@@ -24,7 +24,8 @@ export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseS
  * Claims a job for each request, in one statement: the function
  * forelead_claim (migration 0008), which for each request in turn locks the
  * runner's row, counts its live leases with a fresh snapshot and takes the
- * highest-priority, oldest eligible job FOR UPDATE SKIP LOCKED. So a runner
+ * highest-priority, oldest eligible job FOR UPDATE SKIP LOCKED, then writes
+ * the call's leases as one set (migration 0028, forelead_claim_write). So a runner
  * never holds more than its slots, however its claims interleave (a runner
  * asking k times gets at most its free slots), and concurrent claims on any
  * replica never take the same job. Requests are sent sorted by workspace and
