@@ -2,6 +2,7 @@ import { sql, type Kysely } from "kysely";
 import type { LeaseHolder } from "../broker/lease-check.js";
 import { liveLease } from "../broker/lease-sql.js";
 import type { Database, StreamName } from "../store/schema.js";
+import { batchItems } from "./batch-items.js";
 import { foldPeaks } from "./samples.js";
 import { foldProgress } from "./progress.js";
 
@@ -39,7 +40,12 @@ export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasi
  * (progress.ts, foldProgress), in the same statement.
  *
  * One statement per batch rather than per message: a request's buffered
- * lines share one round trip and one commit (fsync). Followers are woken
+ * lines share one round trip and one commit (fsync). The batch's JSON is
+ * one parameter, parsed once (`batch_items`), whatever reads it: each
+ * parameter is converted when the statement is bound, used or not, and a
+ * logs batch sent three times (once for each part) cost Postgres 2-3× the
+ * CPU a line (docs/performance.md, section 3). The events-only parts are
+ * left out of a logs batch's statement. Followers are woken
  * separately (see notifier.ts): a NOTIFY here would serialize the commits.
  */
 export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise<AppendOutcome> {
@@ -54,13 +60,14 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
       on conflict (lease_id, stream) do update set last_sequence = excluded.last_sequence
         where stream_cursors.last_sequence < ${b.first}::bigint
       returning lease_id
+    ), ${batchItems} as (
+      select (m.value ->> 0)::bigint as sequence, m.value -> 1 as data, m.n
+      from jsonb_array_elements(${b.itemsJson}::jsonb) with ordinality m(value, n)
     ), stored as (
       insert into stream_messages (job_id, stream, lease_id, attempt, sequence, data)
-      select ${b.jobId}::uuid, ${b.stream}::text, lease.id, lease.attempt, (m.value ->> 0)::bigint, m.value -> 1
-      from cursor, lease, jsonb_array_elements(${b.itemsJson}::jsonb) m
-    ), peaks as (${foldPeaks(b.jobId, b.stream, b.itemsJson)}
-    ), progress as (${foldProgress(b.jobId, b.stream, b.itemsJson)}
-    )
+      select ${b.jobId}::uuid, ${b.stream}::text, lease.id, lease.attempt, items.sequence, items.data
+      from cursor, lease, ${batchItems} items
+    )${b.stream === "events" ? sql`, peaks as (${foldPeaks(b.jobId)}), progress as (${foldProgress(b.jobId)})` : sql``}
     select (select count(*) from lease)::int as live, (select count(*) from cursor)::int as stored`.execute(db);
   const row = rows[0]!;
   if (row.live === 0) return "lease_not_live";

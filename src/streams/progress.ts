@@ -1,9 +1,10 @@
 import { sql, type RawBuilder } from "kysely";
 import { maxProgressCount } from "../protocol/job-directives.js";
 import { progressEventType } from "../protocol/job-events.js";
+import { batchItems } from "./batch-items.js";
 
 /**
- * The part of the statement storing a batch (append.ts) that keeps a job's
+ * The part of the statement storing an events batch (append.ts) that keeps a job's
  * last progress (docs/job-contract.md): the last job.progress event of an
  * events batch, when the batch is stored (`cursor` has its row), becomes
  * jobs.progress (migration 0021) with the time it was stored. Only the
@@ -13,8 +14,8 @@ import { progressEventType } from "../protocol/job-events.js";
  * this update takes no lock the statement did not hold. The runner sends
  * at most one progress event a second per job, so this write is rare.
  */
-export function foldProgress(jobId: string, stream: string, itemsJson: string): RawBuilder<unknown> {
-  const data = sql`(m.value -> 1)`;
+export function foldProgress(jobId: string): RawBuilder<unknown> {
+  const data = sql`m.data`;
   // A figure out of its range (a runner's own event may carry anything) is left out, so the job view
   // never holds what its JobProgress message cannot (int32 counts, a percent of 0-100).
   const figure = (name: string, max: number, whole: boolean) => sql`case
@@ -25,8 +26,8 @@ export function foldProgress(jobId: string, stream: string, itemsJson: string): 
     update jobs set progress = p.progress
     from (
       select ${figure("percent", 100, false)} || ${figure("done", maxProgressCount, true)} || ${figure("total", maxProgressCount, true)} || jsonb_build_object('updatedAt', to_char(now() at time zone 'utc', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as progress
-      from cursor, jsonb_array_elements(${itemsJson}::jsonb) with ordinality m(value, n)
-      where ${stream}::text = 'events' and ${data}->>'type' = ${progressEventType}
+      from cursor, ${batchItems} m
+      where ${data}->>'type' = ${progressEventType}
       order by m.n desc limit 1
     ) p
     where jobs.id = ${jobId}::uuid`;

@@ -1,5 +1,6 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import { checkJobId } from "../broker/ids.js";
+import { batchItems } from "./batch-items.js";
 import type { Database } from "../store/schema.js";
 import { jobState } from "./read.js";
 
@@ -26,19 +27,19 @@ export const sampleCpuOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->
 export const sampleMemoryOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'memoryBytes')::float8`;
 
 /**
- * The part of the statement storing a batch (append.ts) that folds the
+ * The part of the statement storing an events batch (append.ts) that folds the
  * batch's samples into job_peaks, the one row per job that sizing reads:
  * an upsert keeping the highest CPU and memory and counting the samples.
  * It writes only when the batch is stored (`cursor` has its row) and holds
  * a sample, so other batches pay one pass over their items and no write.
  */
-export function foldPeaks(jobId: string, stream: string, itemsJson: string): RawBuilder<unknown> {
-  const data = sql`(m.value -> 1)`;
+export function foldPeaks(jobId: string): RawBuilder<unknown> {
+  const data = sql`m.data`;
   return sql`
     insert into job_peaks (job_id, peak_cpu_cores, peak_memory_bytes, samples)
     select ${jobId}::uuid, max(${sampleCpuOf(data)}), max(${sampleMemoryOf(data)})::bigint, count(*)::int
-    from cursor, jsonb_array_elements(${itemsJson}::jsonb) m
-    where ${stream}::text = 'events' and ${isResourceSampleData(data)}
+    from cursor, ${batchItems} m
+    where ${isResourceSampleData(data)}
     having count(*) > 0
     on conflict (job_id) do update set
       peak_cpu_cores = greatest(job_peaks.peak_cpu_cores, excluded.peak_cpu_cores),
