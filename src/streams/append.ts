@@ -1,8 +1,9 @@
 import { sql, type Kysely } from "kysely";
 import type { LeaseHolder } from "../broker/lease-check.js";
+import { createBatcher, type BatcherOptions } from "../broker/batcher.js";
 import { liveLease } from "../broker/lease-sql.js";
 import type { Database, StreamName } from "../store/schema.js";
-import { batchItems } from "./batch-items.js";
+import { storedItems } from "./stored-items.js";
 import { foldPeaks } from "./samples.js";
 import { foldProgress } from "./progress.js";
 
@@ -23,7 +24,17 @@ export interface AppendBatch {
 export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasing";
 
 /**
- * Stores a batch in one statement, all or nothing, guarded by the rules:
+ * Stores a batch in one statement, all or nothing (appendBatches of one).
+ */
+export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise<AppendOutcome> {
+  const [outcome] = await appendBatches(db, [b]);
+  return outcome!;
+}
+
+/**
+ * Stores batches of different leases or streams (no two of one job and
+ * stream) in one statement and one commit; each all or nothing on its own,
+ * guarded by the rules:
  *
  * - the lease is live now (`now()` of this statement) and the caller's; the
  *   job row is locked FOR SHARE, so a completion, release or expiry waits
@@ -32,46 +43,107 @@ export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasi
  * - the first sequence is above the lease's last accepted one. The cursor
  *   row is upserted with ON CONFLICT DO UPDATE, which locks it: a second
  *   request on the same lease and stream waits here and then checks against
- *   the sequence this one stored. The batch increases strictly (the caller
+ *   the sequence this one stored. A batch increases strictly (the caller
  *   checks), so its first sequence decides for all of it.
+ *
+ * Job rows are locked in job id order and cursor rows in lease id order, so
+ * two such statements never wait for each other in a cycle.
  *
  * Resource samples in an events batch also raise the job's row in
  * job_peaks, and its last job.progress event becomes the job's progress
- * (progress.ts, foldProgress), in the same statement.
+ * (progress.ts, foldProgress), in the same statement; a statement of logs
+ * batches only leaves those parts out.
  *
  * One statement per batch rather than per message: a request's buffered
- * lines share one round trip and one commit (fsync). The batch's JSON is
- * one parameter, parsed once (`batch_items`), whatever reads it: each
- * parameter is converted when the statement is bound, used or not, and a
- * logs batch sent three times (once for each part) cost Postgres 2-3× the
- * CPU a line (docs/performance.md, section 3). The events-only parts are
- * left out of a logs batch's statement. Followers are woken
- * separately (see notifier.ts): a NOTIFY here would serialize the commits.
+ * lines share one round trip and one commit (fsync); and the batches that
+ * requests on many leases have ready at once share one statement
+ * (createAppender). The batches' JSON is one parameter, parsed once, read by
+ * every part (`stored_items`): each parameter is converted when the
+ * statement is bound, used or not, and a batch sent once a part cost
+ * Postgres 2-3× the CPU a line (docs/performance.md, section 3). Followers
+ * are woken separately (see notifier.ts): a NOTIFY here would serialize the
+ * commits.
  */
-export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise<AppendOutcome> {
-  const { rows } = await sql<{ live: number; stored: number }>`
-    with lease as (
-      select l.id, l.attempt from jobs j join leases l on l.id = j.lease_id
-      where ${liveLease({ jobId: b.jobId, workspaceId: b.holder.workspaceId, runnerId: b.holder.runnerId, token: b.tokenHash }, "j")}
+export async function appendBatches(db: Kysely<Database>, batches: readonly AppendBatch[]): Promise<AppendOutcome[]> {
+  const column = <T>(f: (b: AppendBatch) => T): T[] => batches.map(f);
+  const match = { jobId: sql.ref<string>("i.job_id"), workspaceId: sql.ref<string>("i.workspace_id"), runnerId: sql.ref<string>("i.runner_id"), token: sql.ref<Buffer>("i.token") };
+  const { rows } = await sql<{ live: boolean; stored: boolean }>`
+    with input as (
+      select i.b, i.job_id, i.stream, i.workspace_id, i.runner_id, decode(i.token_hex, 'hex') as token, i.first, i.last
+      from unnest(${column((b) => b.jobId)}::uuid[], ${column((b) => b.stream)}::text[], ${column((b) => b.holder.workspaceId)}::text[],
+        ${column((b) => b.holder.runnerId)}::text[], ${column((b) => b.tokenHash.toString("hex"))}::text[], ${column((b) => b.first)}::bigint[],
+        ${column((b) => b.last)}::bigint[]) with ordinality i(job_id, stream, workspace_id, runner_id, token_hex, first, last, b)
+    ), lease as (
+      select i.b, i.stream, i.first, i.last, l.id, l.attempt, j.id as job_id
+      from input i join jobs j on ${liveLease(match, "j")} join leases l on l.id = j.lease_id
+      order by j.id, i.stream
       for share of j
     ), cursor as (
       insert into stream_cursors (lease_id, stream, last_sequence)
-      select id, ${b.stream}::text, ${b.last}::bigint from lease
+      select id, stream, last from lease order by id, stream
       on conflict (lease_id, stream) do update set last_sequence = excluded.last_sequence
-        where stream_cursors.last_sequence < ${b.first}::bigint
-      returning lease_id
-    ), ${batchItems} as (
-      select (m.value ->> 0)::bigint as sequence, m.value -> 1 as data, m.n
-      from jsonb_array_elements(${b.itemsJson}::jsonb) with ordinality m(value, n)
+        where stream_cursors.last_sequence < (select x.first from lease x where x.id = excluded.lease_id and x.stream = excluded.stream)
+      returning lease_id, stream
+    ), ${storedItems} as (
+      select lease.job_id, lease.stream, lease.id as lease_id, lease.attempt, (m.value ->> 0)::bigint as sequence, m.value -> 1 as data, m.n
+      from cursor join lease on lease.id = cursor.lease_id and lease.stream = cursor.stream
+        join jsonb_array_elements(${`[${column((b) => b.itemsJson).join(",")}]`}::jsonb) with ordinality batch(items, b) on batch.b = lease.b
+        cross join lateral jsonb_array_elements(batch.items) with ordinality m(value, n)
     ), stored as (
       insert into stream_messages (job_id, stream, lease_id, attempt, sequence, data)
-      select ${b.jobId}::uuid, ${b.stream}::text, lease.id, lease.attempt, items.sequence, items.data
-      from cursor, lease, ${batchItems} items
-    )${b.stream === "events" ? sql`, peaks as (${foldPeaks(b.jobId)}), progress as (${foldProgress(b.jobId)})` : sql``}
-    select (select count(*) from lease)::int as live, (select count(*) from cursor)::int as stored`.execute(db);
-  const row = rows[0]!;
-  if (row.live === 0) return "lease_not_live";
-  return row.stored === 1 ? "stored" : "sequence_not_increasing";
+      select job_id, stream, lease_id, attempt, sequence, data from ${storedItems}
+    )${batches.some((b) => b.stream === "events") ? sql`, peaks as (${foldPeaks()}), progress as (${foldProgress()})` : sql``}
+    select exists (select 1 from lease where lease.b = i.b) as live,
+      exists (select 1 from cursor join lease on lease.id = cursor.lease_id and lease.stream = cursor.stream where lease.b = i.b) as stored
+    from input i order by i.b`.execute(db);
+  return rows.map((row) => (!row.live ? "lease_not_live" : row.stored ? "stored" : "sequence_not_increasing"));
+}
+
+/** Stores one batch (see appendBatches), in a statement shared with the batches other requests have ready at the same time. */
+export type Appender = (batch: AppendBatch) => Promise<AppendOutcome>;
+
+/**
+ * Two statements at a time per replica, each carrying the batches of up to
+ * 32 requests. On this 2-core machine Postgres spent 5 µs of CPU a stored
+ * line with one inserting statement at a time, 10 with two and 19-22 with
+ * 50 (docs/performance.md, section 3); one at a time left the machine
+ * waiting on commits, three were no faster than two. The batches that wait
+ * meanwhile share the next statement and its commit.
+ */
+export const defaultAppendBatching: BatcherOptions = { maxBatch: 32, maxInFlight: 2 };
+
+/**
+ * An Appender over `db`. The batches of a turn are stored by one statement
+ * (appendBatches), a second batch of a job and stream (two requests on one
+ * lease and stream) by the next; when a statement of many fails (a
+ * deadlock, say), it stored nothing, and each of its batches is stored
+ * alone, so one batch's failure is never another's.
+ */
+export function createAppender(db: Kysely<Database>, batching: BatcherOptions = defaultAppendBatching): Appender {
+  return createBatcher((batches: readonly AppendBatch[]) => appendTogether(db, batches), batching);
+}
+
+async function appendTogether(db: Kysely<Database>, batches: readonly AppendBatch[]): Promise<Array<PromiseSettledResult<AppendOutcome>>> {
+  const results: Array<PromiseSettledResult<AppendOutcome>> = [];
+  const rounds: Array<Array<{ readonly batch: AppendBatch; readonly index: number }>> = [];
+  const roundOf = new Map<string, number>(); // job and stream → the last round holding one of its batches
+  batches.forEach((batch, index) => {
+    const key = `${batch.jobId} ${batch.stream}`;
+    const round = (roundOf.get(key) ?? -1) + 1;
+    roundOf.set(key, round);
+    (rounds[round] ??= []).push({ batch, index });
+  });
+  for (const round of rounds) {
+    const settled = await Promise.allSettled([appendBatches(db, round.map((r) => r.batch))]);
+    const together = settled[0]!;
+    if (together.status === "fulfilled") round.forEach((r, i) => (results[r.index] = { status: "fulfilled", value: together.value[i]! }));
+    else if (round.length === 1) results[round[0]!.index] = together;
+    else {
+      const alone = await Promise.allSettled(round.map((r) => appendBatch(db, r.batch)));
+      round.forEach((r, i) => (results[r.index] = alone[i]!));
+    }
+  }
+  return results;
 }
 
 /**

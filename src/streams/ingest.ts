@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
 import { leaseRefusal, type LeaseHolder } from "../broker/lease-check.js";
 import type { Database, StreamName } from "../store/schema.js";
-import { appendBatch, lastAcceptedSequence } from "./append.js";
+import { lastAcceptedSequence, type Appender } from "./append.js";
 import { batchesOf } from "./batches.js";
 import { checkMessage, messageLease, type CheckedMessage, type IncomingMessage, type MessageLease } from "./messages.js";
 
@@ -43,6 +43,7 @@ const deadlineMark = Symbol("deadline");
  */
 export async function ingest<T>(
   db: Kysely<Database>,
+  append: Appender,
   stream: StreamName,
   holder: LeaseHolder,
   messages: AsyncIterable<T>,
@@ -81,7 +82,7 @@ export async function ingest<T>(
     batch = [];
     idle = undefined;
     const head = items[0]!;
-    const outcome = await appendBatch(db, {
+    const outcome = await append({
       holder,
       stream,
       jobId: head.jobId,

@@ -1,12 +1,12 @@
 import { sql, type RawBuilder } from "kysely";
 import { maxProgressCount } from "../protocol/job-directives.js";
 import { progressEventType } from "../protocol/job-events.js";
-import { batchItems } from "./batch-items.js";
+import { storedItems } from "./stored-items.js";
 
 /**
- * The part of the statement storing an events batch (append.ts) that keeps a job's
- * last progress (docs/job-contract.md): the last job.progress event of an
- * events batch, when the batch is stored (`cursor` has its row), becomes
+ * The part of the statement storing batches (append.ts) that keeps a job's
+ * last progress (docs/job-contract.md): the last job.progress event of a
+ * stored events batch (`stored_items`; one a job at most) becomes
  * jobs.progress (migration 0021) with the time it was stored. Only the
  * figures the contract defines are kept, and only as JSON numbers in range: events
  * are the runner's JSON, and anything else in one is not the job view's.
@@ -14,7 +14,7 @@ import { batchItems } from "./batch-items.js";
  * this update takes no lock the statement did not hold. The runner sends
  * at most one progress event a second per job, so this write is rare.
  */
-export function foldProgress(jobId: string): RawBuilder<unknown> {
+export function foldProgress(): RawBuilder<unknown> {
   const data = sql`m.data`;
   // A figure out of its range (a runner's own event may carry anything) is left out, so the job view
   // never holds what its JobProgress message cannot (int32 counts, a percent of 0-100).
@@ -25,10 +25,11 @@ export function foldProgress(jobId: string): RawBuilder<unknown> {
   return sql`
     update jobs set progress = p.progress
     from (
-      select ${figure("percent", 100, false)} || ${figure("done", maxProgressCount, true)} || ${figure("total", maxProgressCount, true)} || jsonb_build_object('updatedAt', to_char(now() at time zone 'utc', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as progress
-      from cursor, ${batchItems} m
-      where ${data}->>'type' = ${progressEventType}
-      order by m.n desc limit 1
+      select distinct on (m.job_id) m.job_id,
+        ${figure("percent", 100, false)} || ${figure("done", maxProgressCount, true)} || ${figure("total", maxProgressCount, true)} || jsonb_build_object('updatedAt', to_char(now() at time zone 'utc', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as progress
+      from ${storedItems} m
+      where m.stream = 'events' and ${data}->>'type' = ${progressEventType}
+      order by m.job_id, m.n desc
     ) p
-    where jobs.id = ${jobId}::uuid`;
+    where jobs.id = p.job_id`;
 }

@@ -1,6 +1,6 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import { checkJobId } from "../broker/ids.js";
-import { batchItems } from "./batch-items.js";
+import { storedItems } from "./stored-items.js";
 import type { Database } from "../store/schema.js";
 import { jobState } from "./read.js";
 
@@ -27,20 +27,21 @@ export const sampleCpuOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->
 export const sampleMemoryOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'memoryBytes')::float8`;
 
 /**
- * The part of the statement storing an events batch (append.ts) that folds the
- * batch's samples into job_peaks, the one row per job that sizing reads:
- * an upsert keeping the highest CPU and memory and counting the samples.
- * It writes only when the batch is stored (`cursor` has its row) and holds
- * a sample, so other batches pay one pass over their items and no write.
+ * The part of the statement storing batches (append.ts) that folds the
+ * samples of its events batches into job_peaks, the one row per job that
+ * sizing reads: an upsert keeping the highest CPU and memory and counting
+ * the samples. It writes only for a stored batch (`stored_items`) that holds
+ * a sample, so other batches pay one pass over their items and no write. A
+ * statement holds one events batch of a job at most: one row a job.
  */
-export function foldPeaks(jobId: string): RawBuilder<unknown> {
+export function foldPeaks(): RawBuilder<unknown> {
   const data = sql`m.data`;
   return sql`
     insert into job_peaks (job_id, peak_cpu_cores, peak_memory_bytes, samples)
-    select ${jobId}::uuid, max(${sampleCpuOf(data)}), max(${sampleMemoryOf(data)})::bigint, count(*)::int
-    from cursor, ${batchItems} m
-    where ${isResourceSampleData(data)}
-    having count(*) > 0
+    select m.job_id, max(${sampleCpuOf(data)}), max(${sampleMemoryOf(data)})::bigint, count(*)::int
+    from ${storedItems} m
+    where m.stream = 'events' and ${isResourceSampleData(data)}
+    group by m.job_id
     on conflict (job_id) do update set
       peak_cpu_cores = greatest(job_peaks.peak_cpu_cores, excluded.peak_cpu_cores),
       peak_memory_bytes = greatest(job_peaks.peak_memory_bytes, excluded.peak_memory_bytes),

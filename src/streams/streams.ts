@@ -3,6 +3,8 @@ import type { Kysely } from "kysely";
 import type { LeaseHolder } from "../broker/lease-check.js";
 import type { Store } from "../store/database.js";
 import type { Database, StreamName } from "../store/schema.js";
+import { createAppender, defaultAppendBatching } from "./append.js";
+import type { BatcherOptions } from "../broker/batcher.js";
 import { ingest, type IngestLimits } from "./ingest.js";
 import type { IncomingMessage } from "./messages.js";
 import { createStreamNotifier } from "./notifier.js";
@@ -32,6 +34,8 @@ export interface StreamsOptions extends Partial<IngestLimits> {
    * dropped), not the way followers normally learn of new entries.
    */
   readonly followPollMs?: number;
+  /** How the batches of requests on many leases share statements; see defaultAppendBatching. */
+  readonly appendBatching?: BatcherOptions;
 }
 
 /** Defaults: a request is cut 30 s after it opened; 1 MiB of data; 5,000 messages per statement. */
@@ -47,10 +51,11 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
   };
   const wakeups = await createStreamWakeups(options.store);
   const notifier = createStreamNotifier(db);
+  const append = createAppender(db, options.appendBatching ?? defaultAppendBatching);
   const followPollMs = options.followPollMs ?? 5_000;
   let closing: Promise<void> | undefined;
   return {
-    ingest: (stream, holder, messages, read) => ingest(db, stream, holder, messages, read, limits, (jobId) => notifier.stored(jobId, stream)),
+    ingest: (stream, holder, messages, read) => ingest(db, append, stream, holder, messages, read, limits, (jobId) => notifier.stored(jobId, stream)),
     async *read(query) {
       const q = checkQuery(query);
       await jobState(db, q.jobId);

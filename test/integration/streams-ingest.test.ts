@@ -1,6 +1,7 @@
 import "reflect-metadata";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fromJson } from "@bufbuild/protobuf";
+import { sql } from "kysely";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
@@ -11,6 +12,8 @@ import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { openNdjson } from "../support/ndjson.js";
 import { expireLease as expire, logLines, readEntries, readSequences } from "../support/streams.js";
+import { hashLeaseToken } from "../../src/broker/ids.js";
+import { appendBatches, createAppender, type AppendBatch } from "../../src/streams/append.js";
 
 const cp = useControlPlane();
 const { admin } = cp;
@@ -303,5 +306,64 @@ describe(`the time bound (${databaseKind})`, () => {
     expect(reply.headers[lastAccepted]).toBe("2");
     expect(await readSequences(shortAdmin, jobId)).toEqual([1, 2]);
     await runner.close();
+  });
+});
+
+describe(`batches of many requests stored by one statement (${databaseKind})`, () => {
+  /** A batch of `items` ([sequence, data]) on `job`'s lease, as ingest hands it to the appender. */
+  const batchOf = (job: { runner: { runnerId: string }; workspaceId: string; jobId: string; token: string }, stream: "logs" | "events", items: Array<[number, unknown]>): AppendBatch => ({
+    holder: { workspaceId: job.workspaceId, runnerId: job.runner.runnerId },
+    stream,
+    jobId: job.jobId,
+    tokenHash: hashLeaseToken(job.token),
+    first: items[0]![0],
+    last: items.at(-1)![0],
+    itemsJson: JSON.stringify(items),
+  });
+  const peaksOf = async (jobId: string) =>
+    (await sql<{ peak_cpu_cores: number; samples: number }>`select peak_cpu_cores, samples from job_peaks where job_id = ${jobId}`.execute(cp.plane.store.db)).rows[0];
+
+  it("each batch keeps its own outcome and its own rules: stored, lease not live, sequence not increasing; events fold into each job's peaks and progress", async () => {
+    const ws = freshWorkspace();
+    const [a, b, c, d] = [await leasedJob("ba", ws), await leasedJob("bb", ws), await leasedJob("bc", ws), await leasedJob("bd", ws)];
+    expect((await c.runner.rest.ndjson("/v1/runner/logs", [c.msg(1, "one\n"), c.msg(2, "two\n")])).status).toBe(204);
+    await expireLease(b.jobId);
+    const outcomes = await appendBatches(cp.plane.store.db, [
+      batchOf(a, "logs", [[1, "a1\n"], [2, { stream: "stderr", text: "a2\n" }]]),
+      batchOf(b, "logs", [[1, "b1\n"]]),
+      batchOf(c, "logs", [[2, "again\n"], [3, "three\n"]]),
+      batchOf(d, "events", [[1, { type: "resource.sample", cpuCores: 0.5, memoryBytes: 1000 }], [2, { type: "job.progress", percent: 20 }], [3, { type: "job.progress", percent: 30 }]]),
+      batchOf(a, "events", [[1, { type: "resource.sample", cpuCores: 1.5, memoryBytes: 2000 }], [2, { type: "resource.sample", cpuCores: 0.25, memoryBytes: 3000 }]]),
+    ]);
+    expect(outcomes).toEqual(["stored", "lease_not_live", "sequence_not_increasing", "stored", "stored"]);
+    expect((await entries(a.jobId)).map((e) => e.data)).toEqual(["a1\n", { stream: "stderr", text: "a2\n" }]);
+    expect(await sequences(b.jobId)).toEqual([]);
+    expect(await sequences(c.jobId)).toEqual([1, 2]); // the refused batch stored nothing, "three" included
+    expect(await sequences(d.jobId, "events")).toEqual([1, 2, 3]);
+    expect(await peaksOf(a.jobId)).toEqual({ peak_cpu_cores: 1.5, samples: 2 });
+    expect(await peaksOf(d.jobId)).toEqual({ peak_cpu_cores: 0.5, samples: 1 });
+    expect((await admin.job(d.jobId)).json.job.progress).toMatchObject({ percent: 30 });
+    expect((await admin.job(a.jobId)).json.job.progress).toBeUndefined();
+    // The cursors moved only for the stored batches: the next batch of c goes on from 2, of a from 2.
+    expect(await appendBatches(cp.plane.store.db, [batchOf(c, "logs", [[3, "three\n"]]), batchOf(a, "logs", [[2, "repeat\n"]])])).toEqual(["stored", "sequence_not_increasing"]);
+    for (const j of [a, b, c, d]) await j.runner.close();
+  });
+
+  it("the appender: two batches of one lease and stream in a turn go in turn; a batch that fails its statement fails alone", async () => {
+    const ws = freshWorkspace();
+    const [a, b] = [await leasedJob("aa", ws), await leasedJob("ab", ws)];
+    const append = createAppender(cp.plane.store.db, { maxBatch: 32, maxInFlight: 1 });
+    // Asked in one turn: one statement would hold a's cursor row twice; the second waits for the next.
+    const turn = await Promise.all([append(batchOf(a, "logs", [[1, "one\n"]])), append(batchOf(b, "logs", [[1, "b\n"]])), append(batchOf(a, "logs", [[2, "two\n"]])), append(batchOf(a, "logs", [[2, "two again\n"]]))]);
+    expect(turn).toEqual(["stored", "stored", "stored", "sequence_not_increasing"]);
+    expect((await entries(a.jobId)).map((e) => e.data)).toEqual(["one\n", "two\n"]);
+    // A batch Postgres refuses (JSON it cannot read) fails its statement; the others of it are then stored alone.
+    const broken = { ...batchOf(a, "logs", [[3, "x"]]), itemsJson: "[[3, nope]]" };
+    const mixed = await Promise.allSettled([append(batchOf(b, "logs", [[2, "b2\n"]])), append(broken), append(batchOf(a, "events", [[1, { type: "job.started" }]]))]);
+    expect(mixed.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect(await sequences(b.jobId)).toEqual([1, 2]);
+    expect(await sequences(a.jobId, "events")).toEqual([1]);
+    expect(await sequences(a.jobId)).toEqual([1, 2]);
+    for (const j of [a, b]) await j.runner.close();
   });
 });
