@@ -70,6 +70,8 @@ interface Side {
   readonly complete: boolean;
   /** Ours: the transactions that stored the lines (batches). */
   readonly commits?: number;
+  /** Ours: the batches that stored the lines (a commit can store batches of many leases). */
+  readonly batches?: number;
 }
 /** One cell of the matrix. */
 interface Cell {
@@ -144,7 +146,7 @@ const notes = [
   "NDJSON: POST /v1/runner/logs through the runner's stream writer (src/runner/output/stream-writer.ts). gRPC: client streaming RunnerService.Logs through a generated client (@connectrpc/connect-node createGrpcTransport), one call per request.",
   "Lines and MB stored are counted in stream_messages after each cell (MB: bytes of log text, 10^6), and checked lease by lease against the lines the control plane confirmed: the count and the first and last sequence. The check column says when a cell stored fewer lines than it sent, or was cut by the time bound. The table is emptied after each cell, so every cell starts from an empty one.",
   "Bare: the same client code sends the same request bodies (same leases, tokens and sequences) to a plain Node HTTP/2 TLS 1.3 server in its own process (bench/servers/bare-h2.ts: same certificates, client certificate requested, the control plane's HTTP/2 windows) that reads and discards each body and replies 200. ours ÷ bare compares lines/s.",
-  "Lines per commit: lines stored over the transactions that stored them (distinct received_at per job). The control plane stores what has arrived of a request whenever reading on would wait for the network, so this shows how the bodies arrived: an NDJSON body comes in large chunks, a gRPC stream message by message as the client encodes them.",
+  "Lines per batch and per commit: lines stored over the batches that stored them (distinct received_at per job) and over the transactions (distinct received_at in the cell). The control plane stores what has arrived of a request whenever reading on would wait for the network, so lines per batch shows how the bodies arrived: an NDJSON body comes in large chunks, a gRPC stream message by message as the client encodes them. The batches that requests on many leases have ready at once share a statement and its commit (src/streams/append.ts, createAppender), so a commit holds more lines than a batch.",
   "CPU columns: percent of one core over the cell (server = the control plane, or the bare server; client = the runner process; pg = every process of the Postgres server). Node runs each event loop on one core: a role near 100% is that row's limit. The limit column names a role at 85% of a core or more; else machine when all cores were 90% busy (other work on the machine included); else waits: commits, fsync and round trips. Where the bare side is limited by the client, the bare figure is what this client can send, not what a server can take.",
   options.databaseUrl
     ? "Postgres: each batch of a request's lines is one INSERT … SELECT and one commit (src/streams/append.ts); with fsync on, every commit waits for a WAL flush (the machine line shows fsync and synchronous_commit)."
@@ -157,7 +159,7 @@ await publishScenario(options, started, {
   notes,
   table: {
     title: "Stream ingest: log lines stored, against a bare HTTP/2 server discarding the same bodies",
-    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "lines per commit", "CPU % server/client/pg", "bare CPU % server/client", "limit: ours / bare", "check"],
+    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "lines per batch", "lines per commit", "CPU % server/client/pg", "bare CPU % server/client", "limit: ours / bare", "check"],
     rows: cells.map((c) => [
       c.leases,
       sizeLabel(c.lineBytes),
@@ -170,6 +172,7 @@ await publishScenario(options, started, {
       c.bare.linesPerSecond,
       c.bare.megabytesPerSecond,
       ratio(c.ours.linesPerSecond, c.bare.linesPerSecond),
+      c.ours.batches ? Math.round(c.ours.lines / c.ours.batches) : null,
       c.ours.commits ? Math.round(c.ours.lines / c.ours.commits) : null,
       cpuCell(c.ours.cpu, true),
       cpuCell(c.bare.cpu, false),
@@ -183,7 +186,7 @@ await publishScenario(options, started, {
 /** What the control plane stored for the cell's leases, checked against what it confirmed to the client. */
 async function storedSide(db: Kysely<Database>, sent: SendResult, lineBytes: number, planned: number, cpu: CpuUse | undefined): Promise<Side> {
   const jobIds = sent.leases.map((l) => l.jobId);
-  // received_at is now() of the storing transaction: its distinct values per job count the commits (batches).
+  // received_at is now() of the storing transaction: its distinct values per job count the batches, in the cell the commits.
   const { rows } = await sql<{ job_id: string; lines: number; first: number; last: number; bytes: number; commits: number }>`
     select job_id, count(*)::int as lines, min(sequence)::int8 as first, max(sequence)::int8 as last,
            coalesce(sum(octet_length(data ->> 'text')), 0)::int8 as bytes, count(distinct received_at)::int as commits
@@ -198,8 +201,10 @@ async function storedSide(db: Kysely<Database>, sent: SendResult, lineBytes: num
     if (stored !== lease.confirmed || (stored > 0 && (r!.first !== 1 || r!.last !== stored))) short.push(`job ${lease.jobId}: ${stored} stored (sequences ${r?.first ?? "–"}..${r?.last ?? "–"}), ${lease.confirmed} confirmed`);
   }
   if (bytes !== lines * lineBytes) short.push(`${bytes} bytes of text stored, ${lines * lineBytes} expected`);
-  const commits = rows.reduce((a, r) => a + r.commits, 0);
-  return { ...side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored"), commits };
+  const batches = rows.reduce((a, r) => a + r.commits, 0);
+  const { rows: cell } = await sql<{ commits: number }>`
+    select count(distinct received_at)::int as commits from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)})`.execute(db);
+  return { ...side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored"), batches, commits: cell[0]?.commits ?? 0 };
 }
 
 /** What the bare server took: the lines it acknowledged (it stores nothing). */
