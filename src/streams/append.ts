@@ -134,12 +134,11 @@ async function appendTogether(db: Kysely<Database>, batches: readonly AppendBatc
     (rounds[round] ??= []).push({ batch, index });
   });
   for (const round of rounds) {
-    const settled = await Promise.allSettled([appendBatches(db, round.map((r) => r.batch))]);
-    const together = settled[0]!;
-    if (together.status === "fulfilled") round.forEach((r, i) => (results[r.index] = { status: "fulfilled", value: together.value[i]! }));
-    else if (round.length === 1) results[round[0]!.index] = together;
-    else {
-      const alone = await Promise.allSettled(round.map((r) => appendBatch(db, r.batch)));
+    try {
+      const outcomes = await appendBatches(db, round.map((r) => r.batch));
+      round.forEach((r, i) => (results[r.index] = { status: "fulfilled", value: outcomes[i]! }));
+    } catch (reason) {
+      const alone = round.length === 1 ? [{ status: "rejected" as const, reason }] : await Promise.allSettled(round.map((r) => appendBatch(db, r.batch)));
       round.forEach((r, i) => (results[r.index] = alone[i]!));
     }
   }
