@@ -53,10 +53,12 @@ async function runSampled(executor: ExecutorKind, ws: string, spec: Record<strin
 }
 
 describe(`resource samples of real jobs (${databaseKind})`, () => {
-  it("a process job that holds 64 MiB and burns 1.5 CPU-seconds reports samples every 0.5 s: the series, the memory it touched, the CPU it used", async () => {
+  it("a process job that holds 64 MiB, burns 1.5 CPU-seconds and lives 4 s reports samples every 0.5 s: the series, the memory it touched, the CPU it used", async () => {
     // A buffer filled with ones (its pages are touched, so resident), then a busy loop reading it until the
     // job has used 1.5 s of CPU by its own account: a fixed amount of work however busy the machine is.
-    const program = "const b = Buffer.alloc(64 * 1024 * 1024, 1); let x = 0; const used = () => { const u = process.cpuUsage(); return u.user + u.system; }; while (used() < 1.5e6) for (let i = 0; i < 1e5; i++) x += b[(x + i) % b.length]; console.log('done', x > 0);";
+    // Then it idles, still holding the buffer, until 4 s after it started: on a loaded machine the agent's
+    // readings come late (one reading of a 1.5 s job was seen in CI), and the idle time adds readings, not CPU.
+    const program = "const start = Date.now(); const b = Buffer.alloc(64 * 1024 * 1024, 1); let x = 0; const used = () => { const u = process.cpuUsage(); return u.user + u.system; }; while (used() < 1.5e6) for (let i = 0; i < 1e5; i++) x += b[(x + i) % b.length]; setTimeout(() => console.log('done', x > 0, b.length), Math.max(0, start + 4000 - Date.now()));";
     // "node" from the job's PATH: process.execPath may lie under /root (CI's Node 24), which the job's own user cannot enter.
     const jobId = await runSampled("process", "sm-proc", { argv: ["node", "-e", program] });
 
