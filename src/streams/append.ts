@@ -13,11 +13,9 @@ export interface AppendBatch {
   readonly stream: StreamName;
   readonly jobId: string;
   readonly tokenHash: Buffer;
-  /** Sequence of the first and last message. */
-  readonly first: number;
-  readonly last: number;
-  /** [[sequence, data], ...] as JSON text. */
-  readonly itemsJson: string;
+  /** The messages' sequences, strictly increasing (the caller checks), and their data as JSON text: one of each a message. */
+  readonly sequences: readonly number[];
+  readonly data: readonly string[];
 }
 
 /** What became of a batch: all stored, or none (the lease is not live, or its first sequence is not above the last accepted). */
@@ -57,7 +55,7 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
  * One statement per batch rather than per message: a request's buffered
  * lines share one round trip and one commit (fsync); and the batches that
  * requests on many leases have ready at once share one statement
- * (createAppender). The batches' JSON is one parameter, parsed once, read by
+ * (createAppender). The batches' data is one parameter, parsed once, read by
  * every part (`stored_items`): each parameter is converted when the
  * statement is bound, used or not, and a batch sent once a part cost
  * Postgres 2-3× the CPU a line (docs/performance.md, section 3). Followers
@@ -66,15 +64,25 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
  */
 export async function appendBatches(db: Kysely<Database>, batches: readonly AppendBatch[]): Promise<AppendOutcome[]> {
   const column = <T>(f: (b: AppendBatch) => T): T[] => batches.map(f);
+  // The messages of every batch in two flat parameters, their sequences and their data, each batch
+  // reading its own range of them (item_from .. item_to): Postgres spent ~30 % less CPU a line than
+  // on one jsonb parameter of [[sequence, data], ...] pairs a batch (bench/micro/pg-line-cost.ts;
+  // docs/performance.md, section 3). A range a batch, not a join of every item to its batch: the
+  // planner cannot see how many batches are stored, and joined items to them once a batch.
+  const ranges: Array<readonly [number, number]> = [];
+  let itemCount = 0;
+  for (const b of batches) ranges.push([itemCount + 1, (itemCount += b.sequences.length)]);
+  const items = { sequence: `{${column((b) => b.sequences.join(",")).join(",")}}`, data: `[${column((b) => b.data.join(",")).join(",")}]` };
   const match = { jobId: sql.ref<string>("i.job_id"), workspaceId: sql.ref<string>("i.workspace_id"), runnerId: sql.ref<string>("i.runner_id"), token: sql.ref<Buffer>("i.token") };
   const { rows } = await sql<{ live: boolean; stored: boolean }>`
     with input as (
-      select i.b, i.job_id, i.stream, i.workspace_id, i.runner_id, decode(i.token_hex, 'hex') as token, i.first, i.last
+      select i.b, i.job_id, i.stream, i.workspace_id, i.runner_id, decode(i.token_hex, 'hex') as token, i.first, i.last, i.item_from, i.item_to
       from unnest(${column((b) => b.jobId)}::uuid[], ${column((b) => b.stream)}::text[], ${column((b) => b.holder.workspaceId)}::text[],
-        ${column((b) => b.holder.runnerId)}::text[], ${column((b) => b.tokenHash.toString("hex"))}::text[], ${column((b) => b.first)}::bigint[],
-        ${column((b) => b.last)}::bigint[]) with ordinality i(job_id, stream, workspace_id, runner_id, token_hex, first, last, b)
+        ${column((b) => b.holder.runnerId)}::text[], ${column((b) => b.tokenHash.toString("hex"))}::text[], ${column((b) => b.sequences[0]!)}::bigint[],
+        ${column((b) => b.sequences[b.sequences.length - 1]!)}::bigint[], ${ranges.map((r) => r[0])}::int[], ${ranges.map((r) => r[1])}::int[])
+        with ordinality i(job_id, stream, workspace_id, runner_id, token_hex, first, last, item_from, item_to, b)
     ), lease as (
-      select i.b, i.stream, i.first, i.last, l.id, l.attempt, j.id as job_id
+      select i.b, i.stream, i.first, i.last, i.item_from, i.item_to, l.id, l.attempt, j.id as job_id
       from input i join jobs j on ${liveLease(match, "j")} join leases l on l.id = j.lease_id
       order by j.id, i.stream
       for share of j
@@ -85,10 +93,9 @@ export async function appendBatches(db: Kysely<Database>, batches: readonly Appe
         where stream_cursors.last_sequence < (select x.first from lease x where x.id = excluded.lease_id and x.stream = excluded.stream)
       returning lease_id, stream
     ), ${storedItems} as (
-      select lease.job_id, lease.stream, lease.id as lease_id, lease.attempt, (m.value ->> 0)::bigint as sequence, m.value -> 1 as data, m.n
+      select lease.job_id, lease.stream, lease.id as lease_id, lease.attempt, (${items.sequence}::bigint[])[m.n] as sequence, ${items.data}::jsonb -> (m.n - 1) as data, m.n
       from cursor join lease on lease.id = cursor.lease_id and lease.stream = cursor.stream
-        join jsonb_array_elements(${`[${column((b) => b.itemsJson).join(",")}]`}::jsonb) with ordinality batch(items, b) on batch.b = lease.b
-        cross join lateral jsonb_array_elements(batch.items) with ordinality m(value, n)
+        cross join lateral generate_series(lease.item_from, lease.item_to) m(n)
     ), stored as (
       insert into stream_messages (job_id, stream, lease_id, attempt, sequence, data)
       select job_id, stream, lease_id, attempt, sequence, data from ${storedItems}

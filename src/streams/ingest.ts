@@ -87,9 +87,8 @@ export async function ingest<T>(
       stream,
       jobId: head.jobId,
       tokenHash: head.tokenHash,
-      first: head.sequence,
-      last: items[items.length - 1]!.sequence,
-      itemsJson: `[${items.map((m) => `[${m.sequence},${m.dataJson}]`).join(",")}]`,
+      sequences: items.map((m) => m.sequence),
+      data: items.map((m) => m.dataJson),
     });
     if (outcome === "stored") {
       accepted += items.length;

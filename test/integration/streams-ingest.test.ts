@@ -316,9 +316,8 @@ describe(`batches of many requests stored by one statement (${databaseKind})`, (
     stream,
     jobId: job.jobId,
     tokenHash: hashLeaseToken(job.token),
-    first: items[0]![0],
-    last: items.at(-1)![0],
-    itemsJson: JSON.stringify(items),
+    sequences: items.map(([sequence]) => sequence),
+    data: items.map(([, data]) => JSON.stringify(data)),
   });
   const peaksOf = async (jobId: string) =>
     (await sql<{ peak_cpu_cores: number; samples: number }>`select peak_cpu_cores, samples from job_peaks where job_id = ${jobId}`.execute(cp.plane.store.db)).rows[0];
@@ -358,7 +357,7 @@ describe(`batches of many requests stored by one statement (${databaseKind})`, (
     expect(turn).toEqual(["stored", "stored", "stored", "sequence_not_increasing"]);
     expect((await entries(a.jobId)).map((e) => e.data)).toEqual(["one\n", "two\n"]);
     // A batch Postgres refuses (JSON it cannot read) fails its statement; the others of it are then stored alone.
-    const broken = { ...batchOf(a, "logs", [[3, "x"]]), itemsJson: "[[3, nope]]" };
+    const broken = { ...batchOf(a, "logs", [[3, "x"]]), data: ["nope"] };
     const mixed = await Promise.allSettled([append(batchOf(b, "logs", [[2, "b2\n"]])), append(broken), append(batchOf(a, "events", [[1, { type: "job.started" }]]))]);
     expect(mixed.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
     expect(await sequences(b.jobId)).toEqual([1, 2]);
