@@ -25,7 +25,12 @@
 #     127.0.0.1 only; the server listens on 127.0.0.1 only. fsync stays on.
 #   * Port: first free one from 55432 upward ($FORELEAD_PG_PORT_BASE to
 #     override); if another process grabs it in the meantime, the next one
-#     is tried.
+#     is tried. A DIR keeps its port from `start` to `stop`, even while its
+#     server is stopped: the port is claimed by a symlink
+#     $CLAIMS/PORT -> DIR, so a server started beside it (another test file
+#     running at the same time) never takes the port of one that is only
+#     stopped, and the stopped one comes back on the same port. A claim whose
+#     DIR is gone is stale and is taken over.
 #   * `start` on a DIR whose server is already running just prints its URL
 #     again; `stop` on a missing DIR is a no-op.
 set -euo pipefail
@@ -37,6 +42,7 @@ PORT_BASE="${FORELEAD_PG_PORT_BASE:-55432}"
 PORT_TRIES=50
 READY_TIMEOUT=30      # seconds
 MARKER=".forelead-postgres"
+CLAIMS="${TMPDIR:-/tmp}/forelead-pg-ports-$(id -u)"
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: ERROR: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -136,6 +142,31 @@ as_pg() {
 # True if something accepts TCP connections on 127.0.0.1:$1.
 port_in_use() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Claims port $1 for DIR $2 (see the header); true if DIR holds the claim now.
+# `ln -sn` is atomic (-n: an existing claim is not followed into its DIR): of two starts racing for a port, one wins.
+claim_port() { # PORT DIR
+  local claim="$CLAIMS/$1" owner
+  mkdir -p "$CLAIMS"
+  ln -sn "$2" "$claim" 2>/dev/null && return 0
+  owner="$(readlink "$claim" 2>/dev/null)" || return 1
+  [[ "$owner" == "$2" ]] && return 0
+  if [[ ! -e "$owner/$MARKER" ]]; then
+    log "port $1 was claimed by $owner, which is gone; taking it over"
+    rm -f -- "$claim"
+    ln -sn "$2" "$claim" 2>/dev/null && return 0
+  fi
+  return 1
+}
+
+# Drops the claims DIR $1 holds.
+release_ports() { # DIR
+  local claim
+  for claim in "$CLAIMS"/*; do
+    [[ -L "$claim" && "$(readlink "$claim")" == "$1" ]] && rm -f -- "$claim"
+  done
+  return 0
 }
 
 # ------------------------------------------------------------------- start --
@@ -260,10 +291,16 @@ EOF
     [[ "$(id -u)" -ne 0 ]] || chown "$PG_USER:" "$dir/data/pg_hba.conf" "$dir/data/postgresql.conf"
   fi
 
-  # Start on the first free port; retry on the next one if we lose a race.
+  # Start on the port DIR had, else on the first free unclaimed one; retry on
+  # the next one if we lose a race.
   local port="$PORT_BASE" tries=0 started=""
+  [[ -s "$dir/port" ]] && port="$(<"$dir/port")"
   while ((tries < PORT_TRIES)); do
+    if ! claim_port "$port" "$dir"; then
+      port=$((port + 1)); tries=$((tries + 1)); continue
+    fi
     if port_in_use "$port"; then
+      rm -f -- "$CLAIMS/$port"
       port=$((port + 1)); tries=$((tries + 1)); continue
     fi
     log "starting server on 127.0.0.1:$port (log: $dir/postgres.log)"
@@ -276,6 +313,7 @@ EOF
     fi
     if tail -n +"$((logstart + 1))" "$dir/postgres.log" 2>/dev/null | grep -qiE 'could not (bind|create any TCP)|address already in use'; then
       log "port $port is taken; trying the next one"
+      rm -f -- "$CLAIMS/$port"
       port=$((port + 1)); tries=$((tries + 1)); continue
     fi
     log "---- last lines of $dir/postgres.log ----"
@@ -334,6 +372,7 @@ cmd_stop() {
     fi
   fi
   rm -rf -- "$dir"
+  release_ports "$dir"
   log "removed $dir"
 }
 

@@ -43,7 +43,8 @@ export async function startPostgresServer(): Promise<PostgresServer> {
     url: url.toString(),
     port,
     stop: async () => void (await asServerUser([pgCtl, "stop", "-D", join(dir, "data"), "-m", "fast", "-w", "-t", "30"])),
-    start: async () => void (await run("bash", [script, "start", dir], { env: { ...process.env, FORELEAD_PG_PORT_BASE: String(port) } })),
+    // The port stays claimed for dir while it is stopped (scripts/ci/postgres.sh): no other server takes it.
+    start: async () => void (await run("bash", [script, "start", dir])),
     destroy: async () => void (await run("bash", [script, "stop", dir])),
   };
 }
