@@ -9,6 +9,7 @@
 // Run: node --import tsx bench/cpu-floor.ts [--cores 2] [RESULT.json ...]
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { intFlag } from "./lib/options.js";
 
 interface Cpu {
   wallMs: number;
@@ -35,8 +36,8 @@ interface StreamCell {
   bare: StreamSide;
 }
 
-const { values, positionals } = parseArgs({ options: { cores: { type: "string", default: "2" } }, allowPositionals: true });
-const cores = Number(values.cores);
+const { values, positionals } = parseArgs({ options: { cores: { type: "string" } }, allowPositionals: true });
+const cores = intFlag(values.cores, "cores", 2, 1, 1024);
 const files = positionals.length ? positionals : ["bench/results/lease-throughput.json", "bench/results/streams-ingest.json"];
 
 /** CPU milliseconds a unit, by role. */

@@ -1,7 +1,7 @@
 // What Postgres's backend spends on one stored 100 B log line, by the form of the statement and the
 // type of the data column: one connection, one statement at a time, batches of 500 lines, the
 // backend's CPU read from /proc (so run it on the machine that runs Postgres). docs/performance.md,
-// "What the unmet rows would need". Forms, in a scratch table shaped like stream_messages:
+// section 3, "Postgres's share of a stored line". Forms, in a scratch table shaped like stream_messages:
 //   nested  — the batches as one jsonb parameter of [[sequence, data], …] arrays, the shape
 //             appendBatches sent before (jsonb_array_elements twice, ->> 0 and -> 1 per line);
 //   ranged  — the data as one jsonb array and the sequences as a bigint[] beside it, each line read
