@@ -62,6 +62,13 @@ describe(`benchmarks at tiny size (${databaseKind})`, () => {
     }
     for (const row of streams.table.rows) expect(row[row.length - 1]).toBe("all stored");
 
+    // bench/cpu-floor.ts reads those results: a row a cell, its ratio the one the results hold.
+    const floor = await runNode(["--import", "tsx", "bench/cpu-floor.ts", path.join(dir, "lease-throughput.json"), path.join(dir, "streams-ingest.json")], env);
+    expect(floor.code, floor.output).toBe(0);
+    const floorRows = floor.output.split("\n").filter((line) => line.includes(" a line |"));
+    expect(floorRows.map((line) => line.split(" | ")[1])).toEqual(cells.map((c) => (c.ours.linesPerSecond / c.bare.linesPerSecond).toFixed(2)));
+    expect(floor.output.includes(" a job |"), floor.output).toBe(databaseKind === "postgres"); // lease rows need graphile-worker's run beside ours
+
     // Both enqueue routes stored every job they were sent (the client checks each reply's jobs).
     const enqueues = JSON.parse(await readFile(path.join(dir, "enqueue-throughput.json"), "utf8")) as ScenarioReport;
     expect(enqueues.table.rows.map((r) => String(r[0]).split(" ")[0])).toEqual(["single", "batches"]);
