@@ -1,4 +1,4 @@
-import { connect as http2Connect, constants, type ClientHttp2Session, type OutgoingHttpHeaders } from "node:http2";
+import { connect as http2Connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type OutgoingHttpHeaders } from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Endpoint } from "../../cli/connection.js";
 import { writeRefusal } from "./security.js";
@@ -60,23 +60,33 @@ export function createProxy(endpoint: Endpoint): Proxy {
         const value = req.headers[name];
         if (value !== undefined) headers[name] = value;
       }
+      // The browser may go away at any point (a page closed, a stream aborted, the dashboard stopping): from then on nothing is written to it.
+      let gone = false;
       const unreachable = (err: Error) => {
+        if (gone) return;
         if (res.headersSent) {
           res.destroy(err);
           return;
         }
-        // A stream cancelled because its session failed carries the session's error (ECONNREFUSED, a TLS alert) as its cause.
+        // A stream cancelled because its session failed carries the session's error (ECONNREFUSED, a TLS alert) as its cause;
+        // a stream the control plane reset has none.
         const cause = (err.cause instanceof Error ? err.cause : err) as NodeJS.ErrnoException;
-        writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: cannot reach the control plane at ${base.origin}: ${cause.code ?? cause.message}` });
+        const message = cause.code === "ERR_HTTP2_STREAM_ERROR" ? `the control plane at ${base.origin} reset the call (${cause.message}); try again, and see its log if it persists` : `cannot reach the control plane at ${base.origin}: ${cause.code ?? cause.message}`;
+        writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: ${message}` });
       };
-      let stream;
+      let stream: ClientHttp2Stream;
       try {
         stream = open().request(headers);
       } catch (err) {
         unreachable(err as Error);
         return;
       }
+      // The reply's body is read only once its headers are written (node:http2 emits 'response' a tick after the
+      // headers arrive), so nothing but the control plane's status can start the browser's reply; and headers that
+      // come after the reply has begun are dropped, not set: CI at e0292c7 saw them throw ERR_HTTP_HEADERS_SENT out
+      // of this handler, uncaught. Piping carries the browser's pace back to the control plane.
       stream.on("response", (h) => {
+        if (gone || res.headersSent) return;
         const status = Number(h[constants.HTTP2_HEADER_STATUS] ?? 502);
         for (const [name, value] of Object.entries(h)) {
           if (name.startsWith(":") || droppedResponseHeaders.has(name) || value === undefined) continue;
@@ -85,12 +95,17 @@ export function createProxy(endpoint: Endpoint): Proxy {
         res.setHeader("Cache-Control", "no-store");
         res.writeHead(status);
         res.flushHeaders();
+        stream.pipe(res);
       });
-      stream.on("data", (chunk: Buffer) => res.write(chunk));
-      stream.on("end", () => res.end());
       stream.on("error", unreachable);
-      // The browser went away (a page closed, a stream aborted): stop the call on the control plane too.
+      // A call the control plane closed without replying (a reset with no error code) is a refusal too, never an empty 200.
+      stream.on("close", () => {
+        if (gone || res.headersSent) return;
+        writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: the control plane at ${base.origin} closed the call without a reply (HTTP/2 code ${stream.rstCode ?? "none"}); try again, and see its log if it persists` });
+      });
       res.on("close", () => {
+        gone = true;
+        // The browser went away: stop the call on the control plane too.
         if (!stream.closed) stream.close(constants.NGHTTP2_CANCEL);
       });
       req.pipe(stream);
