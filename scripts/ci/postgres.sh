@@ -145,19 +145,21 @@ port_in_use() {
 }
 
 # Claims port $1 for DIR $2 (see the header); true if DIR holds the claim now.
-# `ln -sn` is atomic (-n: an existing claim is not followed into its DIR): of two starts racing for a port, one wins.
+# Every claim is made under one lock (flock, released when the subshell exits, also if it is
+# killed): two starts that found the same stale claim would otherwise both take it over, one
+# removing the other's new claim before making its own.
 claim_port() { # PORT DIR
-  local claim="$CLAIMS/$1" owner
   mkdir -p "$CLAIMS"
-  ln -sn "$2" "$claim" 2>/dev/null && return 0
-  owner="$(readlink "$claim" 2>/dev/null)" || return 1
-  [[ "$owner" == "$2" ]] && return 0
-  if [[ ! -e "$owner/$MARKER" ]]; then
+  (
+    flock 9 || exit 1
+    claim="$CLAIMS/$1"
+    ln -sn "$2" "$claim" 2>/dev/null && exit 0
+    owner="$(readlink "$claim" 2>/dev/null)" || exit 1
+    [[ "$owner" == "$2" ]] && exit 0
+    [[ -e "$owner/$MARKER" ]] && exit 1
     log "port $1 was claimed by $owner, which is gone; taking it over"
-    rm -f -- "$claim"
-    ln -sn "$2" "$claim" 2>/dev/null && return 0
-  fi
-  return 1
+    ln -snf "$2" "$claim"
+  ) 9>"$CLAIMS/.lock"
 }
 
 # Drops the claims DIR $1 holds.
