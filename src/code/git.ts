@@ -117,9 +117,13 @@ export function gitToFile(args: readonly string[], file: string, maxBytes: numbe
       }
     });
     child.on("error", (err) => fail(err));
+    // The file can fail too (a full disk, a directory gone): an 'error' with no listener would end the process.
+    out.on("error", (err) => fail(err));
     child.on("close", (code) => {
       clearTimeout(timer);
-      out.end(() => {
+      out.end((err?: Error | null) => {
+        // A failed write reaches here before the 'error' listener above hears of it.
+        if (err) failure ??= err;
         if (failure) return reject(failure);
         if (code !== 0) return reject(gitError(args, stderr, code ?? undefined, undefined, options.secrets));
         resolve(bytes);

@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { once } from "node:events";
 import { createWriteStream } from "node:fs";
 import { chmod, mkdir, rename, rm } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
@@ -39,11 +40,14 @@ export async function fetchInputs(client: InputClient, lease: { jobId: string; l
     try {
       const out = createWriteStream(partial, { mode: 0o600 });
       const closed = new Promise<void>((resolve, reject) => out.on("close", resolve).on("error", reject));
+      // Awaited below; the file may fail (a full disk) while the loop waits on the network, and a rejection nobody
+      // awaits yet would end the runner. A write that waits for room stops at the failure instead of waiting on.
+      closed.catch(() => {});
       try {
         for await (const chunk of client.downloadInput({ apiVersion: "v1", jobId: lease.jobId, leaseToken: lease.leaseToken, fromJobId: input.fromJobId, name: input.name }, { signal })) {
           hash.update(chunk.data);
           size += chunk.data.length;
-          if (!out.write(chunk.data)) await new Promise<void>((r) => out.once("drain", () => r()));
+          if (!out.write(chunk.data)) await Promise.race([once(out, "drain"), closed]);
         }
       } finally {
         out.end();
