@@ -1,10 +1,14 @@
 import http2 from "node:http2";
 import type { Http2Session } from "node:http2";
 import type { AddressInfo } from "node:net";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { toConnectError } from "../api/errors.js";
+import { writeError } from "../api/rest/error-json.js";
 import type { RequestHandler } from "./bind-services.js";
 import { guardConnections } from "./connection-guard.js";
 import type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 import type { ControlPlaneOptions } from "./options.js";
+import { badRequestTarget } from "./request-target.js";
 import type { ResourceStack } from "./resource-stack.js";
 import type { TlsMaterial } from "./tls-material.js";
 
@@ -41,7 +45,14 @@ export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, lim
     },
     (req, res) => {
       watchRequest(req, res);
-      handler(req, res);
+      const bad = badRequestTarget(req.headers[":path"], req.authority);
+      if (bad) return writeError(res, new ConnectError(bad, Code.InvalidArgument));
+      try {
+        handler(req, res);
+      } catch (err) {
+        // A throw here would end the process: map it as a handler's error is mapped (logged with an incident id).
+        writeError(res, toConnectError(err, `${req.method} ${req.headers[":path"]}`));
+      }
     },
   );
   const guard = guardConnections(server, limits);

@@ -1,4 +1,5 @@
 import "reflect-metadata";
+import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { ConnectError, type Client } from "@connectrpc/connect";
@@ -189,10 +190,47 @@ const connect: readonly Row[] = [
   ["a log stream other than stdout|stderr", () => fromRpc(() => runnerRpc.logs(rpcLog({ kind: { case: "structValue", value: { fields: { stream: { kind: { case: "stringValue", value: "stdin" } }, text: { kind: { case: "stringValue", value: "x" } } } } } }))), bad(/^message 1: data's "stream" is "stdin"/, "0"), logs],
 ];
 
+/**
+ * One request with exactly these pseudo-headers, from a client without a certificate: a request
+ * target is read before anyone is identified, and one a URL parser throws on once ended the
+ * server from inside its request listener.
+ */
+async function rawTarget(headers: { ":path": string; ":authority"?: string }): Promise<Refusal> {
+  const session = http2.connect(cp.url, { ca: cp.pki.ca.certPem });
+  try {
+    return await new Promise<Refusal>((resolve, reject) => {
+      session.once("error", reject);
+      const stream = session.request({ ":method": "POST", "content-type": "application/json", ...headers });
+      let status = 0;
+      let text = "";
+      stream.setEncoding("utf8");
+      stream.on("response", (h) => (status = Number(h[":status"])));
+      stream.on("data", (c: string) => (text += c));
+      stream.on("error", reject);
+      stream.on("end", () => {
+        const body = JSON.parse(text) as { code: string; message: string };
+        resolve({ status, code: body.code, message: body.message });
+      });
+      stream.end("{}");
+    });
+  } finally {
+    session.close();
+  }
+}
+
+// (A :path without a leading "/" and an empty :authority never get this far: nghttp2 resets them.)
+const targets: readonly Row[] = [
+  [':path "//x:y" (a scheme-relative URL to a URL parser, with a port that is not one)', () => rawTarget({ ":path": "//x:y" }), bad(/request path "\/\/x:y" is not a path starting with a single "\/"/), jobCount],
+  [':path "//[" on a Connect procedure\'s service', () => rawTarget({ ":path": "//[/forelead.runner.v1.RunnerService/Register" }), bad(/request path "\/\/\[\/forelead/), jobCount],
+  [':path "//127.0.0.1/v1/admin/jobs" (a route behind a host)', () => rawTarget({ ":path": "//127.0.0.1/v1/admin/jobs" }), bad(/is not a path starting with a single "\/"/), jobCount],
+  [':authority "x:y" on a Connect procedure', () => rawTarget({ ":path": "/forelead.runner.v1.RunnerService/Register", ":authority": "x:y" }), bad(/:authority "x:y" is not a host\[:port\]/), jobCount],
+];
+
 describe(`hostile input: every bad input a 400 naming the field, nothing stored, the server serving on (${databaseKind})`, () => {
   describe.each([
     ["REST", rest],
     ["Connect (generated clients)", connect],
+    ["request targets (no client certificate)", targets],
   ] as const)("%s", (_surface, rows) => {
     it.each(rows)("%s", async (_name, send, expected, state) => {
       const before = await state();
