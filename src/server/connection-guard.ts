@@ -112,6 +112,9 @@ export function guardConnections(server: Http2SecureServer, limits: ConnectionLi
         seen = received;
         if (progressed || stream.readableFlowing !== true) return void (timer = setTimeout(check, limits.bodyIdleMs).unref());
         counters.stalledBodies++;
+        // A handler that stopped reading early (a refused first line) no longer listens for the body's errors;
+        // the error with no listener would end the process. The client sees the stream reset either way.
+        if (req.listenerCount("error") === 0) req.once("error", () => {});
         req.destroy(bodyStalledError(limits.bodyIdleMs));
       };
       timer = setTimeout(check, limits.bodyIdleMs).unref();

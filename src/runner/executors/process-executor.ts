@@ -138,7 +138,9 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
           if (graceMs <= 0) return killGroup("SIGKILL");
           killGroup("SIGTERM");
           const timer = setTimeout(() => killGroup("SIGKILL"), graceMs);
-          done.finally(() => clearTimeout(timer));
+          // Not done.finally(): its own promise would reject, unhandled, when the job's cleanup fails (job-run awaits done).
+          const clear = () => clearTimeout(timer);
+          done.then(clear, clear);
         },
       };
     },
