@@ -54,11 +54,12 @@ describe.each(executors)(`pipeline inputs, %s executor (${databaseKind})`, (exec
     const lines = (step: string) => runner.recorded.job(jobOf(step)).logs.map((l) => l.text);
     const a = await artifact("A", "a.txt");
     expect(a).toBe(sha("alpha"));
-    expect(lines("B")).toContain(`${a}  ${inDir}/A/a.txt`);
-    expect(lines("B")).toContain("READONLY");
-    expect(lines("C")).toContain(`${a}  ${inDir}/A/a.txt`);
-    expect(lines("D")).toContain(`${await artifact("B", "b.txt")}  ${inDir}/B/b.txt`);
-    expect(lines("D")).toContain(`${await artifact("C", "c.txt")}  ${inDir}/C/c.txt`);
+    const seen = (step: string) => `${step}'s log: ${JSON.stringify(lines(step))}`;
+    expect(lines("B"), seen("B")).toContain(`${a}  ${inDir}/A/a.txt`);
+    expect(lines("B"), seen("B")).toContain("READONLY");
+    expect(lines("C"), seen("C")).toContain(`${a}  ${inDir}/A/a.txt`);
+    expect(lines("D"), seen("D")).toContain(`${await artifact("B", "b.txt")}  ${inDir}/B/b.txt`);
+    expect(lines("D"), seen("D")).toContain(`${await artifact("C", "c.txt")}  ${inDir}/C/c.txt`);
     // D did not name A's output: it is not there.
     expect(lines("D").some((l) => l.includes(`${inDir}/A/a.txt`) && /No such file/.test(l))).toBe(true);
     expect(lines("D")).toContain("READONLY");
