@@ -122,8 +122,10 @@ export function gitToFile(args: readonly string[], file: string, maxBytes: numbe
     child.on("close", (code) => {
       clearTimeout(timer);
       out.end((err?: Error | null) => {
-        // A failed write reaches here before the 'error' listener above hears of it.
-        if (err) failure ??= err;
+        // A failed write can reach here before the 'error' listener above hears of it: as this callback's error, or,
+        // when the file was destroyed by it before end(), as the stream's own (err is then "cannot call end").
+        const written = out.errored ?? err;
+        if (written) failure ??= written;
         if (failure) return reject(failure);
         if (code !== 0) return reject(gitError(args, stderr, code ?? undefined, undefined, options.secrets));
         resolve(bytes);
