@@ -8,6 +8,7 @@ import { request, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server/server.js";
+import { eventually } from "../support/actors.js";
 import { createTestPki } from "../support/pki.js";
 
 /** What the stand-in does with a call, by its method name: /api/test.Upstream/<Method>. */
@@ -59,13 +60,6 @@ function post(dashboard: Dashboard, method: string, read = true): Promise<{ res:
   });
 }
 
-const until = async (what: string, ok: () => boolean) => {
-  for (const start = Date.now(); !ok(); ) {
-    if (Date.now() - start > 10_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-};
-
 describe("dashboard proxy, against a control plane that misbehaves", () => {
   let upstream: Http2SecureServer;
   let dashboard: Dashboard;
@@ -115,11 +109,11 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
   it("reads the reply at the browser's pace: a browser that stops reading stops the control plane's writes; one that goes away cancels the call", async () => {
     const { res } = await post(dashboard, "Flood", false);
     expect(res.statusCode).toBe(200);
-    await until("the stand-in's writes to block", () => flood.blocked);
+    await eventually("the stand-in's writes to block", async () => flood.blocked || undefined, 10_000);
     // Let every buffer on the way fill: what got through is bounded by them, not by the 64 MiB on offer.
     await new Promise((r) => setTimeout(r, 500));
     expect(flood.written).toBeLessThanOrEqual(16 << 20);
     res.destroy();
-    await until("the call to be cancelled upstream", () => flood.cancelled);
+    await eventually("the call to be cancelled upstream", async () => flood.cancelled || undefined, 10_000);
   });
 });

@@ -1,5 +1,5 @@
 import "reflect-metadata";
-import http2 from "node:http2";
+import type http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { ConnectError, type Client } from "@connectrpc/connect";
@@ -191,39 +191,26 @@ const connect: readonly Row[] = [
 ];
 
 /**
- * One request with exactly these pseudo-headers, from a client without a certificate: a request
+ * A POST of `path` (with `headers`, :authority among them, over the usual ones) from a client
+ * without a certificate: a request
  * target is read before anyone is identified, and one a URL parser throws on once ended the
  * server from inside its request listener.
  */
-async function rawTarget(headers: { ":path": string; ":authority"?: string }): Promise<Refusal> {
-  const session = http2.connect(cp.url, { ca: cp.pki.ca.certPem });
+async function rawTarget(path: string, headers: http2.OutgoingHttpHeaders = {}): Promise<Refusal> {
+  const anonymous = createRestClient(cp.url, cp.pki.ca.certPem);
   try {
-    return await new Promise<Refusal>((resolve, reject) => {
-      session.once("error", reject);
-      const stream = session.request({ ":method": "POST", "content-type": "application/json", ...headers });
-      let status = 0;
-      let text = "";
-      stream.setEncoding("utf8");
-      stream.on("response", (h) => (status = Number(h[":status"])));
-      stream.on("data", (c: string) => (text += c));
-      stream.on("error", reject);
-      stream.on("end", () => {
-        const body = JSON.parse(text) as { code: string; message: string };
-        resolve({ status, code: body.code, message: body.message });
-      });
-      stream.end("{}");
-    });
+    return fromRest(await anonymous.request("POST", path, {}, headers));
   } finally {
-    session.close();
+    await anonymous.close();
   }
 }
 
 // (A :path without a leading "/" and an empty :authority never get this far: nghttp2 resets them.)
 const targets: readonly Row[] = [
-  [':path "//x:y" (a scheme-relative URL to a URL parser, with a port that is not one)', () => rawTarget({ ":path": "//x:y" }), bad(/request path "\/\/x:y" is not a path starting with a single "\/"/), jobCount],
-  [':path "//[" on a Connect procedure\'s service', () => rawTarget({ ":path": "//[/forelead.runner.v1.RunnerService/Register" }), bad(/request path "\/\/\[\/forelead/), jobCount],
-  [':path "//127.0.0.1/v1/admin/jobs" (a route behind a host)', () => rawTarget({ ":path": "//127.0.0.1/v1/admin/jobs" }), bad(/is not a path starting with a single "\/"/), jobCount],
-  [':authority "x:y" on a Connect procedure', () => rawTarget({ ":path": "/forelead.runner.v1.RunnerService/Register", ":authority": "x:y" }), bad(/:authority "x:y" is not a host\[:port\]/), jobCount],
+  [':path "//x:y" (a scheme-relative URL to a URL parser, with a port that is not one)', () => rawTarget("//x:y"), bad(/request path "\/\/x:y" is not a path starting with a single "\/"/), jobCount],
+  [':path "//[" on a Connect procedure\'s service', () => rawTarget("//[/forelead.runner.v1.RunnerService/Register"), bad(/request path "\/\/\[\/forelead/), jobCount],
+  [':path "//127.0.0.1/v1/admin/jobs" (a route behind a host)', () => rawTarget("//127.0.0.1/v1/admin/jobs"), bad(/is not a path starting with a single "\/"/), jobCount],
+  [':authority "x:y" on a Connect procedure', () => rawTarget("/forelead.runner.v1.RunnerService/Register", { ":authority": "x:y" }), bad(/:authority "x:y" is not a host\[:port\]/), jobCount],
 ];
 
 describe(`hostile input: every bad input a 400 naming the field, nothing stored, the server serving on (${databaseKind})`, () => {
