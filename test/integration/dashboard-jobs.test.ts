@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { startDashboard } from "../../src/dashboard/server/server.js";
 import { eventually } from "../support/actors.js";
-import { useDashboard, type DashboardPage } from "../support/browser.js";
+import { useDashboard, waitForDom, type DashboardPage } from "../support/browser.js";
 import { runnerJobs } from "../support/runner-jobs.js";
 import { startTestRunner, type TestRunner } from "../support/runner-agent.js";
 
@@ -42,7 +42,7 @@ const logText = (p: DashboardPage) => p.page.$eval(".log", (e) => e.textContent 
 async function shows(p: DashboardPage, selector: string, text: string): Promise<void> {
   // A string: it runs in the page, where the DOM is (this file is typed for node).
   const found = `[...document.querySelectorAll(${JSON.stringify(selector)})].some((e) => (e.textContent ?? "").includes(${JSON.stringify(text)}))`;
-  await p.page.waitForFunction(found, { timeout: 20_000 }).catch(async (err: Error) => {
+  await waitForDom(p.page, found, 20_000).catch(async (err: Error) => {
     // Say what the page showed instead, and what it logged.
     const seen = await p.page.evaluate(`document.querySelector("main")?.innerText`).catch(() => "");
     throw new Error(`the page shows no ${selector} with ${JSON.stringify(text)} (${err.message}); it shows:\n${String(seen)}\nerrors: ${JSON.stringify(p.errors)}`);
@@ -197,7 +197,7 @@ describe("the jobs page", () => {
     await p.page.focus("input[name=workspace]");
     await p.page.keyboard.type(ws);
     await p.page.keyboard.press("Enter");
-    await p.page.waitForFunction(`!document.querySelector('tr[data-job="${fresh}"]')`);
+    await waitForDom(p.page, `!document.querySelector('tr[data-job="${fresh}"]')`, 30_000);
     const shown = await p.page.$$eval("tr[data-job]", (rows) => rows.map((r) => [r.getAttribute("data-job"), r.getAttribute("data-state")]));
     expect(shown).toEqual([[stuck, "queued"]]);
     // The link leads to the job's page.

@@ -6,9 +6,9 @@ import type { Page } from "puppeteer-core";
 import { startDashboard } from "../../src/dashboard/server/server.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { jobBody, leasedJob, registeredRunner } from "../support/actors.js";
-import { useDashboard } from "../support/browser.js";
+import { useDashboard, waitForDom } from "../support/browser.js";
 
-// The functions passed to page.evaluate/waitForFunction run in the page: its globals, declared for
+// The functions passed to page.evaluate/waitForDom run in the page: its globals, declared for
 // this (node) program's type check.
 interface PageElement {
   readonly textContent: string | null;
@@ -31,7 +31,7 @@ declare function getComputedStyle(e: unknown): { readonly backgroundColor: strin
 
 /** Waits until `selector`'s text is `expected` (the page updates from the event stream), then returns it. */
 async function textBecomes(page: Page, selector: string, expected: string): Promise<string> {
-  await page.waitForFunction((s, want) => document.querySelector(s)?.textContent?.trim() === want, { timeout: 15_000 }, selector, expected).catch(async () => {
+  await waitForDom(page, (s, want) => document.querySelector(s)?.textContent?.trim() === want, 15_000, selector, expected).catch(async () => {
     throw new Error(`${selector} shows ${JSON.stringify(await page.$eval(selector, (e) => e.textContent).catch(() => "(absent)"))}, not ${JSON.stringify(expected)}`);
   });
   return expected;
@@ -131,12 +131,13 @@ describe("dashboard pages", () => {
     await p.page.click("form[role=search] button[type=submit]");
     // The search's rows replace the first (unfiltered) page: every row is the operator's, one is the pause of w9.
     const rows = async () => p.page.$$eval("table.audit tbody tr", (trs) => trs.map((tr) => ({ identity: tr.querySelector("[data-col=identity]")?.textContent, text: tr.textContent ?? "" })));
-    await p.page.waitForFunction(
+    await waitForDom(
+      p.page,
       () => {
         const trs = [...document.querySelectorAll("table.audit tbody tr")];
         return trs.length > 0 && trs.every((tr) => tr.querySelector("[data-col=identity]")?.textContent === "spiffe://forelead/services/test-admin") && trs.some((tr) => tr.textContent?.includes("w9"));
       },
-      { timeout: 15_000 },
+      15_000,
     ).catch(async () => {
       throw new Error(`the audit table shows ${JSON.stringify(await rows())}`);
     });
@@ -145,12 +146,13 @@ describe("dashboard pages", () => {
     await p.page.select("select[name=kind]", "decision");
     await p.page.select("select[name=decision]", "allow");
     await p.page.click("form[role=search] button[type=submit]");
-    await p.page.waitForFunction(
+    await waitForDom(
+      p.page,
       () => {
         const trs = [...document.querySelectorAll("table.audit tbody tr")];
         return trs.length > 0 && trs.every((tr) => tr.querySelector("[data-col=kind]")?.textContent === "decision" && tr.querySelector("[data-col=decision]")?.textContent === "allow");
       },
-      { timeout: 15_000 },
+      15_000,
     );
     await p.screenshot("audit", { fullPage: false });
     expect(p.errors).toEqual([]);

@@ -4,13 +4,23 @@
 // (dist/dashboard/, which vitest's globalSetup builds from the sources under test).
 import { mkdir } from "node:fs/promises";
 import { afterAll, beforeAll } from "vitest";
-import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import puppeteer, { type Browser, type EvaluateFunc, type Page } from "puppeteer-core";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server/server.js";
 import type { IssuedCertificate } from "../../src/identity/ca.js";
 import { useControlPlane, type ControlPlaneFixture, type ControlPlaneFixtureOptions } from "./fixture.js";
 
 /** Where Debian's chromium package puts the browser; CI installs it (.ci/run). */
 export const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+
+/**
+ * Waits until `predicate` holds in `page`, checking it again on every change to the page's DOM.
+ * Puppeteer's default checks on requestAnimationFrame, which never fires in a page that is not in
+ * front (its document is hidden): with two pages open, a wait on the one behind passed only if its
+ * first check did, and otherwise waited out its timeout (CI at 12c6f49, dashboard-jobs' cancel).
+ */
+export async function waitForDom<Params extends unknown[]>(page: Page, predicate: string | EvaluateFunc<Params>, timeout: number, ...args: Params): Promise<void> {
+  await page.waitForFunction(predicate, { polling: "mutation", timeout }, ...args);
+}
 
 /** A page of the dashboard with what the test needs around it. */
 export interface DashboardPage {
