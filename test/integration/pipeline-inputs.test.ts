@@ -1,6 +1,8 @@
 import { createHash } from "node:crypto";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, registeredRunner } from "../support/actors.js";
+import { eventually, registeredRunner, type LeasedJob } from "../support/actors.js";
+import { restUploads } from "../support/artifacts.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind, type TestRunner } from "../support/runner-agent.js";
@@ -76,4 +78,67 @@ describe.each(executors)(`pipeline inputs, %s executor (${databaseKind})`, (exec
     expect((await ask("not-the-token")).status).toBe(409);
     await other.close();
   }, 120_000);
+});
+
+// A claim is one statement, `select …, <is it a step's job> from forelead_claim(…)`. The function
+// is volatile: each statement in it sees what has committed by then. The outer select sees only
+// what had committed when it began. So a claim could begin, wait on its runner's row (held by
+// another request of that runner), and then lease a step's job whose enqueue committed while it
+// waited, reading it as "not a step's job". The job was leased without its inputs and ran without
+// them. Postgres only: the embedded database runs one statement at a time, so it has no such wait.
+describe.skipIf(databaseKind !== "postgres")("a claim that waits on its runner's row while a step's job is enqueued (postgres)", () => {
+  it("leases the step's job with its inputs", async () => {
+    const ws = "pi-wait";
+    const step = (name: string, needs: string[], inputs: unknown[] = []) => ({ name, needs, labels: ["linux"], spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 }, inputs });
+    const first = await registeredRunner(cp, "r-wait-a", ws);
+    const waiting = await registeredRunner(cp, "r-wait-b", ws);
+    // Two transactions holding rows, so the test decides the order the control plane's statements reach them.
+    const [pipelineRow, runnerRow] = [new pg.Client({ connectionString: cp.database.location }), new pg.Client({ connectionString: cp.database.location })];
+    await Promise.all([pipelineRow.connect(), runnerRow.connect()]);
+    const blocksSomeone = (c: pg.Client, what: string) =>
+      eventually(what, async () => ((await c.query("select 1 from pg_stat_activity where pg_backend_pid() = any(pg_blocking_pids(pid))")).rows.length > 0 || undefined));
+    try {
+      const made = await post("/v1/admin/pipelines", { workspaceId: ws, name: "wait", steps: [step("A", []), step("B", ["A"], [{ step: "A", name: "a.txt" }])] });
+      expect(made.status, made.text).toBe(200);
+      const a = await first.claim({ waitSeconds: 5 });
+      expect(a.status, a.text).toBe(200);
+      const leased: LeasedJob = { runner: first, workspaceId: ws, jobId: a.json.job.id, token: a.json.token, msg: () => ({}) };
+      const up = restUploads(leased);
+      const bytes = Buffer.from("alpha");
+      const opened = await up.open("a.txt", bytes.length, `sha256:${sha("alpha")}`);
+      expect(opened.status, opened.text).toBe(200);
+      expect((await up.put(opened.json.uploadId, 0, bytes)).status).toBe(200);
+      const artifact = (await up.finalize(opened.json.uploadId)).json;
+
+      // A's completion begins (B's job will be due from then: claimable_at is its transaction's now())
+      // and waits for the pipeline's row.
+      await pipelineRow.query("begin");
+      expect((await pipelineRow.query("select 1 from pipelines where id = $1 for update", [made.json.pipeline.id])).rowCount).toBe(1);
+      const completed = first.complete(leased.jobId, leased.token, { artifacts: [{ name: artifact.name, digest: artifact.digest, size: artifact.size, mediaType: "" }] });
+      await blocksSomeone(pipelineRow, "A's completion to wait on the pipeline's row");
+      // The other runner's claim begins, before B's job exists, and waits for its runner's row.
+      await runnerRow.query("begin");
+      expect((await runnerRow.query("select 1 from runners where workspace_id = $1 and runner_id = $2 for update", [ws, "r-wait-b"])).rowCount).toBe(1);
+      const claim = waiting.claim({ waitSeconds: 10 });
+      await blocksSomeone(runnerRow, "the claim to wait on its runner's row");
+      // A's completion goes on: A succeeds, B's job is enqueued with A's artifact as its input, and that commits.
+      await pipelineRow.query("commit");
+      const done = await completed;
+      expect(done.status, done.text).toBe(200);
+      // Then the claim goes on, and finds B's job.
+      await runnerRow.query("commit");
+
+      const b = await claim;
+      expect(b.status, b.text).toBe(200);
+      const pipeline = (await admin.rest.request("GET", `/v1/admin/pipelines/${made.json.pipeline.id}`)).json.pipeline;
+      expect(b.json.job.id).toBe((pipeline.steps as StepJson[]).find((s) => s.name === "B")!.jobId);
+      expect(b.json.inputs, b.text).toEqual([{ name: "a.txt", digest: artifact.digest, size: String(bytes.length), fromStep: "A", fromJobId: leased.jobId }]);
+    } finally {
+      for (const c of [pipelineRow, runnerRow]) {
+        await c.query("rollback").catch(() => undefined);
+        await c.end();
+      }
+      await Promise.all([first.close(), waiting.close()]);
+    }
+  }, 60_000);
 });
