@@ -57,7 +57,7 @@ describe(`suspend and answer (${databaseKind})`, () => {
   it("suspend → answer → resume: the lease ends without charging the attempt, the next lease carries the answer and the checkpoint", async () => {
     const j = await leased();
     const bytes = Buffer.from("step=41\n");
-    const up = restUploads({ runner: j.runner, jobId: j.jobId, token: j.token, workspaceId: j.ws, msg: () => ({}) });
+    const up = restUploads({ runner: j.runner, jobId: j.jobId, token: j.token });
     const opened = await up.open("state.txt", bytes.length, sha256(bytes));
     expect(opened.status, opened.text).toBe(200);
     expect((await up.put(opened.json.uploadId, 0, bytes)).status).toBe(200);

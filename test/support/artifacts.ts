@@ -27,7 +27,7 @@ export interface RestUploads {
 }
 
 /** REST upload calls for `job`. */
-export function restUploads(job: LeasedJob): RestUploads {
+export function restUploads(job: Pick<LeasedJob, "runner" | "jobId" | "token">): RestUploads {
   const lease = { apiVersion: "v1", jobId: job.jobId, leaseToken: job.token };
   const headers = (offset: number) => ({
     "content-type": "application/octet-stream",
