@@ -8,9 +8,32 @@ export default tseslint.config(
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
-    languageOptions: { globals: { process: "readonly", console: "readonly", Buffer: "readonly", URL: "readonly", setTimeout: "readonly", clearTimeout: "readonly", setInterval: "readonly", clearInterval: "readonly", AbortController: "readonly", AbortSignal: "readonly", TextEncoder: "readonly", TextDecoder: "readonly", performance: "readonly", crypto: "readonly", setImmediate: "readonly", structuredClone: "readonly", fetch: "readonly" } },
+    languageOptions: {
+      globals: {
+        process: "readonly",
+        console: "readonly",
+        Buffer: "readonly",
+        URL: "readonly",
+        setTimeout: "readonly",
+        clearTimeout: "readonly",
+        setInterval: "readonly",
+        clearInterval: "readonly",
+        AbortController: "readonly",
+        AbortSignal: "readonly",
+        TextEncoder: "readonly",
+        TextDecoder: "readonly",
+        performance: "readonly",
+        crypto: "readonly",
+        setImmediate: "readonly",
+        structuredClone: "readonly",
+        fetch: "readonly",
+      },
+    },
     rules: {
-      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+      "@typescript-eslint/no-unused-vars": [
+        "error",
+        { argsIgnorePattern: "^_", varsIgnorePattern: "^_" },
+      ],
       "@typescript-eslint/consistent-type-imports": "error",
       "no-console": "off",
     },
@@ -19,24 +42,44 @@ export default tseslint.config(
   // the runner agent is a client of the protocol and never links the server's code. protocol/
   // holds the rules both sides of the wire apply (e.g. which env names look secret).
   {
-    files: ["src/{broker,streams,code,artifacts,inventory,identity,store,protocol,ops,events,secrets}/**/*.ts"],
+    files: [
+      "src/{broker,streams,code,artifacts,inventory,identity,store,protocol,ops,events,secrets}/**/*.ts",
+    ],
     rules: {
-      "no-restricted-imports": ["error", {
-        patterns: [
-          { regex: "^(\\.\\./)+(api|server|cli|runner)/", message: "Domain code must not import the transport (api/, server/), the CLI or the runner agent: move the shared piece into the domain, or pass it in from the composition root (src/server/)." },
-          { regex: "^(\\.\\./)+gen/", message: "Domain code must not import generated protocol code (gen/): decode and encode wire messages in src/api/ and hand the domain plain types." },
-        ],
-      }],
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^(\\.\\./)+(api|server|cli|runner)/",
+              message:
+                "Domain code must not import the transport (api/, server/), the CLI or the runner agent: move the shared piece into the domain, or pass it in from the composition root (src/server/).",
+            },
+            {
+              regex: "^(\\.\\./)+gen/",
+              message:
+                "Domain code must not import generated protocol code (gen/): decode and encode wire messages in src/api/ and hand the domain plain types.",
+            },
+          ],
+        },
+      ],
     },
   },
   {
     files: ["src/runner/**/*.ts"],
     rules: {
-      "no-restricted-imports": ["error", {
-        patterns: [
-          { regex: "^(\\.\\./)+(api|server|store)/", message: "The runner agent speaks the protocol over the wire: it must not import the control plane's api/, server/ or store/ code." },
-        ],
-      }],
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^(\\.\\./)+(api|server|store)/",
+              message:
+                "The runner agent speaks the protocol over the wire: it must not import the control plane's api/, server/ or store/ code.",
+            },
+          ],
+        },
+      ],
     },
   },
   // The dashboard's web app runs in the browser: browser globals, and it reaches the control plane
@@ -46,25 +89,47 @@ export default tseslint.config(
     files: ["src/dashboard/web/**/*.{ts,tsx}"],
     languageOptions: { globals: { ...globals.browser } },
     rules: {
-      "no-restricted-imports": ["error", {
-        patterns: [
-          { regex: "^node:", message: "The web app runs in the browser: no node modules." },
-          // protocol/ is allowed: the wire's rules both sides apply (e.g. how a log entry reads as text), node-free.
-          { regex: "^(\\.\\./)+(api|server|cli|runner|broker|store|identity|events|ops|secrets|streams|code|artifacts|inventory)/", message: "The web app calls the control plane through the generated clients (src/dashboard/web/clients.ts), not its code." },
-          { regex: "^@connectrpc/connect-node", message: "The web app uses @connectrpc/connect-web (clients.ts)." },
-        ],
-      }],
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            { regex: "^node:", message: "The web app runs in the browser: no node modules." },
+            // protocol/ is allowed: the wire's rules both sides apply (e.g. how a log entry reads as text), node-free.
+            {
+              regex:
+                "^(\\.\\./)+(api|server|cli|runner|broker|store|identity|events|ops|secrets|streams|code|artifacts|inventory)/",
+              message:
+                "The web app calls the control plane through the generated clients (src/dashboard/web/clients.ts), not its code.",
+            },
+            {
+              regex: "^@connectrpc/connect-node",
+              message: "The web app uses @connectrpc/connect-web (clients.ts).",
+            },
+          ],
+        },
+      ],
     },
   },
   {
     files: ["src/dashboard/server/**/*.ts"],
     rules: {
-      "no-restricted-imports": ["error", {
-        patterns: [
-          { regex: "^\\.\\./web/", message: "The dashboard's server serves the built web app (dist/dashboard/); it does not import its sources." },
-          { regex: "^(\\.\\./)+(api|server|broker|store|runner)/", message: "The dashboard is a client of the control plane: it forwards calls, it does not link the server's code." },
-        ],
-      }],
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^\\.\\./web/",
+              message:
+                "The dashboard's server serves the built web app (dist/dashboard/); it does not import its sources.",
+            },
+            {
+              regex: "^(\\.\\./)+(api|server|broker|store|runner)/",
+              message:
+                "The dashboard is a client of the control plane: it forwards calls, it does not link the server's code.",
+            },
+          ],
+        },
+      ],
     },
   },
 );

@@ -29,8 +29,18 @@ export default defineConfig({
     // Groups run one after another, lowest first; the files of a group two at a time.
     projects: [
       // (Not `exclude`: a project's own exclude would drop the --exclude of the command line.)
-      { extends: true, test: { name: "suites", include: ["test/unit/**/*.test.ts", "test/integration/!(dashboard-)*.test.ts"], sequence: { groupOrder: 0 } } },
-      { extends: true, test: { name: "browser", include: browserTests, sequence: { groupOrder: 1 } } },
+      {
+        extends: true,
+        test: {
+          name: "suites",
+          include: ["test/unit/**/*.test.ts", "test/integration/!(dashboard-)*.test.ts"],
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        extends: true,
+        test: { name: "browser", include: browserTests, sequence: { groupOrder: 1 } },
+      },
     ],
   },
 });

@@ -34,52 +34,111 @@ interface StreamCell {
 }
 type Measured = CpuUse & { rate: number; units: number };
 
-const { values, positionals } = parseArgs({ options: { cores: { type: "string" } }, allowPositionals: true });
-const files = positionals.length ? positionals : ["bench/results/lease-throughput.json", "bench/results/streams-ingest.json"];
+const { values, positionals } = parseArgs({
+  options: { cores: { type: "string" } },
+  allowPositionals: true,
+});
+const files = positionals.length
+  ? positionals
+  : ["bench/results/lease-throughput.json", "bench/results/streams-ingest.json"];
 
 /** CPU milliseconds a unit, by role. */
 function perUnit(cpu: CpuUse, units: number): Record<string, number> {
-  return Object.fromEntries(Object.entries(cpu.rolesPctOfCore).map(([role, pct]) => [role, ((pct / 100) * cpu.wallMs) / units]));
+  return Object.fromEntries(
+    Object.entries(cpu.rolesPctOfCore).map(([role, pct]) => [
+      role,
+      ((pct / 100) * cpu.wallMs) / units,
+    ]),
+  );
 }
 
 /**
  * One row: ours beside the peer, with the bound a free control plane would reach with the machine
  * 100 % busy and as busy as our run kept it (what waits between the processes left idle).
  */
-function row(cores: number, label: string, goal: number, ours: Measured, peer: Measured, unit: (ms: number) => string): string[] {
+function row(
+  cores: number,
+  label: string,
+  goal: number,
+  ours: Measured,
+  peer: Measured,
+  unit: (ms: number) => string,
+): string[] {
   const cost = perUnit(ours, ours.units);
   const peerServer = perUnit(peer, peer.units).server ?? 0;
   const caused = (cost.client ?? 0) + (cost.postgres ?? 0);
   const bound = (busyShare: number) => (busyShare * cores * 1000) / caused / peer.rate;
   const busy = ours.machineBusyPct / 100;
   const budget = (busy * cores * 1000) / (goal * peer.rate) - caused;
-  return [label, (ours.rate / peer.rate).toFixed(2), unit(cost.server ?? 0), unit(cost.client ?? 0), unit(cost.postgres ?? 0), `${bound(1).toFixed(2)} / ${bound(busy).toFixed(2)} (${ours.machineBusyPct} %)`, String(goal), budget > 0 ? unit(budget) : "none", unit(peerServer)];
+  return [
+    label,
+    (ours.rate / peer.rate).toFixed(2),
+    unit(cost.server ?? 0),
+    unit(cost.client ?? 0),
+    unit(cost.postgres ?? 0),
+    `${bound(1).toFixed(2)} / ${bound(busy).toFixed(2)} (${ours.machineBusyPct} %)`,
+    String(goal),
+    budget > 0 ? unit(budget) : "none",
+    unit(peerServer),
+  ];
 }
 
 const rows: string[][] = [];
 for (const file of files) {
-  const result = JSON.parse(readFileSync(file, "utf8")) as ScenarioReport & { figures: { runs?: LeaseRun[]; cells?: StreamCell[] } };
+  const result = JSON.parse(readFileSync(file, "utf8")) as ScenarioReport & {
+    figures: { runs?: LeaseRun[]; cells?: StreamCell[] };
+  };
   // The cores of the machine the results were measured on, unless told otherwise.
   const cores = intFlag(values.cores, "cores", result.machine.cores, 1, 1024);
   for (const cell of result.figures.cells ?? []) {
     const micros = (ms: number) => `${(ms * 1000).toFixed(1)} µs`;
     const ours = { ...cell.ours.cpu, rate: cell.ours.linesPerSecond, units: cell.ours.lines };
-    rows.push(row(cores, `${cell.leases} × ${cell.lineBytes} B ${cell.transport}, a line`, 0.5, ours, { ...cell.bare.cpu, rate: cell.bare.linesPerSecond, units: cell.bare.lines }, micros));
+    rows.push(
+      row(
+        cores,
+        `${cell.leases} × ${cell.lineBytes} B ${cell.transport}, a line`,
+        0.5,
+        ours,
+        { ...cell.bare.cpu, rate: cell.bare.linesPerSecond, units: cell.bare.lines },
+        micros,
+      ),
+    );
   }
   const runs = result.figures.runs ?? [];
   for (const concurrency of new Set(runs.map((r) => r.concurrency))) {
     const peer = runs.find((r) => r.concurrency === concurrency && r.system === "graphile-worker");
     if (!peer) continue;
-    for (const run of runs.filter((r) => r.concurrency === concurrency && r.system.startsWith("ours"))) {
+    for (const run of runs.filter(
+      (r) => r.concurrency === concurrency && r.system.startsWith("ours"),
+    )) {
       const ours = { ...run.cpu, rate: run.jobsPerSecond, units: run.jobs };
-      rows.push(row(cores, `N = ${concurrency}, ${run.system}, a job`, 1, ours, { ...peer.cpu, rate: peer.jobsPerSecond, units: peer.jobs }, (ms) => `${ms.toFixed(3)} ms`));
+      rows.push(
+        row(
+          cores,
+          `N = ${concurrency}, ${run.system}, a job`,
+          1,
+          ours,
+          { ...peer.cpu, rate: peer.jobsPerSecond, units: peer.jobs },
+          (ms) => `${ms.toFixed(3)} ms`,
+        ),
+      );
     }
   }
 }
 console.log(
   formatTable({
     title: "What a control plane costing no CPU would reach on the machine of each run",
-    columns: ["cell", "ours ÷ peer", "control plane", "clients", "Postgres", "bound with a free control plane ÷ peer, machine 100 % busy / as busy as our run", "goal", "control plane's CPU a unit that meets the goal as busy as our run", "the peer's own server process"],
+    columns: [
+      "cell",
+      "ours ÷ peer",
+      "control plane",
+      "clients",
+      "Postgres",
+      "bound with a free control plane ÷ peer, machine 100 % busy / as busy as our run",
+      "goal",
+      "control plane's CPU a unit that meets the goal as busy as our run",
+      "the peer's own server process",
+    ],
     rows,
   }),
 );

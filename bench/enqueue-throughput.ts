@@ -14,7 +14,12 @@ import { createBenchPki } from "./lib/pki.js";
 import { publishScenario } from "./lib/report.js";
 import { ratio, round, summarize } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { singles: "string", batches: "string", "batch-size": "string", "in-flight": "string" });
+const options = parseOptions(process.argv.slice(2), {
+  singles: "string",
+  batches: "string",
+  "batch-size": "string",
+  "in-flight": "string",
+});
 const tiny = options.size === "tiny";
 const singles = intFlag(options.flags.singles, "singles", tiny ? 32 : 10_000);
 const batchSize = intFlag(options.flags["batch-size"], "batch-size", tiny ? 100 : 1000, 2, 1000);
@@ -37,26 +42,69 @@ interface Run {
 const started = performance.now();
 const postmaster = await postmasterPid(options.databaseUrl);
 const runs: Run[] = [];
-console.log(`enqueue-throughput: ${singles} single enqueues, then ${batches} batches of ${batchSize}, ${inFlight} requests in flight`);
+console.log(
+  `enqueue-throughput: ${singles} single enqueues, then ${batches} batches of ${batchSize}, ${inFlight} requests in flight`,
+);
 const pki = await createBenchPki();
 const database = await freshDatabase(options.databaseUrl, options.databaseName);
 const client = forkProcess(new URL("./clients/enqueuers.ts", import.meta.url));
 try {
-  const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1 });
+  const planes = await startPlanes({
+    pki,
+    database: database.location,
+    mode: "in-process",
+    count: 1,
+  });
   try {
-    await client.call({ type: "connect", url: planes.urls[0], caPem: pki.ca.certPem, admin: pki.admin });
+    await client.call({
+      type: "connect",
+      url: planes.urls[0],
+      caPem: pki.ca.certPem,
+      admin: pki.admin,
+    });
     // A short warm-up of both routes, not counted: pools fill, code is compiled.
-    await client.call({ type: "enqueue", total: warmup, batchSize: 1, inFlight, workspaceId: "warm" });
-    await client.call({ type: "enqueue", total: batchSize * 2, batchSize, inFlight: 2, workspaceId: "warm" });
+    await client.call({
+      type: "enqueue",
+      total: warmup,
+      batchSize: 1,
+      inFlight,
+      workspaceId: "warm",
+    });
+    await client.call({
+      type: "enqueue",
+      total: batchSize * 2,
+      batchSize,
+      inFlight: 2,
+      workspaceId: "warm",
+    });
     const measure = async (system: string, total: number, size: number, workspaceId: string) => {
       const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
-      const r = await client.call<{ seconds: number; stored: number; requests: number; latencies: number[] }>({ type: "enqueue", total, batchSize: size, inFlight, workspaceId });
+      const r = await client.call<{
+        seconds: number;
+        stored: number;
+        requests: number;
+        latencies: number[];
+      }>({ type: "enqueue", total, batchSize: size, inFlight, workspaceId });
       if (r.stored !== total) throw new Error(`${system}: ${r.stored} of ${total} jobs stored`);
       const latency = summarize(r.latencies);
-      runs.push({ system, jobs: total, requests: r.requests, seconds: round(r.seconds), jobsPerSecond: Math.round(total / r.seconds), requestP50Ms: latency.p50, requestP99Ms: latency.p99, cpu: meter.stop() });
+      runs.push({
+        system,
+        jobs: total,
+        requests: r.requests,
+        seconds: round(r.seconds),
+        jobsPerSecond: Math.round(total / r.seconds),
+        requestP50Ms: latency.p50,
+        requestP99Ms: latency.p99,
+        cpu: meter.stop(),
+      });
     };
     await measure("single enqueue (POST /v1/admin/jobs)", singles, 1, "singles");
-    await measure(`batches of ${batchSize.toLocaleString("en-US")} (POST /v1/admin/jobs:batch)`, batches * batchSize, batchSize, "batches");
+    await measure(
+      `batches of ${batchSize.toLocaleString("en-US")} (POST /v1/admin/jobs:batch)`,
+      batches * batchSize,
+      batchSize,
+      "batches",
+    );
   } finally {
     await client.close();
     await planes.close();
@@ -78,8 +126,24 @@ await publishScenario(options, started, {
   ],
   table: {
     title: `Enqueue throughput: admin REST, ${inFlight} in flight`,
-    columns: ["system", "jobs", "requests", "jobs/s", "request p50 ms", "request p99 ms", "× single"],
-    rows: runs.map((r) => [r.system, r.jobs, r.requests, r.jobsPerSecond, r.requestP50Ms, r.requestP99Ms, ratio(r.jobsPerSecond, base)]),
+    columns: [
+      "system",
+      "jobs",
+      "requests",
+      "jobs/s",
+      "request p50 ms",
+      "request p99 ms",
+      "× single",
+    ],
+    rows: runs.map((r) => [
+      r.system,
+      r.jobs,
+      r.requests,
+      r.jobsPerSecond,
+      r.requestP50Ms,
+      r.requestP99Ms,
+      ratio(r.jobsPerSecond, base),
+    ]),
   },
   figures: { singles, batches, batchSize, inFlight, runs },
 });

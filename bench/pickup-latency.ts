@@ -14,7 +14,12 @@ import { createBenchPki } from "./lib/pki.js";
 import { publishScenario } from "./lib/report.js";
 import { summarize, type LatencySummary } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { jobs: "string", runners: "string", rate: "string", warmup: "string" });
+const options = parseOptions(process.argv.slice(2), {
+  jobs: "string",
+  runners: "string",
+  rate: "string",
+  warmup: "string",
+});
 const tiny = options.size === "tiny";
 const jobs = intFlag(options.flags.jobs, "jobs", tiny ? 20 : 2000);
 const runnerCount = intFlag(options.flags.runners, "runners", tiny ? 4 : 64);
@@ -39,14 +44,29 @@ interface Pickup {
 }
 
 /** The figures of the jobs after the warm-up. */
-function measured(system: string, latencies: readonly number[], enqueueLatencies: readonly number[], cpu: unknown): Pickup {
+function measured(
+  system: string,
+  latencies: readonly number[],
+  enqueueLatencies: readonly number[],
+  cpu: unknown,
+): Pickup {
   const counted = latencies.slice(warmup);
-  return { system, latency: summarize(counted), enqueue: summarize(enqueueLatencies.slice(warmup)), p50ByTenth: byTenth(counted), warmupP50: summarize(latencies.slice(0, warmup)).p50, cpu };
+  return {
+    system,
+    latency: summarize(counted),
+    enqueue: summarize(enqueueLatencies.slice(warmup)),
+    p50ByTenth: byTenth(counted),
+    warmupP50: summarize(latencies.slice(0, warmup)).p50,
+    cpu,
+  };
 }
 
 function byTenth(latencies: readonly number[]): number[] {
   const size = Math.max(1, Math.ceil(latencies.length / 10));
-  return Array.from({ length: Math.ceil(latencies.length / size) }, (_, i) => summarize(latencies.slice(i * size, (i + 1) * size)).p50);
+  return Array.from(
+    { length: Math.ceil(latencies.length / size) },
+    (_, i) => summarize(latencies.slice(i * size, (i + 1) * size)).p50,
+  );
 }
 
 const started = performance.now();
@@ -66,19 +86,40 @@ try {
   ] as const;
   // First a round that is not reported: the process that runs the control plane starts cold (JIT,
   // first statements), and measured, whichever row came first paid for it (docs/performance.md, section 2).
-  for (const [system, next, handoff, total] of [["warm-up round, not reported", false, true, warmup + Math.min(jobs, 500)] as const, ...rows.map(([s, n, h]) => [s, n, h, warmup + jobs] as const)]) {
-    console.log(`pickup-latency: ${system}, ${runnerCount} runners waiting, ${total - warmup} jobs at ${rate}/s`);
+  for (const [system, next, handoff, total] of [
+    ["warm-up round, not reported", false, true, warmup + Math.min(jobs, 500)] as const,
+    ...rows.map(([s, n, h]) => [s, n, h, warmup + jobs] as const),
+  ]) {
+    console.log(
+      `pickup-latency: ${system}, ${runnerCount} runners waiting, ${total - warmup} jobs at ${rate}/s`,
+    );
     const database = await freshDatabase(options.databaseUrl, options.databaseName);
     const client = forkProcess(new URL("./clients/runners.ts", import.meta.url));
     try {
-      const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1, handoff });
+      const planes = await startPlanes({
+        pki,
+        database: database.location,
+        mode: "in-process",
+        count: 1,
+        handoff,
+      });
       try {
         const runners = await pki.runners("p", runnerCount, workspaceId);
-        await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners, admin: pki.admin });
+        await client.call({
+          type: "connect",
+          urls: planes.urls,
+          caPem: pki.ca.certPem,
+          runners,
+          admin: pki.admin,
+        });
         const meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
-        const { latencies, enqueueLatencies } = await client.call<{ latencies: number[]; enqueueLatencies: number[] }>({ type: "pickup", total, ratePerSecond: rate, workspaceId, settleMs, next });
+        const { latencies, enqueueLatencies } = await client.call<{
+          latencies: number[];
+          enqueueLatencies: number[];
+        }>({ type: "pickup", total, ratePerSecond: rate, workspaceId, settleMs, next });
         const cpu = meter.stop();
-        if (system !== "warm-up round, not reported") results.push(measured(system, latencies, enqueueLatencies, cpu));
+        if (system !== "warm-up round, not reported")
+          results.push(measured(system, latencies, enqueueLatencies, cpu));
       } finally {
         await client.close();
         await planes.close();
@@ -92,12 +133,22 @@ try {
 }
 
 if (options.databaseUrl) {
-  console.log(`pickup-latency: graphile-worker, concurrency ${runnerCount}, ${jobs} jobs at ${rate}/s`);
+  console.log(
+    `pickup-latency: graphile-worker, concurrency ${runnerCount}, ${jobs} jobs at ${rate}/s`,
+  );
   const gw = await freshDatabase(options.databaseUrl, options.databaseName);
   try {
     const meter = startCpuMeter({ server: [process.pid] }, postmaster);
-    const { latencies, enqueueLatencies } = await graphilePickup(gw.location, warmup + jobs, rate, runnerCount, settleMs);
-    results.push(measured("graphile-worker (LISTEN/NOTIFY)", latencies, enqueueLatencies, meter.stop()));
+    const { latencies, enqueueLatencies } = await graphilePickup(
+      gw.location,
+      warmup + jobs,
+      rate,
+      runnerCount,
+      settleMs,
+    );
+    results.push(
+      measured("graphile-worker (LISTEN/NOTIFY)", latencies, enqueueLatencies, meter.stop()),
+    );
   } finally {
     await gw.drop();
   }
@@ -111,7 +162,10 @@ const notes = [
   "graphile-worker: latency from calling addJob to its task function starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
   "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four processes (client, control plane, Postgres, back); graphile-worker stays in one process beside Postgres. The machine has 2 cores shared by all of them.",
 ];
-if (!options.databaseUrl) notes.push("No DATABASE_URL: ours ran on the embedded database; graphile-worker needs a Postgres server and was skipped.");
+if (!options.databaseUrl)
+  notes.push(
+    "No DATABASE_URL: ours ran on the embedded database; graphile-worker needs a Postgres server and was skipped.",
+  );
 
 await publishScenario(options, started, {
   scenario: "pickup-latency",
@@ -120,7 +174,14 @@ await publishScenario(options, started, {
   table: {
     title: `Pickup latency: enqueue → lease, ${jobs.toLocaleString("en-US")} jobs at ${rate}/s, ${runnerCount} waiting`,
     columns: ["system", "p50 ms", "p90 ms", "p99 ms", "max ms", "enqueue ack p50 ms"],
-    rows: results.map((r) => [r.system, r.latency.p50, r.latency.p90, r.latency.p99, r.latency.max, r.enqueue.p50]),
+    rows: results.map((r) => [
+      r.system,
+      r.latency.p50,
+      r.latency.p90,
+      r.latency.p99,
+      r.latency.max,
+      r.enqueue.p50,
+    ]),
   },
   figures: { jobs, warmup, runners: runnerCount, ratePerSecond: rate, results },
 });

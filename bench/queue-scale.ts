@@ -19,7 +19,11 @@ import { summarize, type LatencySummary } from "./lib/stats.js";
 
 const options = parseOptions(process.argv.slice(2), { queued: "string", claims: "string" });
 const tiny = options.size === "tiny";
-const queueSizes = intListFlag(options.flags.queued, "queued", tiny ? [1_000, 5_000] : [10_000, 1_000_000]);
+const queueSizes = intListFlag(
+  options.flags.queued,
+  "queued",
+  tiny ? [1_000, 5_000] : [10_000, 1_000_000],
+);
 const claims = intFlag(options.flags.claims, "claims", tiny ? 20 : 2_000);
 const workspaceId = "w1";
 
@@ -63,8 +67,26 @@ await publishScenario(options, started, {
   notes,
   table: {
     title: `Claim latency by queue length (${claims.toLocaleString("en-US")} claims, one runner)`,
-    columns: ["queued jobs", "claim p50 ms", "claim p99 ms", "first 10% p50", "last 10% p50", "statement ms", "index used", "insert s"],
-    rows: scales.map((s) => [s.queued, s.claim.p50, s.claim.p99, s.firstTenthP50, s.lastTenthP50, s.statementMs, s.usesClaimIndex === undefined ? "– (embedded)" : s.usesClaimIndex ? "jobs_claimable" : "NO", s.insertSeconds]),
+    columns: [
+      "queued jobs",
+      "claim p50 ms",
+      "claim p99 ms",
+      "first 10% p50",
+      "last 10% p50",
+      "statement ms",
+      "index used",
+      "insert s",
+    ],
+    rows: scales.map((s) => [
+      s.queued,
+      s.claim.p50,
+      s.claim.p99,
+      s.firstTenthP50,
+      s.lastTenthP50,
+      s.statementMs,
+      s.usesClaimIndex === undefined ? "– (embedded)" : s.usesClaimIndex ? "jobs_claimable" : "NO",
+      s.insertSeconds,
+    ]),
   },
   figures: { claims, scales },
 });
@@ -74,17 +96,32 @@ async function measure(queued: number): Promise<Scale> {
   const database = await freshDatabase(options.databaseUrl, options.databaseName);
   const client = forkProcess(new URL("./clients/runners.ts", import.meta.url));
   try {
-    const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1 });
+    const planes = await startPlanes({
+      pki,
+      database: database.location,
+      mode: "in-process",
+      count: 1,
+    });
     try {
       const store = planes.inProcess!.store;
       const t0 = performance.now();
       await bulkInsertJobs(store.db, queued, workspaceId);
       const insertSeconds = Math.round((performance.now() - t0) / 100) / 10;
-      await client.call({ type: "connect", urls: planes.urls, caPem: pki.ca.certPem, runners: await pki.runners("q", 1, workspaceId) });
+      await client.call({
+        type: "connect",
+        urls: planes.urls,
+        caPem: pki.ca.certPem,
+        runners: await pki.runners("q", 1, workspaceId),
+      });
       const drained = await client.call<{ claimMs: number[] }>({ type: "drain", maxJobs: claims });
       const tenth = Math.max(1, Math.floor(drained.claimMs.length / 10));
       const { plan, batchPlan } = await plans(store, database.location);
-      const sizes = await sql<{ t: number; i: number }>`select pg_table_size('jobs')::float8 as t, pg_relation_size('jobs_claimable')::float8 as i`.execute(store.db);
+      const sizes = await sql<{
+        t: number;
+        i: number;
+      }>`select pg_table_size('jobs')::float8 as t, pg_relation_size('jobs_claimable')::float8 as i`.execute(
+        store.db,
+      );
       const execution = plan ? /duration: ([\d.]+) ms/.exec(plan) : null;
       return {
         queued,
@@ -97,7 +134,10 @@ async function measure(queued: number): Promise<Scale> {
         statementMs: execution ? Number(execution[1]) : null,
         plan,
         batchPlan,
-        usesClaimIndex: plan === undefined ? undefined : /jobs_claimable/.test(plan) && /jobs_claimable/.test(batchPlan ?? ""),
+        usesClaimIndex:
+          plan === undefined
+            ? undefined
+            : /jobs_claimable/.test(plan) && /jobs_claimable/.test(batchPlan ?? ""),
       };
     } finally {
       await client.close();
@@ -115,13 +155,31 @@ async function measure(queued: number): Promise<Scale> {
  * is rolled back. The plan shown is the one of the claim statement inside
  * the function (the one that walks the queue). Undefined when embedded.
  */
-async function plans(store: Store, location: string): Promise<{ plan: string | undefined; batchPlan: string | undefined }> {
+async function plans(
+  store: Store,
+  location: string,
+): Promise<{ plan: string | undefined; batchPlan: string | undefined }> {
   for (const id of ["explain-a", "explain-b"]) {
     await sql`insert into runners (workspace_id, runner_id, slots, cpu, memory_bytes, architecture, labels, clock_offset_ns)
       values (${workspaceId}, ${id}, 1000, 1, 1, 'amd64', array['linux'], 0)`.execute(store.db);
   }
-  const claim = await captureStatement(store.db, /forelead_claim/, (db) => claimJob(db, { workspaceId, runnerId: "explain-a" }, 30));
-  const batch = await captureStatement(store.db, /forelead_claim/, (db) => claimLeases(db, [{ workspaceId, runnerId: "explain-a" }, { workspaceId, runnerId: "explain-b" }], 30));
-  const walk = (plans: string[] | undefined) => plans && plans.filter((p) => /skip locked/i.test(p)).join("\n\n");
-  return { plan: walk(await explainNested(location, claim)), batchPlan: walk(await explainNested(location, batch)) };
+  const claim = await captureStatement(store.db, /forelead_claim/, (db) =>
+    claimJob(db, { workspaceId, runnerId: "explain-a" }, 30),
+  );
+  const batch = await captureStatement(store.db, /forelead_claim/, (db) =>
+    claimLeases(
+      db,
+      [
+        { workspaceId, runnerId: "explain-a" },
+        { workspaceId, runnerId: "explain-b" },
+      ],
+      30,
+    ),
+  );
+  const walk = (plans: string[] | undefined) =>
+    plans && plans.filter((p) => /skip locked/i.test(p)).join("\n\n");
+  return {
+    plan: walk(await explainNested(location, claim)),
+    batchPlan: walk(await explainNested(location, batch)),
+  };
 }

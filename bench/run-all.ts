@@ -13,11 +13,17 @@ import { presentScenarios, scenarios, scenarioScript } from "./lib/scenarios.js"
 /** Longest any one scenario may take before it is killed (with its helpers). */
 const scenarioLimitMs = 20 * 60_000;
 
-const { values } = parseArgs({ args: process.argv.slice(2), options: { size: { type: "string" }, only: { type: "string" } } });
+const { values } = parseArgs({
+  args: process.argv.slice(2),
+  options: { size: { type: "string" }, only: { type: "string" } },
+});
 const only = values.only ? new Set(values.only.split(",")) : undefined;
 const size = values.size ?? process.env.BENCH_SIZE ?? "full";
 
-if (!process.env.DATABASE_URL) console.log("bench: no DATABASE_URL; ours runs on the embedded database and the peers are skipped (set DATABASE_URL=postgres://... for every figure)");
+if (!process.env.DATABASE_URL)
+  console.log(
+    "bench: no DATABASE_URL; ours runs on the embedded database and the peers are skipped (set DATABASE_URL=postgres://... for every figure)",
+  );
 const started = performance.now();
 const ran: Array<{ scenario: string; seconds: number; ok: boolean }> = [];
 const present = presentScenarios();
@@ -38,19 +44,27 @@ const totalSeconds = Math.round((performance.now() - started) / 1000);
 console.log(`\n## Every table (${size}), ${new Date().toISOString()}\n`);
 for (const { scenario, ok } of ran) {
   if (!ok) continue;
-  const report = JSON.parse(await readFile(path.join(resultsDir(), `${scenario}.json`), "utf8")) as ScenarioReport;
+  const report = JSON.parse(
+    await readFile(path.join(resultsDir(), `${scenario}.json`), "utf8"),
+  ) as ScenarioReport;
   console.log(`${formatTable(report.table)}\n`);
 }
-for (const r of ran) console.log(`bench: ${r.scenario} ${r.ok ? "done" : "FAILED"} in ${r.seconds} s`);
+for (const r of ran)
+  console.log(`bench: ${r.scenario} ${r.ok ? "done" : "FAILED"} in ${r.seconds} s`);
 console.log(`bench: total ${Math.floor(totalSeconds / 60)} min ${totalSeconds % 60} s`);
 if (ran.some((r) => !r.ok)) process.exit(1);
 
 /** Runs one scenario in its own process group, killed whole if it overruns. */
 function run(script: string, args: readonly string[]): Promise<boolean> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", script, ...args], { stdio: "inherit", detached: true });
+    const child = spawn(process.execPath, ["--import", "tsx", script, ...args], {
+      stdio: "inherit",
+      detached: true,
+    });
     const timer = setTimeout(() => {
-      console.error(`bench: ${path.basename(script)} ran over ${scenarioLimitMs / 60_000} min; killed`);
+      console.error(
+        `bench: ${path.basename(script)} ran over ${scenarioLimitMs / 60_000} min; killed`,
+      );
       process.kill(-child.pid!, "SIGKILL");
     }, scenarioLimitMs);
     child.once("exit", (code) => {

@@ -24,29 +24,59 @@ const runs = intFlag(options.flags.runs, "runs", options.size === "tiny" ? 1 : 7
  * hold the start's garbage (V8 shrinks its young generation only when its memory reducer runs);
  * the figure is the median of the last third of the readings, the start's peak is reported beside it.
  */
-const idleSeconds = intFlag(options.flags["idle-seconds"], "idle-seconds", options.size === "tiny" ? 1 : 60, 1, 600);
+const idleSeconds = intFlag(
+  options.flags["idle-seconds"],
+  "idle-seconds",
+  options.size === "tiny" ? 1 : 60,
+  1,
+  600,
+);
 const repoRoot = fileURLToPath(new URL("..", import.meta.url));
 const bin = path.join(repoRoot, "bin/forelead.js");
-if (!existsSync(path.join(repoRoot, "dist/cli/main.js"))) throw new Error("dist/ is not built: run `npm run build` first");
+if (!existsSync(path.join(repoRoot, "dist/cli/main.js")))
+  throw new Error("dist/ is not built: run `npm run build` first");
 /** The compiled command: FORELEAD_RUN_SOURCE unset (the tests set it). */
 const compiledEnv = { ...process.env, FORELEAD_RUN_SOURCE: "" };
 const serveLimitMs = 60_000;
 
 const started = performance.now();
 const dir = await mkdtemp(path.join(os.tmpdir(), "forelead-start-"));
-const serveArgs = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--database", path.join(dir, "db"), "--certs-dir", path.join(dir, "certs")];
+const serveArgs = [
+  "--listen",
+  "127.0.0.1:0",
+  "--metrics-listen",
+  "127.0.0.1:0",
+  "--database",
+  path.join(dir, "db"),
+  "--certs-dir",
+  path.join(dir, "certs"),
+];
 /** RSS in MiB of an idle `forelead serve` on each database kind measured. */
 const idle: { embedded?: IdleResident; postgres?: IdleResident } = {};
-const samples: Record<string, number[]> = { node: [], help: [], helpSource: [], serving: [], healthz: [] };
+const samples: Record<string, number[]> = {
+  node: [],
+  help: [],
+  helpSource: [],
+  serving: [],
+  healthz: [],
+};
 /** CPU milliseconds (user + system) of each run, every process it started: the machine's load moves them much less than the wall time. */
 const cpu: Record<string, number[]> = { node: [], help: [], helpSource: [], serving: [] };
 try {
   // The first start creates the database and the development PKI; the measured ones open them.
   await serveUntilReady();
   for (let i = 0; i < runs; i++) {
-    samples.node!.push(await measured("node", () => timeExit(process.execPath, ["-e", "0"], process.env)));
-    samples.help!.push(await measured("help", () => timeExit(process.execPath, [bin, "--help"], compiledEnv)));
-    samples.helpSource!.push(await measured("helpSource", () => timeExit(process.execPath, [bin, "--help"], { ...process.env, FORELEAD_RUN_SOURCE: "1" })));
+    samples.node!.push(
+      await measured("node", () => timeExit(process.execPath, ["-e", "0"], process.env)),
+    );
+    samples.help!.push(
+      await measured("help", () => timeExit(process.execPath, [bin, "--help"], compiledEnv)),
+    );
+    samples.helpSource!.push(
+      await measured("helpSource", () =>
+        timeExit(process.execPath, [bin, "--help"], { ...process.env, FORELEAD_RUN_SOURCE: "1" }),
+      ),
+    );
     const { serving, healthz } = await measured("serving", serveUntilReady);
     samples.serving!.push(serving);
     samples.healthz!.push(healthz);
@@ -57,7 +87,12 @@ try {
     try {
       const keyFile = path.join(dir, "secrets-pg.key");
       await readOrCreateSecretsKeyFile(keyFile);
-      idle.postgres = await idleResident(["--database", database.location, "--secrets-key", keyFile]);
+      idle.postgres = await idleResident([
+        "--database",
+        database.location,
+        "--secrets-key",
+        keyFile,
+      ]);
     } finally {
       await database.drop();
     }
@@ -69,7 +104,14 @@ try {
 const median = (name: string) => summarize(samples[name]!).p50;
 const nodeMs = median("node");
 const cpuSeconds = (name: string) => (cpu[name] ? round(summarize(cpu[name]).p50 / 1000, 2) : null);
-const row = (what: string, name: string) => [what, round(median(name) / 1000, 2), round(median(name) / nodeMs, 1), cpuSeconds(name), runs] as const;
+const row = (what: string, name: string) =>
+  [
+    what,
+    round(median(name) / 1000, 2),
+    round(median(name) / nodeMs, 1),
+    cpuSeconds(name),
+    runs,
+  ] as const;
 await publishScenario(options, started, {
   scenario: "start-time",
   title: `Start-up, median of ${runs} runs (seconds; × node -e 0)`,
@@ -78,7 +120,10 @@ await publishScenario(options, started, {
     "npm start: `npm start -- --database DIR` on an existing embedded database (created by an unmeasured first start); serving = its `serving https://` line, /healthz = the first 200 from --metrics-listen",
     `idle RSS: \`forelead serve\` (compiled), nothing connected, read each second for ${idleSeconds} s after its serving line: the median of the last third, and the highest reading: on the embedded database of the runs above${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; in the seconds column: MiB`,
     "CPU seconds: user + system of every process of the run (from /proc/self/stat's reaped-children times); for npm start, npm's too and the whole run, its stop included",
-    `load average at the end: ${os.loadavg().map((l) => l.toFixed(2)).join(" ")} on ${os.cpus().length} cores`,
+    `load average at the end: ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(" ")} on ${os.cpus().length} cores`,
   ],
   table: {
     title: `Start-up, median of ${runs} runs`,
@@ -98,10 +143,19 @@ await publishScenario(options, started, {
 /** The idle-memory rows: MiB in the seconds column, the rest empty. */
 function idleRows(): (string | number | null)[][] {
   const rows: (string | number | null)[][] = [];
-  for (const [kind, resident] of [["embedded", idle.embedded], ["PostgreSQL", idle.postgres]] as const) {
+  for (const [kind, resident] of [
+    ["embedded", idle.embedded],
+    ["PostgreSQL", idle.postgres],
+  ] as const) {
     if (resident === undefined) continue;
     rows.push([`forelead serve idle RSS, ${kind} (MiB)`, resident.settledMiB, null, null, 1]);
-    rows.push([`forelead serve idle RSS, ${kind}: highest reading (MiB)`, resident.peakMiB, null, null, 1]);
+    rows.push([
+      `forelead serve idle RSS, ${kind}: highest reading (MiB)`,
+      resident.peakMiB,
+      null,
+      null,
+      1,
+    ]);
   }
   return rows;
 }
@@ -116,14 +170,36 @@ interface IdleResident {
 
 /** Starts `forelead serve` (compiled) with `databaseArgs`, lets it idle, and returns its RSS readings. */
 async function idleResident(databaseArgs: readonly string[]): Promise<IdleResident> {
-  const args = [bin, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", path.join(dir, "certs"), ...databaseArgs];
-  const child = spawn(process.execPath, args, { cwd: repoRoot, env: compiledEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const args = [
+    bin,
+    "serve",
+    "--listen",
+    "127.0.0.1:0",
+    "--metrics-listen",
+    "127.0.0.1:0",
+    "--certs-dir",
+    path.join(dir, "certs"),
+    ...databaseArgs,
+  ];
+  const child = spawn(process.execPath, args, {
+    cwd: repoRoot,
+    env: compiledEnv,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   let output = "";
   try {
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`forelead serve did not serve within ${serveLimitMs / 1000} s: ${output}`)), serveLimitMs);
-      child.once("exit", (code) => reject(new Error(`forelead serve exited ${code} before serving: ${output}`)));
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(`forelead serve did not serve within ${serveLimitMs / 1000} s: ${output}`),
+          ),
+        serveLimitMs,
+      );
+      child.once("exit", (code) =>
+        reject(new Error(`forelead serve exited ${code} before serving: ${output}`)),
+      );
       const onOutput = (d: Buffer) => {
         output += d.toString();
         if (!/serving https:\/\//.test(output)) return;
@@ -137,7 +213,8 @@ async function idleResident(databaseArgs: readonly string[]): Promise<IdleReside
     for (let second = 1; second <= idleSeconds; second++) {
       await new Promise((r) => setTimeout(r, 1000));
       const bytes = residentBytes(child.pid!);
-      if (bytes === undefined) throw new Error(`could not read the serve's RSS from /proc: ${output}`);
+      if (bytes === undefined)
+        throw new Error(`could not read the serve's RSS from /proc: ${output}`);
       readingsMiB.push(round(bytes / 2 ** 20, 0));
     }
     const lastThird = readingsMiB.slice(-Math.max(1, Math.floor(readingsMiB.length / 3)));
@@ -166,14 +243,22 @@ function reapedChildrenCpuMs(): number {
 }
 
 /** Milliseconds from spawning `command` until it exits (0 required). */
-function timeExit(command: string, args: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
+function timeExit(
+  command: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<number> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     const child = spawn(command, args, { env, stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";
     child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
     child.once("error", reject);
-    child.once("exit", (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`${command} ${args.join(" ")} exited ${code}: ${stderr}`))));
+    child.once("exit", (code) =>
+      code === 0
+        ? resolve(performance.now() - t0)
+        : reject(new Error(`${command} ${args.join(" ")} exited ${code}: ${stderr}`)),
+    );
   });
 }
 
@@ -183,7 +268,12 @@ function timeExit(command: string, args: readonly string[], env: NodeJS.ProcessE
  */
 async function serveUntilReady(): Promise<{ serving: number; healthz: number }> {
   const t0 = performance.now();
-  const child = spawn("npm", ["start", "--silent", "--", ...serveArgs], { cwd: repoRoot, env: compiledEnv, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const child = spawn("npm", ["start", "--silent", "--", ...serveArgs], {
+    cwd: repoRoot,
+    env: compiledEnv,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   let output = "";
   try {
@@ -191,19 +281,28 @@ async function serveUntilReady(): Promise<{ serving: number; healthz: number }> 
       let serving: number | undefined;
       let healthz: number | undefined;
       let pollingHealthz = false;
-      const timer = setTimeout(() => reject(new Error(`npm start did not serve within ${serveLimitMs / 1000} s: ${output}`)), serveLimitMs);
+      const timer = setTimeout(
+        () =>
+          reject(new Error(`npm start did not serve within ${serveLimitMs / 1000} s: ${output}`)),
+        serveLimitMs,
+      );
       const settle = () => {
         if (serving === undefined || healthz === undefined) return;
         clearTimeout(timer);
         resolve({ serving, healthz });
       };
-      child.once("exit", (code) => reject(new Error(`npm start exited ${code} before serving: ${output}`)));
+      child.once("exit", (code) =>
+        reject(new Error(`npm start exited ${code} before serving: ${output}`)),
+      );
       const onOutput = (d: Buffer) => {
         output += d.toString();
         const metrics = /metrics and health on (http:\/\/[^ ]+)/.exec(output);
         if (metrics && healthz === undefined && !pollingHealthz) {
           pollingHealthz = true;
-          void pollHealthz(`${metrics[1]}/healthz`).then(() => ((healthz = performance.now() - t0), settle()), reject);
+          void pollHealthz(`${metrics[1]}/healthz`).then(
+            () => ((healthz = performance.now() - t0), settle()),
+            reject,
+          );
         }
         if (serving === undefined && /serving https:\/\//.test(output)) {
           serving = performance.now() - t0;
@@ -222,7 +321,10 @@ async function serveUntilReady(): Promise<{ serving: number; healthz: number }> 
 /** GET `url` until it answers 200 (every 10 ms). */
 async function pollHealthz(url: string): Promise<void> {
   for (;;) {
-    const ok = await fetch(url).then((r) => r.ok, () => false);
+    const ok = await fetch(url).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return;
     await new Promise((r) => setTimeout(r, 10));
   }

@@ -9,29 +9,43 @@ import { openStore } from "../src/store/database.js";
 import { freshDatabase } from "./lib/database.js";
 import { intFlag, parseOptions } from "./lib/options.js";
 
-const options = parseOptions(process.argv.slice(2), { jobs: "string", keep: "boolean", reuse: "boolean" });
+const options = parseOptions(process.argv.slice(2), {
+  jobs: "string",
+  keep: "boolean",
+  reuse: "boolean",
+});
 // --keep leaves the seeded database for another run; --reuse explains on it without seeding again.
 const { keep, reuse } = options.flags;
 const jobs = intFlag(options.flags.jobs, "jobs", options.size === "tiny" ? 10_000 : 1_000_000);
 if (!options.databaseUrl) throw new Error("stats-scale measures a real Postgres: set DATABASE_URL");
-const database = reuse ? existingDatabase(options.databaseUrl, "forelead_bench_stats") : await freshDatabase(options.databaseUrl, "forelead_bench_stats");
+const database = reuse
+  ? existingDatabase(options.databaseUrl, "forelead_bench_stats")
+  : await freshDatabase(options.databaseUrl, "forelead_bench_stats");
 const store = await openStore(database.location);
 const db = store.db;
 try {
   if (!reuse) await seed();
   for (const days of [7, 30]) {
     for (const workspaceId of ["", "w3"]) {
-      const query = { since: new Date(Date.now() - days * 86_400_000), until: new Date(), workspaceId };
+      const query = {
+        since: new Date(Date.now() - days * 86_400_000),
+        until: new Date(),
+        workspaceId,
+      };
       const warm = performance.now();
       await jobStats(db, query);
       const wallMs = performance.now() - warm;
       // As jobStats runs it: in a transaction with its settings.
       const plan = await db.transaction().execute(async (trx) => {
         await statsSettings(trx);
-        const { rows } = await sql<{ "QUERY PLAN": string }>`explain (analyze, buffers) ${statsStatement(query)}`.execute(trx);
+        const { rows } = await sql<{
+          "QUERY PLAN": string;
+        }>`explain (analyze, buffers) ${statsStatement(query)}`.execute(trx);
         return rows.map((r) => r["QUERY PLAN"]);
       });
-      console.log(`\n=== ${days}d window, ${workspaceId || "every workspace"}: jobStats wall ${wallMs.toFixed(0)} ms`);
+      console.log(
+        `\n=== ${days}d window, ${workspaceId || "every workspace"}: jobStats wall ${wallMs.toFixed(0)} ms`,
+      );
       console.log(plan.join("\n"));
     }
   }
@@ -40,7 +54,10 @@ try {
   if (!keep && !reuse) await database.drop();
 }
 
-function existingDatabase(serverUrl: string, name: string): { location: string; drop(): Promise<void> } {
+function existingDatabase(
+  serverUrl: string,
+  name: string,
+): { location: string; drop(): Promise<void> } {
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
   return { location: url.toString(), drop: async () => {} };
@@ -73,7 +90,15 @@ async function seed(): Promise<void> {
   await sql`vacuum analyze jobs`.execute(db); // as autovacuum would after a load this size: statistics and the visibility map
   await sql`vacuum analyze leases`.execute(db);
   const seedSeconds = (performance.now() - t0) / 1000;
-  const { rows: [counts] } = await sql<{ jobs: number; leases: number }>`select (select count(*)::int from jobs) as jobs, (select count(*)::int from leases) as leases`.execute(db);
-  console.log(`seeded ${counts!.jobs} jobs and ${counts!.leases} leases in ${seedSeconds.toFixed(1)} s`);
-
+  const {
+    rows: [counts],
+  } = await sql<{
+    jobs: number;
+    leases: number;
+  }>`select (select count(*)::int from jobs) as jobs, (select count(*)::int from leases) as leases`.execute(
+    db,
+  );
+  console.log(
+    `seeded ${counts!.jobs} jobs and ${counts!.leases} leases in ${seedSeconds.toFixed(1)} s`,
+  );
 }

@@ -20,12 +20,22 @@ import { bulkInsertJobs } from "./lib/queue-sql.js";
 import { publishScenario } from "./lib/report.js";
 import { ratio, round } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { leases: "string", "line-bytes": "string", transports: "string", seconds: "string", scale: "string" });
+const options = parseOptions(process.argv.slice(2), {
+  leases: "string",
+  "line-bytes": "string",
+  transports: "string",
+  seconds: "string",
+  scale: "string",
+});
 const tiny = options.size === "tiny";
 const leaseCounts = intListFlag(options.flags.leases, "leases", tiny ? [1, 4] : [1, 50]);
 const lineSizes = intListFlag(options.flags["line-bytes"], "line-bytes", [100, 10 * 1024]);
-const transports = String(options.flags.transports ?? "ndjson,grpc").split(",") as Array<"ndjson" | "grpc">;
-for (const t of transports) if (t !== "ndjson" && t !== "grpc") throw new Error(`--transports: ${JSON.stringify(t)} is not ndjson or grpc`);
+const transports = String(options.flags.transports ?? "ndjson,grpc").split(",") as Array<
+  "ndjson" | "grpc"
+>;
+for (const t of transports)
+  if (t !== "ndjson" && t !== "grpc")
+    throw new Error(`--transports: ${JSON.stringify(t)} is not ndjson or grpc`);
 /** A cell stops starting requests after this long (ours and bare alike); a cut cell says so. */
 const cellSeconds = intFlag(options.flags.seconds, "seconds", tiny ? 10 : 25, 1, 300);
 /** Multiplies the lines per lease (--scale 2: twice as many). */
@@ -94,21 +104,48 @@ const client = forkProcess(new URL("./clients/log-streams.ts", import.meta.url))
 const bareServer = forkProcess(new URL("./servers/bare-h2.ts", import.meta.url));
 try {
   // Leases of 10 minutes: a cell never outlives its leases.
-  const planes = await startPlanes({ pki, database: database.location, mode: "in-process", count: 1, leaseSeconds: 600 });
+  const planes = await startPlanes({
+    pki,
+    database: database.location,
+    mode: "in-process",
+    count: 1,
+    leaseSeconds: 600,
+  });
   try {
     const plane = planes.inProcess!;
-    const bare = await bareServer.call<{ url: string; pid: number }>({ type: "start", certPem: pki.server.certPem, keyPem: pki.server.keyPem, caPem: pki.ca.certPem });
+    const bare = await bareServer.call<{ url: string; pid: number }>({
+      type: "start",
+      certPem: pki.server.certPem,
+      keyPem: pki.server.keyPem,
+      caPem: pki.ca.certPem,
+    });
     const runners = await pki.runners("s", Math.max(...leaseCounts), workspaceId);
     await client.call({ type: "connect", url: planes.urls[0], caPem: pki.ca.certPem, runners });
     for (const lineBytes of lineSizes) {
       for (const leases of leaseCounts) {
         for (const transport of transports) {
-          const cell = { leases, lineBytes, transport, linesPerLease: linesPerLease(leases, lineBytes), linesPerRequest: linesPerRequest(lineBytes) };
+          const cell = {
+            leases,
+            lineBytes,
+            transport,
+            linesPerLease: linesPerLease(leases, lineBytes),
+            linesPerRequest: linesPerRequest(lineBytes),
+          };
           const planned = leases * cell.linesPerLease;
-          console.log(`streams-ingest: ${leases} lease(s) × ${cell.linesPerLease.toLocaleString("en-US")} lines of ${sizeLabel(lineBytes)}, ${transport}, ${cell.linesPerRequest} lines per request`);
+          console.log(
+            `streams-ingest: ${leases} lease(s) × ${cell.linesPerLease.toLocaleString("en-US")} lines of ${sizeLabel(lineBytes)}, ${transport}, ${cell.linesPerRequest} lines per request`,
+          );
           await bulkInsertJobs(plane.store.db, leases, workspaceId);
           await client.call({ type: "claim", count: leases });
-          const send = (url: string) => ({ type: "send", url, transport, lineBytes, linesPerLease: cell.linesPerLease, linesPerRequest: cell.linesPerRequest, maxMs: cellSeconds * 1000 });
+          const send = (url: string) => ({
+            type: "send",
+            url,
+            transport,
+            lineBytes,
+            linesPerLease: cell.linesPerLease,
+            linesPerRequest: cell.linesPerRequest,
+            maxMs: cellSeconds * 1000,
+          });
 
           let meter = startCpuMeter({ server: planes.pids, client: [client.pid] }, postmaster);
           const oursSent = await client.call<SendResult>(send(planes.urls[0]!));
@@ -118,7 +155,9 @@ try {
           meter = startCpuMeter({ server: [bare.pid], client: [client.pid] }, postmaster);
           const bareSent = await client.call<SendResult>(send(bare.url));
           const bareCpu = meter.stop();
-          const received = await bareServer.call<{ requests: number; bodyBytes: number }>({ type: "stats" });
+          const received = await bareServer.call<{ requests: number; bodyBytes: number }>({
+            type: "stats",
+          });
           const bareSide = discardedSide(bareSent, received, lineBytes, planned, bareCpu);
 
           await client.call({ type: "complete" });
@@ -126,7 +165,9 @@ try {
           // for the index an earlier one grew (and the embedded database gives its memory back).
           await sql`truncate stream_messages`.execute(plane.store.db);
           cells.push({ ...cell, planned, ours, bare: bareSide });
-          console.log(`  ours: ${ours.linesPerSecond.toLocaleString("en-US")} lines/s, ${ours.megabytesPerSecond} MB/s (${ours.check}); bare: ${bareSide.linesPerSecond.toLocaleString("en-US")} lines/s, ${bareSide.megabytesPerSecond} MB/s`);
+          console.log(
+            `  ours: ${ours.linesPerSecond.toLocaleString("en-US")} lines/s, ${ours.megabytesPerSecond} MB/s (${ours.check}); bare: ${bareSide.linesPerSecond.toLocaleString("en-US")} lines/s, ${bareSide.megabytesPerSecond} MB/s`,
+          );
         }
       }
     }
@@ -158,8 +199,27 @@ await publishScenario(options, started, {
   title: "Stream ingest",
   notes,
   table: {
-    title: "Stream ingest: log lines stored, against a bare HTTP/2 server discarding the same bodies",
-    columns: ["leases", "line", "transport", "lines stored", "MB stored", "s", "lines/s", "MB/s", "bare lines/s", "bare MB/s", "ours ÷ bare", "lines per batch", "lines per commit", "CPU % server/client/pg", "bare CPU % server/client", "limit: ours / bare", "check"],
+    title:
+      "Stream ingest: log lines stored, against a bare HTTP/2 server discarding the same bodies",
+    columns: [
+      "leases",
+      "line",
+      "transport",
+      "lines stored",
+      "MB stored",
+      "s",
+      "lines/s",
+      "MB/s",
+      "bare lines/s",
+      "bare MB/s",
+      "ours ÷ bare",
+      "lines per batch",
+      "lines per commit",
+      "CPU % server/client/pg",
+      "bare CPU % server/client",
+      "limit: ours / bare",
+      "check",
+    ],
     rows: cells.map((c) => [
       c.leases,
       sizeLabel(c.lineBytes),
@@ -184,13 +244,28 @@ await publishScenario(options, started, {
 });
 
 /** What the control plane stored for the cell's leases, checked against what it confirmed to the client. */
-async function storedSide(db: Kysely<Database>, sent: SendResult, lineBytes: number, planned: number, cpu: CpuUse | undefined): Promise<Side> {
+async function storedSide(
+  db: Kysely<Database>,
+  sent: SendResult,
+  lineBytes: number,
+  planned: number,
+  cpu: CpuUse | undefined,
+): Promise<Side> {
   const jobIds = sent.leases.map((l) => l.jobId);
   // received_at is now() of the storing transaction: its distinct values per job count the batches, in the cell the commits.
-  const { rows } = await sql<{ job_id: string; lines: number; first: number; last: number; bytes: number; commits: number }>`
+  const { rows } = await sql<{
+    job_id: string;
+    lines: number;
+    first: number;
+    last: number;
+    bytes: number;
+    commits: number;
+  }>`
     select job_id, count(*)::int as lines, min(sequence)::int8 as first, max(sequence)::int8 as last,
            coalesce(sum(octet_length(data ->> 'text')), 0)::int8 as bytes, count(distinct received_at)::int as commits
-    from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)}) group by job_id`.execute(db);
+    from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)}) group by job_id`.execute(
+    db,
+  );
   const byJob = new Map(rows.map((r) => [r.job_id, r]));
   const lines = rows.reduce((a, r) => a + r.lines, 0);
   const bytes = rows.reduce((a, r) => a + Number(r.bytes), 0);
@@ -198,29 +273,72 @@ async function storedSide(db: Kysely<Database>, sent: SendResult, lineBytes: num
   for (const lease of sent.leases) {
     const r = byJob.get(lease.jobId);
     const stored = r?.lines ?? 0;
-    if (stored !== lease.confirmed || (stored > 0 && (r!.first !== 1 || r!.last !== stored))) short.push(`job ${lease.jobId}: ${stored} stored (sequences ${r?.first ?? "–"}..${r?.last ?? "–"}), ${lease.confirmed} confirmed`);
+    if (stored !== lease.confirmed || (stored > 0 && (r!.first !== 1 || r!.last !== stored)))
+      short.push(
+        `job ${lease.jobId}: ${stored} stored (sequences ${r?.first ?? "–"}..${r?.last ?? "–"}), ${lease.confirmed} confirmed`,
+      );
   }
-  if (bytes !== lines * lineBytes) short.push(`${bytes} bytes of text stored, ${lines * lineBytes} expected`);
+  if (bytes !== lines * lineBytes)
+    short.push(`${bytes} bytes of text stored, ${lines * lineBytes} expected`);
   const batches = rows.reduce((a, r) => a + r.commits, 0);
   const { rows: cell } = await sql<{ commits: number }>`
-    select count(distinct received_at)::int as commits from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)})`.execute(db);
-  return { ...side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored"), batches, commits: cell[0]?.commits ?? 0 };
+    select count(distinct received_at)::int as commits from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)})`.execute(
+    db,
+  );
+  return {
+    ...side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored"),
+    batches,
+    commits: cell[0]?.commits ?? 0,
+  };
 }
 
 /** What the bare server took: the lines it acknowledged (it stores nothing). */
-function discardedSide(sent: SendResult, received: { requests: number; bodyBytes: number }, lineBytes: number, planned: number, cpu: CpuUse | undefined): Side {
+function discardedSide(
+  sent: SendResult,
+  received: { requests: number; bodyBytes: number },
+  lineBytes: number,
+  planned: number,
+  cpu: CpuUse | undefined,
+): Side {
   const lines = sent.leases.reduce((a, l) => a + l.confirmed, 0);
-  const short = received.requests === sent.requests ? [] : [`${received.requests} requests received, ${sent.requests} sent`];
-  return side(sent, lines, lines * lineBytes, planned, cpu, received.bodyBytes, short, "all acknowledged");
+  const short =
+    received.requests === sent.requests
+      ? []
+      : [`${received.requests} requests received, ${sent.requests} sent`];
+  return side(
+    sent,
+    lines,
+    lines * lineBytes,
+    planned,
+    cpu,
+    received.bodyBytes,
+    short,
+    "all acknowledged",
+  );
 }
 
-function side(sent: SendResult, lines: number, bytes: number, planned: number, cpu: CpuUse | undefined, bodyBytes: number | null, short: string[], ok: string): Side {
+function side(
+  sent: SendResult,
+  lines: number,
+  bytes: number,
+  planned: number,
+  cpu: CpuUse | undefined,
+  bodyBytes: number | null,
+  short: string[],
+  ok: string,
+): Side {
   const seconds = sent.elapsedMs / 1000;
   const confirmed = sent.leases.reduce((a, l) => a + l.confirmed, 0);
   const failures = sent.leases.filter((l) => l.failure);
-  if (failures.length > 0) short.unshift(`${failures.length} lease(s) refused: ${failures[0]!.failure}`);
-  else if (!sent.cut && confirmed < planned) short.unshift(`${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines confirmed`);
-  const cut = sent.cut ? `cut at ${cellSeconds} s: ${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines sent` : undefined;
+  if (failures.length > 0)
+    short.unshift(`${failures.length} lease(s) refused: ${failures[0]!.failure}`);
+  else if (!sent.cut && confirmed < planned)
+    short.unshift(
+      `${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines confirmed`,
+    );
+  const cut = sent.cut
+    ? `cut at ${cellSeconds} s: ${confirmed.toLocaleString("en-US")} of ${planned.toLocaleString("en-US")} lines sent`
+    : undefined;
   const complete = !cut && short.length === 0 && lines === planned;
   return {
     lines,

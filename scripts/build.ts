@@ -14,15 +14,28 @@ const root = fileURLToPath(new URL("..", import.meta.url));
 const outdir = `${root}dist`;
 
 /** Left in node_modules (see the build's comment). */
-const externalPackages = ["@electric-sql/pglite", "pg", "pg-native", "dockerode", "ssh2", "cpu-features", "esbuild", "tsx"];
+const externalPackages = [
+  "@electric-sql/pglite",
+  "pg",
+  "pg-native",
+  "dockerode",
+  "ssh2",
+  "cpu-features",
+  "esbuild",
+  "tsx",
+];
 
 let esbuild: typeof Esbuild;
 try {
   esbuild = await import("esbuild");
 } catch {
   // An install without devDependencies (npm ci --omit=dev): keep what a full install built.
-  if (existsSync(`${outdir}/cli/main.js`)) console.error("forelead build: esbuild is not installed; keeping the dist/ already built");
-  else console.error("forelead build: esbuild is not installed (an install without devDependencies), dist/ not built: bin/forelead.js will run the TypeScript sources, which starts slower. Build with the devDependencies installed, then `npm prune --omit=dev`.");
+  if (existsSync(`${outdir}/cli/main.js`))
+    console.error("forelead build: esbuild is not installed; keeping the dist/ already built");
+  else
+    console.error(
+      "forelead build: esbuild is not installed (an install without devDependencies), dist/ not built: bin/forelead.js will run the TypeScript sources, which starts slower. Build with the devDependencies installed, then `npm prune --omit=dev`.",
+    );
   process.exit(0);
 }
 
@@ -43,7 +56,9 @@ const result = await esbuild.build({
   // and its ssh2), and esbuild itself. CommonJS packages in an ES module bundle need `require`:
   // the banner makes one.
   external: externalPackages,
-  banner: { js: 'import { createRequire as __forelead_createRequire } from "node:module"; const require = __forelead_createRequire(import.meta.url);' },
+  banner: {
+    js: 'import { createRequire as __forelead_createRequire } from "node:module"; const require = __forelead_createRequire(import.meta.url);',
+  },
   chunkNames: "chunks/[name]-[hash]",
   sourcemap: "linked",
   define: { FORELEAD_BUILD_STAMP: JSON.stringify(readBuildInfo()) },
@@ -52,7 +67,9 @@ const result = await esbuild.build({
 });
 const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith(".js")).length;
 const web = await buildDashboard(esbuild);
-console.error(`forelead build: dist/ (${files} files; dashboard ${web}) in ${Math.round(performance.now() - started)} ms`);
+console.error(
+  `forelead build: dist/ (${files} files; dashboard ${web}) in ${Math.round(performance.now() - started)} ms`,
+);
 
 /**
  * The dashboard's web app (src/dashboard/web/, preact + TSX) for the browser: dist/dashboard/
@@ -80,8 +97,11 @@ async function buildDashboard(build: typeof Esbuild): Promise<string> {
     logLevel: "warning",
     metafile: true,
   });
-  for (const file of ["index.html", "favicon.svg"]) await copyFile(`${root}src/dashboard/web/${file}`, `${out}/${file}`);
+  for (const file of ["index.html", "favicon.svg"])
+    await copyFile(`${root}src/dashboard/web/${file}`, `${out}/${file}`);
   return Object.entries(web.metafile.outputs)
-    .map(([name, o]) => `${name.slice(name.lastIndexOf("/") + 1)} ${(o.bytes / 1024).toFixed(0)} kB`)
+    .map(
+      ([name, o]) => `${name.slice(name.lastIndexOf("/") + 1)} ${(o.bytes / 1024).toFixed(0)} kB`,
+    )
     .join(", ");
 }

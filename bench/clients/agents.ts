@@ -34,9 +34,14 @@ async function run(m: Message): Promise<Message> {
   try {
     const agents = await Promise.all(
       specs.map((spec, i) => {
-        const transport = createRestTransport(urls[i % urls.length]!, () => ({ ca: caPem, cert: spec.certPem, key: spec.keyPem }));
+        const transport = createRestTransport(urls[i % urls.length]!, () => ({
+          ca: caPem,
+          cert: spec.certPem,
+          key: spec.keyPem,
+        }));
         const client = createRunnerClient(transport, spec.runnerId, spec.workspaceId);
-        const warn = (message: string) => void (warnings.length < 5 && warnings.push(`${spec.runnerId}: ${message}`));
+        const warn = (message: string) =>
+          void (warnings.length < 5 && warnings.push(`${spec.runnerId}: ${message}`));
         return startRunnerAgent({
           client,
           executor: createProcessExecutor(),
@@ -57,8 +62,16 @@ async function run(m: Message): Promise<Message> {
       }),
     );
     const ends = await Promise.all(agents.map((a) => a.stopped));
-    const failures = ends.filter((e) => e.reason === "failed").map((e) => e.failure?.message ?? "failed");
-    return { type: "ran", settled: ends.reduce((n, e) => n + e.settled, 0), failures: failures.slice(0, 5), warnings, idleExitMs };
+    const failures = ends
+      .filter((e) => e.reason === "failed")
+      .map((e) => e.failure?.message ?? "failed");
+    return {
+      type: "ran",
+      settled: ends.reduce((n, e) => n + e.settled, 0),
+      failures: failures.slice(0, 5),
+      warnings,
+      idleExitMs,
+    };
   } finally {
     await rm(workDir, { recursive: true, force: true });
   }

@@ -11,7 +11,10 @@ let admin: H2Client | undefined;
 serveRequests(async (m) => {
   switch (m.type) {
     case "connect":
-      admin = await connectH2(m.url as string, { caPem: m.caPem as string, ...(m.admin as { certPem: string; keyPem: string }) });
+      admin = await connectH2(m.url as string, {
+        caPem: m.caPem as string,
+        ...(m.admin as { certPem: string; keyPem: string }),
+      });
       return { type: "connected" };
     case "enqueue":
       return enqueue(m);
@@ -22,7 +25,13 @@ serveRequests(async (m) => {
 
 /** One small command job, as a CI front end would send it. */
 function job(workspaceId: string, n: number): Record<string, unknown> {
-  return { apiVersion: "v1", workspaceId, labels: ["linux"], priority: n % 10, spec: { image: "busybox", argv: ["sh", "-c", `echo ${n}`], timeoutSeconds: 60 } };
+  return {
+    apiVersion: "v1",
+    workspaceId,
+    labels: ["linux"],
+    priority: n % 10,
+    spec: { image: "busybox", argv: ["sh", "-c", `echo ${n}`], timeoutSeconds: 60 },
+  };
 }
 
 /** Enqueues `total` jobs as requests of `batchSize` (1: the single route), `inFlight` at a time; every reply must be 200 with its jobs. */
@@ -44,9 +53,15 @@ async function enqueue(m: Message): Promise<Message> {
       const count = Math.min(batchSize, total - r * batchSize);
       const jobs = Array.from({ length: count }, (_, i) => job(workspaceId, r * batchSize + i));
       const t0 = nowMs();
-      const reply = batchSize === 1 ? await client.post("/v1/admin/jobs", jobs[0]) : await client.post("/v1/admin/jobs:batch", { apiVersion: "v1", jobs });
+      const reply =
+        batchSize === 1
+          ? await client.post("/v1/admin/jobs", jobs[0])
+          : await client.post("/v1/admin/jobs:batch", { apiVersion: "v1", jobs });
       latencies.push(nowMs() - t0);
-      if (reply.status !== 200) throw new Error(`enqueue request ${r}: HTTP ${reply.status} ${JSON.stringify(reply.json).slice(0, 300)}`);
+      if (reply.status !== 200)
+        throw new Error(
+          `enqueue request ${r}: HTTP ${reply.status} ${JSON.stringify(reply.json).slice(0, 300)}`,
+        );
       stored += batchSize === 1 ? (reply.json.job ? 1 : 0) : (reply.json.jobs as unknown[]).length;
     }
   };

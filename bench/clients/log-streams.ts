@@ -80,9 +80,18 @@ async function connect(m: Message): Promise<Message> {
 async function claim(count: number): Promise<Message> {
   leases = await Promise.all(
     identities.slice(0, count).map(async (id, i) => {
-      const reply = await sessions[i]!.post("/v1/runner/claim", { apiVersion: "v1", runnerId: id.runnerId, waitSeconds: 0 });
-      if (reply.status !== 200) throw new Error(`claim ${id.runnerId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
-      return { runnerId: id.runnerId, jobId: reply.json.job.id as string, token: reply.json.token as string };
+      const reply = await sessions[i]!.post("/v1/runner/claim", {
+        apiVersion: "v1",
+        runnerId: id.runnerId,
+        waitSeconds: 0,
+      });
+      if (reply.status !== 200)
+        throw new Error(`claim ${id.runnerId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+      return {
+        runnerId: id.runnerId,
+        jobId: reply.json.job.id as string,
+        token: reply.json.token as string,
+      };
     }),
   );
   return { type: "claimed", jobIds: leases.map((l) => l.jobId) };
@@ -97,9 +106,17 @@ async function complete(): Promise<Message> {
   let gone = 0;
   await Promise.all(
     leases.map(async (l, i) => {
-      const reply = await sessions[i]!.post("/v1/runner/complete", { apiVersion: "v1", jobId: l.jobId, leaseToken: l.token, completionId: `c-${l.jobId}`, outcome: "succeeded", exitCode: 0 });
+      const reply = await sessions[i]!.post("/v1/runner/complete", {
+        apiVersion: "v1",
+        jobId: l.jobId,
+        leaseToken: l.token,
+        completionId: `c-${l.jobId}`,
+        outcome: "succeeded",
+        exitCode: 0,
+      });
       if (reply.status === 404 || reply.status === 409) gone++;
-      else if (reply.status !== 200) throw new Error(`complete ${l.jobId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+      else if (reply.status !== 200)
+        throw new Error(`complete ${l.jobId}: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
     }),
   );
   leases = [];
@@ -133,7 +150,11 @@ async function send(m: Message): Promise<SendResult> {
   let bodyBytes = 0;
   let refusedReplies = 0;
   let cut = false;
-  const senders = await Promise.all(leases.map((lease) => (transport === "ndjson" ? ndjsonSender(url, lease) : grpcSender(url, lease))));
+  const senders = await Promise.all(
+    leases.map((lease) =>
+      transport === "ndjson" ? ndjsonSender(url, lease) : grpcSender(url, lease),
+    ),
+  );
   const cpu0 = process.cpuUsage();
   const started = nowMs();
   const deadline = started + (m.maxMs as number);
@@ -151,14 +172,27 @@ async function send(m: Message): Promise<SendResult> {
         }
         return { jobId: sender.jobId, confirmed };
       } catch (err) {
-        return { jobId: sender.jobId, confirmed: sender.confirmed(), failure: (err as Error).message };
+        return {
+          jobId: sender.jobId,
+          confirmed: sender.confirmed(),
+          failure: (err as Error).message,
+        };
       }
     }),
   );
   const elapsedMs = nowMs() - started;
   const cpu = process.cpuUsage(cpu0);
   senders.forEach((s) => s.close());
-  return { type: "sent", elapsedMs, requests, bodyBytes: transport === "ndjson" ? bodyBytes : null, refusedReplies, cut, leases: sent, cpuMs: (cpu.user + cpu.system) / 1000 };
+  return {
+    type: "sent",
+    elapsedMs,
+    requests,
+    bodyBytes: transport === "ndjson" ? bodyBytes : null,
+    refusedReplies,
+    cut,
+    leases: sent,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+  };
 
   /** One lease's lines, sent to one server. */
   interface Sender {
@@ -180,12 +214,18 @@ async function send(m: Message): Promise<SendResult> {
       if (reply.status < 200 || reply.status >= 300) refusedReplies++;
       return reply;
     };
-    const writer = createStreamWriter("logs", { post, runnerId: lease.runnerId, jobId: lease.jobId, leaseToken: lease.token });
+    const writer = createStreamWriter("logs", {
+      post,
+      runnerId: lease.runnerId,
+      jobId: lease.jobId,
+      leaseToken: lease.token,
+    });
     return {
       jobId: lease.jobId,
       async send(first, last) {
         // Written together, the lines go out in one request (under the writer's byte bound).
-        for (let s = first; s <= last; s++) writer.write({ stream: "stdout", text: lineText(s, lineBytes) });
+        for (let s = first; s <= last; s++)
+          writer.write({ stream: "stdout", text: lineText(s, lineBytes) });
         await writer.flush();
         return writer.confirmed;
       },
@@ -196,13 +236,31 @@ async function send(m: Message): Promise<SendResult> {
 
   async function grpcSender(url: string, lease: Lease): Promise<Sender> {
     const id = identities.find((i) => i.runnerId === lease.runnerId)!;
-    const sessionManager = new Http2SessionManager(url, undefined, { ca: caPem, cert: id.certPem, key: id.keyPem });
-    if ((await sessionManager.connect()) === "error") throw new Error(`gRPC connection to ${url}: ${String(sessionManager.error())}`);
-    const client = createClient(RunnerService, createGrpcTransport({ baseUrl: url, sessionManager }));
-    const fields = { apiVersion: "v1", runnerId: lease.runnerId, jobId: lease.jobId, leaseToken: lease.token };
+    const sessionManager = new Http2SessionManager(url, undefined, {
+      ca: caPem,
+      cert: id.certPem,
+      key: id.keyPem,
+    });
+    if ((await sessionManager.connect()) === "error")
+      throw new Error(`gRPC connection to ${url}: ${String(sessionManager.error())}`);
+    const client = createClient(
+      RunnerService,
+      createGrpcTransport({ baseUrl: url, sessionManager }),
+    );
+    const fields = {
+      apiVersion: "v1",
+      runnerId: lease.runnerId,
+      jobId: lease.jobId,
+      leaseToken: lease.token,
+    };
     let confirmed = 0;
     async function* messages(first: number, last: number) {
-      for (let s = first; s <= last; s++) yield { ...fields, sequence: BigInt(s), data: fromJson(ValueSchema, { stream: "stdout", text: lineText(s, lineBytes) }) };
+      for (let s = first; s <= last; s++)
+        yield {
+          ...fields,
+          sequence: BigInt(s),
+          data: fromJson(ValueSchema, { stream: "stdout", text: lineText(s, lineBytes) }),
+        };
     }
     return {
       jobId: lease.jobId,

@@ -78,30 +78,56 @@ async function drain(m: Message): Promise<Message> {
         let t1 = nowMs();
         if (!lease) {
           const t0 = t1;
-          const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds: 0 });
+          const claim = await client.post("/v1/runner/claim", {
+            apiVersion: "v1",
+            runnerId: spec.runnerId,
+            waitSeconds: 0,
+          });
           t1 = nowMs();
           if (claim.status === 204) {
             claimed--;
             return;
           }
-          if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
+          if (claim.status !== 200)
+            throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
           claimMs.push(t1 - t0);
           lease = claim.json;
         }
         const { job, token } = lease!;
-        const done = await client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0, ...(next ? { next: { waitSeconds: 0 } } : {}) });
-        if (done.status !== 200) throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
+        const done = await client.post("/v1/runner/complete", {
+          apiVersion: "v1",
+          jobId: job.id,
+          leaseToken: token,
+          completionId: `c-${job.id}`,
+          outcome: "succeeded",
+          exitCode: 0,
+          ...(next ? { next: { waitSeconds: 0 } } : {}),
+        });
+        if (done.status !== 200)
+          throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
         completeMs.push(nowMs() - t1);
         completed++;
         lease = done.json.lease;
       }
       // maxJobs reached with a lease in hand (complete-and-claim): give it back.
-      if (lease) await client.post("/v1/runner/release", { apiVersion: "v1", jobId: lease.job.id, leaseToken: lease.token });
+      if (lease)
+        await client.post("/v1/runner/release", {
+          apiVersion: "v1",
+          jobId: lease.job.id,
+          leaseToken: lease.token,
+        });
     }),
   );
   const elapsedMs = nowMs() - started;
   const cpu = process.cpuUsage(cpu0);
-  return { type: "drained", completed, elapsedMs, claimMs, completeMs, cpuMs: (cpu.user + cpu.system) / 1000 };
+  return {
+    type: "drained",
+    completed,
+    elapsedMs,
+    claimMs,
+    completeMs,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+  };
 }
 
 /**
@@ -139,26 +165,41 @@ async function pickup(m: Message): Promise<Message> {
     let lease: { job: { id: string }; token: string } | undefined;
     while (!stop && nowMs() < deadline) {
       if (!lease) {
-        const claim = await client.post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds }).catch(unlessStopped);
+        const claim = await client
+          .post("/v1/runner/claim", { apiVersion: "v1", runnerId: spec.runnerId, waitSeconds })
+          .catch(unlessStopped);
         if (!claim || claim.status === 204) continue;
-        if (claim.status !== 200) throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
+        if (claim.status !== 200)
+          throw new Error(`claim: HTTP ${claim.status} ${JSON.stringify(claim.json)}`);
         lease = claim.json;
       }
       const { job, token } = lease!;
       leasedAt.set(job.id, epochMs());
       if (leasedAt.size >= total) allLeased();
-      const completion = client.post("/v1/runner/complete", { apiVersion: "v1", jobId: job.id, leaseToken: token, completionId: `c-${job.id}`, outcome: "succeeded", exitCode: 0, ...(next ? { next: { waitSeconds } } : {}) });
+      const completion = client.post("/v1/runner/complete", {
+        apiVersion: "v1",
+        jobId: job.id,
+        leaseToken: token,
+        completionId: `c-${job.id}`,
+        outcome: "succeeded",
+        exitCode: 0,
+        ...(next ? { next: { waitSeconds } } : {}),
+      });
       // A completion that also waits for the next lease is a long poll: the run does not wait for it at its end.
       if (!next) completing.add(completion);
-      const done = await completion.catch(unlessStopped).finally(() => completing.delete(completion));
+      const done = await completion
+        .catch(unlessStopped)
+        .finally(() => completing.delete(completion));
       if (!done) return;
-      if (done.status !== 200) throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
+      if (done.status !== 200)
+        throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
       // The next lease arrives with the completion's reply, when there is one by its wait's end.
       lease = next ? done.json.lease : undefined;
     }
   });
   const failed = Promise.all(loops).then(() => {
-    if (!stop) throw new Error(`runners stopped before all ${total} jobs were leased (${leasedAt.size})`);
+    if (!stop)
+      throw new Error(`runners stopped before all ${total} jobs were leased (${leasedAt.size})`);
   });
   // Let every runner's first claim reach its wait before the first job.
   await new Promise((r) => setTimeout(r, m.settleMs as number));
@@ -170,16 +211,33 @@ async function pickup(m: Message): Promise<Message> {
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
     sentAt[i] = epochMs();
     enqueues.push(
-      admin.post("/v1/admin/jobs", { apiVersion: "v1", workspaceId, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } }).then((reply) => {
-        if (reply.status !== 200) throw new Error(`enqueue: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
-        repliedAt[i] = epochMs();
-        jobIds[i] = reply.json.job.id;
-      }),
+      admin
+        .post("/v1/admin/jobs", {
+          apiVersion: "v1",
+          workspaceId,
+          labels: ["linux"],
+          spec: { image: "busybox", argv: ["true"] },
+        })
+        .then((reply) => {
+          if (reply.status !== 200)
+            throw new Error(`enqueue: HTTP ${reply.status} ${JSON.stringify(reply.json)}`);
+          repliedAt[i] = epochMs();
+          jobIds[i] = reply.json.job.id;
+        }),
     );
   }
   const enqueueMs = nowMs() - start;
   await Promise.all(enqueues);
-  await Promise.race([everyLease, failed, new Promise((_, reject) => setTimeout(() => reject(new Error(`only ${leasedAt.size} of ${total} jobs leased in time`)), opDeadlineMs).unref())]);
+  await Promise.race([
+    everyLease,
+    failed,
+    new Promise((_, reject) =>
+      setTimeout(
+        () => reject(new Error(`only ${leasedAt.size} of ${total} jobs leased in time`)),
+        opDeadlineMs,
+      ).unref(),
+    ),
+  ]);
   stop = true;
   // Let the last completions land before the connections (and the claims waiting on them) close.
   await Promise.allSettled([...completing]);

@@ -25,7 +25,11 @@ serveRequests(async (m) => {
 });
 
 /** Runs `work` on every item with at most `concurrency` at once. */
-async function pool<T>(items: readonly T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
+async function pool<T>(
+  items: readonly T[],
+  concurrency: number,
+  work: (item: T) => Promise<void>,
+): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: Math.min(concurrency, items.length) }, async () => {
@@ -41,7 +45,12 @@ async function open(m: Message): Promise<Message> {
   await pool(identities, m.concurrency as number, async (id) => {
     held.push(await connectRunner(m.url as string, m.caPem as string, id));
   });
-  return { type: "opened", held: held.length, elapsedMs: nowMs() - started, rssBytes: process.memoryUsage().rss };
+  return {
+    type: "opened",
+    held: held.length,
+    elapsedMs: nowMs() - started,
+    rssBytes: process.memoryUsage().rss,
+  };
 }
 
 /**
@@ -62,7 +71,11 @@ async function handshakes(m: Message): Promise<Message> {
         const id = identities[i++ % identities.length]!;
         const t0 = nowMs();
         try {
-          const client = await connectH2(m.url as string, { caPem: m.caPem as string, certPem: id.certPem, keyPem: id.keyPem });
+          const client = await connectH2(m.url as string, {
+            caPem: m.caPem as string,
+            certPem: id.certPem,
+            keyPem: id.keyPem,
+          });
           const reply = await client.get(m.path as string);
           client.close();
           if (reply.status !== 200) throw new Error(`HTTP ${reply.status}`);
@@ -73,5 +86,11 @@ async function handshakes(m: Message): Promise<Message> {
       }
     }),
   );
-  return { type: "handshakes", completed: latencies.length, failures, elapsedMs: nowMs() - started, latencies };
+  return {
+    type: "handshakes",
+    completed: latencies.length,
+    failures,
+    elapsedMs: nowMs() - started,
+    latencies,
+  };
 }

@@ -87,15 +87,45 @@ const loopbackClients = ["--max-connections-per-address", "1000000"];
 
 async function serve(options: PlanesOptions, secretsKeyFile: string): Promise<Served> {
   const { files } = options.pki;
-  const args = ["bin/forelead.js", "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", options.database, "--secrets-key", secretsKeyFile, "--admin", benchAdminId, ...loopbackClients];
+  const args = [
+    "bin/forelead.js",
+    "serve",
+    "--listen",
+    "127.0.0.1:0",
+    "--metrics-listen",
+    "127.0.0.1:0",
+    "--tls-cert",
+    files.cert,
+    "--tls-key",
+    files.key,
+    "--client-ca",
+    files.ca,
+    "--database",
+    options.database,
+    "--secrets-key",
+    secretsKeyFile,
+    "--admin",
+    benchAdminId,
+    ...loopbackClients,
+  ];
   // BENCH_CPU_PROF_DIR=dir: each serve process writes a V8 CPU profile there when it exits (docs/performance.md).
-  const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
-  const child = spawn(process.execPath, [...profile, ...args], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
+  const profile = process.env.BENCH_CPU_PROF_DIR
+    ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
+    : [];
+  const child = spawn(process.execPath, [...profile, ...args], {
+    cwd: repoRoot,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   child.stdout!.setEncoding("utf8").on("data", (c: string) => (out += c));
-  child.stderr!.setEncoding("utf8").on("data", (c: string) => process.stderr.write(`[serve ${child.pid}] ${c}`));
+  child
+    .stderr!.setEncoding("utf8")
+    .on("data", (c: string) => process.stderr.write(`[serve ${child.pid}] ${c}`));
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`forelead serve printed no "serving" line within 60 s: ${out}`)), 60_000);
+    const timer = setTimeout(
+      () => reject(new Error(`forelead serve printed no "serving" line within 60 s: ${out}`)),
+      60_000,
+    );
     child.stdout!.on("data", () => {
       const m = /^forelead: serving (https:\/\/127\.0\.0\.1:\d+) /m.exec(out);
       if (m) {

@@ -24,7 +24,10 @@ const ticksPerSecond = 100;
  * databases on the same server are counted too). The embedded database runs
  * inside the server process and is counted there.
  */
-export function startCpuMeter(roles: Record<string, readonly number[]>, postmasterPid?: number): CpuMeter {
+export function startCpuMeter(
+  roles: Record<string, readonly number[]>,
+  postmasterPid?: number,
+): CpuMeter {
   const linux = process.platform === "linux";
   const started = performance.now();
   const machine0 = linux ? machineTicks() : undefined;
@@ -43,15 +46,27 @@ export function startCpuMeter(roles: Record<string, readonly number[]>, postmast
       }
       const busy = machine1.busy - machine0.busy;
       const total = machine1.total - machine0.total;
-      return { wallMs: Math.round(wallMs), machineBusyPct: total > 0 ? Math.round((busy / total) * 100) : 0, rolesPctOfCore };
+      return {
+        wallMs: Math.round(wallMs),
+        machineBusyPct: total > 0 ? Math.round((busy / total) * 100) : 0,
+        rolesPctOfCore,
+      };
     },
   };
 }
 
-function snapshot(roles: Record<string, readonly number[]>, postmasterPid: number | undefined): Map<string, Map<number, number>> {
+function snapshot(
+  roles: Record<string, readonly number[]>,
+  postmasterPid: number | undefined,
+): Map<string, Map<number, number>> {
   const out = new Map<string, Map<number, number>>();
-  for (const [role, pids] of Object.entries(roles)) out.set(role, new Map(pids.map((pid) => [pid, processTicks(pid)])));
-  if (postmasterPid !== undefined) out.set("postgres", new Map(postgresPids(postmasterPid).map((pid) => [pid, processTicks(pid)])));
+  for (const [role, pids] of Object.entries(roles))
+    out.set(role, new Map(pids.map((pid) => [pid, processTicks(pid)])));
+  if (postmasterPid !== undefined)
+    out.set(
+      "postgres",
+      new Map(postgresPids(postmasterPid).map((pid) => [pid, processTicks(pid)])),
+    );
   return out;
 }
 

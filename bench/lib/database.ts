@@ -14,13 +14,20 @@ export interface BenchDatabase {
  * is no server. Creating it costs about a second; every system under test
  * gets its own, so none inherits another's dead rows.
  */
-export async function freshDatabase(serverUrl: string | undefined, name: string): Promise<BenchDatabase> {
+export async function freshDatabase(
+  serverUrl: string | undefined,
+  name: string,
+): Promise<BenchDatabase> {
   if (!serverUrl) return { location: "memory://", kind: "embedded", drop: async () => {} };
   await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   await adminQuery(serverUrl, `CREATE DATABASE ${name}`);
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
-  return { location: url.toString(), kind: "postgres", drop: () => dropWhenUnused(serverUrl, name) };
+  return {
+    location: url.toString(),
+    kind: "postgres",
+    drop: () => dropWhenUnused(serverUrl, name),
+  };
 }
 
 /**

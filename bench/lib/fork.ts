@@ -22,9 +22,16 @@ export interface BenchProcess {
  */
 export function forkProcess(script: URL): BenchProcess {
   // BENCH_CPU_PROF_DIR=dir: each helper writes a V8 CPU profile there when it exits, as each `forelead serve` does (docs/performance.md).
-  const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
-  const child: ChildProcess = fork(script, [], { execArgv: [...profile, "--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const profile = process.env.BENCH_CPU_PROF_DIR
+    ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
+    : [];
+  const child: ChildProcess = fork(script, [], {
+    execArgv: [...profile, "--import", "tsx"],
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const exited = new Promise<number | null>((resolve) =>
+    child.once("exit", (code) => resolve(code)),
+  );
   let pending: { resolve: (m: Message) => void; reject: (e: Error) => void } | undefined;
   child.on("message", (m: Message) => {
     const p = pending;
@@ -33,7 +40,9 @@ export function forkProcess(script: URL): BenchProcess {
     if (m.type === "error") p.reject(new Error(`client ${child.pid}: ${String(m.message)}`));
     else p.resolve(m);
   });
-  void exited.then((code) => pending?.reject(new Error(`client ${child.pid} exited (code ${code}) during a request`)));
+  void exited.then((code) =>
+    pending?.reject(new Error(`client ${child.pid} exited (code ${code}) during a request`)),
+  );
   return {
     pid: child.pid!,
     call<R>(message: Message) {

@@ -72,7 +72,11 @@ function client(session: http2.ClientHttp2Session): H2Client {
     });
   return {
     session,
-    post: (path, body) => send({ ":method": "POST", ":path": path, "content-type": "application/json" }, JSON.stringify(body)),
+    post: (path, body) =>
+      send(
+        { ":method": "POST", ":path": path, "content-type": "application/json" },
+        JSON.stringify(body),
+      ),
     get: (path) => send({ ":method": "GET", ":path": path }, undefined),
     close: () => session.destroy(),
   };
@@ -83,7 +87,16 @@ function client(session: http2.ClientHttp2Session): H2Client {
  * clients do before they claim or stream; closes the connection and throws
  * when the control plane refuses the registration.
  */
-export async function connectRunner(url: string, caPem: string, id: { readonly runnerId: string; readonly workspaceId: string; readonly certPem: string; readonly keyPem: string }): Promise<H2Client> {
+export async function connectRunner(
+  url: string,
+  caPem: string,
+  id: {
+    readonly runnerId: string;
+    readonly workspaceId: string;
+    readonly certPem: string;
+    readonly keyPem: string;
+  },
+): Promise<H2Client> {
   const client = await connectH2(url, { caPem, certPem: id.certPem, keyPem: id.keyPem });
   const reply = await client.post("/v1/runner/register", {
     apiVersion: "v1",

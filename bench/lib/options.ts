@@ -16,25 +16,50 @@ export interface CommonOptions {
  * Parses `--size tiny|full` (or BENCH_SIZE), `--database-name` (or
  * BENCH_DATABASE), DATABASE_URL, and the scenario's own flags.
  */
-export function parseOptions(argv: readonly string[], own: Record<string, "string" | "boolean"> = {}): CommonOptions & { readonly flags: Readonly<Record<string, string | boolean | undefined>> } {
-  const ownConfig: NonNullable<ParseArgsConfig["options"]> = Object.fromEntries(Object.entries(own).map(([k, type]) => [k, { type }]));
+export function parseOptions(
+  argv: readonly string[],
+  own: Record<string, "string" | "boolean"> = {},
+): CommonOptions & { readonly flags: Readonly<Record<string, string | boolean | undefined>> } {
+  const ownConfig: NonNullable<ParseArgsConfig["options"]> = Object.fromEntries(
+    Object.entries(own).map(([k, type]) => [k, { type }]),
+  );
   const { values } = parseArgs({
     args: [...argv],
     options: { size: { type: "string" }, "database-name": { type: "string" }, ...ownConfig },
     allowPositionals: false,
   });
   const size = String(values.size ?? process.env.BENCH_SIZE ?? "full");
-  if (size !== "full" && size !== "tiny") throw new Error(`--size must be full or tiny; got ${JSON.stringify(size)}`);
-  const databaseName = String(values["database-name"] ?? process.env.BENCH_DATABASE ?? "forelead_bench");
-  if (!/^[a-z_][a-z0-9_]{0,50}$/.test(databaseName)) throw new Error(`--database-name ${JSON.stringify(databaseName)} must be a plain lower-case identifier`);
-  return { size, databaseUrl: process.env.DATABASE_URL || undefined, databaseName, flags: values as Record<string, string | boolean | undefined> };
+  if (size !== "full" && size !== "tiny")
+    throw new Error(`--size must be full or tiny; got ${JSON.stringify(size)}`);
+  const databaseName = String(
+    values["database-name"] ?? process.env.BENCH_DATABASE ?? "forelead_bench",
+  );
+  if (!/^[a-z_][a-z0-9_]{0,50}$/.test(databaseName))
+    throw new Error(
+      `--database-name ${JSON.stringify(databaseName)} must be a plain lower-case identifier`,
+    );
+  return {
+    size,
+    databaseUrl: process.env.DATABASE_URL || undefined,
+    databaseName,
+    flags: values as Record<string, string | boolean | undefined>,
+  };
 }
 
 /** A whole number from a flag, within bounds, or the default. */
-export function intFlag(value: unknown, name: string, fallback: number, min = 1, max = 10_000_000): number {
+export function intFlag(
+  value: unknown,
+  name: string,
+  fallback: number,
+  min = 1,
+  max = 10_000_000,
+): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be a whole number from ${min} to ${max}; got ${JSON.stringify(value)}`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new Error(
+      `--${name} must be a whole number from ${min} to ${max}; got ${JSON.stringify(value)}`,
+    );
   return n;
 }
 

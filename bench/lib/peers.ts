@@ -41,7 +41,13 @@ async function exec(url: string, query: string): Promise<pg.QueryResult> {
 }
 
 /** Polls `query` (one row, column n) on one connection every 10 ms until `done(n)`; bounded by the run's deadline. */
-async function waitForCount(url: string, query: string, done: (n: number) => boolean, started: number, what: string): Promise<void> {
+async function waitForCount(
+  url: string,
+  query: string,
+  done: (n: number) => boolean,
+  started: number,
+  what: string,
+): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
@@ -59,7 +65,11 @@ async function waitForCount(url: string, query: string, done: (n: number) => boo
  * listener: graphile-worker's own pool can outlive stop() by a moment, and a
  * connection cut then (the database is dropped) is an unhandled error.
  */
-async function withGraphilePool<T>(url: string, max: number, use: (pool: pg.Pool) => Promise<T>): Promise<T> {
+async function withGraphilePool<T>(
+  url: string,
+  max: number,
+  use: (pool: pg.Pool) => Promise<T>,
+): Promise<T> {
   const pool = new pg.Pool({ connectionString: url, max });
   pool.on("error", () => {});
   pool.on("connect", (client) => client.on("error", () => {}));
@@ -80,7 +90,12 @@ async function graphileEnqueueWith(pgPool: pg.Pool, count: number): Promise<void
   const utils = await makeWorkerUtils({ pgPool, logger: quietLogger });
   try {
     for (let done = 0; done < count; done += 5000) {
-      await utils.addJobs(Array.from({ length: Math.min(5000, count - done) }, () => ({ identifier: "noop", payload: {} })));
+      await utils.addJobs(
+        Array.from({ length: Math.min(5000, count - done) }, () => ({
+          identifier: "noop",
+          payload: {},
+        })),
+      );
     }
     await utils.withPgClient((c) => c.query("analyze"));
   } finally {
@@ -93,11 +108,24 @@ async function graphileEnqueueWith(pgPool: pg.Pool, count: number): Promise<void
  * ran; the clock stops when the last completion is committed (its completion
  * is not awaited by the task, so the jobs table is watched until it is empty).
  */
-export async function graphileThroughput(url: string, count: number, concurrency: number, startMeter: StartMeter): Promise<PeerThroughput> {
-  return withGraphilePool(url, poolSize, (pool) => graphileThroughputWith(url, pool, count, concurrency, startMeter));
+export async function graphileThroughput(
+  url: string,
+  count: number,
+  concurrency: number,
+  startMeter: StartMeter,
+): Promise<PeerThroughput> {
+  return withGraphilePool(url, poolSize, (pool) =>
+    graphileThroughputWith(url, pool, count, concurrency, startMeter),
+  );
 }
 
-async function graphileThroughputWith(url: string, pgPool: pg.Pool, count: number, concurrency: number, startMeter: StartMeter): Promise<PeerThroughput> {
+async function graphileThroughputWith(
+  url: string,
+  pgPool: pg.Pool,
+  count: number,
+  concurrency: number,
+  startMeter: StartMeter,
+): Promise<PeerThroughput> {
   let ran = 0;
   let allRan: () => void = () => {};
   const everyJob = new Promise<void>((resolve) => (allRan = resolve));
@@ -117,7 +145,13 @@ async function graphileThroughputWith(url: string, pgPool: pg.Pool, count: numbe
   });
   try {
     await withDeadline(everyJob, `graphile-worker ran ${ran} of ${count} jobs`);
-    await waitForCount(url, "select count(*) as n from graphile_worker.jobs", (n) => n === 0, started, "graphile-worker completing every job");
+    await waitForCount(
+      url,
+      "select count(*) as n from graphile_worker.jobs",
+      (n) => n === 0,
+      started,
+      "graphile-worker completing every job",
+    );
     const elapsedMs = nowMs() - started;
     return { completed: ran, elapsedMs, claimMs: [], cpu: meter.stop() };
   } finally {
@@ -130,11 +164,25 @@ async function graphileThroughputWith(url: string, pgPool: pg.Pool, count: numbe
  * jobs added one at a time at `ratePerSecond` (open loop, the same process);
  * latency from calling add_job to the task starting.
  */
-export async function graphilePickup(url: string, total: number, ratePerSecond: number, concurrency: number, settleMs: number): Promise<{ latencies: number[]; enqueueLatencies: number[] }> {
-  return withGraphilePool(url, poolSize, (pool) => graphilePickupWith(pool, total, ratePerSecond, concurrency, settleMs));
+export async function graphilePickup(
+  url: string,
+  total: number,
+  ratePerSecond: number,
+  concurrency: number,
+  settleMs: number,
+): Promise<{ latencies: number[]; enqueueLatencies: number[] }> {
+  return withGraphilePool(url, poolSize, (pool) =>
+    graphilePickupWith(pool, total, ratePerSecond, concurrency, settleMs),
+  );
 }
 
-async function graphilePickupWith(pgPool: pg.Pool, total: number, ratePerSecond: number, concurrency: number, settleMs: number): Promise<{ latencies: number[]; enqueueLatencies: number[] }> {
+async function graphilePickupWith(
+  pgPool: pg.Pool,
+  total: number,
+  ratePerSecond: number,
+  concurrency: number,
+  settleMs: number,
+): Promise<{ latencies: number[]; enqueueLatencies: number[] }> {
   await runMigrations({ pgPool, logger: quietLogger });
   const startedAt = new Map<string, number>();
   let allStarted: () => void = () => {};
@@ -168,7 +216,10 @@ async function graphilePickupWith(pgPool: pg.Pool, total: number, ratePerSecond:
     }
     await Promise.all(adds);
     await withDeadline(everyJob, `graphile-worker started ${startedAt.size} of ${total} jobs`);
-    return { latencies: [...sentAt].map(([key, t0]) => startedAt.get(key)! - t0), enqueueLatencies: [...sentAt].map(([key, t0]) => addedAt.get(key)! - t0) };
+    return {
+      latencies: [...sentAt].map(([key, t0]) => startedAt.get(key)! - t0),
+      enqueueLatencies: [...sentAt].map(([key, t0]) => addedAt.get(key)! - t0),
+    };
   } finally {
     await utils.release();
     await runner.stop();
@@ -176,7 +227,12 @@ async function graphilePickupWith(pgPool: pg.Pool, total: number, ratePerSecond:
 }
 
 async function startBoss(url: string): Promise<PgBoss> {
-  const boss = new PgBoss({ connectionString: url, max: poolSize, supervise: false, schedule: false });
+  const boss = new PgBoss({
+    connectionString: url,
+    max: poolSize,
+    supervise: false,
+    schedule: false,
+  });
   boss.on("error", (err: Error) => console.error(`pg-boss: ${err.message}`));
   await boss.start();
   await boss.createQueue("noop");
@@ -188,7 +244,9 @@ export async function bossEnqueue(url: string, count: number): Promise<void> {
   const boss = await startBoss(url);
   try {
     for (let done = 0; done < count; done += 5000) {
-      await boss.insert(Array.from({ length: Math.min(5000, count - done) }, () => ({ name: "noop", data: {} })));
+      await boss.insert(
+        Array.from({ length: Math.min(5000, count - done) }, () => ({ name: "noop", data: {} })),
+      );
     }
     await exec(url, "analyze");
   } finally {
@@ -201,7 +259,12 @@ export async function bossEnqueue(url: string, count: number): Promise<void> {
  * job and completing it, until the queue is empty. (Its `work()` polls at
  * most every 0.5 s per worker; that mode is measured by bossWork.)
  */
-export async function bossFetchComplete(url: string, count: number, concurrency: number, startMeter: StartMeter): Promise<PeerThroughput> {
+export async function bossFetchComplete(
+  url: string,
+  count: number,
+  concurrency: number,
+  startMeter: StartMeter,
+): Promise<PeerThroughput> {
   const boss = await startBoss(url);
   try {
     const claimMs: number[] = [];
@@ -234,7 +297,13 @@ export async function bossFetchComplete(url: string, count: number, concurrency:
  * (polls are at least 0.5 s apart per worker, its minimum). The clock stops
  * when every job is stored as completed.
  */
-export async function bossWork(url: string, count: number, workers: number, batchSize: number, startMeter: StartMeter): Promise<PeerThroughput> {
+export async function bossWork(
+  url: string,
+  count: number,
+  workers: number,
+  batchSize: number,
+  startMeter: StartMeter,
+): Promise<PeerThroughput> {
   const boss = await startBoss(url);
   try {
     let handled = 0;
@@ -249,7 +318,13 @@ export async function bossWork(url: string, count: number, workers: number, batc
       });
     }
     await withDeadline(everyJob, `pg-boss work() handled ${handled} of ${count} jobs`);
-    await waitForCount(url, "select count(*) as n from pgboss.job where state = 'completed'", (n) => n >= count, started, "pg-boss work() completing every job");
+    await waitForCount(
+      url,
+      "select count(*) as n from pgboss.job where state = 'completed'",
+      (n) => n >= count,
+      started,
+      "pg-boss work() completing every job",
+    );
     const elapsedMs = nowMs() - started;
     return { completed: count, elapsedMs, claimMs: [], cpu: meter.stop() };
   } finally {
@@ -260,7 +335,13 @@ export async function bossWork(url: string, count: number, workers: number, batc
 async function withDeadline(p: Promise<void>, what: string): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out: ${what}`)), deadlineMs)))]);
+    await Promise.race([
+      p,
+      new Promise<never>(
+        (_, reject) =>
+          (timer = setTimeout(() => reject(new Error(`timed out: ${what}`)), deadlineMs)),
+      ),
+    ]);
   } finally {
     clearTimeout(timer);
   }

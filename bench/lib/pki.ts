@@ -1,8 +1,19 @@
-import { createPrivateKey, generateKeyPairSync, randomBytes, sign, X509Certificate } from "node:crypto";
+import {
+  createPrivateKey,
+  generateKeyPairSync,
+  randomBytes,
+  sign,
+  X509Certificate,
+} from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { createCertificateAuthority, issueClientCertificate, issueServerCertificate, type IssuedCertificate } from "../../src/identity/ca.js";
+import {
+  createCertificateAuthority,
+  issueClientCertificate,
+  issueServerCertificate,
+  type IssuedCertificate,
+} from "../../src/identity/ca.js";
 
 /** The admin identity every benchmark control plane grants. */
 export const benchAdminId = "spiffe://forelead/services/bench-admin";
@@ -42,7 +53,11 @@ export async function createBenchPki(): Promise<BenchPki> {
   const runnerKeyPem = privateKey.export({ type: "pkcs8", format: "pem" }).toString();
   const publicKeyPem = publicKey.export({ type: "spki", format: "pem" }).toString();
   const dir = await mkdtemp(path.join(os.tmpdir(), "forelead-bench-pki-"));
-  const files = { cert: path.join(dir, "server.pem"), key: path.join(dir, "server-key.pem"), ca: path.join(dir, "ca.pem") };
+  const files = {
+    cert: path.join(dir, "server.pem"),
+    key: path.join(dir, "server-key.pem"),
+    ca: path.join(dir, "ca.pem"),
+  };
   await writeFile(files.cert, server.certPem);
   await writeFile(files.key, server.keyPem, { mode: 0o600 });
   await writeFile(files.ca, ca.certPem);
@@ -73,9 +88,18 @@ export async function createBenchPki(): Promise<BenchPki> {
  * runners apart by certificate, not by key. The first is checked with
  * node:crypto against the CA.
  */
-async function runnerMinter(ca: IssuedCertificate, publicKeyPem: string, prefix: string, width: number, workspaceId: string): Promise<(runnerId: string) => string> {
+async function runnerMinter(
+  ca: IssuedCertificate,
+  publicKeyPem: string,
+  prefix: string,
+  width: number,
+  workspaceId: string,
+): Promise<(runnerId: string) => string> {
   const placeholder = `${prefix}${"0".repeat(width)}`;
-  const template = await issueClientCertificate(ca, { uris: [`spiffe://forelead/runners/${placeholder}/workspaces/${workspaceId}`], publicKeyPem });
+  const template = await issueClientCertificate(ca, {
+    uris: [`spiffe://forelead/runners/${placeholder}/workspaces/${workspaceId}`],
+    publicKeyPem,
+  });
   const der = new X509Certificate(template.certPem).raw;
   const outer = readTlv(der, 0);
   const tbsTlv = readTlv(der, outer.contentStart);
@@ -83,14 +107,21 @@ async function runnerMinter(ca: IssuedCertificate, publicKeyPem: string, prefix:
   const tbsTemplate = der.subarray(tbsTlv.start, tbsTlv.end);
   const algorithm = der.subarray(algTlv.start, algTlv.end);
   const idAt = occurrences(tbsTemplate, Buffer.from(placeholder));
-  const serial = Buffer.from(template.serialHex.length % 2 ? `0${template.serialHex}` : template.serialHex, "hex");
+  const serial = Buffer.from(
+    template.serialHex.length % 2 ? `0${template.serialHex}` : template.serialHex,
+    "hex",
+  );
   const serialAt = occurrences(tbsTemplate, serial);
-  if (idAt.length !== 2 || serialAt.length !== 1) throw new Error(`unexpected certificate template (${idAt.length} ids, ${serialAt.length} serials)`);
+  if (idAt.length !== 2 || serialAt.length !== 1)
+    throw new Error(
+      `unexpected certificate template (${idAt.length} ids, ${serialAt.length} serials)`,
+    );
   const caKey = createPrivateKey(ca.keyPem);
   const caCert = new X509Certificate(ca.certPem);
   let checked = false;
   return (runnerId) => {
-    if (runnerId.length !== placeholder.length) throw new Error(`runner id ${runnerId} must have ${placeholder.length} characters`);
+    if (runnerId.length !== placeholder.length)
+      throw new Error(`runner id ${runnerId} must have ${placeholder.length} characters`);
     const tbs = Buffer.from(tbsTemplate);
     for (const at of idAt) tbs.write(runnerId, at, "latin1");
     // A fresh serial of the same length and sign, so the DER lengths stay as they are.
@@ -98,11 +129,18 @@ async function runnerMinter(ca: IssuedCertificate, publicKeyPem: string, prefix:
     fresh[0] = serial[0]! >= 0x80 ? fresh[0]! | 0x80 : (fresh[0]! & 0x7f) | 0x01;
     fresh.copy(tbs, serialAt[0]!);
     const signature = sign("sha256", tbs, caKey);
-    const cert = tlv(0x30, Buffer.concat([tbs, algorithm, tlv(0x03, Buffer.concat([Buffer.from([0]), signature]))]));
+    const cert = tlv(
+      0x30,
+      Buffer.concat([tbs, algorithm, tlv(0x03, Buffer.concat([Buffer.from([0]), signature]))]),
+    );
     const pem = `-----BEGIN CERTIFICATE-----\n${cert.toString("base64").replace(/.{64}/g, "$&\n").replace(/\n?$/, "\n")}-----END CERTIFICATE-----\n`;
     if (!checked) {
       const parsed = new X509Certificate(pem);
-      if (!parsed.verify(caCert.publicKey) || !parsed.subjectAltName?.includes(`/runners/${runnerId}/`)) throw new Error("a minted runner certificate does not verify");
+      if (
+        !parsed.verify(caCert.publicKey) ||
+        !parsed.subjectAltName?.includes(`/runners/${runnerId}/`)
+      )
+        throw new Error("a minted runner certificate does not verify");
       checked = true;
     }
     return pem;
@@ -129,6 +167,7 @@ function tlv(tag: number, content: Buffer): Buffer {
 
 function occurrences(haystack: Buffer, needle: Buffer): number[] {
   const out: number[] = [];
-  for (let at = haystack.indexOf(needle); at !== -1; at = haystack.indexOf(needle, at + 1)) out.push(at);
+  for (let at = haystack.indexOf(needle); at !== -1; at = haystack.indexOf(needle, at + 1))
+    out.push(at);
   return out;
 }

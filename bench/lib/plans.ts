@@ -8,7 +8,11 @@ import type { Database } from "../../src/store/schema.js";
  * unexecuted: `action`'s transaction is rolled back. The benchmark explains
  * the statements the code really sends, not a copy that could drift.
  */
-export async function captureStatement(db: Kysely<Database>, pattern: RegExp, action: (db: Kysely<Database>) => Promise<unknown>): Promise<CompiledQuery> {
+export async function captureStatement(
+  db: Kysely<Database>,
+  pattern: RegExp,
+  action: (db: Kysely<Database>) => Promise<unknown>,
+): Promise<CompiledQuery> {
   const stop = new Error("captured");
   let captured: CompiledQuery | undefined;
   const recorder: KyselyPlugin = {
@@ -40,7 +44,10 @@ export async function captureStatement(db: Kysely<Database>, pattern: RegExp, ac
  * kept. Needs a Postgres server with auto_explain (contrib) and a superuser
  * connection, as the benchmark's is; undefined on the embedded database.
  */
-export async function explainNested(databaseUrl: string | undefined, query: CompiledQuery): Promise<string[] | undefined> {
+export async function explainNested(
+  databaseUrl: string | undefined,
+  query: CompiledQuery,
+): Promise<string[] | undefined> {
   if (!databaseUrl?.startsWith("postgres")) return undefined;
   const client = new pg.Client({ connectionString: databaseUrl });
   const plans: string[] = [];
@@ -50,7 +57,14 @@ export async function explainNested(databaseUrl: string | undefined, query: Comp
   await client.connect();
   try {
     await client.query("LOAD 'auto_explain'");
-    for (const setting of ["log_min_duration = 0", "log_analyze = on", "log_buffers = on", "log_nested_statements = on", "log_level = notice"]) await client.query(`SET auto_explain.${setting}`);
+    for (const setting of [
+      "log_min_duration = 0",
+      "log_analyze = on",
+      "log_buffers = on",
+      "log_nested_statements = on",
+      "log_level = notice",
+    ])
+      await client.query(`SET auto_explain.${setting}`);
     await client.query("BEGIN");
     await client.query(query.sql, [...query.parameters]);
     await client.query("ROLLBACK");

@@ -34,17 +34,27 @@ interface Profile {
 
 const { positionals, values } = parseArgs({
   allowPositionals: true,
-  options: { from: { type: "string" }, to: { type: "string" }, view: { type: "string" }, match: { type: "string" }, top: { type: "string" } },
+  options: {
+    from: { type: "string" },
+    to: { type: "string" },
+    view: { type: "string" },
+    match: { type: "string" },
+    top: { type: "string" },
+  },
 });
 const file = positionals[0];
-if (!file) throw new Error("usage: profile-summary.ts FILE [--from S] [--to S] [--view categories|src|via|functions|timeline] [--match TEXT] [--top N]");
+if (!file)
+  throw new Error(
+    "usage: profile-summary.ts FILE [--from S] [--to S] [--view categories|src|via|functions|timeline] [--match TEXT] [--top N]",
+  );
 const profile = JSON.parse(readFileSync(file, "utf8")) as Profile;
 const fromUs = Number(values.from ?? 0) * 1e6;
 const toUs = Number(values.to ?? Infinity) * 1e6;
 const view = values.view ?? "categories";
 const match = values.match ?? "";
 const top = Number(values.top ?? 40);
-if ((view === "via" || view === "functions") && !match) throw new Error(`--view ${view} needs --match TEXT (part of a URL)`);
+if ((view === "via" || view === "functions") && !match)
+  throw new Error(`--view ${view} needs --match TEXT (part of a URL)`);
 
 const byId = new Map(profile.nodes.map((n) => [n.id, n]));
 const parentOf = new Map<number, number>();
@@ -52,7 +62,8 @@ for (const n of profile.nodes) for (const c of n.children ?? []) parentOf.set(c,
 
 /** The frames of a sample, leaf first. */
 function* stack(id: number): Generator<ProfileNode> {
-  for (let at: number | undefined = id; at !== undefined; at = parentOf.get(at)) yield byId.get(at)!;
+  for (let at: number | undefined = id; at !== undefined; at = parentOf.get(at))
+    yield byId.get(at)!;
 }
 
 function category(f: CallFrame): string {
@@ -61,12 +72,16 @@ function category(f: CallFrame): string {
   const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(f.url);
   if (pkg) return `package ${pkg[1]}`;
   const own = /\/(src|bench|gen)\/(.*)$/.exec(f.url);
-  if (own) return own[1] === "src" ? `src/${own[2]!.split("/").slice(0, -1).join("/") || own[2]}` : `${own[1]}/`;
+  if (own)
+    return own[1] === "src"
+      ? `src/${own[2]!.split("/").slice(0, -1).join("/") || own[2]}`
+      : `${own[1]}/`;
   return f.url;
 }
 
 const ours = (f: CallFrame) => f.url.includes("/src/");
-const label = (f: CallFrame) => `${f.functionName || "(anonymous)"} ${f.url.replace(/^.*\/(src|node_modules)\//, "")}:${f.lineNumber + 1}`;
+const label = (f: CallFrame) =>
+  `${f.functionName || "(anonymous)"} ${f.url.replace(/^.*\/(src|node_modules)\//, "")}:${f.lineNumber + 1}`;
 
 const self = new Map<string, number>();
 const inclusive = new Map<string, number>();
@@ -101,7 +116,8 @@ for (let i = 0; i < profile.samples.length; i++) {
     if (inside) add(inclusive, charged, us);
   } else if (view === "functions") {
     const seen = new Set<string>();
-    for (const n of stack(leaf.id)) if (n.callFrame.url.includes(match)) seen.add(label(n.callFrame));
+    for (const n of stack(leaf.id))
+      if (n.callFrame.url.includes(match)) seen.add(label(n.callFrame));
     for (const k of seen) add(inclusive, k, us);
     if (leaf.callFrame.url.includes(match)) add(self, label(leaf.callFrame), us);
   }
@@ -111,16 +127,23 @@ const ms = (us: number) => (us / 1000).toFixed(0).padStart(7);
 const pct = (us: number) => `${((100 * us) / Math.max(busy, 1)).toFixed(1).padStart(5)} %`;
 const print = (title: string, m: Map<string, number>) => {
   console.log(`== ${title}`);
-  for (const [k, us] of [...m].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${ms(us)} ms ${pct(us)}  ${k}`);
+  for (const [k, us] of [...m].sort((a, b) => b[1] - a[1]).slice(0, top))
+    console.log(`${ms(us)} ms ${pct(us)}  ${k}`);
 };
 
 if (view === "timeline") {
-  console.log([...perSecond].sort((a, b) => a[0] - b[0]).map(([s, us]) => `${s}s:${Math.round(us / 1e4)}%`).join(" "));
+  console.log(
+    [...perSecond]
+      .sort((a, b) => a[0] - b[0])
+      .map(([s, us]) => `${s}s:${Math.round(us / 1e4)}%`)
+      .join(" "),
+  );
 } else {
   console.log(`${file}: ${ms(busy).trim()} ms busy in the window`);
   if (view === "categories") print("self time by category", self);
   else if (view === "src") print("inclusive time of our functions", inclusive);
-  else if (view === "via") print(`time inside ${match}, by the function of ours that called it`, inclusive);
+  else if (view === "via")
+    print(`time inside ${match}, by the function of ours that called it`, inclusive);
   else if (view === "functions") {
     print(`inclusive time of functions in ${match}`, inclusive);
     print(`self time of functions in ${match}`, self);

@@ -38,9 +38,15 @@ export function resultsDir(): string {
 
 /** Renders `table` as aligned text (Markdown-compatible pipes). */
 export function formatTable(table: Table): string {
-  const cells = [table.columns.map(String), ...table.rows.map((r) => r.map((c) => (c === null ? "–" : typeof c === "number" ? c.toLocaleString("en-US") : c)))];
+  const cells = [
+    table.columns.map(String),
+    ...table.rows.map((r) =>
+      r.map((c) => (c === null ? "–" : typeof c === "number" ? c.toLocaleString("en-US") : c)),
+    ),
+  ];
   const widths = table.columns.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? "").length)));
-  const line = (r: readonly string[]) => `| ${r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(" | ")} |`;
+  const line = (r: readonly string[]) =>
+    `| ${r.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join(" | ")} |`;
   const rule = `|${widths.map((w, i) => (i === 0 ? "-".repeat(w + 2) : `${"-".repeat(w + 1)}:`)).join("|")}|`;
   return [`### ${table.title}`, "", line(cells[0]!), rule, ...cells.slice(1).map(line)].join("\n");
 }
@@ -54,19 +60,28 @@ export async function publish(report: ScenarioReport): Promise<string> {
   const file = path.join(dir, `${report.scenario}.json`);
   await writeFile(`${file}.tmp`, JSON.stringify(report, null, 2) + "\n");
   await rename(`${file}.tmp`, file);
-  console.log(`\nwrote ${path.relative(process.cwd(), file)} (${(report.durationMs / 1000).toFixed(1)} s)`);
+  console.log(
+    `\nwrote ${path.relative(process.cwd(), file)} (${(report.durationMs / 1000).toFixed(1)} s)`,
+  );
   return file;
 }
 
 /** What a scenario measured; publishScenario adds the run's envelope (size, times, machine, database). */
-export type ScenarioResult = Pick<ScenarioReport, "scenario" | "title" | "notes" | "table" | "figures">;
+export type ScenarioResult = Pick<
+  ScenarioReport,
+  "scenario" | "title" | "notes" | "table" | "figures"
+>;
 
 /**
  * Publishes `result` with the envelope every report carries: the size and
  * database of `options`, the time since `started` (a performance.now()
  * reading taken when the scenario began) and the machine.
  */
-export async function publishScenario(options: CommonOptions, started: number, result: ScenarioResult): Promise<string> {
+export async function publishScenario(
+  options: CommonOptions,
+  started: number,
+  result: ScenarioResult,
+): Promise<string> {
   const durationMs = Math.round(performance.now() - started);
   return publish({
     ...result,

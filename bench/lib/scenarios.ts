@@ -7,7 +7,14 @@ import { fileURLToPath } from "node:url";
  * writes bench/results/<name>.json; one missing from this checkout is
  * skipped.
  */
-export const scenarios = ["lease-throughput", "pickup-latency", "streams-ingest", "connections", "queue-scale", "enqueue-throughput"] as const;
+export const scenarios = [
+  "lease-throughput",
+  "pickup-latency",
+  "streams-ingest",
+  "connections",
+  "queue-scale",
+  "enqueue-throughput",
+] as const;
 
 /** The script of a scenario. */
 export function scenarioScript(name: string): string {

@@ -12,9 +12,17 @@ export interface LatencySummary {
 export function summarize(samples: readonly number[]): LatencySummary {
   if (samples.length === 0) return { count: 0, p50: 0, p90: 0, p99: 0, max: 0, mean: 0 };
   const sorted = Float64Array.from(samples).sort();
-  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+  const at = (q: number) =>
+    sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
   const mean = sorted.reduce((a, b) => a + b, 0) / sorted.length;
-  return { count: sorted.length, p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), max: round(sorted[sorted.length - 1]!), mean: round(mean) };
+  return {
+    count: sorted.length,
+    p50: round(at(0.5)),
+    p90: round(at(0.9)),
+    p99: round(at(0.99)),
+    max: round(sorted[sorted.length - 1]!),
+    mean: round(mean),
+  };
 }
 
 /** `n` rounded to `digits` decimal places (3: enough for milliseconds and ratios). */

@@ -20,9 +20,16 @@ try {
       socket.once("data", () => resolve());
       socket.write("x");
     });
-  console.log("| idle between requests | round trips | wall µs a round trip | requester CPU µs | echo server CPU µs |");
+  console.log(
+    "| idle between requests | round trips | wall µs a round trip | requester CPU µs | echo server CPU µs |",
+  );
   console.log("|---|--:|--:|--:|--:|");
-  for (const [gapMs, count] of [[0, 5000], [0, 5000], [1, 1000], [10, 300]] as const) {
+  for (const [gapMs, count] of [
+    [0, 5000],
+    [0, 5000],
+    [1, 1000],
+    [10, 300],
+  ] as const) {
     const server0 = await serverMicros();
     const client0 = process.cpuUsage();
     let wall = 0;
@@ -34,7 +41,9 @@ try {
     }
     const client = process.cpuUsage(client0);
     const server = (await serverMicros()) - server0;
-    console.log(`| ${gapMs} ms | ${count} | ${((wall * 1000) / count).toFixed(0)} | ${((client.user + client.system) / count).toFixed(0)} | ${(server / count).toFixed(0)} |`);
+    console.log(
+      `| ${gapMs} ms | ${count} | ${((wall * 1000) / count).toFixed(0)} | ${((client.user + client.system) / count).toFixed(0)} | ${(server / count).toFixed(0)} |`,
+    );
   }
   socket.destroy();
 } finally {

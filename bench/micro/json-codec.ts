@@ -25,11 +25,25 @@ const snapshot: JsonValue = {
   leaseExpiresAt: "2026-12-04T17:52:40.223Z",
 };
 const job = fromJson(JobSchema, snapshot, { ignoreUnknownFields: true });
-const lease = create(LeaseSchema, { apiVersion: "v1", token: "x".repeat(43), expiresAt: timestampFromDate(new Date()), job, attempt: 1 });
+const lease = create(LeaseSchema, {
+  apiVersion: "v1",
+  token: "x".repeat(43),
+  expiresAt: timestampFromDate(new Date()),
+  job,
+  attempt: 1,
+});
 
 const rows: [string, () => unknown, () => unknown][] = [
-  ["snapshot → Job", () => fromJson(JobSchema, snapshot, { ignoreUnknownFields: true }), () => messageFromJson(JobSchema, snapshot)],
-  ["Lease → JSON", () => toJson(LeaseSchema as DescMessage, lease), () => messageToJson(LeaseSchema, lease)],
+  [
+    "snapshot → Job",
+    () => fromJson(JobSchema, snapshot, { ignoreUnknownFields: true }),
+    () => messageFromJson(JobSchema, snapshot),
+  ],
+  [
+    "Lease → JSON",
+    () => toJson(LeaseSchema as DescMessage, lease),
+    () => messageToJson(LeaseSchema, lease),
+  ],
 ];
 const n = 100_000;
 function cpuPerCall(f: () => unknown): number {
@@ -41,5 +55,8 @@ function cpuPerCall(f: () => unknown): number {
 }
 console.log("µs of CPU a call, 3 rounds: protobuf-es reflection | compiled plan");
 for (let round = 0; round < 3; round++) {
-  for (const [name, reflective, plan] of rows) console.log(`${name.padEnd(16)} ${cpuPerCall(reflective).toFixed(2).padStart(6)} | ${cpuPerCall(plan).toFixed(2).padStart(6)}`);
+  for (const [name, reflective, plan] of rows)
+    console.log(
+      `${name.padEnd(16)} ${cpuPerCall(reflective).toFixed(2).padStart(6)} | ${cpuPerCall(plan).toFixed(2).padStart(6)}`,
+    );
 }

@@ -14,11 +14,26 @@ const { values } = parseArgs({ options: { root: { type: "string" } } });
 const root = path.resolve(values.root ?? fileURLToPath(new URL("../..", import.meta.url)));
 const from = (file: string) => import(pathToFileURL(path.join(root, file)).href);
 const { ndjsonMessages } = (await from("src/api/rest/ndjson-body.ts")) as typeof NdjsonBody;
-const { LogsRequestSchema } = (await from("gen/forelead/runner/v1/runner_pb.ts")) as typeof RunnerPb;
+const { LogsRequestSchema } = (await from(
+  "gen/forelead/runner/v1/runner_pb.ts",
+)) as typeof RunnerPb;
 
-const head = JSON.stringify({ apiVersion: "v1", runnerId: "runner-0001", jobId: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", leaseToken: `lt_${"x".repeat(43)}` }).slice(0, -1);
-const body = Buffer.from(Array.from({ length: 500 }, (_, i) => `${head},"sequence":${i + 1},"data":${JSON.stringify({ stream: "stdout", text: "y".repeat(70) })}}\n`).join(""));
-const chunks = Array.from({ length: Math.ceil(body.length / 16384) }, (_, i) => body.subarray(i * 16384, (i + 1) * 16384));
+const head = JSON.stringify({
+  apiVersion: "v1",
+  runnerId: "runner-0001",
+  jobId: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+  leaseToken: `lt_${"x".repeat(43)}`,
+}).slice(0, -1);
+const body = Buffer.from(
+  Array.from(
+    { length: 500 },
+    (_, i) =>
+      `${head},"sequence":${i + 1},"data":${JSON.stringify({ stream: "stdout", text: "y".repeat(70) })}}\n`,
+  ).join(""),
+);
+const chunks = Array.from({ length: Math.ceil(body.length / 16384) }, (_, i) =>
+  body.subarray(i * 16384, (i + 1) * 16384),
+);
 async function* request(): AsyncGenerator<Buffer> {
   yield* chunks;
 }

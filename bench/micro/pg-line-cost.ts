@@ -21,7 +21,10 @@ const rounds = Number(options.flags["rounds"] ?? 3);
 const statements = Number(options.flags["statements"] ?? 300);
 const linesPerStatement = 500;
 const url = process.env["DATABASE_URL"];
-if (!url) throw new Error("set DATABASE_URL to a Postgres server on this machine (a scratch table is created and dropped there)");
+if (!url)
+  throw new Error(
+    "set DATABASE_URL to a Postgres server on this machine (a scratch table is created and dropped there)",
+  );
 
 /** The CPU time (user + system) of process `pid` so far, in ms (10 ms ticks). */
 function cpuMsOf(pid: number): number {
@@ -31,12 +34,22 @@ function cpuMsOf(pid: number): number {
 }
 
 const data = JSON.stringify({ stream: "stdout", text: "x".repeat(100) });
-const columns = "(job_id uuid not null, stream text not null, lease_id bigint not null, attempt int not null, sequence bigint not null, data TYPE not null, received_at timestamptz not null default now(), primary key (job_id, stream, lease_id, sequence))";
-const forms: Record<string, { readonly type: string; readonly run: (c: pg.Client, table: string, job: string, base: number) => Promise<unknown> }> = {
+const columns =
+  "(job_id uuid not null, stream text not null, lease_id bigint not null, attempt int not null, sequence bigint not null, data TYPE not null, received_at timestamptz not null default now(), primary key (job_id, stream, lease_id, sequence))";
+const forms: Record<
+  string,
+  {
+    readonly type: string;
+    readonly run: (c: pg.Client, table: string, job: string, base: number) => Promise<unknown>;
+  }
+> = {
   nested: {
     type: "jsonb",
     run: (c, table, job, base) => {
-      const items = Array.from({ length: linesPerStatement }, (_, i) => `[${base + i + 1},${data}]`);
+      const items = Array.from(
+        { length: linesPerStatement },
+        (_, i) => `[${base + i + 1},${data}]`,
+      );
       return c.query(
         `insert into ${table} (job_id, stream, lease_id, attempt, sequence, data)
          select $1::uuid, 'logs', 1, 1, (m.value ->> 0)::bigint, m.value -> 1
@@ -52,7 +65,11 @@ const forms: Record<string, { readonly type: string; readonly run: (c: pg.Client
         `insert into ${table} (job_id, stream, lease_id, attempt, sequence, data)
          select $1::uuid, 'logs', 1, 1, ($2::bigint[])[m.n], $3::jsonb -> (m.n - 1)
          from generate_series(1, ${linesPerStatement}) m(n)`,
-        [job, `{${Array.from({ length: linesPerStatement }, (_, i) => base + i + 1).join(",")}}`, `[${Array(linesPerStatement).fill(data).join(",")}]`],
+        [
+          job,
+          `{${Array.from({ length: linesPerStatement }, (_, i) => base + i + 1).join(",")}}`,
+          `[${Array(linesPerStatement).fill(data).join(",")}]`,
+        ],
       ),
   },
   ...Object.fromEntries(
@@ -65,7 +82,11 @@ const forms: Record<string, { readonly type: string; readonly run: (c: pg.Client
             `insert into ${table} (job_id, stream, lease_id, attempt, sequence, data)
              select $1::uuid, 'logs', 1, 1, m.sequence, m.data${type === "jsonb" ? "" : `::${type}`}
              from rows from (unnest($2::bigint[]), ${type === "jsonb" ? "jsonb_array_elements($3::jsonb)" : "json_array_elements($3::json)"}) m(sequence, data)`,
-            [job, `{${Array.from({ length: linesPerStatement }, (_, i) => base + i + 1).join(",")}}`, `[${Array(linesPerStatement).fill(data).join(",")}]`],
+            [
+              job,
+              `{${Array.from({ length: linesPerStatement }, (_, i) => base + i + 1).join(",")}}`,
+              `[${Array(linesPerStatement).fill(data).join(",")}]`,
+            ],
           ),
       },
     ]),
@@ -82,14 +103,19 @@ try {
     for (const [name, form] of Object.entries(forms)) {
       // A fresh table for each cell: a growing index would make later cells dearer.
       const table = `pg_line_cost_${name}`;
-      await client.query(`drop table if exists ${table}; create table ${table} ${columns.replace("TYPE", form.type)}`);
+      await client.query(
+        `drop table if exists ${table}; create table ${table} ${columns.replace("TYPE", form.type)}`,
+      );
       const job = randomUUID();
       const cpu0 = cpuMsOf(pid);
       const t0 = performance.now();
-      for (let s = 0; s < statements; s++) await form.run(client, table, job, s * linesPerStatement);
+      for (let s = 0; s < statements; s++)
+        await form.run(client, table, job, s * linesPerStatement);
       const lines = statements * linesPerStatement;
       const cpuMicros = ((cpuMsOf(pid) - cpu0) * 1000) / lines;
-      console.log(`| ${name} | ${form.type} | ${round} | ${cpuMicros.toFixed(2)} | ${(((performance.now() - t0) * 1000) / lines).toFixed(2)} |`);
+      console.log(
+        `| ${name} | ${form.type} | ${round} | ${cpuMicros.toFixed(2)} | ${(((performance.now() - t0) * 1000) / lines).toFixed(2)} |`,
+      );
       await client.query(`drop table ${table}`);
     }
   }

@@ -58,5 +58,9 @@ serveRequests(async (m) => {
   );
   server.on("session", (s: http2.Http2Session) => s.setLocalWindowSize(4 << 20)); // as the control plane
   await new Promise<void>((resolve) => server!.listen(0, "127.0.0.1", resolve));
-  return { type: "started", url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, pid: process.pid };
+  return {
+    type: "started",
+    url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    pid: process.pid,
+  };
 });

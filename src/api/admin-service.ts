@@ -33,7 +33,16 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
   return {
     async enqueueJob(req, ctx) {
       const enqueue = () => broker.enqueue(enqueueInputOf(req, principalOf(ctx).spiffeId.text));
-      const job = await audited(ctx, "job.enqueue", `workspace "${req.workspaceId.slice(0, 140)}"`, enqueue, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}` }));
+      const job = await audited(
+        ctx,
+        "job.enqueue",
+        `workspace "${req.workspaceId.slice(0, 140)}"`,
+        enqueue,
+        (j) => ({
+          target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`,
+          reason: `job ${String(j.id)} is ${String(j.state)}`,
+        }),
+      );
       return { apiVersion, job: jobMessage(job) };
     },
     async getJob(req) {
@@ -41,16 +50,32 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
     },
     async listJobs(req, ctx) {
       const { since: _since, until: _until, ...filter } = req;
-      const page = await broker.list({ ...filter, ...parseTimeRange(req, new Date()), visibleTo: jobReaderOf(ctx) });
+      const page = await broker.list({
+        ...filter,
+        ...parseTimeRange(req, new Date()),
+        visibleTo: jobReaderOf(ctx),
+      });
       return { apiVersion, jobs: page.jobs.map(jobMessage), nextPageToken: page.nextPageToken };
     },
     async cancelJob(req, ctx) {
       const cancel = () => broker.cancel(req.jobId, principalOf(ctx).spiffeId.text);
-      const job = await audited(ctx, "job.cancel", `job ${req.jobId.slice(0, 80)}`, cancel, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `job ${String(j.id)} is ${String(j.state)}${j.cancelRequested && j.state === "running" ? "; cancel requested from its runner" : ""}` }));
+      const job = await audited(
+        ctx,
+        "job.cancel",
+        `job ${req.jobId.slice(0, 80)}`,
+        cancel,
+        (j) => ({
+          target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`,
+          reason: `job ${String(j.id)} is ${String(j.state)}${j.cancelRequested && j.state === "running" ? "; cancel requested from its runner" : ""}`,
+        }),
+      );
       return { apiVersion, job: jobMessage(job) };
     },
     async registerRepository(req, ctx) {
-      const repository = await deps.code.register({ name: req.name, url: req.url, credential: req.credential }, principalOf(ctx).spiffeId.text);
+      const repository = await deps.code.register(
+        { name: req.name, url: req.url, credential: req.credential },
+        principalOf(ctx).spiffeId.text,
+      );
       return { apiVersion, repository: repositoryMessage(repository) };
     },
     async listRepositories() {
@@ -77,7 +102,9 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
           registeredAt: timestampFromDate(r.registeredAt),
           lastSeenAt: timestampFromDate(r.lastSeenAt),
           ...(r.retiredAt ? { retiredAt: timestampFromDate(r.retiredAt) } : {}),
-          ...(r.pausedAt ? { pausedAt: timestampFromDate(r.pausedAt), pausedBy: r.pausedBy ?? "" } : {}),
+          ...(r.pausedAt
+            ? { pausedAt: timestampFromDate(r.pausedAt), pausedBy: r.pausedBy ?? "" }
+            : {}),
         })),
       };
     },
@@ -90,5 +117,11 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
 }
 
 function repositoryMessage(r: RepositoryView) {
-  return { name: r.name, url: r.url, hasCredential: r.hasCredential, createdAt: timestampFromDate(r.createdAt), updatedAt: timestampFromDate(r.updatedAt) };
+  return {
+    name: r.name,
+    url: r.url,
+    hasCredential: r.hasCredential,
+    createdAt: timestampFromDate(r.createdAt),
+    updatedAt: timestampFromDate(r.updatedAt),
+  };
 }

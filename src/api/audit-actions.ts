@@ -18,7 +18,9 @@ export interface ActionAuditor {
 }
 
 /** Set by the guard on every admitted request. */
-export const actionAuditorKey = createContextKey<ActionAuditor | undefined>(undefined, { description: "action auditor" });
+export const actionAuditorKey = createContextKey<ActionAuditor | undefined>(undefined, {
+  description: "action auditor",
+});
 
 /** What a successful action says about itself. */
 export interface ActionOutcome {
@@ -49,12 +51,27 @@ export async function audited<T>(
   try {
     result = await run();
   } catch (err) {
-    const reason = err instanceof ConnectError ? err.rawMessage : "internal error; the control plane's log has the details";
-    auditor.record({ action, target, decision: "deny", reason, ...(whoOnFailure ? { spiffeId: whoOnFailure } : {}) });
+    const reason =
+      err instanceof ConnectError
+        ? err.rawMessage
+        : "internal error; the control plane's log has the details";
+    auditor.record({
+      action,
+      target,
+      decision: "deny",
+      reason,
+      ...(whoOnFailure ? { spiffeId: whoOnFailure } : {}),
+    });
     throw err;
   }
   const outcome = describe(result);
-  auditor.record({ action, target: outcome.target ?? target, decision: "allow", reason: outcome.reason, ...(outcome.spiffeId ? { spiffeId: outcome.spiffeId } : {}) });
+  auditor.record({
+    action,
+    target: outcome.target ?? target,
+    decision: "allow",
+    reason: outcome.reason,
+    ...(outcome.spiffeId ? { spiffeId: outcome.spiffeId } : {}),
+  });
   return result;
 }
 

@@ -12,13 +12,19 @@ export interface RequestIdentity {
 }
 
 /** Set by the server for every request, on both surfaces. */
-export const requestIdentityKey = createContextKey<RequestIdentity | undefined>(undefined, { description: "request identity" });
+export const requestIdentityKey = createContextKey<RequestIdentity | undefined>(undefined, {
+  description: "request identity",
+});
 
 /** Set by the guard when it decides a request: the method called, on either surface (request metrics label by it). */
-export const calledMethodKey = createContextKey<DescMethod | undefined>(undefined, { description: "method called" });
+export const calledMethodKey = createContextKey<DescMethod | undefined>(undefined, {
+  description: "method called",
+});
 
 /** Set by the guard once a request is authorized. */
-export const principalKey = createContextKey<Principal | undefined>(undefined, { description: "authorized principal" });
+export const principalKey = createContextKey<Principal | undefined>(undefined, {
+  description: "authorized principal",
+});
 
 /** The authorized principal of a request; the guard guarantees it on runner and admin routes. */
 export function principalOf(ctx: HandlerContext): Principal {
@@ -39,7 +45,9 @@ export function runnerOf(ctx: HandlerContext): Extract<Principal, { kind: "runne
  * without naming a workspace: the listing must show only what this reader may
  * see (its workspaces' jobs and the jobs it enqueued). Unset: no restriction.
  */
-export const jobReaderKey = createContextKey<JobReader | undefined>(undefined, { description: "scoped job reader" });
+export const jobReaderKey = createContextKey<JobReader | undefined>(undefined, {
+  description: "scoped job reader",
+});
 
 /** The scoped reader of a job listing, or undefined when the caller may see every job. */
 export function jobReaderOf(ctx: HandlerContext): JobReader | undefined {

@@ -14,11 +14,17 @@ export function createEnrollService(enrollment: Enrollments): ServiceImpl<typeof
   return {
     async enroll(req, ctx) {
       const runner = JSON.stringify(req.runnerId.slice(0, 140));
-      const enrolled = await audited(ctx, "grant.use", `enrollment of runner ${runner}`, () => enrollment.enroll(req), (e) => ({
-        target: `enrollment grant ${e.grant.id} (workspace "${e.workspaceId}", created by ${e.grant.created_by})`,
-        reason: `runner ${runner} enrolled in workspace "${e.workspaceId}"`,
-        spiffeId: e.certificate.spiffeId,
-      }));
+      const enrolled = await audited(
+        ctx,
+        "grant.use",
+        `enrollment of runner ${runner}`,
+        () => enrollment.enroll(req),
+        (e) => ({
+          target: `enrollment grant ${e.grant.id} (workspace "${e.workspaceId}", created by ${e.grant.created_by})`,
+          reason: `runner ${runner} enrolled in workspace "${e.workspaceId}"`,
+          spiffeId: e.certificate.spiffeId,
+        }),
+      );
       const cert = enrolled.certificate;
       recordAction(ctx, {
         action: "certificate.issue",
@@ -27,7 +33,13 @@ export function createEnrollService(enrollment: Enrollments): ServiceImpl<typeof
         reason: `issued on enrollment with grant ${enrolled.grant.id}`,
         spiffeId: cert.spiffeId,
       });
-      return { apiVersion, certificateChain: cert.chainPem, spiffeId: cert.spiffeId, workspaceId: enrolled.workspaceId, notAfter: timestampFromDate(cert.notAfter) };
+      return {
+        apiVersion,
+        certificateChain: cert.chainPem,
+        spiffeId: cert.spiffeId,
+        workspaceId: enrolled.workspaceId,
+        notAfter: timestampFromDate(cert.notAfter),
+      };
     },
   };
 }

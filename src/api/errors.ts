@@ -9,7 +9,15 @@ export const databaseRetryAfterSeconds = 1;
  * its stream, or dropped the connection): not a bug, so not logged. The
  * listener counts these clients (ControlPlane.connections.prematureCloses).
  */
-const clientGoneCodes = new Set(["ERR_STREAM_PREMATURE_CLOSE", "ERR_HTTP2_STREAM_ERROR", "ERR_HTTP2_INVALID_STREAM", "ERR_STREAM_DESTROYED", "ECONNRESET", "EPIPE", "ABORT_ERR"]);
+const clientGoneCodes = new Set([
+  "ERR_STREAM_PREMATURE_CLOSE",
+  "ERR_HTTP2_STREAM_ERROR",
+  "ERR_HTTP2_INVALID_STREAM",
+  "ERR_STREAM_DESTROYED",
+  "ECONNRESET",
+  "EPIPE",
+  "ABORT_ERR",
+]);
 
 /**
  * Maps anything a handler threw to a ConnectError. The database being
@@ -25,15 +33,24 @@ export function toConnectError(err: unknown, where: string): ConnectError {
   // Before clientGone: both know ECONNRESET, and a reset database connection must be a 503, not a
   // cancel (a client that is gone never reads either answer).
   if (err instanceof DatabasePoolBusyError) {
-    return new ConnectError(`${err.message}: the control plane is overloaded or holding long transactions; retry (its operator: check forelead status's pool and the database's slow queries)`, Code.Unavailable, { "retry-after": String(databaseRetryAfterSeconds) });
+    return new ConnectError(
+      `${err.message}: the control plane is overloaded or holding long transactions; retry (its operator: check forelead status's pool and the database's slow queries)`,
+      Code.Unavailable,
+      { "retry-after": String(databaseRetryAfterSeconds) },
+    );
   }
   if (isDatabaseUnreachable(err)) {
-    return new ConnectError("the database is unreachable; retry", Code.Unavailable, { "retry-after": String(databaseRetryAfterSeconds) });
+    return new ConnectError("the database is unreachable; retry", Code.Unavailable, {
+      "retry-after": String(databaseRetryAfterSeconds),
+    });
   }
   if (clientGone(err)) return new ConnectError("the client closed the request", Code.Canceled);
   const incident = Math.random().toString(36).slice(2, 10);
   console.error(`error ${incident} in ${where}:`, err);
-  return new ConnectError(`internal error ${incident}; the control plane's log has the details`, Code.Internal);
+  return new ConnectError(
+    `internal error ${incident}; the control plane's log has the details`,
+    Code.Internal,
+  );
 }
 
 function clientGone(err: unknown): boolean {

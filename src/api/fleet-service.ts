@@ -19,20 +19,55 @@ export interface FleetServiceDeps {
 export function createFleetService(deps: FleetServiceDeps): ServiceImpl<typeof FleetService> {
   const { pauses, events } = deps;
   const workspaceTarget = (workspaceId: string) => `workspace "${workspaceId.slice(0, 140)}"`;
-  const runnerTarget = (runnerId: string, workspaceId: string) => `runner "${runnerId.slice(0, 140)}"${workspaceId ? ` in workspace "${workspaceId.slice(0, 140)}"` : ""}`;
+  const runnerTarget = (runnerId: string, workspaceId: string) =>
+    `runner "${runnerId.slice(0, 140)}"${workspaceId ? ` in workspace "${workspaceId.slice(0, 140)}"` : ""}`;
   const outcome = (target: string) => (s: PauseState) => ({
     target,
-    reason: s.paused ? (s.changed ? `paused${s.reason ? ` (${s.reason})` : ""}` : `already paused at ${s.pausedAt?.toISOString()} by ${s.pausedBy}`) : s.changed ? "resumed" : "was not paused",
+    reason: s.paused
+      ? s.changed
+        ? `paused${s.reason ? ` (${s.reason})` : ""}`
+        : `already paused at ${s.pausedAt?.toISOString()} by ${s.pausedBy}`
+      : s.changed
+        ? "resumed"
+        : "was not paused",
   });
   return {
     async pauseWorkspace(req, ctx) {
       const target = workspaceTarget(req.workspaceId);
-      const s = await audited(ctx, "workspace.pause", target, () => pauses.pauseWorkspace({ workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text, reason: req.reason }), outcome(target));
-      return { apiVersion, workspaceId: s.workspaceId, pausedBy: s.pausedBy ?? "", reason: s.reason ?? "", alreadyPaused: !s.changed, ...(s.pausedAt ? { pausedAt: timestampFromDate(s.pausedAt) } : {}) };
+      const s = await audited(
+        ctx,
+        "workspace.pause",
+        target,
+        () =>
+          pauses.pauseWorkspace({
+            workspaceId: req.workspaceId,
+            by: principalOf(ctx).spiffeId.text,
+            reason: req.reason,
+          }),
+        outcome(target),
+      );
+      return {
+        apiVersion,
+        workspaceId: s.workspaceId,
+        pausedBy: s.pausedBy ?? "",
+        reason: s.reason ?? "",
+        alreadyPaused: !s.changed,
+        ...(s.pausedAt ? { pausedAt: timestampFromDate(s.pausedAt) } : {}),
+      };
     },
     async resumeWorkspace(req, ctx) {
       const target = workspaceTarget(req.workspaceId);
-      const s = await audited(ctx, "workspace.resume", target, () => pauses.resumeWorkspace({ workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text }), outcome(target));
+      const s = await audited(
+        ctx,
+        "workspace.resume",
+        target,
+        () =>
+          pauses.resumeWorkspace({
+            workspaceId: req.workspaceId,
+            by: principalOf(ctx).spiffeId.text,
+          }),
+        outcome(target),
+      );
       return { apiVersion, workspaceId: s.workspaceId, wasPaused: s.changed };
     },
     async pauseRunner(req, ctx) {
@@ -40,23 +75,51 @@ export function createFleetService(deps: FleetServiceDeps): ServiceImpl<typeof F
         ctx,
         "runner.pause",
         runnerTarget(req.runnerId, req.workspaceId),
-        () => pauses.pauseRunner({ runnerId: req.runnerId, workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text, reason: req.reason }),
+        () =>
+          pauses.pauseRunner({
+            runnerId: req.runnerId,
+            workspaceId: req.workspaceId,
+            by: principalOf(ctx).spiffeId.text,
+            reason: req.reason,
+          }),
         (r) => outcome(runnerTarget(req.runnerId, r.workspaceId))(r),
       );
-      return { apiVersion, runnerId: req.runnerId, workspaceId: s.workspaceId, pausedBy: s.pausedBy ?? "", alreadyPaused: !s.changed, ...(s.pausedAt ? { pausedAt: timestampFromDate(s.pausedAt) } : {}) };
+      return {
+        apiVersion,
+        runnerId: req.runnerId,
+        workspaceId: s.workspaceId,
+        pausedBy: s.pausedBy ?? "",
+        alreadyPaused: !s.changed,
+        ...(s.pausedAt ? { pausedAt: timestampFromDate(s.pausedAt) } : {}),
+      };
     },
     async resumeRunner(req, ctx) {
       const s = await audited(
         ctx,
         "runner.resume",
         runnerTarget(req.runnerId, req.workspaceId),
-        () => pauses.resumeRunner({ runnerId: req.runnerId, workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text }),
+        () =>
+          pauses.resumeRunner({
+            runnerId: req.runnerId,
+            workspaceId: req.workspaceId,
+            by: principalOf(ctx).spiffeId.text,
+          }),
         (r) => outcome(runnerTarget(req.runnerId, r.workspaceId))(r),
       );
-      return { apiVersion, runnerId: req.runnerId, workspaceId: s.workspaceId, wasPaused: s.changed };
+      return {
+        apiVersion,
+        runnerId: req.runnerId,
+        workspaceId: s.workspaceId,
+        wasPaused: s.changed,
+      };
     },
     async *streamEvents(req, ctx) {
-      const query = { workspaceId: req.workspaceId, types: req.types, afterId: Number(req.afterId), pageSize: req.pageSize };
+      const query = {
+        workspaceId: req.workspaceId,
+        types: req.types,
+        afterId: Number(req.afterId),
+        pageSize: req.pageSize,
+      };
       const entries = req.follow ? events.follow(query, ctx.signal) : events.read(query);
       for await (const e of entries) yield eventMessage(e);
     },

@@ -1,4 +1,11 @@
-import { Code, ConnectError, createContextKey, type HandlerContext, type MethodImplSpec, type ServiceImplSpec } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  createContextKey,
+  type HandlerContext,
+  type MethodImplSpec,
+  type ServiceImplSpec,
+} from "@connectrpc/connect";
 import type { DescMessage, DescMethod } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
@@ -28,7 +35,18 @@ export interface GuardOptions {
 }
 
 /** Why the guard refused a request, as a closed set (the audit record holds the full text). */
-export const refusalReasons = ["audit_unavailable", "no_certificate", "certificate_rejected", "certificate_expired", "not_a_runner", "runner_refused", "runner_on_admin_route", "no_role", "missing_role", "workspace_scope"] as const;
+export const refusalReasons = [
+  "audit_unavailable",
+  "no_certificate",
+  "certificate_rejected",
+  "certificate_expired",
+  "not_a_runner",
+  "runner_refused",
+  "runner_on_admin_route",
+  "no_role",
+  "missing_role",
+  "workspace_scope",
+] as const;
 
 /** One of refusalReasons. */
 export type RefusalReason = (typeof refusalReasons)[number];
@@ -66,19 +84,39 @@ function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpe
   switch (spec.kind) {
     case "unary": {
       const { method, impl } = spec;
-      return { kind: "unary", method, impl: async (req, ctx) => impl(req, await admitted(ctx, req)) };
+      return {
+        kind: "unary",
+        method,
+        impl: async (req, ctx) => impl(req, await admitted(ctx, req)),
+      };
     }
     case "server_streaming": {
       const { method, impl } = spec;
-      return { kind: "server_streaming", method, impl: async function* (req, ctx) { yield* impl(req, await admitted(ctx, req)); } };
+      return {
+        kind: "server_streaming",
+        method,
+        impl: async function* (req, ctx) {
+          yield* impl(req, await admitted(ctx, req));
+        },
+      };
     }
     case "client_streaming": {
       const { method, impl } = spec;
-      return { kind: "client_streaming", method, impl: async (reqs, ctx) => impl(textChecked(method.input, reqs), await admitted(ctx)) };
+      return {
+        kind: "client_streaming",
+        method,
+        impl: async (reqs, ctx) => impl(textChecked(method.input, reqs), await admitted(ctx)),
+      };
     }
     case "bidi_streaming": {
       const { method, impl } = spec;
-      return { kind: "bidi_streaming", method, impl: async function* (reqs, ctx) { yield* impl(textChecked(method.input, reqs), await admitted(ctx)); } };
+      return {
+        kind: "bidi_streaming",
+        method,
+        impl: async function* (reqs, ctx) {
+          yield* impl(textChecked(method.input, reqs), await admitted(ctx));
+        },
+      };
     }
   }
 }
@@ -89,7 +127,10 @@ function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpe
  * by its NDJSON line (REST) or its position (generated clients), like a line
  * that is not JSON. Batches stay batches (streams/batches.ts).
  */
-function textChecked<T extends object>(schema: DescMessage, reqs: AsyncIterable<T>): AsyncIterable<T> {
+function textChecked<T extends object>(
+  schema: DescMessage,
+  reqs: AsyncIterable<T>,
+): AsyncIterable<T> {
   let n = 0;
   return mapMessages(reqs, (req) => {
     n++;
@@ -112,7 +153,10 @@ function ruleOf(method: DescMethod): MethodRule {
   let rule = rules.get(method);
   if (!rule) {
     const option = routeOf(method);
-    rule = { kind: option.principal as RoutePrincipal, role: checkedRole(method.parent, method, option) };
+    rule = {
+      kind: option.principal as RoutePrincipal,
+      role: checkedRole(method.parent, method, option),
+    };
     rules.set(method, rule);
   }
   return rule;
@@ -136,9 +180,16 @@ interface PendingScope {
   readonly decide: (decision: AuditRecord["decision"], reason: string) => void;
 }
 
-const noRoles: IdentityRoles = { admin: false, read: false, readWorkspaces: new Set(), enqueue: new Set() };
+const noRoles: IdentityRoles = {
+  admin: false,
+  read: false,
+  readWorkspaces: new Set(),
+  enqueue: new Set(),
+};
 
-const admissionKey = createContextKey<Admission | ConnectError | undefined>(undefined, { description: "authorization done" });
+const admissionKey = createContextKey<Admission | ConnectError | undefined>(undefined, {
+  description: "authorization done",
+});
 
 /**
  * Authorizes the request of `ctx` once: the REST router and, for Connect and
@@ -163,7 +214,12 @@ export function authorizeOnce(ctx: HandlerContext, options: GuardOptions): Admis
   return admission;
 }
 
-function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, options: GuardOptions): Admission {
+function authorize(
+  ctx: HandlerContext,
+  method: DescMethod,
+  rule: MethodRule,
+  options: GuardOptions,
+): Admission {
   const identity = ctx.values.get(requestIdentityKey);
   const verdict = identity?.verdict;
   const route = `${ctx.requestMethod} ${requestPath(ctx)}`;
@@ -172,11 +228,22 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
     ...(identity?.remoteAddress ? { remoteAddress: identity.remoteAddress } : {}),
     ...(verdict?.facts ? { certificate: verdict.facts } : {}),
   };
-  const decide = (decision: AuditRecord["decision"], reason: string) => options.audit.record({ at: new Date(), decision, reason, ...base });
+  const decide = (decision: AuditRecord["decision"], reason: string) =>
+    options.audit.record({ at: new Date(), decision, reason, ...base });
   const admitted = (principal: Principal | undefined, reason: string | undefined): Admission => {
     if (reason !== undefined) decide("allow", reason);
     ctx.values.set(actionAuditorKey, {
-      record: (e) => options.audit.record({ at: new Date(), kind: "action", ...base, action: e.action, target: e.target, decision: e.decision, reason: e.reason, ...(e.spiffeId ? { spiffeId: e.spiffeId } : {}) }),
+      record: (e) =>
+        options.audit.record({
+          at: new Date(),
+          kind: "action",
+          ...base,
+          action: e.action,
+          target: e.target,
+          decision: e.decision,
+          reason: e.reason,
+          ...(e.spiffeId ? { spiffeId: e.spiffeId } : {}),
+        }),
     });
     if (principal) ctx.values.set(principalKey, principal);
     return { principal };
@@ -189,8 +256,14 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
   // Fail closed: a decision that cannot be recorded is not made (the refusal itself waits in memory, aggregated).
   const unrecordable = options.audit.unavailable();
   if (unrecordable) return deny(Code.Unavailable, unrecordable, "audit_unavailable");
-  if (rule.kind === "none") return admitted(undefined, `${method.name} needs no client certificate`);
-  if (!verdict) return deny(Code.Unauthenticated, "no client certificate was presented; connect with a runner certificate", "no_certificate");
+  if (rule.kind === "none")
+    return admitted(undefined, `${method.name} needs no client certificate`);
+  if (!verdict)
+    return deny(
+      Code.Unauthenticated,
+      "no client certificate was presented; connect with a runner certificate",
+      "no_certificate",
+    );
   if (!verdict.ok) return deny(Code.Unauthenticated, verdict.reason, "certificate_rejected");
   const expired = checkValidityNow(verdict.facts, new Date());
   if (expired) return deny(Code.Unauthenticated, expired, "certificate_expired");
@@ -198,7 +271,11 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
   const id = principal.spiffeId.text;
   if (rule.kind === "runner") {
     if (principal.kind !== "runner") {
-      return deny(Code.PermissionDenied, `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`, "not_a_runner");
+      return deny(
+        Code.PermissionDenied,
+        `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`,
+        "not_a_runner",
+      );
     }
     const refusal = options.runnerRefusal?.(principal);
     if (refusal) return deny(Code.PermissionDenied, refusal, "runner_refused");
@@ -206,20 +283,36 @@ function authorize(ctx: HandlerContext, method: DescMethod, rule: MethodRule, op
   }
   // Admin routes. A runner identity never gets here, whatever the configuration says.
   if (principal.kind === "runner") {
-    return deny(Code.PermissionDenied, `${method.name} is an admin method; runner identities (${id}) can never call admin methods`, "runner_on_admin_route");
+    return deny(
+      Code.PermissionDenied,
+      `${method.name} is an admin method; runner identities (${id}) can never call admin methods`,
+      "runner_on_admin_route",
+    );
   }
   const roles = options.roles.of(id);
   const role = rule.role!;
   const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
   // The enqueuer's right to its own jobs holds whatever its grants are now, even none.
   const namesJob = method.input.fields.some((f) => f.name === "job_id" || f.name === "pipeline_id");
-  if (!roles && !namesJob) return deny(Code.PermissionDenied, `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`, "no_role");
+  if (!roles && !namesJob)
+    return deny(
+      Code.PermissionDenied,
+      `${id} is granted no role; ${method.name} needs the "${role}" role (start forelead serve with --grant ${hint})`,
+      "no_role",
+    );
   if (roles?.admin) return admitted(principal, `admin ${id}`);
   if (role === "read" && roles?.read) return admitted(principal, `read ${id}`);
   // Workspace-scoped roles (an enqueuer may list its own jobs): decided (and audited) once the request message names the workspace or the job.
-  const scoped = role === "read" ? (roles?.readWorkspaces.size ?? 0) + (roles?.enqueue.size ?? 0) > 0 : role === "enqueue" && (roles?.enqueue.size ?? 0) > 0;
-  if (role === "admin" || (!scoped && !namesJob)) return deny(Code.PermissionDenied, lacks(id, role, method.name, hint), "missing_role");
-  return { ...admitted(principal, undefined), pendingScope: { id, role, roles: roles ?? noRoles, decide } };
+  const scoped =
+    role === "read"
+      ? (roles?.readWorkspaces.size ?? 0) + (roles?.enqueue.size ?? 0) > 0
+      : role === "enqueue" && (roles?.enqueue.size ?? 0) > 0;
+  if (role === "admin" || (!scoped && !namesJob))
+    return deny(Code.PermissionDenied, lacks(id, role, method.name, hint), "missing_role");
+  return {
+    ...admitted(principal, undefined),
+    pendingScope: { id, role, roles: roles ?? noRoles, decide },
+  };
 }
 
 function lacks(id: string, role: RoleName, method: string, hint: string, why = ""): string {
@@ -243,11 +336,17 @@ function lacks(id: string, role: RoleName, method: string, hint: string, why = "
  * refuses it as invalid or not found. Refusals name the identity, the
  * workspace and the grant that would allow the call.
  */
-async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object | undefined, options: GuardOptions): Promise<void> {
+async function decideScope(
+  ctx: HandlerContext,
+  scope: PendingScope,
+  req: object | undefined,
+  options: GuardOptions,
+): Promise<void> {
   const { id, role, roles } = scope;
   const method = ctx.method;
   const values = req as Record<string, unknown> | undefined;
-  const has = (name: string) => values !== undefined && method.input.fields.some((f) => f.name === name);
+  const has = (name: string) =>
+    values !== undefined && method.input.fields.some((f) => f.name === name);
   const allow = (reason: string) => scope.decide("allow", reason);
   const deny = (reason: string): never => {
     scope.decide("deny", reason);
@@ -257,7 +356,10 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
   const readable = roles.readWorkspaces;
   const granted = role === "read" ? readable : roles.enqueue;
   const listed = (ws: ReadonlySet<string>) => [...ws].map((w) => `"${w}"`).join(", ");
-  const may = granted.size > 0 ? `${id} may ${role} only in workspaces ${listed(granted)}` : `${id} has no "${role}" role in any workspace`;
+  const may =
+    granted.size > 0
+      ? `${id} may ${role} only in workspaces ${listed(granted)}`
+      : `${id} has no "${role}" role in any workspace`;
   const batch = values && batchField(method);
   if (batch) {
     // A batch (jobs[]): every item's workspace must be granted; a refusal names each other workspace and its items.
@@ -265,11 +367,21 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
     const outside = new Map<string, number[]>();
     items.forEach((item, i) => {
       const workspace = String(item["workspaceId"] ?? "");
-      if (workspace !== "" && !granted.has(workspace)) outside.set(workspace, [...(outside.get(workspace) ?? []), i]);
+      if (workspace !== "" && !granted.has(workspace))
+        outside.set(workspace, [...(outside.get(workspace) ?? []), i]);
     });
-    const named = [...outside].slice(0, 5).map(([w, at]) => `workspace "${w}" (${at.slice(0, 5).map((i) => `${batch.jsonName}[${i}]`).join(", ")}${at.length > 5 ? ` and ${at.length - 5} more` : ""})`);
-    if (outside.size === 0) return allow(`${role} ${id} in the workspaces of ${items.length} ${batch.jsonName}`);
-    return deny(`${may}, not in ${named.join(", ")}${outside.size > 5 ? ` and ${outside.size - 5} more workspaces` : ""}; grant it with --grant ${id}=${role}:${[...outside.keys()].slice(0, 5).join(",")}`);
+    const named = [...outside].slice(0, 5).map(
+      ([w, at]) =>
+        `workspace "${w}" (${at
+          .slice(0, 5)
+          .map((i) => `${batch.jsonName}[${i}]`)
+          .join(", ")}${at.length > 5 ? ` and ${at.length - 5} more` : ""})`,
+    );
+    if (outside.size === 0)
+      return allow(`${role} ${id} in the workspaces of ${items.length} ${batch.jsonName}`);
+    return deny(
+      `${may}, not in ${named.join(", ")}${outside.size > 5 ? ` and ${outside.size - 5} more workspaces` : ""}; grant it with --grant ${id}=${role}:${[...outside.keys()].slice(0, 5).join(",")}`,
+    );
   }
   if (has("workspace_id") && !everyWorkspace.has(method.name)) {
     const workspace = String(values!["workspaceId"] ?? "");
@@ -277,15 +389,22 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
     if (workspace === "" && role === "enqueue") return allow(`enqueue ${id}`);
     if (workspace === "" && jobListing) {
       ctx.values.set(jobReaderKey, { spiffeId: id, workspaces: [...readable] });
-      return allow(`read ${id}: jobs of ${readable.size > 0 ? `workspaces ${listed(readable)} and ` : ""}the jobs it enqueued`);
+      return allow(
+        `read ${id}: jobs of ${readable.size > 0 ? `workspaces ${listed(readable)} and ` : ""}the jobs it enqueued`,
+      );
     }
-    if (workspace === "") return deny(`${may}; name one with workspaceId, or grant every workspace with --grant ${id}=read`);
+    if (workspace === "")
+      return deny(
+        `${may}; name one with workspaceId, or grant every workspace with --grant ${id}=read`,
+      );
     if (granted.has(workspace)) return allow(`${role} ${id} in workspace "${workspace}"`);
     if (jobListing && roles.enqueue.has(workspace)) {
       ctx.values.set(jobReaderKey, { spiffeId: id, workspaces: [] });
       return allow(`read ${id}: the jobs it enqueued in workspace "${workspace}"`);
     }
-    return deny(`${may}, not in workspace "${workspace}"; grant it with --grant ${id}=${role}:${workspace}`);
+    return deny(
+      `${may}, not in workspace "${workspace}"; grant it with --grant ${id}=${role}:${workspace}`,
+    );
   }
   if (has("job_id") || has("pipeline_id")) {
     // A pipeline is scoped as a job is: its workspace, and the identity that submitted it.
@@ -294,10 +413,19 @@ async function decideScope(ctx: HandlerContext, scope: PendingScope, req: object
     const job = jobId ? await options.jobOwnership(jobId) : undefined;
     if (!job) return allow(`${role} ${id}`);
     if (job.enqueuedBy === id) return allow(`${id} enqueued ${what} ${jobId}`);
-    if (role === "read" && readable.has(job.workspaceId)) return allow(`read ${id} in workspace "${job.workspaceId}"`);
-    if (role === "enqueue" && workspaceActs.has(method.name) && roles.enqueue.has(job.workspaceId)) return allow(`enqueue ${id} in workspace "${job.workspaceId}" (${method.name} is open to the workspace)`);
-    if (role === "enqueue") return deny(`${id} may ${method.name.startsWith("Cancel") ? "cancel" : "act on"} only the ${what}s it enqueued; ${what} ${jobId} in workspace "${job.workspaceId}" is another identity's (only --grant ${id}=admin allows it)`);
-    return deny(`${may} and on the ${what}s it enqueued, not on ${what} ${jobId} in workspace "${job.workspaceId}"; grant it with --grant ${id}=read:${job.workspaceId}`);
+    if (role === "read" && readable.has(job.workspaceId))
+      return allow(`read ${id} in workspace "${job.workspaceId}"`);
+    if (role === "enqueue" && workspaceActs.has(method.name) && roles.enqueue.has(job.workspaceId))
+      return allow(
+        `enqueue ${id} in workspace "${job.workspaceId}" (${method.name} is open to the workspace)`,
+      );
+    if (role === "enqueue")
+      return deny(
+        `${id} may ${method.name.startsWith("Cancel") ? "cancel" : "act on"} only the ${what}s it enqueued; ${what} ${jobId} in workspace "${job.workspaceId}" is another identity's (only --grant ${id}=admin allows it)`,
+      );
+    return deny(
+      `${may} and on the ${what}s it enqueued, not on ${what} ${jobId} in workspace "${job.workspaceId}"; grant it with --grant ${id}=read:${job.workspaceId}`,
+    );
   }
   return deny(lacks(id, role, method.name, `${id}=${role}`, ": it covers every workspace"));
 }
@@ -318,5 +446,10 @@ const workspaceActs: ReadonlySet<string> = new Set(["AnswerInput"]);
 
 /** Whether a method's reply lists jobs (a repeated forelead.runner.v1.Job): its handler applies `jobReaderOf`. */
 function listsJobs(method: DescMethod): boolean {
-  return method.output.fields.some((f) => f.fieldKind === "list" && f.listKind === "message" && f.message.typeName === "forelead.runner.v1.Job");
+  return method.output.fields.some(
+    (f) =>
+      f.fieldKind === "list" &&
+      f.listKind === "message" &&
+      f.message.typeName === "forelead.runner.v1.Job",
+  );
 }

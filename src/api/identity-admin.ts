@@ -11,7 +11,10 @@ export interface IdentityAdminDeps {
   readonly identity: Identity;
 }
 
-type IdentityMethods = Pick<ServiceImpl<typeof AdminService>, "createEnrollmentGrant" | "retireRunner" | "listAuditRecords" | "listCertificates">;
+type IdentityMethods = Pick<
+  ServiceImpl<typeof AdminService>,
+  "createEnrollmentGrant" | "retireRunner" | "listAuditRecords" | "listCertificates"
+>;
 
 /** Enrollment grants, retirement, the audit trail and issued certificates. */
 export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMethods {
@@ -23,11 +26,27 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
         ctx,
         "grant.create",
         `enrollment grant for ${scope}`,
-        () => identity.createGrant({ workspaceId: req.workspaceId, runnerId: req.runnerId, expiresInSeconds: req.expiresInSeconds, createdBy: principalOf(ctx).spiffeId.text }),
-        ({ record }) => ({ target: `enrollment grant ${record.id} for ${scope}`, reason: `grant ${record.id} created; single use, expires at ${record.expires_at.toISOString()}` }),
+        () =>
+          identity.createGrant({
+            workspaceId: req.workspaceId,
+            runnerId: req.runnerId,
+            expiresInSeconds: req.expiresInSeconds,
+            createdBy: principalOf(ctx).spiffeId.text,
+          }),
+        ({ record }) => ({
+          target: `enrollment grant ${record.id} for ${scope}`,
+          reason: `grant ${record.id} created; single use, expires at ${record.expires_at.toISOString()}`,
+        }),
       );
       const { record } = created;
-      return { apiVersion, grant: created.grant, grantId: record.id, workspaceId: record.workspace_id, runnerId: record.runner_id ?? "", expiresAt: timestampFromDate(record.expires_at) };
+      return {
+        apiVersion,
+        grant: created.grant,
+        grantId: record.id,
+        workspaceId: record.workspace_id,
+        runnerId: record.runner_id ?? "",
+        expiresAt: timestampFromDate(record.expires_at),
+      };
     },
 
     async retireRunner(req, ctx) {
@@ -35,7 +54,13 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
         ctx,
         "runner.retire",
         `runner "${req.runnerId}"${req.workspaceId ? ` in workspace "${req.workspaceId}"` : ""}`,
-        () => identity.retirements.retire({ runnerId: req.runnerId, workspaceId: req.workspaceId, by: principalOf(ctx).spiffeId.text, reason: req.reason }),
+        () =>
+          identity.retirements.retire({
+            runnerId: req.runnerId,
+            workspaceId: req.workspaceId,
+            by: principalOf(ctx).spiffeId.text,
+            reason: req.reason,
+          }),
         (r) => ({
           target: `runner "${r.runnerId}" in workspace "${r.workspaceId}"`,
           reason: r.newlyRetired
@@ -76,7 +101,9 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
           spiffeId: r.spiffe_id ?? "",
           certificateSerial: r.certificate_serial ?? "",
           certificateSha256: r.certificate_sha256 ?? "",
-          ...(r.certificate_not_after ? { certificateNotAfter: timestampFromDate(r.certificate_not_after) } : {}),
+          ...(r.certificate_not_after
+            ? { certificateNotAfter: timestampFromDate(r.certificate_not_after) }
+            : {}),
           remoteAddress: r.remote_address ?? "",
           count: r.count,
           firstAt: timestampFromDate(r.at),
@@ -88,7 +115,12 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
     },
 
     async listCertificates(req) {
-      const certificates = await identity.listCertificates({ workspaceId: req.workspaceId, runnerId: req.runnerId, all: req.all, expiringWithinSeconds: req.expiringWithinSeconds });
+      const certificates = await identity.listCertificates({
+        workspaceId: req.workspaceId,
+        runnerId: req.runnerId,
+        all: req.all,
+        expiringWithinSeconds: req.expiringWithinSeconds,
+      });
       return {
         apiVersion,
         certificates: certificates.map((c) => ({

@@ -7,13 +7,19 @@ import { principalOf } from "./context.js";
 import { inventoryFlagMessage, inventoryItemMessage, reapOrderMessage } from "./inventory-view.js";
 import { apiVersion } from "./request-rules.js";
 
-type InventoryMethods = Pick<ServiceImpl<typeof AdminService>, "listInventory" | "listOrphans" | "orderReap" | "listReapOrders">;
+type InventoryMethods = Pick<
+  ServiceImpl<typeof AdminService>,
+  "listInventory" | "listOrphans" | "orderReap" | "listReapOrders"
+>;
 
 /** The admin methods of runner inventory and reap orders: decode, call the inventory, encode. */
 export function createInventoryAdminMethods(inventory: Inventory): InventoryMethods {
   return {
     async listInventory(req) {
-      const reports = await inventory.reports({ runnerId: req.runnerId, workspaceId: req.workspaceId });
+      const reports = await inventory.reports({
+        runnerId: req.runnerId,
+        workspaceId: req.workspaceId,
+      });
       return {
         apiVersion,
         reports: reports.map((r) => ({
@@ -27,7 +33,10 @@ export function createInventoryAdminMethods(inventory: Inventory): InventoryMeth
       };
     },
     async listOrphans(req) {
-      const orphans = await inventory.orphans({ runnerId: req.runnerId, workspaceId: req.workspaceId });
+      const orphans = await inventory.orphans({
+        runnerId: req.runnerId,
+        workspaceId: req.workspaceId,
+      });
       return {
         apiVersion,
         orphans: orphans.map((o) => ({
@@ -41,13 +50,14 @@ export function createInventoryAdminMethods(inventory: Inventory): InventoryMeth
     },
     async orderReap(req, ctx) {
       const what = `${req.kind.slice(0, 20)} ${JSON.stringify(req.name.slice(0, 200))} of runner "${req.runnerId.slice(0, 140)}"`;
-      const place = () => inventory.order({
-        runnerId: req.runnerId,
-        workspaceId: req.workspaceId,
-        kind: req.kind,
-        name: req.name,
-        orderedBy: principalOf(ctx).spiffeId.text,
-      });
+      const place = () =>
+        inventory.order({
+          runnerId: req.runnerId,
+          workspaceId: req.workspaceId,
+          kind: req.kind,
+          name: req.name,
+          orderedBy: principalOf(ctx).spiffeId.text,
+        });
       const order = await audited(ctx, "reap.order", `reap ${what}`, place, (o) => ({
         target: `reap order ${o.id}: ${o.kind} ${o.name} of runner "${o.runnerId}" in workspace "${o.workspaceId}"`,
         reason: `reap order ${o.id} is ${o.state}`,
@@ -55,7 +65,12 @@ export function createInventoryAdminMethods(inventory: Inventory): InventoryMeth
       return { apiVersion, order: reapOrderMessage(order) };
     },
     async listReapOrders(req) {
-      const orders = await inventory.orders({ runnerId: req.runnerId, workspaceId: req.workspaceId, state: req.state, pageSize: req.pageSize });
+      const orders = await inventory.orders({
+        runnerId: req.runnerId,
+        workspaceId: req.workspaceId,
+        state: req.state,
+        pageSize: req.pageSize,
+      });
       return { apiVersion, orders: orders.map(reapOrderMessage) };
     },
   };

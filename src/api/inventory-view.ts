@@ -1,6 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { InventoryFlagSchema, ReapOrderRecordSchema, type InventoryFlag, type ReapOrderRecord } from "../../gen/forelead/admin/v1/admin_pb.js";
+import {
+  InventoryFlagSchema,
+  ReapOrderRecordSchema,
+  type InventoryFlag,
+  type ReapOrderRecord,
+} from "../../gen/forelead/admin/v1/admin_pb.js";
 import { InventoryItemSchema, type InventoryItem } from "../../gen/forelead/runner/v1/runner_pb.js";
 import type { InventoryFlag as FlagView } from "../inventory/cross-check.js";
 import type { ReapOrderView } from "../inventory/reap-orders.js";
@@ -23,7 +28,13 @@ export function inventoryItemMessage(item: StoredItem): InventoryItem {
 
 /** The proto InventoryFlag of a flag. */
 export function inventoryFlagMessage(flag: FlagView): InventoryFlag {
-  return create(InventoryFlagSchema, { problem: flag.problem, jobId: flag.jobId, kind: flag.kind ?? "", name: flag.name ?? "", message: flag.message });
+  return create(InventoryFlagSchema, {
+    problem: flag.problem,
+    jobId: flag.jobId,
+    kind: flag.kind ?? "",
+    name: flag.name ?? "",
+    message: flag.message,
+  });
 }
 
 /** The proto ReapOrderRecord of an order. */

@@ -1,6 +1,12 @@
 import { create, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
-import { ArtifactSchema, JobSchema, LeaseSchema, type Job, type Lease } from "../../gen/forelead/runner/v1/job_pb.js";
+import {
+  ArtifactSchema,
+  JobSchema,
+  LeaseSchema,
+  type Job,
+  type Lease,
+} from "../../gen/forelead/runner/v1/job_pb.js";
 import type { JobSnapshot } from "../broker/job-snapshot.js";
 import type { LeaseView } from "../broker/leases.js";
 import { messageFromJson } from "../protocol/json-codec.js";
@@ -33,9 +39,17 @@ export function leaseMessage(view: LeaseView): Lease {
     cancelRequested: view.cancelRequested,
     job: unmaskedJob(view.job),
     ...(view.attempt ? { attempt: view.attempt } : {}),
-    ...(view.secrets ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles } : {}),
+    ...(view.secrets
+      ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles }
+      : {}),
     ...(view.input
-      ? { inputRequestId: view.input.requestId, inputAnswer: messageFromJson(ValueSchema, view.input.answer as JsonValue), checkpoint: view.input.checkpoint.map((a) => messageFromJson(ArtifactSchema, a as JsonValue)) }
+      ? {
+          inputRequestId: view.input.requestId,
+          inputAnswer: messageFromJson(ValueSchema, view.input.answer as JsonValue),
+          checkpoint: view.input.checkpoint.map((a) =>
+            messageFromJson(ArtifactSchema, a as JsonValue),
+          ),
+        }
       : {}),
     ...(view.inputs ? { inputs: view.inputs.map((i) => ({ ...i, size: BigInt(i.size) })) } : {}),
   });

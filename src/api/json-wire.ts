@@ -18,13 +18,17 @@ export function jsonText(bytes: Uint8Array, what: string): string {
   if (!isUtf8(buf)) {
     const at = firstInvalidUtf8(buf);
     const path = jsonPathAtEnd(buf.subarray(0, at).toString("utf8"));
-    throw new ConnectError(`${what}: ${path ? `field "${path}"` : "the text"} is not valid UTF-8 (byte ${at}); send text as UTF-8`, Code.InvalidArgument);
+    throw new ConnectError(
+      `${what}: ${path ? `field "${path}"` : "the text"} is not valid UTF-8 (byte ${at}); send text as UTF-8`,
+      Code.InvalidArgument,
+    );
   }
   const text = buf.toString("utf8");
   if (mayHoldUnsafeInteger(text)) {
     scanJson(text, (path, literal) => {
       const value = BigInt(literal);
-      if (value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= -BigInt(Number.MAX_SAFE_INTEGER)) return;
+      if (value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= -BigInt(Number.MAX_SAFE_INTEGER))
+        return;
       throw new ConnectError(
         `${what}: field "${path}": the number ${literal} is past 2^53 - 1 and cannot be read exactly as a JSON number; send 64-bit integers as strings ("${literal}")`,
         Code.InvalidArgument,
@@ -68,13 +72,14 @@ export function memberPath(parent: string, key: string | number): string {
 
 /** Byte offset of the first byte that is not part of a well-formed UTF-8 sequence (RFC 3629). */
 function firstInvalidUtf8(b: Buffer): number {
-  for (let i = 0; i < b.length; ) {
+  for (let i = 0; i < b.length;) {
     const c = b[i]!;
     if (c < 0x80) {
       i++;
       continue;
     }
-    const len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    const len =
+      c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
     if (len === 0 || i + len > b.length) return i;
     const second = b[i + 1]!;
     const lo = c === 0xe0 ? 0xa0 : c === 0xf0 ? 0x90 : 0x80; // no overlong forms
@@ -106,13 +111,27 @@ function jsonPathAtEnd(prefix: string): string {
  */
 function scanJson(text: string, onInteger: (path: string, literal: string) => void): string {
   const stack: Frame[] = [];
-  const path = () => stack.reduce<string>((p, f) => (f.kind === "array" ? memberPath(p, f.index) : f.key === undefined ? p : memberPath(p, f.key)), "");
+  const path = () =>
+    stack.reduce<string>(
+      (p, f) =>
+        f.kind === "array"
+          ? memberPath(p, f.index)
+          : f.key === undefined
+            ? p
+            : memberPath(p, f.key),
+      "",
+    );
   const top = () => stack[stack.length - 1];
   let i = 0;
   while (i < text.length) {
     const c = text[i]!;
     if (c === "{" || c === "[") {
-      stack.push({ kind: c === "{" ? "object" : "array", key: undefined, index: 0, expectKey: c === "{" });
+      stack.push({
+        kind: c === "{" ? "object" : "array",
+        key: undefined,
+        index: 0,
+        expectKey: c === "{",
+      });
       i++;
     } else if (c === "}" || c === "]") {
       stack.pop();
@@ -146,7 +165,9 @@ function scanJson(text: string, onInteger: (path: string, literal: string) => vo
 
 function keyOf(literal: string): string {
   try {
-    return JSON.parse(literal.endsWith('"') && literal.length > 1 ? literal : `${literal}"`) as string;
+    return JSON.parse(
+      literal.endsWith('"') && literal.length > 1 ? literal : `${literal}"`,
+    ) as string;
   } catch {
     return literal.slice(1, -1);
   }

@@ -10,13 +10,18 @@ export const apiVersion = "v1";
  * must be "v1", and a runner's `runnerId` / `workspaceId` must be the ones in
  * its certificate (the body can never choose another runner or workspace).
  */
-export function checkRequestMessage(schema: DescMessage, message: object, principal: Principal | undefined): void {
+export function checkRequestMessage(
+  schema: DescMessage,
+  message: object,
+  principal: Principal | undefined,
+): void {
   const values = message as Record<string, unknown>;
   const has = fieldsOf(schema);
   if (has.apiVersion) checkApiVersion(values["apiVersion"]);
   if (principal?.kind !== "runner") return;
   if (has.runnerId) checkNamed("runnerId", "runner", values["runnerId"], principal.runnerId);
-  if (has.workspaceId) checkNamed("workspaceId", "workspace", values["workspaceId"], principal.workspaceId);
+  if (has.workspaceId)
+    checkNamed("workspaceId", "workspace", values["workspaceId"], principal.workspaceId);
 }
 
 /** Which of the checked fields a message has, looked up once per schema (stream messages pass here line by line). */
@@ -32,7 +37,11 @@ function fieldsOf(schema: DescMessage): CheckedFields {
   let has = checkedFields.get(schema);
   if (!has) {
     const named = (name: string) => schema.fields.some((f) => f.name === name);
-    has = { apiVersion: named("api_version"), runnerId: named("runner_id"), workspaceId: named("workspace_id") };
+    has = {
+      apiVersion: named("api_version"),
+      runnerId: named("runner_id"),
+      workspaceId: named("workspace_id"),
+    };
     checkedFields.set(schema, has);
   }
   return has;
@@ -42,16 +51,28 @@ function fieldsOf(schema: DescMessage): CheckedFields {
 export function checkApiVersion(value: unknown): void {
   if (value === apiVersion) return;
   if (value === undefined || value === "") {
-    throw new ConnectError(`apiVersion is required; this control plane speaks "${apiVersion}"`, Code.InvalidArgument);
+    throw new ConnectError(
+      `apiVersion is required; this control plane speaks "${apiVersion}"`,
+      Code.InvalidArgument,
+    );
   }
-  throw new ConnectError(`apiVersion ${JSON.stringify(value)} is not supported; this control plane speaks "${apiVersion}"`, Code.InvalidArgument);
+  throw new ConnectError(
+    `apiVersion ${JSON.stringify(value)} is not supported; this control plane speaks "${apiVersion}"`,
+    Code.InvalidArgument,
+  );
 }
 
 function checkNamed(field: string, what: string, value: unknown, expected: string): void {
   if (value === undefined || value === "") {
-    throw new ConnectError(`${field} is required; it must be this certificate's ${what} "${expected}"`, Code.InvalidArgument);
+    throw new ConnectError(
+      `${field} is required; it must be this certificate's ${what} "${expected}"`,
+      Code.InvalidArgument,
+    );
   }
   if (value !== expected) {
-    throw new ConnectError(`${field} ${JSON.stringify(value)} does not match the certificate's ${what} "${expected}"`, Code.PermissionDenied);
+    throw new ConnectError(
+      `${field} ${JSON.stringify(value)} does not match the certificate's ${what} "${expected}"`,
+      Code.PermissionDenied,
+    );
   }
 }

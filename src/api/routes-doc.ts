@@ -23,7 +23,8 @@ export function renderRoutesDoc(services: readonly DescService[] = servedService
   const summaries = new Map<string, ReadonlyMap<string, string>>();
   const summaryOf = (method: DescMethod) => {
     const file = method.parent.file.name + ".proto";
-    if (!summaries.has(file)) summaries.set(file, rpcComments(readFileSync(new URL(file, protoRoot), "utf8")));
+    if (!summaries.has(file))
+      summaries.set(file, rpcComments(readFileSync(new URL(file, protoRoot), "utf8")));
     return summaries.get(file)!.get(`${method.parent.name}.${method.name}`) ?? "";
   };
   const rows = entries.map((e) => [
@@ -60,7 +61,7 @@ export function renderRoutesDoc(services: readonly DescService[] = servedService
     "in parentheses. NDJSON bodies carry one request message per line. A raw request body fills the bytes field",
     "named (streamed to the handler, which bounds it), sent with the content type shown when the route names one;",
     "a raw response sets the headers listed from its first message.",
-    "Errors are `{\"code\", \"message\"}` with the Connect code; a body over the size bound is 413.",
+    'Errors are `{"code", "message"}` with the Connect code; a body over the size bound is 413.',
     "",
   ].join("\n");
 }
@@ -69,12 +70,18 @@ function requestOf(e: RouteEntry): string {
   const bound = [...e.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
   const fromPath = bound.length > 0 ? `; ${bound.map(code).join(", ")} from the path` : "";
   const input = e.method.input;
-  const headers = e.option.headerFields.length > 0 ? `; headers ${e.option.headerFields.map((h) => `${code(h.header)} (${code(h.field)})`).join(", ")}` : "";
+  const headers =
+    e.option.headerFields.length > 0
+      ? `; headers ${e.option.headerFields.map((h) => `${code(h.header)} (${code(h.field)})`).join(", ")}`
+      : "";
   if (e.option.rawRequestBody) {
-    const raw = e.option.rawRequestContentType ? `raw ${code(e.option.rawRequestContentType)}` : "raw bytes";
+    const raw = e.option.rawRequestContentType
+      ? `raw ${code(e.option.rawRequestContentType)}`
+      : "raw bytes";
     return `${raw} (${code(e.option.rawRequestBody)} of ${code(input.name)})${fromPath}${headers}`;
   }
-  if (e.method.methodKind === "client_streaming") return `NDJSON stream of ${code(input.name)}${fromPath}`;
+  if (e.method.methodKind === "client_streaming")
+    return `NDJSON stream of ${code(input.name)}${fromPath}`;
   if (e.httpMethod === "GET") {
     const query = input.fields.map((f) => f.jsonName).filter((name) => !bound.includes(name));
     return `none${fromPath}${query.length > 0 ? `; query ${query.map(code).join(", ")}` : ""}${headers}`;
@@ -85,8 +92,12 @@ function requestOf(e: RouteEntry): string {
 function responseOf(e: RouteEntry): string {
   const { method, option } = e;
   if (method.methodKind === "server_streaming" && option.ndjsonResponse) {
-    const sse = option.eventStreamField ? `; Server-Sent Events with ${code(option.eventStreamField)}` : "";
-    const text = option.textField ? `; ${code(option.textField)} as text with \`Accept: text/plain\`` : "";
+    const sse = option.eventStreamField
+      ? `; Server-Sent Events with ${code(option.eventStreamField)}`
+      : "";
+    const text = option.textField
+      ? `; ${code(option.textField)} as text with \`Accept: text/plain\``
+      : "";
     return `NDJSON of ${code(method.output.name)}${sse}${text}`;
   }
   if (method.methodKind === "server_streaming") {
@@ -99,7 +110,10 @@ function responseOf(e: RouteEntry): string {
     const json = `JSON of ${code(field?.jsonName ?? option.responseBody)}${type}`;
     return option.noContentWhenEmpty ? `${json}; 204 when there is none` : json;
   }
-  if (option.noContentWhenEmpty) return method.output.fields.length === 0 ? "204 No Content" : `JSON ${code(method.output.name)}; 204 when empty`;
+  if (option.noContentWhenEmpty)
+    return method.output.fields.length === 0
+      ? "204 No Content"
+      : `JSON ${code(method.output.name)}; 204 when empty`;
   return `JSON ${code(method.output.name)}`;
 }
 
@@ -130,7 +144,8 @@ function rpcComments(source: string): Map<string, string> {
 }
 
 function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
-  const line = (cells: readonly string[]) => `| ${cells.map((c) => c.replace(/\|/g, "\\|")).join(" | ")} |`;
+  const line = (cells: readonly string[]) =>
+    `| ${cells.map((c) => c.replace(/\|/g, "\\|")).join(" | ")} |`;
   return [line(header), line(header.map(() => "---")), ...rows.map(line)].join("\n");
 }
 

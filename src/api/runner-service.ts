@@ -1,6 +1,10 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { EventsRequestSchema, LogsRequestSchema, type RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
+import {
+  EventsRequestSchema,
+  LogsRequestSchema,
+  type RunnerService,
+} from "../../gen/forelead/runner/v1/runner_pb.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Broker } from "../broker/broker.js";
 import type { LeaseView } from "../broker/leases.js";
@@ -53,11 +57,19 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
           features: req.features,
           maxConcurrency: req.maxConcurrency,
           instanceId: req.instanceId,
-          ...(req.instanceStartedAt ? { instanceStartedAt: timestampDate(req.instanceStartedAt) } : {}),
+          ...(req.instanceStartedAt
+            ? { instanceStartedAt: timestampDate(req.instanceStartedAt) }
+            : {}),
         })
         .catch((err: unknown) => {
           // A second process of one runner is an identity decision: keep it.
-          if (err instanceof ConnectError && err.code === Code.AlreadyExists) recordAction(ctx, { action: "runner.register", target, decision: "deny", reason: err.rawMessage });
+          if (err instanceof ConnectError && err.code === Code.AlreadyExists)
+            recordAction(ctx, {
+              action: "runner.register",
+              target,
+              decision: "deny",
+              reason: err.rawMessage,
+            });
           throw err;
         });
       if (registered.change) {
@@ -70,16 +82,30 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
 
     async claim(req, ctx) {
       // Its REST body is one lease: a second would be leased and never delivered.
-      if (req.maxLeases > 1) throw new ConnectError(`maxLeases ${req.maxLeases}: Claim (POST /v1/runner/claim) leases one job; ask ClaimLeases (POST /v1/runner/claims) for more`, Code.InvalidArgument);
+      if (req.maxLeases > 1)
+        throw new ConnectError(
+          `maxLeases ${req.maxLeases}: Claim (POST /v1/runner/claim) leases one job; ask ClaimLeases (POST /v1/runner/claims) for more`,
+          Code.InvalidArgument,
+        );
       return claimResponse(await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal));
     },
 
     async claimLeases(req, ctx) {
-      return claimResponse(await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal, req.maxLeases || 1));
+      return claimResponse(
+        await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal, req.maxLeases || 1),
+      );
     },
 
     async renew(req, ctx) {
-      return { lease: leaseMessage(await deps.broker.renew({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken })) };
+      return {
+        lease: leaseMessage(
+          await deps.broker.renew({
+            ...runnerOf(ctx),
+            jobId: req.jobId,
+            leaseToken: req.leaseToken,
+          }),
+        ),
+      };
     },
 
     async release(req, ctx) {
@@ -101,16 +127,33 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         result: req.result,
       };
       if (!req.next) return { apiVersion, job: jobMessage(await deps.broker.complete(input)) };
-      const { job, lease } = await deps.broker.completeAndClaim(input, req.next.waitSeconds, ctx.signal);
+      const { job, lease } = await deps.broker.completeAndClaim(
+        input,
+        req.next.waitSeconds,
+        ctx.signal,
+      );
       return { apiVersion, job: jobMessage(job), ...(lease ? { lease: leaseMessage(lease) } : {}) };
     },
 
     async codeHead(req, ctx) {
-      return { apiVersion, commit: await deps.code.head({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken }) };
+      return {
+        apiVersion,
+        commit: await deps.code.head({
+          ...runnerOf(ctx),
+          jobId: req.jobId,
+          leaseToken: req.leaseToken,
+        }),
+      };
     },
 
     async *downloadInput(req, ctx) {
-      const input = await deps.broker.input(runnerOf(ctx), req.jobId, req.leaseToken, req.fromJobId, req.name);
+      const input = await deps.broker.input(
+        runnerOf(ctx),
+        req.jobId,
+        req.leaseToken,
+        req.fromJobId,
+        req.name,
+      );
       const artifact = await deps.artifacts.read(input.fromJobId, input.name);
       for await (const data of artifact.chunks) {
         if (ctx.signal.aborted) return;
@@ -119,28 +162,52 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
     },
 
     async *codeBundle(req, ctx) {
-      for await (const data of deps.code.bundle({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken, kind: req.kind, commit: req.commit })) yield { data };
+      for await (const data of deps.code.bundle({
+        ...runnerOf(ctx),
+        jobId: req.jobId,
+        leaseToken: req.leaseToken,
+        kind: req.kind,
+        commit: req.commit,
+      }))
+        yield { data };
     },
 
     async agentPublish(reqs, ctx) {
       const { first, chunks } = await publishChunks(reqs, deps.code.maxBundleBytes);
       checkApiVersion(first.apiVersion);
-      const published = await deps.code.publish({ ...runnerOf(ctx), jobId: first.jobId, leaseToken: first.leaseToken }, chunks);
+      const published = await deps.code.publish(
+        { ...runnerOf(ctx), jobId: first.jobId, leaseToken: first.leaseToken },
+        chunks,
+      );
       return { apiVersion, commit: published.commit, branch: published.branch };
     },
     async renewCertificate(req, ctx) {
       const runner = runnerOf(ctx);
       const spiffeId = runner.spiffeId.text;
       const renew = () => deps.enrollment.renew({ ...runner, spiffeId }, req.csr);
-      const cert = await audited(ctx, "certificate.issue", `certificate renewal for ${spiffeId}`, renew, (c) => ({
-        target: `certificate ${c.serialHex} (sha256 ${c.sha256}) for ${spiffeId}, valid ${c.notBefore.toISOString()} to ${c.notAfter.toISOString()}`,
-        reason: "issued on renewal",
-      }));
-      return { apiVersion, certificateChain: cert.chainPem, spiffeId, notAfter: timestampFromDate(cert.notAfter) };
+      const cert = await audited(
+        ctx,
+        "certificate.issue",
+        `certificate renewal for ${spiffeId}`,
+        renew,
+        (c) => ({
+          target: `certificate ${c.serialHex} (sha256 ${c.sha256}) for ${spiffeId}, valid ${c.notBefore.toISOString()} to ${c.notAfter.toISOString()}`,
+          reason: "issued on renewal",
+        }),
+      );
+      return {
+        apiVersion,
+        certificateChain: cert.chainPem,
+        spiffeId,
+        notAfter: timestampFromDate(cert.notAfter),
+      };
     },
 
     async inventory(req, ctx) {
-      const items = req.items.map((i) => ({ ...i, createdAt: i.createdAt ? timestampDate(i.createdAt) : undefined }));
+      const items = req.items.map((i) => ({
+        ...i,
+        createdAt: i.createdAt ? timestampDate(i.createdAt) : undefined,
+      }));
       const outcome = await deps.inventory.report(runnerOf(ctx), items);
       return { apiVersion, reap: outcome.reap.map((r) => ({ kind: r.kind, name: r.name })) };
     },
@@ -157,5 +224,9 @@ function claimResponse(leases: readonly LeaseView[]) {
 
 /** A protobuf Timestamp from nanoseconds since the epoch. */
 export function timestampFromNs(ns: bigint): Timestamp {
-  return { $typeName: "google.protobuf.Timestamp", seconds: ns / 1_000_000_000n, nanos: Number(ns % 1_000_000_000n) };
+  return {
+    $typeName: "google.protobuf.Timestamp",
+    seconds: ns / 1_000_000_000n,
+    nanos: Number(ns % 1_000_000_000n),
+  };
 }

@@ -24,7 +24,12 @@ export function createSamplesService(deps: SamplesServiceDeps): ServiceImpl<type
       return {
         apiVersion,
         jobId: req.jobId.toLowerCase(),
-        samples: found.samples.map((s) => ({ at: timestampFromDate(s.at), cpuCores: s.cpuCores, memoryBytes: BigInt(Math.round(s.memoryBytes)), attempt: s.attempt })),
+        samples: found.samples.map((s) => ({
+          at: timestampFromDate(s.at),
+          cpuCores: s.cpuCores,
+          memoryBytes: BigInt(Math.round(s.memoryBytes)),
+          attempt: s.attempt,
+        })),
         peakCpuCores: found.peakCpuCores,
         peakMemoryBytes: BigInt(Math.round(found.peakMemoryBytes)),
       };
@@ -35,12 +40,25 @@ export function createSamplesService(deps: SamplesServiceDeps): ServiceImpl<type
       return {
         apiVersion,
         since: timestampFromDate(since),
-        groups: groups.map((g) => ({ workspaceId: g.workspaceId, labels: [...g.labels], image: g.image, jobs: BigInt(g.jobs), cpu: adviceMessage(g.cpu), memory: adviceMessage(g.memory) })),
+        groups: groups.map((g) => ({
+          workspaceId: g.workspaceId,
+          labels: [...g.labels],
+          image: g.image,
+          jobs: BigInt(g.jobs),
+          cpu: adviceMessage(g.cpu),
+          memory: adviceMessage(g.memory),
+        })),
       };
     },
   };
 }
 
 function adviceMessage(a: ResourceAdvice) {
-  return { requested: a.requested, p95Peak: a.p95Peak, maxPeak: a.maxPeak, advice: a.advice, suggested: a.suggested };
+  return {
+    requested: a.requested,
+    p95Peak: a.p95Peak,
+    maxPeak: a.maxPeak,
+    advice: a.advice,
+    suggested: a.suggested,
+  };
 }

@@ -13,13 +13,35 @@ export interface ScheduleMessage {
 }
 
 /** Those fields as the broker takes them (validated there, by validateEnqueue). */
-export function scheduleFieldsOf(req: ScheduleMessage): Pick<EnqueueInput, "runAt" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"> {
+export function scheduleFieldsOf(
+  req: ScheduleMessage,
+): Pick<
+  EnqueueInput,
+  "runAt" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"
+> {
   return {
     ...(req.runAt ? { runAt: timestampDate(req.runAt) } : {}),
     ...(req.delaySeconds !== undefined ? { delaySeconds: Number(req.delaySeconds) } : {}),
     concurrencyKey: req.concurrencyKey,
     concurrencyLimit: req.concurrencyLimit,
-    ...(req.backoff ? { backoff: { initialSeconds: req.backoff.initialSeconds, multiplier: req.backoff.multiplier, maxSeconds: req.backoff.maxSeconds } } : {}),
-    ...(req.requirements ? { requirements: { architecture: req.requirements.architecture, os: req.requirements.os, executionKind: req.requirements.executionKind, features: req.requirements.features } } : {}),
+    ...(req.backoff
+      ? {
+          backoff: {
+            initialSeconds: req.backoff.initialSeconds,
+            multiplier: req.backoff.multiplier,
+            maxSeconds: req.backoff.maxSeconds,
+          },
+        }
+      : {}),
+    ...(req.requirements
+      ? {
+          requirements: {
+            architecture: req.requirements.architecture,
+            os: req.requirements.os,
+            executionKind: req.requirements.executionKind,
+            features: req.requirements.features,
+          },
+        }
+      : {}),
   };
 }

@@ -16,4 +16,16 @@ import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
  * them. The one list: the server binds these and the route table is
  * generated from them, so a service cannot be served without being documented.
  */
-export const services: readonly DescService[] = [RunnerService, AdminService, EnrollService, FleetService, StatusService, StatsService, SamplesService, SuspendService, InputService, PipelineService, BatchService];
+export const services: readonly DescService[] = [
+  RunnerService,
+  AdminService,
+  EnrollService,
+  FleetService,
+  StatusService,
+  StatsService,
+  SamplesService,
+  SuspendService,
+  InputService,
+  PipelineService,
+  BatchService,
+];

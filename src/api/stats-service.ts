@@ -21,8 +21,14 @@ export function createStatsService(broker: Broker): ServiceImpl<typeof StatsServ
       const until = range.until ?? now;
       const workspaces = await broker.stats({ since, until, workspaceId: req.workspaceId });
       const count = (n: number) => BigInt(n);
-      const counts = (list: ReadonlyArray<{ key: string; count: number }>) => list.map((c) => ({ key: c.key, count: count(c.count) }));
-      const durations = (d: DurationStats) => ({ count: count(d.count), p50Seconds: d.p50Seconds, p95Seconds: d.p95Seconds, maxSeconds: d.maxSeconds });
+      const counts = (list: ReadonlyArray<{ key: string; count: number }>) =>
+        list.map((c) => ({ key: c.key, count: count(c.count) }));
+      const durations = (d: DurationStats) => ({
+        count: count(d.count),
+        p50Seconds: d.p50Seconds,
+        p95Seconds: d.p95Seconds,
+        maxSeconds: d.maxSeconds,
+      });
       return {
         apiVersion,
         since: timestampFromDate(since),
@@ -38,7 +44,11 @@ export function createStatsService(broker: Broker): ServiceImpl<typeof StatsServ
           cancels: count(w.cancels),
           wait: durations(w.wait),
           run: durations(w.run),
-          runners: w.runners.map((r) => ({ runnerId: r.runnerId, jobs: count(r.jobs), busySeconds: r.busySeconds })),
+          runners: w.runners.map((r) => ({
+            runnerId: r.runnerId,
+            jobs: count(r.jobs),
+            busySeconds: r.busySeconds,
+          })),
         })),
       };
     },

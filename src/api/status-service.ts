@@ -23,10 +23,26 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
           listenConnected: s.database.listenConnected,
           auditBacklogRecords: BigInt(audit.inMemory + audit.spooled),
           auditSpoolBytes: BigInt(audit.spoolBytes),
-          ...(audit.oldestUnwritten ? { auditOldestUnwritten: timestampFromDate(audit.oldestUnwritten) } : {}),
+          ...(audit.oldestUnwritten
+            ? { auditOldestUnwritten: timestampFromDate(audit.oldestUnwritten) }
+            : {}),
         },
-        replicas: s.replicas.map((r) => ({ id: r.id, host: r.host, pid: r.pid, version: r.version, startedAt: timestampFromDate(r.startedAt), lastSeenAt: timestampFromDate(r.lastSeenAt) })),
-        workspaces: s.workspaces.map((w) => ({ workspaceId: w.workspaceId, queued: BigInt(w.queued), running: BigInt(w.running), waitingInput: BigInt(w.waitingInput), oldestQueuedSeconds: w.oldestQueuedSeconds, paused: w.paused })),
+        replicas: s.replicas.map((r) => ({
+          id: r.id,
+          host: r.host,
+          pid: r.pid,
+          version: r.version,
+          startedAt: timestampFromDate(r.startedAt),
+          lastSeenAt: timestampFromDate(r.lastSeenAt),
+        })),
+        workspaces: s.workspaces.map((w) => ({
+          workspaceId: w.workspaceId,
+          queued: BigInt(w.queued),
+          running: BigInt(w.running),
+          waitingInput: BigInt(w.waitingInput),
+          oldestQueuedSeconds: w.oldestQueuedSeconds,
+          paused: w.paused,
+        })),
         runners: {
           registered: BigInt(s.runners.registered),
           connected: BigInt(s.runners.connected),
@@ -47,7 +63,11 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
           serverNotAfter: timestampFromDate(s.serverNotAfter),
           ...(s.issuerNotAfter ? { issuerNotAfter: timestampFromDate(s.issuerNotAfter) } : {}),
           expiringWithin24h: BigInt(s.expiringWithin24h),
-          expiring: s.expiring.map((c) => ({ serial: c.serial, spiffeId: c.spiffeId, notAfter: timestampFromDate(c.notAfter) })),
+          expiring: s.expiring.map((c) => ({
+            serial: c.serial,
+            spiffeId: c.spiffeId,
+            notAfter: timestampFromDate(c.notAfter),
+          })),
         },
       };
     },

@@ -26,14 +26,23 @@ interface StreamRequest {
  * refusal, so the domain rejects it at its turn, after storing everything
  * before it.
  */
-export async function ingestRequests(streams: Streams, stream: StreamName, schema: DescMessage, requests: AsyncIterable<StreamRequest>, ctx: HandlerContext): Promise<Record<string, never>> {
+export async function ingestRequests(
+  streams: Streams,
+  stream: StreamName,
+  schema: DescMessage,
+  requests: AsyncIterable<StreamRequest>,
+  ctx: HandlerContext,
+): Promise<Record<string, never>> {
   const runner = runnerOf(ctx);
   await streams.ingest(stream, runner, requests, reader(schema, runner));
   return {};
 }
 
 /** Reads each streamed request as an IncomingMessage, numbering them ("message 3", or its NDJSON line). */
-function reader(schema: DescMessage, runner: ReturnType<typeof runnerOf>): (req: StreamRequest) => IncomingMessage {
+function reader(
+  schema: DescMessage,
+  runner: ReturnType<typeof runnerOf>,
+): (req: StreamRequest) => IncomingMessage {
   let n = 0;
   return (req) => {
     n++;
@@ -51,7 +60,9 @@ function reader(schema: DescMessage, runner: ReturnType<typeof runnerOf>): (req:
       leaseToken: req.leaseToken,
       sequence: req.sequence,
       // Lines the REST flat decoder read keep their data as the JSON sent: no Value is built.
-      data: plainValueOf(req, "data")?.json ?? (req.data === undefined ? undefined : toJson(ValueSchema, req.data)),
+      data:
+        plainValueOf(req, "data")?.json ??
+        (req.data === undefined ? undefined : toJson(ValueSchema, req.data)),
     };
     return refusal ? { ...message, refusal } : message;
   };
@@ -77,12 +88,30 @@ export interface EntryMessage {
 }
 
 /** Serves GetJobLogs or GetJobEvents: one page, or with follow every entry until the job settles. */
-export async function* streamEntries(streams: Streams, stream: StreamName, req: EntriesRequest, ctx: HandlerContext): AsyncGenerator<EntryMessage> {
-  const query: StreamQuery = { jobId: req.jobId, stream, after: req.after, attempt: req.attempt, fromSequence: Number(req.fromSequence), pageSize: req.pageSize };
+export async function* streamEntries(
+  streams: Streams,
+  stream: StreamName,
+  req: EntriesRequest,
+  ctx: HandlerContext,
+): AsyncGenerator<EntryMessage> {
+  const query: StreamQuery = {
+    jobId: req.jobId,
+    stream,
+    after: req.after,
+    attempt: req.attempt,
+    fromSequence: Number(req.fromSequence),
+    pageSize: req.pageSize,
+  };
   const entries = req.follow ? streams.follow(query, ctx.signal) : streams.read(query);
   for await (const entry of entries) yield entryMessage(entry);
 }
 
 function entryMessage(e: StreamEntry): EntryMessage {
-  return { sequence: BigInt(e.sequence), attempt: e.attempt, data: fromJson(ValueSchema, e.data), position: e.position, receivedAt: timestampFromDate(e.receivedAt) };
+  return {
+    sequence: BigInt(e.sequence),
+    attempt: e.attempt,
+    data: fromJson(ValueSchema, e.data),
+    position: e.position,
+    receivedAt: timestampFromDate(e.receivedAt),
+  };
 }

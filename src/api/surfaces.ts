@@ -1,6 +1,13 @@
 import { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { DescService } from "@bufbuild/protobuf";
-import { createServiceImplSpec, type ContextValues, type Interceptor, type MethodImplSpec, type ServiceImpl, type ServiceImplSpec } from "@connectrpc/connect";
+import {
+  createServiceImplSpec,
+  type ContextValues,
+  type Interceptor,
+  type MethodImplSpec,
+  type ServiceImpl,
+  type ServiceImplSpec,
+} from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { toConnectError } from "./errors.js";
 import { authorizeOnce, guardService, type GuardOptions } from "./guard.js";
@@ -15,7 +22,10 @@ import { markInvalidUtf8InBinary } from "./text-rules.js";
  * createServiceImplSpec, which takes a partial implementation and answers
  * the missing methods with unimplemented, a missing method here fails to compile.
  */
-export function serviceImpl<S extends DescService>(service: S, impl: ServiceImpl<S>): ServiceImplSpec {
+export function serviceImpl<S extends DescService>(
+  service: S,
+  impl: ServiceImpl<S>,
+): ServiceImplSpec {
   return createServiceImplSpec<S>(service, impl);
 }
 
@@ -35,18 +45,27 @@ export interface ApiHandlerOptions {
  * Connect, gRPC and gRPC-Web procedures, and every other path by the REST
  * router built from the route options.
  */
-export function createApiHandler(options: ApiHandlerOptions): (req: Http2ServerRequest, res: Http2ServerResponse) => void {
+export function createApiHandler(
+  options: ApiHandlerOptions,
+): (req: Http2ServerRequest, res: Http2ServerResponse) => void {
   const unlisted = options.implementations.find((impl) => !services.includes(impl.service));
-  if (unlisted) throw new Error(`${unlisted.service.typeName} has an implementation but is not listed in src/api/services.ts`);
+  if (unlisted)
+    throw new Error(
+      `${unlisted.service.typeName} has an implementation but is not listed in src/api/services.ts`,
+    );
   markInvalidUtf8InBinary();
   const guarded = services.map((service) => {
     const impls = options.implementations.filter((impl) => impl.service === service);
-    if (impls.length !== 1) throw new Error(`${service.typeName} is listed in src/api/services.ts but has ${impls.length === 0 ? "no implementation" : "more than one"}`);
+    if (impls.length !== 1)
+      throw new Error(
+        `${service.typeName} is listed in src/api/services.ts but has ${impls.length === 0 ? "no implementation" : "more than one"}`,
+      );
     return guardService(impls[0]!, options.guard);
   });
   const methodSpec = (entry: RouteEntry): MethodImplSpec => {
     const spec = guarded.find((s) => s.service === entry.service)?.methods[entry.method.localName];
-    if (!spec) throw new Error(`${entry.service.typeName}.${entry.method.name} has no implementation`);
+    if (!spec)
+      throw new Error(`${entry.service.typeName}.${entry.method.name} has no implementation`);
     return spec;
   };
   const rest = createRestRouter({
@@ -57,7 +76,8 @@ export function createApiHandler(options: ApiHandlerOptions): (req: Http2ServerR
   });
   return connectNodeAdapter({
     routes: (router) => {
-      for (const spec of guarded) for (const method of Object.values(spec.methods)) router.rpc(method.method, method.impl);
+      for (const spec of guarded)
+        for (const method of Object.values(spec.methods)) router.rpc(method.method, method.impl);
     },
     fallback: (req, res) => rest(http2Request(req), http2Response(res)),
     contextValues: (req) => options.contextValues(http2Request(req)),
@@ -75,7 +95,9 @@ export function createApiHandler(options: ApiHandlerOptions): (req: Http2ServerR
  */
 const connectJsonOptions = {
   ignoreUnknownFields: true,
-  textDecoder: { decode: (bytes?: Uint8Array) => jsonText(bytes ?? new Uint8Array(0), "the request message") },
+  textDecoder: {
+    decode: (bytes?: Uint8Array) => jsonText(bytes ?? new Uint8Array(0), "the request message"),
+  },
 } as { ignoreUnknownFields: boolean };
 
 /** Errors that are not ConnectErrors are logged with an incident id, never sent as they are. */

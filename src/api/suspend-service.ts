@@ -32,14 +32,25 @@ export function createSuspendService(deps: SuspendServiceDeps): ServiceImpl<type
         ...holder,
         jobId: req.jobId,
         leaseToken: req.leaseToken,
-        request: { id: r?.id ?? "", prompt: r?.prompt ?? "", schema: r?.schema ?? {}, expiresInSeconds: r?.expiresInSeconds ?? 0 },
+        request: {
+          id: r?.id ?? "",
+          prompt: r?.prompt ?? "",
+          schema: r?.schema ?? {},
+          expiresInSeconds: r?.expiresInSeconds ?? 0,
+        },
         checkpoint,
       });
       return { apiVersion, job: jobMessage(job) };
     },
 
     async *checkpoint(req, ctx: HandlerContext) {
-      const entry = await leaseCheckpointFile(deps.db, runnerOf(ctx), req.jobId, req.leaseToken, req.name);
+      const entry = await leaseCheckpointFile(
+        deps.db,
+        runnerOf(ctx),
+        req.jobId,
+        req.leaseToken,
+        req.name,
+      );
       const content = await deps.artifacts.content({ ...entry, digest: entry.digest as Digest });
       for await (const data of content.chunks) {
         if (ctx.signal.aborted) return;
@@ -50,11 +61,22 @@ export function createSuspendService(deps: SuspendServiceDeps): ServiceImpl<type
 }
 
 /** The admin's answer route (docs/suspend.md). */
-export function createInputService(deps: Pick<SuspendServiceDeps, "db">): ServiceImpl<typeof InputService> {
+export function createInputService(
+  deps: Pick<SuspendServiceDeps, "db">,
+): ServiceImpl<typeof InputService> {
   return {
     async answerInput(req, ctx) {
-      const answer = () => answerInput(deps.db, { jobId: req.jobId, requestId: req.requestId, answer: req.answer ? toJson(ValueSchema, req.answer) : undefined, answeredBy: principalOf(ctx).spiffeId.text });
-      const job = await audited(ctx, "job.input", `job ${req.jobId.slice(0, 80)}`, answer, (j) => ({ target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`, reason: `input request ${JSON.stringify(req.requestId)} answered; job ${String(j.id)} is ${String(j.state)}` }));
+      const answer = () =>
+        answerInput(deps.db, {
+          jobId: req.jobId,
+          requestId: req.requestId,
+          answer: req.answer ? toJson(ValueSchema, req.answer) : undefined,
+          answeredBy: principalOf(ctx).spiffeId.text,
+        });
+      const job = await audited(ctx, "job.input", `job ${req.jobId.slice(0, 80)}`, answer, (j) => ({
+        target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`,
+        reason: `input request ${JSON.stringify(req.requestId)} answered; job ${String(j.id)} is ${String(j.state)}`,
+      }));
       return { apiVersion, job: jobMessage(job) };
     },
   };

@@ -9,7 +9,13 @@ const maxInt64 = BigInt(Number.MAX_SAFE_INTEGER);
 /** Fields holding a runner or workspace id, wherever they are: each must be a valid SPIFFE path segment when set. */
 const idFields: ReadonlySet<string> = new Set(["runner_id", "workspace_id"]);
 const unpairedSurrogate = /\p{Cs}/u;
-const int64Types = new Set([ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT64, ScalarType.FIXED64, ScalarType.SFIXED64]);
+const int64Types = new Set([
+  ScalarType.INT64,
+  ScalarType.UINT64,
+  ScalarType.SINT64,
+  ScalarType.FIXED64,
+  ScalarType.SFIXED64,
+]);
 
 /**
  * The text rules every decoded request message passes, on both surfaces,
@@ -31,7 +37,12 @@ export function checkRequestText(schema: DescMessage, message: object, where = "
 
 type Refuse = (path: string, problem: string) => never;
 
-function walkMessage(schema: DescMessage, message: Record<string, unknown>, parent: string, refuse: Refuse): void {
+function walkMessage(
+  schema: DescMessage,
+  message: Record<string, unknown>,
+  parent: string,
+  refuse: Refuse,
+): void {
   if (isValueType(schema)) return walkValue(schema.typeName, message, parent, refuse);
   for (const field of schema.fields) {
     const value = fieldValue(field, message);
@@ -40,15 +51,23 @@ function walkMessage(schema: DescMessage, message: Record<string, unknown>, pare
     switch (field.fieldKind) {
       case "scalar":
         walkScalar(field.scalar, value, path, refuse);
-        if (field.scalar === ScalarType.STRING && idFields.has(field.name) && value !== "") checkId(value as string, path);
+        if (field.scalar === ScalarType.STRING && idFields.has(field.name) && value !== "")
+          checkId(value as string, path);
         break;
       case "message":
         walkMessage(field.message, value as Record<string, unknown>, path, refuse);
         break;
       case "list":
         (value as unknown[]).forEach((item, i) => {
-          if (field.listKind === "scalar") walkScalar(field.scalar, item, memberPath(path, i), refuse);
-          else if (field.listKind === "message") walkMessage(field.message, item as Record<string, unknown>, memberPath(path, i), refuse);
+          if (field.listKind === "scalar")
+            walkScalar(field.scalar, item, memberPath(path, i), refuse);
+          else if (field.listKind === "message")
+            walkMessage(
+              field.message,
+              item as Record<string, unknown>,
+              memberPath(path, i),
+              refuse,
+            );
         });
         break;
       case "map":
@@ -56,7 +75,8 @@ function walkMessage(schema: DescMessage, message: Record<string, unknown>, pare
           const itemPath = memberPath(path, key);
           if (field.mapKey === ScalarType.STRING) walkText(key, `${path} key`, refuse);
           if (field.mapKind === "scalar") walkScalar(field.scalar, item, itemPath, refuse);
-          else if (field.mapKind === "message") walkMessage(field.message, item as Record<string, unknown>, itemPath, refuse);
+          else if (field.mapKind === "message")
+            walkMessage(field.message, item as Record<string, unknown>, itemPath, refuse);
         }
         break;
       case "enum":
@@ -75,14 +95,26 @@ function walkScalar(type: ScalarType, value: unknown, path: string, refuse: Refu
   if (type === ScalarType.STRING) return walkText(value as string, path, refuse);
   if (int64Types.has(type)) {
     const n = BigInt(value as bigint | string | number);
-    if (n > maxInt64 || n < -maxInt64) refuse(path, `is ${n}, past 2^53 - 1 (${maxInt64}), the largest integer this control plane stores; send a smaller value`);
+    if (n > maxInt64 || n < -maxInt64)
+      refuse(
+        path,
+        `is ${n}, past 2^53 - 1 (${maxInt64}), the largest integer this control plane stores; send a smaller value`,
+      );
   }
 }
 
 function walkText(text: string, path: string, refuse: Refuse): void {
   const nul = text.indexOf("\u0000");
-  if (nul !== -1) refuse(path, `contains NUL (U+0000) at character ${nul + 1}; text cannot hold NUL: remove it (send binary data base64-encoded)`);
-  if (unpairedSurrogate.test(text)) refuse(path, "is not valid UTF-8 text (invalid bytes, or an unpaired surrogate escape); send text as UTF-8");
+  if (nul !== -1)
+    refuse(
+      path,
+      `contains NUL (U+0000) at character ${nul + 1}; text cannot hold NUL: remove it (send binary data base64-encoded)`,
+    );
+  if (unpairedSurrogate.test(text))
+    refuse(
+      path,
+      "is not valid UTF-8 text (invalid bytes, or an unpaired surrogate escape); send text as UTF-8",
+    );
 }
 
 /**
@@ -136,7 +168,13 @@ export function valueSurelyAllowed(json: unknown, depthLeft: number): boolean {
         return true;
       }
       const object = json as Record<string, unknown>;
-      for (const key in object) if (key === "__proto__" || !textAllowed(key) || !valueSurelyAllowed(object[key], depthLeft - 1)) return false;
+      for (const key in object)
+        if (
+          key === "__proto__" ||
+          !textAllowed(key) ||
+          !valueSurelyAllowed(object[key], depthLeft - 1)
+        )
+          return false;
       return true;
     }
     default:
@@ -150,20 +188,33 @@ function checkId(value: string, path: string): void {
 }
 
 function isValueType(schema: DescMessage): boolean {
-  return schema.typeName === "google.protobuf.Value" || schema.typeName === "google.protobuf.Struct" || schema.typeName === "google.protobuf.ListValue";
+  return (
+    schema.typeName === "google.protobuf.Value" ||
+    schema.typeName === "google.protobuf.Struct" ||
+    schema.typeName === "google.protobuf.ListValue"
+  );
 }
 
 /** google.protobuf.Value, Struct and ListValue, walked as the JSON they stand for (`data.text`, not `data.structValue...`). */
-function walkValue(typeName: string, message: Record<string, unknown>, path: string, refuse: Refuse): void {
+function walkValue(
+  typeName: string,
+  message: Record<string, unknown>,
+  path: string,
+  refuse: Refuse,
+): void {
   if (typeName === "google.protobuf.Struct") {
-    for (const [key, v] of Object.entries((message["fields"] ?? {}) as Record<string, Record<string, unknown>>)) {
+    for (const [key, v] of Object.entries(
+      (message["fields"] ?? {}) as Record<string, Record<string, unknown>>,
+    )) {
       walkText(key, `${path} key`, refuse);
       walkValue("google.protobuf.Value", v, memberPath(path, key), refuse);
     }
     return;
   }
   if (typeName === "google.protobuf.ListValue") {
-    ((message["values"] ?? []) as Record<string, unknown>[]).forEach((v, i) => walkValue("google.protobuf.Value", v, memberPath(path, i), refuse));
+    ((message["values"] ?? []) as Record<string, unknown>[]).forEach((v, i) =>
+      walkValue("google.protobuf.Value", v, memberPath(path, i), refuse),
+    );
     return;
   }
   const kind = message["kind"] as { case?: string; value?: unknown } | undefined;
@@ -171,12 +222,23 @@ function walkValue(typeName: string, message: Record<string, unknown>, path: str
     case "stringValue":
       return walkText(kind.value as string, path, refuse);
     case "numberValue":
-      if (!Number.isFinite(kind.value)) refuse(path, "is not a finite number; JSON has no NaN or Infinity");
+      if (!Number.isFinite(kind.value))
+        refuse(path, "is not a finite number; JSON has no NaN or Infinity");
       return;
     case "structValue":
-      return walkValue("google.protobuf.Struct", kind.value as Record<string, unknown>, path, refuse);
+      return walkValue(
+        "google.protobuf.Struct",
+        kind.value as Record<string, unknown>,
+        path,
+        refuse,
+      );
     case "listValue":
-      return walkValue("google.protobuf.ListValue", kind.value as Record<string, unknown>, path, refuse);
+      return walkValue(
+        "google.protobuf.ListValue",
+        kind.value as Record<string, unknown>,
+        path,
+        refuse,
+      );
   }
 }
 

@@ -9,7 +9,17 @@ import { logUnlessUnreachable } from "../store/unreachable.js";
 import { checkManifest, type ManifestEntryInput } from "./manifest.js";
 import { checkArtifactName, type Digest } from "./names.js";
 import type { ArtifactStore } from "./store.js";
-import { finalizeUpload, openUpload, putUpload, sweepUploads, type OpenUploadInput, type PutUploadInput, type StoredArtifact, type UploadContext, type UploadProgress } from "./uploads.js";
+import {
+  finalizeUpload,
+  openUpload,
+  putUpload,
+  sweepUploads,
+  type OpenUploadInput,
+  type PutUploadInput,
+  type StoredArtifact,
+  type UploadContext,
+  type UploadProgress,
+} from "./uploads.js";
 
 /** The default cap on one artifact: 2 GiB. */
 export const defaultMaxArtifactBytes = 2 * 1024 * 1024 * 1024;
@@ -42,7 +52,11 @@ export interface Artifacts {
   put(input: PutUploadInput, data: AsyncIterable<Uint8Array>): Promise<UploadProgress>;
   finalize(input: LeaseCall & { readonly uploadId: string }): Promise<StoredArtifact>;
   /** Checks a completion's manifest; see manifest.ts. */
-  checkManifest(holder: LeaseHolder, jobId: string, entries: readonly ManifestEntryInput[]): Promise<StoredArtifact[]>;
+  checkManifest(
+    holder: LeaseHolder,
+    jobId: string,
+    entries: readonly ManifestEntryInput[],
+  ): Promise<StoredArtifact[]>;
   /** The manifest a job's completion recorded (empty until it settles); 404 for an unknown job. */
   list(jobId: string): Promise<StoredArtifact[]>;
   /** One artifact of a job's manifest, by name, with its bytes. */
@@ -70,17 +84,31 @@ export function createArtifacts(options: ArtifactsOptions): Artifacts {
   };
   let sweeping: Promise<unknown> = Promise.resolve();
   const timer = setInterval(() => {
-    sweeping = sweepUploads(ctx).catch((err) => logUnlessUnreachable("artifacts: upload sweep failed", err));
+    sweeping = sweepUploads(ctx).catch((err) =>
+      logUnlessUnreachable("artifacts: upload sweep failed", err),
+    );
   }, options.sweepIntervalMs ?? 30_000);
   timer.unref();
 
   const list = async (jobIdInput: string): Promise<StoredArtifact[]> => {
     const jobId = checkJobId(jobIdInput);
-    const row = await db.selectFrom("jobs").select(["artifacts"]).where("id", "=", jobId).executeTakeFirst();
+    const row = await db
+      .selectFrom("jobs")
+      .select(["artifacts"])
+      .where("id", "=", jobId)
+      .executeTakeFirst();
     if (!row) throw new ConnectError(`job ${jobId} not found`, Code.NotFound);
-    return (row.artifacts ?? []).map((a) => ({ name: String(a.name), digest: String(a.digest) as Digest, size: Number(a.size), mediaType: String(a.mediaType) }));
+    return (row.artifacts ?? []).map((a) => ({
+      name: String(a.name),
+      digest: String(a.digest) as Digest,
+      size: Number(a.size),
+      mediaType: String(a.mediaType),
+    }));
   };
-  const content = async (artifact: StoredArtifact, chunkBytes?: number): Promise<ArtifactContent> => {
+  const content = async (
+    artifact: StoredArtifact,
+    chunkBytes?: number,
+  ): Promise<ArtifactContent> => {
     const blob = await blobs.open(artifact.digest, chunkBytes);
     return { ...artifact, chunks: verified(artifact, blob.chunks) };
   };
@@ -95,7 +123,11 @@ export function createArtifacts(options: ArtifactsOptions): Artifacts {
     async read(jobId, name, chunkBytes) {
       checkArtifactName(name);
       const artifact = (await list(jobId)).find((a) => a.name === name);
-      if (!artifact) throw new ConnectError(`job ${jobId} has no artifact named ${JSON.stringify(name)}; its completion lists the ones it has`, Code.NotFound);
+      if (!artifact)
+        throw new ConnectError(
+          `job ${jobId} has no artifact named ${JSON.stringify(name)}; its completion lists the ones it has`,
+          Code.NotFound,
+        );
       return content(artifact, chunkBytes);
     },
     content,
@@ -112,7 +144,10 @@ export function createArtifacts(options: ArtifactsOptions): Artifacts {
  * stream with data_loss instead of completing, so a reader never takes
  * damaged bytes for the artifact (on REST the stream is reset).
  */
-async function* verified(artifact: StoredArtifact, chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+async function* verified(
+  artifact: StoredArtifact,
+  chunks: AsyncIterable<Uint8Array>,
+): AsyncGenerator<Uint8Array> {
   const hash = createHash("sha256");
   let size = 0;
   for await (const chunk of chunks) {
@@ -122,8 +157,13 @@ async function* verified(artifact: StoredArtifact, chunks: AsyncIterable<Uint8Ar
   }
   const digest = `sha256:${hash.digest("hex")}`;
   if (digest !== artifact.digest || size !== artifact.size) {
-    console.error(`artifacts: blob ${artifact.digest} (${JSON.stringify(artifact.name)}) read back as ${size} bytes hashing to ${digest}; the store is damaged`);
-    throw new ConnectError(`the stored blob of ${JSON.stringify(artifact.name)} no longer matches ${artifact.digest} (read ${size} bytes hashing to ${digest}); the artifact store was damaged`, Code.DataLoss);
+    console.error(
+      `artifacts: blob ${artifact.digest} (${JSON.stringify(artifact.name)}) read back as ${size} bytes hashing to ${digest}; the store is damaged`,
+    );
+    throw new ConnectError(
+      `the stored blob of ${JSON.stringify(artifact.name)} no longer matches ${artifact.digest} (read ${size} bytes hashing to ${digest}); the artifact store was damaged`,
+      Code.DataLoss,
+    );
   }
 }
 
@@ -149,7 +189,11 @@ function createKeyedLock(waitMs: number): UploadContext["lock"] {
         before.then(() => true),
         new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), waitMs))),
       ]);
-      if (!waited) throw new ConnectError(`another put or finalize of upload ${key} is still running; retry when it ends`, Code.Aborted);
+      if (!waited)
+        throw new ConnectError(
+          `another put or finalize of upload ${key} is still running; retry when it ends`,
+          Code.Aborted,
+        );
       return await fn();
     } finally {
       clearTimeout(timer);

@@ -1,6 +1,15 @@
 import { createHash, randomBytes } from "node:crypto";
 import { constants as fsConstants, createReadStream } from "node:fs";
-import { chmod, copyFile, mkdir, open, rename, stat, unlink, type FileHandle } from "node:fs/promises";
+import {
+  chmod,
+  copyFile,
+  mkdir,
+  open,
+  rename,
+  stat,
+  unlink,
+  type FileHandle,
+} from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { digestHex, type Digest } from "./names.js";
@@ -31,7 +40,12 @@ export async function createFileArtifactStore(dir: string): Promise<ArtifactStor
     return join(blobRoot, "sha256", hex.slice(0, 2), hex);
   };
   const stagedPath = (uploadId: string) => join(stagingDir, `${uploadId}.part`);
-  const openStaged = (uploadId: string) => open(stagedPath(uploadId), fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW, 0o600);
+  const openStaged = (uploadId: string) =>
+    open(
+      stagedPath(uploadId),
+      fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW,
+      0o600,
+    );
   const blobSize = (digest: Digest) => sizeOf(blobPath(digest));
 
   const blobs: BlobStore = {
@@ -39,7 +53,11 @@ export async function createFileArtifactStore(dir: string): Promise<ArtifactStor
     size: blobSize,
     async open(digest, chunkBytes = 256 * 1024) {
       const size = await blobSize(digest);
-      if (size === undefined) throw new ConnectError(`blob ${digest} is not in the artifact store (${blobRoot}); it was removed outside forelead`, Code.NotFound);
+      if (size === undefined)
+        throw new ConnectError(
+          `blob ${digest} is not in the artifact store (${blobRoot}); it was removed outside forelead`,
+          Code.NotFound,
+        );
       return { size, chunks: createReadStream(blobPath(digest), { highWaterMark: chunkBytes }) };
     },
   };
@@ -108,9 +126,12 @@ async function sizeOf(path: string): Promise<number | undefined> {
   }
 }
 
-
 /** Whether the `bytes.length` bytes at `position` of `file` equal `bytes`. */
-async function sameBytesAt(file: FileHandle, position: number, bytes: Uint8Array): Promise<boolean> {
+async function sameBytesAt(
+  file: FileHandle,
+  position: number,
+  bytes: Uint8Array,
+): Promise<boolean> {
   const held = Buffer.alloc(bytes.length);
   let read = 0;
   while (read < held.length) {
@@ -125,7 +146,12 @@ async function sameBytesAt(file: FileHandle, position: number, bytes: Uint8Array
 async function writeAllAt(file: FileHandle, position: number, bytes: Uint8Array): Promise<void> {
   let written = 0;
   while (written < bytes.length) {
-    const { bytesWritten } = await file.write(bytes, written, bytes.length - written, position + written);
+    const { bytesWritten } = await file.write(
+      bytes,
+      written,
+      bytes.length - written,
+      position + written,
+    );
     written += bytesWritten;
   }
 }
@@ -136,7 +162,12 @@ async function sha256Of(file: FileHandle, length: number): Promise<string> {
   const buffer = Buffer.alloc(Math.min(1024 * 1024, Math.max(length, 1)));
   let position = 0;
   while (position < length) {
-    const { bytesRead } = await file.read(buffer, 0, Math.min(buffer.length, length - position), position);
+    const { bytesRead } = await file.read(
+      buffer,
+      0,
+      Math.min(buffer.length, length - position),
+      position,
+    );
     if (bytesRead === 0) break;
     hash.update(buffer.subarray(0, bytesRead));
     position += bytesRead;

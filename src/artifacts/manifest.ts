@@ -25,16 +25,34 @@ export interface ManifestEntryInput {
  * to claim them. Finalized uploads are never undone, so a manifest checked
  * here stays valid while the completion settles the job.
  */
-export async function checkManifest(db: Kysely<Database>, holder: LeaseHolder, jobIdInput: string, entries: readonly ManifestEntryInput[]): Promise<StoredArtifact[]> {
+export async function checkManifest(
+  db: Kysely<Database>,
+  holder: LeaseHolder,
+  jobIdInput: string,
+  entries: readonly ManifestEntryInput[],
+): Promise<StoredArtifact[]> {
   if (entries.length === 0) return [];
   const jobId = checkJobId(jobIdInput);
-  if (entries.length > maxManifestEntries) throw new ConnectError(`artifacts lists ${entries.length} entries; at most ${maxManifestEntries} are allowed`, Code.InvalidArgument);
+  if (entries.length > maxManifestEntries)
+    throw new ConnectError(
+      `artifacts lists ${entries.length} entries; at most ${maxManifestEntries} are allowed`,
+      Code.InvalidArgument,
+    );
   const names = new Set<string>();
   const checked = entries.map((e, i) => {
     const name = checkArtifactName(e.name, `artifacts[${i}].name`);
-    if (names.has(name)) throw new ConnectError(`artifacts[${i}].name ${JSON.stringify(name)} appears twice in the manifest`, Code.InvalidArgument);
+    if (names.has(name))
+      throw new ConnectError(
+        `artifacts[${i}].name ${JSON.stringify(name)} appears twice in the manifest`,
+        Code.InvalidArgument,
+      );
     names.add(name);
-    return { name, digest: checkDigest(e.digest, `artifacts[${i}].digest`), size: Number(e.size), mediaType: checkMediaType(e.mediaType, `artifacts[${i}].mediaType`) };
+    return {
+      name,
+      digest: checkDigest(e.digest, `artifacts[${i}].digest`),
+      size: Number(e.size),
+      mediaType: checkMediaType(e.mediaType, `artifacts[${i}].mediaType`),
+    };
   });
   const digests = [...new Set(checked.map((e) => e.digest))];
   const rows = await db
@@ -50,9 +68,16 @@ export async function checkManifest(db: Kysely<Database>, holder: LeaseHolder, j
   checked.forEach((e, i) => {
     const size = sizes.get(e.digest);
     if (size === undefined) {
-      throw new ConnectError(`artifacts[${i}] (${JSON.stringify(e.name)}) names ${e.digest}, which was not uploaded and finalized under a lease of job ${jobId}; upload it under this job first`, Code.FailedPrecondition);
+      throw new ConnectError(
+        `artifacts[${i}] (${JSON.stringify(e.name)}) names ${e.digest}, which was not uploaded and finalized under a lease of job ${jobId}; upload it under this job first`,
+        Code.FailedPrecondition,
+      );
     }
-    if (size !== e.size) throw new ConnectError(`artifacts[${i}] (${JSON.stringify(e.name)}) says ${e.size} bytes, but ${e.digest} holds ${size}`, Code.InvalidArgument);
+    if (size !== e.size)
+      throw new ConnectError(
+        `artifacts[${i}] (${JSON.stringify(e.name)}) says ${e.size} bytes, but ${e.digest} holds ${size}`,
+        Code.InvalidArgument,
+      );
   });
   return checked;
 }

@@ -11,7 +11,8 @@ export type Digest = `sha256:${string}`;
 
 const digestPattern = /^sha256:[0-9a-f]{64}$/;
 // type/subtype with optional parameters, printable ASCII only: it is echoed in a header.
-const mediaTypePattern = /^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}(\s*;\s*[\x21-\x7e]+=[\x20-\x7e]*)*$/;
+const mediaTypePattern =
+  /^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}(\s*;\s*[\x21-\x7e]+=[\x20-\x7e]*)*$/;
 
 /**
  * Why `name` is not an artifact name, or undefined when it is one: a
@@ -22,15 +23,18 @@ const mediaTypePattern = /^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}\/[A-Za-z0-9][A
  */
 export function artifactNameProblem(name: string): string | undefined {
   if (name === "") return "is empty";
-  if (Buffer.byteLength(name, "utf8") > nameLimits.maxBytes) return `is longer than ${nameLimits.maxBytes} bytes`;
+  if (Buffer.byteLength(name, "utf8") > nameLimits.maxBytes)
+    return `is longer than ${nameLimits.maxBytes} bytes`;
   // eslint-disable-next-line no-control-regex
   if (/[\x00-\x1f\x7f]/.test(name)) return "holds a control character (NUL, newline, ...)";
   if (name.includes("\\")) return 'holds a backslash; separate segments with "/"';
-  if (name.startsWith("/")) return "is an absolute path; names are relative to the output directory";
+  if (name.startsWith("/"))
+    return "is an absolute path; names are relative to the output directory";
   for (const segment of name.split("/")) {
     if (segment === "") return "has an empty segment (a leading, trailing or doubled /)";
     if (segment === "." || segment === "..") return `has a "${segment}" segment`;
-    if (Buffer.byteLength(segment, "utf8") > nameLimits.maxSegmentBytes) return `has a segment longer than ${nameLimits.maxSegmentBytes} bytes`;
+    if (Buffer.byteLength(segment, "utf8") > nameLimits.maxSegmentBytes)
+      return `has a segment longer than ${nameLimits.maxSegmentBytes} bytes`;
   }
   return undefined;
 }
@@ -38,14 +42,21 @@ export function artifactNameProblem(name: string): string | undefined {
 /** Throws invalid_argument unless `name` is an artifact name; `what` says where it came from. */
 export function checkArtifactName(name: string, what = "name"): string {
   const problem = artifactNameProblem(name);
-  if (problem) throw new ConnectError(`${what} ${JSON.stringify(name.slice(0, 200))} ${problem}`, Code.InvalidArgument);
+  if (problem)
+    throw new ConnectError(
+      `${what} ${JSON.stringify(name.slice(0, 200))} ${problem}`,
+      Code.InvalidArgument,
+    );
   return name;
 }
 
 /** Throws invalid_argument unless `digest` is "sha256:<64 lower-case hex>". */
 export function checkDigest(digest: string, what = "digest"): Digest {
   if (!digestPattern.test(digest)) {
-    throw new ConnectError(`${what} ${JSON.stringify(digest.slice(0, 100))} is not "sha256:" followed by 64 lower-case hex digits`, Code.InvalidArgument);
+    throw new ConnectError(
+      `${what} ${JSON.stringify(digest.slice(0, 100))} is not "sha256:" followed by 64 lower-case hex digits`,
+      Code.InvalidArgument,
+    );
   }
   return digest as Digest;
 }
@@ -54,7 +65,10 @@ export function checkDigest(digest: string, what = "digest"): Digest {
 export function checkMediaType(mediaType: string, what = "mediaType"): string {
   if (mediaType === "") return defaultMediaType;
   if (mediaType.length > 255 || !mediaTypePattern.test(mediaType)) {
-    throw new ConnectError(`${what} ${JSON.stringify(mediaType.slice(0, 100))} is not a media type such as "text/plain" or "application/json"`, Code.InvalidArgument);
+    throw new ConnectError(
+      `${what} ${JSON.stringify(mediaType.slice(0, 100))} is not a media type such as "text/plain" or "application/json"`,
+      Code.InvalidArgument,
+    );
   }
   return mediaType;
 }

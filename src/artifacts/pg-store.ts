@@ -17,12 +17,21 @@ export const defaultChunkBytes = 1024 * 1024;
  * removes the staged ones in one transaction: a crash leaves the upload
  * staged or the blob whole, never both half.
  */
-export function createPostgresArtifactStore(db: Kysely<Database>, chunkBytes = defaultChunkBytes): ArtifactStore {
+export function createPostgresArtifactStore(
+  db: Kysely<Database>,
+  chunkBytes = defaultChunkBytes,
+): ArtifactStore {
   /** Drops the upload's staged bytes from `at` on (bytes a broken or raced put left past the durable size). */
   const cutAt = async (uploadId: string, at: number) => {
-    await db.deleteFrom("upload_chunks").where("upload_id", "=", uploadId).where("byte_offset", ">=", at).execute();
+    await db
+      .deleteFrom("upload_chunks")
+      .where("upload_id", "=", uploadId)
+      .where("byte_offset", ">=", at)
+      .execute();
     await sql`update upload_chunks set data = substring(data from 1 for (${at}::bigint - byte_offset)::int)
-      where upload_id = ${uploadId} and byte_offset < ${at}::bigint and byte_offset + length(data) > ${at}::bigint`.execute(db);
+      where upload_id = ${uploadId} and byte_offset < ${at}::bigint and byte_offset + length(data) > ${at}::bigint`.execute(
+      db,
+    );
   };
 
   const blobs: BlobStore = {
@@ -30,8 +39,15 @@ export function createPostgresArtifactStore(db: Kysely<Database>, chunkBytes = d
     size: (digest) => blobSize(db, digest),
     async open(digest, pieceBytes = 256 * 1024) {
       const size = await blobSize(db, digest);
-      if (size === undefined) throw new ConnectError(`blob ${digest} is not in the artifact store (Postgres table artifact_blobs)`, Code.NotFound);
-      return { size, chunks: pieces(rowsOf(db, "artifact_blob_chunks", "digest", digest), pieceBytes) };
+      if (size === undefined)
+        throw new ConnectError(
+          `blob ${digest} is not in the artifact store (Postgres table artifact_blobs)`,
+          Code.NotFound,
+        );
+      return {
+        size,
+        chunks: pieces(rowsOf(db, "artifact_blob_chunks", "digest", digest), pieceBytes),
+      };
     },
   };
 
@@ -49,7 +65,10 @@ export function createPostgresArtifactStore(db: Kysely<Database>, chunkBytes = d
           const row = all.subarray(0, Math.min(chunkBytes, all.length));
           if (!cut) await cutAt(uploadId, start);
           cut = true;
-          await db.insertInto("upload_chunks").values({ upload_id: uploadId, byte_offset: start, data: row }).execute();
+          await db
+            .insertInto("upload_chunks")
+            .values({ upload_id: uploadId, byte_offset: start, data: row })
+            .execute();
           start += row.length;
           const rest = all.subarray(row.length);
           pending = rest.length ? [rest] : [];
@@ -76,7 +95,11 @@ export function createPostgresArtifactStore(db: Kysely<Database>, chunkBytes = d
       };
     },
     async lengthOf(uploadId) {
-      const row = await db.selectFrom("upload_chunks").select(sql<number | null>`max(byte_offset + length(data))`.as("end")).where("upload_id", "=", uploadId).executeTakeFirst();
+      const row = await db
+        .selectFrom("upload_chunks")
+        .select(sql<number | null>`max(byte_offset + length(data))`.as("end"))
+        .where("upload_id", "=", uploadId)
+        .executeTakeFirst();
       return row?.end === null || row?.end === undefined ? undefined : Number(row.end);
     },
     async seal(uploadId, length) {
@@ -98,7 +121,9 @@ export function createPostgresArtifactStore(db: Kysely<Database>, chunkBytes = d
           on conflict (digest) do nothing returning digest`.execute(tx);
         if (created.rows.length) {
           await sql`insert into artifact_blob_chunks (digest, byte_offset, data)
-            select ${digest}, byte_offset, data from upload_chunks where upload_id = ${uploadId}`.execute(tx);
+            select ${digest}, byte_offset, data from upload_chunks where upload_id = ${uploadId}`.execute(
+            tx,
+          );
         }
         await tx.deleteFrom("upload_chunks").where("upload_id", "=", uploadId).execute();
         return { created: created.rows.length > 0 };
@@ -108,20 +133,39 @@ export function createPostgresArtifactStore(db: Kysely<Database>, chunkBytes = d
       await db.deleteFrom("upload_chunks").where("upload_id", "=", uploadId).execute();
     },
   };
-  return { kind: "postgres", description: "Postgres (tables artifact_blobs, upload_chunks)", blobs, staging };
+  return {
+    kind: "postgres",
+    description: "Postgres (tables artifact_blobs, upload_chunks)",
+    blobs,
+    staging,
+  };
 }
 
 async function blobSize(db: Kysely<Database>, digest: Digest): Promise<number | undefined> {
-  const row = await db.selectFrom("artifact_blobs").select("size").where("digest", "=", digest).executeTakeFirst();
+  const row = await db
+    .selectFrom("artifact_blobs")
+    .select("size")
+    .where("digest", "=", digest)
+    .executeTakeFirst();
   return row ? Number(row.size) : undefined;
 }
 
 /** The rows of one blob or staged upload in offset order, one query per row, so memory stays at one row. */
-async function* rowsOf(db: Kysely<Database>, table: "artifact_blob_chunks" | "upload_chunks", key: "digest" | "upload_id", id: string): AsyncGenerator<{ offset: number; data: Buffer }> {
+async function* rowsOf(
+  db: Kysely<Database>,
+  table: "artifact_blob_chunks" | "upload_chunks",
+  key: "digest" | "upload_id",
+  id: string,
+): AsyncGenerator<{ offset: number; data: Buffer }> {
   let next = 0;
   for (;;) {
-    const { rows } = await sql<{ byte_offset: number; data: Uint8Array }>`select byte_offset, data from ${sql.table(table)}
-      where ${sql.ref(key)} = ${id} and byte_offset >= ${next}::bigint order by byte_offset limit 1`.execute(db);
+    const { rows } = await sql<{
+      byte_offset: number;
+      data: Uint8Array;
+    }>`select byte_offset, data from ${sql.table(table)}
+      where ${sql.ref(key)} = ${id} and byte_offset >= ${next}::bigint order by byte_offset limit 1`.execute(
+      db,
+    );
     const row = rows[0];
     if (!row) return;
     const data = Buffer.from(row.data.buffer, row.data.byteOffset, row.data.byteLength);
@@ -132,23 +176,37 @@ async function* rowsOf(db: Kysely<Database>, table: "artifact_blob_chunks" | "up
 }
 
 /** The rows' bytes in pieces of at most `pieceBytes`. */
-async function* pieces(rows: AsyncIterable<{ data: Buffer }>, pieceBytes: number): AsyncGenerator<Uint8Array> {
+async function* pieces(
+  rows: AsyncIterable<{ data: Buffer }>,
+  pieceBytes: number,
+): AsyncGenerator<Uint8Array> {
   for await (const { data } of rows) {
     for (let at = 0; at < data.length; at += pieceBytes) yield data.subarray(at, at + pieceBytes);
   }
 }
 
 /** Whether the upload's staged bytes at `position` equal `bytes` (all of them staged, contiguously). */
-async function stagedEquals(db: Kysely<Database>, uploadId: string, position: number, bytes: Uint8Array): Promise<boolean> {
+async function stagedEquals(
+  db: Kysely<Database>,
+  uploadId: string,
+  position: number,
+  bytes: Uint8Array,
+): Promise<boolean> {
   const end = position + bytes.length;
-  const { rows } = await sql<{ byte_offset: number; data: Uint8Array }>`select byte_offset, data from upload_chunks
-    where upload_id = ${uploadId} and byte_offset < ${end}::bigint and byte_offset + length(data) > ${position}::bigint order by byte_offset`.execute(db);
+  const { rows } = await sql<{
+    byte_offset: number;
+    data: Uint8Array;
+  }>`select byte_offset, data from upload_chunks
+    where upload_id = ${uploadId} and byte_offset < ${end}::bigint and byte_offset + length(data) > ${position}::bigint order by byte_offset`.execute(
+    db,
+  );
   let at = position;
   for (const row of rows) {
     const offset = Number(row.byte_offset);
     if (offset > at) return false;
     const held = row.data.subarray(at - offset, Math.min(row.data.length, end - offset));
-    if (!Buffer.from(held).equals(bytes.subarray(at - position, at - position + held.length))) return false;
+    if (!Buffer.from(held).equals(bytes.subarray(at - position, at - position + held.length)))
+      return false;
     at += held.length;
   }
   return at === end;

@@ -59,32 +59,81 @@ const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
  * and media type again while it is open returns the same upload (a lost
  * reply is safe to retry); the same name with another declaration is refused.
  */
-export async function openUpload(ctx: UploadContext, input: OpenUploadInput): Promise<UploadProgress> {
+export async function openUpload(
+  ctx: UploadContext,
+  input: OpenUploadInput,
+): Promise<UploadProgress> {
   const name = checkArtifactName(input.name);
-  if (!Number.isSafeInteger(input.size) || input.size < 0) throw new ConnectError(`size of ${JSON.stringify(name)} must be a byte count; got ${input.size}`, Code.InvalidArgument);
+  if (!Number.isSafeInteger(input.size) || input.size < 0)
+    throw new ConnectError(
+      `size of ${JSON.stringify(name)} must be a byte count; got ${input.size}`,
+      Code.InvalidArgument,
+    );
   if (input.size > ctx.maxArtifactBytes) {
-    throw new ConnectError(`artifact ${JSON.stringify(name)} declares ${input.size} bytes, over this control plane's cap of ${ctx.maxArtifactBytes} bytes (forelead serve --max-artifact-size)`, Code.ResourceExhausted);
+    throw new ConnectError(
+      `artifact ${JSON.stringify(name)} declares ${input.size} bytes, over this control plane's cap of ${ctx.maxArtifactBytes} bytes (forelead serve --max-artifact-size)`,
+      Code.ResourceExhausted,
+    );
   }
   const digest = checkDigest(input.digest);
   const mediaType = checkMediaType(input.mediaType);
   const live = await requireLiveLease(ctx.db, input, input.jobId, input.leaseToken);
-  const open = await ctx.db.selectFrom("uploads").select((eb) => eb.fn.countAll<number>().as("n")).where("lease_id", "=", live.leaseId).where("state", "=", "open").executeTakeFirstOrThrow();
+  const open = await ctx.db
+    .selectFrom("uploads")
+    .select((eb) => eb.fn.countAll<number>().as("n"))
+    .where("lease_id", "=", live.leaseId)
+    .where("state", "=", "open")
+    .executeTakeFirstOrThrow();
   if (Number(open.n) >= ctx.maxOpenPerLease) {
-    throw new ConnectError(`this lease already holds ${open.n} open uploads (at most ${ctx.maxOpenPerLease}); finalize some first`, Code.ResourceExhausted);
+    throw new ConnectError(
+      `this lease already holds ${open.n} open uploads (at most ${ctx.maxOpenPerLease}); finalize some first`,
+      Code.ResourceExhausted,
+    );
   }
   const inserted = await ctx.db
     .insertInto("uploads")
-    .values({ id: randomUUID(), job_id: live.job.id, lease_id: live.leaseId, workspace_id: input.workspaceId, runner_id: input.runnerId, name, size: input.size, digest, media_type: mediaType, state: "open" })
+    .values({
+      id: randomUUID(),
+      job_id: live.job.id,
+      lease_id: live.leaseId,
+      workspace_id: input.workspaceId,
+      runner_id: input.runnerId,
+      name,
+      size: input.size,
+      digest,
+      media_type: mediaType,
+      state: "open",
+    })
     // The literal, not a parameter: Postgres matches the arbiter to the partial index uploads_open_name
     // only when it can read the predicate, which a generic plan of a prepared statement cannot.
-    .onConflict((oc) => oc.columns(["lease_id", "name"]).where("state", "=", sql.lit("open")).doNothing())
+    .onConflict((oc) =>
+      oc.columns(["lease_id", "name"]).where("state", "=", sql.lit("open")).doNothing(),
+    )
     .returning(["id", "durable_size", "size"])
     .executeTakeFirst();
-  if (inserted) return { uploadId: inserted.id, durableSize: inserted.durable_size, size: inserted.size };
-  const existing = await ctx.db.selectFrom("uploads").selectAll().where("lease_id", "=", live.leaseId).where("name", "=", name).where("state", "=", "open").executeTakeFirst();
-  if (!existing) throw new ConnectError(`upload of ${JSON.stringify(name)} changed while it was opened; open it again`, Code.Aborted);
-  if (existing.size !== input.size || existing.digest !== digest || existing.media_type !== mediaType) {
-    throw new ConnectError(`an upload of ${JSON.stringify(name)} is already open under this lease (upload ${existing.id}, ${existing.size} bytes, ${existing.digest}); finalize it first or use another name`, Code.Aborted);
+  if (inserted)
+    return { uploadId: inserted.id, durableSize: inserted.durable_size, size: inserted.size };
+  const existing = await ctx.db
+    .selectFrom("uploads")
+    .selectAll()
+    .where("lease_id", "=", live.leaseId)
+    .where("name", "=", name)
+    .where("state", "=", "open")
+    .executeTakeFirst();
+  if (!existing)
+    throw new ConnectError(
+      `upload of ${JSON.stringify(name)} changed while it was opened; open it again`,
+      Code.Aborted,
+    );
+  if (
+    existing.size !== input.size ||
+    existing.digest !== digest ||
+    existing.media_type !== mediaType
+  ) {
+    throw new ConnectError(
+      `an upload of ${JSON.stringify(name)} is already open under this lease (upload ${existing.id}, ${existing.size} bytes, ${existing.digest}); finalize it first or use another name`,
+      Code.Aborted,
+    );
   }
   return { uploadId: existing.id, durableSize: existing.durable_size, size: existing.size };
 }
@@ -103,7 +152,11 @@ export interface PutUploadInput extends LeaseCall {
  * what is held. A gap, different bytes, or bytes past the declared size are
  * refused; every refusal carries the durable size in `forelead-upload-offset`.
  */
-export async function putUpload(ctx: UploadContext, input: PutUploadInput, data: AsyncIterable<Uint8Array>): Promise<UploadProgress> {
+export async function putUpload(
+  ctx: UploadContext,
+  input: PutUploadInput,
+  data: AsyncIterable<Uint8Array>,
+): Promise<UploadProgress> {
   const uploadId = checkUploadId(input.uploadId);
   const live = await requireLiveLease(ctx.db, input, input.jobId, input.leaseToken);
   await loadUpload(ctx.db, uploadId, live);
@@ -111,8 +164,22 @@ export async function putUpload(ctx: UploadContext, input: PutUploadInput, data:
     const upload = await loadUpload(ctx.db, uploadId, live); // again: a put before us may have moved it
     checkOpen(upload);
     const held = upload.durable_size;
-    if (!Number.isSafeInteger(input.offset) || input.offset < 0) throw withOffset(new ConnectError(`offset must be a byte position; got ${input.offset}`, Code.InvalidArgument), held);
-    if (input.offset > held) throw withOffset(new ConnectError(`offset ${input.offset} leaves a gap: upload ${uploadId} holds ${held} bytes; resume from ${held}`, Code.Aborted), held);
+    if (!Number.isSafeInteger(input.offset) || input.offset < 0)
+      throw withOffset(
+        new ConnectError(
+          `offset must be a byte position; got ${input.offset}`,
+          Code.InvalidArgument,
+        ),
+        held,
+      );
+    if (input.offset > held)
+      throw withOffset(
+        new ConnectError(
+          `offset ${input.offset} leaves a gap: upload ${uploadId} holds ${held} bytes; resume from ${held}`,
+          Code.Aborted,
+        ),
+        held,
+      );
     const file = await ctx.staging.open(uploadId);
     let committed = held;
     let position = input.offset;
@@ -124,33 +191,49 @@ export async function putUpload(ctx: UploadContext, input: PutUploadInput, data:
         if (next.done) break;
         const chunk = next.value;
         if (position + chunk.length > upload.size) {
-          throw new ConnectError(`the body runs past the declared size of ${JSON.stringify(upload.name)}: ${position + chunk.length} > ${upload.size} bytes`, Code.ResourceExhausted);
+          throw new ConnectError(
+            `the body runs past the declared size of ${JSON.stringify(upload.name)}: ${position + chunk.length} > ${upload.size} bytes`,
+            Code.ResourceExhausted,
+          );
         }
         const replay = Math.max(0, Math.min(chunk.length, held - position));
         if (replay > 0 && !(await file.matches(position, chunk.subarray(0, replay)))) {
-          throw new ConnectError(`the bytes at ${position}..${position + replay} differ from those upload ${uploadId} already holds; resume from ${held} with the same content`, Code.Aborted);
+          throw new ConnectError(
+            `the bytes at ${position}..${position + replay} differ from those upload ${uploadId} already holds; resume from ${held} with the same content`,
+            Code.Aborted,
+          );
         }
         if (replay < chunk.length) await file.write(position + replay, chunk.subarray(replay));
         position += chunk.length;
-        if (position - committed >= ctx.commitEveryBytes) committed = await commit(ctx, file, upload, input, committed, position);
+        if (position - committed >= ctx.commitEveryBytes)
+          committed = await commit(ctx, file, upload, input, committed, position);
       }
     } catch (err) {
       failure = err;
     }
     try {
-      if (position > committed) committed = await commit(ctx, file, upload, input, committed, position);
+      if (position > committed)
+        committed = await commit(ctx, file, upload, input, committed, position);
     } catch (err) {
       failure ??= err;
     } finally {
       await file.close();
     }
-    if (failure !== undefined) throw failure instanceof ConnectError ? withOffset(failure, committed) : failure;
+    if (failure !== undefined)
+      throw failure instanceof ConnectError ? withOffset(failure, committed) : failure;
     return { uploadId, durableSize: committed, size: upload.size };
   });
 }
 
 /** Sync, then record `position` as durable; refused when the lease died or another put moved the upload. */
-async function commit(ctx: UploadContext, file: StagedWriter, upload: UploadRow, input: PutUploadInput, from: number, position: number): Promise<number> {
+async function commit(
+  ctx: UploadContext,
+  file: StagedWriter,
+  upload: UploadRow,
+  input: PutUploadInput,
+  from: number,
+  position: number,
+): Promise<number> {
   await file.sync();
   // The lease condition makes a put that outlives its lease stop counting bytes at once.
   const { rows } = await sql<{ durable_size: number }>`
@@ -159,11 +242,22 @@ async function commit(ctx: UploadContext, file: StagedWriter, upload: UploadRow,
       and exists (select 1 from jobs where ${liveLease({ jobId: sql.ref("uploads.job_id"), leaseId: sql.ref("uploads.lease_id") }, "jobs")})
     returning durable_size`.execute(ctx.db);
   if (rows[0]) return position;
-  const now = await ctx.db.selectFrom("uploads").selectAll().where("id", "=", upload.id).executeTakeFirstOrThrow();
+  const now = await ctx.db
+    .selectFrom("uploads")
+    .selectAll()
+    .where("id", "=", upload.id)
+    .executeTakeFirstOrThrow();
   checkOpen(now);
-  if (now.durable_size !== from) throw new ConnectError(`another request changed upload ${upload.id} (it now holds ${now.durable_size} bytes); resume from ${now.durable_size}`, Code.Aborted);
+  if (now.durable_size !== from)
+    throw new ConnectError(
+      `another request changed upload ${upload.id} (it now holds ${now.durable_size} bytes); resume from ${now.durable_size}`,
+      Code.Aborted,
+    );
   await requireLiveLease(ctx.db, input, input.jobId, input.leaseToken); // throws why the lease is no longer live
-  throw new ConnectError(`the lease on job ${input.jobId} ended during the upload; ${from} bytes of upload ${upload.id} are kept`, Code.Aborted);
+  throw new ConnectError(
+    `the lease on job ${input.jobId} ended during the upload; ${from} bytes of upload ${upload.id} are kept`,
+    Code.Aborted,
+  );
 }
 
 /**
@@ -172,7 +266,10 @@ async function commit(ctx: UploadContext, file: StagedWriter, upload: UploadRow,
  * upload is discarded (its staged bytes removed) and the call refused.
  * Finalizing a finalized upload returns the same answer.
  */
-export async function finalizeUpload(ctx: UploadContext, input: LeaseCall & { readonly uploadId: string }): Promise<StoredArtifact> {
+export async function finalizeUpload(
+  ctx: UploadContext,
+  input: LeaseCall & { readonly uploadId: string },
+): Promise<StoredArtifact> {
   const uploadId = checkUploadId(input.uploadId);
   const live = await requireLiveLease(ctx.db, input, input.jobId, input.leaseToken);
   await loadUpload(ctx.db, uploadId, live);
@@ -184,14 +281,36 @@ export async function finalizeUpload(ctx: UploadContext, input: LeaseCall & { re
     const length = await ctx.staging.lengthOf(uploadId);
     const digest = upload.digest as Digest;
     // A crash after the rename into the store but before the row was updated: the blob is there.
-    if (length === undefined && upload.durable_size === upload.size && upload.size > 0 && (await ctx.blobs.has(digest))) return markFinalized(ctx, upload);
+    if (
+      length === undefined &&
+      upload.durable_size === upload.size &&
+      upload.size > 0 &&
+      (await ctx.blobs.has(digest))
+    )
+      return markFinalized(ctx, upload);
     if (upload.durable_size !== upload.size) {
-      throw await discard(ctx, upload, `${label} holds ${upload.durable_size} of its declared ${upload.size} bytes; it was discarded: open a new upload and send all of it`, Code.FailedPrecondition);
+      throw await discard(
+        ctx,
+        upload,
+        `${label} holds ${upload.durable_size} of its declared ${upload.size} bytes; it was discarded: open a new upload and send all of it`,
+        Code.FailedPrecondition,
+      );
     }
-    if (length === undefined && upload.size > 0) throw await discard(ctx, upload, `the bytes of ${label} are no longer held; it was discarded: open a new upload`, Code.FailedPrecondition);
+    if (length === undefined && upload.size > 0)
+      throw await discard(
+        ctx,
+        upload,
+        `the bytes of ${label} are no longer held; it was discarded: open a new upload`,
+        Code.FailedPrecondition,
+      );
     const actual = await ctx.staging.seal(uploadId, upload.size); // bytes a crash left past the durable size are not part of it
     if (actual !== digest) {
-      throw await discard(ctx, upload, `the ${upload.size} bytes of ${label} hash to ${actual}, not the declared ${digest}; it was discarded`, Code.InvalidArgument);
+      throw await discard(
+        ctx,
+        upload,
+        `the ${upload.size} bytes of ${label} hash to ${actual}, not the declared ${digest}; it was discarded`,
+        Code.InvalidArgument,
+      );
     }
     await ctx.staging.promote(uploadId, digest);
     return markFinalized(ctx, upload);
@@ -199,13 +318,28 @@ export async function finalizeUpload(ctx: UploadContext, input: LeaseCall & { re
 }
 
 async function markFinalized(ctx: UploadContext, upload: UploadRow): Promise<StoredArtifact> {
-  await ctx.db.updateTable("uploads").set({ state: "finalized", finalized_at: sql`now()`, updated_at: sql`now()` }).where("id", "=", upload.id).where("state", "=", "open").execute();
+  await ctx.db
+    .updateTable("uploads")
+    .set({ state: "finalized", finalized_at: sql`now()`, updated_at: sql`now()` })
+    .where("id", "=", upload.id)
+    .where("state", "=", "open")
+    .execute();
   return storedArtifact(upload);
 }
 
 /** Marks an upload discarded, removes its bytes, and returns the refusal to throw. */
-async function discard(ctx: UploadContext, upload: UploadRow, message: string, code: Code): Promise<ConnectError> {
-  await ctx.db.updateTable("uploads").set({ state: "discarded", discard_reason: message, updated_at: sql`now()` }).where("id", "=", upload.id).where("state", "=", "open").execute();
+async function discard(
+  ctx: UploadContext,
+  upload: UploadRow,
+  message: string,
+  code: Code,
+): Promise<ConnectError> {
+  await ctx.db
+    .updateTable("uploads")
+    .set({ state: "discarded", discard_reason: message, updated_at: sql`now()` })
+    .where("id", "=", upload.id)
+    .where("state", "=", "open")
+    .execute();
   await ctx.staging.remove(upload.id);
   return new ConnectError(message, code);
 }
@@ -231,25 +365,56 @@ export async function sweepUploads(ctx: UploadContext, limit = 200): Promise<num
 }
 
 /** The upload on the caller's job, opened under its live lease; 404 or 409 otherwise. */
-async function loadUpload(db: Kysely<Database>, uploadId: string, live: LiveLease): Promise<UploadRow> {
-  const row = await db.selectFrom("uploads").selectAll().where("id", "=", uploadId).where("job_id", "=", live.job.id).executeTakeFirst();
-  if (!row) throw new ConnectError(`upload ${uploadId} not found on job ${live.job.id}`, Code.NotFound);
-  if (row.lease_id !== live.leaseId) throw new ConnectError(`upload ${uploadId} was opened under an earlier lease of job ${live.job.id}; open a new upload under this lease`, Code.Aborted);
+async function loadUpload(
+  db: Kysely<Database>,
+  uploadId: string,
+  live: LiveLease,
+): Promise<UploadRow> {
+  const row = await db
+    .selectFrom("uploads")
+    .selectAll()
+    .where("id", "=", uploadId)
+    .where("job_id", "=", live.job.id)
+    .executeTakeFirst();
+  if (!row)
+    throw new ConnectError(`upload ${uploadId} not found on job ${live.job.id}`, Code.NotFound);
+  if (row.lease_id !== live.leaseId)
+    throw new ConnectError(
+      `upload ${uploadId} was opened under an earlier lease of job ${live.job.id}; open a new upload under this lease`,
+      Code.Aborted,
+    );
   return row;
 }
 
 function checkOpen(upload: UploadRow): void {
-  if (upload.state === "finalized") throw new ConnectError(`upload ${upload.id} is already finalized as ${upload.digest}; nothing more can be written`, Code.Aborted);
-  if (upload.state === "discarded") throw new ConnectError(`upload ${upload.id} was discarded (${upload.discard_reason ?? "no reason recorded"}); open a new upload`, Code.Aborted);
+  if (upload.state === "finalized")
+    throw new ConnectError(
+      `upload ${upload.id} is already finalized as ${upload.digest}; nothing more can be written`,
+      Code.Aborted,
+    );
+  if (upload.state === "discarded")
+    throw new ConnectError(
+      `upload ${upload.id} was discarded (${upload.discard_reason ?? "no reason recorded"}); open a new upload`,
+      Code.Aborted,
+    );
 }
 
 function checkUploadId(uploadId: string): string {
-  if (!uuidPattern.test(uploadId)) throw new ConnectError(`uploadId ${JSON.stringify(uploadId.slice(0, 80))} is not an upload id; use the one open answered`, Code.InvalidArgument);
+  if (!uuidPattern.test(uploadId))
+    throw new ConnectError(
+      `uploadId ${JSON.stringify(uploadId.slice(0, 80))} is not an upload id; use the one open answered`,
+      Code.InvalidArgument,
+    );
   return uploadId;
 }
 
 function storedArtifact(upload: UploadRow): StoredArtifact {
-  return { name: upload.name, digest: upload.digest as Digest, size: upload.size, mediaType: upload.media_type };
+  return {
+    name: upload.name,
+    digest: upload.digest as Digest,
+    size: upload.size,
+    mediaType: upload.media_type,
+  };
 }
 
 function withOffset(err: ConnectError, durableSize: number): ConnectError {
@@ -260,5 +425,8 @@ function withOffset(err: ConnectError, durableSize: number): ConnectError {
 /** A body that ended in a transport error: the bytes before it are kept. */
 function bodyBrokeOff(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
-  return new ConnectError(`the request body broke off (${(err as Error).message}); the bytes received before it are kept`, Code.Canceled);
+  return new ConnectError(
+    `the request body broke off (${(err as Error).message}); the bytes received before it are kept`,
+    Code.Canceled,
+  );
 }

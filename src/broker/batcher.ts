@@ -14,8 +14,15 @@ export interface BatcherOptions {
  * and one commit then serve many requests; alone, a call costs what it did.
  * `run` answers each item in order: its value or its own error.
  */
-export function createBatcher<I, O>(run: (items: readonly I[]) => Promise<ReadonlyArray<PromiseSettledResult<O>>>, options: BatcherOptions): (item: I) => Promise<O> {
-  const waiting: Array<{ readonly item: I; resolve(value: O): void; reject(reason: unknown): void }> = [];
+export function createBatcher<I, O>(
+  run: (items: readonly I[]) => Promise<ReadonlyArray<PromiseSettledResult<O>>>,
+  options: BatcherOptions,
+): (item: I) => Promise<O> {
+  const waiting: Array<{
+    readonly item: I;
+    resolve(value: O): void;
+    reject(reason: unknown): void;
+  }> = [];
   let inFlight = 0;
   let scheduled = false;
   const pump = () => {
@@ -52,6 +59,9 @@ export function createBatcher<I, O>(run: (items: readonly I[]) => Promise<Readon
 }
 
 /** Settles every promise of `fn` over `items`, in order. */
-export function settleEach<I, O>(items: readonly I[], fn: (item: I) => Promise<O>): Promise<Array<PromiseSettledResult<O>>> {
+export function settleEach<I, O>(
+  items: readonly I[],
+  fn: (item: I) => Promise<O>,
+): Promise<Array<PromiseSettledResult<O>>> {
   return Promise.allSettled(items.map(fn));
 }

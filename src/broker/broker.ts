@@ -2,7 +2,16 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import { batchLimits, createTurns, enqueueJobs, type StoredBatch } from "./job-batch.js";
-import { cancelJob, defaultJobTimeouts, enqueueProbed, getJob, hasQueuedJobs, type EnqueueInput, type JobProbe, type JobTimeouts } from "./jobs.js";
+import {
+  cancelJob,
+  defaultJobTimeouts,
+  enqueueProbed,
+  getJob,
+  hasQueuedJobs,
+  type EnqueueInput,
+  type JobProbe,
+  type JobTimeouts,
+} from "./jobs.js";
 import { listJobs, type ListJobsInput } from "./job-list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
 import { runnableNow, withWaiting } from "./waiting.js";
@@ -10,7 +19,12 @@ import { withInput } from "./job-inputs.js";
 import type { JobSnapshot } from "./job-snapshot.js";
 import type { LeaseHolder } from "./lease-check.js";
 import { createBatcher, type BatcherOptions } from "./batcher.js";
-import { claimBatch, completeAndClaimBatch, completeBatch, type SettledAndClaimed } from "./lease-batches.js";
+import {
+  claimBatch,
+  completeAndClaimBatch,
+  completeBatch,
+  type SettledAndClaimed,
+} from "./lease-batches.js";
 import type { CompletionInput } from "./completion.js";
 import type { JobInputView, LeaseCall, LeaseView } from "./leases.js";
 import type { BrokerObserver } from "./observer.js";
@@ -47,10 +61,16 @@ export function pollBoundSeconds(leaseSeconds: number): number {
 /** Refuses a claim's waitSeconds or maxLeases out of range (invalid_argument), before anything is claimed or settled. */
 export function checkClaimRequest(waitSeconds: number, maxLeases = 1): void {
   if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
-    throw new ConnectError(`waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`,
+      Code.InvalidArgument,
+    );
   }
   if (!Number.isInteger(maxLeases) || maxLeases < 1 || maxLeases > maxLeasesPerClaim) {
-    throw new ConnectError(`maxLeases must be 1 to ${maxLeasesPerClaim} (0 or unset means 1); got ${maxLeases}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `maxLeases must be 1 to ${maxLeasesPerClaim} (0 or unset means 1); got ${maxLeases}`,
+      Code.InvalidArgument,
+    );
   }
 }
 
@@ -68,7 +88,12 @@ export interface Broker {
    * Claims up to `maxLeases` jobs (1 by default; checkClaimRequest), waiting up to `waitSeconds`
    * for the first to arrive: answers as soon as any is leased, in pick order, or none.
    */
-  claim(holder: LeaseHolder, waitSeconds: number, signal?: AbortSignal, maxLeases?: number): Promise<LeaseView[]>;
+  claim(
+    holder: LeaseHolder,
+    waitSeconds: number,
+    signal?: AbortSignal,
+    maxLeases?: number,
+  ): Promise<LeaseView[]>;
   renew(call: LeaseCall): Promise<LeaseView>;
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
@@ -78,7 +103,11 @@ export interface Broker {
    * long poll when no job was free. A refused completion claims nothing; a claim that fails after
    * the completion was taken answers no lease (the runner's next claim meets the failure itself).
    */
-  completeAndClaim(input: CompletionInput, waitSeconds: number, signal?: AbortSignal): Promise<{ job: JobSnapshot; lease?: LeaseView }>;
+  completeAndClaim(
+    input: CompletionInput,
+    waitSeconds: number,
+    signal?: AbortSignal,
+  ): Promise<{ job: JobSnapshot; lease?: LeaseView }>;
   runners(workspaceId: string): Promise<RunnerView[]>;
   /** Stores or updates a runner's registration; a retired runner's is refused, not revived, and so is a second live process of one runner. */
   register(registration: Registration): Promise<Registered>;
@@ -89,7 +118,13 @@ export interface Broker {
   /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
   retry(jobId: string, by: string): Promise<JobSnapshot>;
   /** The input `name` of `fromJobId` that a live lease of `jobId` may read (pipelines/inputs.ts). */
-  input(holder: LeaseHolder, jobId: string, leaseToken: string, fromJobId: string, name: string): Promise<JobInputView>;
+  input(
+    holder: LeaseHolder,
+    jobId: string,
+    leaseToken: string,
+    fromJobId: string,
+    name: string,
+  ): Promise<JobInputView>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -126,9 +161,13 @@ export const defaultBatching: BatcherOptions = { maxBatch: 64, maxInFlight: 4 };
  * The leases of claims made together: every one that was taken, in order. A failed claim (its
  * error) fails the call only when none was taken, so a lease taken is never dropped unanswered.
  */
-async function claimedLeases(claims: ReadonlyArray<Promise<LeaseView | undefined>>): Promise<LeaseView[]> {
+async function claimedLeases(
+  claims: ReadonlyArray<Promise<LeaseView | undefined>>,
+): Promise<LeaseView[]> {
   const settledClaims = await Promise.allSettled(claims);
-  const leases = settledClaims.flatMap((r) => (r.status === "fulfilled" && r.value ? [r.value] : []));
+  const leases = settledClaims.flatMap((r) =>
+    r.status === "fulfilled" && r.value ? [r.value] : [],
+  );
   const failed = settledClaims.find((r) => r.status === "rejected");
   if (failed && !leases.length) throw failed.reason;
   return leases;
@@ -137,17 +176,30 @@ async function claimedLeases(claims: ReadonlyArray<Promise<LeaseView | undefined
 /** Starts a broker: subscribes to wakeups and sweeps expired leases and overdue jobs on a timer. */
 export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const { db } = options.store;
-  const wakeups: Wakeups<LeaseHolder, LeaseView> = await createWakeups<LeaseHolder, LeaseView>(options.store);
+  const wakeups: Wakeups<LeaseHolder, LeaseView> = await createWakeups<LeaseHolder, LeaseView>(
+    options.store,
+  );
   const batching = options.batching ?? defaultBatching;
-  const batchedClaim = createBatcher((holders: readonly LeaseHolder[]) => claimBatch(db, holders, options.leaseSeconds, options.secrets), batching);
+  const batchedClaim = createBatcher(
+    (holders: readonly LeaseHolder[]) =>
+      claimBatch(db, holders, options.leaseSeconds, options.secrets),
+    batching,
+  );
   const { observer } = options;
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
   const batchTurns = createTurns(batchLimits.concurrentBatches);
   // Every statement that settles a job moves its pipeline in the same transaction.
   const stepEnqueue = { timeouts, code: options.code, box: options.secrets };
   const settled = pipelineSettleHook(stepEnqueue);
-  const batchedComplete = createBatcher((inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer, settled), batching);
-  const batchedCompleteAndClaim = createBatcher((inputs: readonly CompletionInput[]) => completeAndClaimBatch(db, inputs, options.leaseSeconds, options.secrets, observer, settled), batching);
+  const batchedComplete = createBatcher(
+    (inputs: readonly CompletionInput[]) => completeBatch(db, inputs, observer, settled),
+    batching,
+  );
+  const batchedCompleteAndClaim = createBatcher(
+    (inputs: readonly CompletionInput[]) =>
+      completeAndClaimBatch(db, inputs, options.leaseSeconds, options.secrets, observer, settled),
+    batching,
+  );
   /** Leases past their expiry (and jobs past their deadline) ended, their jobs requeued or failed. */
   const sweepLeases = async () => {
     const ended = await expireLeases(db, timeouts, undefined, settled);
@@ -175,7 +227,10 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
    * One lease as its request answers it: its base commit pinned (pinning.ts) and a step's inputs read; undefined
    * when its job could not be pinned (then it was settled). A completion's next lease and a handed-off one.
    */
-  const answerable = async (holder: LeaseHolder, lease: LeaseView): Promise<LeaseView | undefined> => {
+  const answerable = async (
+    holder: LeaseHolder,
+    lease: LeaseView,
+  ): Promise<LeaseView | undefined> => {
     const pinned = await pinClaimedJob(db, holder, lease, options.code, settled);
     return pinned && withInputs(db, pinned);
   };
@@ -187,7 +242,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       observer?.claimEnded(leases.length > 0, performance.now() - startedAt);
       return leases;
     };
-    const deadline = Date.now() + Math.min(waitSeconds, pollBoundSeconds(options.leaseSeconds)) * 1000;
+    const deadline =
+      Date.now() + Math.min(waitSeconds, pollBoundSeconds(options.leaseSeconds)) * 1000;
     let swept = false;
     let unused: Wake | undefined;
     for (;;) {
@@ -195,9 +251,14 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       try {
         // maxLeases requests of one holder go to the batcher in one turn, so one forelead_claim call
         // serves them (one commit) and the function's per-request slot count bounds them together.
-        const claimed = await claimedLeases(Array.from({ length: maxLeases }, () => batchedClaim(holder)));
-        const leases = await claimedLeases(claimed.map((c) => pinClaimedJob(db, holder, c, options.code, settled)));
-        if (leases.length) return end(await Promise.all(leases.map((lease) => withInputs(db, lease))));
+        const claimed = await claimedLeases(
+          Array.from({ length: maxLeases }, () => batchedClaim(holder)),
+        );
+        const leases = await claimedLeases(
+          claimed.map((c) => pinClaimedJob(db, holder, c, options.code, settled)),
+        );
+        if (leases.length)
+          return end(await Promise.all(leases.map((lease) => withInputs(db, lease))));
         if (claimed.length) continue; // those jobs could not be pinned and were settled: look for others
         // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
         // jobs remain, so another runner gets its chance; when the job is already gone, stop.
@@ -212,12 +273,23 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         }
         if (Date.now() >= deadline || signal?.aborted) return end([]);
         observer?.claimWaiting(1);
-        const woke = await waiter.wait(deadline - Date.now(), signal).finally(() => observer?.claimWaiting(-1));
+        const woke = await waiter
+          .wait(deadline - Date.now(), signal)
+          .finally(() => observer?.claimWaiting(-1));
         if (woke && "lease" in woke) {
           // Handed a lease by an enqueue of this replica (handoff.ts). A request aborted while
           // the enqueue's statement ran cannot take it: given back, the job is queued again.
           if (signal?.aborted) {
-            await releaseLease(db, { ...holder, jobId: woke.lease.job.id as string, leaseToken: woke.lease.token! }, settled).catch((err: unknown) => logUnlessUnreachable("broker: a handed-off lease whose claim was gone could not be given back", err));
+            await releaseLease(
+              db,
+              { ...holder, jobId: woke.lease.job.id as string, leaseToken: woke.lease.token! },
+              settled,
+            ).catch((err: unknown) =>
+              logUnlessUnreachable(
+                "broker: a handed-off lease whose claim was gone could not be given back",
+                err,
+              ),
+            );
             return end([]);
           }
           const lease = await answerable(holder, woke.lease);
@@ -239,10 +311,21 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const runnableProbe: JobProbe = (ins) => runnableNow(ins, options.leaseSeconds);
   return {
     async enqueue(input) {
-      const handoff = options.handoff === false ? undefined : handoffFor(db, wakeups, input, options.leaseSeconds, options.secrets);
+      const handoff =
+        options.handoff === false
+          ? undefined
+          : handoffFor(db, wakeups, input, options.leaseSeconds, options.secrets);
       try {
         // Whether a runner can take the job now is a column of the enqueue's statement: the usual reply costs nothing more.
-        const { job, probed, handed } = await enqueueProbed(db, input, timeouts, runnableProbe, options.code, options.secrets, handoff?.target);
+        const { job, probed, handed } = await enqueueProbed(
+          db,
+          input,
+          timeouts,
+          runnableProbe,
+          options.code,
+          options.secrets,
+          handoff?.target,
+        );
         await handoff?.deliver(handed);
         if (handed) observer?.handedOff();
         return handed?.id === job.id ? job : withWaiting(db, job, options.leaseSeconds, probed);
@@ -250,12 +333,19 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         handoff?.cancel();
       }
     },
-    enqueueBatch: (inputs) => enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
-    get: async (jobId) => withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
+    enqueueBatch: (inputs) =>
+      enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
+    get: async (jobId) =>
+      withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by, settled),
     pipelines: createPipelines(db, stepEnqueue, settled),
-    retry: async (jobId, by) => withWaiting(db, await retryJob(db, jobId, by, timeouts, options.code, options.secrets), options.leaseSeconds),
+    retry: async (jobId, by) =>
+      withWaiting(
+        db,
+        await retryJob(db, jobId, by, timeouts, options.code, options.secrets),
+        options.leaseSeconds,
+      ),
     claim,
     async renew(call) {
       const lease = await renewLease(db, call, options.leaseSeconds);
@@ -263,7 +353,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       return lease;
     },
     release: (call) => releaseLease(db, call, settled),
-    input: (holder, jobId, token, fromJobId, name) => leaseInput(db, holder, jobId, token, fromJobId, name),
+    input: (holder, jobId, token, fromJobId, name) =>
+      leaseInput(db, holder, jobId, token, fromJobId, name),
     complete: (input) => batchedComplete(input),
     async completeAndClaim(input, waitSeconds, signal) {
       checkClaimRequest(waitSeconds);
@@ -277,7 +368,11 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       }
       // None yet (or its job could not be pinned): a claim as Claim makes it, long poll and all.
       const leases = await claim(input, waitSeconds, signal).catch((err: unknown) => {
-        if (!(err instanceof ConnectError)) logUnlessUnreachable(`broker: the claim after job ${input.jobId}'s completion failed`, err);
+        if (!(err instanceof ConnectError))
+          logUnlessUnreachable(
+            `broker: the claim after job ${input.jobId}'s completion failed`,
+            err,
+          );
         return [];
       });
       return leases[0] ? { job: done.job, lease: leases[0] } : { job: done.job };

@@ -35,7 +35,13 @@ export interface Handoff {
 }
 
 /** The handoff of one enqueue, or undefined when `input` cannot be handed off. */
-export function handoffFor(db: Kysely<Database>, wakeups: Wakeups<LeaseHolder, LeaseView>, input: EnqueueInput, leaseSeconds: number, box?: SecretBox): Handoff | undefined {
+export function handoffFor(
+  db: Kysely<Database>,
+  wakeups: Wakeups<LeaseHolder, LeaseView>,
+  input: EnqueueInput,
+  leaseSeconds: number,
+  box?: SecretBox,
+): Handoff | undefined {
   if (input.runAt || input.delaySeconds) return undefined;
   let reservation: Reservation<LeaseHolder, LeaseView> | undefined;
   let token = "";

@@ -47,7 +47,11 @@ export function checkJobId(jobId: string): string {
 /** Throws invalid_argument unless `value` (the field `field`, naming a `what`) has the shape of an id (a UUID); returns it in lower case. */
 export function checkRowId(field: string, what: string, value: string): string {
   if (!value) throw new ConnectError(`${field} is required`, Code.InvalidArgument);
-  if (!uuidPattern.test(value)) throw new ConnectError(`${field} ${JSON.stringify(value.slice(0, 80))} is not a ${what} id (a UUID)`, Code.InvalidArgument);
+  if (!uuidPattern.test(value))
+    throw new ConnectError(
+      `${field} ${JSON.stringify(value.slice(0, 80))} is not a ${what} id (a UUID)`,
+      Code.InvalidArgument,
+    );
   return value.toLowerCase();
 }
 
@@ -63,7 +67,15 @@ export function hashLeaseToken(token: string): Buffer {
 
 /** Throws invalid_argument when no token is given. */
 export function checkLeaseToken(token: string): Buffer {
-  if (!token) throw new ConnectError("leaseToken is required; use the token from the claim reply", Code.InvalidArgument);
-  if (token.length > 256) throw new ConnectError("leaseToken is not a lease token this control plane issues", Code.InvalidArgument);
+  if (!token)
+    throw new ConnectError(
+      "leaseToken is required; use the token from the claim reply",
+      Code.InvalidArgument,
+    );
+  if (token.length > 256)
+    throw new ConnectError(
+      "leaseToken is not a lease token this control plane issues",
+      Code.InvalidArgument,
+    );
   return hashLeaseToken(token);
 }

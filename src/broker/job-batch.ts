@@ -2,7 +2,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
 import { jobSnapshot, type JobSnapshot } from "./job-snapshot.js";
-import { prepareEnqueue, storeEnqueues, type EnqueueInput, type JobTimeouts, type PreparedEnqueue } from "./jobs.js";
+import {
+  prepareEnqueue,
+  storeEnqueues,
+  type EnqueueInput,
+  type JobTimeouts,
+  type PreparedEnqueue,
+} from "./jobs.js";
 import type { CodeHooks } from "./pinning.js";
 import type { SecretBox } from "../secrets/box.js";
 
@@ -31,11 +37,28 @@ export interface StoredBatch {
  * be the one it names. When any job is refused, nothing is stored and the
  * error names every refused job by index.
  */
-export async function enqueueJobs(db: Kysely<Database>, inputs: readonly EnqueueInput[], timeouts: JobTimeouts, code?: CodeHooks, box?: SecretBox, turn: Turns = (run) => run()): Promise<StoredBatch> {
-  if (inputs.length === 0) throw new ConnectError(`jobs is empty; a batch holds 1 to ${batchLimits.maxJobs} jobs`, Code.InvalidArgument);
-  if (inputs.length > batchLimits.maxJobs) throw new ConnectError(`jobs has ${inputs.length} jobs; a batch holds at most ${batchLimits.maxJobs}: send the rest in another batch`, Code.ResourceExhausted);
+export async function enqueueJobs(
+  db: Kysely<Database>,
+  inputs: readonly EnqueueInput[],
+  timeouts: JobTimeouts,
+  code?: CodeHooks,
+  box?: SecretBox,
+  turn: Turns = (run) => run(),
+): Promise<StoredBatch> {
+  if (inputs.length === 0)
+    throw new ConnectError(
+      `jobs is empty; a batch holds 1 to ${batchLimits.maxJobs} jobs`,
+      Code.InvalidArgument,
+    );
+  if (inputs.length > batchLimits.maxJobs)
+    throw new ConnectError(
+      `jobs has ${inputs.length} jobs; a batch holds at most ${batchLimits.maxJobs}: send the rest in another batch`,
+      Code.ResourceExhausted,
+    );
   const refusals: Array<[number, ConnectError]> = [];
-  const settled = await Promise.allSettled(inputs.map((input) => prepareEnqueue(input, timeouts, code, box)));
+  const settled = await Promise.allSettled(
+    inputs.map((input) => prepareEnqueue(input, timeouts, code, box)),
+  );
   const prepared: PreparedEnqueue[] = [];
   settled.forEach((s, i) => {
     if (s.status === "fulfilled") prepared.push(s.value);
@@ -48,16 +71,27 @@ export async function enqueueJobs(db: Kysely<Database>, inputs: readonly Enqueue
     const key = `${input.workspaceId}\0${input.idempotencyKey}`;
     const first = firstOfKey.get(key);
     if (first === undefined) firstOfKey.set(key, i);
-    else refusals.push([i, new ConnectError(`idempotencyKey ${JSON.stringify(input.idempotencyKey)} repeats jobs[${first}]'s in workspace "${input.workspaceId}"; give each job of a batch its own key`, Code.InvalidArgument)]);
+    else
+      refusals.push([
+        i,
+        new ConnectError(
+          `idempotencyKey ${JSON.stringify(input.idempotencyKey)} repeats jobs[${first}]'s in workspace "${input.workspaceId}"; give each job of a batch its own key`,
+          Code.InvalidArgument,
+        ),
+      ]);
   });
   if (refusals.length > 0) throw batchRefused(inputs.length, refusals);
-  return turn(() => db.transaction().execute(async (tx) => {
-    const stored = await storeEnqueues(tx, prepared, box);
-    stored.forEach((s, i) => "refused" in s && refusals.push([i, s.refused]));
-    if (refusals.length > 0) throw batchRefused(inputs.length, refusals);
-    const jobs = stored.map((s) => ("job" in s ? jobSnapshot(s.job) : undefined)).filter((j) => j !== undefined);
-    return { jobs, created: stored.filter((s) => "created" in s && s.created).length };
-  }));
+  return turn(() =>
+    db.transaction().execute(async (tx) => {
+      const stored = await storeEnqueues(tx, prepared, box);
+      stored.forEach((s, i) => "refused" in s && refusals.push([i, s.refused]));
+      if (refusals.length > 0) throw batchRefused(inputs.length, refusals);
+      const jobs = stored
+        .map((s) => ("job" in s ? jobSnapshot(s.job) : undefined))
+        .filter((j) => j !== undefined);
+      return { jobs, created: stored.filter((s) => "created" in s && s.created).length };
+    }),
+  );
 }
 
 /** Runs `run` when a turn is free. */
@@ -91,5 +125,8 @@ function batchRefused(total: number, refusals: Array<[number, ConnectError]>): C
   const codes = new Set(sorted.map(([, e]) => e.code));
   const code = codes.size === 1 ? sorted[0]![1].code : Code.InvalidArgument;
   const listed = sorted.map(([i, e]) => `jobs[${i}]: ${e.rawMessage}`).join("; ");
-  return new ConnectError(`${sorted.length} of ${total} jobs refused, so nothing was stored: ${listed}`, code);
+  return new ConnectError(
+    `${sorted.length} of ${total} jobs refused, so nothing was stored: ${listed}`,
+    code,
+  );
 }

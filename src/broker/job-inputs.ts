@@ -19,8 +19,16 @@ export interface LeaseInput {
 }
 
 /** The job's latest input request row (jobs.input_lease_id), if any. */
-export async function latestInput(db: Kysely<Database>, jobId: string): Promise<JobInputRow | undefined> {
-  return db.selectFrom("job_inputs").selectAll("job_inputs").innerJoin("jobs", "jobs.input_lease_id", "job_inputs.lease_id").where("jobs.id", "=", jobId).executeTakeFirst();
+export async function latestInput(
+  db: Kysely<Database>,
+  jobId: string,
+): Promise<JobInputRow | undefined> {
+  return db
+    .selectFrom("job_inputs")
+    .selectAll("job_inputs")
+    .innerJoin("jobs", "jobs.input_lease_id", "job_inputs.lease_id")
+    .where("jobs.id", "=", jobId)
+    .executeTakeFirst();
 }
 
 /** The snapshot's proto3 JSON fields of an input row: inputRequest and checkpoint. */
@@ -44,10 +52,23 @@ export async function withInput(db: Kysely<Database>, snapshot: JobSnapshot): Pr
 }
 
 /** For each input lease id of leased jobs: the answered request a lease delivers (unanswered ones deliver nothing). */
-export async function leaseInputs(db: Kysely<Database>, inputLeaseIds: readonly number[]): Promise<Map<number, LeaseInput>> {
+export async function leaseInputs(
+  db: Kysely<Database>,
+  inputLeaseIds: readonly number[],
+): Promise<Map<number, LeaseInput>> {
   if (inputLeaseIds.length === 0) return new Map();
-  const rows = await db.selectFrom("job_inputs").selectAll().where("lease_id", "in", inputLeaseIds).where("answered_at", "is not", null).execute();
-  return new Map(rows.map((r) => [Number(r.lease_id), { requestId: r.request_id, answer: r.answer, checkpoint: r.checkpoint }]));
+  const rows = await db
+    .selectFrom("job_inputs")
+    .selectAll()
+    .where("lease_id", "in", inputLeaseIds)
+    .where("answered_at", "is not", null)
+    .execute();
+  return new Map(
+    rows.map((r) => [
+      Number(r.lease_id),
+      { requestId: r.request_id, answer: r.answer, checkpoint: r.checkpoint },
+    ]),
+  );
 }
 
 /**
@@ -55,15 +76,29 @@ export async function leaseInputs(db: Kysely<Database>, inputLeaseIds: readonly 
  * its latest input request's checkpoint (404 naming the ones it has), or the
  * lease's refusal.
  */
-export async function leaseCheckpointFile(db: Kysely<Database>, holder: LeaseHolder, jobId: string, leaseToken: string, name: string): Promise<CheckpointEntry> {
+export async function leaseCheckpointFile(
+  db: Kysely<Database>,
+  holder: LeaseHolder,
+  jobId: string,
+  leaseToken: string,
+  name: string,
+): Promise<CheckpointEntry> {
   const lease = await requireLiveLease(db, holder, jobId, leaseToken);
   const row = await latestInput(db, lease.job.id);
   const entry = row?.checkpoint.find((a) => a.name === name);
   if (!entry) {
     const names = (row?.checkpoint ?? []).map((a) => JSON.stringify(a.name));
-    throw new ConnectError(`job ${lease.job.id} has no checkpoint file named ${JSON.stringify(name.slice(0, 200))}; ${names.length ? `its checkpoint has ${names.join(", ")}` : "it has no checkpoint"}`, Code.NotFound);
+    throw new ConnectError(
+      `job ${lease.job.id} has no checkpoint file named ${JSON.stringify(name.slice(0, 200))}; ${names.length ? `its checkpoint has ${names.join(", ")}` : "it has no checkpoint"}`,
+      Code.NotFound,
+    );
   }
-  return { name: String(entry.name), digest: String(entry.digest), size: Number(entry.size), mediaType: String(entry.mediaType) };
+  return {
+    name: String(entry.name),
+    digest: String(entry.digest),
+    size: Number(entry.size),
+    mediaType: String(entry.mediaType),
+  };
 }
 
 /** A checkpoint file as stored: a manifest entry. */

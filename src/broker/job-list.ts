@@ -50,12 +50,21 @@ export interface JobReader {
  * (workspace_id, state, created_at, id) serve a workspace's listing in either
  * direction; the runner filter probes leases by (runner_id, job_id).
  */
-export async function listJobs(db: Kysely<Database>, input: ListJobsInput): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }> {
+export async function listJobs(
+  db: Kysely<Database>,
+  input: ListJobsInput,
+): Promise<{ jobs: JobSnapshot[]; nextPageToken: string }> {
   const states = [...new Set([...(input.state ? [input.state] : []), ...(input.states ?? [])])];
-  states.forEach((s) => jobStates.includes(s as JobState) || bad(`state ${JSON.stringify(s.slice(0, 40))} is not one of ${jobStates.join(", ")}`));
-  if (input.pageSize < 0 || input.pageSize > 500) bad(`pageSize must be 1 to 500 (0 means 50); got ${input.pageSize}`);
+  states.forEach(
+    (s) =>
+      jobStates.includes(s as JobState) ||
+      bad(`state ${JSON.stringify(s.slice(0, 40))} is not one of ${jobStates.join(", ")}`),
+  );
+  if (input.pageSize < 0 || input.pageSize > 500)
+    bad(`pageSize must be 1 to 500 (0 means 50); got ${input.pageSize}`);
   const order = input.order || "newest";
-  if (!(jobListOrders as readonly string[]).includes(order)) bad(`order ${JSON.stringify(order.slice(0, 40))} is not one of ${jobListOrders.join(", ")}`);
+  if (!(jobListOrders as readonly string[]).includes(order))
+    bad(`order ${JSON.stringify(order.slice(0, 40))} is not one of ${jobListOrders.join(", ")}`);
   if (input.labels) checkLabels("labels", input.labels);
   if (input.runnerId) checkSegmentId("runnerId", input.runnerId);
   const direction: "asc" | "desc" = order === "oldest" ? "asc" : "desc";
@@ -69,12 +78,22 @@ export async function listJobs(db: Kysely<Database>, input: ListJobsInput): Prom
     .limit(pageSize + 1);
   if (input.workspaceId) query = query.where("workspace_id", "=", input.workspaceId);
   const reader = input.visibleTo;
-  if (reader) query = query.where((eb) => eb.or([eb("enqueued_by", "=", reader.spiffeId), ...(reader.workspaces.length ? [eb("workspace_id", "in", reader.workspaces)] : [])]));
+  if (reader)
+    query = query.where((eb) =>
+      eb.or([
+        eb("enqueued_by", "=", reader.spiffeId),
+        ...(reader.workspaces.length ? [eb("workspace_id", "in", reader.workspaces)] : []),
+      ]),
+    );
   if (states.length) query = query.where("state", "in", states as JobState[]);
   if (input.since) query = query.where("created_at", ">=", input.since);
   if (input.until) query = query.where("created_at", "<", input.until);
-  if (input.labels?.length) query = query.where(sql<boolean>`labels @> ${[...input.labels]}::text[]`);
-  if (input.runnerId) query = query.where(sql<boolean>`exists (select 1 from leases l where l.runner_id = ${input.runnerId} and l.job_id = jobs.id)`);
+  if (input.labels?.length)
+    query = query.where(sql<boolean>`labels @> ${[...input.labels]}::text[]`);
+  if (input.runnerId)
+    query = query.where(
+      sql<boolean>`exists (select 1 from leases l where l.runner_id = ${input.runnerId} and l.job_id = jobs.id)`,
+    );
   if (input.pageToken) query = query.where(afterPageToken(input.pageToken, direction));
   const rows = await query.execute();
   const page = rows.slice(0, pageSize);
@@ -97,15 +116,21 @@ export function pageTokenOf(last: { page_key: string; id: string }): string {
 export function afterPageToken(token: string, direction: "asc" | "desc") {
   const after = decodePageToken(token);
   const key = sql`(${after.createdAt}::timestamptz, ${after.id}::uuid)`;
-  return direction === "asc" ? sql<boolean>`(created_at, id) > ${key}` : sql<boolean>`(created_at, id) < ${key}`;
+  return direction === "asc"
+    ? sql<boolean>`(created_at, id) > ${key}`
+    : sql<boolean>`(created_at, id) < ${key}`;
 }
 
 const pageKeyPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z$/;
 
 function decodePageToken(token: string): { createdAt: string; id: string } {
   try {
-    const [createdAt, id] = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as [unknown, unknown];
-    if (typeof createdAt !== "string" || !pageKeyPattern.test(createdAt) || typeof id !== "string") throw new Error("bad token");
+    const [createdAt, id] = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) as [
+      unknown,
+      unknown,
+    ];
+    if (typeof createdAt !== "string" || !pageKeyPattern.test(createdAt) || typeof id !== "string")
+      throw new Error("bad token");
     return { createdAt, id: checkJobId(id) };
   } catch {
     return bad("pageToken is not a token from a previous reply; start again without it");

@@ -42,19 +42,38 @@ function entries(input: JobSecretsInput): Entry[] {
  */
 export function validateSecrets(input: JobSecretsInput): void {
   const all = entries(input);
-  if (all.length > secretLimits.maxSecrets) bad(`the job has ${all.length} secrets and secret files; at most ${secretLimits.maxSecrets} are allowed`);
+  if (all.length > secretLimits.maxSecrets)
+    bad(
+      `the job has ${all.length} secrets and secret files; at most ${secretLimits.maxSecrets} are allowed`,
+    );
   for (const [kind, name, value] of all) {
     const field = kind === "env" ? "secrets" : "secretFiles";
-    if (kind === "env" && !envName.test(name)) bad(`${field} key ${JSON.stringify(name.slice(0, 80))} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)`);
-    if (kind === "file" && !fileName.test(name)) bad(`${field} key ${JSON.stringify(name.slice(0, 80))} is not a file name: 1 to 128 characters of A-Z a-z 0-9 . _ -, one path segment`);
-    if (Buffer.byteLength(value, "utf8") > secretLimits.maxValueBytes) bad(`${field}.${name} is over ${secretLimits.maxValueBytes} bytes`);
-    if (value.includes("\0") || /\p{Cs}/u.test(value)) bad(`${field}.${name} holds a NUL or is not valid text; a secret must be UTF-8 text without NUL`);
+    if (kind === "env" && !envName.test(name))
+      bad(
+        `${field} key ${JSON.stringify(name.slice(0, 80))} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)`,
+      );
+    if (kind === "file" && !fileName.test(name))
+      bad(
+        `${field} key ${JSON.stringify(name.slice(0, 80))} is not a file name: 1 to 128 characters of A-Z a-z 0-9 . _ -, one path segment`,
+      );
+    if (Buffer.byteLength(value, "utf8") > secretLimits.maxValueBytes)
+      bad(`${field}.${name} is over ${secretLimits.maxValueBytes} bytes`);
+    if (value.includes("\0") || /\p{Cs}/u.test(value))
+      bad(
+        `${field}.${name} holds a NUL or is not valid text; a secret must be UTF-8 text without NUL`,
+      );
   }
 }
 
 /** The names, for the job row: sorted, env and file apart. */
-export function secretNames(input: JobSecretsInput): { secret_names: string[]; secret_file_names: string[] } {
-  return { secret_names: Object.keys(input.secrets ?? {}).sort(), secret_file_names: Object.keys(input.secretFiles ?? {}).sort() };
+export function secretNames(input: JobSecretsInput): {
+  secret_names: string[];
+  secret_file_names: string[];
+} {
+  return {
+    secret_names: Object.keys(input.secrets ?? {}).sort(),
+    secret_file_names: Object.keys(input.secretFiles ?? {}).sort(),
+  };
 }
 
 /** Whether an enqueue carries any secret. */
@@ -67,15 +86,28 @@ export function hasSecrets(input: JobSecretsInput): boolean {
  * name with the keyed hash of its value (never the value), so a retry with
  * the same secrets matches and one with a different value does not.
  */
-export function secretsDigest(box: SecretBox, input: JobSecretsInput): Array<[string, string, string]> {
+export function secretsDigest(
+  box: SecretBox,
+  input: JobSecretsInput,
+): Array<[string, string, string]> {
   return entries(input)
     .map(([kind, name, value]) => [kind, name, box.keyedHash(value)] as [string, string, string])
     .sort((a, b) => (a[0] + a[1] < b[0] + b[1] ? -1 : 1));
 }
 
 /** Stores a job's secrets sealed, bound to the job and their names; in the enqueue's transaction. */
-export async function storeJobSecrets(tx: Transaction<Database>, box: SecretBox, jobId: string, input: JobSecretsInput): Promise<void> {
-  const rows = entries(input).map(([kind, name, value]) => ({ job_id: jobId, kind, name, sealed: box.seal(value, jobSecretBinding(jobId, kind, name)) }));
+export async function storeJobSecrets(
+  tx: Transaction<Database>,
+  box: SecretBox,
+  jobId: string,
+  input: JobSecretsInput,
+): Promise<void> {
+  const rows = entries(input).map(([kind, name, value]) => ({
+    job_id: jobId,
+    kind,
+    name,
+    sealed: box.seal(value, jobSecretBinding(jobId, kind, name)),
+  }));
   if (rows.length) await tx.insertInto("job_secrets").values(rows).execute();
 }
 
@@ -83,15 +115,30 @@ export async function storeJobSecrets(tx: Transaction<Database>, box: SecretBox,
  * Opens the secrets of the jobs just leased, by job id. Only for jobs whose
  * row lists secret names: a claim of a job without any reads nothing more.
  */
-export async function leaseSecrets(db: Kysely<Database>, box: SecretBox | undefined, jobIds: readonly string[]): Promise<Map<string, LeaseSecrets>> {
+export async function leaseSecrets(
+  db: Kysely<Database>,
+  box: SecretBox | undefined,
+  jobIds: readonly string[],
+): Promise<Map<string, LeaseSecrets>> {
   const out = new Map<string, LeaseSecrets>();
   if (!jobIds.length) return out;
-  if (!box) throw new ConnectError("this control plane has no secrets key, so it cannot deliver a job's secrets", Code.FailedPrecondition);
-  const rows = await db.selectFrom("job_secrets").selectAll().where("job_id", "in", [...jobIds]).execute();
+  if (!box)
+    throw new ConnectError(
+      "this control plane has no secrets key, so it cannot deliver a job's secrets",
+      Code.FailedPrecondition,
+    );
+  const rows = await db
+    .selectFrom("job_secrets")
+    .selectAll()
+    .where("job_id", "in", [...jobIds])
+    .execute();
   for (const r of rows) {
     let got = out.get(r.job_id);
     if (!got) out.set(r.job_id, (got = { secrets: {}, secretFiles: {} }));
-    (r.kind === "env" ? got.secrets : got.secretFiles)[r.name] = box.open(r.sealed, jobSecretBinding(r.job_id, r.kind, r.name));
+    (r.kind === "env" ? got.secrets : got.secretFiles)[r.name] = box.open(
+      r.sealed,
+      jobSecretBinding(r.job_id, r.kind, r.name),
+    );
   }
   return out;
 }

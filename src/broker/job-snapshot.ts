@@ -36,7 +36,8 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   }
   if (row.exit_code !== null) out.exitCode = row.exit_code;
   if (row.error) out.error = row.error;
-  if (row.failure_reason) out.failure = { reason: row.failure_reason, message: row.failure_message ?? "" };
+  if (row.failure_reason)
+    out.failure = { reason: row.failure_reason, message: row.failure_message ?? "" };
   if (row.idempotency_key) out.idempotencyKey = row.idempotency_key;
   if (row.settled_at) out.settledAt = iso(row.settled_at);
   if (row.published_branch) out.publishedBranch = row.published_branch;
@@ -46,9 +47,17 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.secret_file_names?.length) out.secretFileNames = row.secret_file_names;
   // When a queued job becomes claimable (its runAt, delay or retry backoff): shown while it waits.
   if (row.state === "queued" && row.claimable_at) out.claimableAt = iso(row.claimable_at);
-  if (row.concurrency_key) Object.assign(out, { concurrencyKey: row.concurrency_key, concurrencyLimit: row.concurrency_limit });
+  if (row.concurrency_key)
+    Object.assign(out, {
+      concurrencyKey: row.concurrency_key,
+      concurrencyLimit: row.concurrency_limit,
+    });
   if (row.backoff_initial_seconds !== null && row.backoff_initial_seconds !== undefined) {
-    out.backoff = { initialSeconds: row.backoff_initial_seconds, multiplier: row.backoff_multiplier, maxSeconds: row.backoff_max_seconds };
+    out.backoff = {
+      initialSeconds: row.backoff_initial_seconds,
+      multiplier: row.backoff_multiplier,
+      maxSeconds: row.backoff_max_seconds,
+    };
   }
   const requirements = {
     ...(row.req_architecture ? { architecture: row.req_architecture } : {}),
@@ -66,14 +75,31 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
 }
 
 /** The columns of a job a runner sees in its lease (leasedJobSnapshot). */
-export const leasedJobColumns = ["id", "workspace_id", "labels", "kind", "spec", "repository", "target_branch", "base_commit", "base_tree", "published_commit"] as const satisfies readonly (keyof JobRow)[];
+export const leasedJobColumns = [
+  "id",
+  "workspace_id",
+  "labels",
+  "kind",
+  "spec",
+  "repository",
+  "target_branch",
+  "base_commit",
+  "base_tree",
+  "published_commit",
+] as const satisfies readonly (keyof JobRow)[];
 
 /** A job row with at least the columns a lease shows. */
 export type LeasedJobRow = Pick<JobRow, (typeof leasedJobColumns)[number]>;
 
 /** The part of a job a runner sees in its lease: jobSnapshot's fields of those columns. */
 export function leasedJobSnapshot(row: LeasedJobRow): JobSnapshot {
-  const out: JobSnapshot = { id: row.id, workspaceId: row.workspace_id, labels: row.labels, kind: row.kind, spec: row.spec as Record<string, unknown> };
+  const out: JobSnapshot = {
+    id: row.id,
+    workspaceId: row.workspace_id,
+    labels: row.labels,
+    kind: row.kind,
+    spec: row.spec as Record<string, unknown>,
+  };
   codeFields(row, out);
   return out;
 }
@@ -82,7 +108,13 @@ export function leasedJobSnapshot(row: LeasedJobRow): JobSnapshot {
  * The code a job works on, when it has any. publishedCommit is in a lease too (additive): a
  * runner that takes over an agent job learns what it may ask a published bundle for.
  */
-function codeFields(row: Pick<JobRow, "repository" | "target_branch" | "base_commit" | "base_tree" | "published_commit">, out: JobSnapshot): void {
+function codeFields(
+  row: Pick<
+    JobRow,
+    "repository" | "target_branch" | "base_commit" | "base_tree" | "published_commit"
+  >,
+  out: JobSnapshot,
+): void {
   if (row.repository) out.repository = row.repository;
   if (row.target_branch) out.targetBranch = row.target_branch;
   if (row.base_commit) out.baseCommit = row.base_commit;

@@ -15,11 +15,22 @@ export interface JobOwnership {
  * (or the id is not one): what a workspace-scoped role, and the enqueuer's
  * right to its own job, are checked against for methods that name a job.
  */
-export async function jobOwnership(db: Kysely<Database>, jobId: string): Promise<JobOwnership | undefined> {
+export async function jobOwnership(
+  db: Kysely<Database>,
+  jobId: string,
+): Promise<JobOwnership | undefined> {
   if (!uuidPattern.test(jobId)) return undefined;
   const id = jobId.toLowerCase();
   const row =
-    (await db.selectFrom("jobs").select(["workspace_id", "enqueued_by"]).where("id", "=", id).executeTakeFirst()) ??
-    (await db.selectFrom("pipelines").select(["workspace_id", "enqueued_by"]).where("id", "=", id).executeTakeFirst());
+    (await db
+      .selectFrom("jobs")
+      .select(["workspace_id", "enqueued_by"])
+      .where("id", "=", id)
+      .executeTakeFirst()) ??
+    (await db
+      .selectFrom("pipelines")
+      .select(["workspace_id", "enqueued_by"])
+      .where("id", "=", id)
+      .executeTakeFirst());
   return row && { workspaceId: row.workspace_id, enqueuedBy: row.enqueued_by ?? "" };
 }

@@ -25,21 +25,33 @@ import type { SettleHook } from "./pipelines/settle-hook.js";
  * registered, or a deadlock), so each request gets its own answer or error
  * and a runner's free slots still go to its earliest requests.
  */
-export async function claimBatch(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number, box?: SecretBox): Promise<Array<PromiseSettledResult<LeaseView | undefined>>> {
+export async function claimBatch(
+  db: Kysely<Database>,
+  holders: readonly LeaseHolder[],
+  leaseSeconds: number,
+  box?: SecretBox,
+): Promise<Array<PromiseSettledResult<LeaseView | undefined>>> {
   if (holders.length > 1) {
     try {
-      return (await claimLeases(db, holders, leaseSeconds, box)).map((value) => ({ status: "fulfilled", value }));
+      return (await claimLeases(db, holders, leaseSeconds, box)).map((value) => ({
+        status: "fulfilled",
+        value,
+      }));
     } catch {
       // Rolled back whole: nothing was claimed.
     }
   }
   const results: Array<PromiseSettledResult<LeaseView | undefined>> = [];
-  for (const h of holders) results.push(...(await settleEach([h], (one) => claimJob(db, one, leaseSeconds, box))));
+  for (const h of holders)
+    results.push(...(await settleEach([h], (one) => claimJob(db, one, leaseSeconds, box))));
   return results;
 }
 
 /** Each input checked (checkCompletion): the valid ones with their index, and a result slot per input, a refusal's already filled. */
-function checkEach<O>(inputs: readonly CompletionInput[]): { results: Array<PromiseSettledResult<O> | undefined>; valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> } {
+function checkEach<O>(inputs: readonly CompletionInput[]): {
+  results: Array<PromiseSettledResult<O> | undefined>;
+  valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }>;
+} {
   const results: Array<PromiseSettledResult<O> | undefined> = inputs.map(() => undefined);
   const valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }> = [];
   inputs.forEach((input, index) => {
@@ -53,8 +65,14 @@ function checkEach<O>(inputs: readonly CompletionInput[]): { results: Array<Prom
 }
 
 /** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
-export async function completeBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
-  if (inputs.length === 1) return settleEach(inputs, (input) => completeJob(db, input, observer, hook));
+export async function completeBatch(
+  db: Kysely<Database>,
+  inputs: readonly CompletionInput[],
+  observer?: BrokerObserver,
+  hook?: SettleHook,
+): Promise<Array<PromiseSettledResult<JobSnapshot>>> {
+  if (inputs.length === 1)
+    return settleEach(inputs, (input) => completeJob(db, input, observer, hook));
   const { results, valid } = checkEach<JobSnapshot>(inputs);
   let replies: Array<JobSnapshot | undefined> = valid.map(() => undefined);
   let tried = false;
@@ -71,7 +89,11 @@ export async function completeBatch(db: Kysely<Database>, inputs: readonly Compl
     if (reply) results[v.index] = { status: "fulfilled", value: reply };
   });
   const rest = valid.filter((v) => !results[v.index]);
-  const settled = await settleEach(rest, (v) => (tried ? completeJobInTransaction(db, v.input, v.checked, observer, hook) : completeJob(db, v.input, observer, hook)));
+  const settled = await settleEach(rest, (v) =>
+    tried
+      ? completeJobInTransaction(db, v.input, v.checked, observer, hook)
+      : completeJob(db, v.input, observer, hook),
+  );
   rest.forEach((v, i) => (results[v.index] = settled[i]));
   return results as Array<PromiseSettledResult<JobSnapshot>>;
 }
@@ -96,7 +118,14 @@ export interface SettledAndClaimed {
  * completeBatch, with no lease; a failure of the claim (a runner retired meanwhile, a deadlock)
  * leaves the settled completions answered with no lease, and the caller claims as Claim does.
  */
-export async function completeAndClaimBatch(db: Kysely<Database>, inputs: readonly CompletionInput[], leaseSeconds: number, box?: SecretBox, observer?: BrokerObserver, hook?: SettleHook): Promise<Array<PromiseSettledResult<SettledAndClaimed>>> {
+export async function completeAndClaimBatch(
+  db: Kysely<Database>,
+  inputs: readonly CompletionInput[],
+  leaseSeconds: number,
+  box?: SecretBox,
+  observer?: BrokerObserver,
+  hook?: SettleHook,
+): Promise<Array<PromiseSettledResult<SettledAndClaimed>>> {
   const { results, valid } = checkEach<SettledAndClaimed>(inputs);
   let replies: Array<JobSnapshot | undefined> = [];
   try {
@@ -108,17 +137,34 @@ export async function completeAndClaimBatch(db: Kysely<Database>, inputs: readon
   for (const { v, job } of settledOnes) results[v.index] = { status: "fulfilled", value: { job } };
   if (settledOnes.length) {
     try {
-      const leases = await claimLeases(db, settledOnes.map(({ v }) => v.input), leaseSeconds, box);
-      settledOnes.forEach(({ v, job }, i) => (results[v.index] = { status: "fulfilled", value: { job, ...(leases[i] ? { lease: leases[i] } : {}) } }));
+      const leases = await claimLeases(
+        db,
+        settledOnes.map(({ v }) => v.input),
+        leaseSeconds,
+        box,
+      );
+      settledOnes.forEach(
+        ({ v, job }, i) =>
+          (results[v.index] = {
+            status: "fulfilled",
+            value: { job, ...(leases[i] ? { lease: leases[i] } : {}) },
+          }),
+      );
     } catch {
       // Nothing was claimed (one statement); the completions stand, answered with no lease.
     }
   }
   const rest = valid.filter((v) => !results[v.index]);
-  const settled = await completeBatch(db, rest.map((v) => v.input), observer, hook);
+  const settled = await completeBatch(
+    db,
+    rest.map((v) => v.input),
+    observer,
+    hook,
+  );
   rest.forEach((v, i) => {
     const r = settled[i]!;
-    results[v.index] = r.status === "fulfilled" ? { status: "fulfilled", value: { job: r.value } } : r;
+    results[v.index] =
+      r.status === "fulfilled" ? { status: "fulfilled", value: { job: r.value } } : r;
   });
   return results as Array<PromiseSettledResult<SettledAndClaimed>>;
 }

@@ -18,32 +18,71 @@ export interface LeaseHolder {
  * or settled. Called only after a guarded statement matched no row, so the
  * happy path never pays for it.
  */
-export async function leaseRefusal(db: Kysely<Database> | Transaction<Database>, holder: LeaseHolder, jobId: string, tokenHash: Buffer): Promise<ConnectError> {
-  const job = await db.selectFrom("jobs").selectAll().where("id", "=", jobId).where("workspace_id", "=", holder.workspaceId).executeTakeFirst();
-  if (!job) return new ConnectError(`job ${jobId} not found in workspace "${holder.workspaceId}"`, Code.NotFound);
-  const lease = await db.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).executeTakeFirst();
+export async function leaseRefusal(
+  db: Kysely<Database> | Transaction<Database>,
+  holder: LeaseHolder,
+  jobId: string,
+  tokenHash: Buffer,
+): Promise<ConnectError> {
+  const job = await db
+    .selectFrom("jobs")
+    .selectAll()
+    .where("id", "=", jobId)
+    .where("workspace_id", "=", holder.workspaceId)
+    .executeTakeFirst();
+  if (!job)
+    return new ConnectError(
+      `job ${jobId} not found in workspace "${holder.workspaceId}"`,
+      Code.NotFound,
+    );
+  const lease = await db
+    .selectFrom("leases")
+    .selectAll()
+    .where("token_sha256", "=", tokenHash)
+    .executeTakeFirst();
   const { rows } = await sql<{ now: Date }>`select now() as now`.execute(db);
   const now = rows[0]!.now;
   const refuse = (message: string) => new ConnectError(message, Code.Aborted);
   // Another runner's token gets the same answer as a made-up one: a difference would confirm a live lease exists.
-  if (!lease || lease.job_id !== jobId || lease.runner_id !== holder.runnerId || lease.workspace_id !== holder.workspaceId) {
-    return refuse(`the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`);
+  if (
+    !lease ||
+    lease.job_id !== jobId ||
+    lease.runner_id !== holder.runnerId ||
+    lease.workspace_id !== holder.workspaceId
+  ) {
+    return refuse(
+      `the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`,
+    );
   }
   switch (lease.end_reason) {
     case "released":
-      return refuse(`the lease on job ${jobId} was released at ${iso(lease.ended_at)}; claim a job again`);
+      return refuse(
+        `the lease on job ${jobId} was released at ${iso(lease.ended_at)}; claim a job again`,
+      );
     case "settled":
     case "requeued":
-      return refuse(`the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the runner completed it (job now ${job.state}); claim a job again`);
+      return refuse(
+        `the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the runner completed it (job now ${job.state}); claim a job again`,
+      );
     case "suspended":
-      return refuse(`the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the job suspended for input (job now ${job.state}); claim a job again`);
+      return refuse(
+        `the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the job suspended for input (job now ${job.state}); claim a job again`,
+      );
     case "timed_out":
-      return refuse(`${job.failure_message ?? `job ${jobId} ran past its timeout and was failed`}; stop the job, it will not be accepted`);
+      return refuse(
+        `${job.failure_message ?? `job ${jobId} ran past its timeout and was failed`}; stop the job, it will not be accepted`,
+      );
     case "expired":
-      return refuse(`the lease on job ${jobId} expired at ${iso(lease.expires_at)}; stop the job and claim again`);
+      return refuse(
+        `the lease on job ${jobId} expired at ${iso(lease.expires_at)}; stop the job and claim again`,
+      );
   }
-  if (lease.expires_at <= now) return refuse(`the lease on job ${jobId} expired at ${iso(lease.expires_at)}; stop the job and claim again`);
-  if (job.state !== "running") return refuse(`job ${jobId} is ${job.state}; its lease is no longer live`);
+  if (lease.expires_at <= now)
+    return refuse(
+      `the lease on job ${jobId} expired at ${iso(lease.expires_at)}; stop the job and claim again`,
+    );
+  if (job.state !== "running")
+    return refuse(`job ${jobId} is ${job.state}; its lease is no longer live`);
   return refuse(`the lease on job ${jobId} is not live`);
 }
 
@@ -64,7 +103,12 @@ export interface LiveLease {
  * none (404 unknown job, 409 foreign/released/expired/settled). One indexed
  * read on the happy path.
  */
-export async function requireLiveLease(db: Kysely<Database> | Transaction<Database>, holder: LeaseHolder, jobId: string, leaseToken: string): Promise<LiveLease> {
+export async function requireLiveLease(
+  db: Kysely<Database> | Transaction<Database>,
+  holder: LeaseHolder,
+  jobId: string,
+  leaseToken: string,
+): Promise<LiveLease> {
   const id = checkJobId(jobId);
   const tokenHash = checkLeaseToken(leaseToken);
   const row = await db
@@ -72,7 +116,12 @@ export async function requireLiveLease(db: Kysely<Database> | Transaction<Databa
     .innerJoin("leases", "leases.id", "jobs.lease_id")
     .selectAll("jobs")
     .select(["leases.id as live_lease_id", "leases.attempt as live_attempt"])
-    .where(liveLease({ jobId: id, workspaceId: holder.workspaceId, runnerId: holder.runnerId, token: tokenHash }, "jobs"))
+    .where(
+      liveLease(
+        { jobId: id, workspaceId: holder.workspaceId, runnerId: holder.runnerId, token: tokenHash },
+        "jobs",
+      ),
+    )
     .executeTakeFirst();
   if (!row) throw await leaseRefusal(db, holder, id, tokenHash);
   const { live_lease_id, live_attempt, ...job } = row;

@@ -89,7 +89,10 @@ export const clearLease = sql`runner_id = null, lease_id = null, lease_token_sha
  * job becomes claimable then, and each replica's due timer (wakeups.ts)
  * wakes that workspace's waiting claims at that time.
  */
-export function notifyJobs(workspaceId: string | RawBuilder<string>, claimableAt?: RawBuilder<unknown>): RawBuilder<string> {
+export function notifyJobs(
+  workspaceId: string | RawBuilder<string>,
+  claimableAt?: RawBuilder<unknown>,
+): RawBuilder<string> {
   if (!claimableAt) return sql<string>`pg_notify(${jobsChannel}, ${workspaceId})`;
   return sql<string>`pg_notify(${jobsChannel}, case when ${claimableAt} > now() then ${workspaceId} || ' ' || floor(extract(epoch from ${claimableAt}) * 1000)::bigint else ${workspaceId} end)`;
 }

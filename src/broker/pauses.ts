@@ -34,7 +34,8 @@ export interface PauseInput {
 }
 
 function checkReason(reason: string): void {
-  if (reason.length > 1000) throw new ConnectError("reason is longer than 1000 characters", Code.InvalidArgument);
+  if (reason.length > 1000)
+    throw new ConnectError("reason is longer than 1000 characters", Code.InvalidArgument);
 }
 
 /**
@@ -51,18 +52,48 @@ export async function pauseWorkspace(db: Kysely<Database>, input: PauseInput): P
       .onConflict((oc) => oc.column("workspace_id").doNothing())
       .returningAll()
       .executeTakeFirst();
-    if (inserted) await recordEvent(tx, { type: "workspace.paused", workspaceId: input.workspaceId, data: { by: input.by, reason: input.reason } });
-    const row = inserted ?? (await tx.selectFrom("workspace_pauses").selectAll().where("workspace_id", "=", input.workspaceId).executeTakeFirstOrThrow());
-    return { workspaceId: input.workspaceId, paused: true, changed: inserted !== undefined, pausedAt: row.paused_at, pausedBy: row.paused_by, reason: row.reason };
+    if (inserted)
+      await recordEvent(tx, {
+        type: "workspace.paused",
+        workspaceId: input.workspaceId,
+        data: { by: input.by, reason: input.reason },
+      });
+    const row =
+      inserted ??
+      (await tx
+        .selectFrom("workspace_pauses")
+        .selectAll()
+        .where("workspace_id", "=", input.workspaceId)
+        .executeTakeFirstOrThrow());
+    return {
+      workspaceId: input.workspaceId,
+      paused: true,
+      changed: inserted !== undefined,
+      pausedAt: row.paused_at,
+      pausedBy: row.paused_by,
+      reason: row.reason,
+    };
   });
 }
 
 /** Resumes a workspace and wakes the claims waiting in it. */
-export async function resumeWorkspace(db: Kysely<Database>, input: Omit<PauseInput, "reason">): Promise<PauseState> {
+export async function resumeWorkspace(
+  db: Kysely<Database>,
+  input: Omit<PauseInput, "reason">,
+): Promise<PauseState> {
   checkSegmentId("workspaceId", input.workspaceId);
   return db.transaction().execute(async (tx) => {
-    const deleted = await tx.deleteFrom("workspace_pauses").where("workspace_id", "=", input.workspaceId).returningAll().executeTakeFirst();
-    if (deleted) await resumed(tx, { type: "workspace.resumed", workspaceId: input.workspaceId, data: { by: input.by } });
+    const deleted = await tx
+      .deleteFrom("workspace_pauses")
+      .where("workspace_id", "=", input.workspaceId)
+      .returningAll()
+      .executeTakeFirst();
+    if (deleted)
+      await resumed(tx, {
+        type: "workspace.resumed",
+        workspaceId: input.workspaceId,
+        data: { by: input.by },
+      });
     return { workspaceId: input.workspaceId, paused: false, changed: deleted !== undefined };
   });
 }
@@ -73,7 +104,10 @@ export interface RunnerPauseInput extends PauseInput {
 }
 
 /** Pauses a registered runner; one that never registered is refused (404) by name. */
-export async function pauseRunner(db: Kysely<Database>, input: RunnerPauseInput): Promise<PauseState> {
+export async function pauseRunner(
+  db: Kysely<Database>,
+  input: RunnerPauseInput,
+): Promise<PauseState> {
   checkReason(input.reason);
   return db.transaction().execute(async (tx) => {
     const workspaceId = await registeredWorkspace(tx, input);
@@ -85,14 +119,37 @@ export async function pauseRunner(db: Kysely<Database>, input: RunnerPauseInput)
       .where("paused_at", "is", null)
       .returning(["paused_at", "paused_by"])
       .executeTakeFirst();
-    if (row) await recordEvent(tx, { type: "runner.paused", workspaceId, runnerId: input.runnerId, data: { by: input.by, reason: input.reason } });
-    const current = row ?? (await tx.selectFrom("runners").select(["paused_at", "paused_by"]).where("workspace_id", "=", workspaceId).where("runner_id", "=", input.runnerId).executeTakeFirstOrThrow());
-    return { workspaceId, runnerId: input.runnerId, paused: true, changed: row !== undefined, pausedAt: current.paused_at ?? undefined, pausedBy: current.paused_by ?? undefined };
+    if (row)
+      await recordEvent(tx, {
+        type: "runner.paused",
+        workspaceId,
+        runnerId: input.runnerId,
+        data: { by: input.by, reason: input.reason },
+      });
+    const current =
+      row ??
+      (await tx
+        .selectFrom("runners")
+        .select(["paused_at", "paused_by"])
+        .where("workspace_id", "=", workspaceId)
+        .where("runner_id", "=", input.runnerId)
+        .executeTakeFirstOrThrow());
+    return {
+      workspaceId,
+      runnerId: input.runnerId,
+      paused: true,
+      changed: row !== undefined,
+      pausedAt: current.paused_at ?? undefined,
+      pausedBy: current.paused_by ?? undefined,
+    };
   });
 }
 
 /** Resumes a runner and wakes the claims waiting in its workspace (its own among them). */
-export async function resumeRunner(db: Kysely<Database>, input: Omit<RunnerPauseInput, "reason">): Promise<PauseState> {
+export async function resumeRunner(
+  db: Kysely<Database>,
+  input: Omit<RunnerPauseInput, "reason">,
+): Promise<PauseState> {
   return db.transaction().execute(async (tx) => {
     const workspaceId = await registeredWorkspace(tx, input);
     const row = await tx
@@ -103,26 +160,50 @@ export async function resumeRunner(db: Kysely<Database>, input: Omit<RunnerPause
       .where("paused_at", "is not", null)
       .returning("runner_id")
       .executeTakeFirst();
-    if (row) await resumed(tx, { type: "runner.resumed", workspaceId, runnerId: input.runnerId, data: { by: input.by } });
+    if (row)
+      await resumed(tx, {
+        type: "runner.resumed",
+        workspaceId,
+        runnerId: input.runnerId,
+        data: { by: input.by },
+      });
     return { workspaceId, runnerId: input.runnerId, paused: false, changed: row !== undefined };
   });
 }
 
-async function resumed(tx: Transaction<Database>, event: Parameters<typeof recordEvent>[1] & { workspaceId: string }): Promise<void> {
+async function resumed(
+  tx: Transaction<Database>,
+  event: Parameters<typeof recordEvent>[1] & { workspaceId: string },
+): Promise<void> {
   await recordEvent(tx, event);
   await sql`select pg_notify(${resumeChannel}, ${event.workspaceId})`.execute(tx);
 }
 
 /** The workspace of the registered runner `input` names: 404 when none, 400 when the id is in several and none was given. */
-async function registeredWorkspace(tx: Transaction<Database>, input: { readonly workspaceId: string; readonly runnerId: string }): Promise<string> {
+async function registeredWorkspace(
+  tx: Transaction<Database>,
+  input: { readonly workspaceId: string; readonly runnerId: string },
+): Promise<string> {
   checkSegmentId("runnerId", input.runnerId);
   if (input.workspaceId) checkSegmentId("workspaceId", input.workspaceId);
-  let query = tx.selectFrom("runners").select("workspace_id").where("runner_id", "=", input.runnerId).orderBy("workspace_id");
+  let query = tx
+    .selectFrom("runners")
+    .select("workspace_id")
+    .where("runner_id", "=", input.runnerId)
+    .orderBy("workspace_id");
   if (input.workspaceId) query = query.where("workspace_id", "=", input.workspaceId);
   const rows = await query.execute();
   const where = input.workspaceId ? ` in workspace "${input.workspaceId}"` : "";
-  if (rows.length === 0) throw new ConnectError(`runner "${input.runnerId}" is not registered${where}; check the id with GET /v1/admin/runners`, Code.NotFound);
-  if (rows.length > 1) throw new ConnectError(`runner id "${input.runnerId}" is registered in workspaces ${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId to say which one`, Code.InvalidArgument);
+  if (rows.length === 0)
+    throw new ConnectError(
+      `runner "${input.runnerId}" is not registered${where}; check the id with GET /v1/admin/runners`,
+      Code.NotFound,
+    );
+  if (rows.length > 1)
+    throw new ConnectError(
+      `runner id "${input.runnerId}" is registered in workspaces ${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId to say which one`,
+      Code.InvalidArgument,
+    );
   return rows[0]!.workspace_id;
 }
 

@@ -53,22 +53,42 @@ export interface CodeHooks {
  * lease died during the pin. A passing failure gives the job back without
  * charging the attempt and tells the runner to claim again later (503).
  */
-export async function pinClaimedJob(db: Kysely<Database>, holder: LeaseHolder, lease: LeaseView, code: CodeHooks | undefined, hook?: SettleHook): Promise<LeaseView | undefined> {
+export async function pinClaimedJob(
+  db: Kysely<Database>,
+  holder: LeaseHolder,
+  lease: LeaseView,
+  code: CodeHooks | undefined,
+  hook?: SettleHook,
+): Promise<LeaseView | undefined> {
   const job = lease.job;
   if (job.kind === "command" || job.baseCommit || !lease.token) return lease;
   const jobId = job.id as string;
   const tokenHash = hashLeaseToken(lease.token);
   let pinned: PinnedBase | { refusal: string };
   try {
-    pinned = code ? await code.resolvePin(String(job.repository), String(job.targetBranch)) : { refusal: "this control plane serves no code routes" };
+    pinned = code
+      ? await code.resolvePin(String(job.repository), String(job.targetBranch))
+      : { refusal: "this control plane serves no code routes" };
   } catch (err) {
-    await releaseLease(db, { ...holder, jobId, leaseToken: lease.token }, hook).catch(() => undefined);
+    await releaseLease(db, { ...holder, jobId, leaseToken: lease.token }, hook).catch(
+      () => undefined,
+    );
     const why = err instanceof ConnectError ? err.rawMessage : "the code host failed";
     if (!(err instanceof ConnectError)) console.error(`broker: pinning job ${jobId} failed:`, err);
-    throw new ConnectError(`job ${jobId} could not be pinned to its base commit (${why}); it is queued again: claim again later`, Code.Unavailable);
+    throw new ConnectError(
+      `job ${jobId} could not be pinned to its base commit (${why}); it is queued again: claim again later`,
+      Code.Unavailable,
+    );
   }
   if ("refusal" in pinned) {
-    await failUnpinnable(db, jobId, holder.runnerId, tokenHash, `the base commit could not be pinned at claim: ${pinned.refusal}`, hook);
+    await failUnpinnable(
+      db,
+      jobId,
+      holder.runnerId,
+      tokenHash,
+      `the base commit could not be pinned at claim: ${pinned.refusal}`,
+      hook,
+    );
     return undefined;
   }
   const { rows } = await sql<JobRow>`
@@ -77,16 +97,35 @@ export async function pinClaimedJob(db: Kysely<Database>, holder: LeaseHolder, l
     returning *`.execute(db);
   const row = rows[0];
   if (!row) return undefined;
-  return { ...lease, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
+  return {
+    ...lease,
+    expiresAt: row.lease_expires_at!,
+    cancelRequested: row.cancel_requested,
+    job: leasedJobSnapshot(row),
+  };
 }
 
-async function failUnpinnable(db: Kysely<Database>, jobId: string, runnerId: string, tokenHash: Buffer, message: string, hook?: SettleHook): Promise<void> {
-  await settleWith(db, hook, async (q) => (await sql<{ id: string }>`
+async function failUnpinnable(
+  db: Kysely<Database>,
+  jobId: string,
+  runnerId: string,
+  tokenHash: Buffer,
+  message: string,
+  hook?: SettleHook,
+): Promise<void> {
+  await settleWith(
+    db,
+    hook,
+    async (q) =>
+      (
+        await sql<{ id: string }>`
     with j as (
       update jobs set state = 'failed', failure_reason = 'code_unavailable', failure_message = ${message}, settled_at = now(), ${clearLease}
       where ${leaseHeld({ jobId, token: tokenHash })}
       returning id, workspace_id, state, attempts, error, failure_reason, ${runnerId}::text as lease_runner_id
     ), ${eventsCte("ev", "j", settledOrRequeued("released"))}
     , l as (update leases set ended_at = now(), end_reason = 'settled' where token_sha256 = ${tokenHash} and exists (select 1 from j))
-    select j.id from j`.execute(q)).rows);
+    select j.id from j`.execute(q)
+      ).rows,
+  );
 }

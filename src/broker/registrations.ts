@@ -51,23 +51,47 @@ export function validateRegistration(r: Registration): void {
     throw new ConnectError(message, Code.InvalidArgument);
   };
   if (!Number.isInteger(r.slots) || r.slots < 1 || r.slots > registrationLimits.maxSlots) {
-    bad(`slots must be between 1 and ${registrationLimits.maxSlots} (the most jobs the runner runs at once); got ${r.slots}`);
+    bad(
+      `slots must be between 1 and ${registrationLimits.maxSlots} (the most jobs the runner runs at once); got ${r.slots}`,
+    );
   }
   if (r.cpu < 0) bad(`cpu must not be negative; got ${r.cpu}`);
-  if (r.memoryBytes < 0 || !Number.isSafeInteger(r.memoryBytes)) bad(`memoryBytes must be a non-negative byte count; got ${r.memoryBytes}`);
+  if (r.memoryBytes < 0 || !Number.isSafeInteger(r.memoryBytes))
+    bad(`memoryBytes must be a non-negative byte count; got ${r.memoryBytes}`);
   if (r.architecture.length > 64) bad("architecture is longer than 64 characters");
-  if (!Number.isSafeInteger(r.clockOffsetNs)) bad(`clockOffsetNs is out of range; got ${r.clockOffsetNs}`);
-  if (r.instanceId && !instancePattern.test(r.instanceId)) bad(`instanceId ${JSON.stringify(r.instanceId.slice(0, 80))} is not an instance id: 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit (a random UUID per runner process is one)`);
+  if (!Number.isSafeInteger(r.clockOffsetNs))
+    bad(`clockOffsetNs is out of range; got ${r.clockOffsetNs}`);
+  if (r.instanceId && !instancePattern.test(r.instanceId))
+    bad(
+      `instanceId ${JSON.stringify(r.instanceId.slice(0, 80))} is not an instance id: 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit (a random UUID per runner process is one)`,
+    );
   if (r.os) checkCapability("os", r.os);
   (r.executionKinds ?? []).forEach((k, i) => checkExecutionKind(`executionKinds[${i}]`, k));
-  if ((r.features ?? []).length > scheduleLimits.maxFeatures) bad(`features has ${r.features!.length} entries; at most ${scheduleLimits.maxFeatures} are allowed`);
+  if ((r.features ?? []).length > scheduleLimits.maxFeatures)
+    bad(
+      `features has ${r.features!.length} entries; at most ${scheduleLimits.maxFeatures} are allowed`,
+    );
   (r.features ?? []).forEach((f, i) => checkCapability(`features[${i}]`, f));
   const maxConcurrency = r.maxConcurrency ?? 0;
-  if (!Number.isInteger(maxConcurrency) || maxConcurrency < 0 || maxConcurrency > registrationLimits.maxSlots) bad(`maxConcurrency must be 0 to ${registrationLimits.maxSlots}; got ${maxConcurrency}`);
-  if (r.labels.length > registrationLimits.maxLabels) bad(`labels has ${r.labels.length} entries; at most ${registrationLimits.maxLabels} are allowed`);
+  if (
+    !Number.isInteger(maxConcurrency) ||
+    maxConcurrency < 0 ||
+    maxConcurrency > registrationLimits.maxSlots
+  )
+    bad(`maxConcurrency must be 0 to ${registrationLimits.maxSlots}; got ${maxConcurrency}`);
+  if (r.labels.length > registrationLimits.maxLabels)
+    bad(
+      `labels has ${r.labels.length} entries; at most ${registrationLimits.maxLabels} are allowed`,
+    );
   r.labels.forEach((label, i) => {
-    if (label.length === 0 || label.length > registrationLimits.maxLabelLength || !labelPattern.test(label)) {
-      bad(`labels[${i}] ${JSON.stringify(label)} is not a label: 1 to ${registrationLimits.maxLabelLength} characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`);
+    if (
+      label.length === 0 ||
+      label.length > registrationLimits.maxLabelLength ||
+      !labelPattern.test(label)
+    ) {
+      bad(
+        `labels[${i}] ${JSON.stringify(label)} is not a label: 1 to ${registrationLimits.maxLabelLength} characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`,
+      );
     }
   });
 }
@@ -82,7 +106,11 @@ export function validateRegistration(r: Registration): void {
  * decision is one predicate of the upsert, so two instances registering at
  * once cannot both pass it.
  */
-export async function register(db: Kysely<Database>, r: Registration, leaseSeconds: number): Promise<Registered> {
+export async function register(
+  db: Kysely<Database>,
+  r: Registration,
+  leaseSeconds: number,
+): Promise<Registered> {
   validateRegistration(r);
   const labels = [...new Set(r.labels)].sort();
   const values = {
@@ -105,7 +133,16 @@ export async function register(db: Kysely<Database>, r: Registration, leaseSecon
   const stored = (tx: Kysely<Database>) =>
     tx
       .selectFrom("runners")
-      .select(["slots", "labels", "instance_id", "instance_started_at", "updated_at", "last_seen_at", "retired_at", heard.as("live")])
+      .select([
+        "slots",
+        "labels",
+        "instance_id",
+        "instance_started_at",
+        "updated_at",
+        "last_seen_at",
+        "retired_at",
+        heard.as("live"),
+      ])
       .where("workspace_id", "=", r.workspaceId)
       .where("runner_id", "=", r.runnerId);
   // The registration and its event commit together.
@@ -119,17 +156,28 @@ export async function register(db: Kysely<Database>, r: Registration, leaseSecon
           .columns(["workspace_id", "runner_id"])
           .doUpdateSet({ ...values, updated_at: sql`now()`, last_seen_at: sql`now()` })
           .where("runners.retired_at", "is", null)
-          .where((eb) => eb.or([eb("runners.instance_id", "=", eb.ref("excluded.instance_id")), eb.not(heard)])),
+          .where((eb) =>
+            eb.or([eb("runners.instance_id", "=", eb.ref("excluded.instance_id")), eb.not(heard)]),
+          ),
       )
       .returning("runner_id")
       .executeTakeFirst();
     if (!row) {
       // A registration inserted at the same moment holds no lock `before` saw: read what won.
       const holder = before ?? (await stored(tx).executeTakeFirstOrThrow());
-      if (holder.retired_at) throw new ConnectError(`runner "${r.runnerId}" in workspace "${r.workspaceId}" is retired; enroll a new runner identity`, Code.PermissionDenied);
+      if (holder.retired_at)
+        throw new ConnectError(
+          `runner "${r.runnerId}" in workspace "${r.workspaceId}" is retired; enroll a new runner identity`,
+          Code.PermissionDenied,
+        );
       throw new ConnectError(secondInstanceMessage(r, holder, leaseSeconds), Code.AlreadyExists);
     }
-    await recordEvent(tx, { type: "runner.registered", workspaceId: r.workspaceId, runnerId: r.runnerId, data: { slots: r.slots, labels } });
+    await recordEvent(tx, {
+      type: "runner.registered",
+      workspaceId: r.workspaceId,
+      runnerId: r.runnerId,
+      data: { slots: r.slots, labels },
+    });
     if (!before) return {};
     const slotsChanged = before.slots !== r.slots;
     const labelsChanged = before.labels.join(",") !== labels.join(",");
@@ -153,10 +201,25 @@ export function runnerHeardFrom(alias: string, leaseSeconds: number) {
 }
 
 /** The refusal of a second process: who holds the identity, since when, and when it is free. */
-function secondInstanceMessage(r: Registration, holder: { instance_id: string; instance_started_at: Date | null; updated_at: Date; last_seen_at: Date }, leaseSeconds: number): string {
-  const started = holder.instance_started_at ? `started ${new Date(holder.instance_started_at).toISOString()}` : `registered ${new Date(holder.updated_at).toISOString()}, its start time unknown`;
-  const instance = holder.instance_id ? `instance ${holder.instance_id}` : "a process that sent no instance id";
-  const free = new Date(new Date(holder.last_seen_at).getTime() + leaseSeconds * 1000).toISOString();
+function secondInstanceMessage(
+  r: Registration,
+  holder: {
+    instance_id: string;
+    instance_started_at: Date | null;
+    updated_at: Date;
+    last_seen_at: Date;
+  },
+  leaseSeconds: number,
+): string {
+  const started = holder.instance_started_at
+    ? `started ${new Date(holder.instance_started_at).toISOString()}`
+    : `registered ${new Date(holder.updated_at).toISOString()}, its start time unknown`;
+  const instance = holder.instance_id
+    ? `instance ${holder.instance_id}`
+    : "a process that sent no instance id";
+  const free = new Date(
+    new Date(holder.last_seen_at).getTime() + leaseSeconds * 1000,
+  ).toISOString();
   return `runner "${r.runnerId}" in workspace "${r.workspaceId}" is already running as ${instance} (${started}, last heard from ${new Date(holder.last_seen_at).toISOString()}); another process with the same identity is refused until that one has been silent for the lease length (${leaseSeconds} s, not before ${free}): stop the other process, or give this one a runner identity of its own`;
 }
 
@@ -164,6 +227,9 @@ function secondInstanceMessage(r: Registration, holder: { instance_id: string; i
 export function describeChange(change: RegistrationChange): string {
   const parts: string[] = [];
   if (change.slots) parts.push(`slots ${change.slots.from} → ${change.slots.to}`);
-  if (change.labels) parts.push(`labels ${change.labels.from.join(",") || "(none)"} → ${change.labels.to.join(",") || "(none)"}`);
+  if (change.labels)
+    parts.push(
+      `labels ${change.labels.from.join(",") || "(none)"} → ${change.labels.to.join(",") || "(none)"}`,
+    );
   return parts.join(", ");
 }

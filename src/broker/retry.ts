@@ -17,23 +17,61 @@ import type { CodeHooks } from "./pinning.js";
  * erased (they are, when it settled) is refused, naming them. A job is
  * retried once: retrying it again returns 409 naming its retry.
  */
-export async function retryJob(db: Kysely<Database>, jobId: string, by: string, timeouts: JobTimeouts, code?: CodeHooks, box?: SecretBox): Promise<JobSnapshot> {
+export async function retryJob(
+  db: Kysely<Database>,
+  jobId: string,
+  by: string,
+  timeouts: JobTimeouts,
+  code?: CodeHooks,
+  box?: SecretBox,
+): Promise<JobSnapshot> {
   const id = checkJobId(jobId);
   const old = await findJob(db, id);
-  if (old.state === "queued" || old.state === "running") throw new ConnectError(`job ${id} is still ${old.state}; retry it once it settled (or cancel it first)`, Code.FailedPrecondition);
-  if (old.retried_by) throw new ConnectError(`job ${id} was already retried by job ${old.retried_by}; retry that one to run it again`, Code.Aborted);
+  if (old.state === "queued" || old.state === "running")
+    throw new ConnectError(
+      `job ${id} is still ${old.state}; retry it once it settled (or cancel it first)`,
+      Code.FailedPrecondition,
+    );
+  if (old.retried_by)
+    throw new ConnectError(
+      `job ${id} was already retried by job ${old.retried_by}; retry that one to run it again`,
+      Code.Aborted,
+    );
   if (old.repository) await code?.checkTarget(old.repository, old.target_branch ?? "");
   return db.transaction().execute(async (tx) => {
-    const locked = await tx.selectFrom("jobs").select(["retried_by"]).where("id", "=", id).forUpdate().executeTakeFirstOrThrow();
-    if (locked.retried_by) throw new ConnectError(`job ${id} was already retried by job ${locked.retried_by}; retry that one to run it again`, Code.Aborted);
-    const sealed = await tx.selectFrom("job_secrets").selectAll().where("job_id", "=", id).execute();
-    const names = [...old.secret_names.map((n) => `secrets.${n}`), ...old.secret_file_names.map((n) => `secretFiles.${n}`)];
+    const locked = await tx
+      .selectFrom("jobs")
+      .select(["retried_by"])
+      .where("id", "=", id)
+      .forUpdate()
+      .executeTakeFirstOrThrow();
+    if (locked.retried_by)
+      throw new ConnectError(
+        `job ${id} was already retried by job ${locked.retried_by}; retry that one to run it again`,
+        Code.Aborted,
+      );
+    const sealed = await tx
+      .selectFrom("job_secrets")
+      .selectAll()
+      .where("job_id", "=", id)
+      .execute();
+    const names = [
+      ...old.secret_names.map((n) => `secrets.${n}`),
+      ...old.secret_file_names.map((n) => `secretFiles.${n}`),
+    ];
     if (names.length && sealed.length < names.length) {
-      throw new ConnectError(`job ${id} had secrets (${names.join(", ")}) that were erased when it settled; enqueue it again with its secrets`, Code.FailedPrecondition);
+      throw new ConnectError(
+        `job ${id} had secrets (${names.join(", ")}) that were erased when it settled; enqueue it again with its secrets`,
+        Code.FailedPrecondition,
+      );
     }
     const secrets: Record<string, string> = {};
     const secretFiles: Record<string, string> = {};
-    for (const r of sealed) (r.kind === "env" ? secrets : secretFiles)[r.name] = box!.open(r.sealed, jobSecretBinding(r.job_id, r.kind, r.name));
+    for (const r of sealed)
+      (r.kind === "env" ? secrets : secretFiles)[r.name] = box!.open(
+        r.sealed,
+        jobSecretBinding(r.job_id, r.kind, r.name),
+      );
     const spec = old.spec as Record<string, unknown>;
     const jobSpec: JobSpecInput = {
       image: String(spec.image ?? ""),
@@ -45,20 +83,26 @@ export async function retryJob(db: Kysely<Database>, jobId: string, by: string, 
     };
     // The code host was asked above, outside the transaction.
     const checked: CodeHooks | undefined = code && { ...code, checkTarget: async () => undefined };
-    const job = await enqueueJob(tx, {
-      workspaceId: old.workspace_id,
-      labels: old.labels,
-      repository: old.repository ?? "",
-      targetBranch: old.target_branch ?? "",
-      spec: jobSpec,
-      maxAttempts: old.max_attempts,
-      priority: old.priority,
-      idempotencyKey: "",
-      kind: old.kind,
-      enqueuedBy: by,
-      secrets,
-      secretFiles,
-    }, timeouts, checked, box);
+    const job = await enqueueJob(
+      tx,
+      {
+        workspaceId: old.workspace_id,
+        labels: old.labels,
+        repository: old.repository ?? "",
+        targetBranch: old.target_branch ?? "",
+        spec: jobSpec,
+        maxAttempts: old.max_attempts,
+        priority: old.priority,
+        idempotencyKey: "",
+        kind: old.kind,
+        enqueuedBy: by,
+        secrets,
+        secretFiles,
+      },
+      timeouts,
+      checked,
+      box,
+    );
     const newId = String(job.id);
     await tx.updateTable("jobs").set({ retry_of: id }).where("id", "=", newId).execute();
     await tx.updateTable("jobs").set({ retried_by: newId }).where("id", "=", id).execute();

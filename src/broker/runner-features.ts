@@ -7,7 +7,15 @@ import type { LeaseHolder } from "./lease-check.js";
  * registration's `features`, migration 0019): the one place the suspend
  * rules read them from.
  */
-export async function declaredFeatures(db: Kysely<Database>, holder: LeaseHolder): Promise<string[]> {
-  const row = await db.selectFrom("runners").select("features").where("workspace_id", "=", holder.workspaceId).where("runner_id", "=", holder.runnerId).executeTakeFirst();
+export async function declaredFeatures(
+  db: Kysely<Database>,
+  holder: LeaseHolder,
+): Promise<string[]> {
+  const row = await db
+    .selectFrom("runners")
+    .select("features")
+    .where("workspace_id", "=", holder.workspaceId)
+    .where("runner_id", "=", holder.runnerId)
+    .executeTakeFirst();
   return row?.features ?? [];
 }

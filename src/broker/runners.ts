@@ -26,12 +26,17 @@ export interface RunnerView {
 }
 
 /** Registered runners, optionally of one workspace, with their live leases. */
-export async function listRunners(db: Kysely<Database>, workspaceId: string): Promise<RunnerView[]> {
+export async function listRunners(
+  db: Kysely<Database>,
+  workspaceId: string,
+): Promise<RunnerView[]> {
   let query = db
     .selectFrom("runners as r")
     .selectAll("r")
     .select(
-      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")})`.as("live_leases"),
+      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")})`.as(
+        "live_leases",
+      ),
     )
     .orderBy("r.workspace_id")
     .orderBy("r.runner_id");

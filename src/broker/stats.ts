@@ -62,7 +62,12 @@ export async function jobStats(db: Kysely<Database>, query: StatsQuery): Promise
     await statsSettings(trx);
     return (await statsStatement(query).execute(trx)).rows;
   });
-  const durations = (d: StatsRow["wait"]): DurationStats => ({ count: Number(d.count), p50Seconds: d.p50 ?? 0, p95Seconds: d.p95 ?? 0, maxSeconds: d.max ?? 0 });
+  const durations = (d: StatsRow["wait"]): DurationStats => ({
+    count: Number(d.count),
+    p50Seconds: d.p50 ?? 0,
+    p95Seconds: d.p95 ?? 0,
+    maxSeconds: d.max ?? 0,
+  });
   return rows.map((r) => ({
     workspaceId: r.workspace_id,
     jobs: r.jobs,
@@ -86,7 +91,9 @@ export async function jobStats(db: Kysely<Database>, query: StatsQuery): Promise
  * there) sort and hash in memory instead of spilling to temp files.
  */
 export async function statsSettings(trx: Kysely<Database>): Promise<void> {
-  await sql`select set_config('jit', 'off', true), set_config('work_mem', '64MB', true)`.execute(trx);
+  await sql`select set_config('jit', 'off', true), set_config('work_mem', '64MB', true)`.execute(
+    trx,
+  );
 }
 
 /** The stats statement of jobStats, unexecuted (bench/stats-scale.ts explains it). */

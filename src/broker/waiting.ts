@@ -5,7 +5,17 @@ import { liveLeaseRow, qualifier, type JobsAlias } from "./lease-sql.js";
 
 /** Why a queued job waits: the wire's JobWaiting (proto3 JSON names). */
 export interface JobWaiting {
-  readonly code: "workspace_paused" | "scheduled" | "backoff" | "no_runner" | "missing_labels" | "unmet_requirements" | "runners_paused" | "runners_not_connected" | "concurrency_group" | "all_busy";
+  readonly code:
+    | "workspace_paused"
+    | "scheduled"
+    | "backoff"
+    | "no_runner"
+    | "missing_labels"
+    | "unmet_requirements"
+    | "runners_paused"
+    | "runners_not_connected"
+    | "concurrency_group"
+    | "all_busy";
   readonly message: string;
   readonly missingLabels?: readonly string[];
   readonly busyRunners?: number;
@@ -76,8 +86,16 @@ export function runnableNow(alias: JobsAlias, leaseSeconds: number): RawBuilder<
 }
 
 /** runnableNow for a stored job, by id, in a statement of its own. */
-async function jobRunnableNow(db: Kysely<Database>, jobId: string, leaseSeconds: number): Promise<boolean> {
-  const { rows } = await sql<{ runnable: boolean }>`select ${runnableNow("j", leaseSeconds)} as runnable from jobs j where j.id = ${jobId}`.execute(db);
+async function jobRunnableNow(
+  db: Kysely<Database>,
+  jobId: string,
+  leaseSeconds: number,
+): Promise<boolean> {
+  const { rows } = await sql<{
+    runnable: boolean;
+  }>`select ${runnableNow("j", leaseSeconds)} as runnable from jobs j where j.id = ${jobId}`.execute(
+    db,
+  );
   return rows[0]?.runnable === true;
 }
 
@@ -98,7 +116,12 @@ async function jobRunnableNow(db: Kysely<Database>, jobId: string, leaseSeconds:
  * runnable now at all (runnableNow): `runnable` when the caller's own
  * statement asked it, else a statement of its own.
  */
-export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSeconds: number, runnable?: boolean): Promise<JobWaiting | undefined> {
+export async function jobWaiting(
+  db: Kysely<Database>,
+  job: JobSnapshot,
+  leaseSeconds: number,
+  runnable?: boolean,
+): Promise<JobWaiting | undefined> {
   if (job.state !== "queued") return undefined;
   const workspaceId = String(job.workspaceId);
   const labels = (job.labels as string[] | undefined) ?? [];
@@ -109,18 +132,47 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
   const due = !claimableAt || claimableAt.getTime() <= Date.now();
   // The common case, a job a runner can take now: answered by the caller's statement (`runnable`), or
   // by one that stops at the first such runner.
-  if (due && (runnable ?? (await jobRunnableNow(db, String(job.id), leaseSeconds)))) return undefined;
+  if (due && (runnable ?? (await jobRunnableNow(db, String(job.id), leaseSeconds))))
+    return undefined;
   const wanted: Array<[string, RawBuilder<unknown>]> = [
-    ...(req.architecture ? [[`architecture ${req.architecture}`, sql`${req.architecture}::text, null, null, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
-    ...(req.os ? [[`os ${req.os}`, sql`null, ${req.os}::text, null, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
-    ...(req.executionKind ? [[`executionKind ${req.executionKind}`, sql`null, null, ${req.executionKind}::text, '{}'::text[]`] as [string, RawBuilder<unknown>]] : []),
-    ...(req.features ?? []).map((f) => [`feature ${f}`, sql`null, null, null, array[${f}::text]`] as [string, RawBuilder<unknown>]),
+    ...(req.architecture
+      ? [
+          [
+            `architecture ${req.architecture}`,
+            sql`${req.architecture}::text, null, null, '{}'::text[]`,
+          ] as [string, RawBuilder<unknown>],
+        ]
+      : []),
+    ...(req.os
+      ? [
+          [`os ${req.os}`, sql`null, ${req.os}::text, null, '{}'::text[]`] as [
+            string,
+            RawBuilder<unknown>,
+          ],
+        ]
+      : []),
+    ...(req.executionKind
+      ? [
+          [
+            `executionKind ${req.executionKind}`,
+            sql`null, null, ${req.executionKind}::text, '{}'::text[]`,
+          ] as [string, RawBuilder<unknown>],
+        ]
+      : []),
+    ...(req.features ?? []).map(
+      (f) =>
+        [`feature ${f}`, sql`null, null, null, array[${f}::text]`] as [string, RawBuilder<unknown>],
+    ),
   ];
   const unmet = wanted.length
     ? sql`array_remove(array[${sql.join(wanted.map(([name, args]) => sql`case when forelead_meets_requirements(${args}, ${capabilities}) then null else ${name}::text end`))}], null)`
     : sql`'{}'::text[]`;
   const [pause, runners, groupRunning] = await Promise.all([
-    db.selectFrom("workspace_pauses").select(["paused_at", "paused_by", "reason"]).where("workspace_id", "=", workspaceId).executeTakeFirst(),
+    db
+      .selectFrom("workspace_pauses")
+      .select(["paused_at", "paused_by", "reason"])
+      .where("workspace_id", "=", workspaceId)
+      .executeTakeFirst(),
     sql<RunnerFit>`
       select r.runner_id, r.slots, r.paused_at is not null as paused,
         array(select x from unnest(${labels}::text[]) x where not x = any(r.labels) order by x) as missing,
@@ -129,26 +181,48 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
         ${connectedRunner(leaseSeconds)} as connected
       from runners r ${liveLeases}
       where r.workspace_id = ${workspaceId} and r.retired_at is null
-      order by r.runner_id`.execute(db).then((r) => r.rows),
-    groupKey ? sql<{ n: number }>`select forelead_group_running(${workspaceId}, ${groupKey}) as n`.execute(db).then((r) => Number(r.rows[0]!.n)) : Promise.resolve(0),
+      order by r.runner_id`
+      .execute(db)
+      .then((r) => r.rows),
+    groupKey
+      ? sql<{ n: number }>`select forelead_group_running(${workspaceId}, ${groupKey}) as n`
+          .execute(db)
+          .then((r) => Number(r.rows[0]!.n))
+      : Promise.resolve(0),
   ]);
   const ws = JSON.stringify(workspaceId);
   if (pause) {
     const why = pause.reason ? ` (${pause.reason})` : "";
-    return { code: "workspace_paused", message: `workspace ${ws} is paused since ${new Date(pause.paused_at).toISOString()} by ${pause.paused_by}${why}: its queued jobs are not claimed; resume it (POST /v1/admin/workspaces/${workspaceId}/resume) to let runners take them` };
+    return {
+      code: "workspace_paused",
+      message: `workspace ${ws} is paused since ${new Date(pause.paused_at).toISOString()} by ${pause.paused_by}${why}: its queued jobs are not claimed; resume it (POST /v1/admin/workspaces/${workspaceId}/resume) to let runners take them`,
+    };
   }
   if (!due && claimableAt) {
     const until = claimableAt.toISOString();
     return Number(job.attempts ?? 0) > 0
-      ? { code: "backoff", until, message: `the job failed attempt ${Number(job.attempts)} and waits out its retry backoff: it is claimable again at ${until}` }
-      : { code: "scheduled", until, message: `the job is scheduled: it is claimable from ${until} (its runAt or delaySeconds)` };
+      ? {
+          code: "backoff",
+          until,
+          message: `the job failed attempt ${Number(job.attempts)} and waits out its retry backoff: it is claimable again at ${until}`,
+        }
+      : {
+          code: "scheduled",
+          until,
+          message: `the job is scheduled: it is claimable from ${until} (its runAt or delaySeconds)`,
+        };
   }
   if (runners.length === 0) {
-    return { code: "no_runner", message: `no runner is registered in workspace ${ws}: enroll one there (forelead runner enroll with a grant for ${ws}), or check the job's workspaceId for a typo` };
+    return {
+      code: "no_runner",
+      message: `no runner is registered in workspace ${ws}: enroll one there (forelead runner enroll with a grant for ${ws}), or check the job's workspaceId for a typo`,
+    };
   }
   const matching = runners.filter((r) => r.missing.length === 0);
   if (matching.length === 0) {
-    const closest = runners.reduce((best, r) => (r.missing.length < best.missing.length ? r : best));
+    const closest = runners.reduce((best, r) =>
+      r.missing.length < best.missing.length ? r : best,
+    );
     const missing = closest.missing.join(",");
     return {
       code: "missing_labels",
@@ -159,7 +233,9 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
   const meeting = matching.filter((r) => r.meets);
   if (meeting.length === 0) {
     // The first requirement no labelled runner meets; else (each is met by some runner, none meets all) the closest runner's first.
-    const unmetByAll = wanted.map(([name]) => name).find((name) => matching.every((r) => r.unmet.includes(name)));
+    const unmetByAll = wanted
+      .map(([name]) => name)
+      .find((name) => matching.every((r) => r.unmet.includes(name)));
     const closest = matching.reduce((best, r) => (r.unmet.length < best.unmet.length ? r : best));
     const unmetRequirement = unmetByAll ?? closest.unmet[0]!;
     const message = unmetByAll
@@ -169,11 +245,17 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
   }
   const unpaused = meeting.filter((r) => !r.paused);
   if (unpaused.length === 0) {
-    return { code: "runners_paused", message: `every runner in workspace ${ws} with the job's labels is paused (${matching.map((r) => r.runner_id).join(", ")}); resume one (POST /v1/admin/runners/{runnerId}/resume)` };
+    return {
+      code: "runners_paused",
+      message: `every runner in workspace ${ws} with the job's labels is paused (${matching.map((r) => r.runner_id).join(", ")}); resume one (POST /v1/admin/runners/{runnerId}/resume)`,
+    };
   }
   const connected = unpaused.filter((r) => r.connected);
   if (connected.length === 0) {
-    return { code: "runners_not_connected", message: `runners in workspace ${ws} have the job's labels (${unpaused.map((r) => r.runner_id).join(", ")}) but none was seen in the last ${leaseSeconds} s: start one, or check its network and certificate (its log says why it cannot reach the control plane)` };
+    return {
+      code: "runners_not_connected",
+      message: `runners in workspace ${ws} have the job's labels (${unpaused.map((r) => r.runner_id).join(", ")}) but none was seen in the last ${leaseSeconds} s: start one, or check its network and certificate (its log says why it cannot reach the control plane)`,
+    };
   }
   if (groupKey && groupRunning >= limit) {
     return {
@@ -196,7 +278,12 @@ export async function jobWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSe
 }
 
 /** The snapshot with its `waiting` set when the job is queued and waits for a reason. */
-export async function withWaiting(db: Kysely<Database>, job: JobSnapshot, leaseSeconds: number, runnable?: boolean): Promise<JobSnapshot> {
+export async function withWaiting(
+  db: Kysely<Database>,
+  job: JobSnapshot,
+  leaseSeconds: number,
+  runnable?: boolean,
+): Promise<JobSnapshot> {
   const waiting = await jobWaiting(db, job, leaseSeconds, runnable);
   return waiting ? { ...job, waiting } : job;
 }

@@ -100,7 +100,9 @@ interface Armed<H, L> {
 }
 
 /** Subscribes to the jobs channel of `store`. */
-export async function createWakeups<H = unknown, L = unknown>(store: Store): Promise<Wakeups<H, L>> {
+export async function createWakeups<H = unknown, L = unknown>(
+  store: Store,
+): Promise<Wakeups<H, L>> {
   const waiting = new Map<string, Array<Armed<H, L>>>();
   let nextId = 0;
 
@@ -125,17 +127,32 @@ export async function createWakeups<H = unknown, L = unknown>(store: Store): Pro
     if (closed || (known && known.at <= at)) return;
     if (known) clearTimeout(known.timer);
     // A little after the time, so the database's now() has passed it too; a far time is re-read.
-    const timer = setTimeout(() => fireDue(workspaceId), Math.min(Math.max(at - Date.now(), 0) + dueSlackMs, maxTimerMs));
+    const timer = setTimeout(
+      () => fireDue(workspaceId),
+      Math.min(Math.max(at - Date.now(), 0) + dueSlackMs, maxTimerMs),
+    );
     timer.unref();
     due.set(workspaceId, { at, timer });
   };
   const readDue = async (workspaceId?: string) => {
     const due = sql`state = 'queued' and claimable_at > created_at and claimable_at > now()`;
     // One workspace: min() without GROUP BY is one probe of jobs_scheduled (a LIMIT 1 in index order).
-    const { rows } = workspaceId === undefined
-      ? await sql<{ workspace_id: string; at: Date | string | null }>`select workspace_id, min(claimable_at) as at from jobs where ${due} group by workspace_id`.execute(store.db)
-      : await sql<{ workspace_id: string; at: Date | string | null }>`select ${workspaceId}::text as workspace_id, min(claimable_at) as at from jobs where workspace_id = ${workspaceId} and ${due}`.execute(store.db);
-    for (const row of rows) if (row.at !== null) scheduleDue(row.workspace_id, new Date(row.at).getTime());
+    const { rows } =
+      workspaceId === undefined
+        ? await sql<{
+            workspace_id: string;
+            at: Date | string | null;
+          }>`select workspace_id, min(claimable_at) as at from jobs where ${due} group by workspace_id`.execute(
+            store.db,
+          )
+        : await sql<{
+            workspace_id: string;
+            at: Date | string | null;
+          }>`select ${workspaceId}::text as workspace_id, min(claimable_at) as at from jobs where workspace_id = ${workspaceId} and ${due}`.execute(
+            store.db,
+          );
+    for (const row of rows)
+      if (row.at !== null) scheduleDue(row.workspace_id, new Date(row.at).getTime());
   };
   // A failed read leaves that workspace without a timer until its next announcement; its waiting
   // claims still end and are made again at their long-poll's end.
@@ -275,7 +292,8 @@ export async function createWakeups<H = unknown, L = unknown>(store: Store): Pro
       for (const { timer } of due.values()) clearTimeout(timer);
       due.clear();
       await unlisten();
-      for (const armed of [...waiting.values()].flat()) armed.wake({ workspaceId: "", tried: new Set() });
+      for (const armed of [...waiting.values()].flat())
+        armed.wake({ workspaceId: "", tried: new Set() });
       waiting.clear();
     },
   };

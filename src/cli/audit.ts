@@ -19,12 +19,30 @@ interface AuditFlags extends AdminClientFlags {
 export function auditCommand(): Command {
   return withAdminClientOptions(
     new Command("audit")
-      .option("--since <time>", "from this time (RFC 3339) or this long ago (1h, 30m)", timeFlag("--since"))
+      .option(
+        "--since <time>",
+        "from this time (RFC 3339) or this long ago (1h, 30m)",
+        timeFlag("--since"),
+      )
       .option("--until <time>", "before this time (RFC 3339) or this long ago", timeFlag("--until"))
       .option("--identity <spiffe-id>", "only records of this SPIFFE ID")
-      .addOption(new Option("--decision <decision>", "only allowed or only denied").choices(["allow", "deny"]))
-      .addOption(new Option("--kind <kind>", "only per-request decisions or only administrative actions").choices(["decision", "action"]))
-      .addOption(new Option("--limit <n>", "at most this many records").default(100).argParser(integerIn("--limit", 1, 100_000)))
+      .addOption(
+        new Option("--decision <decision>", "only allowed or only denied").choices([
+          "allow",
+          "deny",
+        ]),
+      )
+      .addOption(
+        new Option(
+          "--kind <kind>",
+          "only per-request decisions or only administrative actions",
+        ).choices(["decision", "action"]),
+      )
+      .addOption(
+        new Option("--limit <n>", "at most this many records")
+          .default(100)
+          .argParser(integerIn("--limit", 1, 100_000)),
+      )
       .option("--json", "one JSON record per line"),
   ).action(async (flags: AuditFlags) => {
     const { admin, close } = await openAdminClient(flags);
@@ -41,7 +59,8 @@ export function auditCommand(): Command {
           pageSize: Math.min(left, 1000),
           pageToken,
         });
-        for (const r of page.records.slice(0, left)) console.log(flags.json ? JSON.stringify(plain(r)) : line(r));
+        for (const r of page.records.slice(0, left))
+          console.log(flags.json ? JSON.stringify(plain(r)) : line(r));
         left -= page.records.length;
         pageToken = page.nextPageToken;
       } while (pageToken && left > 0);
@@ -62,7 +81,9 @@ function plain(r: AuditRecord): Record<string, unknown> {
     spiffeId: r.spiffeId || undefined,
     certificateSerial: r.certificateSerial || undefined,
     certificateSha256: r.certificateSha256 || undefined,
-    certificateNotAfter: r.certificateNotAfter ? timestampDate(r.certificateNotAfter).toISOString() : undefined,
+    certificateNotAfter: r.certificateNotAfter
+      ? timestampDate(r.certificateNotAfter).toISOString()
+      : undefined,
     remoteAddress: r.remoteAddress || undefined,
     action: r.action || undefined,
     target: r.target || undefined,
@@ -76,7 +97,12 @@ function plain(r: AuditRecord): Record<string, unknown> {
 function line(r: AuditRecord): string {
   const at = r.at ? timestampDate(r.at).toISOString() : "-";
   const what = r.kind === "action" ? `${r.action} ${r.target}` : r.route;
-  const who = r.spiffeId ? `${r.spiffeId}${r.certificateSerial ? ` (serial ${r.certificateSerial})` : ""}` : "(no certificate)";
-  const repeated = r.count > 1 ? ` (${r.count} times to ${r.lastAt ? timestampDate(r.lastAt).toISOString() : "-"})` : "";
+  const who = r.spiffeId
+    ? `${r.spiffeId}${r.certificateSerial ? ` (serial ${r.certificateSerial})` : ""}`
+    : "(no certificate)";
+  const repeated =
+    r.count > 1
+      ? ` (${r.count} times to ${r.lastAt ? timestampDate(r.lastAt).toISOString() : "-"})`
+      : "";
   return `${at}${repeated} ${r.decision.padEnd(5)} ${what} by ${who}${r.remoteAddress ? ` from ${r.remoteAddress}` : ""}: ${r.reason}`;
 }

@@ -16,31 +16,55 @@ export function caCommand(): Command {
   ca.command("init")
     .description("create a development CA and a server certificate in --dir (kept if they exist)")
     .addOption(pathOption("--dir <dir>", "where to write the PKI", "certs"))
-    .option("--trust-domain <td>", "SPIFFE trust domain the certificates will be used with", "forelead")
+    .option(
+      "--trust-domain <td>",
+      "SPIFFE trust domain the certificates will be used with",
+      "forelead",
+    )
     .option("--hosts <list>", "server certificate hosts, comma separated", defaultHosts.join(","))
     .option("--force", "replace an existing CA and server certificate")
     .action(async (opts: { dir: string; trustDomain: string; hosts: string; force?: boolean }) => {
       parseSpiffeId(`spiffe://${opts.trustDomain}`);
-      const hosts = opts.hosts.split(",").map((h) => h.trim()).filter(Boolean);
+      const hosts = opts.hosts
+        .split(",")
+        .map((h) => h.trim())
+        .filter(Boolean);
       const { paths, created } = await initDevPki(opts.dir, { hosts, force: opts.force ?? false });
-      console.log(created ? `wrote the development PKI to ${paths.dir} (CA ${paths.caCert}, server ${paths.serverCert} for ${hosts.join(", ")})` : `${paths.dir} already holds a development PKI; left unchanged (use --force to replace it)`);
+      console.log(
+        created
+          ? `wrote the development PKI to ${paths.dir} (CA ${paths.caCert}, server ${paths.serverCert} for ${hosts.join(", ")})`
+          : `${paths.dir} already holds a development PKI; left unchanged (use --force to replace it)`,
+      );
     });
   ca.command("issue")
-    .description("issue a client certificate for a SPIFFE ID, e.g. spiffe://forelead/runners/r1/workspaces/w1")
+    .description(
+      "issue a client certificate for a SPIFFE ID, e.g. spiffe://forelead/runners/r1/workspaces/w1",
+    )
     .addOption(pathOption("--dir <dir>", "the development PKI", "certs"))
     .requiredOption("--spiffe-id <id>", "the certificate's only URI SAN")
     .option("--ttl <duration>", "lifetime, e.g. 24h, 90m", "24h")
-    .addOption(pathOption("--out <prefix>", "writes PREFIX.pem and PREFIX-key.pem").makeOptionMandatory())
+    .addOption(
+      pathOption("--out <prefix>", "writes PREFIX.pem and PREFIX-key.pem").makeOptionMandatory(),
+    )
     .action(async (opts: { dir: string; spiffeId: string; ttl: string; out: string }) => {
       parseSpiffeId(opts.spiffeId);
       const lifetimeMs = parseDuration(opts.ttl);
       // Backdated by a minute for clock skew; the lifetime stays the one asked for, so it must be longer.
-      if (lifetimeMs <= backdateMs) throw new Error(`--ttl ${opts.ttl} is not longer than the ${backdateMs / 1000} s the certificate is backdated for clock skew: it would be expired when written; give at least 2m`);
+      if (lifetimeMs <= backdateMs)
+        throw new Error(
+          `--ttl ${opts.ttl} is not longer than the ${backdateMs / 1000} s the certificate is backdated for clock skew: it would be expired when written; give at least 2m`,
+        );
       const authority = await loadCertificateAuthority(opts.dir);
       const notBefore = new Date(Date.now() - backdateMs);
-      const issued = await issueClientCertificate(authority, { uris: [opts.spiffeId], notBefore, notAfter: new Date(notBefore.getTime() + lifetimeMs) });
+      const issued = await issueClientCertificate(authority, {
+        uris: [opts.spiffeId],
+        notBefore,
+        notAfter: new Date(notBefore.getTime() + lifetimeMs),
+      });
       const files = await writeIssued(opts.out, issued);
-      console.log(`wrote ${files.cert} and ${files.key} for ${opts.spiffeId}, valid until ${issued.notAfter.toISOString()}`);
+      console.log(
+        `wrote ${files.cert} and ${files.key} for ${opts.spiffeId}, valid until ${issued.notAfter.toISOString()}`,
+      );
     });
   return ca;
 }

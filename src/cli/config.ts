@@ -1,6 +1,14 @@
 import { dirname, resolve } from "node:path";
 import { Command, InvalidArgumentError, type Option } from "commander";
-import { configError, connectionKeys, readConfigFile, resolveConnection, withAdminClientOptions, type AdminClientFlags, type ConfigFile } from "./connection.js";
+import {
+  configError,
+  connectionKeys,
+  readConfigFile,
+  resolveConnection,
+  withAdminClientOptions,
+  type AdminClientFlags,
+  type ConfigFile,
+} from "./connection.js";
 import { formatTable } from "./doctor.js";
 
 interface ShowFlags extends AdminClientFlags {
@@ -8,20 +16,30 @@ interface ShowFlags extends AdminClientFlags {
 }
 
 /** `forelead config show`: the resolved connection and where each value came from. */
-export function configCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
+export function configCommand(
+  write: (text: string) => void = (t) => process.stdout.write(t),
+): Command {
   const config = new Command("config");
   withAdminClientOptions(
     config
       .command("show")
-      .description("print the connection the admin commands would use and where each value came from (flag, env, file, default); never a key's contents")
+      .description(
+        "print the connection the admin commands would use and where each value came from (flag, env, file, default); never a key's contents",
+      )
       .option("--json", "print it as JSON"),
   ).action(async (flags: ShowFlags) => {
     const resolved = await resolveConnection(flags);
     if (flags.json) {
-      write(`${JSON.stringify({ file: resolved.file ?? null, profile: resolved.profile ?? null, ...resolved.settings })}\n`);
+      write(
+        `${JSON.stringify({ file: resolved.file ?? null, profile: resolved.profile ?? null, ...resolved.settings })}\n`,
+      );
       return;
     }
-    const rows = connectionKeys.map((k) => [k, resolved.settings[k].value, resolved.settings[k].source]);
+    const rows = connectionKeys.map((k) => [
+      k,
+      resolved.settings[k].value,
+      resolved.settings[k].source,
+    ]);
     const lines = [
       `config file: ${resolved.file ?? "none (FORELEAD_CONFIG, ./forelead.toml, $XDG_CONFIG_HOME/forelead/config.toml)"}`,
       `profile: ${resolved.profile ? `${resolved.profile.value} (${resolved.profile.source})` : "none"}`,
@@ -46,11 +64,21 @@ const pathPlaceholder = /<[^>]*\b(file|dir)\b[^>]*>/;
 export async function applyServeConfig(command: Command, path: string): Promise<void> {
   const file = await readConfigFile(resolve(path));
   const table = file.data.serve;
-  if (table === undefined) throw new Error(`config file ${file.path}: no [serve] table; put serve's options there, e.g. listen = "0.0.0.0:8443"`);
-  if (typeof table !== "object" || table === null || Array.isArray(table)) throw configError(file, [], "serve", "must be a table of serve's options");
+  if (table === undefined)
+    throw new Error(
+      `config file ${file.path}: no [serve] table; put serve's options there, e.g. listen = "0.0.0.0:8443"`,
+    );
+  if (typeof table !== "object" || table === null || Array.isArray(table))
+    throw configError(file, [], "serve", "must be a table of serve's options");
   for (const [key, value] of Object.entries(table as Record<string, unknown>)) {
     const option = command.options.find((o) => o.long === `--${key}`);
-    if (!option || key === "config") throw configError(file, ["serve"], key, `not an option of forelead serve (keys are its flag names without "--": listen, database, secrets-key, grant, ...)`);
+    if (!option || key === "config")
+      throw configError(
+        file,
+        ["serve"],
+        key,
+        `not an option of forelead serve (keys are its flag names without "--": listen, database, secrets-key, grant, ...)`,
+      );
     const name = option.attributeName();
     if (command.getOptionValueSource(name) === "cli") continue; // the flag wins
     command.setOptionValueWithSource(name, optionValue(file, option, key, value), "config");
@@ -68,9 +96,11 @@ function optionValue(file: ConfigFile, option: Option, key: string, value: unkno
   if (Array.isArray(value) && !repeatable) throw fail("takes one value, not a list");
   let parsed: unknown = repeatable ? [] : undefined;
   for (const v of values) {
-    if (typeof v !== "string" && typeof v !== "number") throw fail("must be a string or a number" + (repeatable ? " (or a list of them)" : ""));
+    if (typeof v !== "string" && typeof v !== "number")
+      throw fail("must be a string or a number" + (repeatable ? " (or a list of them)" : ""));
     let text = String(v);
-    if (pathPlaceholder.test(option.flags) && !/^[a-z]+:\/\//i.test(text)) text = resolve(dirname(file.path), text);
+    if (pathPlaceholder.test(option.flags) && !/^[a-z]+:\/\//i.test(text))
+      text = resolve(dirname(file.path), text);
     try {
       parsed = option.parseArg ? option.parseArg(text, parsed) : text;
     } catch (err) {

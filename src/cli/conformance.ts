@@ -13,17 +13,40 @@ interface ConformanceFlags {
   leaseSeconds: number;
 }
 
-const placeholderHelp = Object.entries(placeholders).map(([name, env]) => `{${name}} (${env})`).join(", ");
+const placeholderHelp = Object.entries(placeholders)
+  .map(([name, env]) => `{${name}} (${env})`)
+  .join(", ");
 
 /** `forelead conformance`: the conformance kit for runners (docs/conformance.md). */
 export function conformanceCommand(): Command {
   return new Command("conformance")
-    .requiredOption("--runner-command <command>", `the runner's command line, run by sh -c; placeholders, also given as environment variables: ${placeholderHelp}`)
-    .addOption(new Option("--executor <kind>", "how the runner runs jobs: docker (jobs name --image, output in /output) or process (output in ./output)").choices(["docker", "process"]).default("process"))
+    .requiredOption(
+      "--runner-command <command>",
+      `the runner's command line, run by sh -c; placeholders, also given as environment variables: ${placeholderHelp}`,
+    )
+    .addOption(
+      new Option(
+        "--executor <kind>",
+        "how the runner runs jobs: docker (jobs name --image, output in /output) or process (output in ./output)",
+      )
+        .choices(["docker", "process"])
+        .default("process"),
+    )
     .option("--image <ref>", "the image docker jobs name", "busybox:latest")
-    .option("--json", "print one JSON object per row (row, result, reason, holds, seconds) instead of the table")
-    .addOption(new Option("--timeout <duration>", "the most one row waits for what it checks").default(60, "60s").argParser(secondsFlag("--timeout", { wholeSeconds: true })))
-    .addOption(new Option("--lease-seconds <n>", "the lease length of the throwaway control plane").default(5).argParser(integerIn("--lease-seconds", 2, 300)))
+    .option(
+      "--json",
+      "print one JSON object per row (row, result, reason, holds, seconds) instead of the table",
+    )
+    .addOption(
+      new Option("--timeout <duration>", "the most one row waits for what it checks")
+        .default(60, "60s")
+        .argParser(secondsFlag("--timeout", { wholeSeconds: true })),
+    )
+    .addOption(
+      new Option("--lease-seconds <n>", "the lease length of the throwaway control plane")
+        .default(5)
+        .argParser(integerIn("--lease-seconds", 2, 300)),
+    )
     .action(async (flags: ConformanceFlags) => {
       const results = await runConformance(
         {

@@ -67,15 +67,33 @@ export interface ResolvedConnection {
 /** Adds --server, --ca, --cert, --key and --profile to `command` (no commander defaults: unset flags fall through to env, file, defaults). */
 export function withAdminClientOptions(command: Command): Command {
   return command
-    .option("--server <url>", `the control plane (env FORELEAD_SERVER; default ${connectionDefaults.server})`)
-    .option("--ca <file>", `CA bundle for the server certificate, PEM (env FORELEAD_CA; default ${connectionDefaults.ca})`)
-    .option("--cert <file>", `client certificate of an identity granted a role, PEM (env FORELEAD_CERT; default ${connectionDefaults.cert})`)
-    .option("--key <file>", `its private key, PEM (env FORELEAD_KEY; default ${connectionDefaults.key})`)
-    .option("--profile <name>", "a profile of the config file (env FORELEAD_PROFILE; see forelead config show)");
+    .option(
+      "--server <url>",
+      `the control plane (env FORELEAD_SERVER; default ${connectionDefaults.server})`,
+    )
+    .option(
+      "--ca <file>",
+      `CA bundle for the server certificate, PEM (env FORELEAD_CA; default ${connectionDefaults.ca})`,
+    )
+    .option(
+      "--cert <file>",
+      `client certificate of an identity granted a role, PEM (env FORELEAD_CERT; default ${connectionDefaults.cert})`,
+    )
+    .option(
+      "--key <file>",
+      `its private key, PEM (env FORELEAD_KEY; default ${connectionDefaults.key})`,
+    )
+    .option(
+      "--profile <name>",
+      "a profile of the config file (env FORELEAD_PROFILE; see forelead config show)",
+    );
 }
 
 /** The config file to read: $FORELEAD_CONFIG (which must exist), else ./forelead.toml, else $XDG_CONFIG_HOME/forelead/config.toml; undefined when none exists. */
-export function configFilePath(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): string | undefined {
+export function configFilePath(
+  env: NodeJS.ProcessEnv = process.env,
+  cwd = process.cwd(),
+): string | undefined {
   if (env.FORELEAD_CONFIG) return resolve(cwd, env.FORELEAD_CONFIG);
   const local = join(cwd, "forelead.toml");
   if (existsSync(local)) return local;
@@ -97,7 +115,9 @@ export async function readConfigFile(path: string): Promise<ConfigFile> {
   try {
     text = await readFile(path, "utf8");
   } catch (err) {
-    throw new Error(`config file ${path}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})${process.env.FORELEAD_CONFIG ? "; FORELEAD_CONFIG names it" : ""}`);
+    throw new Error(
+      `config file ${path}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})${process.env.FORELEAD_CONFIG ? "; FORELEAD_CONFIG names it" : ""}`,
+    );
   }
   let data: unknown;
   if (path.endsWith(".json")) {
@@ -106,22 +126,33 @@ export async function readConfigFile(path: string): Promise<ConfigFile> {
     } catch (err) {
       const at = /position (\d+)/.exec((err as Error).message);
       const line = at ? text.slice(0, Number(at[1])).split("\n").length : undefined;
-      throw new Error(`config file ${path}${line ? `:${line}` : ""}: not valid JSON: ${(err as Error).message}`);
+      throw new Error(
+        `config file ${path}${line ? `:${line}` : ""}: not valid JSON: ${(err as Error).message}`,
+      );
     }
   } else {
     try {
       data = parseToml(text);
     } catch (err) {
-      if (err instanceof TomlError) throw new Error(`config file ${path}:${err.line}:${err.column}: not valid TOML: ${err.message.split("\n")[0]}`);
+      if (err instanceof TomlError)
+        throw new Error(
+          `config file ${path}:${err.line}:${err.column}: not valid TOML: ${err.message.split("\n")[0]}`,
+        );
       throw err;
     }
   }
-  if (!isTable(data)) throw new Error(`config file ${path}: the top level must be a table (an object)`);
+  if (!isTable(data))
+    throw new Error(`config file ${path}: the top level must be a table (an object)`);
   return { path, text, data };
 }
 
 /** A `problem` with key `key` of table `table` ([] for the top, ["profiles", "prod"]), naming the file, the line and the key. */
-export function configError(file: ConfigFile, table: readonly string[], key: string, problem: string): Error {
+export function configError(
+  file: ConfigFile,
+  table: readonly string[],
+  key: string,
+  problem: string,
+): Error {
   const line = lineOf(file, table, key);
   const name = [...table, key].join(".");
   return new Error(`config file ${file.path}${line ? `:${line}` : ""}: key ${name}: ${problem}`);
@@ -138,30 +169,57 @@ function lineOf(file: ConfigFile, table: readonly string[], key: string): number
     const at = lines.findIndex((l) => header.test(l));
     if (at >= 0) from = at + 1;
   }
-  const pattern = json ? new RegExp(`"${esc(key)}"\\s*:`) : new RegExp(`^\\s*(${table.map(esc).join("\\.")}${table.length ? "\\." : ""})?"?${esc(key)}"?\\s*=`);
+  const pattern = json
+    ? new RegExp(`"${esc(key)}"\\s*:`)
+    : new RegExp(
+        `^\\s*(${table.map(esc).join("\\.")}${table.length ? "\\." : ""})?"?${esc(key)}"?\\s*=`,
+      );
   for (let i = from; i < lines.length; i++) if (pattern.test(lines[i]!)) return i + 1;
   return undefined;
 }
 
 function isTable(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date);
+  return (
+    typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date)
+  );
 }
 
 const topKeys = new Set(["profile", "profiles", "serve"]);
 
 /** The connection settings of `profile` in `file`; every profile is checked (only known keys, non-empty strings), and paths resolve against the file's directory. */
-function profileSettings(file: ConfigFile, profile: string): Partial<Record<ConnectionKey, string>> | undefined {
-  for (const key of Object.keys(file.data)) if (!topKeys.has(key)) throw configError(file, [], key, `unknown key; the top level takes profile = "NAME", [profiles.NAME] tables (${connectionKeys.join(", ")}) and a [serve] table`);
+function profileSettings(
+  file: ConfigFile,
+  profile: string,
+): Partial<Record<ConnectionKey, string>> | undefined {
+  for (const key of Object.keys(file.data))
+    if (!topKeys.has(key))
+      throw configError(
+        file,
+        [],
+        key,
+        `unknown key; the top level takes profile = "NAME", [profiles.NAME] tables (${connectionKeys.join(", ")}) and a [serve] table`,
+      );
   const profiles = file.data.profiles ?? {};
-  if (!isTable(profiles)) throw configError(file, [], "profiles", "must be a table of profiles, e.g. [profiles.prod]");
+  if (!isTable(profiles))
+    throw configError(file, [], "profiles", "must be a table of profiles, e.g. [profiles.prod]");
   const all = new Map<string, Partial<Record<ConnectionKey, string>>>();
   for (const [name, table] of Object.entries(profiles)) {
-    if (!isTable(table)) throw configError(file, ["profiles"], name, "must be a table with server, ca, cert and key");
+    if (!isTable(table))
+      throw configError(file, ["profiles"], name, "must be a table with server, ca, cert and key");
     const settings: Partial<Record<ConnectionKey, string>> = {};
     for (const [key, value] of Object.entries(table)) {
-      if (!(connectionKeys as readonly string[]).includes(key)) throw configError(file, ["profiles", name], key, `unknown key; a profile takes ${connectionKeys.join(", ")}`);
-      if (typeof value !== "string" || value === "") throw configError(file, ["profiles", name], key, "must be a non-empty string");
-      settings[key as ConnectionKey] = pathKeys.has(key) ? resolve(dirname(file.path), value) : value;
+      if (!(connectionKeys as readonly string[]).includes(key))
+        throw configError(
+          file,
+          ["profiles", name],
+          key,
+          `unknown key; a profile takes ${connectionKeys.join(", ")}`,
+        );
+      if (typeof value !== "string" || value === "")
+        throw configError(file, ["profiles", name], key, "must be a non-empty string");
+      settings[key as ConnectionKey] = pathKeys.has(key)
+        ? resolve(dirname(file.path), value)
+        : value;
     }
     all.set(name, settings);
   }
@@ -169,14 +227,19 @@ function profileSettings(file: ConfigFile, profile: string): Partial<Record<Conn
 }
 
 /** Resolves the connection from `flags`, `env` and the config file: flag > env > file > defaults. */
-export async function resolveConnection(flags: AdminClientFlags, env: NodeJS.ProcessEnv = process.env): Promise<ResolvedConnection> {
+export async function resolveConnection(
+  flags: AdminClientFlags,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<ResolvedConnection> {
   const path = configFilePath(env);
   const file = path ? await readConfigFile(path) : undefined;
   let profile: Resolved | undefined;
   if (flags.profile) profile = { value: flags.profile, source: "flag --profile" };
-  else if (env.FORELEAD_PROFILE) profile = { value: env.FORELEAD_PROFILE, source: "env FORELEAD_PROFILE" };
+  else if (env.FORELEAD_PROFILE)
+    profile = { value: env.FORELEAD_PROFILE, source: "env FORELEAD_PROFILE" };
   else if (file && file.data.profile !== undefined) {
-    if (typeof file.data.profile !== "string") throw configError(file, [], "profile", "must be a string naming a [profiles.NAME] table");
+    if (typeof file.data.profile !== "string")
+      throw configError(file, [], "profile", "must be a string naming a [profiles.NAME] table");
     profile = { value: file.data.profile, source: `file ${file.path}` };
   }
   let fromFile: Partial<Record<ConnectionKey, string>> = {};
@@ -185,12 +248,16 @@ export async function resolveConnection(flags: AdminClientFlags, env: NodeJS.Pro
     const found = profileSettings(file, name);
     if (!found && profile) {
       const known = Object.keys(isTable(file.data.profiles) ? file.data.profiles : {});
-      throw new Error(`profile ${JSON.stringify(name)} (${profile.source}) is not in config file ${file.path}; it has ${known.length ? known.join(", ") : "no profiles"}`);
+      throw new Error(
+        `profile ${JSON.stringify(name)} (${profile.source}) is not in config file ${file.path}; it has ${known.length ? known.join(", ") : "no profiles"}`,
+      );
     }
     fromFile = found ?? {};
     if (found && !profile) profile = { value: "default", source: `file ${file.path}` };
   } else if (profile) {
-    throw new Error(`profile ${JSON.stringify(profile.value)} (${profile.source}) needs a config file, and none was found: set FORELEAD_CONFIG, or write ./forelead.toml or ${join(env.XDG_CONFIG_HOME || "~/.config", "forelead", "config.toml")}`);
+    throw new Error(
+      `profile ${JSON.stringify(profile.value)} (${profile.source}) needs a config file, and none was found: set FORELEAD_CONFIG, or write ./forelead.toml or ${join(env.XDG_CONFIG_HOME || "~/.config", "forelead", "config.toml")}`,
+    );
   }
   const settings = {} as Record<ConnectionKey, Resolved>;
   for (const key of connectionKeys) {
@@ -234,10 +301,17 @@ export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint
   try {
     url = new URL(server.value);
   } catch {
-    throw new Error(`server ${JSON.stringify(server.value)} (${server.source}) is not a URL; e.g. https://127.0.0.1:8443`);
+    throw new Error(
+      `server ${JSON.stringify(server.value)} (${server.source}) is not a URL; e.g. https://127.0.0.1:8443`,
+    );
   }
-  if (url.protocol !== "https:") throw new Error(`server (${server.source}) must be an https:// URL; got ${server.value}`);
-  const [ca, cert, key] = await Promise.all([readSetting(settings.ca, "ca"), readSetting(settings.cert, "cert"), readSetting(settings.key, "key")]);
+  if (url.protocol !== "https:")
+    throw new Error(`server (${server.source}) must be an https:// URL; got ${server.value}`);
+  const [ca, cert, key] = await Promise.all([
+    readSetting(settings.ca, "ca"),
+    readSetting(settings.cert, "cert"),
+    readSetting(settings.key, "key"),
+  ]);
   return { baseUrl: url.toString().replace(/\/$/, ""), ca, cert, key };
 }
 
@@ -245,16 +319,29 @@ export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint
  * Opens a client of `service` from the resolved connection: Connect protocol
  * (binary) over HTTP/2 + TLS with the client certificate.
  */
-export async function connect<S extends DescService>(flags: AdminClientFlags, service: S): Promise<Connection<S>> {
+export async function connect<S extends DescService>(
+  flags: AdminClientFlags,
+  service: S,
+): Promise<Connection<S>> {
   const { baseUrl, ca, cert, key } = await resolveEndpoint(flags);
   const nodeOptions = { ca, cert, key };
   const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
-  const transport = createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, nodeOptions, sessionManager });
+  const transport = createConnectTransport({
+    baseUrl,
+    httpVersion: "2",
+    useBinaryFormat: true,
+    nodeOptions,
+    sessionManager,
+  });
   return { client: createClient(service, transport), close: () => sessionManager.abort() };
 }
 
 /** Runs `use` with a client of `service`, closing the connection afterwards so the process can exit. */
-export async function withService<S extends DescService, T>(flags: AdminClientFlags, service: S, use: (client: Client<S>) => Promise<T>): Promise<T> {
+export async function withService<S extends DescService, T>(
+  flags: AdminClientFlags,
+  service: S,
+  use: (client: Client<S>) => Promise<T>,
+): Promise<T> {
   const { client, close } = await connect(flags, service);
   try {
     return await use(client);
@@ -264,17 +351,24 @@ export async function withService<S extends DescService, T>(flags: AdminClientFl
 }
 
 /** A client of `service` whose connection closes when the process exits (for one-call commands). */
-export async function serviceClientFromFlags<S extends DescService>(flags: AdminClientFlags, service: S): Promise<Client<S>> {
+export async function serviceClientFromFlags<S extends DescService>(
+  flags: AdminClientFlags,
+  service: S,
+): Promise<Client<S>> {
   return (await connect(flags, service)).client;
 }
 
 /** The AdminService client, as serviceClientFromFlags. */
-export async function adminClientFromFlags(flags: AdminClientFlags): Promise<Client<typeof AdminService>> {
+export async function adminClientFromFlags(
+  flags: AdminClientFlags,
+): Promise<Client<typeof AdminService>> {
   return serviceClientFromFlags(flags, AdminService);
 }
 
 /** The AdminService client with a close, as connect. */
-export async function openAdminClient(flags: AdminClientFlags): Promise<{ admin: Client<typeof AdminService>; close(): void }> {
+export async function openAdminClient(
+  flags: AdminClientFlags,
+): Promise<{ admin: Client<typeof AdminService>; close(): void }> {
   const { client, close } = await connect(flags, AdminService);
   return { admin: client, close };
 }
@@ -283,6 +377,8 @@ async function readSetting(setting: Resolved, name: string): Promise<string> {
   try {
     return await readFile(setting.value, "utf8");
   } catch (err) {
-    throw new Error(`cannot read --${name} ${setting.value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message} (${setting.source})`);
+    throw new Error(
+      `cannot read --${name} ${setting.value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message} (${setting.source})`,
+    );
   }
 }

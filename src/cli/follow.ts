@@ -2,7 +2,15 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /** Refusals a reconnect cannot cure: the request itself or the identity is wrong. */
-const final = new Set([Code.InvalidArgument, Code.PermissionDenied, Code.Unauthenticated, Code.NotFound, Code.FailedPrecondition, Code.Unimplemented, Code.OutOfRange]);
+const final = new Set([
+  Code.InvalidArgument,
+  Code.PermissionDenied,
+  Code.Unauthenticated,
+  Code.NotFound,
+  Code.FailedPrecondition,
+  Code.Unimplemented,
+  Code.OutOfRange,
+]);
 
 /** How a follower reads a server stream that it can resume from a cursor (an event id, a log position). */
 export interface Resumable<T, C> {

@@ -17,15 +17,35 @@ export function grantsCommand(): Command {
   withAdminClientOptions(
     grants
       .command("create")
-      .description("create a single-use enrollment grant; the grant alone goes to stdout (or --out FILE, mode 0600), details to stderr")
+      .description(
+        "create a single-use enrollment grant; the grant alone goes to stdout (or --out FILE, mode 0600), details to stderr",
+      )
       .requiredOption("--workspace <id>", "the workspace the runner will belong to")
-      .option("--runner-id <id>", "allow only this runner id (default: any runner id in the workspace)")
-      .addOption(new Option("--expires-in <duration>", "how long the grant can be used, e.g. 600s, 30m (at most 24h)").default(600, "600s").argParser(secondsFlag("--expires-in")))
-      .option("--out <file>", "write the grant to this file (mode 0600, replaced atomically) instead of stdout, for runner enroll --grant-file"),
+      .option(
+        "--runner-id <id>",
+        "allow only this runner id (default: any runner id in the workspace)",
+      )
+      .addOption(
+        new Option(
+          "--expires-in <duration>",
+          "how long the grant can be used, e.g. 600s, 30m (at most 24h)",
+        )
+          .default(600, "600s")
+          .argParser(secondsFlag("--expires-in")),
+      )
+      .option(
+        "--out <file>",
+        "write the grant to this file (mode 0600, replaced atomically) instead of stdout, for runner enroll --grant-file",
+      ),
   ).action(async (flags: GrantsCreateFlags) => {
     const { admin, close } = await openAdminClient(flags);
     try {
-      const reply = await admin.createEnrollmentGrant({ apiVersion: "v1", workspaceId: flags.workspace, runnerId: flags.runnerId ?? "", expiresInSeconds: flags.expiresIn });
+      const reply = await admin.createEnrollmentGrant({
+        apiVersion: "v1",
+        workspaceId: flags.workspace,
+        runnerId: flags.runnerId ?? "",
+        expiresInSeconds: flags.expiresIn,
+      });
       const until = reply.expiresAt ? timestampDate(reply.expiresAt).toISOString() : "?";
       const what = `grant ${reply.grantId} for workspace "${reply.workspaceId}", ${reply.runnerId ? `runner "${reply.runnerId}"` : "any runner id"}; single use, expires at ${until}.`;
       if (flags.out) {

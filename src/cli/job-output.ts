@@ -1,7 +1,13 @@
 import { toJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { Client } from "@connectrpc/connect";
-import { GetJobEventsResponseSchema, GetJobLogsResponseSchema, type AdminService, type GetJobEventsResponse, type GetJobLogsResponse } from "../../gen/forelead/admin/v1/admin_pb.js";
+import {
+  GetJobEventsResponseSchema,
+  GetJobLogsResponseSchema,
+  type AdminService,
+  type GetJobEventsResponse,
+  type GetJobLogsResponse,
+} from "../../gen/forelead/admin/v1/admin_pb.js";
 import { logEntryText } from "../protocol/log-text.js";
 import { followResuming } from "./follow.js";
 
@@ -29,12 +35,24 @@ const pageSize = 1000;
  * across dropped connections and control-plane restarts (the request is
  * made again with after = the last entry's position).
  */
-export async function readJobStream(admin: Client<typeof AdminService>, stream: JobStream, options: JobStreamOptions, onEntry: (entry: Entry) => void): Promise<void> {
-  const request = (after: string) => ({ jobId: options.jobId, attempt: options.attempt ?? 0, after, follow: options.follow, pageSize: options.follow ? 0 : pageSize });
-  const open = (after: string): AsyncIterable<Entry> => (stream === "logs" ? admin.getJobLogs(request(after)) : admin.getJobEvents(request(after)));
+export async function readJobStream(
+  admin: Client<typeof AdminService>,
+  stream: JobStream,
+  options: JobStreamOptions,
+  onEntry: (entry: Entry) => void,
+): Promise<void> {
+  const request = (after: string) => ({
+    jobId: options.jobId,
+    attempt: options.attempt ?? 0,
+    after,
+    follow: options.follow,
+    pageSize: options.follow ? 0 : pageSize,
+  });
+  const open = (after: string): AsyncIterable<Entry> =>
+    stream === "logs" ? admin.getJobLogs(request(after)) : admin.getJobEvents(request(after));
   if (!options.follow) {
     let after = "";
-    for (let n = pageSize; n === pageSize; ) {
+    for (let n = pageSize; n === pageSize;) {
       n = 0;
       for await (const entry of open(after)) {
         n++;
@@ -50,7 +68,8 @@ export async function readJobStream(admin: Client<typeof AdminService>, stream: 
     cursorOf: (e) => e.position,
     onItem: onEntry,
     onEnd: "done",
-    describe: (position) => (position ? `resuming after position ${position}` : "resuming from the start"),
+    describe: (position) =>
+      position ? `resuming after position ${position}` : "resuming from the start",
     name: `${stream} of job ${options.jobId}`,
     warn: options.warn,
   });
@@ -58,9 +77,13 @@ export async function readJobStream(admin: Client<typeof AdminService>, stream: 
 
 /** An entry as `forelead jobs logs|events` prints it: the log's plain text, an event as a line, or proto3 JSON. */
 export function formatEntry(stream: JobStream, entry: Entry, json: boolean): string {
-  if (json) return `${entry.$typeName === "forelead.admin.v1.GetJobLogsResponse" ? toJsonString(GetJobLogsResponseSchema, entry) : toJsonString(GetJobEventsResponseSchema, entry)}\n`;
+  if (json)
+    return `${entry.$typeName === "forelead.admin.v1.GetJobLogsResponse" ? toJsonString(GetJobLogsResponseSchema, entry) : toJsonString(GetJobEventsResponseSchema, entry)}\n`;
   const data = entry.data ? (toJson(ValueSchema, entry.data) as JsonValue) : null;
   if (stream === "logs") return logEntryText(data);
-  const type = data && typeof data === "object" && !Array.isArray(data) && typeof data["type"] === "string" ? data["type"] : "-";
+  const type =
+    data && typeof data === "object" && !Array.isArray(data) && typeof data["type"] === "string"
+      ? data["type"]
+      : "-";
   return `attempt ${entry.attempt}  #${entry.sequence}  ${entry.receivedAt ? timestampDate(entry.receivedAt).toISOString() : "-"}  ${type}  ${JSON.stringify(data)}\n`;
 }

@@ -1,7 +1,11 @@
 import { readFile } from "node:fs/promises";
 import { Command, Option } from "commander";
 import { toJsonString } from "@bufbuild/protobuf";
-import { AdminService, EnqueueJobResponseSchema, GetJobResponseSchema } from "../../gen/forelead/admin/v1/admin_pb.js";
+import {
+  AdminService,
+  EnqueueJobResponseSchema,
+  GetJobResponseSchema,
+} from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
 import { secondsFlag } from "./admin-flags.js";
 import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
@@ -33,30 +37,95 @@ interface EnqueueFlags extends AdminClientFlags {
 export const cancelledExitCode = 130;
 
 /** `forelead jobs enqueue`: EnqueueJob, and with --wait the job's log live and its exit code. */
-export function enqueueCommand(write: (text: string) => void = (t) => process.stdout.write(t), warn: (text: string) => void = (t) => process.stderr.write(t)): Command {
+export function enqueueCommand(
+  write: (text: string) => void = (t) => process.stdout.write(t),
+  warn: (text: string) => void = (t) => process.stderr.write(t),
+): Command {
   return withAdminClientOptions(
     new Command("enqueue")
-      .description("enqueue a job (argv after --), or with --batch FILE many in one request; with --wait print its log as it runs and exit with its exit code")
-      .argument("[argv...]", "the command the job runs, after --: forelead jobs enqueue --workspace w1 -- make test")
-      .option("--workspace <id>", "the job's workspace (required without --batch; with it, the default of the file's jobs)")
-      .option("--batch <file>", "enqueue the jobs of FILE in one request, all or nothing: EnqueueJob requests (proto3 JSON) one a line or as a JSON array, \"-\" for stdin; the flags given are every job's defaults")
-      .option("--label <label>", "a runner label the job needs (repeatable: all of them)", collect, [] as string[])
+      .description(
+        "enqueue a job (argv after --), or with --batch FILE many in one request; with --wait print its log as it runs and exit with its exit code",
+      )
+      .argument(
+        "[argv...]",
+        "the command the job runs, after --: forelead jobs enqueue --workspace w1 -- make test",
+      )
+      .option(
+        "--workspace <id>",
+        "the job's workspace (required without --batch; with it, the default of the file's jobs)",
+      )
+      .option(
+        "--batch <file>",
+        'enqueue the jobs of FILE in one request, all or nothing: EnqueueJob requests (proto3 JSON) one a line or as a JSON array, "-" for stdin; the flags given are every job\'s defaults',
+      )
+      .option(
+        "--label <label>",
+        "a runner label the job needs (repeatable: all of them)",
+        collect,
+        [] as string[],
+      )
       .option("--image <image>", "the container image (the docker executor runs argv in it)")
-      .option("--env <KEY=VALUE>", "an environment variable of the job (repeatable); not for credentials: use --secrets-file", collect, [] as string[])
-      .option("--secrets-file <file>", "credentials for the job's environment: KEY=VALUE lines (# comments) or a JSON object; stored encrypted, never printed")
-      .option("--secret-file <NAME=PATH>", "a secret delivered to the job as the file NAME, with the content of PATH (repeatable)", collect, [] as string[])
-      .addOption(new Option("--timeout <duration>", "how long the job may run, e.g. 10m, 2h (default: the server's --default-job-timeout)").argParser(secondsFlag("--timeout", { wholeSeconds: true })))
-      .addOption(new Option("--priority <n>", "higher runs first; ties go to the oldest").argParser(integerIn("--priority", -1_000_000, 1_000_000)))
-      .addOption(new Option("--max-attempts <n>", "claims allowed before the job fails (default 3)").argParser(integerIn("--max-attempts", 1, 100)))
-      .option("--idempotency-key <key>", "the same key in the same workspace returns the same job instead of a new one")
+      .option(
+        "--env <KEY=VALUE>",
+        "an environment variable of the job (repeatable); not for credentials: use --secrets-file",
+        collect,
+        [] as string[],
+      )
+      .option(
+        "--secrets-file <file>",
+        "credentials for the job's environment: KEY=VALUE lines (# comments) or a JSON object; stored encrypted, never printed",
+      )
+      .option(
+        "--secret-file <NAME=PATH>",
+        "a secret delivered to the job as the file NAME, with the content of PATH (repeatable)",
+        collect,
+        [] as string[],
+      )
+      .addOption(
+        new Option(
+          "--timeout <duration>",
+          "how long the job may run, e.g. 10m, 2h (default: the server's --default-job-timeout)",
+        ).argParser(secondsFlag("--timeout", { wholeSeconds: true })),
+      )
+      .addOption(
+        new Option("--priority <n>", "higher runs first; ties go to the oldest").argParser(
+          integerIn("--priority", -1_000_000, 1_000_000),
+        ),
+      )
+      .addOption(
+        new Option(
+          "--max-attempts <n>",
+          "claims allowed before the job fails (default 3)",
+        ).argParser(integerIn("--max-attempts", 1, 100)),
+      )
+      .option(
+        "--idempotency-key <key>",
+        "the same key in the same workspace returns the same job instead of a new one",
+      )
       .option("--repository <name>", "a registered repository: the job runs in its checkout")
       .option("--branch <branch>", "the repository's branch (default: its default branch)")
-      .addOption(new Option("--kind <kind>", "the job's kind (default: checkout with --repository, else command)").choices(["command", "checkout", "agent"]))
-      .option("--wait", `follow the job until it settles, printing its log, and exit with its exit code (failed without one: 1; cancelled: ${cancelledExitCode})`)
-      .option("--json", "print the enqueue reply as proto3 JSON (with --wait: the settled job, the log on stderr)"),
+      .addOption(
+        new Option(
+          "--kind <kind>",
+          "the job's kind (default: checkout with --repository, else command)",
+        ).choices(["command", "checkout", "agent"]),
+      )
+      .option(
+        "--wait",
+        `follow the job until it settles, printing its log, and exit with its exit code (failed without one: 1; cancelled: ${cancelledExitCode})`,
+      )
+      .option(
+        "--json",
+        "print the enqueue reply as proto3 JSON (with --wait: the settled job, the log on stderr)",
+      ),
   ).action(async (argv: string[], flags: EnqueueFlags, command: Command) => {
-    if (!flags.workspace && flags.batch === undefined) command.error("error: required option '--workspace <id>' not specified");
-    const [env, secrets, secretFiles] = await Promise.all([Promise.resolve(keyValues(flags.env, "--env")), readSecretsFile(flags.secretsFile), readSecretFiles(flags.secretFile)]);
+    if (!flags.workspace && flags.batch === undefined)
+      command.error("error: required option '--workspace <id>' not specified");
+    const [env, secrets, secretFiles] = await Promise.all([
+      Promise.resolve(keyValues(flags.env, "--env")),
+      readSecretsFile(flags.secretsFile),
+      readSecretFiles(flags.secretFile),
+    ]);
     const request = {
       apiVersion: "v1",
       workspaceId: flags.workspace ?? "",
@@ -72,8 +141,12 @@ export function enqueueCommand(write: (text: string) => void = (t) => process.st
       secretFiles,
     };
     if (flags.batch !== undefined) {
-      if (flags.wait) command.error("error: --wait follows one job; it does not apply with --batch");
-      if (flags.idempotencyKey) command.error("error: --idempotency-key names one job; with --batch give each job its own idempotencyKey in the file");
+      if (flags.wait)
+        command.error("error: --wait follows one job; it does not apply with --batch");
+      if (flags.idempotencyKey)
+        command.error(
+          "error: --idempotency-key names one job; with --batch give each job its own idempotencyKey in the file",
+        );
       return enqueueBatch(flags.batch, request, flags, write);
     }
     await withService(flags, AdminService, async (admin) => {
@@ -83,11 +156,17 @@ export function enqueueCommand(write: (text: string) => void = (t) => process.st
       // Running already: leased in the enqueue to a runner that was waiting (the direct handoff).
       const where = `${job.state === "running" && job.runnerId ? ` on runner ${job.runnerId}` : ""} in workspace ${job.workspaceId}`;
       if (!flags.wait) {
-        write(flags.json ? `${toJsonString(EnqueueJobResponseSchema, reply)}\n` : `job ${job.id} ${job.state}${where}${job.waiting?.message ? `: waiting: ${job.waiting.message}` : ""}\n`);
+        write(
+          flags.json
+            ? `${toJsonString(EnqueueJobResponseSchema, reply)}\n`
+            : `job ${job.id} ${job.state}${where}${job.waiting?.message ? `: waiting: ${job.waiting.message}` : ""}\n`,
+        );
         return;
       }
       warn(`forelead: job ${job.id} ${job.state}${where}\n`);
-      const status = statusLine(`job ${job.id} ${job.state}${job.waiting?.message ? `: ${job.waiting.message}` : ""}`);
+      const status = statusLine(
+        `job ${job.id} ${job.state}${job.waiting?.message ? `: ${job.waiting.message}` : ""}`,
+      );
       const log = flags.json ? warn : write;
       try {
         await readJobStream(admin, "logs", { jobId: job.id, follow: true, warn }, (entry) => {
@@ -101,7 +180,9 @@ export function enqueueCommand(write: (text: string) => void = (t) => process.st
       const settled = final.job!;
       if (flags.json) write(`${toJsonString(GetJobResponseSchema, final)}\n`);
       const code = jobExitCode(settled);
-      warn(`forelead: job ${settled.id} ${settled.state}${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}${outcomeReason(settled)}\n`);
+      warn(
+        `forelead: job ${settled.id} ${settled.state}${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}${outcomeReason(settled)}\n`,
+      );
       process.exitCode = code;
     });
   });
@@ -116,8 +197,10 @@ export function jobExitCode(job: Job): number {
 
 /** Why a job did not succeed, for the last line: its error or the control plane's failure. */
 export function outcomeReason(job: Job): string {
-  if (job.error?.code) return `: ${job.error.code}${job.error.message ? ` (${job.error.message})` : ""}`;
-  if (job.failure?.reason) return `: ${job.failure.reason}${job.failure.message ? ` (${job.failure.message})` : ""}`;
+  if (job.error?.code)
+    return `: ${job.error.code}${job.error.message ? ` (${job.error.message})` : ""}`;
+  if (job.failure?.reason)
+    return `: ${job.failure.reason}${job.failure.message ? ` (${job.failure.message})` : ""}`;
   return "";
 }
 
@@ -126,7 +209,10 @@ function keyValues(values: readonly string[], flag: string): Record<string, stri
   const map: Record<string, string> = {};
   for (const v of values) {
     const eq = v.indexOf("=");
-    if (eq <= 0) throw new Error(`${flag} takes KEY=VALUE; got one without a key or an "=" (${JSON.stringify(v.slice(0, Math.max(0, eq)) || "(empty key)")})`);
+    if (eq <= 0)
+      throw new Error(
+        `${flag} takes KEY=VALUE; got one without a key or an "=" (${JSON.stringify(v.slice(0, Math.max(0, eq)) || "(empty key)")})`,
+      );
     map[v.slice(0, eq)] = v.slice(eq + 1);
   }
   return map;
@@ -147,11 +233,16 @@ export async function readSecretsFile(file: string | undefined): Promise<Record<
     try {
       data = JSON.parse(text);
     } catch {
-      throw new Error(`--secrets-file ${file}: starts with "{" but is not valid JSON (an object of names to string values)`);
+      throw new Error(
+        `--secrets-file ${file}: starts with "{" but is not valid JSON (an object of names to string values)`,
+      );
     }
     const map: Record<string, string> = {};
     for (const [key, value] of Object.entries(data as Record<string, unknown>)) {
-      if (typeof value !== "string") throw new Error(`--secrets-file ${file}: the value of ${JSON.stringify(key)} is not a string`);
+      if (typeof value !== "string")
+        throw new Error(
+          `--secrets-file ${file}: the value of ${JSON.stringify(key)} is not a string`,
+        );
       map[key] = value;
     }
     return map;

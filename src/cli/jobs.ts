@@ -5,7 +5,13 @@ import { Command, Option } from "commander";
 import type { Client } from "@connectrpc/connect";
 import { toJsonString } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { AdminService, CancelJobResponseSchema, GetJobResponseSchema, ListJobsResponseSchema, type ListJobsResponse } from "../../gen/forelead/admin/v1/admin_pb.js";
+import {
+  AdminService,
+  CancelJobResponseSchema,
+  GetJobResponseSchema,
+  ListJobsResponseSchema,
+  type ListJobsResponse,
+} from "../../gen/forelead/admin/v1/admin_pb.js";
 import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
 import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
@@ -44,34 +50,60 @@ interface DownloadFlags extends ConnectionFlags {
 }
 
 /** `forelead jobs ...`: an admin identity reading jobs' results. */
-export function jobsCommand(write: (text: string) => void = (t) => process.stdout.write(t), warn: (text: string) => void = (t) => process.stderr.write(t)): Command {
+export function jobsCommand(
+  write: (text: string) => void = (t) => process.stdout.write(t),
+  warn: (text: string) => void = (t) => process.stderr.write(t),
+): Command {
   const jobs = new Command("jobs");
   jobs.addCommand(enqueueCommand(write, warn));
-  withAdminClientOptions(jobs.command("get").description("one job: state, attempts, runner, exit code, error, why it waits").argument("<job>", "job id").option("--json", "print the reply as proto3 JSON")).action(
-    async (jobId: string, flags: JsonFlags) => {
-      await withAdmin(flags, async (admin) => {
-        const reply = await admin.getJob({ jobId });
-        write(flags.json ? `${toJsonString(GetJobResponseSchema, reply)}\n` : formatJob(reply.job!));
-      });
-    },
-  );
   withAdminClientOptions(
-    jobs.command("cancel").description("cancel a job: at once when queued, through its runner when running").argument("<job>", "job id").option("--json", "print the reply as proto3 JSON"),
+    jobs
+      .command("get")
+      .description("one job: state, attempts, runner, exit code, error, why it waits")
+      .argument("<job>", "job id")
+      .option("--json", "print the reply as proto3 JSON"),
+  ).action(async (jobId: string, flags: JsonFlags) => {
+    await withAdmin(flags, async (admin) => {
+      const reply = await admin.getJob({ jobId });
+      write(flags.json ? `${toJsonString(GetJobResponseSchema, reply)}\n` : formatJob(reply.job!));
+    });
+  });
+  withAdminClientOptions(
+    jobs
+      .command("cancel")
+      .description("cancel a job: at once when queued, through its runner when running")
+      .argument("<job>", "job id")
+      .option("--json", "print the reply as proto3 JSON"),
   ).action(async (jobId: string, flags: JsonFlags) => {
     await withAdmin(flags, async (admin) => {
       const reply = await admin.cancelJob({ apiVersion: "v1", jobId });
       const job = reply.job!;
-      write(flags.json ? `${toJsonString(CancelJobResponseSchema, reply)}\n` : `job ${job.id} ${job.state === "running" && job.cancelRequested ? "running: cancel requested, its runner stops it" : job.state}\n`);
+      write(
+        flags.json
+          ? `${toJsonString(CancelJobResponseSchema, reply)}\n`
+          : `job ${job.id} ${job.state === "running" && job.cancelRequested ? "running: cancel requested, its runner stops it" : job.state}\n`,
+      );
     });
   });
   for (const stream of ["logs", "events"] as const) {
     withAdminClientOptions(
       jobs
         .command(stream)
-        .description(stream === "logs" ? "a job's log as plain text, in order across attempts; --follow: live until the job settles, resuming after a dropped connection" : "a job's events (runner-reported), in order across attempts; --follow: live until the job settles")
+        .description(
+          stream === "logs"
+            ? "a job's log as plain text, in order across attempts; --follow: live until the job settles, resuming after a dropped connection"
+            : "a job's events (runner-reported), in order across attempts; --follow: live until the job settles",
+        )
         .argument("<job>", "job id")
-        .option("--follow", "keep printing until the job settles; reconnects after a dropped connection without a gap or a duplicate")
-        .addOption(new Option("--attempt <n>", "only this attempt").argParser(integerIn("--attempt", 1, 1000)))
+        .option(
+          "--follow",
+          "keep printing until the job settles; reconnects after a dropped connection without a gap or a duplicate",
+        )
+        .addOption(
+          new Option("--attempt <n>", "only this attempt").argParser(
+            integerIn("--attempt", 1, 1000),
+          ),
+        )
         .option("--json", "one proto3 JSON object per entry and line"),
     ).action(async (jobId: string, flags: StreamFlags) => {
       await withAdmin(flags, (admin) => printStream(admin, stream, jobId, flags, write, warn));
@@ -81,12 +113,24 @@ export function jobsCommand(write: (text: string) => void = (t) => process.stdou
   withAdminClientOptions(
     jobs
       .command("list")
-      .description("job history, newest first (or --order oldest: the queue as it is claimed); a queued job says why it waits")
+      .description(
+        "job history, newest first (or --order oldest: the queue as it is claimed); a queued job says why it waits",
+      )
       .option("--workspace <id>", "only this workspace")
       .option("--since <time>", `jobs created at or after: ${timeForms}`)
       .option("--until <time>", "jobs created before, in the same forms")
-      .option("--state <state>", "queued, running, waiting_input, succeeded, failed or cancelled (repeatable: any of them)", repeat, [] as string[])
-      .option("--label <label>", "jobs whose labels include this one (repeatable: all of them)", repeat, [] as string[])
+      .option(
+        "--state <state>",
+        "queued, running, waiting_input, succeeded, failed or cancelled (repeatable: any of them)",
+        repeat,
+        [] as string[],
+      )
+      .option(
+        "--label <label>",
+        "jobs whose labels include this one (repeatable: all of them)",
+        repeat,
+        [] as string[],
+      )
       .option("--runner <id>", "jobs a lease of this runner ever held")
       .option("--order <order>", "newest or oldest", "newest")
       .option("--page-size <n>", "1..500", "50")
@@ -126,10 +170,15 @@ export function jobsCommand(write: (text: string) => void = (t) => process.stdou
       .description("download one artifact of a job, checked against its digest")
       .argument("<job>", "job id")
       .argument("<name>", "the artifact's name, e.g. reports/junit.xml")
-      .option("--out <file>", "where to write it (- for standard output); default: the name's last segment here")
+      .option(
+        "--out <file>",
+        "where to write it (- for standard output); default: the name's last segment here",
+      )
       .option("--force", "replace an existing file"),
   ).action(async (jobId: string, name: string, flags: DownloadFlags) => {
-    await withAdmin(flags, (admin) => download(admin, jobId, name, flags.out ?? basename(name), flags.force ?? false));
+    await withAdmin(flags, (admin) =>
+      download(admin, jobId, name, flags.out ?? basename(name), flags.force ?? false),
+    );
   });
   return jobs;
 }
@@ -144,19 +193,44 @@ export function formatJobs(page: ListJobsResponse): string {
     String(j.attempts ?? 0),
     j.runnerId || "-",
     j.createdAt ? timestampDate(j.createdAt).toISOString() : "-",
-    j.waiting?.message ? `waiting: ${j.waiting.message}` : j.error?.code ? `error: ${j.error.code}` : "",
+    j.waiting?.message
+      ? `waiting: ${j.waiting.message}`
+      : j.error?.code
+        ? `error: ${j.error.code}`
+        : "",
   ]);
-  const lines = page.jobs.length === 0 ? ["no jobs"] : formatTable([["job", "state", "workspace", "labels", "attempts", "runner", "created", ""], ...rows]);
+  const lines =
+    page.jobs.length === 0
+      ? ["no jobs"]
+      : formatTable([
+          ["job", "state", "workspace", "labels", "attempts", "runner", "created", ""],
+          ...rows,
+        ]);
   if (page.nextPageToken) lines.push(`more: --page-token ${page.nextPageToken}`);
   return lines.join("\n") + "\n";
 }
 
-async function withAdmin(flags: ConnectionFlags, use: (admin: Client<typeof AdminService>) => Promise<void>): Promise<void> {
+async function withAdmin(
+  flags: ConnectionFlags,
+  use: (admin: Client<typeof AdminService>) => Promise<void>,
+): Promise<void> {
   await withService(flags, AdminService, use);
 }
 
-async function printStream(admin: Client<typeof AdminService>, stream: JobStream, jobId: string, flags: StreamFlags, write: (text: string) => void, warn: (text: string) => void): Promise<void> {
-  await readJobStream(admin, stream, { jobId, attempt: flags.attempt, follow: flags.follow ?? false, warn }, (entry) => write(formatEntry(stream, entry, flags.json ?? false)));
+async function printStream(
+  admin: Client<typeof AdminService>,
+  stream: JobStream,
+  jobId: string,
+  flags: StreamFlags,
+  write: (text: string) => void,
+  warn: (text: string) => void,
+): Promise<void> {
+  await readJobStream(
+    admin,
+    stream,
+    { jobId, attempt: flags.attempt, follow: flags.follow ?? false, warn },
+    (entry) => write(formatEntry(stream, entry, flags.json ?? false)),
+  );
 }
 
 /** The text `forelead jobs get` prints: one "name: value" line per field that is set. */
@@ -164,11 +238,19 @@ export function formatJob(j: Job): string {
   const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : undefined);
   const rows: Array<[string, string | undefined]> = [
     ["job", j.id],
-    ["state", `${j.state}${j.cancelRequested && j.state === "running" ? " (cancel requested)" : ""}`],
+    [
+      "state",
+      `${j.state}${j.cancelRequested && j.state === "running" ? " (cancel requested)" : ""}`,
+    ],
     ["workspace", j.workspaceId],
     ["kind", j.kind],
     ["labels", j.labels.join(",") || undefined],
-    ["repository", j.repository ? `${j.repository}${j.targetBranch ? ` (${j.targetBranch})` : ""}${j.baseCommit ? ` at ${j.baseCommit}` : ""}` : undefined],
+    [
+      "repository",
+      j.repository
+        ? `${j.repository}${j.targetBranch ? ` (${j.targetBranch})` : ""}${j.baseCommit ? ` at ${j.baseCommit}` : ""}`
+        : undefined,
+    ],
     ["image", j.spec?.image || undefined],
     ["argv", j.spec?.argv.length ? JSON.stringify(j.spec.argv) : undefined],
     ["timeout", j.spec?.timeoutSeconds ? `${j.spec.timeoutSeconds}s` : undefined],
@@ -179,12 +261,21 @@ export function formatJob(j: Job): string {
     ["exit code", j.exitCode !== undefined ? String(j.exitCode) : undefined],
     ["outcome", outcomeReason(j).replace(/^: /, "") || undefined],
     ["waiting", j.waiting?.message ? `${j.waiting.code}: ${j.waiting.message}` : undefined],
-    ["secrets", [...j.secretNames, ...j.secretFileNames.map((n) => `file ${n}`)].join(", ") || undefined],
+    [
+      "secrets",
+      [...j.secretNames, ...j.secretFileNames.map((n) => `file ${n}`)].join(", ") || undefined,
+    ],
     ["artifacts", j.artifacts.length ? j.artifacts.map((a) => a.name).join(", ") : undefined],
     ["created", at(j.createdAt)],
     ["settled", at(j.settledAt)],
   ];
-  return formatTable(rows.filter((r): r is [string, string] => r[1] !== undefined && r[1] !== "").map(([k, v]) => [`${k}:`, v])).join("\n") + "\n";
+  return (
+    formatTable(
+      rows
+        .filter((r): r is [string, string] => r[1] !== undefined && r[1] !== "")
+        .map(([k, v]) => [`${k}:`, v]),
+    ).join("\n") + "\n"
+  );
 }
 
 /**
@@ -192,9 +283,16 @@ export function formatJob(j: Job): string {
  * place only when its bytes hash to the digest the control plane stated, so
  * a broken download never leaves a plausible-looking file behind.
  */
-async function download(admin: Client<typeof AdminService>, jobId: string, name: string, out: string, force: boolean): Promise<void> {
+async function download(
+  admin: Client<typeof AdminService>,
+  jobId: string,
+  name: string,
+  out: string,
+  force: boolean,
+): Promise<void> {
   const toStdout = out === "-";
-  if (!toStdout && !force && (await exists(out))) throw new Error(`${out} exists; pass --force to replace it or --out another file`);
+  if (!toStdout && !force && (await exists(out)))
+    throw new Error(`${out} exists; pass --force to replace it or --out another file`);
   const temp = toStdout ? undefined : `${out}.forelead-${randomBytes(6).toString("hex")}.part`;
   const file = temp ? await open(temp, "wx", 0o644) : undefined;
   const hash = createHash("sha256");
@@ -206,11 +304,14 @@ async function download(admin: Client<typeof AdminService>, jobId: string, name:
       hash.update(chunk.data);
       size += chunk.data.length;
       if (file) await file.write(chunk.data);
-      else if (!process.stdout.write(chunk.data)) await new Promise((resolve) => process.stdout.once("drain", resolve));
+      else if (!process.stdout.write(chunk.data))
+        await new Promise((resolve) => process.stdout.once("drain", resolve));
     }
     const digest = `sha256:${hash.digest("hex")}`;
     if (!stated || digest !== stated.digest || BigInt(size) !== stated.size) {
-      throw new Error(`the download of ${name} hashed to ${digest} (${size} bytes), not the stated ${stated?.digest ?? "(nothing)"}; nothing was written`);
+      throw new Error(
+        `the download of ${name} hashed to ${digest} (${size} bytes), not the stated ${stated?.digest ?? "(nothing)"}; nothing was written`,
+      );
     }
     if (file && temp) {
       await file.sync();

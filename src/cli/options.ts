@@ -5,7 +5,10 @@ import { InvalidArgumentError, Option } from "commander";
 export function integerIn(name: string, min: number, max: number): (value: string) => number {
   return (value) => {
     const n = Number(value);
-    if (!/^-?\d+$/.test(value) || n < min || n > max) throw new InvalidArgumentError(`${name} must be a whole number from ${min} to ${max}; got ${JSON.stringify(value)}`);
+    if (!/^-?\d+$/.test(value) || n < min || n > max)
+      throw new InvalidArgumentError(
+        `${name} must be a whole number from ${min} to ${max}; got ${JSON.stringify(value)}`,
+      );
     return n;
   };
 }

@@ -56,91 +56,166 @@ export const runnerExit = {
 
 /** `forelead runner`: the runner agent. */
 export function runnerCommand(): Command {
-  return new Command("runner")
-    // Options after `enroll` belong to enroll, not to the agent.
-    .enablePositionalOptions()
-    // Not requiredOption: commander would demand them of `forelead runner enroll` too.
-    .option("--server <url>", "the control plane, e.g. https://127.0.0.1:8443 (required)")
-    .addOption(pathOption("--ca <file>", "CA bundle that signed the control plane's certificate (PEM) (required)"))
-    .addOption(pathOption("--cert <file>", "this runner's certificate (PEM); its SPIFFE ID names the runner and workspace; re-read on every new connection"))
-    .addOption(pathOption("--key <file>", "the certificate's private key (PEM)"))
-    .addOption(pathOption("--state-dir <dir>", "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime (one runner at a time: it is locked)"))
-    .addOption(new Option("--slots <n>", "most jobs run at once").default(1).argParser(integerIn("--slots", 1, 1000)))
-    .option("--labels <list>", "labels offered to jobs, comma separated (default: the OS and the executor, e.g. linux,docker)")
-    .addOption(new Option("--executor <kind>", "how jobs run").choices(Object.keys(executors)).default("docker"))
-    .addOption(pathOption("--work-dir <dir>", "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)"))
-    .addOption(new Option("--grace-seconds <n>", "TERM-to-KILL grace for cancel, timeout and forced shutdown").default(10).argParser(integerIn("--grace-seconds", 0, 3600)))
-    .addOption(new Option("--sample-interval-ms <n>", "how often each running job's CPU and memory are sent as resource.sample events (0: never)").default(5000).argParser(integerIn("--sample-interval-ms", 0, 3_600_000)))
-    .option("--force", "on SIGTERM, stop running jobs and release their leases at once instead of draining")
-    .option("--once", "take one job (whatever --slots says), run it, settle it and exit: 0 once it is settled, whatever its outcome (exit codes: docs/deploy.md)")
-    .addOption(new Option("--idle-exit <duration>", "exit (0) after this long with no job running, e.g. 30s or 5m; with --once, no job by then exits 3").argParser(durationFlag("--idle-exit")))
-    .action(async (flags: RunnerFlags) => {
-      if (!flags.server || !flags.ca) throw new Error("--server and --ca are required: the control plane's URL and the CA bundle that signed its certificate");
-      const server = new URL(flags.server);
-      if (server.protocol !== "https:") throw new Error(`--server ${flags.server} must be an https:// URL`);
-      const log = (message: string) => console.log(`forelead runner: ${message}`);
-      const ca = await readNamedFile(flags.ca, "--ca");
-      const { identity, tls, keeper } = await runnerTls(flags, ca, log);
-      const transport = createRestTransport(server.origin, tls, { sources: tlsSources(flags) });
-      // Code bundles and uploads go over Connect with the same certificate.
-      const protocol = createRunnerProtocol(server.origin, tls);
-      keeper?.onRenewed((renewed) => {
-        log(`certificate renewed (serial ${renewed.serialHex}, valid until ${renewed.notAfter.toISOString()}); reconnecting with it`);
-        transport.reconnect();
-        protocol.reconnect();
-      });
-      const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
-      const executor = createExecutor(flags.executor, identity);
-      const labels = flags.labels !== undefined ? flags.labels.split(",").map((l) => l.trim()).filter(Boolean) : [os.platform(), flags.executor];
-      // Before the agent starts: a signal while it registers stops it as soon as it is up, never by default action.
-      let agent: RunnerAgent | undefined = undefined;
-      let signals = 0;
-      const onSignal = (signal: string) => {
-        signals++;
-        const drain = signals === 1 && !flags.force;
-        if (drain) log(`${signal}: draining (send it again to stop running jobs and release their leases)`);
-        else log(`${signal}: stopping running jobs and releasing their leases`);
-        if (agent) void (drain ? agent.drain() : agent.stop());
-      };
-      process.on("SIGTERM", () => onSignal("SIGTERM"));
-      process.on("SIGINT", () => onSignal("SIGINT"));
-      agent = await startRunnerAgent({
-        // This process: the control plane refuses a second live one with the same identity.
-        instance: { id: randomUUID(), startedAt: new Date(performance.timeOrigin) },
-        ...(flags.once ? { jobLimit: 1 } : {}),
-        ...(flags.idleExit !== undefined ? { idleExitMs: flags.idleExit } : {}),
-        client,
-        executor,
-        output: createControlPlaneOutput(client, { warn: log }),
-        slots: flags.slots,
-        labels,
-        capacity: { cpu: os.availableParallelism(), memoryBytes: os.totalmem() },
-        architecture: architecture(os.arch()),
-        os: os.platform(),
-        executionKind: flags.executor,
-        workDir: flags.workDir ?? join(os.tmpdir(), "forelead-runner", identity.runnerId),
-        graceMs: flags.graceSeconds * 1000,
-        sampleIntervalMs: flags.sampleIntervalMs,
-        checkout: protocolCheckout(protocol.client),
-        uploads: protocol.client,
-        suspends: protocol.suspendClient,
-        inputs: protocol.client,
-        log,
-      }).catch((err: unknown) => {
-        // A failure no retry cures ends the command here with what to fix, before any job.
-        if (!fixOf(err)) throw err;
-        console.error(`forelead runner: cannot start: ${fixOf(err)}`);
-        process.exit(exitCodeOf(err));
-      });
-      if (signals > 0) void (signals === 1 && !flags.force ? agent.drain() : agent.stop());
-      const end = await agent.stopped;
-      keeper?.stop();
-      await client.close();
-      protocol.close();
-      const code = exitOf(end, flags.once === true);
-      log(`stopped (${end.reason}; ${end.claimed} job(s) claimed, ${end.settled} settled; exit ${code})`);
-      process.exit(code);
-    });
+  return (
+    new Command("runner")
+      // Options after `enroll` belong to enroll, not to the agent.
+      .enablePositionalOptions()
+      // Not requiredOption: commander would demand them of `forelead runner enroll` too.
+      .option("--server <url>", "the control plane, e.g. https://127.0.0.1:8443 (required)")
+      .addOption(
+        pathOption(
+          "--ca <file>",
+          "CA bundle that signed the control plane's certificate (PEM) (required)",
+        ),
+      )
+      .addOption(
+        pathOption(
+          "--cert <file>",
+          "this runner's certificate (PEM); its SPIFFE ID names the runner and workspace; re-read on every new connection",
+        ),
+      )
+      .addOption(pathOption("--key <file>", "the certificate's private key (PEM)"))
+      .addOption(
+        pathOption(
+          "--state-dir <dir>",
+          "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime (one runner at a time: it is locked)",
+        ),
+      )
+      .addOption(
+        new Option("--slots <n>", "most jobs run at once")
+          .default(1)
+          .argParser(integerIn("--slots", 1, 1000)),
+      )
+      .option(
+        "--labels <list>",
+        "labels offered to jobs, comma separated (default: the OS and the executor, e.g. linux,docker)",
+      )
+      .addOption(
+        new Option("--executor <kind>", "how jobs run")
+          .choices(Object.keys(executors))
+          .default("docker"),
+      )
+      .addOption(
+        pathOption(
+          "--work-dir <dir>",
+          "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)",
+        ),
+      )
+      .addOption(
+        new Option(
+          "--grace-seconds <n>",
+          "TERM-to-KILL grace for cancel, timeout and forced shutdown",
+        )
+          .default(10)
+          .argParser(integerIn("--grace-seconds", 0, 3600)),
+      )
+      .addOption(
+        new Option(
+          "--sample-interval-ms <n>",
+          "how often each running job's CPU and memory are sent as resource.sample events (0: never)",
+        )
+          .default(5000)
+          .argParser(integerIn("--sample-interval-ms", 0, 3_600_000)),
+      )
+      .option(
+        "--force",
+        "on SIGTERM, stop running jobs and release their leases at once instead of draining",
+      )
+      .option(
+        "--once",
+        "take one job (whatever --slots says), run it, settle it and exit: 0 once it is settled, whatever its outcome (exit codes: docs/deploy.md)",
+      )
+      .addOption(
+        new Option(
+          "--idle-exit <duration>",
+          "exit (0) after this long with no job running, e.g. 30s or 5m; with --once, no job by then exits 3",
+        ).argParser(durationFlag("--idle-exit")),
+      )
+      .action(async (flags: RunnerFlags) => {
+        if (!flags.server || !flags.ca)
+          throw new Error(
+            "--server and --ca are required: the control plane's URL and the CA bundle that signed its certificate",
+          );
+        const server = new URL(flags.server);
+        if (server.protocol !== "https:")
+          throw new Error(`--server ${flags.server} must be an https:// URL`);
+        const log = (message: string) => console.log(`forelead runner: ${message}`);
+        const ca = await readNamedFile(flags.ca, "--ca");
+        const { identity, tls, keeper } = await runnerTls(flags, ca, log);
+        const transport = createRestTransport(server.origin, tls, { sources: tlsSources(flags) });
+        // Code bundles and uploads go over Connect with the same certificate.
+        const protocol = createRunnerProtocol(server.origin, tls);
+        keeper?.onRenewed((renewed) => {
+          log(
+            `certificate renewed (serial ${renewed.serialHex}, valid until ${renewed.notAfter.toISOString()}); reconnecting with it`,
+          );
+          transport.reconnect();
+          protocol.reconnect();
+        });
+        const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
+        const executor = createExecutor(flags.executor, identity);
+        const labels =
+          flags.labels !== undefined
+            ? flags.labels
+                .split(",")
+                .map((l) => l.trim())
+                .filter(Boolean)
+            : [os.platform(), flags.executor];
+        // Before the agent starts: a signal while it registers stops it as soon as it is up, never by default action.
+        let agent: RunnerAgent | undefined = undefined;
+        let signals = 0;
+        const onSignal = (signal: string) => {
+          signals++;
+          const drain = signals === 1 && !flags.force;
+          if (drain)
+            log(
+              `${signal}: draining (send it again to stop running jobs and release their leases)`,
+            );
+          else log(`${signal}: stopping running jobs and releasing their leases`);
+          if (agent) void (drain ? agent.drain() : agent.stop());
+        };
+        process.on("SIGTERM", () => onSignal("SIGTERM"));
+        process.on("SIGINT", () => onSignal("SIGINT"));
+        agent = await startRunnerAgent({
+          // This process: the control plane refuses a second live one with the same identity.
+          instance: { id: randomUUID(), startedAt: new Date(performance.timeOrigin) },
+          ...(flags.once ? { jobLimit: 1 } : {}),
+          ...(flags.idleExit !== undefined ? { idleExitMs: flags.idleExit } : {}),
+          client,
+          executor,
+          output: createControlPlaneOutput(client, { warn: log }),
+          slots: flags.slots,
+          labels,
+          capacity: { cpu: os.availableParallelism(), memoryBytes: os.totalmem() },
+          architecture: architecture(os.arch()),
+          os: os.platform(),
+          executionKind: flags.executor,
+          workDir: flags.workDir ?? join(os.tmpdir(), "forelead-runner", identity.runnerId),
+          graceMs: flags.graceSeconds * 1000,
+          sampleIntervalMs: flags.sampleIntervalMs,
+          checkout: protocolCheckout(protocol.client),
+          uploads: protocol.client,
+          suspends: protocol.suspendClient,
+          inputs: protocol.client,
+          log,
+        }).catch((err: unknown) => {
+          // A failure no retry cures ends the command here with what to fix, before any job.
+          if (!fixOf(err)) throw err;
+          console.error(`forelead runner: cannot start: ${fixOf(err)}`);
+          process.exit(exitCodeOf(err));
+        });
+        if (signals > 0) void (signals === 1 && !flags.force ? agent.drain() : agent.stop());
+        const end = await agent.stopped;
+        keeper?.stop();
+        await client.close();
+        protocol.close();
+        const code = exitOf(end, flags.once === true);
+        log(
+          `stopped (${end.reason}; ${end.claimed} job(s) claimed, ${end.settled} settled; exit ${code})`,
+        );
+        process.exit(code);
+      })
+  );
 }
 
 /**
@@ -150,30 +225,62 @@ export function runnerCommand(): Command {
  */
 async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) => void) {
   if (flags.stateDir) {
-    if (flags.cert || flags.key) throw new Error("--state-dir and --cert/--key exclude each other: use the enrolled state directory or certificate files");
+    if (flags.cert || flags.key)
+      throw new Error(
+        "--state-dir and --cert/--key exclude each other: use the enrolled state directory or certificate files",
+      );
     // Before reading it: two runners renewing one identity would each replace the other's key.
-    const lock = lockDirectory(flags.stateDir, "forelead runner", "stop it or use another --state-dir");
+    const lock = lockDirectory(
+      flags.stateDir,
+      "forelead runner",
+      "stop it or use another --state-dir",
+    );
     const enrolled = await loadIdentity(flags.stateDir).catch((err: unknown) => {
       lock.close();
       throw err;
     });
     const keeper = keepIdentityFresh({ server: flags.server, caPem: ca }, enrolled, {
       stateDir: flags.stateDir,
-      onError: (err, retryInMs) => log(`certificate renewal failed: ${err.message}${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`),
+      onError: (err, retryInMs) =>
+        log(
+          `certificate renewal failed: ${err.message}${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`,
+        ),
     });
     const identity = { runnerId: enrolled.runnerId, workspaceId: enrolled.workspaceId };
-    return { identity, keeper, tls: () => ({ ca, cert: keeper.current().certPem, key: keeper.current().keyPem }) };
+    return {
+      identity,
+      keeper,
+      tls: () => ({ ca, cert: keeper.current().certPem, key: keeper.current().keyPem }),
+    };
   }
-  if (!flags.cert || !flags.key) throw new Error("give --cert and --key (a runner certificate and its key), or --state-dir from `forelead runner enroll`");
-  const identity = readRunnerCertificate(await readNamedFile(flags.cert, "--cert"), `--cert ${flags.cert}`);
-  const tls = async () => ({ ca: await readNamedFile(flags.ca, "--ca"), cert: await readNamedFile(flags.cert!, "--cert"), key: await readNamedFile(flags.key!, "--key") });
+  if (!flags.cert || !flags.key)
+    throw new Error(
+      "give --cert and --key (a runner certificate and its key), or --state-dir from `forelead runner enroll`",
+    );
+  const identity = readRunnerCertificate(
+    await readNamedFile(flags.cert, "--cert"),
+    `--cert ${flags.cert}`,
+  );
+  const tls = async () => ({
+    ca: await readNamedFile(flags.ca, "--ca"),
+    cert: await readNamedFile(flags.cert!, "--cert"),
+    key: await readNamedFile(flags.key!, "--key"),
+  });
   await tls(); // unreadable files fail now, with their names
   return { identity, keeper: undefined, tls };
 }
 
 /** The architecture names registrations use (Go's, as container images do): amd64, arm64, ... */
 export function architecture(nodeArch: string): string {
-  const names: Record<string, string> = { x64: "amd64", arm64: "arm64", arm: "arm", ia32: "386", ppc64: "ppc64le", s390x: "s390x", riscv64: "riscv64" };
+  const names: Record<string, string> = {
+    x64: "amd64",
+    arm64: "arm64",
+    arm: "arm",
+    ia32: "386",
+    ppc64: "ppc64le",
+    s390x: "s390x",
+    riscv64: "riscv64",
+  };
   return names[nodeArch] ?? nodeArch;
 }
 
@@ -187,19 +294,27 @@ export function exitOf(end: AgentEnd, once: boolean): number {
 
 /** The exit code of a failure no retry cures. */
 function exitCodeOf(err: unknown): number {
-  return err instanceof RunnerApiError && err.secondInstance ? runnerExit.secondInstance : runnerExit.refused;
+  return err instanceof RunnerApiError && err.secondInstance
+    ? runnerExit.secondInstance
+    : runnerExit.refused;
 }
 
 /** The flags the TLS material came from, as a refusal names them. */
 function tlsSources(flags: RunnerFlags): TlsSources {
-  return { ca: `--ca ${flags.ca}`, cert: flags.stateDir ? `the identity in --state-dir ${flags.stateDir}` : `--cert ${flags.cert}` };
+  return {
+    ca: `--ca ${flags.ca}`,
+    cert: flags.stateDir ? `the identity in --state-dir ${flags.stateDir}` : `--cert ${flags.cert}`,
+  };
 }
 
 /** A commander parser for a duration flag ("30s", "5m", "2h"): milliseconds, at least one second. */
 function durationFlag(name: string): (value: string) => number {
   return (value) => {
     const ms = parseDuration(value);
-    if (ms === undefined || ms < 1000) throw new InvalidArgumentError(`${name} must be a duration of at least 1s: a number and a unit (s, m, h or d), e.g. 30s or 5m; got ${JSON.stringify(value)}`);
+    if (ms === undefined || ms < 1000)
+      throw new InvalidArgumentError(
+        `${name} must be a duration of at least 1s: a number and a unit (s, m, h or d), e.g. 30s or 5m; got ${JSON.stringify(value)}`,
+      );
     return ms;
   };
 }

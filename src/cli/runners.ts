@@ -1,9 +1,25 @@
 import { Command } from "commander";
 import { toJsonString } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { AdminService, ListRunnersResponseSchema, RetireRunnerResponseSchema, type Runner, type RunnerInventory } from "../../gen/forelead/admin/v1/admin_pb.js";
-import { FleetService, PauseRunnerResponseSchema, ResumeRunnerResponseSchema } from "../../gen/forelead/admin/v1/fleet_pb.js";
-import { adminClientFromFlags, serviceClientFromFlags, withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
+import {
+  AdminService,
+  ListRunnersResponseSchema,
+  RetireRunnerResponseSchema,
+  type Runner,
+  type RunnerInventory,
+} from "../../gen/forelead/admin/v1/admin_pb.js";
+import {
+  FleetService,
+  PauseRunnerResponseSchema,
+  ResumeRunnerResponseSchema,
+} from "../../gen/forelead/admin/v1/fleet_pb.js";
+import {
+  adminClientFromFlags,
+  serviceClientFromFlags,
+  withAdminClientOptions,
+  withService,
+  type AdminClientFlags,
+} from "./connection.js";
 import { formatTable } from "./doctor.js";
 
 interface InventoryFlags extends AdminClientFlags {
@@ -18,7 +34,9 @@ interface PauseFlags extends AdminClientFlags {
 }
 
 /** `forelead runners ...`: operator views of runners, through the admin API. */
-export function runnersCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
+export function runnersCommand(
+  write: (text: string) => void = (t) => process.stdout.write(t),
+): Command {
   const runners = new Command("runners");
   withAdminClientOptions(
     runners
@@ -27,71 +45,140 @@ export function runnersCommand(write: (text: string) => void = (t) => process.st
       .option("--workspace <id>", "only runners of this workspace")
       .option("--json", "print the reply as proto3 JSON"),
   ).action(async (flags: PauseFlags) => {
-    const reply = await withService(flags, AdminService, (admin) => admin.listRunners({ workspaceId: flags.workspace ?? "" }));
-    write(flags.json ? `${toJsonString(ListRunnersResponseSchema, reply)}\n` : formatRunners(reply.runners));
+    const reply = await withService(flags, AdminService, (admin) =>
+      admin.listRunners({ workspaceId: flags.workspace ?? "" }),
+    );
+    write(
+      flags.json
+        ? `${toJsonString(ListRunnersResponseSchema, reply)}\n`
+        : formatRunners(reply.runners),
+    );
   });
   withAdminClientOptions(
     runners
       .command("retire")
-      .description("retire a runner identity: refused from its next request on; its live leases go back to the queue (audited)")
+      .description(
+        "retire a runner identity: refused from its next request on; its live leases go back to the queue (audited)",
+      )
       .argument("<runner>", "the runner id")
-      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)")
+      .option(
+        "--workspace <id>",
+        "the runner's workspace (needed when the runner id is used in several)",
+      )
       .option("--reason <text>", "why, for the audit record")
       .option("--json", "print the reply as proto3 JSON"),
   ).action(async (runnerId: string, flags: PauseFlags) => {
-    const reply = await withService(flags, AdminService, (admin) => admin.retireRunner({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "", reason: flags.reason ?? "" }));
-    const released = reply.releasedJobIds.length ? `; released ${reply.releasedJobIds.join(", ")} back to the queue` : "";
-    write(flags.json ? `${toJsonString(RetireRunnerResponseSchema, reply)}\n` : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.newlyRetired ? "retired" : "was already retired"}${released}\n`);
+    const reply = await withService(flags, AdminService, (admin) =>
+      admin.retireRunner({
+        apiVersion: "v1",
+        runnerId,
+        workspaceId: flags.workspace ?? "",
+        reason: flags.reason ?? "",
+      }),
+    );
+    const released = reply.releasedJobIds.length
+      ? `; released ${reply.releasedJobIds.join(", ")} back to the queue`
+      : "";
+    write(
+      flags.json
+        ? `${toJsonString(RetireRunnerResponseSchema, reply)}\n`
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.newlyRetired ? "retired" : "was already retired"}${released}\n`,
+    );
   });
   withAdminClientOptions(
     runners
       .command("inventory")
-      .description("the latest inventory report of every runner (or RUNNER): items, flagged items and pending reap orders")
+      .description(
+        "the latest inventory report of every runner (or RUNNER): items, flagged items and pending reap orders",
+      )
       .argument("[runner]", "only this runner id")
       .option("--workspace <id>", "only runners of this workspace")
       .option("--items", "list every item (the default when RUNNER is given)"),
   ).action(async (runnerId: string | undefined, flags: InventoryFlags) => {
     const admin = await adminClientFromFlags(flags);
-    const { reports } = await admin.listInventory({ runnerId: runnerId ?? "", workspaceId: flags.workspace ?? "" });
-    write(formatInventory(reports, { items: flags.items ?? runnerId !== undefined, now: new Date() }));
+    const { reports } = await admin.listInventory({
+      runnerId: runnerId ?? "",
+      workspaceId: flags.workspace ?? "",
+    });
+    write(
+      formatInventory(reports, { items: flags.items ?? runnerId !== undefined, now: new Date() }),
+    );
   });
   withAdminClientOptions(
     runners
       .command("reap")
-      .description("order an orphan removed; accepted only when the runner's latest report calls it orphan")
+      .description(
+        "order an orphan removed; accepted only when the runner's latest report calls it orphan",
+      )
       .argument("<runner>", "the runner id")
       .argument("<kind>", "container or network")
       .argument("<name>", "the name as the runner reports it")
-      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)"),
+      .option(
+        "--workspace <id>",
+        "the runner's workspace (needed when the runner id is used in several)",
+      ),
   ).action(async (runnerId: string, kind: string, name: string, flags: InventoryFlags) => {
     const admin = await adminClientFromFlags(flags);
-    const { order } = await admin.orderReap({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "", kind, name });
-    write(`order ${order?.id} ${order?.state}: runner ${order?.runnerId} in workspace ${order?.workspaceId} is told to remove ${order?.kind} ${order?.name} in its next inventory reply\n`);
+    const { order } = await admin.orderReap({
+      apiVersion: "v1",
+      runnerId,
+      workspaceId: flags.workspace ?? "",
+      kind,
+      name,
+    });
+    write(
+      `order ${order?.id} ${order?.state}: runner ${order?.runnerId} in workspace ${order?.workspaceId} is told to remove ${order?.kind} ${order?.name} in its next inventory reply\n`,
+    );
   });
   withAdminClientOptions(
     runners
       .command("pause")
-      .description("give the runner no new lease (its claims wait or answer 204); its live leases go on (survives restarts, audited)")
+      .description(
+        "give the runner no new lease (its claims wait or answer 204); its live leases go on (survives restarts, audited)",
+      )
       .argument("<runner>", "the runner id")
-      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)")
+      .option(
+        "--workspace <id>",
+        "the runner's workspace (needed when the runner id is used in several)",
+      )
       .option("--reason <text>", "why, for the audit record")
       .option("--json", "print the reply as JSON"),
   ).action(async (runnerId: string, flags: PauseFlags) => {
     const fleet = await serviceClientFromFlags(flags, FleetService);
-    const reply = await fleet.pauseRunner({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "", reason: flags.reason ?? "" });
-    write(flags.json ? `${toJsonString(PauseRunnerResponseSchema, reply)}\n` : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.alreadyPaused ? "was already paused" : "paused"}\n`);
+    const reply = await fleet.pauseRunner({
+      apiVersion: "v1",
+      runnerId,
+      workspaceId: flags.workspace ?? "",
+      reason: flags.reason ?? "",
+    });
+    write(
+      flags.json
+        ? `${toJsonString(PauseRunnerResponseSchema, reply)}\n`
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.alreadyPaused ? "was already paused" : "paused"}\n`,
+    );
   });
   withAdminClientOptions(
     runners
       .command("resume")
       .description("lease jobs to the runner again")
       .argument("<runner>", "the runner id")
-      .option("--workspace <id>", "the runner's workspace (needed when the runner id is used in several)")
+      .option(
+        "--workspace <id>",
+        "the runner's workspace (needed when the runner id is used in several)",
+      )
       .option("--json", "print the reply as JSON"),
   ).action(async (runnerId: string, flags: PauseFlags) => {
     const fleet = await serviceClientFromFlags(flags, FleetService);
-    const reply = await fleet.resumeRunner({ apiVersion: "v1", runnerId, workspaceId: flags.workspace ?? "" });
-    write(flags.json ? `${toJsonString(ResumeRunnerResponseSchema, reply)}\n` : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.wasPaused ? "resumed" : "was not paused"}\n`);
+    const reply = await fleet.resumeRunner({
+      apiVersion: "v1",
+      runnerId,
+      workspaceId: flags.workspace ?? "",
+    });
+    write(
+      flags.json
+        ? `${toJsonString(ResumeRunnerResponseSchema, reply)}\n`
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.wasPaused ? "resumed" : "was not paused"}\n`,
+    );
   });
   return runners;
 }
@@ -100,12 +187,29 @@ export function runnersCommand(write: (text: string) => void = (t) => process.st
 export function formatRunners(runners: readonly Runner[]): string {
   if (runners.length === 0) return "no runners\n";
   const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : "-");
-  const rows = runners.map((r) => [r.runnerId, r.workspaceId, String(r.slots), String(r.liveLeases ?? 0), r.labels.join(",") || "-", r.architecture || "-", at(r.lastSeenAt), r.retiredAt ? `retired ${at(r.retiredAt)}` : ""]);
-  return formatTable([["runner", "workspace", "slots", "leases", "labels", "arch", "last seen", ""], ...rows]).join("\n") + "\n";
+  const rows = runners.map((r) => [
+    r.runnerId,
+    r.workspaceId,
+    String(r.slots),
+    String(r.liveLeases ?? 0),
+    r.labels.join(",") || "-",
+    r.architecture || "-",
+    at(r.lastSeenAt),
+    r.retiredAt ? `retired ${at(r.retiredAt)}` : "",
+  ]);
+  return (
+    formatTable([
+      ["runner", "workspace", "slots", "leases", "labels", "arch", "last seen", ""],
+      ...rows,
+    ]).join("\n") + "\n"
+  );
 }
 
 /** The text `forelead runners inventory` prints: one block per runner, then totals. */
-export function formatInventory(reports: readonly RunnerInventory[], options: { readonly items: boolean; readonly now: Date }): string {
+export function formatInventory(
+  reports: readonly RunnerInventory[],
+  options: { readonly items: boolean; readonly now: Date },
+): string {
   if (reports.length === 0) return "no inventory reports\n";
   const lines: string[] = [];
   for (const r of reports) {
@@ -118,15 +222,22 @@ export function formatInventory(reports: readonly RunnerInventory[], options: { 
     if (options.items) {
       for (const i of r.items) {
         const usage = i.kind === "container" ? `  cpu ${i.cpu}  memory ${i.memory}` : "";
-        lines.push(`  ${i.kind.padEnd(9)} ${i.name}  ${i.state || "-"}${i.image ? `  ${i.image}` : ""}${usage}${i.orphan ? "  ORPHAN" : ""}`);
+        lines.push(
+          `  ${i.kind.padEnd(9)} ${i.name}  ${i.state || "-"}${i.image ? `  ${i.image}` : ""}${usage}${i.orphan ? "  ORPHAN" : ""}`,
+        );
       }
     }
     for (const f of r.flags) lines.push(`  FLAGGED ${f.problem}: ${f.message}`);
-    for (const o of r.pendingOrders) lines.push(`  ORDER ${o.id} pending: remove ${o.kind} ${o.name} (ordered by ${o.orderedBy} ${when(o.orderedAt, options.now)})`);
+    for (const o of r.pendingOrders)
+      lines.push(
+        `  ORDER ${o.id} pending: remove ${o.kind} ${o.name} (ordered by ${o.orderedBy} ${when(o.orderedAt, options.now)})`,
+      );
   }
   const flagged = reports.reduce((n, r) => n + r.flags.length, 0);
   const pending = reports.reduce((n, r) => n + r.pendingOrders.length, 0);
-  lines.push(`${plural(reports.length, "runner")}, ${plural(flagged, "flagged item")}, ${plural(pending, "pending reap order")}`);
+  lines.push(
+    `${plural(reports.length, "runner")}, ${plural(flagged, "flagged item")}, ${plural(pending, "pending reap order")}`,
+  );
   return lines.join("\n") + "\n";
 }
 

@@ -59,70 +59,256 @@ interface ServeFlags {
 
 /** `forelead serve`: the control plane. */
 export function serveCommand(): Command {
-  return new Command("serve")
-    .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
-    .option("--metrics-listen <host:port|off>", "plain-HTTP address of /metrics (Prometheus), /healthz and /readyz, without client certificates (docs/operations.md); off: not served", "127.0.0.1:9464")
-    .addOption(pathOption("--tls-cert <file>", "server certificate (PEM); default: the development PKI in --certs-dir; reloaded on SIGHUP and when it changes"))
-    .addOption(pathOption("--tls-key <file>", "server key (PEM)"))
-    .addOption(pathOption("--client-ca <file>", "trust bundle for client certificates (PEM); default: the development CA"))
-    .addOption(pathOption("--certs-dir <dir>", "development PKI used (and created) when no TLS flags are given", "certs"))
-    .option("--trust-domain <td>", "SPIFFE trust domain of client identities", "forelead")
-    .addOption(new Option("--database <url|dir>", "postgres:// URL, or a directory for the embedded database (one process at a time: it is locked)").default(resolve("data/db"), "data/db").argParser(databaseLocation))
-    .option("--admin <spiffe-id>", "grant this identity the admin role: every admin method (repeatable)", collect, [])
-    .option("--grant <spiffe-id=role>", "grant a role: ID=admin, ID=read (every workspace), ID=read:W1,W2 or ID=enqueue:W1,W2 (those workspaces only; an identity always reads and cancels the jobs it enqueued); repeatable", collect, [])
-    .addOption(pathOption("--issuer-cert <file>", "CA certificate (PEM, optionally followed by its chain) that signs runner certificates on enroll and renew; default: the development CA when no TLS flags are given"))
-    .addOption(pathOption("--issuer-key <file>", "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 (BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted"))
-    .option("--issued-cert-lifetime <duration>", "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)")
-    .addOption(new Option("--lease-seconds <n>", "lease length in seconds").default(30).argParser(integerIn("--lease-seconds", 5, 3600)))
-    .addOption(new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one").default(defaultJobTimeouts.defaultSeconds, "6h").argParser(secondsFlag("--default-job-timeout", { wholeSeconds: true })))
-    .addOption(new Option("--max-job-timeout <duration>", "longest timeout a job may ask for; an enqueue over it is refused").default(defaultJobTimeouts.maxSeconds, "7d").argParser(secondsFlag("--max-job-timeout", { wholeSeconds: true })))
-    .addOption(new Option("--job-timeout-grace <duration>", "how long a job may run past its timeout before the control plane fails it (error timeout)").default(defaultJobTimeouts.graceSeconds, "30s").argParser(secondsFlag("--job-timeout-grace", { wholeSeconds: true })))
-    .option("--max-cert-lifetime <duration>", "longest client certificate lifetime accepted", "24h")
-    .addOption(pathOption("--code-dir <dir>", "where repository mirrors and scratch files live (default: a private temporary directory)"))
-    .addOption(pathOption("--artifacts-dir <dir>", "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL"))
-    .addOption(pathOption("--audit-spool <dir>", "where audit records wait (fsynced) while the database cannot take them; default: beside an embedded database (data/audit-spool), data/audit-spool with a postgres:// URL (one per replica)"))
-    .addOption(new Option("--audit-spool-max-size <size>", "the spool's bound; past it requests are refused (503) until the database takes records").default(2 ** 30, "1GiB").argParser(byteSize("--audit-spool-max-size")))
-    .addOption(new Option("--event-retention <duration>", "how long the global event stream (GET /v1/admin/events) keeps events; older ones are pruned hourly in batches").default(7 * 86_400, "7d").argParser(secondsFlag("--event-retention", { wholeSeconds: true })))
-    .addOption(new Option("--max-artifact-size <size>", "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes").default(defaultMaxArtifactBytes, "2GiB").argParser(byteSize("--max-artifact-size")))
-    .addOption(pathOption("--secrets-key <file>", "the key (32 random bytes, base64, mode 0600) that encrypts job secrets and repository credentials; required with a postgres:// URL (the same file on every replica); default: beside an embedded database (data/secrets.key), made on the first start"))
-    .addOption(pathOption("--secrets-key-previous <file>", "the key being replaced: every secret is re-encrypted from it to --secrets-key at start, after which it is no longer needed"))
-    // Connection limits (docs/limits.md).
-    .addOption(new Option("--tls-handshake-timeout <seconds>", "close a TLS handshake not finished within this").default(defaultConnectionLimits.handshakeTimeoutMs / 1000).argParser(integerIn("--tls-handshake-timeout", 1, 600)))
-    .addOption(new Option("--max-concurrent-streams <n>", "SETTINGS_MAX_CONCURRENT_STREAMS of every connection").default(defaultConnectionLimits.maxConcurrentStreams).argParser(integerIn("--max-concurrent-streams", 1, 10_000)))
-    .addOption(new Option("--body-idle-timeout <seconds>", "end a request body that brings less than 1 KiB in this long (408 on REST)").default(defaultConnectionLimits.bodyIdleMs / 1000).argParser(integerIn("--body-idle-timeout", 1, 3600)))
-    .addOption(new Option("--max-streams-without-certificate <n>", "open streams a connection without a client certificate may have (it can only enroll)").default(defaultConnectionLimits.certlessMaxStreams).argParser(integerIn("--max-streams-without-certificate", 1, 1000)))
-    .addOption(new Option("--max-connections-per-address <n>", "connections one client address may hold, handshakes included").default(defaultConnectionLimits.maxConnectionsPerAddress).argParser(integerIn("--max-connections-per-address", 1, 1_000_000)))
-    .addOption(new Option("--idle-connection-timeout <seconds>", "close a connection with no open stream for this long").default(defaultConnectionLimits.idleConnectionMs / 1000).argParser(integerIn("--idle-connection-timeout", 1, 86_400)))
-    .option("--check", "check every flag, file and the database, print the doctor's table, and exit (1 when a check fails) without listening")
-    .option("--config <file>", "read options from this file's [serve] table (TOML, or JSON for *.json; keys are the flag names: listen, database, secrets-key, grant = [...]); flags win; relative paths are relative to the file (docs/cli.md)")
-    .hook("preAction", async (command) => {
-      const file = command.getOptionValue("config") as string | undefined;
-      if (file) await applyServeConfig(command, file);
-    })
-    .action(async (flags: ServeFlags) => {
-      if (flags.check) return checkServeFlags(flags);
-      if (!isPostgresUrl(flags.database)) compileEmbeddedBaselineOnly();
-      const options = await serveOptions(flags);
-      const plane = await startControlPlane(options);
-      const roles = [...flags.admin.map((id) => `${id}=admin`), ...(options.grants ?? []).map((g) => `${g.spiffeId}=${describeGrant(g)}`)];
-      // Before the "serving" line, which scripts wait for.
-      if (plane.metrics) console.log(`forelead: metrics and health on ${plane.metrics.url} (/metrics, /healthz, /readyz; plain HTTP, no client certificate)${plane.metrics.loopback ? "" : `; ${plane.metrics.url} is not a loopback address: anyone who can reach this host on the network can read them`}`);
-      console.log(plane.issuer ? `forelead: issuing runner certificates with ${plane.issuer}` : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)");
-      console.log(`forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`);
-      console.log(`forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, audit spool ${plane.audit.backlog().spoolPath}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`);
-      const stop = (signal: string) => {
-        console.log(`forelead: ${signal} received; closing connections and the database`);
-        plane.close().then(
-          () => process.exit(0),
-          (err) => {
-            console.error(`forelead: error while shutting down: ${err.message}`);
-            process.exit(1);
-          },
+  return (
+    new Command("serve")
+      .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
+      .option(
+        "--metrics-listen <host:port|off>",
+        "plain-HTTP address of /metrics (Prometheus), /healthz and /readyz, without client certificates (docs/operations.md); off: not served",
+        "127.0.0.1:9464",
+      )
+      .addOption(
+        pathOption(
+          "--tls-cert <file>",
+          "server certificate (PEM); default: the development PKI in --certs-dir; reloaded on SIGHUP and when it changes",
+        ),
+      )
+      .addOption(pathOption("--tls-key <file>", "server key (PEM)"))
+      .addOption(
+        pathOption(
+          "--client-ca <file>",
+          "trust bundle for client certificates (PEM); default: the development CA",
+        ),
+      )
+      .addOption(
+        pathOption(
+          "--certs-dir <dir>",
+          "development PKI used (and created) when no TLS flags are given",
+          "certs",
+        ),
+      )
+      .option("--trust-domain <td>", "SPIFFE trust domain of client identities", "forelead")
+      .addOption(
+        new Option(
+          "--database <url|dir>",
+          "postgres:// URL, or a directory for the embedded database (one process at a time: it is locked)",
+        )
+          .default(resolve("data/db"), "data/db")
+          .argParser(databaseLocation),
+      )
+      .option(
+        "--admin <spiffe-id>",
+        "grant this identity the admin role: every admin method (repeatable)",
+        collect,
+        [],
+      )
+      .option(
+        "--grant <spiffe-id=role>",
+        "grant a role: ID=admin, ID=read (every workspace), ID=read:W1,W2 or ID=enqueue:W1,W2 (those workspaces only; an identity always reads and cancels the jobs it enqueued); repeatable",
+        collect,
+        [],
+      )
+      .addOption(
+        pathOption(
+          "--issuer-cert <file>",
+          "CA certificate (PEM, optionally followed by its chain) that signs runner certificates on enroll and renew; default: the development CA when no TLS flags are given",
+        ),
+      )
+      .addOption(
+        pathOption(
+          "--issuer-key <file>",
+          "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 (BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted",
+        ),
+      )
+      .option(
+        "--issued-cert-lifetime <duration>",
+        "lifetime of the certificates the issuer signs (default: --max-cert-lifetime)",
+      )
+      .addOption(
+        new Option("--lease-seconds <n>", "lease length in seconds")
+          .default(30)
+          .argParser(integerIn("--lease-seconds", 5, 3600)),
+      )
+      .addOption(
+        new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one")
+          .default(defaultJobTimeouts.defaultSeconds, "6h")
+          .argParser(secondsFlag("--default-job-timeout", { wholeSeconds: true })),
+      )
+      .addOption(
+        new Option(
+          "--max-job-timeout <duration>",
+          "longest timeout a job may ask for; an enqueue over it is refused",
+        )
+          .default(defaultJobTimeouts.maxSeconds, "7d")
+          .argParser(secondsFlag("--max-job-timeout", { wholeSeconds: true })),
+      )
+      .addOption(
+        new Option(
+          "--job-timeout-grace <duration>",
+          "how long a job may run past its timeout before the control plane fails it (error timeout)",
+        )
+          .default(defaultJobTimeouts.graceSeconds, "30s")
+          .argParser(secondsFlag("--job-timeout-grace", { wholeSeconds: true })),
+      )
+      .option(
+        "--max-cert-lifetime <duration>",
+        "longest client certificate lifetime accepted",
+        "24h",
+      )
+      .addOption(
+        pathOption(
+          "--code-dir <dir>",
+          "where repository mirrors and scratch files live (default: a private temporary directory)",
+        ),
+      )
+      .addOption(
+        pathOption(
+          "--artifacts-dir <dir>",
+          "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL",
+        ),
+      )
+      .addOption(
+        pathOption(
+          "--audit-spool <dir>",
+          "where audit records wait (fsynced) while the database cannot take them; default: beside an embedded database (data/audit-spool), data/audit-spool with a postgres:// URL (one per replica)",
+        ),
+      )
+      .addOption(
+        new Option(
+          "--audit-spool-max-size <size>",
+          "the spool's bound; past it requests are refused (503) until the database takes records",
+        )
+          .default(2 ** 30, "1GiB")
+          .argParser(byteSize("--audit-spool-max-size")),
+      )
+      .addOption(
+        new Option(
+          "--event-retention <duration>",
+          "how long the global event stream (GET /v1/admin/events) keeps events; older ones are pruned hourly in batches",
+        )
+          .default(7 * 86_400, "7d")
+          .argParser(secondsFlag("--event-retention", { wholeSeconds: true })),
+      )
+      .addOption(
+        new Option(
+          "--max-artifact-size <size>",
+          "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes",
+        )
+          .default(defaultMaxArtifactBytes, "2GiB")
+          .argParser(byteSize("--max-artifact-size")),
+      )
+      .addOption(
+        pathOption(
+          "--secrets-key <file>",
+          "the key (32 random bytes, base64, mode 0600) that encrypts job secrets and repository credentials; required with a postgres:// URL (the same file on every replica); default: beside an embedded database (data/secrets.key), made on the first start",
+        ),
+      )
+      .addOption(
+        pathOption(
+          "--secrets-key-previous <file>",
+          "the key being replaced: every secret is re-encrypted from it to --secrets-key at start, after which it is no longer needed",
+        ),
+      )
+      // Connection limits (docs/limits.md).
+      .addOption(
+        new Option(
+          "--tls-handshake-timeout <seconds>",
+          "close a TLS handshake not finished within this",
+        )
+          .default(defaultConnectionLimits.handshakeTimeoutMs / 1000)
+          .argParser(integerIn("--tls-handshake-timeout", 1, 600)),
+      )
+      .addOption(
+        new Option(
+          "--max-concurrent-streams <n>",
+          "SETTINGS_MAX_CONCURRENT_STREAMS of every connection",
+        )
+          .default(defaultConnectionLimits.maxConcurrentStreams)
+          .argParser(integerIn("--max-concurrent-streams", 1, 10_000)),
+      )
+      .addOption(
+        new Option(
+          "--body-idle-timeout <seconds>",
+          "end a request body that brings less than 1 KiB in this long (408 on REST)",
+        )
+          .default(defaultConnectionLimits.bodyIdleMs / 1000)
+          .argParser(integerIn("--body-idle-timeout", 1, 3600)),
+      )
+      .addOption(
+        new Option(
+          "--max-streams-without-certificate <n>",
+          "open streams a connection without a client certificate may have (it can only enroll)",
+        )
+          .default(defaultConnectionLimits.certlessMaxStreams)
+          .argParser(integerIn("--max-streams-without-certificate", 1, 1000)),
+      )
+      .addOption(
+        new Option(
+          "--max-connections-per-address <n>",
+          "connections one client address may hold, handshakes included",
+        )
+          .default(defaultConnectionLimits.maxConnectionsPerAddress)
+          .argParser(integerIn("--max-connections-per-address", 1, 1_000_000)),
+      )
+      .addOption(
+        new Option(
+          "--idle-connection-timeout <seconds>",
+          "close a connection with no open stream for this long",
+        )
+          .default(defaultConnectionLimits.idleConnectionMs / 1000)
+          .argParser(integerIn("--idle-connection-timeout", 1, 86_400)),
+      )
+      .option(
+        "--check",
+        "check every flag, file and the database, print the doctor's table, and exit (1 when a check fails) without listening",
+      )
+      .option(
+        "--config <file>",
+        "read options from this file's [serve] table (TOML, or JSON for *.json; keys are the flag names: listen, database, secrets-key, grant = [...]); flags win; relative paths are relative to the file (docs/cli.md)",
+      )
+      .hook("preAction", async (command) => {
+        const file = command.getOptionValue("config") as string | undefined;
+        if (file) await applyServeConfig(command, file);
+      })
+      .action(async (flags: ServeFlags) => {
+        if (flags.check) return checkServeFlags(flags);
+        if (!isPostgresUrl(flags.database)) compileEmbeddedBaselineOnly();
+        const options = await serveOptions(flags);
+        const plane = await startControlPlane(options);
+        const roles = [
+          ...flags.admin.map((id) => `${id}=admin`),
+          ...(options.grants ?? []).map((g) => `${g.spiffeId}=${describeGrant(g)}`),
+        ];
+        // Before the "serving" line, which scripts wait for.
+        if (plane.metrics)
+          console.log(
+            `forelead: metrics and health on ${plane.metrics.url} (/metrics, /healthz, /readyz; plain HTTP, no client certificate)${plane.metrics.loopback ? "" : `; ${plane.metrics.url} is not a loopback address: anyone who can reach this host on the network can read them`}`,
+          );
+        console.log(
+          plane.issuer
+            ? `forelead: issuing runner certificates with ${plane.issuer}`
+            : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)",
         );
-      };
-      process.once("SIGTERM", () => stop("SIGTERM"));
-      process.once("SIGINT", () => stop("SIGINT"));
-    });
+        console.log(
+          `forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`,
+        );
+        console.log(
+          `forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, audit spool ${plane.audit.backlog().spoolPath}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`,
+        );
+        const stop = (signal: string) => {
+          console.log(`forelead: ${signal} received; closing connections and the database`);
+          plane.close().then(
+            () => process.exit(0),
+            (err) => {
+              console.error(`forelead: error while shutting down: ${err.message}`);
+              process.exit(1);
+            },
+          );
+        };
+        process.once("SIGTERM", () => stop("SIGTERM"));
+        process.once("SIGINT", () => stop("SIGINT"));
+      })
+  );
 }
 
 /**
@@ -139,13 +325,18 @@ function compileEmbeddedBaselineOnly(): void {
 /** The control plane's options from the flags, each flag and file checked; an error names the flag. */
 async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
   const { host, port } = parseListen(flags.listen, "--listen");
-  const metricsListen = flags.metricsListen === "off" ? undefined : parseListen(flags.metricsListen, "--metrics-listen");
+  const metricsListen =
+    flags.metricsListen === "off"
+      ? undefined
+      : parseListen(flags.metricsListen, "--metrics-listen");
   const secretsKeys = await loadSecretsKeys(flags);
   parseSpiffeId(`spiffe://${flags.trustDomain}`);
   flags.admin.forEach((id) => checkServiceIdentity(id, flags.trustDomain));
   const grants = flags.grant.map((g) => parseRoleGrant(g, flags.trustDomain));
   const maxCertLifetimeMs = parseDuration(flags.maxCertLifetime);
-  const issuedCertLifetimeMs = flags.issuedCertLifetime ? parseDuration(flags.issuedCertLifetime) : undefined;
+  const issuedCertLifetimeMs = flags.issuedCertLifetime
+    ? parseDuration(flags.issuedCertLifetime)
+    : undefined;
   const tls = await loadTls(flags);
   const issuer = await loadIssuer(flags);
   const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
@@ -161,7 +352,11 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     ...(issuer ? { issuer } : {}),
     ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
     leaseSeconds: flags.leaseSeconds,
-    jobTimeouts: { defaultSeconds: flags.defaultJobTimeout, maxSeconds: flags.maxJobTimeout, graceSeconds: flags.jobTimeoutGrace },
+    jobTimeouts: {
+      defaultSeconds: flags.defaultJobTimeout,
+      maxSeconds: flags.maxJobTimeout,
+      graceSeconds: flags.jobTimeoutGrace,
+    },
     maxCertLifetimeMs,
     ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
     ...(artifactsDir ? { artifactsDir } : {}),
@@ -188,7 +383,14 @@ async function checkServeFlags(flags: ServeFlags): Promise<void> {
   try {
     checks = await checkServe(await serveOptions(flags));
   } catch (err) {
-    checks = [{ name: "options", status: "fail", detail: (err as Error).message, hint: "fix the flag or file it names" }];
+    checks = [
+      {
+        name: "options",
+        status: "fail",
+        detail: (err as Error).message,
+        hint: "fix the flag or file it names",
+      },
+    ];
   }
   reportChecks(checks, false, (t) => process.stdout.write(t));
 }
@@ -214,23 +416,45 @@ function defaultAuditSpoolDir(database: string): string | undefined {
  * makes a key for the run, or refuses to start, naming the flag.
  */
 async function loadSecretsKeys(flags: ServeFlags): Promise<SecretsKeys | undefined> {
-  const previous = flags.secretsKeyPrevious ? await readSecretsKeyFile(flags.secretsKeyPrevious) : undefined;
-  if (flags.secretsKey) return { current: await readSecretsKeyFile(flags.secretsKey), ...(previous ? { previous } : {}) };
-  if (previous) throw new Error("--secrets-key-previous needs --secrets-key: the key every secret is re-encrypted to");
+  const previous = flags.secretsKeyPrevious
+    ? await readSecretsKeyFile(flags.secretsKeyPrevious)
+    : undefined;
+  if (flags.secretsKey)
+    return {
+      current: await readSecretsKeyFile(flags.secretsKey),
+      ...(previous ? { previous } : {}),
+    };
+  if (previous)
+    throw new Error(
+      "--secrets-key-previous needs --secrets-key: the key every secret is re-encrypted to",
+    );
   if (isPostgresUrl(flags.database) || flags.database === "memory://") return undefined;
   const path = join(dirname(resolve(flags.database)), "secrets.key");
   const { key, created } = await readOrCreateSecretsKeyFile(path);
-  if (created) console.log(`forelead: created the secrets key ${path} (mode 0600); back it up with the database: without it, job secrets and repository credentials cannot be read`);
+  if (created)
+    console.log(
+      `forelead: created the secrets key ${path} (mode 0600); back it up with the database: without it, job secrets and repository credentials cannot be read`,
+    );
   return { current: key };
 }
 
 /** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */
 function byteSize(name: string): (value: string) => number {
-  const units: Record<string, number> = { "": 1, B: 1, KiB: 2 ** 10, MiB: 2 ** 20, GiB: 2 ** 30, TiB: 2 ** 40 };
+  const units: Record<string, number> = {
+    "": 1,
+    B: 1,
+    KiB: 2 ** 10,
+    MiB: 2 ** 20,
+    GiB: 2 ** 30,
+    TiB: 2 ** 40,
+  };
   return (value) => {
     const m = /^(\d+)\s*(B|KiB|MiB|GiB|TiB)?$/.exec(value.trim());
     const bytes = m ? Number(m[1]) * units[m[2] ?? ""]! : NaN;
-    if (!Number.isSafeInteger(bytes) || bytes < 1) throw new InvalidArgumentError(`${name} must be a size such as 2GiB, 500MiB or 1048576; got ${JSON.stringify(value)}`);
+    if (!Number.isSafeInteger(bytes) || bytes < 1)
+      throw new InvalidArgumentError(
+        `${name} must be a size such as 2GiB, 500MiB or 1048576; got ${JSON.stringify(value)}`,
+      );
     return bytes;
   };
 }
@@ -243,7 +467,10 @@ function databaseLocation(value: string): string {
 function parseListen(listen: string, flag: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(listen);
   const port = Number(m?.[3]);
-  if (!m || port > 65535) throw new Error(`${flag} ${JSON.stringify(listen)} is not host:port (e.g. 127.0.0.1:8443 or [::1]:8443)${flag === "--metrics-listen" ? ", or off" : ""}`);
+  if (!m || port > 65535)
+    throw new Error(
+      `${flag} ${JSON.stringify(listen)} is not host:port (e.g. 127.0.0.1:8443 or [::1]:8443)${flag === "--metrics-listen" ? ", or off" : ""}`,
+    );
   return { host: (m[1] ?? m[2])!, port };
 }
 
@@ -252,13 +479,31 @@ async function loadTls(flags: ServeFlags): Promise<TlsPems & { tlsFiles: TlsFile
   const given = [flags.tlsCert, flags.tlsKey, flags.clientCa].filter(Boolean).length;
   if (given === 0) {
     const { paths, created } = await initDevPki(flags.certsDir, { hosts: defaultHosts });
-    if (created) console.log(`forelead: created a development PKI in ${paths.dir} (not for production)`);
+    if (created)
+      console.log(`forelead: created a development PKI in ${paths.dir} (not for production)`);
     const tlsFiles = { cert: paths.serverCert, key: paths.serverKey, clientCa: paths.caCert };
-    return { tlsFiles, ...(await readTlsFiles(tlsFiles, { cert: "server certificate", key: "server key", clientCa: "CA" })) };
+    return {
+      tlsFiles,
+      ...(await readTlsFiles(tlsFiles, {
+        cert: "server certificate",
+        key: "server key",
+        clientCa: "CA",
+      })),
+    };
   }
-  if (given !== 3) throw new Error("--tls-cert, --tls-key and --client-ca go together: give all three, or none to use the development PKI");
+  if (given !== 3)
+    throw new Error(
+      "--tls-cert, --tls-key and --client-ca go together: give all three, or none to use the development PKI",
+    );
   const tlsFiles = { cert: flags.tlsCert!, key: flags.tlsKey!, clientCa: flags.clientCa! };
-  return { tlsFiles, ...(await readTlsFiles(tlsFiles, { cert: "--tls-cert", key: "--tls-key", clientCa: "--client-ca" })) };
+  return {
+    tlsFiles,
+    ...(await readTlsFiles(tlsFiles, {
+      cert: "--tls-cert",
+      key: "--tls-key",
+      clientCa: "--client-ca",
+    })),
+  };
 }
 
 /**
@@ -266,10 +511,20 @@ async function loadTls(flags: ServeFlags): Promise<TlsPems & { tlsFiles: TlsFile
  * development CA that already signs the server and client certificates.
  * Otherwise none: certificates then come from an external CA.
  */
-async function loadIssuer(flags: ServeFlags): Promise<{ certPem: string; keyPem: string } | undefined> {
-  if (Boolean(flags.issuerCert) !== Boolean(flags.issuerKey)) throw new Error("--issuer-cert and --issuer-key go together: give both, or neither");
-  if (flags.issuerCert) return { certPem: await readNamedFile(flags.issuerCert, "--issuer-cert"), keyPem: await readNamedFile(flags.issuerKey!, "--issuer-key") };
+async function loadIssuer(
+  flags: ServeFlags,
+): Promise<{ certPem: string; keyPem: string } | undefined> {
+  if (Boolean(flags.issuerCert) !== Boolean(flags.issuerKey))
+    throw new Error("--issuer-cert and --issuer-key go together: give both, or neither");
+  if (flags.issuerCert)
+    return {
+      certPem: await readNamedFile(flags.issuerCert, "--issuer-cert"),
+      keyPem: await readNamedFile(flags.issuerKey!, "--issuer-key"),
+    };
   if (flags.tlsCert || flags.tlsKey || flags.clientCa) return undefined;
   const paths = devPkiPaths(flags.certsDir);
-  return { certPem: await readNamedFile(paths.caCert, "CA"), keyPem: await readNamedFile(paths.caKey, "CA key") };
+  return {
+    certPem: await readNamedFile(paths.caCert, "CA"),
+    keyPem: await readNamedFile(paths.caKey, "CA key"),
+  };
 }

@@ -1,21 +1,35 @@
 import { Command } from "commander";
 import { toJson } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { GetStatusResponseSchema, StatusService, type GetStatusResponse } from "../../gen/forelead/admin/v1/status_pb.js";
-import { serviceClientFromFlags, withAdminClientOptions, type AdminClientFlags } from "./connection.js";
+import {
+  GetStatusResponseSchema,
+  StatusService,
+  type GetStatusResponse,
+} from "../../gen/forelead/admin/v1/status_pb.js";
+import {
+  serviceClientFromFlags,
+  withAdminClientOptions,
+  type AdminClientFlags,
+} from "./connection.js";
 
 interface StatusFlags extends AdminClientFlags {
   json?: boolean;
 }
 
 /** `forelead status`: GET /v1/admin/status as text, or its JSON. */
-export function statusCommand(write: (text: string) => void = (t) => process.stdout.write(t)): Command {
+export function statusCommand(
+  write: (text: string) => void = (t) => process.stdout.write(t),
+): Command {
   return withAdminClientOptions(
     new Command("status").option("--json", "print the reply as JSON"),
   ).action(async (flags: StatusFlags) => {
     const client = await serviceClientFromFlags(flags, StatusService);
     const status = await client.getStatus({});
-    write(flags.json ? `${JSON.stringify(toJson(GetStatusResponseSchema, status), null, 2)}\n` : formatStatus(status));
+    write(
+      flags.json
+        ? `${JSON.stringify(toJson(GetStatusResponseSchema, status), null, 2)}\n`
+        : formatStatus(status),
+    );
   });
 }
 
@@ -29,13 +43,21 @@ export function formatStatus(s: GetStatusResponse): string {
     `forelead ${s.build?.version} (commit ${s.build?.commit}${s.build?.buildDate ? `, ${s.build.buildDate}` : ""}), started ${at(s.startedAt)}`,
     `database: ${d?.kind} ${d?.reachable ? `reachable (${d.roundTripMs.toFixed(1)} ms)` : "UNREACHABLE"}, migration ${d?.migration || "-"}, LISTEN ${d?.listenConnected ? "connected" : "DOWN"}, audit backlog ${d?.auditBacklogRecords} (${d?.auditSpoolBytes} bytes spooled${d?.auditOldestUnwritten ? `, oldest ${at(d.auditOldestUnwritten)}` : ""})`,
     `replicas (${s.replicas.length}):`,
-    ...s.replicas.map((x) => `  ${x.id}  ${x.host} pid ${x.pid}  ${x.version}  started ${at(x.startedAt)}  seen ${at(x.lastSeenAt)}`),
+    ...s.replicas.map(
+      (x) =>
+        `  ${x.id}  ${x.host} pid ${x.pid}  ${x.version}  started ${at(x.startedAt)}  seen ${at(x.lastSeenAt)}`,
+    ),
     `workspaces (${s.workspaces.length}):`,
-    ...s.workspaces.map((w) => `  ${w.workspaceId}  queued ${w.queued}  running ${w.running}${w.waitingInput ? `  waiting for input ${w.waitingInput}` : ""}  oldest queued ${w.oldestQueuedSeconds.toFixed(0)} s${w.paused ? "  PAUSED" : ""}`),
+    ...s.workspaces.map(
+      (w) =>
+        `  ${w.workspaceId}  queued ${w.queued}  running ${w.running}${w.waitingInput ? `  waiting for input ${w.waitingInput}` : ""}  oldest queued ${w.oldestQueuedSeconds.toFixed(0)} s${w.paused ? "  PAUSED" : ""}`,
+    ),
     `runners: ${r?.registered} registered, ${r?.connected} connected, ${r?.busy} busy, ${r?.idle} idle, ${r?.paused} paused, ${r?.retired} retired`,
     `pool: slots ${p?.slotsFree}/${p?.slotsTotal} free, cpu ${p?.cpuFree}/${p?.cpuTotal} free, memory ${p?.memoryBytesFree}/${p?.memoryBytesTotal} bytes free`,
     `certificates: server until ${at(s.certificates?.serverNotAfter)}, issuer until ${at(s.certificates?.issuerNotAfter)}, ${s.certificates?.expiringWithin24h} issued ending within 24 h`,
-    ...(s.certificates?.expiring ?? []).map((c) => `  ${c.serial}  ${c.spiffeId}  until ${at(c.notAfter)}`),
+    ...(s.certificates?.expiring ?? []).map(
+      (c) => `  ${c.serial}  ${c.spiffeId}  until ${at(c.notAfter)}`,
+    ),
   ];
   return lines.join("\n") + "\n";
 }

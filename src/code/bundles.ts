@@ -38,23 +38,40 @@ export interface BundleSpec {
  * refused (resource_exhausted, 413 on REST): a bundle is never truncated.
  */
 export async function createBundleFile(spec: BundleSpec): Promise<BundleFile> {
-  await runGit(["update-ref", spec.ref, spec.commit], { cwd: spec.mirror, timeoutMs: gitTimeouts.local });
+  await runGit(["update-ref", spec.ref, spec.commit], {
+    cwd: spec.mirror,
+    timeoutMs: gitTimeouts.local,
+  });
   // An empty range (commit already in base's history) would be refused by git: send the whole history then.
-  const thin = spec.base !== undefined && spec.base !== spec.commit && !(await isAncestor(spec.mirror, spec.commit, spec.base));
+  const thin =
+    spec.base !== undefined &&
+    spec.base !== spec.commit &&
+    !(await isAncestor(spec.mirror, spec.commit, spec.base));
   await mkdir(spec.scratchDir, { recursive: true, mode: 0o700 });
   const dir = await mkdtemp(join(spec.scratchDir, "bundle-"));
   const dispose = () => rm(dir, { recursive: true, force: true });
   const path = join(dir, "out.bundle");
   try {
-    const bytes = await gitToFile(["bundle", "create", "--quiet", "-", spec.ref, ...(thin ? [`^${spec.base}`] : [])], path, spec.maxBytes, { cwd: spec.mirror, timeoutMs: gitTimeouts.bulk });
+    const bytes = await gitToFile(
+      ["bundle", "create", "--quiet", "-", spec.ref, ...(thin ? [`^${spec.base}`] : [])],
+      path,
+      spec.maxBytes,
+      { cwd: spec.mirror, timeoutMs: gitTimeouts.bulk },
+    );
     return { path, bytes, dispose };
   } catch (err) {
     await dispose();
     if (err instanceof OutputTooLarge) {
-      throw new ConnectError(`the bundle of ${spec.commit} is larger than the ${describeBytes(spec.maxBytes)} cap on bundles; it was not sent`, Code.ResourceExhausted);
+      throw new ConnectError(
+        `the bundle of ${spec.commit} is larger than the ${describeBytes(spec.maxBytes)} cap on bundles; it was not sent`,
+        Code.ResourceExhausted,
+      );
     }
     if (err instanceof GitError && err.timedOut) {
-      throw new ConnectError(`building the bundle of ${spec.commit} did not finish within ${gitTimeouts.bulk / 1000} s; try again later`, Code.Unavailable);
+      throw new ConnectError(
+        `building the bundle of ${spec.commit} did not finish within ${gitTimeouts.bulk / 1000} s; try again later`,
+        Code.Unavailable,
+      );
     }
     throw err;
   }
@@ -63,15 +80,24 @@ export async function createBundleFile(spec: BundleSpec): Promise<BundleFile> {
 /** The bundle's bytes in chunks; the file is removed when the stream ends or is abandoned. */
 export async function* bundleChunks(file: BundleFile): AsyncGenerator<Uint8Array> {
   try {
-    for await (const chunk of createReadStream(file.path, { highWaterMark: bundleChunkBytes })) yield chunk as Buffer;
+    for await (const chunk of createReadStream(file.path, { highWaterMark: bundleChunkBytes }))
+      yield chunk as Buffer;
   } finally {
     await file.dispose();
   }
 }
 
 /** Whether `ancestor` is in the history of `descendant` (equal counts). */
-export async function isAncestor(cwd: string, ancestor: string, descendant: string): Promise<boolean> {
-  const { exitCode } = await runGit(["merge-base", "--is-ancestor", ancestor, descendant], { cwd, okExitCodes: [1], timeoutMs: gitTimeouts.local });
+export async function isAncestor(
+  cwd: string,
+  ancestor: string,
+  descendant: string,
+): Promise<boolean> {
+  const { exitCode } = await runGit(["merge-base", "--is-ancestor", ancestor, descendant], {
+    cwd,
+    okExitCodes: [1],
+    timeoutMs: gitTimeouts.local,
+  });
   return exitCode === 0;
 }
 

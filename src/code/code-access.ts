@@ -37,18 +37,27 @@ function refuse(message: string, code = Code.FailedPrecondition): never {
 }
 
 /** The live lease of a job that has code (checkout or agent), with its repository. */
-async function codeLease(deps: CodeAccessDeps, call: LeaseCall): Promise<{ lease: LiveLease; repo: RepositoryRow; branch: string }> {
+async function codeLease(
+  deps: CodeAccessDeps,
+  call: LeaseCall,
+): Promise<{ lease: LiveLease; repo: RepositoryRow; branch: string }> {
   const lease = await requireLiveLease(deps.db, call, call.jobId, call.leaseToken);
   const job = lease.job;
-  if (!job.repository || !job.target_branch) refuse(`job ${job.id} is a ${job.kind} job with no repository; code routes are for checkout and agent jobs`);
+  if (!job.repository || !job.target_branch)
+    refuse(
+      `job ${job.id} is a ${job.kind} job with no repository; code routes are for checkout and agent jobs`,
+    );
   const repo = await findRepository(deps.db, deps.secrets, job.repository).catch(() =>
-    refuse(`repository ${JSON.stringify(job.repository)} of job ${job.id} is no longer registered with this control plane`),
+    refuse(
+      `repository ${JSON.stringify(job.repository)} of job ${job.id} is no longer registered with this control plane`,
+    ),
   );
   return { lease, repo, branch: job.target_branch };
 }
 
 function requireAgent(lease: LiveLease, what: string): void {
-  if (lease.job.kind !== "agent") refuse(`${what} is only for agent jobs; job ${lease.job.id} is a ${lease.job.kind} job`);
+  if (lease.job.kind !== "agent")
+    refuse(`${what} is only for agent jobs; job ${lease.job.id} is a ${lease.job.kind} job`);
 }
 
 /** code/head: the current commit of an agent job's target branch. */
@@ -60,7 +69,10 @@ export async function currentHead(deps: CodeAccessDeps, call: LeaseCall): Promis
 
 async function targetHead(deps: CodeAccessDeps, repo: RepositoryRow, branch: string) {
   const head = await deps.mirrors.resolveBranch(repo, branch);
-  if (!head) refuse(`branch ${JSON.stringify(branch)} no longer exists in repository ${JSON.stringify(repo.name)}`);
+  if (!head)
+    refuse(
+      `branch ${JSON.stringify(branch)} no longer exists in repository ${JSON.stringify(repo.name)}`,
+    );
   return head;
 }
 
@@ -73,11 +85,19 @@ async function targetHead(deps: CodeAccessDeps, repo: RepositoryRow, branch: str
  */
 export async function openBundle(deps: CodeAccessDeps, req: BundleRequest): Promise<BundleFile> {
   if (!bundleKinds.includes(req.kind as BundleKind)) {
-    refuse(`kind ${JSON.stringify(req.kind.slice(0, 40))} is not a bundle kind; use "base", "head" or "published"`, Code.InvalidArgument);
+    refuse(
+      `kind ${JSON.stringify(req.kind.slice(0, 40))} is not a bundle kind; use "base", "head" or "published"`,
+      Code.InvalidArgument,
+    );
   }
   const kind = req.kind as BundleKind;
-  if (!req.commit) refuse(`commit is required: the ${kind} commit the bundle is for`, Code.InvalidArgument);
-  if (!objectIdPattern.test(req.commit)) refuse(`commit ${JSON.stringify(req.commit.slice(0, 80))} is not a full commit id (40 or 64 lowercase hex digits)`, Code.InvalidArgument);
+  if (!req.commit)
+    refuse(`commit is required: the ${kind} commit the bundle is for`, Code.InvalidArgument);
+  if (!objectIdPattern.test(req.commit))
+    refuse(
+      `commit ${JSON.stringify(req.commit.slice(0, 80))} is not a full commit id (40 or 64 lowercase hex digits)`,
+      Code.InvalidArgument,
+    );
   const { lease, repo, branch } = await codeLease(deps, req);
   const job = lease.job;
   const base = job.base_commit;
@@ -86,28 +106,48 @@ export async function openBundle(deps: CodeAccessDeps, req: BundleRequest): Prom
   switch (kind) {
     case "base":
       permitted = base;
-      if (req.commit !== permitted) refuse(`commit ${req.commit} is not the lease's base commit ${permitted}; a base bundle is only for the base commit`);
+      if (req.commit !== permitted)
+        refuse(
+          `commit ${req.commit} is not the lease's base commit ${permitted}; a base bundle is only for the base commit`,
+        );
       break;
     case "head":
       requireAgent(lease, "a head bundle");
       permitted = (await targetHead(deps, repo, branch)).commit;
-      if (req.commit !== permitted) refuse(`commit ${req.commit} is not the current head ${permitted} of branch ${JSON.stringify(branch)}; ask code/head again`, Code.Aborted);
+      if (req.commit !== permitted)
+        refuse(
+          `commit ${req.commit} is not the current head ${permitted} of branch ${JSON.stringify(branch)}; ask code/head again`,
+          Code.Aborted,
+        );
       break;
     case "published":
       requireAgent(lease, "a published bundle");
-      if (!job.published_commit) refuse(`job ${job.id} has no published commit yet; publish one with POST /v1/runner/agent/publish first`);
+      if (!job.published_commit)
+        refuse(
+          `job ${job.id} has no published commit yet; publish one with POST /v1/runner/agent/publish first`,
+        );
       permitted = job.published_commit;
-      if (req.commit !== permitted) refuse(`commit ${req.commit} is not job ${job.id}'s published commit ${permitted}`);
+      if (req.commit !== permitted)
+        refuse(`commit ${req.commit} is not job ${job.id}'s published commit ${permitted}`);
       break;
   }
   const hints = [branch, ...(job.published_branch ? [job.published_branch] : [])];
   if (!(await deps.mirrors.ensureCommit(repo, permitted, hints))) {
-    refuse(`commit ${permitted} is no longer available from repository ${JSON.stringify(repo.name)}`);
+    refuse(
+      `commit ${permitted} is no longer available from repository ${JSON.stringify(repo.name)}`,
+    );
   }
   const thinOnBase = kind !== "base" && (await deps.mirrors.ensureCommit(repo, base, hints));
   const mirror = await deps.mirrors.open(repo);
   const ref = `refs/forelead/jobs/${job.id}/${kind}`;
   return deps.bundleQueue.run(`${repo.name} ${ref}`, () =>
-    createBundleFile({ mirror, ref, commit: permitted, ...(thinOnBase ? { base } : {}), maxBytes: deps.maxBundleBytes, scratchDir: deps.scratchDir }),
+    createBundleFile({
+      mirror,
+      ref,
+      commit: permitted,
+      ...(thinOnBase ? { base } : {}),
+      maxBytes: deps.maxBundleBytes,
+      scratchDir: deps.scratchDir,
+    }),
   );
 }

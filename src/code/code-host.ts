@@ -14,7 +14,15 @@ import { createKeyedQueue } from "./keyed-queue.js";
 import { checkBranchName, createMirrors } from "./mirror.js";
 import { publishCommit, type Published } from "./publish.js";
 import type { SecretBox } from "../secrets/box.js";
-import { findRepository, listRepositories, lookUpRepository, upsertRepository, validateRegistration, type RegisterRepositoryInput, type RepositoryView } from "./repositories.js";
+import {
+  findRepository,
+  listRepositories,
+  lookUpRepository,
+  upsertRepository,
+  validateRegistration,
+  type RegisterRepositoryInput,
+  type RepositoryView,
+} from "./repositories.js";
 
 /** Options of the code host. */
 export interface CodeHostOptions {
@@ -51,7 +59,14 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
   const codeDir = options.codeDir ?? (await mkdtemp(join(tmpdir(), "forelead-code-")));
   const mirrors = createMirrors(join(codeDir, "mirrors"));
   const maxBundleBytes = options.maxBundleBytes ?? defaultMaxBundleBytes;
-  const deps = { db: options.db, secrets: options.secrets, mirrors, bundleQueue: createKeyedQueue(), maxBundleBytes, scratchDir: join(codeDir, "scratch") };
+  const deps = {
+    db: options.db,
+    secrets: options.secrets,
+    mirrors,
+    bundleQueue: createKeyedQueue(),
+    maxBundleBytes,
+    scratchDir: join(codeDir, "scratch"),
+  };
 
   return {
     maxBundleBytes,
@@ -59,9 +74,16 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
       validateRegistration(input);
       // Registering an unreachable repository (or a wrong credential) is refused now, not at the first job.
       await withRemoteAccess({ url: input.url, credential: input.credential || null }, (access) =>
-        runGit(["ls-remote", "--heads", "--", input.url], { timeoutMs: gitTimeouts.local, ...access }),
+        runGit(["ls-remote", "--heads", "--", input.url], {
+          timeoutMs: gitTimeouts.local,
+          ...access,
+        }),
       ).catch((err: unknown) => {
-        if (err instanceof GitError) throw new ConnectError(`repository ${input.name} at ${input.url} could not be read: ${err.message}`, Code.FailedPrecondition);
+        if (err instanceof GitError)
+          throw new ConnectError(
+            `repository ${input.name} at ${input.url} could not be read: ${err.message}`,
+            Code.FailedPrecondition,
+          );
         throw err;
       });
       return upsertRepository(options.db, options.secrets, input, by);
@@ -71,13 +93,22 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
       const repo = await findRepository(options.db, options.secrets, repository);
       checkBranchName(targetBranch);
       const head = await mirrors.resolveBranch(repo, targetBranch);
-      if (!head) throw new ConnectError(`targetBranch ${JSON.stringify(targetBranch)} does not exist in repository ${JSON.stringify(repository)}`, Code.InvalidArgument);
+      if (!head)
+        throw new ConnectError(
+          `targetBranch ${JSON.stringify(targetBranch)} does not exist in repository ${JSON.stringify(repository)}`,
+          Code.InvalidArgument,
+        );
     },
     async resolvePin(repository, targetBranch) {
       const repo = await lookUpRepository(options.db, options.secrets, repository);
-      if (!repo) return { refusal: `repository ${JSON.stringify(repository)} is no longer registered` };
+      if (!repo)
+        return { refusal: `repository ${JSON.stringify(repository)} is no longer registered` };
       const head = await mirrors.resolveBranch(repo, targetBranch);
-      return head ?? { refusal: `branch ${JSON.stringify(targetBranch)} no longer exists in repository ${JSON.stringify(repository)}` };
+      return (
+        head ?? {
+          refusal: `branch ${JSON.stringify(targetBranch)} no longer exists in repository ${JSON.stringify(repository)}`,
+        }
+      );
     },
     head: (call) => currentHead(deps, call),
     async *bundle(req) {

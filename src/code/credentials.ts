@@ -27,7 +27,10 @@ export const defaultHttpsUser = "forelead";
  *  - ssh: GIT_SSH_COMMAND with `-i <that file>` (the credential is a private key).
  * Local paths and file:// need no credential.
  */
-export async function withRemoteAccess<T>(remote: GitRemote, fn: (access: RemoteAccess) => Promise<T>): Promise<T> {
+export async function withRemoteAccess<T>(
+  remote: GitRemote,
+  fn: (access: RemoteAccess) => Promise<T>,
+): Promise<T> {
   const credential = remote.credential;
   if (!credential) return fn({ env: {}, secrets: [] });
   const dir = await mkdtemp(join(tmpdir(), "forelead-git-"));
@@ -36,17 +39,24 @@ export async function withRemoteAccess<T>(remote: GitRemote, fn: (access: Remote
     const secretFile = join(dir, "secret");
     const secrets = [credential];
     if (remote.url.startsWith("ssh://")) {
-      await writeFile(secretFile, credential.endsWith("\n") ? credential : `${credential}\n`, { mode: 0o600 });
+      await writeFile(secretFile, credential.endsWith("\n") ? credential : `${credential}\n`, {
+        mode: 0o600,
+      });
       // mkdtemp paths hold no quote; git runs GIT_SSH_COMMAND through a shell. Host keys are checked
       // strictly against the serving user's known_hosts: a first connection is not trusted blindly.
-      const env = { GIT_SSH_COMMAND: `ssh -i '${secretFile}' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes` };
+      const env = {
+        GIT_SSH_COMMAND: `ssh -i '${secretFile}' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes`,
+      };
       return await fn({ env, secrets });
     }
     await writeFile(secretFile, credential, { mode: 0o600 });
     const askpass = join(dir, "askpass");
     await writeFile(askpass, askpassScript, { mode: 0o700 });
     const user = decodeURIComponent(new URL(remote.url).username) || defaultHttpsUser;
-    return await fn({ env: { GIT_ASKPASS: askpass, FORELEAD_GIT_USER: user, FORELEAD_GIT_SECRET_FILE: secretFile }, secrets });
+    return await fn({
+      env: { GIT_ASKPASS: askpass, FORELEAD_GIT_USER: user, FORELEAD_GIT_SECRET_FILE: secretFile },
+      secrets,
+    });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

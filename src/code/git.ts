@@ -48,7 +48,14 @@ const defaultTimeoutMs = 600_000;
  * plane allows (no ext::, no plain http), stable English messages.
  */
 export function gitEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.ProcessEnv {
-  return { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ALLOW_PROTOCOL: "file:https:ssh", LC_ALL: "C", GIT_OPTIONAL_LOCKS: "0", ...extra };
+  return {
+    ...process.env,
+    GIT_TERMINAL_PROMPT: "0",
+    GIT_ALLOW_PROTOCOL: "file:https:ssh",
+    LC_ALL: "C",
+    GIT_OPTIONAL_LOCKS: "0",
+    ...extra,
+  };
 }
 
 /**
@@ -60,7 +67,16 @@ export function gitEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.Pro
  * (measured: a 300 MiB fetch of few large blobs went loose, and bundling it
  * took over 120 s on this 2-core machine under load).
  */
-const globalArgs = ["-c", "credential.helper=", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "transfer.unpackLimit=1"] as const;
+const globalArgs = [
+  "-c",
+  "credential.helper=",
+  "-c",
+  "gc.auto=0",
+  "-c",
+  "maintenance.auto=false",
+  "-c",
+  "transfer.unpackLimit=1",
+] as const;
 
 /**
  * Time limits by kind of work. They stop hung processes, not slow ones:
@@ -73,11 +89,34 @@ export const gitTimeouts = { local: 60_000, network: 600_000, bulk: 600_000 } as
 export function runGit(args: readonly string[], options: GitRunOptions = {}): Promise<GitResult> {
   const argv = [...globalArgs, ...(options.cwd ? ["-C", options.cwd] : []), ...args];
   return new Promise((resolve, reject) => {
-    execFile("git", argv, { env: gitEnv(options.env), timeout: options.timeoutMs ?? defaultTimeoutMs, maxBuffer: 16 * 1024 * 1024, encoding: "utf8" }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === "number" ? err.code : undefined) : 0;
-      if (code === 0 || (code !== undefined && options.okExitCodes?.includes(code))) return resolve({ stdout, stderr: redact(stderr, options.secrets).trim(), exitCode: code });
-      reject(gitError(args, stderr, code, err?.killed ? options.timeoutMs ?? defaultTimeoutMs : undefined, options.secrets));
-    });
+    execFile(
+      "git",
+      argv,
+      {
+        env: gitEnv(options.env),
+        timeout: options.timeoutMs ?? defaultTimeoutMs,
+        maxBuffer: 16 * 1024 * 1024,
+        encoding: "utf8",
+      },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === "number" ? err.code : undefined) : 0;
+        if (code === 0 || (code !== undefined && options.okExitCodes?.includes(code)))
+          return resolve({
+            stdout,
+            stderr: redact(stderr, options.secrets).trim(),
+            exitCode: code,
+          });
+        reject(
+          gitError(
+            args,
+            stderr,
+            code,
+            err?.killed ? (options.timeoutMs ?? defaultTimeoutMs) : undefined,
+            options.secrets,
+          ),
+        );
+      },
+    );
   });
 }
 
@@ -94,20 +133,36 @@ export class OutputTooLarge extends Error {
  * git is killed and OutputTooLarge thrown, so an oversized bundle costs at
  * most `maxBytes` of disk and never reaches a client. Resolves to the size.
  */
-export function gitToFile(args: readonly string[], file: string, maxBytes: number, options: GitRunOptions = {}): Promise<number> {
+export function gitToFile(
+  args: readonly string[],
+  file: string,
+  maxBytes: number,
+  options: GitRunOptions = {},
+): Promise<number> {
   const argv = [...globalArgs, ...(options.cwd ? ["-C", options.cwd] : []), ...args];
   return new Promise((resolve, reject) => {
-    const child = spawn("git", argv, { env: gitEnv(options.env), stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn("git", argv, {
+      env: gitEnv(options.env),
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     const out = createWriteStream(file, { mode: 0o600 });
     let bytes = 0;
     let stderr = "";
     let failure: Error | undefined;
-    const timer = setTimeout(() => fail(gitError(args, stderr, undefined, options.timeoutMs ?? defaultTimeoutMs, options.secrets)), options.timeoutMs ?? defaultTimeoutMs);
+    const timer = setTimeout(
+      () =>
+        fail(
+          gitError(args, stderr, undefined, options.timeoutMs ?? defaultTimeoutMs, options.secrets),
+        ),
+      options.timeoutMs ?? defaultTimeoutMs,
+    );
     function fail(err: Error) {
       failure ??= err;
       child.kill("SIGKILL");
     }
-    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr = (stderr + d).slice(-8192)));
+    child.stderr
+      .setEncoding("utf8")
+      .on("data", (d: string) => (stderr = (stderr + d).slice(-8192)));
     child.stdout.on("data", (chunk: Buffer) => {
       bytes += chunk.length;
       if (bytes > maxBytes) return fail(new OutputTooLarge(maxBytes));
@@ -127,7 +182,8 @@ export function gitToFile(args: readonly string[], file: string, maxBytes: numbe
         const written = out.errored ?? err;
         if (written) failure ??= written;
         if (failure) return reject(failure);
-        if (code !== 0) return reject(gitError(args, stderr, code ?? undefined, undefined, options.secrets));
+        if (code !== 0)
+          return reject(gitError(args, stderr, code ?? undefined, undefined, options.secrets));
         resolve(bytes);
       });
     });
@@ -139,16 +195,26 @@ export function redact(text: string, secrets: readonly string[] = []): string {
   let out = text;
   for (const s of secrets) {
     if (!s) continue;
-    for (const form of new Set([s, encodeURIComponent(s), s.trim()])) if (form) out = out.split(form).join("***");
+    for (const form of new Set([s, encodeURIComponent(s), s.trim()]))
+      if (form) out = out.split(form).join("***");
   }
   return out;
 }
 
-function gitError(args: readonly string[], stderr: string, exitCode: number | undefined, timedOutAfterMs: number | undefined, secrets: readonly string[] = []): GitError {
+function gitError(
+  args: readonly string[],
+  stderr: string,
+  exitCode: number | undefined,
+  timedOutAfterMs: number | undefined,
+  secrets: readonly string[] = [],
+): GitError {
   const clean = redact(stderr, secrets).trim();
   // The subcommand only: argv may hold a URL, and URLs are an operator's business, not a runner's.
   const what = `git ${args.find((a) => !a.startsWith("-")) ?? ""}`.trim();
-  const why = timedOutAfterMs !== undefined ? `timed out after ${Math.round(timedOutAfterMs / 1000)} s` : `exited ${exitCode ?? "abnormally"}`;
+  const why =
+    timedOutAfterMs !== undefined
+      ? `timed out after ${Math.round(timedOutAfterMs / 1000)} s`
+      : `exited ${exitCode ?? "abnormally"}`;
   return new GitError(`${what} ${why}${clean ? `: ${lastLines(clean)}` : ""}`, clean, exitCode);
 }
 
@@ -158,7 +224,10 @@ function gitError(args: readonly string[], stderr: string, exitCode: number | un
  * follows them and names no cause), else its last few lines.
  */
 function lastLines(text: string): string {
-  const lines = text.split("\n").map((l) => l.trim()).filter(Boolean);
+  const lines = text
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
   const causes = lines.filter((l) => /^(fatal|error):/.test(l));
   return (causes.length > 0 ? causes.slice(0, 3) : lines.slice(-3)).join(" / ").slice(0, 600);
 }

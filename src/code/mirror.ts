@@ -30,7 +30,11 @@ export interface Mirrors {
   /** Fetches `branch` and returns its commit and tree; undefined when the branch does not exist. */
   resolveBranch(repo: MirroredRepository, branch: string): Promise<PinnedCommit | undefined>;
   /** Makes sure `commit` is in the mirror, fetching `branches` (then the commit itself) when it is not. */
-  ensureCommit(repo: MirroredRepository, commit: string, branches: readonly string[]): Promise<boolean>;
+  ensureCommit(
+    repo: MirroredRepository,
+    commit: string,
+    branches: readonly string[],
+  ): Promise<boolean>;
   /** Runs `fn` while no fetch of `repo` runs in this process. */
   exclusive<T>(repo: MirroredRepository, fn: () => Promise<T>): Promise<T>;
 }
@@ -47,7 +51,11 @@ export function checkBranchName(branch: string, field = "targetBranch"): string 
   const ok =
     /^[A-Za-z0-9_][A-Za-z0-9._/+@-]{0,199}$/.test(branch) &&
     !/\.\.|\/\/|@\{|\/\.|\.lock(\/|$)|[/.]$/.test(branch);
-  if (!ok) throw new ConnectError(`${field} ${JSON.stringify(branch.slice(0, 80))} is not a branch name (e.g. "main" or "release/1.2")`, Code.InvalidArgument);
+  if (!ok)
+    throw new ConnectError(
+      `${field} ${JSON.stringify(branch.slice(0, 80))} is not a branch name (e.g. "main" or "release/1.2")`,
+      Code.InvalidArgument,
+    );
   return branch;
 }
 
@@ -55,7 +63,8 @@ export function checkBranchName(branch: string, field = "targetBranch"): string 
 export function createMirrors(dir: string): Mirrors {
   const opened = new Map<string, Promise<string>>();
   const queue = createKeyedQueue();
-  const exclusive = <T>(repo: MirroredRepository, fn: () => Promise<T>): Promise<T> => queue.run(repo.name, fn);
+  const exclusive = <T>(repo: MirroredRepository, fn: () => Promise<T>): Promise<T> =>
+    queue.run(repo.name, fn);
   /** Resolves queued behind a running fetch, by repository and branch. */
   const waiting = new Map<string, Promise<PinnedCommit | undefined>>();
 
@@ -74,11 +83,22 @@ export function createMirrors(dir: string): Mirrors {
 
   const fetch = async (repo: MirroredRepository, refspecs: readonly string[]): Promise<void> => {
     const cwd = await open(repo);
-    await withRemoteAccess(repo, (access) => runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", "--", repo.url, ...refspecs], { cwd, ...access }));
+    await withRemoteAccess(repo, (access) =>
+      runGit(
+        ["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", "--", repo.url, ...refspecs],
+        { cwd, ...access },
+      ),
+    );
   };
 
   const hasCommit = async (cwd: string, commit: string): Promise<boolean> =>
-    (await runGit(["cat-file", "-e", `${commit}^{commit}`], { cwd, okExitCodes: [1, 128], timeoutMs: gitTimeouts.local })).exitCode === 0;
+    (
+      await runGit(["cat-file", "-e", `${commit}^{commit}`], {
+        cwd,
+        okExitCodes: [1, 128],
+        timeoutMs: gitTimeouts.local,
+      })
+    ).exitCode === 0;
 
   return {
     open,
@@ -97,11 +117,19 @@ export function createMirrors(dir: string): Mirrors {
         try {
           await fetch(repo, [`+${ref}:${ref}`]);
         } catch (err) {
-          if (err instanceof GitError && /couldn't find remote ref/i.test(err.stderr)) return undefined;
-          if (err instanceof GitError) throw new ConnectError(`repository ${JSON.stringify(repo.name)} could not be reached: ${err.message}`, Code.Unavailable);
+          if (err instanceof GitError && /couldn't find remote ref/i.test(err.stderr))
+            return undefined;
+          if (err instanceof GitError)
+            throw new ConnectError(
+              `repository ${JSON.stringify(repo.name)} could not be reached: ${err.message}`,
+              Code.Unavailable,
+            );
           throw err;
         }
-        const { stdout } = await runGit(["rev-parse", `${ref}^{commit}`, `${ref}^{tree}`], { cwd: await open(repo), timeoutMs: gitTimeouts.local });
+        const { stdout } = await runGit(["rev-parse", `${ref}^{commit}`, `${ref}^{tree}`], {
+          cwd: await open(repo),
+          timeoutMs: gitTimeouts.local,
+        });
         const [commit, tree] = stdout.trim().split("\n");
         return { commit: commit!, tree: tree! };
       });

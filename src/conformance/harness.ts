@@ -16,7 +16,11 @@ import { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
 import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
 import { expireLeaseNow } from "../broker/sql/expire.js";
-import { createCertificateAuthority, issueClientCertificate, issueServerCertificate } from "../identity/ca.js";
+import {
+  createCertificateAuthority,
+  issueClientCertificate,
+  issueServerCertificate,
+} from "../identity/ca.js";
 import { writeFileAtomic, writeIssued } from "../identity/pki-files.js";
 import { runnerSpiffeId } from "../identity/principal.js";
 import { startControlPlane, type ControlPlane } from "../server/control-plane.js";
@@ -90,7 +94,12 @@ export interface Harness {
   enqueue(job: KitJob): Promise<string>;
   job(jobId: string): Promise<Job>;
   /** Polls the job until `holds`, or fails the row naming `what` and the job's state after the row's timeout. */
-  waitFor(jobId: string, what: string, holds: (job: Job) => boolean, withinMs?: number): Promise<Job>;
+  waitFor(
+    jobId: string,
+    what: string,
+    holds: (job: Job) => boolean,
+    withinMs?: number,
+  ): Promise<Job>;
   /** The job's log lines' text, every attempt, in order. */
   logText(jobId: string): Promise<string[]>;
   /** The job's events (as JSON), every attempt, in order. */
@@ -119,7 +128,8 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
   const say = options.log ?? (() => {});
   const cleanups: Array<() => Promise<void>> = [() => rm(dir, { recursive: true, force: true })];
   const close = async () => {
-    for (const c of cleanups.splice(0).reverse()) await c().catch((err: unknown) => say(`while closing: ${(err as Error).message}`));
+    for (const c of cleanups.splice(0).reverse())
+      await c().catch((err: unknown) => say(`while closing: ${(err as Error).message}`));
   };
   try {
     const ca = await createCertificateAuthority({ commonName: "forelead conformance CA" });
@@ -128,8 +138,16 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
     const workspaceId = "conformance";
     const caFile = join(dir, "ca.pem");
     await writeFileAtomic(caFile, ca.certPem, 0o644);
-    const runnerFiles = await writeIssued(join(dir, "runner"), await issueClientCertificate(ca, { uris: [runnerSpiffeId(trustDomain, runnerId, workspaceId)] }));
-    const adminFiles = await writeIssued(join(dir, "admin"), await issueClientCertificate(ca, { uris: [adminId] }));
+    const runnerFiles = await writeIssued(
+      join(dir, "runner"),
+      await issueClientCertificate(ca, {
+        uris: [runnerSpiffeId(trustDomain, runnerId, workspaceId)],
+      }),
+    );
+    const adminFiles = await writeIssued(
+      join(dir, "admin"),
+      await issueClientCertificate(ca, { uris: [adminId] }),
+    );
     const plane = await startControlPlane({
       host: "127.0.0.1",
       port: 0,
@@ -152,10 +170,20 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
     const input = await serviceClientFromFlags(flags, InputService);
     const workDir = join(dir, "work");
     await mkdir(workDir, { mode: 0o700 });
-    const launch: RunnerLaunch = { server: plane.url, ca: caFile, cert: runnerFiles.cert, key: runnerFiles.key, runnerId, workspaceId, workDir };
+    const launch: RunnerLaunch = {
+      server: plane.url,
+      ca: caFile,
+      cert: runnerFiles.cert,
+      key: runnerFiles.key,
+      runnerId,
+      workspaceId,
+      workDir,
+    };
     const runner = startRunner(options.runnerCommand, launch);
     cleanups.push(() => stopRunner(runner.child));
-    say(`control plane ${plane.url} (lease ${options.leaseSeconds}s); runner ${runnerId} in workspace ${workspaceId}: ${substitute(options.runnerCommand, launch)}`);
+    say(
+      `control plane ${plane.url} (lease ${options.leaseSeconds}s); runner ${runnerId} in workspace ${workspaceId}: ${substitute(options.runnerCommand, launch)}`,
+    );
 
     const jobIds: string[] = [];
     const started = new Date();
@@ -192,9 +220,15 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
         for (;;) {
           const current = await job(jobId);
           if (holds(current)) return current;
-          if (Date.now() > deadline) throw new RowFailure(`${what}: after ${Math.round(withinMs / 1000)}s job ${jobId} is ${describeJob(current)}`);
+          if (Date.now() > deadline)
+            throw new RowFailure(
+              `${what}: after ${Math.round(withinMs / 1000)}s job ${jobId} is ${describeJob(current)}`,
+            );
           const exit = runner.exit();
-          if (exit) throw new RowFailure(`${what}: the runner exited (${exit}); job ${jobId} is ${describeJob(current)}`);
+          if (exit)
+            throw new RowFailure(
+              `${what}: the runner exited (${exit}); job ${jobId} is ${describeJob(current)}`,
+            );
           await new Promise((r) => setTimeout(r, 200));
         }
       },
@@ -229,11 +263,17 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
         const records: unknown[] = [];
         let pageToken = "";
         do {
-          const page = await admin.listAuditRecords({ since: { seconds: BigInt(Math.floor(started.getTime() / 1000)), nanos: 0 }, pageSize: 1000, pageToken });
+          const page = await admin.listAuditRecords({
+            since: { seconds: BigInt(Math.floor(started.getTime() / 1000)), nanos: 0 },
+            pageSize: 1000,
+            pageToken,
+          });
           records.push(...page.records);
           pageToken = page.nextPageToken;
         } while (pageToken);
-        return JSON.stringify(records, (_, v: unknown) => (typeof v === "bigint" ? v.toString() : v));
+        return JSON.stringify(records, (_, v: unknown) =>
+          typeof v === "bigint" ? v.toString() : v,
+        );
       },
       runnerOutput: async () => runner.output(),
       runnerExit: runner.exit,
@@ -242,7 +282,10 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
         return requestCounts(text, route);
       },
       async expireLease(jobId) {
-        if (!(await expireLeaseNow(plane.store.db, jobId))) throw new RowFailure(`job ${jobId} holds no live lease to expire; it is ${describeJob(await job(jobId))}`);
+        if (!(await expireLeaseNow(plane.store.db, jobId)))
+          throw new RowFailure(
+            `job ${jobId} holds no live lease to expire; it is ${describeJob(await job(jobId))}`,
+          );
         await plane.broker.sweep();
       },
       close,
@@ -271,7 +314,9 @@ export function describeJob(job: Job): string {
 
 /** The command with each {placeholder} replaced by its value, shell-quoted. */
 export function substitute(command: string, launch: RunnerLaunch): string {
-  return command.replace(/\{(\w+)\}/g, (whole, name: string) => (name in placeholders ? shellQuote(launch[name as keyof RunnerLaunch]) : whole));
+  return command.replace(/\{(\w+)\}/g, (whole, name: string) =>
+    name in placeholders ? shellQuote(launch[name as keyof RunnerLaunch]) : whole,
+  );
 }
 
 function shellQuote(value: string): string {
@@ -279,10 +324,18 @@ function shellQuote(value: string): string {
 }
 
 /** Starts `sh -c command` in a process group of its own (so close stops whatever it started), output to `outputFile`. */
-function startRunner(command: string, launch: RunnerLaunch): { child: ChildProcess; exit: () => string | undefined; output: () => string } {
+function startRunner(
+  command: string,
+  launch: RunnerLaunch,
+): { child: ChildProcess; exit: () => string | undefined; output: () => string } {
   const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const [name, variable] of Object.entries(placeholders)) env[variable] = launch[name as keyof RunnerLaunch];
-  const child = spawn("sh", ["-c", substitute(command, launch)], { detached: true, env, stdio: ["ignore", "pipe", "pipe"] });
+  for (const [name, variable] of Object.entries(placeholders))
+    env[variable] = launch[name as keyof RunnerLaunch];
+  const child = spawn("sh", ["-c", substitute(command, launch)], {
+    detached: true,
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   // Kept whole (a run's runner output is small): the secrets row searches all of it.
   const output: Buffer[] = [];
   child.stdout!.on("data", (d: Buffer) => output.push(d));
@@ -321,7 +374,9 @@ function requestCounts(text: string, route: string): Map<string, number> {
   const counts = new Map<string, number>();
   for (const line of text.split("\n")) {
     if (!line.startsWith("forelead_request_duration_seconds_count{")) continue;
-    const labels = Object.fromEntries([...line.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((m) => [m[1], m[2]]));
+    const labels = Object.fromEntries(
+      [...line.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((m) => [m[1], m[2]]),
+    );
     if (labels.route !== route) continue;
     const code = labels.code ?? "";
     counts.set(code, (counts.get(code) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)));

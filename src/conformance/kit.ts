@@ -17,7 +17,11 @@ export interface RowResult {
  * control plane or the runner lacks the feature for is skipped with the
  * reason; after a failed `register` the rest are skipped.
  */
-export async function runConformance(options: KitOptions, onRow: (result: RowResult) => void = () => {}, only: readonly Row[] = rows): Promise<RowResult[]> {
+export async function runConformance(
+  options: KitOptions,
+  onRow: (result: RowResult) => void = () => {},
+  only: readonly Row[] = rows,
+): Promise<RowResult[]> {
   const h = await startHarness(options);
   const results: RowResult[] = [];
   const report = (r: RowResult) => {
@@ -28,7 +32,9 @@ export async function runConformance(options: KitOptions, onRow: (result: RowRes
     for (const row of only) {
       const started = Date.now();
       const base = { row: row.name, holds: row.holds };
-      const skip = results.some((r) => r.row === "register" && r.result !== "pass") ? "the runner did not register" : await missingFeature(h, row);
+      const skip = results.some((r) => r.row === "register" && r.result !== "pass")
+        ? "the runner did not register"
+        : await missingFeature(h, row);
       if (skip) {
         report({ ...base, result: "skip", reason: skip, seconds: 0 });
         continue;
@@ -37,7 +43,10 @@ export async function runConformance(options: KitOptions, onRow: (result: RowRes
         const reason = await row.run(h);
         report({ ...base, result: "pass", reason, seconds: (Date.now() - started) / 1000 });
       } catch (err) {
-        const reason = err instanceof RowFailure ? err.message : `the kit could not run the row: ${(err as Error).message}`;
+        const reason =
+          err instanceof RowFailure
+            ? err.message
+            : `the kit could not run the row: ${(err as Error).message}`;
         report({ ...base, result: "fail", reason, seconds: (Date.now() - started) / 1000 });
       }
     }
@@ -62,7 +71,10 @@ export function formatTable(results: readonly RowResult[]): string {
   const lines = [`${"ROW".padEnd(width)}  RESULT  REASON`];
   for (const r of results) {
     const [first, ...rest] = r.reason.split("\n");
-    lines.push(`${r.row.padEnd(width)}  ${r.result.padEnd(6)}  ${first}`, ...rest.map((l) => `${" ".repeat(width + 10)}${l}`));
+    lines.push(
+      `${r.row.padEnd(width)}  ${r.result.padEnd(6)}  ${first}`,
+      ...rest.map((l) => `${" ".repeat(width + 10)}${l}`),
+    );
   }
   const count = (result: RowResult["result"]) => results.filter((r) => r.result === result).length;
   lines.push("", `${count("pass")} passed, ${count("fail")} failed, ${count("skip")} skipped`);

@@ -2,7 +2,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
-import { checkEventQuery, readEvents, type EventEntry, type EventQuery, type ReadPosition } from "./read.js";
+import {
+  checkEventQuery,
+  readEvents,
+  type EventEntry,
+  type EventQuery,
+  type ReadPosition,
+} from "./read.js";
 import { eventsChannel } from "./record.js";
 
 /** The global event stream: reading, following and retention. Writing is record.ts, in the writers' transactions. */
@@ -67,19 +73,28 @@ export async function createEvents(options: EventsOptions): Promise<Events> {
     let total = 0;
     for (;;) {
       const { numAffectedRows } = await sql`
-        delete from events where id in (select id from events where at < now() - make_interval(secs => ${retentionMs / 1000}) order by id limit ${pruneBatch})`.execute(db);
+        delete from events where id in (select id from events where at < now() - make_interval(secs => ${retentionMs / 1000}) order by id limit ${pruneBatch})`.execute(
+        db,
+      );
       const n = Number(numAffectedRows ?? 0);
       total += n;
       if (n < pruneBatch || closed) return total;
     }
   };
   let pruning: Promise<unknown> = Promise.resolve();
-  const timer = setInterval(() => {
-    pruning = prune().catch((err) => logUnlessUnreachable("events: prune failed", err));
-  }, Math.min(options.pruneIntervalMs ?? 3600_000, retentionMs));
+  const timer = setInterval(
+    () => {
+      pruning = prune().catch((err) => logUnlessUnreachable("events: prune failed", err));
+    },
+    Math.min(options.pruneIntervalMs ?? 3600_000, retentionMs),
+  );
   timer.unref();
 
-  async function* entries(query: EventQuery, follow: boolean, signal?: AbortSignal): AsyncGenerator<EventEntry> {
+  async function* entries(
+    query: EventQuery,
+    follow: boolean,
+    signal?: AbortSignal,
+  ): AsyncGenerator<EventEntry> {
     const q = checkEventQuery(query);
     let pos: ReadPosition = { afterId: q.afterId, finalThrough: q.afterId };
     let sent = 0;
@@ -94,7 +109,11 @@ export async function createEvents(options: EventsOptions): Promise<Events> {
       if (page.full && !page.open) continue;
       if (signal?.aborted) return;
       if (!follow && !page.open) return;
-      if (closed) throw new ConnectError("the control plane is shutting down; follow again after the last event id", Code.Unavailable);
+      if (closed)
+        throw new ConnectError(
+          "the control plane is shutting down; follow again after the last event id",
+          Code.Unavailable,
+        );
       await waitFor(seen, page.open ? gapRecheckMs : followPollMs, signal);
     }
   }

@@ -32,9 +32,19 @@ export function checkEventQuery(q: EventQuery): EventQuery {
   const bad = (message: string): never => {
     throw new ConnectError(message, Code.InvalidArgument);
   };
-  if (!Number.isSafeInteger(q.afterId) || q.afterId < 0) bad(`afterId must be an event id (a whole number, 0 for the oldest kept); got ${q.afterId}`);
-  if (q.pageSize < 0 || q.pageSize > eventPageLimits.maxSize) bad(`pageSize must be 1 to ${eventPageLimits.maxSize} (0 means ${eventPageLimits.defaultSize}); got ${q.pageSize}`);
-  q.types.forEach((t, i) => (eventTypes as readonly string[]).includes(t) || bad(`types[${i}] ${JSON.stringify(t.slice(0, 60))} is not an event type; one of ${eventTypes.join(", ")}`));
+  if (!Number.isSafeInteger(q.afterId) || q.afterId < 0)
+    bad(`afterId must be an event id (a whole number, 0 for the oldest kept); got ${q.afterId}`);
+  if (q.pageSize < 0 || q.pageSize > eventPageLimits.maxSize)
+    bad(
+      `pageSize must be 1 to ${eventPageLimits.maxSize} (0 means ${eventPageLimits.defaultSize}); got ${q.pageSize}`,
+    );
+  q.types.forEach(
+    (t, i) =>
+      (eventTypes as readonly string[]).includes(t) ||
+      bad(
+        `types[${i}] ${JSON.stringify(t.slice(0, 60))} is not an event type; one of ${eventTypes.join(", ")}`,
+      ),
+  );
   if (q.workspaceId.length > 200) bad("workspaceId is longer than 200 characters");
   return { ...q, pageSize: q.pageSize || eventPageLimits.defaultSize };
 }
@@ -63,7 +73,11 @@ export interface ReadPosition {
    * open; `confirming` once the transactions of the first snapshot ended and
    * those of a second one, taken then, are awaited too.
    */
-  readonly gap?: { readonly snapshot: string; readonly through: number; readonly confirming?: boolean };
+  readonly gap?: {
+    readonly snapshot: string;
+    readonly through: number;
+    readonly confirming?: boolean;
+  };
 }
 
 interface Row {
@@ -85,7 +99,11 @@ interface Row {
  * (filtered by `q`) and the position after them; `open` when a gap holds
  * back what follows it.
  */
-export async function readEvents(db: Kysely<Database>, q: EventQuery, pos: ReadPosition): Promise<{ entries: EventEntry[]; pos: ReadPosition; full: boolean; open: boolean }> {
+export async function readEvents(
+  db: Kysely<Database>,
+  q: EventQuery,
+  pos: ReadPosition,
+): Promise<{ entries: EventEntry[]; pos: ReadPosition; full: boolean; open: boolean }> {
   const { rows } = await sql<Row>`
     select s.snapshot, s.gap_closed, e.id, e.at, e.type, e.workspace_id, e.runner_id, e.job_id::text as job_id, e.data
     from (
@@ -122,7 +140,24 @@ export async function readEvents(db: Kysely<Database>, q: EventQuery, pos: ReadP
     afterId = id;
     if (q.workspaceId && r.workspace_id !== q.workspaceId) continue;
     if (q.types.length && !q.types.includes(r.type!)) continue;
-    entries.push({ id, at: r.at!, type: r.type!, workspaceId: r.workspace_id, runnerId: r.runner_id, jobId: r.job_id, data: r.data ?? {} });
+    entries.push({
+      id,
+      at: r.at!,
+      type: r.type!,
+      workspaceId: r.workspace_id,
+      runnerId: r.runner_id,
+      jobId: r.job_id,
+      data: r.data ?? {},
+    });
   }
-  return { entries, pos: { afterId, finalThrough: Math.max(finalThrough, afterId), ...(gap && gap.through > afterId ? { gap } : {}) }, full: present.length === q.pageSize, open: false };
+  return {
+    entries,
+    pos: {
+      afterId,
+      finalThrough: Math.max(finalThrough, afterId),
+      ...(gap && gap.through > afterId ? { gap } : {}),
+    },
+    full: present.length === q.pageSize,
+    open: false,
+  };
 }

@@ -60,7 +60,12 @@ export interface EventColumns {
  * data-modifying CTE runs whether or not it is referenced; two in one
  * statement run in no set order, unless one reads the other's rows.
  */
-export function eventsCte(name: string, from: string | RawBuilder<unknown>, columns: EventColumns, where: RawBuilder<unknown> = sql`true`): RawBuilder<unknown> {
+export function eventsCte(
+  name: string,
+  from: string | RawBuilder<unknown>,
+  columns: EventColumns,
+  where: RawBuilder<unknown> = sql`true`,
+): RawBuilder<unknown> {
   return sql`${sql.id(name)} as (
     insert into events (type, workspace_id, runner_id, job_id, data)
     select ${columns.type}, ${columns.workspaceId}, ${columns.runnerId ?? sql`null`}, ${columns.jobId ?? sql`null`}::uuid, coalesce(${columns.data ?? sql`null`}, '{}'::jsonb)
@@ -79,9 +84,18 @@ export interface EventInput {
 }
 
 /** Writes one event in `tx`: commit it with the change it reports. */
-export async function recordEvent(tx: Kysely<Database> | Transaction<Database>, e: EventInput): Promise<void> {
+export async function recordEvent(
+  tx: Kysely<Database> | Transaction<Database>,
+  e: EventInput,
+): Promise<void> {
   await tx
     .insertInto("events")
-    .values({ type: e.type, workspace_id: e.workspaceId, runner_id: e.runnerId ?? null, job_id: e.jobId ?? null, data: JSON.stringify(e.data ?? {}) })
+    .values({
+      type: e.type,
+      workspace_id: e.workspaceId,
+      runner_id: e.runnerId ?? null,
+      job_id: e.jobId ?? null,
+      data: JSON.stringify(e.data ?? {}),
+    })
     .execute();
 }

@@ -26,7 +26,10 @@ interface Repeats {
  * Allowed decisions and actions pass through, one record each. A source that
  * refuses all the time thus writes at most two rows per interval per kind.
  */
-export function aggregateRefusals(sink: AuditSink, options: RefusalAggregationOptions = {}): AuditSink {
+export function aggregateRefusals(
+  sink: AuditSink,
+  options: RefusalAggregationOptions = {},
+): AuditSink {
   const maxSources = options.maxSources ?? 10_000;
   const intervalMs = options.intervalMs ?? 1000;
   // Every key seen in this interval; with the repeats counted since its first refusal.
@@ -45,8 +48,12 @@ export function aggregateRefusals(sink: AuditSink, options: RefusalAggregationOp
   return {
     record(record) {
       if (record.decision !== "deny") return sink.record(record);
-      const source = record.certificate ? `sha256:${record.certificate.fingerprintSha256}` : `address:${record.remoteAddress ?? ""}`;
-      const key = [record.kind ?? "decision", record.action ?? "", record.reason, source].join("\u0000");
+      const source = record.certificate
+        ? `sha256:${record.certificate.fingerprintSha256}`
+        : `address:${record.remoteAddress ?? ""}`;
+      const key = [record.kind ?? "decision", record.action ?? "", record.reason, source].join(
+        "\u0000",
+      );
       if (!open.has(key)) {
         if (open.size >= maxSources) emit();
         open.set(key, undefined);

@@ -52,7 +52,8 @@ export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<
   let offset = 0;
   let peeked: { rows: T[]; lengths: number[] } = { rows: [], lengths: [] };
   const peek = async (max: number): Promise<readonly T[]> => {
-    if (peeked.rows.length < Math.min(max, records)) peeked = await readLines(path, offset, size, max);
+    if (peeked.rows.length < Math.min(max, records))
+      peeked = await readLines(path, offset, size, max);
     return peeked.rows.slice(0, max);
   };
 
@@ -72,13 +73,15 @@ export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<
       if (count === 0) return;
       const first = timeOf(rows[0]!);
       const data = Buffer.from(rows.map((r) => `${JSON.stringify(r)}\n`).join(""));
-      if (size + data.length > maxBytes) throw new Error(`the spool is full (${size} bytes; --audit-spool-max-size is ${maxBytes})`);
+      if (size + data.length > maxBytes)
+        throw new Error(`the spool is full (${size} bytes; --audit-spool-max-size is ${maxBytes})`);
       await mkdir(dir, { recursive: true });
       const created = size === 0;
       const file = await open(path, "a");
       try {
         // A write to a nearly full disk may take only part of the buffer without an error.
-        for (let written = 0; written < data.length; ) written += (await file.write(data, written, data.length - written)).bytesWritten;
+        for (let written = 0; written < data.length;)
+          written += (await file.write(data, written, data.length - written)).bytesWritten;
         await file.sync();
       } catch (err) {
         // A partial write would leave a torn line in front of the next append: cut the file back.
@@ -94,7 +97,8 @@ export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<
     },
     peek,
     async take(count) {
-      if (count > peeked.rows.length) throw new Error(`audit spool: take(${count}) after a peek of ${peeked.rows.length}`);
+      if (count > peeked.rows.length)
+        throw new Error(`audit spool: take(${count}) after a peek of ${peeked.rows.length}`);
       offset += peeked.lengths.slice(0, count).reduce((a, b) => a + b, 0);
       records -= count;
       peeked = { rows: peeked.rows.slice(count), lengths: peeked.lengths.slice(count) };
@@ -118,11 +122,17 @@ export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<
 }
 
 /** Counts the complete lines an earlier run left, cutting off a torn last one. */
-async function scan<T>(path: string, timeOf: (row: T) => Date): Promise<{ size: number; records: number; oldest: Date | undefined }> {
-  const size = await stat(path).then((s) => s.size, (err: NodeJS.ErrnoException) => {
-    if (err.code === "ENOENT") return 0;
-    throw err;
-  });
+async function scan<T>(
+  path: string,
+  timeOf: (row: T) => Date,
+): Promise<{ size: number; records: number; oldest: Date | undefined }> {
+  const size = await stat(path).then(
+    (s) => s.size,
+    (err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return 0;
+      throw err;
+    },
+  );
   if (size === 0) return { size, records: 0, oldest: undefined };
   let records = 0;
   let complete = 0;
@@ -136,7 +146,9 @@ async function scan<T>(path: string, timeOf: (row: T) => Date): Promise<{ size: 
     complete = end;
   }
   if (complete < size) {
-    console.error(`audit: the spool ${path} ends in a torn line (${size - complete} bytes, from a crash during an append); cutting it off`);
+    console.error(
+      `audit: the spool ${path} ends in a torn line (${size - complete} bytes, from a crash during an append); cutting it off`,
+    );
     const file = await open(path, "r+");
     try {
       await file.truncate(complete);
@@ -149,7 +161,12 @@ async function scan<T>(path: string, timeOf: (row: T) => Date): Promise<{ size: 
 }
 
 /** Up to `max` whole lines from `offset`, parsed, with their byte lengths (newline included). */
-async function readLines<T>(path: string, offset: number, size: number, max: number): Promise<{ rows: T[]; lengths: number[] }> {
+async function readLines<T>(
+  path: string,
+  offset: number,
+  size: number,
+  max: number,
+): Promise<{ rows: T[]; lengths: number[] }> {
   const rows: T[] = [];
   const lengths: number[] = [];
   const file = await open(path, "r");
@@ -175,4 +192,3 @@ async function readLines<T>(path: string, offset: number, size: number, max: num
   }
   return { rows, lengths };
 }
-

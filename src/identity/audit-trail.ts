@@ -24,18 +24,34 @@ export const auditPageLimits = { defaultSize: 100, maxSize: 1000 } as const;
  * insertion order), so a page token stays valid while new records arrive:
  * the next page continues below the last id seen and never repeats a record.
  */
-export async function listAuditRecords(db: Kysely<Database>, q: AuditQuery): Promise<{ records: StoredAuditRecord[]; nextPageToken: string }> {
+export async function listAuditRecords(
+  db: Kysely<Database>,
+  q: AuditQuery,
+): Promise<{ records: StoredAuditRecord[]; nextPageToken: string }> {
   const size = q.pageSize || auditPageLimits.defaultSize;
   if (!Number.isInteger(size) || size < 1 || size > auditPageLimits.maxSize) {
-    throw new ConnectError(`pageSize must be 1 to ${auditPageLimits.maxSize}; got ${q.pageSize}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `pageSize must be 1 to ${auditPageLimits.maxSize}; got ${q.pageSize}`,
+      Code.InvalidArgument,
+    );
   }
   if (q.decision && q.decision !== "allow" && q.decision !== "deny") {
-    throw new ConnectError(`decision must be "allow" or "deny"; got ${JSON.stringify(q.decision)}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `decision must be "allow" or "deny"; got ${JSON.stringify(q.decision)}`,
+      Code.InvalidArgument,
+    );
   }
   if (q.kind && q.kind !== "decision" && q.kind !== "action") {
-    throw new ConnectError(`kind must be "decision" or "action"; got ${JSON.stringify(q.kind)}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `kind must be "decision" or "action"; got ${JSON.stringify(q.kind)}`,
+      Code.InvalidArgument,
+    );
   }
-  let query = db.selectFrom("audit_records").selectAll().orderBy("id", "desc").limit(size + 1);
+  let query = db
+    .selectFrom("audit_records")
+    .selectAll()
+    .orderBy("id", "desc")
+    .limit(size + 1);
   if (q.pageToken) query = query.where("id", "<", decodePageToken(q.pageToken));
   if (q.since) query = query.where("at", ">=", q.since);
   if (q.until) query = query.where("at", "<", q.until);
@@ -54,6 +70,10 @@ function encodePageToken(id: number): string {
 
 function decodePageToken(token: string): number {
   const m = /^audit:(\d{1,15})$/.exec(Buffer.from(token, "base64url").toString("utf8"));
-  if (!m) throw new ConnectError("pageToken is not one this control plane issued; use nextPageToken from the previous reply", Code.InvalidArgument);
+  if (!m)
+    throw new ConnectError(
+      "pageToken is not one this control plane issued; use nextPageToken from the previous reply",
+      Code.InvalidArgument,
+    );
   return Number(m[1]);
 }

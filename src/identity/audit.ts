@@ -70,12 +70,31 @@ export interface DatabaseAuditSinkOptions {
   readonly maxInMemory?: number;
 }
 
-type AuditRow = Insertable<AuditRecordsTable> & { readonly record_id: string; readonly at: Date | string };
+type AuditRow = Insertable<AuditRecordsTable> & {
+  readonly record_id: string;
+  readonly at: Date | string;
+};
 
 /** The columns with defaults: a row of a hand-written spool may leave them out. */
 const rowDefaults = { kind: "decision", count: 1 } as const satisfies Partial<AuditRow>;
 /** Every column a row of toRow sets. */
-const auditColumns = ["record_id", "at", "kind", "action", "target", "route", "decision", "reason", "spiffe_id", "certificate_serial", "certificate_sha256", "certificate_not_after", "remote_address", "count", "last_at"] as const satisfies readonly (keyof AuditRow)[];
+const auditColumns = [
+  "record_id",
+  "at",
+  "kind",
+  "action",
+  "target",
+  "route",
+  "decision",
+  "reason",
+  "spiffe_id",
+  "certificate_serial",
+  "certificate_sha256",
+  "certificate_not_after",
+  "remote_address",
+  "count",
+  "last_at",
+] as const satisfies readonly (keyof AuditRow)[];
 const auditColumnList = sql.join(auditColumns.map((c) => sql.ref(c)));
 
 /**
@@ -102,7 +121,8 @@ function withDefaults(r: AuditRow): AuditRow {
 }
 
 /** The client's message while audit records cannot be stored. */
-export const auditUnavailableMessage = "the audit trail cannot be written, so this control plane refuses requests rather than answer them unrecorded; retry later";
+export const auditUnavailableMessage =
+  "the audit trail cannot be written, so this control plane refuses requests rather than answer them unrecorded; retry later";
 
 const backlogLogIntervalMs = 30_000;
 
@@ -115,10 +135,17 @@ const backlogLogIntervalMs = 30_000;
  * after a crash or a lost commit reply stores it once. A crash loses at most
  * the records of the last flush interval that were not yet in the spool.
  */
-export async function createDatabaseAuditSink(db: Kysely<Database>, options: DatabaseAuditSinkOptions): Promise<AuditSink> {
+export async function createDatabaseAuditSink(
+  db: Kysely<Database>,
+  options: DatabaseAuditSinkOptions,
+): Promise<AuditSink> {
   const maxBatch = options.maxBatch ?? 500;
   const maxInMemory = options.maxInMemory ?? 10_000;
-  const spool = await openAuditSpool<AuditRow>({ dir: options.spoolDir, maxBytes: options.spoolMaxBytes ?? 2 ** 30, timeOf: (r) => new Date(r.at) });
+  const spool = await openAuditSpool<AuditRow>({
+    dir: options.spoolDir,
+    maxBytes: options.spoolMaxBytes ?? 2 ** 30,
+    timeOf: (r) => new Date(r.at),
+  });
   // The queue, oldest first: the spool's rows, then the buffer's. Only drain() (one at a time) moves rows.
   const buffer: AuditRow[] = [];
   let databaseFailure: string | undefined;
@@ -126,7 +153,10 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
   let dropped = 0;
   let backlogLoggedAt = 0;
   let writing: Promise<void> = Promise.resolve();
-  if (spool.records > 0) console.error(`audit: ${describe()} from an earlier run; writing them to the database before any new record`);
+  if (spool.records > 0)
+    console.error(
+      `audit: ${describe()} from an earlier run; writing them to the database before any new record`,
+    );
   const timer = setInterval(() => void flush(), options.flushIntervalMs ?? 200);
   timer.unref();
 
@@ -159,8 +189,14 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
   // The spool cannot be read, written or emptied: what it has not taken stays in memory, and requests are refused.
   function spoolBroken(err: unknown): void {
     const code = (err as NodeJS.ErrnoException).code;
-    const message = code && !(err as Error).message.startsWith(code) ? `${code}: ${(err as Error).message}` : (err as Error).message;
-    if (spoolFailure === undefined) console.error(`audit: cannot use the spool ${spool.path} (${message})${databaseFailure ? ` and the database refuses records (${databaseFailure})` : ""}; refusing requests with 503 until audit records can be stored`);
+    const message =
+      code && !(err as Error).message.startsWith(code)
+        ? `${code}: ${(err as Error).message}`
+        : (err as Error).message;
+    if (spoolFailure === undefined)
+      console.error(
+        `audit: cannot use the spool ${spool.path} (${message})${databaseFailure ? ` and the database refuses records (${databaseFailure})` : ""}; refusing requests with 503 until audit records can be stored`,
+      );
     spoolFailure = message;
   }
 
@@ -193,7 +229,9 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
       }
     }
     if (spoolFailure !== undefined) {
-      console.error(`audit: the spool ${spool.path} takes records again; serving requests (${describe()})`);
+      console.error(
+        `audit: the spool ${spool.path} takes records again; serving requests (${describe()})`,
+      );
       spoolFailure = undefined;
     }
     if (Date.now() - backlogLoggedAt >= backlogLogIntervalMs && spool.records > 0) {
@@ -204,7 +242,9 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
 
   function databaseDown(message: string): void {
     if (databaseFailure === undefined) {
-      console.error(`audit: the database refuses audit records (${message}); keeping them in the spool ${spool.path} until it takes them`);
+      console.error(
+        `audit: the database refuses audit records (${message}); keeping them in the spool ${spool.path} until it takes them`,
+      );
       backlogLoggedAt = Date.now();
     }
     databaseFailure = message;
@@ -212,13 +252,19 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
 
   function databaseUp(): void {
     if (databaseFailure === undefined && spoolFailure === undefined) return;
-    console.error(`audit: the database stores audit records again; every spooled record is written${dropped ? `; ${dropped} records could not be kept while neither the database nor the spool took them` : ""}`);
+    console.error(
+      `audit: the database stores audit records again; every spooled record is written${dropped ? `; ${dropped} records could not be kept while neither the database nor the spool took them` : ""}`,
+    );
     databaseFailure = spoolFailure = undefined;
     dropped = 0;
   }
 
   function flush(): Promise<void> {
-    writing = writing.then(drain).catch((err: unknown) => console.error(`audit: writing records failed: ${(err as Error).message}`));
+    writing = writing
+      .then(drain)
+      .catch((err: unknown) =>
+        console.error(`audit: writing records failed: ${(err as Error).message}`),
+      );
     return writing;
   }
 
@@ -243,8 +289,12 @@ export async function createDatabaseAuditSink(db: Kysely<Database>, options: Dat
     async close() {
       clearInterval(timer);
       await flush();
-      if (buffer.length > 0) console.error(`audit: ${buffer.length} records could be stored neither in the database nor in the spool ${spool.path}; they are lost`);
-      else if (spool.records > 0) console.error(`audit: closing with ${describe()}; the next start writes them first`);
+      if (buffer.length > 0)
+        console.error(
+          `audit: ${buffer.length} records could be stored neither in the database nor in the spool ${spool.path}; they are lost`,
+        );
+      else if (spool.records > 0)
+        console.error(`audit: closing with ${describe()}; the next start writes them first`);
     },
   };
 }

@@ -62,7 +62,10 @@ export async function createCertificateAuthority(
     signingAlgorithm: ECDSA_SHA256,
     extensions: [
       new x509.BasicConstraintsExtension(true, undefined, true),
-      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      new x509.KeyUsagesExtension(
+        x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign,
+        true,
+      ),
       await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
     ],
   });
@@ -77,7 +80,8 @@ export async function issueServerCertificate(
   ca: CertificateAuthority,
   opts: { hosts: readonly string[]; lifetimeMs?: number },
 ): Promise<IssuedCertificate> {
-  if (opts.hosts.length === 0) throw new Error("a server certificate needs at least one host name or IP address");
+  if (opts.hosts.length === 0)
+    throw new Error("a server certificate needs at least one host name or IP address");
   const names = opts.hosts.map(hostToGeneralName);
   const notBefore = wholeSeconds(new Date(Date.now() - CLOCK_SKEW_MS));
   const notAfter = wholeSeconds(new Date(notBefore.getTime() + (opts.lifetimeMs ?? 365 * DAY_MS)));
@@ -131,7 +135,9 @@ export async function issueClientCertificate(
   opts: ClientCertificateOptions,
 ): Promise<IssuedCertificate> {
   if (opts.publicKeyPem !== undefined && opts.keyAlgorithm !== undefined) {
-    throw new Error("keyAlgorithm and publicKeyPem are mutually exclusive: the given public key decides the algorithm");
+    throw new Error(
+      "keyAlgorithm and publicKeyPem are mutually exclusive: the given public key decides the algorithm",
+    );
   }
   const notBefore = wholeSeconds(opts.notBefore ?? new Date(Date.now() - CLOCK_SKEW_MS));
   const lifetimeMs = opts.lifetimeMs ?? DEFAULT_CLIENT_LIFETIME_MS;
@@ -178,11 +184,20 @@ export async function issueClientCertificate(
 export function parseDuration(text: string): number {
   const match = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(text);
   const hint = "use e.g. 24h, 90m, 30s";
-  if (match === null || text === "") throw new Error(`--ttl: ${JSON.stringify(text)} is not a duration; ${hint}`);
+  if (match === null || text === "")
+    throw new Error(`--ttl: ${JSON.stringify(text)} is not a duration; ${hint}`);
   const [, d, h, m, s] = match;
-  const ms = Number(d ?? 0) * DAY_MS + Number(h ?? 0) * HOUR_MS + Number(m ?? 0) * 60 * SECOND_MS + Number(s ?? 0) * SECOND_MS;
-  if (!Number.isSafeInteger(ms)) throw new Error(`--ttl: ${JSON.stringify(text)} is too long; ${hint}`);
-  if (ms === 0) throw new Error(`--ttl: ${JSON.stringify(text)} is zero; a certificate needs a positive lifetime`);
+  const ms =
+    Number(d ?? 0) * DAY_MS +
+    Number(h ?? 0) * HOUR_MS +
+    Number(m ?? 0) * 60 * SECOND_MS +
+    Number(s ?? 0) * SECOND_MS;
+  if (!Number.isSafeInteger(ms))
+    throw new Error(`--ttl: ${JSON.stringify(text)} is too long; ${hint}`);
+  if (ms === 0)
+    throw new Error(
+      `--ttl: ${JSON.stringify(text)} is zero; a certificate needs a positive lifetime`,
+    );
   return ms;
 }
 
@@ -197,7 +212,10 @@ interface LeafTemplate {
 }
 
 /** Signs a leaf with the CA, copying the issuer name and key identifier from the CA certificate. */
-async function signLeaf(ca: CertificateAuthority, leaf: LeafTemplate): Promise<x509.X509Certificate> {
+async function signLeaf(
+  ca: CertificateAuthority,
+  leaf: LeafTemplate,
+): Promise<x509.X509Certificate> {
   const { cert: caCert, signingKey, signingAlgorithm } = await openCertificateAuthority(ca);
   // RFC 5280: the AKI of a leaf should equal the issuer's SKI, so reuse it rather than recompute.
   const caSki = caCert.getExtension(x509.SubjectKeyIdentifierExtension);
@@ -214,7 +232,11 @@ async function signLeaf(ca: CertificateAuthority, leaf: LeafTemplate): Promise<x
     publicKey: leaf.publicKey,
     signingKey,
     signingAlgorithm,
-    extensions: [...leaf.extensions, await x509.SubjectKeyIdentifierExtension.create(leaf.publicKey), aki],
+    extensions: [
+      ...leaf.extensions,
+      await x509.SubjectKeyIdentifierExtension.create(leaf.publicKey),
+      aki,
+    ],
   });
 }
 
@@ -230,16 +252,29 @@ export async function checkCertificateAuthority(ca: CertificateAuthority): Promi
 /** Parses the CA and imports its key, refusing a key that does not belong to the certificate. */
 async function openCertificateAuthority(
   ca: CertificateAuthority,
-): Promise<{ cert: x509.X509Certificate; signingKey: CryptoKey; signingAlgorithm: SigningKey["signingAlgorithm"] }> {
+): Promise<{
+  cert: x509.X509Certificate;
+  signingKey: CryptoKey;
+  signingAlgorithm: SigningKey["signingAlgorithm"];
+}> {
   const nodeCert = new nodeCrypto.X509Certificate(ca.certPem);
-  if (!nodeCert.ca) throw new Error(`CA certificate ${nodeCert.subject} is not a CA (basicConstraints cA is false)`);
+  if (!nodeCert.ca)
+    throw new Error(
+      `CA certificate ${nodeCert.subject} is not a CA (basicConstraints cA is false)`,
+    );
   const key = readSigningKey(ca.keyPem, "the CA key");
   // Without this check a mismatched key would yield certificates that silently fail to verify.
   if (!nodeCert.checkPrivateKey(key.key)) {
     throw new Error("CA private key does not match the CA certificate");
   }
   const cert = new x509.X509Certificate(ca.certPem);
-  const signingKey = await globalThis.crypto.subtle.importKey("pkcs8", key.pkcs8, key.importAlgorithm, false, ["sign"]);
+  const signingKey = await globalThis.crypto.subtle.importKey(
+    "pkcs8",
+    key.pkcs8,
+    key.importAlgorithm,
+    false,
+    ["sign"],
+  );
   return { cert, signingKey, signingAlgorithm: key.signingAlgorithm };
 }
 
@@ -250,11 +285,13 @@ function hostToGeneralName(host: string): x509.JsonGeneralName {
   const family = isIP(bare);
   if (family === 4) return { type: "ip", value: bare };
   if (family === 6) {
-    if (bare.includes("%")) throw new Error(`IPv6 zone identifiers cannot go in a certificate: ${JSON.stringify(host)}`);
+    if (bare.includes("%"))
+      throw new Error(`IPv6 zone identifiers cannot go in a certificate: ${JSON.stringify(host)}`);
     // The encoder only understands hex groups; canonicalise forms like "::ffff:127.0.0.1" first.
     return { type: "ip", value: new URL(`http://[${bare}]/`).hostname.slice(1, -1) };
   }
-  if (host === "" || /[\s/]/.test(host)) throw new Error(`not a host name or IP address: ${JSON.stringify(host)}`);
+  if (host === "" || /[\s/]/.test(host))
+    throw new Error(`not a host name or IP address: ${JSON.stringify(host)}`);
   return { type: "dns", value: host };
 }
 
@@ -276,11 +313,19 @@ function randomSerialHex(): string {
 
 async function generateKeyPair(algorithm: "P-256" | "Ed25519"): Promise<CryptoKeyPair> {
   const params = algorithm === "Ed25519" ? { name: "Ed25519" } : ECDSA_P256;
-  return (await globalThis.crypto.subtle.generateKey(params, true, ["sign", "verify"])) as CryptoKeyPair;
+  return (await globalThis.crypto.subtle.generateKey(params, true, [
+    "sign",
+    "verify",
+  ])) as CryptoKeyPair;
 }
 
 async function privateKeyPem(key: CryptoKey): Promise<string> {
-  return x509.PemConverter.encode(await globalThis.crypto.subtle.exportKey("pkcs8", key), "PRIVATE KEY") + "\n";
+  return (
+    x509.PemConverter.encode(
+      await globalThis.crypto.subtle.exportKey("pkcs8", key),
+      "PRIVATE KEY",
+    ) + "\n"
+  );
 }
 
 function publicKeyFromPem(pem: string): x509.PublicKey {
@@ -311,6 +356,8 @@ function wholeSeconds(date: Date): Date {
 
 function checkValidity(notBefore: Date, notAfter: Date): void {
   if (notAfter.getTime() <= notBefore.getTime()) {
-    throw new Error(`notAfter (${notAfter.toISOString()}) must be after notBefore (${notBefore.toISOString()})`);
+    throw new Error(
+      `notAfter (${notAfter.toISOString()}) must be after notBefore (${notBefore.toISOString()})`,
+    );
   }
 }

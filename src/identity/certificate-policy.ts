@@ -74,10 +74,17 @@ export function parseTrustBundle(pem: string, source: string): NodeX509[] {
 }
 
 /** Judges a presented chain once per session. */
-export function verifyPresentedChain(chain: PresentedChain, policy: CertificatePolicy): SessionVerdict {
+export function verifyPresentedChain(
+  chain: PresentedChain,
+  policy: CertificatePolicy,
+): SessionVerdict {
   const leaf = chain.leaf;
   if (!leaf || leaf.raw.length === 0) {
-    return { ok: false, reason: "no client certificate was presented; connect with a runner certificate (e.g. one from `forelead ca issue`)" };
+    return {
+      ok: false,
+      reason:
+        "no client certificate was presented; connect with a runner certificate (e.g. one from `forelead ca issue`)",
+    };
   }
   let fields: LeafFields;
   try {
@@ -99,42 +106,59 @@ export function verifyPresentedChain(chain: PresentedChain, policy: CertificateP
   // OpenSSL's "authorized" against the current bundle is the verdict; our own walk is for a
   // handshake made before a reload (whose bundle may have lost the CA since) and for telling an
   // expired certificate from an untrusted one (OpenSSL's time errors can mask others).
-  const chainOk = (chain.authorized && chain.verdictIsCurrent === true) || chainVerifies(chain.chain(), policy.trustAnchors);
+  const chainOk =
+    (chain.authorized && chain.verdictIsCurrent === true) ||
+    chainVerifies(chain.chain(), policy.trustAnchors);
   const opensslOk = chain.authorized || timeErrors.has(chain.authorizationError ?? "");
   if (!chainOk || !opensslOk) {
     const detail = chain.authorizationError ? ` (${chain.authorizationError})` : "";
-    return refuse(`the client certificate is not signed by a CA in the control plane's client trust bundle${detail}; use a certificate issued by that CA`);
+    return refuse(
+      `the client certificate is not signed by a CA in the control plane's client trust bundle${detail}; use a certificate issued by that CA`,
+    );
   }
   const lifetimeMs = facts.notAfter.getTime() - facts.notBefore.getTime();
   if (lifetimeMs > policy.maxLifetimeMs) {
-    return refuse(`the client certificate's lifetime is ${formatDuration(lifetimeMs)}, over the ${formatDuration(policy.maxLifetimeMs)} maximum; issue a shorter-lived certificate`);
+    return refuse(
+      `the client certificate's lifetime is ${formatDuration(lifetimeMs)}, over the ${formatDuration(policy.maxLifetimeMs)} maximum; issue a shorter-lived certificate`,
+    );
   }
   if (fields.ca) {
-    return refuse("the client certificate is a CA certificate (basicConstraints cA=true); use a leaf certificate");
+    return refuse(
+      "the client certificate is a CA certificate (basicConstraints cA=true); use a leaf certificate",
+    );
   }
   if (fields.signsCertificates) {
-    return refuse("the client certificate's key usage allows signing certificates; a SPIFFE leaf must not");
+    return refuse(
+      "the client certificate's key usage allows signing certificates; a SPIFFE leaf must not",
+    );
   }
   if (uris.length !== 1) {
-    return refuse(`the client certificate has ${uris.length} URI SANs; it must have exactly one, a SPIFFE ID`);
+    return refuse(
+      `the client certificate has ${uris.length} URI SANs; it must have exactly one, a SPIFFE ID`,
+    );
   }
   let principal: Principal;
   try {
     principal = principalOf(parseSpiffeId(uris[0]!));
   } catch (err) {
-    if (err instanceof InvalidSpiffeIdError) return refuse(`the client certificate's URI SAN: ${err.message}`);
+    if (err instanceof InvalidSpiffeIdError)
+      return refuse(`the client certificate's URI SAN: ${err.message}`);
     throw err;
   }
   if (principal.spiffeId.trustDomain !== policy.trustDomain) {
-    return refuse(`the client certificate's trust domain "${principal.spiffeId.trustDomain}" is not this control plane's ("${policy.trustDomain}")`);
+    return refuse(
+      `the client certificate's trust domain "${principal.spiffeId.trustDomain}" is not this control plane's ("${policy.trustDomain}")`,
+    );
   }
   return { ok: true, facts, principal };
 }
 
 /** Judges validity at `now`; returns the refusal reason, or undefined when valid. */
 export function checkValidityNow(facts: CertificateFacts, now: Date): string | undefined {
-  if (now < facts.notBefore) return `the client certificate is not valid before ${facts.notBefore.toISOString()}; check the clocks or wait`;
-  if (now > facts.notAfter) return `the client certificate expired at ${facts.notAfter.toISOString()}; renew it and reconnect`;
+  if (now < facts.notBefore)
+    return `the client certificate is not valid before ${facts.notBefore.toISOString()}; check the clocks or wait`;
+  if (now > facts.notAfter)
+    return `the client certificate expired at ${facts.notAfter.toISOString()}; renew it and reconnect`;
   return undefined;
 }
 
@@ -147,12 +171,15 @@ function chainVerifies(leaf: NodeX509 | undefined, anchors: readonly NodeX509[])
   if (!leaf) return false;
   const now = new Date();
   const valid = (c: NodeX509) => new Date(c.validFrom) <= now && now <= new Date(c.validTo);
-  const anchored = (c: NodeX509) => anchors.some((a) => valid(a) && c.checkIssued(a) && c.verify(a.publicKey));
+  const anchored = (c: NodeX509) =>
+    anchors.some((a) => valid(a) && c.checkIssued(a) && c.verify(a.publicKey));
   if (anchored(leaf)) return true; // the common case: the chain is never read
   let current = leaf;
   let pool = sentIntermediates(leaf);
   for (let depth = 0; depth < 5; depth++) {
-    const next = pool.find((c) => c.ca && valid(c) && current.checkIssued(c) && current.verify(c.publicKey));
+    const next = pool.find(
+      (c) => c.ca && valid(c) && current.checkIssued(c) && current.verify(c.publicKey),
+    );
     if (!next) return false;
     pool = pool.filter((c) => c !== next);
     current = next;
@@ -164,7 +191,12 @@ function chainVerifies(leaf: NodeX509 | undefined, anchors: readonly NodeX509[])
 /** The certificates above `leaf` in the chain the client sent (at most 10; a self-signed one ends it). */
 function sentIntermediates(leaf: NodeX509): NodeX509[] {
   const out: NodeX509[] = [];
-  for (let c = leaf.issuerCertificate; c && out.length < 10 && c !== leaf && !out.includes(c) && !c.raw.equals(leaf.raw); c = c.issuerCertificate) out.push(c);
+  for (
+    let c = leaf.issuerCertificate;
+    c && out.length < 10 && c !== leaf && !out.includes(c) && !c.raw.equals(leaf.raw);
+    c = c.issuerCertificate
+  )
+    out.push(c);
   return out;
 }
 

@@ -16,7 +16,8 @@ export type IssuedVia = "enroll" | "renew";
  * - superseded: an older certificate of an identity that has a newer one;
  * - retired: the runner was retired.
  */
-export type CertificateStatus = "current" | "expiring_soon" | "renewal_overdue" | "expired" | "superseded" | "retired";
+export type CertificateStatus =
+  "current" | "expiring_soon" | "renewal_overdue" | "expired" | "superseded" | "retired";
 
 /** An issued certificate with its status. */
 export interface IssuedCertificateView {
@@ -74,16 +75,32 @@ const maxListed = 5000;
  * judged against the database clock. By default only the newest certificate
  * of each runner identity: the one whose renewal matters.
  */
-export async function listIssuedCertificates(db: Kysely<Database>, q: CertificateQuery): Promise<IssuedCertificateView[]> {
+export async function listIssuedCertificates(
+  db: Kysely<Database>,
+  q: CertificateQuery,
+): Promise<IssuedCertificateView[]> {
   const within = q.expiringWithinSeconds || 7200;
   if (!Number.isInteger(within) || within < 1 || within > 30 * 86_400) {
-    throw new ConnectError(`expiringWithinSeconds must be 1 to ${30 * 86_400}; got ${q.expiringWithinSeconds}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `expiringWithinSeconds must be 1 to ${30 * 86_400}; got ${q.expiringWithinSeconds}`,
+      Code.InvalidArgument,
+    );
   }
   // One statement: the rank finds each identity's newest certificate, the
   // join finds retirements, and now() is the database's clock, not ours.
   const { rows } = await sql<{
-    serial: string; spiffe_id: string; workspace_id: string; runner_id: string; not_before: Date; not_after: Date;
-    issued_at: Date; issued_via: IssuedVia; sha256: string; newest: boolean; retired: boolean; now: Date;
+    serial: string;
+    spiffe_id: string;
+    workspace_id: string;
+    runner_id: string;
+    not_before: Date;
+    not_after: Date;
+    issued_at: Date;
+    issued_via: IssuedVia;
+    sha256: string;
+    newest: boolean;
+    retired: boolean;
+    now: Date;
   }>`
     select * from (
       select c.*, row_number() over (partition by c.workspace_id, c.runner_id order by c.issued_at desc, c.serial) = 1 as newest,
@@ -111,7 +128,10 @@ export async function listIssuedCertificates(db: Kysely<Database>, q: Certificat
 }
 
 /** Judges one certificate; exported for its unit test. */
-export function statusOf(c: { not_before: Date; not_after: Date; newest: boolean; retired: boolean; now: Date }, expiringWithinMs: number): CertificateStatus {
+export function statusOf(
+  c: { not_before: Date; not_after: Date; newest: boolean; retired: boolean; now: Date },
+  expiringWithinMs: number,
+): CertificateStatus {
   if (c.retired) return "retired";
   if (!c.newest) return "superseded";
   const now = c.now.getTime();

@@ -24,9 +24,16 @@ export async function verifyCsr(pem: string): Promise<VerifiedCsr> {
   const refuse = (message: string): never => {
     throw new ConnectError(message, Code.InvalidArgument);
   };
-  if (!pem) refuse('csr is required: a PEM PKCS#10 request ("-----BEGIN CERTIFICATE REQUEST-----") made with the runner\'s new key');
-  if (pem.length > maxCsrLength) refuse(`csr is longer than ${maxCsrLength} characters; a P-256 or Ed25519 request is under 1 KiB`);
-  if (!pem.includes("-----BEGIN CERTIFICATE REQUEST-----")) refuse('csr must be PEM ("-----BEGIN CERTIFICATE REQUEST-----")');
+  if (!pem)
+    refuse(
+      'csr is required: a PEM PKCS#10 request ("-----BEGIN CERTIFICATE REQUEST-----") made with the runner\'s new key',
+    );
+  if (pem.length > maxCsrLength)
+    refuse(
+      `csr is longer than ${maxCsrLength} characters; a P-256 or Ed25519 request is under 1 KiB`,
+    );
+  if (!pem.includes("-----BEGIN CERTIFICATE REQUEST-----"))
+    refuse('csr must be PEM ("-----BEGIN CERTIFICATE REQUEST-----")');
   let csr: x509.Pkcs10CertificateRequest;
   try {
     csr = new x509.Pkcs10CertificateRequest(pem);
@@ -35,14 +42,22 @@ export async function verifyCsr(pem: string): Promise<VerifiedCsr> {
   }
   let key: nodeCrypto.KeyObject;
   try {
-    key = nodeCrypto.createPublicKey({ key: Buffer.from(csr.publicKey.rawData), format: "der", type: "spki" });
+    key = nodeCrypto.createPublicKey({
+      key: Buffer.from(csr.publicKey.rawData),
+      format: "der",
+      type: "spki",
+    });
   } catch {
     return refuse("the csr's public key could not be read");
   }
   const keyAlgorithm = keyAlgorithmOf(key);
   if (!keyAlgorithm) {
-    const details = key.asymmetricKeyDetails?.namedCurve ? ` (${key.asymmetricKeyDetails.namedCurve})` : "";
-    refuse(`the csr's key is ${key.asymmetricKeyType ?? "of an unknown type"}${details}; only ECDSA P-256 and Ed25519 keys are accepted`);
+    const details = key.asymmetricKeyDetails?.namedCurve
+      ? ` (${key.asymmetricKeyDetails.namedCurve})`
+      : "";
+    refuse(
+      `the csr's key is ${key.asymmetricKeyType ?? "of an unknown type"}${details}; only ECDSA P-256 and Ed25519 keys are accepted`,
+    );
   }
   let signed = false;
   try {
@@ -50,12 +65,19 @@ export async function verifyCsr(pem: string): Promise<VerifiedCsr> {
   } catch {
     signed = false;
   }
-  if (!signed) refuse("the csr's signature does not verify with its public key; make the request with the key it names");
-  return { publicKeyPem: key.export({ type: "spki", format: "pem" }).toString(), keyAlgorithm: keyAlgorithm! };
+  if (!signed)
+    refuse(
+      "the csr's signature does not verify with its public key; make the request with the key it names",
+    );
+  return {
+    publicKeyPem: key.export({ type: "spki", format: "pem" }).toString(),
+    keyAlgorithm: keyAlgorithm!,
+  };
 }
 
 function keyAlgorithmOf(key: nodeCrypto.KeyObject): VerifiedCsr["keyAlgorithm"] | undefined {
   if (key.asymmetricKeyType === "ed25519") return "Ed25519";
-  if (key.asymmetricKeyType === "ec" && key.asymmetricKeyDetails?.namedCurve === "prime256v1") return "P-256";
+  if (key.asymmetricKeyType === "ec" && key.asymmetricKeyDetails?.namedCurve === "prime256v1")
+    return "P-256";
   return undefined;
 }

@@ -30,7 +30,10 @@ export interface Enrollments {
   /** See enrollRunner. */
   enroll(req: { grant: string; runnerId: string; csr: string }): Promise<Enrollment>;
   /** See renewRunnerCertificate. */
-  renew(runner: { workspaceId: string; runnerId: string; spiffeId: string }, csrPem: string): Promise<SignedCertificate>;
+  renew(
+    runner: { workspaceId: string; runnerId: string; spiffeId: string },
+    csrPem: string,
+  ): Promise<SignedCertificate>;
 }
 
 /** Binds enrollment and renewal to `deps`. */
@@ -48,9 +51,16 @@ export function createEnrollments(deps: EnrollmentDeps): Enrollments {
  * after the grant was taken rolls the transaction back, leaving the grant
  * unused; a CSR that fails its checks never touches the grant.
  */
-export async function enrollRunner(deps: EnrollmentDeps, req: { grant: string; runnerId: string; csr: string }): Promise<Enrollment> {
+export async function enrollRunner(
+  deps: EnrollmentDeps,
+  req: { grant: string; runnerId: string; csr: string },
+): Promise<Enrollment> {
   const issuer = requireIssuer(deps.issuer);
-  if (!req.runnerId) throw new ConnectError("runnerId is required: the id this runner will have (a SPIFFE path segment)", Code.InvalidArgument);
+  if (!req.runnerId)
+    throw new ConnectError(
+      "runnerId is required: the id this runner will have (a SPIFFE path segment)",
+      Code.InvalidArgument,
+    );
   checkSegmentId("runnerId", req.runnerId);
   const csr = await verifyCsr(req.csr);
   return deps.db.transaction().execute(async (tx) => {
@@ -58,7 +68,10 @@ export async function enrollRunner(deps: EnrollmentDeps, req: { grant: string; r
     const runner = { workspaceId: grant.workspace_id, runnerId: req.runnerId };
     const refusal = deps.runnerRefusal(runner);
     if (refusal) throw new ConnectError(refusal, Code.PermissionDenied);
-    const certificate = await issuer.sign(runnerSpiffeId(deps.trustDomain, runner.runnerId, runner.workspaceId), csr);
+    const certificate = await issuer.sign(
+      runnerSpiffeId(deps.trustDomain, runner.runnerId, runner.workspaceId),
+      csr,
+    );
     await recordIssuedCertificate(tx, certificate, runner, "enroll", grant.id);
     return { certificate, workspaceId: runner.workspaceId, grant };
   });
@@ -69,7 +82,11 @@ export async function enrollRunner(deps: EnrollmentDeps, req: { grant: string; r
  * identity (taken from its current certificate, never from the CSR) over the
  * CSR's key. The guard has already refused retired runners.
  */
-export async function renewRunnerCertificate(deps: EnrollmentDeps, runner: { workspaceId: string; runnerId: string; spiffeId: string }, csrPem: string): Promise<SignedCertificate> {
+export async function renewRunnerCertificate(
+  deps: EnrollmentDeps,
+  runner: { workspaceId: string; runnerId: string; spiffeId: string },
+  csrPem: string,
+): Promise<SignedCertificate> {
   const issuer = requireIssuer(deps.issuer);
   const csr = await verifyCsr(csrPem);
   const certificate = await issuer.sign(runner.spiffeId, csr);

@@ -43,7 +43,9 @@ export async function createGrant(db: Kysely<Database>, req: GrantRequest): Prom
   if (req.runnerId) checkSegmentId("runnerId", req.runnerId);
   const seconds = req.expiresInSeconds || grantLimits.defaultSeconds;
   if (!Number.isInteger(seconds) || seconds < 1 || seconds > grantLimits.maxSeconds) {
-    bad(`expiresInSeconds must be 1 to ${grantLimits.maxSeconds} (0 means ${grantLimits.defaultSeconds}); got ${req.expiresInSeconds}`);
+    bad(
+      `expiresInSeconds must be 1 to ${grantLimits.maxSeconds} (0 means ${grantLimits.defaultSeconds}); got ${req.expiresInSeconds}`,
+    );
   }
   const grant = grantPrefix + randomBytes(32).toString("base64url");
   const record = await db
@@ -70,9 +72,21 @@ export async function createGrant(db: Kysely<Database>, req: GrantRequest): Prom
  * the certificate, so a failure after this point leaves the grant unused.
  * When nothing matched, a second read says why, without using the grant.
  */
-export async function useGrant(tx: Transaction<Database>, grant: string, runnerId: string): Promise<GrantRecord> {
-  if (!grant) throw new ConnectError("grant is required: the enrollment grant from `forelead grants create`", Code.InvalidArgument);
-  if (!grantPattern.test(grant)) throw new ConnectError(`the grant is not an enrollment grant (they start with "${grantPrefix}" and are 47 characters); check it was copied whole`, Code.Unauthenticated);
+export async function useGrant(
+  tx: Transaction<Database>,
+  grant: string,
+  runnerId: string,
+): Promise<GrantRecord> {
+  if (!grant)
+    throw new ConnectError(
+      "grant is required: the enrollment grant from `forelead grants create`",
+      Code.InvalidArgument,
+    );
+  if (!grantPattern.test(grant))
+    throw new ConnectError(
+      `the grant is not an enrollment grant (they start with "${grantPrefix}" and are 47 characters); check it was copied whole`,
+      Code.Unauthenticated,
+    );
   const hash = hashGrant(grant);
   const used = await tx
     .updateTable("enrollment_grants")
@@ -84,15 +98,32 @@ export async function useGrant(tx: Transaction<Database>, grant: string, runnerI
     .returningAll()
     .executeTakeFirst();
   if (used) return used;
-  const found = await tx.selectFrom("enrollment_grants").selectAll().where("token_sha256", "=", hash).executeTakeFirst();
-  if (!found) throw new ConnectError("the enrollment grant is not known to this control plane; ask an administrator for a new one", Code.Unauthenticated);
+  const found = await tx
+    .selectFrom("enrollment_grants")
+    .selectAll()
+    .where("token_sha256", "=", hash)
+    .executeTakeFirst();
+  if (!found)
+    throw new ConnectError(
+      "the enrollment grant is not known to this control plane; ask an administrator for a new one",
+      Code.Unauthenticated,
+    );
   if (found.used_at) {
-    throw new ConnectError(`the enrollment grant ${found.id} was already used at ${found.used_at.toISOString()} (runner "${found.used_by_runner}"); a grant enrolls one runner once; ask for a new one`, Code.Unauthenticated);
+    throw new ConnectError(
+      `the enrollment grant ${found.id} was already used at ${found.used_at.toISOString()} (runner "${found.used_by_runner}"); a grant enrolls one runner once; ask for a new one`,
+      Code.Unauthenticated,
+    );
   }
   if (found.runner_id !== null && found.runner_id !== runnerId) {
-    throw new ConnectError(`the enrollment grant ${found.id} is for runner "${found.runner_id}"; it cannot enroll runner "${runnerId}"`, Code.PermissionDenied);
+    throw new ConnectError(
+      `the enrollment grant ${found.id} is for runner "${found.runner_id}"; it cannot enroll runner "${runnerId}"`,
+      Code.PermissionDenied,
+    );
   }
-  throw new ConnectError(`the enrollment grant ${found.id} expired at ${found.expires_at.toISOString()}; ask for a new one (grants last ${grantLimits.defaultSeconds} s unless created with a longer expiry)`, Code.Unauthenticated);
+  throw new ConnectError(
+    `the enrollment grant ${found.id} expired at ${found.expires_at.toISOString()}; ask for a new one (grants last ${grantLimits.defaultSeconds} s unless created with a longer expiry)`,
+    Code.Unauthenticated,
+  );
 }
 
 /** The stored form of a grant. */
@@ -101,7 +132,14 @@ export function hashGrant(grant: string): Buffer {
 }
 
 /** The grant's record by its secret, without using it (for the audit of a refused enrollment). */
-export async function findGrant(db: Kysely<Database>, grant: string): Promise<GrantRecord | undefined> {
+export async function findGrant(
+  db: Kysely<Database>,
+  grant: string,
+): Promise<GrantRecord | undefined> {
   if (!grantPattern.test(grant)) return undefined;
-  return db.selectFrom("enrollment_grants").selectAll().where("token_sha256", "=", hashGrant(grant)).executeTakeFirst();
+  return db
+    .selectFrom("enrollment_grants")
+    .selectAll()
+    .where("token_sha256", "=", hashGrant(grant))
+    .executeTakeFirst();
 }

@@ -2,7 +2,11 @@ import type { Store } from "../store/database.js";
 import { createDatabaseAuditSink, type AuditSink } from "./audit.js";
 import { aggregateRefusals } from "./audit-aggregation.js";
 import { listAuditRecords, type AuditQuery, type StoredAuditRecord } from "./audit-trail.js";
-import { listIssuedCertificates, type CertificateQuery, type IssuedCertificateView } from "./certificates.js";
+import {
+  listIssuedCertificates,
+  type CertificateQuery,
+  type IssuedCertificateView,
+} from "./certificates.js";
 import { createEnrollments, type Enrollments } from "./enrollment.js";
 import { createGrant, type CreatedGrant, type GrantRequest } from "./grants.js";
 import type { Issuer } from "./issuer.js";
@@ -45,12 +49,22 @@ export interface IdentityOptions {
 export async function createIdentity(options: IdentityOptions): Promise<Identity> {
   const { store, trustDomain, roles, issuer, auditSpool } = options;
   const { db } = store;
-  const audit = aggregateRefusals(await createDatabaseAuditSink(db, { spoolDir: auditSpool.dir, ...(auditSpool.maxBytes ? { spoolMaxBytes: auditSpool.maxBytes } : {}) }));
+  const audit = aggregateRefusals(
+    await createDatabaseAuditSink(db, {
+      spoolDir: auditSpool.dir,
+      ...(auditSpool.maxBytes ? { spoolMaxBytes: auditSpool.maxBytes } : {}),
+    }),
+  );
   const retirements = await createRetirements(store).catch(async (err: unknown) => {
     await audit.close();
     throw err;
   });
-  const enrollment = createEnrollments({ db, issuer, trustDomain, runnerRefusal: retirements.refusal });
+  const enrollment = createEnrollments({
+    db,
+    issuer,
+    trustDomain,
+    runnerRefusal: retirements.refusal,
+  });
   return {
     trustDomain,
     roles,

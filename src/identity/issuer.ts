@@ -46,8 +46,13 @@ const maxClockSkewMs = 60_000;
  * refused by this very control plane. Leaves get `lifetimeMs`, cut short so
  * they never outlive the issuer.
  */
-export async function createIssuer(material: IssuerMaterial, trustAnchors: readonly NodeX509[], lifetimeMs: number): Promise<Issuer> {
-  const blocks = material.certPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+export async function createIssuer(
+  material: IssuerMaterial,
+  trustAnchors: readonly NodeX509[],
+  lifetimeMs: number,
+): Promise<Issuer> {
+  const blocks =
+    material.certPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
   if (blocks.length === 0) throw new Error("the issuer certificate file holds no PEM certificate");
   const [issuerPem, ...restPem] = blocks as [string, ...string[]];
   const ca = { certPem: `${issuerPem}\n`, keyPem: material.keyPem };
@@ -59,9 +64,14 @@ export async function createIssuer(material: IssuerMaterial, trustAnchors: reado
   const issuerCert = new NodeX509(issuerPem);
   const rest = restPem.map((p) => new NodeX509(p));
   const notAfter = new Date(issuerCert.validTo);
-  if (notAfter.getTime() <= Date.now()) throw new Error(`the issuer certificate ${issuerCert.subject} expired at ${notAfter.toISOString()}`);
+  if (notAfter.getTime() <= Date.now())
+    throw new Error(
+      `the issuer certificate ${issuerCert.subject} expired at ${notAfter.toISOString()}`,
+    );
   if (!trustedBy(issuerCert, rest, trustAnchors)) {
-    throw new Error(`the issuer certificate ${issuerCert.subject.replace(/\n/g, ", ")} is not trusted by the client CA bundle; add it (or its root) to --client-ca, or the certificates it issues would be refused`);
+    throw new Error(
+      `the issuer certificate ${issuerCert.subject.replace(/\n/g, ", ")} is not trusted by the client CA bundle; add it (or its root) to --client-ca, or the certificates it issues would be refused`,
+    );
   }
   // Runners send this chain in their handshake; a self-signed root is the anchor the server already has.
   const chain = [issuerCert, ...rest].filter((c) => !selfSigned(c)).map((c) => c.toString().trim());
@@ -73,9 +83,17 @@ export async function createIssuer(material: IssuerMaterial, trustAnchors: reado
       const notBefore = new Date(Date.now() - Math.min(maxClockSkewMs, lifetimeMs / 10));
       const leafNotAfter = new Date(Math.min(notBefore.getTime() + lifetimeMs, notAfter.getTime()));
       if (leafNotAfter.getTime() - Date.now() < Math.min(60_000, lifetimeMs / 2)) {
-        throw new ConnectError(`the issuing CA expires at ${notAfter.toISOString()}; the control plane needs a new issuer before it can sign certificates`, Code.FailedPrecondition);
+        throw new ConnectError(
+          `the issuing CA expires at ${notAfter.toISOString()}; the control plane needs a new issuer before it can sign certificates`,
+          Code.FailedPrecondition,
+        );
       }
-      const issued = await issueClientCertificate(ca, { uris: [spiffeId], publicKeyPem: csr.publicKeyPem, notBefore, notAfter: leafNotAfter });
+      const issued = await issueClientCertificate(ca, {
+        uris: [spiffeId],
+        publicKeyPem: csr.publicKeyPem,
+        notBefore,
+        notAfter: leafNotAfter,
+      });
       const der = new NodeX509(issued.certPem).raw;
       return {
         spiffeId,
@@ -94,11 +112,20 @@ function selfSigned(c: NodeX509): boolean {
 }
 
 /** True when `cert` is an anchor, or is signed by one, possibly through `intermediates`. */
-function trustedBy(cert: NodeX509, intermediates: readonly NodeX509[], anchors: readonly NodeX509[]): boolean {
+function trustedBy(
+  cert: NodeX509,
+  intermediates: readonly NodeX509[],
+  anchors: readonly NodeX509[],
+): boolean {
   let current = cert;
   let pool = [...intermediates];
   for (let depth = 0; depth < 5; depth++) {
-    if (anchors.some((a) => a.raw.equals(current.raw) || (current.checkIssued(a) && current.verify(a.publicKey)))) return true;
+    if (
+      anchors.some(
+        (a) => a.raw.equals(current.raw) || (current.checkIssued(a) && current.verify(a.publicKey)),
+      )
+    )
+      return true;
     const next = pool.find((c) => c.ca && current.checkIssued(c) && current.verify(c.publicKey));
     if (!next) return false;
     pool = pool.filter((c) => c !== next);

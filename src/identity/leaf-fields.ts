@@ -61,8 +61,14 @@ export function readLeafFields(der: Uint8Array): LeafFields {
   let i = fields[0]?.tag === VERSION ? 1 : 0;
   const serial = expect(fields[i++], INTEGER, "serialNumber");
   const extensions = fields.find((f) => f.tag === EXTENSIONS);
-  const serialStart = serial.end - serial.start > 1 && der[serial.start] === 0 ? serial.start + 1 : serial.start;
-  const out = { serialHex: hex(der, { ...serial, start: serialStart }), uris: [] as string[], signsCertificates: false, ca: false };
+  const serialStart =
+    serial.end - serial.start > 1 && der[serial.start] === 0 ? serial.start + 1 : serial.start;
+  const out = {
+    serialHex: hex(der, { ...serial, start: serialStart }),
+    uris: [] as string[],
+    signsCertificates: false,
+    ca: false,
+  };
   if (!extensions) return out;
   const list = only(der, extensions.start, extensions.end, SEQUENCE, "extensions");
   for (const ext of children(der, list)) {
@@ -71,7 +77,9 @@ export function readLeafFields(der: Uint8Array): LeafFields {
     const value = expect(parts[parts.length - 1], OCTET_STRING, "extension value");
     if (id === subjectAltName) {
       const names = only(der, value.start, value.end, SEQUENCE, "subjectAltName");
-      for (const name of children(der, names)) if (name.tag === URI_NAME) out.uris.push(Buffer.from(der.subarray(name.start, name.end)).toString("latin1"));
+      for (const name of children(der, names))
+        if (name.tag === URI_NAME)
+          out.uris.push(Buffer.from(der.subarray(name.start, name.end)).toString("latin1"));
     } else if (id === keyUsage) {
       const bits = only(der, value.start, value.end, BIT_STRING, "keyUsage");
       // Content: the count of unused bits, then bit 0 (digitalSignature) as the first byte's top bit;
@@ -90,20 +98,24 @@ export function readLeafFields(der: Uint8Array): LeafFields {
 /** The single element filling [start, end), with the given tag. */
 function only(der: Uint8Array, start: number, end: number, tag: number, what: string): Element {
   const element = readElement(der, start, end, what);
-  if (element.end !== end) throw new MalformedCertificateError(`${what}: trailing bytes after the element`);
+  if (element.end !== end)
+    throw new MalformedCertificateError(`${what}: trailing bytes after the element`);
   return expect(element, tag, what);
 }
 
 function expect(element: Element | undefined, tag: number, what: string): Element {
   if (!element) throw new MalformedCertificateError(`${what} is missing`);
-  if (element.tag !== tag) throw new MalformedCertificateError(`${what}: expected tag 0x${tag.toString(16)}, found 0x${element.tag.toString(16)}`);
+  if (element.tag !== tag)
+    throw new MalformedCertificateError(
+      `${what}: expected tag 0x${tag.toString(16)}, found 0x${element.tag.toString(16)}`,
+    );
   return element;
 }
 
 /** The elements inside a constructed element. */
 function children(der: Uint8Array, parent: Element): Element[] {
   const out: Element[] = [];
-  for (let at = parent.start; at < parent.end; ) {
+  for (let at = parent.start; at < parent.end;) {
     const child = readElement(der, at, parent.end, "element");
     out.push(child);
     at = child.end;
@@ -115,18 +127,21 @@ function children(der: Uint8Array, parent: Element): Element[] {
 function readElement(der: Uint8Array, at: number, limit: number, what: string): Element {
   if (at + 2 > limit) throw new MalformedCertificateError(`${what}: truncated`);
   const tag = der[at]!;
-  if ((tag & 0x1f) === 0x1f) throw new MalformedCertificateError(`${what}: multi-byte tags are not used in certificates`);
+  if ((tag & 0x1f) === 0x1f)
+    throw new MalformedCertificateError(`${what}: multi-byte tags are not used in certificates`);
   let length = der[at + 1]!;
   let start = at + 2;
   if (length & 0x80) {
     const octets = length & 0x7f;
-    if (octets === 0 || octets > 4) throw new MalformedCertificateError(`${what}: unsupported length encoding`);
+    if (octets === 0 || octets > 4)
+      throw new MalformedCertificateError(`${what}: unsupported length encoding`);
     if (start + octets > limit) throw new MalformedCertificateError(`${what}: truncated length`);
     length = 0;
     for (let k = 0; k < octets; k++) length = length * 256 + der[start + k]!;
     start += octets;
   }
-  if (start + length > limit) throw new MalformedCertificateError(`${what}: its length runs past its enclosing element`);
+  if (start + length > limit)
+    throw new MalformedCertificateError(`${what}: its length runs past its enclosing element`);
   return { tag, start, end: start + length };
 }
 

@@ -49,7 +49,8 @@ export async function initDevPki(
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const force = opts.force ?? false;
   const caPresent = !force && (await pairPresent(paths.caCert, paths.caKey));
-  const serverPresent = !force && caPresent && (await pairPresent(paths.serverCert, paths.serverKey));
+  const serverPresent =
+    !force && caPresent && (await pairPresent(paths.serverCert, paths.serverKey));
   if (caPresent && serverPresent) return { paths, created: false };
 
   let ca: CertificateAuthority;
@@ -80,7 +81,10 @@ export async function loadCertificateAuthority(dir: string): Promise<Certificate
  * (0600), each atomically. When the certificate was issued for a caller's own
  * public key (keyPem is ""), no key file is written and `key` is "".
  */
-export async function writeIssued(prefix: string, issued: IssuedCertificate): Promise<{ cert: string; key: string }> {
+export async function writeIssued(
+  prefix: string,
+  issued: IssuedCertificate,
+): Promise<{ cert: string; key: string }> {
   const cert = `${prefix}.pem`;
   const key = issued.keyPem === "" ? "" : `${prefix}-key.pem`;
   await mkdir(dirname(cert), { recursive: true, mode: 0o700 });
@@ -93,7 +97,11 @@ export async function writeIssued(prefix: string, issued: IssuedCertificate): Pr
 // ---------------------------------------------------------------------------
 
 /** Key first, as in writeIssued: a certificate without its key is useless. */
-async function writePair(certPath: string, keyPath: string, pair: CertificateAuthority): Promise<void> {
+async function writePair(
+  certPath: string,
+  keyPath: string,
+  pair: CertificateAuthority,
+): Promise<void> {
   await writeFileAtomic(keyPath, pair.keyPem, 0o600);
   await writeFileAtomic(certPath, pair.certPem, 0o644);
 }

@@ -5,7 +5,12 @@ import { parseSpiffeId, type SpiffeId } from "./spiffe.js";
  * runner and workspace come only from its certificate's SPIFFE ID.
  */
 export type Principal =
-  | { readonly kind: "runner"; readonly spiffeId: SpiffeId; readonly runnerId: string; readonly workspaceId: string }
+  | {
+      readonly kind: "runner";
+      readonly spiffeId: SpiffeId;
+      readonly runnerId: string;
+      readonly workspaceId: string;
+    }
   | { readonly kind: "service"; readonly spiffeId: SpiffeId };
 
 /** The path shape of a runner identity, in the protocol's words. */

@@ -46,19 +46,27 @@ export interface Retirements {
   close(): Promise<void>;
 }
 
-
 /** Loads the retired runners of `store` and follows new retirements. */
-export async function createRetirements(store: Store, options: { refreshIntervalMs?: number } = {}): Promise<Retirements> {
+export async function createRetirements(
+  store: Store,
+  options: { refreshIntervalMs?: number } = {},
+): Promise<Retirements> {
   const retired = new Map<string, Date>();
   const key = (workspaceId: string, runnerId: string) => `${workspaceId}/${runnerId}`;
   const note = (workspaceId: string, runnerId: string, at: Date) => {
     if (!retired.has(key(workspaceId, runnerId))) retired.set(key(workspaceId, runnerId), at);
   };
   const load = async () => {
-    const rows = await store.db.selectFrom("runner_retirements").select(["workspace_id", "runner_id", "retired_at"]).execute();
+    const rows = await store.db
+      .selectFrom("runner_retirements")
+      .select(["workspace_id", "runner_id", "retired_at"])
+      .execute();
     for (const r of rows) note(r.workspace_id, r.runner_id, r.retired_at);
   };
-  const reload = () => void load().catch((err) => logUnlessUnreachable("identity: could not reload retired runners", err));
+  const reload = () =>
+    void load().catch((err) =>
+      logUnlessUnreachable("identity: could not reload retired runners", err),
+    );
   // Subscribe before loading: a retirement between the two is then never missed.
   const unlisten = await store.listen(
     retirementsChannel,
@@ -86,23 +94,61 @@ export async function createRetirements(store: Store, options: { refreshInterval
     async retire(input) {
       checkSegmentId("runnerId", input.runnerId);
       if (input.workspaceId) checkSegmentId("workspaceId", input.workspaceId);
-      if (input.reason.length > 1000) throw new ConnectError("reason is longer than 1000 characters", Code.InvalidArgument);
+      if (input.reason.length > 1000)
+        throw new ConnectError("reason is longer than 1000 characters", Code.InvalidArgument);
       const result = await store.db.transaction().execute(async (tx) => {
         const workspaceId = input.workspaceId || (await onlyWorkspaceOf(tx, input.runnerId));
         const inserted = await tx
           .insertInto("runner_retirements")
-          .values({ workspace_id: workspaceId, runner_id: input.runnerId, retired_by: input.by, reason: input.reason })
+          .values({
+            workspace_id: workspaceId,
+            runner_id: input.runnerId,
+            retired_by: input.by,
+            reason: input.reason,
+          })
           .onConflict((oc) => oc.columns(["workspace_id", "runner_id"]).doNothing())
           .returning("retired_at")
           .executeTakeFirst();
-        const row = inserted ?? (await tx.selectFrom("runner_retirements").select("retired_at").where("workspace_id", "=", workspaceId).where("runner_id", "=", input.runnerId).executeTakeFirstOrThrow());
+        const row =
+          inserted ??
+          (await tx
+            .selectFrom("runner_retirements")
+            .select("retired_at")
+            .where("workspace_id", "=", workspaceId)
+            .where("runner_id", "=", input.runnerId)
+            .executeTakeFirstOrThrow());
         // The registration stays, marked retired: operators still see the runner in the list.
-        await tx.updateTable("runners").set({ retired_at: row.retired_at }).where("workspace_id", "=", workspaceId).where("runner_id", "=", input.runnerId).where("retired_at", "is", null).execute();
-        const releasedJobIds = await releaseRunnerLeases(tx, { workspaceId, runnerId: input.runnerId });
-        if (inserted) await recordEvent(tx, { type: "runner.retired", workspaceId, runnerId: input.runnerId, data: { by: input.by, reason: input.reason } });
-        const payload = JSON.stringify({ w: workspaceId, r: input.runnerId, at: row.retired_at.toISOString() });
+        await tx
+          .updateTable("runners")
+          .set({ retired_at: row.retired_at })
+          .where("workspace_id", "=", workspaceId)
+          .where("runner_id", "=", input.runnerId)
+          .where("retired_at", "is", null)
+          .execute();
+        const releasedJobIds = await releaseRunnerLeases(tx, {
+          workspaceId,
+          runnerId: input.runnerId,
+        });
+        if (inserted)
+          await recordEvent(tx, {
+            type: "runner.retired",
+            workspaceId,
+            runnerId: input.runnerId,
+            data: { by: input.by, reason: input.reason },
+          });
+        const payload = JSON.stringify({
+          w: workspaceId,
+          r: input.runnerId,
+          at: row.retired_at.toISOString(),
+        });
         await sql`select pg_notify(${retirementsChannel}, ${payload})`.execute(tx);
-        return { workspaceId, runnerId: input.runnerId, retiredAt: row.retired_at, releasedJobIds, newlyRetired: inserted !== undefined };
+        return {
+          workspaceId,
+          runnerId: input.runnerId,
+          retiredAt: row.retired_at,
+          releasedJobIds,
+          newlyRetired: inserted !== undefined,
+        };
       });
       note(result.workspaceId, result.runnerId, result.retiredAt);
       return result;
@@ -123,7 +169,13 @@ async function onlyWorkspaceOf(tx: Transaction<Database>, runnerId: string): Pro
     order by workspace_id`.execute(tx);
   if (rows.length === 1) return rows[0]!.workspace_id;
   if (rows.length === 0) {
-    throw new ConnectError(`runner "${runnerId}" has neither registered nor been issued a certificate here; give workspaceId to retire it anyway`, Code.NotFound);
+    throw new ConnectError(
+      `runner "${runnerId}" has neither registered nor been issued a certificate here; give workspaceId to retire it anyway`,
+      Code.NotFound,
+    );
   }
-  throw new ConnectError(`runner id "${runnerId}" is known in workspaces ${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId to say which one to retire`, Code.InvalidArgument);
+  throw new ConnectError(
+    `runner id "${runnerId}" is known in workspaces ${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId to say which one to retire`,
+    Code.InvalidArgument,
+  );
 }

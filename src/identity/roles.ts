@@ -45,7 +45,8 @@ export interface RoleTable {
   readonly grants: readonly RoleGrant[];
 }
 
-const usage = "use --grant SPIFFE_ID=admin, --grant SPIFFE_ID=read[:WORKSPACE[,WORKSPACE...]] or --grant SPIFFE_ID=enqueue:WORKSPACE[,WORKSPACE...]";
+const usage =
+  "use --grant SPIFFE_ID=admin, --grant SPIFFE_ID=read[:WORKSPACE[,WORKSPACE...]] or --grant SPIFFE_ID=enqueue:WORKSPACE[,WORKSPACE...]";
 
 /**
  * Parses one `--grant` value: `SPIFFE_ID=admin`, `SPIFFE_ID=read`,
@@ -60,10 +61,20 @@ export function parseRoleGrant(text: string, trustDomain?: string): RoleGrant {
   const role = text.slice(eq + 1);
   if (role === "admin" || role === "read") return { spiffeId, role };
   for (const scoped of ["read", "enqueue"] as const) {
-    if (role.startsWith(`${scoped}:`)) return { spiffeId, role: scoped, workspaces: grantWorkspaces(text, role.slice(scoped.length + 1)) };
+    if (role.startsWith(`${scoped}:`))
+      return {
+        spiffeId,
+        role: scoped,
+        workspaces: grantWorkspaces(text, role.slice(scoped.length + 1)),
+      };
   }
-  if (role === "enqueue") throw new Error(`--grant ${JSON.stringify(text)}: enqueue needs its workspaces, e.g. ${spiffeId}=enqueue:w1,w2`);
-  throw new Error(`--grant ${JSON.stringify(text)}: unknown role ${JSON.stringify(role)}; ${usage}`);
+  if (role === "enqueue")
+    throw new Error(
+      `--grant ${JSON.stringify(text)}: enqueue needs its workspaces, e.g. ${spiffeId}=enqueue:w1,w2`,
+    );
+  throw new Error(
+    `--grant ${JSON.stringify(text)}: unknown role ${JSON.stringify(role)}; ${usage}`,
+  );
 }
 
 /** The workspaces of a scoped grant (`w1,w2`), each a valid id. */
@@ -71,7 +82,10 @@ function grantWorkspaces(text: string, list: string): string[] {
   const workspaces = list.split(",").map((w) => w.trim());
   for (const w of workspaces) {
     const problem = segmentIdProblem(w);
-    if (problem) throw new Error(`--grant ${JSON.stringify(text)}: workspace ${JSON.stringify(w)} is not a valid id (${problem}); an id is 1 to ${maxSegmentIdLength} characters of A-Z a-z 0-9 . _ -`);
+    if (problem)
+      throw new Error(
+        `--grant ${JSON.stringify(text)}: workspace ${JSON.stringify(w)} is not a valid id (${problem}); an id is 1 to ${maxSegmentIdLength} characters of A-Z a-z 0-9 . _ -`,
+      );
   }
   return workspaces;
 }
@@ -84,21 +98,42 @@ function grantWorkspaces(text: string, list: string): string[] {
 export function checkServiceIdentity(id: string, trustDomain?: string): string {
   const parsed = parseSpiffeId(id);
   if (trustDomain !== undefined && parsed.trustDomain !== trustDomain) {
-    throw new Error(`${id} is not in the trust domain "${trustDomain}"; it could never present an accepted certificate`);
+    throw new Error(
+      `${id} is not in the trust domain "${trustDomain}"; it could never present an accepted certificate`,
+    );
   }
   if (principalOf(parsed).kind === "runner") {
-    throw new Error(`${id} is a runner identity; runners never call admin methods, so it cannot be granted a role`);
+    throw new Error(
+      `${id} is a runner identity; runners never call admin methods, so it cannot be granted a role`,
+    );
   }
   return id;
 }
 
 /** Merges grants into a table; `admins` are the `--admin` IDs (role admin). */
-export function createRoleTable(grants: readonly RoleGrant[], admins: readonly string[] = []): RoleTable {
-  const all: RoleGrant[] = [...admins.map((spiffeId): RoleGrant => ({ spiffeId: checkServiceIdentity(spiffeId), role: "admin" })), ...grants];
-  const merged = new Map<string, { admin: boolean; read: boolean; readWorkspaces: Set<string>; enqueue: Set<string> }>();
+export function createRoleTable(
+  grants: readonly RoleGrant[],
+  admins: readonly string[] = [],
+): RoleTable {
+  const all: RoleGrant[] = [
+    ...admins.map((spiffeId): RoleGrant => ({
+      spiffeId: checkServiceIdentity(spiffeId),
+      role: "admin",
+    })),
+    ...grants,
+  ];
+  const merged = new Map<
+    string,
+    { admin: boolean; read: boolean; readWorkspaces: Set<string>; enqueue: Set<string> }
+  >();
   for (const g of all) {
     checkServiceIdentity(g.spiffeId);
-    const entry = merged.get(g.spiffeId) ?? { admin: false, read: false, readWorkspaces: new Set<string>(), enqueue: new Set<string>() };
+    const entry = merged.get(g.spiffeId) ?? {
+      admin: false,
+      read: false,
+      readWorkspaces: new Set<string>(),
+      enqueue: new Set<string>(),
+    };
     if (g.role === "admin") entry.admin = true;
     if (g.role === "read" && !g.workspaces) entry.read = true;
     if (g.role === "read") for (const w of g.workspaces ?? []) entry.readWorkspaces.add(w);

@@ -12,7 +12,8 @@ export const maxSegmentIdLength = 128;
  * only A-Z a-z 0-9 . - _), and is at most 128 characters.
  */
 export function segmentIdProblem(value: string): string | undefined {
-  if (value.length > maxSegmentIdLength) return `it is longer than ${maxSegmentIdLength} characters`;
+  if (value.length > maxSegmentIdLength)
+    return `it is longer than ${maxSegmentIdLength} characters`;
   return segmentProblem(value);
 }
 
@@ -25,5 +26,8 @@ export function checkSegmentId(field: string, value: string): string {
 
 /** The refusal of an id that breaks the rule: what was sent, the rule it broke, and what an id may be. */
 export function segmentIdError(field: string, value: string, problem: string): ConnectError {
-  return new ConnectError(`${field} ${JSON.stringify(value.slice(0, 80))} is not a valid id (${problem}); an id is 1 to ${maxSegmentIdLength} characters of A-Z a-z 0-9 . _ - and not "." or ".."`, Code.InvalidArgument);
+  return new ConnectError(
+    `${field} ${JSON.stringify(value.slice(0, 80))} is not a valid id (${problem}); an id is 1 to ${maxSegmentIdLength} characters of A-Z a-z 0-9 . _ - and not "." or ".."`,
+    Code.InvalidArgument,
+  );
 }

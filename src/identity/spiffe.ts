@@ -18,7 +18,10 @@ export interface SpiffeId {
 
 /** Thrown when a text is not a valid SPIFFE ID; the message names the rule. */
 export class InvalidSpiffeIdError extends Error {
-  constructor(readonly input: string, reason: string) {
+  constructor(
+    readonly input: string,
+    reason: string,
+  ) {
     super(`${JSON.stringify(truncate(input))} is not a valid SPIFFE ID: ${reason}`);
     this.name = "InvalidSpiffeIdError";
   }
@@ -37,15 +40,16 @@ export function parseSpiffeId(input: string): SpiffeId {
   };
   if (Buffer.byteLength(input, "utf8") > maxBytes) fail(`longer than ${maxBytes} bytes`);
   if (!input.startsWith(scheme)) {
-    if (input.toLowerCase().startsWith(scheme)) fail("the scheme must be lowercase \"spiffe\"");
-    fail("the scheme must be \"spiffe://\"");
+    if (input.toLowerCase().startsWith(scheme)) fail('the scheme must be lowercase "spiffe"');
+    fail('the scheme must be "spiffe://"');
   }
   const rest = input.slice(scheme.length);
   const slash = rest.indexOf("/");
   const trustDomain = slash === -1 ? rest : rest.slice(0, slash);
   const path = slash === -1 ? "" : rest.slice(slash);
   if (trustDomain.length === 0) fail("the trust domain is empty");
-  if (trustDomain.length > maxTrustDomainBytes) fail(`the trust domain is longer than ${maxTrustDomainBytes} bytes`);
+  if (trustDomain.length > maxTrustDomainBytes)
+    fail(`the trust domain is longer than ${maxTrustDomainBytes} bytes`);
   for (const c of trustDomain) {
     if (trustDomainChar.test(c)) continue;
     if (c === ":") fail("a port is not allowed in the trust domain");
@@ -58,7 +62,12 @@ export function parseSpiffeId(input: string): SpiffeId {
   if (path.length > 0) {
     const parts = path.slice(1).split("/");
     parts.forEach((part, i) => {
-      if (part.length === 0) fail(i === parts.length - 1 ? "a trailing slash is not allowed" : "empty path segments are not allowed");
+      if (part.length === 0)
+        fail(
+          i === parts.length - 1
+            ? "a trailing slash is not allowed"
+            : "empty path segments are not allowed",
+        );
       for (const c of part) if (!segmentChar.test(c)) checkUriSyntax(c, fail);
       const problem = segmentProblem(part);
       if (problem) fail(problem);
@@ -77,7 +86,8 @@ export function segmentProblem(segment: string): string | undefined {
   if (segment.length === 0) return "empty path segments are not allowed";
   if (segment === "." || segment === "..") return "'.' and '..' path segments are not allowed";
   for (const c of segment) {
-    if (!segmentChar.test(c)) return `a path segment contains ${describe(c)}; only A-Z, a-z, 0-9, '.', '-' and '_' are allowed`;
+    if (!segmentChar.test(c))
+      return `a path segment contains ${describe(c)}; only A-Z, a-z, 0-9, '.', '-' and '_' are allowed`;
   }
   return undefined;
 }
@@ -91,7 +101,9 @@ function checkUriSyntax(c: string, fail: (reason: string) => never): void {
 
 function describe(c: string): string {
   const code = c.codePointAt(0) ?? 0;
-  return code < 0x21 || code > 0x7e ? `the character U+${code.toString(16).toUpperCase().padStart(4, "0")}` : `'${c}'`;
+  return code < 0x21 || code > 0x7e
+    ? `the character U+${code.toString(16).toUpperCase().padStart(4, "0")}`
+    : `'${c}'`;
 }
 
 function truncate(s: string): string {

@@ -61,7 +61,11 @@ interface JobFacts {
  * A runner that executes jobs without containers (the process executor)
  * should not send inventory reports, or every lease of it is flagged.
  */
-export async function crossCheck(tx: Transaction<Database>, holder: InventoryHolder, items: readonly InventoryItem[]): Promise<InventoryFlag[]> {
+export async function crossCheck(
+  tx: Transaction<Database>,
+  holder: InventoryHolder,
+  items: readonly InventoryItem[],
+): Promise<InventoryFlag[]> {
   const flags: InventoryFlag[] = [];
   const jobIds = [...new Set(items.map((i) => i.jobId))];
   const jobs = new Map<string, JobFacts>();
@@ -84,14 +88,23 @@ export async function crossCheck(tx: Transaction<Database>, holder: InventoryHol
   for (const item of items) {
     const job = jobs.get(item.jobId);
     const what = `${item.kind} ${item.name}`;
-    const flag = (problem: InventoryProblem, message: string) => flags.push({ problem, jobId: item.jobId, kind: item.kind, name: item.name, message });
+    const flag = (problem: InventoryProblem, message: string) =>
+      flags.push({ problem, jobId: item.jobId, kind: item.kind, name: item.name, message });
     if (item.orphan) {
-      if (job?.live_here) flag("orphan_of_live_lease", `${what} is called orphan, but this runner holds a live lease on job ${item.jobId} (until ${iso(job.live_until)}); reaping it would stop that job`);
+      if (job?.live_here)
+        flag(
+          "orphan_of_live_lease",
+          `${what} is called orphan, but this runner holds a live lease on job ${item.jobId} (until ${iso(job.live_until)}); reaping it would stop that job`,
+        );
       continue;
     }
     if (job?.live_here) continue;
-    if (job?.last_here_end && now - job.last_here_end.getTime() < cleanupGraceSeconds * 1000) continue;
-    flag("job_not_leased_here", `${what} is not called orphan, but ${notLeasedHere(holder, item.jobId, job)}`);
+    if (job?.last_here_end && now - job.last_here_end.getTime() < cleanupGraceSeconds * 1000)
+      continue;
+    flag(
+      "job_not_leased_here",
+      `${what} is not called orphan, but ${notLeasedHere(holder, item.jobId, job)}`,
+    );
   }
 
   // Live leases of this runner old enough to have a container by now.
@@ -100,7 +113,9 @@ export async function crossCheck(tx: Transaction<Database>, holder: InventoryHol
     from jobs j join leases l on l.id = j.lease_id
     where ${liveLease({ workspaceId: holder.workspaceId, runnerId: holder.runnerId }, "j")}
       and l.issued_at < now() - make_interval(secs => ${startGraceSeconds})`.execute(tx);
-  const running = new Set(items.filter((i) => i.kind === "container" && !i.orphan).map((i) => i.jobId));
+  const running = new Set(
+    items.filter((i) => i.kind === "container" && !i.orphan).map((i) => i.jobId),
+  );
   for (const lease of leases) {
     if (running.has(lease.job_id)) continue;
     flags.push({
@@ -116,8 +131,11 @@ export async function crossCheck(tx: Transaction<Database>, holder: InventoryHol
 
 function notLeasedHere(holder: InventoryHolder, jobId: string, job: JobFacts | undefined): string {
   if (!job) return `job ${jobId} is not a job of workspace "${holder.workspaceId}"`;
-  const last = job.last_here_end ? `this runner's last lease on it ended at ${iso(job.last_here_end)}` : "this runner never held a lease on it";
-  if (job.state === "running" && job.runner_id !== holder.runnerId) return `job ${jobId} is leased to runner "${job.runner_id}", not to this one; ${last}`;
+  const last = job.last_here_end
+    ? `this runner's last lease on it ended at ${iso(job.last_here_end)}`
+    : "this runner never held a lease on it";
+  if (job.state === "running" && job.runner_id !== holder.runnerId)
+    return `job ${jobId} is leased to runner "${job.runner_id}", not to this one; ${last}`;
   return `job ${jobId} is ${job.state} and not leased to this runner; ${last}`;
 }
 

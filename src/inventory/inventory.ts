@@ -1,10 +1,22 @@
 import type { Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
 import type { InventoryHolder } from "./cross-check.js";
-import { listReapOrders, orderReap, type ListReapOrdersInput, type ReapOrderInput, type ReapOrderView } from "./reap-orders.js";
+import {
+  listReapOrders,
+  orderReap,
+  type ListReapOrdersInput,
+  type ReapOrderInput,
+  type ReapOrderView,
+} from "./reap-orders.js";
 import type { ReportedItem } from "./report.js";
 import { acceptReport, type ReportOutcome } from "./reports.js";
-import { listInventory, listOrphans, type InventoryFilter, type OrphanView, type RunnerInventoryView } from "./views.js";
+import {
+  listInventory,
+  listOrphans,
+  type InventoryFilter,
+  type OrphanView,
+  type RunnerInventoryView,
+} from "./views.js";
 
 /** Runner inventory reports and reap orders, against the shared database. */
 export interface Inventory {

@@ -63,7 +63,9 @@ export function isNameJobId(jobId: string): boolean {
 export function containerName(jobId: string, task: string): string {
   checkJobIdForName(jobId);
   if (!isTaskName(task)) {
-    throw new RangeError(`task ${JSON.stringify(task.slice(0, 80))} is not a task name: 1..31 of [a-z0-9-], starting with a letter or digit`);
+    throw new RangeError(
+      `task ${JSON.stringify(task.slice(0, 80))} is not a task name: 1..31 of [a-z0-9-], starting with a letter or digit`,
+    );
   }
   return `${launcherPrefix}${jobId}-${task}`;
 }
@@ -119,30 +121,47 @@ export interface LauncherNameRefusal {
  * Strict on purpose: no leading "/" (Docker's inspect output has one; strip it
  * before reporting), no uppercase, no other prefix.
  */
-export function parseLauncherName(kind: string, name: string): ParsedLauncherName | LauncherNameRefusal {
+export function parseLauncherName(
+  kind: string,
+  name: string,
+): ParsedLauncherName | LauncherNameRefusal {
   const refuse = (reason: string): LauncherNameRefusal => ({ ok: false, reason });
-  if (!isLauncherKind(kind)) return refuse(`kind ${JSON.stringify(kind.slice(0, 40))} is not "container" or "network"`);
-  if (name.length > maxLauncherNameLength) return refuse(`name is longer than ${maxLauncherNameLength} characters`);
+  if (!isLauncherKind(kind))
+    return refuse(`kind ${JSON.stringify(kind.slice(0, 40))} is not "container" or "network"`);
+  if (name.length > maxLauncherNameLength)
+    return refuse(`name is longer than ${maxLauncherNameLength} characters`);
   const shown = JSON.stringify(name);
   if (!name.startsWith(launcherPrefix)) {
-    const hint = name.startsWith("/") ? " (strip Docker's leading \"/\")" : "";
+    const hint = name.startsWith("/") ? ' (strip Docker\'s leading "/")' : "";
     return refuse(`name ${shown} does not start with "${launcherPrefix}"${hint}`);
   }
   const jobId = name.slice(launcherPrefix.length, launcherPrefix.length + jobIdLength);
-  if (!isNameJobId(jobId)) return refuse(`name ${shown} does not carry a lowercase job id (UUID) after "${launcherPrefix}"`);
+  if (!isNameJobId(jobId))
+    return refuse(
+      `name ${shown} does not carry a lowercase job id (UUID) after "${launcherPrefix}"`,
+    );
   const rest = name.slice(launcherPrefix.length + jobIdLength);
   if (kind === "network") {
-    if (rest !== "") return refuse(`name ${shown} is not a network name: expected "${launcherPrefix}<jobId>" with nothing after the job id`);
+    if (rest !== "")
+      return refuse(
+        `name ${shown} is not a network name: expected "${launcherPrefix}<jobId>" with nothing after the job id`,
+      );
     return { ok: true, kind, jobId, task: undefined };
   }
-  if (!rest.startsWith("-")) return refuse(`name ${shown} is not a container name: expected "${launcherPrefix}<jobId>-<task>"`);
+  if (!rest.startsWith("-"))
+    return refuse(
+      `name ${shown} is not a container name: expected "${launcherPrefix}<jobId>-<task>"`,
+    );
   const task = rest.slice(1);
   if (!isTaskName(task)) {
-    return refuse(`name ${shown} has task ${JSON.stringify(task)}, which is not 1..31 of [a-z0-9-] starting with a letter or digit`);
+    return refuse(
+      `name ${shown} has task ${JSON.stringify(task)}, which is not 1..31 of [a-z0-9-] starting with a letter or digit`,
+    );
   }
   return { ok: true, kind, jobId, task };
 }
 
 function checkJobIdForName(jobId: string): void {
-  if (!isNameJobId(jobId)) throw new RangeError(`jobId ${JSON.stringify(jobId.slice(0, 80))} is not a lowercase UUID`);
+  if (!isNameJobId(jobId))
+    throw new RangeError(`jobId ${JSON.stringify(jobId.slice(0, 80))} is not a lowercase UUID`);
 }

@@ -46,20 +46,45 @@ const orderStates = new Set<string>(["pending", "done", "expired"]);
  * report row is locked, so a report arriving at the same time is processed
  * wholly before or after the order.
  */
-export async function orderReap(db: Kysely<Database>, input: ReapOrderInput): Promise<ReapOrderView> {
-  if (!input.runnerId) throw new ConnectError("runnerId is required: the runner whose orphan to remove", Code.InvalidArgument);
-  if (!input.kind || !input.name) throw new ConnectError("kind and name are required: the orphan as the runner's report lists it", Code.InvalidArgument);
+export async function orderReap(
+  db: Kysely<Database>,
+  input: ReapOrderInput,
+): Promise<ReapOrderView> {
+  if (!input.runnerId)
+    throw new ConnectError(
+      "runnerId is required: the runner whose orphan to remove",
+      Code.InvalidArgument,
+    );
+  if (!input.kind || !input.name)
+    throw new ConnectError(
+      "kind and name are required: the orphan as the runner's report lists it",
+      Code.InvalidArgument,
+    );
   const parsed = parseLauncherName(input.kind, input.name);
-  if (!parsed.ok) throw new ConnectError(`${parsed.reason}; a runner reports only launcher names (docs/launcher-names.md)`, Code.InvalidArgument);
+  if (!parsed.ok)
+    throw new ConnectError(
+      `${parsed.reason}; a runner reports only launcher names (docs/launcher-names.md)`,
+      Code.InvalidArgument,
+    );
   return db.transaction().execute(async (tx) => {
-    let reports = tx.selectFrom("inventory_reports").selectAll().where("runner_id", "=", input.runnerId);
+    let reports = tx
+      .selectFrom("inventory_reports")
+      .selectAll()
+      .where("runner_id", "=", input.runnerId);
     if (input.workspaceId) reports = reports.where("workspace_id", "=", input.workspaceId);
     const found = await reports.forUpdate().execute();
     const where = input.workspaceId ? ` in workspace "${input.workspaceId}"` : "";
-    if (found.length === 0) throw new ConnectError(`runner "${input.runnerId}"${where} has sent no inventory report`, Code.NotFound);
+    if (found.length === 0)
+      throw new ConnectError(
+        `runner "${input.runnerId}"${where} has sent no inventory report`,
+        Code.NotFound,
+      );
     if (found.length > 1) {
       const spaces = found.map((r) => `"${r.workspace_id}"`).join(", ");
-      throw new ConnectError(`runner id "${input.runnerId}" reports in workspaces ${spaces}; give workspaceId`, Code.InvalidArgument);
+      throw new ConnectError(
+        `runner id "${input.runnerId}" reports in workspaces ${spaces}; give workspaceId`,
+        Code.InvalidArgument,
+      );
     }
     const report = found[0]!;
     const holder = { workspaceId: report.workspace_id, runnerId: report.runner_id };
@@ -72,15 +97,29 @@ export async function orderReap(db: Kysely<Database>, input: ReapOrderInput): Pr
       .where("kind", "=", parsed.kind)
       .where("name", "=", input.name)
       .executeTakeFirst();
-    if (!item) throw new ConnectError(`${latest} does not list ${parsed.kind} ${input.name}; only an orphan in the latest report can be ordered removed`, Code.FailedPrecondition);
+    if (!item)
+      throw new ConnectError(
+        `${latest} does not list ${parsed.kind} ${input.name}; only an orphan in the latest report can be ordered removed`,
+        Code.FailedPrecondition,
+      );
     if (!item.orphan) {
-      throw new ConnectError(`${latest} does not call ${parsed.kind} ${input.name} an orphan; the runner removes only what it calls orphan`, Code.FailedPrecondition);
+      throw new ConnectError(
+        `${latest} does not call ${parsed.kind} ${input.name} an orphan; the runner removes only what it calls orphan`,
+        Code.FailedPrecondition,
+      );
     }
-    const pending = await pendingOrderRows(tx, holder).where("kind", "=", parsed.kind).where("name", "=", input.name).executeTakeFirst();
+    const pending = await pendingOrderRows(tx, holder)
+      .where("kind", "=", parsed.kind)
+      .where("name", "=", input.name)
+      .executeTakeFirst();
     if (pending) return orderView(pending);
     const row = await tx
       .insertInto("reap_orders")
-      .values({ ...toKey(holder, parsed.kind, input.name), job_id: item.job_id, ordered_by: input.orderedBy })
+      .values({
+        ...toKey(holder, parsed.kind, input.name),
+        job_id: item.job_id,
+        ordered_by: input.orderedBy,
+      })
       .returningAll()
       .executeTakeFirstOrThrow();
     return orderView(row);
@@ -92,7 +131,11 @@ export async function orderReap(db: Kysely<Database>, input: ReapOrderInput): Pr
  * whose item the report no longer lists is done; one whose item is listed
  * but no longer called orphan has expired (the runner would refuse it).
  */
-export async function settleOrders(tx: Transaction<Database>, holder: InventoryHolder, items: readonly InventoryItem[]): Promise<void> {
+export async function settleOrders(
+  tx: Transaction<Database>,
+  holder: InventoryHolder,
+  items: readonly InventoryItem[],
+): Promise<void> {
   const pending = await pendingOrderRows(tx, holder).execute();
   if (pending.length === 0) return;
   const listed = new Map(items.map((i) => [`${i.kind}/${i.name}`, i]));
@@ -103,13 +146,24 @@ export async function settleOrders(tx: Transaction<Database>, holder: InventoryH
     if (!item) done.push(order.id);
     else if (!item.orphan) expired.push(order.id);
   }
-  for (const [state, ids] of [["done", done], ["expired", expired]] as const) {
-    if (ids.length > 0) await tx.updateTable("reap_orders").set({ state, settled_at: sql<Date>`now()` }).where("id", "in", ids).execute();
+  for (const [state, ids] of [
+    ["done", done],
+    ["expired", expired],
+  ] as const) {
+    if (ids.length > 0)
+      await tx
+        .updateTable("reap_orders")
+        .set({ state, settled_at: sql<Date>`now()` })
+        .where("id", "in", ids)
+        .execute();
   }
 }
 
 /** The orders a runner is to carry out: only its own, in its own workspace. */
-export async function pendingInstructions(tx: Transaction<Database>, holder: InventoryHolder): Promise<ReapInstruction[]> {
+export async function pendingInstructions(
+  tx: Transaction<Database>,
+  holder: InventoryHolder,
+): Promise<ReapInstruction[]> {
   const rows = await pendingOrderRows(tx, holder).execute();
   return rows.map((r) => ({ kind: r.kind, name: r.name }));
 }
@@ -124,14 +178,28 @@ export interface ListReapOrdersInput {
 }
 
 /** Reap orders, newest first. */
-export async function listReapOrders(db: Kysely<Database>, input: ListReapOrdersInput): Promise<ReapOrderView[]> {
+export async function listReapOrders(
+  db: Kysely<Database>,
+  input: ListReapOrdersInput,
+): Promise<ReapOrderView[]> {
   if (input.state && !orderStates.has(input.state)) {
-    throw new ConnectError(`state ${JSON.stringify(input.state)} is not pending, done or expired`, Code.InvalidArgument);
+    throw new ConnectError(
+      `state ${JSON.stringify(input.state)} is not pending, done or expired`,
+      Code.InvalidArgument,
+    );
   }
   if (!Number.isInteger(input.pageSize) || input.pageSize < 0 || input.pageSize > 500) {
-    throw new ConnectError(`pageSize must be 1 to 500; got ${input.pageSize}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `pageSize must be 1 to 500; got ${input.pageSize}`,
+      Code.InvalidArgument,
+    );
   }
-  let query = db.selectFrom("reap_orders").selectAll().orderBy("ordered_at", "desc").orderBy("id", "desc").limit(input.pageSize || 100);
+  let query = db
+    .selectFrom("reap_orders")
+    .selectAll()
+    .orderBy("ordered_at", "desc")
+    .orderBy("id", "desc")
+    .limit(input.pageSize || 100);
   if (input.runnerId) query = query.where("runner_id", "=", input.runnerId);
   if (input.workspaceId) query = query.where("workspace_id", "=", input.workspaceId);
   if (input.state) query = query.where("state", "=", input.state as ReapOrderState);

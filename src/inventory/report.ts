@@ -50,36 +50,54 @@ export const reportLimits = {
  */
 export function validateReport(items: readonly ReportedItem[]): InventoryItem[] {
   if (items.length > reportLimits.maxItems) {
-    throw new ConnectError(`the report has ${items.length} items; at most ${reportLimits.maxItems} are accepted in one report`, Code.InvalidArgument);
+    throw new ConnectError(
+      `the report has ${items.length} items; at most ${reportLimits.maxItems} are accepted in one report`,
+      Code.InvalidArgument,
+    );
   }
   const seen = new Map<string, number>();
   return items.map((item, index) => {
     const checked = validateItem(item, index);
     const key = `${checked.kind}/${checked.name}`;
     const first = seen.get(key);
-    if (first !== undefined) refuse(index, `${checked.kind} ${JSON.stringify(checked.name)} is already listed as items[${first}]`);
+    if (first !== undefined)
+      refuse(
+        index,
+        `${checked.kind} ${JSON.stringify(checked.name)} is already listed as items[${first}]`,
+      );
     seen.set(key, index);
     return checked;
   });
 }
 
 function validateItem(item: ReportedItem, index: number): InventoryItem {
-  if (item.kind === "") refuse(index, "kind is required (\"container\" or \"network\")");
+  if (item.kind === "") refuse(index, 'kind is required ("container" or "network")');
   if (item.name === "") refuse(index, "name is required");
   if (item.jobId === "") refuse(index, "jobId is required");
   const parsed = parseLauncherName(item.kind, item.name);
-  if (!parsed.ok) refuse(index, `${parsed.reason}; only names the launcher generates are accepted (docs/launcher-names.md)`);
+  if (!parsed.ok)
+    refuse(
+      index,
+      `${parsed.reason}; only names the launcher generates are accepted (docs/launcher-names.md)`,
+    );
   if (item.jobId !== parsed.jobId) {
-    refuse(index, `jobId ${JSON.stringify(item.jobId.slice(0, 80))} does not match the job id ${parsed.jobId} in name ${JSON.stringify(item.name)}`);
+    refuse(
+      index,
+      `jobId ${JSON.stringify(item.jobId.slice(0, 80))} does not match the job id ${parsed.jobId} in name ${JSON.stringify(item.name)}`,
+    );
   }
-  if (item.state.length > reportLimits.maxStateLength) refuse(index, `state is longer than ${reportLimits.maxStateLength} characters`);
-  if (item.image.length > reportLimits.maxImageLength) refuse(index, `image is longer than ${reportLimits.maxImageLength} characters`);
+  if (item.state.length > reportLimits.maxStateLength)
+    refuse(index, `state is longer than ${reportLimits.maxStateLength} characters`);
+  if (item.image.length > reportLimits.maxImageLength)
+    refuse(index, `image is longer than ${reportLimits.maxImageLength} characters`);
   if (!Number.isFinite(item.cpu) || item.cpu < 0 || item.cpu > reportLimits.maxCpu) {
     refuse(index, `cpu must be a number from 0 to ${reportLimits.maxCpu}; got ${item.cpu}`);
   }
   const memory = Number(item.memory);
-  if (!Number.isSafeInteger(memory) || memory < 0) refuse(index, `memory must be a non-negative byte count below 2^53; got ${item.memory}`);
-  if (item.createdAt !== undefined && Number.isNaN(item.createdAt.getTime())) refuse(index, "createdAt is not a valid time");
+  if (!Number.isSafeInteger(memory) || memory < 0)
+    refuse(index, `memory must be a non-negative byte count below 2^53; got ${item.memory}`);
+  if (item.createdAt !== undefined && Number.isNaN(item.createdAt.getTime()))
+    refuse(index, "createdAt is not a valid time");
   return {
     kind: parsed.kind,
     name: item.name,
@@ -95,5 +113,8 @@ function validateItem(item: ReportedItem, index: number): InventoryItem {
 }
 
 function refuse(index: number, why: string): never {
-  throw new ConnectError(`items[${index}]: ${why}; nothing from this report was stored`, Code.InvalidArgument);
+  throw new ConnectError(
+    `items[${index}]: ${why}; nothing from this report was stored`,
+    Code.InvalidArgument,
+  );
 }

@@ -44,61 +44,87 @@ export interface OrphanView {
 const runnerKey = (workspaceId: string, runnerId: string) => `${workspaceId}\u0000${runnerId}`;
 
 /** The latest report of every runner the filter selects, ordered by workspace and runner. */
-export async function listInventory(db: Kysely<Database>, filter: InventoryFilter): Promise<RunnerInventoryView[]> {
+export async function listInventory(
+  db: Kysely<Database>,
+  filter: InventoryFilter,
+): Promise<RunnerInventoryView[]> {
   const runner = filter.runnerId;
   const workspace = filter.workspaceId;
   // Four reads in one snapshot, so items, flags and orders belong to the same reports.
   const [reports, items, flags, orders] = await db
     .transaction()
     .setIsolationLevel("repeatable read")
-    .execute(async (tx) => [
-      await tx
-        .selectFrom("inventory_reports")
-        .selectAll()
-        .$if(!!runner, (q) => q.where("runner_id", "=", runner))
-        .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
-        .orderBy("workspace_id")
-        .orderBy("runner_id")
-        .execute(),
-      await tx
-        .selectFrom("inventory_items")
-        .selectAll()
-        .$if(!!runner, (q) => q.where("runner_id", "=", runner))
-        .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
-        .orderBy("kind")
-        .orderBy("name")
-        .execute(),
-      await tx
-        .selectFrom("inventory_flags")
-        .selectAll()
-        .$if(!!runner, (q) => q.where("runner_id", "=", runner))
-        .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
-        .orderBy("id")
-        .execute(),
-      await tx
-        .selectFrom("reap_orders")
-        .selectAll()
-        .where("state", "=", "pending")
-        .$if(!!runner, (q) => q.where("runner_id", "=", runner))
-        .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
-        .orderBy("id")
-        .execute(),
-    ] as const);
-  const views = new Map<string, { items: StoredItem[]; flags: InventoryFlag[]; pendingOrders: ReapOrderView[] }>();
-  for (const r of reports) views.set(runnerKey(r.workspace_id, r.runner_id), { items: [], flags: [], pendingOrders: [] });
+    .execute(
+      async (tx) =>
+        [
+          await tx
+            .selectFrom("inventory_reports")
+            .selectAll()
+            .$if(!!runner, (q) => q.where("runner_id", "=", runner))
+            .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
+            .orderBy("workspace_id")
+            .orderBy("runner_id")
+            .execute(),
+          await tx
+            .selectFrom("inventory_items")
+            .selectAll()
+            .$if(!!runner, (q) => q.where("runner_id", "=", runner))
+            .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
+            .orderBy("kind")
+            .orderBy("name")
+            .execute(),
+          await tx
+            .selectFrom("inventory_flags")
+            .selectAll()
+            .$if(!!runner, (q) => q.where("runner_id", "=", runner))
+            .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
+            .orderBy("id")
+            .execute(),
+          await tx
+            .selectFrom("reap_orders")
+            .selectAll()
+            .where("state", "=", "pending")
+            .$if(!!runner, (q) => q.where("runner_id", "=", runner))
+            .$if(!!workspace, (q) => q.where("workspace_id", "=", workspace))
+            .orderBy("id")
+            .execute(),
+        ] as const,
+    );
+  const views = new Map<
+    string,
+    { items: StoredItem[]; flags: InventoryFlag[]; pendingOrders: ReapOrderView[] }
+  >();
+  for (const r of reports)
+    views.set(runnerKey(r.workspace_id, r.runner_id), { items: [], flags: [], pendingOrders: [] });
   for (const i of items) views.get(runnerKey(i.workspace_id, i.runner_id))?.items.push(itemView(i));
   for (const f of flags) views.get(runnerKey(f.workspace_id, f.runner_id))?.flags.push(flagView(f));
-  for (const o of orders) views.get(runnerKey(o.workspace_id, o.runner_id))?.pendingOrders.push(orderView(o));
-  return reports.map((r) => ({ runnerId: r.runner_id, workspaceId: r.workspace_id, reportedAt: r.reported_at, ...views.get(runnerKey(r.workspace_id, r.runner_id))! }));
+  for (const o of orders)
+    views.get(runnerKey(o.workspace_id, o.runner_id))?.pendingOrders.push(orderView(o));
+  return reports.map((r) => ({
+    runnerId: r.runner_id,
+    workspaceId: r.workspace_id,
+    reportedAt: r.reported_at,
+    ...views.get(runnerKey(r.workspace_id, r.runner_id))!,
+  }));
 }
 
 /** Every item the selected runners' latest reports call orphan. */
-export async function listOrphans(db: Kysely<Database>, filter: InventoryFilter): Promise<OrphanView[]> {
+export async function listOrphans(
+  db: Kysely<Database>,
+  filter: InventoryFilter,
+): Promise<OrphanView[]> {
   let query = db
     .selectFrom("inventory_items as i")
-    .innerJoin("inventory_reports as r", (j) => j.onRef("r.workspace_id", "=", "i.workspace_id").onRef("r.runner_id", "=", "i.runner_id"))
+    .innerJoin("inventory_reports as r", (j) =>
+      j.onRef("r.workspace_id", "=", "i.workspace_id").onRef("r.runner_id", "=", "i.runner_id"),
+    )
     .leftJoin("reap_orders as o", (j) =>
-      j.onRef("o.workspace_id", "=", "i.workspace_id").onRef("o.runner_id", "=", "i.runner_id").onRef("o.kind", "=", "i.kind").onRef("o.name", "=", "i.name").on("o.state", "=", "pending"),
+      j
+        .onRef("o.workspace_id", "=", "i.workspace_id")
+        .onRef("o.runner_id", "=", "i.runner_id")
+        .onRef("o.kind", "=", "i.kind")
+        .onRef("o.name", "=", "i.name")
+        .on("o.state", "=", "pending"),
     )
     .selectAll("i")
     .select(["r.reported_at", "o.id as order_id"])
@@ -111,7 +137,10 @@ export async function listOrphans(db: Kysely<Database>, filter: InventoryFilter)
   if (filter.workspaceId) query = query.where("i.workspace_id", "=", filter.workspaceId);
   const rows = await query.execute();
   const orderIds = rows.flatMap((r) => (r.order_id === null ? [] : [r.order_id]));
-  const orders = orderIds.length > 0 ? await db.selectFrom("reap_orders").selectAll().where("id", "in", orderIds).execute() : [];
+  const orders =
+    orderIds.length > 0
+      ? await db.selectFrom("reap_orders").selectAll().where("id", "in", orderIds).execute()
+      : [];
   const byId = new Map(orders.map((o) => [o.id, orderView(o)]));
   return rows.map((r) => ({
     runnerId: r.runner_id,
@@ -137,5 +166,11 @@ function itemView(row: Selectable<InventoryItemsTable>): StoredItem {
 }
 
 function flagView(row: Selectable<InventoryFlagsTable>): InventoryFlag {
-  return { problem: row.problem, jobId: row.job_id, kind: row.kind ?? undefined, name: row.name ?? undefined, message: row.message };
+  return {
+    problem: row.problem,
+    jobId: row.job_id,
+    kind: row.kind ?? undefined,
+    name: row.name ?? undefined,
+    message: row.message,
+  };
 }

@@ -53,23 +53,76 @@ export async function runDoctor(subject: DoctorSubject): Promise<DoctorCheck[]> 
   const db = "db" in subject.database ? subject.database.db : undefined;
   const facts = db ? await readDatabaseFacts(db) : undefined;
   const dbError = "error" in subject.database ? subject.database.error : facts?.error;
-  const checks: Array<[string, () => Promise<Omit<DoctorCheck, "name">> | Omit<DoctorCheck, "name">]> = [
-    ["server certificate", () => (subject.server ? certificateCheck(subject.server, "the server certificate", "--tls-cert and --tls-key") : skip("no server certificate given"))],
-    ["issuer", () => (subject.issuer ? certificateCheck(subject.issuer, "the issuer certificate", "--issuer-cert and --issuer-key") : skip("no issuing CA: enrollment and renewal are refused"))],
-    ["database", () => (facts?.reachable ? ok(`reachable, round trip ${facts.roundTripMs.toFixed(1)} ms`) : fail(`unreachable: ${dbError}`, "check --database and that the server is running and accepts connections"))],
-    ["migrations", () => (facts?.reachable ? migrationCheck(facts.applied, subject.pendingMigrations) : skip("the database is unreachable"))],
-    ["clock skew", () => (facts?.reachable ? skewCheck(facts.skewMs) : skip("the database is unreachable"))],
-    ["artifacts store", () => (subject.artifacts ? artifactsCheck(subject.artifacts, db) : skip("artifacts go to a temporary directory made at start"))],
+  const checks: Array<
+    [string, () => Promise<Omit<DoctorCheck, "name">> | Omit<DoctorCheck, "name">]
+  > = [
+    [
+      "server certificate",
+      () =>
+        subject.server
+          ? certificateCheck(subject.server, "the server certificate", "--tls-cert and --tls-key")
+          : skip("no server certificate given"),
+    ],
+    [
+      "issuer",
+      () =>
+        subject.issuer
+          ? certificateCheck(
+              subject.issuer,
+              "the issuer certificate",
+              "--issuer-cert and --issuer-key",
+            )
+          : skip("no issuing CA: enrollment and renewal are refused"),
+    ],
+    [
+      "database",
+      () =>
+        facts?.reachable
+          ? ok(`reachable, round trip ${facts.roundTripMs.toFixed(1)} ms`)
+          : fail(
+              `unreachable: ${dbError}`,
+              "check --database and that the server is running and accepts connections",
+            ),
+    ],
+    [
+      "migrations",
+      () =>
+        facts?.reachable
+          ? migrationCheck(facts.applied, subject.pendingMigrations)
+          : skip("the database is unreachable"),
+    ],
+    [
+      "clock skew",
+      () => (facts?.reachable ? skewCheck(facts.skewMs) : skip("the database is unreachable")),
+    ],
+    [
+      "artifacts store",
+      () =>
+        subject.artifacts
+          ? artifactsCheck(subject.artifacts, db)
+          : skip("artifacts go to a temporary directory made at start"),
+    ],
     ["LISTEN", () => listenCheck(subject.listenConnected)],
-    ["event backlog", () => (db && facts?.reachable ? eventBacklogCheck(db) : skip("the database is unreachable"))],
-    ["audit backlog", () => (subject.audit ? auditCheck(subject.audit) : skip("checked by the running server"))],
+    [
+      "event backlog",
+      () => (db && facts?.reachable ? eventBacklogCheck(db) : skip("the database is unreachable")),
+    ],
+    [
+      "audit backlog",
+      () => (subject.audit ? auditCheck(subject.audit) : skip("checked by the running server")),
+    ],
   ];
   const results: DoctorCheck[] = [];
   for (const [name, check] of checks) {
     try {
       results.push({ name, ...(await check()) });
     } catch (err) {
-      results.push({ name, status: "fail", detail: `the check failed: ${(err as Error).message}`, hint: "see the message" });
+      results.push({
+        name,
+        status: "fail",
+        detail: `the check failed: ${(err as Error).message}`,
+        hint: "see the message",
+      });
     }
   }
   return results;
@@ -87,41 +140,73 @@ const warn = (detail: string, hint: string) => ({ status: "warn" as const, detai
 const fail = (detail: string, hint: string) => ({ status: "fail" as const, detail, hint });
 
 /** The leaf, its key and its chain (each certificate signed by the next), and how long the leaf has left. */
-function certificateCheck(pems: { readonly certPem: string; readonly keyPem: string }, what: string, flags: string) {
-  const blocks = pems.certPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
-  if (blocks.length === 0) return fail(`${what} file holds no PEM certificate`, `give a PEM certificate in ${flags}`);
+function certificateCheck(
+  pems: { readonly certPem: string; readonly keyPem: string },
+  what: string,
+  flags: string,
+) {
+  const blocks =
+    pems.certPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0)
+    return fail(`${what} file holds no PEM certificate`, `give a PEM certificate in ${flags}`);
   const chain = blocks.map((b) => new X509Certificate(b));
   const leaf = chain[0]!;
-  if (!leaf.checkPrivateKey(createPrivateKey(pems.keyPem))) return fail(`the key does not belong to ${what} (${leaf.subject.replace(/\n/g, ", ")})`, `give the key that was issued with the certificate (${flags})`);
+  if (!leaf.checkPrivateKey(createPrivateKey(pems.keyPem)))
+    return fail(
+      `the key does not belong to ${what} (${leaf.subject.replace(/\n/g, ", ")})`,
+      `give the key that was issued with the certificate (${flags})`,
+    );
   for (let i = 0; i + 1 < chain.length; i++) {
     if (!chain[i]!.checkIssued(chain[i + 1]!) || !chain[i]!.verify(chain[i + 1]!.publicKey)) {
-      return fail(`certificate ${i + 1} of ${what} file is not signed by certificate ${i + 2}`, "order the file leaf first, then each issuer");
+      return fail(
+        `certificate ${i + 1} of ${what} file is not signed by certificate ${i + 2}`,
+        "order the file leaf first, then each issuer",
+      );
     }
   }
   const notAfter = new Date(leaf.validTo);
   const notBefore = new Date(leaf.validFrom);
   const left = notAfter.getTime() - Date.now();
   const detail = `${leaf.subject.replace(/\n/g, ", ")}, valid until ${notAfter.toISOString()}${chain.length > 1 ? `, chain of ${chain.length}` : ""}`;
-  if (left <= 0) return fail(`${what} expired at ${notAfter.toISOString()} (${leaf.subject.replace(/\n/g, ", ")})`, `renew it and replace the files of ${flags}; the server reloads them on SIGHUP`);
-  if (notBefore.getTime() > Date.now()) return fail(`${what} is not valid before ${notBefore.toISOString()}`, "check this machine's clock, or reissue it");
-  if (left < expiryWarnMs) return warn(`${detail}: ends in ${(left / 3600_000).toFixed(1)} h`, `renew it within ${Math.floor(left / 86_400_000)} days (${flags})`);
+  if (left <= 0)
+    return fail(
+      `${what} expired at ${notAfter.toISOString()} (${leaf.subject.replace(/\n/g, ", ")})`,
+      `renew it and replace the files of ${flags}; the server reloads them on SIGHUP`,
+    );
+  if (notBefore.getTime() > Date.now())
+    return fail(
+      `${what} is not valid before ${notBefore.toISOString()}`,
+      "check this machine's clock, or reissue it",
+    );
+  if (left < expiryWarnMs)
+    return warn(
+      `${detail}: ends in ${(left / 3600_000).toFixed(1)} h`,
+      `renew it within ${Math.floor(left / 86_400_000)} days (${flags})`,
+    );
   return ok(detail);
 }
 
 function migrationCheck(applied: readonly string[], pendingIs: "warn" | "fail") {
   const pending = pendingMigrations(applied);
   const unknown = unknownMigrations(applied);
-  if (unknown.length > 0) return warn(`the database has migrations this build does not know: ${unknown.join(", ")}`, "a newer build migrated it: upgrade this replica");
+  if (unknown.length > 0)
+    return warn(
+      `the database has migrations this build does not know: ${unknown.join(", ")}`,
+      "a newer build migrated it: upgrade this replica",
+    );
   if (pending.length > 0) {
     const detail = `${pending.length} pending: ${pending.join(", ")}`;
-    return pendingIs === "fail" ? fail(detail, "restart forelead serve: it migrates at start") : warn(detail, "forelead serve applies them when it starts");
+    return pendingIs === "fail"
+      ? fail(detail, "restart forelead serve: it migrates at start")
+      : warn(detail, "forelead serve applies them when it starts");
   }
   return ok(`at ${applied.at(-1)} (${applied.length} applied)`);
 }
 
 function skewCheck(skewMs: number) {
   const detail = `the database's clock is ${Math.abs(skewMs).toFixed(0)} ms ${skewMs >= 0 ? "ahead of" : "behind"} this machine's`;
-  const hint = "run NTP (chrony, systemd-timesyncd) on both machines: lease expiry is in the database's clock";
+  const hint =
+    "run NTP (chrony, systemd-timesyncd) on both machines: lease expiry is in the database's clock";
   if (Math.abs(skewMs) > skewFailMs) return fail(detail, hint);
   if (Math.abs(skewMs) > skewWarnMs) return warn(detail, hint);
   return ok(detail);
@@ -148,7 +233,10 @@ async function artifactsCheck(store: ArtifactStore, db: Kysely<Database> | undef
       await file.close();
     }
   } catch (err) {
-    return fail(`cannot write to ${store.dir}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, "free space there, or fix its permissions (--artifacts-dir)");
+    return fail(
+      `cannot write to ${store.dir}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      "free space there, or fix its permissions (--artifacts-dir)",
+    );
   } finally {
     await unlink(probe).catch(() => {});
   }
@@ -163,11 +251,20 @@ async function artifactsCheck(store: ArtifactStore, db: Kysely<Database> | undef
 
 function listenCheck(connected: (() => boolean) | undefined) {
   if (!connected) return skip("nothing listens before the server starts");
-  return connected() ? ok("connected") : fail("the LISTEN connection is down: idle claims wake late", "it reconnects by itself; check the database's reachability and max_connections");
+  return connected()
+    ? ok("connected")
+    : fail(
+        "the LISTEN connection is down: idle claims wake late",
+        "it reconnects by itself; check the database's reachability and max_connections",
+      );
 }
 
 async function eventBacklogCheck(db: Kysely<Database>) {
-  const { rows } = await sql<{ rows: number | null }>`select (select reltuples::int8 from pg_class where oid = to_regclass('events')) as rows`.execute(db);
+  const { rows } = await sql<{
+    rows: number | null;
+  }>`select (select reltuples::int8 from pg_class where oid = to_regclass('events')) as rows`.execute(
+    db,
+  );
   const count = rows[0]?.rows;
   if (count === null || count === undefined) return skip("this build keeps no event table");
   return ok(`about ${Math.max(0, count)} events kept`);
@@ -175,11 +272,23 @@ async function eventBacklogCheck(db: Kysely<Database>) {
 
 function auditCheck(audit: AuditSink) {
   const refusal = audit.unavailable();
-  if (refusal) return fail(refusal, "free space for the audit spool (--audit-spool) and make the database reachable");
+  if (refusal)
+    return fail(
+      refusal,
+      "free space for the audit spool (--audit-spool) and make the database reachable",
+    );
   const b = audit.backlog();
   const waiting = b.inMemory + b.spooled;
-  if (b.spooled > 0) return warn(`${b.spooled} records spooled (${formatBytes(b.spoolBytes)}) in ${b.spoolPath}${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`, "they are written once the database takes them; check the database");
-  return ok(waiting === 0 ? "every record is in the database" : `${waiting} records waiting for the next write`);
+  if (b.spooled > 0)
+    return warn(
+      `${b.spooled} records spooled (${formatBytes(b.spoolBytes)}) in ${b.spoolPath}${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`,
+      "they are written once the database takes them; check the database",
+    );
+  return ok(
+    waiting === 0
+      ? "every record is in the database"
+      : `${waiting} records waiting for the next write`,
+  );
 }
 
 function formatBytes(n: number): string {

@@ -11,7 +11,11 @@ export interface OperatorViewDeps {
   readonly store: Store;
   readonly audit: AuditSink;
   /** The TLS material being served now (it may be reloaded). */
-  readonly server: () => { readonly certificate: X509Certificate; readonly certPem: string; readonly keyPem: string };
+  readonly server: () => {
+    readonly certificate: X509Certificate;
+    readonly certPem: string;
+    readonly keyPem: string;
+  };
   readonly issuer?: { readonly certPem: string; readonly keyPem: string; readonly notAfter: Date };
   readonly artifacts: ArtifactStore;
   readonly replica: ReplicaHeartbeat;
@@ -52,7 +56,14 @@ export function createOperatorView(deps: OperatorViewDeps): OperatorView {
         ...fleet,
         build: deps.build,
         startedAt: deps.replica.startedAt,
-        database: { kind: store.kind === "embedded" ? "pglite" : "postgres", reachable: facts.reachable, roundTripMs: facts.roundTripMs, migration: facts.migration, listenConnected: store.listening, audit: deps.audit.backlog() },
+        database: {
+          kind: store.kind === "embedded" ? "pglite" : "postgres",
+          reachable: facts.reachable,
+          roundTripMs: facts.roundTripMs,
+          migration: facts.migration,
+          listenConnected: store.listening,
+          audit: deps.audit.backlog(),
+        },
         serverNotAfter: new Date(deps.server().certificate.validTo),
         issuerNotAfter: deps.issuer?.notAfter,
       };

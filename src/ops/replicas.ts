@@ -28,13 +28,25 @@ export interface ReplicaHeartbeat {
  * gone for an hour. A beat that fails is reported to `health` and retried
  * at the next one; it never stops the heartbeat.
  */
-export async function startReplicaHeartbeat(db: Kysely<Database>, health: DatabaseHealth, version: string): Promise<ReplicaHeartbeat> {
+export async function startReplicaHeartbeat(
+  db: Kysely<Database>,
+  health: DatabaseHealth,
+  version: string,
+): Promise<ReplicaHeartbeat> {
   const id = randomUUID();
   const row = { id, host: hostname(), pid: process.pid, version };
   /** Upserts the row (a row lost to a restore or a prune comes back) and prunes the dead; returns the row's start. */
   const beat = async () => {
-    const { started_at } = await db.insertInto("replicas").values(row).onConflict((oc) => oc.column("id").doUpdateSet({ last_seen_at: sql`now()` })).returning("started_at").executeTakeFirstOrThrow();
-    await db.deleteFrom("replicas").where(sql<boolean>`last_seen_at < now() - make_interval(secs => ${pruneAfterSeconds})`).execute();
+    const { started_at } = await db
+      .insertInto("replicas")
+      .values(row)
+      .onConflict((oc) => oc.column("id").doUpdateSet({ last_seen_at: sql`now()` }))
+      .returning("started_at")
+      .executeTakeFirstOrThrow();
+    await db
+      .deleteFrom("replicas")
+      .where(sql<boolean>`last_seen_at < now() - make_interval(secs => ${pruneAfterSeconds})`)
+      .execute();
     return started_at;
   };
   const startedAt = await beat();
@@ -43,7 +55,8 @@ export async function startReplicaHeartbeat(db: Kysely<Database>, health: Databa
   const timer = setInterval(() => {
     running ??= beat()
       .catch((err: unknown) => {
-        if (!health.failed("the replica heartbeat", err)) console.error(`forelead: the replica heartbeat failed: ${(err as Error).message}`);
+        if (!health.failed("the replica heartbeat", err))
+          console.error(`forelead: the replica heartbeat failed: ${(err as Error).message}`);
       })
       .finally(() => (running = undefined));
   }, heartbeatIntervalMs);
@@ -55,7 +68,11 @@ export async function startReplicaHeartbeat(db: Kysely<Database>, health: Databa
       clearInterval(timer);
       await running;
       // A database already gone keeps the row: it stops being live and is pruned later.
-      await db.deleteFrom("replicas").where("id", "=", id).execute().catch((err: unknown) => health.failed("deleting the replica row", err));
+      await db
+        .deleteFrom("replicas")
+        .where("id", "=", id)
+        .execute()
+        .catch((err: unknown) => health.failed("deleting the replica row", err));
     },
   };
 }

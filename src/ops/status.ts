@@ -71,9 +71,19 @@ const expiringListed = 10;
  * is connected when seen within `leaseSeconds` (the lease length: a runner
  * that holds a lease renews within it); live leases are liveLeaseRow's.
  */
-export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number): Promise<FleetStatus> {
+export async function readFleetStatus(
+  db: Kysely<Database>,
+  leaseSeconds: number,
+): Promise<FleetStatus> {
   const [workspaces, fleet, replicas, expiring] = await Promise.all([
-    sql<{ workspace_id: string; queued: number; running: number; waiting_input: number; oldest: number; paused: boolean }>`
+    sql<{
+      workspace_id: string;
+      queued: number;
+      running: number;
+      waiting_input: number;
+      oldest: number;
+      paused: boolean;
+    }>`
       with q as (
         select workspace_id,
                count(*) filter (where state = 'queued')::int as queued,
@@ -85,7 +95,18 @@ export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number
              coalesce(q.oldest, 0) as oldest, p.workspace_id is not null as paused
       from q full join workspace_pauses p on p.workspace_id = q.workspace_id
       order by 1`.execute(db),
-    sql<Record<keyof RunnerCounts | "slots_total" | "slots_free" | "cpu_total" | "cpu_held" | "memory_total" | "memory_held", number>>`
+    sql<
+      Record<
+        | keyof RunnerCounts
+        | "slots_total"
+        | "slots_free"
+        | "cpu_total"
+        | "cpu_held"
+        | "memory_total"
+        | "memory_held",
+        number
+      >
+    >`
       with r as (
         select r.slots, r.cpu, r.memory_bytes, r.retired_at is not null as retired, r.paused_at is not null as paused,
                r.retired_at is null and r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) as connected,
@@ -110,7 +131,13 @@ export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number
              coalesce(sum(memory_bytes) filter (where connected), 0)::int8 as memory_total,
              coalesce(sum(memory_held) filter (where connected), 0)::int8 as memory_held
       from r`.execute(db),
-    db.selectFrom("replicas").selectAll().where(liveReplica).orderBy("started_at").orderBy("id").execute(),
+    db
+      .selectFrom("replicas")
+      .selectAll()
+      .where(liveReplica)
+      .orderBy("started_at")
+      .orderBy("id")
+      .execute(),
     sql<{ serial: string; spiffe_id: string; not_after: Date; total: number }>`
       select serial, spiffe_id, not_after, count(*) over ()::int as total
       from issued_certificates
@@ -119,8 +146,22 @@ export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number
   ]);
   const f = fleet.rows[0]!;
   return {
-    workspaces: workspaces.rows.map((w) => ({ workspaceId: w.workspace_id, queued: w.queued, running: w.running, waitingInput: w.waiting_input, oldestQueuedSeconds: w.oldest, paused: w.paused })),
-    runners: { registered: f.registered, connected: f.connected, busy: f.busy, idle: f.idle, paused: f.paused, retired: f.retired },
+    workspaces: workspaces.rows.map((w) => ({
+      workspaceId: w.workspace_id,
+      queued: w.queued,
+      running: w.running,
+      waitingInput: w.waiting_input,
+      oldestQueuedSeconds: w.oldest,
+      paused: w.paused,
+    })),
+    runners: {
+      registered: f.registered,
+      connected: f.connected,
+      busy: f.busy,
+      idle: f.idle,
+      paused: f.paused,
+      retired: f.retired,
+    },
     pool: {
       slotsTotal: f.slots_total,
       slotsFree: f.slots_free,
@@ -129,9 +170,18 @@ export async function readFleetStatus(db: Kysely<Database>, leaseSeconds: number
       memoryBytesTotal: f.memory_total,
       memoryBytesFree: Math.max(0, f.memory_total - f.memory_held),
     },
-    replicas: replicas.map((r) => ({ id: r.id, host: r.host, pid: r.pid, version: r.version, startedAt: r.started_at, lastSeenAt: r.last_seen_at })),
+    replicas: replicas.map((r) => ({
+      id: r.id,
+      host: r.host,
+      pid: r.pid,
+      version: r.version,
+      startedAt: r.started_at,
+      lastSeenAt: r.last_seen_at,
+    })),
     expiringWithin24h: expiring.rows[0]?.total ?? 0,
-    expiring: expiring.rows.slice(0, expiringListed).map((c) => ({ serial: c.serial, spiffeId: c.spiffe_id, notAfter: c.not_after })),
+    expiring: expiring.rows
+      .slice(0, expiringListed)
+      .map((c) => ({ serial: c.serial, spiffeId: c.spiffe_id, notAfter: c.not_after })),
   };
 }
 
@@ -158,10 +208,23 @@ export async function readDatabaseFacts(db: Kysely<Database>): Promise<DatabaseF
     const roundTripMs = performance.now() - t0;
     const skewMs = rows[0]!.now.getTime() - (started + roundTripMs / 2);
     // A database never migrated has no kysely_migration table: nothing applied.
-    const { rows: table } = await sql<{ present: boolean }>`select to_regclass('kysely_migration') is not null as present`.execute(db);
-    const applied = table[0]?.present ? (await sql<{ name: string }>`select name from kysely_migration order by name`.execute(db)).rows.map((r) => r.name) : [];
+    const { rows: table } = await sql<{
+      present: boolean;
+    }>`select to_regclass('kysely_migration') is not null as present`.execute(db);
+    const applied = table[0]?.present
+      ? (
+          await sql<{ name: string }>`select name from kysely_migration order by name`.execute(db)
+        ).rows.map((r) => r.name)
+      : [];
     return { reachable: true, roundTripMs, migration: applied.at(-1) ?? "", applied, skewMs };
   } catch (err) {
-    return { reachable: false, roundTripMs: performance.now() - t0, migration: "", applied: [], skewMs: 0, error: (err as Error).message };
+    return {
+      reachable: false,
+      roundTripMs: performance.now() - t0,
+      migration: "",
+      applied: [],
+      skewMs: 0,
+      error: (err as Error).message,
+    };
   }
 }

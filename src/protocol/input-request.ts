@@ -13,10 +13,20 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 export const suspendFeatures: readonly string[] = ["checkpoint-v1", "input-v1"];
 
 /** Where a job writes its request (under /output) and where its checkpoint goes; where the resumed job finds both (under /input). */
-export const inputPaths = { request: "input-request.json", checkpointDir: "checkpoint", answer: "answer.json" } as const;
+export const inputPaths = {
+  request: "input-request.json",
+  checkpointDir: "checkpoint",
+  answer: "answer.json",
+} as const;
 
 /** Bounds of a request. */
-export const inputRequestLimits = { maxPromptChars: 4096, maxExpiresInSeconds: 7 * 24 * 3600, maxSchemaBytes: 64 * 1024, maxAnswerBytes: 256 * 1024, maxRequestFileBytes: 128 * 1024 } as const;
+export const inputRequestLimits = {
+  maxPromptChars: 4096,
+  maxExpiresInSeconds: 7 * 24 * 3600,
+  maxSchemaBytes: 64 * 1024,
+  maxAnswerBytes: 256 * 1024,
+  maxRequestFileBytes: 128 * 1024,
+} as const;
 
 const requestIdPattern = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -37,26 +47,45 @@ function refuse(message: string): never {
 
 // One compiler: ajv caches compiled schemas by their serialization, so the
 // answer check recompiles nothing the suspend already compiled.
-const ajv = new Ajv({ allErrors: false, strict: true, strictTypes: false, strictTuples: false, strictRequired: false });
+const ajv = new Ajv({
+  allErrors: false,
+  strict: true,
+  strictTypes: false,
+  strictTuples: false,
+  strictRequired: false,
+});
 
 /**
  * Checks a request; throws InputRuleError naming the first bad field (as
  * `inputRequest.<field>`), a schema that does not compile included.
  */
 export function checkInputRequest(request: InputRequestSpec): void {
-  if (!requestIdPattern.test(request.id)) refuse(`inputRequest.id ${JSON.stringify(request.id.slice(0, 80))} must be 1 to 64 characters of A-Z a-z 0-9 . _ -`);
-  if (!request.prompt) refuse("inputRequest.prompt is required: what the job asks for, for the person answering");
-  if (request.prompt.length > inputRequestLimits.maxPromptChars) refuse(`inputRequest.prompt is longer than ${inputRequestLimits.maxPromptChars} characters`);
-  if (!Number.isSafeInteger(request.expiresInSeconds) || request.expiresInSeconds < 1 || request.expiresInSeconds > inputRequestLimits.maxExpiresInSeconds) {
-    refuse(`inputRequest.expiresInSeconds must be 1 to ${inputRequestLimits.maxExpiresInSeconds} (7 days); got ${request.expiresInSeconds}`);
+  if (!requestIdPattern.test(request.id))
+    refuse(
+      `inputRequest.id ${JSON.stringify(request.id.slice(0, 80))} must be 1 to 64 characters of A-Z a-z 0-9 . _ -`,
+    );
+  if (!request.prompt)
+    refuse("inputRequest.prompt is required: what the job asks for, for the person answering");
+  if (request.prompt.length > inputRequestLimits.maxPromptChars)
+    refuse(`inputRequest.prompt is longer than ${inputRequestLimits.maxPromptChars} characters`);
+  if (
+    !Number.isSafeInteger(request.expiresInSeconds) ||
+    request.expiresInSeconds < 1 ||
+    request.expiresInSeconds > inputRequestLimits.maxExpiresInSeconds
+  ) {
+    refuse(
+      `inputRequest.expiresInSeconds must be 1 to ${inputRequestLimits.maxExpiresInSeconds} (7 days); got ${request.expiresInSeconds}`,
+    );
   }
   compiledSchema(request.schema, "inputRequest.schema");
 }
 
 /** The compiled schema, or InputRuleError naming `field` and why it does not compile. */
 function compiledSchema(schema: unknown, field: string): ValidateFunction {
-  if (typeof schema !== "object" || schema === null || Array.isArray(schema)) refuse(`${field} must be a JSON Schema object, e.g. {"type": "object", "properties": {...}}`);
-  if (Buffer.byteLength(JSON.stringify(schema)) > inputRequestLimits.maxSchemaBytes) refuse(`${field} is over ${inputRequestLimits.maxSchemaBytes} bytes`);
+  if (typeof schema !== "object" || schema === null || Array.isArray(schema))
+    refuse(`${field} must be a JSON Schema object, e.g. {"type": "object", "properties": {...}}`);
+  if (Buffer.byteLength(JSON.stringify(schema)) > inputRequestLimits.maxSchemaBytes)
+    refuse(`${field} is over ${inputRequestLimits.maxSchemaBytes} bytes`);
   try {
     return ajv.compile(schema);
   } catch (err) {
@@ -71,7 +100,8 @@ function compiledSchema(schema: unknown, field: string): ValidateFunction {
  */
 export function checkAnswer(schema: unknown, answer: unknown): void {
   if (answer === undefined) refuse("answer is required: a JSON value the request's schema accepts");
-  if (Buffer.byteLength(JSON.stringify(answer)) > inputRequestLimits.maxAnswerBytes) refuse(`answer is over ${inputRequestLimits.maxAnswerBytes} bytes`);
+  if (Buffer.byteLength(JSON.stringify(answer)) > inputRequestLimits.maxAnswerBytes)
+    refuse(`answer is over ${inputRequestLimits.maxAnswerBytes} bytes`);
   const validate = compiledSchema(schema, "the request's schema");
   if (validate(answer)) return;
   const first = validate.errors?.[0];
@@ -80,6 +110,9 @@ export function checkAnswer(schema: unknown, answer: unknown): void {
 
 function answerProblem(e: ErrorObject): string {
   const path = e.instancePath || "/";
-  const extra = e.keyword === "enum" ? ` (${JSON.stringify((e.params as { allowedValues?: unknown }).allowedValues)})` : "";
+  const extra =
+    e.keyword === "enum"
+      ? ` (${JSON.stringify((e.params as { allowedValues?: unknown }).allowedValues)})`
+      : "";
   return `answer at ${path} ${e.message ?? "is invalid"}${extra} (rule "${e.keyword}" at schema ${e.schemaPath})`;
 }

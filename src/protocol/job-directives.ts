@@ -27,7 +27,8 @@ export const directivePrefix = "::forelead::";
 export const maxErrorMessageChars = 4096;
 
 /** How far a job is: a percent, or done of total. */
-export type Progress = { readonly percent: number } | { readonly done: number; readonly total: number };
+export type Progress =
+  { readonly percent: number } | { readonly done: number; readonly total: number };
 
 /** A parsed directive. */
 export type Directive =
@@ -63,13 +64,17 @@ export function splitDirective(line: string): DirectiveLine | undefined {
 export const maxProgressCount = 2 ** 31 - 1;
 
 /** Each directive's argument parser: the directive, or undefined when the argument does not parse. */
-export const directiveParsers: { readonly [name: string]: (argument: string) => Directive | undefined } = {
+export const directiveParsers: {
+  readonly [name: string]: (argument: string) => Directive | undefined;
+} = {
   progress(argument) {
     const count = /^(\d{1,10})\/(\d{1,10})$/.exec(argument);
     if (count) {
       const done = Number(count[1]);
       const total = Number(count[2]);
-      return total > 0 && done <= total && total <= maxProgressCount ? { name: "progress", progress: { done, total } } : undefined;
+      return total > 0 && done <= total && total <= maxProgressCount
+        ? { name: "progress", progress: { done, total } }
+        : undefined;
     }
     if (!/^\d{1,3}(\.\d{1,6})?%?$/.test(argument)) return undefined;
     const percent = Number(argument.replace(/%$/, ""));
@@ -80,7 +85,9 @@ export const directiveParsers: { readonly [name: string]: (argument: string) => 
     return "result" in parsed ? { name: "result", result: parsed.result } : undefined;
   },
   error(argument) {
-    return argument ? { name: "error", message: argument.slice(0, maxErrorMessageChars) } : undefined;
+    return argument
+      ? { name: "error", message: argument.slice(0, maxErrorMessageChars) }
+      : undefined;
   },
   input(argument) {
     let value: unknown;
@@ -89,7 +96,9 @@ export const directiveParsers: { readonly [name: string]: (argument: string) => 
     } catch {
       return undefined;
     }
-    return typeof value === "object" && value !== null && !Array.isArray(value) ? { name: "input", request: value as Record<string, unknown> } : undefined;
+    return typeof value === "object" && value !== null && !Array.isArray(value)
+      ? { name: "input", request: value as Record<string, unknown> }
+      : undefined;
   },
 };
 

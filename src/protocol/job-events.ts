@@ -22,17 +22,23 @@ export const droppedEventType = "runner.event_dropped";
 export type JobEventData = { readonly type: string; readonly [field: string]: unknown };
 
 /** Parses one line of the events file, or says why it is refused. */
-export function parseJobEvent(line: string): { readonly event: JobEventData } | { readonly problem: string } {
+export function parseJobEvent(
+  line: string,
+): { readonly event: JobEventData } | { readonly problem: string } {
   let value: unknown;
   try {
     value = JSON.parse(line);
   } catch (err) {
     return { problem: `is not JSON (${(err as Error).message})` };
   }
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return { problem: "is not a JSON object" };
+  if (value === null || typeof value !== "object" || Array.isArray(value))
+    return { problem: "is not a JSON object" };
   const type = (value as { type?: unknown }).type;
   if (typeof type !== "string" || type === "") return { problem: 'has no "type" string' };
   const reserved = reservedEventPrefixes.find((p) => type.startsWith(p));
-  if (reserved) return { problem: `has type ${JSON.stringify(type.slice(0, 80))}: the prefix "${reserved}" is reserved for the runner's own events` };
+  if (reserved)
+    return {
+      problem: `has type ${JSON.stringify(type.slice(0, 80))}: the prefix "${reserved}" is reserved for the runner's own events`,
+    };
   return { event: value as JobEventData };
 }

@@ -19,13 +19,17 @@ export type JobResult = { readonly [key: string]: unknown };
  * number or null) of at most maxResultBytes.
  */
 export function resultProblem(value: unknown, bytes: number): string | undefined {
-  if (bytes > maxResultBytes) return `is ${bytes} bytes of JSON; a result is at most ${maxResultBytes} bytes (1 MiB)`;
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return `is ${describe(value)}, not a JSON object; write an object such as {"passed": 12}`;
+  if (bytes > maxResultBytes)
+    return `is ${bytes} bytes of JSON; a result is at most ${maxResultBytes} bytes (1 MiB)`;
+  if (value === null || typeof value !== "object" || Array.isArray(value))
+    return `is ${describe(value)}, not a JSON object; write an object such as {"passed": 12}`;
   return undefined;
 }
 
 /** Parses a result from its JSON text; the problem names what is wrong (not JSON, not an object, too big). */
-export function parseResult(text: string): { readonly result: JobResult } | { readonly problem: string } {
+export function parseResult(
+  text: string,
+): { readonly result: JobResult } | { readonly problem: string } {
   const bytes = Buffer.byteLength(text, "utf8");
   if (bytes > maxResultBytes) return { problem: resultProblem(undefined, bytes)! };
   let value: unknown;

@@ -1,4 +1,13 @@
-import { fromJson, ScalarType, toJson, type DescField, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
+import {
+  fromJson,
+  ScalarType,
+  toJson,
+  type DescField,
+  type DescMessage,
+  type JsonObject,
+  type JsonValue,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 import { Edition, FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 
 /**
@@ -21,7 +30,10 @@ import { Edition, FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
  * anything else (bytes, other well-known types, other map keys, int64 as
  * string) is left to protobuf-es whole.
  */
-export function messageToJson<T extends DescMessage>(schema: T, message: MessageShape<T>): JsonValue {
+export function messageToJson<T extends DescMessage>(
+  schema: T,
+  message: MessageShape<T>,
+): JsonValue {
   const plan = planOf(schema);
   if (plan) {
     try {
@@ -34,12 +46,19 @@ export function messageToJson<T extends DescMessage>(schema: T, message: Message
 }
 
 /** `fromJson(schema, json, { ignoreUnknownFields: true })`, through the plan when it is sure. */
-export function messageFromJson<T extends DescMessage>(schema: T, json: JsonValue): MessageShape<T> {
-  return (fastFromJson(schema, json) ?? fromJson(schema, json, { ignoreUnknownFields: true })) as MessageShape<T>;
+export function messageFromJson<T extends DescMessage>(
+  schema: T,
+  json: JsonValue,
+): MessageShape<T> {
+  return (fastFromJson(schema, json) ??
+    fromJson(schema, json, { ignoreUnknownFields: true })) as MessageShape<T>;
 }
 
 /** The message the plan reads from `json`, or undefined when protobuf-es must decide (it may refuse). */
-export function fastFromJson<T extends DescMessage>(schema: T, json: JsonValue): MessageShape<T> | undefined {
+export function fastFromJson<T extends DescMessage>(
+  schema: T,
+  json: JsonValue,
+): MessageShape<T> | undefined {
   const plan = planOf(schema);
   if (!plan) return undefined;
   try {
@@ -79,7 +98,11 @@ function planOf(schema: DescMessage): Plan | undefined {
   return plan ?? undefined;
 }
 
-const wkt = { timestamp: "google.protobuf.Timestamp", value: "google.protobuf.Value", struct: "google.protobuf.Struct" } as const;
+const wkt = {
+  timestamp: "google.protobuf.Timestamp",
+  value: "google.protobuf.Value",
+  struct: "google.protobuf.Struct",
+} as const;
 
 /** Whether every field of the type (and of the types it holds) is of a kind the plan takes. */
 function supported(schema: DescMessage, seen: Set<DescMessage>): boolean {
@@ -89,13 +112,20 @@ function supported(schema: DescMessage, seen: Set<DescMessage>): boolean {
   for (const field of schema.fields) {
     if (field.presence === FeatureSet_FieldPresence.LEGACY_REQUIRED) return false;
     if (field.fieldKind === "map" && field.mapKey !== ScalarType.STRING) return false;
-    const scalar = field.fieldKind === "scalar" || field.fieldKind === "list" || field.fieldKind === "map" ? field.scalar : undefined;
+    const scalar =
+      field.fieldKind === "scalar" || field.fieldKind === "list" || field.fieldKind === "map"
+        ? field.scalar
+        : undefined;
     if (scalar === ScalarType.BYTES) return false;
     if ("longAsString" in field && field.longAsString) return false;
     const message = field.message;
     if (!message) continue;
     if (message.typeName === wkt.struct && field.fieldKind !== "message") return false;
-    if (message.typeName.startsWith("google.protobuf.") && !Object.values<string>(wkt).includes(message.typeName)) return false;
+    if (
+      message.typeName.startsWith("google.protobuf.") &&
+      !Object.values<string>(wkt).includes(message.typeName)
+    )
+      return false;
     if (!message.typeName.startsWith("google.protobuf.") && !supported(message, seen)) return false;
   }
   return true;
@@ -125,27 +155,35 @@ function buildPlan(schema: DescMessage): Plan {
   const writes = fields.map((field) => {
     const i = codec(field);
     const out = `j[${lit(field.jsonName)}] = c[${i}].write(v);`;
-    if (field.oneof) return `v = ${prop(field.oneof.localName)}; if (v.case === ${lit(field.localName)}) { v = v.value; ${out} }`;
+    if (field.oneof)
+      return `v = ${prop(field.oneof.localName)}; if (v.case === ${lit(field.localName)}) { v = v.value; ${out} }`;
     const load = `v = ${prop(field.localName)};`;
-    if (field.presence !== implicit) return `${load} if (v !== undefined && hasOwn.call(m, ${lit(field.localName)})) ${out}`;
+    if (field.presence !== implicit)
+      return `${load} if (v !== undefined && hasOwn.call(m, ${lit(field.localName)})) ${out}`;
     return `${load} if (${implicitSet(field)}) ${out}`;
   });
 
   const zero = [`$typeName: ${lit(schema.typeName)}`];
   for (const m of schema.members) {
     if (m.kind === "oneof") zero.push(`${lit(m.localName)}: { case: undefined }`);
-    else if (m.presence === implicit && m.fieldKind !== "message") zero.push(`${lit(m.localName)}: ${zeroText(m)}`);
+    else if (m.presence === implicit && m.fieldKind !== "message")
+      zero.push(`${lit(m.localName)}: ${zeroText(m)}`);
   }
   const cases = fields.map((field) => {
     const i = codec(field);
     const read = `c[${i}].read(v, depth)`;
     let body: string;
-    if (field.oneof) body = `if (v === null || ${prop(field.oneof.localName)}.case !== undefined) fail(); ${prop(field.oneof.localName)} = { case: ${lit(field.localName)}, value: ${read} };`;
-    else if (field.message?.typeName === wkt.value && field.fieldKind === "message") body = `${prop(field.localName)} = v === null ? nullValue() : ${read};`;
+    if (field.oneof)
+      body = `if (v === null || ${prop(field.oneof.localName)}.case !== undefined) fail(); ${prop(field.oneof.localName)} = { case: ${lit(field.localName)}, value: ${read} };`;
+    else if (field.message?.typeName === wkt.value && field.fieldKind === "message")
+      body = `${prop(field.localName)} = v === null ? nullValue() : ${read};`;
     else body = `if (v !== null) ${prop(field.localName)} = ${read};`; // null leaves the field unset, as protobuf-es's clear does on a new message
     const labels = [`case ${lit(field.jsonName)}: ${body} break;`];
     // Its proto name, unless the JSON has its JSON name too (set twice: protobuf-es refuses it).
-    if (field.name !== field.jsonName) labels.push(`case ${lit(field.name)}: if (hasOwn.call(json, ${lit(field.jsonName)})) fail(); ${body} break;`);
+    if (field.name !== field.jsonName)
+      labels.push(
+        `case ${lit(field.name)}: if (hasOwn.call(json, ${lit(field.jsonName)})) fail(); ${body} break;`,
+      );
     return labels.join("\n");
   });
 
@@ -165,7 +203,9 @@ function buildPlan(schema: DescMessage): Plan {
       return m; };
     return { write, read };`;
   // Generated from the descriptor alone: names and numbers, each quoted by JSON.stringify.
-  const make = new Function("c", "hasOwn", "fail", "nullValue", "maxDepth", source) as (...args: unknown[]) => Plan;
+  const make = new Function("c", "hasOwn", "fail", "nullValue", "maxDepth", source) as (
+    ...args: unknown[]
+  ) => Plan;
   return make(codecs, hasOwn, fail, nullValue, maxDepth);
 }
 
@@ -239,7 +279,12 @@ function valueCodec(field: DescField): Codec {
     case "message":
       return messageCodec(field.message, field.message.typeName === wkt.struct);
     case "list": {
-      const item = field.listKind === "scalar" ? scalarCodec(field.scalar) : field.listKind === "enum" ? enumCodec(field.enum) : messageCodec(field.message, false);
+      const item =
+        field.listKind === "scalar"
+          ? scalarCodec(field.scalar)
+          : field.listKind === "enum"
+            ? enumCodec(field.enum)
+            : messageCodec(field.message, false);
       return {
         write: (v) => (v as unknown[]).map(item.write),
         read: (json, depth) => {
@@ -249,7 +294,12 @@ function valueCodec(field: DescField): Codec {
       };
     }
     case "map": {
-      const item = field.mapKind === "scalar" ? scalarCodec(field.scalar) : field.mapKind === "enum" ? enumCodec(field.enum) : messageCodec(field.message, false);
+      const item =
+        field.mapKind === "scalar"
+          ? scalarCodec(field.scalar)
+          : field.mapKind === "enum"
+            ? enumCodec(field.enum)
+            : messageCodec(field.message, false);
       return {
         write: (v) => {
           const json: JsonObject = {};
@@ -259,7 +309,8 @@ function valueCodec(field: DescField): Codec {
         read: (json, depth) => {
           if (json === null || typeof json !== "object" || Array.isArray(json)) fail();
           const map: Msg = {};
-          for (const key in json) map[ownKey(key)] = json[key] === null ? fail() : item.read(json[key]!, depth + 1);
+          for (const key in json)
+            map[ownKey(key)] = json[key] === null ? fail() : item.read(json[key]!, depth + 1);
           return map;
         },
       };
@@ -268,7 +319,8 @@ function valueCodec(field: DescField): Codec {
 }
 
 /** No lone surrogate: protobuf-es's UTF-8 check of a string field (Node 20's String#isWellFormed, not yet in the TS lib here). */
-const wellFormed = (text: string): boolean => (text as string & { isWellFormed(): boolean }).isWellFormed();
+const wellFormed = (text: string): boolean =>
+  (text as string & { isWellFormed(): boolean }).isWellFormed();
 
 const int32 = { min: -0x80000000, max: 0x7fffffff };
 const uint32 = { min: 0, max: 0xffffffff };
@@ -292,8 +344,26 @@ function scalarCodec(scalar: ScalarType): Codec {
     case ScalarType.FLOAT: {
       const max = scalar === ScalarType.FLOAT ? float32Max : Number.MAX_VALUE;
       return {
-        write: (v) => (typeof v !== "number" ? fail() : Number.isNaN(v) ? "NaN" : v === Infinity ? "Infinity" : v === -Infinity ? "-Infinity" : v),
-        read: (j) => (typeof j === "number" && Math.abs(j) <= max ? j : j === "NaN" ? NaN : j === "Infinity" ? Infinity : j === "-Infinity" ? -Infinity : fail()),
+        write: (v) =>
+          typeof v !== "number"
+            ? fail()
+            : Number.isNaN(v)
+              ? "NaN"
+              : v === Infinity
+                ? "Infinity"
+                : v === -Infinity
+                  ? "-Infinity"
+                  : v,
+        read: (j) =>
+          typeof j === "number" && Math.abs(j) <= max
+            ? j
+            : j === "NaN"
+              ? NaN
+              : j === "Infinity"
+                ? Infinity
+                : j === "-Infinity"
+                  ? -Infinity
+                  : fail(),
       };
     }
     case ScalarType.INT32:
@@ -304,7 +374,14 @@ function scalarCodec(scalar: ScalarType): Codec {
       const range = scalar === ScalarType.UINT32 || scalar === ScalarType.FIXED32 ? uint32 : int32;
       return {
         write: (v) => (typeof v === "number" ? v : fail()),
-        read: (j) => (typeof j === "number" && Number.isInteger(j) && j >= range.min && j <= range.max && !Object.is(j, -0) ? j : fail()),
+        read: (j) =>
+          typeof j === "number" &&
+          Number.isInteger(j) &&
+          j >= range.min &&
+          j <= range.max &&
+          !Object.is(j, -0)
+            ? j
+            : fail(),
       };
     }
     case ScalarType.BYTES:
@@ -312,7 +389,12 @@ function scalarCodec(scalar: ScalarType): Codec {
     default: {
       const range = scalar === ScalarType.UINT64 || scalar === ScalarType.FIXED64 ? uint64 : int64;
       return {
-        write: (v) => (typeof v === "bigint" || typeof v === "string" || (typeof v === "number" && Number.isInteger(v)) ? v.toString() : fail()),
+        write: (v) =>
+          typeof v === "bigint" ||
+          typeof v === "string" ||
+          (typeof v === "number" && Number.isInteger(v))
+            ? v.toString()
+            : fail(),
         read: (j) => {
           let n: bigint;
           if (typeof j === "number" && Number.isSafeInteger(j)) n = BigInt(j);
@@ -326,7 +408,8 @@ function scalarCodec(scalar: ScalarType): Codec {
 }
 
 function enumCodec(desc: NonNullable<DescField["enum"]>): Codec {
-  if (desc.typeName === "google.protobuf.NullValue") return { write: (v) => (typeof v === "number" ? null : fail()), read: fail };
+  if (desc.typeName === "google.protobuf.NullValue")
+    return { write: (v) => (typeof v === "number" ? null : fail()), read: fail };
   const names = new Map(desc.values.map((v) => [v.number, v.name]));
   const numbers = new Map(desc.values.map((v) => [v.name, v.number]));
   return {
@@ -343,7 +426,12 @@ function messageCodec(desc: DescMessage, structField: boolean): Codec {
       return { write: (v) => valueToJson(v as Msg), read: valueFromJson };
     case wkt.struct:
       // A Struct field holds its JSON object (protobuf-es represents it so), except inside a Value.
-      if (structField) return { write: (v) => plainJson(v as JsonValue, 0), read: (j, depth) => (j !== null && typeof j === "object" && !Array.isArray(j) ? plainJson(j, depth) : fail()) };
+      if (structField)
+        return {
+          write: (v) => plainJson(v as JsonValue, 0),
+          read: (j, depth) =>
+            j !== null && typeof j === "object" && !Array.isArray(j) ? plainJson(j, depth) : fail(),
+        };
       return { write: fail, read: fail };
     default:
       return {
@@ -361,11 +449,22 @@ function timestampToJson(ts: Msg): string {
   const { seconds, nanos } = ts as { seconds: bigint; nanos: number };
   if (typeof seconds !== "bigint" || typeof nanos !== "number") fail();
   const s = Number(seconds);
-  if (s < minSeconds || s > maxSeconds || nanos < 0 || nanos > 999_999_999 || !Number.isInteger(nanos)) fail();
+  if (
+    s < minSeconds ||
+    s > maxSeconds ||
+    nanos < 0 ||
+    nanos > 999_999_999 ||
+    !Number.isInteger(nanos)
+  )
+    fail();
   let z = "Z";
   if (nanos > 0) {
     const digits = (nanos + 1_000_000_000).toString().substring(1);
-    z = digits.endsWith("000000") ? `.${digits.substring(0, 3)}Z` : digits.endsWith("000") ? `.${digits.substring(0, 6)}Z` : `.${digits}Z`;
+    z = digits.endsWith("000000")
+      ? `.${digits.substring(0, 3)}Z`
+      : digits.endsWith("000")
+        ? `.${digits.substring(0, 6)}Z`
+        : `.${digits}Z`;
   }
   return dateTimeText(s) + z;
 }
@@ -395,7 +494,11 @@ function timestampFromJson(json: JsonValue): Msg {
   const ms = Date.parse(`${m[1]}Z`);
   if (Number.isNaN(ms) || ms < minSeconds * 1000 || ms > maxSeconds * 1000) fail();
   const fraction = m[2];
-  return { $typeName: wkt.timestamp, seconds: BigInt(ms / 1000), nanos: fraction ? Number(fraction.padEnd(9, "0")) : 0 };
+  return {
+    $typeName: wkt.timestamp,
+    seconds: BigInt(ms / 1000),
+    nanos: fraction ? Number(fraction.padEnd(9, "0")) : 0,
+  };
 }
 
 function valueToJson(value: Msg): JsonValue {
@@ -437,10 +540,23 @@ function valueFromJson(json: JsonValue, depth: number): Msg {
       return { $typeName: wkt.value, kind: { case: "boolValue", value: json } };
     default: {
       if (json === null) return nullValue();
-      if (Array.isArray(json)) return { $typeName: wkt.value, kind: { case: "listValue", value: { $typeName: "google.protobuf.ListValue", values: json.map((j) => valueFromJson(j, depth + 1)) } } };
+      if (Array.isArray(json))
+        return {
+          $typeName: wkt.value,
+          kind: {
+            case: "listValue",
+            value: {
+              $typeName: "google.protobuf.ListValue",
+              values: json.map((j) => valueFromJson(j, depth + 1)),
+            },
+          },
+        };
       const fields: Record<string, Msg> = {};
       for (const key in json) fields[ownKey(key)] = valueFromJson(json[key]!, depth + 1);
-      return { $typeName: wkt.value, kind: { case: "structValue", value: { $typeName: wkt.struct, fields } } };
+      return {
+        $typeName: wkt.value,
+        kind: { case: "structValue", value: { $typeName: wkt.struct, fields } },
+      };
     }
   }
 }

@@ -8,7 +8,12 @@ import type { JsonValue } from "@bufbuild/protobuf";
  */
 export function logEntryText(value: JsonValue | undefined): string {
   if (typeof value === "string") return value;
-  if (value && typeof value === "object" && !Array.isArray(value) && typeof value["text"] === "string") {
+  if (
+    value &&
+    typeof value === "object" &&
+    !Array.isArray(value) &&
+    typeof value["text"] === "string"
+  ) {
     const text = value["text"];
     return text.endsWith("\n") ? text : `${text}\n`;
   }

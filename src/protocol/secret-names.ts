@@ -11,7 +11,15 @@
  * `secrets`, which no view ever returns; this rule is the safety net for
  * those that were put in `spec.env` anyway.
  */
-export const secretNameParts: readonly string[] = ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTHORIZATION"];
+export const secretNameParts: readonly string[] = [
+  "TOKEN",
+  "SECRET",
+  "PASSWORD",
+  "PASSWD",
+  "KEY",
+  "CREDENTIAL",
+  "AUTHORIZATION",
+];
 
 /** Name endings that look secret on their own (see `secretNameParts`). */
 export const secretNameSuffixes: readonly string[] = ["AUTH"];
@@ -27,7 +35,11 @@ export const maskedValue = "***";
 /** Whether the environment-variable `name` looks like it holds a secret. */
 export function looksSecret(name: string): boolean {
   const upper = name.toUpperCase();
-  return secretNameParts.some((part) => upper.includes(part)) || secretNameSuffixes.some((suffix) => upper.endsWith(suffix)) || secretWord.test(upper);
+  return (
+    secretNameParts.some((part) => upper.includes(part)) ||
+    secretNameSuffixes.some((suffix) => upper.endsWith(suffix)) ||
+    secretWord.test(upper)
+  );
 }
 
 /**
@@ -38,7 +50,8 @@ export function looksSecret(name: string): boolean {
 export function secretFileNameProblem(name: string): string | undefined {
   if (name.length === 0) return "is empty";
   if (name === "." || name === "..") return `is ${JSON.stringify(name)}`;
-  if (/[/\\]/.test(name) || name.includes("\u0000")) return "holds \"/\", \"\\\" or NUL (it must be one path segment, e.g. \"deploy-key.pem\")";
+  if (/[/\\]/.test(name) || name.includes("\u0000"))
+    return 'holds "/", "\\" or NUL (it must be one path segment, e.g. "deploy-key.pem")';
   if (Buffer.byteLength(name) > 255) return "is over 255 bytes";
   return undefined;
 }

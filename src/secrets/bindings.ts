@@ -9,7 +9,12 @@ export function jobSecretBinding(jobId: string, kind: "env" | "file", name: stri
 }
 
 /** A pipeline step's secret, copied (opened and sealed again) into each job of the step. */
-export function pipelineStepSecretBinding(pipelineId: string, step: string, kind: "env" | "file", name: string): string {
+export function pipelineStepSecretBinding(
+  pipelineId: string,
+  step: string,
+  kind: "env" | "file",
+  name: string,
+): string {
   return `pipeline_step_secrets/${pipelineId}/${step}/${kind}/${name}`;
 }
 

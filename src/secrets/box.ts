@@ -23,13 +23,23 @@ const headerBytes = 2 + nonceBytes + tagBytes;
 
 /** The key of `bytes` (32), with its derived id. */
 export function secretsKey(bytes: Buffer, source: string): SecretsKey {
-  if (bytes.length !== secretsKeyBytes) throw new Error(`the secrets key in ${source} is ${bytes.length} bytes; it must be ${secretsKeyBytes} random bytes, base64 (make one with: openssl rand -base64 32 > ${source})`);
-  return { id: createHmac("sha256", bytes).update("forelead secrets key id").digest()[0]!, key: bytes, source };
+  if (bytes.length !== secretsKeyBytes)
+    throw new Error(
+      `the secrets key in ${source} is ${bytes.length} bytes; it must be ${secretsKeyBytes} random bytes, base64 (make one with: openssl rand -base64 32 > ${source})`,
+    );
+  return {
+    id: createHmac("sha256", bytes).update("forelead secrets key id").digest()[0]!,
+    key: bytes,
+    source,
+  };
 }
 
 /** A fresh random key, not written anywhere (an in-memory database). */
 export function ephemeralSecretsKey(): SecretsKey {
-  return secretsKey(randomBytes(secretsKeyBytes), "a key made for this run (the database is in memory)");
+  return secretsKey(
+    randomBytes(secretsKeyBytes),
+    "a key made for this run (the database is in memory)",
+  );
 }
 
 /** The key id byte of a sealed value. */
@@ -60,9 +70,13 @@ export interface SecretBox {
 /** The box of `current` (and `previous`, for reading while rows are re-encrypted). */
 export function createSecretBox(current: SecretsKey, previous?: SecretsKey): SecretBox {
   if (previous && previous.id === current.id && !previous.key.equals(current.key)) {
-    throw new Error(`the secrets keys in ${current.source} and ${previous.source} have the same key id (${current.id}); make a new key for --secrets-key (openssl rand -base64 32)`);
+    throw new Error(
+      `the secrets keys in ${current.source} and ${previous.source} have the same key id (${current.id}); make a new key for --secrets-key (openssl rand -base64 32)`,
+    );
   }
-  const hashKey = Buffer.from(hkdfSync("sha256", current.key, Buffer.alloc(0), "forelead secrets keyed hash", 32));
+  const hashKey = Buffer.from(
+    hkdfSync("sha256", current.key, Buffer.alloc(0), "forelead secrets keyed hash", 32),
+  );
   const keys = previous && previous.id !== current.id ? [current, previous] : [current];
   return {
     current,
@@ -77,15 +91,30 @@ export function createSecretBox(current: SecretsKey, previous?: SecretsKey): Sec
     open(sealed, boundTo) {
       const bytes = Buffer.from(sealed);
       const key = keys.find((k) => k.id === sealedKeyId(bytes));
-      if (bytes.length < headerBytes || bytes[0] !== format) throw new Error(`a sealed value for ${boundTo} is not in a format this control plane reads`);
-      if (!key) throw new Error(`a sealed value for ${boundTo} was sealed with key id ${sealedKeyId(bytes)}, which is neither ${keys.map((k) => `${k.source} (id ${k.id})`).join(" nor ")}`);
+      if (bytes.length < headerBytes || bytes[0] !== format)
+        throw new Error(
+          `a sealed value for ${boundTo} is not in a format this control plane reads`,
+        );
+      if (!key)
+        throw new Error(
+          `a sealed value for ${boundTo} was sealed with key id ${sealedKeyId(bytes)}, which is neither ${keys.map((k) => `${k.source} (id ${k.id})`).join(" nor ")}`,
+        );
       try {
-        const decipher = createDecipheriv("aes-256-gcm", key.key, bytes.subarray(2, 2 + nonceBytes));
+        const decipher = createDecipheriv(
+          "aes-256-gcm",
+          key.key,
+          bytes.subarray(2, 2 + nonceBytes),
+        );
         decipher.setAAD(Buffer.from(boundTo, "utf8"));
         decipher.setAuthTag(bytes.subarray(2 + nonceBytes, headerBytes));
-        return Buffer.concat([decipher.update(bytes.subarray(headerBytes)), decipher.final()]).toString("utf8");
+        return Buffer.concat([
+          decipher.update(bytes.subarray(headerBytes)),
+          decipher.final(),
+        ]).toString("utf8");
       } catch {
-        throw new Error(`a sealed value for ${boundTo} does not open with ${key.source}: a different key with the same id, or the value was altered or moved from another row`);
+        throw new Error(
+          `a sealed value for ${boundTo} does not open with ${key.source}: a different key with the same id, or the value was altered or moved from another row`,
+        );
       }
     },
     keyedHash: (value) => createHmac("sha256", hashKey).update(value, "utf8").digest("hex"),

@@ -13,12 +13,21 @@ export async function readSecretsKeyFile(path: string): Promise<SecretsKey> {
   try {
     mode = (await stat(path)).mode & 0o777;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") throw new Error(`the secrets key file ${path} does not exist; make one with: (umask 077; openssl rand -base64 32 > ${path})`);
+    if ((err as NodeJS.ErrnoException).code === "ENOENT")
+      throw new Error(
+        `the secrets key file ${path} does not exist; make one with: (umask 077; openssl rand -base64 32 > ${path})`,
+      );
     throw err;
   }
-  if (mode & 0o077) throw new Error(`the secrets key file ${path} is readable by others (mode ${mode.toString(8).padStart(4, "0")}); run: chmod 600 ${path}`);
+  if (mode & 0o077)
+    throw new Error(
+      `the secrets key file ${path} is readable by others (mode ${mode.toString(8).padStart(4, "0")}); run: chmod 600 ${path}`,
+    );
   const text = (await readFile(path, "utf8")).trim();
-  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text)) throw new Error(`the secrets key file ${path} is not one line of base64; it must hold ${secretsKeyBytes} random bytes (openssl rand -base64 32)`);
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text))
+    throw new Error(
+      `the secrets key file ${path} is not one line of base64; it must hold ${secretsKeyBytes} random bytes (openssl rand -base64 32)`,
+    );
   return secretsKey(Buffer.from(text, "base64"), path);
 }
 
@@ -27,13 +36,16 @@ export async function readSecretsKeyFile(path: string): Promise<SecretsKey> {
  * made there (mode 0600, created exclusively so two starts cannot write two
  * keys). `created` says which, so the caller can say so.
  */
-export async function readOrCreateSecretsKeyFile(path: string): Promise<{ key: SecretsKey; created: boolean }> {
+export async function readOrCreateSecretsKeyFile(
+  path: string,
+): Promise<{ key: SecretsKey; created: boolean }> {
   await mkdir(dirname(path), { recursive: true });
   let file;
   try {
     file = await open(path, "wx", 0o600);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "EEXIST") return { key: await readSecretsKeyFile(path), created: false };
+    if ((err as NodeJS.ErrnoException).code === "EEXIST")
+      return { key: await readSecretsKeyFile(path), created: false };
     throw err;
   }
   try {

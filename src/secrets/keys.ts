@@ -13,8 +13,17 @@ export interface SecretsKeys {
  * nothing outlives it. (`forelead serve` makes a key file beside an embedded
  * data directory.)
  */
-export function defaultSecretsKeys(database: { readonly shared: boolean; readonly persistent: boolean }): SecretsKeys {
-  if (database.shared) throw new Error("a postgres:// database needs --secrets-key FILE: the key that encrypts job secrets and repository credentials (make one with: (umask 077; openssl rand -base64 32 > secrets.key)); every replica is given the same file");
-  if (database.persistent) throw new Error("an embedded data directory needs --secrets-key FILE (forelead serve makes one beside it on the first start)");
+export function defaultSecretsKeys(database: {
+  readonly shared: boolean;
+  readonly persistent: boolean;
+}): SecretsKeys {
+  if (database.shared)
+    throw new Error(
+      "a postgres:// database needs --secrets-key FILE: the key that encrypts job secrets and repository credentials (make one with: (umask 077; openssl rand -base64 32 > secrets.key)); every replica is given the same file",
+    );
+  if (database.persistent)
+    throw new Error(
+      "an embedded data directory needs --secrets-key FILE (forelead serve makes one beside it on the first start)",
+    );
   return { current: ephemeralSecretsKey() };
 }

@@ -1,6 +1,12 @@
 import { sql, type Kysely, type Transaction } from "kysely";
 import type { Database } from "../store/schema.js";
-import { jobSecretBinding, pipelineStepSecretBinding, keyCheckBinding, keyCheckValue, repositoryCredentialBinding } from "./bindings.js";
+import {
+  jobSecretBinding,
+  pipelineStepSecretBinding,
+  keyCheckBinding,
+  keyCheckValue,
+  repositoryCredentialBinding,
+} from "./bindings.js";
 import { createSecretBox, type SecretBox, type SecretsKey } from "./box.js";
 
 /** What openSecrets did, for the start-up log. */
@@ -29,16 +35,27 @@ const rotationBatch = 200;
  *    key's check value is kept, and the previous key is no longer needed.
  *    Rows left under another key without `previous` given refuse the start.
  */
-export async function openSecrets(db: Kysely<Database>, current: SecretsKey, previous?: SecretsKey): Promise<SecretsStart> {
+export async function openSecrets(
+  db: Kysely<Database>,
+  current: SecretsKey,
+  previous?: SecretsKey,
+): Promise<SecretsStart> {
   const box = createSecretBox(current, previous);
   const checks = await db.selectFrom("secrets_keys").selectAll().execute();
-  const opens = (id: number) => checks.some((c) => c.key_id === id && tryOpen(box, c.sealed, keyCheckBinding(id)));
+  const opens = (id: number) =>
+    checks.some((c) => c.key_id === id && tryOpen(box, c.sealed, keyCheckBinding(id)));
   if (checks.length && !opens(current.id) && !(box.previous && opens(box.previous.id))) {
     const ids = checks.map((c) => c.key_id).join(", ");
-    throw new Error(`the secrets key ${current.source} does not open the secrets stored in this database (sealed with key id ${ids}); start with the key they were sealed with (--secrets-key), or give it as --secrets-key-previous to rotate to this one`);
+    throw new Error(
+      `the secrets key ${current.source} does not open the secrets stored in this database (sealed with key id ${ids}); start with the key they were sealed with (--secrets-key), or give it as --secrets-key-previous to rotate to this one`,
+    );
   }
   if (!checks.some((c) => c.key_id === current.id)) {
-    await db.insertInto("secrets_keys").values({ key_id: current.id, sealed: box.seal(keyCheckValue, keyCheckBinding(current.id)) }).onConflict((oc) => oc.column("key_id").doNothing()).execute();
+    await db
+      .insertInto("secrets_keys")
+      .values({ key_id: current.id, sealed: box.seal(keyCheckValue, keyCheckBinding(current.id)) })
+      .onConflict((oc) => oc.column("key_id").doNothing())
+      .execute();
   }
   const sealedCredentials = await sealPlainCredentials(db, box);
   let rotated = 0;
@@ -48,7 +65,9 @@ export async function openSecrets(db: Kysely<Database>, current: SecretsKey, pre
   }
   const stale = await staleRows(db, current.id);
   if (stale > 0) {
-    throw new Error(`${stale} secret(s) in this database are sealed with another key than ${current.source} (key id ${current.id}); give that key as --secrets-key-previous FILE so they are re-encrypted to this one`);
+    throw new Error(
+      `${stale} secret(s) in this database are sealed with another key than ${current.source} (key id ${current.id}); give that key as --secrets-key-previous FILE so they are re-encrypted to this one`,
+    );
   }
   return { box, rotated, sealedCredentials };
 }
@@ -62,21 +81,36 @@ function tryOpen(box: SecretBox, sealed: Uint8Array, boundTo: string): boolean {
 }
 
 /** A sealed column whose key id byte is not the current key's. */
-const notCurrent = (column: string, keyId: number) => sql<boolean>`get_byte(${sql.ref(column)}, 1) <> ${keyId}`;
+const notCurrent = (column: string, keyId: number) =>
+  sql<boolean>`get_byte(${sql.ref(column)}, 1) <> ${keyId}`;
 
 async function staleRows(db: Kysely<Database>, keyId: number): Promise<number> {
   const { rows } = await sql<{ n: number }>`
     select (select count(*) from job_secrets where ${notCurrent("sealed", keyId)})
       + (select count(*) from repositories where credential_sealed is not null and ${notCurrent("credential_sealed", keyId)})
-      + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)}) as n`.execute(db);
+      + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)}) as n`.execute(
+    db,
+  );
   return Number(rows[0]?.n ?? 0);
 }
 
 async function sealPlainCredentials(db: Kysely<Database>, box: SecretBox): Promise<number> {
   return db.transaction().execute(async (tx) => {
-    const plain = await tx.selectFrom("repositories").select(["name", "credential"]).where("credential", "is not", null).forUpdate().execute();
+    const plain = await tx
+      .selectFrom("repositories")
+      .select(["name", "credential"])
+      .where("credential", "is not", null)
+      .forUpdate()
+      .execute();
     for (const row of plain) {
-      await tx.updateTable("repositories").set({ credential_sealed: box.seal(row.credential!, repositoryCredentialBinding(row.name)), credential: null }).where("name", "=", row.name).execute();
+      await tx
+        .updateTable("repositories")
+        .set({
+          credential_sealed: box.seal(row.credential!, repositoryCredentialBinding(row.name)),
+          credential: null,
+        })
+        .where("name", "=", row.name)
+        .execute();
     }
     return plain.length;
   });
@@ -90,34 +124,99 @@ interface SealedRows<R> {
   store(tx: Transaction<Database>, row: R, sealed: Buffer): Promise<unknown>;
 }
 
-const jobSecretRows: SealedRows<{ job_id: string; kind: "env" | "file"; name: string; sealed: Buffer }> = {
-  batch: (tx, id) => tx.selectFrom("job_secrets").select(["job_id", "kind", "name", "sealed"]).where(notCurrent("sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute(),
+const jobSecretRows: SealedRows<{
+  job_id: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
+}> = {
+  batch: (tx, id) =>
+    tx
+      .selectFrom("job_secrets")
+      .select(["job_id", "kind", "name", "sealed"])
+      .where(notCurrent("sealed", id))
+      .limit(rotationBatch)
+      .forUpdate()
+      .skipLocked()
+      .execute(),
   binding: (r) => jobSecretBinding(r.job_id, r.kind, r.name),
   sealed: (r) => r.sealed,
-  store: (tx, r, sealed) => tx.updateTable("job_secrets").set({ sealed }).where("job_id", "=", r.job_id).where("kind", "=", r.kind).where("name", "=", r.name).execute(),
+  store: (tx, r, sealed) =>
+    tx
+      .updateTable("job_secrets")
+      .set({ sealed })
+      .where("job_id", "=", r.job_id)
+      .where("kind", "=", r.kind)
+      .where("name", "=", r.name)
+      .execute(),
 };
 
-const stepSecretRows: SealedRows<{ pipeline_id: string; step: string; kind: "env" | "file"; name: string; sealed: Buffer }> = {
-  batch: (tx, id) => tx.selectFrom("pipeline_step_secrets").select(["pipeline_id", "step", "kind", "name", "sealed"]).where(notCurrent("sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute(),
+const stepSecretRows: SealedRows<{
+  pipeline_id: string;
+  step: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
+}> = {
+  batch: (tx, id) =>
+    tx
+      .selectFrom("pipeline_step_secrets")
+      .select(["pipeline_id", "step", "kind", "name", "sealed"])
+      .where(notCurrent("sealed", id))
+      .limit(rotationBatch)
+      .forUpdate()
+      .skipLocked()
+      .execute(),
   binding: (r) => pipelineStepSecretBinding(r.pipeline_id, r.step, r.kind, r.name),
   sealed: (r) => r.sealed,
-  store: (tx, r, sealed) => tx.updateTable("pipeline_step_secrets").set({ sealed }).where("pipeline_id", "=", r.pipeline_id).where("step", "=", r.step).where("kind", "=", r.kind).where("name", "=", r.name).execute(),
+  store: (tx, r, sealed) =>
+    tx
+      .updateTable("pipeline_step_secrets")
+      .set({ sealed })
+      .where("pipeline_id", "=", r.pipeline_id)
+      .where("step", "=", r.step)
+      .where("kind", "=", r.kind)
+      .where("name", "=", r.name)
+      .execute(),
 };
 
 const credentialRows: SealedRows<{ name: string; credential_sealed: Buffer | null }> = {
-  batch: (tx, id) => tx.selectFrom("repositories").select(["name", "credential_sealed"]).where("credential_sealed", "is not", null).where(notCurrent("credential_sealed", id)).limit(rotationBatch).forUpdate().skipLocked().execute(),
+  batch: (tx, id) =>
+    tx
+      .selectFrom("repositories")
+      .select(["name", "credential_sealed"])
+      .where("credential_sealed", "is not", null)
+      .where(notCurrent("credential_sealed", id))
+      .limit(rotationBatch)
+      .forUpdate()
+      .skipLocked()
+      .execute(),
   binding: (r) => repositoryCredentialBinding(r.name),
   sealed: (r) => r.credential_sealed!,
-  store: (tx, r, sealed) => tx.updateTable("repositories").set({ credential_sealed: sealed }).where("name", "=", r.name).execute(),
+  store: (tx, r, sealed) =>
+    tx
+      .updateTable("repositories")
+      .set({ credential_sealed: sealed })
+      .where("name", "=", r.name)
+      .execute(),
 };
 
 /** Re-encrypts every row of `table` sealed with another key to the current one, a batch per transaction; returns how many. */
-async function reseal<R>(db: Kysely<Database>, box: SecretBox, table: SealedRows<R>): Promise<number> {
+async function reseal<R>(
+  db: Kysely<Database>,
+  box: SecretBox,
+  table: SealedRows<R>,
+): Promise<number> {
   let total = 0;
   for (;;) {
     const n = await db.transaction().execute(async (tx) => {
       const rows = await table.batch(tx, box.current.id);
-      for (const r of rows) await table.store(tx, r, box.seal(box.open(table.sealed(r), table.binding(r)), table.binding(r)));
+      for (const r of rows)
+        await table.store(
+          tx,
+          r,
+          box.seal(box.open(table.sealed(r), table.binding(r)), table.binding(r)),
+        );
       return rows.length;
     });
     total += n;
@@ -126,5 +225,9 @@ async function reseal<R>(db: Kysely<Database>, box: SecretBox, table: SealedRows
 }
 
 async function rotate(db: Kysely<Database>, box: SecretBox): Promise<number> {
-  return (await reseal(db, box, jobSecretRows)) + (await reseal(db, box, credentialRows)) + (await reseal(db, box, stepSecretRows));
+  return (
+    (await reseal(db, box, jobSecretRows)) +
+    (await reseal(db, box, credentialRows)) +
+    (await reseal(db, box, stepSecretRows))
+  );
 }

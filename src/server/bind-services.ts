@@ -33,7 +33,10 @@ import type { CheckedOptions } from "./options.js";
 import { createProcedureCheck } from "./procedure-check.js";
 
 /** What the listener calls for every request. */
-export type RequestHandler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void;
+export type RequestHandler = (
+  req: http2.Http2ServerRequest,
+  res: http2.Http2ServerResponse,
+) => void;
 
 /**
  * Binds every service of src/api/services.ts to the domain, guarded, on both
@@ -45,11 +48,24 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
   const { store, clock, broker, inventory, code, artifacts, streams, identity, metrics } = domain;
   const { roles, audit, retirements, enrollment } = identity;
   const runnerRefusal = retirements.refusal;
-  const guardOptions = { trustDomain: options.trustDomain, roles, audit, runnerRefusal, jobOwnership: (jobId: string) => jobOwnership(store.db, jobId), onRefusal: metrics.refused };
+  const guardOptions = {
+    trustDomain: options.trustDomain,
+    roles,
+    audit,
+    runnerRefusal,
+    jobOwnership: (jobId: string) => jobOwnership(store.db, jobId),
+    onRefusal: metrics.refused,
+  };
   // One implementation per service of src/api/services.ts: the list the route docs are made from.
   const implementations = [
-    serviceImpl(RunnerService, createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams })),
-    serviceImpl(AdminService, createAdminService({ broker, inventory, identity, code, artifacts, streams })),
+    serviceImpl(
+      RunnerService,
+      createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams }),
+    ),
+    serviceImpl(
+      AdminService,
+      createAdminService({ broker, inventory, identity, code, artifacts, streams }),
+    ),
     serviceImpl(EnrollService, createEnrollService(enrollment)),
     serviceImpl(StatsService, createStatsService(broker)),
     serviceImpl(SamplesService, createSamplesService({ db: store.db })),
@@ -61,16 +77,31 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(BatchService, createBatchService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
-  const identify = createRequestIdentifier({ trustDomain: options.trustDomain, maxLifetimeMs: options.maxCertLifetimeMs, get trustAnchors() { return tls.trustAnchors; } }, (session) => tls.handshakeUnderCurrentMaterial(session));
+  const identify = createRequestIdentifier(
+    {
+      trustDomain: options.trustDomain,
+      maxLifetimeMs: options.maxCertLifetimeMs,
+      get trustAnchors() {
+        return tls.trustAnchors;
+      },
+    },
+    (session) => tls.handshakeUnderCurrentMaterial(session),
+  );
   // One set of context values per request: the procedure check, Connect and the REST router share it.
   const valuesOf = new WeakMap<http2.Http2ServerRequest, ContextValues>();
   const contextValues = (req: http2.Http2ServerRequest) => {
     let values = valuesOf.get(req);
-    if (!values) valuesOf.set(req, (values = createContextValues().set(requestIdentityKey, identify(req))));
+    if (!values)
+      valuesOf.set(req, (values = createContextValues().set(requestIdentityKey, identify(req))));
     return values;
   };
   const checkProcedure = createProcedureCheck(serviceList, guardOptions);
-  const connectHandler = createApiHandler({ implementations, guard: guardOptions, contextValues, maxBodyBytes });
+  const connectHandler = createApiHandler({
+    implementations,
+    guard: guardOptions,
+    contextValues,
+    maxBodyBytes,
+  });
   const handler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
     metrics.watchRequest(req, res, contextValues(req));
     checkProcedure(req, contextValues(req));
@@ -89,7 +120,9 @@ function operatorView(checked: CheckedOptions, domain: Domain) {
       const { cert, key } = tls.contextOptions();
       return { certificate: tls.certificate, certPem: String(cert), keyPem: String(key) };
     },
-    ...(options.issuer && issuer ? { issuer: { ...options.issuer, notAfter: issuer.notAfter } } : {}),
+    ...(options.issuer && issuer
+      ? { issuer: { ...options.issuer, notAfter: issuer.notAfter } }
+      : {}),
     artifacts: domain.artifacts.store,
     replica: domain.replica,
     leaseSeconds: options.leaseSeconds,

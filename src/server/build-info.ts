@@ -30,16 +30,28 @@ export function buildInfo(): BuildInfo {
 export function readBuildInfo(): BuildInfo {
   const repoRoot = fileURLToPath(new URL("../..", import.meta.url));
   return {
-    version: (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version,
+    version: (
+      JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+        version: string;
+      }
+    ).version,
     commit: git(repoRoot, "rev-parse", "HEAD") ?? process.env.FORELEAD_COMMIT ?? "unknown",
-    buildDate: process.env.FORELEAD_BUILD_DATE ?? git(repoRoot, "show", "-s", "--format=%cI", "HEAD") ?? "",
+    buildDate:
+      process.env.FORELEAD_BUILD_DATE ?? git(repoRoot, "show", "-s", "--format=%cI", "HEAD") ?? "",
   };
 }
 
 /** One git query in the checkout; undefined when git or the checkout is not there (an installed package). */
 function git(repoRoot: string, ...args: string[]): string | undefined {
   try {
-    return execFileSync("git", args, { cwd: repoRoot, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"], timeout: 5_000 }).trim() || undefined;
+    return (
+      execFileSync("git", args, {
+        cwd: repoRoot,
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "ignore"],
+        timeout: 5_000,
+      }).trim() || undefined
+    );
   } catch {
     return undefined;
   }

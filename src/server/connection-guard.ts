@@ -1,4 +1,11 @@
-import { constants as http2Constants, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse, type Http2Session, type ServerHttp2Stream } from "node:http2";
+import {
+  constants as http2Constants,
+  type Http2SecureServer,
+  type Http2ServerRequest,
+  type Http2ServerResponse,
+  type Http2Session,
+  type ServerHttp2Stream,
+} from "node:http2";
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { bodyStalledError } from "../api/body-stall.js";
@@ -30,12 +37,22 @@ export interface ConnectionGuard {
  * stream for the idle bound; every RST_STREAM(NO_ERROR) after its reply's
  * END_STREAM; and counters of what each limit cut, and of clients that left.
  */
-export function guardConnections(server: Http2SecureServer, limits: ConnectionLimits): ConnectionGuard {
-  const counters = { prematureCloses: 0, stalledBodies: 0, handshakeTimeouts: 0, refusedConnections: 0, idleConnectionsClosed: 0 };
+export function guardConnections(
+  server: Http2SecureServer,
+  limits: ConnectionLimits,
+): ConnectionGuard {
+  const counters = {
+    prematureCloses: 0,
+    stalledBodies: 0,
+    handshakeTimeouts: 0,
+    refusedConnections: 0,
+    idleConnectionsClosed: 0,
+  };
   const perAddress = new Map<string, number>();
   // The TCP sockets by peer: a session's socket is a proxy that cannot be destroyed.
   const sockets = new Map<string, Socket>();
-  const socketOf = (session: Http2Session) => sockets.get(`${session.socket?.remoteAddress}:${session.socket?.remotePort}`);
+  const socketOf = (session: Http2Session) =>
+    sockets.get(`${session.socket?.remoteAddress}:${session.socket?.remotePort}`);
   server.on("connection", (socket: Socket) => {
     const address = socket.remoteAddress ?? "";
     const open = (perAddress.get(address) ?? 0) + 1;
@@ -61,7 +78,11 @@ export function guardConnections(server: Http2SecureServer, limits: ConnectionLi
     const certless = peerCertificate(session.socket as TLSSocket) === undefined;
     // A certificate-less client may only enroll (the guard refuses the rest before any body byte):
     // a few streams and the default 64 KiB windows bound what it can make the server hold.
-    if (certless) session.settings({ maxConcurrentStreams: limits.certlessMaxStreams, initialWindowSize: 65_535 });
+    if (certless)
+      session.settings({
+        maxConcurrentStreams: limits.certlessMaxStreams,
+        initialWindowSize: 65_535,
+      });
     else session.setLocalWindowSize(4 << 20); // the connection's window: a runner's streams of several leases share it
     let open = 0;
     let idle: NodeJS.Timeout | undefined;
@@ -110,7 +131,8 @@ export function guardConnections(server: Http2SecureServer, limits: ConnectionLi
         if (stream.destroyed || stream.closed || stream.state.remoteClose === 1) return;
         const progressed = received - seen >= minProgressBytes;
         seen = received;
-        if (progressed || stream.readableFlowing !== true) return void (timer = setTimeout(check, limits.bodyIdleMs).unref());
+        if (progressed || stream.readableFlowing !== true)
+          return void (timer = setTimeout(check, limits.bodyIdleMs).unref());
         counters.stalledBodies++;
         // A handler that stopped reading early (a refused first line) no longer listens for the body's errors;
         // the error with no listener would end the process. The client sees the stream reset either way.
@@ -122,7 +144,12 @@ export function guardConnections(server: Http2SecureServer, limits: ConnectionLi
         clearTimeout(timer);
         // A reset before the reply was ended, by the client or by its connection's end (ours with an error are INTERNAL_ERROR).
         const code = stream.rstCode ?? http2Constants.NGHTTP2_NO_ERROR;
-        if (!res.writableEnded && code !== http2Constants.NGHTTP2_NO_ERROR && code !== http2Constants.NGHTTP2_INTERNAL_ERROR) counters.prematureCloses++;
+        if (
+          !res.writableEnded &&
+          code !== http2Constants.NGHTTP2_NO_ERROR &&
+          code !== http2Constants.NGHTTP2_INTERNAL_ERROR
+        )
+          counters.prematureCloses++;
       });
     },
   };

@@ -52,8 +52,17 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   try {
     lockEmbeddedDatabase(options.database, stack);
     const domain = await buildDomain(checked, stack);
-    const listener = await listen(options, checked.tls, checked.connectionLimits, bindServices(checked, domain), stack, () => Promise.all([domain.streams.close(), domain.events.close()]).then(() => {}));
-    const metrics = options.metricsListen ? await serveMetrics(options.metricsListen, domain.metrics, stack) : undefined;
+    const listener = await listen(
+      options,
+      checked.tls,
+      checked.connectionLimits,
+      bindServices(checked, domain),
+      stack,
+      () => Promise.all([domain.streams.close(), domain.events.close()]).then(() => {}),
+    );
+    const metrics = options.metricsListen
+      ? await serveMetrics(options.metricsListen, domain.metrics, stack)
+      : undefined;
     return {
       url: listener.url,
       port: listener.port,
@@ -69,7 +78,11 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
     };
   } catch (err) {
     // The start's own error is the one to throw; a close that also failed is reported beside it.
-    await stack.unwind().catch((unwound: unknown) => console.error(`forelead: after a failed start, ${(unwound as Error).message}`));
+    await stack
+      .unwind()
+      .catch((unwound: unknown) =>
+        console.error(`forelead: after a failed start, ${(unwound as Error).message}`),
+      );
     throw err;
   }
 }
@@ -81,5 +94,8 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
  */
 function lockEmbeddedDatabase(database: string, stack: ResourceStack): void {
   if (isPostgresUrl(database) || database === "memory://") return;
-  stack.use("the data directory lock", lockDirectory(resolve(database), "forelead serve", "stop it or use another --database"));
+  stack.use(
+    "the data directory lock",
+    lockDirectory(resolve(database), "forelead serve", "stop it or use another --database"),
+  );
 }

@@ -33,25 +33,106 @@ export type Domain = Awaited<ReturnType<typeof buildDomain>>;
  */
 export async function buildDomain(checked: CheckedOptions, stack: ResourceStack) {
   const { options } = checked;
-  const keys = options.secretsKeys ?? defaultSecretsKeys({ shared: isPostgresUrl(options.database), persistent: options.database !== "memory://" });
+  const keys =
+    options.secretsKeys ??
+    defaultSecretsKeys({
+      shared: isPostgresUrl(options.database),
+      persistent: options.database !== "memory://",
+    });
   const store = stack.use("the database", await openStore(options.database));
   const secrets = await openSecrets(store.db, keys.current, keys.previous);
-  if (keys.previous) console.log(`forelead: re-encrypted ${secrets.rotated} secret(s) from ${keys.previous.source} to ${keys.current.source}; the previous key is no longer needed`);
-  if (secrets.sealedCredentials) console.log(`forelead: sealed ${secrets.sealedCredentials} repository credential(s) stored in plain text by an earlier version`);
+  if (keys.previous)
+    console.log(
+      `forelead: re-encrypted ${secrets.rotated} secret(s) from ${keys.previous.source} to ${keys.current.source}; the previous key is no longer needed`,
+    );
+  if (secrets.sealedCredentials)
+    console.log(
+      `forelead: sealed ${secrets.sealedCredentials} repository credential(s) stored in plain text by an earlier version`,
+    );
   const clock = stack.use("the database clock", await createDbClock(store.db));
-  const auditSpool = { dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")), ...(options.auditSpoolMaxBytes ? { maxBytes: options.auditSpoolMaxBytes } : {}) };
-  const identity = stack.use("identity", await createIdentity({ store, trustDomain: options.trustDomain, roles: checked.roles, issuer: checked.issuer, auditSpool }));
+  const auditSpool = {
+    dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")),
+    ...(options.auditSpoolMaxBytes ? { maxBytes: options.auditSpoolMaxBytes } : {}),
+  };
+  const identity = stack.use(
+    "identity",
+    await createIdentity({
+      store,
+      trustDomain: options.trustDomain,
+      roles: checked.roles,
+      issuer: checked.issuer,
+      auditSpool,
+    }),
+  );
   const metrics = stack.use("the metrics", createMetrics({ store, audit: identity.audit }));
-  const code = stack.use("the code host", await createCodeHost({ db: store.db, secrets: secrets.box, ...(options.codeDir ? { codeDir: options.codeDir } : {}), ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}) }));
-  const broker = stack.use("the broker", await createBroker({ store, leaseSeconds: options.leaseSeconds, code, secrets: secrets.box, ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}), ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}), ...(options.batching ? { batching: options.batching } : {}), ...(options.handoff === false ? { handoff: false } : {}), observer: metrics.broker }));
+  const code = stack.use(
+    "the code host",
+    await createCodeHost({
+      db: store.db,
+      secrets: secrets.box,
+      ...(options.codeDir ? { codeDir: options.codeDir } : {}),
+      ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}),
+    }),
+  );
+  const broker = stack.use(
+    "the broker",
+    await createBroker({
+      store,
+      leaseSeconds: options.leaseSeconds,
+      code,
+      secrets: secrets.box,
+      ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}),
+      ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}),
+      ...(options.batching ? { batching: options.batching } : {}),
+      ...(options.handoff === false ? { handoff: false } : {}),
+      observer: metrics.broker,
+    }),
+  );
   const inventory = createInventory(store.db);
   const artifactStore = await chooseArtifactStore(checked, store, stack);
-  const artifacts = stack.use("artifacts", createArtifacts({ db: store.db, store: artifactStore, ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}) }));
-  const streams = stack.use("streams", await createStreams({ store, maxRequestBytes: checked.maxBodyBytes, ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}) }));
-  const replica = stack.use("the replica heartbeat", await startReplicaHeartbeat(store.db, store.health, buildInfo().version));
-  const events = stack.use("the event stream", await createEvents({ store, ...(options.eventRetentionMs ? { retentionMs: options.eventRetentionMs } : {}), ...(options.eventPruneIntervalMs ? { pruneIntervalMs: options.eventPruneIntervalMs } : {}) }));
+  const artifacts = stack.use(
+    "artifacts",
+    createArtifacts({
+      db: store.db,
+      store: artifactStore,
+      ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}),
+    }),
+  );
+  const streams = stack.use(
+    "streams",
+    await createStreams({
+      store,
+      maxRequestBytes: checked.maxBodyBytes,
+      ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}),
+    }),
+  );
+  const replica = stack.use(
+    "the replica heartbeat",
+    await startReplicaHeartbeat(store.db, store.health, buildInfo().version),
+  );
+  const events = stack.use(
+    "the event stream",
+    await createEvents({
+      store,
+      ...(options.eventRetentionMs ? { retentionMs: options.eventRetentionMs } : {}),
+      ...(options.eventPruneIntervalMs ? { pruneIntervalMs: options.eventPruneIntervalMs } : {}),
+    }),
+  );
   const pauses = createPauses(store.db);
-  return { store, clock, identity, code, broker, inventory, artifacts, streams, replica, events, pauses, metrics };
+  return {
+    store,
+    clock,
+    identity,
+    code,
+    broker,
+    inventory,
+    artifacts,
+    streams,
+    replica,
+    events,
+    pauses,
+    metrics,
+  };
 }
 
 /**
@@ -61,7 +142,11 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
  * files in a private temporary directory (`forelead serve` gives one beside
  * the data directory).
  */
-export async function chooseArtifactStore({ options }: CheckedOptions, store: Store, stack: ResourceStack): Promise<ArtifactStore> {
+export async function chooseArtifactStore(
+  { options }: CheckedOptions,
+  store: Store,
+  stack: ResourceStack,
+): Promise<ArtifactStore> {
   if (options.artifactsDir) return createFileArtifactStore(options.artifactsDir);
   if (isPostgresUrl(options.database)) return createPostgresArtifactStore(store.db);
   return createFileArtifactStore(await temporaryDirectory(stack, "forelead-artifacts-"));

@@ -1,6 +1,10 @@
 import type { Http2ServerRequest, Http2Session } from "node:http2";
 import type { TLSSocket } from "node:tls";
-import { verifyPresentedChain, type CertificatePolicy, type SessionVerdict } from "../identity/certificate-policy.js";
+import {
+  verifyPresentedChain,
+  type CertificatePolicy,
+  type SessionVerdict,
+} from "../identity/certificate-policy.js";
 import type { RequestIdentity } from "../api/context.js";
 import { peerCertificate, peerChain } from "./peer-certificate.js";
 
@@ -13,7 +17,10 @@ import { peerCertificate, peerChain } from "./peer-certificate.js";
  * (TlsMaterial.handshakeUnderCurrentMaterial); then an authorized chain is
  * not verified a second time.
  */
-export function createRequestIdentifier(policy: CertificatePolicy, verdictIsCurrent: (session: Http2Session) => boolean = () => false): (req: Http2ServerRequest) => RequestIdentity {
+export function createRequestIdentifier(
+  policy: CertificatePolicy,
+  verdictIsCurrent: (session: Http2Session) => boolean = () => false,
+): (req: Http2ServerRequest) => RequestIdentity {
   const verdicts = new WeakMap<Http2Session, SessionVerdict>();
   return (req) => {
     const session = req.stream.session;
@@ -27,7 +34,13 @@ export function createRequestIdentifier(policy: CertificatePolicy, verdictIsCurr
           chain: () => peerChain(socket),
           authorized: socket.authorized,
           verdictIsCurrent: socket.authorized && verdictIsCurrent(session),
-          ...(socket.authorizationError ? { authorizationError: String((socket.authorizationError as Error).message ?? socket.authorizationError) } : {}),
+          ...(socket.authorizationError
+            ? {
+                authorizationError: String(
+                  (socket.authorizationError as Error).message ?? socket.authorizationError,
+                ),
+              }
+            : {}),
         },
         policy,
       );

@@ -27,8 +27,18 @@ export interface Listener {
  * open, such as followers, end there), then waits for the sessions to end;
  * any still open after 5 s are destroyed.
  */
-export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, limits: ConnectionLimits, handler: RequestHandler, stack: ResourceStack, endRequests: () => Promise<void>): Promise<Listener> {
-  let watchRequest: (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void = () => {};
+export async function listen(
+  options: ControlPlaneOptions,
+  tls: TlsMaterial,
+  limits: ConnectionLimits,
+  handler: RequestHandler,
+  stack: ResourceStack,
+  endRequests: () => Promise<void>,
+): Promise<Listener> {
+  let watchRequest: (
+    req: http2.Http2ServerRequest,
+    res: http2.Http2ServerResponse,
+  ) => void = () => {};
   const server = http2.createSecureServer(
     {
       ...tls.contextOptions(), // certificate, key, client CA, TLS 1.3 only: reloadable (src/server/tls-material.ts)
@@ -82,7 +92,10 @@ export async function listen(options: ControlPlaneOptions, tls: TlsMaterial, lim
       await endRequests(); // ends followers, whose open streams would hold their sessions
     } finally {
       // A session flooded by a client may have stopped reading its socket, and then never sees it close.
-      const forced = setTimeout(() => (sessions.forEach((s) => s.destroy()), guard.destroyAll()), 5_000);
+      const forced = setTimeout(
+        () => (sessions.forEach((s) => s.destroy()), guard.destroyAll()),
+        5_000,
+      );
       await closed;
       clearTimeout(forced);
     }

@@ -103,16 +103,30 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
   const roles = createRoleTable(options.grants ?? [], options.admins);
   const issuedLifetimeMs = options.issuedCertLifetimeMs ?? options.maxCertLifetimeMs;
   if (issuedLifetimeMs > options.maxCertLifetimeMs) {
-    throw new Error(`the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`);
+    throw new Error(
+      `the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`,
+    );
   }
   const timeouts = options.jobTimeouts;
   if (timeouts && timeouts.defaultSeconds > timeouts.maxSeconds) {
-    throw new Error(`the default job timeout (${timeouts.defaultSeconds} s) is over the maximum job timeout (${timeouts.maxSeconds} s)`);
+    throw new Error(
+      `the default job timeout (${timeouts.defaultSeconds} s) is over the maximum job timeout (${timeouts.maxSeconds} s)`,
+    );
   }
-  const issuer: Issuer | undefined = options.issuer ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs) : undefined;
+  const issuer: Issuer | undefined = options.issuer
+    ? await createIssuer(options.issuer, trustAnchors, issuedLifetimeMs)
+    : undefined;
   const connectionLimits = { ...defaultConnectionLimits, ...options.connectionLimits };
   for (const [name, value] of Object.entries(connectionLimits)) {
-    if (!Number.isSafeInteger(value) || value < 1) throw new Error(`the connection limit ${name} must be a positive integer; got ${value}`);
+    if (!Number.isSafeInteger(value) || value < 1)
+      throw new Error(`the connection limit ${name} must be a positive integer; got ${value}`);
   }
-  return { options, tls, roles, issuer, maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes, connectionLimits };
+  return {
+    options,
+    tls,
+    roles,
+    issuer,
+    maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes,
+    connectionLimits,
+  };
 }

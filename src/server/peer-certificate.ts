@@ -17,7 +17,14 @@ export function peerCertificate(socket: TLSSocket): PresentedLeaf | undefined {
   let leaf = leaves.get(socket);
   if (leaf === undefined) {
     const read = socket.getPeerCertificate(false);
-    leaf = read?.raw?.length ? { raw: read.raw, fingerprint256: read.fingerprint256, validFrom: read.valid_from, validTo: read.valid_to } : null;
+    leaf = read?.raw?.length
+      ? {
+          raw: read.raw,
+          fingerprint256: read.fingerprint256,
+          validFrom: read.valid_from,
+          validTo: read.valid_to,
+        }
+      : null;
     leaves.set(socket, leaf);
   }
   return leaf ?? undefined;

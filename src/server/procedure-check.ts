@@ -13,9 +13,14 @@ import { authorizeOnce, type GuardOptions } from "../api/guard.js";
  * neither decides nor audits again. A refusal is not answered here: the
  * guard throws it again, in the error format of the caller's protocol.
  */
-export function createProcedureCheck(services: readonly DescService[], guard: GuardOptions): (req: Http2ServerRequest, values: ContextValues) => void {
+export function createProcedureCheck(
+  services: readonly DescService[],
+  guard: GuardOptions,
+): (req: Http2ServerRequest, values: ContextValues) => void {
   const procedures = new Map<string, DescMethod>();
-  for (const service of services) for (const method of service.methods) procedures.set(`/${service.typeName}/${method.name}`, method);
+  for (const service of services)
+    for (const method of service.methods)
+      procedures.set(`/${service.typeName}/${method.name}`, method);
   return (req, values) => {
     const method = req.method === "POST" ? procedures.get(req.url.split("?")[0]!) : undefined;
     if (!method) return;

@@ -24,10 +24,17 @@ export interface ResourceStack {
 
 /** What closing failed: every resource whose close threw, newest first. */
 export class UnwindError extends AggregateError {
-  constructor(readonly failures: ReadonlyArray<{ readonly name: string; readonly error: unknown }>) {
+  constructor(
+    readonly failures: ReadonlyArray<{ readonly name: string; readonly error: unknown }>,
+  ) {
     super(
       failures.map((f) => f.error),
-      failures.map((f) => `could not close ${f.name} (${f.error instanceof Error ? f.error.message : String(f.error)})`).join("; "),
+      failures
+        .map(
+          (f) =>
+            `could not close ${f.name} (${f.error instanceof Error ? f.error.message : String(f.error)})`,
+        )
+        .join("; "),
     );
     this.name = "UnwindError";
   }

@@ -20,20 +20,41 @@ export async function checkServe(options: ControlPlaneOptions): Promise<DoctorCh
     let optionsCheck: DoctorCheck;
     try {
       checked = await checkOptions(options);
-      optionsCheck = { name: "options", status: "ok", detail: "every flag and file is usable", hint: "" };
+      optionsCheck = {
+        name: "options",
+        status: "ok",
+        detail: "every flag and file is usable",
+        hint: "",
+      };
     } catch (err) {
-      optionsCheck = { name: "options", status: "fail", detail: (err as Error).message, hint: "fix the flag or file it names" };
+      optionsCheck = {
+        name: "options",
+        status: "fail",
+        detail: (err as Error).message,
+        hint: "fix the flag or file it names",
+      };
     }
     let store: Store | undefined;
     let databaseError = "";
     try {
       // The embedded directory is one process's: a running serve holds it, and --check must not open it beside that.
-      if (!isPostgresUrl(options.database) && options.database !== "memory://") stack.use("the data directory lock", lockDirectory(resolve(options.database), "forelead serve --check", "stop it, or check it through the running server with forelead doctor"));
+      if (!isPostgresUrl(options.database) && options.database !== "memory://")
+        stack.use(
+          "the data directory lock",
+          lockDirectory(
+            resolve(options.database),
+            "forelead serve --check",
+            "stop it, or check it through the running server with forelead doctor",
+          ),
+        );
       store = stack.use("the database", await openStore(options.database, { migrate: false }));
     } catch (err) {
       databaseError = (err as Error).message;
     }
-    const artifacts: ArtifactStore | undefined = checked && store && (options.artifactsDir || isPostgresUrl(options.database)) ? await chooseArtifactStore(checked, store, stack) : undefined;
+    const artifacts: ArtifactStore | undefined =
+      checked && store && (options.artifactsDir || isPostgresUrl(options.database))
+        ? await chooseArtifactStore(checked, store, stack)
+        : undefined;
     const checks = await runDoctor({
       server: { certPem: options.tlsCertPem, keyPem: options.tlsKeyPem },
       ...(options.issuer ? { issuer: options.issuer } : {}),

@@ -16,10 +16,17 @@ const maxWaitMs = 2_000;
 export function resetAfterEndStream(stream: ServerHttp2Stream): void {
   const close = stream.close.bind(stream);
   stream.close = (code = http2Constants.NGHTTP2_NO_ERROR, callback?: () => void) => {
-    if (code !== http2Constants.NGHTTP2_NO_ERROR || !stream.writableFinished) return close(code, callback);
+    if (code !== http2Constants.NGHTTP2_NO_ERROR || !stream.writableFinished)
+      return close(code, callback);
     const started = Date.now();
     const attempt = () => {
-      if (stream.destroyed || stream.closed || stream.state.localClose === 1 || Date.now() - started > maxWaitMs) return close(code, callback);
+      if (
+        stream.destroyed ||
+        stream.closed ||
+        stream.state.localClose === 1 ||
+        Date.now() - started > maxWaitMs
+      )
+        return close(code, callback);
       setTimeout(attempt, 1);
     };
     attempt();

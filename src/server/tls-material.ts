@@ -69,7 +69,11 @@ const debounceMs = 200;
  * Checks `pems` (certificate and key belong together, the bundle parses) and
  * returns them as reloadable material; throws at start on bad material.
  */
-export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, log: (line: string) => void = console.log): TlsMaterial {
+export function createTlsMaterial(
+  pems: TlsPems,
+  files: TlsFiles | undefined,
+  log: (line: string) => void = console.log,
+): TlsMaterial {
   let current = checkMaterial(pems);
   let failedReloads = 0;
   let chain: Promise<unknown> = Promise.resolve();
@@ -80,29 +84,44 @@ export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, lo
   const handshakes = new WeakMap<Http2Session, { readonly at: number; readonly boundMs: number }>();
 
   const describe = () => describeCertificate(current.certificate);
-  const contextOptions = (): SecureContextOptions => ({ cert: current.pems.tlsCertPem, key: current.pems.tlsKeyPem, ca: current.pems.clientCaPem, minVersion: "TLSv1.3" });
+  const contextOptions = (): SecureContextOptions => ({
+    cert: current.pems.tlsCertPem,
+    key: current.pems.tlsKeyPem,
+    ca: current.pems.clientCaPem,
+    minVersion: "TLSv1.3",
+  });
 
   async function reloadNow(reason: string): Promise<ReloadOutcome> {
     if (!files) return "unchanged";
     let next: Checked;
     try {
       const pems = await readTlsFiles(files);
-      if (pems.tlsCertPem === current.pems.tlsCertPem && pems.tlsKeyPem === current.pems.tlsKeyPem && pems.clientCaPem === current.pems.clientCaPem) {
-        if (reason === "SIGHUP") log(`forelead: SIGHUP: the TLS files are unchanged; still serving ${describe()}`);
+      if (
+        pems.tlsCertPem === current.pems.tlsCertPem &&
+        pems.tlsKeyPem === current.pems.tlsKeyPem &&
+        pems.clientCaPem === current.pems.clientCaPem
+      ) {
+        if (reason === "SIGHUP")
+          log(`forelead: SIGHUP: the TLS files are unchanged; still serving ${describe()}`);
         return "unchanged";
       }
       next = checkMaterial(pems);
       const expiry = Date.parse(next.certificate.validTo);
-      if (expiry <= Date.now()) throw new Error(`the new server certificate expired at ${new Date(expiry).toISOString()}`);
+      if (expiry <= Date.now())
+        throw new Error(`the new server certificate expired at ${new Date(expiry).toISOString()}`);
     } catch (err) {
       failedReloads++;
-      log(`forelead: TLS reload (${reason}) refused, still serving ${describe()}: ${(err as Error).message} (${failedReloads} refused reload${failedReloads === 1 ? "" : "s"} since start)`);
+      log(
+        `forelead: TLS reload (${reason}) refused, still serving ${describe()}: ${(err as Error).message} (${failedReloads} refused reload${failedReloads === 1 ? "" : "s"} since start)`,
+      );
       return "refused";
     }
     current = next;
     reloadedAt = performance.now();
     for (const server of servers) server.setSecureContext(contextOptions());
-    log(`forelead: TLS material reloaded (${reason}): serving ${describe()}, client trust bundle of ${current.trustAnchors.length} certificate${current.trustAnchors.length === 1 ? "" : "s"}`);
+    log(
+      `forelead: TLS material reloaded (${reason}): serving ${describe()}, client trust bundle of ${current.trustAnchors.length} certificate${current.trustAnchors.length === 1 ? "" : "s"}`,
+    );
     return "reloaded";
   }
 
@@ -132,7 +151,8 @@ export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, lo
     serveOn(server, handshakeTimeoutMs) {
       servers.add(server);
       // An HTTP/2 session starts on its socket's secureConnection (its socket is a proxy, so the session is the key).
-      const onHandshake = (session: Http2Session) => handshakes.set(session, { at: performance.now(), boundMs: handshakeTimeoutMs });
+      const onHandshake = (session: Http2Session) =>
+        handshakes.set(session, { at: performance.now(), boundMs: handshakeTimeoutMs });
       server.on("session", onHandshake);
       if (!files) {
         return () => {
@@ -154,11 +174,19 @@ export function createTlsMaterial(pems: TlsPems, files: TlsFiles | undefined, lo
 }
 
 /** How the files are named in errors: by default what they are; `forelead serve` passes its flags. */
-const fileRoles: TlsFiles = { cert: "the server certificate", key: "the server key", clientCa: "the client CA bundle" };
+const fileRoles: TlsFiles = {
+  cert: "the server certificate",
+  key: "the server key",
+  clientCa: "the client CA bundle",
+};
 
 /** Reads the three files; an error names the one that cannot be read. */
 export async function readTlsFiles(files: TlsFiles, names: TlsFiles = fileRoles): Promise<TlsPems> {
-  return { tlsCertPem: await readNamedFile(files.cert, names.cert), tlsKeyPem: await readNamedFile(files.key, names.key), clientCaPem: await readNamedFile(files.clientCa, names.clientCa) };
+  return {
+    tlsCertPem: await readNamedFile(files.cert, names.cert),
+    tlsKeyPem: await readNamedFile(files.key, names.key),
+    clientCaPem: await readNamedFile(files.clientCa, names.clientCa),
+  };
 }
 
 interface Checked {
@@ -171,7 +199,9 @@ function checkMaterial(pems: TlsPems): Checked {
   try {
     createSecureContext({ cert: pems.tlsCertPem, key: pems.tlsKeyPem });
   } catch (err) {
-    throw new Error(`the TLS certificate and key cannot be used together: ${(err as Error).message}`);
+    throw new Error(
+      `the TLS certificate and key cannot be used together: ${(err as Error).message}`,
+    );
   }
   const trustAnchors = parseTrustBundle(pems.clientCaPem, "the client CA bundle");
   return { pems, certificate: new X509Certificate(pems.tlsCertPem), trustAnchors };
@@ -182,7 +212,11 @@ function describeCertificate(cert: X509Certificate): string {
 }
 
 /** One watcher per directory; any change there schedules one reload after a quiet `debounceMs`. */
-function watchFiles(files: TlsFiles, onChange: () => void, log: (line: string) => void): () => void {
+function watchFiles(
+  files: TlsFiles,
+  onChange: () => void,
+  log: (line: string) => void,
+): () => void {
   const names = new Set([files.cert, files.key, files.clientCa].map((f) => basename(f)));
   let timer: NodeJS.Timeout | undefined;
   const schedule = (name: string | null) => {
@@ -194,9 +228,17 @@ function watchFiles(files: TlsFiles, onChange: () => void, log: (line: string) =
   const watchers: FSWatcher[] = [];
   for (const dir of new Set([files.cert, files.key, files.clientCa].map((f) => dirname(f)))) {
     try {
-      watchers.push(watch(dir, { persistent: false }, (_event, name) => schedule(name)).on("error", (err) => log(`forelead: watching ${dir} for TLS changes failed (${err.message}); SIGHUP still reloads`)));
+      watchers.push(
+        watch(dir, { persistent: false }, (_event, name) => schedule(name)).on("error", (err) =>
+          log(
+            `forelead: watching ${dir} for TLS changes failed (${err.message}); SIGHUP still reloads`,
+          ),
+        ),
+      );
     } catch (err) {
-      log(`forelead: cannot watch ${dir} for TLS changes (${(err as Error).message}); SIGHUP still reloads`);
+      log(
+        `forelead: cannot watch ${dir} for TLS changes (${(err as Error).message}); SIGHUP still reloads`,
+      );
     }
   }
   return () => {

@@ -48,7 +48,9 @@ export class DirectoryInUse extends Error {
     readonly holder: LockHolder,
     hint: string,
   ) {
-    super(`${dir} is in use by ${holder.command} (pid ${holder.pid}${holder.hostname !== hostname() ? ` on ${holder.hostname}` : ""}, started ${holder.startedAt}); ${hint}`);
+    super(
+      `${dir} is in use by ${holder.command} (pid ${holder.pid}${holder.hostname !== hostname() ? ` on ${holder.hostname}` : ""}, started ${holder.startedAt}); ${hint}`,
+    );
     this.name = "DirectoryInUse";
   }
 }
@@ -67,13 +69,22 @@ const ownStart = new Date(processStartTime(process.pid) ?? Date.now() - process.
 export function lockDirectory(dir: string, command: string, hint: string): DirectoryLock {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const file = join(dir, lockFileName);
-  const me: LockHolder = { pid: process.pid, startedAt: ownStart.toISOString(), hostname: hostname(), command };
+  const me: LockHolder = {
+    pid: process.pid,
+    startedAt: ownStart.toISOString(),
+    hostname: hostname(),
+    command,
+  };
   for (let attempt = 0; ; attempt++) {
     if (tryCreate(file, me)) break;
     const holder = readHolder(file);
     if (holder === "gone") continue; // released between our create and our read
-    if (holder !== "unreadable" && holderAlive(holder, file)) throw new DirectoryInUse(dir, holder, hint);
-    if (attempt > 0) throw new Error(`cannot lock ${dir}: ${file} keeps coming back; remove it if no forelead process uses ${dir}`);
+    if (holder !== "unreadable" && holderAlive(holder, file))
+      throw new DirectoryInUse(dir, holder, hint);
+    if (attempt > 0)
+      throw new Error(
+        `cannot lock ${dir}: ${file} keeps coming back; remove it if no forelead process uses ${dir}`,
+      );
     rmSync(file, { force: true });
   }
   held.add(file);
@@ -84,7 +95,8 @@ export function lockDirectory(dir: string, command: string, hint: string): Direc
     held.delete(file);
     process.off("exit", release);
     const current = readHolder(file);
-    if (typeof current === "object" && current.pid === me.pid && current.startedAt === me.startedAt) rmSync(file, { force: true });
+    if (typeof current === "object" && current.pid === me.pid && current.startedAt === me.startedAt)
+      rmSync(file, { force: true });
   };
   process.on("exit", release);
   return { file, close: release };
@@ -116,7 +128,11 @@ function readHolder(file: string): LockHolder | "gone" | "unreadable" {
   }
   try {
     const h = JSON.parse(text) as LockHolder;
-    return Number.isSafeInteger(h.pid) && typeof h.startedAt === "string" && typeof h.hostname === "string" ? h : "unreadable";
+    return Number.isSafeInteger(h.pid) &&
+      typeof h.startedAt === "string" &&
+      typeof h.hostname === "string"
+      ? h
+      : "unreadable";
   } catch {
     return "unreadable"; // a holder killed between create and write: nobody can hold it like that
   }

@@ -28,7 +28,11 @@ export interface Store {
    * back): the subscriber then looks at the database itself. Resolves to an
    * unsubscribe function.
    */
-  listen(channel: string, onNotify: (payload: string) => void, onRecheck?: () => void): Promise<() => Promise<void>>;
+  listen(
+    channel: string,
+    onNotify: (payload: string) => void,
+    onRecheck?: () => void,
+  ): Promise<() => Promise<void>>;
   /** True while notifications arrive: the LISTEN connection is up (always, embedded). */
   readonly listening: boolean;
   /** The connection pool's use now; undefined for the embedded database, which has none. */
@@ -53,7 +57,9 @@ export interface OpenStoreOptions {
 
 /** Opens (and migrates) the database at `location`: a postgres:// URL, a directory or "memory://". */
 export async function openStore(location: string, options: OpenStoreOptions = {}): Promise<Store> {
-  const store = isPostgresUrl(location) ? await openPostgres(location) : await openEmbedded(location);
+  const store = isPostgresUrl(location)
+    ? await openPostgres(location)
+    : await openEmbedded(location);
   if (options.migrate ?? true) {
     try {
       await migrateToLatest(store.db);
@@ -75,8 +81,11 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<void> {
   const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
-    const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "(before any migration ran)";
-    throw new Error(`database migration ${failed} failed: ${error instanceof Error ? error.message : String(error)}`);
+    const failed =
+      results?.find((r) => r.status === "Error")?.migrationName ?? "(before any migration ran)";
+    throw new Error(
+      `database migration ${failed} failed: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
 }
 
@@ -105,16 +114,27 @@ export function redactUrl(url: string): string {
 async function openPostgres(url: string): Promise<Store> {
   // Each driver is loaded only when its kind of database is opened: a start on the embedded
   // database does not load pg, one on a server does not load PGlite (docs/performance.md, "Start-up").
-  const [{ default: pg }, { createListenClient }] = await Promise.all([import("pg"), import("./listen-client.js")]);
+  const [{ default: pg }, { createListenClient }] = await Promise.all([
+    import("pg"),
+    import("./listen-client.js"),
+  ]);
   const description = redactUrl(url);
   // int8 as JS numbers on both dialects: counters, sizes and offsets stay below 2^53.
   const typeParsers = {
     getTypeParser: (oid: number, format?: "text" | "binary") =>
-      oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as "text"),
+      oid === pg.types.builtins.INT8
+        ? (v: string) => Number(v)
+        : pg.types.getTypeParser(oid, format as "text"),
   };
   // connectionTimeoutMillis: with the server's host gone, a request fails (503) instead of hanging.
   const poolMax = 20;
-  const pool = new pg.Pool({ connectionString: url, max: poolMax, connectionTimeoutMillis: 5_000, keepAlive: true, types: typeParsers as pg.CustomTypesConfig });
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: poolMax,
+    connectionTimeoutMillis: 5_000,
+    keepAlive: true,
+    types: typeParsers as pg.CustomTypesConfig,
+  });
   const health = createDatabaseHealth({ description, probe: () => pool.query("select 1") });
   const watched = watchedPool(pool, health);
   try {
@@ -123,7 +143,9 @@ async function openPostgres(url: string): Promise<Store> {
   } catch (err) {
     health.close();
     await pool.end().catch(() => {});
-    throw new Error(`cannot reach the database at ${description}: ${(err as Error).message}; check the URL and that the server is running`);
+    throw new Error(
+      `cannot reach the database at ${description}: ${(err as Error).message}; check the URL and that the server is running`,
+    );
   }
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: watched }) });
   const listener = createListenClient(url, health);
@@ -133,13 +155,21 @@ async function openPostgres(url: string): Promise<Store> {
     description,
     health,
     async listen(channel, onNotify, onRecheck) {
-      const unsubscribe = await listener.listen(channel, { onNotify, ...(onRecheck ? { onRecheck } : {}) });
+      const unsubscribe = await listener.listen(channel, {
+        onNotify,
+        ...(onRecheck ? { onRecheck } : {}),
+      });
       return async () => unsubscribe();
     },
     get listening() {
       return listener.connected;
     },
-    poolUse: () => ({ max: poolMax, total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
+    poolUse: () => ({
+      max: poolMax,
+      total: pool.totalCount,
+      idle: pool.idleCount,
+      waiting: pool.waitingCount,
+    }),
     async close() {
       health.close();
       await listener.close();
@@ -161,7 +191,10 @@ async function openEmbedded(location: string): Promise<Store> {
   const inMemory = location === "memory://";
   const dataDir = inMemory ? undefined : resolve(location);
   if (dataDir) mkdirSync(dataDir, { recursive: true });
-  const [{ PGlite, types: pgliteTypes }, { PGliteDialect }] = await Promise.all([import("@electric-sql/pglite"), import("kysely-pglite-dialect")]);
+  const [{ PGlite, types: pgliteTypes }, { PGliteDialect }] = await Promise.all([
+    import("@electric-sql/pglite"),
+    import("kysely-pglite-dialect"),
+  ]);
   let pglite: PGlite;
   try {
     pglite = await PGlite.create({
@@ -170,10 +203,14 @@ async function openEmbedded(location: string): Promise<Store> {
       parsers: { [pgliteTypes.INT8]: (v: string) => Number(v) },
     });
   } catch (err) {
-    throw new Error(`cannot open the embedded database in ${dataDir ?? "memory"}: ${(err as Error).message}; is another forelead process using it?`);
+    throw new Error(
+      `cannot open the embedded database in ${dataDir ?? "memory"}: ${(err as Error).message}; is another forelead process using it?`,
+    );
   }
   const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite) });
-  const description = dataDir ? `embedded Postgres (PGlite) in ${dataDir}` : "embedded Postgres (PGlite) in memory";
+  const description = dataDir
+    ? `embedded Postgres (PGlite) in ${dataDir}`
+    : "embedded Postgres (PGlite) in memory";
   // In this process: it cannot become unreachable, so nothing reports to it and it never probes.
   const health = createDatabaseHealth({ description, probe: () => pglite.query("select 1") });
   return {

@@ -56,21 +56,24 @@ export function createDatabaseHealth(options: DatabaseHealthOptions): DatabaseHe
   // One probe at a time, a jittered interval apart, so probes of many replicas do not line up.
   const scheduleProbe = () => {
     if (closed || downSince === undefined || timer || probing) return;
-    timer = setTimeout(() => {
-      timer = undefined;
-      probing = true;
-      const startedAt = performance.now();
-      options.probe().then(
-        () => {
-          probing = false;
-          health.succeeded(startedAt);
-        },
-        () => {
-          probing = false;
-          scheduleProbe();
-        },
-      );
-    }, intervalMs * (0.5 + Math.random() / 2));
+    timer = setTimeout(
+      () => {
+        timer = undefined;
+        probing = true;
+        const startedAt = performance.now();
+        options.probe().then(
+          () => {
+            probing = false;
+            health.succeeded(startedAt);
+          },
+          () => {
+            probing = false;
+            scheduleProbe();
+          },
+        );
+      },
+      intervalMs * (0.5 + Math.random() / 2),
+    );
     timer.unref();
   };
 
@@ -82,7 +85,9 @@ export function createDatabaseHealth(options: DatabaseHealthOptions): DatabaseHe
       if (!isDatabaseUnreachable(err)) return false;
       if (downSince === undefined && !closed) {
         downSince = performance.now();
-        console.error(`database: ${options.description} is unreachable (${what} failed: ${err instanceof Error ? err.message : String(err)}); requests that need it are answered 503 until it is back`);
+        console.error(
+          `database: ${options.description} is unreachable (${what} failed: ${err instanceof Error ? err.message : String(err)}); requests that need it are answered 503 until it is back`,
+        );
         scheduleProbe();
       }
       return true;

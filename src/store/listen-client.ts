@@ -41,7 +41,8 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
   const lose = (lost: pg.Client, err: Error) => {
     if (client !== lost) return;
     client = undefined;
-    if (!health.failed("the LISTEN connection", err)) console.error(`database: the LISTEN connection failed: ${err.message}; reconnecting`);
+    if (!health.failed("the LISTEN connection", err))
+      console.error(`database: the LISTEN connection failed: ${err.message}; reconnecting`);
     void lost.end().catch(() => {});
     scheduleReconnect();
   };
@@ -50,7 +51,9 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
     // keepAlive: a peer that vanished without closing the socket is noticed, and reconnected.
     const next = new pg.Client({ connectionString: url, keepAlive: true });
     const lost = (err: Error) => lose(next, err);
-    next.on("notification", (n) => channels.get(n.channel)?.forEach((s) => s.onNotify(n.payload ?? "")));
+    next.on("notification", (n) =>
+      channels.get(n.channel)?.forEach((s) => s.onNotify(n.payload ?? "")),
+    );
     next.on("error", lost);
     next.on("end", () => lost(new Error("Connection terminated")));
     try {
@@ -86,11 +89,15 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
         attempt = 0;
         health.succeeded(startedAt);
         if (closed) return;
-        for (const subscriptions of channels.values()) for (const s of subscriptions) s.onRecheck?.();
+        for (const subscriptions of channels.values())
+          for (const s of subscriptions) s.onRecheck?.();
       },
       (err: unknown) => {
         connecting = undefined;
-        if (!health.failed("reconnecting the LISTEN connection", err)) console.error(`database: could not reconnect the LISTEN connection: ${(err as Error).message}`);
+        if (!health.failed("reconnecting the LISTEN connection", err))
+          console.error(
+            `database: could not reconnect the LISTEN connection: ${(err as Error).message}`,
+          );
         scheduleReconnect();
       },
     );
@@ -128,7 +135,8 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
       }
       // A new channel on a live connection; a failure there is the connection's, and its reconnect LISTENs the channel.
       await connecting?.catch(() => {});
-      if (client) await listenAll(client).catch((err: unknown) => void health.failed("LISTEN", err));
+      if (client)
+        await listenAll(client).catch((err: unknown) => void health.failed("LISTEN", err));
       return unsubscribe;
     },
     async close() {
@@ -145,6 +153,7 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
 
 /** Channel names are fixed identifiers in the code; refuse anything else rather than quote it. */
 function checkedChannel(channel: string): string {
-  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel)) throw new Error(`invalid LISTEN channel name ${JSON.stringify(channel)}`);
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(channel))
+    throw new Error(`invalid LISTEN channel name ${JSON.stringify(channel)}`);
   return channel;
 }

@@ -57,7 +57,11 @@ export interface RunnersTable {
   paused_by: ColumnType<string | null, string | null | undefined, string | null>;
   /** The registered process: random per runner process start; '' when the runner sends none (migration 0023). */
   instance_id: ColumnType<string, string | undefined, string>;
-  instance_started_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  instance_started_at: ColumnType<
+    Date | null,
+    Date | string | null | undefined,
+    Date | string | null
+  >;
   /** Capabilities a job's requirements are matched against (migration 0019). */
   os: ColumnType<string, string | undefined, string>;
   execution_kinds: ColumnType<string[], string[] | undefined, string[]>;
@@ -100,7 +104,8 @@ export interface WorkspacePausesTable {
 }
 
 /** Job states: queued, running and waiting_input (suspended, migration 0022) are live; the other three are settled. */
-export type JobState = "queued" | "running" | "waiting_input" | "succeeded" | "failed" | "cancelled";
+export type JobState =
+  "queued" | "running" | "waiting_input" | "succeeded" | "failed" | "cancelled";
 
 /** A job and its current lease. */
 export interface JobsTable {
@@ -310,7 +315,8 @@ export interface InventoryItemsTable {
 }
 
 /** What an operator should look at in a runner's latest report. */
-export type InventoryProblem = "job_not_leased_here" | "orphan_of_live_lease" | "lease_without_container";
+export type InventoryProblem =
+  "job_not_leased_here" | "orphan_of_live_lease" | "lease_without_container";
 
 /** A flag the control plane raised when it checked a runner's latest report. */
 export interface InventoryFlagsTable {
@@ -427,7 +433,8 @@ export interface PipelinesTable {
 }
 
 /** A step's state; "running" is read from its job (the claim does not touch steps). */
-export type StepState = "pending" | "queued" | "running" | "succeeded" | "failed" | "skipped" | "cancelled";
+export type StepState =
+  "pending" | "queued" | "running" | "succeeded" | "failed" | "skipped" | "cancelled";
 
 /** One step of a pipeline (migration 0020). */
 export interface PipelineStepsTable {

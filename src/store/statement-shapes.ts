@@ -1,4 +1,10 @@
-import { CompiledQuery, type Compilable, type Kysely, type QueryResult, type RawBuilder } from "kysely";
+import {
+  CompiledQuery,
+  type Compilable,
+  type Kysely,
+  type QueryResult,
+  type RawBuilder,
+} from "kysely";
 
 /** Stands for the value of `name` while a statement's shape is compiled. */
 class Slot {
@@ -28,7 +34,12 @@ interface Shape {
  * compiled; bench/lib/plans.ts captures statements that way), is built as
  * it comes, every time, and not kept.
  */
-export function statementShapes<DB, V extends Record<string, unknown>, C extends object | undefined, R>(build: (db: Kysely<DB>, values: V, context: C) => Compilable<R> | RawBuilder<R>) {
+export function statementShapes<
+  DB,
+  V extends Record<string, unknown>,
+  C extends object | undefined,
+  R,
+>(build: (db: Kysely<DB>, values: V, context: C) => Compilable<R> | RawBuilder<R>) {
   // Per dialect adapter (the text is the dialect's), then per context, then per names.
   const shapes = new WeakMap<object, WeakMap<object, Map<string, Shape>>>();
   const noContext = {};
@@ -46,12 +57,15 @@ export function statementShapes<DB, V extends Record<string, unknown>, C extends
     async execute(db: Kysely<DB>, values: V, context: C): Promise<QueryResult<R>> {
       const names = Object.keys(values).filter((name) => values[name] !== undefined);
       // Plugins transform a statement as it is compiled, so a database with any gets it built every call too.
-      if (db.getExecutor().plugins.length > 0 || names.some((name) => isExpression(values[name]))) return db.executeQuery<R>(compile(db, build(db, values, context)));
+      if (db.getExecutor().plugins.length > 0 || names.some((name) => isExpression(values[name])))
+        return db.executeQuery<R>(compile(db, build(db, values, context)));
       const byNames = shapesOf(db, context);
       const key = names.join(",");
       let shape = byNames.get(key);
       if (!shape) {
-        const stand = Object.fromEntries(names.map((name) => [name, new Slot(name)])) as unknown as V;
+        const stand = Object.fromEntries(
+          names.map((name) => [name, new Slot(name)]),
+        ) as unknown as V;
         const compiled = compile(db, build(db, stand, context));
         byNames.set(key, (shape = { sql: compiled.sql, parameters: compiled.parameters }));
       }
@@ -62,10 +76,19 @@ export function statementShapes<DB, V extends Record<string, unknown>, C extends
 }
 
 function isExpression(value: unknown): boolean {
-  return typeof value === "object" && value !== null && typeof (value as { toOperationNode?: unknown }).toOperationNode === "function";
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    typeof (value as { toOperationNode?: unknown }).toOperationNode === "function"
+  );
 }
 
 /** A builder compiles by itself; a `sql` fragment with the database it will run on. */
-function compile<DB, R>(db: Kysely<DB>, statement: Compilable<R> | RawBuilder<R>): CompiledQuery<R> {
-  return (statement as RawBuilder<R>).isRawBuilder === true ? (statement as RawBuilder<R>).compile(db) : (statement as Compilable<R>).compile();
+function compile<DB, R>(
+  db: Kysely<DB>,
+  statement: Compilable<R> | RawBuilder<R>,
+): CompiledQuery<R> {
+  return (statement as RawBuilder<R>).isRawBuilder === true
+    ? (statement as RawBuilder<R>).compile(db)
+    : (statement as Compilable<R>).compile();
 }

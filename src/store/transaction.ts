@@ -7,6 +7,9 @@ import type { Database } from "./schema.js";
  * what must commit with it (a pipeline's next steps) share one transaction
  * whoever opened it.
  */
-export function inTransaction<T>(db: Kysely<Database>, fn: (tx: Transaction<Database>) => Promise<T>): Promise<T> {
+export function inTransaction<T>(
+  db: Kysely<Database>,
+  fn: (tx: Transaction<Database>) => Promise<T>,
+): Promise<T> {
   return db.isTransaction ? fn(db as Transaction<Database>) : db.transaction().execute(fn);
 }

@@ -9,13 +9,28 @@ export function isDatabaseUnreachable(err: unknown): boolean {
   if (err instanceof DatabasePoolBusyError) return false;
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
     if (unreachableHere(e)) return true;
-    if (e instanceof AggregateError && e.errors.some((inner) => inner instanceof Error && unreachableHere(inner))) return true;
+    if (
+      e instanceof AggregateError &&
+      e.errors.some((inner) => inner instanceof Error && unreachableHere(inner))
+    )
+      return true;
   }
   return false;
 }
 
 /** Node's socket errors for a server that is gone or cannot be reached. */
-const socketCodes = new Set(["ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EHOSTDOWN", "ENETDOWN", "EAI_AGAIN"]);
+const socketCodes = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EHOSTDOWN",
+  "ENETDOWN",
+  "EAI_AGAIN",
+]);
 
 /** SQLSTATEs of a server going away: 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now; class 08 is "connection exception". */
 const sqlStates = new Set(["57P01", "57P02", "57P03"]);
@@ -23,7 +38,11 @@ const sqlStates = new Set(["57P01", "57P02", "57P03"]);
 /** What node-postgres says, without a code, when the socket closed under it or a dead client is used. */
 /** node-postgres's words when no connection came within connectionTimeoutMillis: the server is gone, or every pooled one stayed busy (watched-pool.ts tells them apart). */
 const connectTimeout = /^timeout exceeded when trying to connect/;
-const messages = [/^Connection terminated/, connectTimeout, /^Client has encountered a connection error and is not queryable/];
+const messages = [
+  /^Connection terminated/,
+  connectTimeout,
+  /^Client has encountered a connection error and is not queryable/,
+];
 
 /** Whether `err` is node-postgres's connection timeout (see connectTimeout). */
 export function isConnectTimeout(err: unknown): boolean {
@@ -32,7 +51,11 @@ export function isConnectTimeout(err: unknown): boolean {
 
 function unreachableHere(e: Error): boolean {
   const code = (e as { code?: unknown }).code;
-  if (typeof code === "string" && (socketCodes.has(code) || sqlStates.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true;
+  if (
+    typeof code === "string" &&
+    (socketCodes.has(code) || sqlStates.has(code) || /^08[0-9A-Z]{3}$/.test(code))
+  )
+    return true;
   return messages.some((m) => m.test(e.message));
 }
 
@@ -54,8 +77,13 @@ export function logUnlessUnreachable(what: string, err: unknown): void {
  * outage: the health tracker ignores it; the API answers 503 with what is busy.
  */
 export class DatabasePoolBusyError extends Error {
-  constructor(readonly poolSize: number, readonly waitedMs: number) {
-    super(`all ${poolSize} database connections of this replica stayed busy for ${waitedMs / 1000} s`);
+  constructor(
+    readonly poolSize: number,
+    readonly waitedMs: number,
+  ) {
+    super(
+      `all ${poolSize} database connections of this replica stayed busy for ${waitedMs / 1000} s`,
+    );
     this.name = "DatabasePoolBusyError";
   }
 }

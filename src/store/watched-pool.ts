@@ -21,7 +21,8 @@ import { DatabasePoolBusyError, isConnectTimeout } from "./unreachable.js";
  */
 export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool {
   pool.on("error", (err) => {
-    if (!health.failed("a pooled connection", err)) console.error(`database: an idle pooled connection failed: ${err.message}`);
+    if (!health.failed("a pooled connection", err))
+      console.error(`database: an idle pooled connection failed: ${err.message}`);
   });
   pool.on("connect", (client) => {
     // Idle, the pool's listener also sees the error (above); in use, its next query fails and is reported as well.
@@ -33,7 +34,8 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
   const wrap = (client: pg.PoolClient): PostgresPoolClient => {
     let inTransaction = false;
     // pg clones a config object (utils.js cloneQueryConfig, ~1 % of the main thread): only a named statement needs one.
-    const send = (text: string, values: unknown[] | undefined, name: string | undefined) => (name ? client.query({ name, text, values }) : client.query(text, values));
+    const send = (text: string, values: unknown[] | undefined, name: string | undefined) =>
+      name ? client.query({ name, text, values }) : client.query(text, values);
     const query = (text: unknown, parameters?: ReadonlyArray<unknown>): unknown => {
       if (typeof text !== "string") return client.query(text as pg.Submittable);
       if (transactionControl.test(text)) inTransaction = !/^(commit|rollback)$/i.test(text);
@@ -45,8 +47,10 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
         .catch((err: unknown) => {
           // Never inside a transaction (above), so sending the text again is safe.
           if (!name) throw err;
-          if (isStalePlan(err)) names.forgetAll(); // a column added since it was prepared (another replica's migration): prepare afresh
-          else if (isGenericPlanRefusal(err)) names.never(text); // e.g. ON CONFLICT ... WHERE state = $1 over a partial index
+          if (isStalePlan(err))
+            names.forgetAll(); // a column added since it was prepared (another replica's migration): prepare afresh
+          else if (isGenericPlanRefusal(err))
+            names.never(text); // e.g. ON CONFLICT ... WHERE state = $1 over a partial index
           else throw err;
           return send(text, values, undefined);
         })
@@ -61,7 +65,10 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
           },
         );
     };
-    return { query: query as PostgresPoolClient["query"], release: (destroy) => client.release(destroy) };
+    return {
+      query: query as PostgresPoolClient["query"],
+      release: (destroy) => client.release(destroy),
+    };
   };
   return {
     async connect() {
@@ -71,7 +78,10 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
       } catch (err) {
         // All checked out for the whole wait (pg-pool says it as for a server it cannot reach).
         if (pool.totalCount >= (pool.options.max ?? 10) && isConnectTimeout(err)) {
-          throw new DatabasePoolBusyError(pool.options.max ?? 10, pool.options.connectionTimeoutMillis ?? 0);
+          throw new DatabasePoolBusyError(
+            pool.options.max ?? 10,
+            pool.options.connectionTimeoutMillis ?? 0,
+          );
         }
         health.failed("opening a connection", err);
         throw err;
@@ -98,7 +108,10 @@ function isGenericPlanRefusal(err: unknown): boolean {
 
 /** Postgres refusing a prepared statement whose result columns changed under it. */
 function isStalePlan(err: unknown): boolean {
-  return (err as { code?: unknown }).code === "0A000" && /cached plan must not change result type/.test(String((err as Error).message));
+  return (
+    (err as { code?: unknown }).code === "0A000" &&
+    /cached plan must not change result type/.test(String((err as Error).message))
+  );
 }
 
 /**

@@ -62,7 +62,10 @@ export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise
  * are woken separately (see notifier.ts): a NOTIFY here would serialize the
  * commits.
  */
-export async function appendBatches(db: Kysely<Database>, batches: readonly AppendBatch[]): Promise<AppendOutcome[]> {
+export async function appendBatches(
+  db: Kysely<Database>,
+  batches: readonly AppendBatch[],
+): Promise<AppendOutcome[]> {
   const column = <T>(f: (b: AppendBatch) => T): T[] => batches.map(f);
   // The messages of every batch in two flat parameters, their sequences and their data, each batch
   // reading its own range of them (item_from .. item_to): Postgres spent ~30 % less CPU a line than
@@ -72,8 +75,16 @@ export async function appendBatches(db: Kysely<Database>, batches: readonly Appe
   const ranges: Array<readonly [number, number]> = [];
   let itemCount = 0;
   for (const b of batches) ranges.push([itemCount + 1, (itemCount += b.sequences.length)]);
-  const items = { sequence: `{${column((b) => b.sequences.join(",")).join(",")}}`, data: `[${column((b) => b.data.join(",")).join(",")}]` };
-  const match = { jobId: sql.ref<string>("i.job_id"), workspaceId: sql.ref<string>("i.workspace_id"), runnerId: sql.ref<string>("i.runner_id"), token: sql.ref<Buffer>("i.token") };
+  const items = {
+    sequence: `{${column((b) => b.sequences.join(",")).join(",")}}`,
+    data: `[${column((b) => b.data.join(",")).join(",")}]`,
+  };
+  const match = {
+    jobId: sql.ref<string>("i.job_id"),
+    workspaceId: sql.ref<string>("i.workspace_id"),
+    runnerId: sql.ref<string>("i.runner_id"),
+    token: sql.ref<Buffer>("i.token"),
+  };
   const { rows } = await sql<{ live: boolean; stored: boolean }>`
     with input as (
       select i.b, i.job_id, i.stream, i.workspace_id, i.runner_id, decode(i.token_hex, 'hex') as token, i.first, i.last, i.item_from, i.item_to
@@ -103,7 +114,9 @@ export async function appendBatches(db: Kysely<Database>, batches: readonly Appe
     select exists (select 1 from lease where lease.b = i.b) as live,
       exists (select 1 from cursor join lease on lease.id = cursor.lease_id and lease.stream = cursor.stream where lease.b = i.b) as stored
     from input i order by i.b`.execute(db);
-  return rows.map((row) => (!row.live ? "lease_not_live" : row.stored ? "stored" : "sequence_not_increasing"));
+  return rows.map((row) =>
+    !row.live ? "lease_not_live" : row.stored ? "stored" : "sequence_not_increasing",
+  );
 }
 
 /** Stores one batch (see appendBatches), in a statement shared with the batches other requests have ready at the same time. */
@@ -126,11 +139,17 @@ export const defaultAppendBatching: BatcherOptions = { maxBatch: 32, maxInFlight
  * deadlock, say), it stored nothing, and each of its batches is stored
  * alone, so one batch's failure is never another's.
  */
-export function createAppender(db: Kysely<Database>, batching: BatcherOptions = defaultAppendBatching): Appender {
+export function createAppender(
+  db: Kysely<Database>,
+  batching: BatcherOptions = defaultAppendBatching,
+): Appender {
   return createBatcher((batches: readonly AppendBatch[]) => appendTogether(db, batches), batching);
 }
 
-async function appendTogether(db: Kysely<Database>, batches: readonly AppendBatch[]): Promise<Array<PromiseSettledResult<AppendOutcome>>> {
+async function appendTogether(
+  db: Kysely<Database>,
+  batches: readonly AppendBatch[],
+): Promise<Array<PromiseSettledResult<AppendOutcome>>> {
   const results: Array<PromiseSettledResult<AppendOutcome>> = [];
   const rounds: Array<Array<{ readonly batch: AppendBatch; readonly index: number }>> = [];
   const roundOf = new Map<string, number>(); // job and stream → the last round holding one of its batches
@@ -142,10 +161,16 @@ async function appendTogether(db: Kysely<Database>, batches: readonly AppendBatc
   });
   for (const round of rounds) {
     try {
-      const outcomes = await appendBatches(db, round.map((r) => r.batch));
+      const outcomes = await appendBatches(
+        db,
+        round.map((r) => r.batch),
+      );
       round.forEach((r, i) => (results[r.index] = { status: "fulfilled", value: outcomes[i]! }));
     } catch (reason) {
-      const alone = round.length === 1 ? [{ status: "rejected" as const, reason }] : await Promise.allSettled(round.map((r) => appendBatch(db, r.batch)));
+      const alone =
+        round.length === 1
+          ? [{ status: "rejected" as const, reason }]
+          : await Promise.allSettled(round.map((r) => appendBatch(db, r.batch)));
       round.forEach((r, i) => (results[r.index] = alone[i]!));
     }
   }
@@ -161,10 +186,18 @@ async function appendTogether(db: Kysely<Database>, batches: readonly AppendBatc
  * stored. Another runner's progress is never revealed. Only rejections pay
  * for this query.
  */
-export async function lastAcceptedSequence(db: Kysely<Database>, holder: LeaseHolder, stream: StreamName, jobId: string, tokenHash: Buffer): Promise<number> {
+export async function lastAcceptedSequence(
+  db: Kysely<Database>,
+  holder: LeaseHolder,
+  stream: StreamName,
+  jobId: string,
+  tokenHash: Buffer,
+): Promise<number> {
   const { rows } = await sql<{ last: number }>`
     select coalesce(c.last_sequence, 0)::bigint as last
     from leases l left join stream_cursors c on c.lease_id = l.id and c.stream = ${stream}
-    where l.token_sha256 = ${tokenHash} and l.job_id = ${jobId} and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}`.execute(db);
+    where l.token_sha256 = ${tokenHash} and l.job_id = ${jobId} and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}`.execute(
+    db,
+  );
   return rows[0]?.last ?? 0;
 }

@@ -37,7 +37,12 @@ export function batchesOf<T>(messages: AsyncIterable<T>): AsyncIterator<readonly
   if (own) return own();
   const it = messages[Symbol.asyncIterator]();
   return {
-    next: () => it.next().then((r) => (r.done ? { done: true, value: undefined } : { done: false, value: [r.value] })),
+    next: () =>
+      it
+        .next()
+        .then((r) =>
+          r.done ? { done: true, value: undefined } : { done: false, value: [r.value] },
+        ),
     return: async () => {
       await it.return?.();
       return { done: true, value: undefined };
@@ -50,7 +55,10 @@ export function batchesOf<T>(messages: AsyncIterable<T>): AsyncIterator<readonly
  * for a message, the ones before it in its batch are handed on first and the
  * error is thrown at the next read, as a source throwing at that message would.
  */
-export function mapMessages<T, U>(messages: AsyncIterable<T>, f: (message: T) => U): BatchedMessages<U> {
+export function mapMessages<T, U>(
+  messages: AsyncIterable<T>,
+  f: (message: T) => U,
+): BatchedMessages<U> {
   const source = batchesOf(messages);
   async function* mapped(): AsyncGenerator<readonly U[]> {
     try {

@@ -4,7 +4,13 @@ import { leaseRefusal, type LeaseHolder } from "../broker/lease-check.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { lastAcceptedSequence, type Appender } from "./append.js";
 import { batchesOf } from "./batches.js";
-import { checkMessage, messageLease, type CheckedMessage, type IncomingMessage, type MessageLease } from "./messages.js";
+import {
+  checkMessage,
+  messageLease,
+  type CheckedMessage,
+  type IncomingMessage,
+  type MessageLease,
+} from "./messages.js";
 
 /** The response header (and Connect error metadata) that carries the last accepted sequence of a rejected request. */
 export const lastAcceptedHeader = "forelead-last-accepted-sequence";
@@ -68,9 +74,20 @@ export async function ingest<T>(
   let bytes = 0;
 
   /** The error to end the request with: `err` plus the last accepted sequence of `lease`. */
-  const rejection = async (err: ConnectError, lease: MessageLease | undefined): Promise<ConnectError> => {
-    const last = lease ? await lastAcceptedSequence(db, holder, stream, lease.jobId, lease.tokenHash) : 0;
-    const out = new ConnectError(`${err.rawMessage}; last accepted ${stream} sequence for this lease is ${last}`, err.code, err.metadata, undefined, err);
+  const rejection = async (
+    err: ConnectError,
+    lease: MessageLease | undefined,
+  ): Promise<ConnectError> => {
+    const last = lease
+      ? await lastAcceptedSequence(db, holder, stream, lease.jobId, lease.tokenHash)
+      : 0;
+    const out = new ConnectError(
+      `${err.rawMessage}; last accepted ${stream} sequence for this lease is ${last}`,
+      err.code,
+      err.metadata,
+      undefined,
+      err,
+    );
     out.metadata.set(lastAcceptedHeader, String(last));
     final.add(out);
     return out;
@@ -111,7 +128,10 @@ export async function ingest<T>(
       const next = it.next();
       let r: IteratorResult<readonly T[]> | typeof idleMark | typeof deadlineMark;
       try {
-        r = batch.length > 0 ? await Promise.race([next, (idle ??= nextMacrotask())]) : await Promise.race([next, deadline]);
+        r =
+          batch.length > 0
+            ? await Promise.race([next, (idle ??= nextMacrotask())])
+            : await Promise.race([next, deadline]);
       } catch (err) {
         throw bodyError(err);
       }
@@ -126,24 +146,36 @@ export async function ingest<T>(
       if (r === deadlineMark || expired) {
         next.catch(() => {}); // the request is abandoned; its body may still fail later
         const bound = `${limits.maxRequestMs / 1000} s`;
-        throw new ConnectError(`the request stayed open past the server's bound of ${bound} (runners keep each request under 25 s); send the rest in a new request`, Code.DeadlineExceeded);
+        throw new ConnectError(
+          `the request stayed open past the server's bound of ${bound} (runners keep each request under 25 s); send the rest in a new request`,
+          Code.DeadlineExceeded,
+        );
       }
       if (r.done) break;
       for (const value of r.value) {
         const m = read(value);
         if (m.refusal) {
           current = leaseOrUndefined(m, current) ?? current;
-          throw new ConnectError(`${m.where} (sequence ${m.sequence}): ${m.refusal.rawMessage}`, m.refusal.code, m.refusal.metadata);
+          throw new ConnectError(
+            `${m.where} (sequence ${m.sequence}): ${m.refusal.rawMessage}`,
+            m.refusal.code,
+            m.refusal.metadata,
+          );
         }
         current = messageLease(m, current);
         const checked = checkMessage(stream, m, current);
         bytes += Buffer.byteLength(checked.dataJson);
         if (bytes > limits.maxRequestBytes) {
-          throw new ConnectError(`${m.where} takes the request over ${limits.maxRequestBytes} bytes of data; send it in a new request`, Code.ResourceExhausted);
+          throw new ConnectError(
+            `${m.where} takes the request over ${limits.maxRequestBytes} bytes of data; send it in a new request`,
+            Code.ResourceExhausted,
+          );
         }
         const tail = batch[batch.length - 1];
-        if (tail && (tail.jobId !== checked.jobId || tail.leaseToken !== checked.leaseToken)) await flush();
-        else if (tail && checked.sequence <= tail.sequence) throw sequenceError(checked, tail.sequence);
+        if (tail && (tail.jobId !== checked.jobId || tail.leaseToken !== checked.leaseToken))
+          await flush();
+        else if (tail && checked.sequence <= tail.sequence)
+          throw sequenceError(checked, tail.sequence);
         batch.push(checked);
         if (batch.length >= limits.maxBatchMessages) await flush();
       }
@@ -163,7 +195,13 @@ export async function ingest<T>(
 /** A failure of reading the messages: a bad line or a body over its bound as it is, anything else a body that ended early. */
 function bodyError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
-  return new ConnectError(`the request body ended early: ${(err as Error)?.message ?? String(err)}`, Code.Canceled, undefined, undefined, err);
+  return new ConnectError(
+    `the request body ended early: ${(err as Error)?.message ?? String(err)}`,
+    Code.Canceled,
+    undefined,
+    undefined,
+    err,
+  );
 }
 
 function sequenceError(m: CheckedMessage, last: number): ConnectError {
@@ -171,7 +209,10 @@ function sequenceError(m: CheckedMessage, last: number): ConnectError {
   return new ConnectError(`sequence ${m.sequence} ${what} (${m.where})`, Code.Aborted);
 }
 
-function leaseOrUndefined(m: IncomingMessage, previous: MessageLease | undefined): MessageLease | undefined {
+function leaseOrUndefined(
+  m: IncomingMessage,
+  previous: MessageLease | undefined,
+): MessageLease | undefined {
   try {
     return messageLease(m, previous);
   } catch {

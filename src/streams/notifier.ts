@@ -35,7 +35,9 @@ export function createStreamNotifier(db: Kysely<Database>, intervalMs = 50): Str
     const keys = [...pending];
     pending = new Set();
     try {
-      await sql`select pg_notify(${streamsChannel}, k) from jsonb_array_elements_text(${JSON.stringify(keys)}::jsonb) as k`.execute(db);
+      await sql`select pg_notify(${streamsChannel}, k) from jsonb_array_elements_text(${JSON.stringify(keys)}::jsonb) as k`.execute(
+        db,
+      );
     } catch (err) {
       // Followers also re-read on a timer (and all of them when the LISTEN connection is back): a lost wakeup delays them, it loses nothing.
       logUnlessUnreachable("streams: could not wake followers", err);

@@ -49,19 +49,37 @@ export function checkQuery(q: StreamQuery): CheckedQuery {
   let afterSequence = 0;
   if (q.after) {
     const m = positionPattern.exec(q.after);
-    if (!m) throw bad(`after ${JSON.stringify(q.after.slice(0, 40))} is not a position; pass the position of an entry read before`);
+    if (!m)
+      throw bad(
+        `after ${JSON.stringify(q.after.slice(0, 40))} is not a position; pass the position of an entry read before`,
+      );
     afterLease = Number(m[1]);
     afterSequence = Number(m[2]);
   }
-  if (!Number.isSafeInteger(q.attempt) || q.attempt < 0) throw bad(`attempt must be 0 (every attempt) or an attempt number; got ${q.attempt}`);
-  if (!Number.isSafeInteger(q.fromSequence) || q.fromSequence < 0) throw bad(`fromSequence must be a non-negative integer; got ${q.fromSequence}`);
-  if (!Number.isInteger(q.pageSize) || q.pageSize < 0 || q.pageSize > readLimits.maxPageSize) throw bad(`pageSize must be 1 to ${readLimits.maxPageSize} (0 means ${readLimits.defaultPageSize}); got ${q.pageSize}`);
-  return { ...q, jobId, afterLease, afterSequence, limit: q.pageSize || readLimits.defaultPageSize };
+  if (!Number.isSafeInteger(q.attempt) || q.attempt < 0)
+    throw bad(`attempt must be 0 (every attempt) or an attempt number; got ${q.attempt}`);
+  if (!Number.isSafeInteger(q.fromSequence) || q.fromSequence < 0)
+    throw bad(`fromSequence must be a non-negative integer; got ${q.fromSequence}`);
+  if (!Number.isInteger(q.pageSize) || q.pageSize < 0 || q.pageSize > readLimits.maxPageSize)
+    throw bad(
+      `pageSize must be 1 to ${readLimits.maxPageSize} (0 means ${readLimits.defaultPageSize}); got ${q.pageSize}`,
+    );
+  return {
+    ...q,
+    jobId,
+    afterLease,
+    afterSequence,
+    limit: q.pageSize || readLimits.defaultPageSize,
+  };
 }
 
 /** The state of a job, or 404 naming it. */
 export async function jobState(db: Kysely<Database>, jobId: string): Promise<JobState> {
-  const row = await db.selectFrom("jobs").select("state").where("id", "=", jobId).executeTakeFirst();
+  const row = await db
+    .selectFrom("jobs")
+    .select("state")
+    .where("id", "=", jobId)
+    .executeTakeFirst();
   if (!row) throw new ConnectError(`job ${jobId} not found`, Code.NotFound);
   return row.state;
 }
@@ -76,7 +94,11 @@ export function isSettled(state: JobState): boolean {
  * claim, so attempts come in order) and then by sequence. Served by the
  * primary key (job_id, stream, lease_id, sequence) from the position on.
  */
-export async function readPage(db: Kysely<Database>, q: CheckedQuery, after = { lease: q.afterLease, sequence: q.afterSequence }): Promise<StreamEntry[]> {
+export async function readPage(
+  db: Kysely<Database>,
+  q: CheckedQuery,
+  after = { lease: q.afterLease, sequence: q.afterSequence },
+): Promise<StreamEntry[]> {
   const rows = await db
     .selectFrom("stream_messages")
     .select(["lease_id", "attempt", "sequence", "data", "received_at"])

@@ -23,8 +23,10 @@ export function isResourceSampleData(data: RawBuilder<unknown>): RawBuilder<bool
 }
 
 /** A sample's CPU in cores and its memory in bytes, as SQL numbers (float8: memory is under 2^53). */
-export const sampleCpuOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'cpuCores')::float8`;
-export const sampleMemoryOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'memoryBytes')::float8`;
+export const sampleCpuOf = (data: RawBuilder<unknown>) =>
+  sql<number>`(${data}->>'cpuCores')::float8`;
+export const sampleMemoryOf = (data: RawBuilder<unknown>) =>
+  sql<number>`(${data}->>'memoryBytes')::float8`;
 
 /**
  * The part of the statement storing batches (append.ts) that folds the
@@ -94,7 +96,12 @@ export async function jobSamples(db: Kysely<Database>, jobId: string): Promise<J
     .orderBy("sequence")
     .execute();
   return {
-    samples: rows.map((r) => ({ at: timeOr(r.at, r.received_at), cpuCores: Number(r.cpu), memoryBytes: Number(r.memory), attempt: r.attempt })),
+    samples: rows.map((r) => ({
+      at: timeOr(r.at, r.received_at),
+      cpuCores: Number(r.cpu),
+      memoryBytes: Number(r.memory),
+      attempt: r.attempt,
+    })),
     peakCpuCores: Number(rows[0]?.peak_cpu ?? 0),
     peakMemoryBytes: Number(rows[0]?.peak_memory ?? 0),
   };

@@ -15,7 +15,13 @@ import type { Database } from "../store/schema.js";
  * Raise, lower and set suggest the p95 peak plus 20% headroom, rounded up:
  * CPU to a tenth of a core, memory to a whole 16 MiB.
  */
-export const sizingRule = { raiseAbove: 0.9, lowerBelow: 0.5, headroom: 0.2, cpuStep: 0.1, memoryStep: 16 * 1024 * 1024 } as const;
+export const sizingRule = {
+  raiseAbove: 0.9,
+  lowerBelow: 0.5,
+  headroom: 0.2,
+  cpuStep: 0.1,
+  memoryStep: 16 * 1024 * 1024,
+} as const;
 
 /** What to do with one request. */
 export type Advice = "raise" | "lower" | "fits" | "set";
@@ -31,14 +37,29 @@ export interface ResourceAdvice {
 }
 
 /** Applies sizingRule to one request; `step` is the rounding unit (sizingRule.cpuStep or memoryStep). */
-export function adviseOn(requested: number, p95Peak: number, maxPeak: number, step: number): ResourceAdvice {
+export function adviseOn(
+  requested: number,
+  p95Peak: number,
+  maxPeak: number,
+  step: number,
+): ResourceAdvice {
   // Rounded to the step (with a guard against float noise such as 0.30000000000000004 / 0.1), never below one step.
-  const suggested = Math.max(step, Math.ceil(Number(((p95Peak * (1 + sizingRule.headroom)) / step).toFixed(6))) * step);
+  const suggested = Math.max(
+    step,
+    Math.ceil(Number(((p95Peak * (1 + sizingRule.headroom)) / step).toFixed(6))) * step,
+  );
   const round = (n: number) => Number(n.toFixed(step < 1 ? 1 : 0));
-  const at = (advice: Advice, value: number): ResourceAdvice => ({ requested, p95Peak, maxPeak, advice, suggested: round(value) });
+  const at = (advice: Advice, value: number): ResourceAdvice => ({
+    requested,
+    p95Peak,
+    maxPeak,
+    advice,
+    suggested: round(value),
+  });
   if (requested <= 0) return at("set", suggested);
   if (p95Peak > requested * sizingRule.raiseAbove) return at("raise", suggested);
-  if (p95Peak < requested * sizingRule.lowerBelow && suggested < requested) return at("lower", suggested);
+  if (p95Peak < requested * sizingRule.lowerBelow && suggested < requested)
+    return at("lower", suggested);
   return at("fits", requested);
 }
 
@@ -71,7 +92,8 @@ export interface SizingQuery {
 export async function sizing(db: Kysely<Database>, q: SizingQuery): Promise<SizingGroup[]> {
   const workspace = q.workspaceId ? sql`and jobs.workspace_id = ${q.workspaceId}` : sql``;
   // spec.cpu is a JSON number; spec.memoryBytes is stored as a decimal string (an int64 in proto3 JSON).
-  const specNumber = (field: string) => sql<number>`case when jsonb_typeof(jobs.spec->${field}) in ('number', 'string') and (jobs.spec->>${field}) ~ '^[0-9]+([.][0-9]+)?$' then (jobs.spec->>${field})::float8 else 0 end`;
+  const specNumber = (field: string) =>
+    sql<number>`case when jsonb_typeof(jobs.spec->${field}) in ('number', 'string') and (jobs.spec->>${field}) ~ '^[0-9]+([.][0-9]+)?$' then (jobs.spec->>${field})::float8 else 0 end`;
   const { rows } = await sql<{
     workspace_id: string;
     labels: string[];
@@ -104,7 +126,17 @@ export async function sizing(db: Kysely<Database>, q: SizingQuery): Promise<Sizi
     labels: r.labels,
     image: r.image,
     jobs: Number(r.jobs),
-    cpu: adviseOn(Number(r.requested_cpu), Number(r.p95_cpu), Number(r.max_cpu), sizingRule.cpuStep),
-    memory: adviseOn(Number(r.requested_memory), Number(r.p95_memory), Number(r.max_memory), sizingRule.memoryStep),
+    cpu: adviseOn(
+      Number(r.requested_cpu),
+      Number(r.p95_cpu),
+      Number(r.max_cpu),
+      sizingRule.cpuStep,
+    ),
+    memory: adviseOn(
+      Number(r.requested_memory),
+      Number(r.p95_memory),
+      Number(r.max_memory),
+      sizingRule.memoryStep,
+    ),
   }));
 }

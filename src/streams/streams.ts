@@ -8,13 +8,25 @@ import type { BatcherOptions } from "../broker/batcher.js";
 import { ingest, type IngestLimits } from "./ingest.js";
 import type { IncomingMessage } from "./messages.js";
 import { createStreamNotifier } from "./notifier.js";
-import { checkQuery, isSettled, jobState, readPage, type StreamEntry, type StreamQuery } from "./read.js";
+import {
+  checkQuery,
+  isSettled,
+  jobState,
+  readPage,
+  type StreamEntry,
+  type StreamQuery,
+} from "./read.js";
 import { createStreamWakeups, type StreamWakeups } from "./wakeups.js";
 
 /** Events and logs: ingest from runners, read and follow for internal services. */
 export interface Streams {
   /** Stores one request's messages in order; resolves with how many were accepted (see ingest). */
-  ingest<T>(stream: StreamName, holder: LeaseHolder, messages: AsyncIterable<T>, read: (message: T) => IncomingMessage): Promise<number>;
+  ingest<T>(
+    stream: StreamName,
+    holder: LeaseHolder,
+    messages: AsyncIterable<T>,
+    read: (message: T) => IncomingMessage,
+  ): Promise<number>;
   /** One page of a job's stream, in order across attempts; 404 for an unknown job. */
   read(query: StreamQuery): AsyncIterable<StreamEntry>;
   /**
@@ -39,7 +51,11 @@ export interface StreamsOptions extends Partial<IngestLimits> {
 }
 
 /** Defaults: a request is cut 30 s after it opened; 1 MiB of data; 5,000 messages per statement. */
-export const defaultIngestLimits: IngestLimits = { maxRequestMs: 30_000, maxRequestBytes: 1024 * 1024, maxBatchMessages: 5_000 };
+export const defaultIngestLimits: IngestLimits = {
+  maxRequestMs: 30_000,
+  maxRequestBytes: 1024 * 1024,
+  maxBatchMessages: 5_000,
+};
 
 /** Starts the streams: subscribes to follower wakeups. */
 export async function createStreams(options: StreamsOptions): Promise<Streams> {
@@ -55,7 +71,10 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
   const followPollMs = options.followPollMs ?? 5_000;
   let closing: Promise<void> | undefined;
   return {
-    ingest: (stream, holder, messages, read) => ingest(db, append, stream, holder, messages, read, limits, (jobId) => notifier.stored(jobId, stream)),
+    ingest: (stream, holder, messages, read) =>
+      ingest(db, append, stream, holder, messages, read, limits, (jobId) =>
+        notifier.stored(jobId, stream),
+      ),
     async *read(query) {
       const q = checkQuery(query);
       await jobState(db, q.jobId);
@@ -73,7 +92,13 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
   };
 }
 
-async function* follow(db: Kysely<Database>, wakeups: StreamWakeups, query: StreamQuery, pollMs: number, signal?: AbortSignal): AsyncGenerator<StreamEntry> {
+async function* follow(
+  db: Kysely<Database>,
+  wakeups: StreamWakeups,
+  query: StreamQuery,
+  pollMs: number,
+  signal?: AbortSignal,
+): AsyncGenerator<StreamEntry> {
   const q = checkQuery(query);
   let after = { lease: q.afterLease, sequence: q.afterSequence };
   for (;;) {
@@ -93,7 +118,11 @@ async function* follow(db: Kysely<Database>, wakeups: StreamWakeups, query: Stre
       if (isSettled(state) || signal?.aborted) return;
       await waiter.wait(pollMs, signal);
       if (signal?.aborted) return;
-      if (wakeups.closed) throw new ConnectError("the control plane is shutting down; follow again from the last position", Code.Unavailable);
+      if (wakeups.closed)
+        throw new ConnectError(
+          "the control plane is shutting down; follow again from the last position",
+          Code.Unavailable,
+        );
     } finally {
       waiter.cancel();
     }

@@ -5,7 +5,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { leasedJob, type LeasedJob } from "../support/actors.js";
-import { artifactStoreKinds, artifactStoreOptions, restUploads, sha256, storedArtifacts } from "../support/artifacts.js";
+import {
+  artifactStoreKinds,
+  artifactStoreOptions,
+  restUploads,
+  sha256,
+  storedArtifacts,
+} from "../support/artifacts.js";
 import { createTestClient, rpcProtocols } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
@@ -20,7 +26,12 @@ async function uploaded(j: LeasedJob, name: string, data: Buffer, mediaType = ""
   expect((await up.put(opened.json.uploadId, 0, data)).status).toBe(200);
   const done = await up.finalize(opened.json.uploadId);
   expect(done.status, done.text).toBe(200);
-  return { name: done.json.name, digest: done.json.digest, size: done.json.size, mediaType: done.json.mediaType };
+  return {
+    name: done.json.name,
+    digest: done.json.digest,
+    size: done.json.size,
+    mediaType: done.json.mediaType,
+  };
 }
 
 describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s store)`, (kind) => {
@@ -33,7 +44,10 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
     const report = Buffer.from('<testsuite tests="3"/>\n');
     const binary = randomBytes(700 * KiB + 3);
     const j = await leasedJob(cp, admin, "r1", fresh());
-    const manifest = [await uploaded(j, "reports/junit.xml", report, "application/xml"), await uploaded(j, "bin/app", binary)];
+    const manifest = [
+      await uploaded(j, "reports/junit.xml", report, "application/xml"),
+      await uploaded(j, "bin/app", binary),
+    ];
     const done = await j.runner.complete(j.jobId, j.token, { artifacts: manifest });
     expect(done.status, done.text).toBe(200);
     expect(done.json.job).toMatchObject({ state: "succeeded", artifacts: manifest });
@@ -41,7 +55,10 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
     const listed = await admin.rest.request("GET", `/v1/admin/jobs/${j.jobId}/artifacts`);
     expect(listed.json).toEqual({ apiVersion: "v1", artifacts: manifest });
 
-    for (const [name, bytes] of [["reports/junit.xml", report], ["bin/app", binary]] as const) {
+    for (const [name, bytes] of [
+      ["reports/junit.xml", report],
+      ["bin/app", binary],
+    ] as const) {
       const got = await downloadRaw(j.jobId, name);
       expect(got.status).toBe(200);
       expect(got.headers["content-type"]).toBe("application/octet-stream"); // never the runner's declared type
@@ -49,15 +66,22 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
       expect(got.headers["forelead-artifact-digest"]).toBe(sha256(bytes));
       expect(sha256(got.body)).toBe(sha256(bytes));
     }
-    expect((await downloadRaw(j.jobId, "reports/junit.xml")).headers["forelead-artifact-media-type"]).toBe("application/xml");
-    const missing = await admin.rest.request("GET", `/v1/admin/jobs/${j.jobId}/artifacts/content?name=nope`);
+    expect(
+      (await downloadRaw(j.jobId, "reports/junit.xml")).headers["forelead-artifact-media-type"],
+    ).toBe("application/xml");
+    const missing = await admin.rest.request(
+      "GET",
+      `/v1/admin/jobs/${j.jobId}/artifacts/content?name=nope`,
+    );
     expect(missing.status).toBe(404);
 
     // The same completion again gets the stored reply; one with another manifest is refused.
     const again = await j.runner.complete(j.jobId, j.token, { artifacts: manifest });
     expect(again.status).toBe(200);
     expect(again.json.job.artifacts).toEqual(manifest);
-    expect((await j.runner.complete(j.jobId, j.token, { artifacts: manifest.slice(1) })).status).toBe(409);
+    expect(
+      (await j.runner.complete(j.jobId, j.token, { artifacts: manifest.slice(1) })).status,
+    ).toBe(409);
     await j.runner.close();
   });
 
@@ -69,16 +93,26 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
     const j = await leasedJob(cp, admin, "r2", ws); // same workspace, even
     const mine = await uploaded(j, "mine.txt", Buffer.from("mine"));
 
-    const refused = await j.runner.complete(j.jobId, j.token, { artifacts: [mine, { ...foreign, name: "stolen.txt" }] });
+    const refused = await j.runner.complete(j.jobId, j.token, {
+      artifacts: [mine, { ...foreign, name: "stolen.txt" }],
+    });
     expect(refused.status).toBe(400);
     expect(refused.json.code).toBe("failed_precondition");
-    expect(refused.json.message).toContain(`names ${foreign.digest}, which was not uploaded and finalized under a lease of job ${j.jobId}`);
-    const never = await j.runner.complete(j.jobId, j.token, { artifacts: [{ name: "x", digest: sha256("never uploaded"), size: "14", mediaType: "" }] });
+    expect(refused.json.message).toContain(
+      `names ${foreign.digest}, which was not uploaded and finalized under a lease of job ${j.jobId}`,
+    );
+    const never = await j.runner.complete(j.jobId, j.token, {
+      artifacts: [{ name: "x", digest: sha256("never uploaded"), size: "14", mediaType: "" }],
+    });
     expect(never.status).toBe(400);
-    const wrongSize = await j.runner.complete(j.jobId, j.token, { artifacts: [{ ...mine, size: "5" }] });
+    const wrongSize = await j.runner.complete(j.jobId, j.token, {
+      artifacts: [{ ...mine, size: "5" }],
+    });
     expect(wrongSize.status).toBe(400);
     expect(wrongSize.json.message).toContain("holds 4");
-    const badName = await j.runner.complete(j.jobId, j.token, { artifacts: [{ ...mine, name: "../../etc/cron.d/x" }] });
+    const badName = await j.runner.complete(j.jobId, j.token, {
+      artifacts: [{ ...mine, name: "../../etc/cron.d/x" }],
+    });
     expect(badName.status).toBe(400);
     const twice = await j.runner.complete(j.jobId, j.token, { artifacts: [mine, mine] });
     expect(twice.json.message).toContain("appears twice");
@@ -105,49 +139,114 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
     await j.runner.close();
   });
 
-  it.each(rpcProtocols)("the whole round trip through generated clients (%s): chunks in, chunks out", async (protocol) => {
-    const ws = fresh();
-    const runnerCert = await cp.pki.runner("g1", ws);
-    const runner = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, runnerCert, protocol);
-    const adminClient = createTestClient(AdminService, cp.url, cp.pki.ca.certPem, await cp.pki.service("test-admin"), protocol);
-    await runner.register({ apiVersion: "v1", runnerId: "g1", workspaceId: ws, slots: 1, labels: ["linux"] });
-    const { job } = await adminClient.enqueueJob({ apiVersion: "v1", workspaceId: ws, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } });
-    const { lease } = await runner.claim({ apiVersion: "v1", runnerId: "g1" });
-    const lc = { apiVersion: "v1", jobId: job!.id, leaseToken: lease!.token };
-    const data = randomBytes(900 * KiB);
-    const opened = await runner.openUpload({ ...lc, name: "out/data.bin", size: BigInt(data.length), digest: sha256(data) });
-    expect(opened.durableSize).toBe(0n);
-    async function* chunks(from: number) {
-      for (let at = from; at < data.length; at += 128 * KiB) {
-        yield at === from ? { ...lc, uploadId: opened.uploadId, offset: BigInt(from), data: data.subarray(at, at + 128 * KiB) } : { data: data.subarray(at, at + 128 * KiB) };
+  it.each(rpcProtocols)(
+    "the whole round trip through generated clients (%s): chunks in, chunks out",
+    async (protocol) => {
+      const ws = fresh();
+      const runnerCert = await cp.pki.runner("g1", ws);
+      const runner = createTestClient(
+        RunnerService,
+        cp.url,
+        cp.pki.ca.certPem,
+        runnerCert,
+        protocol,
+      );
+      const adminClient = createTestClient(
+        AdminService,
+        cp.url,
+        cp.pki.ca.certPem,
+        await cp.pki.service("test-admin"),
+        protocol,
+      );
+      await runner.register({
+        apiVersion: "v1",
+        runnerId: "g1",
+        workspaceId: ws,
+        slots: 1,
+        labels: ["linux"],
+      });
+      const { job } = await adminClient.enqueueJob({
+        apiVersion: "v1",
+        workspaceId: ws,
+        labels: ["linux"],
+        spec: { image: "busybox", argv: ["true"] },
+      });
+      const { lease } = await runner.claim({ apiVersion: "v1", runnerId: "g1" });
+      const lc = { apiVersion: "v1", jobId: job!.id, leaseToken: lease!.token };
+      const data = randomBytes(900 * KiB);
+      const opened = await runner.openUpload({
+        ...lc,
+        name: "out/data.bin",
+        size: BigInt(data.length),
+        digest: sha256(data),
+      });
+      expect(opened.durableSize).toBe(0n);
+      async function* chunks(from: number) {
+        for (let at = from; at < data.length; at += 128 * KiB) {
+          yield at === from
+            ? {
+                ...lc,
+                uploadId: opened.uploadId,
+                offset: BigInt(from),
+                data: data.subarray(at, at + 128 * KiB),
+              }
+            : { data: data.subarray(at, at + 128 * KiB) };
+        }
       }
-    }
-    const half = await runner.putUpload((async function* () {
-      let n = 0;
-      for await (const m of chunks(0)) if (n++ < 3) yield m; // the client stops after three chunks
-    })());
-    expect(half.durableSize).toBe(BigInt(384 * KiB));
-    const gap = await runner.putUpload((async function* () {
-      yield { ...lc, uploadId: opened.uploadId, offset: BigInt(500 * KiB), data: data.subarray(500 * KiB) };
-    })()).catch((e) => e);
-    expect(ConnectError.from(gap).code).toBe(Code.Aborted);
-    const rest = await runner.putUpload(chunks(384 * KiB));
-    expect(rest).toMatchObject({ durableSize: BigInt(data.length), size: BigInt(data.length) });
-    const stored = await runner.finalizeUpload({ ...lc, uploadId: opened.uploadId });
-    expect(stored.digest).toBe(sha256(data));
-    const done = await runner.complete({ ...lc, completionId: "c1", outcome: "succeeded", exitCode: 0, artifacts: [{ name: stored.name, digest: stored.digest, size: stored.size, mediaType: stored.mediaType }] });
-    expect(done.job?.artifacts.map((a) => a.name)).toEqual(["out/data.bin"]);
+      const half = await runner.putUpload(
+        (async function* () {
+          let n = 0;
+          for await (const m of chunks(0)) if (n++ < 3) yield m; // the client stops after three chunks
+        })(),
+      );
+      expect(half.durableSize).toBe(BigInt(384 * KiB));
+      const gap = await runner
+        .putUpload(
+          (async function* () {
+            yield {
+              ...lc,
+              uploadId: opened.uploadId,
+              offset: BigInt(500 * KiB),
+              data: data.subarray(500 * KiB),
+            };
+          })(),
+        )
+        .catch((e) => e);
+      expect(ConnectError.from(gap).code).toBe(Code.Aborted);
+      const rest = await runner.putUpload(chunks(384 * KiB));
+      expect(rest).toMatchObject({ durableSize: BigInt(data.length), size: BigInt(data.length) });
+      const stored = await runner.finalizeUpload({ ...lc, uploadId: opened.uploadId });
+      expect(stored.digest).toBe(sha256(data));
+      const done = await runner.complete({
+        ...lc,
+        completionId: "c1",
+        outcome: "succeeded",
+        exitCode: 0,
+        artifacts: [
+          {
+            name: stored.name,
+            digest: stored.digest,
+            size: stored.size,
+            mediaType: stored.mediaType,
+          },
+        ],
+      });
+      expect(done.job?.artifacts.map((a) => a.name)).toEqual(["out/data.bin"]);
 
-    const parts: Uint8Array[] = [];
-    let head: { digest: string; size: bigint } | undefined;
-    for await (const msg of adminClient.downloadArtifact({ jobId: job!.id, name: "out/data.bin" })) {
-      head ??= { digest: msg.digest, size: msg.size };
-      parts.push(msg.data);
-    }
-    expect(head).toEqual({ digest: sha256(data), size: BigInt(data.length) });
-    expect(sha256(Buffer.concat(parts))).toBe(sha256(data));
-    expect((await adminClient.listJobArtifacts({ jobId: job!.id })).artifacts).toHaveLength(1);
-  });
+      const parts: Uint8Array[] = [];
+      let head: { digest: string; size: bigint } | undefined;
+      for await (const msg of adminClient.downloadArtifact({
+        jobId: job!.id,
+        name: "out/data.bin",
+      })) {
+        head ??= { digest: msg.digest, size: msg.size };
+        parts.push(msg.data);
+      }
+      expect(head).toEqual({ digest: sha256(data), size: BigInt(data.length) });
+      expect(sha256(Buffer.concat(parts))).toBe(sha256(data));
+      expect((await adminClient.listJobArtifacts({ jobId: job!.id })).artifacts).toHaveLength(1);
+    },
+  );
 
   it("a blob damaged in the store is never served as the artifact: the download breaks instead of completing", async () => {
     const data = randomBytes(300 * KiB);
@@ -162,15 +261,25 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
   });
 
   /** GET an artifact's bytes over REST, keeping the body binary. */
-  function downloadRaw(jobId: string, name: string): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
+  function downloadRaw(
+    jobId: string,
+    name: string,
+  ): Promise<{ status: number; headers: Record<string, unknown>; body: Buffer }> {
     return new Promise((resolve, reject) => {
-      const stream = admin.rest.session.request({ ":method": "GET", ":path": `/v1/admin/jobs/${jobId}/artifacts/content?name=${encodeURIComponent(name)}` });
+      const stream = admin.rest.session.request({
+        ":method": "GET",
+        ":path": `/v1/admin/jobs/${jobId}/artifacts/content?name=${encodeURIComponent(name)}`,
+      });
       const chunks: Buffer[] = [];
       let headers: Record<string, unknown> = {};
       stream.on("response", (h) => (headers = h));
       stream.on("data", (c: Buffer) => chunks.push(c));
       stream.on("error", reject);
-      stream.on("end", () => (stream.rstCode && stream.rstCode !== 0 ? reject(new Error(`reset ${stream.rstCode}`)) : resolve({ status: Number(headers[":status"]), headers, body: Buffer.concat(chunks) })));
+      stream.on("end", () =>
+        stream.rstCode && stream.rstCode !== 0
+          ? reject(new Error(`reset ${stream.rstCode}`))
+          : resolve({ status: Number(headers[":status"]), headers, body: Buffer.concat(chunks) }),
+      );
       stream.end();
     });
   }

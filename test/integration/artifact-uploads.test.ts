@@ -5,7 +5,14 @@ import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { eventually, leasedJob, type LeasedJob } from "../support/actors.js";
-import { artifactStoreKinds, artifactStoreOptions, blobPath, restUploads, sha256, storedArtifacts } from "../support/artifacts.js";
+import {
+  artifactStoreKinds,
+  artifactStoreOptions,
+  blobPath,
+  restUploads,
+  sha256,
+  storedArtifacts,
+} from "../support/artifacts.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 
@@ -28,79 +35,111 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
    * CANCEL) once the control plane has staged `cutAfter` bytes of the upload:
    * a connection lost in the middle of a body.
    */
-  async function interruptedPut(j: LeasedJob, uploadId: string, offset: number, bytes: Buffer, cutAfter: number): Promise<void> {
-    const stream = j.runner.rest.session.request({ ":method": "PUT", ":path": `/v1/runner/uploads/${uploadId}`, ...restUploads(j).headers(offset) });
+  async function interruptedPut(
+    j: LeasedJob,
+    uploadId: string,
+    offset: number,
+    bytes: Buffer,
+    cutAfter: number,
+  ): Promise<void> {
+    const stream = j.runner.rest.session.request({
+      ":method": "PUT",
+      ":path": `/v1/runner/uploads/${uploadId}`,
+      ...restUploads(j).headers(offset),
+    });
     stream.on("error", () => {});
     const closed = new Promise<void>((resolve) => stream.once("close", () => resolve()));
     const writing = (async () => {
       for (let at = 0; at < bytes.length && !stream.destroyed; at += MiB) {
-        if (!stream.write(bytes.subarray(at, at + MiB))) await Promise.race([new Promise((r) => stream.once("drain", r)), closed]);
+        if (!stream.write(bytes.subarray(at, at + MiB)))
+          await Promise.race([new Promise((r) => stream.once("drain", r)), closed]);
       }
     })();
-    await eventually(`${cutAfter} bytes staged`, async () => (await stored().stagedBytes(uploadId)) >= cutAfter || undefined, 30_000, 20);
+    await eventually(
+      `${cutAfter} bytes staged`,
+      async () => (await stored().stagedBytes(uploadId)) >= cutAfter || undefined,
+      30_000,
+      20,
+    );
     stream.close(http2Constants.NGHTTP2_CANCEL);
     await closed;
     await writing;
   }
 
-  it("a 50 MiB upload in chunks, interrupted and resumed, is verified and stored once; a second upload of the same bytes is deduplicated", { timeout: 120_000 }, async () => {
-    const data = randomBytes(50 * MiB);
-    const digest = sha256(data);
-    const j = await job();
-    const up = restUploads(j);
-    const t0 = Date.now();
-    const opened = await up.open("dist/app.bin", data.length, digest);
-    expect(opened.status, opened.text).toBe(200);
-    expect(opened.json).toMatchObject({ apiVersion: "v1", durableSize: "0" });
-    const id = opened.json.uploadId;
+  it(
+    "a 50 MiB upload in chunks, interrupted and resumed, is verified and stored once; a second upload of the same bytes is deduplicated",
+    { timeout: 120_000 },
+    async () => {
+      const data = randomBytes(50 * MiB);
+      const digest = sha256(data);
+      const j = await job();
+      const up = restUploads(j);
+      const t0 = Date.now();
+      const opened = await up.open("dist/app.bin", data.length, digest);
+      expect(opened.status, opened.text).toBe(200);
+      expect(opened.json).toMatchObject({ apiVersion: "v1", durableSize: "0" });
+      const id = opened.json.uploadId;
 
-    const first = await up.put(id, 0, data.subarray(0, 8 * MiB));
-    expect(first.status, first.text).toBe(200);
-    expect(first.json).toMatchObject({ uploadId: id, durableSize: String(8 * MiB), size: String(data.length) });
+      const first = await up.put(id, 0, data.subarray(0, 8 * MiB));
+      expect(first.status, first.text).toBe(200);
+      expect(first.json).toMatchObject({
+        uploadId: id,
+        durableSize: String(8 * MiB),
+        size: String(data.length),
+      });
 
-    // The connection breaks 12+ MiB into the next body: what arrived is kept, and reported.
-    await interruptedPut(j, id, 8 * MiB, data.subarray(8 * MiB, 40 * MiB), 20 * MiB);
-    const status = await eventually("the durable size after the break", async () => {
-      const r = await up.put(id, 0);
-      return r.status === 200 ? r : undefined;
-    });
-    const held = Number(status.json.durableSize);
-    expect(held).toBeGreaterThanOrEqual(20 * MiB);
-    expect(held).toBeLessThanOrEqual(40 * MiB);
+      // The connection breaks 12+ MiB into the next body: what arrived is kept, and reported.
+      await interruptedPut(j, id, 8 * MiB, data.subarray(8 * MiB, 40 * MiB), 20 * MiB);
+      const status = await eventually("the durable size after the break", async () => {
+        const r = await up.put(id, 0);
+        return r.status === 200 ? r : undefined;
+      });
+      const held = Number(status.json.durableSize);
+      expect(held).toBeGreaterThanOrEqual(20 * MiB);
+      expect(held).toBeLessThanOrEqual(40 * MiB);
 
-    // Resume one MiB early: the replayed MiB is acknowledged, not refused, and the rest follows in chunks.
-    let offset = held - MiB;
-    while (offset < data.length) {
-      const end = Math.min(offset + 8 * MiB, data.length);
-      const r = await up.put(id, offset, data.subarray(offset, end));
-      expect(r.status, r.text).toBe(200);
-      expect(r.json.durableSize).toBe(String(end));
-      offset = end;
-    }
-    const done = await up.finalize(id);
-    expect(done.status, done.text).toBe(200);
-    expect(done.json).toEqual({ apiVersion: "v1", name: "dist/app.bin", digest, size: String(data.length), mediaType: "application/octet-stream" });
-    console.log(`50 MiB: open, 8 MiB, interrupted at ${(held / MiB).toFixed(1)} MiB, resumed, finalized in ${Date.now() - t0} ms (${databaseKind}, ${kind} store)`);
-    expect(await stored().blobs()).toEqual([digest]);
-    expect(await stored().staged()).toEqual([]);
-    const identity = await stored().blobIdentity(digest);
-    if (cp.plane.artifacts.store.kind === "files") {
-      const blob = await stat(join(cp.plane.artifacts.store.dir, "blobs", blobPath(digest)));
-      expect(blob.size).toBe(data.length);
-      expect(blob.mode & 0o222).toBe(0); // read-only: blobs are immutable
-    }
+      // Resume one MiB early: the replayed MiB is acknowledged, not refused, and the rest follows in chunks.
+      let offset = held - MiB;
+      while (offset < data.length) {
+        const end = Math.min(offset + 8 * MiB, data.length);
+        const r = await up.put(id, offset, data.subarray(offset, end));
+        expect(r.status, r.text).toBe(200);
+        expect(r.json.durableSize).toBe(String(end));
+        offset = end;
+      }
+      const done = await up.finalize(id);
+      expect(done.status, done.text).toBe(200);
+      expect(done.json).toEqual({
+        apiVersion: "v1",
+        name: "dist/app.bin",
+        digest,
+        size: String(data.length),
+        mediaType: "application/octet-stream",
+      });
+      console.log(
+        `50 MiB: open, 8 MiB, interrupted at ${(held / MiB).toFixed(1)} MiB, resumed, finalized in ${Date.now() - t0} ms (${databaseKind}, ${kind} store)`,
+      );
+      expect(await stored().blobs()).toEqual([digest]);
+      expect(await stored().staged()).toEqual([]);
+      const identity = await stored().blobIdentity(digest);
+      if (cp.plane.artifacts.store.kind === "files") {
+        const blob = await stat(join(cp.plane.artifacts.store.dir, "blobs", blobPath(digest)));
+        expect(blob.size).toBe(data.length);
+        expect(blob.mode & 0o222).toBe(0); // read-only: blobs are immutable
+      }
 
-    // The same bytes again, from another job, in one streamed body: one blob, the very same one.
-    const k = await job();
-    const again = restUploads(k);
-    const id2 = (await again.open("copy.bin", data.length, digest)).json.uploadId;
-    expect((await again.put(id2, 0, data)).json.durableSize).toBe(String(data.length));
-    expect((await again.finalize(id2)).json).toMatchObject({ digest, size: String(data.length) });
-    expect(await stored().blobs()).toEqual([digest]);
-    expect(await stored().blobIdentity(digest)).toBe(identity);
-    expect(await stored().staged()).toEqual([]);
-    await Promise.all([j.runner.close(), k.runner.close()]);
-  });
+      // The same bytes again, from another job, in one streamed body: one blob, the very same one.
+      const k = await job();
+      const again = restUploads(k);
+      const id2 = (await again.open("copy.bin", data.length, digest)).json.uploadId;
+      expect((await again.put(id2, 0, data)).json.durableSize).toBe(String(data.length));
+      expect((await again.finalize(id2)).json).toMatchObject({ digest, size: String(data.length) });
+      expect(await stored().blobs()).toEqual([digest]);
+      expect(await stored().blobIdentity(digest)).toBe(identity);
+      expect(await stored().staged()).toEqual([]);
+      await Promise.all([j.runner.close(), k.runner.close()]);
+    },
+  );
 
   it("a wrong digest is refused at finalize, the upload discarded, and nothing is left in the store", async () => {
     const data = randomBytes(3 * MiB);
@@ -113,7 +152,9 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     const refused = await up.finalize(id);
     expect(refused.status).toBe(400);
     expect(refused.json.code).toBe("invalid_argument");
-    expect(refused.json.message).toContain(`hash to ${sha256(data)}, not the declared ${declared}; it was discarded`);
+    expect(refused.json.message).toContain(
+      `hash to ${sha256(data)}, not the declared ${declared}; it was discarded`,
+    );
     expect(await stored().blobs()).toEqual(before);
     expect(await stored().staged()).toEqual([]);
     const late = await up.put(id, 0);
@@ -128,12 +169,16 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     const up = restUploads(j);
     const before = await stored().blobs();
     const id = (await up.open("short.bin", data.length, sha256(data))).json.uploadId;
-    expect((await up.put(id, 0, data.subarray(0, 512 * 1024))).json.durableSize).toBe(String(512 * 1024));
+    expect((await up.put(id, 0, data.subarray(0, 512 * 1024))).json.durableSize).toBe(
+      String(512 * 1024),
+    );
     expect(await stored().staged()).toEqual([id]);
     const refused = await up.finalize(id);
     expect(refused.status).toBe(400);
     expect(refused.json).toMatchObject({ code: "failed_precondition" });
-    expect(refused.json.message).toContain(`holds ${512 * 1024} of its declared ${MiB} bytes; it was discarded`);
+    expect(refused.json.message).toContain(
+      `holds ${512 * 1024} of its declared ${MiB} bytes; it was discarded`,
+    );
     expect(await stored().blobs()).toEqual(before);
     expect(await stored().staged()).toEqual([]);
     await j.runner.close();
@@ -146,7 +191,9 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     const over = await up.open("huge.iso", 2 * 1024 * MiB + 1, sha256("x"));
     expect(over.status).toBe(413);
     expect(over.json.code).toBe("resource_exhausted");
-    expect(over.json.message).toContain(`artifact "huge.iso" declares ${2 * 1024 * MiB + 1} bytes, over this control plane's cap of ${2 * 1024 * MiB} bytes`);
+    expect(over.json.message).toContain(
+      `artifact "huge.iso" declares ${2 * 1024 * MiB + 1} bytes, over this control plane's cap of ${2 * 1024 * MiB} bytes`,
+    );
     expect(await stored().staged()).toEqual([]);
     expect(await stored().blobs()).toEqual(before);
     expect((await up.open("exactly-the-cap.iso", 2 * 1024 * MiB, sha256("x"))).status).toBe(200);
@@ -232,10 +279,20 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     const j = await job();
     const up = restUploads(j);
     const id = (await up.open("a.txt", 3, sha256("abc"))).json.uploadId;
-    const noVersion = await j.runner.rest.request("PUT", `/v1/runner/uploads/${id}`, Buffer.from("abc"), { ...up.headers(0), "forelead-api-version": "" });
+    const noVersion = await j.runner.rest.request(
+      "PUT",
+      `/v1/runner/uploads/${id}`,
+      Buffer.from("abc"),
+      { ...up.headers(0), "forelead-api-version": "" },
+    );
     expect(noVersion.status).toBe(400);
     expect(noVersion.json.message).toContain("apiVersion is required");
-    const badOffset = await j.runner.rest.request("PUT", `/v1/runner/uploads/${id}`, Buffer.from("abc"), { ...up.headers(0), "forelead-upload-offset": "ten" });
+    const badOffset = await j.runner.rest.request(
+      "PUT",
+      `/v1/runner/uploads/${id}`,
+      Buffer.from("abc"),
+      { ...up.headers(0), "forelead-upload-offset": "ten" },
+    );
     expect(badOffset.status).toBe(400);
     expect(badOffset.json.message).toContain("header forelead-upload-offset");
     expect((await up.put(id, 0)).json.durableSize).toBe("0");

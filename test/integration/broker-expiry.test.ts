@@ -28,7 +28,11 @@ describe(`lease expiry (${databaseKind})`, () => {
     await runner.register();
     const first = (await runner.claim()).json;
     await jobState(jobId, "queued");
-    for (const reply of [await runner.renew(jobId, first.token), await runner.release(jobId, first.token), await runner.complete(jobId, first.token)]) {
+    for (const reply of [
+      await runner.renew(jobId, first.token),
+      await runner.release(jobId, first.token),
+      await runner.complete(jobId, first.token),
+    ]) {
       expect(reply.status, reply.text).toBe(409);
       expect(reply.json.message).toMatch(/expired at \d{4}-\d\d-\d\dT/);
     }
@@ -37,7 +41,11 @@ describe(`lease expiry (${databaseKind})`, () => {
     const second = (await other.claim()).json;
     expect(second.job.id).toBe(jobId);
     expect(second.token).not.toBe(first.token);
-    expect((await admin.job(jobId)).json.job).toMatchObject({ state: "running", runnerId: "r2", attempts: 2 });
+    expect((await admin.job(jobId)).json.job).toMatchObject({
+      state: "running",
+      runnerId: "r2",
+      attempts: 2,
+    });
     // The old token stays dead even though the job is running again.
     const stale = await runner.complete(jobId, first.token);
     expect(stale.status).toBe(409);
@@ -58,7 +66,10 @@ describe(`lease expiry (${databaseKind})`, () => {
       expect(renew.status, renew.text).toBe(200);
       await new Promise((r) => setTimeout(r, 300));
     }
-    expect((await runner.complete(jobId, lease.token)).json.job).toMatchObject({ state: "succeeded", attempts: 1 });
+    expect((await runner.complete(jobId, lease.token)).json.job).toMatchObject({
+      state: "succeeded",
+      attempts: 1,
+    });
     await runner.close();
   });
 
@@ -95,8 +106,15 @@ describe(`lease expiry (${databaseKind})`, () => {
 describe(`restarts (${databaseKind})`, () => {
   it("restarting the control plane loses no job and no live lease", async () => {
     // Embedded: a data directory, so a second process life sees the same database.
-    const dir = databaseKind === "embedded" ? await mkdtemp(join(tmpdir(), "forelead-restart-")) : undefined;
-    const database = dir ? { location: join(dir, "db"), kind: "embedded" as const, drop: () => rm(dir, { recursive: true, force: true }) } : await createTestDatabase();
+    const dir =
+      databaseKind === "embedded" ? await mkdtemp(join(tmpdir(), "forelead-restart-")) : undefined;
+    const database = dir
+      ? {
+          location: join(dir, "db"),
+          kind: "embedded" as const,
+          drop: () => rm(dir, { recursive: true, force: true }),
+        }
+      : await createTestDatabase();
     const first = await startTestControlPlane({ database });
     const a1 = await adminActor(first);
     const kept = (await a1.enqueue({ workspaceId: "w1" })).json.job.id;

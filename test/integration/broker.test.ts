@@ -16,7 +16,10 @@ let wsCounter = 0;
 const freshWorkspace = () => `ws${++wsCounter}`;
 
 async function queuedJobs(workspaceId: string): Promise<number> {
-  const reply = await admin.rest.request("GET", `/v1/admin/jobs?workspaceId=${workspaceId}&state=queued&pageSize=500`);
+  const reply = await admin.rest.request(
+    "GET",
+    `/v1/admin/jobs?workspaceId=${workspaceId}&state=queued&pageSize=500`,
+  );
   return (reply.json.jobs ?? []).length;
 }
 
@@ -24,14 +27,47 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   it("enqueue → claim → renew → complete over REST, with the wire names of docs/routes.md", async () => {
     const ws = freshWorkspace();
     const runner = await registeredRunner(cp, "r1", ws, { labels: ["linux", "docker"] });
-    const enq = await admin.enqueue({ workspaceId: ws, maxAttempts: 3, idempotencyKey: "build-4711", spec: { image: "busybox", argv: ["sh", "-c", "echo hi"], env: { CI: "1" }, timeoutSeconds: 60, memoryBytes: "2147483648" } });
+    const enq = await admin.enqueue({
+      workspaceId: ws,
+      maxAttempts: 3,
+      idempotencyKey: "build-4711",
+      spec: {
+        image: "busybox",
+        argv: ["sh", "-c", "echo hi"],
+        env: { CI: "1" },
+        timeoutSeconds: 60,
+        memoryBytes: "2147483648",
+      },
+    });
     expect(enq.status, enq.text).toBe(200);
-    expect(enq.json.job).toMatchObject({ workspaceId: ws, state: "queued", attempts: 0, maxAttempts: 3, labels: ["linux"] });
+    expect(enq.json.job).toMatchObject({
+      workspaceId: ws,
+      state: "queued",
+      attempts: 0,
+      maxAttempts: 3,
+      labels: ["linux"],
+    });
     const jobId = enq.json.job.id;
 
     const claim = await runner.claim();
     expect(claim.status, claim.text).toBe(200);
-    expect(claim.json).toMatchObject({ apiVersion: "v1", cancelRequested: false, job: { id: jobId, workspaceId: ws, labels: ["linux"], kind: "command", spec: { image: "busybox", argv: ["sh", "-c", "echo hi"], env: { CI: "1" }, timeoutSeconds: 60, memoryBytes: "2147483648" } } });
+    expect(claim.json).toMatchObject({
+      apiVersion: "v1",
+      cancelRequested: false,
+      job: {
+        id: jobId,
+        workspaceId: ws,
+        labels: ["linux"],
+        kind: "command",
+        spec: {
+          image: "busybox",
+          argv: ["sh", "-c", "echo hi"],
+          env: { CI: "1" },
+          timeoutSeconds: 60,
+          memoryBytes: "2147483648",
+        },
+      },
+    });
     expect(claim.json.token).toMatch(/^[A-Za-z0-9_-]{43}$/);
     const expiresAt = Date.parse(claim.json.expiresAt);
     expect(expiresAt - Date.now()).toBeGreaterThan(20_000);
@@ -44,13 +80,24 @@ describe(`the job lifecycle (${databaseKind})`, () => {
 
     const renew = await runner.renew(jobId, claim.json.token);
     expect(renew.status, renew.text).toBe(200);
-    expect(renew.json).toMatchObject({ apiVersion: "v1", cancelRequested: false, job: { id: jobId } });
+    expect(renew.json).toMatchObject({
+      apiVersion: "v1",
+      cancelRequested: false,
+      job: { id: jobId },
+    });
     expect(renew.json.token ?? "").toBe(""); // the token is shown only by the claim that issued it
     expect(Date.parse(renew.json.expiresAt)).toBeGreaterThanOrEqual(expiresAt);
 
-    const done = await runner.complete(jobId, claim.json.token, { completionId: "c-7", outcome: "succeeded", exitCode: 0 });
+    const done = await runner.complete(jobId, claim.json.token, {
+      completionId: "c-7",
+      outcome: "succeeded",
+      exitCode: 0,
+    });
     expect(done.status, done.text).toBe(200);
-    expect(done.json).toMatchObject({ apiVersion: "v1", job: { id: jobId, state: "succeeded", exitCode: 0, attempts: 1 } });
+    expect(done.json).toMatchObject({
+      apiVersion: "v1",
+      job: { id: jobId, state: "succeeded", exitCode: 0, attempts: 1 },
+    });
     expect((await admin.job(jobId)).json.job.state).toBe("succeeded");
     await runner.close();
   });
@@ -58,16 +105,50 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   it("the same lifecycle through generated Connect clients", async () => {
     const ws = freshWorkspace();
     const runnerCert = await cp.pki.runner("g1", ws);
-    const runner = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, runnerCert, "connect-binary");
-    const adminClient = createTestClient(AdminService, cp.url, cp.pki.ca.certPem, await cp.pki.service("test-admin"), "grpc");
-    await runner.register({ apiVersion: "v1", runnerId: "g1", workspaceId: ws, slots: 1, labels: ["linux"] });
-    const { job } = await adminClient.enqueueJob({ apiVersion: "v1", workspaceId: ws, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } });
+    const runner = createTestClient(
+      RunnerService,
+      cp.url,
+      cp.pki.ca.certPem,
+      runnerCert,
+      "connect-binary",
+    );
+    const adminClient = createTestClient(
+      AdminService,
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.service("test-admin"),
+      "grpc",
+    );
+    await runner.register({
+      apiVersion: "v1",
+      runnerId: "g1",
+      workspaceId: ws,
+      slots: 1,
+      labels: ["linux"],
+    });
+    const { job } = await adminClient.enqueueJob({
+      apiVersion: "v1",
+      workspaceId: ws,
+      labels: ["linux"],
+      spec: { image: "busybox", argv: ["true"] },
+    });
     expect(job?.state).toBe("queued");
     const { lease } = await runner.claim({ apiVersion: "v1", runnerId: "g1" });
     expect(lease?.job?.id).toBe(job!.id);
-    const renewed = await runner.renew({ apiVersion: "v1", jobId: job!.id, leaseToken: lease!.token });
+    const renewed = await runner.renew({
+      apiVersion: "v1",
+      jobId: job!.id,
+      leaseToken: lease!.token,
+    });
     expect(renewed.lease?.cancelRequested).toBe(false);
-    const done = await runner.complete({ apiVersion: "v1", jobId: job!.id, leaseToken: lease!.token, completionId: "c1", outcome: "succeeded", exitCode: 0 });
+    const done = await runner.complete({
+      apiVersion: "v1",
+      jobId: job!.id,
+      leaseToken: lease!.token,
+      completionId: "c1",
+      outcome: "succeeded",
+      exitCode: 0,
+    });
     expect(done.job?.state).toBe("succeeded");
     const none = await runner.claim({ apiVersion: "v1", runnerId: "g1" });
     expect(none.lease).toBeUndefined();
@@ -88,13 +169,19 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const other = freshWorkspace();
     const gpu = (await admin.enqueue({ workspaceId: ws, labels: ["linux", "gpu"] })).json.job.id;
     const plain = (await admin.enqueue({ workspaceId: ws, labels: ["linux"] })).json.job.id;
-    const stranger = await registeredRunner(cp, "r1", other, { labels: ["linux", "gpu"], slots: 4 });
+    const stranger = await registeredRunner(cp, "r1", other, {
+      labels: ["linux", "gpu"],
+      slots: 4,
+    });
     expect((await stranger.claim()).status).toBe(204);
     const linuxOnly = await registeredRunner(cp, "r2", ws, { labels: ["linux"], slots: 4 });
     const first = await linuxOnly.claim();
     expect(first.json.job.id).toBe(plain);
     expect((await linuxOnly.claim()).status).toBe(204); // the gpu job stays queued
-    const gpuRunner = await registeredRunner(cp, "r3", ws, { labels: ["gpu", "linux", "big"], slots: 4 });
+    const gpuRunner = await registeredRunner(cp, "r3", ws, {
+      labels: ["gpu", "linux", "big"],
+      slots: 4,
+    });
     expect((await gpuRunner.claim()).json.job.id).toBe(gpu);
     await Promise.all([stranger.close(), linuxOnly.close(), gpuRunner.close()]);
   });
@@ -103,7 +190,12 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const ws = freshWorkspace();
     for (let i = 0; i < 5; i++) await admin.enqueue({ workspaceId: ws });
     const runner = await registeredRunner(cp, "r1", ws, { slots: 2 });
-    const claims = await Promise.all([runner.claim(), runner.claim(), runner.claim(), runner.claim()]);
+    const claims = await Promise.all([
+      runner.claim(),
+      runner.claim(),
+      runner.claim(),
+      runner.claim(),
+    ]);
     expect(claims.map((c) => c.status).sort()).toEqual([200, 200, 204, 204]);
     const held = claims.filter((c) => c.status === 200);
     await runner.complete(held[0]!.json.job.id, held[0]!.json.token);
@@ -127,16 +219,27 @@ describe(`the job lifecycle (${databaseKind})`, () => {
   it("long-poll: a waiting claim is answered by the enqueue's wakeup, before its wait runs out", async () => {
     const ws = freshWorkspace();
     const runner = await registeredRunner(cp, "r1", ws);
-    const lastSeen = async () => (await sql<{ seen: string }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id = 'r1'`.execute(cp.plane.store.db)).rows[0]!.seen;
+    const lastSeen = async () =>
+      (
+        await sql<{
+          seen: string;
+        }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id = 'r1'`.execute(
+          cp.plane.store.db,
+        )
+      ).rows[0]!.seen;
     const registered = await lastSeen();
     const waitSeconds = 20;
     let waitRanOut: ReturnType<typeof setTimeout> | undefined;
     // Started before the claim is sent, so it fires before the server's own deadline would.
-    const runsOut = new Promise<"wait ran out">((resolve) => (waitRanOut = setTimeout(resolve, waitSeconds * 1000, "wait ran out")));
+    const runsOut = new Promise<"wait ran out">(
+      (resolve) => (waitRanOut = setTimeout(resolve, waitSeconds * 1000, "wait ran out")),
+    );
     const waiting = runner.claim({ waitSeconds });
     // A claim stamps last_seen_at when it tries; its waiter is armed before that try, which found
     // nothing: from here on only the enqueue's notification (or the wait running out) answers it.
-    await eventually("the claim's first try", async () => ((await lastSeen()) !== registered ? true : undefined));
+    await eventually("the claim's first try", async () =>
+      (await lastSeen()) !== registered ? true : undefined,
+    );
     const enqueued = await admin.enqueue({ workspaceId: ws });
     const first = await Promise.race([waiting.then(() => "claim answered" as const), runsOut]);
     clearTimeout(waitRanOut);
@@ -160,30 +263,51 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const ws = freshWorkspace();
     const gone = await registeredRunner(cp, "r1", ws);
     const stays = await registeredRunner(cp, "r2", ws);
-    const lastSeen = async (runnerId: string) => (await sql<{ seen: string }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id = ${runnerId}`.execute(cp.plane.store.db)).rows[0]!.seen;
+    const lastSeen = async (runnerId: string) =>
+      (
+        await sql<{
+          seen: string;
+        }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id = ${runnerId}`.execute(
+          cp.plane.store.db,
+        )
+      ).rows[0]!.seen;
     const registered = await lastSeen("r1");
     // r1 waits first, so a wake would go to it before r2; then its client closes the stream.
-    const stream = gone.rest.session.request({ ":method": "POST", ":path": "/v1/runner/claim", "content-type": "application/json" });
+    const stream = gone.rest.session.request({
+      ":method": "POST",
+      ":path": "/v1/runner/claim",
+      "content-type": "application/json",
+    });
     stream.on("error", () => {});
     stream.end(JSON.stringify({ apiVersion: "v1", runnerId: "r1", waitSeconds: 20 }));
-    await eventually("r1's claim to be waiting", async () => ((await lastSeen("r1")) !== registered ? true : undefined));
+    await eventually("r1's claim to be waiting", async () =>
+      (await lastSeen("r1")) !== registered ? true : undefined,
+    );
     // r3 waits next, then its whole connection goes (a runner whose machine lost its network).
     const dropped = await registeredRunner(cp, "r3", ws);
     const r3Before = await lastSeen("r3");
     const droppedClaim = dropped.claim({ waitSeconds: 20 }).catch(() => undefined);
-    await eventually("r3's claim to be waiting", async () => ((await lastSeen("r3")) !== r3Before ? true : undefined));
+    await eventually("r3's claim to be waiting", async () =>
+      (await lastSeen("r3")) !== r3Before ? true : undefined,
+    );
     stream.close(http2.constants.NGHTTP2_CANCEL);
     dropped.rest.session.destroy();
     await droppedClaim;
     await eventually("r1's stream to close", async () => (stream.closed ? true : undefined));
     const seenBefore = await lastSeen("r2");
     const waiting = stays.claim({ waitSeconds: 20 });
-    await eventually("r2's claim to be waiting", async () => ((await lastSeen("r2")) !== seenBefore ? true : undefined));
+    await eventually("r2's claim to be waiting", async () =>
+      (await lastSeen("r2")) !== seenBefore ? true : undefined,
+    );
     const enqueued = await admin.enqueue({ workspaceId: ws });
     const claim = await waiting;
     expect(claim.status, claim.text).toBe(200);
     expect(claim.json.job.id).toBe(enqueued.json.job.id);
-    expect((await admin.job(enqueued.json.job.id)).json.job).toMatchObject({ state: "running", runnerId: "r2", attempts: 1 });
+    expect((await admin.job(enqueued.json.job.id)).json.job).toMatchObject({
+      state: "running",
+      runnerId: "r2",
+      attempts: 1,
+    });
     await Promise.all([gone.close(), stays.close(), dropped.close()]);
   });
 
@@ -195,7 +319,11 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const released = await runner.release(jobId, claim.json.token);
     expect(released.status, released.text).toBe(204);
     expect((await admin.job(jobId)).json.job).toMatchObject({ state: "queued", attempts: 0 });
-    for (const call of [runner.renew(jobId, claim.json.token), runner.release(jobId, claim.json.token), runner.complete(jobId, claim.json.token)]) {
+    for (const call of [
+      runner.renew(jobId, claim.json.token),
+      runner.release(jobId, claim.json.token),
+      runner.complete(jobId, claim.json.token),
+    ]) {
       const reply = await call;
       expect(reply.status).toBe(409);
       expect(reply.json).toMatchObject({ code: "aborted" });
@@ -212,14 +340,27 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
     const runner = await registeredRunner(cp, "r1", ws);
     const { token } = (await runner.claim()).json;
-    const body = { completionId: "c-7", outcome: "failed", exitCode: 2, error: { code: "exit_code", message: "make exited 2", retryable: false } };
+    const body = {
+      completionId: "c-7",
+      outcome: "failed",
+      exitCode: 2,
+      error: { code: "exit_code", message: "make exited 2", retryable: false },
+    };
     const first = await runner.complete(jobId, token, body);
     expect(first.status, first.text).toBe(200);
-    expect(first.json.job).toMatchObject({ state: "failed", exitCode: 2, error: { code: "exit_code", message: "make exited 2" } });
+    expect(first.json.job).toMatchObject({
+      state: "failed",
+      exitCode: 2,
+      error: { code: "exit_code", message: "make exited 2" },
+    });
     const again = await runner.complete(jobId, token, body);
     expect(again.status).toBe(200);
     expect(again.json).toEqual(first.json);
-    const different = await runner.complete(jobId, token, { ...body, completionId: "c-8", outcome: "succeeded" });
+    const different = await runner.complete(jobId, token, {
+      ...body,
+      completionId: "c-8",
+      outcome: "succeeded",
+    });
     expect(different.status).toBe(409);
     expect(different.json.message).toContain("c-7");
     const sameIdOtherBody = await runner.complete(jobId, token, { ...body, exitCode: 3 });
@@ -232,12 +373,20 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const ws = freshWorkspace();
     const jobId = (await admin.enqueue({ workspaceId: ws, maxAttempts: 2 })).json.job.id;
     const runner = await registeredRunner(cp, "r1", ws);
-    const retryable = { outcome: "failed", exitCode: 1, error: { code: "infra", message: "disk full", retryable: true } };
+    const retryable = {
+      outcome: "failed",
+      exitCode: 1,
+      error: { code: "infra", message: "disk full", retryable: true },
+    };
     const first = (await runner.claim()).json;
-    expect((await runner.complete(jobId, first.token, { ...retryable, completionId: "a1" })).json.job).toMatchObject({ state: "queued", attempts: 1 });
+    expect(
+      (await runner.complete(jobId, first.token, { ...retryable, completionId: "a1" })).json.job,
+    ).toMatchObject({ state: "queued", attempts: 1 });
     const second = (await runner.claim()).json;
     expect(second.job.id).toBe(jobId);
-    expect((await runner.complete(jobId, second.token, { ...retryable, completionId: "a2" })).json.job).toMatchObject({ state: "failed", attempts: 2 });
+    expect(
+      (await runner.complete(jobId, second.token, { ...retryable, completionId: "a2" })).json.job,
+    ).toMatchObject({ state: "failed", attempts: 2 });
     await runner.close();
   });
 
@@ -246,17 +395,26 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const queued = (await admin.enqueue({ workspaceId: ws })).json.job.id;
     const cancelled = await admin.cancel(queued);
     expect(cancelled.status).toBe(200);
-    expect(cancelled.json.job).toMatchObject({ state: "cancelled", failure: { reason: "cancelled" } });
+    expect(cancelled.json.job).toMatchObject({
+      state: "cancelled",
+      failure: { reason: "cancelled" },
+    });
     const runner = await registeredRunner(cp, "r1", ws);
     expect((await runner.claim()).status).toBe(204);
 
     const running = (await admin.enqueue({ workspaceId: ws })).json.job.id;
     const lease = (await runner.claim()).json;
     expect(lease.job.id).toBe(running);
-    expect((await admin.cancel(running)).json.job).toMatchObject({ state: "running", cancelRequested: true });
+    expect((await admin.cancel(running)).json.job).toMatchObject({
+      state: "running",
+      cancelRequested: true,
+    });
     const renew = await runner.renew(running, lease.token);
     expect(renew.json.cancelRequested).toBe(true);
-    const done = await runner.complete(running, lease.token, { outcome: "cancelled", completionId: "x" });
+    const done = await runner.complete(running, lease.token, {
+      outcome: "cancelled",
+      completionId: "x",
+    });
     expect(done.json.job.state).toBe("cancelled");
     expect((await admin.cancel(running)).status).toBe(200); // cancelling a cancelled job is harmless
 
@@ -288,7 +446,11 @@ describe(`the job lifecycle (${databaseKind})`, () => {
 
   it("concurrent enqueues with one idempotencyKey store one job and answer it to every one of them", async () => {
     const ws = freshWorkspace();
-    const replies = await Promise.all(Array.from({ length: 12 }, () => admin.enqueue({ workspaceId: ws, idempotencyKey: "same", priority: 3 })));
+    const replies = await Promise.all(
+      Array.from({ length: 12 }, () =>
+        admin.enqueue({ workspaceId: ws, idempotencyKey: "same", priority: 3 }),
+      ),
+    );
     expect(replies.map((r) => r.status)).toEqual(replies.map(() => 200));
     expect(new Set(replies.map((r) => r.json.job.id)).size).toBe(1);
     expect(await queuedJobs(ws)).toBe(1);
@@ -301,7 +463,10 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const seen: string[] = [];
     let token = "";
     do {
-      const page = await admin.rest.request("GET", `/v1/admin/jobs?workspaceId=${ws}&pageSize=2${token ? `&pageToken=${token}` : ""}`);
+      const page = await admin.rest.request(
+        "GET",
+        `/v1/admin/jobs?workspaceId=${ws}&pageSize=2${token ? `&pageToken=${token}` : ""}`,
+      );
       expect(page.json.jobs.length).toBeLessThanOrEqual(2);
       seen.push(...page.json.jobs.map((j: { id: string }) => j.id));
       token = page.json.nextPageToken ?? "";
@@ -315,16 +480,36 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     await admin.enqueue({ workspaceId: ws });
     await runner.claim();
     const reply = await admin.rest.request("GET", `/v1/admin/runners?workspaceId=${ws}`);
-    expect(reply.json.runners).toEqual([expect.objectContaining({ runnerId: "r9", workspaceId: ws, slots: 3, labels: ["arm", "linux"], liveLeases: 1 })]);
+    expect(reply.json.runners).toEqual([
+      expect.objectContaining({
+        runnerId: "r9",
+        workspaceId: ws,
+        slots: 3,
+        labels: ["arm", "linux"],
+        liveLeases: 1,
+      }),
+    ]);
     await runner.close();
   });
 
   it("admin routes refuse identities not granted admin, runners included", async () => {
     const runner = await runnerActor(cp, "r1", "w1");
-    const reply = await runner.rest.request("POST", "/v1/admin/jobs", { apiVersion: "v1", workspaceId: "w1", spec: { argv: ["true"] } });
+    const reply = await runner.rest.request("POST", "/v1/admin/jobs", {
+      apiVersion: "v1",
+      workspaceId: "w1",
+      spec: { argv: ["true"] },
+    });
     expect(reply.status).toBe(403);
-    expect(reply.json.message).toContain("runner identities (spiffe://forelead/runners/r1/workspaces/w1) can never call admin methods");
-    const other = createTestClient(AdminService, cp.url, cp.pki.ca.certPem, await cp.pki.service("someone-else"), "connect-json");
+    expect(reply.json.message).toContain(
+      "runner identities (spiffe://forelead/runners/r1/workspaces/w1) can never call admin methods",
+    );
+    const other = createTestClient(
+      AdminService,
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.service("someone-else"),
+      "connect-json",
+    );
     await expect(other.listRunners({})).rejects.toMatchObject({ code: Code.PermissionDenied });
     await runner.close();
   });
@@ -352,7 +537,9 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
     expect(missingToken.status).toBe(400);
     const wrongOutcome = await runner.complete(jobId, token, { outcome: "done" });
     expect(wrongOutcome.status).toBe(400);
-    expect(wrongOutcome.json.message).toContain('outcome "done" is not one of succeeded, failed, cancelled');
+    expect(wrongOutcome.json.message).toContain(
+      'outcome "done" is not one of succeeded, failed, cancelled',
+    );
     expect((await admin.job(jobId)).json.job).toMatchObject({ state: "running", attempts: 1 });
     // The lease still works after all of that.
     expect((await runner.complete(jobId, token)).json.job.state).toBe("succeeded");
@@ -369,7 +556,9 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
     expect(stolen.status).toBe(409);
     const madeUp = await thief.complete(jobId, "AAAA");
     expect(stolen.json).toEqual(madeUp.json);
-    expect(stolen.json.message).toBe(`the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`);
+    expect(stolen.json.message).toBe(
+      `the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`,
+    );
     expect((await admin.job(jobId)).json.job.state).toBe("running");
     await Promise.all([owner.close(), thief.close()]);
   });
@@ -440,9 +629,25 @@ describe(`bad input is refused clearly and leaves the queue unchanged (${databas
     await client.register({ apiVersion: "v1", runnerId: "c1", workspaceId: ws, slots: 1 });
     const jobId = (await admin.enqueue({ workspaceId: ws, labels: [] })).json.job.id;
     const { lease } = await client.claim({ apiVersion: "v1", runnerId: "c1" });
-    const codeOf = (p: Promise<unknown>) => p.then(() => undefined, (e) => ConnectError.from(e).code);
-    expect(await codeOf(client.renew({ apiVersion: "v1", jobId: "01a226bc-0000-7000-8000-000000000000", leaseToken: lease!.token }))).toBe(Code.NotFound);
-    expect(await codeOf(client.renew({ apiVersion: "v1", jobId, leaseToken: "nope" }))).toBe(Code.Aborted);
-    expect(await codeOf(client.claim({ apiVersion: "v1", runnerId: "c1", waitSeconds: -1 }))).toBe(Code.InvalidArgument);
+    const codeOf = (p: Promise<unknown>) =>
+      p.then(
+        () => undefined,
+        (e) => ConnectError.from(e).code,
+      );
+    expect(
+      await codeOf(
+        client.renew({
+          apiVersion: "v1",
+          jobId: "01a226bc-0000-7000-8000-000000000000",
+          leaseToken: lease!.token,
+        }),
+      ),
+    ).toBe(Code.NotFound);
+    expect(await codeOf(client.renew({ apiVersion: "v1", jobId, leaseToken: "nope" }))).toBe(
+      Code.Aborted,
+    );
+    expect(await codeOf(client.claim({ apiVersion: "v1", runnerId: "c1", waitSeconds: -1 }))).toBe(
+      Code.InvalidArgument,
+    );
   });
 });

@@ -15,7 +15,11 @@ const { admin } = cp;
 
 /** Enqueues; the reply must be 200 and queued. */
 /** Enqueues in `workspaceId`; the job is queued, or with `handoff`, may be running already (leased to a claim that was waiting). */
-async function enqueue(workspaceId: string, overrides: Record<string, unknown> = {}, handoff = false) {
+async function enqueue(
+  workspaceId: string,
+  overrides: Record<string, unknown> = {},
+  handoff = false,
+) {
   const reply = await admin.enqueue({ workspaceId, ...overrides });
   expect(reply.status, reply.text).toBe(200);
   expect(handoff ? ["queued", "running"] : ["queued"]).toContain(reply.json.job.state);
@@ -30,13 +34,23 @@ async function getJob(jobId: string) {
 
 /** The database's time of the lease the job's current attempt was issued (leases.issued_at). */
 async function issuedAt(jobId: string): Promise<number> {
-  const row = await cp.plane.store.db.selectFrom("leases").select("issued_at").where("job_id", "=", jobId).orderBy("id", "desc").executeTakeFirstOrThrow();
+  const row = await cp.plane.store.db
+    .selectFrom("leases")
+    .select("issued_at")
+    .where("job_id", "=", jobId)
+    .orderBy("id", "desc")
+    .executeTakeFirstOrThrow();
   return new Date(row.issued_at).getTime();
 }
 
 /** Fails the leased job retryably; returns the complete reply's job. */
 async function failRetryably(runner: RunnerActor, jobId: string, token: string, attempt: number) {
-  const reply = await runner.complete(jobId, token, { completionId: `fail-${jobId}-${attempt}`, outcome: "failed", exitCode: 1, error: { code: "flaky", message: "try again", retryable: true } });
+  const reply = await runner.complete(jobId, token, {
+    completionId: `fail-${jobId}-${attempt}`,
+    outcome: "failed",
+    exitCode: 1,
+    error: { code: "flaky", message: "try again", retryable: true },
+  });
   expect(reply.status, reply.text).toBe(200);
   return reply.json.job as RestReply["json"];
 }
@@ -47,7 +61,11 @@ describe(`what a claim may lease (${databaseKind})`, () => {
     const runAt = new Date(Date.now() + 3_000);
     const job = await enqueue("sched", { runAt: runAt.toISOString() });
     expect(job.claimableAt).toBe(runAt.toISOString());
-    expect(job.waiting).toEqual({ code: "scheduled", until: runAt.toISOString(), message: `the job is scheduled: it is claimable from ${runAt.toISOString()} (its runAt or delaySeconds)` });
+    expect(job.waiting).toEqual({
+      code: "scheduled",
+      until: runAt.toISOString(),
+      message: `the job is scheduled: it is claimable from ${runAt.toISOString()} (its runAt or delaySeconds)`,
+    });
     const early = await runner.claim({ waitSeconds: 0 });
     expect(early.status, early.text).toBe(204);
     // One long-poll, sent before the job is due: no enqueue or completion comes to wake it, so only
@@ -75,7 +93,10 @@ describe(`what a claim may lease (${databaseKind})`, () => {
 
   it("backoff: each retry is claimable later by the multiplier, capped; a lost lease backs off too", async () => {
     const runner = await registeredRunner(cp, "backoff-1", "backoff");
-    const job = await enqueue("backoff", { maxAttempts: 5, backoff: { initialSeconds: 0.5, multiplier: 2, maxSeconds: 1.5 } });
+    const job = await enqueue("backoff", {
+      maxAttempts: 5,
+      backoff: { initialSeconds: 0.5, multiplier: 2, maxSeconds: 1.5 },
+    });
     expect(job.backoff).toEqual({ initialSeconds: 0.5, multiplier: 2, maxSeconds: 1.5 });
     const delays: number[] = [];
     for (let attempt = 1; attempt <= 3; attempt++) {
@@ -87,13 +108,18 @@ describe(`what a claim may lease (${databaseKind})`, () => {
       // Both times are the database's now() of the completing statement.
       delays.push(Date.parse(requeued.claimableAt) - Date.parse(requeued.updatedAt));
       const view = await getJob(job.id);
-      if (Date.parse(view.claimableAt) > Date.now()) expect(view.waiting).toMatchObject({ code: "backoff", until: requeued.claimableAt });
+      if (Date.parse(view.claimableAt) > Date.now())
+        expect(view.waiting).toMatchObject({ code: "backoff", until: requeued.claimableAt });
     }
     expect(delays).toEqual([500, 1_000, 1_500]);
     // Attempt 4 loses its lease: the sweep requeues it after min(1.5, 0.5 * 2^3) s.
     const claim = await runner.claim({ waitSeconds: 20 });
     expect(claim.status, claim.text).toBe(200);
-    await cp.plane.store.db.updateTable("jobs").set({ lease_expires_at: sql<Date>`now() - interval '1 second'` }).where("id", "=", job.id).execute();
+    await cp.plane.store.db
+      .updateTable("jobs")
+      .set({ lease_expires_at: sql<Date>`now() - interval '1 second'` })
+      .where("id", "=", job.id)
+      .execute();
     await cp.plane.broker.sweep();
     const lost = await getJob(job.id);
     expect(lost).toMatchObject({ state: "queued", attempts: 4 });
@@ -105,18 +131,33 @@ describe(`what a claim may lease (${databaseKind})`, () => {
 
   it("a concurrency group of limit 2 never runs a third; the rest wait oldest first, naming the group; other jobs are not held", async () => {
     const ws = "group";
-    const runners = await Promise.all([1, 2, 3].map((i) => registeredRunner(cp, `group-${i}`, ws, { slots: 2 })));
+    const runners = await Promise.all(
+      [1, 2, 3].map((i) => registeredRunner(cp, `group-${i}`, ws, { slots: 2 })),
+    );
     const grouped: Array<RestReply["json"]> = [];
-    for (let i = 0; i < 4; i++) grouped.push(await enqueue(ws, { concurrencyKey: "deploy-api", concurrencyLimit: 2 }));
+    for (let i = 0; i < 4; i++)
+      grouped.push(await enqueue(ws, { concurrencyKey: "deploy-api", concurrencyLimit: 2 }));
     const free = await enqueue(ws);
     const claims: RestReply[] = [];
-    for (const r of runners) for (let i = 0; i < 2; i++) claims.push(await r.claim({ waitSeconds: 0 }));
-    const leased = claims.filter((c) => c.status === 200).map((c) => ({ id: c.json.job.id as string, token: c.json.token as string, runner: runners[Math.floor(claims.indexOf(c) / 2)]! }));
-    expect(leased.map((l) => l.id).sort()).toEqual([grouped[0]!.id, grouped[1]!.id, free.id].sort());
+    for (const r of runners)
+      for (let i = 0; i < 2; i++) claims.push(await r.claim({ waitSeconds: 0 }));
+    const leased = claims
+      .filter((c) => c.status === 200)
+      .map((c) => ({
+        id: c.json.job.id as string,
+        token: c.json.token as string,
+        runner: runners[Math.floor(claims.indexOf(c) / 2)]!,
+      }));
+    expect(leased.map((l) => l.id).sort()).toEqual(
+      [grouped[0]!.id, grouped[1]!.id, free.id].sort(),
+    );
     const waiting = await getJob(grouped[2]!.id);
     expect(waiting.waiting).toEqual({
-      code: "concurrency_group", concurrencyKey: "deploy-api", concurrencyRunning: 2,
-      message: 'concurrency group "deploy-api" is full: 2 of at most 2 running in workspace "group"; the job runs when one of them ends (the group\'s queued jobs go oldest first)',
+      code: "concurrency_group",
+      concurrencyKey: "deploy-api",
+      concurrencyRunning: 2,
+      message:
+        'concurrency group "deploy-api" is full: 2 of at most 2 running in workspace "group"; the job runs when one of them ends (the group\'s queued jobs go oldest first)',
     });
     expect(waiting).toMatchObject({ concurrencyKey: "deploy-api", concurrencyLimit: 2 });
     // A waiting claim is woken when a job of the group ends, and takes the oldest waiting one.
@@ -127,7 +168,12 @@ describe(`what a claim may lease (${databaseKind})`, () => {
     const took = await next;
     expect(took.status, took.text).toBe(200);
     expect(took.json.job.id).toBe(grouped[2]!.id);
-    const running = await cp.plane.store.db.selectFrom("jobs").select(sql<number>`count(*)::int`.as("n")).where("concurrency_key", "=", "deploy-api").where("state", "=", "running").executeTakeFirstOrThrow();
+    const running = await cp.plane.store.db
+      .selectFrom("jobs")
+      .select(sql<number>`count(*)::int`.as("n"))
+      .where("concurrency_key", "=", "deploy-api")
+      .where("state", "=", "running")
+      .executeTakeFirstOrThrow();
     expect(running.n).toBe(2);
   });
 
@@ -137,13 +183,27 @@ describe(`what a claim may lease (${databaseKind})`, () => {
       const hashes = runnerIds.map(() => randomBytes(32).toString("hex"));
       const { rows } = await sql<{ id: string; runner_id: string; token: string }>`
         select c.id::text as id, c.runner_id, encode(c.lease_token_sha256, 'hex') as token
-        from forelead_claim(${runnerIds.map(() => ws)}::text[], ${runnerIds}::text[], ${hashes}::text[], 30) c`.execute(db);
+        from forelead_claim(${runnerIds.map(() => ws)}::text[], ${runnerIds}::text[], ${hashes}::text[], 30) c`.execute(
+        db,
+      );
       // Each lease's token is one of the call's, once; its lease row and its job.leased event are written.
       expect(new Set(rows.map((r) => r.token)).size).toBe(rows.length);
       for (const r of rows) expect(hashes).toContain(r.token);
-      const leases = await db.selectFrom("leases").select(["job_id", "runner_id"]).where("workspace_id", "=", ws).where("ended_at", "is", null).execute();
-      expect(leases.map((l) => `${l.job_id} ${l.runner_id}`).sort()).toEqual(rows.map((r) => `${r.id} ${r.runner_id}`).sort());
-      const events = await db.selectFrom("events").select("job_id").where("workspace_id", "=", ws).where("type", "=", "job.leased").execute();
+      const leases = await db
+        .selectFrom("leases")
+        .select(["job_id", "runner_id"])
+        .where("workspace_id", "=", ws)
+        .where("ended_at", "is", null)
+        .execute();
+      expect(leases.map((l) => `${l.job_id} ${l.runner_id}`).sort()).toEqual(
+        rows.map((r) => `${r.id} ${r.runner_id}`).sort(),
+      );
+      const events = await db
+        .selectFrom("events")
+        .select("job_id")
+        .where("workspace_id", "=", ws)
+        .where("type", "=", "job.leased")
+        .execute();
       expect(events.map((e) => e.job_id).sort()).toEqual(rows.map((r) => r.id).sort());
       return rows;
     };
@@ -173,10 +233,20 @@ describe(`what a claim may lease (${databaseKind})`, () => {
 
   it("requirements: an arm64 job is never leased to an amd64 runner, and is to an arm64 one; each unmet requirement is named", async () => {
     const ws = "reqs";
-    const amd = await registeredRunner(cp, "reqs-amd", ws, { architecture: "amd64", os: "linux", executionKinds: ["docker"], features: ["cancel-v1"] });
+    const amd = await registeredRunner(cp, "reqs-amd", ws, {
+      architecture: "amd64",
+      os: "linux",
+      executionKinds: ["docker"],
+      features: ["cancel-v1"],
+    });
     const job = await enqueue(ws, { requirements: { architecture: "arm64" } });
     expect(job.requirements).toEqual({ architecture: "arm64" });
-    expect(job.waiting).toEqual({ code: "unmet_requirements", unmetRequirement: "architecture arm64", message: 'no runner with architecture arm64 in workspace "reqs" among those with labels linux: register one that has it, or drop it from the job\'s requirements' });
+    expect(job.waiting).toEqual({
+      code: "unmet_requirements",
+      unmetRequirement: "architecture arm64",
+      message:
+        'no runner with architecture arm64 in workspace "reqs" among those with labels linux: register one that has it, or drop it from the job\'s requirements',
+    });
     expect((await amd.claim({ waitSeconds: 0 })).status).toBe(204);
     for (const [requirements, unmet] of [
       [{ os: "darwin" }, "os darwin"],
@@ -184,10 +254,20 @@ describe(`what a claim may lease (${databaseKind})`, () => {
       [{ features: ["cancel-v1", "checkpoint-v1"] }, "feature checkpoint-v1"],
     ] as const) {
       const other = await enqueue(ws, { requirements });
-      expect(other.waiting, JSON.stringify(requirements)).toMatchObject({ code: "unmet_requirements", unmetRequirement: unmet });
+      expect(other.waiting, JSON.stringify(requirements)).toMatchObject({
+        code: "unmet_requirements",
+        unmetRequirement: unmet,
+      });
       expect(other.waiting.message).toContain(`no runner with ${unmet}`);
     }
-    const met = await enqueue(ws, { requirements: { architecture: "amd64", os: "linux", executionKind: "docker", features: ["cancel-v1"] } });
+    const met = await enqueue(ws, {
+      requirements: {
+        architecture: "amd64",
+        os: "linux",
+        executionKind: "docker",
+        features: ["cancel-v1"],
+      },
+    });
     expect(met.waiting).toBeUndefined();
     const claim = await amd.claim({ waitSeconds: 0 });
     expect(claim.json.job.id).toBe(met.id);
@@ -198,17 +278,48 @@ describe(`what a claim may lease (${databaseKind})`, () => {
   });
 
   it("the runner agent registers its os, execution kind and features, and runs a job requiring them", async () => {
-    const runner = await startTestRunner(cp, { runnerId: "caps-1", workspaceId: "caps", executor: "process", slots: 2 });
+    const runner = await startTestRunner(cp, {
+      runnerId: "caps-1",
+      workspaceId: "caps",
+      executor: "process",
+      slots: 2,
+    });
     try {
-      const row = await cp.plane.store.db.selectFrom("runners").select(["os", "execution_kinds", "features", "max_concurrency"]).where("runner_id", "=", "caps-1").executeTakeFirstOrThrow();
-      expect(row).toEqual({ os: process.platform, execution_kinds: ["process"], features: ["cancel-v1", "progress-v1", "result-v1"], max_concurrency: 2 });
+      const row = await cp.plane.store.db
+        .selectFrom("runners")
+        .select(["os", "execution_kinds", "features", "max_concurrency"])
+        .where("runner_id", "=", "caps-1")
+        .executeTakeFirstOrThrow();
+      expect(row).toEqual({
+        os: process.platform,
+        execution_kinds: ["process"],
+        features: ["cancel-v1", "progress-v1", "result-v1"],
+        max_concurrency: 2,
+      });
       // The admin runner listing shows them as registered.
       const rest = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.service("test-admin"));
-      const listed = await rest.request("GET", "/v1/admin/runners?workspaceId=caps").finally(() => rest.close());
+      const listed = await rest
+        .request("GET", "/v1/admin/runners?workspaceId=caps")
+        .finally(() => rest.close());
       expect(listed.status, listed.text).toBe(200);
-      expect(listed.json.runners[0]).toMatchObject({ runnerId: "caps-1", os: process.platform, executionKinds: ["process"], features: ["cancel-v1", "progress-v1", "result-v1"], maxConcurrency: 2 });
-      const job = await enqueue("caps", { spec: specFor("process", { argv: ["true"] }), requirements: { os: process.platform, executionKind: "process", features: ["cancel-v1"] } }, true);
-      const settled = await eventually("the job to succeed", async () => ((await getJob(job.id)).state === "succeeded" ? true : undefined));
+      expect(listed.json.runners[0]).toMatchObject({
+        runnerId: "caps-1",
+        os: process.platform,
+        executionKinds: ["process"],
+        features: ["cancel-v1", "progress-v1", "result-v1"],
+        maxConcurrency: 2,
+      });
+      const job = await enqueue(
+        "caps",
+        {
+          spec: specFor("process", { argv: ["true"] }),
+          requirements: { os: process.platform, executionKind: "process", features: ["cancel-v1"] },
+        },
+        true,
+      );
+      const settled = await eventually("the job to succeed", async () =>
+        (await getJob(job.id)).state === "succeeded" ? true : undefined,
+      );
       expect(settled).toBe(true);
     } finally {
       await runner.close();
@@ -218,14 +329,29 @@ describe(`what a claim may lease (${databaseKind})`, () => {
   it("bad scheduling, group and requirement fields are refused with 400 naming the field", async () => {
     const cases: Array<[Record<string, unknown>, RegExp]> = [
       [{ delaySeconds: -1 }, /^delaySeconds must be a whole number of seconds from 0/],
-      [{ delaySeconds: 5, runAt: new Date(Date.now() + 60_000).toISOString() }, /^runAt and delaySeconds exclude each other/],
-      [{ concurrencyKey: "k", concurrencyLimit: 0 }, /^concurrencyLimit must be 1 to 10000 with a concurrencyKey/],
+      [
+        { delaySeconds: 5, runAt: new Date(Date.now() + 60_000).toISOString() },
+        /^runAt and delaySeconds exclude each other/,
+      ],
+      [
+        { concurrencyKey: "k", concurrencyLimit: 0 },
+        /^concurrencyLimit must be 1 to 10000 with a concurrencyKey/,
+      ],
       [{ concurrencyKey: "k", concurrencyLimit: -2 }, /^concurrencyLimit must be 1 to 10000/],
       [{ concurrencyLimit: 2 }, /^concurrencyLimit needs a concurrencyKey/],
-      [{ requirements: { executionKind: "vm" } }, /^requirements\.executionKind "vm" is not an execution kind: one of docker, process/],
-      [{ requirements: { features: ["ok", "not ok"] } }, /^requirements\.features\[1\] "not ok" is not a capability name/],
+      [
+        { requirements: { executionKind: "vm" } },
+        /^requirements\.executionKind "vm" is not an execution kind: one of docker, process/,
+      ],
+      [
+        { requirements: { features: ["ok", "not ok"] } },
+        /^requirements\.features\[1\] "not ok" is not a capability name/,
+      ],
       [{ backoff: { initialSeconds: 0 } }, /^backoff\.initialSeconds must be more than 0/],
-      [{ backoff: { initialSeconds: 10, maxSeconds: 5 } }, /^backoff\.maxSeconds must be 0 \(an hour\) or from backoff\.initialSeconds \(10\)/],
+      [
+        { backoff: { initialSeconds: 10, maxSeconds: 5 } },
+        /^backoff\.maxSeconds must be 0 \(an hour\) or from backoff\.initialSeconds \(10\)/,
+      ],
     ];
     for (const [fields, message] of cases) {
       const reply = await admin.enqueue({ workspaceId: "bad-input", ...fields });

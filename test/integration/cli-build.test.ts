@@ -14,13 +14,23 @@ const run = promisify(execFile);
 const repoRoot = process.cwd();
 const env = { ...process.env, FORELEAD_RUN_SOURCE: "" };
 
-async function compiled(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+async function compiled(
+  ...args: string[]
+): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await run(process.execPath, [join(repoRoot, "bin/forelead.js"), ...args], { cwd: repoRoot, env, timeout: 30_000 });
+    const { stdout, stderr } = await run(
+      process.execPath,
+      [join(repoRoot, "bin/forelead.js"), ...args],
+      { cwd: repoRoot, env, timeout: 30_000 },
+    );
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
+    return {
+      code: typeof e.code === "number" ? e.code : -1,
+      stdout: e.stdout ?? "",
+      stderr: e.stderr ?? "",
+    };
   }
 }
 
@@ -28,7 +38,12 @@ async function compiled(...args: string[]): Promise<{ code: number; stdout: stri
 function parseVersion(stdout: string): Record<string, string> {
   const [first, ...rest] = stdout.trim().split("\n");
   const version = /^forelead (\S+)$/.exec(first ?? "")?.[1];
-  return { version: version ?? "", ...Object.fromEntries(rest.map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()])) };
+  return {
+    version: version ?? "",
+    ...Object.fromEntries(
+      rest.map((l) => [l.slice(0, l.indexOf(":")), l.slice(l.indexOf(":") + 1).trim()]),
+    ),
+  };
 }
 
 describe("the compiled forelead command", () => {
@@ -46,7 +61,12 @@ describe("the compiled forelead command", () => {
     const expected = readBuildInfo();
     const top = await compiled("--version");
     expect(top.code, top.stderr).toBe(0);
-    expect(parseVersion(top.stdout)).toEqual({ version: expected.version, commit: expected.commit, built: expected.buildDate || "unknown", node: process.version });
+    expect(parseVersion(top.stdout)).toEqual({
+      version: expected.version,
+      commit: expected.commit,
+      built: expected.buildDate || "unknown",
+      node: process.version,
+    });
 
     // A subcommand's own --version wins over its required flags (jobs list needs --server otherwise).
     const sub = await compiled("jobs", "list", "--version");

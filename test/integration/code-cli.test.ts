@@ -28,10 +28,22 @@ afterAll(async () => {
 
 /** Runs `forelead repos ...` with the admin certificate; resolves to exit code and output. */
 function repos(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const flags = ["--server", cp.url, "--ca", join(dir, "ca.pem"), "--cert", join(dir, "admin.pem"), "--key", join(dir, "admin-key.pem")];
+  const flags = [
+    "--server",
+    cp.url,
+    "--ca",
+    join(dir, "ca.pem"),
+    "--cert",
+    join(dir, "admin.pem"),
+    "--key",
+    join(dir, "admin-key.pem"),
+  ];
   return new Promise((done) => {
-    execFile(process.execPath, ["bin/forelead.js", "repos", ...args, ...flags], { cwd: repoRoot }, (err, stdout, stderr) =>
-      done({ code: err ? Number(err.code ?? 1) : 0, stdout, stderr }),
+    execFile(
+      process.execPath,
+      ["bin/forelead.js", "repos", ...args, ...flags],
+      { cwd: repoRoot },
+      (err, stdout, stderr) => done({ code: err ? Number(err.code ?? 1) : 0, stdout, stderr }),
     );
   });
 }

@@ -7,7 +7,13 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { checkoutBase } from "../../src/runner/checkout/checkout.js";
 import { createTestClient, type RestReply } from "../support/clients.js";
-import { leaseCodeJob, publishBundle, registerRepository, requestBundle, requestHead } from "../support/code-actors.js";
+import {
+  leaseCodeJob,
+  publishBundle,
+  registerRepository,
+  requestBundle,
+  requestHead,
+} from "../support/code-actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, git, type TestOrigin } from "../support/git-repos.js";
@@ -30,17 +36,37 @@ beforeAll(async () => {
   pki = await createTestPki();
   await writeFile(join(scratch, "ca.pem"), pki.ca.certPem);
   process.env.GIT_SSL_CAINFO = join(scratch, "ca.pem"); // the control plane's git trusts the test code host
-  const realGit = (await git(scratch, ["--exec-path"])).replace(/\/lib\/git-core$|\/libexec\/git-core$/, "/bin/git");
-  await writeFile(join(scratch, "git"), `#!/bin/sh\nprintf '%s\\n' "$*" >> '${join(scratch, "argv.log")}'\nexec '${realGit}' "$@"\n`);
+  const realGit = (await git(scratch, ["--exec-path"])).replace(
+    /\/lib\/git-core$|\/libexec\/git-core$/,
+    "/bin/git",
+  );
+  await writeFile(
+    join(scratch, "git"),
+    `#!/bin/sh\nprintf '%s\\n' "$*" >> '${join(scratch, "argv.log")}'\nexec '${realGit}' "$@"\n`,
+  );
   await chmod(join(scratch, "git"), 0o755);
   process.env.PATH = `${scratch}:${process.env.PATH}`;
   for (const stream of [process.stdout, process.stderr]) {
     const write = stream.write.bind(stream);
-    vi.spyOn(stream, "write").mockImplementation((chunk: unknown, ...rest: unknown[]) => (logged.push(String(chunk)), write(chunk as string, ...(rest as []))));
+    vi.spyOn(stream, "write").mockImplementation(
+      (chunk: unknown, ...rest: unknown[]) => (
+        logged.push(String(chunk)),
+        write(chunk as string, ...(rest as []))
+      ),
+    );
   }
   for (const level of ["log", "error", "warn", "info", "debug"] as const) {
     const original = console[level].bind(console);
-    vi.spyOn(console, level).mockImplementation((...args: unknown[]) => (logged.push(args.map((a) => (a instanceof Error ? `${a.stack} ${JSON.stringify(a)}` : String(a))).join(" ")), original(...args)));
+    vi.spyOn(console, level).mockImplementation(
+      (...args: unknown[]) => (
+        logged.push(
+          args
+            .map((a) => (a instanceof Error ? `${a.stack} ${JSON.stringify(a)}` : String(a)))
+            .join(" "),
+        ),
+        original(...args)
+      ),
+    );
   }
   origin = await createTestOrigin();
   host = await startGitHttpsServer(join(origin.path, ".."), pki.server, "forelead", secret);
@@ -78,18 +104,47 @@ describe(`an https repository's credential (${databaseKind})`, () => {
     await kept(admin.rest.request("GET", "/v1/admin/repositories"));
 
     const base = (await origin.branchHead("main"))!;
-    const lease = await leaseCodeJob(cp, admin, "w1", "r1", { kind: "agent", repository: "app", targetBranch: "main" });
+    const lease = await leaseCodeJob(cp, admin, "w1", "r1", {
+      kind: "agent",
+      repository: "app",
+      targetBranch: "main",
+    });
     expect(lease.lease.job.baseCommit).toBe(base);
-    expect((await kept(requestHead(lease.runner, lease.jobId, lease.token))).json.commit).toBe(base);
-    expect((await kept(requestBundle(lease.runner, lease.jobId, lease.token, "base", base))).status).toBe(200);
+    expect((await kept(requestHead(lease.runner, lease.jobId, lease.token))).json.commit).toBe(
+      base,
+    );
+    expect(
+      (await kept(requestBundle(lease.runner, lease.jobId, lease.token, "base", base))).status,
+    ).toBe(200);
     await kept(requestBundle(lease.runner, lease.jobId, lease.token, "head", "0".repeat(40)));
 
-    const client = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, await cp.pki.runner("r1", "w1"), "grpc");
+    const client = createTestClient(
+      RunnerService,
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.runner("r1", "w1"),
+      "grpc",
+    );
     const dir = join(scratch, "agent");
-    await checkoutBase({ jobId: lease.jobId, leaseToken: lease.token, baseCommit: base, baseTree: lease.lease.job.baseTree! }, { client, dir });
+    await checkoutBase(
+      {
+        jobId: lease.jobId,
+        leaseToken: lease.token,
+        baseCommit: base,
+        baseTree: lease.lease.job.baseTree!,
+      },
+      { client, dir },
+    );
     await git(dir, ["commit", "--quiet", "--allow-empty", "-m", "agent"]);
     await git(dir, ["bundle", "create", "--quiet", "out.bundle", "HEAD", `^${base}`]);
-    const published = await kept(publishBundle(lease.runner, lease.jobId, lease.token, await readFile(join(dir, "out.bundle"))));
+    const published = await kept(
+      publishBundle(
+        lease.runner,
+        lease.jobId,
+        lease.token,
+        await readFile(join(dir, "out.bundle")),
+      ),
+    );
     expect(published.status, published.text).toBe(200);
     expect(await origin.branchHead(`forelead/jobs/${lease.jobId}`)).toBe(published.json.commit); // pushed over https with the credential
     await kept(admin.job(lease.jobId));

@@ -6,7 +6,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { createTestClient } from "../support/clients.js";
-import { leaseCodeJob, publishBundle, registerRepository, requestBundle } from "../support/code-actors.js";
+import {
+  leaseCodeJob,
+  publishBundle,
+  registerRepository,
+  requestBundle,
+} from "../support/code-actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, git, type TestOrigin } from "../support/git-repos.js";
@@ -43,18 +48,40 @@ async function originBundle(name: string, ...revs: string[]): Promise<Buffer> {
 describe(`bundle cap (${databaseKind})`, () => {
   it("a base bundle of a 300 KiB repository over a 256 KiB cap is refused with 413 before any byte, and leaves no file behind", async () => {
     const ws = freshWorkspace();
-    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "r1", { repository: "app", targetBranch: "huge" });
+    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "r1", {
+      repository: "app",
+      targetBranch: "huge",
+    });
     const reply = await requestBundle(runner, jobId, token, "base", lease.job.baseCommit!);
     expect(reply.status, reply.text.slice(0, 200)).toBe(413);
     expect(reply.headers["content-type"]).toBe("application/json");
-    expect(reply.json).toEqual({ code: "resource_exhausted", message: `the bundle of ${lease.job.baseCommit} is larger than the 256 KiB cap on bundles; it was not sent` });
+    expect(reply.json).toEqual({
+      code: "resource_exhausted",
+      message: `the bundle of ${lease.job.baseCommit} is larger than the 256 KiB cap on bundles; it was not sent`,
+    });
     expect(await readdir(join(codeDir, "scratch"))).toEqual([]);
 
-    const client = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, await cp.pki.runner("r1", ws), "connect-binary");
+    const client = createTestClient(
+      RunnerService,
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.runner("r1", ws),
+      "connect-binary",
+    );
     let received = 0;
     const err = await (async () => {
-      for await (const c of client.codeBundle({ apiVersion: "v1", jobId, leaseToken: token, kind: "base", commit: lease.job.baseCommit! })) received += c.data.length;
-    })().then(() => undefined, (e) => ConnectError.from(e));
+      for await (const c of client.codeBundle({
+        apiVersion: "v1",
+        jobId,
+        leaseToken: token,
+        kind: "base",
+        commit: lease.job.baseCommit!,
+      }))
+        received += c.data.length;
+    })().then(
+      () => undefined,
+      (e) => ConnectError.from(e),
+    );
     expect(err?.code).toBe(Code.ResourceExhausted);
     expect(received).toBe(0);
     await runner.close();
@@ -62,13 +89,19 @@ describe(`bundle cap (${databaseKind})`, () => {
 
   it("a publish bundle over the cap is refused with 413 and nothing is pushed", async () => {
     const ws = freshWorkspace();
-    const { runner, jobId, token } = await leaseCodeJob(cp, admin, ws, "a1", { kind: "agent", repository: "app", targetBranch: "main" });
+    const { runner, jobId, token } = await leaseCodeJob(cp, admin, ws, "a1", {
+      kind: "agent",
+      repository: "app",
+      targetBranch: "main",
+    });
     const before = await origin.refs();
     const big = await originBundle("big.bundle", "huge", "^main");
     expect(big.length).toBeGreaterThan(cap);
     const reply = await publishBundle(runner, jobId, token, big);
     expect(reply.status, reply.text).toBe(413);
-    expect(reply.json.message).toContain(`over the ${cap}-byte cap on bundles; it was refused whole`);
+    expect(reply.json.message).toContain(
+      `over the ${cap}-byte cap on bundles; it was refused whole`,
+    );
     expect(await origin.refs()).toBe(before);
     expect(await readdir(join(codeDir, "scratch"))).toEqual([]);
     await runner.close();
@@ -78,7 +111,11 @@ describe(`bundle cap (${databaseKind})`, () => {
 describe(`corrupt publish bundles (${databaseKind})`, () => {
   it("a corrupt, truncated, foreign or empty bundle, or one without its lease headers, is refused with 400 and the repository is unchanged", async () => {
     const ws = freshWorkspace();
-    const { runner, jobId, token } = await leaseCodeJob(cp, admin, ws, "a2", { kind: "agent", repository: "app", targetBranch: "main" });
+    const { runner, jobId, token } = await leaseCodeJob(cp, admin, ws, "a2", {
+      kind: "agent",
+      repository: "app",
+      targetBranch: "main",
+    });
     await git(origin.work, ["checkout", "--quiet", "-B", "candidate", "main"]);
     await git(origin.work, ["commit", "--quiet", "--allow-empty", "-m", "candidate"]);
     const good = await originBundle("good.bundle", "candidate", "^main");
@@ -98,13 +135,26 @@ describe(`corrupt publish bundles (${databaseKind})`, () => {
       expect(reply.json.message, what).toContain(message);
       expect(await origin.refs(), what).toBe(before);
     }
-    const noVersion = await runner.rest.request("POST", "/v1/runner/agent/publish", good, { "content-type": "application/x-git-bundle", "forelead-job-id": jobId, "forelead-lease-token": token });
+    const noVersion = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
+      "content-type": "application/x-git-bundle",
+      "forelead-job-id": jobId,
+      "forelead-lease-token": token,
+    });
     expect(noVersion.status).toBe(400);
     expect(noVersion.json.message).toContain("apiVersion is required");
-    const noToken = await runner.rest.request("POST", "/v1/runner/agent/publish", good, { "content-type": "application/x-git-bundle", "forelead-api-version": "v1", "forelead-job-id": jobId });
+    const noToken = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
+      "content-type": "application/x-git-bundle",
+      "forelead-api-version": "v1",
+      "forelead-job-id": jobId,
+    });
     expect(noToken.status).toBe(400);
     expect(noToken.json.message).toContain("leaseToken is required");
-    const wrongType = await runner.rest.request("POST", "/v1/runner/agent/publish", good, { "content-type": "application/json", "forelead-api-version": "v1", "forelead-job-id": jobId, "forelead-lease-token": token });
+    const wrongType = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
+      "content-type": "application/json",
+      "forelead-api-version": "v1",
+      "forelead-job-id": jobId,
+      "forelead-lease-token": token,
+    });
     expect(wrongType.status).toBe(400);
     expect(wrongType.json.message).toContain("send the request body as application/x-git-bundle");
     expect((await admin.job(jobId)).json.job.publishedCommit).toBeUndefined();

@@ -7,7 +7,15 @@ import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { checkoutBase, CheckoutRefused } from "../../src/runner/checkout/checkout.js";
 import { runnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
-import { emptyRepo, importBundleBytes, leaseCodeJob, loseLease, registerRepository, requestBundle, requestHead } from "../support/code-actors.js";
+import {
+  emptyRepo,
+  importBundleBytes,
+  leaseCodeJob,
+  loseLease,
+  registerRepository,
+  requestBundle,
+  requestHead,
+} from "../support/code-actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { createTestOrigin, git, type TestOrigin } from "../support/git-repos.js";
@@ -47,18 +55,30 @@ describe(`repositories and enqueue (${databaseKind})`, () => {
       expect(reply.json.message).toContain(message);
     }
     const list = await admin.rest.request("GET", "/v1/admin/repositories");
-    expect(list.json.repositories.map((r: { name: string }) => r.name)).toEqual(["app", "app-file"]);
+    expect(list.json.repositories.map((r: { name: string }) => r.name)).toEqual([
+      "app",
+      "app-file",
+    ]);
   });
 
   it("enqueue refuses an unregistered repository, an unknown branch and a kind without code, and stores nothing", async () => {
     const ws = freshWorkspace();
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ repository: "nope", targetBranch: "main" }, 'repository "nope" is not registered'],
-      [{ repository: "app", targetBranch: "no-such-branch" }, 'targetBranch "no-such-branch" does not exist in repository "app"'],
+      [
+        { repository: "app", targetBranch: "no-such-branch" },
+        'targetBranch "no-such-branch" does not exist in repository "app"',
+      ],
       [{ repository: "app" }, "a checkout job needs a targetBranch"],
       [{ kind: "agent" }, "an agent job needs a repository"],
-      [{ kind: "command", repository: "app", targetBranch: "main" }, "a command job has no repository"],
-      [{ kind: "deploy", repository: "app", targetBranch: "main" }, 'kind "deploy" is not one of command, checkout, agent'],
+      [
+        { kind: "command", repository: "app", targetBranch: "main" },
+        "a command job has no repository",
+      ],
+      [
+        { kind: "deploy", repository: "app", targetBranch: "main" },
+        'kind "deploy" is not one of command, checkout, agent',
+      ],
       [{ repository: "app", targetBranch: "-x" }, 'targetBranch "-x" is not a branch name'],
     ];
     for (const [overrides, message] of cases) {
@@ -69,7 +89,12 @@ describe(`repositories and enqueue (${databaseKind})`, () => {
     const listed = await admin.rest.request("GET", `/v1/admin/jobs?workspaceId=${ws}`);
     expect(listed.json.jobs ?? []).toEqual([]);
     const ok = await admin.enqueue({ workspaceId: ws, repository: "app", targetBranch: "main" });
-    expect(ok.json.job).toMatchObject({ kind: "checkout", repository: "app", targetBranch: "main", state: "queued" });
+    expect(ok.json.job).toMatchObject({
+      kind: "checkout",
+      repository: "app",
+      targetBranch: "main",
+      state: "queued",
+    });
     expect(ok.json.job.baseCommit).toBeUndefined(); // pinned at claim, not at enqueue
   });
 });
@@ -78,8 +103,17 @@ describe(`pinning at claim (${databaseKind})`, () => {
   it("a claim pins targetBranch to baseCommit and baseTree; a retry after a lost lease gets the same pair though the branch moved", async () => {
     const ws = freshWorkspace();
     const c1 = await origin.commit("pin-a", { "a.txt": "one\n" });
-    const first = await leaseCodeJob(cp, admin, ws, "r1", { repository: "app", targetBranch: "pin-a" });
-    expect(first.lease.job).toMatchObject({ kind: "checkout", repository: "app", targetBranch: "pin-a", baseCommit: c1, baseTree: await origin.treeOf(c1) });
+    const first = await leaseCodeJob(cp, admin, ws, "r1", {
+      repository: "app",
+      targetBranch: "pin-a",
+    });
+    expect(first.lease.job).toMatchObject({
+      kind: "checkout",
+      repository: "app",
+      targetBranch: "pin-a",
+      baseCommit: c1,
+      baseTree: await origin.treeOf(c1),
+    });
     await origin.commit("pin-a", { "a.txt": "two\n" });
     await loseLease(cp, first.jobId);
     const retry = await runnerActor(cp, "r2", ws);
@@ -96,33 +130,71 @@ describe(`pinning at claim (${databaseKind})`, () => {
   it("twenty jobs of one branch claimed at once all pin the branch's one commit (fetches are coalesced, never run side by side)", async () => {
     const ws = freshWorkspace();
     const head = await origin.commit("burst", { "b.txt": "burst\n" });
-    await Promise.all(Array.from({ length: 20 }, () => admin.enqueue({ workspaceId: ws, labels: [], kind: "agent", repository: "app", targetBranch: "burst" })));
-    const runners = await Promise.all(Array.from({ length: 20 }, (_, i) => runnerActor(cp, `b${i}`, ws)));
+    await Promise.all(
+      Array.from({ length: 20 }, () =>
+        admin.enqueue({
+          workspaceId: ws,
+          labels: [],
+          kind: "agent",
+          repository: "app",
+          targetBranch: "burst",
+        }),
+      ),
+    );
+    const runners = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => runnerActor(cp, `b${i}`, ws)),
+    );
     await Promise.all(runners.map((r) => r.register()));
     const started = performance.now();
     const claims = await Promise.all(runners.map((r) => r.claim()));
-    console.log(`20 concurrent claims of agent jobs with pinning: ${Math.round(performance.now() - started)} ms`);
+    console.log(
+      `20 concurrent claims of agent jobs with pinning: ${Math.round(performance.now() - started)} ms`,
+    );
     expect(claims.map((c) => c.status)).toEqual(Array(20).fill(200));
     expect(new Set(claims.map((c) => c.json.job.id)).size).toBe(20);
-    for (const c of claims) expect(c.json.job).toMatchObject({ baseCommit: head, baseTree: await origin.treeOf(head) });
+    for (const c of claims)
+      expect(c.json.job).toMatchObject({ baseCommit: head, baseTree: await origin.treeOf(head) });
     await Promise.all(runners.map((r) => r.close()));
   });
 
   it("a job whose branch was deleted before its claim is failed with reason code_unavailable, and the claim moves on", async () => {
     const ws = freshWorkspace();
     await origin.commit("doomed", { "d.txt": "x\n" });
-    const doomed = (await admin.enqueue({ workspaceId: ws, labels: [], repository: "app", targetBranch: "doomed" })).json.job.id;
+    const doomed = (
+      await admin.enqueue({
+        workspaceId: ws,
+        labels: [],
+        repository: "app",
+        targetBranch: "doomed",
+      })
+    ).json.job.id;
     const plain = (await admin.enqueue({ workspaceId: ws, labels: [] })).json.job.id;
     await git(origin.path, ["update-ref", "-d", "refs/heads/doomed"]);
     const runner = await runnerActor(cp, "r1", ws);
     await runner.register();
     const claim = await runner.claim();
     expect(claim.json.job.id).toBe(plain);
-    expect((await admin.job(doomed)).json.job).toMatchObject({ state: "failed", failure: { reason: "code_unavailable" } });
+    expect((await admin.job(doomed)).json.job).toMatchObject({
+      state: "failed",
+      failure: { reason: "code_unavailable" },
+    });
     // The global event stream says so too: leased, then settled as failed with that code.
-    const events = (await admin.rest.request("GET", `/v1/admin/events?workspaceId=${ws}&types=job.leased&types=job.settled`)).text.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { type: string; jobId: string; data: unknown });
-    expect(events.filter((e) => e.jobId === doomed).map((e) => [e.type, e.data])).toEqual([["job.leased", { attempt: 1 }], ["job.settled", { outcome: "failed", errorCode: "code_unavailable", attempt: 1 }]]);
-    expect((await admin.job(doomed)).json.job.failure.message).toContain('branch "doomed" no longer exists');
+    const events = (
+      await admin.rest.request(
+        "GET",
+        `/v1/admin/events?workspaceId=${ws}&types=job.leased&types=job.settled`,
+      )
+    ).text
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { type: string; jobId: string; data: unknown });
+    expect(events.filter((e) => e.jobId === doomed).map((e) => [e.type, e.data])).toEqual([
+      ["job.leased", { attempt: 1 }],
+      ["job.settled", { outcome: "failed", errorCode: "code_unavailable", attempt: 1 }],
+    ]);
+    expect((await admin.job(doomed)).json.job.failure.message).toContain(
+      'branch "doomed" no longer exists',
+    );
     await runner.close();
   });
 });
@@ -130,8 +202,14 @@ describe(`pinning at claim (${databaseKind})`, () => {
 describe(`base bundles (${databaseKind})`, () => {
   it("a base bundle over REST is application/x-git-bundle that git bundle verify accepts and that imports to the exact tree", async () => {
     const ws = freshWorkspace();
-    const commit = await origin.commit("rest", { "src/app.txt": "hello\n", "bin.dat": Buffer.from([0, 1, 2, 255]) });
-    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "r1", { repository: "app", targetBranch: "rest" });
+    const commit = await origin.commit("rest", {
+      "src/app.txt": "hello\n",
+      "bin.dat": Buffer.from([0, 1, 2, 255]),
+    });
+    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "r1", {
+      repository: "app",
+      targetBranch: "rest",
+    });
     const reply = await requestBundle(runner, jobId, token, "base", commit);
     expect(reply.status, reply.text).toBe(200);
     expect(reply.headers["content-type"]).toBe("application/x-git-bundle");
@@ -145,11 +223,30 @@ describe(`base bundles (${databaseKind})`, () => {
 
   it("the runner helper fetches the base bundle through a generated client (chunks) and checks out the exact tree", async () => {
     const ws = freshWorkspace();
-    const commit = await origin.commit("helper", { "big.txt": "x".repeat(3 * 1024 * 1024) + Math.random() }); // several chunks
-    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "h1", { repository: "app", targetBranch: "helper" });
-    const client = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, await cp.pki.runner("h1", ws), "grpc");
+    const commit = await origin.commit("helper", {
+      "big.txt": "x".repeat(3 * 1024 * 1024) + Math.random(),
+    }); // several chunks
+    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "h1", {
+      repository: "app",
+      targetBranch: "helper",
+    });
+    const client = createTestClient(
+      RunnerService,
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.runner("h1", ws),
+      "grpc",
+    );
     const dir = join(await mkdtemp(join(tmpdir(), "forelead-co-")), "work");
-    const out = await checkoutBase({ jobId, leaseToken: token, baseCommit: lease.job.baseCommit!, baseTree: lease.job.baseTree! }, { client, dir });
+    const out = await checkoutBase(
+      {
+        jobId,
+        leaseToken: token,
+        baseCommit: lease.job.baseCommit!,
+        baseTree: lease.job.baseTree!,
+      },
+      { client, dir },
+    );
     expect(out).toEqual({ commit, tree: await origin.treeOf(commit) });
     expect(await git(dir, ["rev-parse", "HEAD"])).toBe(commit);
     expect(await git(dir, ["status", "--porcelain"])).toBe("");
@@ -159,15 +256,30 @@ describe(`base bundles (${databaseKind})`, () => {
   it("the runner helper refuses a lease whose baseTree differs from the imported commit's tree, before checking anything out", async () => {
     const ws = freshWorkspace();
     await origin.commit("tree-check", { "t.txt": "real\n" });
-    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "t1", { repository: "app", targetBranch: "tree-check" });
-    const client = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, await cp.pki.runner("t1", ws), "connect-binary");
+    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "t1", {
+      repository: "app",
+      targetBranch: "tree-check",
+    });
+    const client = createTestClient(
+      RunnerService,
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.runner("t1", ws),
+      "connect-binary",
+    );
     const wrongTree = await origin.treeOf(await origin.commit("elsewhere", { "t.txt": "other\n" }));
     const dir = join(await mkdtemp(join(tmpdir(), "forelead-co-")), "work");
-    const attempt = checkoutBase({ jobId, leaseToken: token, baseCommit: lease.job.baseCommit!, baseTree: wrongTree }, { client, dir });
+    const attempt = checkoutBase(
+      { jobId, leaseToken: token, baseCommit: lease.job.baseCommit!, baseTree: wrongTree },
+      { client, dir },
+    );
     await expect(attempt).rejects.toThrow(CheckoutRefused);
     await expect(attempt).rejects.toThrow(`not the lease's baseTree ${wrongTree}`);
     expect((await readdir(dir)).filter((f) => f !== ".git")).toEqual([]); // nothing checked out
-    const noTree = checkoutBase({ jobId, leaseToken: token, baseCommit: lease.job.baseCommit!, baseTree: "" }, { client, dir: join(dir, "..", "other") });
+    const noTree = checkoutBase(
+      { jobId, leaseToken: token, baseCommit: lease.job.baseCommit!, baseTree: "" },
+      { client, dir: join(dir, "..", "other") },
+    );
     await expect(noTree).rejects.toThrow("no valid baseTree; refusing to request a base bundle");
     await runner.close();
   });
@@ -177,11 +289,21 @@ describe(`head moves while an agent job runs (${databaseKind})`, () => {
   it("code/head follows the branch; a head bundle is of the current head only, thin on the base, and imports to its tree", async () => {
     const ws = freshWorkspace();
     const base = await origin.commit("moving", { "m.txt": "base\n" });
-    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "a1", { kind: "agent", repository: "app", targetBranch: "moving" });
+    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "a1", {
+      kind: "agent",
+      repository: "app",
+      targetBranch: "moving",
+    });
     expect(lease.job).toMatchObject({ kind: "agent", baseCommit: base });
-    expect((await requestHead(runner, jobId, token)).json).toEqual({ apiVersion: "v1", commit: base });
+    expect((await requestHead(runner, jobId, token)).json).toEqual({
+      apiVersion: "v1",
+      commit: base,
+    });
     const moved = await origin.commit("moving", { "m.txt": "moved\n", "new.txt": "n\n" });
-    expect((await requestHead(runner, jobId, token)).json).toEqual({ apiVersion: "v1", commit: moved });
+    expect((await requestHead(runner, jobId, token)).json).toEqual({
+      apiVersion: "v1",
+      commit: moved,
+    });
 
     const stale = await requestBundle(runner, jobId, token, "head", base);
     expect(stale.status).toBe(409);
@@ -194,7 +316,11 @@ describe(`head moves while an agent job runs (${databaseKind})`, () => {
     await expect(importBundleBytes(await emptyRepo(), head.body)).rejects.toThrow(/bundle verify/);
     // ...and does on top of the base bundle.
     const repo = await emptyRepo();
-    await importBundleBytes(repo, (await requestBundle(runner, jobId, token, "base", base)).body, "base.bundle");
+    await importBundleBytes(
+      repo,
+      (await requestBundle(runner, jobId, token, "base", base)).body,
+      "base.bundle",
+    );
     await importBundleBytes(repo, head.body, "head.bundle");
     expect(await git(repo, ["rev-parse", `${moved}^{tree}`])).toBe(await origin.treeOf(moved));
     expect((await admin.job(jobId)).json.job.baseCommit).toBe(base); // the pin does not move

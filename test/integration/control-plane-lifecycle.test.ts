@@ -20,7 +20,10 @@ describe(`a start that fails part way closes what it opened (${databaseKind})`, 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), "forelead-lifecycle-"));
     // Embedded: a directory, so the second start opens the very files the failed one had open.
-    database = databaseKind === "embedded" ? { location: join(dir, "database"), kind: "embedded", drop: async () => {} } : await createTestDatabase();
+    database =
+      databaseKind === "embedded"
+        ? { location: join(dir, "database"), kind: "embedded", drop: async () => {} }
+        : await createTestDatabase();
     taken = createServer();
     await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
   });
@@ -37,10 +40,17 @@ describe(`a start that fails part way closes what it opened (${databaseKind})`, 
       await mkdir(scratch);
       const port = (taken.address() as AddressInfo).port;
       // The code host and the artifacts make their scratch directories under TMPDIR.
-      const run = await runToEnd(process.execPath, ["--import", "tsx", fixture, String(port), database.location, database.kind], { ...process.env, TMPDIR: scratch });
+      const run = await runToEnd(
+        process.execPath,
+        ["--import", "tsx", fixture, String(port), database.location, database.kind],
+        { ...process.env, TMPDIR: scratch },
+      );
       expect(run.stderr).not.toMatch(/after a failed start/);
       expect(run.code, run.stderr).toBe(0);
-      const result = JSON.parse(run.stdout.trim().split("\n").pop()!) as { failedStart?: string; secondStartUrl: string };
+      const result = JSON.parse(run.stdout.trim().split("\n").pop()!) as {
+        failedStart?: string;
+        secondStartUrl: string;
+      };
       expect(result.failedStart).toMatch(new RegExp(`EADDRINUSE.*127\\.0\\.0\\.1:${port}`));
       expect(result.secondStartUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
       // tsx keeps its compile cache there too; the control plane's directories are forelead-*.
@@ -62,7 +72,11 @@ describe(`a start that fails part way closes what it opened (${databaseKind})`, 
 });
 
 /** Runs a process until it exits by itself; fails (and kills it) if it is still running after childBoundMs. */
-function runToEnd(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runToEnd(
+  command: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { env, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
@@ -71,7 +85,11 @@ function runToEnd(command: string, args: string[], env: NodeJS.ProcessEnv): Prom
     child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
     const bound = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`the process was still running ${childBoundMs} ms after it started: something it opened kept it alive\n${stdout}\n${stderr}`));
+      reject(
+        new Error(
+          `the process was still running ${childBoundMs} ms after it started: something it opened kept it alive\n${stdout}\n${stderr}`,
+        ),
+      );
     }, childBoundMs);
     child.once("error", reject);
     child.once("exit", (code) => {

@@ -14,7 +14,10 @@ import { runnerJobs } from "../support/runner-jobs.js";
 import { startTestRunner, type TestRunner } from "../support/runner-agent.js";
 
 // Leases of 6 s: a renewal (every ~2 s) carries a cancel to the runner within seconds.
-const dash = useDashboard({ leaseSeconds: 6, grants: [parseRoleGrant("spiffe://forelead/services/dash-reader=read:dj1")] });
+const dash = useDashboard({
+  leaseSeconds: 6,
+  grants: [parseRoleGrant("spiffe://forelead/services/dash-reader=read:dj1")],
+});
 const jobs = runnerJobs(dash.cp, "dj");
 let runner: TestRunner;
 let ws: string;
@@ -23,7 +26,13 @@ let dir: string;
 beforeAll(async () => {
   ws = "dj1";
   // Samples every 250 ms: the job page charts them as they come.
-  runner = await startTestRunner(dash.cp, { runnerId: `dj1-${Math.random().toString(36).slice(2, 8)}`, workspaceId: ws, executor: "process", slots: 2, sampleIntervalMs: 250 });
+  runner = await startTestRunner(dash.cp, {
+    runnerId: `dj1-${Math.random().toString(36).slice(2, 8)}`,
+    workspaceId: ws,
+    executor: "process",
+    slots: 2,
+    sampleIntervalMs: 250,
+  });
   dir = await mkdtemp(join(tmpdir(), "forelead-dash-"));
   // A job may run as a user of its own (the process executor as root): it must see the gate.
   await chmod(dir, 0o755);
@@ -36,7 +45,8 @@ afterAll(async () => {
 });
 
 /** The text of the job page's log. */
-const logText = (p: DashboardPage) => p.page.$eval(".log", (e) => e.textContent ?? "").catch(() => "");
+const logText = (p: DashboardPage) =>
+  p.page.$eval(".log", (e) => e.textContent ?? "").catch(() => "");
 
 /** Waits until the page shows `selector` holding `text`. */
 async function shows(p: DashboardPage, selector: string, text: string): Promise<void> {
@@ -45,7 +55,9 @@ async function shows(p: DashboardPage, selector: string, text: string): Promise<
   await waitForDom(p.page, found, 20_000).catch(async (err: Error) => {
     // Say what the page showed instead, and what it logged.
     const seen = await p.page.evaluate(`document.querySelector("main")?.innerText`).catch(() => "");
-    throw new Error(`the page shows no ${selector} with ${JSON.stringify(text)} (${err.message}); it shows:\n${String(seen)}\nerrors: ${JSON.stringify(p.errors)}`);
+    throw new Error(
+      `the page shows no ${selector} with ${JSON.stringify(text)} (${err.message}); it shows:\n${String(seen)}\nerrors: ${JSON.stringify(p.errors)}`,
+    );
   });
 }
 
@@ -58,7 +70,10 @@ describe("the job page", () => {
       `while [ ! -e "$GATE" ]; do sleep 0.05; done`,
       "printf '\\033[32msecond line\\033[0m\\n'",
     ].join("; ");
-    const jobId = await jobs.enqueue(ws, "process", { argv: ["sh", "-c", script], env: { GATE: gate } });
+    const jobId = await jobs.enqueue(ws, "process", {
+      argv: ["sh", "-c", script],
+      env: { GATE: gate },
+    });
     const p = await dash.newPage();
     await p.open(`#/jobs/${jobId}`);
     await shows(p, ".log", "first line");
@@ -81,7 +96,9 @@ describe("the job page", () => {
     await shows(p, ".timeline", "exited");
     await shows(p, ".attempts", "exit 0");
     await shows(p, ".follow", "complete");
-    expect(await logText(p)).toBe(`first line\n<img src=x onerror="window.pwned=1"><b>bold?</b>\nsecond line\n`);
+    expect(await logText(p)).toBe(
+      `first line\n<img src=x onerror="window.pwned=1"><b>bold?</b>\nsecond line\n`,
+    );
     await p.screenshot("job");
     expect(p.errors).toEqual([]);
     // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
@@ -91,10 +108,22 @@ describe("the job page", () => {
   it("resumes the log after its connection drops, with no line shown twice and none lost", async () => {
     const [one, two] = [join(dir, "one"), join(dir, "two")];
     const script = `echo 'line one'; while [ ! -e "$ONE" ]; do sleep 0.05; done; echo 'line two'; while [ ! -e "$TWO" ]; do sleep 0.05; done; echo 'line three'`;
-    const jobId = await jobs.enqueue(ws, "process", { argv: ["sh", "-c", script], env: { ONE: one, TWO: two } });
+    const jobId = await jobs.enqueue(ws, "process", {
+      argv: ["sh", "-c", script],
+      env: { ONE: one, TWO: two },
+    });
     // A dashboard of this test's own, to stop and start again on the same port.
     const admin = await dash.cp.pki.service("test-admin");
-    const start = (port: number) => startDashboard({ listen: { host: "127.0.0.1", port }, endpoint: { baseUrl: dash.cp.url, ca: dash.cp.pki.ca.certPem, cert: admin.certPem, key: admin.keyPem } });
+    const start = (port: number) =>
+      startDashboard({
+        listen: { host: "127.0.0.1", port },
+        endpoint: {
+          baseUrl: dash.cp.url,
+          ca: dash.cp.pki.ca.certPem,
+          cert: admin.certPem,
+          key: admin.keyPem,
+        },
+      });
     let proxy = await start(0);
     const port = Number(new URL(proxy.url).port);
     try {
@@ -106,7 +135,13 @@ describe("the job page", () => {
       await shows(p, ".log-card .follow", "reconnecting");
       // Meanwhile the job goes on: its next line is stored while the page cannot read it.
       await writeFile(one, "");
-      await eventually("line two to be stored", async () => ((await dash.cp.admin.rest.request("GET", `/v1/admin/jobs/${jobId}/logs`)).text.includes("line two") ? true : undefined));
+      await eventually("line two to be stored", async () =>
+        (await dash.cp.admin.rest.request("GET", `/v1/admin/jobs/${jobId}/logs`)).text.includes(
+          "line two",
+        )
+          ? true
+          : undefined,
+      );
       expect(await logText(p)).toBe("line one\n");
       proxy = await start(port);
       await shows(p, ".log", "line two");
@@ -120,7 +155,13 @@ describe("the job page", () => {
   }, 90_000);
 
   it("lists a settled job's artifacts and downloads one through the dashboard, byte for byte", async () => {
-    const jobId = await jobs.enqueue(ws, "process", { argv: ["sh", "-c", "mkdir -p output/reports && printf '<testsuite tests=\"1\"/>' > output/reports/junit.xml"] });
+    const jobId = await jobs.enqueue(ws, "process", {
+      argv: [
+        "sh",
+        "-c",
+        "mkdir -p output/reports && printf '<testsuite tests=\"1\"/>' > output/reports/junit.xml",
+      ],
+    });
     expect((await jobs.settled(jobId)).state).toBe("succeeded");
     const saved = await mkdtemp(join(tmpdir(), "forelead-dash-download-"));
     try {
@@ -131,7 +172,9 @@ describe("the job page", () => {
       await p.page.waitForSelector('tr[data-artifact="reports/junit.xml"] button');
       await p.page.click('tr[data-artifact="reports/junit.xml"] button');
       const file = join(saved, "junit.xml");
-      const bytes = await eventually("the download to be saved", () => readFile(file, "utf8").catch(() => undefined));
+      const bytes = await eventually("the download to be saved", () =>
+        readFile(file, "utf8").catch(() => undefined),
+      );
       expect(bytes).toBe('<testsuite tests="1"/>');
       expect(p.errors).toEqual([]);
       await p.close();
@@ -141,15 +184,21 @@ describe("the job page", () => {
   }, 90_000);
 
   it("cancels a running job after a confirmation; an identity without the enqueue role is refused and the page says so", async () => {
-    const jobId = await jobs.enqueue(ws, "process", { argv: ["sh", "-c", "echo started; exec sleep 60"] });
-    const reader = await dash.newPage({ url: await dash.dashboardAs(await dash.cp.pki.service("dash-reader")) });
+    const jobId = await jobs.enqueue(ws, "process", {
+      argv: ["sh", "-c", "echo started; exec sleep 60"],
+    });
+    const reader = await dash.newPage({
+      url: await dash.dashboardAs(await dash.cp.pki.service("dash-reader")),
+    });
     await reader.open(`#/jobs/${jobId}`);
     await shows(reader, ".log", "started");
     await reader.page.click(".cancel button[data-action]");
     await reader.page.waitForSelector(".cancel dialog[open]");
     await reader.page.click(".cancel dialog button[data-confirm=yes]");
     await reader.page.waitForSelector(".cancel .error[data-code=permission_denied]");
-    expect(await reader.page.$eval(".cancel .error", (e) => e.textContent)).toContain("permission_denied");
+    expect(await reader.page.$eval(".cancel .error", (e) => e.textContent)).toContain(
+      "permission_denied",
+    );
 
     const p = await dash.newPage();
     await p.open(`#/jobs/${jobId}`);
@@ -180,11 +229,18 @@ describe("the jobs page", () => {
     const p = await dash.newPage();
     await p.open("#/jobs");
     await p.page.waitForSelector(`tr[data-job="${stuck}"]`);
-    expect(await p.page.$eval(`tr[data-job="${stuck}"] [data-state-badge]`, (e) => e.textContent)).toBe("queued");
-    const waiting = await p.page.$eval(`tr[data-job="${stuck}"] [data-waiting]`, (e) => ({ code: e.getAttribute("data-waiting"), text: e.textContent }));
+    expect(
+      await p.page.$eval(`tr[data-job="${stuck}"] [data-state-badge]`, (e) => e.textContent),
+    ).toBe("queued");
+    const waiting = await p.page.$eval(`tr[data-job="${stuck}"] [data-waiting]`, (e) => ({
+      code: e.getAttribute("data-waiting"),
+      text: e.textContent,
+    }));
     expect(waiting.code).toBe("missing_labels");
     expect(waiting.text).toContain("gpu");
-    const states = await p.page.$$eval("tr[data-job]", (rows) => rows.map((r) => r.getAttribute("data-state")));
+    const states = await p.page.$$eval("tr[data-job]", (rows) =>
+      rows.map((r) => r.getAttribute("data-state")),
+    );
     expect(states).toEqual(expect.arrayContaining(["queued", "succeeded", "cancelled"]));
     await p.screenshot("jobs");
 
@@ -198,7 +254,9 @@ describe("the jobs page", () => {
     await p.page.keyboard.type(ws);
     await p.page.keyboard.press("Enter");
     await waitForDom(p.page, `!document.querySelector('tr[data-job="${fresh}"]')`, 30_000);
-    const shown = await p.page.$$eval("tr[data-job]", (rows) => rows.map((r) => [r.getAttribute("data-job"), r.getAttribute("data-state")]));
+    const shown = await p.page.$$eval("tr[data-job]", (rows) =>
+      rows.map((r) => [r.getAttribute("data-job"), r.getAttribute("data-state")]),
+    );
     expect(shown).toEqual([[stuck, "queued"]]);
     // The link leads to the job's page.
     await p.page.click(`tr[data-job="${stuck}"] a`);
@@ -213,7 +271,9 @@ describe("the jobs page", () => {
     const p = await dash.newPage({ width: 320 });
     await p.open("#/jobs");
     await p.page.waitForSelector("tr[data-job]");
-    const overflow = await p.page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth");
+    const overflow = await p.page.evaluate(
+      "document.documentElement.scrollWidth - document.documentElement.clientWidth",
+    );
     expect(overflow).toBeLessThanOrEqual(0);
     await p.close();
   }, 90_000);
@@ -228,7 +288,9 @@ describe("the events page", () => {
     await p.page.waitForSelector(`tr[data-type="job.queued"] a[href="#/jobs/${jobId}"]`);
     // Its run follows: leased and settled, newest first.
     await p.page.waitForSelector(`tr[data-type="job.settled"] a[href="#/jobs/${jobId}"]`);
-    const types = await p.page.$$eval("tr[data-type]", (rows) => rows.map((r) => r.getAttribute("data-type")));
+    const types = await p.page.$$eval("tr[data-type]", (rows) =>
+      rows.map((r) => r.getAttribute("data-type")),
+    );
     expect(types.indexOf("job.settled")).toBeLessThan(types.lastIndexOf("job.queued"));
     await p.screenshot("events");
     expect(p.errors).toEqual([]);

@@ -24,15 +24,29 @@ declare const document: {
   readonly activeElement: PageElement | null;
   querySelector(s: string): PageElement | null;
   querySelectorAll(s: string): Iterable<PageElement> & { length: number };
-  readonly documentElement: { readonly dataset: Record<string, string | undefined>; readonly scrollWidth: number };
+  readonly documentElement: {
+    readonly dataset: Record<string, string | undefined>;
+    readonly scrollWidth: number;
+  };
   readonly body: unknown;
 };
-declare function getComputedStyle(e: unknown): { readonly backgroundColor: string; readonly outlineStyle: string };
+declare function getComputedStyle(e: unknown): {
+  readonly backgroundColor: string;
+  readonly outlineStyle: string;
+};
 
 /** Waits until `selector`'s text is `expected` (the page updates from the event stream), then returns it. */
 async function textBecomes(page: Page, selector: string, expected: string): Promise<string> {
-  await waitForDom(page, (s, want) => document.querySelector(s)?.textContent?.trim() === want, 15_000, selector, expected).catch(async () => {
-    throw new Error(`${selector} shows ${JSON.stringify(await page.$eval(selector, (e) => e.textContent).catch(() => "(absent)"))}, not ${JSON.stringify(expected)}`);
+  await waitForDom(
+    page,
+    (s, want) => document.querySelector(s)?.textContent?.trim() === want,
+    15_000,
+    selector,
+    expected,
+  ).catch(async () => {
+    throw new Error(
+      `${selector} shows ${JSON.stringify(await page.$eval(selector, (e) => e.textContent).catch(() => "(absent)"))}, not ${JSON.stringify(expected)}`,
+    );
   });
   return expected;
 }
@@ -52,7 +66,10 @@ describe("dashboard pages", () => {
     const running = await cp.admin.enqueue({ workspaceId: "w1" });
     expect(running.status, running.text).toBe(200);
     expect((await done.runner.claim()).status).toBe(200);
-    for (let i = 0; i < 2; i++) expect((await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status).toBe(200);
+    for (let i = 0; i < 2; i++)
+      expect(
+        (await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status,
+      ).toBe(200);
   });
 
   it("overview: the fleet's runner and queue numbers, per workspace, updating live as jobs are queued", async () => {
@@ -67,7 +84,9 @@ describe("dashboard pages", () => {
     await p.page.waitForSelector(".chart canvas");
 
     // Live: a job queued now shows without a reload (the page follows the event stream).
-    expect((await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status).toBe(200);
+    expect((await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status).toBe(
+      200,
+    );
     await textBecomes(p.page, "tr[data-workspace=w2] [data-col=queued]", "3");
     await textBecomes(p.page, "[data-stat=jobs-queued] .stat-value", "3");
     await p.page.waitForSelector(".chart canvas");
@@ -79,14 +98,18 @@ describe("dashboard pages", () => {
       rendered: performance.getEntriesByName("forelead:overview-rendered")[0]?.startTime,
     }));
     expect(timing.rendered).toBeGreaterThan(0);
-    console.log(`overview timing: first contentful paint ${timing.fcp?.toFixed(0)} ms, status numbers rendered ${timing.rendered?.toFixed(0)} ms after navigation start`);
+    console.log(
+      `overview timing: first contentful paint ${timing.fcp?.toFixed(0)} ms, status numbers rendered ${timing.rendered?.toFixed(0)} ms after navigation start`,
+    );
   });
 
   it("runners: ids, leases and labels; pause asks first, then shows the runner paused, and the control plane agrees", async () => {
     const p = await dash.newPage();
     await p.open("#/runners");
     await p.page.waitForSelector("tr[data-runner=r3]");
-    const ids = await p.page.$$eval("tr[data-runner] th code", (els) => els.map((e) => e.textContent));
+    const ids = await p.page.$$eval("tr[data-runner] th code", (els) =>
+      els.map((e) => e.textContent),
+    );
     expect(ids.sort()).toEqual(["r1", "r2", "r3"]);
     await textBecomes(p.page, "tr[data-runner=r1] [data-col=leases]", "1 / 1");
     await textBecomes(p.page, "tr[data-runner=r1] [data-col=state]", "busy");
@@ -109,8 +132,19 @@ describe("dashboard pages", () => {
     const st = await cp.admin.rest.request("GET", "/v1/admin/status");
     expect(st.json.runners.paused, st.text).toBe("1");
     const events = await cp.admin.rest.request("GET", "/v1/admin/events?types=runner.paused");
-    const paused = events.text.trim().split("\n").map((l) => JSON.parse(l) as { runnerId: string; data: { by: string; reason: string } });
-    expect(paused).toEqual([expect.objectContaining({ runnerId: "r2", data: expect.objectContaining({ by: "spiffe://forelead/services/test-admin", reason: "disk check" }) })]);
+    const paused = events.text
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { runnerId: string; data: { by: string; reason: string } });
+    expect(paused).toEqual([
+      expect.objectContaining({
+        runnerId: "r2",
+        data: expect.objectContaining({
+          by: "spiffe://forelead/services/test-admin",
+          reason: "disk check",
+        }),
+      }),
+    ]);
     await p.screenshot("runners");
     expect(p.errors).toEqual([]);
   });
@@ -119,7 +153,11 @@ describe("dashboard pages", () => {
     // An action through the dashboard's proxy, as its pages make them (Connect JSON, its own Origin).
     const paused = await fetch(`${dash.url}/api/forelead.admin.v1.FleetService/PauseWorkspace`, {
       method: "POST",
-      headers: { "content-type": "application/json", "connect-protocol-version": "1", origin: dash.url },
+      headers: {
+        "content-type": "application/json",
+        "connect-protocol-version": "1",
+        origin: dash.url,
+      },
       body: JSON.stringify({ apiVersion: "v1", workspaceId: "w9", reason: "audit test" }),
     });
     expect(paused.status, await paused.clone().text()).toBe(200);
@@ -130,12 +168,26 @@ describe("dashboard pages", () => {
     await p.page.select("select[name=kind]", "action");
     await p.page.click("form[role=search] button[type=submit]");
     // The search's rows replace the first (unfiltered) page: every row is the operator's, one is the pause of w9.
-    const rows = async () => p.page.$$eval("table.audit tbody tr", (trs) => trs.map((tr) => ({ identity: tr.querySelector("[data-col=identity]")?.textContent, text: tr.textContent ?? "" })));
+    const rows = async () =>
+      p.page.$$eval("table.audit tbody tr", (trs) =>
+        trs.map((tr) => ({
+          identity: tr.querySelector("[data-col=identity]")?.textContent,
+          text: tr.textContent ?? "",
+        })),
+      );
     await waitForDom(
       p.page,
       () => {
         const trs = [...document.querySelectorAll("table.audit tbody tr")];
-        return trs.length > 0 && trs.every((tr) => tr.querySelector("[data-col=identity]")?.textContent === "spiffe://forelead/services/test-admin") && trs.some((tr) => tr.textContent?.includes("w9"));
+        return (
+          trs.length > 0 &&
+          trs.every(
+            (tr) =>
+              tr.querySelector("[data-col=identity]")?.textContent ===
+              "spiffe://forelead/services/test-admin",
+          ) &&
+          trs.some((tr) => tr.textContent?.includes("w9"))
+        );
       },
       15_000,
     ).catch(async () => {
@@ -150,7 +202,14 @@ describe("dashboard pages", () => {
       p.page,
       () => {
         const trs = [...document.querySelectorAll("table.audit tbody tr")];
-        return trs.length > 0 && trs.every((tr) => tr.querySelector("[data-col=kind]")?.textContent === "decision" && tr.querySelector("[data-col=decision]")?.textContent === "allow");
+        return (
+          trs.length > 0 &&
+          trs.every(
+            (tr) =>
+              tr.querySelector("[data-col=kind]")?.textContent === "decision" &&
+              tr.querySelector("[data-col=decision]")?.textContent === "allow",
+          )
+        );
       },
       15_000,
     );
@@ -166,7 +225,10 @@ describe("dashboard pages", () => {
     await p.page.click('button[aria-label="Pause runner r3 (w2)"]');
     await p.page.click("tr[data-runner=r3] dialog[open] [data-confirm=yes]");
     await p.page.waitForSelector(".error[data-code=permission_denied]");
-    const shown = await p.page.$eval(".error[data-code=permission_denied]", (e) => e.textContent ?? "");
+    const shown = await p.page.$eval(
+      ".error[data-code=permission_denied]",
+      (e) => e.textContent ?? "",
+    );
     expect(shown).toContain("pause runner r3 (w2): permission_denied");
     await textBecomes(p.page, "tr[data-runner=r3] [data-col=state]", "idle");
 
@@ -174,23 +236,37 @@ describe("dashboard pages", () => {
     const q = await dash.newPage({ url: nobody });
     await q.open("#/overview");
     await q.page.waitForSelector(".error[data-code=permission_denied]");
-    expect(await q.page.$eval(".error", (e) => e.textContent)).toMatch(/^status: permission_denied /);
+    expect(await q.page.$eval(".error", (e) => e.textContent)).toMatch(
+      /^status: permission_denied /,
+    );
   });
 
   it("the live stream resumes after a dropped connection: an event from while it was down still updates the page", async () => {
     // A dashboard of its own, restarted on the same port while the page stays open.
     const cert = await cp.pki.service("test-admin");
-    const endpoint = { baseUrl: cp.url, ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem };
+    const endpoint = {
+      baseUrl: cp.url,
+      ca: cp.pki.ca.certPem,
+      cert: cert.certPem,
+      key: cert.keyPem,
+    };
     let dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint });
     try {
       const p = await dash.newPage({ url: dashboard.url });
       await p.open("#/overview");
       await p.page.waitForSelector(".live-live");
-      const before = await p.page.$eval("tr[data-workspace=w2] [data-col=queued]", (e) => Number(e.textContent));
+      const before = await p.page.$eval("tr[data-workspace=w2] [data-col=queued]", (e) =>
+        Number(e.textContent),
+      );
       await dashboard.close();
       await p.page.waitForSelector(".live-reconnecting");
-      expect((await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status).toBe(200);
-      dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: Number(new URL(dashboard.url).port) }, endpoint });
+      expect(
+        (await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status,
+      ).toBe(200);
+      dashboard = await startDashboard({
+        listen: { host: "127.0.0.1", port: Number(new URL(dashboard.url).port) },
+        endpoint,
+      });
       await p.page.waitForSelector(".live-live", { timeout: 20_000 });
       await textBecomes(p.page, "tr[data-workspace=w2] [data-col=queued]", String(before + 1));
     } finally {
@@ -203,18 +279,34 @@ describe("dashboard pages", () => {
     for (const route of ["#/overview", "#/runners", "#/audit"]) {
       await p.open(route);
       await p.page.waitForSelector("main .table-wrap, main .stats, main form");
-      const wide = await p.page.evaluate(() => [...document.querySelectorAll("body *")].filter((e) => (e.getBoundingClientRect().right > 321 || e.scrollWidth > e.clientWidth + 1) && !e.closest(".table-wrap")).slice(0, 8).map((e) => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)} ${e.scrollWidth}/${e.clientWidth}`));
-      expect(await p.page.evaluate(() => document.documentElement.scrollWidth), `${route}: ${wide.join(", ")}`).toBeLessThanOrEqual(320);
+      const wide = await p.page.evaluate(() =>
+        [...document.querySelectorAll("body *")]
+          .filter(
+            (e) =>
+              (e.getBoundingClientRect().right > 321 || e.scrollWidth > e.clientWidth + 1) &&
+              !e.closest(".table-wrap"),
+          )
+          .slice(0, 8)
+          .map(
+            (e) =>
+              `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)} ${e.scrollWidth}/${e.clientWidth}`,
+          ),
+      );
+      expect(
+        await p.page.evaluate(() => document.documentElement.scrollWidth),
+        `${route}: ${wide.join(", ")}`,
+      ).toBeLessThanOrEqual(320);
     }
   });
 
   it("works by keyboard: a skip link, then the nav with a visible focus ring; Enter follows a link", async () => {
     const p = await dash.newPage();
     await p.open("#/overview");
-    const focused = () => p.page.evaluate(() => {
-      const e = document.activeElement;
-      return { text: e?.textContent?.trim(), outline: e ? getComputedStyle(e).outlineStyle : "" };
-    });
+    const focused = () =>
+      p.page.evaluate(() => {
+        const e = document.activeElement;
+        return { text: e?.textContent?.trim(), outline: e ? getComputedStyle(e).outlineStyle : "" };
+      });
     await p.page.keyboard.press("Tab");
     expect((await focused()).text).toBe("Skip to content");
     await p.page.keyboard.press("Tab");
@@ -233,6 +325,8 @@ describe("dashboard pages", () => {
     expect(await p.page.evaluate(() => document.documentElement.dataset.theme)).toBe("dark");
     await p.open("#/runners");
     expect(await p.page.evaluate(() => document.documentElement.dataset.theme)).toBe("dark");
-    expect(await p.page.evaluate(() => getComputedStyle(document.body).backgroundColor)).toBe("rgb(13, 17, 23)");
+    expect(await p.page.evaluate(() => getComputedStyle(document.body).backgroundColor)).toBe(
+      "rgb(13, 17, 23)",
+    );
   });
 });

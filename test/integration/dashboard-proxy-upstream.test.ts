@@ -3,7 +3,12 @@
 // reply faster than the browser reads it, or replies normally. The real control plane never resets a
 // call unanswered, so these cases need a server that does; the proxy, the certificates and the
 // sockets are the real ones.
-import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from "node:http2";
+import {
+  constants,
+  createSecureServer,
+  type Http2SecureServer,
+  type ServerHttp2Stream,
+} from "node:http2";
 import { request, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,7 +23,12 @@ const flood = { written: 0, blocked: false, cancelled: false };
 const megabyte = Buffer.alloc(1 << 20, 0x61);
 const behaviours: Record<string, Behaviour> = {
   Reply: (s) => {
-    s.respond({ ":status": 200, "content-type": "application/json", "x-upstream": "yes", "set-cookie": "a=b" });
+    s.respond({
+      ":status": 200,
+      "content-type": "application/json",
+      "x-upstream": "yes",
+      "set-cookie": "a=b",
+    });
     s.end('{"ok":true}');
   },
   ResetNoError: (s) => s.close(constants.NGHTTP2_NO_ERROR),
@@ -43,18 +53,26 @@ const behaviours: Record<string, Behaviour> = {
 };
 
 /** One POST through the dashboard, from its own origin; `read: false` leaves the reply's body unread. */
-function post(dashboard: Dashboard, method: string, read = true): Promise<{ res: IncomingMessage; text: string }> {
+function post(
+  dashboard: Dashboard,
+  method: string,
+  read = true,
+): Promise<{ res: IncomingMessage; text: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(new URL(`/api/test.Upstream/${method}`, dashboard.url), { method: "POST", headers: { "content-type": "application/json", origin: dashboard.url } }, (res) => {
-      if (!read) {
-        resolve({ res, text: "" });
-        return;
-      }
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (c: string) => (text += c));
-      res.on("end", () => resolve({ res, text }));
-    });
+    const req = request(
+      new URL(`/api/test.Upstream/${method}`, dashboard.url),
+      { method: "POST", headers: { "content-type": "application/json", origin: dashboard.url } },
+      (res) => {
+        if (!read) {
+          resolve({ res, text: "" });
+          return;
+        }
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (text += c));
+        res.on("end", () => resolve({ res, text }));
+      },
+    );
     req.on("error", reject);
     req.end("{}");
   });
@@ -66,7 +84,14 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
   beforeAll(async () => {
     const pki = await createTestPki();
     const operator = await pki.service("test-admin");
-    upstream = createSecureServer({ key: pki.server.keyPem, cert: pki.server.certPem, ca: pki.ca.certPem, requestCert: true, rejectUnauthorized: true, minVersion: "TLSv1.3" });
+    upstream = createSecureServer({
+      key: pki.server.keyPem,
+      cert: pki.server.certPem,
+      ca: pki.ca.certPem,
+      requestCert: true,
+      rejectUnauthorized: true,
+      minVersion: "TLSv1.3",
+    });
     upstream.on("stream", (stream, headers) => {
       stream.resume();
       stream.on("error", () => {}); // a reset the stand-in sends itself
@@ -75,7 +100,15 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
     });
     await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
     const { port } = upstream.address() as AddressInfo;
-    dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint: { baseUrl: `https://127.0.0.1:${port}`, ca: pki.ca.certPem, cert: operator.certPem, key: operator.keyPem } });
+    dashboard = await startDashboard({
+      listen: { host: "127.0.0.1", port: 0 },
+      endpoint: {
+        baseUrl: `https://127.0.0.1:${port}`,
+        ca: pki.ca.certPem,
+        cert: operator.certPem,
+        key: operator.keyPem,
+      },
+    });
   });
   afterAll(async () => {
     await dashboard?.close();
@@ -109,11 +142,19 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
   it("reads the reply at the browser's pace: a browser that stops reading stops the control plane's writes; one that goes away cancels the call", async () => {
     const { res } = await post(dashboard, "Flood", false);
     expect(res.statusCode).toBe(200);
-    await eventually("the stand-in's writes to block", async () => flood.blocked || undefined, 10_000);
+    await eventually(
+      "the stand-in's writes to block",
+      async () => flood.blocked || undefined,
+      10_000,
+    );
     // Let every buffer on the way fill: what got through is bounded by them, not by the 64 MiB on offer.
     await new Promise((r) => setTimeout(r, 500));
     expect(flood.written).toBeLessThanOrEqual(16 << 20);
     res.destroy();
-    await eventually("the call to be cancelled upstream", async () => flood.cancelled || undefined, 10_000);
+    await eventually(
+      "the call to be cancelled upstream",
+      async () => flood.cancelled || undefined,
+      10_000,
+    );
   });
 });

@@ -8,7 +8,10 @@ describe("dashboard in a real browser", () => {
     const p = await dash.newPage();
     await p.open("#/overview");
     await p.page.waitForSelector("[data-stat=runners-registered] .stat-value");
-    const registered = await p.page.$eval("[data-stat=runners-registered] .stat-value", (e) => e.textContent);
+    const registered = await p.page.$eval(
+      "[data-stat=runners-registered] .stat-value",
+      (e) => e.textContent,
+    );
     expect(registered).toBe("0");
     expect(await p.page.$eval("main h1", (e) => e.textContent)).toBe("Overview");
     expect(p.errors).toEqual([]);

@@ -13,7 +13,18 @@ const cp = useControlPlane();
 const noCertificate = /^no client certificate was presented/;
 const floodMs = 5000;
 
-interface Rec { id: string; at: string; route: string; decision: string; reason: string; count: number; firstAt: string; lastAt: string; remoteAddress?: string; spiffeId?: string }
+interface Rec {
+  id: string;
+  at: string;
+  route: string;
+  decision: string;
+  reason: string;
+  count: number;
+  firstAt: string;
+  lastAt: string;
+  remoteAddress?: string;
+  spiffeId?: string;
+}
 
 let refused = 0;
 let allowedByAdmin = 0;
@@ -23,7 +34,10 @@ async function readTrail(): Promise<Rec[]> {
   const out: Rec[] = [];
   let pageToken = "";
   do {
-    const page = await cp.admin.rest.request("GET", `/v1/admin/audit?pageSize=1000${pageToken ? `&pageToken=${pageToken}` : ""}`);
+    const page = await cp.admin.rest.request(
+      "GET",
+      `/v1/admin/audit?pageSize=1000${pageToken ? `&pageToken=${pageToken}` : ""}`,
+    );
     expect(page.status, page.text).toBe(200);
     out.push(...(page.json.records ?? []));
     pageToken = page.json.nextPageToken ?? "";
@@ -32,7 +46,9 @@ async function readTrail(): Promise<Rec[]> {
 }
 
 afterAll(() => {
-  console.log(`audit flood (${databaseKind}): ${refused} certificate-less requests refused in ${floodMs} ms, ${trail.filter((r) => noCertificate.test(r.reason)).length} audit rows`);
+  console.log(
+    `audit flood (${databaseKind}): ${refused} certificate-less requests refused in ${floodMs} ms, ${trail.filter((r) => noCertificate.test(r.reason)).length} audit rows`,
+  );
 });
 
 describe(`an audit flood (${databaseKind})`, () => {
@@ -45,19 +61,27 @@ describe(`an audit flood (${databaseKind})`, () => {
     const flood = async (client: (typeof clients)[number]) => {
       while (Date.now() < until) {
         const i = n++;
-        const reply = i % 2 ? await client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "r1" }) : await client.request("GET", `/v1/admin/jobs/flood-${i}`);
+        const reply =
+          i % 2
+            ? await client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "r1" })
+            : await client.request("GET", `/v1/admin/jobs/flood-${i}`);
         expect(reply.status).toBe(401);
         refused++;
       }
     };
     const admin = async () => {
       while (Date.now() < until) {
-        expect((await cp.admin.rest.request("GET", "/v1/admin/runners?workspaceId=w1")).status).toBe(200);
+        expect(
+          (await cp.admin.rest.request("GET", "/v1/admin/runners?workspaceId=w1")).status,
+        ).toBe(200);
         allowedByAdmin++;
         await new Promise((r) => setTimeout(r, 100));
       }
     };
-    await Promise.all([...clients.flatMap((c) => Array.from({ length: 4 }, () => flood(c))), admin()]);
+    await Promise.all([
+      ...clients.flatMap((c) => Array.from({ length: 4 }, () => flood(c))),
+      admin(),
+    ]);
     // The requests in flight at `until` end after it: the bound counts the intervals the flood really lasted.
     const floodSeconds = Math.ceil((Date.now() - started) / 1000);
     await Promise.all(clients.map((c) => c.close()));
@@ -83,7 +107,9 @@ describe(`an audit flood (${databaseKind})`, () => {
   });
 
   it("allowed decisions stay one record each, with count 1 and first = last = at", () => {
-    const allowed = trail.filter((r) => r.decision === "allow" && r.route === "GET /v1/admin/runners");
+    const allowed = trail.filter(
+      (r) => r.decision === "allow" && r.route === "GET /v1/admin/runners",
+    );
     expect(allowed).toHaveLength(allowedByAdmin);
     for (const r of allowed) expect(r).toMatchObject({ count: 1, firstAt: r.at, lastAt: r.at });
   });

@@ -29,19 +29,43 @@ afterAll(async () => {
 describe(`replaying the audit spool after a crash (${databaseKind})`, () => {
   it("writes every spooled record once, in order, before new ones, and empties the spool", async () => {
     const dir = await mkdtemp(join(tmpdir(), "forelead-replay-"));
-    const row = (i: number) => ({ record_id: randomUUID(), at: new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString(), kind: "decision", route: `GET /v1/admin/jobs/replay-${i}`, decision: "allow", reason: "admin test", count: 1 });
+    const row = (i: number) => ({
+      record_id: randomUUID(),
+      at: new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString(),
+      kind: "decision",
+      route: `GET /v1/admin/jobs/replay-${i}`,
+      decision: "allow",
+      reason: "admin test",
+      count: 1,
+    });
     const rows = Array.from({ length: 8 }, (_, i) => row(i));
     // Rows 0-2 were stored before the crash; the spool still holds them all, and a torn line.
-    await store.db.insertInto("audit_records").values(rows.slice(0, 3) as never).execute();
+    await store.db
+      .insertInto("audit_records")
+      .values(rows.slice(0, 3) as never)
+      .execute();
     await writeFile(join(dir, auditSpoolFile), rows.map((r) => `${JSON.stringify(r)}\n`).join(""));
     await appendFile(join(dir, auditSpoolFile), JSON.stringify(row(99)).slice(0, 40));
     try {
       const sink = await createDatabaseAuditSink(store.db, { spoolDir: dir });
       expect(sink.backlog()).toMatchObject({ spooled: 8, oldestUnwritten: new Date(rows[0]!.at) });
-      sink.record({ at: new Date(), route: "GET /v1/admin/jobs/replay-new", decision: "allow", reason: "admin test" });
+      sink.record({
+        at: new Date(),
+        route: "GET /v1/admin/jobs/replay-new",
+        decision: "allow",
+        reason: "admin test",
+      });
       await sink.close();
-      const stored = await store.db.selectFrom("audit_records").select(["route", "record_id"]).where("route", "like", "GET /v1/admin/jobs/replay-%").orderBy("id").execute();
-      expect(stored.map((r) => r.route)).toEqual([...rows.map((r) => r.route), "GET /v1/admin/jobs/replay-new"]);
+      const stored = await store.db
+        .selectFrom("audit_records")
+        .select(["route", "record_id"])
+        .where("route", "like", "GET /v1/admin/jobs/replay-%")
+        .orderBy("id")
+        .execute();
+      expect(stored.map((r) => r.route)).toEqual([
+        ...rows.map((r) => r.route),
+        "GET /v1/admin/jobs/replay-new",
+      ]);
       expect(new Set(stored.map((r) => r.record_id)).size).toBe(stored.length);
       expect(await readFile(join(dir, auditSpoolFile), "utf8")).toBe("");
     } finally {
@@ -53,14 +77,39 @@ describe(`replaying the audit spool after a crash (${databaseKind})`, () => {
     const dir = await mkdtemp(join(tmpdir(), "forelead-odd-text-"));
     try {
       const sink = await createDatabaseAuditSink(store.db, { spoolDir: dir });
-      sink.record({ at: new Date(), route: "GET /v1/admin/jobs/odd-before", decision: "allow", reason: "admin test" });
-      sink.record({ at: new Date(), route: "GET /v1/admin/jobs/odd-text", decision: "deny", reason: "target a\ud800b c\u0000d", target: "\udfff" });
-      sink.record({ at: new Date(), route: "GET /v1/admin/jobs/odd-after", decision: "allow", reason: "admin test" });
+      sink.record({
+        at: new Date(),
+        route: "GET /v1/admin/jobs/odd-before",
+        decision: "allow",
+        reason: "admin test",
+      });
+      sink.record({
+        at: new Date(),
+        route: "GET /v1/admin/jobs/odd-text",
+        decision: "deny",
+        reason: "target a\ud800b c\u0000d",
+        target: "\udfff",
+      });
+      sink.record({
+        at: new Date(),
+        route: "GET /v1/admin/jobs/odd-after",
+        decision: "allow",
+        reason: "admin test",
+      });
       await sink.close();
-      const stored = await store.db.selectFrom("audit_records").select(["route", "reason", "target"]).where("route", "like", "GET /v1/admin/jobs/odd-%").orderBy("id").execute();
+      const stored = await store.db
+        .selectFrom("audit_records")
+        .select(["route", "reason", "target"])
+        .where("route", "like", "GET /v1/admin/jobs/odd-%")
+        .orderBy("id")
+        .execute();
       expect(stored).toEqual([
         { route: "GET /v1/admin/jobs/odd-before", reason: "admin test", target: null },
-        { route: "GET /v1/admin/jobs/odd-text", reason: "target a\ufffdb c\ufffdd", target: "\ufffd" },
+        {
+          route: "GET /v1/admin/jobs/odd-text",
+          reason: "target a\ufffdb c\ufffdd",
+          target: "\ufffd",
+        },
         { route: "GET /v1/admin/jobs/odd-after", reason: "admin test", target: null },
       ]);
       expect(sink.backlog()).toMatchObject({ inMemory: 0, spooled: 0 });

@@ -26,11 +26,14 @@ interface Faults {
 
 const printed: string[] = [];
 beforeAll(() => {
-  vi.spyOn(console, "error").mockImplementation((...args: unknown[]) => void printed.push(args.map(String).join(" ")));
+  vi.spyOn(console, "error").mockImplementation(
+    (...args: unknown[]) => void printed.push(args.map(String).join(" ")),
+  );
 });
 afterAll(() => vi.restoreAllMocks());
 
-const refusedUnrecorded = (r: RestReply) => r.status === 503 && r.json?.message === auditUnavailableMessage;
+const refusedUnrecorded = (r: RestReply) =>
+  r.status === 503 && r.json?.message === auditUnavailableMessage;
 const isRoot = process.getuid?.() === 0;
 
 /**
@@ -62,10 +65,15 @@ async function playOutage(cp: TestControlPlane, faults: Faults, pad = ""): Promi
     await faults.breakDatabase();
     for (let i = 0; i < 10; i++) {
       expect(refusedUnrecorded(await mark("down"))).toBe(false);
-      expect((await anonymous.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "r1" })).status).toBe(401);
+      expect(
+        (await anonymous.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "r1" }))
+          .status,
+      ).toBe(401);
       refusedWithoutCertificate++;
     }
-    await eventually("records in the spool", async () => ((await mark("down"), spooled() > 0) ? true : undefined));
+    await eventually("records in the spool", async () =>
+      (await mark("down"), spooled() > 0) ? true : undefined,
+    );
     const backlog = cp.plane.audit.backlog();
     expect(backlog.oldestUnwritten!.getTime()).toBeLessThan(Date.now());
     expect(backlog.spoolBytes).toBeGreaterThan(0);
@@ -79,32 +87,50 @@ async function playOutage(cp: TestControlPlane, faults: Faults, pad = ""): Promi
     for (let i = 0; i < 5; i++) expect(refusedUnrecorded(await mark("nospool"))).toBe(true);
 
     await faults.healSpool();
-    await eventually("requests served again with the spool back", async () => (refusedUnrecorded(await mark("spool-back")) ? undefined : true));
+    await eventually("requests served again with the spool back", async () =>
+      refusedUnrecorded(await mark("spool-back")) ? undefined : true,
+    );
     for (let i = 0; i < 3; i++) expect(refusedUnrecorded(await mark("spool-back"))).toBe(false);
 
     await faults.healDatabase();
-    await eventually("the backlog written", async () => {
-      await cp.plane.audit.flush();
-      const b = cp.plane.audit.backlog();
-      return b.spooled === 0 && b.inMemory === 0 ? true : undefined;
-    }, 30_000, 200);
+    await eventually(
+      "the backlog written",
+      async () => {
+        await cp.plane.audit.flush();
+        const b = cp.plane.audit.backlog();
+        return b.spooled === 0 && b.inMemory === 0 ? true : undefined;
+      },
+      30_000,
+      200,
+    );
     for (let i = 0; i < 3; i++) await mark("after");
 
-    const trail: { id: string; route: string; decision: string; reason: string; count: number }[] = [];
+    const trail: { id: string; route: string; decision: string; reason: string; count: number }[] =
+      [];
     let pageToken = "";
     do {
-      const page = await admin.rest.request("GET", `/v1/admin/audit?pageSize=1000${pageToken ? `&pageToken=${pageToken}` : ""}`);
+      const page = await admin.rest.request(
+        "GET",
+        `/v1/admin/audit?pageSize=1000${pageToken ? `&pageToken=${pageToken}` : ""}`,
+      );
       expect(page.status, page.text).toBe(200);
       trail.push(...page.json.records);
       pageToken = page.json.nextPageToken ?? "";
     } while (pageToken);
     trail.reverse(); // oldest first
-    const marks = trail.filter((r) => r.decision === "allow" && r.route.startsWith("GET /v1/admin/jobs/")).map((r) => r.route.slice("GET /v1/admin/jobs/".length));
+    const marks = trail
+      .filter((r) => r.decision === "allow" && r.route.startsWith("GET /v1/admin/jobs/"))
+      .map((r) => r.route.slice("GET /v1/admin/jobs/".length));
     // Every answered request, in the order it was made, each once.
     expect(marks).toEqual(answered);
     expect(new Set(trail.map((r) => r.id)).size).toBe(trail.length);
-    const counted = (test: (reason: string) => boolean) => trail.filter((r) => r.decision === "deny" && test(r.reason)).reduce((sum, r) => sum + r.count, 0);
-    expect(counted((reason) => reason.startsWith("no client certificate"))).toBe(refusedWithoutCertificate);
+    const counted = (test: (reason: string) => boolean) =>
+      trail
+        .filter((r) => r.decision === "deny" && test(r.reason))
+        .reduce((sum, r) => sum + r.count, 0);
+    expect(counted((reason) => reason.startsWith("no client certificate"))).toBe(
+      refusedWithoutCertificate,
+    );
     // The refusals themselves waited in memory and are in the trail too.
     expect(counted((reason) => reason === auditUnavailableMessage)).toBe(refused503);
 
@@ -115,7 +141,9 @@ async function playOutage(cp: TestControlPlane, faults: Faults, pad = ""): Promi
     expect(log.filter((l) => l.includes("stores audit records again"))).toHaveLength(1);
     expect(log.some((l) => l.includes("could not store"))).toBe(false);
   } catch (err) {
-    process.stderr.write(printed.join("\n").slice(-6000) + JSON.stringify(cp.plane.audit.backlog()) + "\n");
+    process.stderr.write(
+      printed.join("\n").slice(-6000) + JSON.stringify(cp.plane.audit.backlog()) + "\n",
+    );
     throw err;
   } finally {
     await anonymous.close();
@@ -125,10 +153,16 @@ async function playOutage(cp: TestControlPlane, faults: Faults, pad = ""): Promi
 
 describe("audit records while the control plane's Postgres is stopped", () => {
   it("are all in the trail afterwards, in order, none twice; with the spool unwritable too, requests get 503", async (ctx) => {
-    if (!postgresServerInstalled()) return ctx.skip("no Postgres server binaries (initdb, pg_ctl) are installed; .ci/run installs them");
+    if (!postgresServerInstalled())
+      return ctx.skip(
+        "no Postgres server binaries (initdb, pg_ctl) are installed; .ci/run installs them",
+      );
     const server = await startPostgresServer();
     const spoolDir = await mkdtemp(join(tmpdir(), "forelead-spool-"));
-    const cp = await startTestControlPlane({ database: { location: server.url, kind: "postgres", drop: async () => {} }, auditSpoolDir: spoolDir });
+    const cp = await startTestControlPlane({
+      database: { location: server.url, kind: "postgres", drop: async () => {} },
+      auditSpoolDir: spoolDir,
+    });
     try {
       await playOutage(cp, {
         breakDatabase: () => server.stop(),
@@ -152,28 +186,47 @@ describe("audit records while the control plane's Postgres is stopped", () => {
 });
 
 describe("audit records while the embedded database's disk is full", () => {
-  it.skipIf(!isRoot)("are all in the trail afterwards, in order, none twice; with the spool's disk full too, requests get 503 (needs root to mount a tmpfs)", async () => {
-    const root = await mkdtemp(join(tmpdir(), "forelead-full-"));
-    const [dataFs, spoolFs] = [join(root, "data"), join(root, "spool")];
-    const mounted: string[] = [];
-    for (const [dir, size] of [[dataFs, "64m"], [spoolFs, "2m"]] as const) {
-      await mkdir(dir);
-      execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir]);
-      mounted.push(dir);
-    }
-    const fill = (dir: string) => fillDisk(join(dir, "filler"));
-    const free = (dir: string) => rm(join(dir, "filler"), { force: true });
-    let cp: TestControlPlane | undefined;
-    try {
-      cp = await startTestControlPlane({ database: { location: join(dataFs, "db"), kind: "embedded", drop: async () => {} }, auditSpoolDir: join(spoolFs, "audit-spool") });
-      // Long routes, so the records cannot all fit in the free space of pages PGlite already has.
-      await playOutage(cp, { breakDatabase: () => fill(dataFs), healDatabase: () => free(dataFs), breakSpool: () => fill(spoolFs), healSpool: () => free(spoolFs) }, `-${"x".repeat(1500)}`);
-    } finally {
-      await cp?.close();
-      for (const dir of mounted) execFileSync("umount", [dir]);
-      await rm(root, { recursive: true, force: true });
-    }
-  }, 90_000);
+  it.skipIf(!isRoot)(
+    "are all in the trail afterwards, in order, none twice; with the spool's disk full too, requests get 503 (needs root to mount a tmpfs)",
+    async () => {
+      const root = await mkdtemp(join(tmpdir(), "forelead-full-"));
+      const [dataFs, spoolFs] = [join(root, "data"), join(root, "spool")];
+      const mounted: string[] = [];
+      for (const [dir, size] of [
+        [dataFs, "64m"],
+        [spoolFs, "2m"],
+      ] as const) {
+        await mkdir(dir);
+        execFileSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir]);
+        mounted.push(dir);
+      }
+      const fill = (dir: string) => fillDisk(join(dir, "filler"));
+      const free = (dir: string) => rm(join(dir, "filler"), { force: true });
+      let cp: TestControlPlane | undefined;
+      try {
+        cp = await startTestControlPlane({
+          database: { location: join(dataFs, "db"), kind: "embedded", drop: async () => {} },
+          auditSpoolDir: join(spoolFs, "audit-spool"),
+        });
+        // Long routes, so the records cannot all fit in the free space of pages PGlite already has.
+        await playOutage(
+          cp,
+          {
+            breakDatabase: () => fill(dataFs),
+            healDatabase: () => free(dataFs),
+            breakSpool: () => fill(spoolFs),
+            healSpool: () => free(spoolFs),
+          },
+          `-${"x".repeat(1500)}`,
+        );
+      } finally {
+        await cp?.close();
+        for (const dir of mounted) execFileSync("umount", [dir]);
+        await rm(root, { recursive: true, force: true });
+      }
+    },
+    90_000,
+  );
 });
 
 /** Appends to `file` until the file system has no byte left. */

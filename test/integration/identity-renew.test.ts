@@ -33,17 +33,36 @@ afterAll(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-async function enrolled(runnerId: string, workspaceId: string): Promise<{ identity: RunnerIdentity; stateDir: string }> {
-  const grant = await admin.rest.request("POST", "/v1/admin/enrollment-grants", { apiVersion: "v1", workspaceId, runnerId });
+async function enrolled(
+  runnerId: string,
+  workspaceId: string,
+): Promise<{ identity: RunnerIdentity; stateDir: string }> {
+  const grant = await admin.rest.request("POST", "/v1/admin/enrollment-grants", {
+    apiVersion: "v1",
+    workspaceId,
+    runnerId,
+  });
   expect(grant.status, grant.text).toBe(200);
   const stateDir = path.join(tmp, runnerId);
-  return { identity: await enroll(endpoint, { grant: grant.json.grant, runnerId, stateDir }), stateDir };
+  return {
+    identity: await enroll(endpoint, { grant: grant.json.grant, runnerId, stateDir }),
+    stateDir,
+  };
 }
 
 /** One JSON request on a given HTTP/2 session. */
-function request(session: http2.ClientHttp2Session, method: string, p: string, body?: unknown): Promise<RestReply> {
+function request(
+  session: http2.ClientHttp2Session,
+  method: string,
+  p: string,
+  body?: unknown,
+): Promise<RestReply> {
   return new Promise((resolve, reject) => {
-    const stream = session.request({ ":method": method, ":path": p, ...(body ? { "content-type": "application/json" } : {}) });
+    const stream = session.request({
+      ":method": method,
+      ":path": p,
+      ...(body ? { "content-type": "application/json" } : {}),
+    });
     const chunks: Buffer[] = [];
     let headers: http2.IncomingHttpHeaders = {};
     stream.on("response", (h) => (headers = h));
@@ -51,89 +70,158 @@ function request(session: http2.ClientHttp2Session, method: string, p: string, b
     stream.on("error", reject);
     stream.on("end", () => {
       const text = Buffer.concat(chunks).toString("utf8");
-      resolve({ status: Number(headers[":status"]), headers, text, json: text ? JSON.parse(text) : undefined });
+      resolve({
+        status: Number(headers[":status"]),
+        headers,
+        text,
+        json: text ? JSON.parse(text) : undefined,
+      });
     });
     stream.end(body ? JSON.stringify(body) : undefined);
   });
 }
 
 describe(`certificate renewal (${databaseKind})`, () => {
-  it("the runner renews before expiry at about half its lifetime and reconnects with the new certificate while its job keeps running", { timeout: 90_000 }, async () => {
-    const { identity: first, stateDir } = await enrolled("rn1", "wr1");
-    const keeper = keepIdentityFresh(endpoint, first, { stateDir });
-    const conn = connectWithIdentity(endpoint, keeper);
-    const renewed = new Promise<{ identity: RunnerIdentity; at: number }>((resolve) => keeper.onRenewed((identity) => resolve({ identity, at: Date.now() })));
-    try {
-      const oldSession = conn.session();
-      expect((await request(oldSession, "POST", "/v1/runner/register", { apiVersion: "v1", runnerId: "rn1", workspaceId: "wr1", slots: 1, labels: ["linux"] })).status).toBe(200);
-      const jobId = (await admin.enqueue({ workspaceId: "wr1" })).json.job.id;
-      const claim = await request(oldSession, "POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "rn1" });
-      expect(claim.status, claim.text).toBe(200);
-      const token = claim.json.token as string;
-      const lease = { apiVersion: "v1", jobId, leaseToken: token };
+  it(
+    "the runner renews before expiry at about half its lifetime and reconnects with the new certificate while its job keeps running",
+    { timeout: 90_000 },
+    async () => {
+      const { identity: first, stateDir } = await enrolled("rn1", "wr1");
+      const keeper = keepIdentityFresh(endpoint, first, { stateDir });
+      const conn = connectWithIdentity(endpoint, keeper);
+      const renewed = new Promise<{ identity: RunnerIdentity; at: number }>((resolve) =>
+        keeper.onRenewed((identity) => resolve({ identity, at: Date.now() })),
+      );
+      try {
+        const oldSession = conn.session();
+        expect(
+          (
+            await request(oldSession, "POST", "/v1/runner/register", {
+              apiVersion: "v1",
+              runnerId: "rn1",
+              workspaceId: "wr1",
+              slots: 1,
+              labels: ["linux"],
+            })
+          ).status,
+        ).toBe(200);
+        const jobId = (await admin.enqueue({ workspaceId: "wr1" })).json.job.id;
+        const claim = await request(oldSession, "POST", "/v1/runner/claim", {
+          apiVersion: "v1",
+          runnerId: "rn1",
+        });
+        expect(claim.status, claim.text).toBe(200);
+        const token = claim.json.token as string;
+        const lease = { apiVersion: "v1", jobId, leaseToken: token };
 
-      const { identity: second, at } = await renewed;
-      // Before expiry, around half the lifetime (40-60 % with jitter; generous bounds for a busy machine).
-      expect(at).toBeLessThan(first.notAfter.getTime());
-      const lifetime = first.notAfter.getTime() - first.notBefore.getTime();
-      expect(at - first.notBefore.getTime()).toBeGreaterThanOrEqual(lifetime * 0.4 - 50);
-      expect(second.spiffeId).toBe(first.spiffeId);
-      expect(second.serialHex).not.toBe(first.serialHex);
-      expect(second.keyPem).not.toBe(first.keyPem);
-      expect(uriSans(second.certPem)).toEqual(["spiffe://forelead/runners/rn1/workspaces/wr1"]);
-      // Written to the state directory, 0600.
-      expect((await loadIdentity(stateDir)).serialHex).toBe(keeper.current().serialHex);
-      for (const f of ["cert.pem", "key.pem"]) expect((await stat(path.join(stateDir, f))).mode & 0o777).toBe(0o600);
+        const { identity: second, at } = await renewed;
+        // Before expiry, around half the lifetime (40-60 % with jitter; generous bounds for a busy machine).
+        expect(at).toBeLessThan(first.notAfter.getTime());
+        const lifetime = first.notAfter.getTime() - first.notBefore.getTime();
+        expect(at - first.notBefore.getTime()).toBeGreaterThanOrEqual(lifetime * 0.4 - 50);
+        expect(second.spiffeId).toBe(first.spiffeId);
+        expect(second.serialHex).not.toBe(first.serialHex);
+        expect(second.keyPem).not.toBe(first.keyPem);
+        expect(uriSans(second.certPem)).toEqual(["spiffe://forelead/runners/rn1/workspaces/wr1"]);
+        // Written to the state directory, 0600.
+        expect((await loadIdentity(stateDir)).serialHex).toBe(keeper.current().serialHex);
+        for (const f of ["cert.pem", "key.pem"])
+          expect((await stat(path.join(stateDir, f))).mode & 0o777).toBe(0o600);
 
-      // The next request goes on a new connection, with the new certificate; the lease carries on.
-      const newSession = conn.session();
-      expect(newSession).not.toBe(oldSession);
-      const renewLease = await request(newSession, "POST", "/v1/runner/renew", lease);
-      expect(renewLease.status, renewLease.text).toBe(200);
-      await cp.plane.audit.flush();
-      const audit = await admin.rest.request("GET", `/v1/admin/audit?spiffeId=${encodeURIComponent(first.spiffeId)}&kind=decision&pageSize=1`);
-      expect(audit.json.records[0]).toMatchObject({ route: "POST /v1/runner/renew", decision: "allow", certificateSerial: second.serialHex });
+        // The next request goes on a new connection, with the new certificate; the lease carries on.
+        const newSession = conn.session();
+        expect(newSession).not.toBe(oldSession);
+        const renewLease = await request(newSession, "POST", "/v1/runner/renew", lease);
+        expect(renewLease.status, renewLease.text).toBe(200);
+        await cp.plane.audit.flush();
+        const audit = await admin.rest.request(
+          "GET",
+          `/v1/admin/audit?spiffeId=${encodeURIComponent(first.spiffeId)}&kind=decision&pageSize=1`,
+        );
+        expect(audit.json.records[0]).toMatchObject({
+          route: "POST /v1/runner/renew",
+          decision: "allow",
+          certificateSerial: second.serialHex,
+        });
 
-      // Once the first certificate has expired, the job still renews and completes: nothing uses the old one.
-      await eventually("the first certificate to expire", async () => (Date.now() > first.notAfter.getTime() + 1000 ? true : undefined), 40_000, 200);
-      const stale = createRestClient(cp.url, endpoint.caPem, first);
-      const refused = await stale.request("GET", "/v1/runner/clock");
-      await stale.close();
-      expect(refused.status).toBe(401);
-      expect(refused.json.message).toContain("the client certificate expired at");
-      expect((await request(conn.session(), "POST", "/v1/runner/renew", lease)).status).toBe(200);
-      const done = await request(conn.session(), "POST", "/v1/runner/complete", { ...lease, completionId: "c1", outcome: "succeeded", exitCode: 0 });
-      expect(done.status, done.text).toBe(200);
-      expect(done.json.job.state).toBe("succeeded");
-    } finally {
-      keeper.stop();
-      await conn.close();
-    }
-  });
+        // Once the first certificate has expired, the job still renews and completes: nothing uses the old one.
+        await eventually(
+          "the first certificate to expire",
+          async () => (Date.now() > first.notAfter.getTime() + 1000 ? true : undefined),
+          40_000,
+          200,
+        );
+        const stale = createRestClient(cp.url, endpoint.caPem, first);
+        const refused = await stale.request("GET", "/v1/runner/clock");
+        await stale.close();
+        expect(refused.status).toBe(401);
+        expect(refused.json.message).toContain("the client certificate expired at");
+        expect((await request(conn.session(), "POST", "/v1/runner/renew", lease)).status).toBe(200);
+        const done = await request(conn.session(), "POST", "/v1/runner/complete", {
+          ...lease,
+          completionId: "c1",
+          outcome: "succeeded",
+          exitCode: 0,
+        });
+        expect(done.status, done.text).toBe(200);
+        expect(done.json.job.state).toBe("succeeded");
+      } finally {
+        keeper.stop();
+        await conn.close();
+      }
+    },
+  );
 
   it("renewal names the caller's identity whatever the CSR asks for, and refuses a forged CSR", async () => {
     const { identity } = await enrolled("rn2", "wr2");
     const rest = createRestClient(cp.url, endpoint.caPem, identity);
-    const asked = await makeCsr({ sans: [{ type: "url", value: "spiffe://forelead/runners/other/workspaces/wr9" }] });
-    const ok = await rest.request("POST", "/v1/runner/certificate", { apiVersion: "v1", csr: asked.csrPem });
+    const asked = await makeCsr({
+      sans: [{ type: "url", value: "spiffe://forelead/runners/other/workspaces/wr9" }],
+    });
+    const ok = await rest.request("POST", "/v1/runner/certificate", {
+      apiVersion: "v1",
+      csr: asked.csrPem,
+    });
     expect(ok.status, ok.text).toBe(200);
     expect(ok.json.spiffeId).toBe(identity.spiffeId);
     expect(uriSans(ok.json.certificateChain)).toEqual([identity.spiffeId]);
-    const forged = await rest.request("POST", "/v1/runner/certificate", { apiVersion: "v1", csr: (await makeCsr({ forge: true })).csrPem });
+    const forged = await rest.request("POST", "/v1/runner/certificate", {
+      apiVersion: "v1",
+      csr: (await makeCsr({ forge: true })).csrPem,
+    });
     expect(forged.status).toBe(400);
     expect(forged.json.message).toContain("signature does not verify");
-    const certs = await admin.rest.request("GET", "/v1/admin/certificates?runnerId=rn2&all=true&expiringWithinSeconds=1");
-    expect(certs.json.certificates.map((c: { issuedVia: string; status: string }) => [c.issuedVia, c.status])).toEqual([["renew", "current"], ["enroll", "superseded"]]);
+    const certs = await admin.rest.request(
+      "GET",
+      "/v1/admin/certificates?runnerId=rn2&all=true&expiringWithinSeconds=1",
+    );
+    expect(
+      certs.json.certificates.map((c: { issuedVia: string; status: string }) => [
+        c.issuedVia,
+        c.status,
+      ]),
+    ).toEqual([
+      ["renew", "current"],
+      ["enroll", "superseded"],
+    ]);
     await rest.close();
   });
 
   it("a retired runner cannot renew, and the keeper stops retrying", async () => {
     const { identity, stateDir } = await enrolled("rn3", "wr3");
-    const retire = await admin.rest.request("POST", "/v1/admin/runners/rn3/retire", { apiVersion: "v1", workspaceId: "wr3" });
+    const retire = await admin.rest.request("POST", "/v1/admin/runners/rn3/retire", {
+      apiVersion: "v1",
+      workspaceId: "wr3",
+    });
     expect(retire.status).toBe(200);
     const errors: Array<{ message: string; retry: number | undefined }> = [];
-    const keeper = keepIdentityFresh(endpoint, identity, { stateDir, onError: (err, retry) => errors.push({ message: err.message, retry }) });
-    await expect(keeper.renewNow()).rejects.toThrow(/403 permission_denied: runner "rn3" in workspace "wr3" was retired at/);
+    const keeper = keepIdentityFresh(endpoint, identity, {
+      stateDir,
+      onError: (err, retry) => errors.push({ message: err.message, retry }),
+    });
+    await expect(keeper.renewNow()).rejects.toThrow(
+      /403 permission_denied: runner "rn3" in workspace "wr3" was retired at/,
+    );
     keeper.stop();
     expect(errors).toEqual([{ message: expect.stringContaining("was retired"), retry: undefined }]);
     expect((await loadIdentity(stateDir)).serialHex).toBe(identity.serialHex);

@@ -21,9 +21,19 @@ describe(`retiring a runner (${databaseKind})`, () => {
     expect((await runner.renew(jobId, token)).status).toBe(200);
     const session = runner.rest.session;
 
-    const retire = await admin.rest.request("POST", `/v1/admin/runners/r1/retire`, { apiVersion: "v1", workspaceId: ws, reason: "key leaked" });
+    const retire = await admin.rest.request("POST", `/v1/admin/runners/r1/retire`, {
+      apiVersion: "v1",
+      workspaceId: ws,
+      reason: "key leaked",
+    });
     expect(retire.status, retire.text).toBe(200);
-    expect(retire.json).toMatchObject({ apiVersion: "v1", runnerId: "r1", workspaceId: ws, releasedJobIds: [jobId], newlyRetired: true });
+    expect(retire.json).toMatchObject({
+      apiVersion: "v1",
+      runnerId: "r1",
+      workspaceId: ws,
+      releasedJobIds: [jobId],
+      newlyRetired: true,
+    });
     expect(retire.json.retiredAt).toBeDefined();
 
     // Same connection (same TLS session), next request: refused.
@@ -31,8 +41,17 @@ describe(`retiring a runner (${databaseKind})`, () => {
     expect(runner.rest.session).toBe(session);
     expect(session.closed || session.destroyed).toBe(false);
     expect(renew.status).toBe(403);
-    expect(renew.json.message).toMatch(new RegExp(`^runner "r1" in workspace "${ws}" was retired at \\d{4}-.*; enroll a new runner identity$`));
-    for (const reply of [await runner.claim(), await runner.complete(jobId, token), await runner.rest.request("GET", "/v1/runner/clock"), await runner.register()]) {
+    expect(renew.json.message).toMatch(
+      new RegExp(
+        `^runner "r1" in workspace "${ws}" was retired at \\d{4}-.*; enroll a new runner identity$`,
+      ),
+    );
+    for (const reply of [
+      await runner.claim(),
+      await runner.complete(jobId, token),
+      await runner.rest.request("GET", "/v1/runner/clock"),
+      await runner.register(),
+    ]) {
       expect(reply.status).toBe(403);
     }
 
@@ -56,21 +75,33 @@ describe(`retiring a runner (${databaseKind})`, () => {
     const runner = await runnerActor(cp, "keep", ws);
     await runner.register();
     await runner.close();
-    const first = await admin.rest.request("POST", "/v1/admin/runners/keep/retire", { apiVersion: "v1" });
+    const first = await admin.rest.request("POST", "/v1/admin/runners/keep/retire", {
+      apiVersion: "v1",
+    });
     expect(first.status, first.text).toBe(200);
     expect(first.json).toMatchObject({ workspaceId: ws, newlyRetired: true });
-    const second = await admin.rest.request("POST", "/v1/admin/runners/keep/retire", { apiVersion: "v1", workspaceId: ws });
+    const second = await admin.rest.request("POST", "/v1/admin/runners/keep/retire", {
+      apiVersion: "v1",
+      workspaceId: ws,
+    });
     expect(second.status, second.text).toBe(200);
     expect(second.json.retiredAt).toBe(first.json.retiredAt);
     expect(second.json.newlyRetired).toBeUndefined(); // proto3 JSON leaves out false
 
     const list = await admin.rest.request("GET", `/v1/admin/runners?workspaceId=${ws}`);
-    expect(list.json.runners).toEqual([expect.objectContaining({ runnerId: "keep", retiredAt: first.json.retiredAt })]);
+    expect(list.json.runners).toEqual([
+      expect.objectContaining({ runnerId: "keep", retiredAt: first.json.retiredAt }),
+    ]);
 
-    const unknown = await admin.rest.request("POST", "/v1/admin/runners/nobody/retire", { apiVersion: "v1" });
+    const unknown = await admin.rest.request("POST", "/v1/admin/runners/nobody/retire", {
+      apiVersion: "v1",
+    });
     expect(unknown.status).toBe(404);
     expect(unknown.json.message).toContain("give workspaceId to retire it anyway");
-    const ahead = await admin.rest.request("POST", "/v1/admin/runners/nobody/retire", { apiVersion: "v1", workspaceId: ws });
+    const ahead = await admin.rest.request("POST", "/v1/admin/runners/nobody/retire", {
+      apiVersion: "v1",
+      workspaceId: ws,
+    });
     expect(ahead.status, ahead.text).toBe(200);
   });
 
@@ -81,9 +112,13 @@ describe(`retiring a runner (${databaseKind})`, () => {
       await r.register();
       await r.close();
     }
-    const reply = await admin.rest.request("POST", "/v1/admin/runners/twin/retire", { apiVersion: "v1" });
+    const reply = await admin.rest.request("POST", "/v1/admin/runners/twin/retire", {
+      apiVersion: "v1",
+    });
     expect(reply.status).toBe(400);
-    expect(reply.json.message).toBe(`runner id "twin" is known in workspaces "${a}", "${b}"; give workspaceId to say which one to retire`);
+    expect(reply.json.message).toBe(
+      `runner id "twin" is known in workspaces "${a}", "${b}"; give workspaceId to say which one to retire`,
+    );
   });
 
   it("retiring a runner with a cancelled running job settles that job as cancelled", async () => {
@@ -93,9 +128,15 @@ describe(`retiring a runner (${databaseKind})`, () => {
     const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
     expect((await runner.claim()).status).toBe(200);
     await admin.cancel(jobId);
-    const retire = await admin.rest.request("POST", "/v1/admin/runners/rc/retire", { apiVersion: "v1", workspaceId: ws });
+    const retire = await admin.rest.request("POST", "/v1/admin/runners/rc/retire", {
+      apiVersion: "v1",
+      workspaceId: ws,
+    });
     expect(retire.json.releasedJobIds).toEqual([jobId]);
-    expect((await admin.job(jobId)).json.job).toMatchObject({ state: "cancelled", failure: { reason: "cancelled", message: "cancelled; the runner was retired" } });
+    expect((await admin.job(jobId)).json.job).toMatchObject({
+      state: "cancelled",
+      failure: { reason: "cancelled", message: "cancelled; the runner was retired" },
+    });
     await runner.close();
   });
 });
@@ -107,7 +148,10 @@ describe.runIf(databaseKind === "postgres")("retirement across replicas (postgre
     const runner = await runnerActor(replicas.b, "rx", "w1");
     expect((await runner.register()).status).toBe(200);
     const adminA = await adminActor(replicas.a);
-    const retire = await adminA.rest.request("POST", "/v1/admin/runners/rx/retire", { apiVersion: "v1", workspaceId: "w1" });
+    const retire = await adminA.rest.request("POST", "/v1/admin/runners/rx/retire", {
+      apiVersion: "v1",
+      workspaceId: "w1",
+    });
     expect(retire.status, retire.text).toBe(200);
     const refused = await eventually("replica b to refuse the retired runner", async () => {
       const reply = await runner.rest.request("GET", "/v1/runner/clock");

@@ -4,11 +4,18 @@ import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 
 // A grace of one second, swept every 100 ms: a deadline passes for real, in test time.
-const cp = useControlPlane({ sweepIntervalMs: 100, jobTimeouts: { defaultSeconds: 3600, maxSeconds: 7200, graceSeconds: 1 } });
+const cp = useControlPlane({
+  sweepIntervalMs: 100,
+  jobTimeouts: { defaultSeconds: 3600, maxSeconds: 7200, graceSeconds: 1 },
+});
 const { admin } = cp;
 let n = 0;
 const freshWorkspace = () => `dl${++n}`;
-const spec = (timeoutSeconds?: number) => ({ image: "busybox", argv: ["sleep", "600"], ...(timeoutSeconds === undefined ? {} : { timeoutSeconds }) });
+const spec = (timeoutSeconds?: number) => ({
+  image: "busybox",
+  argv: ["sleep", "600"],
+  ...(timeoutSeconds === undefined ? {} : { timeoutSeconds }),
+});
 
 describe(`job deadlines (${databaseKind})`, () => {
   it("a job whose runner keeps renewing past its timeout plus the grace is failed timeout by the control plane, and its lease is dead", async () => {
@@ -24,11 +31,24 @@ describe(`job deadlines (${databaseKind})`, () => {
       return reply.status === 200 ? undefined : reply;
     });
     expect(refused.status, refused.text).toBe(409);
-    expect(refused.json.message).toMatch(/^the job ran past its timeout of 1 s at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ and was failed; stop the job/);
+    expect(refused.json.message).toMatch(
+      /^the job ran past its timeout of 1 s at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ and was failed; stop the job/,
+    );
     const job = (await admin.job(jobId)).json.job;
-    expect(job).toMatchObject({ state: "failed", attempts: 1, failure: { reason: "timeout" }, error: { code: "timeout", message: "the job ran past its timeout of 1 s and was failed by the control plane" } });
+    expect(job).toMatchObject({
+      state: "failed",
+      attempts: 1,
+      failure: { reason: "timeout" },
+      error: {
+        code: "timeout",
+        message: "the job ran past its timeout of 1 s and was failed by the control plane",
+      },
+    });
     expect(job.settledAt).toBeDefined();
-    for (const reply of [await runner.complete(jobId, lease.token), await runner.release(jobId, lease.token)]) {
+    for (const reply of [
+      await runner.complete(jobId, lease.token),
+      await runner.release(jobId, lease.token),
+    ]) {
       expect(reply.status, reply.text).toBe(409);
       expect(reply.json.message).toContain("ran past its timeout of 1 s");
     }
@@ -43,10 +63,14 @@ describe(`job deadlines (${databaseKind})`, () => {
     const defaulted = await admin.enqueue({ workspaceId: ws, spec: spec() });
     expect(defaulted.status, defaulted.text).toBe(200);
     expect(defaulted.json.job.spec.timeoutSeconds).toBe(3600);
-    expect((await admin.enqueue({ workspaceId: ws, spec: spec(7200) })).json.job.spec.timeoutSeconds).toBe(7200);
+    expect(
+      (await admin.enqueue({ workspaceId: ws, spec: spec(7200) })).json.job.spec.timeoutSeconds,
+    ).toBe(7200);
     const over = await admin.enqueue({ workspaceId: ws, spec: spec(7201) });
     expect(over.status).toBe(400);
     expect(over.json.code).toBe("invalid_argument");
-    expect(over.json.message).toBe("spec.timeoutSeconds 7201 is over this control plane's maximum job timeout of 7200 s (forelead serve --max-job-timeout)");
+    expect(over.json.message).toBe(
+      "spec.timeoutSeconds 7201 is over this control plane's maximum job timeout of 7200 s (forelead serve --max-job-timeout)",
+    );
   });
 });

@@ -16,7 +16,15 @@ let base = 0;
 beforeAll(async () => {
   const h1 = await registeredRunner(cp, "h1", ws, { labels: ["linux", "gpu"], slots: 5 });
   const h2 = await registeredRunner(cp, "h2", ws, { labels: ["linux"], slots: 5 });
-  const labels = [["linux"], ["linux"], ["linux"], ["linux", "gpu"], ["linux", "gpu"], ["linux"], ["linux"]];
+  const labels = [
+    ["linux"],
+    ["linux"],
+    ["linux"],
+    ["linux", "gpu"],
+    ["linux", "gpu"],
+    ["linux"],
+    ["linux"],
+  ];
   for (const l of labels) {
     const reply = await admin.enqueue({ workspaceId: ws, labels: l });
     expect(reply.status, reply.text).toBe(200);
@@ -24,7 +32,11 @@ beforeAll(async () => {
   }
   base = Date.now();
   for (const [i, id] of j.entries()) {
-    await cp.plane.store.db.updateTable("jobs").set({ created_at: new Date(base - (7 - i) * hour) }).where("id", "=", id).execute();
+    await cp.plane.store.db
+      .updateTable("jobs")
+      .set({ created_at: new Date(base - (7 - i) * hour) })
+      .where("id", "=", id)
+      .execute();
   }
   // The claim takes the oldest job a runner's labels fit: h2 gets j0, h1 gets j1 then j2.
   const claimed = async (runner: typeof h1, expected: string) => {
@@ -36,7 +48,15 @@ beforeAll(async () => {
   const t0 = await claimed(h2, j[0]!);
   expect((await h2.complete(j[0]!, t0)).status).toBe(200);
   const t1 = await claimed(h1, j[1]!);
-  expect((await h1.complete(j[1]!, t1, { outcome: "failed", exitCode: 1, error: { code: "exit_code", message: "exit 1", retryable: false } })).status).toBe(200);
+  expect(
+    (
+      await h1.complete(j[1]!, t1, {
+        outcome: "failed",
+        exitCode: 1,
+        error: { code: "exit_code", message: "exit 1", retryable: false },
+      })
+    ).status,
+  ).toBe(200);
   await claimed(h1, j[2]!);
   expect((await admin.cancel(j[6]!)).status).toBe(200);
 });
@@ -46,7 +66,10 @@ async function list(query: string, pageSize = 50): Promise<string[]> {
   const ids: string[] = [];
   let token = "";
   do {
-    const reply = await admin.rest.request("GET", `/v1/admin/jobs?workspaceId=${ws}&pageSize=${pageSize}&${query}${token ? `&pageToken=${token}` : ""}`);
+    const reply = await admin.rest.request(
+      "GET",
+      `/v1/admin/jobs?workspaceId=${ws}&pageSize=${pageSize}&${query}${token ? `&pageToken=${token}` : ""}`,
+    );
     expect(reply.status, reply.text).toBe(200);
     ids.push(...(reply.json.jobs ?? []).map((x: { id: string }) => x.id));
     token = reply.json.nextPageToken ?? "";
@@ -71,8 +94,12 @@ describe(`job history: ListJobs filters and orders (${databaseKind})`, () => {
   });
 
   it("since and until bound the creation time in each accepted form", async () => {
-    expect(await list(`since=270m&until=${new Date(base - 2.5 * hour).toISOString()}`)).toEqual(pick(4, 3));
-    expect(await list(`since=${Math.floor((base - 5.5 * hour) / 1000)}`)).toEqual(pick(6, 5, 4, 3, 2));
+    expect(await list(`since=270m&until=${new Date(base - 2.5 * hour).toISOString()}`)).toEqual(
+      pick(4, 3),
+    );
+    expect(await list(`since=${Math.floor((base - 5.5 * hour) / 1000)}`)).toEqual(
+      pick(6, 5, 4, 3, 2),
+    );
     expect(await list("until=6h&order=oldest")).toEqual(pick(0, 1));
     expect(await list("since=1d")).toHaveLength(7);
   });
@@ -98,7 +125,10 @@ describe(`job history: ListJobs filters and orders (${databaseKind})`, () => {
   it("refuses a bad order, state, label or time with 400 naming what is accepted", async () => {
     const cases: Array<[string, RegExp]> = [
       ["order=sideways", /^order "sideways" is not one of newest, oldest$/],
-      ["states=queued&states=done", /^state "done" is not one of queued, running, waiting_input, succeeded, failed, cancelled$/],
+      [
+        "states=queued&states=done",
+        /^state "done" is not one of queued, running, waiting_input, succeeded, failed, cancelled$/,
+      ],
       ["labels=no%20spaces", /^labels\[0\] "no spaces" is not a label/],
       ["since=soon", /^since "soon" is not a time; use RFC 3339 .*"90m".*"30d"/],
       ["since=1h&until=2h", /^until .* is before since/],

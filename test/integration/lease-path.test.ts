@@ -24,7 +24,12 @@ const enqueue = async (workspaceId: string, n: number): Promise<string[]> => {
   }
   return ids;
 };
-const claims = (runner: RunnerActor, body: Record<string, unknown>) => runner.rest.request("POST", "/v1/runner/claims", { apiVersion: "v1", runnerId: runner.runnerId, ...body });
+const claims = (runner: RunnerActor, body: Record<string, unknown>) =>
+  runner.rest.request("POST", "/v1/runner/claims", {
+    apiVersion: "v1",
+    runnerId: runner.runnerId,
+    ...body,
+  });
 
 describe(`complete and claim (${databaseKind})`, () => {
   it("the reply carries the settled job and the runner's next lease; none once the queue is empty after the wait", async () => {
@@ -41,7 +46,9 @@ describe(`complete and claim (${databaseKind})`, () => {
     expect((await admin.job(second!)).json.job).toMatchObject({ state: "running", runnerId: "r1" });
     // The new lease is a lease like a claim's: it renews and completes.
     expect((await runner.renew(second!, done.json.lease.token)).status).toBe(200);
-    const last = await runner.complete(second!, done.json.lease.token, { next: { waitSeconds: 1 } });
+    const last = await runner.complete(second!, done.json.lease.token, {
+      next: { waitSeconds: 1 },
+    });
     expect(last.status, last.text).toBe(200);
     expect(last.json.job).toMatchObject({ id: second, state: "succeeded" });
     expect(last.json.lease).toBeUndefined();
@@ -54,7 +61,8 @@ describe(`complete and claim (${databaseKind})`, () => {
     const runner = await registeredRunner(cp, "r1", ws);
     const lease = await runner.claim({ waitSeconds: 0 });
     const done = runner.complete(only!, lease.json.token, { next: { waitSeconds: 10 } });
-    const settled = async () => ((await admin.job(only!)).json.job.state === "succeeded" ? true : undefined);
+    const settled = async () =>
+      (await admin.job(only!)).json.job.state === "succeeded" ? true : undefined;
     await eventually("the completion to be settled", settled);
     const [late] = await enqueue(ws, 1);
     const reply = await done;
@@ -68,7 +76,9 @@ describe(`complete and claim (${databaseKind})`, () => {
     const [first, queued] = await enqueue(ws, 2);
     const runner = await registeredRunner(cp, "r1", ws, { slots: 2 });
     const lease = await runner.claim({ waitSeconds: 0 });
-    const wrongToken = await runner.complete(first!, "x".repeat(lease.json.token.length), { next: { waitSeconds: 0 } });
+    const wrongToken = await runner.complete(first!, "x".repeat(lease.json.token.length), {
+      next: { waitSeconds: 0 },
+    });
     expect(wrongToken.status).toBeGreaterThanOrEqual(400);
     expect(wrongToken.status).toBeLessThan(500);
     const badWait = await runner.complete(first!, lease.json.token, { next: { waitSeconds: 21 } });
@@ -102,12 +112,22 @@ describe(`complete and claim (${databaseKind})`, () => {
   it("completions arriving together each get their own next lease; a refused one among them gets its error and claims nothing", async () => {
     const ws = freshWorkspace();
     const first = await enqueue(ws, 5);
-    const runners = await Promise.all(Array.from({ length: 5 }, (_, i) => registeredRunner(cp, `t${i}`, ws)));
+    const runners = await Promise.all(
+      Array.from({ length: 5 }, (_, i) => registeredRunner(cp, `t${i}`, ws)),
+    );
     const leases: Array<{ token: string; job: { id: string } }> = [];
     for (const r of runners) leases.push((await r.claim({ waitSeconds: 0 })).json);
     const more = await enqueue(ws, 4);
     // Runner t4 sends a completion its lease does not take (a wrong token): refused, as without next.
-    const replies = await Promise.all(runners.map((r, i) => r.complete(leases[i]!.job.id, i === 4 ? "y".repeat(leases[i]!.token.length) : leases[i]!.token, { next: { waitSeconds: 0 } })));
+    const replies = await Promise.all(
+      runners.map((r, i) =>
+        r.complete(
+          leases[i]!.job.id,
+          i === 4 ? "y".repeat(leases[i]!.token.length) : leases[i]!.token,
+          { next: { waitSeconds: 0 } },
+        ),
+      ),
+    );
     replies.slice(0, 4).forEach((d, i) => {
       expect(d.status, d.text).toBe(200);
       expect(d.json.job).toMatchObject({ id: first[i], state: "succeeded" });
@@ -116,7 +136,8 @@ describe(`complete and claim (${databaseKind})`, () => {
     const next = replies.slice(0, 4).map((d) => d.json.lease?.job.id);
     expect([...next].sort()).toEqual([...more].sort());
     expect((await admin.job(first[4]!)).json.job.state).toBe("running");
-    for (const [i, id] of next.entries()) expect((await admin.job(id)).json.job).toMatchObject({ state: "running", runnerId: `t${i}` });
+    for (const [i, id] of next.entries())
+      expect((await admin.job(id)).json.job).toMatchObject({ state: "running", runnerId: `t${i}` });
     await Promise.all(runners.map((r) => r.close()));
   });
 
@@ -125,7 +146,9 @@ describe(`complete and claim (${databaseKind})`, () => {
     const [first, queued] = await enqueue(ws, 2);
     const runner = await registeredRunner(cp, "r1", ws);
     const lease = await runner.claim({ waitSeconds: 0 });
-    const paused = await admin.rest.request("POST", `/v1/admin/workspaces/${ws}/pause`, { apiVersion: "v1" });
+    const paused = await admin.rest.request("POST", `/v1/admin/workspaces/${ws}/pause`, {
+      apiVersion: "v1",
+    });
     expect(paused.status, paused.text).toBe(200);
     const done = await runner.complete(first!, lease.json.token, { next: { waitSeconds: 0 } });
     expect(done.json.job.state).toBe("succeeded");
@@ -144,7 +167,9 @@ describe(`claims of several leases (${databaseKind})`, () => {
     expect(one.json.job.id).toBe(ids[0]);
     const reply = await claims(runner, { waitSeconds: 0, maxLeases: 5 });
     expect(reply.status, reply.text).toBe(200);
-    expect(reply.json.leases.map((l: { job: { id: string } }) => l.job.id)).toEqual(ids.slice(1, 3));
+    expect(reply.json.leases.map((l: { job: { id: string } }) => l.job.id)).toEqual(
+      ids.slice(1, 3),
+    );
     expect(reply.json.lease).toEqual(reply.json.leases[0]);
     expect(new Set(reply.json.leases.map((l: { token: string }) => l.token)).size).toBe(2);
     // Every slot held: nothing more, 204 as a claim's.
@@ -172,12 +197,25 @@ describe(`claims of several leases (${databaseKind})`, () => {
     const ws = freshWorkspace();
     const ids = await enqueue(ws, 3);
     await registeredRunner(cp, "r1", ws, { slots: 2 }).then((r) => r.close());
-    const client = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, await cp.pki.runner("r1", ws), "connect-json");
+    const client = createTestClient(
+      RunnerService,
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.runner("r1", ws),
+      "connect-json",
+    );
     const claimed = await client.claimLeases({ apiVersion: "v1", runnerId: "r1", maxLeases: 2 });
     expect(claimed.leases.map((l) => l.job!.id)).toEqual(ids.slice(0, 2));
     expect(claimed.lease!.token).toBe(claimed.leases[0]!.token);
     const first = claimed.leases[0]!;
-    const done = await client.complete({ apiVersion: "v1", jobId: first.job!.id, leaseToken: first.token, completionId: "c1", outcome: "succeeded", next: { waitSeconds: 0 } });
+    const done = await client.complete({
+      apiVersion: "v1",
+      jobId: first.job!.id,
+      leaseToken: first.token,
+      completionId: "c1",
+      outcome: "succeeded",
+      next: { waitSeconds: 0 },
+    });
     expect(done.job!.state).toBe("succeeded");
     expect(done.lease!.job!.id).toBe(ids[2]);
   });
@@ -188,14 +226,27 @@ describe(`the runner agent on the fewer-round-trip paths (${databaseKind})`, () 
     const ws = freshWorkspace();
     const ids: string[] = [];
     for (let i = 0; i < 6; i++) {
-      const r = await admin.enqueue({ workspaceId: ws, priority: 6 - i, spec: specFor("process", { argv: ["true"] }) });
+      const r = await admin.enqueue({
+        workspaceId: ws,
+        priority: 6 - i,
+        spec: specFor("process", { argv: ["true"] }),
+      });
       expect(r.status, r.text).toBe(200);
       ids.push(r.json.job.id);
     }
-    const runner = await startTestRunner(cp, { runnerId: "agent", workspaceId: ws, executor: "process", slots: 3 });
+    const runner = await startTestRunner(cp, {
+      runnerId: "agent",
+      workspaceId: ws,
+      executor: "process",
+      slots: 3,
+    });
     try {
-      for (const id of ids) await eventually(`job ${id} to succeed`, async () => ((await admin.job(id)).json.job.state === "succeeded" ? true : undefined));
-      const claimedBy = (how: RegExp) => runner.log.filter((l) => how.test(l)).map((l) => l.split(" ").pop());
+      for (const id of ids)
+        await eventually(`job ${id} to succeed`, async () =>
+          (await admin.job(id)).json.job.state === "succeeded" ? true : undefined,
+        );
+      const claimedBy = (how: RegExp) =>
+        runner.log.filter((l) => how.test(l)).map((l) => l.split(" ").pop());
       // The first three in one claim request; each of their completions leased one of the rest.
       expect(runner.log).toContain("one claim request leased 3 jobs");
       expect(claimedBy(/^claimed job /)).toEqual(ids.slice(0, 3));

@@ -42,7 +42,11 @@ describe(`lease rules (${databaseKind})`, () => {
         ('ended, expiring later', now(), now() + interval '1 minute'),
         ('open, expired', null::timestamptz, now())
       ) as l(name, ended_at, expires_at)`.execute(store().db);
-    expect(Object.fromEntries(rows.map((r) => [r.name, r.live]))).toEqual({ "open, expiring later": true, "ended, expiring later": false, "open, expired": false });
+    expect(Object.fromEntries(rows.map((r) => [r.name, r.live]))).toEqual({
+      "open, expiring later": true,
+      "ended, expiring later": false,
+      "open, expired": false,
+    });
   });
 
   it("a match narrows by every field it names, a value as a parameter and a reference inlined", async () => {
@@ -54,7 +58,15 @@ describe(`lease rules (${databaseKind})`, () => {
         ('c', 'c', 'w2', 'r1', 7, 'running', now() + interval '1 minute'),
         ('d', 'd', 'w1', 'r2', 7, 'running', now() + interval '1 minute'),
         ('e', 'e', 'w1', 'r1', 8, 'running', now() + interval '1 minute')
-      ) as j(id, wanted, workspace_id, runner_id, lease_id, state, lease_expires_at)`.execute(store().db);
-    expect(Object.fromEntries(rows.map((r) => [r.id, r.live]))).toEqual({ a: true, b: false, c: false, d: false, e: false });
+      ) as j(id, wanted, workspace_id, runner_id, lease_id, state, lease_expires_at)`.execute(
+      store().db,
+    );
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.live]))).toEqual({
+      a: true,
+      b: false,
+      c: false,
+      d: false,
+      e: false,
+    });
   });
 });

@@ -16,7 +16,11 @@ async function enqueueConcurrently(n: number, inFlight = 64): Promise<string[]> 
   const worker = async () => {
     while (next < n) {
       next++;
-      const reply = await admin.rest.request("POST", "/v1/admin/jobs", jobBody({ workspaceId: ws }));
+      const reply = await admin.rest.request(
+        "POST",
+        "/v1/admin/jobs",
+        jobBody({ workspaceId: ws }),
+      );
       expect(reply.status, reply.text).toBe(200);
       ids.push(reply.json.job.id);
     }
@@ -30,7 +34,10 @@ async function listAll(pageSize: number): Promise<string[]> {
   const listed: string[] = [];
   let token = "";
   do {
-    const reply = await admin.rest.request("GET", `/v1/admin/jobs?workspaceId=${ws}&pageSize=${pageSize}${token ? `&pageToken=${token}` : ""}`);
+    const reply = await admin.rest.request(
+      "GET",
+      `/v1/admin/jobs?workspaceId=${ws}&pageSize=${pageSize}${token ? `&pageToken=${token}` : ""}`,
+    );
     expect(reply.status, reply.text).toBe(200);
     listed.push(...reply.json.jobs.map((j: { id: string }) => j.id));
     token = reply.json.nextPageToken ?? "";
@@ -50,7 +57,9 @@ async function enqueueBurst(n: number): Promise<string[]> {
   expect(template.status, template.text).toBe(200);
   const db = cp.plane.store.db;
   const { rows: columns } = await sql<{ name: string }>`
-    select column_name as name from information_schema.columns where table_name = 'jobs' and column_name not in ('id', 'created_at', 'updated_at', 'idempotency_key') order by ordinal_position`.execute(db);
+    select column_name as name from information_schema.columns where table_name = 'jobs' and column_name not in ('id', 'created_at', 'updated_at', 'idempotency_key') order by ordinal_position`.execute(
+    db,
+  );
   const copied = sql.join(columns.map((c) => sql.ref(c.name)));
   const { rows } = await sql<{ id: string }>`
     insert into jobs (id, created_at, updated_at, ${copied})
@@ -84,7 +93,11 @@ describe(`ListJobs paging (${databaseKind})`, () => {
     expect(listed.filter((id) => !known.has(id))).toEqual([]);
     // One total order: paged by 500 afterwards, the burst's jobs come in the same order.
     const burst = new Set(enqueued);
-    expect((await listAll(500)).filter((id) => burst.has(id))).toEqual(listed.filter((id) => burst.has(id)));
-    console.log(`ListJobs paging (${databaseKind}): enqueued 5000 in ${Math.round(enqueueMs)} ms; ${Math.ceil(listed.length / 50)} pages of 50 listed in ${Math.round(listMs)} ms while 200 more were enqueued; ${rows[0]!.n} milliseconds held two or more jobs`);
+    expect((await listAll(500)).filter((id) => burst.has(id))).toEqual(
+      listed.filter((id) => burst.has(id)),
+    );
+    console.log(
+      `ListJobs paging (${databaseKind}): enqueued 5000 in ${Math.round(enqueueMs)} ms; ${Math.ceil(listed.length / 50)} pages of 50 listed in ${Math.round(listMs)} ms while 200 more were enqueued; ${rows[0]!.n} milliseconds held two or more jobs`,
+    );
   }, 120_000);
 });

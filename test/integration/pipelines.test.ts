@@ -7,19 +7,49 @@ import { databaseKind } from "../support/database.js";
 import { useControlPlane, useServiceClients } from "../support/fixture.js";
 
 const id = (name: string) => `spiffe://forelead/services/${name}`;
-const cp = useControlPlane({ grants: [parseRoleGrant(`${id("ci")}=enqueue:w1`), parseRoleGrant(`${id("reader")}=read:w1`), parseRoleGrant(`${id("other")}=read:w2`)] });
+const cp = useControlPlane({
+  grants: [
+    parseRoleGrant(`${id("ci")}=enqueue:w1`),
+    parseRoleGrant(`${id("reader")}=read:w1`),
+    parseRoleGrant(`${id("other")}=read:w2`),
+  ],
+});
 const { admin } = cp;
 const service = useServiceClients(cp);
 
-const post = (path: string, body: Record<string, unknown> = {}) => admin.rest.request("POST", path, { apiVersion: "v1", ...body });
+const post = (path: string, body: Record<string, unknown> = {}) =>
+  admin.rest.request("POST", path, { apiVersion: "v1", ...body });
 const job = { labels: ["linux"], spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 } };
-const step = (name: string, needs: string[] = [], extra: Record<string, unknown> = {}) => ({ name, needs, ...job, ...extra });
-const diamond = (extra: Record<string, Record<string, unknown>> = {}) => [step("A", [], extra.A), step("B", ["A"], extra.B), step("C", ["A"], extra.C), step("D", ["B", "C"], extra.D)];
+const step = (name: string, needs: string[] = [], extra: Record<string, unknown> = {}) => ({
+  name,
+  needs,
+  ...job,
+  ...extra,
+});
+const diamond = (extra: Record<string, Record<string, unknown>> = {}) => [
+  step("A", [], extra.A),
+  step("B", ["A"], extra.B),
+  step("C", ["A"], extra.C),
+  step("D", ["B", "C"], extra.D),
+];
 
-interface StepJson { name: string; state: string; attempts?: number; jobId?: string }
-interface PipelineJson { id: string; state: string; steps: StepJson[] }
+interface StepJson {
+  name: string;
+  state: string;
+  attempts?: number;
+  jobId?: string;
+}
+interface PipelineJson {
+  id: string;
+  state: string;
+  steps: StepJson[];
+}
 
-async function submit(workspaceId: string, steps: unknown[], name = "diamond"): Promise<PipelineJson> {
+async function submit(
+  workspaceId: string,
+  steps: unknown[],
+  name = "diamond",
+): Promise<PipelineJson> {
   const reply = await post("/v1/admin/pipelines", { workspaceId, name, steps });
   expect(reply.status, reply.text).toBe(200);
   return reply.json.pipeline as PipelineJson;
@@ -33,20 +63,40 @@ const states = (p: PipelineJson) => Object.fromEntries(p.steps.map((s) => [s.nam
 const stepJob = (p: PipelineJson, name: string) => p.steps.find((s) => s.name === name)!.jobId!;
 
 /** Claims without waiting: the job id leased, or undefined when nothing is claimable. */
-async function claimNow(runner: RunnerActor): Promise<{ jobId: string; token: string } | undefined> {
+async function claimNow(
+  runner: RunnerActor,
+): Promise<{ jobId: string; token: string } | undefined> {
   const reply = await runner.claim({ waitSeconds: 0 });
   if (reply.status === 204) return undefined;
   expect(reply.status, reply.text).toBe(200);
   return { jobId: reply.json.job.id as string, token: reply.json.token as string };
 }
-async function complete(runner: RunnerActor, lease: { jobId: string; token: string }, outcome = "succeeded") {
-  const reply = await runner.complete(lease.jobId, lease.token, outcome === "failed" ? { outcome, exitCode: 1, error: { code: "exit_code", message: "exited 1" } } : { outcome });
+async function complete(
+  runner: RunnerActor,
+  lease: { jobId: string; token: string },
+  outcome = "succeeded",
+) {
+  const reply = await runner.complete(
+    lease.jobId,
+    lease.token,
+    outcome === "failed"
+      ? { outcome, exitCode: 1, error: { code: "exit_code", message: "exited 1" } }
+      : { outcome },
+  );
   expect(reply.status, reply.text).toBe(200);
 }
-async function events(workspaceId: string): Promise<Array<{ type: string; jobId?: string; data?: Record<string, unknown> }>> {
-  const reply = await admin.rest.request("GET", `/v1/admin/events?workspaceId=${workspaceId}&types=pipeline.queued&types=pipeline.settled&types=step.queued&types=step.succeeded&types=step.failed&types=step.skipped&types=step.cancelled`);
+async function events(
+  workspaceId: string,
+): Promise<Array<{ type: string; jobId?: string; data?: Record<string, unknown> }>> {
+  const reply = await admin.rest.request(
+    "GET",
+    `/v1/admin/events?workspaceId=${workspaceId}&types=pipeline.queued&types=pipeline.settled&types=step.queued&types=step.succeeded&types=step.failed&types=step.skipped&types=step.cancelled`,
+  );
   expect(reply.status, reply.text).toBe(200);
-  return reply.text.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  return reply.text
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
 }
 const freshWorkspace = () => `p${randomUUID().slice(0, 8)}`;
 
@@ -59,14 +109,21 @@ describe(`pipelines (${databaseKind})`, () => {
     const a = (await claimNow(runner))!;
     expect(a.jobId).toBe(stepJob(p, "A"));
     expect(await claimNow(runner)).toBeUndefined();
-    expect(states(await pipeline(p.id))).toEqual({ A: "running", B: "pending", C: "pending", D: "pending" });
+    expect(states(await pipeline(p.id))).toEqual({
+      A: "running",
+      B: "pending",
+      C: "pending",
+      D: "pending",
+    });
     await complete(runner, a);
     const afterA = await pipeline(p.id);
     expect(states(afterA)).toEqual({ A: "succeeded", B: "queued", C: "queued", D: "pending" });
     expect(afterA.state).toBe("running");
     const first = (await claimNow(runner))!;
     const second = (await claimNow(runner))!;
-    expect(new Set([first.jobId, second.jobId])).toEqual(new Set([stepJob(afterA, "B"), stepJob(afterA, "C")]));
+    expect(new Set([first.jobId, second.jobId])).toEqual(
+      new Set([stepJob(afterA, "B"), stepJob(afterA, "C")]),
+    );
     expect(await claimNow(runner)).toBeUndefined();
     await complete(runner, first);
     expect(await claimNow(runner)).toBeUndefined(); // D waits for the other one
@@ -76,13 +133,22 @@ describe(`pipelines (${databaseKind})`, () => {
     await complete(runner, d);
     const done = await pipeline(p.id);
     expect(done.state).toBe("succeeded");
-    expect(states(done)).toEqual({ A: "succeeded", B: "succeeded", C: "succeeded", D: "succeeded" });
+    expect(states(done)).toEqual({
+      A: "succeeded",
+      B: "succeeded",
+      C: "succeeded",
+      D: "succeeded",
+    });
     expect(done.steps.every((s) => s.attempts === 1)).toBe(true);
-    const types = (await events(w)).map((e) => `${e.type}${e.data?.step ? `:${String(e.data.step)}` : ""}`);
+    const types = (await events(w)).map(
+      (e) => `${e.type}${e.data?.step ? `:${String(e.data.step)}` : ""}`,
+    );
     expect(types[0]).toBe("pipeline.queued");
     expect(types.at(-1)).toBe("pipeline.settled");
     expect(types.indexOf("step.succeeded:A")).toBeLessThan(types.indexOf("step.queued:B"));
-    expect(types.indexOf("step.queued:D")).toBeGreaterThan(Math.max(types.indexOf("step.succeeded:B"), types.indexOf("step.succeeded:C")));
+    expect(types.indexOf("step.queued:D")).toBeGreaterThan(
+      Math.max(types.indexOf("step.succeeded:B"), types.indexOf("step.succeeded:C")),
+    );
     await runner.close();
   });
 
@@ -115,7 +181,12 @@ describe(`pipelines (${databaseKind})`, () => {
     expect(await claimNow(runner)).toBeUndefined();
     const done = await pipeline(p.id);
     expect(done.state).toBe("succeeded");
-    expect(Object.fromEntries(done.steps.map((s) => [s.name, s.attempts]))).toEqual({ A: 1, B: 2, C: 1, D: 1 });
+    expect(Object.fromEntries(done.steps.map((s) => [s.name, s.attempts]))).toEqual({
+      A: 1,
+      B: 2,
+      C: 1,
+      D: 1,
+    });
     // A running pipeline is not resumed; an unknown fromStep is named.
     const p2 = await submit(w, [step("x")]);
     const early = await post(`/v1/admin/pipelines/${p2.id}/resume`);
@@ -124,14 +195,20 @@ describe(`pipelines (${databaseKind})`, () => {
     await complete(runner, (await claimNow(runner))!);
     const unknown = await post(`/v1/admin/pipelines/${p2.id}/resume`, { fromStep: "nope" });
     expect(unknown.status).toBe(400);
-    expect(unknown.json.message).toBe(`fromStep "nope" is not a step of pipeline ${p2.id}; its steps are x`);
+    expect(unknown.json.message).toBe(
+      `fromStep "nope" is not a step of pipeline ${p2.id}; its steps are x`,
+    );
     await runner.close();
   });
 
   it("a failure with allowFailure lets its dependents run; resume fromStep re-runs that step and everything downstream", async () => {
     const w = freshWorkspace();
     const runner = await registeredRunner(cp, "r-allow", w, { slots: 4 });
-    const p = await submit(w, [step("A", [], { allowFailure: true, maxAttempts: 1 }), step("B", ["A"]), step("C")]);
+    const p = await submit(w, [
+      step("A", [], { allowFailure: true, maxAttempts: 1 }),
+      step("B", ["A"]),
+      step("C"),
+    ]);
     for (let i = 0; i < 2; i++) {
       const lease = (await claimNow(runner))!;
       await complete(runner, lease, lease.jobId === stepJob(p, "A") ? "failed" : "succeeded");
@@ -158,7 +235,12 @@ describe(`pipelines (${databaseKind})`, () => {
     expect(cancel.status, cancel.text).toBe(200);
     const cancelled = cancel.json.pipeline as PipelineJson & { cancelRequested: boolean };
     expect(cancelled.cancelRequested).toBe(true);
-    expect(states(cancelled)).toEqual({ A: "running", B: "cancelled", C: "cancelled", D: "cancelled" });
+    expect(states(cancelled)).toEqual({
+      A: "running",
+      B: "cancelled",
+      C: "cancelled",
+      D: "cancelled",
+    });
     const renew = await runner.renew(a.jobId, a.token);
     expect(renew.json.cancelRequested).toBe(true);
     await complete(runner, a, "cancelled");
@@ -181,7 +263,10 @@ describe(`pipelines (${databaseKind})`, () => {
     const a = (await claimNow(runner))!;
     expect((await post(`/v1/admin/pipelines/${p.id}/cancel`)).status).toBe(200);
     // The runner never completes: it is retired, which releases its job (cancel asked: cancelled).
-    const retire = await post(`/v1/admin/runners/r-retired/retire`, { workspaceId: w, reason: "drill" });
+    const retire = await post(`/v1/admin/runners/r-retired/retire`, {
+      workspaceId: w,
+      reason: "drill",
+    });
     expect(retire.status, retire.text).toBe(200);
     expect(retire.json.releasedJobIds).toEqual([a.jobId]);
     expect((await admin.job(a.jobId)).json.job.state).toBe("cancelled");
@@ -189,7 +274,12 @@ describe(`pipelines (${databaseKind})`, () => {
       const now = await pipeline(p.id);
       return now.state === "cancelled" ? now : undefined;
     });
-    expect(states(done)).toEqual({ A: "cancelled", B: "cancelled", C: "cancelled", D: "cancelled" });
+    expect(states(done)).toEqual({
+      A: "cancelled",
+      B: "cancelled",
+      C: "cancelled",
+      D: "cancelled",
+    });
     expect((await events(w)).filter((e) => e.type === "pipeline.settled")).toHaveLength(1);
     await runner.close();
   });
@@ -198,7 +288,13 @@ describe(`pipelines (${databaseKind})`, () => {
     const w = freshWorkspace();
     const runner = await registeredRunner(cp, "r-secrets", w);
     const value = "pipeline-secret-value-0123";
-    const p = await submit(w, [step("A", [], { secrets: { TOKEN: value }, secretFiles: { "key.pem": value }, maxAttempts: 1 })]);
+    const p = await submit(w, [
+      step("A", [], {
+        secrets: { TOKEN: value },
+        secretFiles: { "key.pem": value },
+        maxAttempts: 1,
+      }),
+    ]);
     const claim = await runner.claim({ waitSeconds: 0 });
     expect(claim.json.secrets).toEqual({ TOKEN: value });
     expect(claim.json.secretFiles).toEqual({ "key.pem": value });
@@ -209,7 +305,11 @@ describe(`pipelines (${databaseKind})`, () => {
     expect(again.json.job.id).toBe(stepJob(resumed.json.pipeline, "A"));
     expect(again.json.secrets).toEqual({ TOKEN: value });
     await complete(runner, { jobId: again.json.job.id, token: again.json.token });
-    const seen = [(await admin.rest.request("GET", `/v1/admin/pipelines/${p.id}`)).text, (await admin.job(again.json.job.id)).text, JSON.stringify(await events(w))];
+    const seen = [
+      (await admin.rest.request("GET", `/v1/admin/pipelines/${p.id}`)).text,
+      (await admin.job(again.json.job.id)).text,
+      JSON.stringify(await events(w)),
+    ];
     for (const text of seen) expect(text).not.toContain(value);
     await runner.close();
   });
@@ -219,7 +319,9 @@ describe(`pipelines (${databaseKind})`, () => {
     const runner = await registeredRunner(cp, "r-expiry", w);
     const p = await submit(w, [step("A", [], { maxAttempts: 1 }), step("B", ["A"])]);
     const a = (await claimNow(runner))!;
-    await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${a.jobId}`.execute(cp.plane.store.db);
+    await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${a.jobId}`.execute(
+      cp.plane.store.db,
+    );
     expect(await claimNow(runner)).toBeUndefined(); // the claim sweeps the expired lease first
     const done = await pipeline(p.id);
     expect(states(done)).toEqual({ A: "failed", B: "skipped" });
@@ -234,19 +336,51 @@ describe(`pipelines (${databaseKind})`, () => {
       expect(reply.status, reply.text).toBe(400);
       expect(reply.json.message).toBe(message);
     };
-    await refused([step("a", ["c"]), step("b", ["a"]), step("c", ["b"])], "the steps form a cycle: a → c → b → a (each needs the next); a step cannot (transitively) need itself");
+    await refused(
+      [step("a", ["c"]), step("b", ["a"]), step("c", ["b"])],
+      "the steps form a cycle: a → c → b → a (each needs the next); a step cannot (transitively) need itself",
+    );
     await refused([step("a", ["a"])], "steps[0] (a) needs itself: cycle a → a");
     await refused([step("a", ["zz"])], 'steps[0] (a) needs[0] names unknown step "zz"');
-    await refused([step("a"), step("b", [], { inputs: [{ step: "zz", name: "out.txt" }] })], 'steps[1] (b) inputs[0] names unknown step "zz"');
-    await refused([step("a"), step("b", [], { inputs: [{ step: "a", name: "out.txt" }] })], 'steps[1] (b) inputs[0] is from step "a", which b does not need (directly or through its needs); add it to needs');
-    await refused([step("a"), step("b", ["a"], { inputs: [{ step: "a" }] })], 'steps[1] (b) inputs[0] needs exactly one of name (an artifact\'s name) or glob (e.g. "dist/**")');
-    await refused([step("a"), step("a")], 'steps[1].name "a" is a duplicate: step names are unique in a pipeline');
+    await refused(
+      [step("a"), step("b", [], { inputs: [{ step: "zz", name: "out.txt" }] })],
+      'steps[1] (b) inputs[0] names unknown step "zz"',
+    );
+    await refused(
+      [step("a"), step("b", [], { inputs: [{ step: "a", name: "out.txt" }] })],
+      'steps[1] (b) inputs[0] is from step "a", which b does not need (directly or through its needs); add it to needs',
+    );
+    await refused(
+      [step("a"), step("b", ["a"], { inputs: [{ step: "a" }] })],
+      'steps[1] (b) inputs[0] needs exactly one of name (an artifact\'s name) or glob (e.g. "dist/**")',
+    );
+    await refused(
+      [step("a"), step("a")],
+      'steps[1].name "a" is a duplicate: step names are unique in a pipeline',
+    );
     await refused([], "steps is empty: a pipeline needs at least one step");
-    await refused(Array.from({ length: 257 }, (_, i) => step(`s${i}`)), "the pipeline has 257 steps; at most 256 are allowed");
-    await refused([step("a b")], 'steps[0].name "a b" is not a step name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit');
-    await refused([step("a"), step("b", ["a"], { spec: { image: "busybox", argv: [] } })], 'steps[1] (b): spec.argv is required: the command as an array, e.g. ["sh", "-c", "make test"]');
+    await refused(
+      Array.from({ length: 257 }, (_, i) => step(`s${i}`)),
+      "the pipeline has 257 steps; at most 256 are allowed",
+    );
+    await refused(
+      [step("a b")],
+      'steps[0].name "a b" is not a step name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit',
+    );
+    await refused(
+      [step("a"), step("b", ["a"], { spec: { image: "busybox", argv: [] } })],
+      'steps[1] (b): spec.argv is required: the command as an array, e.g. ["sh", "-c", "make test"]',
+    );
     // A transitive input is fine: c needs b needs a.
-    const ok = await post("/v1/admin/pipelines", { workspaceId: "w1", name: "ok", steps: [step("a"), step("b", ["a"]), step("c", ["b"], { inputs: [{ step: "a", glob: "dist/**" }] })] });
+    const ok = await post("/v1/admin/pipelines", {
+      workspaceId: "w1",
+      name: "ok",
+      steps: [
+        step("a"),
+        step("b", ["a"]),
+        step("c", ["b"], { inputs: [{ step: "a", glob: "dist/**" }] }),
+      ],
+    });
     expect(ok.status, ok.text).toBe(200);
     await post(`/v1/admin/pipelines/${ok.json.pipeline.id}/cancel`);
   });
@@ -269,14 +403,30 @@ describe(`pipelines (${databaseKind})`, () => {
     const ids = [];
     for (let i = 0; i < 3; i++) ids.push((await submit(w, [step("a")], `p${i}`)).id);
     await post(`/v1/admin/pipelines/${ids[1]}/cancel`);
-    const page1 = await admin.rest.request("GET", `/v1/admin/pipelines?workspaceId=${w}&pageSize=2`);
-    const page2 = await admin.rest.request("GET", `/v1/admin/pipelines?workspaceId=${w}&pageSize=2&pageToken=${page1.json.nextPageToken}`);
-    expect([...page1.json.pipelines, ...page2.json.pipelines].map((p: PipelineJson) => p.id)).toEqual([...ids].reverse());
-    const cancelled = await admin.rest.request("GET", `/v1/admin/pipelines?workspaceId=${w}&state=cancelled`);
+    const page1 = await admin.rest.request(
+      "GET",
+      `/v1/admin/pipelines?workspaceId=${w}&pageSize=2`,
+    );
+    const page2 = await admin.rest.request(
+      "GET",
+      `/v1/admin/pipelines?workspaceId=${w}&pageSize=2&pageToken=${page1.json.nextPageToken}`,
+    );
+    expect(
+      [...page1.json.pipelines, ...page2.json.pipelines].map((p: PipelineJson) => p.id),
+    ).toEqual([...ids].reverse());
+    const cancelled = await admin.rest.request(
+      "GET",
+      `/v1/admin/pipelines?workspaceId=${w}&state=cancelled`,
+    );
     expect(cancelled.json.pipelines.map((p: PipelineJson) => p.id)).toEqual([ids[1]]);
-    const bad = await admin.rest.request("GET", `/v1/admin/pipelines?workspaceId=${w}&pageToken=nope`);
+    const bad = await admin.rest.request(
+      "GET",
+      `/v1/admin/pipelines?workspaceId=${w}&pageToken=nope`,
+    );
     expect(bad.status).toBe(400);
-    expect(bad.json.message).toBe("pageToken is not a token from a previous reply; start again without it");
+    expect(bad.json.message).toBe(
+      "pageToken is not a token from a previous reply; start again without it",
+    );
     for (const pid of ids) await post(`/v1/admin/pipelines/${pid}/cancel`);
   });
 
@@ -292,22 +442,35 @@ describe(`pipelines (${databaseKind})`, () => {
     expect(w2.status).toBe(403);
     expect(w2.json.message).toContain('not in workspace "w2"; grant it with --grant');
     expect((await reader.request("GET", `/v1/admin/pipelines/${pid}`)).status).toBe(200);
-    expect((await reader.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w1" })).status).toBe(403);
-    expect((await reader.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" })).status).toBe(403);
+    expect(
+      (await reader.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w1" })).status,
+    ).toBe(403);
+    expect(
+      (await reader.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" }))
+        .status,
+    ).toBe(403);
     const denied = await other.request("GET", `/v1/admin/pipelines/${pid}`);
     expect(denied.status).toBe(403);
     expect(denied.json.message).toContain(`not on pipeline ${pid} in workspace "w1"`);
-    expect((await ci.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" })).status).toBe(200);
+    expect(
+      (await ci.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" })).status,
+    ).toBe(200);
   });
 
   it("retry enqueues a new job with the same spec, linked both ways; a job is retried once, and only once it settled", async () => {
     const w = freshWorkspace();
     const runner = await registeredRunner(cp, "r-retry", w);
-    const enq = await admin.enqueue({ workspaceId: w, maxAttempts: 1, spec: { image: "busybox", argv: ["sh", "-c", "exit 3"], env: { A: "1" }, timeoutSeconds: 60 } });
+    const enq = await admin.enqueue({
+      workspaceId: w,
+      maxAttempts: 1,
+      spec: { image: "busybox", argv: ["sh", "-c", "exit 3"], env: { A: "1" }, timeoutSeconds: 60 },
+    });
     const oldId = enq.json.job.id as string;
     const early = await post(`/v1/admin/jobs/${oldId}/retry`);
     expect(early.status).toBe(400);
-    expect(early.json.message).toBe(`job ${oldId} is still queued; retry it once it settled (or cancel it first)`);
+    expect(early.json.message).toBe(
+      `job ${oldId} is still queued; retry it once it settled (or cancel it first)`,
+    );
     await complete(runner, (await claimNow(runner))!, "failed");
     const retry = await post(`/v1/admin/jobs/${oldId}/retry`);
     expect(retry.status, retry.text).toBe(200);
@@ -320,7 +483,9 @@ describe(`pipelines (${databaseKind})`, () => {
     expect((await admin.job(fresh.id)).json.job.retryOf).toBe(oldId);
     const twice = await post(`/v1/admin/jobs/${oldId}/retry`);
     expect(twice.status).toBe(409);
-    expect(twice.json.message).toBe(`job ${oldId} was already retried by job ${fresh.id}; retry that one to run it again`);
+    expect(twice.json.message).toBe(
+      `job ${oldId} was already retried by job ${fresh.id}; retry that one to run it again`,
+    );
     expect((await claimNow(runner))!.jobId).toBe(fresh.id);
     await runner.close();
   });

@@ -49,16 +49,33 @@ interface Replica {
 }
 
 /** Starts `forelead serve` and resolves once it prints the URL it serves (30 s bound). */
-async function startReplica(name: string, args: readonly string[], started: Replica[]): Promise<Replica> {
-  const child = spawn(process.execPath, ["bin/forelead.js", "serve", ...args], { cwd: repoRoot, stdio: ["ignore", "pipe", "pipe"] });
+async function startReplica(
+  name: string,
+  args: readonly string[],
+  started: Replica[],
+): Promise<Replica> {
+  const child = spawn(process.execPath, ["bin/forelead.js", "serve", ...args], {
+    cwd: repoRoot,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   let err = "";
   child.stdout!.setEncoding("utf8").on("data", (c: string) => (out += c));
   child.stderr!.setEncoding("utf8").on("data", (c: string) => (err += c));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once("exit", (code, signal) => resolve({ code, signal })),
+  );
   const partial = { name, child, exited, stdout: () => out, stderr: () => err };
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`replica ${name} printed no "forelead: serving" line within 30 s\nstdout: ${out}\nstderr: ${err}`)), 30_000);
+    const timer = setTimeout(
+      () =>
+        reject(
+          new Error(
+            `replica ${name} printed no "forelead: serving" line within 30 s\nstdout: ${out}\nstderr: ${err}`,
+          ),
+        ),
+      30_000,
+    );
     const look = () => {
       const m = /^forelead: serving (https:\/\/127\.0\.0\.1:\d+) /m.exec(out);
       if (m) {
@@ -73,7 +90,11 @@ async function startReplica(name: string, args: readonly string[], started: Repl
     });
     void exited.then(({ code, signal }) => {
       clearTimeout(timer);
-      reject(new Error(`replica ${name} exited (code ${code}, signal ${signal}) before serving\nstdout: ${out}\nstderr: ${err}`));
+      reject(
+        new Error(
+          `replica ${name} exited (code ${code}, signal ${signal}) before serving\nstdout: ${out}\nstderr: ${err}`,
+        ),
+      );
     });
   }).catch((e: Error) => {
     child.kill("SIGKILL");
@@ -85,9 +106,14 @@ async function startReplica(name: string, args: readonly string[], started: Repl
 }
 
 /** Resolves with the exit of `replica`, or undefined after `ms`. */
-async function exitWithin(replica: Replica, ms: number): Promise<{ code: number | null; signal: NodeJS.Signals | null } | undefined> {
+async function exitWithin(
+  replica: Replica,
+  ms: number,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null } | undefined> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  const timeout = new Promise<undefined>(
+    (resolve) => (timer = setTimeout(() => resolve(undefined), ms)),
+  );
   try {
     return await Promise.race([replica.exited, timeout]);
   } finally {
@@ -118,7 +144,9 @@ interface LeaseRecord {
  * before starts at the same instant: [a, t] and [t, b] do not overlap.
  */
 function maxOverlap(intervals: ReadonlyArray<readonly [number, number]>): number {
-  const points = intervals.flatMap(([s, e]) => [[s, 1] as const, [e, -1] as const]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const points = intervals
+    .flatMap(([s, e]) => [[s, 1] as const, [e, -1] as const])
+    .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   let live = 0;
   let max = 0;
   for (const [, delta] of points) {
@@ -138,14 +166,39 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
   beforeAll(async () => {
     pki = await createTestPki();
     tmp = await mkdtemp(path.join(os.tmpdir(), "forelead-replicas-"));
-    const files = { cert: path.join(tmp, "server.pem"), key: path.join(tmp, "server-key.pem"), ca: path.join(tmp, "ca.pem") };
+    const files = {
+      cert: path.join(tmp, "server.pem"),
+      key: path.join(tmp, "server-key.pem"),
+      ca: path.join(tmp, "ca.pem"),
+    };
     await writeFile(files.cert, pki.server.certPem);
     await writeFile(files.key, pki.server.keyPem, { mode: 0o600 });
     await writeFile(files.ca, pki.ca.certPem);
     database = await createTestDatabase();
-    const args = ["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--tls-cert", files.cert, "--tls-key", files.key, "--client-ca", files.ca, "--database", database.location, "--admin", adminId, "--secrets-key", (await readOrCreateSecretsKeyFile(path.join(tmp, "secrets.key")), path.join(tmp, "secrets.key"))];
+    const args = [
+      "--listen",
+      "127.0.0.1:0",
+      "--metrics-listen",
+      "127.0.0.1:0",
+      "--tls-cert",
+      files.cert,
+      "--tls-key",
+      files.key,
+      "--client-ca",
+      files.ca,
+      "--database",
+      database.location,
+      "--admin",
+      adminId,
+      "--secrets-key",
+      (await readOrCreateSecretsKeyFile(path.join(tmp, "secrets.key")),
+      path.join(tmp, "secrets.key")),
+    ];
     // Both at once, on an empty database: their start-up migrations race too.
-    const results = await Promise.allSettled([startReplica("A", args, replicas), startReplica("B", args, replicas)]);
+    const results = await Promise.allSettled([
+      startReplica("A", args, replicas),
+      startReplica("B", args, replicas),
+    ]);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) throw failed.reason;
     replicas.sort((a, b) => a.name.localeCompare(b.name));
@@ -192,13 +245,26 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
         const cert = await pki.runner(runnerId, workspaceId);
         const [home, away] = i % 2 === 0 ? [A, B] : [B, A];
         const mode = (["claim", "claims", "next"] as const)[i % 3]!;
-        return { runnerId, slots: 1 + (i % 4), mode, home: { name: home.name, client: connect(home.url, cert) }, away: { name: away.name, client: connect(away.url, cert) } };
+        return {
+          runnerId,
+          slots: 1 + (i % 4),
+          mode,
+          home: { name: home.name, client: connect(home.url, cert) },
+          away: { name: away.name, client: connect(away.url, cert) },
+        };
       }),
     );
     await Promise.all(
       runners.map(async (r) => {
         const reply = await r.home.client.request("POST", "/v1/runner/register", {
-          apiVersion: "v1", runnerId: r.runnerId, workspaceId, slots: r.slots, cpu: 4, memoryBytes: "1073741824", architecture: "amd64", labels: ["linux"],
+          apiVersion: "v1",
+          runnerId: r.runnerId,
+          workspaceId,
+          slots: r.slots,
+          cpu: 4,
+          memoryBytes: "1073741824",
+          architecture: "amd64",
+          labels: ["linux"],
         });
         expect(reply.status, `register ${r.runnerId}: ${describeReply(reply)}`).toBe(200);
       }),
@@ -221,12 +287,24 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
             const admin = admins[n % 2]!;
             try {
               const reply = await admin.request("POST", "/v1/admin/jobs", {
-                apiVersion: "v1", workspaceId, labels: ["linux"], maxAttempts: 3, priority: 0, idempotencyKey: `replicas-${n}`,
+                apiVersion: "v1",
+                workspaceId,
+                labels: ["linux"],
+                maxAttempts: 3,
+                priority: 0,
+                idempotencyKey: `replicas-${n}`,
                 spec: { image: "busybox", argv: ["true"] },
               });
               // Running: handed off in the enqueue's own statement to a runner waiting on that replica (src/broker/handoff.ts).
-              if (reply.status !== 200 || !["queued", "running"].includes(reply.json?.job?.state)) fail(`enqueue ${n} via ${n % 2 ? "B" : "A"}: ${describeReply(reply)}`);
-              else enqueued.push({ id: reply.json.job.id, via: n % 2 ? "B" : "A", handedTo: reply.json.job.state === "running" ? reply.json.job.runnerId : undefined });
+              if (reply.status !== 200 || !["queued", "running"].includes(reply.json?.job?.state))
+                fail(`enqueue ${n} via ${n % 2 ? "B" : "A"}: ${describeReply(reply)}`);
+              else
+                enqueued.push({
+                  id: reply.json.job.id,
+                  via: n % 2 ? "B" : "A",
+                  handedTo:
+                    reply.json.job.state === "running" ? reply.json.job.runnerId : undefined,
+                });
             } catch (e) {
               fail(`enqueue ${n}: ${(e as Error).message}`);
             }
@@ -240,7 +318,10 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     // The admin view: true when no job is queued or running.
     const nothingLeft = async (admin: RestClient): Promise<boolean> => {
       for (const state of ["queued", "running"]) {
-        const reply = await admin.request("GET", `/v1/admin/jobs?workspaceId=${workspaceId}&state=${state}&pageSize=1`);
+        const reply = await admin.request(
+          "GET",
+          `/v1/admin/jobs?workspaceId=${workspaceId}&state=${state}&pageSize=1`,
+        );
         if (reply.status !== 200) {
           fail(`list ${state} jobs: ${describeReply(reply)}`);
           return true;
@@ -262,41 +343,93 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     // ClaimLeases of up to its slots, each completion asking for the next lease; or a claim with
     // completions asking for the next lease. As the runner agent does, a loop works every lease a
     // claim gave it at once, each followed by the leases its completions bring.
-    type Held = { token: string; jobId: string; expiresAt: string; claimedVia: string; claimedAt: number };
-    const asLease = (lease: { token?: unknown; job?: { id?: unknown }; expiresAt?: unknown } | undefined, via: string, at: number): Held | undefined =>
-      typeof lease?.token === "string" && lease.token && typeof lease.job?.id === "string" && typeof lease.expiresAt === "string"
-        ? { token: lease.token, jobId: lease.job.id, expiresAt: lease.expiresAt, claimedVia: via, claimedAt: at }
+    type Held = {
+      token: string;
+      jobId: string;
+      expiresAt: string;
+      claimedVia: string;
+      claimedAt: number;
+    };
+    const asLease = (
+      lease: { token?: unknown; job?: { id?: unknown }; expiresAt?: unknown } | undefined,
+      via: string,
+      at: number,
+    ): Held | undefined =>
+      typeof lease?.token === "string" &&
+      lease.token &&
+      typeof lease.job?.id === "string" &&
+      typeof lease.expiresAt === "string"
+        ? {
+            token: lease.token,
+            jobId: lease.job.id,
+            expiresAt: lease.expiresAt,
+            claimedVia: via,
+            claimedAt: at,
+          }
         : undefined;
     /** Renews (every fifth) and completes `held`, then the lease its completion brought, and so on. */
     const runLeases = async (r: (typeof runners)[number], loop: number, first: Held) => {
-      for (let held: Held | undefined = first; held && live(); ) {
+      for (let held: Held | undefined = first; held && live();) {
         const { token, jobId, expiresAt, claimedVia, claimedAt } = held;
         held = undefined;
         const crossed = leaseSeq++ % crossEvery === crossEvery - 1;
         const via = crossed ? r.away : r.home;
         try {
           if (crossed) {
-            const renew = await via.client.request("POST", "/v1/runner/renew", { apiVersion: "v1", jobId, leaseToken: token });
+            const renew = await via.client.request("POST", "/v1/runner/renew", {
+              apiVersion: "v1",
+              jobId,
+              leaseToken: token,
+            });
             renewals++;
-            if (renew.status !== 200 || renew.json?.job?.id !== jobId || !(Date.parse(renew.json.expiresAt) >= Date.parse(expiresAt))) {
-              fail(`renew ${jobId} by ${r.runnerId} via ${via.name} (claimed via ${claimedVia}): ${describeReply(renew)}`);
+            if (
+              renew.status !== 200 ||
+              renew.json?.job?.id !== jobId ||
+              !(Date.parse(renew.json.expiresAt) >= Date.parse(expiresAt))
+            ) {
+              fail(
+                `renew ${jobId} by ${r.runnerId} via ${via.name} (claimed via ${claimedVia}): ${describeReply(renew)}`,
+              );
               continue;
             }
           }
           const completeSentAt = performance.now();
           const done = await via.client.request("POST", "/v1/runner/complete", {
-            apiVersion: "v1", jobId, leaseToken: token, completionId: `${r.runnerId}-${loop}-${jobId}`, outcome: "succeeded", exitCode: 0,
+            apiVersion: "v1",
+            jobId,
+            leaseToken: token,
+            completionId: `${r.runnerId}-${loop}-${jobId}`,
+            outcome: "succeeded",
+            exitCode: 0,
             ...(r.mode === "claim" ? {} : { next: { waitSeconds: 0 } }),
           });
           const completedAt = performance.now();
-          if (done.status !== 200 || done.json?.job?.state !== "succeeded" || done.json?.job?.id !== jobId) {
+          if (
+            done.status !== 200 ||
+            done.json?.job?.state !== "succeeded" ||
+            done.json?.job?.id !== jobId
+          ) {
             fail(`complete ${jobId} by ${r.runnerId} via ${via.name}: ${describeReply(done)}`);
             continue;
           }
-          records.push({ jobId, token, runnerId: r.runnerId, slots: r.slots, claimedVia, completedVia: via.name, crossed, claimedAt, completeSentAt, completedAt });
+          records.push({
+            jobId,
+            token,
+            runnerId: r.runnerId,
+            slots: r.slots,
+            claimedVia,
+            completedVia: via.name,
+            crossed,
+            claimedAt,
+            completeSentAt,
+            completedAt,
+          });
           if (done.json.lease) {
             held = asLease(done.json.lease, via.name, completedAt);
-            if (!held) fail(`complete ${jobId} by ${r.runnerId} via ${via.name}: its next lease: ${describeReply(done)}`);
+            if (!held)
+              fail(
+                `complete ${jobId} by ${r.runnerId} via ${via.name}: its next lease: ${describeReply(done)}`,
+              );
             else nextLeases++;
           }
         } catch (e) {
@@ -311,21 +444,47 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
         try {
           claims++;
           claim = await (r.mode === "claims"
-            ? r.home.client.request("POST", "/v1/runner/claims", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1, maxLeases: r.slots })
-            : r.home.client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: r.runnerId, waitSeconds: 1 }));
+            ? r.home.client.request("POST", "/v1/runner/claims", {
+                apiVersion: "v1",
+                runnerId: r.runnerId,
+                waitSeconds: 1,
+                maxLeases: r.slots,
+              })
+            : r.home.client.request("POST", "/v1/runner/claim", {
+                apiVersion: "v1",
+                runnerId: r.runnerId,
+                waitSeconds: 1,
+              }));
         } catch (e) {
           fail(`claim ${r.runnerId}/${loop}: ${(e as Error).message}`);
           continue;
         }
         if (claim.status === 204) {
           emptyClaims++;
-          if (records.length >= totalJobs || (enqueueDone && (await nothingLeft(admin).catch((e: Error) => (fail(`list: ${e.message}`), true))))) return;
+          if (
+            records.length >= totalJobs ||
+            (enqueueDone &&
+              (await nothingLeft(admin).catch((e: Error) => (fail(`list: ${e.message}`), true))))
+          )
+            return;
           continue;
         }
         const claimedAt = performance.now();
-        const got = claim.status !== 200 ? [] : r.mode === "claims" ? ((claim.json?.leases ?? []) as unknown[]) : [claim.json];
-        const leases = got.map((l) => asLease(l as Parameters<typeof asLease>[0], r.home.name, claimedAt));
-        if (!leases.length || leases.some((l) => !l) || (r.mode === "claims" && (leases.length > r.slots || claim.json.lease?.token !== leases[0]!.token))) {
+        const got =
+          claim.status !== 200
+            ? []
+            : r.mode === "claims"
+              ? ((claim.json?.leases ?? []) as unknown[])
+              : [claim.json];
+        const leases = got.map((l) =>
+          asLease(l as Parameters<typeof asLease>[0], r.home.name, claimedAt),
+        );
+        if (
+          !leases.length ||
+          leases.some((l) => !l) ||
+          (r.mode === "claims" &&
+            (leases.length > r.slots || claim.json.lease?.token !== leases[0]!.token))
+        ) {
           fail(`claim ${r.runnerId}/${loop} via ${r.home.name}: ${describeReply(claim)}`);
           continue;
         }
@@ -335,7 +494,10 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     };
 
     // slots + 1 claim loops per runner: one more than it may hold, so the limit is tested.
-    await Promise.all([enqueue(), ...runners.flatMap((r) => Array.from({ length: r.slots + 1 }, (_, loop) => work(r, loop)))]);
+    await Promise.all([
+      enqueue(),
+      ...runners.flatMap((r) => Array.from({ length: r.slots + 1 }, (_, loop) => work(r, loop))),
+    ]);
     const elapsedMs = performance.now() - started;
 
     const seconds = elapsedMs / 1000;
@@ -347,7 +509,10 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     );
 
     expect(errors, errors.join("\n")).toEqual([]);
-    expect(performance.now() < deadline, `the workload hit its ${workloadDeadlineMs / 1000} s bound`).toBe(true);
+    expect(
+      performance.now() < deadline,
+      `the workload hit its ${workloadDeadlineMs / 1000} s bound`,
+    ).toBe(true);
 
     // Enqueue: 2,000 distinct jobs, half through each replica.
     const jobIds = new Set(enqueued.map((e) => e.id));
@@ -360,7 +525,9 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     for (const rec of records) byJob.set(rec.jobId, [...(byJob.get(rec.jobId) ?? []), rec]);
     expect([...byJob.keys()].sort()).toEqual([...jobIds].sort());
     const twice = [...byJob].filter(([, recs]) => recs.length !== 1);
-    expect(twice.map(([id, recs]) => `${id}: ${recs.map((x) => x.runnerId).join(", ")}`)).toEqual([]);
+    expect(twice.map(([id, recs]) => `${id}: ${recs.map((x) => x.runnerId).join(", ")}`)).toEqual(
+      [],
+    );
     const tokenOwner = new Map<string, string>();
     for (const rec of records) {
       const owner = tokenOwner.get(rec.token);
@@ -376,7 +543,15 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     const handed = enqueued.filter((e) => e.handedTo);
     console.log(`replicas: ${handed.length} jobs handed off by their enqueue to a waiting claim`);
     expect(handed.length).toBeGreaterThan(0);
-    expect(handed.filter((e) => byJob.get(e.id)?.[0]?.runnerId !== e.handedTo || byJob.get(e.id)?.[0]?.claimedVia !== e.via).map((e) => e.id)).toEqual([]);
+    expect(
+      handed
+        .filter(
+          (e) =>
+            byJob.get(e.id)?.[0]?.runnerId !== e.handedTo ||
+            byJob.get(e.id)?.[0]?.claimedVia !== e.via,
+        )
+        .map((e) => e.id),
+    ).toEqual([]);
 
     // From the records: no runner ever held more live leases than its slots. A lease was
     // live from before its claim reply arrived until after its complete was sent, so
@@ -384,26 +559,40 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     const overruns: string[] = [];
     let atLimit = 0;
     for (const r of runners) {
-      const held = maxOverlap(records.filter((x) => x.runnerId === r.runnerId).map((x) => [x.claimedAt, x.completeSentAt] as const));
+      const held = maxOverlap(
+        records
+          .filter((x) => x.runnerId === r.runnerId)
+          .map((x) => [x.claimedAt, x.completeSentAt] as const),
+      );
       if (held > r.slots) overruns.push(`${r.runnerId} held ${held} leases with ${r.slots} slots`);
       if (held === r.slots) atLimit++;
     }
     expect(overruns).toEqual([]);
-    console.log(`replicas: ${atLimit} of ${runnerCount} runners were seen holding exactly their slots at once`);
+    console.log(
+      `replicas: ${atLimit} of ${runnerCount} runners were seen holding exactly their slots at once`,
+    );
 
     // From the database: every job succeeded on attempt 1 under exactly one lease, settled,
     // held by the runner that reported it, with the token it was given.
     const db = new pg.Client({ connectionString: database!.location });
     await db.connect();
     try {
-      const states = await db.query<{ state: string; attempts: number; n: number }>("select state, attempts, count(*)::int as n from jobs group by state, attempts order by state, attempts");
-      expect(states.rows).toEqual([{ state: "succeeded", attempts: 1, n: totalJobs }]);
-      const leases = await db.query<{ job_id: string; runner_id: string; token_sha256: Buffer; attempt: number; end_reason: string | null; completion_id: string | null }>(
-        "select job_id, runner_id, token_sha256, attempt, end_reason, completion_id from leases",
+      const states = await db.query<{ state: string; attempts: number; n: number }>(
+        "select state, attempts, count(*)::int as n from jobs group by state, attempts order by state, attempts",
       );
+      expect(states.rows).toEqual([{ state: "succeeded", attempts: 1, n: totalJobs }]);
+      const leases = await db.query<{
+        job_id: string;
+        runner_id: string;
+        token_sha256: Buffer;
+        attempt: number;
+        end_reason: string | null;
+        completion_id: string | null;
+      }>("select job_id, runner_id, token_sha256, attempt, end_reason, completion_id from leases");
       expect(leases.rows.length).toBe(totalJobs);
       const leaseByJob = new Map<string, (typeof leases.rows)[number][]>();
-      for (const row of leases.rows) leaseByJob.set(row.job_id, [...(leaseByJob.get(row.job_id) ?? []), row]);
+      for (const row of leases.rows)
+        leaseByJob.set(row.job_id, [...(leaseByJob.get(row.job_id) ?? []), row]);
       expect(leaseByJob.size).toBe(totalJobs);
       const mismatched: string[] = [];
       for (const rec of records) {
@@ -413,14 +602,24 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
           mismatched.push(`${rec.jobId}: ${rows.length} lease rows`);
           continue;
         }
-        if (row.end_reason !== "settled") mismatched.push(`${rec.jobId}: end_reason ${row.end_reason}`);
+        if (row.end_reason !== "settled")
+          mismatched.push(`${rec.jobId}: end_reason ${row.end_reason}`);
         if (row.attempt !== 1) mismatched.push(`${rec.jobId}: attempt ${row.attempt}`);
-        if (row.runner_id !== rec.runnerId) mismatched.push(`${rec.jobId}: lease row runner ${row.runner_id}, claimed by ${rec.runnerId}`);
-        if (!row.token_sha256.equals(hashLeaseToken(rec.token))) mismatched.push(`${rec.jobId}: stored token hash is not the hash of the token the runner got`);
-        if (!row.completion_id?.startsWith(`${rec.runnerId}-`)) mismatched.push(`${rec.jobId}: completion_id ${row.completion_id}`);
+        if (row.runner_id !== rec.runnerId)
+          mismatched.push(
+            `${rec.jobId}: lease row runner ${row.runner_id}, claimed by ${rec.runnerId}`,
+          );
+        if (!row.token_sha256.equals(hashLeaseToken(rec.token)))
+          mismatched.push(
+            `${rec.jobId}: stored token hash is not the hash of the token the runner got`,
+          );
+        if (!row.completion_id?.startsWith(`${rec.runnerId}-`))
+          mismatched.push(`${rec.jobId}: completion_id ${row.completion_id}`);
       }
       expect(mismatched.slice(0, 20)).toEqual([]);
-      const open = await db.query<{ n: number }>("select count(*)::int as n from leases where ended_at is null");
+      const open = await db.query<{ n: number }>(
+        "select count(*)::int as n from leases where ended_at is null",
+      );
       expect(open.rows[0]!.n).toBe(0);
     } finally {
       await db.end();
@@ -435,8 +634,14 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     for (const r of replicas) r.child.kill("SIGTERM");
     for (const r of replicas) {
       const exit = await exitWithin(r, 20_000);
-      expect(exit, `replica ${r.name} did not exit within 20 s of SIGTERM\nstderr: ${r.stderr()}`).toBeDefined();
-      expect(exit, `replica ${r.name}\nstdout: ${r.stdout()}\nstderr: ${r.stderr()}`).toEqual({ code: 0, signal: null });
+      expect(
+        exit,
+        `replica ${r.name} did not exit within 20 s of SIGTERM\nstderr: ${r.stderr()}`,
+      ).toBeDefined();
+      expect(exit, `replica ${r.name}\nstdout: ${r.stdout()}\nstderr: ${r.stderr()}`).toEqual({
+        code: 0,
+        signal: null,
+      });
       expect(r.stdout()).toContain("forelead: SIGTERM received");
     }
   }, 60_000);

@@ -29,12 +29,16 @@ afterAll(async () => {
 
 const { freshRunner, enqueue, settled } = runnerJobs(cp, "rco");
 
-const sha256 = (bytes: Buffer | string) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+const sha256 = (bytes: Buffer | string) =>
+  `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
 
 /** GET an artifact's bytes over REST, keeping the body binary. */
 function download(jobId: string, name: string): Promise<{ status: number; body: Buffer }> {
   return new Promise((resolve, reject) => {
-    const stream = admin.rest.session.request({ ":method": "GET", ":path": `/v1/admin/jobs/${jobId}/artifacts/content?name=${encodeURIComponent(name)}` });
+    const stream = admin.rest.session.request({
+      ":method": "GET",
+      ":path": `/v1/admin/jobs/${jobId}/artifacts/content?name=${encodeURIComponent(name)}`,
+    });
     const chunks: Buffer[] = [];
     let status = 0;
     stream.on("response", (h) => (status = Number(h[":status"])));
@@ -51,10 +55,22 @@ describe.each(executors)(`code and output on the %s executor (${databaseKind})`,
     const commit = await origin.commit(`wire-${executor}`, { "src/marker.txt": `${marker}\n` });
     const { runner, ws } = await freshRunner(executor);
     try {
-      const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", "cat workspace/src/marker.txt && ls workspace"] }, { repository: "app", targetBranch: `wire-${executor}` });
+      const jobId = await enqueue(
+        ws,
+        executor,
+        { argv: ["sh", "-c", "cat workspace/src/marker.txt && ls workspace"] },
+        { repository: "app", targetBranch: `wire-${executor}` },
+      );
       const job = await settled(jobId);
-      expect(job, JSON.stringify(job)).toMatchObject({ state: "succeeded", kind: "checkout", baseCommit: commit });
-      const stdout = runner.recorded.job(jobId).logs.filter((l) => l.stream === "stdout").map((l) => l.text);
+      expect(job, JSON.stringify(job)).toMatchObject({
+        state: "succeeded",
+        kind: "checkout",
+        baseCommit: commit,
+      });
+      const stdout = runner.recorded
+        .job(jobId)
+        .logs.filter((l) => l.stream === "stdout")
+        .map((l) => l.text);
       expect(stdout).toEqual([marker, "README.md", "src"]);
     } finally {
       await runner.close();
@@ -64,14 +80,18 @@ describe.each(executors)(`code and output on the %s executor (${databaseKind})`,
   it("a command job that writes files to output/ succeeds with them listed as artifacts, downloadable byte for byte", async () => {
     const { runner, ws } = await freshRunner(executor);
     try {
-      const script = "mkdir -p output/reports && printf 'hello output' > output/hello.txt && printf '<testsuite/>' > output/reports/junit.xml && ln -s /etc/passwd output/link";
+      const script =
+        "mkdir -p output/reports && printf 'hello output' > output/hello.txt && printf '<testsuite/>' > output/reports/junit.xml && ln -s /etc/passwd output/link";
       const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", script] });
       const job = await settled(jobId);
       expect(job, JSON.stringify(job)).toMatchObject({ state: "succeeded", exitCode: 0 });
       const expected = { "hello.txt": "hello output", "reports/junit.xml": "<testsuite/>" };
       expect(job.artifacts.map((a: { name: string }) => a.name)).toEqual(Object.keys(expected));
       for (const [name, content] of Object.entries(expected)) {
-        expect(job.artifacts.find((a: { name: string }) => a.name === name)).toMatchObject({ digest: sha256(content), size: String(content.length) });
+        expect(job.artifacts.find((a: { name: string }) => a.name === name)).toMatchObject({
+          digest: sha256(content),
+          size: String(content.length),
+        });
         const got = await download(jobId, name);
         expect(got.status).toBe(200);
         expect(got.body.toString()).toBe(content);
@@ -86,7 +106,9 @@ describe.each(executors)(`code and output on the %s executor (${databaseKind})`,
   it("a job cancelled while it runs keeps nothing: its output is not uploaded", async () => {
     const { runner, ws } = await freshRunner(executor);
     try {
-      const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", "printf partial > output/partial.txt; echo ready; sleep 60"] });
+      const jobId = await enqueue(ws, executor, {
+        argv: ["sh", "-c", "printf partial > output/partial.txt; echo ready; sleep 60"],
+      });
       await runner.waitForLine(jobId, /^ready$/);
       expect((await admin.cancel(jobId)).status).toBe(200);
       const job = await settled(jobId);
@@ -101,12 +123,20 @@ describe.each(executors)(`code and output on the %s executor (${databaseKind})`,
   it("a job whose lease is lost uploads nothing and is not completed", async () => {
     const { runner, ws } = await freshRunner(executor);
     try {
-      const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", "printf partial > output/partial.txt; echo ready; sleep 60"] });
+      const jobId = await enqueue(ws, executor, {
+        argv: ["sh", "-c", "printf partial > output/partial.txt; echo ready; sleep 60"],
+      });
       await runner.waitForLine(jobId, /^ready$/);
       await loseLease(cp, jobId);
-      await eventually("the runner to declare the lease lost", async () => (runner.log.some((l) => l.includes(`job ${jobId}: lease lost`)) ? true : undefined));
+      await eventually("the runner to declare the lease lost", async () =>
+        runner.log.some((l) => l.includes(`job ${jobId}: lease lost`)) ? true : undefined,
+      );
       await runner.close();
-      expect(runner.log.filter((l) => l.includes(`job ${jobId}: uploaded`) || l.includes(`job ${jobId}: complet`))).toEqual([]);
+      expect(
+        runner.log.filter(
+          (l) => l.includes(`job ${jobId}: uploaded`) || l.includes(`job ${jobId}: complet`),
+        ),
+      ).toEqual([]);
       expect(runner.recorded.job(jobId).events.map((e) => e.type)).not.toContain("job.artifacts");
       const job = (await admin.job(jobId)).json.job;
       expect(job.artifacts ?? []).toEqual([]);
@@ -122,7 +152,10 @@ describe.each(executors)(`code and output on the %s executor (${databaseKind})`,
       const job = await settled(jobId);
       expect(job).toMatchObject({ state: "succeeded" });
       expect(job.artifacts ?? []).toEqual([]);
-      expect(runner.recorded.job(jobId).events.map((e) => e.type)).toEqual(["job.started", "job.exited"]);
+      expect(runner.recorded.job(jobId).events.map((e) => e.type)).toEqual([
+        "job.started",
+        "job.exited",
+      ]);
     } finally {
       await runner.close();
     }

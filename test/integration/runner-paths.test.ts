@@ -39,32 +39,77 @@ afterAll(async () => {
 });
 
 function runner(): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
-  const args = [join(repoRoot, "bin/forelead.js"), "runner", "--server", cp.url, "--ca", "ca.pem", "--state-dir", "state", "--executor", "process", "--labels", "linux", "--work-dir", "data/runner", "--grace-seconds", "1"];
+  const args = [
+    join(repoRoot, "bin/forelead.js"),
+    "runner",
+    "--server",
+    cp.url,
+    "--ca",
+    "ca.pem",
+    "--state-dir",
+    "state",
+    "--executor",
+    "process",
+    "--labels",
+    "linux",
+    "--work-dir",
+    "data/runner",
+    "--grace-seconds",
+    "1",
+  ];
   const child = spawn(process.execPath, args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
   children.push(child);
   let text = "";
   child.stdout!.on("data", (c) => (text += c));
   child.stderr!.on("data", (c) => (text += c));
-  return { child, output: () => text, exited: new Promise((resolve) => child.once("exit", (code) => resolve(code))) };
+  return {
+    child,
+    output: () => text,
+    exited: new Promise((resolve) => child.once("exit", (code) => resolve(code))),
+  };
 }
 
 describe(`forelead runner with relative paths (${databaseKind})`, () => {
-  it("a relative --work-dir runs a checkout job; a second runner on the same --state-dir exits 1 naming the first", { timeout: 90_000 }, async () => {
-    const commit = await origin.commit("paths", { "marker.txt": "relative\n" });
-    const first = runner();
-    await eventually("the runner to register", async () => (first.output().includes("registered as runner") ? true : undefined), 30_000);
-    const second = runner();
-    expect(await second.exited).toBe(1);
-    expect(second.output()).toContain(`${join(dir, "state")} is in use by forelead runner (pid ${first.child.pid}, started `);
+  it(
+    "a relative --work-dir runs a checkout job; a second runner on the same --state-dir exits 1 naming the first",
+    { timeout: 90_000 },
+    async () => {
+      const commit = await origin.commit("paths", { "marker.txt": "relative\n" });
+      const first = runner();
+      await eventually(
+        "the runner to register",
+        async () => (first.output().includes("registered as runner") ? true : undefined),
+        30_000,
+      );
+      const second = runner();
+      expect(await second.exited).toBe(1);
+      expect(second.output()).toContain(
+        `${join(dir, "state")} is in use by forelead runner (pid ${first.child.pid}, started `,
+      );
 
-    const reply = await admin.enqueue({ workspaceId: "wp1", spec: specFor("process", { argv: ["cat", "workspace/marker.txt"] }), repository: "app", targetBranch: "paths" });
-    expect(reply.status, reply.text).toBe(200);
-    const job = await eventually("the checkout job to settle", async () => {
-      const j = (await admin.job(reply.json.job.id)).json.job;
-      return ["succeeded", "failed", "cancelled"].includes(j.state) ? j : undefined;
-    }, 45_000);
-    expect(job, JSON.stringify(job)).toMatchObject({ state: "succeeded", kind: "checkout", baseCommit: commit, exitCode: 0 });
-    first.child.kill("SIGTERM");
-    expect(await first.exited).toBe(0);
-  });
+      const reply = await admin.enqueue({
+        workspaceId: "wp1",
+        spec: specFor("process", { argv: ["cat", "workspace/marker.txt"] }),
+        repository: "app",
+        targetBranch: "paths",
+      });
+      expect(reply.status, reply.text).toBe(200);
+      const job = await eventually(
+        "the checkout job to settle",
+        async () => {
+          const j = (await admin.job(reply.json.job.id)).json.job;
+          return ["succeeded", "failed", "cancelled"].includes(j.state) ? j : undefined;
+        },
+        45_000,
+      );
+      expect(job, JSON.stringify(job)).toMatchObject({
+        state: "succeeded",
+        kind: "checkout",
+        baseCommit: commit,
+        exitCode: 0,
+      });
+      first.child.kill("SIGTERM");
+      expect(await first.exited).toBe(0);
+    },
+  );
 });

@@ -6,7 +6,13 @@ import { describe, expect, it } from "vitest";
 import { eventually } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
-import { executorsUnderTest, specFor, startTestRunner, type ExecutorKind, type TestRunner } from "../support/runner-agent.js";
+import {
+  executorsUnderTest,
+  specFor,
+  startTestRunner,
+  type ExecutorKind,
+  type TestRunner,
+} from "../support/runner-agent.js";
 import { readEntries } from "../support/streams.js";
 import { maxLineChars } from "../../src/runner/executors/lines.js";
 
@@ -26,13 +32,17 @@ const secrets = {
   DEPLOY_TOKEN: "tok-7f3a9c2e-51b8-4d0e-a6f1-93c4e8b2d7a5",
   MULTI_LINE_SECRET: "first-line-of-the-secret-8c1d\nsecond-line-of-the-secret-2e9f",
 };
-const secretFiles = { "deploy.pem": "-----BEGIN TEST KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END TEST KEY-----\n" };
+const secretFiles = {
+  "deploy.pem":
+    "-----BEGIN TEST KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END TEST KEY-----\n",
+};
 const values = [...Object.values(secrets), ...Object.values(secretFiles)];
 // Where the 16 KiB cut of a long line falls inside the token.
 const pad = maxLineChars - 12;
 
 /** Prints the secret directory, and in a container the host directory bound there. */
-const showDir = 'echo "dir=$FORELEAD_SECRETS_DIR"; grep " /run/secrets " /proc/self/mountinfo | while read -r l; do echo "mount $l"; done';
+const showDir =
+  'echo "dir=$FORELEAD_SECRETS_DIR"; grep " /run/secrets " /proc/self/mountinfo | while read -r l; do echo "mount $l"; done';
 
 /** What the job does: prints the secrets every way the masker must hold against, and shows the secret files. */
 const script = [
@@ -58,25 +68,50 @@ async function settled(jobId: string) {
 }
 
 /** Every substring of `value` of 8 characters. */
-const eightCharPieces = (value: string) => Array.from({ length: value.length - 7 }, (_, i) => value.slice(i, i + 8));
+const eightCharPieces = (value: string) =>
+  Array.from({ length: value.length - 7 }, (_, i) => value.slice(i, i + 8));
 
 type Delivery = "put into the claimed lease" | "given to EnqueueJob, delivered in the claim reply";
 
 /** A runner of its own in a workspace of its own; with "put into the claimed lease", it adds `leaseSecrets` to every lease it claims. */
-async function secretRunner(executor: ExecutorKind, delivery: Delivery, leaseSecrets: { secrets: Record<string, string>; secretFiles: Record<string, string> } = { secrets, secretFiles }): Promise<{ runner: TestRunner; ws: string }> {
+async function secretRunner(
+  executor: ExecutorKind,
+  delivery: Delivery,
+  leaseSecrets: { secrets: Record<string, string>; secretFiles: Record<string, string> } = {
+    secrets,
+    secretFiles,
+  },
+): Promise<{ runner: TestRunner; ws: string }> {
   const ws = `sec${++n}`;
   const runner = await startTestRunner(cp, {
     runnerId: `s${n}-${tag}`,
     workspaceId: ws,
     executor,
-    ...(delivery === "put into the claimed lease" ? { onLease: (lease) => Object.assign(lease, { secrets: { ...leaseSecrets.secrets }, secretFiles: { ...leaseSecrets.secretFiles } }) } : {}),
+    ...(delivery === "put into the claimed lease"
+      ? {
+          onLease: (lease) =>
+            Object.assign(lease, {
+              secrets: { ...leaseSecrets.secrets },
+              secretFiles: { ...leaseSecrets.secretFiles },
+            }),
+        }
+      : {}),
   });
   return { runner, ws };
 }
 
-async function enqueueSecretJob(ws: string, executor: ExecutorKind, delivery: Delivery, argv: string[]): Promise<string> {
+async function enqueueSecretJob(
+  ws: string,
+  executor: ExecutorKind,
+  delivery: Delivery,
+  argv: string[],
+): Promise<string> {
   const extra = delivery !== "put into the claimed lease" ? { secrets, secretFiles } : {};
-  const reply = await admin.enqueue({ workspaceId: ws, spec: specFor(executor, { argv }), ...extra });
+  const reply = await admin.enqueue({
+    workspaceId: ws,
+    spec: specFor(executor, { argv }),
+    ...extra,
+  });
   expect(reply.status, reply.text).toBe(200);
   return reply.json.job.id as string;
 }
@@ -91,12 +126,19 @@ function expectSecretDirGone(executor: ExecutorKind, lines: string[]): void {
   }
   expect(dir).toBe("/run/secrets");
   // The host directory bound there, by the name the container's mount table gives it.
-  const hostName = lines.find((l) => l.startsWith("mount "))?.split(" ")[4]?.split("/").pop();
+  const hostName = lines
+    .find((l) => l.startsWith("mount "))
+    ?.split(" ")[4]
+    ?.split("/")
+    .pop();
   expect(hostName).toMatch(/^forelead-secrets-/);
   for (const root of ["/dev/shm", tmpdir()]) expect(existsSync(join(root, hostName!))).toBe(false);
 }
 
-async function runSecretJob(executor: ExecutorKind, delivery: Delivery): Promise<{ runner: TestRunner; jobId: string; stored: string; everything: string }> {
+async function runSecretJob(
+  executor: ExecutorKind,
+  delivery: Delivery,
+): Promise<{ runner: TestRunner; jobId: string; stored: string; everything: string }> {
   const { runner, ws } = await secretRunner(executor, delivery);
   const jobId = await enqueueSecretJob(ws, executor, delivery, ["sh", "-c", script]);
   const job = await settled(jobId);
@@ -107,70 +149,106 @@ async function runSecretJob(executor: ExecutorKind, delivery: Delivery): Promise
   return { runner, jobId, stored, everything };
 }
 
-for (const delivery of ["put into the claimed lease", "given to EnqueueJob, delivered in the claim reply"] as const) {
+for (const delivery of [
+  "put into the claimed lease",
+  "given to EnqueueJob, delivered in the claim reply",
+] as const) {
   // "given to EnqueueJob" needs the control plane to deliver secrets in the claim reply (issue 16 item 1).
-  describe.each(executors)(`job secrets ${delivery}, on the %s executor (${databaseKind})`, (executor) => {
-    it("the job sees its env secrets and secret files; the stored log, events, job view and runner log hold no 8 characters of any value, however it was printed", async () => {
-      const { runner, stored, everything, jobId } = await runSecretJob(executor, delivery);
-      try {
-        const lines = stored.split("\n");
-        expect(lines).toContain("env=***"); // masked: the job printed the exact value
-        expect(lines.filter((l) => l === `${"x".repeat(pad)}***`)).toHaveLength(2); // across the 16 KiB cut, in two writes and in one
-        expect(lines).toContain("two=***");
-        expect(lines).toContain("multi=***");
-        expect(lines).toContain("err=***");
-        expect(lines).toContain("***<end");
-        expect(lines).toContain(`size ${Buffer.byteLength(secretFiles["deploy.pem"])}`);
-        expect(lines.find((l) => l.startsWith("dirmode "))).toMatch(/^dirmode drwx------ /);
-        expect(lines.find((l) => l.startsWith("filemode "))).toMatch(/^filemode -r-------- /);
-        for (const value of values) for (const piece of eightCharPieces(value)) expect(everything, `a piece of a secret: ${JSON.stringify(piece)}`).not.toContain(piece);
-        expect((await admin.job(jobId)).json.job.state).toBe("succeeded");
-      } finally {
-        await runner.close();
-      }
-    });
+  describe.each(executors)(
+    `job secrets ${delivery}, on the %s executor (${databaseKind})`,
+    (executor) => {
+      it("the job sees its env secrets and secret files; the stored log, events, job view and runner log hold no 8 characters of any value, however it was printed", async () => {
+        const { runner, stored, everything, jobId } = await runSecretJob(executor, delivery);
+        try {
+          const lines = stored.split("\n");
+          expect(lines).toContain("env=***"); // masked: the job printed the exact value
+          expect(lines.filter((l) => l === `${"x".repeat(pad)}***`)).toHaveLength(2); // across the 16 KiB cut, in two writes and in one
+          expect(lines).toContain("two=***");
+          expect(lines).toContain("multi=***");
+          expect(lines).toContain("err=***");
+          expect(lines).toContain("***<end");
+          expect(lines).toContain(`size ${Buffer.byteLength(secretFiles["deploy.pem"])}`);
+          expect(lines.find((l) => l.startsWith("dirmode "))).toMatch(/^dirmode drwx------ /);
+          expect(lines.find((l) => l.startsWith("filemode "))).toMatch(/^filemode -r-------- /);
+          for (const value of values)
+            for (const piece of eightCharPieces(value))
+              expect(everything, `a piece of a secret: ${JSON.stringify(piece)}`).not.toContain(
+                piece,
+              );
+          expect((await admin.job(jobId)).json.job.state).toBe("succeeded");
+        } finally {
+          await runner.close();
+        }
+      });
 
-    it("the secret files are gone once the job has ended", async () => {
-      const { runner, stored } = await runSecretJob(executor, delivery);
-      try {
-        expectSecretDirGone(executor, stored.split("\n"));
-      } finally {
-        await runner.close();
-      }
-    });
-  });
+      it("the secret files are gone once the job has ended", async () => {
+        const { runner, stored } = await runSecretJob(executor, delivery);
+        try {
+          expectSecretDirGone(executor, stored.split("\n"));
+        } finally {
+          await runner.close();
+        }
+      });
+    },
+  );
 }
 
-describe.each(executors)(`job secrets put into the claimed lease on the %s executor, whatever the job's end (${databaseKind})`, (executor) => {
-  it("a job that fails, and one cancelled while it runs, leave no secret files behind", async () => {
-    const { runner, ws } = await secretRunner(executor, "put into the claimed lease");
-    try {
-      const failing = await enqueueSecretJob(ws, executor, "put into the claimed lease", ["sh", "-c", `${showDir}; exit 3`]);
-      expect((await settled(failing)).state).toBe("failed");
-      expectSecretDirGone(executor, runner.recorded.job(failing).logs.map((l) => l.text));
+describe.each(executors)(
+  `job secrets put into the claimed lease on the %s executor, whatever the job's end (${databaseKind})`,
+  (executor) => {
+    it("a job that fails, and one cancelled while it runs, leave no secret files behind", async () => {
+      const { runner, ws } = await secretRunner(executor, "put into the claimed lease");
+      try {
+        const failing = await enqueueSecretJob(ws, executor, "put into the claimed lease", [
+          "sh",
+          "-c",
+          `${showDir}; exit 3`,
+        ]);
+        expect((await settled(failing)).state).toBe("failed");
+        expectSecretDirGone(
+          executor,
+          runner.recorded.job(failing).logs.map((l) => l.text),
+        );
 
-      const cancelled = await enqueueSecretJob(ws, executor, "put into the claimed lease", ["sh", "-c", `${showDir}; echo up; sleep 60`]);
-      await runner.waitForLine(cancelled, /^up$/);
-      expect((await admin.cancel(cancelled)).status).toBe(200);
-      expect((await settled(cancelled)).state).toBe("cancelled");
-      expectSecretDirGone(executor, runner.recorded.job(cancelled).logs.map((l) => l.text));
-    } finally {
-      await runner.close();
-    }
-  });
+        const cancelled = await enqueueSecretJob(ws, executor, "put into the claimed lease", [
+          "sh",
+          "-c",
+          `${showDir}; echo up; sleep 60`,
+        ]);
+        await runner.waitForLine(cancelled, /^up$/);
+        expect((await admin.cancel(cancelled)).status).toBe(200);
+        expect((await settled(cancelled)).state).toBe("cancelled");
+        expectSecretDirGone(
+          executor,
+          runner.recorded.job(cancelled).logs.map((l) => l.text),
+        );
+      } finally {
+        await runner.close();
+      }
+    });
 
-  it("a secret an environment cannot carry (NUL) fails the job with invalid_secrets naming the variable, never the value", async () => {
-    const value = "nul-\u0000-secret-value-5d2c";
-    const { runner, ws } = await secretRunner(executor, "put into the claimed lease", { secrets: { API_TOKEN: value }, secretFiles: {} });
-    try {
-      const jobId = await enqueueSecretJob(ws, executor, "put into the claimed lease", ["sh", "-c", "echo never"]);
-      const job = await settled(jobId);
-      expect(job).toMatchObject({ state: "failed", error: { code: "invalid_secrets" } });
-      expect(job.error.message).toContain("API_TOKEN");
-      expect(job.error.retryable ?? false).toBe(false);
-      expect(JSON.stringify([job, runner.log, runner.recorded.job(jobId)])).not.toContain("secret-value");
-    } finally {
-      await runner.close();
-    }
-  });
-});
+    it("a secret an environment cannot carry (NUL) fails the job with invalid_secrets naming the variable, never the value", async () => {
+      const value = "nul-\u0000-secret-value-5d2c";
+      const { runner, ws } = await secretRunner(executor, "put into the claimed lease", {
+        secrets: { API_TOKEN: value },
+        secretFiles: {},
+      });
+      try {
+        const jobId = await enqueueSecretJob(ws, executor, "put into the claimed lease", [
+          "sh",
+          "-c",
+          "echo never",
+        ]);
+        const job = await settled(jobId);
+        expect(job).toMatchObject({ state: "failed", error: { code: "invalid_secrets" } });
+        expect(job.error.message).toContain("API_TOKEN");
+        expect(job.error.retryable ?? false).toBe(false);
+        expect(JSON.stringify([job, runner.log, runner.recorded.job(jobId)])).not.toContain(
+          "secret-value",
+        );
+      } finally {
+        await runner.close();
+      }
+    });
+  },
+);

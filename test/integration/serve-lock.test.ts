@@ -23,24 +23,46 @@ interface Serve {
 
 /** Spawns `command args` in the test directory, capturing its output. */
 function spawnServe(command: string, args: readonly string[], cwd = dir): Serve {
-  const child = spawn(command, args, { cwd, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, npm_config_update_notifier: "false" } });
+  const child = spawn(command, args, {
+    cwd,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, npm_config_update_notifier: "false" },
+  });
   started.push(child);
   let text = "";
   child.stdout!.setEncoding("utf8").on("data", (c: string) => (text += c));
   child.stderr!.setEncoding("utf8").on("data", (c: string) => (text += c));
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const exited = new Promise<number | null>((resolve) =>
+    child.once("exit", (code) => resolve(code)),
+  );
   return { child, output: () => text, exited };
 }
 
 /** Relative flags on purpose: the lock and the PKI must not depend on the working directory later. */
-const serveArgs = ["serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--certs-dir", "certs", "--database", "data/db"];
-const forelead = (...args: string[]) => spawnServe(process.execPath, [join(repoRoot, "bin/forelead.js"), ...args]);
+const serveArgs = [
+  "serve",
+  "--listen",
+  "127.0.0.1:0",
+  "--metrics-listen",
+  "127.0.0.1:0",
+  "--certs-dir",
+  "certs",
+  "--database",
+  "data/db",
+];
+const forelead = (...args: string[]) =>
+  spawnServe(process.execPath, [join(repoRoot, "bin/forelead.js"), ...args]);
 
 async function serving(serve: Serve): Promise<string> {
-  return eventually("the serving line", async () => {
-    if (serve.child.exitCode !== null) throw new Error(`serve exited ${serve.child.exitCode}:\n${serve.output()}`);
-    return /forelead: serving (https:\/\/\S+) /.exec(serve.output())?.[1];
-  }, 45_000);
+  return eventually(
+    "the serving line",
+    async () => {
+      if (serve.child.exitCode !== null)
+        throw new Error(`serve exited ${serve.child.exitCode}:\n${serve.output()}`);
+      return /forelead: serving (https:\/\/\S+) /.exec(serve.output())?.[1];
+    },
+    45_000,
+  );
 }
 
 async function statusWithoutCertificate(url: string): Promise<number> {
@@ -71,40 +93,72 @@ afterAll(async () => {
 });
 
 describe("one forelead serve per embedded data directory", () => {
-  it("a second serve on the same data directory exits 1 naming the first (pid, start time); the first keeps serving and reloads on SIGHUP; after SIGKILL of the first, `npm start` takes the stale lock, and SIGTERM to npm stops the server", { timeout: 120_000 }, async () => {
-    const first = forelead(...serveArgs);
-    const url = await serving(first);
-    expect(first.output()).toMatch(/forelead: TLS certificate CN=localhost \(serial [0-9A-F]+, valid until \d{4}-/);
-    const lock = JSON.parse(await readFile(join(dir, "data/db", lockFileName), "utf8"));
-    expect(lock).toMatchObject({ pid: first.child.pid, command: "forelead serve" });
+  it(
+    "a second serve on the same data directory exits 1 naming the first (pid, start time); the first keeps serving and reloads on SIGHUP; after SIGKILL of the first, `npm start` takes the stale lock, and SIGTERM to npm stops the server",
+    { timeout: 120_000 },
+    async () => {
+      const first = forelead(...serveArgs);
+      const url = await serving(first);
+      expect(first.output()).toMatch(
+        /forelead: TLS certificate CN=localhost \(serial [0-9A-F]+, valid until \d{4}-/,
+      );
+      const lock = JSON.parse(await readFile(join(dir, "data/db", lockFileName), "utf8"));
+      expect(lock).toMatchObject({ pid: first.child.pid, command: "forelead serve" });
 
-    const second = forelead(...serveArgs);
-    expect(await second.exited).toBe(1);
-    expect(second.output()).toContain(`${join(dir, "data/db")} is in use by forelead serve (pid ${first.child.pid}, started ${lock.startedAt}); stop it or use another --database`);
-    expect(second.output()).not.toContain("serving");
-    const status = await statusWithoutCertificate(url);
-    expect(status).toBeGreaterThan(0); // answered over TLS: the first still serves
+      const second = forelead(...serveArgs);
+      expect(await second.exited).toBe(1);
+      expect(second.output()).toContain(
+        `${join(dir, "data/db")} is in use by forelead serve (pid ${first.child.pid}, started ${lock.startedAt}); stop it or use another --database`,
+      );
+      expect(second.output()).not.toContain("serving");
+      const status = await statusWithoutCertificate(url);
+      expect(status).toBeGreaterThan(0); // answered over TLS: the first still serves
 
-    first.child.kill("SIGHUP");
-    await eventually("the SIGHUP line", async () => (first.output().includes("SIGHUP: the TLS files are unchanged; still serving CN=localhost") ? true : undefined));
-    expect(first.child.exitCode).toBeNull();
+      first.child.kill("SIGHUP");
+      await eventually("the SIGHUP line", async () =>
+        first.output().includes("SIGHUP: the TLS files are unchanged; still serving CN=localhost")
+          ? true
+          : undefined,
+      );
+      expect(first.child.exitCode).toBeNull();
 
-    first.child.kill("SIGKILL");
-    await first.exited;
-    // The lock file is still there, naming a dead process.
-    expect(JSON.parse(await readFile(join(dir, "data/db", lockFileName), "utf8")).pid).toBe(first.child.pid);
+      first.child.kill("SIGKILL");
+      await first.exited;
+      // The lock file is still there, naming a dead process.
+      expect(JSON.parse(await readFile(join(dir, "data/db", lockFileName), "utf8")).pid).toBe(
+        first.child.pid,
+      );
 
-    // npm runs the start script in the package directory: absolute paths.
-    const npm = spawnServe("npm", ["start", "--", "--listen", "127.0.0.1:0", "--certs-dir", join(dir, "certs"), "--database", join(dir, "data/db")], repoRoot);
-    const restartedUrl = await serving(npm);
-    expect(await statusWithoutCertificate(restartedUrl)).toBeGreaterThan(0);
-    const serverPid = JSON.parse(await readFile(join(dir, "data/db", lockFileName), "utf8")).pid as number;
-    expect(serverPid).not.toBe(first.child.pid);
-    npm.child.kill("SIGTERM");
-    await npm.exited;
-    await eventually(`the server (pid ${serverPid}) to exit after SIGTERM to npm`, async () => (alive(serverPid) ? undefined : true), 20_000);
-    expect(npm.output()).toContain("SIGTERM received; closing connections and the database");
-    // A clean exit releases the lock.
-    await expect(readFile(join(dir, "data/db", lockFileName), "utf8")).rejects.toThrow(/ENOENT/);
-  });
+      // npm runs the start script in the package directory: absolute paths.
+      const npm = spawnServe(
+        "npm",
+        [
+          "start",
+          "--",
+          "--listen",
+          "127.0.0.1:0",
+          "--certs-dir",
+          join(dir, "certs"),
+          "--database",
+          join(dir, "data/db"),
+        ],
+        repoRoot,
+      );
+      const restartedUrl = await serving(npm);
+      expect(await statusWithoutCertificate(restartedUrl)).toBeGreaterThan(0);
+      const serverPid = JSON.parse(await readFile(join(dir, "data/db", lockFileName), "utf8"))
+        .pid as number;
+      expect(serverPid).not.toBe(first.child.pid);
+      npm.child.kill("SIGTERM");
+      await npm.exited;
+      await eventually(
+        `the server (pid ${serverPid}) to exit after SIGTERM to npm`,
+        async () => (alive(serverPid) ? undefined : true),
+        20_000,
+      );
+      expect(npm.output()).toContain("SIGTERM received; closing connections and the database");
+      // A clean exit releases the lock.
+      await expect(readFile(join(dir, "data/db", lockFileName), "utf8")).rejects.toThrow(/ENOENT/);
+    },
+  );
 });

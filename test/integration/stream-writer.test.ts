@@ -1,7 +1,11 @@
 import "reflect-metadata";
 import { describe, expect, it } from "vitest";
 import { createLeaseStreams, lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
-import { createSessionPost, type NdjsonPost, type NdjsonReply } from "../../src/runner/transport/ndjson-post.js";
+import {
+  createSessionPost,
+  type NdjsonPost,
+  type NdjsonReply,
+} from "../../src/runner/transport/ndjson-post.js";
 import { leasedJob, type LeasedJob } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
@@ -24,7 +28,10 @@ interface Posted {
 }
 
 /** Wraps the runner's real post (its one HTTP/2 connection) to record every request. */
-function recordingPost(leased: LeasedJob, around?: (path: string, send: () => Promise<NdjsonReply>) => Promise<NdjsonReply>): { post: NdjsonPost; posted: Posted[] } {
+function recordingPost(
+  leased: LeasedJob,
+  around?: (path: string, send: () => Promise<NdjsonReply>) => Promise<NdjsonReply>,
+): { post: NdjsonPost; posted: Posted[] } {
   const real = createSessionPost(() => leased.runner.rest.session);
   const posted: Posted[] = [];
   const post: NdjsonPost = async (path, body, timeoutMs) => {
@@ -34,10 +41,18 @@ function recordingPost(leased: LeasedJob, around?: (path: string, send: () => Pr
       .map((l) => JSON.parse(l).sequence as number);
     const record = (status: number | "lost", reply?: NdjsonReply) => {
       const header = reply?.headers[lastAcceptedHeader];
-      posted.push({ path, first: sequences[0]!, last: sequences[sequences.length - 1]!, status, ...(typeof header === "string" ? { lastAccepted: header } : {}) });
+      posted.push({
+        path,
+        first: sequences[0]!,
+        last: sequences[sequences.length - 1]!,
+        status,
+        ...(typeof header === "string" ? { lastAccepted: header } : {}),
+      });
     };
     try {
-      const reply = await (around ? around(path, () => real(path, body, timeoutMs)) : real(path, body, timeoutMs));
+      const reply = await (around
+        ? around(path, () => real(path, body, timeoutMs))
+        : real(path, body, timeoutMs));
       record(reply.status, reply);
       return reply;
     } catch (err) {
@@ -49,8 +64,15 @@ function recordingPost(leased: LeasedJob, around?: (path: string, send: () => Pr
 }
 
 const leased = () => leasedJob(cp, admin, "r1", `sw${++n}`);
-const writerOptions = (l: LeasedJob, post: NdjsonPost) => ({ post, runnerId: "r1", jobId: l.jobId, leaseToken: l.token, backoffMs: 10 });
-const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
+const writerOptions = (l: LeasedJob, post: NdjsonPost) => ({
+  post,
+  runnerId: "r1",
+  jobId: l.jobId,
+  leaseToken: l.token,
+  backoffMs: 10,
+});
+const range = (from: number, to: number) =>
+  Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 describe(`the runner's stream writer against the real server (${databaseKind})`, () => {
   it("keeps events and logs concurrent on one connection, and resumes from the reported sequence when the server cuts a request", async () => {
@@ -87,7 +109,8 @@ describe(`the runner's stream writer against the real server (${databaseKind})`,
     expect(cut.length).toBeGreaterThan(0);
     for (let i = 1; i < logs.length; i++) {
       const before = logs[i - 1]!;
-      const expectedFirst = before.status === 204 ? before.last + 1 : Number(before.lastAccepted) + 1;
+      const expectedFirst =
+        before.status === 204 ? before.last + 1 : Number(before.lastAccepted) + 1;
       expect(logs[i]!.first, JSON.stringify(logs.slice(i - 1, i + 1))).toBe(expectedFirst);
     }
     await l.runner.close();
@@ -125,7 +148,9 @@ describe(`the runner's stream writer against the real server (${databaseKind})`,
     await logs.flush();
     await expireLease(cp, l.jobId);
     logs.write("after\n");
-    await expect(logs.flush()).rejects.toThrow(/logs: the control plane refused sequence 2: 409 .*expired at .*; last accepted logs sequence for this lease is 1/);
+    await expect(logs.flush()).rejects.toThrow(
+      /logs: the control plane refused sequence 2: 409 .*expired at .*; last accepted logs sequence for this lease is 1/,
+    );
     expect(() => logs.write("more\n")).toThrow(/refused sequence 2/);
     expect(await readSequences(admin, l.jobId)).toEqual([1]);
     await l.runner.close();

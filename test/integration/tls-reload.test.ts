@@ -18,7 +18,11 @@ import { createTestPki, type TestPki } from "../support/pki.js";
 
 let dir: string;
 let pki: TestPki;
-const files = () => ({ cert: join(dir, "server.pem"), key: join(dir, "server-key.pem"), clientCa: join(dir, "ca.pem") });
+const files = () => ({
+  cert: join(dir, "server.pem"),
+  key: join(dir, "server-key.pem"),
+  clientCa: join(dir, "ca.pem"),
+});
 
 const cp = useControlPlane(async () => {
   dir = await mkdtemp(join(tmpdir(), "forelead-tls-"));
@@ -43,10 +47,19 @@ afterAll(async () => {
 function servedSerial(): Promise<string> {
   const { port } = new URL(cp.url);
   return new Promise((resolve, reject) => {
-    const socket = connect({ host: "127.0.0.1", port: Number(port), ca: pki.ca.certPem, ALPNProtocols: ["h2"], servername: "localhost" }, () => {
-      resolve(socket.getPeerX509Certificate()!.serialNumber);
-      socket.destroy();
-    });
+    const socket = connect(
+      {
+        host: "127.0.0.1",
+        port: Number(port),
+        ca: pki.ca.certPem,
+        ALPNProtocols: ["h2"],
+        servername: "localhost",
+      },
+      () => {
+        resolve(socket.getPeerX509Certificate()!.serialNumber);
+        socket.destroy();
+      },
+    );
     socket.once("error", reject);
   });
 }
@@ -59,7 +72,11 @@ describe(`TLS material reloads without a restart (${databaseKind})`, () => {
     await writeFileAtomic(files().key, next.keyPem, 0o600);
     await writeFileAtomic(files().cert, next.certPem, 0o644);
     // The watcher reloads within its debounce; polling the served serial is the observation.
-    await eventually("the new certificate to be served", async () => ((await servedSerial()) === serialOf(next.certPem) ? true : undefined), 10_000);
+    await eventually(
+      "the new certificate to be served",
+      async () => ((await servedSerial()) === serialOf(next.certPem) ? true : undefined),
+      10_000,
+    );
     expect(cp.plane.tls.certificate.serialNumber).toBe(serialOf(next.certPem));
     const socket = open.session.socket as unknown as { getPeerX509Certificate(): X509Certificate };
     expect(socket.getPeerX509Certificate().serialNumber).toBe(serialOf(pki.server.certPem));
@@ -72,7 +89,11 @@ describe(`TLS material reloads without a restart (${databaseKind})`, () => {
     const other = await issueServerCertificate(pki.ca, { hosts: ["localhost"] });
     await writeFileAtomic(files().key, other.keyPem, 0o600); // the certificate on disk stays: they no longer match
     expect(await cp.plane.tls.reload("test")).toBe("refused");
-    const expired = await issueClientCertificate(pki.ca, { dnsNames: ["localhost"], notBefore: new Date(Date.now() - 7_200_000), notAfter: new Date(Date.now() - 3_600_000) });
+    const expired = await issueClientCertificate(pki.ca, {
+      dnsNames: ["localhost"],
+      notBefore: new Date(Date.now() - 7_200_000),
+      notAfter: new Date(Date.now() - 3_600_000),
+    });
     await writeFileAtomic(files().cert, expired.certPem, 0o644);
     await writeFileAtomic(files().key, expired.keyPem, 0o600);
     expect(await cp.plane.tls.reload("test")).toBe("refused");
@@ -93,16 +114,26 @@ describe(`TLS material reloads without a restart (${databaseKind})`, () => {
       await writeFileAtomic(files().key, pki.server.keyPem, 0o600);
       await writeFileAtomic(files().cert, pki.server.certPem, 0o644);
       await writeFileAtomic(files().clientCa, pki.ca.certPem + other.ca.certPem, 0o644);
-      await eventually("the bundle of two CAs to be in force", async () => (cp.plane.tls.trustAnchors.length === 2 ? true : undefined), 10_000);
+      await eventually(
+        "the bundle of two CAs to be in force",
+        async () => (cp.plane.tls.trustAnchors.length === 2 ? true : undefined),
+        10_000,
+      );
       const early = createRestClient(cp.url, pki.ca.certPem, await other.runner("r9", "w1"));
       try {
         // The server's SETTINGS come once it has taken the session: its handshake is done, no request sent yet.
         await once(early.session, "remoteSettings");
         await writeFileAtomic(files().clientCa, pki.ca.certPem, 0o644);
-        await eventually("the bundle of one CA to be in force", async () => (cp.plane.tls.trustAnchors.length === 1 ? true : undefined), 10_000);
+        await eventually(
+          "the bundle of one CA to be in force",
+          async () => (cp.plane.tls.trustAnchors.length === 1 ? true : undefined),
+          10_000,
+        );
         const refused = await early.request("GET", "/v1/runner/clock");
         expect(refused.status).toBe(401);
-        expect(refused.text).toContain("not signed by a CA in the control plane's client trust bundle");
+        expect(refused.text).toContain(
+          "not signed by a CA in the control plane's client trust bundle",
+        );
       } finally {
         await early.close();
       }

@@ -21,7 +21,13 @@ let adminClient: Client<typeof AdminService>;
 let counter = 0;
 
 beforeAll(async () => {
-  adminClient = createTestClient(AdminService, cp.url, cp.pki.ca.certPem, await cp.pki.service("test-admin"), "grpc");
+  adminClient = createTestClient(
+    AdminService,
+    cp.url,
+    cp.pki.ca.certPem,
+    await cp.pki.service("test-admin"),
+    "grpc",
+  );
 });
 beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "forelead-output-"));
@@ -31,9 +37,26 @@ beforeEach(async () => {
 /** A runner (generated gRPC client) holding a lease on a fresh job. */
 async function leased() {
   const ws = `out${++counter}`;
-  const runner = createTestClient(RunnerService, cp.url, cp.pki.ca.certPem, await cp.pki.runner("r1", ws), "grpc");
-  await runner.register({ apiVersion: "v1", runnerId: "r1", workspaceId: ws, slots: 1, labels: ["linux"] });
-  const { job } = await adminClient.enqueueJob({ apiVersion: "v1", workspaceId: ws, labels: ["linux"], spec: { image: "busybox", argv: ["true"] } });
+  const runner = createTestClient(
+    RunnerService,
+    cp.url,
+    cp.pki.ca.certPem,
+    await cp.pki.runner("r1", ws),
+    "grpc",
+  );
+  await runner.register({
+    apiVersion: "v1",
+    runnerId: "r1",
+    workspaceId: ws,
+    slots: 1,
+    labels: ["linux"],
+  });
+  const { job } = await adminClient.enqueueJob({
+    apiVersion: "v1",
+    workspaceId: ws,
+    labels: ["linux"],
+    spec: { image: "busybox", argv: ["true"] },
+  });
   const { lease } = await runner.claim({ apiVersion: "v1", runnerId: "r1" });
   return { runner, jobId: job!.id, leaseToken: lease!.token };
 }
@@ -61,9 +84,18 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
       ["reports/unit/junit.xml", "application/xml"],
       ["summary.txt", "text/plain"],
     ]);
-    const done = await runner.complete({ apiVersion: "v1", jobId, leaseToken, completionId: "c1", outcome: "succeeded", exitCode: 0, artifacts: result.artifacts });
+    const done = await runner.complete({
+      apiVersion: "v1",
+      jobId,
+      leaseToken,
+      completionId: "c1",
+      outcome: "succeeded",
+      exitCode: 0,
+      artifacts: result.artifacts,
+    });
     expect(done.job?.artifacts.map((a) => a.name)).toEqual(result.artifacts.map((a) => a.name));
-    for (const a of result.artifacts) expect(sha256(await download(jobId, a.name))).toBe(sha256(await readFile(join(dir, a.name))));
+    for (const a of result.artifacts)
+      expect(sha256(await download(jobId, a.name))).toBe(sha256(await readFile(join(dir, a.name))));
     expect(sha256(await download(jobId, "app.tar.gz"))).toBe(sha256(big));
   });
 
@@ -96,7 +128,12 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
     await writeFile(join(dir, "real/file"), "x");
     await symlink(join(dir, "real"), join(dir, "output"));
     const { runner, jobId, leaseToken } = await leased();
-    const result = await uploadOutput({ client: runner, jobId, leaseToken, dir: join(dir, "output") });
+    const result = await uploadOutput({
+      client: runner,
+      jobId,
+      leaseToken,
+      dir: join(dir, "output"),
+    });
     expect(result.artifacts).toEqual([]);
     expect(result.skipped[0]?.reason).toContain("not a directory");
   });
@@ -126,13 +163,35 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
         );
       },
     };
-    const result = await uploadOutput({ client: flaky, jobId, leaseToken, dir, chunkBytes: 64 * 1024, retryDelayMs: 10 });
-    expect(result.artifacts).toEqual([{ name: "data.bin", digest: sha256(data), size: BigInt(data.length), mediaType: "application/octet-stream" }]);
+    const result = await uploadOutput({
+      client: flaky,
+      jobId,
+      leaseToken,
+      dir,
+      chunkBytes: 64 * 1024,
+      retryDelayMs: 10,
+    });
+    expect(result.artifacts).toEqual([
+      {
+        name: "data.bin",
+        digest: sha256(data),
+        size: BigInt(data.length),
+        mediaType: "application/octet-stream",
+      },
+    ]);
     expect(offsets[0]).toBe(0n);
     expect(offsets.length).toBe(2); // one resumed put, after one status query
     expect(offsets[1]!).toBeGreaterThan(0n); // it did not start over
     expect(offsets[1]!).toBeLessThanOrEqual(5n * 64n * 1024n);
-    const done = await runner.complete({ apiVersion: "v1", jobId, leaseToken, completionId: "c1", outcome: "succeeded", exitCode: 0, artifacts: result.artifacts });
+    const done = await runner.complete({
+      apiVersion: "v1",
+      jobId,
+      leaseToken,
+      completionId: "c1",
+      outcome: "succeeded",
+      exitCode: 0,
+      artifacts: result.artifacts,
+    });
     expect(done.job?.state).toBe("succeeded");
     expect(sha256(await download(jobId, "data.bin"))).toBe(sha256(data));
   });
@@ -141,14 +200,44 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
     const small = await startTestControlPlane({ maxArtifactBytes: 1000 });
     try {
       await writeFile(join(dir, "too-big.bin"), randomBytes(1001));
-      const runner = createTestClient(RunnerService, small.url, small.pki.ca.certPem, await small.pki.runner("r1", "w1"), "connect-binary");
-      const admin = createTestClient(AdminService, small.url, small.pki.ca.certPem, await small.pki.service("test-admin"), "connect-binary");
-      await runner.register({ apiVersion: "v1", runnerId: "r1", workspaceId: "w1", slots: 1, labels: ["linux"] });
-      const { job } = await admin.enqueueJob({ apiVersion: "v1", workspaceId: "w1", labels: ["linux"], spec: { image: "busybox", argv: ["true"] } });
+      const runner = createTestClient(
+        RunnerService,
+        small.url,
+        small.pki.ca.certPem,
+        await small.pki.runner("r1", "w1"),
+        "connect-binary",
+      );
+      const admin = createTestClient(
+        AdminService,
+        small.url,
+        small.pki.ca.certPem,
+        await small.pki.service("test-admin"),
+        "connect-binary",
+      );
+      await runner.register({
+        apiVersion: "v1",
+        runnerId: "r1",
+        workspaceId: "w1",
+        slots: 1,
+        labels: ["linux"],
+      });
+      const { job } = await admin.enqueueJob({
+        apiVersion: "v1",
+        workspaceId: "w1",
+        labels: ["linux"],
+        spec: { image: "busybox", argv: ["true"] },
+      });
       const { lease } = await runner.claim({ apiVersion: "v1", runnerId: "r1" });
-      const failed = await uploadOutput({ client: runner, jobId: job!.id, leaseToken: lease!.token, dir }).catch((err: Error) => err);
+      const failed = await uploadOutput({
+        client: runner,
+        jobId: job!.id,
+        leaseToken: lease!.token,
+        dir,
+      }).catch((err: Error) => err);
       expect(failed).toBeInstanceOf(Error);
-      expect((failed as Error).message).toContain('artifact "too-big.bin" declares 1001 bytes, over this control plane\'s cap of 1000 bytes');
+      expect((failed as Error).message).toContain(
+        'artifact "too-big.bin" declares 1001 bytes, over this control plane\'s cap of 1000 bytes',
+      );
       expect(await storedArtifacts(small.plane).staged()).toEqual([]);
     } finally {
       await small.close();

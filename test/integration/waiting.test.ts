@@ -25,7 +25,10 @@ async function waitingOf(jobId: string) {
 describe(`why a queued job waits (${databaseKind})`, () => {
   it("no_runner: a job enqueued into a workspace with no registered runner says so in the enqueue reply and in GetJob", async () => {
     const job = await enqueue("wait-typo");
-    expect(job.waiting).toEqual({ code: "no_runner", message: expect.stringContaining('no runner is registered in workspace "wait-typo"') });
+    expect(job.waiting).toEqual({
+      code: "no_runner",
+      message: expect.stringContaining('no runner is registered in workspace "wait-typo"'),
+    });
     expect(job.waiting!.message).toMatch(/typo/);
     expect(await waitingOf(job.id)).toEqual(job.waiting);
   });
@@ -37,32 +40,56 @@ describe(`why a queued job waits (${databaseKind})`, () => {
     expect(job.waiting).toEqual({
       code: "missing_labels",
       missingLabels: ["cuda"],
-      message: 'no runner in workspace "wait-labels" has labels cuda,gpu,linux; the closest, "wl-2", lacks cuda: register one with --labels including cuda, or drop the label from the job',
+      message:
+        'no runner in workspace "wait-labels" has labels cuda,gpu,linux; the closest, "wl-2", lacks cuda: register one with --labels including cuda, or drop the label from the job',
     });
     expect(await waitingOf(job.id)).toEqual(job.waiting);
   });
 
   it("workspace_paused: a paused workspace comes first, with who paused it and how to resume", async () => {
     await registeredRunner(cp, "wp-1", "wait-paused");
-    await cp.plane.store.db.insertInto("workspace_pauses").values({ workspace_id: "wait-paused", paused_by: "spiffe://test/admins/ops", reason: "maintenance" }).execute();
+    await cp.plane.store.db
+      .insertInto("workspace_pauses")
+      .values({
+        workspace_id: "wait-paused",
+        paused_by: "spiffe://test/admins/ops",
+        reason: "maintenance",
+      })
+      .execute();
     const job = await enqueue("wait-paused");
     expect(job.waiting).toMatchObject({ code: "workspace_paused" });
-    expect(job.waiting!.message).toMatch(/^workspace "wait-paused" is paused since .* by spiffe:\/\/test\/admins\/ops \(maintenance\).*POST \/v1\/admin\/workspaces\/wait-paused\/resume/);
+    expect(job.waiting!.message).toMatch(
+      /^workspace "wait-paused" is paused since .* by spiffe:\/\/test\/admins\/ops \(maintenance\).*POST \/v1\/admin\/workspaces\/wait-paused\/resume/,
+    );
   });
 
   it("runners_paused: every runner with the labels is paused", async () => {
     await registeredRunner(cp, "wrp-1", "wait-rpaused");
     await registeredRunner(cp, "wrp-2", "wait-rpaused", { labels: ["windows"] });
-    await cp.plane.store.db.updateTable("runners").set({ paused_at: new Date(), paused_by: "ops" }).where("runner_id", "=", "wrp-1").execute();
+    await cp.plane.store.db
+      .updateTable("runners")
+      .set({ paused_at: new Date(), paused_by: "ops" })
+      .where("runner_id", "=", "wrp-1")
+      .execute();
     const job = await enqueue("wait-rpaused");
-    expect(job.waiting).toMatchObject({ code: "runners_paused", message: expect.stringContaining("(wrp-1)") });
+    expect(job.waiting).toMatchObject({
+      code: "runners_paused",
+      message: expect.stringContaining("(wrp-1)"),
+    });
   });
 
   it("runners_not_connected: matching runners exist but none was seen within the lease length", async () => {
     await registeredRunner(cp, "wnc-1", "wait-gone");
-    await cp.plane.store.db.updateTable("runners").set({ last_seen_at: new Date(Date.now() - 3600_000) }).where("runner_id", "=", "wnc-1").execute();
+    await cp.plane.store.db
+      .updateTable("runners")
+      .set({ last_seen_at: new Date(Date.now() - 3600_000) })
+      .where("runner_id", "=", "wnc-1")
+      .execute();
     const job = await enqueue("wait-gone");
-    expect(job.waiting).toMatchObject({ code: "runners_not_connected", message: expect.stringContaining("none was seen in the last 30 s") });
+    expect(job.waiting).toMatchObject({
+      code: "runners_not_connected",
+      message: expect.stringContaining("none was seen in the last 30 s"),
+    });
   });
 
   it("all_busy: every matching runner's slots hold live leases, counted; a free slot clears the reason", async () => {
@@ -73,7 +100,13 @@ describe(`why a queued job waits (${databaseKind})`, () => {
     const leases = [await runner.claim(), await runner.claim()];
     for (const l of leases) expect(l.status, l.text).toBe(200);
     const third = await enqueue("wait-busy");
-    expect(third.waiting).toEqual({ code: "all_busy", busyRunners: 1, busySlots: 2, message: 'all 1 matching runner in workspace "wait-busy" are busy (2 slots in use); the job runs when one frees a slot, or add a runner or slots' });
+    expect(third.waiting).toEqual({
+      code: "all_busy",
+      busyRunners: 1,
+      busySlots: 2,
+      message:
+        'all 1 matching runner in workspace "wait-busy" are busy (2 slots in use); the job runs when one frees a slot, or add a runner or slots',
+    });
     expect(await waitingOf(third.id)).toEqual(third.waiting);
     const running = await admin.job(leases[0]!.json.job.id);
     expect(running.json.job.state).toBe("running");
@@ -85,7 +118,11 @@ describe(`why a queued job waits (${databaseKind})`, () => {
 
   it("a retired runner does not count as registered", async () => {
     await registeredRunner(cp, "wr-1", "wait-retired");
-    await cp.plane.store.db.updateTable("runners").set({ retired_at: new Date() }).where("runner_id", "=", "wr-1").execute();
+    await cp.plane.store.db
+      .updateTable("runners")
+      .set({ retired_at: new Date() })
+      .where("runner_id", "=", "wr-1")
+      .execute();
     expect((await enqueue("wait-retired")).waiting).toMatchObject({ code: "no_runner" });
   });
 });

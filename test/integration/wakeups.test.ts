@@ -24,13 +24,17 @@ afterAll(async () => {
   await database?.drop();
 });
 
-const notify = (workspaceId: string) => sql`select pg_notify(${jobsChannel}, ${workspaceId})`.execute(store.db);
+const notify = (workspaceId: string) =>
+  sql`select pg_notify(${jobsChannel}, ${workspaceId})`.execute(store.db);
 
 describe(`long-poll wakeups (${databaseKind})`, () => {
   it("one notification wakes one waiter", async () => {
     const a = wakeups.arm("w1");
     const b = wakeups.arm("w1");
-    const [woken] = await Promise.all([Promise.race([a.wait(5_000).then(() => "a"), b.wait(5_000).then(() => "b")]), notify("w1")]);
+    const [woken] = await Promise.all([
+      Promise.race([a.wait(5_000).then(() => "a"), b.wait(5_000).then(() => "b")]),
+      notify("w1"),
+    ]);
     expect(woken).toBe("a"); // first armed, first woken
     expect(await b.wait(300)).toBeUndefined();
     a.cancel();
@@ -62,7 +66,12 @@ describe(`long-poll wakeups (${databaseKind})`, () => {
 
   describe("reserved for a direct handoff (src/broker/handoff.ts)", () => {
     const holder = (runnerId: string, workspaceId: string) => ({ workspaceId, runnerId });
-    const lease = (jobId: string): LeaseView => ({ token: "t", expiresAt: new Date("2026-12-04T12:00:00Z"), cancelRequested: false, job: { id: jobId } });
+    const lease = (jobId: string): LeaseView => ({
+      token: "t",
+      expiresAt: new Date("2026-12-04T12:00:00Z"),
+      cancelRequested: false,
+      job: { id: jobId },
+    });
 
     it("takes the first waiter that is waiting now; no notification wakes it while reserved (the next waiter gets it), and its wait resolves with the lease delivered", async () => {
       const first = wakeups.arm("h1", holder("r1", "h1"));

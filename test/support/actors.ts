@@ -4,7 +4,13 @@ import type { TestControlPlane } from "./control-plane.js";
 
 /** The body of a no-op job as the protocol writes it; override any field. */
 export function jobBody(overrides: Record<string, unknown> = {}): Record<string, unknown> {
-  return { apiVersion: "v1", workspaceId: "w1", labels: ["linux"], spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 }, ...overrides };
+  return {
+    apiVersion: "v1",
+    workspaceId: "w1",
+    labels: ["linux"],
+    spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 },
+    ...overrides,
+  };
 }
 
 /** An internal service with the admin grant, speaking REST. */
@@ -24,7 +30,11 @@ export interface RunnerActor {
   claim(overrides?: Record<string, unknown>): Promise<RestReply>;
   renew(jobId: string, leaseToken: string): Promise<RestReply>;
   release(jobId: string, leaseToken: string): Promise<RestReply>;
-  complete(jobId: string, leaseToken: string, overrides?: Record<string, unknown>): Promise<RestReply>;
+  complete(
+    jobId: string,
+    leaseToken: string,
+    overrides?: Record<string, unknown>,
+  ): Promise<RestReply>;
   close(): Promise<void>;
 }
 
@@ -41,25 +51,52 @@ export async function adminActor(cp: TestControlPlane, url = cp.url): Promise<Ad
 }
 
 /** A runner actor for `runnerId` in `workspaceId`. */
-export async function runnerActor(cp: TestControlPlane, runnerId: string, workspaceId = "w1", url = cp.url): Promise<RunnerActor> {
+export async function runnerActor(
+  cp: TestControlPlane,
+  runnerId: string,
+  workspaceId = "w1",
+  url = cp.url,
+): Promise<RunnerActor> {
   const rest = createRestClient(url, cp.pki.ca.certPem, await cp.pki.runner(runnerId, workspaceId));
   const lease = (jobId: string, leaseToken: string) => ({ apiVersion: "v1", jobId, leaseToken });
   return {
     rest,
     runnerId,
     register: (overrides = {}) =>
-      rest.request("POST", "/v1/runner/register", { apiVersion: "v1", runnerId, workspaceId, slots: 1, cpu: 2, memoryBytes: "1073741824", architecture: "amd64", labels: ["linux"], ...overrides }),
-    claim: (overrides = {}) => rest.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId, ...overrides }),
+      rest.request("POST", "/v1/runner/register", {
+        apiVersion: "v1",
+        runnerId,
+        workspaceId,
+        slots: 1,
+        cpu: 2,
+        memoryBytes: "1073741824",
+        architecture: "amd64",
+        labels: ["linux"],
+        ...overrides,
+      }),
+    claim: (overrides = {}) =>
+      rest.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId, ...overrides }),
     renew: (jobId, token) => rest.request("POST", "/v1/runner/renew", lease(jobId, token)),
     release: (jobId, token) => rest.request("POST", "/v1/runner/release", lease(jobId, token)),
     complete: (jobId, token, overrides = {}) =>
-      rest.request("POST", "/v1/runner/complete", { ...lease(jobId, token), completionId: `c-${jobId}`, outcome: "succeeded", exitCode: 0, ...overrides }),
+      rest.request("POST", "/v1/runner/complete", {
+        ...lease(jobId, token),
+        completionId: `c-${jobId}`,
+        outcome: "succeeded",
+        exitCode: 0,
+        ...overrides,
+      }),
     close: () => rest.close(),
   };
 }
 
 /** A runner actor for `runnerId` in `workspaceId`, registered with `overrides`; the registration must succeed. */
-export async function registeredRunner(cp: TestControlPlane, runnerId: string, workspaceId = "w1", overrides: Record<string, unknown> = {}): Promise<RunnerActor> {
+export async function registeredRunner(
+  cp: TestControlPlane,
+  runnerId: string,
+  workspaceId = "w1",
+  overrides: Record<string, unknown> = {},
+): Promise<RunnerActor> {
   const runner = await runnerActor(cp, runnerId, workspaceId);
   const reg = await runner.register(overrides);
   expect(reg.status, reg.text).toBe(200);
@@ -77,7 +114,12 @@ export interface LeasedJob {
 }
 
 /** Registers `runnerId` in `workspaceId`, enqueues a job there and claims it. */
-export async function leasedJob(cp: TestControlPlane, admin: AdminActor, runnerId: string, workspaceId: string): Promise<LeasedJob> {
+export async function leasedJob(
+  cp: TestControlPlane,
+  admin: AdminActor,
+  runnerId: string,
+  workspaceId: string,
+): Promise<LeasedJob> {
   const runner = await registeredRunner(cp, runnerId, workspaceId);
   const enq = await admin.enqueue({ workspaceId });
   expect(enq.status, enq.text).toBe(200);
@@ -86,16 +128,35 @@ export async function leasedJob(cp: TestControlPlane, admin: AdminActor, runnerI
   expect(claim.json.job.id, claim.text).toBe(enq.json.job.id);
   const { token } = claim.json;
   const jobId: string = claim.json.job.id;
-  return { runner, workspaceId, jobId, token, msg: (sequence, data) => ({ apiVersion: "v1", runnerId, jobId, leaseToken: token, sequence, data }) };
+  return {
+    runner,
+    workspaceId,
+    jobId,
+    token,
+    msg: (sequence, data) => ({
+      apiVersion: "v1",
+      runnerId,
+      jobId,
+      leaseToken: token,
+      sequence,
+      data,
+    }),
+  };
 }
 
 /** Polls `probe` until it returns a value (not undefined), at most `timeoutMs`; throws with `what` on timeout. */
-export async function eventually<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 15_000, everyMs = 50): Promise<T> {
+export async function eventually<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  timeoutMs = 15_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }

@@ -37,9 +37,23 @@ export function restUploads(job: Pick<LeasedJob, "runner" | "jobId" | "token">):
     "forelead-upload-offset": String(offset),
   });
   return {
-    open: (name, size, digest, mediaType = "") => job.runner.rest.request("POST", "/v1/runner/uploads", { ...lease, name, size: String(size), digest, mediaType }),
-    put: (uploadId, offset, bytes) => job.runner.rest.request("PUT", `/v1/runner/uploads/${uploadId}`, bytes ? Buffer.from(bytes) : undefined, headers(offset)),
-    finalize: (uploadId) => job.runner.rest.request("POST", `/v1/runner/uploads/${uploadId}/finalize`, lease),
+    open: (name, size, digest, mediaType = "") =>
+      job.runner.rest.request("POST", "/v1/runner/uploads", {
+        ...lease,
+        name,
+        size: String(size),
+        digest,
+        mediaType,
+      }),
+    put: (uploadId, offset, bytes) =>
+      job.runner.rest.request(
+        "PUT",
+        `/v1/runner/uploads/${uploadId}`,
+        bytes ? Buffer.from(bytes) : undefined,
+        headers(offset),
+      ),
+    finalize: (uploadId) =>
+      job.runner.rest.request("POST", `/v1/runner/uploads/${uploadId}/finalize`, lease),
     headers,
   };
 }
@@ -48,7 +62,10 @@ export function restUploads(job: Pick<LeasedJob, "runner" | "jobId" | "token">):
 export async function filesUnder(dir: string): Promise<string[]> {
   try {
     const entries = await readdir(dir, { recursive: true, withFileTypes: true });
-    return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name).slice(dir.length + 1)).sort();
+    return entries
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name).slice(dir.length + 1))
+      .sort();
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
@@ -62,7 +79,8 @@ export function blobPath(digest: string): string {
 }
 
 /** The artifact stores the upload suites run on: files always, Postgres rows too when the suite runs on Postgres. */
-export const artifactStoreKinds: ReadonlyArray<ArtifactStore["kind"]> = databaseKind === "postgres" ? ["files", "postgres"] : ["files"];
+export const artifactStoreKinds: ReadonlyArray<ArtifactStore["kind"]> =
+  databaseKind === "postgres" ? ["files", "postgres"] : ["files"];
 
 /**
  * Control-plane options that put artifacts in a store of `kind`: files in a
@@ -70,13 +88,19 @@ export const artifactStoreKinds: ReadonlyArray<ArtifactStore["kind"]> = database
  * when this is called before useControlPlane), or Postgres rows (the default
  * on a postgres:// database). Pass the result to useControlPlane.
  */
-export function artifactStoreOptions(kind: ArtifactStore["kind"]): () => Promise<TestControlPlaneOptions> {
-  if (kind === "postgres" && databaseKind !== "postgres") throw new Error("the Postgres artifact store needs DATABASE_URL");
+export function artifactStoreOptions(
+  kind: ArtifactStore["kind"],
+): () => Promise<TestControlPlaneOptions> {
+  if (kind === "postgres" && databaseKind !== "postgres")
+    throw new Error("the Postgres artifact store needs DATABASE_URL");
   let dir: string | undefined;
   afterAll(async () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
-  return async () => (kind === "files" ? { artifactsDir: (dir = await mkdtemp(join(tmpdir(), "forelead-artifacts-"))) } : {});
+  return async () =>
+    kind === "files"
+      ? { artifactsDir: (dir = await mkdtemp(join(tmpdir(), "forelead-artifacts-"))) }
+      : {};
 }
 
 /** What a test reads of an artifact store, whichever kind it is. */
@@ -105,7 +129,8 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
       kind: store.kind,
       blobs: async () => (await filesUnder(blobs)).map((f) => `sha256:${basename(f)}`).sort(),
       staged: async () => (await filesUnder(staging)).map((f) => f.replace(/\.part$/, "")).sort(),
-      stagedBytes: async (uploadId) => (await stat(join(staging, `${uploadId}.part`)).catch(() => undefined))?.size ?? 0,
+      stagedBytes: async (uploadId) =>
+        (await stat(join(staging, `${uploadId}.part`)).catch(() => undefined))?.size ?? 0,
       blobIdentity: async (digest) => String((await stat(join(blobs, blobPath(digest)))).ino),
       async damage(digest, at) {
         const file = join(blobs, blobPath(digest));
@@ -118,19 +143,40 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
   }
   return {
     kind: store.kind,
-    blobs: async () => (await db.selectFrom("artifact_blobs").select("digest").orderBy("digest").execute()).map((r) => r.digest),
-    staged: async () => (await db.selectFrom("upload_chunks").select("upload_id").distinct().orderBy("upload_id").execute()).map((r) => r.upload_id),
+    blobs: async () =>
+      (await db.selectFrom("artifact_blobs").select("digest").orderBy("digest").execute()).map(
+        (r) => r.digest,
+      ),
+    staged: async () =>
+      (
+        await db
+          .selectFrom("upload_chunks")
+          .select("upload_id")
+          .distinct()
+          .orderBy("upload_id")
+          .execute()
+      ).map((r) => r.upload_id),
     async stagedBytes(uploadId) {
-      const { rows } = await sql<{ n: number | null }>`select sum(length(data))::int as n from upload_chunks where upload_id = ${uploadId}`.execute(db);
+      const { rows } = await sql<{
+        n: number | null;
+      }>`select sum(length(data))::int as n from upload_chunks where upload_id = ${uploadId}`.execute(
+        db,
+      );
       return Number(rows[0]?.n ?? 0);
     },
     async blobIdentity(digest) {
-      const { rows } = await sql<{ id: string }>`select b.created_at::text || '/' || (select count(*) from artifact_blob_chunks c where c.digest = b.digest) as id from artifact_blobs b where b.digest = ${digest}`.execute(db);
+      const { rows } = await sql<{
+        id: string;
+      }>`select b.created_at::text || '/' || (select count(*) from artifact_blob_chunks c where c.digest = b.digest) as id from artifact_blobs b where b.digest = ${digest}`.execute(
+        db,
+      );
       return rows[0]!.id;
     },
     async damage(digest, at) {
       await sql`update artifact_blob_chunks set data = set_byte(data, (${at}::bigint - byte_offset)::int, get_byte(data, (${at}::bigint - byte_offset)::int) # 1)
-        where digest = ${digest} and byte_offset <= ${at}::bigint and byte_offset + length(data) > ${at}::bigint`.execute(db);
+        where digest = ${digest} and byte_offset <= ${at}::bigint and byte_offset + length(data) > ${at}::bigint`.execute(
+        db,
+      );
     },
   };
 }

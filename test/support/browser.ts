@@ -7,7 +7,11 @@ import { afterAll, beforeAll } from "vitest";
 import puppeteer, { type Browser, type EvaluateFunc, type Page } from "puppeteer-core";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server/server.js";
 import type { IssuedCertificate } from "../../src/identity/ca.js";
-import { useControlPlane, type ControlPlaneFixture, type ControlPlaneFixtureOptions } from "./fixture.js";
+import {
+  useControlPlane,
+  type ControlPlaneFixture,
+  type ControlPlaneFixtureOptions,
+} from "./fixture.js";
 
 /** Where Debian's chromium package puts the browser; CI installs it (.ci/run). */
 export const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -18,7 +22,12 @@ export const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
  * front (its document is hidden): with two pages open, a wait on the one behind passed only if its
  * first check did, and otherwise waited out its timeout (CI at 12c6f49, dashboard-jobs' cancel).
  */
-export async function waitForDom<Params extends unknown[]>(page: Page, predicate: string | EvaluateFunc<Params>, timeout: number, ...args: Params): Promise<void> {
+export async function waitForDom<Params extends unknown[]>(
+  page: Page,
+  predicate: string | EvaluateFunc<Params>,
+  timeout: number,
+  ...args: Params
+): Promise<void> {
   await page.waitForFunction(predicate, { polling: "mutation", timeout }, ...args);
 }
 
@@ -53,7 +62,15 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
   let browser: Browser | undefined;
   let url: string | undefined;
   const dashboardAs = async (certificate: IssuedCertificate) => {
-    const d = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint: { baseUrl: cp.url, ca: cp.pki.ca.certPem, cert: certificate.certPem, key: certificate.keyPem } });
+    const d = await startDashboard({
+      listen: { host: "127.0.0.1", port: 0 },
+      endpoint: {
+        baseUrl: cp.url,
+        ca: cp.pki.ca.certPem,
+        cert: certificate.certPem,
+        key: certificate.keyPem,
+      },
+    });
     dashboards.push(d);
     return d.url;
   };
@@ -63,7 +80,12 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
       executablePath: chromiumPath,
       headless: true,
       // As root (CI containers) chromium's sandbox cannot start.
-      args: [...(process.getuid?.() === 0 ? ["--no-sandbox"] : []), "--disable-dev-shm-usage", "--disable-gpu", "--font-render-hinting=none"],
+      args: [
+        ...(process.getuid?.() === 0 ? ["--no-sandbox"] : []),
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--font-render-hinting=none",
+      ],
     });
   });
   afterAll(async () => {
@@ -74,12 +96,14 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
   return {
     cp,
     get url() {
-      if (!url) throw new Error("the dashboard is not running: useDashboard() starts it in beforeAll");
+      if (!url)
+        throw new Error("the dashboard is not running: useDashboard() starts it in beforeAll");
       return url;
     },
     dashboardAs,
     async newPage(opts = {}) {
-      if (!browser || !url) throw new Error("the browser is not running: useDashboard() starts it in beforeAll");
+      if (!browser || !url)
+        throw new Error("the browser is not running: useDashboard() starts it in beforeAll");
       const page = await browser.newPage();
       const errors: string[] = [];
       page.on("pageerror", (err) => errors.push(String(err)));
@@ -87,7 +111,9 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
         if (msg.type() === "error") errors.push(msg.text());
       });
       await page.setViewport({ width: opts.width ?? 1280, height: 900 });
-      await page.emulateMediaFeatures([{ name: "prefers-color-scheme", value: opts.dark ? "dark" : "light" }]);
+      await page.emulateMediaFeatures([
+        { name: "prefers-color-scheme", value: opts.dark ? "dark" : "light" },
+      ]);
       const base = opts.url ?? url;
       const handle: DashboardPage = {
         page,
@@ -98,7 +124,10 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
         },
         async screenshot(name, options = {}) {
           await mkdir("docs/dashboard", { recursive: true });
-          await page.screenshot({ path: `docs/dashboard/${name}.png`, fullPage: options.fullPage ?? true });
+          await page.screenshot({
+            path: `docs/dashboard/${name}.png`,
+            fullPage: options.fullPage ?? true,
+          });
         },
         close: () => page.close(),
       };

@@ -9,6 +9,9 @@ const built = "FORELEAD_TEST_DIST_BUILT";
 
 export default async function setup(): Promise<void> {
   if (process.env[built] === String(process.pid)) return;
-  await promisify(execFile)(process.execPath, ["--import", "tsx", "scripts/build.ts"], { cwd: process.cwd(), timeout: 120_000 });
+  await promisify(execFile)(process.execPath, ["--import", "tsx", "scripts/build.ts"], {
+    cwd: process.cwd(),
+    timeout: 120_000,
+  });
   process.env[built] = String(process.pid);
 }

@@ -37,14 +37,31 @@ export function useCliDir(cp: ControlPlaneFixture, name: string) {
   });
   return {
     dir: () => dir,
-    connection: () => ["--server", cp.url, "--cert", "admin.pem", "--key", "admin-key.pem", "--ca", "ca.pem"],
+    connection: () => [
+      "--server",
+      cp.url,
+      "--cert",
+      "admin.pem",
+      "--key",
+      "admin-key.pem",
+      "--ca",
+      "ca.pem",
+    ],
     async forel(args: readonly string[]): Promise<CliResult> {
       try {
-        const { stdout, stderr } = await run(process.execPath, [foreleadBin, ...args], { cwd: dir, timeout: 60_000, encoding: "utf8" });
+        const { stdout, stderr } = await run(process.execPath, [foreleadBin, ...args], {
+          cwd: dir,
+          timeout: 60_000,
+          encoding: "utf8",
+        });
         return { code: 0, stdout, stderr };
       } catch (err) {
         const e = err as { code?: number; stdout?: string; stderr?: string };
-        return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
+        return {
+          code: typeof e.code === "number" ? e.code : -1,
+          stdout: e.stdout ?? "",
+          stderr: e.stderr ?? "",
+        };
       }
     },
   };

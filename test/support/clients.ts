@@ -1,7 +1,11 @@
 import http2 from "node:http2";
 import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import {
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+} from "@connectrpc/connect-node";
 import type { IssuedCertificate } from "../../src/identity/ca.js";
 
 /** A reply as the REST client saw it. */
@@ -19,17 +23,34 @@ export interface RestReply {
 /** A REST client on one HTTP/2 connection (one TLS session), like a runner's. */
 export interface RestClient {
   readonly session: http2.ClientHttp2Session;
-  request(method: string, path: string, body?: unknown, headers?: http2.OutgoingHttpHeaders): Promise<RestReply>;
+  request(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers?: http2.OutgoingHttpHeaders,
+  ): Promise<RestReply>;
   /** POSTs NDJSON: each element is one line (objects are JSON-encoded, strings sent as they are). */
   ndjson(path: string, lines: readonly unknown[]): Promise<RestReply>;
   close(): Promise<void>;
 }
 
 /** Opens an HTTP/2 + TLS connection with `cert` as the client certificate (none when undefined). */
-export function createRestClient(url: string, caPem: string, cert?: Pick<IssuedCertificate, "certPem" | "keyPem">): RestClient {
-  const session = http2.connect(url, { ca: caPem, ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}) });
+export function createRestClient(
+  url: string,
+  caPem: string,
+  cert?: Pick<IssuedCertificate, "certPem" | "keyPem">,
+): RestClient {
+  const session = http2.connect(url, {
+    ca: caPem,
+    ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
+  });
   session.on("error", () => {}); // surfaced per request instead
-  const send = (method: string, path: string, body: string | Buffer | undefined, headers: http2.OutgoingHttpHeaders) =>
+  const send = (
+    method: string,
+    path: string,
+    body: string | Buffer | undefined,
+    headers: http2.OutgoingHttpHeaders,
+  ) =>
     new Promise<RestReply>((resolve, reject) => {
       const stream = session.request({ ":method": method, ":path": path, ...headers });
       const chunks: Buffer[] = [];
@@ -46,18 +67,33 @@ export function createRestClient(url: string, caPem: string, cert?: Pick<IssuedC
         } catch {
           json = undefined;
         }
-        resolve({ status: Number(responseHeaders[":status"]), headers: responseHeaders, text, body: bytes, json });
+        resolve({
+          status: Number(responseHeaders[":status"]),
+          headers: responseHeaders,
+          text,
+          body: bytes,
+          json,
+        });
       });
       stream.end(body);
     });
   return {
     session,
     request(method, path, body, headers = {}) {
-      const payload = body === undefined ? undefined : typeof body === "string" || Buffer.isBuffer(body) ? body : JSON.stringify(body);
-      return send(method, path, payload, { ...(payload !== undefined ? { "content-type": "application/json" } : {}), ...headers });
+      const payload =
+        body === undefined
+          ? undefined
+          : typeof body === "string" || Buffer.isBuffer(body)
+            ? body
+            : JSON.stringify(body);
+      return send(method, path, payload, {
+        ...(payload !== undefined ? { "content-type": "application/json" } : {}),
+        ...headers,
+      });
     },
     ndjson(path, lines) {
-      const payload = lines.map((l) => (typeof l === "string" ? l : JSON.stringify(l))).join("\n") + "\n";
+      const payload =
+        lines.map((l) => (typeof l === "string" ? l : JSON.stringify(l))).join("\n") + "\n";
       return send("POST", path, payload, { "content-type": "application/x-ndjson" });
     },
     close: () =>
@@ -75,24 +111,50 @@ export function createRestClient(url: string, caPem: string, cert?: Pick<IssuedC
 export type RpcProtocol = "connect-json" | "connect-binary" | "grpc" | "grpc-web";
 
 /** All of them, for tests that check every surface answers alike. */
-export const rpcProtocols: readonly RpcProtocol[] = ["connect-json", "connect-binary", "grpc", "grpc-web"];
+export const rpcProtocols: readonly RpcProtocol[] = [
+  "connect-json",
+  "connect-binary",
+  "grpc",
+  "grpc-web",
+];
 
 /** A Connect transport over HTTP/2 + mTLS with the given protocol. */
-export function createTestTransport(url: string, caPem: string, cert: Pick<IssuedCertificate, "certPem" | "keyPem">, protocol: RpcProtocol): Transport {
+export function createTestTransport(
+  url: string,
+  caPem: string,
+  cert: Pick<IssuedCertificate, "certPem" | "keyPem">,
+  protocol: RpcProtocol,
+): Transport {
   const nodeOptions = { ca: caPem, cert: cert.certPem, key: cert.keyPem };
   switch (protocol) {
     case "connect-json":
       return createConnectTransport({ baseUrl: url, httpVersion: "2", nodeOptions });
     case "connect-binary":
-      return createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, nodeOptions });
+      return createConnectTransport({
+        baseUrl: url,
+        httpVersion: "2",
+        useBinaryFormat: true,
+        nodeOptions,
+      });
     case "grpc":
       return createGrpcTransport({ baseUrl: url, nodeOptions });
     case "grpc-web":
-      return createGrpcWebTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, nodeOptions });
+      return createGrpcWebTransport({
+        baseUrl: url,
+        httpVersion: "2",
+        useBinaryFormat: true,
+        nodeOptions,
+      });
   }
 }
 
 /** A generated client for `service` speaking `protocol`. */
-export function createTestClient<S extends DescService>(service: S, url: string, caPem: string, cert: Pick<IssuedCertificate, "certPem" | "keyPem">, protocol: RpcProtocol): Client<S> {
+export function createTestClient<S extends DescService>(
+  service: S,
+  url: string,
+  caPem: string,
+  cert: Pick<IssuedCertificate, "certPem" | "keyPem">,
+  protocol: RpcProtocol,
+): Client<S> {
   return createClient(service, createTestTransport(url, caPem, cert, protocol));
 }

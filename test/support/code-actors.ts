@@ -9,8 +9,18 @@ import type { TestControlPlane } from "./control-plane.js";
 import { git } from "./git-repos.js";
 
 /** POST /v1/admin/repositories. */
-export function registerRepository(admin: AdminActor, name: string, url: string, credential?: string): Promise<RestReply> {
-  return admin.rest.request("POST", "/v1/admin/repositories", { apiVersion: "v1", name, url, ...(credential ? { credential } : {}) });
+export function registerRepository(
+  admin: AdminActor,
+  name: string,
+  url: string,
+  credential?: string,
+): Promise<RestReply> {
+  return admin.rest.request("POST", "/v1/admin/repositories", {
+    apiVersion: "v1",
+    name,
+    url,
+    ...(credential ? { credential } : {}),
+  });
 }
 
 /** A runner holding a fresh lease on a job enqueued with `overrides`. */
@@ -23,7 +33,13 @@ export interface CodeLease {
 }
 
 /** Enqueues a job in `workspaceId`, registers `runnerId` there and claims it. */
-export async function leaseCodeJob(cp: TestControlPlane, admin: AdminActor, workspaceId: string, runnerId: string, overrides: Record<string, unknown>): Promise<CodeLease> {
+export async function leaseCodeJob(
+  cp: TestControlPlane,
+  admin: AdminActor,
+  workspaceId: string,
+  runnerId: string,
+  overrides: Record<string, unknown>,
+): Promise<CodeLease> {
   const enq = await admin.enqueue({ workspaceId, labels: [], ...overrides });
   expect(enq.status, enq.text).toBe(200);
   const runner = await registeredRunner(cp, runnerId, workspaceId);
@@ -37,18 +53,43 @@ export async function leaseCodeJob(cp: TestControlPlane, admin: AdminActor, work
 export type BundleReply = RestReply & { readonly body: Buffer };
 
 /** POST /v1/runner/code/bundle. */
-export async function requestBundle(runner: RunnerActor, jobId: string, leaseToken: string, kind: string, commit: string): Promise<BundleReply> {
-  const reply = await runner.rest.request("POST", "/v1/runner/code/bundle", { apiVersion: "v1", jobId, leaseToken, kind, commit });
+export async function requestBundle(
+  runner: RunnerActor,
+  jobId: string,
+  leaseToken: string,
+  kind: string,
+  commit: string,
+): Promise<BundleReply> {
+  const reply = await runner.rest.request("POST", "/v1/runner/code/bundle", {
+    apiVersion: "v1",
+    jobId,
+    leaseToken,
+    kind,
+    commit,
+  });
   return { ...reply, body: reply.body ?? Buffer.from(reply.text) };
 }
 
 /** POST /v1/runner/code/head. */
-export function requestHead(runner: RunnerActor, jobId: string, leaseToken: string): Promise<RestReply> {
-  return runner.rest.request("POST", "/v1/runner/code/head", { apiVersion: "v1", jobId, leaseToken });
+export function requestHead(
+  runner: RunnerActor,
+  jobId: string,
+  leaseToken: string,
+): Promise<RestReply> {
+  return runner.rest.request("POST", "/v1/runner/code/head", {
+    apiVersion: "v1",
+    jobId,
+    leaseToken,
+  });
 }
 
 /** POST /v1/runner/agent/publish with the raw bundle and the lease in headers. */
-export function publishBundle(runner: RunnerActor, jobId: string, leaseToken: string, bundle: Buffer): Promise<RestReply> {
+export function publishBundle(
+  runner: RunnerActor,
+  jobId: string,
+  leaseToken: string,
+  bundle: Buffer,
+): Promise<RestReply> {
   return runner.rest.request("POST", "/v1/runner/agent/publish", bundle, {
     "content-type": "application/x-git-bundle",
     "forelead-api-version": "v1",
@@ -65,7 +106,11 @@ export async function emptyRepo(prefix = "forelead-import-"): Promise<string> {
 }
 
 /** Writes bundle bytes to a file in `repo`, checks it with `git bundle verify`, fetches its refs; resolves to the file. */
-export async function importBundleBytes(repo: string, bytes: Buffer, name = "in.bundle"): Promise<string> {
+export async function importBundleBytes(
+  repo: string,
+  bytes: Buffer,
+  name = "in.bundle",
+): Promise<string> {
   const file = join(repo, ".git", name);
   await writeFile(file, bytes);
   await git(repo, ["bundle", "verify", "--quiet", file]);
@@ -75,6 +120,7 @@ export async function importBundleBytes(repo: string, bytes: Buffer, name = "in.
 
 /** Ends a job's lease as if the runner had vanished: expiry moved to the past, then one sweep. */
 export async function loseLease(cp: TestControlPlane, jobId: string): Promise<void> {
-  if (!(await expireLeaseNow(cp.plane.store.db, jobId))) throw new Error(`job ${jobId} holds no live lease to lose`);
+  if (!(await expireLeaseNow(cp.plane.store.db, jobId)))
+    throw new Error(`job ${jobId} holds no live lease to lose`);
   await cp.plane.broker.sweep();
 }

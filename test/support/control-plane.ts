@@ -1,4 +1,8 @@
-import { startControlPlane, type ControlPlane, type ControlPlaneOptions } from "../../src/server/control-plane.js";
+import {
+  startControlPlane,
+  type ControlPlane,
+  type ControlPlaneOptions,
+} from "../../src/server/control-plane.js";
 import { createTestDatabase, testSecretsKeys, type TestDatabase } from "./database.js";
 import { createTestPki, type TestPki } from "./pki.js";
 
@@ -16,10 +20,15 @@ export interface TestControlPlane {
 export const testAdminId = "spiffe://forelead/services/test-admin";
 
 /** What a test may change of a test control plane: any option but the database location, and the PKI or database to share. */
-export type TestControlPlaneOptions = Partial<Omit<ControlPlaneOptions, "database">> & { pki?: TestPki; database?: TestDatabase };
+export type TestControlPlaneOptions = Partial<Omit<ControlPlaneOptions, "database">> & {
+  pki?: TestPki;
+  database?: TestDatabase;
+};
 
 /** Starts a control plane on 127.0.0.1:0; pass `pki`/`database` to share them between replicas. */
-export async function startTestControlPlane(overrides: TestControlPlaneOptions = {}): Promise<TestControlPlane> {
+export async function startTestControlPlane(
+  overrides: TestControlPlaneOptions = {},
+): Promise<TestControlPlane> {
   const { pki: givenPki, database: givenDb, ...options } = overrides;
   const pki = givenPki ?? (await createTestPki());
   const database = givenDb ?? (await createTestDatabase());

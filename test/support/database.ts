@@ -12,7 +12,9 @@ export interface TestDatabase {
 }
 
 /** Which database the suite runs against: real Postgres when DATABASE_URL is set. */
-export const databaseKind: "embedded" | "postgres" = process.env.DATABASE_URL ? "postgres" : "embedded";
+export const databaseKind: "embedded" | "postgres" = process.env.DATABASE_URL
+  ? "postgres"
+  : "embedded";
 
 /**
  * Embedded: "memory://" (each control plane then has its own database, so
@@ -26,7 +28,11 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   await admin(url, `CREATE DATABASE ${name}`);
   const location = new URL(url);
   location.pathname = `/${name}`;
-  return { location: location.toString(), kind: "postgres", drop: () => admin(url, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+  return {
+    location: location.toString(),
+    kind: "postgres",
+    drop: () => admin(url, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`),
+  };
 }
 
 async function admin(url: string, statement: string): Promise<void> {
@@ -45,5 +51,10 @@ async function admin(url: string, statement: string): Promise<void> {
  * process), gets the same one. A test key, not a secret.
  */
 export function testSecretsKeys(location: string): SecretsKeys {
-  return { current: secretsKey(createHash("sha256").update(`forelead test secrets key ${location}`).digest(), `the test key of ${location}`) };
+  return {
+    current: secretsKey(
+      createHash("sha256").update(`forelead test secrets key ${location}`).digest(),
+      `the test key of ${location}`,
+    ),
+  };
 }

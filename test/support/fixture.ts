@@ -1,7 +1,11 @@
 import { afterAll, beforeAll } from "vitest";
 import { adminActor, type AdminActor } from "./actors.js";
 import { createRestClient, type RestClient } from "./clients.js";
-import { startTestControlPlane, type TestControlPlane, type TestControlPlaneOptions } from "./control-plane.js";
+import {
+  startTestControlPlane,
+  type TestControlPlane,
+  type TestControlPlaneOptions,
+} from "./control-plane.js";
 import { createTestDatabase, type TestDatabase } from "./database.js";
 import { createTestPki } from "./pki.js";
 
@@ -12,7 +16,8 @@ export interface ControlPlaneFixture extends TestControlPlane {
 }
 
 /** The file's control-plane options, or a function that makes them in beforeAll (when they need a PKI or a directory made there). */
-export type ControlPlaneFixtureOptions = TestControlPlaneOptions | (() => TestControlPlaneOptions | Promise<TestControlPlaneOptions>);
+export type ControlPlaneFixtureOptions =
+  TestControlPlaneOptions | (() => TestControlPlaneOptions | Promise<TestControlPlaneOptions>);
 
 /**
  * Starts a control plane and its admin actor in beforeAll and closes both in
@@ -25,7 +30,10 @@ export function useControlPlane(options: ControlPlaneFixtureOptions = {}): Contr
   let cp: TestControlPlane | undefined;
   let admin: AdminActor | undefined;
   const running = () => {
-    if (!cp || !admin) throw new Error("the test control plane is not running: useControlPlane() starts it in beforeAll and closes it in afterAll");
+    if (!cp || !admin)
+      throw new Error(
+        "the test control plane is not running: useControlPlane() starts it in beforeAll and closes it in afterAll",
+      );
     return { cp, admin };
   };
   const close = async () => {
@@ -107,7 +115,8 @@ export function useReplicaPair(options: TestControlPlaneOptions = {}): ReplicaPa
     await database?.drop();
   });
   const running = () => {
-    if (!planes) throw new Error("the replicas are not running: useReplicaPair() starts them in beforeAll");
+    if (!planes)
+      throw new Error("the replicas are not running: useReplicaPair() starts them in beforeAll");
     return planes;
   };
   return {

@@ -16,7 +16,12 @@ export interface GitHttpsServer {
  * and push, behind HTTP basic authentication: the way a code host checks the
  * control plane's credential.
  */
-export async function startGitHttpsServer(root: string, tls: { certPem: string; keyPem: string }, user: string, password: string): Promise<GitHttpsServer> {
+export async function startGitHttpsServer(
+  root: string,
+  tls: { certPem: string; keyPem: string },
+  user: string,
+  password: string,
+): Promise<GitHttpsServer> {
   const expected = `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}`;
   let refused = 0;
   const server = https.createServer({ cert: tls.certPem, key: tls.keyPem }, (req, res) => {

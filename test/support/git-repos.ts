@@ -9,9 +9,27 @@ export function git(cwd: string, args: readonly string[], input?: Buffer): Promi
   return new Promise((resolve, reject) => {
     const child = execFile(
       "git",
-      ["-c", "user.name=Forelead Test", "-c", "user.email=test@forelead.invalid", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", ...args],
-      { cwd, encoding: "buffer", maxBuffer: 512 * 1024 * 1024, env: { ...process.env, GIT_TERMINAL_PROMPT: "0", LC_ALL: "C" } },
-      (err, stdout, stderr) => (err ? reject(new Error(`git ${args.join(" ")} in ${cwd}: ${stderr.toString()}`)) : resolve(stdout.toString("utf8").trim())),
+      [
+        "-c",
+        "user.name=Forelead Test",
+        "-c",
+        "user.email=test@forelead.invalid",
+        "-c",
+        "init.defaultBranch=main",
+        "-c",
+        "commit.gpgsign=false",
+        ...args,
+      ],
+      {
+        cwd,
+        encoding: "buffer",
+        maxBuffer: 512 * 1024 * 1024,
+        env: { ...process.env, GIT_TERMINAL_PROMPT: "0", LC_ALL: "C" },
+      },
+      (err, stdout, stderr) =>
+        err
+          ? reject(new Error(`git ${args.join(" ")} in ${cwd}: ${stderr.toString()}`))
+          : resolve(stdout.toString("utf8").trim()),
     );
     if (input) child.stdin!.end(input);
   });
@@ -48,7 +66,15 @@ export async function createTestOrigin(prefix = "forelead-origin-"): Promise<Tes
     async commit(branch, files, message = `change on ${branch}`) {
       const current = await git(work, ["rev-parse", "--abbrev-ref", "HEAD"]).catch(() => "");
       if (current !== branch) {
-        const exists = await git(work, ["rev-parse", "--verify", "--quiet", `refs/heads/${branch}`]).then(() => true, () => false);
+        const exists = await git(work, [
+          "rev-parse",
+          "--verify",
+          "--quiet",
+          `refs/heads/${branch}`,
+        ]).then(
+          () => true,
+          () => false,
+        );
         await git(work, ["checkout", "--quiet", ...(exists ? [] : ["-b"]), branch]);
       }
       for (const [name, content] of Object.entries(files)) {
@@ -60,7 +86,10 @@ export async function createTestOrigin(prefix = "forelead-origin-"): Promise<Tes
       await git(work, ["push", "--quiet", "--force", "origin", `HEAD:refs/heads/${branch}`]);
       return git(work, ["rev-parse", "HEAD"]);
     },
-    branchHead: (branch) => git(path, ["rev-parse", "--verify", "--quiet", `refs/heads/${branch}`]).catch(() => undefined),
+    branchHead: (branch) =>
+      git(path, ["rev-parse", "--verify", "--quiet", `refs/heads/${branch}`]).catch(
+        () => undefined,
+      ),
     refs: () => git(path, ["for-each-ref", "--format=%(refname) %(objectname)"]),
     treeOf: (commit) => git(path, ["rev-parse", `${commit}^{tree}`]),
     remove: () => rm(root, { recursive: true, force: true }),

@@ -12,11 +12,20 @@ export interface Frame {
 }
 
 /** Frame types and flags the tests look at (RFC 9113 section 6). */
-export const frameType = { data: 0, headers: 1, rstStream: 3, settings: 4, ping: 6, goaway: 7 } as const;
+export const frameType = {
+  data: 0,
+  headers: 1,
+  rstStream: 3,
+  settings: 4,
+  ping: 6,
+  goaway: 7,
+} as const;
 const endStreamFlag = 0x1;
 
 /** Reads frames out of the bytes of an HTTP/2 connection, as they arrive. */
-export function createFrameReader(onFrame: (frame: Frame, payload: Buffer) => void): (bytes: Buffer) => void {
+export function createFrameReader(
+  onFrame: (frame: Frame, payload: Buffer) => void,
+): (bytes: Buffer) => void {
   let buffered = Buffer.alloc(0);
   return (bytes) => {
     buffered = Buffer.concat([buffered, bytes]);
@@ -25,8 +34,21 @@ export function createFrameReader(onFrame: (frame: Frame, payload: Buffer) => vo
       if (buffered.length < 9 + length) break;
       const type = buffered[3]!;
       const payload = buffered.subarray(9, 9 + length);
-      const errorCode = type === frameType.rstStream ? payload.readUInt32BE(0) : type === frameType.goaway ? payload.readUInt32BE(4) : undefined;
-      onFrame({ type, flags: buffered[4]!, streamId: buffered.readUInt32BE(5) & 0x7fffffff, ...(errorCode === undefined ? {} : { errorCode }) }, payload);
+      const errorCode =
+        type === frameType.rstStream
+          ? payload.readUInt32BE(0)
+          : type === frameType.goaway
+            ? payload.readUInt32BE(4)
+            : undefined;
+      onFrame(
+        {
+          type,
+          flags: buffered[4]!,
+          streamId: buffered.readUInt32BE(5) & 0x7fffffff,
+          ...(errorCode === undefined ? {} : { errorCode }),
+        },
+        payload,
+      );
       buffered = buffered.subarray(9 + length);
     }
   };
@@ -37,11 +59,22 @@ export function createFrameReader(onFrame: (frame: Frame, payload: Buffer) => vo
  * END_STREAM came, and whether a RST_STREAM came before it (the reply was
  * cut: a strict client loses it) or after it (allowed, RFC 9113 section 8.1).
  */
-export function replyEnding(frames: readonly Frame[], streamId: number): { endStream: boolean; resetBeforeEnd: boolean; resetCode: number | undefined } {
+export function replyEnding(
+  frames: readonly Frame[],
+  streamId: number,
+): { endStream: boolean; resetBeforeEnd: boolean; resetCode: number | undefined } {
   const own = frames.filter((f) => f.streamId === streamId);
-  const end = own.findIndex((f) => (f.type === frameType.data || f.type === frameType.headers) && (f.flags & endStreamFlag) !== 0);
+  const end = own.findIndex(
+    (f) =>
+      (f.type === frameType.data || f.type === frameType.headers) &&
+      (f.flags & endStreamFlag) !== 0,
+  );
   const reset = own.findIndex((f) => f.type === frameType.rstStream);
-  return { endStream: end !== -1, resetBeforeEnd: reset !== -1 && (end === -1 || reset < end), resetCode: reset === -1 ? undefined : own[reset]!.errorCode };
+  return {
+    endStream: end !== -1,
+    resetBeforeEnd: reset !== -1 && (end === -1 || reset < end),
+    resetCode: reset === -1 ? undefined : own[reset]!.errorCode,
+  };
 }
 
 /**
@@ -49,11 +82,21 @@ export function replyEnding(frames: readonly Frame[], streamId: number): { endSt
  * TLS socket is handed to the session through a pass-through stream, so the
  * frames' headers can be read before Node's HTTP/2 parser sees them.
  */
-export function tappedSession(url: string, caPem: string, cert?: Pick<IssuedCertificate, "certPem" | "keyPem">): { session: http2.ClientHttp2Session; frames: Frame[] } {
+export function tappedSession(
+  url: string,
+  caPem: string,
+  cert?: Pick<IssuedCertificate, "certPem" | "keyPem">,
+): { session: http2.ClientHttp2Session; frames: Frame[] } {
   const frames: Frame[] = [];
   const read = createFrameReader((f) => frames.push(f));
   const { hostname, port } = new URL(url);
-  const socket = tls.connect({ host: hostname, port: Number(port), ca: caPem, ALPNProtocols: ["h2"], ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}) });
+  const socket = tls.connect({
+    host: hostname,
+    port: Number(port),
+    ca: caPem,
+    ALPNProtocols: ["h2"],
+    ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
+  });
   const tap = new Duplex({
     read: () => void socket.resume(),
     write: (chunk: Buffer, _encoding, done) => void socket.write(chunk, done),
@@ -90,7 +133,12 @@ export interface StrictReply {
  * written, then the body is ended unless `keepOpen` (an unfinished body, as a
  * client refused early leaves it). A reply without END_STREAM is an error.
  */
-export function strictRequest(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body: readonly (string | Buffer)[], keepOpen = false): Promise<StrictReply> {
+export function strictRequest(
+  session: http2.ClientHttp2Session,
+  headers: http2.OutgoingHttpHeaders,
+  body: readonly (string | Buffer)[],
+  keepOpen = false,
+): Promise<StrictReply> {
   return new Promise((resolve, reject) => {
     const stream = session.request(headers);
     let response: http2.IncomingHttpHeaders = {};
@@ -99,8 +147,18 @@ export function strictRequest(session: http2.ClientHttp2Session, headers: http2.
     stream.on("data", (c: Buffer) => chunks.push(c));
     stream.on("error", () => {}); // the close below says what happened
     stream.on("close", () => {
-      if (response[":status"] === undefined) return reject(new Error(`${String(headers[":path"])}: no reply (stream reset with code ${stream.rstCode})`));
-      resolve({ status: Number(response[":status"]), headers: response, text: Buffer.concat(chunks).toString("utf8"), streamId: stream.id! });
+      if (response[":status"] === undefined)
+        return reject(
+          new Error(
+            `${String(headers[":path"])}: no reply (stream reset with code ${stream.rstCode})`,
+          ),
+        );
+      resolve({
+        status: Number(response[":status"]),
+        headers: response,
+        text: Buffer.concat(chunks).toString("utf8"),
+        streamId: stream.id!,
+      });
     });
     for (const chunk of body) stream.write(chunk);
     if (!keepOpen) stream.end();
@@ -111,14 +169,25 @@ export function strictRequest(session: http2.ClientHttp2Session, headers: http2.
 export function hpackLiterals(headers: ReadonlyArray<readonly [string, string]>): Buffer {
   const parts: Buffer[] = [];
   for (const [name, value] of headers) {
-    if (name.length > 126 || value.length > 126) throw new Error("hpackLiterals takes names and values under 127 bytes");
-    parts.push(Buffer.from([0x00, name.length]), Buffer.from(name), Buffer.from([value.length]), Buffer.from(value));
+    if (name.length > 126 || value.length > 126)
+      throw new Error("hpackLiterals takes names and values under 127 bytes");
+    parts.push(
+      Buffer.from([0x00, name.length]),
+      Buffer.from(name),
+      Buffer.from([value.length]),
+      Buffer.from(value),
+    );
   }
   return Buffer.concat(parts);
 }
 
 /** One frame's bytes. */
-export function frameBytes(type: number, flags: number, streamId: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+export function frameBytes(
+  type: number,
+  flags: number,
+  streamId: number,
+  payload: Buffer = Buffer.alloc(0),
+): Buffer {
   const head = Buffer.alloc(9);
   head.writeUIntBE(payload.length, 0, 3);
   head[3] = type;
@@ -128,4 +197,7 @@ export function frameBytes(type: number, flags: number, streamId: number, payloa
 }
 
 /** The client connection preface with an empty SETTINGS frame. */
-export const clientPreface = Buffer.concat([Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), frameBytes(frameType.settings, 0, 0)]);
+export const clientPreface = Buffer.concat([
+  Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+  frameBytes(frameType.settings, 0, 0),
+]);

@@ -16,14 +16,32 @@ export function issuerOf(pki: TestPki): { issuer: { certPem: string; keyPem: str
 export type CsrKey = "P-256" | "Ed25519" | "P-384" | "RSA";
 
 /** A key pair and a PKCS#10 request made in the test; `forge` signs it with a different key than the one it names. */
-export async function makeCsr(opts: { key?: CsrKey; forge?: boolean; sans?: x509.JsonGeneralName[] } = {}): Promise<{ csrPem: string; keyPem: string }> {
+export async function makeCsr(
+  opts: { key?: CsrKey; forge?: boolean; sans?: x509.JsonGeneralName[] } = {},
+): Promise<{ csrPem: string; keyPem: string }> {
   const key = opts.key ?? "P-256";
   const params =
-    key === "Ed25519" ? { name: "Ed25519" }
-    : key === "RSA" ? { name: "RSASSA-PKCS1-v1_5", hash: "SHA-256", modulusLength: 2048, publicExponent: new Uint8Array([1, 0, 1]) }
-    : { name: "ECDSA", namedCurve: key };
-  const signingAlgorithm = key === "Ed25519" ? { name: "Ed25519" } : key === "RSA" ? params : { name: "ECDSA", hash: key === "P-384" ? "SHA-384" : "SHA-256" };
-  const gen = async () => (await globalThis.crypto.subtle.generateKey(params as webcrypto.EcKeyGenParams, true, ["sign", "verify"])) as webcrypto.CryptoKeyPair;
+    key === "Ed25519"
+      ? { name: "Ed25519" }
+      : key === "RSA"
+        ? {
+            name: "RSASSA-PKCS1-v1_5",
+            hash: "SHA-256",
+            modulusLength: 2048,
+            publicExponent: new Uint8Array([1, 0, 1]),
+          }
+        : { name: "ECDSA", namedCurve: key };
+  const signingAlgorithm =
+    key === "Ed25519"
+      ? { name: "Ed25519" }
+      : key === "RSA"
+        ? params
+        : { name: "ECDSA", hash: key === "P-384" ? "SHA-384" : "SHA-256" };
+  const gen = async () =>
+    (await globalThis.crypto.subtle.generateKey(params as webcrypto.EcKeyGenParams, true, [
+      "sign",
+      "verify",
+    ])) as webcrypto.CryptoKeyPair;
   const keys = await gen();
   const named = opts.forge ? await gen() : keys;
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({
@@ -37,7 +55,10 @@ export async function makeCsr(opts: { key?: CsrKey; forge?: boolean; sans?: x509
 }
 
 /** POST /v1/enroll on a connection without a client certificate. */
-export async function enrollRequest(cp: TestControlPlane, body: Record<string, unknown>): Promise<RestReply> {
+export async function enrollRequest(
+  cp: TestControlPlane,
+  body: Record<string, unknown>,
+): Promise<RestReply> {
   const rest = createRestClient(cp.url, cp.pki.ca.certPem);
   try {
     return await rest.request("POST", "/v1/enroll", { apiVersion: "v1", ...body });

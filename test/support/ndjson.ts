@@ -14,7 +14,11 @@ export interface OpenNdjsonRequest {
 
 /** Opens `POST path` with an NDJSON body on the client's connection. */
 export function openNdjson(rest: RestClient, path: string): OpenNdjsonRequest {
-  const stream = rest.session.request({ ":method": "POST", ":path": path, "content-type": "application/x-ndjson" });
+  const stream = rest.session.request({
+    ":method": "POST",
+    ":path": path,
+    "content-type": "application/x-ndjson",
+  });
   stream.on("error", () => {}); // a reset after an early reply is expected; the reply says what happened
   const reply = new Promise<RestReply>((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -29,7 +33,10 @@ export function openNdjson(rest: RestClient, path: string): OpenNdjsonRequest {
       if (finished) return;
       finished = true;
       if (!stream.writableFinished) stream.close(); // the reply came first: stop sending
-      if (headers[":status"] === undefined) return reject(new Error(`${path}: the stream closed without a reply (code ${stream.rstCode})`));
+      if (headers[":status"] === undefined)
+        return reject(
+          new Error(`${path}: the stream closed without a reply (code ${stream.rstCode})`),
+        );
       const text = Buffer.concat(chunks).toString("utf8");
       resolve({ status: Number(headers[":status"]), headers, text, json: jsonOrUndefined(text) });
     };
@@ -54,10 +61,17 @@ export function readEventStream(
   onEvent: (e: { event: string; id?: string; data: string }) => void,
   headers: http2.OutgoingHttpHeaders = {},
 ): { status: Promise<number>; done: Promise<void>; close(): void } {
-  const stream = rest.session.request({ ":method": "GET", ":path": path, accept: "text/event-stream", ...headers });
+  const stream = rest.session.request({
+    ":method": "GET",
+    ":path": path,
+    accept: "text/event-stream",
+    ...headers,
+  });
   stream.on("error", () => {});
   let buffer = "";
-  const status = new Promise<number>((resolve) => stream.on("response", (h) => resolve(Number(h[":status"]))));
+  const status = new Promise<number>((resolve) =>
+    stream.on("response", (h) => resolve(Number(h[":status"]))),
+  );
   stream.setEncoding("utf8");
   stream.on("data", (chunk: string) => {
     buffer += chunk;

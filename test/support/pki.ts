@@ -1,4 +1,10 @@
-import { createCertificateAuthority, issueClientCertificate, issueServerCertificate, type ClientCertificateOptions, type IssuedCertificate } from "../../src/identity/ca.js";
+import {
+  createCertificateAuthority,
+  issueClientCertificate,
+  issueServerCertificate,
+  type ClientCertificateOptions,
+  type IssuedCertificate,
+} from "../../src/identity/ca.js";
 
 /** A throwaway PKI made in the test: a CA, a server certificate for loopback, and client certificates on demand. */
 export interface TestPki {
@@ -7,7 +13,11 @@ export interface TestPki {
   /** A client certificate with any shape, good or bad. */
   client(options: ClientCertificateOptions): Promise<IssuedCertificate>;
   /** A runner certificate: spiffe://<td>/runners/<runnerId>/workspaces/<workspaceId>. */
-  runner(runnerId: string, workspaceId: string, options?: ClientCertificateOptions): Promise<IssuedCertificate>;
+  runner(
+    runnerId: string,
+    workspaceId: string,
+    options?: ClientCertificateOptions,
+  ): Promise<IssuedCertificate>;
   /** A service identity: spiffe://<td>/services/<name>. */
   service(name: string, options?: ClientCertificateOptions): Promise<IssuedCertificate>;
 }
@@ -21,7 +31,12 @@ export async function createTestPki(trustDomain = "forelead"): Promise<TestPki> 
     ca,
     server,
     client,
-    runner: (runnerId, workspaceId, options = {}) => client({ uris: [`spiffe://${trustDomain}/runners/${runnerId}/workspaces/${workspaceId}`], ...options }),
-    service: (name, options = {}) => client({ uris: [`spiffe://${trustDomain}/services/${name}`], ...options }),
+    runner: (runnerId, workspaceId, options = {}) =>
+      client({
+        uris: [`spiffe://${trustDomain}/runners/${runnerId}/workspaces/${workspaceId}`],
+        ...options,
+      }),
+    service: (name, options = {}) =>
+      client({ uris: [`spiffe://${trustDomain}/services/${name}`], ...options }),
   };
 }

@@ -24,7 +24,9 @@ export interface PostgresServer {
 
 /** True when Postgres server binaries are installed (what scripts/ci/postgres.sh looks for, without installing them). */
 export function postgresServerInstalled(): boolean {
-  const onPath = (process.env.PATH ?? "").split(":").some((dir) => dir && existsSync(join(dir, "initdb")) && existsSync(join(dir, "pg_ctl")));
+  const onPath = (process.env.PATH ?? "")
+    .split(":")
+    .some((dir) => dir && existsSync(join(dir, "initdb")) && existsSync(join(dir, "pg_ctl")));
   const versions = existsSync("/usr/lib/postgresql") ? readdirSync("/usr/lib/postgresql") : [];
   return onPath || versions.some((v) => existsSync(`/usr/lib/postgresql/${v}/bin/pg_ctl`));
 }
@@ -38,11 +40,25 @@ export async function startPostgresServer(): Promise<PostgresServer> {
   const port = Number(url.port);
   const pgCtl = join(readFileSync(join(dir, "bindir"), "utf8").trim(), "pg_ctl");
   // Postgres refuses to run as root: the script then runs it as this OS user.
-  const asServerUser = (argv: string[]) => (process.getuid?.() === 0 ? run("runuser", ["-u", process.env.FORELEAD_PG_OS_USER ?? "postgres", "--", ...argv]) : run(argv[0]!, argv.slice(1)));
+  const asServerUser = (argv: string[]) =>
+    process.getuid?.() === 0
+      ? run("runuser", ["-u", process.env.FORELEAD_PG_OS_USER ?? "postgres", "--", ...argv])
+      : run(argv[0]!, argv.slice(1));
   return {
     url: url.toString(),
     port,
-    stop: async () => void (await asServerUser([pgCtl, "stop", "-D", join(dir, "data"), "-m", "fast", "-w", "-t", "30"])),
+    stop: async () =>
+      void (await asServerUser([
+        pgCtl,
+        "stop",
+        "-D",
+        join(dir, "data"),
+        "-m",
+        "fast",
+        "-w",
+        "-t",
+        "30",
+      ])),
     // The port stays claimed for dir while it is stopped (scripts/ci/postgres.sh): no other server takes it.
     start: async () => void (await run("bash", [script, "start", dir])),
     destroy: async () => void (await run("bash", [script, "stop", dir])),

@@ -8,7 +8,12 @@ import { createDockerClient } from "../../src/runner/executors/docker-api.js";
 import { createDockerExecutor } from "../../src/runner/executors/docker-executor.js";
 import type { Executor } from "../../src/runner/executors/executor.js";
 import { createControlPlaneOutput } from "../../src/runner/output/control-plane-output.js";
-import { teeOutput, type JobEvent, type LogLine, type OutputSink } from "../../src/runner/output/output.js";
+import {
+  teeOutput,
+  type JobEvent,
+  type LogLine,
+  type OutputSink,
+} from "../../src/runner/output/output.js";
 import { createProcessExecutor } from "../../src/runner/executors/process-executor.js";
 import { protocolCheckout } from "../../src/runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../../src/runner/transport/protocol-client.js";
@@ -39,7 +44,9 @@ export async function dockerAnswers(): Promise<boolean> {
 export async function executorsUnderTest(): Promise<ExecutorKind[]> {
   if (await dockerAnswers()) return ["process", "docker"];
   if (process.env.CI) return ["process", "docker"];
-  console.warn("runner tests: no Docker engine answers (run scripts/ci/docker.sh start); docker-executor tests are skipped outside CI");
+  console.warn(
+    "runner tests: no Docker engine answers (run scripts/ci/docker.sh start); docker-executor tests are skipped outside CI",
+  );
   return ["process"];
 }
 
@@ -51,7 +58,10 @@ export interface RecordedJob {
 }
 
 /** An output sink that records every job's lines and events in order. */
-export function recordingOutput(): OutputSink & { readonly jobs: Map<string, RecordedJob>; job(jobId: string): RecordedJob } {
+export function recordingOutput(): OutputSink & {
+  readonly jobs: Map<string, RecordedJob>;
+  job(jobId: string): RecordedJob;
+} {
   const jobs = new Map<string, RecordedJob>();
   const job = (jobId: string) => {
     let j = jobs.get(jobId);
@@ -64,7 +74,12 @@ export function recordingOutput(): OutputSink & { readonly jobs: Map<string, Rec
     open(lease) {
       const j = job(lease.jobId);
       j.leaseTokens.push(lease.leaseToken);
-      return { log: (l) => j.logs.push(l), event: (e) => j.events.push(e), flush: async () => {}, abandon: () => {} };
+      return {
+        log: (l) => j.logs.push(l),
+        event: (e) => j.events.push(e),
+        flush: async () => {},
+        abandon: () => {},
+      };
     },
   };
 }
@@ -106,7 +121,10 @@ export interface TestRunnerOptions {
 }
 
 /** Starts an in-process agent with a runner certificate made by the test PKI; output goes to the control plane and a recording. */
-export async function startTestRunner(cp: TestControlPlane, options: TestRunnerOptions): Promise<TestRunner> {
+export async function startTestRunner(
+  cp: TestControlPlane,
+  options: TestRunnerOptions,
+): Promise<TestRunner> {
   const cert = await cp.pki.runner(options.runnerId, options.workspaceId);
   const tls = () => ({ ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem });
   const transport = createRestTransport(options.url ?? cp.url, tls);
@@ -132,7 +150,10 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
   const workDir = await mkdtemp(join(tmpdir(), `forelead-runner-${options.runnerId}-`));
   const log: string[] = [];
   const say = (m: string) => log.push(m);
-  const executor = options.executor === "docker" ? createDockerExecutor({ runnerId: options.runnerId, workspaceId: options.workspaceId }) : createProcessExecutor();
+  const executor =
+    options.executor === "docker"
+      ? createDockerExecutor({ runnerId: options.runnerId, workspaceId: options.workspaceId })
+      : createProcessExecutor();
   const recorded = recordingOutput();
   const agent = await startRunnerAgent({
     client,
@@ -161,7 +182,10 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
     log,
     workDir,
     executor,
-    waitForLine: (jobId, pattern) => eventually(`a log line of job ${jobId} matching ${pattern}`, async () => recorded.jobs.get(jobId)?.logs.find((l) => pattern.test(l.text))),
+    waitForLine: (jobId, pattern) =>
+      eventually(`a log line of job ${jobId} matching ${pattern}`, async () =>
+        recorded.jobs.get(jobId)?.logs.find((l) => pattern.test(l.text)),
+      ),
     async close() {
       await agent.stop();
       await client.close();
@@ -172,14 +196,26 @@ export async function startTestRunner(cp: TestControlPlane, options: TestRunnerO
 }
 
 /** A job spec for `executor`: the docker test image, or any image name for the process executor (which ignores it). */
-export function specFor(executor: ExecutorKind, spec: Record<string, unknown>): Record<string, unknown> {
+export function specFor(
+  executor: ExecutorKind,
+  spec: Record<string, unknown>,
+): Record<string, unknown> {
   return { image: executor === "docker" ? testImage : "busybox", timeoutSeconds: 60, ...spec };
 }
 
 /** Writes a runner certificate and the CA to files, for a runner started as a child process. */
-export async function runnerCertificateFiles(cp: TestControlPlane, runnerId: string, workspaceId: string, dir: string): Promise<{ ca: string; cert: string; key: string }> {
+export async function runnerCertificateFiles(
+  cp: TestControlPlane,
+  runnerId: string,
+  workspaceId: string,
+  dir: string,
+): Promise<{ ca: string; cert: string; key: string }> {
   const issued = await cp.pki.runner(runnerId, workspaceId);
-  const files = { ca: join(dir, "ca.pem"), cert: join(dir, `${runnerId}.pem`), key: join(dir, `${runnerId}-key.pem`) };
+  const files = {
+    ca: join(dir, "ca.pem"),
+    cert: join(dir, `${runnerId}.pem`),
+    key: join(dir, `${runnerId}-key.pem`),
+  };
   await writeFile(files.ca, cp.pki.ca.certPem);
   await writeFile(files.cert, issued.certPem);
   await writeFile(files.key, issued.keyPem, { mode: 0o600 });

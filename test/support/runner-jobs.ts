@@ -14,20 +14,36 @@ export function runnerJobs(cp: ControlPlaneFixture, prefix: string) {
   return {
     async freshRunner(executor: ExecutorKind): Promise<{ runner: TestRunner; ws: string }> {
       const ws = `${prefix}${++n}`;
-      return { runner: await startTestRunner(cp, { runnerId: `${ws}-${tag}`, workspaceId: ws, executor }), ws };
+      return {
+        runner: await startTestRunner(cp, { runnerId: `${ws}-${tag}`, workspaceId: ws, executor }),
+        ws,
+      };
     },
     /** Enqueues `spec` (made fit for `executor`) in `ws`; the job's id. */
-    async enqueue(ws: string, executor: ExecutorKind, spec: Record<string, unknown>, extra: Record<string, unknown> = {}): Promise<string> {
-      const reply = await cp.admin.enqueue({ workspaceId: ws, spec: specFor(executor, spec), ...extra });
+    async enqueue(
+      ws: string,
+      executor: ExecutorKind,
+      spec: Record<string, unknown>,
+      extra: Record<string, unknown> = {},
+    ): Promise<string> {
+      const reply = await cp.admin.enqueue({
+        workspaceId: ws,
+        spec: specFor(executor, spec),
+        ...extra,
+      });
       expect(reply.status, reply.text).toBe(200);
       return reply.json.job.id;
     },
     /** The job once it has settled (succeeded, failed or cancelled). */
     settled(jobId: string, withinMs = 30_000) {
-      return eventually(`job ${jobId} to settle`, async () => {
-        const job = (await cp.admin.job(jobId)).json.job; // the view as REST JSON (RestReply.json)
-        return ["succeeded", "failed", "cancelled"].includes(job.state) ? job : undefined;
-      }, withinMs);
+      return eventually(
+        `job ${jobId} to settle`,
+        async () => {
+          const job = (await cp.admin.job(jobId)).json.job; // the view as REST JSON (RestReply.json)
+          return ["succeeded", "failed", "cancelled"].includes(job.state) ? job : undefined;
+        },
+        withinMs,
+      );
     },
   };
 }

@@ -18,19 +18,34 @@ export interface EntryJson {
 }
 
 /** A job's stream as the admin reads it over REST (NDJSON). */
-export async function readEntries(admin: AdminActor, jobId: string, stream: "logs" | "events" = "logs", query = ""): Promise<EntryJson[]> {
+export async function readEntries(
+  admin: AdminActor,
+  jobId: string,
+  stream: "logs" | "events" = "logs",
+  query = "",
+): Promise<EntryJson[]> {
   const reply = await admin.rest.request("GET", `/v1/admin/jobs/${jobId}/${stream}${query}`);
   expect(reply.status, reply.text).toBe(200);
   expect(reply.headers["content-type"]).toBe("application/x-ndjson");
-  return reply.text.split("\n").filter(Boolean).map((l) => JSON.parse(l) as EntryJson);
+  return reply.text
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as EntryJson);
 }
 
 /** The sequences of a job's stream, in read order. */
-export async function readSequences(admin: AdminActor, jobId: string, stream: "logs" | "events" = "logs"): Promise<number[]> {
-  return (await readEntries(admin, jobId, stream, "?pageSize=10000")).map((e) => Number(e.sequence));
+export async function readSequences(
+  admin: AdminActor,
+  jobId: string,
+  stream: "logs" | "events" = "logs",
+): Promise<number[]> {
+  return (await readEntries(admin, jobId, stream, "?pageSize=10000")).map((e) =>
+    Number(e.sequence),
+  );
 }
 
 /** Makes the job's live lease expire now, as if its time ran out (the sweep has not run yet). */
 export async function expireLease(cp: TestControlPlane, jobId: string): Promise<void> {
-  if (!(await expireLeaseNow(cp.plane.store.db, jobId))) throw new Error(`job ${jobId} holds no live lease to expire`);
+  if (!(await expireLeaseNow(cp.plane.store.db, jobId)))
+    throw new Error(`job ${jobId} holds no live lease to expire`);
 }

@@ -2,7 +2,15 @@ import { describe, expect, it } from "vitest";
 import { artifactNameProblem, checkDigest, checkMediaType } from "../../src/artifacts/names.js";
 
 describe("artifact names", () => {
-  it.each(["a", "reports/junit.xml", "dist/app-1.2.3.tar.gz", "with space/é.txt", ".hidden", "a..b", "x".repeat(255)])("%j is a name", (name) => {
+  it.each([
+    "a",
+    "reports/junit.xml",
+    "dist/app-1.2.3.tar.gz",
+    "with space/é.txt",
+    ".hidden",
+    "a..b",
+    "x".repeat(255),
+  ])("%j is a name", (name) => {
     expect(artifactNameProblem(name)).toBeUndefined();
   });
   it.each([
@@ -25,11 +33,21 @@ describe("artifact names", () => {
 describe("digests and media types", () => {
   it("a digest is sha256: and 64 lower-case hex digits", () => {
     expect(checkDigest(`sha256:${"a".repeat(64)}`)).toBe(`sha256:${"a".repeat(64)}`);
-    for (const bad of [`sha256:${"A".repeat(64)}`, `sha256:${"a".repeat(63)}`, `sha512:${"a".repeat(64)}`, "a".repeat(64), ""]) expect(() => checkDigest(bad)).toThrow("is not \"sha256:\" followed by 64 lower-case hex digits");
+    for (const bad of [
+      `sha256:${"A".repeat(64)}`,
+      `sha256:${"a".repeat(63)}`,
+      `sha512:${"a".repeat(64)}`,
+      "a".repeat(64),
+      "",
+    ])
+      expect(() => checkDigest(bad)).toThrow(
+        'is not "sha256:" followed by 64 lower-case hex digits',
+      );
   });
   it("a media type defaults to application/octet-stream and must look like one", () => {
     expect(checkMediaType("")).toBe("application/octet-stream");
     expect(checkMediaType("text/plain; charset=utf-8")).toBe("text/plain; charset=utf-8");
-    for (const bad of ["text", "text/plain\r\nx-evil: 1", "a/b/c", "/plain"]) expect(() => checkMediaType(bad)).toThrow("is not a media type");
+    for (const bad of ["text", "text/plain\r\nx-evil: 1", "a/b/c", "/plain"])
+      expect(() => checkMediaType(bad)).toThrow("is not a media type");
   });
 });

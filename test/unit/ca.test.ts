@@ -17,7 +17,12 @@ import {
   parseDuration,
   type IssuedCertificate,
 } from "../../src/identity/ca.js";
-import { devPkiPaths, initDevPki, loadCertificateAuthority, writeIssued } from "../../src/identity/pki-files.js";
+import {
+  devPkiPaths,
+  initDevPki,
+  loadCertificateAuthority,
+  writeIssued,
+} from "../../src/identity/pki-files.js";
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
@@ -61,9 +66,15 @@ describe("createCertificateAuthority", () => {
     const bc = ext(ca.certPem, x509.BasicConstraintsExtension);
     expect([bc.ca, bc.critical]).toEqual([true, true]);
     const ku = ext(ca.certPem, x509.KeyUsagesExtension);
-    expect([ku.usages, ku.critical]).toEqual([x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true]);
+    expect([ku.usages, ku.critical]).toEqual([
+      x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign,
+      true,
+    ]);
     expect(caSkiOf(ca.certPem)).toMatch(/^[0-9a-f]{40}$/);
-    expect(parse(ca.certPem).signatureAlgorithm).toMatchObject({ name: "ECDSA", hash: { name: "SHA-256" } });
+    expect(parse(ca.certPem).signatureAlgorithm).toMatchObject({
+      name: "ECDSA",
+      hash: { name: "SHA-256" },
+    });
     expect(caNode.ca).toBe(true);
     expect(caNode.subject).toBe("CN=Forelead Development CA");
     expect(caNode.verify(caNode.publicKey)).toBe(true);
@@ -78,11 +89,18 @@ describe("createCertificateAuthority", () => {
   it("honours commonName and an explicit validity window", async () => {
     const notBefore = new Date("2030-01-02T03:04:05Z");
     const notAfter = new Date("2031-01-02T03:04:05Z");
-    const custom = await createCertificateAuthority({ commonName: "Test Root", notBefore, notAfter });
+    const custom = await createCertificateAuthority({
+      commonName: "Test Root",
+      notBefore,
+      notAfter,
+    });
     const node = new nodeCrypto.X509Certificate(custom.certPem);
     expect(node.subject).toBe("CN=Test Root");
     expect([custom.notBefore, custom.notAfter]).toEqual([notBefore, notAfter]);
-    expect([parse(custom.certPem).notBefore, parse(custom.certPem).notAfter]).toEqual([notBefore, notAfter]);
+    expect([parse(custom.certPem).notBefore, parse(custom.certPem).notAfter]).toEqual([
+      notBefore,
+      notAfter,
+    ]);
     expect(new Date(node.validTo)).toEqual(notAfter);
   });
 });
@@ -95,8 +113,12 @@ describe("issueServerCertificate", () => {
     expect(node.checkIssued(caNode)).toBe(true);
     expect(node.ca).toBe(false);
     expect(ext(server.certPem, x509.BasicConstraintsExtension).ca).toBe(false);
-    expect(ext(server.certPem, x509.ExtendedKeyUsageExtension).usages).toEqual([x509.ExtendedKeyUsage.serverAuth]);
-    expect(ext(server.certPem, x509.AuthorityKeyIdentifierExtension).keyId).toBe(caSkiOf(ca.certPem));
+    expect(ext(server.certPem, x509.ExtendedKeyUsageExtension).usages).toEqual([
+      x509.ExtendedKeyUsage.serverAuth,
+    ]);
+    expect(ext(server.certPem, x509.AuthorityKeyIdentifierExtension).keyId).toBe(
+      caSkiOf(ca.certPem),
+    );
     expect(sans(server.certPem)).toEqual([
       { type: "dns", value: "localhost" },
       { type: "ip", value: "127.0.0.1" },
@@ -111,7 +133,10 @@ describe("issueServerCertificate", () => {
   });
 
   it("accepts bracketed and IPv4-mapped IPv6, honours lifetimeMs, refuses no hosts", async () => {
-    const server = await issueServerCertificate(ca, { hosts: ["[::1]", "::ffff:127.0.0.1"], lifetimeMs: HOUR });
+    const server = await issueServerCertificate(ca, {
+      hosts: ["[::1]", "::ffff:127.0.0.1"],
+      lifetimeMs: HOUR,
+    });
     expect(sans(server.certPem)).toEqual([
       { type: "ip", value: "::1" },
       { type: "ip", value: "::ffff:7f00:1" },
@@ -128,7 +153,10 @@ describe("issueClientCertificate", () => {
     expect(sans(cert.certPem)).toEqual([{ type: "url", value: ODD_URI }]);
     expect(parse(cert.certPem).subjectName.getField("CN")).toEqual([ODD_URI]);
 
-    const several = await issueClientCertificate(ca, { uris: [SPIFFE_R1, "spiffe://x/y"], dnsNames: ["runner.local"] });
+    const several = await issueClientCertificate(ca, {
+      uris: [SPIFFE_R1, "spiffe://x/y"],
+      dnsNames: ["runner.local"],
+    });
     expect(sans(several.certPem)).toEqual([
       { type: "url", value: SPIFFE_R1 },
       { type: "url", value: "spiffe://x/y" },
@@ -146,7 +174,9 @@ describe("issueClientCertificate", () => {
     expect([bc.ca, bc.critical]).toEqual([false, true]);
     const ku = ext(cert.certPem, x509.KeyUsagesExtension);
     expect([ku.usages, ku.critical]).toEqual([x509.KeyUsageFlags.digitalSignature, true]);
-    expect(ext(cert.certPem, x509.ExtendedKeyUsageExtension).usages).toEqual([x509.ExtendedKeyUsage.clientAuth]);
+    expect(ext(cert.certPem, x509.ExtendedKeyUsageExtension).usages).toEqual([
+      x509.ExtendedKeyUsage.clientAuth,
+    ]);
     expect(node.keyUsage).toEqual(["1.3.6.1.5.5.7.3.2"]);
     expect(node.publicKey.asymmetricKeyDetails?.namedCurve).toBe("prime256v1");
     expect(node.checkPrivateKey(nodeCrypto.createPrivateKey(cert.keyPem))).toBe(true);
@@ -165,7 +195,9 @@ describe("issueClientCertificate", () => {
     const b = await issueClientCertificate(ca, {});
     for (const cert of [a, b]) {
       expect(cert.serialHex).toMatch(/^[0-9a-f]{32}$/);
-      expect(cert.serialHex).toBe(new nodeCrypto.X509Certificate(cert.certPem).serialNumber.toLowerCase());
+      expect(cert.serialHex).toBe(
+        new nodeCrypto.X509Certificate(cert.certPem).serialNumber.toLowerCase(),
+      );
       expect(cert.serialHex).toBe(parse(cert.certPem).serialNumber);
     }
     expect(a.serialHex).not.toBe(b.serialHex);
@@ -188,14 +220,19 @@ describe("issueClientCertificate", () => {
 
   it("honours notBefore, notAfter and lifetimeMs exactly", async () => {
     const notBefore = new Date("2020-05-06T07:08:09Z");
-    const expired = await issueClientCertificate(ca, { notBefore, notAfter: new Date("2020-05-07T00:00:00Z") });
+    const expired = await issueClientCertificate(ca, {
+      notBefore,
+      notAfter: new Date("2020-05-07T00:00:00Z"),
+    });
     expect([parse(expired.certPem).notBefore, parse(expired.certPem).notAfter]).toEqual([
       notBefore,
       new Date("2020-05-07T00:00:00Z"),
     ]);
     const short = await issueClientCertificate(ca, { notBefore, lifetimeMs: 5 * 60_000 });
     expect(parse(short.certPem).notAfter).toEqual(new Date("2020-05-06T07:13:09Z"));
-    await expect(issueClientCertificate(ca, { notBefore, notAfter: notBefore })).rejects.toThrow(/must be after/);
+    await expect(issueClientCertificate(ca, { notBefore, notAfter: notBefore })).rejects.toThrow(
+      /must be after/,
+    );
   });
 
   it("issues Ed25519 client keys", async () => {
@@ -221,18 +258,23 @@ describe("issueClientCertificate", () => {
       expect(node.verify(caNode.publicKey)).toBe(true);
       expect(node.checkPrivateKey(pair.privateKey)).toBe(true);
     }
-    await expect(issueClientCertificate(ca, { publicKeyPem: ca.certPem })).rejects.toThrow(/BEGIN PUBLIC KEY/);
-    const pem = nodeCrypto.generateKeyPairSync("ed25519").publicKey.export({ type: "spki", format: "pem" }).toString();
-    await expect(issueClientCertificate(ca, { publicKeyPem: pem, keyAlgorithm: "Ed25519" })).rejects.toThrow(
-      /mutually exclusive/,
+    await expect(issueClientCertificate(ca, { publicKeyPem: ca.certPem })).rejects.toThrow(
+      /BEGIN PUBLIC KEY/,
     );
+    const pem = nodeCrypto
+      .generateKeyPairSync("ed25519")
+      .publicKey.export({ type: "spki", format: "pem" })
+      .toString();
+    await expect(
+      issueClientCertificate(ca, { publicKeyPem: pem, keyAlgorithm: "Ed25519" }),
+    ).rejects.toThrow(/mutually exclusive/);
   });
 
   it("refuses a CA key that does not belong to the CA certificate", async () => {
     const other = await createCertificateAuthority();
-    await expect(issueClientCertificate({ certPem: ca.certPem, keyPem: other.keyPem }, {})).rejects.toThrow(
-      /does not match/,
-    );
+    await expect(
+      issueClientCertificate({ certPem: ca.certPem, keyPem: other.keyPem }, {}),
+    ).rejects.toThrow(/does not match/);
   });
 });
 
@@ -249,15 +291,28 @@ describe("parseDuration", () => {
     expect(parseDuration(text)).toBe(ms);
   });
 
-  it.each(["abc", "", "24", "h", "1.5h", "-1h", " 24h", "24 h", "24H", "30m1h", "1h1h", "1ms", "0s"])(
-    "rejects %j",
-    (text) => {
-      expect(() => parseDuration(text)).toThrow(`--ttl: ${JSON.stringify(text)} is`);
-    },
-  );
+  it.each([
+    "abc",
+    "",
+    "24",
+    "h",
+    "1.5h",
+    "-1h",
+    " 24h",
+    "24 h",
+    "24H",
+    "30m1h",
+    "1h1h",
+    "1ms",
+    "0s",
+  ])("rejects %j", (text) => {
+    expect(() => parseDuration(text)).toThrow(`--ttl: ${JSON.stringify(text)} is`);
+  });
 
   it("explains the expected format", () => {
-    expect(() => parseDuration("abc")).toThrow('--ttl: "abc" is not a duration; use e.g. 24h, 90m, 30s');
+    expect(() => parseDuration("abc")).toThrow(
+      '--ttl: "abc" is not a duration; use e.g. 24h, 90m, 30s',
+    );
   });
 });
 
@@ -265,7 +320,9 @@ describe("development PKI on disk", () => {
   const HOSTS = ["localhost", "127.0.0.1", "::1"];
   const readAll = async (dir: string) => {
     const p = devPkiPaths(dir);
-    return Promise.all([p.caCert, p.caKey, p.serverCert, p.serverKey].map((f) => readFile(f, "utf8")));
+    return Promise.all(
+      [p.caCert, p.caKey, p.serverCert, p.serverKey].map((f) => readFile(f, "utf8")),
+    );
   };
   const modeOf = async (path: string) => (await stat(path)).mode & 0o777;
 
@@ -276,14 +333,22 @@ describe("development PKI on disk", () => {
     expect(await modeOf(dir)).toBe(0o700);
     expect(await modeOf(first.paths.caKey)).toBe(0o600);
     expect(await modeOf(first.paths.serverKey)).toBe(0o600);
-    expect((await readdir(dir)).sort()).toEqual(["ca-key.pem", "ca.pem", "server-key.pem", "server.pem"]);
+    expect((await readdir(dir)).sort()).toEqual([
+      "ca-key.pem",
+      "ca.pem",
+      "server-key.pem",
+      "server.pem",
+    ]);
     const [caPem, , serverPem] = await readAll(dir);
     const server = new nodeCrypto.X509Certificate(serverPem!);
     expect(server.verify(new nodeCrypto.X509Certificate(caPem!).publicKey)).toBe(true);
     expect(sans(serverPem!).map((n) => n.value)).toEqual(HOSTS);
 
     const before = await readAll(dir);
-    expect(await initDevPki(dir, { hosts: HOSTS })).toEqual({ paths: devPkiPaths(dir), created: false });
+    expect(await initDevPki(dir, { hosts: HOSTS })).toEqual({
+      paths: devPkiPaths(dir),
+      created: false,
+    });
     expect(await readAll(dir)).toEqual(before);
 
     expect((await initDevPki(dir, { hosts: HOSTS, force: true })).created).toBe(true);
@@ -302,7 +367,9 @@ describe("development PKI on disk", () => {
     expect(server.verify(new nodeCrypto.X509Certificate(caPem).publicKey)).toBe(true);
 
     await unlink(paths.caKey);
-    await expect(initDevPki(dir, { hosts: HOSTS })).rejects.toThrow(/found .*ca\.pem but not .*ca-key\.pem/);
+    await expect(initDevPki(dir, { hosts: HOSTS })).rejects.toThrow(
+      /found .*ca\.pem but not .*ca-key\.pem/,
+    );
   });
 
   it("loads the CA back, and says how to create one when it is missing", async () => {
@@ -322,25 +389,40 @@ describe("development PKI on disk", () => {
   it("writes issued certificates atomically with a 0600 key", async () => {
     const cert = await issueClientCertificate(ca, { uris: [SPIFFE_R1] });
     const prefix = join(scratch, "issued", "runner1");
-    expect(await writeIssued(prefix, cert)).toEqual({ cert: `${prefix}.pem`, key: `${prefix}-key.pem` });
+    expect(await writeIssued(prefix, cert)).toEqual({
+      cert: `${prefix}.pem`,
+      key: `${prefix}-key.pem`,
+    });
     expect(await readFile(`${prefix}.pem`, "utf8")).toBe(cert.certPem);
     expect(await readFile(`${prefix}-key.pem`, "utf8")).toBe(cert.keyPem);
     expect(await modeOf(`${prefix}-key.pem`)).toBe(0o600);
-    expect((await readdir(join(scratch, "issued"))).sort()).toEqual(["runner1-key.pem", "runner1.pem"]);
+    expect((await readdir(join(scratch, "issued"))).sort()).toEqual([
+      "runner1-key.pem",
+      "runner1.pem",
+    ]);
 
     const publicOnly = { ...cert, keyPem: "" };
-    expect(await writeIssued(join(scratch, "issued", "runner2"), publicOnly)).toMatchObject({ key: "" });
-    expect((await readdir(join(scratch, "issued"))).sort()).toEqual(["runner1-key.pem", "runner1.pem", "runner2.pem"]);
+    expect(await writeIssued(join(scratch, "issued", "runner2"), publicOnly)).toMatchObject({
+      key: "",
+    });
+    expect((await readdir(join(scratch, "issued"))).sort()).toEqual([
+      "runner1-key.pem",
+      "runner1.pem",
+      "runner2.pem",
+    ]);
   });
 });
 
 describe("mutual TLS with the issued certificates", () => {
-  it.each(["P-256", "Ed25519"] as const)("completes a TLS 1.3 handshake with a %s client", async (keyAlgorithm) => {
-    const server = await issueServerCertificate(ca, { hosts: ["localhost", "127.0.0.1"] });
-    const client = await issueClientCertificate(ca, { uris: [SPIFFE_R1], keyAlgorithm });
-    const seen = await handshake(server, client, ca.certPem);
-    expect(seen.equals(new nodeCrypto.X509Certificate(client.certPem).raw)).toBe(true);
-  });
+  it.each(["P-256", "Ed25519"] as const)(
+    "completes a TLS 1.3 handshake with a %s client",
+    async (keyAlgorithm) => {
+      const server = await issueServerCertificate(ca, { hosts: ["localhost", "127.0.0.1"] });
+      const client = await issueClientCertificate(ca, { uris: [SPIFFE_R1], keyAlgorithm });
+      const seen = await handshake(server, client, ca.certPem);
+      expect(seen.equals(new nodeCrypto.X509Certificate(client.certPem).raw)).toBe(true);
+    },
+  );
 
   it("is refused with a client certificate from another CA", async () => {
     const stranger = await createCertificateAuthority({ commonName: "Stranger" });
@@ -354,7 +436,11 @@ describe("mutual TLS with the issued certificates", () => {
  * Runs a mutual-TLS handshake on 127.0.0.1 and resolves with the raw DER of the
  * client certificate as the server saw it; rejects if the server refuses it.
  */
-async function handshake(server: IssuedCertificate, client: IssuedCertificate, caPem: string): Promise<Buffer> {
+async function handshake(
+  server: IssuedCertificate,
+  client: IssuedCertificate,
+  caPem: string,
+): Promise<Buffer> {
   const tlsServer = tls.createServer({
     key: server.keyPem,
     cert: server.certPem,
@@ -375,7 +461,13 @@ async function handshake(server: IssuedCertificate, client: IssuedCertificate, c
     tlsServer.listen(0, "127.0.0.1");
     await once(tlsServer, "listening");
     const { port } = tlsServer.address() as AddressInfo;
-    const socket = tls.connect({ host: "127.0.0.1", port, ca: caPem, cert: client.certPem, key: client.keyPem });
+    const socket = tls.connect({
+      host: "127.0.0.1",
+      port,
+      ca: caPem,
+      cert: client.certPem,
+      key: client.keyPem,
+    });
     sockets.push(socket);
     // The server's verdict is what callers assert on; a refused client also gets an alert here.
     socket.on("error", () => {});

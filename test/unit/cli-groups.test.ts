@@ -10,7 +10,10 @@ describe("the command groups of forelead", () => {
     for (const group of commandGroups) {
       const command = await group.load();
       expect(command.name()).toBe(group.name);
-      expect(command.description(), `${group.name}: the row in main.ts is the description's one home`).toBe("");
+      expect(
+        command.description(),
+        `${group.name}: the row in main.ts is the description's one home`,
+      ).toBe("");
       expect(group.description.length, group.name).toBeGreaterThan(10);
     }
   });

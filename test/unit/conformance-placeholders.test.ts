@@ -14,9 +14,23 @@ const launch: RunnerLaunch = {
 
 describe("the runner command's placeholders", () => {
   it("each placeholder reaches the command as one word, whatever its characters; unknown braces stay", () => {
-    const command = substitute("printf '%s\\n' {server} {ca} {cert} {key} {runnerId} {workspaceId} {workDir} {other}", launch);
-    const words = execFileSync("sh", ["-c", command], { encoding: "utf8" }).split("\n").slice(0, -1);
-    expect(words).toEqual([launch.server, launch.ca, launch.cert, launch.key, launch.runnerId, launch.workspaceId, launch.workDir, "{other}"]);
+    const command = substitute(
+      "printf '%s\\n' {server} {ca} {cert} {key} {runnerId} {workspaceId} {workDir} {other}",
+      launch,
+    );
+    const words = execFileSync("sh", ["-c", command], { encoding: "utf8" })
+      .split("\n")
+      .slice(0, -1);
+    expect(words).toEqual([
+      launch.server,
+      launch.ca,
+      launch.cert,
+      launch.key,
+      launch.runnerId,
+      launch.workspaceId,
+      launch.workDir,
+      "{other}",
+    ]);
   });
 
   it("every placeholder has an environment variable of its own", () => {

@@ -10,13 +10,27 @@ describe("dashboard --listen", () => {
     expect(parseListen("127.0.0.1:8080")).toEqual({ host: "127.0.0.1", port: 8080 });
     expect(parseListen("[::1]:0")).toEqual({ host: "::1", port: 0 });
     expect(parseListen("localhost:9000")).toEqual({ host: "localhost", port: 9000 });
-    for (const bad of ["8080", ":8080", "127.0.0.1", "127.0.0.1:99999", "::1:8080", "host:port"]) expect(() => parseListen(bad), bad).toThrow(`--listen ${JSON.stringify(bad)} is not HOST:PORT`);
+    for (const bad of ["8080", ":8080", "127.0.0.1", "127.0.0.1:99999", "::1:8080", "host:port"])
+      expect(() => parseListen(bad), bad).toThrow(
+        `--listen ${JSON.stringify(bad)} is not HOST:PORT`,
+      );
   });
 
   it("loopback is 127.0.0.0/8, ::1 and localhost; anything else needs --allow-remote", () => {
-    for (const host of ["127.0.0.1", "127.1.2.3", "::1", "localhost"]) expect(isLoopback(host), host).toBe(true);
-    for (const host of ["0.0.0.0", "::", "10.0.0.5", "192.168.1.2", "example.com", "127.example.com"]) expect(isLoopback(host), host).toBe(false);
-    expect(() => checkListen({ host: "0.0.0.0", port: 8080 }, false)).toThrow("--listen 0.0.0.0:8080 is not a loopback address");
+    for (const host of ["127.0.0.1", "127.1.2.3", "::1", "localhost"])
+      expect(isLoopback(host), host).toBe(true);
+    for (const host of [
+      "0.0.0.0",
+      "::",
+      "10.0.0.5",
+      "192.168.1.2",
+      "example.com",
+      "127.example.com",
+    ])
+      expect(isLoopback(host), host).toBe(false);
+    expect(() => checkListen({ host: "0.0.0.0", port: 8080 }, false)).toThrow(
+      "--listen 0.0.0.0:8080 is not a loopback address",
+    );
     expect(() => checkListen({ host: "0.0.0.0", port: 8080 }, true)).not.toThrow();
   });
 });
@@ -26,7 +40,9 @@ describe("dashboard assets", () => {
     expect(defaultAssetsDir()).toBe(join(process.cwd(), "dist", "dashboard"));
     const empty = await mkdtemp(join(tmpdir(), "forelead-assets-"));
     try {
-      await expect(loadAssets(empty)).rejects.toThrow(`the dashboard's pages are not built: ${join(empty, "index.html")} is missing; run \`npm run build\``);
+      await expect(loadAssets(empty)).rejects.toThrow(
+        `the dashboard's pages are not built: ${join(empty, "index.html")} is missing; run \`npm run build\``,
+      );
     } finally {
       await rm(empty, { recursive: true });
     }

@@ -4,7 +4,10 @@ import { createAnsiReader } from "../../src/dashboard/web/job/ansi.js";
 import { follow, type FollowState } from "../../src/dashboard/web/job/follow.js";
 import { createLogLines } from "../../src/dashboard/web/job/log-lines.js";
 
-interface Entry { readonly position: string; readonly text: string }
+interface Entry {
+  readonly position: string;
+  readonly text: string;
+}
 
 /** A log server's stored entries: each open reads from `after` on, like GetJobLogs with follow. */
 function server(entries: Entry[]) {
@@ -12,7 +15,10 @@ function server(entries: Entry[]) {
   return {
     opened,
     /** Opens from `after`; the stream breaks after `dropAfter` entries (a lost connection), or ends. */
-    open(dropAfter: number | undefined, error: unknown = new ConnectError("connection lost", Code.Unavailable)) {
+    open(
+      dropAfter: number | undefined,
+      error: unknown = new ConnectError("connection lost", Code.Unavailable),
+    ) {
       return async function* (after: string): AsyncIterable<Entry> {
         opened.push(after);
         const start = after === "" ? 0 : entries.findIndex((e) => e.position === after) + 1;
@@ -28,7 +34,10 @@ function server(entries: Entry[]) {
   };
 }
 
-const entries = Array.from({ length: 7 }, (_, i) => ({ position: `1.${i + 1}`, text: `line ${i + 1}\n` }));
+const entries = Array.from({ length: 7 }, (_, i) => ({
+  position: `1.${i + 1}`,
+  text: `line ${i + 1}\n`,
+}));
 const noWait = () => Promise.resolve();
 
 describe("the log follower", () => {
@@ -49,7 +58,15 @@ describe("the log follower", () => {
     // Each reconnect starts after the last delivered entry; the one that drops before any keeps it.
     expect(s.opened).toEqual(["", "1.3", "1.3", "1.5"]);
     expect(f.after()).toBe("1.7");
-    expect(states).toEqual(["live", "reconnecting", "reconnecting", "live", "reconnecting", "live", "ended"]);
+    expect(states).toEqual([
+      "live",
+      "reconnecting",
+      "reconnecting",
+      "live",
+      "reconnecting",
+      "live",
+      "ended",
+    ]);
   });
 
   it("backs off more with each consecutive failure and starts over once entries flow again", async () => {
@@ -69,7 +86,13 @@ describe("the log follower", () => {
   it("starts from a given cursor", async () => {
     const s = server(entries);
     const got: string[] = [];
-    const f = follow({ open: s.open(undefined), cursor: (e) => e.position, onEntry: (e) => got.push(e.position), after: "1.5", wait: noWait });
+    const f = follow({
+      open: s.open(undefined),
+      cursor: (e) => e.position,
+      onEntry: (e) => got.push(e.position),
+      after: "1.5",
+      wait: noWait,
+    });
     await f.done;
     expect(got).toEqual(["1.6", "1.7"]);
   });
@@ -77,7 +100,12 @@ describe("the log follower", () => {
   it("stops at an error no retry mends (the role is missing) and says so", async () => {
     const s = server(entries);
     const refused = new ConnectError("identity lacks the read role", Code.PermissionDenied);
-    const f = follow({ open: s.open(0, refused), cursor: (e) => e.position, onEntry: () => {}, wait: noWait });
+    const f = follow({
+      open: s.open(0, refused),
+      cursor: (e) => e.position,
+      onEntry: () => {},
+      wait: noWait,
+    });
     const end = await f.done;
     expect(end.kind).toBe("failed");
     expect(end.kind === "failed" && end.error.code).toBe(Code.PermissionDenied);
@@ -90,7 +118,9 @@ describe("the log follower", () => {
       open: s.open(0),
       cursor: (e) => e.position,
       onEntry: () => {},
-      onState: (st) => { if (st.kind === "reconnecting") f.stop(); },
+      onState: (st) => {
+        if (st.kind === "reconnecting") f.stop();
+      },
     });
     expect((await f.done).kind).toBe("stopped");
   });
@@ -131,7 +161,9 @@ describe("ANSI text, rendered safely", () => {
     const hostile = `<img src=x onerror="alert(1)"> </span><script>alert('x')</script> &amp; \u001b[1;32m"><b>ok</b>\u001b[0m`;
     const segments = createAnsiReader().segments(hostile);
     // What a person would read is exactly the line without its escape sequences.
-    expect(segments.map((s) => s.text).join("")).toBe(`<img src=x onerror="alert(1)"> </span><script>alert('x')</script> &amp; "><b>ok</b>`);
+    expect(segments.map((s) => s.text).join("")).toBe(
+      `<img src=x onerror="alert(1)"> </span><script>alert('x')</script> &amp; "><b>ok</b>`,
+    );
     const bold = segments.find((s) => s.text.includes("<b>ok</b>"))!;
     expect(bold.classes).toEqual(["ansi-green-fg"]);
     expect(bold.style).toEqual({ fontWeight: "bold" });
@@ -141,13 +173,19 @@ describe("ANSI text, rendered safely", () => {
   it("links only http and https targets of OSC 8 links", () => {
     const r = createAnsiReader();
     const link = (url: string, text: string) => `\u001b]8;;${url}\u001b\\${text}\u001b]8;;\u001b\\`;
-    expect(r.segments(link("https://example.com/a?b=1&c=\"2\"", "docs"))).toEqual([{ text: "docs", classes: [], style: {}, href: 'https://example.com/a?b=1&c="2"' }]);
+    expect(r.segments(link('https://example.com/a?b=1&c="2"', "docs"))).toEqual([
+      { text: "docs", classes: [], style: {}, href: 'https://example.com/a?b=1&c="2"' },
+    ]);
     expect(r.segments(link("javascript:alert(1)", "click")).filter((s) => s.href)).toEqual([]);
   });
 
   it("passes 256 and true colours as checked style values", () => {
-    const segments = createAnsiReader().segments("\u001b[38;2;10;20;30mtrue\u001b[0m \u001b[48;5;196mbg\u001b[0m");
+    const segments = createAnsiReader().segments(
+      "\u001b[38;2;10;20;30mtrue\u001b[0m \u001b[48;5;196mbg\u001b[0m",
+    );
     expect(segments[0]).toEqual({ text: "true", classes: [], style: { color: "rgb(10,20,30)" } });
-    expect(segments[2]!.style).toEqual({ backgroundColor: expect.stringMatching(/^rgb\(\d+,\d+,\d+\)$/) });
+    expect(segments[2]!.style).toEqual({
+      backgroundColor: expect.stringMatching(/^rgb\(\d+,\d+,\d+\)$/),
+    });
   });
 });

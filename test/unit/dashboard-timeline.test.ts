@@ -1,5 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { reduceTimeline, type FleetEvent, type RunnerEvent } from "../../src/dashboard/web/job/timeline.js";
+import {
+  reduceTimeline,
+  type FleetEvent,
+  type RunnerEvent,
+} from "../../src/dashboard/web/job/timeline.js";
 
 const t = (s: number) => new Date(Date.UTC(2026, 11, 1, 9, 0, s));
 
@@ -8,11 +12,19 @@ describe("a job's timeline", () => {
     const runnerEvents: RunnerEvent[] = [
       { attempt: 1, receivedAt: t(2), data: { type: "job.started", executor: "process" } },
       { attempt: 1, receivedAt: t(3), data: { type: "resource.sample", cpuCores: 1 } },
-      { attempt: 1, receivedAt: t(4), data: { type: "job.exited", signal: "SIGKILL", durationMs: 2000 } },
+      {
+        attempt: 1,
+        receivedAt: t(4),
+        data: { type: "job.exited", signal: "SIGKILL", durationMs: 2000 },
+      },
       { attempt: 2, receivedAt: t(6), data: { type: "job.started", executor: "process" } },
       { attempt: 2, receivedAt: t(9), data: { type: "job.exited", exitCode: 0, durationMs: 3000 } },
     ];
-    const tl = reduceTimeline({ state: "succeeded", createdAt: t(0), settledAt: t(10), attempts: 2, runnerId: "r2" }, runnerEvents, []);
+    const tl = reduceTimeline(
+      { state: "succeeded", createdAt: t(0), settledAt: t(10), attempts: 2, runnerId: "r2" },
+      runnerEvents,
+      [],
+    );
     expect(tl.steps.map((s) => [s.label, s.attempt, s.detail])).toEqual([
       ["queued", undefined, ""],
       ["started", 1, "process executor"],
@@ -31,18 +43,44 @@ describe("a job's timeline", () => {
     const fleet: FleetEvent[] = [
       { id: 11n, at: t(0), type: "job.queued", runnerId: "", data: { labels: [], priority: 0 } },
       { id: 12n, at: t(1), type: "job.leased", runnerId: "r1", data: { attempt: 1 } },
-      { id: 13n, at: t(5), type: "job.requeued", runnerId: "r1", data: { why: "lease_lost", attempt: 1 } },
+      {
+        id: 13n,
+        at: t(5),
+        type: "job.requeued",
+        runnerId: "r1",
+        data: { why: "lease_lost", attempt: 1 },
+      },
       { id: 14n, at: t(6), type: "job.leased", runnerId: "r2", data: { attempt: 2 } },
       { id: 15n, at: t(7), type: "job.cancel_requested", runnerId: "", data: { state: "running" } },
-      { id: 16n, at: t(9), type: "job.settled", runnerId: "r2", data: { outcome: "cancelled", errorCode: "cancelled", attempt: 2 } },
+      {
+        id: 16n,
+        at: t(9),
+        type: "job.settled",
+        runnerId: "r2",
+        data: { outcome: "cancelled", errorCode: "cancelled", attempt: 2 },
+      },
     ];
     const runnerEvents: RunnerEvent[] = [
       { attempt: 1, receivedAt: t(2), data: { type: "job.started", executor: "docker" } },
       { attempt: 2, receivedAt: t(6.5), data: { type: "job.started", executor: "docker" } },
       { attempt: 2, receivedAt: t(8), data: { type: "job.cancelled" } },
     ];
-    const tl = reduceTimeline({ state: "cancelled", createdAt: t(0), settledAt: t(9), attempts: 2, runnerId: "r2" }, runnerEvents, fleet);
-    expect(tl.steps.map((s) => s.label)).toEqual(["queued", "leased", "started", "requeued", "leased", "started", "cancel requested", "cancelled by runner", "cancelled"]);
+    const tl = reduceTimeline(
+      { state: "cancelled", createdAt: t(0), settledAt: t(9), attempts: 2, runnerId: "r2" },
+      runnerEvents,
+      fleet,
+    );
+    expect(tl.steps.map((s) => s.label)).toEqual([
+      "queued",
+      "leased",
+      "started",
+      "requeued",
+      "leased",
+      "started",
+      "cancel requested",
+      "cancelled by runner",
+      "cancelled",
+    ]);
     expect(tl.steps.find((s) => s.label === "leased")!.detail).toBe("to r1");
     expect(tl.attempts.map((a) => [a.attempt, a.runnerId, a.ending])).toEqual([
       [1, "r1", "requeued (lease_lost)"],
@@ -51,11 +89,28 @@ describe("a job's timeline", () => {
   });
 
   it("a queued job is one step; a job settled with an error code says it", () => {
-    expect(reduceTimeline({ state: "queued", createdAt: t(0), attempts: 0, runnerId: "" }, [], []).steps.map((s) => s.label)).toEqual(["queued"]);
-    const failed = reduceTimeline({ state: "failed", createdAt: t(0), settledAt: t(3), attempts: 1, runnerId: "r1", errorCode: "timeout" }, [
-      { attempt: 1, receivedAt: t(1), data: { type: "job.started" } },
-      { attempt: 1, receivedAt: t(2), data: { type: "job.timeout", timeoutSeconds: 30 } },
-    ], []);
+    expect(
+      reduceTimeline(
+        { state: "queued", createdAt: t(0), attempts: 0, runnerId: "" },
+        [],
+        [],
+      ).steps.map((s) => s.label),
+    ).toEqual(["queued"]);
+    const failed = reduceTimeline(
+      {
+        state: "failed",
+        createdAt: t(0),
+        settledAt: t(3),
+        attempts: 1,
+        runnerId: "r1",
+        errorCode: "timeout",
+      },
+      [
+        { attempt: 1, receivedAt: t(1), data: { type: "job.started" } },
+        { attempt: 1, receivedAt: t(2), data: { type: "job.timeout", timeoutSeconds: 30 } },
+      ],
+      [],
+    );
     expect(failed.steps.map((s) => [s.label, s.detail, s.tone])).toEqual([
       ["queued", "", "neutral"],
       ["started", "", "neutral"],

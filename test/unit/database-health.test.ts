@@ -27,7 +27,13 @@ describe("what says the database is unreachable", () => {
     ]) {
       expect(isDatabaseUnreachable(err), err.message).toBe(true);
     }
-    for (const err of [withCode('duplicate key value violates unique constraint "jobs_pkey"', "23505"), withCode("syntax error", "42601"), new Error("boom"), new ConnectError("no", Code.NotFound), "ECONNREFUSED"]) {
+    for (const err of [
+      withCode('duplicate key value violates unique constraint "jobs_pkey"', "23505"),
+      withCode("syntax error", "42601"),
+      new Error("boom"),
+      new ConnectError("no", Code.NotFound),
+      "ECONNREFUSED",
+    ]) {
       expect(isDatabaseUnreachable(err), String(err)).toBe(false);
     }
   });
@@ -47,15 +53,24 @@ describe("what says the database is unreachable", () => {
 describe("the database health tracker", () => {
   it("logs the outage once with what failed, ignores successes begun before it, and logs the return once with the outage's length", () => {
     const log = vi.spyOn(console, "error").mockImplementation(() => {});
-    const health = createDatabaseHealth({ description: "postgres://u:***@db/x", probe: () => new Promise(() => {}) });
+    const health = createDatabaseHealth({
+      description: "postgres://u:***@db/x",
+      probe: () => new Promise(() => {}),
+    });
     const back = vi.fn();
     health.onReachable(back);
     const before = performance.now();
     expect(health.failed("a query", withCode("syntax error", "42601"))).toBe(false);
     expect(health.unreachable).toBe(false);
     expect(health.failed("a query", refused)).toBe(true);
-    expect(health.failed("the LISTEN connection", new Error("Connection terminated unexpectedly"))).toBe(true);
-    expect(log.mock.calls).toEqual([["database: postgres://u:***@db/x is unreachable (a query failed: connect ECONNREFUSED 127.0.0.1:5432); requests that need it are answered 503 until it is back"]]);
+    expect(
+      health.failed("the LISTEN connection", new Error("Connection terminated unexpectedly")),
+    ).toBe(true);
+    expect(log.mock.calls).toEqual([
+      [
+        "database: postgres://u:***@db/x is unreachable (a query failed: connect ECONNREFUSED 127.0.0.1:5432); requests that need it are answered 503 until it is back",
+      ],
+    ]);
     health.succeeded(before);
     expect(health.unreachable).toBe(true);
     health.succeeded(performance.now());
@@ -63,7 +78,9 @@ describe("the database health tracker", () => {
     expect(health.unreachable).toBe(false);
     expect(back).toHaveBeenCalledOnce();
     expect(log).toHaveBeenCalledTimes(2);
-    expect(log.mock.calls[1]![0]).toMatch(/^database: postgres:\/\/u:\*\*\*@db\/x reachable again after \d+\.\d s$/);
+    expect(log.mock.calls[1]![0]).toMatch(
+      /^database: postgres:\/\/u:\*\*\*@db\/x reachable again after \d+\.\d s$/,
+    );
     health.close();
   });
 
@@ -86,7 +103,11 @@ describe("the database health tracker", () => {
 function reconnectingStore(): { store: Store; recheck(): void } {
   const rechecks: (() => void)[] = [];
   const store = {
-    listen: async (_channel: string, _onNotify: (payload: string) => void, onRecheck?: () => void) => {
+    listen: async (
+      _channel: string,
+      _onNotify: (payload: string) => void,
+      onRecheck?: () => void,
+    ) => {
       if (onRecheck) rechecks.push(onRecheck);
       return async () => {};
     },
@@ -94,7 +115,8 @@ function reconnectingStore(): { store: Store; recheck(): void } {
   return { store, recheck: () => rechecks.forEach((r) => r()) };
 }
 
-const stillWaiting = () => new Promise<string>((resolve) => setTimeout(() => resolve("still waiting"), 2_000).unref());
+const stillWaiting = () =>
+  new Promise<string>((resolve) => setTimeout(() => resolve("still waiting"), 2_000).unref());
 
 describe("after the LISTEN connection is back", () => {
   it("every waiting claim wakes with no wake to relay (so it claims again), also one that armed but had not begun to wait", async () => {
@@ -105,7 +127,10 @@ describe("after the LISTEN connection is back", () => {
     const notYet = wakeups.arm("w1");
     const waits = [waiting.wait(60_000), other.wait(60_000)];
     recheck();
-    expect(await Promise.race([Promise.all(waits), stillWaiting()])).toEqual([undefined, undefined]);
+    expect(await Promise.race([Promise.all(waits), stillWaiting()])).toEqual([
+      undefined,
+      undefined,
+    ]);
     expect(await Promise.race([notYet.wait(60_000), stillWaiting()])).toBeUndefined();
     await wakeups.close();
   });

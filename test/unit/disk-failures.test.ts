@@ -10,7 +10,11 @@ import { create } from "@bufbuild/protobuf";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { JobInputSchema } from "../../gen/forelead/runner/v1/inputs_pb.js";
 import { gitToFile } from "../../src/code/git.js";
-import { fetchInputs, InputError, type InputClient } from "../../src/runner/lifecycle/input-step.js";
+import {
+  fetchInputs,
+  InputError,
+  type InputClient,
+} from "../../src/runner/lifecycle/input-step.js";
 
 let dir: string;
 beforeEach(async () => {
@@ -22,12 +26,20 @@ afterEach(async () => {
 
 describe("a full disk", () => {
   it("gitToFile rejects with the file's error, ENOSPC", async () => {
-    await expect(gitToFile(["version"], "/dev/full", 1 << 20)).rejects.toMatchObject({ code: "ENOSPC" });
+    await expect(gitToFile(["version"], "/dev/full", 1 << 20)).rejects.toMatchObject({
+      code: "ENOSPC",
+    });
   });
 
   it("fetchInputs fails the input, retryable, when its file can't be written while the download runs; nothing is left behind", async () => {
     const jobDir = join(dir, "job");
-    const input = create(JobInputSchema, { name: "report.txt", fromStep: "build", fromJobId: "j-build", digest: "sha256:00", size: 6n });
+    const input = create(JobInputSchema, {
+      name: "report.txt",
+      fromStep: "build",
+      fromJobId: "j-build",
+      digest: "sha256:00",
+      size: 6n,
+    });
     // The download's partial file is /dev/full: the first chunk's write fails while the loop waits for the second.
     await mkdir(join(jobDir, "input", "files", "build"), { recursive: true });
     await symlink("/dev/full", join(jobDir, "input", "files", "build", "report.txt.partial"));
@@ -39,12 +51,22 @@ describe("a full disk", () => {
         }
       },
     };
-    const failed = await fetchInputs(client, { jobId: "j-test", leaseToken: "t" }, [input], jobDir, new AbortController().signal).then(
+    const failed = await fetchInputs(
+      client,
+      { jobId: "j-test", leaseToken: "t" },
+      [input],
+      jobDir,
+      new AbortController().signal,
+    ).then(
       () => undefined,
       (err: unknown) => err,
     );
     expect(failed).toBeInstanceOf(InputError);
-    expect(failed).toMatchObject({ code: "input_unavailable", retryable: true, message: expect.stringContaining("ENOSPC") });
+    expect(failed).toMatchObject({
+      code: "input_unavailable",
+      retryable: true,
+      message: expect.stringContaining("ENOSPC"),
+    });
     expect(await readdir(join(jobDir, "input", "files", "build"))).toEqual([]);
   });
 });

@@ -1,5 +1,15 @@
 import { describe, expect, it } from "vitest";
-import { fromJson, ScalarType, toBinary, toJson, type DescField, type DescFile, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import {
+  fromJson,
+  ScalarType,
+  toBinary,
+  toJson,
+  type DescField,
+  type DescFile,
+  type DescMessage,
+  type JsonObject,
+  type JsonValue,
+} from "@bufbuild/protobuf";
 import * as adminAdmin from "../../gen/forelead/admin/v1/admin_pb.js";
 import * as adminBatch from "../../gen/forelead/admin/v1/batch_pb.js";
 import * as adminFleet from "../../gen/forelead/admin/v1/fleet_pb.js";
@@ -18,7 +28,24 @@ import * as runnerScheduling from "../../gen/forelead/runner/v1/scheduling_pb.js
 import * as runnerSuspend from "../../gen/forelead/runner/v1/suspend_pb.js";
 import { fastFromJson, messageFromJson, messageToJson } from "../../src/protocol/json-codec.js";
 
-const modules = [adminAdmin, adminBatch, adminFleet, adminInput, adminPipelines, adminSamples, adminStats, adminStatus, apiRoute, enroll, runnerInput, runnerInputs, runnerJob, runnerRunner, runnerScheduling, runnerSuspend];
+const modules = [
+  adminAdmin,
+  adminBatch,
+  adminFleet,
+  adminInput,
+  adminPipelines,
+  adminSamples,
+  adminStats,
+  adminStatus,
+  apiRoute,
+  enroll,
+  runnerInput,
+  runnerInputs,
+  runnerJob,
+  runnerRunner,
+  runnerScheduling,
+  runnerSuspend,
+];
 
 /** Every message type of the API's proto files, nested ones included. */
 function allMessages(): DescMessage[] {
@@ -27,7 +54,9 @@ function allMessages(): DescMessage[] {
     out.push(m);
     m.nestedMessages.forEach(walk);
   };
-  for (const mod of modules) for (const value of Object.values(mod)) if ((value as DescFile).kind === "file") (value as DescFile).messages.forEach(walk);
+  for (const mod of modules)
+    for (const value of Object.values(mod))
+      if ((value as DescFile).kind === "file") (value as DescFile).messages.forEach(walk);
   return out;
 }
 
@@ -47,8 +76,28 @@ function random(seed: number) {
 }
 type Random = ReturnType<typeof random>;
 
-const strings = ["", "a", "job-1", "é \u{1F600}", "line\nbreak", "\u2028", "0", "null", "x".repeat(40)];
-const timestamps = ["2026-12-04T17:52:10Z", "2026-12-04T17:52:10.123Z", "2026-12-04T17:52:10.123456Z", "2026-12-04T17:52:10.123456789Z", "1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z", "2026-12-04T17:52:10.5Z", "1969-12-31T23:59:59.999Z"];
+const strings = [
+  "",
+  "a",
+  "job-1",
+  "é \u{1F600}",
+  "line\nbreak",
+  "\u2028",
+  "0",
+  "null",
+  "x".repeat(40),
+];
+const timestamps = [
+  "2026-12-04T17:52:10Z",
+  "2026-12-04T17:52:10.123Z",
+  "2026-12-04T17:52:10.123456Z",
+  "2026-12-04T17:52:10.123456789Z",
+  "1970-01-01T00:00:00Z",
+  "0001-01-01T00:00:00Z",
+  "9999-12-31T23:59:59.999999999Z",
+  "2026-12-04T17:52:10.5Z",
+  "1969-12-31T23:59:59.999Z",
+];
 
 function randomJsonValue(r: Random, depth: number): JsonValue {
   switch (r.int(depth > 2 ? 4 : 6)) {
@@ -63,7 +112,12 @@ function randomJsonValue(r: Random, depth: number): JsonValue {
     case 4:
       return Array.from({ length: r.int(3) }, () => randomJsonValue(r, depth + 1));
     default:
-      return Object.fromEntries(Array.from({ length: r.int(3) }, (_, i) => [r.pick(["k", "text", "n", ""]) + i, randomJsonValue(r, depth + 1)]));
+      return Object.fromEntries(
+        Array.from({ length: r.int(3) }, (_, i) => [
+          r.pick(["k", "text", "n", ""]) + i,
+          randomJsonValue(r, depth + 1),
+        ]),
+      );
   }
 }
 
@@ -103,7 +157,9 @@ function randomMessageJson(r: Random, schema: DescMessage, depth: number): JsonV
     case "google.protobuf.Value":
       return randomJsonValue(r, depth);
     case "google.protobuf.Struct":
-      return Object.fromEntries(Array.from({ length: r.int(3) }, (_, i) => [`k${i}`, randomJsonValue(r, depth + 1)]));
+      return Object.fromEntries(
+        Array.from({ length: r.int(3) }, (_, i) => [`k${i}`, randomJsonValue(r, depth + 1)]),
+      );
     case "google.protobuf.ListValue":
       return Array.from({ length: r.int(3) }, () => randomJsonValue(r, depth + 1));
   }
@@ -129,7 +185,13 @@ function randomFieldJson(r: Random, field: DescField, depth: number): JsonValue 
     return randomScalar(r, field.scalar!);
   };
   if (field.fieldKind === "list") return Array.from({ length: r.int(3) }, one);
-  if (field.fieldKind === "map") return Object.fromEntries(Array.from({ length: r.int(3) }, (_, i) => [field.mapKey === ScalarType.STRING ? r.pick(["a", "HOME", "é", ""]) + i : String(i), one()]));
+  if (field.fieldKind === "map")
+    return Object.fromEntries(
+      Array.from({ length: r.int(3) }, (_, i) => [
+        field.mapKey === ScalarType.STRING ? r.pick(["a", "HOME", "é", ""]) + i : String(i),
+        one(),
+      ]),
+    );
   return one();
 }
 
@@ -151,7 +213,9 @@ describe("proto3 JSON without reflection (json-codec)", () => {
           continue; // a random body protobuf-es refuses (a NaN float where a Value is wanted, say)
         }
         const expected = toJson(schema, message);
-        expect(messageToJson(schema, message), `${schema.typeName} seed ${seed}`).toStrictEqual(expected);
+        expect(messageToJson(schema, message), `${schema.typeName} seed ${seed}`).toStrictEqual(
+          expected,
+        );
         checked++;
       }
     }
@@ -159,7 +223,17 @@ describe("proto3 JSON without reflection (json-codec)", () => {
   });
 
   it("decodes protobuf-es's JSON of every message to an equal message, through the plan for the hot types", () => {
-    const hot = new Set(["forelead.runner.v1.Job", "forelead.runner.v1.Lease", "forelead.runner.v1.CompleteRequest", "forelead.runner.v1.CompleteResponse", "forelead.runner.v1.CompleteNext", "forelead.runner.v1.ClaimResponse", "forelead.runner.v1.ClaimRequest", "forelead.runner.v1.RenewRequest", "forelead.runner.v1.RenewResponse"]);
+    const hot = new Set([
+      "forelead.runner.v1.Job",
+      "forelead.runner.v1.Lease",
+      "forelead.runner.v1.CompleteRequest",
+      "forelead.runner.v1.CompleteResponse",
+      "forelead.runner.v1.CompleteNext",
+      "forelead.runner.v1.ClaimResponse",
+      "forelead.runner.v1.ClaimRequest",
+      "forelead.runner.v1.RenewRequest",
+      "forelead.runner.v1.RenewResponse",
+    ]);
     const hotSeen = new Set<string>();
     for (const schema of schemas) {
       for (let seed = 1; seed <= 40; seed++) {
@@ -195,12 +269,42 @@ describe("proto3 JSON without reflection (json-codec)", () => {
         out.push({ ...json, [field.jsonName]: null });
         out.push({ ...json, unknownKey: 1 });
         if (value === undefined) continue;
-        if (field.name !== field.jsonName) out.push({ ...Object.fromEntries(Object.entries(json).filter(([k]) => k !== field.jsonName)), [field.name]: value }, { ...json, [field.name]: value });
-        if (typeof value === "number") out.push({ ...json, [field.jsonName]: String(value) }, { ...json, [field.jsonName]: value + 0.5 });
-        if (typeof value === "string") out.push({ ...json, [field.jsonName]: r.pick([7, true, "\ud800", value.replace("Z", "+01:00"), `${value} `]) });
-        if (field.enum) out.push({ ...json, [field.jsonName]: field.enum.values[0]!.number }, { ...json, [field.jsonName]: "NOT_A_NAME" });
-        if (Array.isArray(value)) out.push({ ...json, [field.jsonName]: [null] }, { ...json, [field.jsonName]: {} });
-        if (value && typeof value === "object" && !Array.isArray(value)) out.push({ ...json, [field.jsonName]: [] }, { ...json, [field.jsonName]: JSON.parse('{"__proto__":{"a":1}}') as JsonValue });
+        if (field.name !== field.jsonName)
+          out.push(
+            {
+              ...Object.fromEntries(Object.entries(json).filter(([k]) => k !== field.jsonName)),
+              [field.name]: value,
+            },
+            { ...json, [field.name]: value },
+          );
+        if (typeof value === "number")
+          out.push(
+            { ...json, [field.jsonName]: String(value) },
+            { ...json, [field.jsonName]: value + 0.5 },
+          );
+        if (typeof value === "string")
+          out.push({
+            ...json,
+            [field.jsonName]: r.pick([
+              7,
+              true,
+              "\ud800",
+              value.replace("Z", "+01:00"),
+              `${value} `,
+            ]),
+          });
+        if (field.enum)
+          out.push(
+            { ...json, [field.jsonName]: field.enum.values[0]!.number },
+            { ...json, [field.jsonName]: "NOT_A_NAME" },
+          );
+        if (Array.isArray(value))
+          out.push({ ...json, [field.jsonName]: [null] }, { ...json, [field.jsonName]: {} });
+        if (value && typeof value === "object" && !Array.isArray(value))
+          out.push(
+            { ...json, [field.jsonName]: [] },
+            { ...json, [field.jsonName]: JSON.parse('{"__proto__":{"a":1}}') as JsonValue },
+          );
       }
       return out;
     };

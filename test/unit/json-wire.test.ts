@@ -9,7 +9,9 @@ describe("mayHoldUnsafeInteger", () => {
         for (const pad of [0, 1, 17]) {
           const digits = "1234567890123456789".slice(0, length);
           const text = "a".repeat(at) + digits + filler.repeat(pad);
-          expect(mayHoldUnsafeInteger(text), `${length} digits at ${at}, ${pad} fillers`).toBe(length >= 16);
+          expect(mayHoldUnsafeInteger(text), `${length} digits at ${at}, ${pad} fillers`).toBe(
+            length >= 16,
+          );
         }
       }
     }
@@ -22,7 +24,11 @@ describe("mayHoldUnsafeInteger", () => {
       const length = Math.floor(random() * 200);
       let text = "";
       const digitShare = random();
-      for (let i = 0; i < length; i++) text += random() < digitShare ? String(Math.floor(random() * 10)) : "ab\"é😀,"[Math.floor(random() * 6)];
+      for (let i = 0; i < length; i++)
+        text +=
+          random() < digitShare
+            ? String(Math.floor(random() * 10))
+            : 'ab"é😀,'[Math.floor(random() * 6)];
       expect(mayHoldUnsafeInteger(text), JSON.stringify(text)).toBe(/\d{16}/.test(text));
     }
   });

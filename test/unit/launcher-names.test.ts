@@ -31,9 +31,19 @@ describe("launcher names", () => {
     for (let i = 0; i < 50; i++) {
       const id = newJobId();
       for (const task of ["main", "a", "0", "db-1", "x".repeat(31), "ends-with-"]) {
-        expect(parseLauncherName("container", containerName(id, task))).toEqual({ ok: true, kind: "container", jobId: id, task });
+        expect(parseLauncherName("container", containerName(id, task))).toEqual({
+          ok: true,
+          kind: "container",
+          jobId: id,
+          task,
+        });
       }
-      expect(parseLauncherName("network", networkName(id))).toEqual({ ok: true, kind: "network", jobId: id, task: undefined });
+      expect(parseLauncherName("network", networkName(id))).toEqual({
+        ok: true,
+        kind: "network",
+        jobId: id,
+        task: undefined,
+      });
     }
   });
 
@@ -55,7 +65,9 @@ describe("launcher names", () => {
   });
 
   it("an unknown kind is refused", () => {
-    expect(reasonOf("volume", `forelead-${jobId}`)).toMatch(/kind "volume" is not "container" or "network"/);
+    expect(reasonOf("volume", `forelead-${jobId}`)).toMatch(
+      /kind "volume" is not "container" or "network"/,
+    );
     expect(reasonOf("", `forelead-${jobId}`)).toMatch(/kind ""/);
   });
 
@@ -63,7 +75,9 @@ describe("launcher names", () => {
     expect(reasonOf("container", "postgres")).toMatch(/does not start with "forelead-"/);
     expect(reasonOf("container", `/forelead-${jobId}-main`)).toMatch(/strip Docker's leading/);
     expect(reasonOf("container", "forelead-not-a-job-main")).toMatch(/lowercase job id/);
-    expect(reasonOf("container", `forelead-${jobId.toUpperCase()}-main`)).toMatch(/lowercase job id/);
+    expect(reasonOf("container", `forelead-${jobId.toUpperCase()}-main`)).toMatch(
+      /lowercase job id/,
+    );
     expect(reasonOf("container", `forelead-${jobId}`)).toMatch(/not a container name/);
     expect(reasonOf("container", `forelead-${jobId}main`)).toMatch(/not a container name/);
     expect(reasonOf("container", `forelead-${jobId}-`)).toMatch(/task ""/);

@@ -15,10 +15,16 @@ describe("badRequestTarget", () => {
   });
 
   it("refuses a path a URL parser reads as scheme-relative or as no path, naming it (cut at 120 characters)", () => {
-    expect(badRequestTarget("//x:y", "127.0.0.1")).toMatch(/^the request path "\/\/x:y" is not a path starting with a single "\/"/);
-    expect(badRequestTarget("v1/admin/jobs", "127.0.0.1")).toMatch(/"v1\/admin\/jobs" is not a path/);
+    expect(badRequestTarget("//x:y", "127.0.0.1")).toMatch(
+      /^the request path "\/\/x:y" is not a path starting with a single "\/"/,
+    );
+    expect(badRequestTarget("v1/admin/jobs", "127.0.0.1")).toMatch(
+      /"v1\/admin\/jobs" is not a path/,
+    );
     expect(badRequestTarget(undefined, "127.0.0.1")).toMatch(/the request path "" is not a path/);
-    expect(badRequestTarget(`//${"a".repeat(500)}`, "127.0.0.1")).toContain(`"//${"a".repeat(118)}…"`);
+    expect(badRequestTarget(`//${"a".repeat(500)}`, "127.0.0.1")).toContain(
+      `"//${"a".repeat(118)}…"`,
+    );
   });
 
   it("refuses a missing or empty :authority, and one that is not a host[:port]", () => {

@@ -5,7 +5,8 @@ describe("the resource stack", () => {
   it("closes resources newest first, waiting for each close before the next", async () => {
     const stack = createResourceStack();
     const closed: string[] = [];
-    const slow = (name: string) => () => new Promise<void>((resolve) => setImmediate(() => resolve(void closed.push(name))));
+    const slow = (name: string) => () =>
+      new Promise<void>((resolve) => setImmediate(() => resolve(void closed.push(name))));
     stack.defer("database", slow("database"));
     const broker = stack.use("broker", { close: slow("broker") });
     stack.defer("server", () => void closed.push("server"));
@@ -23,11 +24,16 @@ describe("the resource stack", () => {
     stack.defer("server", () => {
       throw new Error("sessions did not end");
     });
-    const err = await stack.unwind().then(() => undefined, (e: unknown) => e);
+    const err = await stack.unwind().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(closed).toEqual(["streams", "database"]);
     expect(err).toBeInstanceOf(UnwindError);
     expect((err as UnwindError).failures.map((f) => f.name)).toEqual(["server", "broker"]);
-    expect((err as UnwindError).message).toBe("could not close server (sessions did not end); could not close broker (sweep still running)");
+    expect((err as UnwindError).message).toBe(
+      "could not close server (sessions did not end); could not close broker (sweep still running)",
+    );
   });
 
   it("unwinds once: a second unwind gets the first one's outcome without closing anything again, and nothing can be opened after", async () => {
@@ -38,6 +44,8 @@ describe("the resource stack", () => {
     expect(stack.unwind()).toBe(first);
     await first;
     expect(closes).toBe(1);
-    expect(() => stack.defer("late", () => {})).toThrow("late was opened while the control plane was closing");
+    expect(() => stack.defer("late", () => {})).toThrow(
+      "late was opened while the control plane was closing",
+    );
   });
 });

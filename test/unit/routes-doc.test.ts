@@ -12,7 +12,17 @@ const doc = renderRoutesDoc();
 /** The v1 routes of the wire contract (Runner protocol v1); none may disappear. */
 const v1Routes = [
   "GET /v1/runner/clock",
-  ...["register", "claim", "renew", "release", "code/head", "code/bundle", "inventory", "events", "logs"].map((r) => `POST /v1/runner/${r}`),
+  ...[
+    "register",
+    "claim",
+    "renew",
+    "release",
+    "code/head",
+    "code/bundle",
+    "inventory",
+    "events",
+    "logs",
+  ].map((r) => `POST /v1/runner/${r}`),
 ];
 
 describe("docs/routes.md", () => {
@@ -22,7 +32,9 @@ describe("docs/routes.md", () => {
   });
 
   it("says it is generated and how to regenerate it", () => {
-    expect(doc.split("\n")[0]).toMatch(/^<!-- Generated .*Do not edit; run `npm run generate`\. -->$/);
+    expect(doc.split("\n")[0]).toMatch(
+      /^<!-- Generated .*Do not edit; run `npm run generate`\. -->$/,
+    );
   });
 
   it.each(v1Routes)("lists the v1 route %s, as the route options declare it", (route) => {
@@ -32,24 +44,34 @@ describe("docs/routes.md", () => {
     expect(entry!.principal).toBe("runner");
     const row = doc.split("\n").find((line) => line.startsWith(`| \`${route}\` |`));
     expect(row, `${route} has no row`).toBeDefined();
-    expect(row).toContain(`| \`/forelead.runner.v1.RunnerService/${entry!.method.name}\` | runner |`);
+    expect(row).toContain(
+      `| \`/forelead.runner.v1.RunnerService/${entry!.method.name}\` | runner |`,
+    );
   });
 
   it("has exactly one row per method of every served service", () => {
     const rows = doc.split("\n").filter((line) => /^\| `(GET|POST|PUT) /.test(line));
     const methods = services.flatMap((s) => s.methods);
     expect(rows).toHaveLength(methods.length);
-    for (const m of methods) expect(rows.filter((r) => r.includes(`| \`/${m.parent.typeName}/${m.name}\` |`))).toHaveLength(1);
+    for (const m of methods)
+      expect(
+        rows.filter((r) => r.includes(`| \`/${m.parent.typeName}/${m.name}\` |`)),
+      ).toHaveLength(1);
   });
 
   it("describes bodies by the route's body mapping", () => {
-    const row = (route: string) => doc.split("\n").find((line) => line.startsWith(`| \`${route}\` |`)) ?? "";
+    const row = (route: string) =>
+      doc.split("\n").find((line) => line.startsWith(`| \`${route}\` |`)) ?? "";
     expect(row("GET /v1/runner/clock")).toContain("| none | JSON `ClockResponse` |");
-    expect(row("POST /v1/runner/claim")).toContain("| JSON `ClaimRequest` | JSON of `lease` (`Lease`); 204 when there is none |");
+    expect(row("POST /v1/runner/claim")).toContain(
+      "| JSON `ClaimRequest` | JSON of `lease` (`Lease`); 204 when there is none |",
+    );
     expect(row("POST /v1/runner/release")).toContain("| 204 No Content |");
     expect(row("POST /v1/runner/events")).toContain("| NDJSON stream of `EventsRequest` |");
     expect(row("POST /v1/runner/code/bundle")).toContain("| raw `application/x-git-bundle` |");
-    expect(row("POST /v1/runner/agent/publish")).toContain("| raw `application/x-git-bundle` (`data` of `AgentPublishRequest`); headers `forelead-api-version` (`apiVersion`), `forelead-job-id` (`jobId`), `forelead-lease-token` (`leaseToken`) |");
+    expect(row("POST /v1/runner/agent/publish")).toContain(
+      "| raw `application/x-git-bundle` (`data` of `AgentPublishRequest`); headers `forelead-api-version` (`apiVersion`), `forelead-job-id` (`jobId`), `forelead-lease-token` (`leaseToken`) |",
+    );
   });
 
   it("carries each method's leading proto comment as its summary", () => {

@@ -19,7 +19,11 @@ describe("clock offset", () => {
     const server = [500n, 1600n, 2000n];
     let i = 0;
     let j = 0;
-    const offset = await measureClockOffset(async () => server[j++]!, 3, () => local[i++]!);
+    const offset = await measureClockOffset(
+      async () => server[j++]!,
+      3,
+      () => local[i++]!,
+    );
     // Round trips 400, 100, 900: the second wins; midpoint 2050 - server 1600.
     expect(offset).toEqual({ offsetNs: 450n, roundTripNs: 100n, samples: 3 });
   });
@@ -33,28 +37,57 @@ describe("clock offset", () => {
 describe("settling rules", () => {
   const run = (r: Partial<Parameters<typeof settlementOf>[0]>) => ({ durationMs: 1, ...r });
   it("exit 0 succeeds; non-zero fails with the exit code", () => {
-    expect(settlementOf(run({ exitCode: 0 }), undefined, 60, "make")).toEqual({ outcome: "succeeded", exitCode: 0 });
-    expect(settlementOf(run({ exitCode: 2 }), undefined, 60, "make")).toEqual({ outcome: "failed", exitCode: 2, error: { code: "exit_code", message: "make exited 2", retryable: false } });
+    expect(settlementOf(run({ exitCode: 0 }), undefined, 60, "make")).toEqual({
+      outcome: "succeeded",
+      exitCode: 0,
+    });
+    expect(settlementOf(run({ exitCode: 2 }), undefined, 60, "make")).toEqual({
+      outcome: "failed",
+      exitCode: 2,
+      error: { code: "exit_code", message: "make exited 2", retryable: false },
+    });
   });
   it("a timeout fails with code timeout and a cancel is cancelled, whatever the exit code", () => {
-    expect(settlementOf(run({ exitCode: 137 }), "timeout", 5, "sleep")).toMatchObject({ outcome: "failed", error: { code: "timeout", retryable: false } });
-    expect(settlementOf(run({ exitCode: 0 }), "cancel", 5, "sleep")).toEqual({ outcome: "cancelled" });
+    expect(settlementOf(run({ exitCode: 137 }), "timeout", 5, "sleep")).toMatchObject({
+      outcome: "failed",
+      error: { code: "timeout", retryable: false },
+    });
+    expect(settlementOf(run({ exitCode: 0 }), "cancel", 5, "sleep")).toEqual({
+      outcome: "cancelled",
+    });
   });
   it("an executor's own error is the job's error; a signal without an exit code is 'killed'", () => {
     const error = { code: "image_unavailable", message: "no", retryable: false };
     expect(settlementOf(run({ error }), undefined, 5, "x")).toEqual({ outcome: "failed", error });
-    expect(settlementOf(run({ signal: "SIGKILL" }), undefined, 5, "x")).toMatchObject({ outcome: "failed", error: { code: "killed" } });
+    expect(settlementOf(run({ signal: "SIGKILL" }), undefined, 5, "x")).toMatchObject({
+      outcome: "failed",
+      error: { code: "killed" },
+    });
   });
 });
 
 describe("run phases", () => {
   const fakeJob = () => {
     const stops: number[] = [];
-    return { stops, job: { done: new Promise<never>(() => {}), stop: async (graceMs: number) => void stops.push(graceMs) } };
+    return {
+      stops,
+      job: {
+        done: new Promise<never>(() => {}),
+        stop: async (graceMs: number) => void stops.push(graceMs),
+      },
+    };
   };
   const fakeOutput = () => {
     const calls: string[] = [];
-    return { calls, output: { log: () => {}, event: () => {}, flush: async () => {}, abandon: () => void calls.push("abandon") } };
+    return {
+      calls,
+      output: {
+        log: () => {},
+        event: () => {},
+        flush: async () => {},
+        abandon: () => void calls.push("abandon"),
+      },
+    };
   };
 
   it("a lost lease kills the running job at once, drops its output, and no phase follows: nothing is completed or released", () => {
@@ -127,7 +160,8 @@ describe("lease keeping", () => {
     vi.useRealTimers();
   });
 
-  const lease = (expiresAtMs: number, cancelRequested = false) => create(LeaseSchema, { expiresAt: timestampFromMs(expiresAtMs), cancelRequested });
+  const lease = (expiresAtMs: number, cancelRequested = false) =>
+    create(LeaseSchema, { expiresAt: timestampFromMs(expiresAtMs), cancelRequested });
   function keeper(renew: () => Promise<unknown>, offsetMs: number, leaseMs: number) {
     const client = { renew } as unknown as RunnerClient;
     const clock = serverClock(BigInt(offsetMs) * 1_000_000n);
@@ -148,7 +182,11 @@ describe("lease keeping", () => {
   it("with renewals failing, the lease is lost exactly when the corrected clock passes the expiry", async () => {
     vi.useFakeTimers({ now: 1_000_000 });
     // The runner's clock is 5 s ahead of the control plane's; a 3 s lease.
-    const { k, events } = keeper(() => Promise.reject(new TransportError("connection refused")), 5000, 3000);
+    const { k, events } = keeper(
+      () => Promise.reject(new TransportError("connection refused")),
+      5000,
+      3000,
+    );
     await vi.advanceTimersByTimeAsync(2950);
     expect(events).toEqual([]);
     await vi.advanceTimersByTimeAsync(100);
@@ -159,9 +197,15 @@ describe("lease keeping", () => {
 
   it("a refused renewal (409) loses the lease at once; a renewal with cancelRequested asks for a cancel once", async () => {
     vi.useFakeTimers({ now: 1_000_000 });
-    const refused = keeper(() => Promise.reject(new RunnerApiError("POST /v1/runner/renew", 409, "aborted", "expired")), 0, 30_000);
+    const refused = keeper(
+      () => Promise.reject(new RunnerApiError("POST /v1/runner/renew", 409, "aborted", "expired")),
+      0,
+      30_000,
+    );
     await vi.advanceTimersByTimeAsync(10_100);
-    expect(refused.events).toEqual([expect.stringMatching(/^lost: the control plane refused the renewal/)]);
+    expect(refused.events).toEqual([
+      expect.stringMatching(/^lost: the control plane refused the renewal/),
+    ]);
 
     const cancelled = keeper(async () => lease(Date.now() + 30_000, true), 0, 30_000);
     await vi.advanceTimersByTimeAsync(60_000);

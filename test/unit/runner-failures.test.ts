@@ -7,7 +7,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createCertificateAuthority, issueServerCertificate } from "../../src/identity/ca.js";
 import { RunnerApiError } from "../../src/runner/transport/client.js";
 import { fixOf } from "../../src/runner/transport/failures.js";
-import { createRestTransport, type TlsMaterial } from "../../src/runner/transport/rest-transport.js";
+import {
+  createRestTransport,
+  type TlsMaterial,
+} from "../../src/runner/transport/rest-transport.js";
 import { createTestPki, type TestPki } from "../support/pki.js";
 
 let pki: TestPki;
@@ -19,7 +22,10 @@ beforeAll(async () => {
   pki = await createTestPki();
   // A certificate for "localhost" only: 127.0.0.1 is the wrong host.
   const localhostOnly = await issueServerCertificate(pki.ca, { hosts: ["localhost"] });
-  server = http2.createSecureServer({ cert: localhostOnly.certPem, key: localhostOnly.keyPem, minVersion: "TLSv1.3" }, (_req, res) => res.end("{}"));
+  server = http2.createSecureServer(
+    { cert: localhostOnly.certPem, key: localhostOnly.keyPem, minVersion: "TLSv1.3" },
+    (_req, res) => res.end("{}"),
+  );
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   port = (server.address() as AddressInfo).port;
 });
@@ -43,12 +49,20 @@ describe("runner failures: final or transient", () => {
   it("a CA bundle that did not sign the server's certificate is final, naming the --ca file", async () => {
     const other = await createCertificateAuthority({ commonName: "another CA" });
     const err = await failureOf(`https://localhost:${port}`, other.certPem);
-    expect(fixOf(err)).toMatch(new RegExp(`^cannot verify the control plane at https://localhost:${port}: its certificate is not signed by the CA bundle --ca /etc/forelead/ca.pem \\((UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT_LOCALLY): `));
+    expect(fixOf(err)).toMatch(
+      new RegExp(
+        `^cannot verify the control plane at https://localhost:${port}: its certificate is not signed by the CA bundle --ca /etc/forelead/ca.pem \\((UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT_LOCALLY): `,
+      ),
+    );
   });
 
   it("a server certificate that does not name the --server host is final, naming the host", async () => {
     const err = await failureOf(`https://127.0.0.1:${port}`, pki.ca.certPem);
-    expect(fixOf(err)).toMatch(new RegExp(`^the control plane's certificate does not name the host "127.0.0.1" of --server https://127.0.0.1:${port} \\(ERR_TLS_CERT_ALTNAME_INVALID: `));
+    expect(fixOf(err)).toMatch(
+      new RegExp(
+        `^the control plane's certificate does not name the host "127.0.0.1" of --server https://127.0.0.1:${port} \\(ERR_TLS_CERT_ALTNAME_INVALID: `,
+      ),
+    );
   });
 
   it("a refused connection is transient", async () => {
@@ -62,10 +76,51 @@ describe("runner failures: final or transient", () => {
   });
 
   it("401 and 403 are final, 409 already_exists only on register; 503 and a lease's 409 are not", () => {
-    expect(fixOf(new RunnerApiError("POST /v1/runner/claim", 401, "unauthenticated", "the client certificate expired at 2026-12-01T00:00:00Z", sources))).toBe("the control plane refused this runner's certificate (--cert /etc/forelead/runner.pem): the client certificate expired at 2026-12-01T00:00:00Z; renew or re-enroll it");
-    expect(fixOf(new RunnerApiError("POST /v1/runner/claim", 403, "permission_denied", 'runner "r1" is retired'))).toBe('the control plane refuses this runner: runner "r1" is retired');
-    expect(fixOf(new RunnerApiError("POST /v1/runner/register", 409, "already_exists", "runner \"r1\" in workspace \"w1\" is already running"))).toBe('runner "r1" in workspace "w1" is already running');
-    expect(fixOf(new RunnerApiError("POST /v1/runner/renew", 409, "aborted", "lease expired"))).toBeUndefined();
-    expect(fixOf(new RunnerApiError("POST /v1/runner/claim", 503, "unavailable", "the database is unreachable"))).toBeUndefined();
+    expect(
+      fixOf(
+        new RunnerApiError(
+          "POST /v1/runner/claim",
+          401,
+          "unauthenticated",
+          "the client certificate expired at 2026-12-01T00:00:00Z",
+          sources,
+        ),
+      ),
+    ).toBe(
+      "the control plane refused this runner's certificate (--cert /etc/forelead/runner.pem): the client certificate expired at 2026-12-01T00:00:00Z; renew or re-enroll it",
+    );
+    expect(
+      fixOf(
+        new RunnerApiError(
+          "POST /v1/runner/claim",
+          403,
+          "permission_denied",
+          'runner "r1" is retired',
+        ),
+      ),
+    ).toBe('the control plane refuses this runner: runner "r1" is retired');
+    expect(
+      fixOf(
+        new RunnerApiError(
+          "POST /v1/runner/register",
+          409,
+          "already_exists",
+          'runner "r1" in workspace "w1" is already running',
+        ),
+      ),
+    ).toBe('runner "r1" in workspace "w1" is already running');
+    expect(
+      fixOf(new RunnerApiError("POST /v1/runner/renew", 409, "aborted", "lease expired")),
+    ).toBeUndefined();
+    expect(
+      fixOf(
+        new RunnerApiError(
+          "POST /v1/runner/claim",
+          503,
+          "unavailable",
+          "the database is unreachable",
+        ),
+      ),
+    ).toBeUndefined();
   });
 });

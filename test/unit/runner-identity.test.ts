@@ -25,10 +25,26 @@ afterAll(async () => rm(scratch, { recursive: true, force: true }));
 /** An identity signed by the test CA over a key made like the runner makes it. */
 async function identity(runnerId: string): Promise<RunnerIdentity> {
   const { keyPem, csrPem } = await createKeyAndCsr(runnerId);
-  const issuer = await createIssuer({ certPem: pki.ca.certPem, keyPem: pki.ca.keyPem }, parseTrustBundle(pki.ca.certPem, "ca"), 24 * HOUR);
-  const signed = await issuer.sign(`spiffe://forelead/runners/${runnerId}/workspaces/w1`, await verifyCsr(csrPem));
+  const issuer = await createIssuer(
+    { certPem: pki.ca.certPem, keyPem: pki.ca.keyPem },
+    parseTrustBundle(pki.ca.certPem, "ca"),
+    24 * HOUR,
+  );
+  const signed = await issuer.sign(
+    `spiffe://forelead/runners/${runnerId}/workspaces/w1`,
+    await verifyCsr(csrPem),
+  );
   const dir = join(scratch, `make-${runnerId}-${Math.random().toString(36).slice(2)}`);
-  await saveIdentity(dir, { certPem: signed.chainPem, keyPem, spiffeId: signed.spiffeId, runnerId, workspaceId: "w1", serialHex: signed.serialHex, notBefore: signed.notBefore, notAfter: signed.notAfter });
+  await saveIdentity(dir, {
+    certPem: signed.chainPem,
+    keyPem,
+    spiffeId: signed.spiffeId,
+    runnerId,
+    workspaceId: "w1",
+    serialHex: signed.serialHex,
+    notBefore: signed.notBefore,
+    notAfter: signed.notAfter,
+  });
   return loadIdentity(dir);
 }
 
@@ -38,12 +54,17 @@ describe("renewal timing", () => {
     const notAfter = new Date(24 * HOUR);
     expect(renewalDelayMs({ notBefore, notAfter }, 0, () => 0.5)).toBe(12 * HOUR);
     expect(renewalDelayMs({ notBefore, notAfter }, 0, () => 0)).toBeCloseTo(0.4 * 24 * HOUR);
-    expect(renewalDelayMs({ notBefore, notAfter }, 0, () => 0.999999)).toBeCloseTo(0.6 * 24 * HOUR, -2);
+    expect(renewalDelayMs({ notBefore, notAfter }, 0, () => 0.999999)).toBeCloseTo(
+      0.6 * 24 * HOUR,
+      -2,
+    );
     expect(renewalDelayMs({ notBefore, notAfter }, 20 * HOUR, () => 0.5)).toBe(0); // overdue: at once
   });
 
   it("a fleet enrolled together spreads its renewals", () => {
-    const delays = Array.from({ length: 200 }, () => renewalDelayMs({ notBefore: new Date(0), notAfter: new Date(24 * HOUR) }, 0));
+    const delays = Array.from({ length: 200 }, () =>
+      renewalDelayMs({ notBefore: new Date(0), notAfter: new Date(24 * HOUR) }, 0),
+    );
     expect(Math.min(...delays)).toBeGreaterThanOrEqual(0.4 * 24 * HOUR);
     expect(Math.max(...delays)).toBeLessThanOrEqual(0.6 * 24 * HOUR);
     expect(new Set(delays.map((d) => Math.round(d / 60_000))).size).toBeGreaterThan(50);
@@ -57,8 +78,14 @@ describe("the state directory", () => {
     await saveIdentity(dir, id);
     expect((await stat(dir)).mode & 0o777).toBe(0o700);
     expect((await readdir(dir)).sort()).toEqual(["cert.pem", "key.pem"]);
-    for (const f of ["cert.pem", "key.pem"]) expect((await stat(join(dir, f))).mode & 0o777).toBe(0o600);
-    expect(await loadIdentity(dir)).toMatchObject({ spiffeId: "spiffe://forelead/runners/s1/workspaces/w1", runnerId: "s1", workspaceId: "w1", serialHex: id.serialHex });
+    for (const f of ["cert.pem", "key.pem"])
+      expect((await stat(join(dir, f))).mode & 0o777).toBe(0o600);
+    expect(await loadIdentity(dir)).toMatchObject({
+      spiffeId: "spiffe://forelead/runners/s1/workspaces/w1",
+      runnerId: "s1",
+      workspaceId: "w1",
+      serialHex: id.serialHex,
+    });
   });
 
   it("a crash between the key and the certificate renames is finished on load; one before them keeps the old pair", async () => {
@@ -84,14 +111,25 @@ describe("the state directory", () => {
     const dir = join(scratch, "mismatch");
     const [a, b] = [await identity("s3"), await identity("s3")];
     await saveIdentity(dir, { ...a, keyPem: b.keyPem });
-    await expect(loadIdentity(dir)).rejects.toThrow(/key\.pem does not belong to .*cert\.pem; enroll again/);
-    await expect(loadIdentity(join(scratch, "empty"))).rejects.toThrow("holds no runner identity (cert.pem and key.pem); run `forelead runner enroll");
+    await expect(loadIdentity(dir)).rejects.toThrow(
+      /key\.pem does not belong to .*cert\.pem; enroll again/,
+    );
+    await expect(loadIdentity(join(scratch, "empty"))).rejects.toThrow(
+      "holds no runner identity (cert.pem and key.pem); run `forelead runner enroll",
+    );
   });
 });
 
 describe("certificate status", () => {
   const at = (h: number) => new Date(h * HOUR);
-  const cert = (nowH: number, extra: Partial<{ newest: boolean; retired: boolean }> = {}) => ({ not_before: at(0), not_after: at(24), newest: true, retired: false, now: at(nowH), ...extra });
+  const cert = (nowH: number, extra: Partial<{ newest: boolean; retired: boolean }> = {}) => ({
+    not_before: at(0),
+    not_after: at(24),
+    newest: true,
+    retired: false,
+    now: at(nowH),
+    ...extra,
+  });
   it("current, then expiring soon, renewal overdue past 3/4 of the lifetime, expired; superseded and retired first", () => {
     expect(statusOf(cert(1), 2 * HOUR)).toBe("current");
     expect(statusOf(cert(1), 24 * HOUR)).toBe("expiring_soon");

@@ -3,7 +3,11 @@ import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { jobSecretsProblem, removeLeftoverSecretFiles, writeSecretFiles } from "../../src/runner/executors/secret-files.js";
+import {
+  jobSecretsProblem,
+  removeLeftoverSecretFiles,
+  writeSecretFiles,
+} from "../../src/runner/executors/secret-files.js";
 
 const made: string[] = [];
 afterEach(async () => {
@@ -18,7 +22,10 @@ async function jobsDir(): Promise<string> {
 describe("secret files of a job", () => {
   it("are written to a private directory (0700) as files of mode 0400, and removed on request", async () => {
     const jobs = await jobsDir();
-    const written = (await writeSecretFiles({ "key.pem": "KEY\n", token: "t0k3n" }, join(jobs, "job-1")))!;
+    const written = (await writeSecretFiles(
+      { "key.pem": "KEY\n", token: "t0k3n" },
+      join(jobs, "job-1"),
+    ))!;
     made.push(written.dir);
     expect((await stat(written.dir)).mode & 0o777).toBe(0o700);
     expect((await stat(join(written.dir, "key.pem"))).mode & 0o777).toBe(0o400);
@@ -33,7 +40,9 @@ describe("secret files of a job", () => {
   });
 
   it("a name that is not one path segment is refused before anything is written, naming the file", async () => {
-    await expect(writeSecretFiles({ ok: "x", "../escape": "secret-content" }, join(await jobsDir(), "job-1"))).rejects.toThrow(/secret file name "\.\.\/escape"/);
+    await expect(
+      writeSecretFiles({ ok: "x", "../escape": "secret-content" }, join(await jobsDir(), "job-1")),
+    ).rejects.toThrow(/secret file name "\.\.\/escape"/);
   });
 
   it("leftovers of a runner that died are removed at its next start, and no other runner's", async () => {

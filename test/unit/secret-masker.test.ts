@@ -15,7 +15,8 @@ function through(values: string[], pieces: string[]) {
 }
 
 /** Every substring of `value` of `n` characters. */
-const substrings = (value: string, n: number) => Array.from({ length: value.length - n + 1 }, (_, i) => value.slice(i, i + n));
+const substrings = (value: string, n: number) =>
+  Array.from({ length: value.length - n + 1 }, (_, i) => value.slice(i, i + n));
 
 describe("the streaming secret masker", () => {
   const secret = "hunter2-correct-horse";
@@ -28,7 +29,7 @@ describe("the streaming secret masker", () => {
   });
 
   it("masks a value split into single characters", () => {
-    expect(through([secret], [..."a " + secret + " b"]).all).toBe("a *** b");
+    expect(through([secret], [...("a " + secret + " b")]).all).toBe("a *** b");
   });
 
   it("releases a held tail at once when the next write shows it is not a secret", () => {
@@ -42,7 +43,14 @@ describe("the streaming secret masker", () => {
 
   it("masks a value that holds a line break, printed in pieces", () => {
     const pem = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END KEY-----\n";
-    const { all } = through([pem], ["cat key:\n-----BEGIN KEY---", "--\nMIIEvQIBADANBgkq", "hkiG9w0BAQEFAASC\n-----END KEY-----\nafter\n"]);
+    const { all } = through(
+      [pem],
+      [
+        "cat key:\n-----BEGIN KEY---",
+        "--\nMIIEvQIBADANBgkq",
+        "hkiG9w0BAQEFAASC\n-----END KEY-----\nafter\n",
+      ],
+    );
     expect(all).toBe("cat key:\n***after\n");
   });
 
@@ -100,7 +108,13 @@ describe("the streaming secret masker", () => {
     const masker = createSecretMasker([secret, ""]);
     expect(masker.text(`${secret}/${secret}`)).toBe("***/***");
     expect(masker.text("nothing here")).toBe("nothing here");
-    expect(masker.value({ type: "job.artifacts", skipped: [{ name: `${secret}.txt`, reason: "odd" }], count: 2 })).toEqual({ type: "job.artifacts", skipped: [{ name: "***.txt", reason: "odd" }], count: 2 });
+    expect(
+      masker.value({
+        type: "job.artifacts",
+        skipped: [{ name: `${secret}.txt`, reason: "odd" }],
+        count: 2,
+      }),
+    ).toEqual({ type: "job.artifacts", skipped: [{ name: "***.txt", reason: "odd" }], count: 2 });
     expect(through([], ["as ", "is"]).released).toEqual(["as ", "is", ""]);
   });
 
@@ -113,7 +127,7 @@ describe("the streaming secret masker", () => {
       const text = Array.from({ length: 40 }, () => "abc\n"[random(4)]).join("");
       const stream = masker.stream();
       let out = "";
-      for (let at = 0; at < text.length; ) {
+      for (let at = 0; at < text.length;) {
         const step = 1 + random(6);
         out += stream.write(text.slice(at, at + step));
         at += step;
@@ -132,28 +146,62 @@ describe("the streaming secret masker", () => {
 });
 
 describe("which values a lease's masker masks", () => {
-  const lease = (env: Record<string, string>, secrets: Record<string, string> = {}, secretFiles: Record<string, string> = {}) =>
-    create(LeaseSchema, { job: create(JobSchema, { spec: create(JobSpecSchema, { env }) }), secrets, secretFiles });
+  const lease = (
+    env: Record<string, string>,
+    secrets: Record<string, string> = {},
+    secretFiles: Record<string, string> = {},
+  ) =>
+    create(LeaseSchema, {
+      job: create(JobSchema, { spec: create(JobSpecSchema, { env }) }),
+      secrets,
+      secretFiles,
+    });
 
   it("every declared secret and file content whatever its length, with a file's lines and without its final newline", () => {
     const values = leaseSecretValues(lease({}, { A: "x1" }, { "key.pem": "line-one\nline-two\n" }));
-    expect(values).toEqual(expect.arrayContaining(["x1", "line-one\nline-two\n", "line-one\nline-two", "line-one", "line-two"]));
+    expect(values).toEqual(
+      expect.arrayContaining([
+        "x1",
+        "line-one\nline-two\n",
+        "line-one\nline-two",
+        "line-one",
+        "line-two",
+      ]),
+    );
   });
 
   it("spec.env values only under secret-looking names, and only from 4 characters", () => {
-    const values = leaseSecretValues(lease({ API_TOKEN: "tok-1", db_password: "pw-22", GIT_AUTH: "auth-3", SHORT_KEY: "abc", PLAIN: "visible" }));
+    const values = leaseSecretValues(
+      lease({
+        API_TOKEN: "tok-1",
+        db_password: "pw-22",
+        GIT_AUTH: "auth-3",
+        SHORT_KEY: "abc",
+        PLAIN: "visible",
+      }),
+    );
     expect(values.sort()).toEqual(["auth-3", "pw-22", "tok-1"]);
   });
 });
 
 describe("secret names", () => {
   it("looksSecret: the names the masker treats as secret (test/unit/secret-names.test.ts has the whole rule)", () => {
-    for (const name of ["API_TOKEN", "aws_secret_access_key", "DB_PASSWORD", "PASSWD", "ssh_key", "GOOGLE_CREDENTIALS", "GIT_AUTH_HEADER"]) expect(looksSecret(name), name).toBe(true);
+    for (const name of [
+      "API_TOKEN",
+      "aws_secret_access_key",
+      "DB_PASSWORD",
+      "PASSWD",
+      "ssh_key",
+      "GOOGLE_CREDENTIALS",
+      "GIT_AUTH_HEADER",
+    ])
+      expect(looksSecret(name), name).toBe(true);
     for (const name of ["PATH", "HOME", "CI", "LANG"]) expect(looksSecret(name), name).toBe(false);
   });
 
   it("a secret file name is one path segment", () => {
     expect(secretFileNameProblem("deploy-key.pem")).toBeUndefined();
-    for (const name of ["", ".", "..", "a/b", "../x", "a\\b", "a\u0000b", "x".repeat(256)]) expect(secretFileNameProblem(name), name).toBeDefined();
+    for (const name of ["", ".", "..", "a/b", "../x", "a\\b", "a\u0000b", "x".repeat(256)])
+      expect(secretFileNameProblem(name), name).toBeDefined();
   });
 });

@@ -31,7 +31,13 @@ export class RestContext implements HandlerContext {
   #responseHeader: Headers | undefined;
   #responseTrailer: Headers | undefined;
 
-  constructor(req: Http2ServerRequest, res: Http2ServerResponse, entry: RouteEntry, url: URL, contextValues: ContextValues) {
+  constructor(
+    req: Http2ServerRequest,
+    res: Http2ServerResponse,
+    entry: RouteEntry,
+    url: URL,
+    contextValues: ContextValues,
+  ) {
     this.#req = req;
     this.#url = url;
     this.requestMethod = req.method;
@@ -43,7 +49,8 @@ export class RestContext implements HandlerContext {
     // A stream the client resets (RST_STREAM, as a runner's claim abort sends) reports its response
     // as finished when it closes, so the reset is heard as "aborted": without it, a long-poll claim
     // whose client had gone went on waiting and could lease the next job to no one.
-    const cancel = () => this.abort(new ConnectError("the client closed the request", Code.Canceled));
+    const cancel = () =>
+      this.abort(new ConnectError("the client closed the request", Code.Canceled));
     req.once("aborted", cancel);
     req.once("close", () => {
       if (!res.writableFinished) cancel();
@@ -75,7 +82,8 @@ export class RestContext implements HandlerContext {
     if (!this.#requestHeader) {
       const headers = new Headers();
       for (const [k, v] of Object.entries(this.#req.headers)) {
-        if (!k.startsWith(":") && v !== undefined) headers.set(k, Array.isArray(v) ? v.join(", ") : String(v));
+        if (!k.startsWith(":") && v !== undefined)
+          headers.set(k, Array.isArray(v) ? v.join(", ") : String(v));
       }
       this.#requestHeader = headers;
     }

@@ -1,4 +1,8 @@
-import { constants as http2Constants, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
+import {
+  constants as http2Constants,
+  type Http2ServerRequest,
+  type Http2ServerResponse,
+} from "node:http2";
 
 /**
  * The request body's chunks. Stopping early leaves the stream alive (the

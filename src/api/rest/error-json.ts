@@ -13,7 +13,10 @@ export function errorBody(err: ConnectError): { code: string; message: string } 
 export function writeJson(res: Http2ServerResponse, status: number, body: JsonValue): void {
   if (res.headersSent) return;
   const text = JSON.stringify(body);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(text),
+  });
   res.end(text);
 }
 

@@ -1,4 +1,11 @@
-import { fromJson, ScalarType, type DescField, type DescMessage, type JsonValue, type Message } from "@bufbuild/protobuf";
+import {
+  fromJson,
+  ScalarType,
+  type DescField,
+  type DescMessage,
+  type JsonValue,
+  type Message,
+} from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { idAllowed, markPassedTextRules, textAllowed, valueSurelyAllowed } from "../text-rules.js";
 
@@ -42,7 +49,10 @@ export function flatDecoder(schema: DescMessage): FlatDecoder | undefined {
  * message the flat decoder built: `{ json }`, json undefined when the field
  * was absent; undefined for any other message (read the field then).
  */
-export function plainValueOf(message: object, localName: string): { readonly json: JsonValue | undefined } | undefined {
+export function plainValueOf(
+  message: object,
+  localName: string,
+): { readonly json: JsonValue | undefined } | undefined {
   const plain = (message as { [plainValues]?: Record<string, JsonValue | undefined> })[plainValues];
   return plain ? { json: plain[localName] } : undefined;
 }
@@ -53,7 +63,8 @@ function kindOf(field: DescField): FieldKind | undefined {
   if (field.oneof) return undefined;
   if (field.fieldKind === "scalar" && field.scalar === ScalarType.STRING) return "string";
   if (field.fieldKind === "scalar" && field.scalar === ScalarType.INT64) return "int64";
-  if (field.fieldKind === "message" && field.message.typeName === ValueSchema.typeName) return "value";
+  if (field.fieldKind === "message" && field.message.typeName === ValueSchema.typeName)
+    return "value";
   return undefined;
 }
 
@@ -74,17 +85,27 @@ function buildDecoder(schema: DescMessage): FlatDecoder | undefined {
       get(this: Record<string | symbol, unknown>) {
         const json = (this[plainValues] as Record<string, JsonValue | undefined>)[name];
         const value = json === undefined ? undefined : fromJson(ValueSchema, json);
-        Object.defineProperty(this, name, { value, writable: true, enumerable: true, configurable: true });
+        Object.defineProperty(this, name, {
+          value,
+          writable: true,
+          enumerable: true,
+          configurable: true,
+        });
         return value;
       },
     });
   }
   const defaults: Record<string, unknown> = { $typeName: schema.typeName };
-  for (const field of schema.fields) if (fields.get(field.jsonName)!.kind !== "value") defaults[field.localName] = fields.get(field.jsonName)!.kind === "int64" ? 0n : "";
+  for (const field of schema.fields)
+    if (fields.get(field.jsonName)!.kind !== "value")
+      defaults[field.localName] = fields.get(field.jsonName)!.kind === "int64" ? 0n : "";
   const lastIds: Record<string, string> = {}; // ids repeat line after line: check each new one once
 
   return (json) => {
-    const message: Record<string | symbol, unknown> = Object.assign(Object.create(proto) as object, defaults);
+    const message: Record<string | symbol, unknown> = Object.assign(
+      Object.create(proto) as object,
+      defaults,
+    );
     const plain: Record<string, JsonValue | undefined> = {};
     for (const key in json) {
       const entry = fields.get(key);

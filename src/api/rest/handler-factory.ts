@@ -1,6 +1,17 @@
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
-import { create, type DescMessage, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ContextValues, type HandlerContext, type MethodImplSpec } from "@connectrpc/connect";
+import {
+  create,
+  type DescMessage,
+  type JsonValue,
+  type MessageInitShape,
+} from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  type ContextValues,
+  type HandlerContext,
+  type MethodImplSpec,
+} from "@connectrpc/connect";
 import type { RouteEntry } from "../routes.js";
 import { RestContext } from "./context.js";
 import { bodyChunks } from "./end-stream.js";
@@ -48,10 +59,20 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
   const fields = Object.assign(requestHeaderFields(req.headers, entry), r.pathFields());
   const where = `${req.method} ${url.pathname}`;
 
-  if (spec.kind === "bidi_streaming") throw new ConnectError(`${method.name} is not served on REST`, Code.Unimplemented);
+  if (spec.kind === "bidi_streaming")
+    throw new ConnectError(`${method.name} is not served on REST`, Code.Unimplemented);
   if (spec.kind === "client_streaming") {
     const messages = option.rawRequestBody
-      ? rawBodyMessages(bodyChunks(req), { schema: method.input, bytesField: option.rawRequestBody, contentType: option.rawRequestContentType }, req.headers["content-type"], fields)
+      ? rawBodyMessages(
+          bodyChunks(req),
+          {
+            schema: method.input,
+            bytesField: option.rawRequestBody,
+            contentType: option.rawRequestContentType,
+          },
+          req.headers["content-type"],
+          fields,
+        )
       : ndjsonMessages(bodyChunks(req), method.input, r.maxBodyBytes);
     let reply: MessageInitShape<DescMessage>;
     try {
@@ -65,21 +86,43 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
     return writeReply(res, option, method, create(method.output, reply));
   }
 
-  const json: Record<string, JsonValue> = req.method === "GET" ? queryJson(url.search, method.input) : await readJsonBody(req, r.maxBodyBytes);
+  const json: Record<string, JsonValue> =
+    req.method === "GET"
+      ? queryJson(url.search, method.input)
+      : await readJsonBody(req, r.maxBodyBytes);
   // A reconnecting EventSource says where it stopped in Last-Event-ID; the route names the field it binds.
   const resumeField = option.lastEventIdField;
   const lastEventId = req.headers["last-event-id"];
-  if (resumeField && typeof lastEventId === "string" && lastEventId && json[resumeField] === undefined) json[resumeField] = lastEventId;
+  if (
+    resumeField &&
+    typeof lastEventId === "string" &&
+    lastEventId &&
+    json[resumeField] === undefined
+  )
+    json[resumeField] = lastEventId;
   // An EventSource asks for text/event-stream: that is the route's event stream, as if it set the field.
   const streamField = option.eventStreamField;
-  if (streamField && req.method === "GET" && /\btext\/event-stream\b/.test(req.headers.accept ?? "") && json[streamField] === undefined) json[streamField] = true;
+  if (
+    streamField &&
+    req.method === "GET" &&
+    /\btext\/event-stream\b/.test(req.headers.accept ?? "") &&
+    json[streamField] === undefined
+  )
+    json[streamField] = true;
   // The body's own object, the bound fields set on it (they win): `{ ...json, ...fields }` cost ~2 µs a request.
   const input = decode(method.input, Object.assign(json, fields), "request body");
 
   if (spec.kind === "server_streaming") {
     const messages = spec.impl(input, ctx)[Symbol.asyncIterator]();
     if (!option.ndjsonResponse) return writeRawStream(res, entry, messages, where);
-    return writeMessageStream(res, option, method, messageStreamFormat(option, method, input, req.headers.accept), messages, where);
+    return writeMessageStream(
+      res,
+      option,
+      method,
+      messageStreamFormat(option, method, input, req.headers.accept),
+      messages,
+      where,
+    );
   }
   const reply = await spec.impl(input, ctx);
   writeReply(res, option, method, create(method.output, reply));

@@ -10,7 +10,10 @@ export function parseJsonObject(text: string, what: string): Record<string, Json
   try {
     json = JSON.parse(text) as JsonValue;
   } catch (err) {
-    throw new ConnectError(`${what} is not valid JSON: ${jsonSyntaxReason(err)}`, Code.InvalidArgument);
+    throw new ConnectError(
+      `${what} is not valid JSON: ${jsonSyntaxReason(err)}`,
+      Code.InvalidArgument,
+    );
   }
   if (json === null || typeof json !== "object" || Array.isArray(json)) {
     throw new ConnectError(`${what} must be a JSON object`, Code.InvalidArgument);

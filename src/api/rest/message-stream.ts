@@ -1,5 +1,12 @@
 import type { Http2ServerResponse } from "node:http2";
-import { create, type DescMessage, type DescMethod, type JsonValue, type Message, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  create,
+  type DescMessage,
+  type DescMethod,
+  type JsonValue,
+  type Message,
+  type MessageInitShape,
+} from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
 import { messageToJson } from "../../protocol/json-codec.js";
@@ -29,7 +36,12 @@ const keepaliveMs = 15_000;
  * event_stream_field is true in the request, text when the route has a
  * text_field and the client accepts text/plain, NDJSON otherwise.
  */
-export function messageStreamFormat(route: Route, method: DescMethod, input: Message, accept: string | undefined): MessageStreamFormat {
+export function messageStreamFormat(
+  route: Route,
+  method: DescMethod,
+  input: Message,
+  accept: string | undefined,
+): MessageStreamFormat {
   if (route.eventStreamField) {
     const field = method.input.fields.find((f) => f.jsonName === route.eventStreamField);
     if (field && reflect(method.input, input).get(field) === true) return "event-stream";
@@ -55,22 +67,37 @@ export async function writeMessageStream(
 ): Promise<void> {
   const gone = () => streamGone(res);
   const sendHeaders = () => {
-    if (!res.headersSent) res.writeHead(200, { "content-type": contentTypes[format], ...(format === "event-stream" ? { "cache-control": "no-cache" } : {}) });
+    if (!res.headersSent)
+      res.writeHead(200, {
+        "content-type": contentTypes[format],
+        ...(format === "event-stream" ? { "cache-control": "no-cache" } : {}),
+      });
   };
   const encode = (value: MessageInitShape<DescMessage>): string => {
-    const json = messageToJson(method.output, create(method.output, value)) as Record<string, JsonValue>;
+    const json = messageToJson(method.output, create(method.output, value)) as Record<
+      string,
+      JsonValue
+    >;
     if (format === "ndjson") return `${JSON.stringify(json)}\n`;
     if (format === "text") return logEntryText(json[route.textField]);
     const id = route.eventIdField ? json[route.eventIdField] : undefined;
     const type = route.eventTypeField ? json[route.eventTypeField] : undefined;
     return `${typeof id === "string" && id ? `id: ${id}\n` : ""}${typeof type === "string" && sseName.test(type) ? `event: ${type}\n` : ""}data: ${JSON.stringify(json)}\n\n`;
   };
-  const keepalive = format === "event-stream" ? setInterval(() => res.headersSent && !gone() && res.write(": keepalive\n\n"), keepaliveMs) : undefined;
+  const keepalive =
+    format === "event-stream"
+      ? setInterval(() => res.headersSent && !gone() && res.write(": keepalive\n\n"), keepaliveMs)
+      : undefined;
   let next = messages.next();
   try {
     if (format === "event-stream") {
       let timer: NodeJS.Timeout | undefined;
-      const first = await Promise.race([next, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), eventStreamHeaderDelayMs)))]);
+      const first = await Promise.race([
+        next,
+        new Promise<undefined>(
+          (resolve) => (timer = setTimeout(() => resolve(undefined), eventStreamHeaderDelayMs)),
+        ),
+      ]);
       clearTimeout(timer);
       if (first === undefined) sendHeaders(); // a follower waiting for the first entry learns at once that it is connected
     }
@@ -86,7 +113,8 @@ export async function writeMessageStream(
     else res.end();
   } catch (thrown) {
     const err = toConnectError(thrown, where);
-    if (format === "event-stream" && res.headersSent && !gone()) res.end(`event: error\ndata: ${JSON.stringify(errorBody(err))}\n\n`);
+    if (format === "event-stream" && res.headersSent && !gone())
+      res.end(`event: error\ndata: ${JSON.stringify(errorBody(err))}\n\n`);
     else writeError(res, err);
   } finally {
     clearInterval(keepalive);

@@ -33,20 +33,33 @@ const openBrace = 0x7b;
  * read ends it with its error; either way the lines before it are handed to
  * the handler first.
  */
-export function ndjsonMessages(chunks: AsyncIterable<Buffer>, schema: DescMessage, maxBytes: number): BatchedMessages<Message> {
+export function ndjsonMessages(
+  chunks: AsyncIterable<Buffer>,
+  schema: DescMessage,
+  maxBytes: number,
+): BatchedMessages<Message> {
   return batchedMessages(ndjsonBatches(chunks, schema, maxBytes));
 }
 
-async function* ndjsonBatches(chunks: AsyncIterable<Buffer>, schema: DescMessage, maxBytes: number): AsyncGenerator<Message[]> {
+async function* ndjsonBatches(
+  chunks: AsyncIterable<Buffer>,
+  schema: DescMessage,
+  maxBytes: number,
+): AsyncGenerator<Message[]> {
   let parts: Buffer[] = []; // the line being read
   let partBytes = 0;
   let consumed = 0;
   let lineNo = 0;
   const flat = flatDecoder(schema);
-  const over = (n: number) => new ConnectError(`line ${n} takes the request body over ${maxBytes} bytes; send it in a new request`, Code.ResourceExhausted);
+  const over = (n: number) =>
+    new ConnectError(
+      `line ${n} takes the request body over ${maxBytes} bytes; send it in a new request`,
+      Code.ResourceExhausted,
+    );
   /** The message of line `lineNo`, its text checked (see jsonText) and without its newline; undefined when blank. */
   const decodeLine = (line: string): Message | undefined => {
-    if (line.length === 0 || (line.charCodeAt(0) !== openBrace && line.trim() === "")) return undefined;
+    if (line.length === 0 || (line.charCodeAt(0) !== openBrace && line.trim() === ""))
+      return undefined;
     const what = `line ${lineNo}`;
     const json = parseJsonObject(line, what);
     const message = flat?.(json) ?? decode(schema, json, what);
@@ -60,7 +73,8 @@ async function* ndjsonBatches(chunks: AsyncIterable<Buffer>, schema: DescMessage
     if (consumed > maxBytes) throw over(lineNo);
     // The newline (and a CR before it) is cut from the bytes: one string per line, not two.
     let end = raw.length;
-    if (end > 0 && raw[end - 1] === newline) end -= end > 1 && raw[end - 2] === carriageReturn ? 2 : 1;
+    if (end > 0 && raw[end - 1] === newline)
+      end -= end > 1 && raw[end - 2] === carriageReturn ? 2 : 1;
     return decodeLine(jsonText(raw.subarray(0, end), `line ${lineNo}`));
   };
   /**
@@ -74,10 +88,12 @@ async function* ndjsonBatches(chunks: AsyncIterable<Buffer>, schema: DescMessage
       const text = block.toString("utf8");
       if (!mayHoldUnsafeInteger(text)) {
         consumed += block.length;
-        for (let from = 0; from < text.length; ) {
+        for (let from = 0; from < text.length;) {
           const to = text.indexOf("\n", from);
           lineNo++;
-          const message = decodeLine(text.slice(from, to > from && text.charCodeAt(to - 1) === carriageReturn ? to - 1 : to));
+          const message = decodeLine(
+            text.slice(from, to > from && text.charCodeAt(to - 1) === carriageReturn ? to - 1 : to),
+          );
           from = to + 1;
           if (message) batch.push(message);
         }

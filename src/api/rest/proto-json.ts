@@ -8,13 +8,20 @@ import { fastFromJson } from "../../protocol/json-codec.js";
  * by its proto name), after `what` ("request body", "line 3"). A body the
  * compiled plan is sure of skips reflection (json-codec.ts).
  */
-export function decode<T extends DescMessage>(schema: T, json: JsonValue, what: string): MessageShape<T> {
+export function decode<T extends DescMessage>(
+  schema: T,
+  json: JsonValue,
+  what: string,
+): MessageShape<T> {
   const fast = fastFromJson(schema, json);
   if (fast) return fast;
   try {
     return fromJson(schema, json, { ignoreUnknownFields: true });
   } catch (err) {
-    const text = (err as Error).message.replace(/^cannot decode (field|message) [\w.]+?\.(\w+) from JSON: /, (_m, kind, name) => (kind === "field" ? `field "${jsonNameOf(schema, name)}": ` : ""));
+    const text = (err as Error).message.replace(
+      /^cannot decode (field|message) [\w.]+?\.(\w+) from JSON: /,
+      (_m, kind, name) => (kind === "field" ? `field "${jsonNameOf(schema, name)}": ` : ""),
+    );
     throw new ConnectError(`${what}: ${text}`, Code.InvalidArgument);
   }
 }

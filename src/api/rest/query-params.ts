@@ -24,7 +24,8 @@ export function queryJson(search: string, schema: DescMessage): Record<string, J
     if (values.length === 0) continue;
     const isBool = field.fieldKind === "scalar" && field.scalar === ScalarType.BOOL;
     const convert = (v: string): JsonValue => (isBool ? v === "true" || v === "1" : v);
-    out[field.jsonName] = field.fieldKind === "list" ? values.map(convert) : convert(values[values.length - 1]!);
+    out[field.jsonName] =
+      field.fieldKind === "list" ? values.map(convert) : convert(values[values.length - 1]!);
   }
   return out;
 }
@@ -33,7 +34,13 @@ function decodeQueryComponent(raw: string, name: string | undefined): string {
   try {
     return decodeURIComponent(raw.replace(/\+/g, " "));
   } catch {
-    const what = name === undefined ? `a query parameter name (${JSON.stringify(raw.slice(0, 40))})` : `query parameter ${JSON.stringify(name)}`;
-    throw new ConnectError(`${what} is not valid percent-encoded UTF-8; percent-encode the UTF-8 bytes of the text`, Code.InvalidArgument);
+    const what =
+      name === undefined
+        ? `a query parameter name (${JSON.stringify(raw.slice(0, 40))})`
+        : `query parameter ${JSON.stringify(name)}`;
+    throw new ConnectError(
+      `${what} is not valid percent-encoded UTF-8; percent-encode the UTF-8 bytes of the text`,
+      Code.InvalidArgument,
+    );
   }
 }

@@ -1,4 +1,10 @@
-import { create, type DescField, type DescMessage, type JsonValue, type Message } from "@bufbuild/protobuf";
+import {
+  create,
+  type DescField,
+  type DescMessage,
+  type JsonValue,
+  type Message,
+} from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { requireContentType } from "./content-type.js";
 import { decode } from "./proto-json.js";
@@ -21,7 +27,12 @@ export interface RawBody {
  * the body. A body not sent as `contentType` is invalid_argument, raised at
  * the first read.
  */
-export async function* rawBodyMessages(chunks: AsyncIterable<Buffer>, body: RawBody, contentTypeHeader: string | undefined, fields: Record<string, JsonValue>): AsyncGenerator<Message> {
+export async function* rawBodyMessages(
+  chunks: AsyncIterable<Buffer>,
+  body: RawBody,
+  contentTypeHeader: string | undefined,
+  fields: Record<string, JsonValue>,
+): AsyncGenerator<Message> {
   if (body.contentType) requireContentType(contentTypeHeader, body.contentType);
   const { schema } = body;
   const field = bytesFieldOf(body);

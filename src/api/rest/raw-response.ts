@@ -12,9 +12,17 @@ import { responseHeaderFields } from "./header-fields.js";
  * An error before the first message is the ordinary JSON error reply; after
  * it, a broken stream (never a truncated success).
  */
-export async function writeRawStream(res: Http2ServerResponse, entry: RouteEntry, chunks: AsyncIterator<MessageInitShape<DescMessage>>, where: string): Promise<void> {
+export async function writeRawStream(
+  res: Http2ServerResponse,
+  entry: RouteEntry,
+  chunks: AsyncIterator<MessageInitShape<DescMessage>>,
+  where: string,
+): Promise<void> {
   const first = await chunks.next();
-  res.writeHead(200, { ...responseHeaderFields(entry, first.done ? undefined : first.value), "content-type": entry.option.rawResponseContentType });
+  res.writeHead(200, {
+    ...responseHeaderFields(entry, first.done ? undefined : first.value),
+    "content-type": entry.option.rawResponseContentType,
+  });
   try {
     for (let r = first; !r.done; r = await chunks.next()) {
       const data = r.value["data"];

@@ -14,7 +14,8 @@ import { writeJson } from "./error-json.js";
 export function routeBody(route: Route, method: DescMethod, reply: Message): JsonValue | undefined {
   if (route.responseBody) {
     const field = method.output.fields.find((f) => f.name === route.responseBody);
-    if (!field || field.fieldKind !== "message") throw new Error(`${method.name}: response_body ${route.responseBody} is not a message field`);
+    if (!field || field.fieldKind !== "message")
+      throw new Error(`${method.name}: response_body ${route.responseBody} is not a message field`);
     const message = reflect(method.output, reply);
     if (!message.isSet(field)) {
       if (route.noContentWhenEmpty) return undefined;
@@ -23,12 +24,23 @@ export function routeBody(route: Route, method: DescMethod, reply: Message): Jso
     return messageToJson(field.message, message.get(field).message);
   }
   const json = messageToJson(method.output, reply);
-  if (route.noContentWhenEmpty && json !== null && typeof json === "object" && Object.keys(json).length === 0) return undefined;
+  if (
+    route.noContentWhenEmpty &&
+    json !== null &&
+    typeof json === "object" &&
+    Object.keys(json).length === 0
+  )
+    return undefined;
   return json;
 }
 
 /** Writes a unary or client-streaming reply: 200 with its JSON body, or 204. */
-export function writeReply(res: Http2ServerResponse, route: Route, method: DescMethod, reply: Message): void {
+export function writeReply(
+  res: Http2ServerResponse,
+  route: Route,
+  method: DescMethod,
+  reply: Message,
+): void {
   const body = routeBody(route, method, reply);
   if (body === undefined) {
     res.writeHead(204);

@@ -17,14 +17,21 @@ export interface CompiledRoute<B extends Routed> {
 /** The route a request line selects, or the refusal when none does. */
 export type RouteMatch<B extends Routed> =
   | { readonly kind: "route"; readonly route: CompiledRoute<B> }
-  | { readonly kind: "refused"; readonly status: 404 | 405; readonly allow?: string; readonly body: { readonly code: string; readonly message: string } };
+  | {
+      readonly kind: "refused";
+      readonly status: 404 | 405;
+      readonly allow?: string;
+      readonly body: { readonly code: string; readonly message: string };
+    };
 
 /**
  * Matches a request line against the routes. A path some route serves with
  * another method is 405 with the methods it is served with (Allow); a path no
  * route serves is 404. Both are answered before any body byte is read.
  */
-export function createRouteMatcher<B extends Routed>(bindings: readonly B[]): (method: string, pathname: string) => RouteMatch<B> {
+export function createRouteMatcher<B extends Routed>(
+  bindings: readonly B[],
+): (method: string, pathname: string) => RouteMatch<B> {
   const routes = bindings.map(compile);
   return (method, pathname) => {
     const candidates = routes.filter((r) => r.pattern.test(pathname));
@@ -32,9 +39,24 @@ export function createRouteMatcher<B extends Routed>(bindings: readonly B[]): (m
     if (route) return { kind: "route", route };
     if (candidates.length > 0) {
       const allow = [...new Set(candidates.map((r) => r.binding.entry.httpMethod))].join(", ");
-      return { kind: "refused", status: 405, allow, body: { code: "unimplemented", message: `${method} ${pathname} is not served; use ${allow}` } };
+      return {
+        kind: "refused",
+        status: 405,
+        allow,
+        body: {
+          code: "unimplemented",
+          message: `${method} ${pathname} is not served; use ${allow}`,
+        },
+      };
     }
-    return { kind: "refused", status: 404, body: { code: "not_found", message: `no route ${method} ${pathname}; docs/routes.md lists the routes` } };
+    return {
+      kind: "refused",
+      status: 404,
+      body: {
+        code: "not_found",
+        message: `no route ${method} ${pathname}; docs/routes.md lists the routes`,
+      },
+    };
   };
 }
 
@@ -49,7 +71,10 @@ export function pathParams(route: CompiledRoute<Routed>, pathname: string): Reco
     try {
       out[name] = decodeURIComponent(m?.[i + 1] ?? "");
     } catch {
-      throw new ConnectError(`path parameter ${name} is not valid percent-encoded UTF-8; percent-encode the UTF-8 bytes of the text`, Code.InvalidArgument);
+      throw new ConnectError(
+        `path parameter ${name} is not valid percent-encoded UTF-8; percent-encode the UTF-8 bytes of the text`,
+        Code.InvalidArgument,
+      );
     }
   });
   return out;

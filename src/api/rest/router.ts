@@ -22,7 +22,9 @@ export interface RestRouterOptions {
  * (or NDJSON, one message per line, or a raw body), calls the same handler
  * the Connect adapter calls, and encodes the reply by the route's body mapping.
  */
-export function createRestRouter(options: RestRouterOptions): (req: Http2ServerRequest, res: Http2ServerResponse) => void {
+export function createRestRouter(
+  options: RestRouterOptions,
+): (req: Http2ServerRequest, res: Http2ServerResponse) => void {
   const match = createRouteMatcher(options.bindings);
   return (req, res) => {
     res.stream.once("finish", () => stopUnreadBody(req, res));
@@ -43,6 +45,8 @@ export function createRestRouter(options: RestRouterOptions): (req: Http2ServerR
         maxBodyBytes: options.maxBodyBytes,
         preauthorize: options.preauthorize,
       });
-    void serve().catch((err) => writeError(res, toConnectError(err, `${req.method} ${url.pathname}`)));
+    void serve().catch((err) =>
+      writeError(res, toConnectError(err, `${req.method} ${url.pathname}`)),
+    );
   };
 }

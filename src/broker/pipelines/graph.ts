@@ -27,29 +27,50 @@ const stepName = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
  */
 export function checkGraph(steps: readonly StepNode[]): void {
   if (steps.length === 0) bad("steps is empty: a pipeline needs at least one step");
-  if (steps.length > pipelineLimits.maxSteps) bad(`the pipeline has ${steps.length} steps; at most ${pipelineLimits.maxSteps} are allowed`);
+  if (steps.length > pipelineLimits.maxSteps)
+    bad(`the pipeline has ${steps.length} steps; at most ${pipelineLimits.maxSteps} are allowed`);
   const byName = new Map<string, StepNode>();
   steps.forEach((s, i) => {
-    if (!stepName.test(s.name)) bad(`steps[${i}].name ${JSON.stringify(s.name.slice(0, 80))} is not a step name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`);
-    if (byName.has(s.name)) bad(`steps[${i}].name ${JSON.stringify(s.name)} is a duplicate: step names are unique in a pipeline`);
+    if (!stepName.test(s.name))
+      bad(
+        `steps[${i}].name ${JSON.stringify(s.name.slice(0, 80))} is not a step name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`,
+      );
+    if (byName.has(s.name))
+      bad(
+        `steps[${i}].name ${JSON.stringify(s.name)} is a duplicate: step names are unique in a pipeline`,
+      );
     byName.set(s.name, s);
   });
   steps.forEach((s, i) => {
     s.needs.forEach((n, j) => {
-      if (!byName.has(n)) bad(`steps[${i}] (${s.name}) needs[${j}] names unknown step ${JSON.stringify(n.slice(0, 80))}`);
+      if (!byName.has(n))
+        bad(
+          `steps[${i}] (${s.name}) needs[${j}] names unknown step ${JSON.stringify(n.slice(0, 80))}`,
+        );
       if (n === s.name) bad(`steps[${i}] (${s.name}) needs itself: cycle ${s.name} → ${s.name}`);
     });
   });
   const cycle = findCycle(steps, byName);
-  if (cycle) bad(`the steps form a cycle: ${cycle.join(" → ")} (each needs the next); a step cannot (transitively) need itself`);
+  if (cycle)
+    bad(
+      `the steps form a cycle: ${cycle.join(" → ")} (each needs the next); a step cannot (transitively) need itself`,
+    );
   steps.forEach((s, i) => {
-    if (s.inputs.length > pipelineLimits.maxInputs) bad(`steps[${i}] (${s.name}) has ${s.inputs.length} inputs; at most ${pipelineLimits.maxInputs} are allowed`);
+    if (s.inputs.length > pipelineLimits.maxInputs)
+      bad(
+        `steps[${i}] (${s.name}) has ${s.inputs.length} inputs; at most ${pipelineLimits.maxInputs} are allowed`,
+      );
     const upstream = ancestors(s.name, byName);
     s.inputs.forEach((input, j) => {
       const at = `steps[${i}] (${s.name}) inputs[${j}]`;
-      if (!byName.has(input.step)) bad(`${at} names unknown step ${JSON.stringify(input.step.slice(0, 80))}`);
-      if (!upstream.has(input.step)) bad(`${at} is from step ${JSON.stringify(input.step)}, which ${s.name} does not need (directly or through its needs); add it to needs`);
-      if (!input.name === !input.glob) bad(`${at} needs exactly one of name (an artifact's name) or glob (e.g. "dist/**")`);
+      if (!byName.has(input.step))
+        bad(`${at} names unknown step ${JSON.stringify(input.step.slice(0, 80))}`);
+      if (!upstream.has(input.step))
+        bad(
+          `${at} is from step ${JSON.stringify(input.step)}, which ${s.name} does not need (directly or through its needs); add it to needs`,
+        );
+      if (!input.name === !input.glob)
+        bad(`${at} needs exactly one of name (an artifact's name) or glob (e.g. "dist/**")`);
     });
   });
 }
@@ -70,7 +91,7 @@ export function ancestors(name: string, byName: ReadonlyMap<string, StepNode>): 
 /** `name` and every step that needs it, directly or through others. */
 export function downstream(name: string, steps: readonly StepNode[]): Set<string> {
   const out = new Set([name]);
-  for (let grew = true; grew; ) {
+  for (let grew = true; grew;) {
     grew = false;
     for (const s of steps) {
       if (out.has(s.name) || !s.needs.some((n) => out.has(n))) continue;
@@ -82,7 +103,10 @@ export function downstream(name: string, steps: readonly StepNode[]): Set<string
 }
 
 /** A cycle as its steps in order, first repeated at the end; undefined when there is none (depth-first, colouring). */
-function findCycle(steps: readonly StepNode[], byName: ReadonlyMap<string, StepNode>): string[] | undefined {
+function findCycle(
+  steps: readonly StepNode[],
+  byName: ReadonlyMap<string, StepNode>,
+): string[] | undefined {
   const colour = new Map<string, "open" | "done">();
   const path: string[] = [];
   const visit = (name: string): string[] | undefined => {

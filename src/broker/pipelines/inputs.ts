@@ -33,7 +33,11 @@ export function globMatcher(glob: string): (name: string) => boolean {
  * the lease lists them and DownloadInput serves only those.
  */
 export async function jobInputs(db: Kysely<Database>, jobId: string): Promise<JobInputView[]> {
-  const step = await db.selectFrom("pipeline_steps").select(["pipeline_id", "inputs"]).where("job_id", "=", jobId).executeTakeFirst();
+  const step = await db
+    .selectFrom("pipeline_steps")
+    .select(["pipeline_id", "inputs"])
+    .where("job_id", "=", jobId)
+    .executeTakeFirst();
   const specs = (step?.inputs ?? []) as unknown as StepInputSpec[];
   if (!step || !specs.length) return [];
   const sources = await db
@@ -48,8 +52,19 @@ export async function jobInputs(db: Kysely<Database>, jobId: string): Promise<Jo
   for (const spec of specs) {
     const source = sources.find((s) => s.name === spec.step);
     const matches = spec.name ? (n: string) => n === spec.name : globMatcher(spec.glob);
-    for (const a of (source?.artifacts ?? []) as Array<{ name: string; digest: string; size: number | string }>) {
-      if (matches(a.name)) out.set(`${spec.step}\n${a.name}`, { name: a.name, digest: a.digest, size: Number(a.size), fromStep: spec.step, fromJobId: source!.id });
+    for (const a of (source?.artifacts ?? []) as Array<{
+      name: string;
+      digest: string;
+      size: number | string;
+    }>) {
+      if (matches(a.name))
+        out.set(`${spec.step}\n${a.name}`, {
+          name: a.name,
+          digest: a.digest,
+          size: Number(a.size),
+          fromStep: spec.step,
+          fromJobId: source!.id,
+        });
     }
   }
   return [...out.values()];
@@ -67,10 +82,23 @@ export async function withInputs(db: Kysely<Database>, lease: LeaseView): Promis
  * `leaseToken`) may read: 409 for a lease that is not live, 404 when its job
  * names no such input, whatever artifacts exist.
  */
-export async function leaseInput(db: Kysely<Database>, holder: LeaseHolder, jobId: string, leaseToken: string, fromJobId: string, name: string): Promise<JobInputView> {
+export async function leaseInput(
+  db: Kysely<Database>,
+  holder: LeaseHolder,
+  jobId: string,
+  leaseToken: string,
+  fromJobId: string,
+  name: string,
+): Promise<JobInputView> {
   const live = await requireLiveLease(db, holder, jobId, leaseToken);
   const from = fromJobId.toLowerCase();
-  const input = (await jobInputs(db, live.job.id)).find((i) => i.fromJobId === from && i.name === name);
-  if (!input) throw new ConnectError(`job ${jobId} has no input ${JSON.stringify(name.slice(0, 200))} from job ${fromJobId.slice(0, 40)}; its lease lists the inputs it may read`, Code.NotFound);
+  const input = (await jobInputs(db, live.job.id)).find(
+    (i) => i.fromJobId === from && i.name === name,
+  );
+  if (!input)
+    throw new ConnectError(
+      `job ${jobId} has no input ${JSON.stringify(name.slice(0, 200))} from job ${fromJobId.slice(0, 40)}; its lease lists the inputs it may read`,
+      Code.NotFound,
+    );
   return input;
 }

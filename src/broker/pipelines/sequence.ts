@@ -25,7 +25,13 @@ export interface StepEnqueue {
 /** The SettleHook of a broker: advances the pipelines of the settled jobs that are steps. */
 export function pipelineSettleHook(ctx: StepEnqueue): SettleHook {
   return async (tx, jobIds) => {
-    const owners = await tx.selectFrom("pipeline_steps").select("pipeline_id").distinct().where("job_id", "in", [...jobIds]).orderBy("pipeline_id").execute();
+    const owners = await tx
+      .selectFrom("pipeline_steps")
+      .select("pipeline_id")
+      .distinct()
+      .where("job_id", "in", [...jobIds])
+      .orderBy("pipeline_id")
+      .execute();
     // In id order, so two transactions settling steps of the same pipelines lock them in one order.
     for (const { pipeline_id } of owners) await advancePipeline(tx, pipeline_id, ctx);
   };
@@ -34,7 +40,8 @@ export function pipelineSettleHook(ctx: StepEnqueue): SettleHook {
 type SettledState = "succeeded" | "failed" | "cancelled";
 const settledJob = new Set<JobState>(["succeeded", "failed", "cancelled"]);
 /** Whether a step's job has settled for good (a job waiting for input has not: its step stays as it is). */
-const isSettled = (state: JobState | null): state is SettledState => state !== null && settledJob.has(state);
+const isSettled = (state: JobState | null): state is SettledState =>
+  state !== null && settledJob.has(state);
 
 /**
  * Jobs that settled while their step still waits on them: a settle path that
@@ -74,70 +81,150 @@ interface StepRow {
  * with allowFailure); the pipeline settles once no step is pending or
  * queued. Each transition writes its event. Locks the pipeline row.
  */
-export async function advancePipeline(tx: Transaction<Database>, pipelineId: string, ctx: StepEnqueue): Promise<void> {
-  const pipeline = await tx.selectFrom("pipelines").selectAll().where("id", "=", pipelineId).forUpdate().executeTakeFirstOrThrow();
+export async function advancePipeline(
+  tx: Transaction<Database>,
+  pipelineId: string,
+  ctx: StepEnqueue,
+): Promise<void> {
+  const pipeline = await tx
+    .selectFrom("pipelines")
+    .selectAll()
+    .where("id", "=", pipelineId)
+    .forUpdate()
+    .executeTakeFirstOrThrow();
   const steps: StepRow[] = await tx
     .selectFrom("pipeline_steps as s")
     .leftJoin("jobs as j", "j.id", "s.job_id")
-    .select(["s.name", "s.needs", "s.allow_failure", "s.state", "s.job_id", "j.state as job_state", "s.request"])
+    .select([
+      "s.name",
+      "s.needs",
+      "s.allow_failure",
+      "s.state",
+      "s.job_id",
+      "j.state as job_state",
+      "s.request",
+    ])
     .where("s.pipeline_id", "=", pipelineId)
     .orderBy("s.ord")
     .execute();
   const byName = new Map(steps.map((s) => [s.name, s]));
   const event = (type: EventType, s: StepRow, data: Record<string, unknown> = {}) =>
-    recordEvent(tx, { type, workspaceId: pipeline.workspace_id, jobId: s.job_id, data: { pipelineId, step: s.name, ...data } });
+    recordEvent(tx, {
+      type,
+      workspaceId: pipeline.workspace_id,
+      jobId: s.job_id,
+      data: { pipelineId, step: s.name, ...data },
+    });
   const move = async (s: StepRow, state: StepState, set: { job_id?: string } = {}) => {
     s.state = state;
     if (set.job_id) s.job_id = set.job_id;
     await tx
       .updateTable("pipeline_steps")
-      .set((eb) => ({ state, updated_at: new Date(), ...(set.job_id ? { job_id: set.job_id, attempts: eb("attempts", "+", 1) } : {}) }))
+      .set((eb) => ({
+        state,
+        updated_at: new Date(),
+        ...(set.job_id ? { job_id: set.job_id, attempts: eb("attempts", "+", 1) } : {}),
+      }))
       .where("pipeline_id", "=", pipelineId)
       .where("name", "=", s.name)
       .execute();
     await event(`step.${state}` as EventType, s);
   };
   for (const s of steps) {
-    if ((s.state === "queued" || s.state === "running") && isSettled(s.job_state)) await move(s, s.job_state);
+    if ((s.state === "queued" || s.state === "running") && isSettled(s.job_state))
+      await move(s, s.job_state);
   }
-  const blocks = (n: StepRow) => n.state === "skipped" || n.state === "cancelled" || (n.state === "failed" && !n.allow_failure);
-  const passes = (n: StepRow) => n.state === "succeeded" || (n.state === "failed" && n.allow_failure);
+  const blocks = (n: StepRow) =>
+    n.state === "skipped" || n.state === "cancelled" || (n.state === "failed" && !n.allow_failure);
+  const passes = (n: StepRow) =>
+    n.state === "succeeded" || (n.state === "failed" && n.allow_failure);
   // Until nothing moves: a skip makes its dependents skippable in the same pass.
-  for (let moved = true; moved; ) {
+  for (let moved = true; moved;) {
     moved = false;
     for (const s of steps) {
       if (s.state !== "pending") continue;
       const needs = s.needs.map((n) => byName.get(n)!);
       if (pipeline.cancel_requested) await move(s, "cancelled");
       else if (needs.some(blocks)) await move(s, "skipped");
-      else if (needs.every(passes)) await move(s, "queued", { job_id: await enqueueStep(tx, pipeline, s, ctx) });
+      else if (needs.every(passes))
+        await move(s, "queued", { job_id: await enqueueStep(tx, pipeline, s, ctx) });
       else continue;
       moved = true;
     }
   }
-  const open = steps.some((s) => s.state === "pending" || s.state === "queued" || s.state === "running");
+  const open = steps.some(
+    (s) => s.state === "pending" || s.state === "queued" || s.state === "running",
+  );
   const started = steps.some((s) => s.state !== "pending" && s.state !== "queued");
   if (open) {
-    if (started && pipeline.state === "queued") await tx.updateTable("pipelines").set({ state: "running", updated_at: new Date() }).where("id", "=", pipelineId).execute();
+    if (started && pipeline.state === "queued")
+      await tx
+        .updateTable("pipelines")
+        .set({ state: "running", updated_at: new Date() })
+        .where("id", "=", pipelineId)
+        .execute();
     return;
   }
-  const state: JobState = pipeline.cancel_requested ? "cancelled" : steps.some(blocks) ? "failed" : "succeeded";
-  await tx.updateTable("pipelines").set({ state, settled_at: new Date(), updated_at: new Date() }).where("id", "=", pipelineId).execute();
+  const state: JobState = pipeline.cancel_requested
+    ? "cancelled"
+    : steps.some(blocks)
+      ? "failed"
+      : "succeeded";
+  await tx
+    .updateTable("pipelines")
+    .set({ state, settled_at: new Date(), updated_at: new Date() })
+    .where("id", "=", pipelineId)
+    .execute();
   // A succeeded pipeline is never resumed: its steps' secrets are no longer needed.
-  if (state === "succeeded") await tx.deleteFrom("pipeline_step_secrets").where("pipeline_id", "=", pipelineId).execute();
-  await recordEvent(tx, { type: "pipeline.settled", workspaceId: pipeline.workspace_id, data: { pipelineId, name: pipeline.name, state } });
+  if (state === "succeeded")
+    await tx.deleteFrom("pipeline_step_secrets").where("pipeline_id", "=", pipelineId).execute();
+  await recordEvent(tx, {
+    type: "pipeline.settled",
+    workspaceId: pipeline.workspace_id,
+    data: { pipelineId, name: pipeline.name, state },
+  });
 }
 
 /** Enqueues a step's job through the broker's one enqueue path, in `tx`; its secrets opened from the step's rows. */
-async function enqueueStep(tx: Transaction<Database>, pipeline: { id: string; workspace_id: string; enqueued_by: string | null }, step: StepRow, ctx: StepEnqueue): Promise<string> {
-  const rows = await tx.selectFrom("pipeline_step_secrets").selectAll().where("pipeline_id", "=", pipeline.id).where("step", "=", step.name).execute();
+async function enqueueStep(
+  tx: Transaction<Database>,
+  pipeline: { id: string; workspace_id: string; enqueued_by: string | null },
+  step: StepRow,
+  ctx: StepEnqueue,
+): Promise<string> {
+  const rows = await tx
+    .selectFrom("pipeline_step_secrets")
+    .selectAll()
+    .where("pipeline_id", "=", pipeline.id)
+    .where("step", "=", step.name)
+    .execute();
   const secrets: Record<string, string> = {};
   const secretFiles: Record<string, string> = {};
-  for (const r of rows) (r.kind === "env" ? secrets : secretFiles)[r.name] = ctx.box!.open(r.sealed, pipelineStepSecretBinding(pipeline.id, step.name, r.kind, r.name));
+  for (const r of rows)
+    (r.kind === "env" ? secrets : secretFiles)[r.name] = ctx.box!.open(
+      r.sealed,
+      pipelineStepSecretBinding(pipeline.id, step.name, r.kind, r.name),
+    );
   const request = step.request as unknown as StoredStepRequest;
   // The repository and branch were checked at submit; the code host is not asked again under the pipeline's lock.
-  const code: CodeHooks | undefined = ctx.code && { ...ctx.code, checkTarget: async () => undefined };
-  const job = await enqueueJob(tx, { ...enqueueFieldsOf(request), workspaceId: pipeline.workspace_id, idempotencyKey: "", enqueuedBy: pipeline.enqueued_by ?? undefined, secrets, secretFiles }, ctx.timeouts, code, ctx.box);
+  const code: CodeHooks | undefined = ctx.code && {
+    ...ctx.code,
+    checkTarget: async () => undefined,
+  };
+  const job = await enqueueJob(
+    tx,
+    {
+      ...enqueueFieldsOf(request),
+      workspaceId: pipeline.workspace_id,
+      idempotencyKey: "",
+      enqueuedBy: pipeline.enqueued_by ?? undefined,
+      secrets,
+      secretFiles,
+    },
+    ctx.timeouts,
+    code,
+    ctx.box,
+  );
   return String(job.id);
 }
 
@@ -147,9 +234,26 @@ async function enqueueStep(tx: Transaction<Database>, pipeline: { id: string; wo
  * step becomes ready; runAt is a time, so a step ready after it is claimable
  * at once.
  */
-export type StoredStepRequest = Pick<EnqueueInput, "labels" | "repository" | "targetBranch" | "spec" | "maxAttempts" | "priority" | "kind" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"> & { readonly runAt?: string };
+export type StoredStepRequest = Pick<
+  EnqueueInput,
+  | "labels"
+  | "repository"
+  | "targetBranch"
+  | "spec"
+  | "maxAttempts"
+  | "priority"
+  | "kind"
+  | "delaySeconds"
+  | "concurrencyKey"
+  | "concurrencyLimit"
+  | "backoff"
+  | "requirements"
+> & { readonly runAt?: string };
 
 /** A stored step request as the enqueue takes it. */
-function enqueueFieldsOf({ runAt, ...request }: StoredStepRequest): Omit<EnqueueInput, "workspaceId" | "idempotencyKey"> {
+function enqueueFieldsOf({
+  runAt,
+  ...request
+}: StoredStepRequest): Omit<EnqueueInput, "workspaceId" | "idempotencyKey"> {
   return { ...request, ...(runAt ? { runAt: new Date(runAt) } : {}) };
 }

@@ -9,11 +9,19 @@ export type SettleHook = (tx: Transaction<Database>, jobIds: readonly string[]) 
  * Runs `settle` (a statement that may settle jobs, returning their rows) and
  * the hook over what it returned, in one transaction; without a hook, as it is.
  */
-export async function settleWith<R extends { id: string }>(db: Kysely<Database>, hook: SettleHook | undefined, settle: (q: Kysely<Database>) => Promise<R[]>): Promise<R[]> {
+export async function settleWith<R extends { id: string }>(
+  db: Kysely<Database>,
+  hook: SettleHook | undefined,
+  settle: (q: Kysely<Database>) => Promise<R[]>,
+): Promise<R[]> {
   if (!hook) return settle(db);
   return inTransaction(db, async (tx) => {
     const rows = await settle(tx);
-    if (rows.length) await hook(tx, rows.map((r) => r.id));
+    if (rows.length)
+      await hook(
+        tx,
+        rows.map((r) => r.id),
+      );
     return rows;
   });
 }

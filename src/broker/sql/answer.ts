@@ -30,13 +30,30 @@ export interface AnswerInput {
  */
 export async function answerInput(db: Kysely<Database>, input: AnswerInput): Promise<JobSnapshot> {
   const jobId = checkJobId(input.jobId);
-  if (!input.requestId) throw new ConnectError("requestId is required: the inputRequest.id the job view shows", Code.InvalidArgument);
+  if (!input.requestId)
+    throw new ConnectError(
+      "requestId is required: the inputRequest.id the job view shows",
+      Code.InvalidArgument,
+    );
   const job = await findJob(db, jobId);
   const request = await latestInput(db, jobId);
-  if (request && request.request_id === input.requestId && request.answered_at && isDeepStrictEqual(request.answer, input.answer)) return withInput(db, jobSnapshot(job));
-  if (job.state !== "waiting_input") throw new ConnectError(`job ${jobId} is ${job.state}, not waiting_input; there is no input request to answer`, Code.Aborted);
+  if (
+    request &&
+    request.request_id === input.requestId &&
+    request.answered_at &&
+    isDeepStrictEqual(request.answer, input.answer)
+  )
+    return withInput(db, jobSnapshot(job));
+  if (job.state !== "waiting_input")
+    throw new ConnectError(
+      `job ${jobId} is ${job.state}, not waiting_input; there is no input request to answer`,
+      Code.Aborted,
+    );
   if (!request || request.request_id !== input.requestId) {
-    throw new ConnectError(`job ${jobId} waits on input request ${JSON.stringify(request?.request_id ?? "")}, not ${JSON.stringify(input.requestId.slice(0, 80))}; answer the request its view shows`, Code.Aborted);
+    throw new ConnectError(
+      `job ${jobId} waits on input request ${JSON.stringify(request?.request_id ?? "")}, not ${JSON.stringify(input.requestId.slice(0, 80))}; answer the request its view shows`,
+      Code.Aborted,
+    );
   }
   try {
     checkAnswer(request.schema, input.answer);
@@ -62,10 +79,21 @@ export async function answerInput(db: Kysely<Database>, input: AnswerInput): Pro
     select j.*, ${woken} from j`.execute(db);
   const row = rows[0];
   if (row) {
-    const { answered_request_id: _a, woken: _w, ...answered } = row as JobRow & { answered_request_id: string; woken: number };
+    const {
+      answered_request_id: _a,
+      woken: _w,
+      ...answered
+    } = row as JobRow & { answered_request_id: string; woken: number };
     return withInput(db, jobSnapshot(answered));
   }
   const now = await findJob(db, jobId);
-  if (now.state !== "waiting_input") throw new ConnectError(`job ${jobId} is ${now.state}, not waiting_input; there is no input request to answer`, Code.Aborted);
-  throw new ConnectError(`input request ${JSON.stringify(request.request_id)} of job ${jobId} expired at ${request.expires_at.toISOString()}; it can no longer be answered`, Code.Aborted);
+  if (now.state !== "waiting_input")
+    throw new ConnectError(
+      `job ${jobId} is ${now.state}, not waiting_input; there is no input request to answer`,
+      Code.Aborted,
+    );
+  throw new ConnectError(
+    `input request ${JSON.stringify(request.request_id)} of job ${jobId} expired at ${request.expires_at.toISOString()}; it can no longer be answered`,
+    Code.Aborted,
+  );
 }

@@ -15,7 +15,12 @@ import { statementShapes } from "../../store/statement-shapes.js";
  * Claims the highest-priority, oldest eligible job for a runner, or none.
  * One request of claimLeases: see there for the guarantees.
  */
-export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseSeconds: number, box?: SecretBox): Promise<LeaseView | undefined> {
+export async function claimJob(
+  db: Kysely<Database>,
+  holder: LeaseHolder,
+  leaseSeconds: number,
+  box?: SecretBox,
+): Promise<LeaseView | undefined> {
   const [lease] = await claimLeases(db, [holder], leaseSeconds, box);
   return lease;
 }
@@ -39,10 +44,17 @@ export async function claimJob(db: Kysely<Database>, holder: LeaseHolder, leaseS
  * failed_precondition, claiming nothing, when a runner is not registered.
  * A leased job with secrets gets them opened (with `box`) into its lease.
  */
-export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseHolder[], leaseSeconds: number, box?: SecretBox): Promise<Array<LeaseView | undefined>> {
+export async function claimLeases(
+  db: Kysely<Database>,
+  holders: readonly LeaseHolder[],
+  leaseSeconds: number,
+  box?: SecretBox,
+): Promise<Array<LeaseView | undefined>> {
   const tokens = holders.map(() => newLeaseToken());
   const hashes = tokens.map((t) => hashLeaseToken(t).toString("hex"));
-  const order = holders.map((_, i) => i).sort((x, y) => compareHolders(holders[x]!, holders[y]!) || x - y);
+  const order = holders
+    .map((_, i) => i)
+    .sort((x, y) => compareHolders(holders[x]!, holders[y]!) || x - y);
   // pipeline_step: whether the leased job is a pipeline step's (isStepJob), so
   // only such a lease costs the query for its inputs (pipelines/inputs.ts withInputs).
   let rows: LeaseRow[];
@@ -59,10 +71,20 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
     // 0019's predicates, EXPLAIN ANALYZE with 100,000 queued (docs/fleet.md "Scheduling"): free
     // when nothing ineligible is ahead of the first eligible job; a job not yet due costs an index
     // tuple, one with unmet requirements or a full group a heap visit; still one round trip.
-    ({ rows } = await claimStatement.execute(db, { workspaces: order.map((i) => holders[i]!.workspaceId), runners: order.map((i) => holders[i]!.runnerId), hashes: order.map((i) => hashes[i]!), leaseSeconds }, undefined));
+    ({ rows } = await claimStatement.execute(
+      db,
+      {
+        workspaces: order.map((i) => holders[i]!.workspaceId),
+        runners: order.map((i) => holders[i]!.runnerId),
+        hashes: order.map((i) => hashes[i]!),
+        leaseSeconds,
+      },
+      undefined,
+    ));
   } catch (err) {
     // SQLSTATE FL001: raised by forelead_claim for a runner that is not registered (or retired).
-    if ((err as { code?: string }).code === "FL001") throw new ConnectError((err as Error).message, Code.FailedPrecondition);
+    if ((err as { code?: string }).code === "FL001")
+      throw new ConnectError((err as Error).message, Code.FailedPrecondition);
     throw err;
   }
   return leaseViews(db, rows, tokens, hashes, box);
@@ -74,27 +96,64 @@ export async function claimLeases(db: Kysely<Database>, holders: readonly LeaseH
  * the tokens' SHA-256, hex). Reads the secrets and resumed input of the leased jobs that have
  * them. Also how an enqueue's direct handoff (handoff.ts) answers the lease it made.
  */
-export async function leaseViews(db: Kysely<Database>, rows: readonly LeaseRow[], tokens: readonly string[], hashes: readonly string[], box?: SecretBox): Promise<Array<LeaseView | undefined>> {
+export async function leaseViews(
+  db: Kysely<Database>,
+  rows: readonly LeaseRow[],
+  tokens: readonly string[],
+  hashes: readonly string[],
+  box?: SecretBox,
+): Promise<Array<LeaseView | undefined>> {
   // PGlite returns bytea as a Uint8Array, pg as a Buffer.
-  const byHash = new Map(rows.map((row) => [Buffer.from(row.lease_token_sha256!).toString("hex"), row]));
+  const byHash = new Map(
+    rows.map((row) => [Buffer.from(row.lease_token_sha256!).toString("hex"), row]),
+  );
   // A second query only when a leased job has secrets (its row lists their names); after the
   // claim committed, which is safe: a lease is live from then on, and rows go only at settle.
-  const secrets = await leaseSecrets(db, box, rows.filter((r) => r.secret_names.length || r.secret_file_names.length).map((r) => r.id));
+  const secrets = await leaseSecrets(
+    db,
+    box,
+    rows.filter((r) => r.secret_names.length || r.secret_file_names.length).map((r) => r.id),
+  );
   // Likewise for a resumed job (docs/suspend.md): the answer and checkpoint of its latest input request.
-  const inputs = await leaseInputs(db, rows.flatMap((r) => (r.input_lease_id === null ? [] : [Number(r.input_lease_id)])));
+  const inputs = await leaseInputs(
+    db,
+    rows.flatMap((r) => (r.input_lease_id === null ? [] : [Number(r.input_lease_id)])),
+  );
   return tokens.map((_, i) => {
     const row = byHash.get(hashes[i]!);
     const delivered = row && secrets.get(row.id);
     const input = row?.input_lease_id != null ? inputs.get(Number(row.input_lease_id)) : undefined;
-    return row && { token: tokens[i]!, expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row), attempt: row.attempts, pipelineStep: row.pipeline_step, ...(delivered ? { secrets: delivered } : {}), ...(input ? { input } : {}) };
+    return (
+      row && {
+        token: tokens[i]!,
+        expiresAt: row.lease_expires_at!,
+        cancelRequested: row.cancel_requested,
+        job: leasedJobSnapshot(row),
+        attempt: row.attempts,
+        pipelineStep: row.pipeline_step,
+        ...(delivered ? { secrets: delivered } : {}),
+        ...(input ? { input } : {}),
+      }
+    );
   });
 }
 
 /** The columns of a leased job's row that its lease is made of (leaseViews). */
-const leaseColumns = [...leasedJobColumns, "lease_token_sha256", "lease_expires_at", "cancel_requested", "attempts", "secret_names", "secret_file_names", "input_lease_id"] as const satisfies readonly (keyof JobRow)[];
+const leaseColumns = [
+  ...leasedJobColumns,
+  "lease_token_sha256",
+  "lease_expires_at",
+  "cancel_requested",
+  "attempts",
+  "secret_names",
+  "secret_file_names",
+  "input_lease_id",
+] as const satisfies readonly (keyof JobRow)[];
 
 /** A leased job's row as leaseViews reads it: a claim selects just these columns, a handoff has the whole row. */
-export type LeaseRow = Pick<JobRow, (typeof leaseColumns)[number]> & { readonly pipeline_step: boolean };
+export type LeaseRow = Pick<JobRow, (typeof leaseColumns)[number]> & {
+  readonly pipeline_step: boolean;
+};
 
 /**
  * The claim's one statement, compiled once (statementShapes): forelead_claim and, per leased job,
@@ -103,11 +162,22 @@ export type LeaseRow = Pick<JobRow, (typeof leaseColumns)[number]> & { readonly 
  * for each leased job (docs/performance.md, "Profiling and what changed" 8).
  */
 const claimStatement = statementShapes(
-  (_db: Kysely<Database>, v: { workspaces: string[]; runners: string[]; hashes: string[]; leaseSeconds: number }) => sql<LeaseRow>`
+  (
+    _db: Kysely<Database>,
+    v: { workspaces: string[]; runners: string[]; hashes: string[]; leaseSeconds: number },
+  ) => sql<LeaseRow>`
       select ${sql.join(leaseColumns.map((c) => sql.ref(`c.${c}`)))}, ${isStepJob(sql.ref("c.id"))} as pipeline_step
       from forelead_claim(${v.workspaces}::text[], ${v.runners}::text[], ${v.hashes}::text[], ${v.leaseSeconds}::int) c`,
 );
 
 function compareHolders(a: LeaseHolder, b: LeaseHolder): number {
-  return a.workspaceId < b.workspaceId ? -1 : a.workspaceId > b.workspaceId ? 1 : a.runnerId < b.runnerId ? -1 : a.runnerId > b.runnerId ? 1 : 0;
+  return a.workspaceId < b.workspaceId
+    ? -1
+    : a.workspaceId > b.workspaceId
+      ? 1
+      : a.runnerId < b.runnerId
+        ? -1
+        : a.runnerId > b.runnerId
+          ? 1
+          : 0;
 }

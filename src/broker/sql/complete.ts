@@ -21,7 +21,12 @@ import { statementShapes } from "../../store/statement-shapes.js";
  * The usual case (a live lease, first completion) is one statement
  * (settleLeases); anything else is told apart by completeJobInTransaction.
  */
-export async function completeJob(db: Kysely<Database>, input: CompletionInput, observer?: BrokerObserver, hook?: SettleHook): Promise<JobSnapshot> {
+export async function completeJob(
+  db: Kysely<Database>,
+  input: CompletionInput,
+  observer?: BrokerObserver,
+  hook?: SettleHook,
+): Promise<JobSnapshot> {
   const checked = checkCompletion(input);
   const [reply] = await settleLeases(db, [{ input, checked }], observer, hook);
   return reply ?? completeJobInTransaction(db, input, checked, observer, hook);
@@ -47,7 +52,12 @@ const requeues = sql`i.outcome = 'failed' and i.retryable and jobs.attempts < jo
  * The one place a completion settles a lease: each is reported to `observer`,
  * and `hook` (a pipeline's next steps) runs in the same transaction.
  */
-export async function settleLeases(db: Kysely<Database>, items: readonly CheckedItem[], observer?: BrokerObserver, hook?: SettleHook): Promise<Array<JobSnapshot | undefined>> {
+export async function settleLeases(
+  db: Kysely<Database>,
+  items: readonly CheckedItem[],
+  observer?: BrokerObserver,
+  hook?: SettleHook,
+): Promise<Array<JobSnapshot | undefined>> {
   const replies: Array<JobSnapshot | undefined> = items.map(() => undefined);
   const settled = (rows: ReadonlyArray<JobRow & { ord: number }>, at: readonly number[]) => {
     for (const row of rows) {
@@ -63,7 +73,17 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
   settled(await settleStatement(db, items, hook ? "no steps" : "all"), all);
   if (!hook) return replies;
   const left = all.filter((i) => replies[i] === undefined);
-  if (left.length) settled(await settleWith(db, hook, (q) => settleStatement(q, left.map((i) => items[i]!), "all")), left);
+  if (left.length)
+    settled(
+      await settleWith(db, hook, (q) =>
+        settleStatement(
+          q,
+          left.map((i) => items[i]!),
+          "all",
+        ),
+      ),
+      left,
+    );
   return replies;
 }
 
@@ -72,7 +92,11 @@ export async function settleLeases(db: Kysely<Database>, items: readonly Checked
  * index in `items` (ord). `steps`: "no steps" leaves the jobs of pipeline
  * steps as they are (pipeline_steps_job, migration 0020).
  */
-async function settleStatement(q: Kysely<Database>, items: readonly CheckedItem[], steps: "all" | "no steps"): Promise<Array<JobRow & { ord: number }>> {
+async function settleStatement(
+  q: Kysely<Database>,
+  items: readonly CheckedItem[],
+  steps: "all" | "no steps",
+): Promise<Array<JobRow & { ord: number }>> {
   // Measured (docs/performance.md, "Profiling and what changed", 3): a completion was BEGIN,
   // SELECT the lease FOR UPDATE, UPDATE jobs, UPDATE leases, COMMIT, five round trips alone and
   // four in a batch. In this one CTE: 173 and 179 jobs/s at N = 1 against 156 and 153, 731 and
@@ -82,26 +106,50 @@ async function settleStatement(q: Kysely<Database>, items: readonly CheckedItem[
   // back. It is made in the leases update, not returned: the reply does not carry it to pg, which
   // would JSON-parse the whole job once more per completion.
   const values: SettleValues = {
-    ord: items.map((_, i) => i), jobId: items.map((it) => it.checked.jobId), workspaceId: items.map((it) => it.input.workspaceId),
-    runnerId: items.map((it) => it.input.runnerId), tokenHex: items.map((it) => it.checked.tokenHash.toString("hex")), outcome: items.map((it) => it.checked.outcome),
-    retryable: items.map((it) => it.checked.error?.retryable ?? false), exitCode: items.map((it) => it.input.exitCode ?? null),
-    error: items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null)), artifacts: items.map((it) => it.checked.artifacts), result: items.map((it) => it.checked.result),
-    completionId: items.map((it) => it.input.completionId), completionSha256: items.map((it) => it.checked.completionSha256),
+    ord: items.map((_, i) => i),
+    jobId: items.map((it) => it.checked.jobId),
+    workspaceId: items.map((it) => it.input.workspaceId),
+    runnerId: items.map((it) => it.input.runnerId),
+    tokenHex: items.map((it) => it.checked.tokenHash.toString("hex")),
+    outcome: items.map((it) => it.checked.outcome),
+    retryable: items.map((it) => it.checked.error?.retryable ?? false),
+    exitCode: items.map((it) => it.input.exitCode ?? null),
+    error: items.map((it) => (it.checked.error ? JSON.stringify(it.checked.error) : null)),
+    artifacts: items.map((it) => it.checked.artifacts),
+    result: items.map((it) => it.checked.result),
+    completionId: items.map((it) => it.input.completionId),
+    completionSha256: items.map((it) => it.checked.completionSha256),
   };
   return (await settleShapes.execute(q, values, settleModes[steps])).rows;
 }
 
 /** The columns of the completion statement's unnest, one array each, one entry per completion. */
 interface SettleValues extends Record<string, unknown[]> {
-  ord: number[]; jobId: string[]; workspaceId: string[]; runnerId: string[]; tokenHex: string[]; outcome: string[]; retryable: boolean[];
-  exitCode: Array<number | null>; error: Array<string | null>; artifacts: Array<string | null>; result: Array<string | null>; completionId: string[]; completionSha256: string[];
+  ord: number[];
+  jobId: string[];
+  workspaceId: string[];
+  runnerId: string[];
+  tokenHex: string[];
+  outcome: string[];
+  retryable: boolean[];
+  exitCode: Array<number | null>;
+  error: Array<string | null>;
+  artifacts: Array<string | null>;
+  result: Array<string | null>;
+  completionId: string[];
+  completionSha256: string[];
 }
 
 /** The two forms of the statement, as statementShapes contexts. */
 const settleModes = { all: { steps: "all" }, "no steps": { steps: "no steps" } } as const;
 
 /** The completion statement, compiled once per form (statementShapes); its values are arrays, so one shape serves any batch. */
-const settleShapes = statementShapes((_q: Kysely<Database>, v: SettleValues, mode: (typeof settleModes)[keyof typeof settleModes]) => sql<JobRow & { ord: number }>`
+const settleShapes = statementShapes(
+  (
+    _q: Kysely<Database>,
+    v: SettleValues,
+    mode: (typeof settleModes)[keyof typeof settleModes],
+  ) => sql<JobRow & { ord: number }>`
     with j as (
       update jobs set
         state = case when ${requeues} then 'queued' else i.outcome end,
@@ -128,7 +176,8 @@ const settleShapes = statementShapes((_q: Kysely<Database>, v: SettleValues, mod
         completion_reply = to_jsonb(j.*) - ${sql.lit("{lease_runner_id,ord,token_hex,settled_by,settled_sha256}")}::text[]
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
     ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
-    select j.*, ${woken} from j`);
+    select j.*, ${woken} from j`,
+);
 
 /**
  * completeJob for a completion settleLeases did not settle: in a transaction
@@ -136,22 +185,55 @@ const settleShapes = statementShapes((_q: Kysely<Database>, v: SettleValues, mod
  * completion 409, a settled job or a dead lease its refusal (and a lease
  * found live after all is settled by settleLeases under the lock).
  */
-export async function completeJobInTransaction(db: Kysely<Database>, input: CompletionInput, checked: CheckedCompletion, observer?: BrokerObserver, hook?: SettleHook): Promise<JobSnapshot> {
+export async function completeJobInTransaction(
+  db: Kysely<Database>,
+  input: CompletionInput,
+  checked: CheckedCompletion,
+  observer?: BrokerObserver,
+  hook?: SettleHook,
+): Promise<JobSnapshot> {
   const { jobId, tokenHash, completionSha256 } = checked;
   return db.transaction().execute(async (tx) => {
-    const lease = await tx.selectFrom("leases").selectAll().where("token_sha256", "=", tokenHash).where("job_id", "=", jobId).where("runner_id", "=", input.runnerId).where("workspace_id", "=", input.workspaceId).forUpdate().executeTakeFirst();
+    const lease = await tx
+      .selectFrom("leases")
+      .selectAll()
+      .where("token_sha256", "=", tokenHash)
+      .where("job_id", "=", jobId)
+      .where("runner_id", "=", input.runnerId)
+      .where("workspace_id", "=", input.workspaceId)
+      .forUpdate()
+      .executeTakeFirst();
     if (lease?.completion_id) {
-      if (lease.completion_id === input.completionId && lease.completion_sha256 === completionSha256) return storedReply(tx, lease.id);
-      throw new ConnectError(`job ${jobId} was already completed under this lease by completion ${JSON.stringify(lease.completion_id)}; a different completion is refused`, Code.Aborted);
+      if (
+        lease.completion_id === input.completionId &&
+        lease.completion_sha256 === completionSha256
+      )
+        return storedReply(tx, lease.id);
+      throw new ConnectError(
+        `job ${jobId} was already completed under this lease by completion ${JSON.stringify(lease.completion_id)}; a different completion is refused`,
+        Code.Aborted,
+      );
     }
     // Not completed under this lease: settle it here if it is live after all (the lock is now held),
     // else say why it cannot be.
     const [reply] = await settleLeases(tx, [{ input, checked }], observer, hook);
     if (reply) return reply;
-    const settled = await tx.selectFrom("jobs").select(["state"]).where("id", "=", jobId).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
+    const settled = await tx
+      .selectFrom("jobs")
+      .select(["state"])
+      .where("id", "=", jobId)
+      .where("workspace_id", "=", input.workspaceId)
+      .executeTakeFirst();
     // A job the sweep failed past its deadline: leaseRefusal says so, rather than "already failed".
-    if (settled && lease?.end_reason !== "timed_out" && ["succeeded", "failed", "cancelled"].includes(settled.state)) {
-      throw new ConnectError(`job ${jobId} is already ${settled.state}; a different completion is refused`, Code.Aborted);
+    if (
+      settled &&
+      lease?.end_reason !== "timed_out" &&
+      ["succeeded", "failed", "cancelled"].includes(settled.state)
+    ) {
+      throw new ConnectError(
+        `job ${jobId} is already ${settled.state}; a different completion is refused`,
+        Code.Aborted,
+      );
     }
     throw await leaseRefusal(tx, input, jobId, tokenHash);
   });
@@ -162,6 +244,9 @@ export async function completeJobInTransaction(db: Kysely<Database>, input: Comp
  * as jsonb, read back as a row of jobs), so a repeat gets the same view.
  */
 async function storedReply(db: Kysely<Database>, leaseId: number): Promise<JobSnapshot> {
-  const { rows } = await sql<JobRow>`select r.* from leases l cross join lateral jsonb_populate_record(null::jobs, l.completion_reply) r where l.id = ${leaseId}`.execute(db);
+  const { rows } =
+    await sql<JobRow>`select r.* from leases l cross join lateral jsonb_populate_record(null::jobs, l.completion_reply) r where l.id = ${leaseId}`.execute(
+      db,
+    );
   return jobSnapshot(rows[0]!);
 }

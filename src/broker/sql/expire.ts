@@ -2,7 +2,15 @@ import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
 import type { JobTimeouts } from "../jobs.js";
 import { eventsCte } from "../../events/record.js";
-import { clearLease, expiredLease, leaseHeld, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
+import {
+  clearLease,
+  expiredLease,
+  leaseHeld,
+  liveLease,
+  retryClaimableAt,
+  wakeWaiters,
+  woken,
+} from "../lease-sql.js";
 import { settledOrRequeued } from "./lease-events.js";
 import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 
@@ -20,7 +28,12 @@ function utcText(at: RawBuilder<unknown>): RawBuilder<string> {
  * it changed, after `hook` ran over them in the same transaction. Bounded
  * per call, and SKIP LOCKED, so replicas sweep side by side.
  */
-export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeouts, "defaultSeconds" | "graceSeconds">, limit = 500, hook?: SettleHook): Promise<Array<{ id: string; state: string }>> {
+export async function expireLeases(
+  db: Kysely<Database>,
+  timeouts: Pick<JobTimeouts, "defaultSeconds" | "graceSeconds">,
+  limit = 500,
+  hook?: SettleHook,
+): Promise<Array<{ id: string; state: string }>> {
   // Not measured: no scenario of docs/performance.md lets a lease expire. The expiry search is
   // written for the partial index jobs_running_expiry (lease_expires_at where state = 'running',
   // migration 0002). The deadline (the lease's issue time plus the job's timeout, the server
@@ -31,7 +44,12 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
   const timeout = sql<number>`coalesce((j.spec->>'timeoutSeconds')::int, ${timeouts.defaultSeconds}::int)`;
   const deadline = sql`(l.issued_at + make_interval(secs => ${timeout}))`;
   const overdue = sql`${deadline} + make_interval(secs => ${timeouts.graceSeconds}::int) <= now()`;
-  const rows = await settleWith(db, hook, async (q) => (await sql<{ id: string; state: string; workspace_id: string }>`
+  const rows = await settleWith(
+    db,
+    hook,
+    async (q) =>
+      (
+        await sql<{ id: string; state: string; workspace_id: string }>`
     with expired as (
       select j.id, j.lease_id, j.runner_id, j.lease_expires_at, ${timeout} as timeout_seconds, ${deadline} as deadline,
         ${overdue} as timed_out
@@ -60,7 +78,9 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
     ), ${eventsCte("ev", "j", settledOrRequeued("lease_lost"))},
     ${eventsCte("lost", sql`ev join j on j.id = ev.job_id`, { type: sql`'runner.lease_lost'`, workspaceId: sql`j.workspace_id`, runnerId: sql`j.lease_runner_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('attempt', j.attempts)` }, sql`not j.timed_out`)},
     ${wakeWaiters("j")}
-    select j.id, j.state, j.workspace_id, ${woken} from j`.execute(q)).rows);
+    select j.id, j.state, j.workspace_id, ${woken} from j`.execute(q)
+      ).rows,
+  );
   return rows.map((r) => ({ id: r.id, state: r.state }));
 }
 
@@ -72,7 +92,9 @@ export async function expireLeases(db: Kysely<Database>, timeouts: Pick<JobTimeo
  * are left to the timer's sweep: failing them frees no queued job.
  */
 export async function anyLeaseExpired(db: Kysely<Database>): Promise<boolean> {
-  const { rows } = await sql<{ expired: boolean }>`select exists (select 1 from jobs j where ${expiredLease("j")}) as expired`.execute(db);
+  const { rows } = await sql<{
+    expired: boolean;
+  }>`select exists (select 1 from jobs j where ${expiredLease("j")}) as expired`.execute(db);
   return rows[0]?.expired === true;
 }
 
@@ -87,7 +109,9 @@ export async function expireLeaseNow(db: Kysely<Database>, jobId: string): Promi
     with j as (
       update jobs set lease_expires_at = now() - interval '1 second' where ${liveLease({ jobId })} returning lease_id
     )
-    update leases set expires_at = now() - interval '1 second' from j where leases.id = j.lease_id returning leases.id as lease_id`.execute(db);
+    update leases set expires_at = now() - interval '1 second' from j where leases.id = j.lease_id returning leases.id as lease_id`.execute(
+    db,
+  );
   return rows.length > 0;
 }
 
@@ -98,7 +122,10 @@ export async function expireLeaseNow(db: Kysely<Database>, jobId: string): Promi
  * expireLeases; bounded and SKIP LOCKED the same way. The search is the
  * partial index job_inputs_unanswered (migration 0022).
  */
-export async function expireInputRequests(db: Kysely<Database>, limit = 500): Promise<Array<{ id: string; state: string }>> {
+export async function expireInputRequests(
+  db: Kysely<Database>,
+  limit = 500,
+): Promise<Array<{ id: string; state: string }>> {
   const { rows } = await sql<{ id: string; state: string }>`
     with due as (
       select j.id, i.request_id, i.expires_at from job_inputs i join jobs j on j.input_lease_id = i.lease_id

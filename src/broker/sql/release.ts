@@ -19,7 +19,10 @@ import type { LeaseCall } from "../leases.js";
  * waiting_input for a suspend) without charging the attempt, or settled as
  * cancelled with `cancelledMessage` when a cancel was requested.
  */
-export function givenBack(cancelledMessage: string, next: "queued" | "waiting_input" = "queued"): RawBuilder<unknown> {
+export function givenBack(
+  cancelledMessage: string,
+  next: "queued" | "waiting_input" = "queued",
+): RawBuilder<unknown> {
   return sql`
     state = case when jobs.cancel_requested then 'cancelled' else ${sql.lit(next)} end,
     attempts = case when jobs.cancel_requested then jobs.attempts else jobs.attempts - 1 end,
@@ -38,10 +41,19 @@ export function givenBackLeaseRow(reason: "released" | "suspended"): RawBuilder<
  * Gives a live lease back: the job is queued again at once, without charging
  * the attempt. A job whose cancel was requested is settled as cancelled.
  */
-export async function releaseLease(db: Kysely<Database>, call: LeaseCall, hook?: SettleHook): Promise<void> {
+export async function releaseLease(
+  db: Kysely<Database>,
+  call: LeaseCall,
+  hook?: SettleHook,
+): Promise<void> {
   const jobId = checkJobId(call.jobId);
   const tokenHash = checkLeaseToken(call.leaseToken);
-  const rows = await settleWith(db, hook, async (q) => (await sql<JobRow>`
+  const rows = await settleWith(
+    db,
+    hook,
+    async (q) =>
+      (
+        await sql<JobRow>`
     with j as (
       update jobs set ${givenBack("cancelled; the runner released the lease")}
       where ${liveLease({ jobId, workspaceId: call.workspaceId, runnerId: call.runnerId, token: tokenHash })}
@@ -50,7 +62,9 @@ export async function releaseLease(db: Kysely<Database>, call: LeaseCall, hook?:
       update leases set ${givenBackLeaseRow("released")}
       where token_sha256 = ${tokenHash} and exists (select 1 from j)
     ), ${eventsCte("ev", "j", settledOrRequeued("released"))}, ${wakeWaiters("j")}
-    select j.*, ${woken} from j`.execute(q)).rows);
+    select j.*, ${woken} from j`.execute(q)
+      ).rows,
+  );
   if (!rows[0]) throw await leaseRefusal(db, call, jobId, tokenHash);
 }
 
@@ -62,7 +76,10 @@ export async function releaseLease(db: Kysely<Database>, call: LeaseCall, hook?:
  * when a runner is retired: its jobs must not wait for lease expiry.
  * Returns the ids of the jobs released.
  */
-export async function releaseRunnerLeases(db: Kysely<Database> | Transaction<Database>, holder: LeaseHolder): Promise<string[]> {
+export async function releaseRunnerLeases(
+  db: Kysely<Database> | Transaction<Database>,
+  holder: LeaseHolder,
+): Promise<string[]> {
   // The first CTE locks the runner's jobs and keeps their lease ids, which the
   // update clears; the leases are then ended by those ids.
   const { rows } = await sql<{ id: string; state: string }>`

@@ -7,7 +7,11 @@ import { liveLease } from "../lease-sql.js";
 import type { LeaseCall, LeaseView } from "../leases.js";
 
 /** Extends a live lease to now + lease length; carries cancelRequested. */
-export async function renewLease(db: Kysely<Database>, call: LeaseCall, leaseSeconds: number): Promise<LeaseView> {
+export async function renewLease(
+  db: Kysely<Database>,
+  call: LeaseCall,
+  leaseSeconds: number,
+): Promise<LeaseView> {
   const jobId = checkJobId(call.jobId);
   const tokenHash = checkLeaseToken(call.leaseToken);
   // The job row and its lease row in one statement: the lease row's expiry is what a runner's
@@ -26,5 +30,9 @@ export async function renewLease(db: Kysely<Database>, call: LeaseCall, leaseSec
     select * from j`.execute(db);
   const row = rows[0];
   if (!row) throw await leaseRefusal(db, call, jobId, tokenHash);
-  return { expiresAt: row.lease_expires_at!, cancelRequested: row.cancel_requested, job: leasedJobSnapshot(row) };
+  return {
+    expiresAt: row.lease_expires_at!,
+    cancelRequested: row.cancel_requested,
+    job: leasedJobSnapshot(row),
+  };
 }

@@ -3,7 +3,12 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
 import { eventsCte } from "../../events/record.js";
-import { checkInputRequest, InputRuleError, suspendFeatures, type InputRequestSpec } from "../../protocol/input-request.js";
+import {
+  checkInputRequest,
+  InputRuleError,
+  suspendFeatures,
+  type InputRequestSpec,
+} from "../../protocol/input-request.js";
 import { checkJobId, checkLeaseToken } from "../ids.js";
 import { findJob } from "../jobs.js";
 import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
@@ -43,7 +48,10 @@ export async function suspendJob(db: Kysely<Database>, input: SuspendInput): Pro
   const declared = await declaredFeatures(db, input);
   const missing = suspendFeatures.filter((f) => !declared.includes(f));
   if (missing.length) {
-    throw new ConnectError(`runner "${input.runnerId}" did not declare the feature(s) ${missing.join(", ")} when it registered, so it cannot suspend jobs; register with them (docs/suspend.md) or complete the job`, Code.FailedPrecondition);
+    throw new ConnectError(
+      `runner "${input.runnerId}" did not declare the feature(s) ${missing.join(", ")} when it registered, so it cannot suspend jobs; register with them (docs/suspend.md) or complete the job`,
+      Code.FailedPrecondition,
+    );
   }
   try {
     checkInputRequest(input.request);
@@ -52,8 +60,23 @@ export async function suspendJob(db: Kysely<Database>, input: SuspendInput): Pro
     throw err;
   }
   const { request } = input;
-  const checkpoint = input.checkpoint.map((a) => ({ name: a.name, digest: a.digest, size: String(a.size), mediaType: a.mediaType }));
-  const sha = createHash("sha256").update(JSON.stringify([request.id, request.prompt, request.schema, request.expiresInSeconds, checkpoint])).digest("hex");
+  const checkpoint = input.checkpoint.map((a) => ({
+    name: a.name,
+    digest: a.digest,
+    size: String(a.size),
+    mediaType: a.mediaType,
+  }));
+  const sha = createHash("sha256")
+    .update(
+      JSON.stringify([
+        request.id,
+        request.prompt,
+        request.schema,
+        request.expiresInSeconds,
+        checkpoint,
+      ]),
+    )
+    .digest("hex");
   const { rows } = await sql<JobRow>`
     with held as (
       select id, lease_id from jobs
@@ -85,14 +108,24 @@ export async function suspendJob(db: Kysely<Database>, input: SuspendInput): Pro
     select j.* from j`.execute(db);
   const row = rows[0];
   if (row) {
-    const { ended_lease_id: _l, lease_runner_id: _r, ...job } = row as JobRow & { ended_lease_id: number; lease_runner_id: string };
+    const {
+      ended_lease_id: _l,
+      lease_runner_id: _r,
+      ...job
+    } = row as JobRow & { ended_lease_id: number; lease_runner_id: string };
     return withInput(db, jobSnapshot(job));
   }
   return repeatedSuspend(db, input, jobId, tokenHash, sha);
 }
 
 /** A suspend that matched no live lease: a repeat of the one that ended it gets the job, anything else its refusal. */
-async function repeatedSuspend(db: Kysely<Database>, input: SuspendInput, jobId: string, tokenHash: Buffer, sha: string): Promise<JobSnapshot> {
+async function repeatedSuspend(
+  db: Kysely<Database>,
+  input: SuspendInput,
+  jobId: string,
+  tokenHash: Buffer,
+  sha: string,
+): Promise<JobSnapshot> {
   const earlier = await db
     .selectFrom("leases")
     .innerJoin("job_inputs", "job_inputs.lease_id", "leases.id")
@@ -104,7 +137,10 @@ async function repeatedSuspend(db: Kysely<Database>, input: SuspendInput, jobId:
     .executeTakeFirst();
   if (!earlier) throw await leaseRefusal(db, input, jobId, tokenHash);
   if (earlier.suspend_sha256 !== sha) {
-    throw new ConnectError(`job ${jobId} was already suspended under this lease with input request ${JSON.stringify(earlier.request_id)}; a different suspend is refused`, Code.Aborted);
+    throw new ConnectError(
+      `job ${jobId} was already suspended under this lease with input request ${JSON.stringify(earlier.request_id)}; a different suspend is refused`,
+      Code.Aborted,
+    );
   }
   return withInput(db, jobSnapshot(await findJob(db, jobId)));
 }

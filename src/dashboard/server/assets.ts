@@ -30,7 +30,11 @@ export function defaultAssetsDir(from: string = fileURLToPath(import.meta.url)):
   let dir = dirname(from);
   for (;;) {
     const pkg = join(dir, "package.json");
-    if (existsSync(pkg) && (JSON.parse(readFileSync(pkg, "utf8")) as { name?: string }).name === "forelead") return join(dir, "dist", "dashboard");
+    if (
+      existsSync(pkg) &&
+      (JSON.parse(readFileSync(pkg, "utf8")) as { name?: string }).name === "forelead"
+    )
+      return join(dir, "dist", "dashboard");
     const up = dirname(dir);
     if (up === dir) throw new Error(`cannot find forelead's package.json above ${from}`);
     dir = up;
@@ -39,7 +43,10 @@ export function defaultAssetsDir(from: string = fileURLToPath(import.meta.url)):
 
 /** Reads every file of `dir` (by its URL path, "/app.js"); a missing build is an error saying how to make it. */
 export async function loadAssets(dir: string): Promise<ReadonlyMap<string, Asset>> {
-  if (!existsSync(join(dir, "index.html"))) throw new Error(`the dashboard's pages are not built: ${join(dir, "index.html")} is missing; run \`npm run build\` (npm ci runs it)`);
+  if (!existsSync(join(dir, "index.html")))
+    throw new Error(
+      `the dashboard's pages are not built: ${join(dir, "index.html")} is missing; run \`npm run build\` (npm ci runs it)`,
+    );
   const assets = new Map<string, Asset>();
   for (const name of await readdir(dir)) {
     const ext = /\.[a-z]+$/.exec(name)?.[0] ?? "";

@@ -10,7 +10,10 @@ export interface ListenAddress {
 export function parseListen(text: string): ListenAddress {
   const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(text.trim());
   const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) throw new Error(`--listen ${JSON.stringify(text)} is not HOST:PORT; e.g. 127.0.0.1:8080 or [::1]:8080 (port 0 picks a free one)`);
+  if (!m || port > 65535)
+    throw new Error(
+      `--listen ${JSON.stringify(text)} is not HOST:PORT; e.g. 127.0.0.1:8080 or [::1]:8080 (port 0 picks a free one)`,
+    );
   return { host: (m[1] ?? m[2])!, port };
 }
 

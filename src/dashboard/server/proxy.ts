@@ -1,12 +1,36 @@
-import { connect as http2Connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type OutgoingHttpHeaders } from "node:http2";
+import {
+  connect as http2Connect,
+  constants,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type OutgoingHttpHeaders,
+} from "node:http2";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Endpoint } from "../../cli/connection.js";
 import { writeRefusal } from "./security.js";
 
 /** The request headers a Connect call needs; everything else the browser sends (cookies, its user agent, ...) stays behind. */
-const forwardedRequestHeaders = ["content-type", "content-length", "content-encoding", "accept", "accept-encoding", "connect-protocol-version", "connect-timeout-ms", "connect-content-encoding", "connect-accept-encoding", "last-event-id"];
+const forwardedRequestHeaders = [
+  "content-type",
+  "content-length",
+  "content-encoding",
+  "accept",
+  "accept-encoding",
+  "connect-protocol-version",
+  "connect-timeout-ms",
+  "connect-content-encoding",
+  "connect-accept-encoding",
+  "last-event-id",
+];
 /** Response headers that belong to one hop (or that the browser must not keep from the control plane). */
-const droppedResponseHeaders = new Set(["connection", "keep-alive", "transfer-encoding", "set-cookie", "strict-transport-security", "alt-svc"]);
+const droppedResponseHeaders = new Set([
+  "connection",
+  "keep-alive",
+  "transfer-encoding",
+  "set-cookie",
+  "strict-transport-security",
+  "alt-svc",
+]);
 
 /** The path of one RPC: /api/<package.Service>/<Method>. */
 const rpcPath = /^\/api(\/[A-Za-z_][A-Za-z0-9_.]*\/[A-Za-z_][A-Za-z0-9_]*)$/;
@@ -30,7 +54,12 @@ export function createProxy(endpoint: Endpoint): Proxy {
   let session: ClientHttp2Session | undefined;
   const open = (): ClientHttp2Session => {
     if (session && !session.closed && !session.destroyed) return session;
-    const s = http2Connect(base.origin, { ca: endpoint.ca, cert: endpoint.cert, key: endpoint.key, minVersion: "TLSv1.3" });
+    const s = http2Connect(base.origin, {
+      ca: endpoint.ca,
+      cert: endpoint.cert,
+      key: endpoint.key,
+      minVersion: "TLSv1.3",
+    });
     s.on("error", () => {
       if (session === s) session = undefined;
     });
@@ -48,7 +77,11 @@ export function createProxy(endpoint: Endpoint): Proxy {
     handle(req, res, path, query) {
       const m = rpcPath.exec(path);
       if (!m) {
-        writeRefusal(res, { status: 404, code: "not_found", message: `dashboard: ${path} is not an API path; calls go to /api/<package.Service>/<Method>, e.g. /api/forelead.admin.v1.StatusService/GetStatus` });
+        writeRefusal(res, {
+          status: 404,
+          code: "not_found",
+          message: `dashboard: ${path} is not an API path; calls go to /api/<package.Service>/<Method>, e.g. /api/forelead.admin.v1.StatusService/GetStatus`,
+        });
         return;
       }
       const headers: OutgoingHttpHeaders = {
@@ -71,7 +104,10 @@ export function createProxy(endpoint: Endpoint): Proxy {
         // A stream cancelled because its session failed carries the session's error (ECONNREFUSED, a TLS alert) as its cause;
         // a stream the control plane reset has none.
         const cause = (err.cause instanceof Error ? err.cause : err) as NodeJS.ErrnoException;
-        const message = cause.code === "ERR_HTTP2_STREAM_ERROR" ? `the control plane at ${base.origin} reset the call (${cause.message}); try again, and see its log if it persists` : `cannot reach the control plane at ${base.origin}: ${cause.code ?? cause.message}`;
+        const message =
+          cause.code === "ERR_HTTP2_STREAM_ERROR"
+            ? `the control plane at ${base.origin} reset the call (${cause.message}); try again, and see its log if it persists`
+            : `cannot reach the control plane at ${base.origin}: ${cause.code ?? cause.message}`;
         writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: ${message}` });
       };
       let stream: ClientHttp2Stream;
@@ -89,7 +125,8 @@ export function createProxy(endpoint: Endpoint): Proxy {
         if (gone || res.headersSent) return;
         const status = Number(h[constants.HTTP2_HEADER_STATUS] ?? 502);
         for (const [name, value] of Object.entries(h)) {
-          if (name.startsWith(":") || droppedResponseHeaders.has(name) || value === undefined) continue;
+          if (name.startsWith(":") || droppedResponseHeaders.has(name) || value === undefined)
+            continue;
           res.setHeader(name, value);
         }
         res.setHeader("Cache-Control", "no-store");
@@ -101,7 +138,11 @@ export function createProxy(endpoint: Endpoint): Proxy {
       // A call the control plane closed without replying (a reset with no error code) is a refusal too, never an empty 200.
       stream.on("close", () => {
         if (gone || res.headersSent) return;
-        writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: the control plane at ${base.origin} closed the call without a reply (HTTP/2 code ${stream.rstCode ?? "none"}); try again, and see its log if it persists` });
+        writeRefusal(res, {
+          status: 502,
+          code: "unavailable",
+          message: `dashboard: the control plane at ${base.origin} closed the call without a reply (HTTP/2 code ${stream.rstCode ?? "none"}); try again, and see its log if it persists`,
+        });
       });
       res.on("close", () => {
         gone = true;

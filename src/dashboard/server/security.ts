@@ -53,21 +53,40 @@ export function checkRequest(req: IncomingMessage, allowRemote: boolean): Refusa
   const host = req.headers.host ?? "";
   const hostname = host.replace(/:\d+$/, "").replace(/^\[(.*)\]$/, "$1");
   if (!host || (!allowRemote && hostname !== "localhost" && isIP(hostname) === 0)) {
-    return { status: 403, code: "permission_denied", message: `dashboard: Host ${JSON.stringify(host)} is not an address of this dashboard; open it as http://127.0.0.1:PORT or http://localhost:PORT (a DNS name is refused so that another site cannot rebind to it)` };
+    return {
+      status: 403,
+      code: "permission_denied",
+      message: `dashboard: Host ${JSON.stringify(host)} is not an address of this dashboard; open it as http://127.0.0.1:PORT or http://localhost:PORT (a DNS name is refused so that another site cannot rebind to it)`,
+    };
   }
   const own = `http://${host}`;
   const origin = req.headers.origin;
   if (origin !== undefined && origin !== own) {
-    return { status: 403, code: "permission_denied", message: `dashboard: Origin ${origin} is not this dashboard's (${own}); only its own pages may call it` };
+    return {
+      status: 403,
+      code: "permission_denied",
+      message: `dashboard: Origin ${origin} is not this dashboard's (${own}); only its own pages may call it`,
+    };
   }
-  if (!safeMethods.has(req.method ?? "GET") && origin === undefined && req.headers["sec-fetch-site"] !== "same-origin") {
-    return { status: 403, code: "permission_denied", message: `dashboard: a ${req.method} request must carry an Origin header (${own}) or Sec-Fetch-Site: same-origin; a browser sends them, a script should send Origin` };
+  if (
+    !safeMethods.has(req.method ?? "GET") &&
+    origin === undefined &&
+    req.headers["sec-fetch-site"] !== "same-origin"
+  ) {
+    return {
+      status: 403,
+      code: "permission_denied",
+      message: `dashboard: a ${req.method} request must carry an Origin header (${own}) or Sec-Fetch-Site: same-origin; a browser sends them, a script should send Origin`,
+    };
   }
   return undefined;
 }
 
 /** Writes `refusal` as Connect's error JSON. */
 export function writeRefusal(res: ServerResponse, refusal: Refusal): void {
-  res.writeHead(refusal.status, { "Content-Type": "application/json", "Cache-Control": "no-store" });
+  res.writeHead(refusal.status, {
+    "Content-Type": "application/json",
+    "Cache-Control": "no-store",
+  });
   res.end(JSON.stringify({ code: refusal.code, message: refusal.message }));
 }

@@ -53,15 +53,27 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     }
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("Allow", "GET, HEAD");
-      writeRefusal(res, { status: 405, code: "unimplemented", message: `dashboard: ${req.method} ${path}: the pages are read with GET; API calls go to /api/` });
+      writeRefusal(res, {
+        status: 405,
+        code: "unimplemented",
+        message: `dashboard: ${req.method} ${path}: the pages are read with GET; API calls go to /api/`,
+      });
       return;
     }
     const asset = assets.get(path === "/" ? "/index.html" : path);
     if (!asset) {
-      writeRefusal(res, { status: 404, code: "not_found", message: `dashboard: no page ${path}; open / (pages are addressed as /#/overview, /#/runners, ...)` });
+      writeRefusal(res, {
+        status: 404,
+        code: "not_found",
+        message: `dashboard: no page ${path}; open / (pages are addressed as /#/overview, /#/runners, ...)`,
+      });
       return;
     }
-    res.writeHead(200, { "Content-Type": asset.contentType, "Content-Length": asset.body.length, "Cache-Control": "no-cache" });
+    res.writeHead(200, {
+      "Content-Type": asset.contentType,
+      "Content-Length": asset.body.length,
+      "Cache-Control": "no-cache",
+    });
     res.end(req.method === "HEAD" ? undefined : asset.body);
   });
   await new Promise<void>((resolve, reject) => {

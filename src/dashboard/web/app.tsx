@@ -68,7 +68,12 @@ export function App() {
         <span class={`live live-${live}`} title="the control plane's event stream">
           {live}
         </span>
-        <button type="button" class="theme" onClick={toggle} aria-label={`Switch to the ${theme === "dark" ? "light" : "dark"} theme`}>
+        <button
+          type="button"
+          class="theme"
+          onClick={toggle}
+          aria-label={`Switch to the ${theme === "dark" ? "light" : "dark"} theme`}
+        >
           {theme === "dark" ? "Light" : "Dark"}
         </button>
       </header>

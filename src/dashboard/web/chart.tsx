@@ -16,7 +16,13 @@ function loadChart(): Promise<typeof Chart> {
 }
 
 /** The series colours, by the name of an app.css custom property. */
-export const seriesColors = { ok: "--ok", bad: "--bad", warn: "--warn", accent: "--accent", muted: "--muted" } as const;
+export const seriesColors = {
+  ok: "--ok",
+  bad: "--bad",
+  warn: "--warn",
+  accent: "--accent",
+  muted: "--muted",
+} as const;
 
 export interface ChartSeries {
   readonly label: string;
@@ -54,7 +60,14 @@ export function ChartView(props: ChartViewProps) {
         labels: [...props.labels],
         datasets: props.series.map((s) => {
           const c = themeColor(seriesColors[s.color]);
-          return { label: s.label, data: [...s.data], backgroundColor: c, borderColor: c, borderWidth: props.type === "line" ? 2 : 0, pointRadius: props.type === "line" ? 0 : undefined };
+          return {
+            label: s.label,
+            data: [...s.data],
+            backgroundColor: c,
+            borderColor: c,
+            borderWidth: props.type === "line" ? 2 : 0,
+            pointRadius: props.type === "line" ? 0 : undefined,
+          };
         }),
       };
       chart = new ChartClass(el, {
@@ -67,8 +80,18 @@ export function ChartView(props: ChartViewProps) {
           color: fg,
           plugins: { legend: { labels: { color: fg } } },
           scales: {
-            x: { stacked: props.stacked ?? false, ticks: { color: fg, maxRotation: 0, autoSkip: true }, grid: { color: grid } },
-            y: { stacked: props.stacked ?? false, beginAtZero: true, ticks: { color: fg }, grid: { color: grid }, title: props.yTitle ? { display: true, text: props.yTitle, color: fg } : undefined },
+            x: {
+              stacked: props.stacked ?? false,
+              ticks: { color: fg, maxRotation: 0, autoSkip: true },
+              grid: { color: grid },
+            },
+            y: {
+              stacked: props.stacked ?? false,
+              beginAtZero: true,
+              ticks: { color: fg },
+              grid: { color: grid },
+              title: props.yTitle ? { display: true, text: props.yTitle, color: fg } : undefined,
+            },
           },
         },
       });
@@ -83,7 +106,13 @@ export function ChartView(props: ChartViewProps) {
       window.removeEventListener(themeChanged, draw);
       chart?.destroy();
     };
-  }, [props.type, JSON.stringify(props.labels), JSON.stringify(props.series), props.stacked, props.yTitle]);
+  }, [
+    props.type,
+    JSON.stringify(props.labels),
+    JSON.stringify(props.series),
+    props.stacked,
+    props.yTitle,
+  ]);
   return (
     <div class="chart">
       <canvas ref={canvas} role="img" aria-label={props.label} />

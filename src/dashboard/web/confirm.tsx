@@ -41,7 +41,14 @@ export function ConfirmButton(props: ConfirmButtonProps) {
   };
   return (
     <>
-      <button type="button" class={props.danger ? "danger" : undefined} disabled={busy} aria-label={props.ariaLabel} onClick={() => dialog.current?.showModal()} data-action={props.label.toLowerCase()}>
+      <button
+        type="button"
+        class={props.danger ? "danger" : undefined}
+        disabled={busy}
+        aria-label={props.ariaLabel}
+        onClick={() => dialog.current?.showModal()}
+        data-action={props.label.toLowerCase()}
+      >
         {busy ? `${props.label}…` : props.label}
       </button>
       <dialog ref={dialog} aria-label={props.title}>
@@ -52,7 +59,12 @@ export function ConfirmButton(props: ConfirmButtonProps) {
             <p>
               <label>
                 Reason (for the audit trail){" "}
-                <input type="text" value={reason} maxLength={500} onInput={(e) => setReason((e.target as HTMLInputElement).value)} />
+                <input
+                  type="text"
+                  value={reason}
+                  maxLength={500}
+                  onInput={(e) => setReason((e.target as HTMLInputElement).value)}
+                />
               </label>
             </p>
           ) : null}

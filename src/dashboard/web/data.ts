@@ -18,7 +18,12 @@ const defaultCoalesceMs = 250;
  * Runs `load` and keeps its result. `deps` re-run it (as useEffect's deps); `liveTypes` re-run it when
  * such an event arrives (undefined: never; [] : on every event), at most once per `coalesceMs`.
  */
-export function useData<T>(load: (signal: AbortSignal) => Promise<T>, deps: readonly unknown[], liveTypes?: readonly string[], coalesceMs = defaultCoalesceMs): DataState<T> {
+export function useData<T>(
+  load: (signal: AbortSignal) => Promise<T>,
+  deps: readonly unknown[],
+  liveTypes?: readonly string[],
+  coalesceMs = defaultCoalesceMs,
+): DataState<T> {
   const [data, setData] = useState<T | undefined>(undefined);
   const [error, setError] = useState<unknown>(undefined);
   const [loading, setLoading] = useState(true);
@@ -47,7 +52,8 @@ export function useData<T>(load: (signal: AbortSignal) => Promise<T>, deps: read
     if (!liveTypes) return undefined;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const unsubscribe = subscribe(liveTypes, () => {
-      if (timer === undefined) timer = setTimeout(() => ((timer = undefined), setTick((t) => t + 1)), coalesceMs);
+      if (timer === undefined)
+        timer = setTimeout(() => ((timer = undefined), setTick((t) => t + 1)), coalesceMs);
     });
     return () => {
       unsubscribe();

@@ -13,7 +13,11 @@ export function ErrorNote({ error, what }: { error: unknown; what?: string }) {
   const e = ConnectError.from(error);
   return (
     <div class="error" role="alert" data-code={codeName(e.code)}>
-      <strong>{what ? `${what}: ` : ""}{codeName(e.code)}</strong> <span>{e.rawMessage}</span>
+      <strong>
+        {what ? `${what}: ` : ""}
+        {codeName(e.code)}
+      </strong>{" "}
+      <span>{e.rawMessage}</span>
     </div>
   );
 }

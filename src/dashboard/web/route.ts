@@ -11,7 +11,8 @@ export function parseRoute(hash: string): Route {
   const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const [head, id] = parts;
   if (head === "jobs" && id) return { page: "job", id };
-  if (head === "runners" || head === "jobs" || head === "events" || head === "audit") return { page: head };
+  if (head === "runners" || head === "jobs" || head === "events" || head === "audit")
+    return { page: head };
   return { page: "overview" };
 }
 

@@ -11,7 +11,14 @@ export function toDate(at: Moment): Date | undefined {
   return timestampDate(at);
 }
 
-const local = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+const local = new Intl.DateTimeFormat(undefined, {
+  year: "numeric",
+  month: "short",
+  day: "numeric",
+  hour: "2-digit",
+  minute: "2-digit",
+  second: "2-digit",
+});
 
 /** Shows `at` in the local zone; "-" when unset. */
 export function Time({ at }: { at: Moment }) {

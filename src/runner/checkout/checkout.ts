@@ -42,18 +42,35 @@ const objectId = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
  * tree that differs is refused before anything is checked out (the job must
  * not run on code other than what the control plane pinned).
  */
-export async function checkoutBase(lease: LeasedCode, options: CheckoutOptions): Promise<{ commit: string; tree: string }> {
-  if (!objectId.test(lease.baseCommit)) throw new CheckoutRefused(`the lease of job ${lease.jobId} has no valid baseCommit; refusing to check out`);
-  if (!objectId.test(lease.baseTree)) throw new CheckoutRefused(`the lease of job ${lease.jobId} has no valid baseTree; refusing to request a base bundle`);
+export async function checkoutBase(
+  lease: LeasedCode,
+  options: CheckoutOptions,
+): Promise<{ commit: string; tree: string }> {
+  if (!objectId.test(lease.baseCommit))
+    throw new CheckoutRefused(
+      `the lease of job ${lease.jobId} has no valid baseCommit; refusing to check out`,
+    );
+  if (!objectId.test(lease.baseTree))
+    throw new CheckoutRefused(
+      `the lease of job ${lease.jobId} has no valid baseTree; refusing to request a base bundle`,
+    );
   await mkdir(options.dir, { recursive: true });
-  if ((await readdir(options.dir)).length > 0) throw new CheckoutRefused(`${options.dir} is not empty; a base checkout needs an empty directory`);
+  if ((await readdir(options.dir)).length > 0)
+    throw new CheckoutRefused(
+      `${options.dir} is not empty; a base checkout needs an empty directory`,
+    );
   await runGit(["init", "--quiet", options.dir], { timeoutMs: gitTimeouts.local });
   await importBundle(lease, "base", lease.baseCommit, options);
   const tree = await treeOf(options.dir, lease.baseCommit);
   if (tree !== lease.baseTree) {
-    throw new CheckoutRefused(`base commit ${lease.baseCommit} has tree ${tree}, not the lease's baseTree ${lease.baseTree}; refusing to run job ${lease.jobId}`);
+    throw new CheckoutRefused(
+      `base commit ${lease.baseCommit} has tree ${tree}, not the lease's baseTree ${lease.baseTree}; refusing to run job ${lease.jobId}`,
+    );
   }
-  await runGit(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", lease.baseCommit], { cwd: options.dir, timeoutMs: gitTimeouts.bulk });
+  await runGit(
+    ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", lease.baseCommit],
+    { cwd: options.dir, timeoutMs: gitTimeouts.bulk },
+  );
   return { commit: lease.baseCommit, tree };
 }
 
@@ -62,18 +79,38 @@ export async function checkoutBase(lease: LeasedCode, options: CheckoutOptions):
  * repository in `options.dir` (which must already hold the base commit for a
  * thin head or published bundle). Resolves to the commit's tree.
  */
-export async function importBundle(lease: Pick<LeasedCode, "jobId" | "leaseToken">, kind: "base" | "head" | "published", commit: string, options: CheckoutOptions): Promise<string> {
+export async function importBundle(
+  lease: Pick<LeasedCode, "jobId" | "leaseToken">,
+  kind: "base" | "head" | "published",
+  commit: string,
+  options: CheckoutOptions,
+): Promise<string> {
   // Absolute: git runs with -C options.dir, and would resolve a relative bundle path from there.
   const file = resolve(options.dir, ".git", `forelead-${kind}.bundle`);
   try {
-    const chunks = options.client.codeBundle({ apiVersion: "v1", jobId: lease.jobId, leaseToken: lease.leaseToken, kind, commit }, { signal: options.signal });
+    const chunks = options.client.codeBundle(
+      { apiVersion: "v1", jobId: lease.jobId, leaseToken: lease.leaseToken, kind, commit },
+      { signal: options.signal },
+    );
     await pipeline(
-      Readable.from((async function* () {
-        for await (const c of chunks) yield c.data;
-      })()),
+      Readable.from(
+        (async function* () {
+          for await (const c of chunks) yield c.data;
+        })(),
+      ),
       createWriteStream(file, { mode: 0o600 }),
     );
-    await runGit(["fetch", "--no-tags", "--quiet", "--no-write-fetch-head", file, `+refs/*:refs/forelead/${kind}/*`], { cwd: options.dir, timeoutMs: gitTimeouts.bulk });
+    await runGit(
+      [
+        "fetch",
+        "--no-tags",
+        "--quiet",
+        "--no-write-fetch-head",
+        file,
+        `+refs/*:refs/forelead/${kind}/*`,
+      ],
+      { cwd: options.dir, timeoutMs: gitTimeouts.bulk },
+    );
   } finally {
     await rm(file, { force: true });
   }
@@ -81,7 +118,11 @@ export async function importBundle(lease: Pick<LeasedCode, "jobId" | "leaseToken
 }
 
 async function treeOf(dir: string, commit: string): Promise<string> {
-  const { stdout, exitCode } = await runGit(["rev-parse", "--verify", "--quiet", `${commit}^{tree}`], { cwd: dir, okExitCodes: [1, 128], timeoutMs: gitTimeouts.local });
-  if (exitCode !== 0) throw new CheckoutRefused(`the bundle does not hold commit ${commit}; refusing to run`);
+  const { stdout, exitCode } = await runGit(
+    ["rev-parse", "--verify", "--quiet", `${commit}^{tree}`],
+    { cwd: dir, okExitCodes: [1, 128], timeoutMs: gitTimeouts.local },
+  );
+  if (exitCode !== 0)
+    throw new CheckoutRefused(`the bundle does not hold commit ${commit}; refusing to run`);
   return stdout.trim();
 }

@@ -9,12 +9,17 @@ import { CheckoutError, type CheckoutStep } from "./checkout-step.js";
  * bundle is fetched and verified against its baseTree (src/runner/checkout/checkout.ts)
  * and checked out into the job's workspace directory.
  */
-export function protocolCheckout(client: () => Promise<Client<typeof RunnerService>>): CheckoutStep {
+export function protocolCheckout(
+  client: () => Promise<Client<typeof RunnerService>>,
+): CheckoutStep {
   return {
     async checkout(lease: Lease, leaseToken: string, dir: string, signal: AbortSignal) {
       const job = lease.job!;
       try {
-        await checkoutBase({ jobId: job.id, leaseToken, baseCommit: job.baseCommit, baseTree: job.baseTree }, { client: await client(), dir, signal });
+        await checkoutBase(
+          { jobId: job.id, leaseToken, baseCommit: job.baseCommit, baseTree: job.baseTree },
+          { client: await client(), dir, signal },
+        );
       } catch (err) {
         throw checkoutErrorOf(err);
       }
@@ -24,9 +29,13 @@ export function protocolCheckout(client: () => Promise<Client<typeof RunnerServi
 
 /** A refusal (the code does not match the lease) is final; anything else may work on another attempt. */
 function checkoutErrorOf(err: unknown): CheckoutError {
-  if (err instanceof CheckoutRefused) return new CheckoutError("checkout_refused", err.message, false);
+  if (err instanceof CheckoutRefused)
+    return new CheckoutError("checkout_refused", err.message, false);
   const message = `the job's code could not be checked out: ${(err as Error).message}`;
-  if (err instanceof ConnectError && [Code.InvalidArgument, Code.FailedPrecondition, Code.PermissionDenied].includes(err.code)) {
+  if (
+    err instanceof ConnectError &&
+    [Code.InvalidArgument, Code.FailedPrecondition, Code.PermissionDenied].includes(err.code)
+  ) {
     return new CheckoutError("checkout_failed", message, false);
   }
   return new CheckoutError("checkout_failed", message, true);

@@ -61,7 +61,12 @@ export interface DockerContainer {
 
 /** A network handle. */
 export interface DockerNetwork {
-  inspect(): Promise<{ Name: string; Labels: Record<string, string> | null; Internal: boolean; Created: string }>;
+  inspect(): Promise<{
+    Name: string;
+    Labels: Record<string, string> | null;
+    Internal: boolean;
+    Created: string;
+  }>;
   remove(): Promise<unknown>;
 }
 
@@ -69,27 +74,57 @@ export interface DockerNetwork {
 export interface DockerClient {
   readonly modem: {
     demuxStream(stream: NodeJS.ReadableStream, stdout: Writable, stderr: Writable): void;
-    followProgress(stream: NodeJS.ReadableStream, onFinished: (err: Error | null, output: Array<{ error?: string }>) => void): void;
+    followProgress(
+      stream: NodeJS.ReadableStream,
+      onFinished: (err: Error | null, output: Array<{ error?: string }>) => void,
+    ): void;
   };
   ping(): Promise<unknown>;
   getImage(name: string): { inspect(): Promise<unknown> };
   pull(image: string): Promise<NodeJS.ReadableStream>;
-  createNetwork(options: { Name: string; Internal: boolean; Labels: Record<string, string>; CheckDuplicate: boolean }): Promise<DockerNetwork>;
+  createNetwork(options: {
+    Name: string;
+    Internal: boolean;
+    Labels: Record<string, string>;
+    CheckDuplicate: boolean;
+  }): Promise<DockerNetwork>;
   getNetwork(name: string): DockerNetwork;
   createContainer(options: ContainerCreateOptions): Promise<DockerContainer>;
   getContainer(name: string): DockerContainer;
-  listContainers(options: { all: boolean; filters: { label: string[] } }): Promise<Array<{ Id: string; Names: string[]; Labels: Record<string, string>; State: string; Image: string; Created: number }>>;
-  listNetworks(options: { filters: { label: string[] } }): Promise<Array<{ Name: string; Labels: Record<string, string> | null; Created: string }>>;
+  listContainers(options: {
+    all: boolean;
+    filters: { label: string[] };
+  }): Promise<
+    Array<{
+      Id: string;
+      Names: string[];
+      Labels: Record<string, string>;
+      State: string;
+      Image: string;
+      Created: number;
+    }>
+  >;
+  listNetworks(options: {
+    filters: { label: string[] };
+  }): Promise<Array<{ Name: string; Labels: Record<string, string> | null; Created: string }>>;
 }
 
 /** An error from the engine: dockerode sets the HTTP status as statusCode. */
 export function dockerStatus(err: unknown): number | undefined {
-  return typeof err === "object" && err !== null && "statusCode" in err && typeof err.statusCode === "number" ? err.statusCode : undefined;
+  return typeof err === "object" &&
+    err !== null &&
+    "statusCode" in err &&
+    typeof err.statusCode === "number"
+    ? err.statusCode
+    : undefined;
 }
 
 /** The engine's message of an error, without dockerode's "(HTTP code ...)" prefix noise. */
 export function dockerMessage(err: unknown): string {
-  const json = typeof err === "object" && err !== null && "json" in err ? (err as { json?: { message?: string } }).json : undefined;
+  const json =
+    typeof err === "object" && err !== null && "json" in err
+      ? (err as { json?: { message?: string } }).json
+      : undefined;
   return json?.message ?? (err as Error).message ?? String(err);
 }
 
@@ -104,7 +139,9 @@ export function createDockerClient(): DockerClient {
   try {
     Docker = require("dockerode") as new () => DockerClient;
   } catch (err) {
-    throw new Error(`the docker executor needs the dockerode package (npm install dockerode@5): ${(err as Error).message}`);
+    throw new Error(
+      `the docker executor needs the dockerode package (npm install dockerode@5): ${(err as Error).message}`,
+    );
   }
   return new Docker();
 }

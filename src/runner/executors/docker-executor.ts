@@ -2,10 +2,28 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import type { JobSpec } from "../../../gen/forelead/runner/v1/job_pb.js";
-import { createDockerClient, dockerMessage, dockerStatus, type DockerClient, type DockerContainer } from "./docker-api.js";
-import { commonIncompatibility, type ExecutionRequest, type ExecutionResult, type Executor, type ExecutorResource, type RunningJob } from "./executor.js";
+import {
+  createDockerClient,
+  dockerMessage,
+  dockerStatus,
+  type DockerClient,
+  type DockerContainer,
+} from "./docker-api.js";
+import {
+  commonIncompatibility,
+  type ExecutionRequest,
+  type ExecutionResult,
+  type Executor,
+  type ExecutorResource,
+  type RunningJob,
+} from "./executor.js";
 import { containerSampler } from "./docker-samples.js";
-import { containerSecretsDir, secretsDirEnv, writeSecretFiles, type WrittenSecretFiles } from "./secret-files.js";
+import {
+  containerSecretsDir,
+  secretsDirEnv,
+  writeSecretFiles,
+  type WrittenSecretFiles,
+} from "./secret-files.js";
 import { jobDirBinds, jobDirEnv } from "./job-dir.js";
 import { containerName, labelKeys, mainTask, networkName, resourceLabels } from "./names.js";
 
@@ -46,12 +64,15 @@ export function createDockerExecutor(options: DockerExecutorOptions): Executor {
       try {
         await engine().ping();
       } catch (err) {
-        throw new Error(`the Docker engine does not answer (${dockerMessage(err)}); start dockerd, set DOCKER_HOST, or use --executor process`);
+        throw new Error(
+          `the Docker engine does not answer (${dockerMessage(err)}); start dockerd, set DOCKER_HOST, or use --executor process`,
+        );
       }
     },
     recover: async () => [],
     incompatibility(spec, capacity) {
-      if (!spec.image) return "the spec has no image; the docker executor runs every job in a container";
+      if (!spec.image)
+        return "the spec has no image; the docker executor runs every job in a container";
       return commonIncompatibility(spec, capacity);
     },
     async start(request) {
@@ -62,7 +83,10 @@ export function createDockerExecutor(options: DockerExecutorOptions): Executor {
       const d = engine();
       const items: ExecutorResource[] = [];
       for (const c of await d.listContainers({ all: true, filters: { label: [mine] } })) {
-        const info = await d.getContainer(c.Id).inspect().catch(() => undefined);
+        const info = await d
+          .getContainer(c.Id)
+          .inspect()
+          .catch(() => undefined);
         items.push({
           kind: "container",
           name: (c.Names[0] ?? c.Id).replace(/^\//, ""),
@@ -75,19 +99,30 @@ export function createDockerExecutor(options: DockerExecutorOptions): Executor {
         });
       }
       for (const n of await d.listNetworks({ filters: { label: [mine] } })) {
-        items.push({ kind: "network", name: n.Name, jobId: n.Labels?.[labelKeys.job] ?? "", state: "created", createdAt: new Date(n.Created) });
+        items.push({
+          kind: "network",
+          name: n.Name,
+          jobId: n.Labels?.[labelKeys.job] ?? "",
+          state: "created",
+          createdAt: new Date(n.Created),
+        });
       }
       return items;
     },
     async remove(kind, name) {
       const d = engine();
-      if (kind === "container") await ignoreMissing(d.getContainer(name).remove({ force: true, v: true }));
+      if (kind === "container")
+        await ignoreMissing(d.getContainer(name).remove({ force: true, v: true }));
       else await ignoreMissing(d.getNetwork(name).remove());
     },
   };
 }
 
-function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit: number): RunningJob {
+function runContainer(
+  docker: DockerClient,
+  request: ExecutionRequest,
+  pidsLimit: number,
+): RunningJob {
   const { jobId, spec } = request;
   const names = { container: containerName(jobId), network: networkName(jobId) };
   const labels = resourceLabels(request.runnerId, request.workspaceId, jobId, mainTask);
@@ -104,11 +139,18 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
     if (image) return { durationMs: 0, error: image };
     if (stopRequested !== undefined) return { durationMs: 0 };
     await removeStale(docker, names, request);
-    await docker.createNetwork({ Name: names.network, Internal: true, Labels: networkLabels, CheckDuplicate: true });
+    await docker.createNetwork({
+      Name: names.network,
+      Internal: true,
+      Labels: networkLabels,
+      CheckDuplicate: true,
+    });
     const outputDir = join(request.jobDir, "output");
     await mkdir(outputDir, { recursive: true });
     secretFiles = await writeSecretFiles(request.secrets.files, request.jobDir);
-    container = await docker.createContainer(containerOptions(spec, names, labels, outputDir, request, pidsLimit, secretFiles));
+    container = await docker.createContainer(
+      containerOptions(spec, names, labels, outputDir, request, pidsLimit, secretFiles),
+    );
     const stream = await container.attach({ stream: true, stdout: true, stderr: true });
     const stdout = new PassThrough();
     const stderr = new PassThrough();
@@ -133,7 +175,14 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
     } catch (err) {
       stdout.end();
       stderr.end();
-      return { durationMs: 0, error: { code: "start_failed", message: `the container for job ${jobId} did not start: ${dockerMessage(err)}`, retryable: false } };
+      return {
+        durationMs: 0,
+        error: {
+          code: "start_failed",
+          message: `the container for job ${jobId} did not start: ${dockerMessage(err)}`,
+          retryable: false,
+        },
+      };
     }
     const peak = watchPeakMemory(container);
     live = { container, startedAtMs: startedAt };
@@ -146,18 +195,33 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
     await lines;
     if (oomKilled) {
       const limit = Number(spec.memoryBytes);
-      return { durationMs, exitCode: StatusCode, ...peakMemoryBytes, error: { code: "out_of_memory", message: `the container was killed for going over its memory limit of ${limit} bytes`, retryable: false } };
+      return {
+        durationMs,
+        exitCode: StatusCode,
+        ...peakMemoryBytes,
+        error: {
+          code: "out_of_memory",
+          message: `the container was killed for going over its memory limit of ${limit} bytes`,
+          retryable: false,
+        },
+      };
     }
     return { durationMs, exitCode: StatusCode, ...peakMemoryBytes };
   };
 
   const done = run()
-    .catch((err): ExecutionResult => ({ durationMs: 0, error: { code: "executor_error", message: `docker: ${dockerMessage(err)}`, retryable: true } }))
+    .catch((err): ExecutionResult => ({
+      durationMs: 0,
+      error: { code: "executor_error", message: `docker: ${dockerMessage(err)}`, retryable: true },
+    }))
     .finally(async () => {
       exited = true;
       // Best effort: whatever stays behind is reported by the inventory as an orphan.
       if (container) await container.remove({ force: true, v: true }).catch(() => undefined);
-      await docker.getNetwork(names.network).remove().catch(() => undefined);
+      await docker
+        .getNetwork(names.network)
+        .remove()
+        .catch(() => undefined);
       await secretFiles?.remove();
     });
 
@@ -169,7 +233,10 @@ function runContainer(docker: DockerClient, request: ExecutionRequest, pidsLimit
       stopRequested = graceMs;
       if (!started || !container) return; // run() sees stopRequested before it starts the container
       // docker stop: TERM, then KILL after t seconds; kill: KILL at once. 304/404/409: it has ended already.
-      const call = graceMs <= 0 ? container.kill({ signal: "SIGKILL" }) : container.stop({ t: Math.max(1, Math.ceil(graceMs / 1000)) });
+      const call =
+        graceMs <= 0
+          ? container.kill({ signal: "SIGKILL" })
+          : container.stop({ t: Math.max(1, Math.ceil(graceMs / 1000)) });
       await call.catch(() => undefined);
     },
   };
@@ -185,7 +252,12 @@ function containerOptions(
   secretFiles: WrittenSecretFiles | undefined,
 ) {
   const memory = Number(spec.memoryBytes);
-  const env = { ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: containerSecretsDir } : {}), ...jobDirEnv(request.jobDir, "/") };
+  const env = {
+    ...spec.env,
+    ...request.secrets.env,
+    ...(secretFiles ? { [secretsDirEnv]: containerSecretsDir } : {}),
+    ...jobDirEnv(request.jobDir, "/"),
+  };
   return {
     name: names.container,
     Image: spec.image,
@@ -220,9 +292,16 @@ const killedBySigkill = 137;
  * from an event of its own, which can come after the exit (CI saw exit 137 with OOMKilled still
  * false), so a SIGKILL exit under a memory limit is looked at again, up to a second later.
  */
-async function wasOomKilled(container: DockerContainer, exitCode: number, memoryLimit: number): Promise<boolean> {
+async function wasOomKilled(
+  container: DockerContainer,
+  exitCode: number,
+  memoryLimit: number,
+): Promise<boolean> {
   for (let look = 0; ; look++) {
-    const state = await container.inspect().then((i) => i.State, () => undefined);
+    const state = await container.inspect().then(
+      (i) => i.State,
+      () => undefined,
+    );
     if (state?.OOMKilled) return true;
     if (exitCode !== killedBySigkill || !(memoryLimit > 0) || look >= 4) return false;
     await new Promise((resolve) => setTimeout(resolve, 250));
@@ -251,7 +330,9 @@ function watchPeakMemory(container: DockerContainer): { stop(): { peakMemoryByte
           const line = buffered.slice(0, nl);
           buffered = buffered.slice(nl + 1);
           try {
-            const m = (JSON.parse(line) as { memory_stats?: { usage?: number; max_usage?: number } }).memory_stats;
+            const m = (
+              JSON.parse(line) as { memory_stats?: { usage?: number; max_usage?: number } }
+            ).memory_stats;
             peak = Math.max(peak, m?.max_usage ?? 0, m?.usage ?? 0);
           } catch {
             // a partial or odd document: the next one will do
@@ -294,7 +375,11 @@ async function ensureImage(docker: DockerClient, image: string): Promise<Failure
     );
     return undefined;
   } catch (err) {
-    return { code: "image_unavailable", message: `image ${JSON.stringify(image)} is not on this runner and cannot be pulled: ${dockerMessage(err)}`, retryable: false };
+    return {
+      code: "image_unavailable",
+      message: `image ${JSON.stringify(image)} is not on this runner and cannot be pulled: ${dockerMessage(err)}`,
+      retryable: false,
+    };
   }
 }
 
@@ -305,11 +390,23 @@ async function ensureImage(docker: DockerClient, image: string): Promise<Failure
  * stale by definition and are removed; anything else of that name is left
  * alone and the create below fails with the engine's message.
  */
-async function removeStale(docker: DockerClient, names: { container: string; network: string }, request: ExecutionRequest): Promise<void> {
-  const sameJob = (l: Record<string, string> | null | undefined) => l?.[labelKeys.job] === request.jobId && l?.[labelKeys.workspace] === request.workspaceId;
-  const old = await docker.getContainer(names.container).inspect().catch(() => undefined);
-  if (old && sameJob(old.Config.Labels)) await ignoreMissing(docker.getContainer(names.container).remove({ force: true, v: true }));
-  const net = await docker.getNetwork(names.network).inspect().catch(() => undefined);
+async function removeStale(
+  docker: DockerClient,
+  names: { container: string; network: string },
+  request: ExecutionRequest,
+): Promise<void> {
+  const sameJob = (l: Record<string, string> | null | undefined) =>
+    l?.[labelKeys.job] === request.jobId && l?.[labelKeys.workspace] === request.workspaceId;
+  const old = await docker
+    .getContainer(names.container)
+    .inspect()
+    .catch(() => undefined);
+  if (old && sameJob(old.Config.Labels))
+    await ignoreMissing(docker.getContainer(names.container).remove({ force: true, v: true }));
+  const net = await docker
+    .getNetwork(names.network)
+    .inspect()
+    .catch(() => undefined);
   if (net && sameJob(net.Labels)) await ignoreMissing(docker.getNetwork(names.network).remove());
 }
 

@@ -19,13 +19,17 @@ export function dockerMemoryBytes(m: DockerStats["memory_stats"]): number | unde
  * container and when it started (performance.now()) while it runs, and
  * undefined before it started or after it ended.
  */
-export function containerSampler(running: () => { readonly container: DockerContainer; readonly startedAtMs: number } | undefined): ResourceSampler {
+export function containerSampler(
+  running: () => { readonly container: DockerContainer; readonly startedAtMs: number } | undefined,
+): ResourceSampler {
   let last: { cpuNs: number; atMs: number } | undefined;
   return {
     async sample(): Promise<ResourceUsage | undefined> {
       const live = running();
       if (!live) return undefined;
-      const stats = await live.container.stats({ stream: false, "one-shot": true }).catch(() => undefined);
+      const stats = await live.container
+        .stats({ stream: false, "one-shot": true })
+        .catch(() => undefined);
       const cpuNs = stats?.cpu_stats?.cpu_usage?.total_usage;
       const memoryBytes = dockerMemoryBytes(stats?.memory_stats);
       if (cpuNs === undefined || memoryBytes === undefined) return undefined; // ended meanwhile: no figures
@@ -33,7 +37,10 @@ export function containerSampler(running: () => { readonly container: DockerCont
       const previous = last ?? { cpuNs: 0, atMs: live.startedAtMs };
       last = { cpuNs, atMs };
       const seconds = (atMs - previous.atMs) / 1000;
-      return { cpuCores: seconds > 0 ? Math.max(0, cpuNs - previous.cpuNs) / 1e9 / seconds : 0, memoryBytes };
+      return {
+        cpuCores: seconds > 0 ? Math.max(0, cpuNs - previous.cpuNs) / 1e9 / seconds : 0,
+        memoryBytes,
+      };
     },
   };
 }

@@ -126,12 +126,15 @@ export interface Executor {
 
 /** Checks every executor makes: a command to run, and limits within the machine. */
 export function commonIncompatibility(spec: JobSpec, capacity: RunnerCapacity): string | undefined {
-  if (spec.argv.length === 0 || spec.argv[0] === "") return "the spec has no argv; give the command as an array, e.g. [\"sh\", \"-c\", \"make test\"]";
+  if (spec.argv.length === 0 || spec.argv[0] === "")
+    return 'the spec has no argv; give the command as an array, e.g. ["sh", "-c", "make test"]';
   if (spec.cpu < 0 || !Number.isFinite(spec.cpu)) return `the spec asks for ${spec.cpu} CPUs`;
-  if (spec.cpu > capacity.cpu) return `the spec asks for ${spec.cpu} CPUs; this runner has ${capacity.cpu}`;
+  if (spec.cpu > capacity.cpu)
+    return `the spec asks for ${spec.cpu} CPUs; this runner has ${capacity.cpu}`;
   const memory = Number(spec.memoryBytes);
   if (memory < 0) return `the spec asks for ${memory} bytes of memory`;
-  if (memory > capacity.memoryBytes) return `the spec asks for ${memory} bytes of memory; this runner has ${capacity.memoryBytes}`;
+  if (memory > capacity.memoryBytes)
+    return `the spec asks for ${memory} bytes of memory; this runner has ${capacity.memoryBytes}`;
   if (spec.timeoutSeconds < 0) return `the spec's timeoutSeconds is ${spec.timeoutSeconds}`;
   return undefined;
 }

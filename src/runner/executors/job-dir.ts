@@ -26,13 +26,17 @@ export const jobDirParts = {
  * job's own user.
  */
 export function jobDirEnv(jobDir: string, root: string): Record<string, string> {
-  return existsSync(join(jobDir, jobDirParts.eventsFile)) ? { [jobEventsEnv]: join(root, jobDirParts.eventsFile) } : {};
+  return existsSync(join(jobDir, jobDirParts.eventsFile))
+    ? { [jobEventsEnv]: join(root, jobDirParts.eventsFile) }
+    : {};
 }
 
 /** The container binds of the parts of `jobDir` that exist: /input read-only, /events writable. */
 export function jobDirBinds(jobDir: string): string[] {
   const binds: string[] = [];
-  if (existsSync(join(jobDir, jobDirParts.input))) binds.push(`${join(jobDir, jobDirParts.input)}:/input:ro`);
-  if (existsSync(join(jobDir, jobDirParts.events))) binds.push(`${join(jobDir, jobDirParts.events)}:/events`);
+  if (existsSync(join(jobDir, jobDirParts.input)))
+    binds.push(`${join(jobDir, jobDirParts.input)}:/input:ro`);
+  if (existsSync(join(jobDir, jobDirParts.events)))
+    binds.push(`${join(jobDir, jobDirParts.events)}:/events`);
   return binds;
 }

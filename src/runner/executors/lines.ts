@@ -12,7 +12,11 @@ export const maxLineChars = 16 * 1024;
  * cut into lines, so a secret value is masked whether it was split over reads, over the 16 KiB
  * cut of a long line, or holds a line break itself.
  */
-export function forEachLine(stream: Readable, onLine: (text: string) => void, masking?: MaskingStream): Promise<void> {
+export function forEachLine(
+  stream: Readable,
+  onLine: (text: string) => void,
+  masking?: MaskingStream,
+): Promise<void> {
   const decoder = new StringDecoder("utf8");
   let partial = "";
   const take = (chunk: string) => {
@@ -32,11 +36,14 @@ export function forEachLine(stream: Readable, onLine: (text: string) => void, ma
   // is passed on as U+FFFD, as invalid UTF-8 already is by the decoder, so the line still gets through.
   const emit = (line: string) => {
     const text = withoutNul(line);
-    for (let i = 0; i < text.length || i === 0; i += maxLineChars) onLine(text.slice(i, i + maxLineChars));
+    for (let i = 0; i < text.length || i === 0; i += maxLineChars)
+      onLine(text.slice(i, i + maxLineChars));
   };
   return new Promise((resolve) => {
     const decoded = (text: string) => (masking ? masking.write(text) : text);
-    stream.on("data", (chunk: Buffer | string) => take(decoded(typeof chunk === "string" ? chunk : decoder.write(chunk))));
+    stream.on("data", (chunk: Buffer | string) =>
+      take(decoded(typeof chunk === "string" ? chunk : decoder.write(chunk))),
+    );
     let finished = false;
     const finish = () => {
       if (finished) return;

@@ -1,4 +1,8 @@
-import { containerName as launcherContainerName, launcherLabelKeys, launcherLabels } from "../../inventory/names.js";
+import {
+  containerName as launcherContainerName,
+  launcherLabelKeys,
+  launcherLabels,
+} from "../../inventory/names.js";
 
 // The launcher's names and labels are defined once, in src/inventory/names.ts,
 // which the control plane also uses to accept inventory items; this module
@@ -18,6 +22,11 @@ export function containerName(jobId: string, task: string = mainTask): string {
 }
 
 /** The four forelead.* labels of a container (with its task) or of a job's network (task omitted: ""). */
-export function resourceLabels(runnerId: string, workspaceId: string, jobId: string, task?: string): Record<string, string> {
+export function resourceLabels(
+  runnerId: string,
+  workspaceId: string,
+  jobId: string,
+  task?: string,
+): Record<string, string> {
   return launcherLabels({ runnerId, workspaceId, jobId, ...(task !== undefined ? { task } : {}) });
 }

@@ -4,7 +4,12 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
-import { commonIncompatibility, type ExecutionResult, type Executor, type RunningJob } from "./executor.js";
+import {
+  commonIncompatibility,
+  type ExecutionResult,
+  type Executor,
+  type RunningJob,
+} from "./executor.js";
 import { processGroupSampler } from "./process-samples.js";
 import { jobDirEnv, jobDirParts } from "./job-dir.js";
 import { secretsDirEnv, writeSecretFiles, type WrittenSecretFiles } from "./secret-files.js";
@@ -80,7 +85,13 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       try {
         child = spawn(spec.argv[0]!, spec.argv.slice(1), {
           cwd: jobDir,
-          env: { PATH: minimalPath, ...spec.env, ...request.secrets.env, ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}), ...jobDirEnv(jobDir, "") },
+          env: {
+            PATH: minimalPath,
+            ...spec.env,
+            ...request.secrets.env,
+            ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}),
+            ...jobDirEnv(jobDir, ""),
+          },
           detached: true, // its own process group: kill(-pid) reaches everything it started
           stdio: ["ignore", "pipe", "pipe"],
           ...(uid !== undefined ? { uid, gid: uid } : {}),
@@ -89,7 +100,9 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         if (uid !== undefined) uidsInUse.delete(uid);
         await secretFiles?.remove();
         // Node's own message of a refused spawn quotes the env it was given: never pass it on.
-        throw new Error(`the process could not be started (${(err as NodeJS.ErrnoException).code ?? (err as Error).name})`);
+        throw new Error(
+          `the process could not be started (${(err as NodeJS.ErrnoException).code ?? (err as Error).name})`,
+        );
       }
       const started = performance.now();
       // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers after a
@@ -114,15 +127,31 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         child.once("error", (err: NodeJS.ErrnoException) => {
           if (child.pid !== undefined) return; // errors after spawn (e.g. kill failures) are not the job's end
           exited = true;
-          const why = err.code === "ENOENT" ? `not found (PATH is ${spec.env.PATH ?? minimalPath})` : err.message;
-          resolve({ durationMs: 0, error: { code: "start_failed", message: `cannot run ${JSON.stringify(spec.argv[0])}: ${why}`, retryable: false } });
+          const why =
+            err.code === "ENOENT"
+              ? `not found (PATH is ${spec.env.PATH ?? minimalPath})`
+              : err.message;
+          resolve({
+            durationMs: 0,
+            error: {
+              code: "start_failed",
+              message: `cannot run ${JSON.stringify(spec.argv[0])}: ${why}`,
+              retryable: false,
+            },
+          });
         });
         child.once("exit", (code, signal) => {
           exited = true;
           // Whatever the job left running in its group ends with it, so its pipes close and nothing outlives the job.
           killGroup("SIGKILL");
           const durationMs = Math.round(performance.now() - started);
-          outputs.then(() => resolve({ durationMs, ...(code !== null ? { exitCode: code } : {}), ...(signal ? { signal } : {}) }));
+          outputs.then(() =>
+            resolve({
+              durationMs,
+              ...(code !== null ? { exitCode: code } : {}),
+              ...(signal ? { signal } : {}),
+            }),
+          );
         });
       }).finally(async () => {
         if (uid !== undefined) uidsInUse.delete(uid);
@@ -157,8 +186,13 @@ async function recoverLeftovers(jobsDir: string): Promise<string[]> {
   const names = await readdir(jobsDir).catch(() => [] as string[]);
   const stopped: string[] = [];
   for (const name of names.filter((n) => n.endsWith(".pid"))) {
-    const record = JSON.parse(await readFile(join(jobsDir, name), "utf8").catch(() => "{}")) as { pid?: number; startTicks?: string; jobId?: string };
-    if (!record.pid || !record.startTicks || processStartTicks(record.pid) !== record.startTicks) continue;
+    const record = JSON.parse(await readFile(join(jobsDir, name), "utf8").catch(() => "{}")) as {
+      pid?: number;
+      startTicks?: string;
+      jobId?: string;
+    };
+    if (!record.pid || !record.startTicks || processStartTicks(record.pid) !== record.startTicks)
+      continue;
     try {
       process.kill(-record.pid, "SIGKILL");
       stopped.push(`process group ${record.pid} of job ${record.jobId ?? "?"}`);

@@ -19,9 +19,13 @@ function procUnits(): { clockTicks: number; pageBytes: number } {
 }
 
 /** CPU ticks and resident pages of every process in process group `pgid`, from /proc/<pid>/stat; `processes` counts the live ones. */
-async function groupTotals(pgid: number): Promise<{ ticks: number; residentPages: number; processes: number }> {
+async function groupTotals(
+  pgid: number,
+): Promise<{ ticks: number; residentPages: number; processes: number }> {
   const totals = { ticks: 0, residentPages: 0, processes: 0 };
-  const pids = (await readdir("/proc").catch(() => [] as string[])).filter((name) => /^\d+$/.test(name));
+  const pids = (await readdir("/proc").catch(() => [] as string[])).filter((name) =>
+    /^\d+$/.test(name),
+  );
   await Promise.all(
     pids.map(async (pid) => {
       const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);

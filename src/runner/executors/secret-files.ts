@@ -48,7 +48,11 @@ function secretsPrefix(jobsDir: string): string {
  * crash, removeLeftoverSecretFiles does. Names are checked again here (one
  * path segment: secretFileNameProblem): a file must never land outside it.
  */
-export async function writeSecretFiles(files: Readonly<Record<string, string>>, jobDir: string, uid?: number): Promise<WrittenSecretFiles | undefined> {
+export async function writeSecretFiles(
+  files: Readonly<Record<string, string>>,
+  jobDir: string,
+  uid?: number,
+): Promise<WrittenSecretFiles | undefined> {
   const entries = Object.entries(files);
   if (entries.length === 0) return undefined;
   for (const [name] of entries) {
@@ -75,7 +79,9 @@ export async function writeSecretFiles(files: Readonly<Record<string, string>>, 
 export async function removeLeftoverSecretFiles(jobsDir: string): Promise<string[]> {
   const root = await secretsRoot();
   const prefix = secretsPrefix(jobsDir);
-  const left = (await readdir(root).catch(() => [] as string[])).filter((name) => name.startsWith(prefix)).map((name) => join(root, name));
+  const left = (await readdir(root).catch(() => [] as string[]))
+    .filter((name) => name.startsWith(prefix))
+    .map((name) => join(root, name));
   for (const dir of left) await rm(dir, { recursive: true, force: true });
   return left;
 }
@@ -88,8 +94,10 @@ export async function removeLeftoverSecretFiles(jobsDir: string): Promise<string
  */
 export function jobSecretsProblem(secrets: JobSecrets): string | undefined {
   for (const [name, value] of Object.entries(secrets.env)) {
-    if (name.length === 0 || name.includes("=") || name.includes("\u0000")) return `the secret env name ${JSON.stringify(name)} is empty or holds "=" or NUL`;
-    if (value.includes("\u0000")) return `the value of secret ${name} holds NUL, which an environment variable cannot carry; deliver it as a secret file`;
+    if (name.length === 0 || name.includes("=") || name.includes("\u0000"))
+      return `the secret env name ${JSON.stringify(name)} is empty or holds "=" or NUL`;
+    if (value.includes("\u0000"))
+      return `the value of secret ${name} holds NUL, which an environment variable cannot carry; deliver it as a secret file`;
   }
   for (const name of Object.keys(secrets.files)) {
     const problem = secretFileNameProblem(name);

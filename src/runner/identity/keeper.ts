@@ -2,14 +2,23 @@
 // After a renewal the caller opens a new HTTP/2 connection: TLS reads a
 // certificate only on a new handshake.
 import http2 from "node:http2";
-import { renew, tlsOptions, type ControlPlaneEndpoint, type RunnerKeyAlgorithm } from "./enrollment.js";
+import {
+  renew,
+  tlsOptions,
+  type ControlPlaneEndpoint,
+  type RunnerKeyAlgorithm,
+} from "./enrollment.js";
 import type { RunnerIdentity } from "./runner-identity.js";
 
 /**
  * Milliseconds until the identity should be renewed: half its lifetime, with
  * ±10 % jitter so a fleet enrolled together does not renew together.
  */
-export function renewalDelayMs(identity: Pick<RunnerIdentity, "notBefore" | "notAfter">, now = Date.now(), random = Math.random): number {
+export function renewalDelayMs(
+  identity: Pick<RunnerIdentity, "notBefore" | "notAfter">,
+  now = Date.now(),
+  random = Math.random,
+): number {
   const start = identity.notBefore.getTime();
   const lifetime = identity.notAfter.getTime() - start;
   return Math.max(0, start + lifetime * (0.5 + (random() - 0.5) * 0.2) - now);
@@ -39,7 +48,11 @@ export interface KeeperOptions {
  * to 5 min, while the certificate is still valid; a refusal that says the
  * runner is retired stops it.
  */
-export function keepIdentityFresh(endpoint: ControlPlaneEndpoint, identity: RunnerIdentity, options: KeeperOptions): IdentityKeeper {
+export function keepIdentityFresh(
+  endpoint: ControlPlaneEndpoint,
+  identity: RunnerIdentity,
+  options: KeeperOptions,
+): IdentityKeeper {
   let current = identity;
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
@@ -57,7 +70,10 @@ export function keepIdentityFresh(endpoint: ControlPlaneEndpoint, identity: Runn
     } catch (err) {
       failures++;
       const backoff = Math.min(5_000 * 2 ** (failures - 1), 300_000);
-      const retry = /retired/.test((err as Error).message) || current.notAfter.getTime() <= Date.now() ? undefined : backoff;
+      const retry =
+        /retired/.test((err as Error).message) || current.notAfter.getTime() <= Date.now()
+          ? undefined
+          : backoff;
       options.onError?.(err as Error, retry);
       if (retry !== undefined) schedule(retry);
       throw err;
@@ -94,7 +110,10 @@ export interface RunnerConnection {
  * opens a new connection (a new handshake, so the new certificate); the old
  * one is closed gracefully, letting its streams in flight finish.
  */
-export function connectWithIdentity(endpoint: ControlPlaneEndpoint, keeper: IdentityKeeper): RunnerConnection {
+export function connectWithIdentity(
+  endpoint: ControlPlaneEndpoint,
+  keeper: IdentityKeeper,
+): RunnerConnection {
   let open: http2.ClientHttp2Session | undefined;
   const unsubscribe = keeper.onRenewed(() => {
     open?.close();

@@ -32,7 +32,10 @@ export type RunnerCertificate = Omit<RunnerIdentity, "keyPem">;
  * runner's SPIFFE ID. Throws with the reason when it is not; `source` names
  * the certificate in the message.
  */
-export function readRunnerCertificate(certPem: string, source = "the certificate"): RunnerCertificate {
+export function readRunnerCertificate(
+  certPem: string,
+  source = "the certificate",
+): RunnerCertificate {
   let cert: X509Certificate;
   let leaf: ReturnType<typeof readLeafFields>;
   try {
@@ -41,9 +44,15 @@ export function readRunnerCertificate(certPem: string, source = "the certificate
   } catch (err) {
     throw new Error(`${source} is not a PEM certificate: ${(err as Error).message}`);
   }
-  if (leaf.uris.length !== 1) throw new Error(`${source} has ${leaf.uris.length} URI SANs; a runner certificate has exactly one, its SPIFFE ID`);
+  if (leaf.uris.length !== 1)
+    throw new Error(
+      `${source} has ${leaf.uris.length} URI SANs; a runner certificate has exactly one, its SPIFFE ID`,
+    );
   const principal = principalOf(parseSpiffeId(leaf.uris[0]!));
-  if (principal.kind !== "runner") throw new Error(`${source} is for ${principal.spiffeId.text}, not a runner (${runnerPathShape})`);
+  if (principal.kind !== "runner")
+    throw new Error(
+      `${source} is for ${principal.spiffeId.text}, not a runner (${runnerPathShape})`,
+    );
   return {
     spiffeId: principal.spiffeId.text,
     runnerId: principal.runnerId,
@@ -56,8 +65,13 @@ export function readRunnerCertificate(certPem: string, source = "the certificate
 }
 
 /** A runner identity from its certificate and key; refuses a key that is not the certificate's. */
-export function runnerIdentityOf(certPem: string, keyPem: string, source = "the certificate"): RunnerIdentity {
-  if (!keyMatches(certPem, keyPem)) throw new Error(`${source} does not belong to this runner's key`);
+export function runnerIdentityOf(
+  certPem: string,
+  keyPem: string,
+  source = "the certificate",
+): RunnerIdentity {
+  if (!keyMatches(certPem, keyPem))
+    throw new Error(`${source} does not belong to this runner's key`);
   return { ...readRunnerCertificate(certPem, source), keyPem };
 }
 

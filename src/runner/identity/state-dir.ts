@@ -13,18 +13,33 @@ export const stateFiles = { cert: "cert.pem", key: "key.pem" } as const;
 export async function loadIdentity(stateDir: string): Promise<RunnerIdentity> {
   const path = (name: string) => join(stateDir, name);
   const read = (name: string) => readFile(path(name), "utf8").catch(() => undefined);
-  const [cert, key, nextCert, nextKey] = await Promise.all([read(stateFiles.cert), read(stateFiles.key), read(`${stateFiles.cert}.next`), read(`${stateFiles.key}.next`)]);
+  const [cert, key, nextCert, nextKey] = await Promise.all([
+    read(stateFiles.cert),
+    read(stateFiles.key),
+    read(`${stateFiles.cert}.next`),
+    read(`${stateFiles.key}.next`),
+  ]);
   // saveIdentity renames the key first, then the certificate: a crash in between leaves cert.pem.next.
-  if (nextCert !== undefined && nextKey === undefined && key !== undefined && keyMatches(nextCert, key)) {
+  if (
+    nextCert !== undefined &&
+    nextKey === undefined &&
+    key !== undefined &&
+    keyMatches(nextCert, key)
+  ) {
     await rename(path(`${stateFiles.cert}.next`), path(stateFiles.cert));
     return runnerIdentityOf(nextCert, key);
   }
   await rm(path(`${stateFiles.cert}.next`), { force: true });
   await rm(path(`${stateFiles.key}.next`), { force: true });
   if (cert === undefined || key === undefined) {
-    throw new Error(`${stateDir} holds no runner identity (${stateFiles.cert} and ${stateFiles.key}); run \`forelead runner enroll --state-dir ${stateDir} ...\` first`);
+    throw new Error(
+      `${stateDir} holds no runner identity (${stateFiles.cert} and ${stateFiles.key}); run \`forelead runner enroll --state-dir ${stateDir} ...\` first`,
+    );
   }
-  if (!keyMatches(cert, key)) throw new Error(`${join(stateDir, stateFiles.key)} does not belong to ${join(stateDir, stateFiles.cert)}; enroll again`);
+  if (!keyMatches(cert, key))
+    throw new Error(
+      `${join(stateDir, stateFiles.key)} does not belong to ${join(stateDir, stateFiles.cert)}; enroll again`,
+    );
   return runnerIdentityOf(cert, key);
 }
 

@@ -128,9 +128,22 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
       try {
         const offset = await measureClockOffset(() => client.clock());
         clock = serverClock(offset.offsetNs);
-        await client.register({ slots: options.slots, cpu: options.capacity.cpu, memoryBytes: options.capacity.memoryBytes, architecture: options.architecture, labels: options.labels, clockOffsetNs: offset.offsetNs, ...capabilities, ...(options.instance ? { instance: options.instance } : {}) });
-        const instance = options.instance ? `instance ${options.instance.id} started ${options.instance.startedAt.toISOString()}, ` : "";
-        log(`registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${instance}${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`);
+        await client.register({
+          slots: options.slots,
+          cpu: options.capacity.cpu,
+          memoryBytes: options.capacity.memoryBytes,
+          architecture: options.architecture,
+          labels: options.labels,
+          clockOffsetNs: offset.offsetNs,
+          ...capabilities,
+          ...(options.instance ? { instance: options.instance } : {}),
+        });
+        const instance = options.instance
+          ? `instance ${options.instance.id} started ${options.instance.startedAt.toISOString()}, `
+          : "";
+        log(
+          `registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${instance}${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`,
+        );
         return;
       } catch (err) {
         if ((err instanceof RunnerApiError && !err.transient) || fixOf(err)) throw err;
@@ -144,13 +157,32 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   await register();
   // Only once registered: a second process of this runner is refused above, before it touches the first one's jobs.
   // What a crashed predecessor left: its leases are gone, so its jobs must not run on.
-  for (const stopped of await executor.recover(jobsDir)) log(`stopped a leftover of an earlier run: ${stopped}`);
-  for (const dir of await removeLeftoverSecretFiles(jobsDir)) log(`removed the secret files an earlier run left in ${dir}`);
+  for (const stopped of await executor.recover(jobsDir))
+    log(`stopped a leftover of an earlier run: ${stopped}`);
+  for (const dir of await removeLeftoverSecretFiles(jobsDir))
+    log(`removed the secret files an earlier run left in ${dir}`);
   await rm(jobsDir, { recursive: true, force: true });
   await mkdir(jobsDir, { recursive: true, mode: 0o711 });
   idleSince = Date.now(); // idle from here, however long registering took
 
-  const context = () => ({ client, executor, output: options.output, clock, capacity: options.capacity, jobsDir, graceMs: options.graceMs ?? 10_000, ...(options.sampleIntervalMs !== undefined ? { sampleIntervalMs: options.sampleIntervalMs } : {}), log, abort: forced.signal, ...(options.checkout ? { checkout: options.checkout } : {}), ...(options.uploads ? { uploads: options.uploads } : {}), ...(options.suspends ? { suspends: options.suspends } : {}), ...(options.inputs ? { inputs: options.inputs } : {}) });
+  const context = () => ({
+    client,
+    executor,
+    output: options.output,
+    clock,
+    capacity: options.capacity,
+    jobsDir,
+    graceMs: options.graceMs ?? 10_000,
+    ...(options.sampleIntervalMs !== undefined
+      ? { sampleIntervalMs: options.sampleIntervalMs }
+      : {}),
+    log,
+    abort: forced.signal,
+    ...(options.checkout ? { checkout: options.checkout } : {}),
+    ...(options.uploads ? { uploads: options.uploads } : {}),
+    ...(options.suspends ? { suspends: options.suspends } : {}),
+    ...(options.inputs ? { inputs: options.inputs } : {}),
+  });
 
   /** Ends the claim loop for a failure no retry cures: running jobs are stopped and their leases released. */
   const fail = (err: Error) => {
@@ -194,14 +226,19 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   // A finished job's completion asks for the next lease while the runner takes more jobs: not
   // draining, and without a job limit (--once), which the claim loop alone counts out.
-  const next: NextLease = { wanted: () => !draining && options.jobLimit === undefined, take: (lease) => take(lease, "claimed (with a completion)") };
+  const next: NextLease = {
+    wanted: () => !draining && options.jobLimit === undefined,
+    take: (lease) => take(lease, "claimed (with a completion)"),
+  };
 
   const claimLoop = async () => {
     let failures = 0;
     while (!draining) {
       if (options.jobLimit !== undefined && claimed >= options.jobLimit) {
         end = "job-limit";
-        log(`claimed ${claimed} job(s), the most this runner takes; stopping once ${runs.size === 1 ? "it is" : "they are"} settled`);
+        log(
+          `claimed ${claimed} job(s), the most this runner takes; stopping once ${runs.size === 1 ? "it is" : "they are"} settled`,
+        );
         break;
       }
       if (runs.size >= options.slots) {
@@ -216,8 +253,15 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
       }
       try {
         // Up to the free slots in one request (ClaimLeases); at most what the job limit leaves.
-        const free = Math.min(options.slots - runs.size, options.jobLimit === undefined ? Infinity : options.jobLimit - claimed);
-        const leases = await client.claim(waitSeconds, claiming.signal, Math.min(free, maxLeasesPerClaim));
+        const free = Math.min(
+          options.slots - runs.size,
+          options.jobLimit === undefined ? Infinity : options.jobLimit - claimed,
+        );
+        const leases = await client.claim(
+          waitSeconds,
+          claiming.signal,
+          Math.min(free, maxLeasesPerClaim),
+        );
         failures = 0;
         if (leases.length > 1) log(`one claim request leased ${leases.length} jobs`);
         for (const lease of leases) take(lease, "claimed");
@@ -230,7 +274,10 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
         }
         if (err instanceof RunnerApiError && err.code === "failed_precondition") {
           log(`the control plane does not know this runner (${err.message}); registering again`);
-          const refused = await register().then(() => undefined, (e: Error) => (log(`registering again failed: ${e.message}`), e));
+          const refused = await register().then(
+            () => undefined,
+            (e: Error) => (log(`registering again failed: ${e.message}`), e),
+          );
           if (refused && fixOf(refused)) {
             fail(refused);
             break;
@@ -245,7 +292,15 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     }
   };
 
-  const inventory: InventoryLoop | undefined = !executor.reportsInventory ? undefined : startInventory({ client, executor, liveJobs: () => new Set(runs.keys()), log, ...(options.inventoryIntervalMs ? { intervalMs: options.inventoryIntervalMs } : {}) });
+  const inventory: InventoryLoop | undefined = !executor.reportsInventory
+    ? undefined
+    : startInventory({
+        client,
+        executor,
+        liveJobs: () => new Set(runs.keys()),
+        log,
+        ...(options.inventoryIntervalMs ? { intervalMs: options.inventoryIntervalMs } : {}),
+      });
   let resolveStopped: (end: AgentEnd) => void = () => {};
   const stopped = new Promise<AgentEnd>((resolve) => (resolveStopped = resolve));
   // A loop that ends by itself (job limit, idle, failure) drains the agent as drain() does.

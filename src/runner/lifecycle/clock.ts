@@ -23,7 +23,11 @@ export interface ClockOffset {
  * assuming the middle, the error is at most half the round trip, so the
  * sample with the least round trip is the best one (NTP's rule, simplified).
  */
-export async function measureClockOffset(serverNow: () => Promise<bigint>, count = 5, now: () => bigint = wallClockNs): Promise<ClockOffset> {
+export async function measureClockOffset(
+  serverNow: () => Promise<bigint>,
+  count = 5,
+  now: () => bigint = wallClockNs,
+): Promise<ClockOffset> {
   let best: ClockSample | undefined;
   for (let i = 0; i < count; i++) {
     const sentNs = now();

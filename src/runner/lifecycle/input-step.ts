@@ -12,7 +12,11 @@ export type InputClient = Pick<Client<typeof RunnerService>, "downloadInput">;
 
 /** Why an input could not be put in place; the job fails with `code` before it starts. */
 export class InputError extends Error {
-  constructor(readonly code: "input_unavailable" | "input_digest_mismatch", message: string, readonly retryable: boolean) {
+  constructor(
+    readonly code: "input_unavailable" | "input_digest_mismatch",
+    message: string,
+    readonly retryable: boolean,
+  ) {
     super(message);
   }
 }
@@ -26,25 +30,47 @@ export class InputError extends Error {
  * A download that fails is retryable; bytes that do not
  * match the digest are not (the stored artifact is not what its job recorded).
  */
-export async function fetchInputs(client: InputClient, lease: { jobId: string; leaseToken: string }, inputs: readonly JobInput[], jobDir: string, signal: AbortSignal): Promise<void> {
+export async function fetchInputs(
+  client: InputClient,
+  lease: { jobId: string; leaseToken: string },
+  inputs: readonly JobInput[],
+  jobDir: string,
+  signal: AbortSignal,
+): Promise<void> {
   if (!inputs.length) return;
   const root = join(jobDir, "input", "files");
   for (const input of inputs) {
     const path = join(root, input.fromStep, input.name);
     const inside = relative(root, path);
-    if (inside.startsWith(`..${sep}`) || inside === ".." || inside.split(sep).length < 2) throw new InputError("input_unavailable", `input ${JSON.stringify(input.name)} of step ${JSON.stringify(input.fromStep)} is not a relative path`, false);
+    if (inside.startsWith(`..${sep}`) || inside === ".." || inside.split(sep).length < 2)
+      throw new InputError(
+        "input_unavailable",
+        `input ${JSON.stringify(input.name)} of step ${JSON.stringify(input.fromStep)} is not a relative path`,
+        false,
+      );
     await mkdir(dirname(path), { recursive: true });
     const partial = `${path}.partial`;
     const hash = createHash("sha256");
     let size = 0;
     try {
       const out = createWriteStream(partial, { mode: 0o600 });
-      const closed = new Promise<void>((resolve, reject) => out.on("close", resolve).on("error", reject));
+      const closed = new Promise<void>((resolve, reject) =>
+        out.on("close", resolve).on("error", reject),
+      );
       // Awaited below; the file may fail (a full disk) while the loop waits on the network, and a rejection nobody
       // awaits yet would end the runner. A write that waits for room stops at the failure instead of waiting on.
       closed.catch(() => {});
       try {
-        for await (const chunk of client.downloadInput({ apiVersion: "v1", jobId: lease.jobId, leaseToken: lease.leaseToken, fromJobId: input.fromJobId, name: input.name }, { signal })) {
+        for await (const chunk of client.downloadInput(
+          {
+            apiVersion: "v1",
+            jobId: lease.jobId,
+            leaseToken: lease.leaseToken,
+            fromJobId: input.fromJobId,
+            name: input.name,
+          },
+          { signal },
+        )) {
           hash.update(chunk.data);
           size += chunk.data.length;
           if (!out.write(chunk.data)) await Promise.race([once(out, "drain"), closed]);
@@ -55,12 +81,20 @@ export async function fetchInputs(client: InputClient, lease: { jobId: string; l
       }
     } catch (err) {
       await rm(partial, { force: true });
-      throw new InputError("input_unavailable", `input ${input.fromStep}/${input.name} could not be downloaded: ${(err as Error).message}`, true);
+      throw new InputError(
+        "input_unavailable",
+        `input ${input.fromStep}/${input.name} could not be downloaded: ${(err as Error).message}`,
+        true,
+      );
     }
     const digest = `sha256:${hash.digest("hex")}`;
     if (digest !== input.digest || size !== Number(input.size)) {
       await rm(partial, { force: true });
-      throw new InputError("input_digest_mismatch", `input ${input.fromStep}/${input.name} has digest ${digest} (${size} bytes); its lease names ${input.digest} (${input.size} bytes)`, false);
+      throw new InputError(
+        "input_digest_mismatch",
+        `input ${input.fromStep}/${input.name} has digest ${digest} (${size} bytes); its lease names ${input.digest} (${input.size} bytes)`,
+        false,
+      );
     }
     await chmod(partial, 0o444);
     await rename(partial, path);

@@ -42,7 +42,10 @@ export function startInventory(options: InventoryOptions): InventoryLoop {
       orders = await client.inventory(resources.map((r) => itemOf(r, isOrphan(r))));
     } catch (err) {
       if (err instanceof RunnerApiError && err.status === 501) {
-        if (!unsupportedWarned) log("the control plane does not take inventory yet (501 on /v1/runner/inventory); leftovers are not reported");
+        if (!unsupportedWarned)
+          log(
+            "the control plane does not take inventory yet (501 on /v1/runner/inventory); leftovers are not reported",
+          );
         unsupportedWarned = true;
         return [];
       }
@@ -52,9 +55,13 @@ export function startInventory(options: InventoryOptions): InventoryLoop {
     for (const order of orders) {
       if (order.kind !== "container" && order.kind !== "network") continue;
       // Looked up again: the order may be older than a job that now owns the name.
-      const now = (await executor.resources()).find((r) => r.kind === order.kind && r.name === order.name);
+      const now = (await executor.resources()).find(
+        (r) => r.kind === order.kind && r.name === order.name,
+      );
       if (!now || !isOrphan(now)) {
-        log(`reap order for ${order.kind} ${order.name} ignored: ${now ? "a live job owns it" : "it is gone already"}`);
+        log(
+          `reap order for ${order.kind} ${order.name} ignored: ${now ? "a live job owns it" : "it is gone already"}`,
+        );
         continue;
       }
       await executor.remove(order.kind, order.name);

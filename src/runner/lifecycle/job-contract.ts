@@ -98,25 +98,56 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
       sendProgress();
       await events.stop();
       if (dropped > maxDropReports) {
-        o.log(`job ${jobId}: ${dropped - maxDropReports} more lines of the events file were dropped`);
-        o.out.event({ type: droppedEventType, count: dropped - maxDropReports, reason: `${dropped - maxDropReports} more lines were dropped` });
+        o.log(
+          `job ${jobId}: ${dropped - maxDropReports} more lines of the events file were dropped`,
+        );
+        o.out.event({
+          type: droppedEventType,
+          count: dropped - maxDropReports,
+          reason: `${dropped - maxDropReports} more lines were dropped`,
+        });
       }
     },
     inputRequest: () =>
-      lineInput && inputRequestOf(lineInput, (message): Settlement => ({ outcome: "failed", error: { code: "invalid_input_request", message: `the job's ::forelead::input directive ${message}`, retryable: false } })),
+      lineInput &&
+      inputRequestOf(lineInput, (message): Settlement => ({
+        outcome: "failed",
+        error: {
+          code: "invalid_input_request",
+          message: `the job's ::forelead::input directive ${message}`,
+          retryable: false,
+        },
+      })),
     async settle(settlement) {
       const file = await readResultFile(o.jobDir);
       if (file.kind === "invalid") {
         o.log(`job ${jobId}: its result is invalid: ${file.problem}`);
         // A job that failed already keeps its own failure; the invalid file is in the runner's log.
         if (settlement.outcome === "succeeded") {
-          return { ...settlement, outcome: "failed", error: { code: invalidResultCode, message: `the job's result is invalid: ${file.problem}`, retryable: false } };
+          return {
+            ...settlement,
+            outcome: "failed",
+            error: {
+              code: invalidResultCode,
+              message: `the job's result is invalid: ${file.problem}`,
+              retryable: false,
+            },
+          };
         }
       }
       // result.json wins over a result line: the file is the deliberate, larger channel.
       const result = file.kind === "result" ? file.result : lineResult;
-      const error = settlement.error && errorMessage && (settlement.error.code === "exit_code" || settlement.error.code === "killed") ? { ...settlement.error, message: errorMessage } : settlement.error;
-      return { ...settlement, ...(error ? { error } : {}), ...(result ? { result: o.masker.value(result) } : {}) };
+      const error =
+        settlement.error &&
+        errorMessage &&
+        (settlement.error.code === "exit_code" || settlement.error.code === "killed")
+          ? { ...settlement.error, message: errorMessage }
+          : settlement.error;
+      return {
+        ...settlement,
+        ...(error ? { error } : {}),
+        ...(result ? { result: o.masker.value(result) } : {}),
+      };
     },
   };
 }

@@ -36,7 +36,11 @@ export interface JobEventsSink {
 export async function followJobEvents(jobDir: string, sink: JobEventsSink): Promise<JobEventsFile> {
   await mkdir(join(jobDir, jobDirParts.events), { recursive: true, mode: 0o700 });
   const path = join(jobDir, jobDirParts.eventsFile);
-  const file: FileHandle = await open(path, fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
+  const file: FileHandle = await open(
+    path,
+    fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW,
+    0o600,
+  );
   const buffer = Buffer.alloc(64 * 1024);
   let position = 0;
   let partial = Buffer.alloc(0);

@@ -35,19 +35,38 @@ export interface ExecutionSpec {
   readonly limits: { readonly cpu: number; readonly memoryBytes: number };
   readonly timeoutSeconds: number;
   /** The code the job runs on, for checkout and agent jobs; null for a command job. */
-  readonly repository: { readonly name: string; readonly targetBranch: string; readonly baseCommit: string; readonly baseTree: string } | null;
+  readonly repository: {
+    readonly name: string;
+    readonly targetBranch: string;
+    readonly baseCommit: string;
+    readonly baseTree: string;
+  } | null;
   readonly inputs: readonly ExecutionInput[];
   /** Where the checkpoint of an earlier attempt lies (suspend and resume), or null. */
   readonly checkpoint: { readonly path: string } | null;
 }
 
 /** The execution spec of `lease` on this runner; `inputs` and `checkpoint` as found under input/. */
-export function executionSpec(lease: Lease, runnerId: string, executor: string, found: { inputs: readonly ExecutionInput[]; checkpoint: boolean }): ExecutionSpec {
+export function executionSpec(
+  lease: Lease,
+  runnerId: string,
+  executor: string,
+  found: { inputs: readonly ExecutionInput[]; checkpoint: boolean },
+): ExecutionSpec {
   const job = lease.job!;
   const spec = job.spec;
   const specEnv = spec?.env ?? {};
-  const env = Object.fromEntries(Object.entries(specEnv).filter(([name]) => !looksSecret(name) && !Object.hasOwn(lease.secrets, name)));
-  const secretEnv = [...new Set([...Object.keys(lease.secrets), ...Object.keys(specEnv).filter((name) => looksSecret(name))])].sort();
+  const env = Object.fromEntries(
+    Object.entries(specEnv).filter(
+      ([name]) => !looksSecret(name) && !Object.hasOwn(lease.secrets, name),
+    ),
+  );
+  const secretEnv = [
+    ...new Set([
+      ...Object.keys(lease.secrets),
+      ...Object.keys(specEnv).filter((name) => looksSecret(name)),
+    ]),
+  ].sort();
   return {
     schema: executionSchema,
     id: job.id,
@@ -64,7 +83,14 @@ export function executionSpec(lease: Lease, runnerId: string, executor: string, 
     image: spec?.image ?? "",
     limits: { cpu: spec?.cpu ?? 0, memoryBytes: Number(spec?.memoryBytes ?? 0n) },
     timeoutSeconds: spec?.timeoutSeconds ?? 0,
-    repository: job.repository ? { name: job.repository, targetBranch: job.targetBranch, baseCommit: job.baseCommit, baseTree: job.baseTree } : null,
+    repository: job.repository
+      ? {
+          name: job.repository,
+          targetBranch: job.targetBranch,
+          baseCommit: job.baseCommit,
+          baseTree: job.baseTree,
+        }
+      : null,
     inputs: found.inputs,
     checkpoint: found.checkpoint ? { path: "checkpoint" } : null,
   };
@@ -79,19 +105,30 @@ export function executionSpec(lease: Lease, runnerId: string, executor: string, 
  * steps put there before this call (input/files/, input/checkpoint/) is
  * listed in execution.json and protected the same way.
  */
-export async function writeJobInput(jobDir: string, lease: Lease, runnerId: string, executor: string): Promise<ExecutionSpec> {
+export async function writeJobInput(
+  jobDir: string,
+  lease: Lease,
+  runnerId: string,
+  executor: string,
+): Promise<ExecutionSpec> {
   const dir = join(jobDir, jobDirParts.input);
   await mkdir(dir, { recursive: true });
   const inputs = await listFiles(join(dir, "files"), "files");
   const checkpoint = await isDirectory(join(dir, "checkpoint"));
   const spec = executionSpec(lease, runnerId, executor, { inputs, checkpoint });
-  await writeFile(join(dir, "execution.json"), `${JSON.stringify(spec, null, 2)}\n`, { mode: 0o444, flag: "wx" });
+  await writeFile(join(dir, "execution.json"), `${JSON.stringify(spec, null, 2)}\n`, {
+    mode: 0o444,
+    flag: "wx",
+  });
   await readOnlyTree(dir);
   return spec;
 }
 
 async function isDirectory(path: string): Promise<boolean> {
-  return lstat(path).then((s) => s.isDirectory(), () => false);
+  return lstat(path).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
 }
 
 /** Regular files under `dir` (the runner wrote them; links are not followed), as input paths. */
@@ -101,7 +138,8 @@ async function listFiles(dir: string, prefix: string): Promise<ExecutionInput[]>
   for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : 1))) {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) out.push(...(await listFiles(path, `${prefix}/${entry.name}`)));
-    else if (entry.isFile()) out.push({ path: `${prefix}/${entry.name}`, size: (await lstat(path)).size });
+    else if (entry.isFile())
+      out.push({ path: `${prefix}/${entry.name}`, size: (await lstat(path)).size });
   }
   return out;
 }

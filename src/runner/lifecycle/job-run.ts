@@ -10,7 +10,11 @@ import type { ExecutionResult, Executor, RunnerCapacity } from "../executors/exe
 import { withUploadedOutput } from "./upload-step.js";
 import { keepLease } from "./lease-keeper.js";
 import type { JobOutput, OutputSink } from "../output/output.js";
-import { createSecretMasker, leaseSecretValues, type SecretMasker } from "../output/secret-masker.js";
+import {
+  createSecretMasker,
+  leaseSecretValues,
+  type SecretMasker,
+} from "../output/secret-masker.js";
 import { forEachLine } from "../executors/lines.js";
 import { jobSecretsProblem } from "../executors/secret-files.js";
 import { createLeaseRun, type StopReason } from "./run-state.js";
@@ -18,7 +22,12 @@ import { defaultSampleIntervalMs, startResourceSamples } from "./resource-sample
 import { settle, type NextLease, type Settlement } from "./settle.js";
 import { openJobContract } from "./job-contract.js";
 import type { UploadClient } from "../output/upload-output.js";
-import { restoreInput, suspendIfAsked, type SuspendClient, type SuspendStep } from "./suspend-step.js";
+import {
+  restoreInput,
+  suspendIfAsked,
+  type SuspendClient,
+  type SuspendStep,
+} from "./suspend-step.js";
 import { fetchInputs, InputError, type InputClient } from "./input-step.js";
 
 /** What running a lease needs from the agent. */
@@ -86,7 +95,8 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       if (!run.stop("cancel", ctx.graceMs)) return;
       ctx.log(`job ${jobId}: cancel requested; stopping it`);
       const state = run.state;
-      if (state.phase === "starting" || state.phase === "running") state.output.event({ type: "job.cancelled" });
+      if (state.phase === "starting" || state.phase === "running")
+        state.output.event({ type: "job.cancelled" });
     },
     onLost: (why) => {
       // After the job ended, a refused renewal only means the completion is not sent.
@@ -95,13 +105,42 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     },
   });
 
-  const suspendStep = (jobDir: string): SuspendStep => ({ ...(ctx.suspends ? { suspends: ctx.suspends } : {}), ...(ctx.uploads ? { uploads: ctx.uploads } : {}), jobId, leaseToken: token, jobDir, signal: AbortSignal.any([run.lostSignal, ctx.abort]), log: ctx.log });
+  const suspendStep = (jobDir: string): SuspendStep => ({
+    ...(ctx.suspends ? { suspends: ctx.suspends } : {}),
+    ...(ctx.uploads ? { uploads: ctx.uploads } : {}),
+    jobId,
+    leaseToken: token,
+    jobDir,
+    signal: AbortSignal.any([run.lostSignal, ctx.abort]),
+    log: ctx.log,
+  });
 
   const execute = async (jobDir: string): Promise<Settlement | undefined> => {
-    const why = ctx.executor.incompatibility(spec, ctx.capacity) ?? kindIncompatibility(job.kind, ctx.checkout) ?? (lease.inputs.length && !ctx.inputs ? "it has pipeline inputs and this runner has no inputs client" : undefined);
-    if (why) return { outcome: "failed", error: { code: "incompatible_spec", message: `this runner cannot run job ${jobId}: ${why}`, retryable: false } };
+    const why =
+      ctx.executor.incompatibility(spec, ctx.capacity) ??
+      kindIncompatibility(job.kind, ctx.checkout) ??
+      (lease.inputs.length && !ctx.inputs
+        ? "it has pipeline inputs and this runner has no inputs client"
+        : undefined);
+    if (why)
+      return {
+        outcome: "failed",
+        error: {
+          code: "incompatible_spec",
+          message: `this runner cannot run job ${jobId}: ${why}`,
+          retryable: false,
+        },
+      };
     const badSecrets = jobSecretsProblem(secrets);
-    if (badSecrets) return { outcome: "failed", error: { code: "invalid_secrets", message: `this runner cannot give job ${jobId} its secrets: ${badSecrets}`, retryable: false } };
+    if (badSecrets)
+      return {
+        outcome: "failed",
+        error: {
+          code: "invalid_secrets",
+          message: `this runner cannot give job ${jobId} its secrets: ${badSecrets}`,
+          retryable: false,
+        },
+      };
     if (lease.cancelRequested) return { outcome: "cancelled" };
     await mkdir(jobDir, { recursive: true });
     const hasWorkspace = needsCheckout(job.kind);
@@ -109,51 +148,88 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       try {
         await ctx.checkout!.checkout(lease, token, join(jobDir, "workspace"), ctx.abort);
       } catch (err) {
-        if (err instanceof CheckoutError) return { outcome: "failed", error: { code: err.code, message: err.message, retryable: err.retryable } };
+        if (err instanceof CheckoutError)
+          return {
+            outcome: "failed",
+            error: { code: err.code, message: err.message, retryable: err.retryable },
+          };
         throw err;
       }
     }
     await restoreInput(suspendStep(jobDir), lease);
     if (lease.inputs.length) {
       try {
-        await fetchInputs(await ctx.inputs!(), { jobId, leaseToken: token }, lease.inputs, jobDir, AbortSignal.any([run.lostSignal, ctx.abort]));
+        await fetchInputs(
+          await ctx.inputs!(),
+          { jobId, leaseToken: token },
+          lease.inputs,
+          jobDir,
+          AbortSignal.any([run.lostSignal, ctx.abort]),
+        );
       } catch (err) {
-        if (err instanceof InputError) return { outcome: "failed", error: { code: err.code, message: err.message, retryable: err.retryable } };
+        if (err instanceof InputError)
+          return {
+            outcome: "failed",
+            error: { code: err.code, message: err.message, retryable: err.retryable },
+          };
         throw err;
       }
     }
-    const out = run.starting(() => maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker));
+    const out = run.starting(() =>
+      maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker),
+    );
     if (!out) return undefined; // stopped or lost during the checkout: nothing starts
     // The job's files and lines (docs/job-contract.md): input/execution.json, the events file, directives, result.json.
-    const contract = await openJobContract({ jobDir, lease, runnerId: ctx.client.runnerId, executor: ctx.executor.kind, out, masker, log: ctx.log });
-    const running = await ctx.executor.start({
-      runnerId: ctx.client.runnerId,
-      workspaceId: ctx.client.workspaceId,
-      jobId,
-      spec,
+    const contract = await openJobContract({
       jobDir,
-      hasWorkspace,
-      readOutput: (stream, from) => forEachLine(from, (text) => {
-        out.log({ stream, text });
-        if (stream === "stdout") contract.stdout(text);
-      }, masker.stream()),
-      secrets,
-    }).catch(async (err) => {
-      await contract.ended();
-      throw err;
+      lease,
+      runnerId: ctx.client.runnerId,
+      executor: ctx.executor.kind,
+      out,
+      masker,
+      log: ctx.log,
     });
+    const running = await ctx.executor
+      .start({
+        runnerId: ctx.client.runnerId,
+        workspaceId: ctx.client.workspaceId,
+        jobId,
+        spec,
+        jobDir,
+        hasWorkspace,
+        readOutput: (stream, from) =>
+          forEachLine(
+            from,
+            (text) => {
+              out.log({ stream, text });
+              if (stream === "stdout") contract.stdout(text);
+            },
+            masker.stream(),
+          ),
+        secrets,
+      })
+      .catch(async (err) => {
+        await contract.ended();
+        throw err;
+      });
     out.event({ type: "job.started", executor: ctx.executor.kind });
     contract.started();
     ctx.log(`job ${jobId}: started (${ctx.executor.kind} executor)`);
     run.running(running, ctx.graceMs);
-    const samples = startResourceSamples(running.sampler, ctx.sampleIntervalMs ?? defaultSampleIntervalMs, out, ctx.clock);
-    const timeout = spec.timeoutSeconds > 0
-      ? setTimeout(() => {
-          if (!run.stop("timeout", ctx.graceMs)) return;
-          ctx.log(`job ${jobId}: over its ${spec.timeoutSeconds}s timeout; stopping it`);
-          out.event({ type: "job.timeout", timeoutSeconds: spec.timeoutSeconds });
-        }, spec.timeoutSeconds * 1000)
-      : undefined;
+    const samples = startResourceSamples(
+      running.sampler,
+      ctx.sampleIntervalMs ?? defaultSampleIntervalMs,
+      out,
+      ctx.clock,
+    );
+    const timeout =
+      spec.timeoutSeconds > 0
+        ? setTimeout(() => {
+            if (!run.stop("timeout", ctx.graceMs)) return;
+            ctx.log(`job ${jobId}: over its ${spec.timeoutSeconds}s timeout; stopping it`);
+            out.event({ type: "job.timeout", timeoutSeconds: spec.timeoutSeconds });
+          }, spec.timeoutSeconds * 1000)
+        : undefined;
     const result = await running.done.finally(() => samples.stop());
     clearTimeout(timeout);
     await contract.ended();
@@ -162,13 +238,25 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     const stopping = "stopping" in state ? state.stopping : undefined;
     const ended = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
     // Exit 0 with output/input-request.json written or an input directive printed: the job is suspended, not completed (docs/suspend.md).
-    const asked = ended.outcome === "succeeded" && !stopping && state.phase !== "lost" ? await suspendIfAsked(suspendStep(jobDir), out, () => keeper.stop(), contract.inputRequest()) : undefined;
+    const asked =
+      ended.outcome === "succeeded" && !stopping && state.phase !== "lost"
+        ? await suspendIfAsked(
+            suspendStep(jobDir),
+            out,
+            () => keeper.stop(),
+            contract.inputRequest(),
+          )
+        : undefined;
     if (asked) return asked.settlement;
     const settlement = stopping || state.phase === "lost" ? ended : await contract.settle(ended);
     // A cancelled, lost or released job keeps nothing; a timed-out one keeps what it wrote.
-    if (!ctx.uploads || state.phase === "lost" || (stopping && stopping !== "timeout")) return settlement;
+    if (!ctx.uploads || state.phase === "lost" || (stopping && stopping !== "timeout"))
+      return settlement;
     const signal = AbortSignal.any([run.lostSignal, ctx.abort]);
-    return withUploadedOutput({ uploads: ctx.uploads, jobId, leaseToken: token, jobDir, signal, events: out, log: ctx.log }, settlement);
+    return withUploadedOutput(
+      { uploads: ctx.uploads, jobId, leaseToken: token, jobDir, signal, events: out, log: ctx.log },
+      settlement,
+    );
   };
 
   const done = (async (): Promise<boolean> => {
@@ -179,7 +267,14 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         settlement = await execute(jobDir);
       } catch (err) {
         ctx.log(`job ${jobId}: the runner could not run it: ${(err as Error).message}`);
-        settlement = { outcome: "failed", error: { code: "runner_error", message: `the runner could not run the job: ${(err as Error).message}`, retryable: true } };
+        settlement = {
+          outcome: "failed",
+          error: {
+            code: "runner_error",
+            message: `the runner could not run the job: ${(err as Error).message}`,
+            retryable: true,
+          },
+        };
       }
       const ended = run.ended();
       if (!ended) return false; // lost: never completed
@@ -188,19 +283,34 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         await ended.output?.flush();
         await ctx.client.release(jobId, token).then(
           () => ctx.log(`job ${jobId}: lease released`),
-          (err) => ctx.log(`job ${jobId}: release failed (${(err as Error).message}); the lease will expire`),
+          (err) =>
+            ctx.log(
+              `job ${jobId}: release failed (${(err as Error).message}); the lease will expire`,
+            ),
         );
         return false;
       }
       if (!settlement) return false;
       await ended.output?.flush();
       if (run.state.phase === "lost") return false; // lost while the output was flushed
-      return await settle(ctx, jobId, token, settlement.error ? { ...settlement, error: { ...settlement.error, message: masker.text(settlement.error.message) } } : settlement);
+      return await settle(
+        ctx,
+        jobId,
+        token,
+        settlement.error
+          ? {
+              ...settlement,
+              error: { ...settlement.error, message: masker.text(settlement.error.message) },
+            }
+          : settlement,
+      );
     } finally {
       keeper.stop();
       const state = run.state;
       if ("output" in state) state.output?.abandon();
-      await rm(jobDir, { recursive: true, force: true }).catch((err) => ctx.log(`job ${jobId}: could not remove ${jobDir}: ${err.message}`));
+      await rm(jobDir, { recursive: true, force: true }).catch((err) =>
+        ctx.log(`job ${jobId}: could not remove ${jobDir}: ${err.message}`),
+      );
     }
   })();
 
@@ -213,7 +323,12 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
  * into lines.
  */
 function maskedOutput(out: JobOutput, masker: SecretMasker): JobOutput {
-  return { log: (line) => out.log(line), event: (event) => out.event(masker.value(event)), flush: () => out.flush(), abandon: () => out.abandon() };
+  return {
+    log: (line) => out.log(line),
+    event: (event) => out.event(masker.value(event)),
+    flush: () => out.flush(),
+    abandon: () => out.abandon(),
+  };
 }
 
 function kindIncompatibility(kind: string, checkout: CheckoutStep | undefined): string | undefined {
@@ -232,16 +347,43 @@ function exitFacts(r: ExecutionResult): Record<string, unknown> {
 }
 
 /** The settling rules: how an execution result becomes a completion. */
-export function settlementOf(result: ExecutionResult, reason: StopReason | undefined, timeoutSeconds: number, command: string): Settlement {
+export function settlementOf(
+  result: ExecutionResult,
+  reason: StopReason | undefined,
+  timeoutSeconds: number,
+  command: string,
+): Settlement {
   if (reason === "cancel") return { outcome: "cancelled" };
   if (reason === "timeout") {
-    return { outcome: "failed", error: { code: "timeout", message: `the job ran over its timeout of ${timeoutSeconds}s and was killed`, retryable: false } };
+    return {
+      outcome: "failed",
+      error: {
+        code: "timeout",
+        message: `the job ran over its timeout of ${timeoutSeconds}s and was killed`,
+        retryable: false,
+      },
+    };
   }
   const exitCode = result.exitCode !== undefined ? { exitCode: result.exitCode } : {};
   if (result.error) return { outcome: "failed", ...exitCode, error: result.error };
   if (result.exitCode === 0) return { outcome: "succeeded", exitCode: 0 };
   if (result.exitCode !== undefined) {
-    return { outcome: "failed", exitCode: result.exitCode, error: { code: "exit_code", message: `${command} exited ${result.exitCode}`, retryable: false } };
+    return {
+      outcome: "failed",
+      exitCode: result.exitCode,
+      error: {
+        code: "exit_code",
+        message: `${command} exited ${result.exitCode}`,
+        retryable: false,
+      },
+    };
   }
-  return { outcome: "failed", error: { code: "killed", message: `${command} was killed by ${result.signal ?? "a signal"}`, retryable: false } };
+  return {
+    outcome: "failed",
+    error: {
+      code: "killed",
+      message: `${command} was killed by ${result.signal ?? "a signal"}`,
+      retryable: false,
+    },
+  };
 }

@@ -63,7 +63,10 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
   const watchExpiry = () => {
     clearTimeout(expiryTimer);
     const left = expiresAtMs - clock.nowMs();
-    if (left <= 0) return lose(`the lease expired at ${new Date(expiresAtMs).toISOString()} (control-plane time) without a successful renewal`);
+    if (left <= 0)
+      return lose(
+        `the lease expired at ${new Date(expiresAtMs).toISOString()} (control-plane time) without a successful renewal`,
+      );
     expiryTimer = setTimeout(watchExpiry, left);
   };
 
@@ -72,7 +75,11 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
     let next = intervalMs;
     try {
       // A slow answer is still worth having until the lease runs out; the expiry watch acts on its own meanwhile.
-      const lease = await client.renew(jobId, options.leaseToken, Math.max(intervalMs, expiresAtMs - clock.nowMs()));
+      const lease = await client.renew(
+        jobId,
+        options.leaseToken,
+        Math.max(intervalMs, expiresAtMs - clock.nowMs()),
+      );
       if (stopped) return;
       expiresAtMs = leaseExpiryMs(lease);
       watchExpiry();
@@ -82,7 +89,8 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
       }
     } catch (err) {
       if (stopped) return;
-      if (err instanceof RunnerApiError && err.leaseGone) return lose(`the control plane refused the renewal: ${err.message}`);
+      if (err instanceof RunnerApiError && err.leaseGone)
+        return lose(`the control plane refused the renewal: ${err.message}`);
       options.log(`job ${jobId}: renewal failed, retrying: ${(err as Error).message}`);
       next = Math.max(200, Math.round(intervalMs / 3));
     }

@@ -20,14 +20,24 @@ export interface ResourceSamples {
  * interval, memoryBytes the use at `at` (the control plane's clock, RFC 3339).
  * A reading that fails or finds the job gone is skipped, not sent.
  */
-export function startResourceSamples(sampler: ResourceSampler | undefined, intervalMs: number, events: EventSink, clock: ServerClock): ResourceSamples {
+export function startResourceSamples(
+  sampler: ResourceSampler | undefined,
+  intervalMs: number,
+  events: EventSink,
+  clock: ServerClock,
+): ResourceSamples {
   if (!sampler || intervalMs <= 0) return { stop: async () => {} };
   let stopped = false;
   let inFlight: Promise<void> = Promise.resolve();
   const tick = async () => {
     const usage = await sampler.sample().catch(() => undefined);
     if (stopped || !usage) return;
-    events.event({ type: resourceSampleEvent, cpuCores: Math.round(usage.cpuCores * 1000) / 1000, memoryBytes: usage.memoryBytes, at: new Date(clock.nowMs()).toISOString() });
+    events.event({
+      type: resourceSampleEvent,
+      cpuCores: Math.round(usage.cpuCores * 1000) / 1000,
+      memoryBytes: usage.memoryBytes,
+      at: new Date(clock.nowMs()).toISOString(),
+    });
   };
   const timer = setInterval(() => {
     // One reading at a time: a slow one (a busy engine) skips a beat instead of piling up.

@@ -16,7 +16,12 @@ export type RunState =
   | { readonly phase: "checkout"; readonly stopping?: StopReason }
   /** The output is open and the executor is starting the job. */
   | { readonly phase: "starting"; readonly output: JobOutput; readonly stopping?: StopReason }
-  | { readonly phase: "running"; readonly output: JobOutput; readonly job: RunningJob; readonly stopping?: StopReason }
+  | {
+      readonly phase: "running";
+      readonly output: JobOutput;
+      readonly job: RunningJob;
+      readonly stopping?: StopReason;
+    }
   /** The job has ended; its output is flushed and the completion sent. Renewals only bridge this. */
   | { readonly phase: "settling"; readonly output: JobOutput | undefined }
   /** Shutdown: the job was stopped and the lease goes back to the queue. */
@@ -65,7 +70,11 @@ export function createLeaseRun(): LeaseRun {
       if (state.stopping) void job.stop(graceMs); // stopped while it was starting
     },
     stop(reason, graceMs) {
-      if ((state.phase !== "checkout" && state.phase !== "starting" && state.phase !== "running") || state.stopping) return false;
+      if (
+        (state.phase !== "checkout" && state.phase !== "starting" && state.phase !== "running") ||
+        state.stopping
+      )
+        return false;
       state = { ...state, stopping: reason };
       if (state.phase === "running") void state.job.stop(graceMs);
       return true;
@@ -81,7 +90,10 @@ export function createLeaseRun(): LeaseRun {
     ended() {
       if (state.phase === "lost") return undefined;
       const output = "output" in state ? state.output : undefined;
-      const next = "stopping" in state && state.stopping === "release" ? ({ phase: "releasing", output } as const) : ({ phase: "settling", output } as const);
+      const next =
+        "stopping" in state && state.stopping === "release"
+          ? ({ phase: "releasing", output } as const)
+          : ({ phase: "settling", output } as const);
       state = next;
       return next;
     },

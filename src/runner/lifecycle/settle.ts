@@ -36,11 +36,21 @@ export interface NextLease {
  * once the slot is free); a retry asks again, and the control plane leases
  * only into a free slot, so the runner never holds more than its slots.
  */
-export async function settle(ctx: SettleContext, jobId: string, leaseToken: string, settlement: Settlement): Promise<boolean> {
+export async function settle(
+  ctx: SettleContext,
+  jobId: string,
+  leaseToken: string,
+  settlement: Settlement,
+): Promise<boolean> {
   let completion: Completion = { completionId: `c-${randomUUID()}`, ...settlement };
   for (let attempt = 1; ; attempt++) {
     try {
-      const { job, lease } = await ctx.client.complete(jobId, leaseToken, completion, ctx.next?.wanted() ? { waitSeconds: 0 } : undefined);
+      const { job, lease } = await ctx.client.complete(
+        jobId,
+        leaseToken,
+        completion,
+        ctx.next?.wanted() ? { waitSeconds: 0 } : undefined,
+      );
       const code = completion.error ? ` (${completion.error.code})` : "";
       ctx.log(`job ${jobId}: completed ${completion.outcome}${code}; the job is ${job.state}`);
       if (lease) ctx.next!.take(lease);
@@ -51,17 +61,30 @@ export async function settle(ctx: SettleContext, jobId: string, leaseToken: stri
         // A result the control plane will not take (over its bound, or with its body over the
         // body bound) must not leave the job running until its lease expires: fail it without.
         if (completion.result && (err.status === 400 || err.status === 413)) {
-          completion = { completionId: `c-${randomUUID()}`, outcome: "failed", ...(settlement.exitCode !== undefined ? { exitCode: settlement.exitCode } : {}), error: { code: invalidResultCode, message: `the control plane refused the job's result: ${err.message}`, retryable: false } };
+          completion = {
+            completionId: `c-${randomUUID()}`,
+            outcome: "failed",
+            ...(settlement.exitCode !== undefined ? { exitCode: settlement.exitCode } : {}),
+            error: {
+              code: invalidResultCode,
+              message: `the control plane refused the job's result: ${err.message}`,
+              retryable: false,
+            },
+          };
           continue;
         }
         return false;
       }
       if (ctx.abort.aborted) {
-        ctx.log(`job ${jobId}: stopping before the completion was answered: ${(err as Error).message}`);
+        ctx.log(
+          `job ${jobId}: stopping before the completion was answered: ${(err as Error).message}`,
+        );
         return false;
       }
       const waitMs = Math.min(10_000, 250 * 2 ** Math.min(attempt, 6));
-      ctx.log(`job ${jobId}: completion not answered (${(err as Error).message}); retrying in ${waitMs} ms`);
+      ctx.log(
+        `job ${jobId}: completion not answered (${(err as Error).message}); retrying in ${waitMs} ms`,
+      );
       await sleep(waitMs, ctx.abort);
     }
   }

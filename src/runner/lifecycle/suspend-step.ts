@@ -8,7 +8,13 @@ import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import type { SuspendService } from "../../../gen/forelead/runner/v1/suspend_pb.js";
 import { artifactNameProblem } from "../../artifacts/names.js";
-import { checkInputRequest, inputPaths, inputRequestLimits, InputRuleError, type InputRequestSpec } from "../../protocol/input-request.js";
+import {
+  checkInputRequest,
+  inputPaths,
+  inputRequestLimits,
+  InputRuleError,
+  type InputRequestSpec,
+} from "../../protocol/input-request.js";
 import type { JobOutput } from "../output/output.js";
 import { uploadOutput, type UploadClient } from "../output/upload-output.js";
 import type { Settlement } from "./settle.js";
@@ -50,20 +56,34 @@ export async function restoreInput(step: SuspendStep, lease: Lease): Promise<voi
   const inputDir = join(step.jobDir, "input");
   await mkdir(inputDir, { recursive: true, mode: 0o755 });
   const answer = lease.inputAnswer ? toJson(ValueSchema, lease.inputAnswer) : null;
-  await writeFile(join(inputDir, inputPaths.answer), `${JSON.stringify(answer)}\n`, { mode: 0o644, flag: "wx" });
+  await writeFile(join(inputDir, inputPaths.answer), `${JSON.stringify(answer)}\n`, {
+    mode: 0o644,
+    flag: "wx",
+  });
   if (lease.checkpoint.length === 0) return;
-  if (!step.suspends) throw new Error("the lease resumes a suspended job with a checkpoint, and this runner has no suspend client to fetch it");
+  if (!step.suspends)
+    throw new Error(
+      "the lease resumes a suspended job with a checkpoint, and this runner has no suspend client to fetch it",
+    );
   const client = await step.suspends();
   for (const file of lease.checkpoint) {
     const problem = artifactNameProblem(file.name);
-    if (problem) throw new Error(`checkpoint file ${JSON.stringify(file.name)}: the name ${problem}`);
+    if (problem)
+      throw new Error(`checkpoint file ${JSON.stringify(file.name)}: the name ${problem}`);
     const path = join(inputDir, inputPaths.checkpointDir, file.name);
     await mkdir(dirname(path), { recursive: true, mode: 0o755 });
-    const out = await open(path, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o644);
+    const out = await open(
+      path,
+      fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW,
+      0o644,
+    );
     const hash = createHash("sha256");
     let size = 0;
     try {
-      for await (const chunk of client.checkpoint({ apiVersion, jobId: step.jobId, leaseToken: step.leaseToken, name: file.name }, { signal: step.signal })) {
+      for await (const chunk of client.checkpoint(
+        { apiVersion, jobId: step.jobId, leaseToken: step.leaseToken, name: file.name },
+        { signal: step.signal },
+      )) {
         hash.update(chunk.data);
         size += chunk.data.length;
         await out.write(chunk.data);
@@ -73,10 +93,14 @@ export async function restoreInput(step: SuspendStep, lease: Lease): Promise<voi
     }
     const digest = `sha256:${hash.digest("hex")}`;
     if (digest !== file.digest || BigInt(size) !== file.size) {
-      throw new Error(`checkpoint file ${JSON.stringify(file.name)} arrived as ${size} bytes hashing to ${digest}; the lease lists ${file.size} bytes, ${file.digest}`);
+      throw new Error(
+        `checkpoint file ${JSON.stringify(file.name)} arrived as ${size} bytes hashing to ${digest}; the lease lists ${file.size} bytes, ${file.digest}`,
+      );
     }
   }
-  step.log(`job ${step.jobId}: resumed with the answer to input request ${JSON.stringify(lease.inputRequestId)} and ${lease.checkpoint.length} checkpoint file(s)`);
+  step.log(
+    `job ${step.jobId}: resumed with the answer to input request ${JSON.stringify(lease.inputRequestId)} and ${lease.checkpoint.length} checkpoint file(s)`,
+  );
 }
 
 /**
@@ -85,9 +109,18 @@ export async function restoreInput(step: SuspendStep, lease: Lease): Promise<voi
  * not a regular file, too big, not JSON or breaks a rule of
  * src/protocol/input-request.ts.
  */
-export async function readInputRequest(jobDir: string): Promise<InputRequestSpec | Settlement | undefined> {
+export async function readInputRequest(
+  jobDir: string,
+): Promise<InputRequestSpec | Settlement | undefined> {
   const path = join(jobDir, "output", inputPaths.request);
-  const invalid = (message: string): Settlement => ({ outcome: "failed", error: { code: "invalid_input_request", message: `the job's ${inputPaths.request} ${message}`, retryable: false } });
+  const invalid = (message: string): Settlement => ({
+    outcome: "failed",
+    error: {
+      code: "invalid_input_request",
+      message: `the job's ${inputPaths.request} ${message}`,
+      retryable: false,
+    },
+  });
   let stat;
   try {
     stat = await lstat(path);
@@ -96,10 +129,18 @@ export async function readInputRequest(jobDir: string): Promise<InputRequestSpec
     throw err;
   }
   if (!stat.isFile()) return invalid("is not a regular file (a symbolic link is never followed)");
-  if (stat.size > inputRequestLimits.maxRequestFileBytes) return invalid(`is ${stat.size} bytes; at most ${inputRequestLimits.maxRequestFileBytes} are read`);
+  if (stat.size > inputRequestLimits.maxRequestFileBytes)
+    return invalid(
+      `is ${stat.size} bytes; at most ${inputRequestLimits.maxRequestFileBytes} are read`,
+    );
   let parsed: unknown;
   try {
-    parsed = JSON.parse(await readFile(path, { encoding: "utf8", flag: fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW }));
+    parsed = JSON.parse(
+      await readFile(path, {
+        encoding: "utf8",
+        flag: fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW,
+      }),
+    );
   } catch (err) {
     return invalid(`is not JSON: ${(err as Error).message}`);
   }
@@ -110,13 +151,23 @@ export async function readInputRequest(jobDir: string): Promise<InputRequestSpec
  * An input request from its JSON (the file, or the `::forelead::input {...}`
  * directive once that is parsed): the request, or `invalid(problem)`.
  */
-export function inputRequestOf<T>(value: unknown, invalid: (message: string) => T): InputRequestSpec | T {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) return invalid("must be a JSON object {id, prompt, schema, expiresInSeconds}");
+export function inputRequestOf<T>(
+  value: unknown,
+  invalid: (message: string) => T,
+): InputRequestSpec | T {
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    return invalid("must be a JSON object {id, prompt, schema, expiresInSeconds}");
   const v = value as Record<string, unknown>;
   if (typeof v.id !== "string") return invalid("needs id, a string");
   if (typeof v.prompt !== "string") return invalid("needs prompt, a string");
-  if (typeof v.expiresInSeconds !== "number") return invalid("needs expiresInSeconds, a number of seconds");
-  const request: InputRequestSpec = { id: v.id, prompt: v.prompt, schema: v.schema as Record<string, unknown>, expiresInSeconds: v.expiresInSeconds };
+  if (typeof v.expiresInSeconds !== "number")
+    return invalid("needs expiresInSeconds, a number of seconds");
+  const request: InputRequestSpec = {
+    id: v.id,
+    prompt: v.prompt,
+    schema: v.schema as Record<string, unknown>,
+    expiresInSeconds: v.expiresInSeconds,
+  };
   try {
     checkInputRequest(request);
   } catch (err) {
@@ -133,11 +184,33 @@ export function inputRequestOf<T>(value: unknown, invalid: (message: string) => 
  * (nothing to complete), "lost" (the lease ended first: nothing to
  * complete either), or the settlement of a job whose request was refused.
  */
-export async function suspendJob(step: SuspendStep, request: InputRequestSpec, out: JobOutput, stopRenewing: () => void): Promise<"suspended" | "lost" | Settlement> {
-  const refused = (message: string): Settlement => ({ outcome: "failed", error: { code: "suspend_refused", message, retryable: false } });
-  if (!step.suspends || !step.uploads) return refused(`the job asked for input (request ${JSON.stringify(request.id)}), and this runner cannot suspend jobs`);
-  const manifest = await uploadOutput({ client: await step.uploads(), jobId: step.jobId, leaseToken: step.leaseToken, dir: join(step.jobDir, "output", inputPaths.checkpointDir), signal: step.signal });
-  out.event({ type: "job.suspending", requestId: request.id, checkpointFiles: manifest.artifacts.length, ...(manifest.skipped.length ? { skipped: manifest.skipped } : {}) });
+export async function suspendJob(
+  step: SuspendStep,
+  request: InputRequestSpec,
+  out: JobOutput,
+  stopRenewing: () => void,
+): Promise<"suspended" | "lost" | Settlement> {
+  const refused = (message: string): Settlement => ({
+    outcome: "failed",
+    error: { code: "suspend_refused", message, retryable: false },
+  });
+  if (!step.suspends || !step.uploads)
+    return refused(
+      `the job asked for input (request ${JSON.stringify(request.id)}), and this runner cannot suspend jobs`,
+    );
+  const manifest = await uploadOutput({
+    client: await step.uploads(),
+    jobId: step.jobId,
+    leaseToken: step.leaseToken,
+    dir: join(step.jobDir, "output", inputPaths.checkpointDir),
+    signal: step.signal,
+  });
+  out.event({
+    type: "job.suspending",
+    requestId: request.id,
+    checkpointFiles: manifest.artifacts.length,
+    ...(manifest.skipped.length ? { skipped: manifest.skipped } : {}),
+  });
   await out.flush();
   stopRenewing();
   const client = await step.suspends();
@@ -146,20 +219,36 @@ export async function suspendJob(step: SuspendStep, request: InputRequestSpec, o
     jobId: step.jobId,
     leaseToken: step.leaseToken,
     checkpoint: manifest.artifacts,
-    inputRequest: { id: request.id, prompt: request.prompt, schema: request.schema as JsonObject, expiresInSeconds: request.expiresInSeconds },
+    inputRequest: {
+      id: request.id,
+      prompt: request.prompt,
+      schema: request.schema as JsonObject,
+      expiresInSeconds: request.expiresInSeconds,
+    },
   };
   for (let attempt = 1; ; attempt++) {
     try {
       const reply = await client.suspend(body, { signal: step.signal });
-      step.log(`job ${step.jobId}: suspended for input request ${JSON.stringify(request.id)} with ${manifest.artifacts.length} checkpoint file(s); the job is ${reply.job?.state ?? "?"}`);
+      step.log(
+        `job ${step.jobId}: suspended for input request ${JSON.stringify(request.id)} with ${manifest.artifacts.length} checkpoint file(s); the job is ${reply.job?.state ?? "?"}`,
+      );
       return "suspended";
     } catch (err) {
       const code = err instanceof ConnectError ? err.code : Code.Unavailable;
       if (code === Code.Aborted || code === Code.NotFound) {
-        step.log(`job ${step.jobId}: the suspend was refused, the lease is gone: ${(err as Error).message}`);
+        step.log(
+          `job ${step.jobId}: the suspend was refused, the lease is gone: ${(err as Error).message}`,
+        );
         return "lost";
       }
-      if (code === Code.InvalidArgument || code === Code.FailedPrecondition || code === Code.PermissionDenied || code === Code.Unimplemented || attempt >= 6 || step.signal.aborted) {
+      if (
+        code === Code.InvalidArgument ||
+        code === Code.FailedPrecondition ||
+        code === Code.PermissionDenied ||
+        code === Code.Unimplemented ||
+        attempt >= 6 ||
+        step.signal.aborted
+      ) {
         return refused(`the control plane refused to suspend the job: ${(err as Error).message}`);
       }
       await new Promise((resolve) => setTimeout(resolve, 250 * 2 ** attempt));
@@ -176,7 +265,12 @@ export async function suspendJob(step: SuspendStep, request: InputRequestSpec, o
  * job even with a valid directive), else `asked`: the last
  * `::forelead::input` directive, read with inputRequestOf.
  */
-export async function suspendIfAsked(step: SuspendStep, out: JobOutput, stopRenewing: () => void, asked?: InputRequestSpec | Settlement): Promise<{ readonly settlement?: Settlement } | undefined> {
+export async function suspendIfAsked(
+  step: SuspendStep,
+  out: JobOutput,
+  stopRenewing: () => void,
+  asked?: InputRequestSpec | Settlement,
+): Promise<{ readonly settlement?: Settlement } | undefined> {
   const request = (await readInputRequest(step.jobDir)) ?? asked;
   if (!request) return undefined;
   if ("outcome" in request) return { settlement: request };

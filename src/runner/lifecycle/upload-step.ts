@@ -26,22 +26,47 @@ export interface JobOutputUpload {
  * result would be incomplete otherwise. When `signal` aborts the settlement
  * is returned as it was; the caller completes nothing then.
  */
-export async function withUploadedOutput(upload: JobOutputUpload, settlement: Settlement): Promise<Settlement> {
+export async function withUploadedOutput(
+  upload: JobOutputUpload,
+  settlement: Settlement,
+): Promise<Settlement> {
   const { jobId } = upload;
   try {
-    const manifest = await uploadOutput({ client: await upload.uploads(), jobId, leaseToken: upload.leaseToken, dir: join(upload.jobDir, "output"), signal: upload.signal });
+    const manifest = await uploadOutput({
+      client: await upload.uploads(),
+      jobId,
+      leaseToken: upload.leaseToken,
+      dir: join(upload.jobDir, "output"),
+      signal: upload.signal,
+    });
     // An empty output directory is the common case and says nothing: no event.
     if (manifest.artifacts.length || manifest.skipped.length) {
-      upload.events.event({ type: "job.artifacts", count: manifest.artifacts.length, ...(manifest.skipped.length ? { skipped: manifest.skipped } : {}) });
-      upload.log(`job ${jobId}: uploaded ${manifest.artifacts.length} output file(s)${manifest.skipped.length ? `, left out ${manifest.skipped.length}` : ""}`);
+      upload.events.event({
+        type: "job.artifacts",
+        count: manifest.artifacts.length,
+        ...(manifest.skipped.length ? { skipped: manifest.skipped } : {}),
+      });
+      upload.log(
+        `job ${jobId}: uploaded ${manifest.artifacts.length} output file(s)${manifest.skipped.length ? `, left out ${manifest.skipped.length}` : ""}`,
+      );
     }
-    return manifest.artifacts.length ? { ...settlement, artifacts: manifest.artifacts } : settlement;
+    return manifest.artifacts.length
+      ? { ...settlement, artifacts: manifest.artifacts }
+      : settlement;
   } catch (err) {
     if (upload.signal.aborted) return settlement;
     const message = (err as Error).message;
     upload.log(`job ${jobId}: uploading its output failed: ${message}`);
     upload.events.event({ type: "job.artifacts_failed", message });
     if (settlement.outcome !== "succeeded") return settlement;
-    return { ...settlement, outcome: "failed", error: { code: "artifact_upload_failed", message: `the job succeeded but its output could not be uploaded: ${message}`, retryable: true } };
+    return {
+      ...settlement,
+      outcome: "failed",
+      error: {
+        code: "artifact_upload_failed",
+        message: `the job succeeded but its output could not be uploaded: ${message}`,
+        retryable: true,
+      },
+    };
   }
 }

@@ -28,7 +28,10 @@ const maxLineChars = 64 * 1024;
  * are retried until the lease ends, since the control plane may be
  * restarting; flush() bounds how long completion waits for them.
  */
-export function createControlPlaneOutput(client: Pick<RunnerClient, "runnerId" | "postNdjson">, options: ControlPlaneOutputOptions): OutputSink {
+export function createControlPlaneOutput(
+  client: Pick<RunnerClient, "runnerId" | "postNdjson">,
+  options: ControlPlaneOutputOptions,
+): OutputSink {
   const warned = new Set<string>();
   const warnOnce = (key: string, message: string) => {
     if (warned.has(key)) return;
@@ -48,12 +51,22 @@ export function createControlPlaneOutput(client: Pick<RunnerClient, "runnerId" |
           maxRetries: Infinity,
           ...(options.backoffMs !== undefined ? { backoffMs: options.backoffMs } : {}),
           maxQueuedLines: options.maxPending ?? 10_000,
-          onDropped: () => warnOnce(`${name}:overflow:${jobId}`, `job ${jobId}: over ${options.maxPending ?? 10_000} ${name} waiting for the control plane; dropping the oldest`),
+          onDropped: () =>
+            warnOnce(
+              `${name}:overflow:${jobId}`,
+              `job ${jobId}: over ${options.maxPending ?? 10_000} ${name} waiting for the control plane; dropping the oldest`,
+            ),
           onFailure: (err) => {
             if (err instanceof StreamRefused && err.status === 501) {
-              warnOnce(`${name}:501`, `the control plane does not store job ${name} yet (501 on /v1/runner/${name}); jobs keep running, their ${name} are not kept`);
+              warnOnce(
+                `${name}:501`,
+                `the control plane does not store job ${name} yet (501 on /v1/runner/${name}); jobs keep running, their ${name} are not kept`,
+              );
             } else {
-              warnOnce(`${name}:${jobId}`, `job ${jobId}: ${name} not accepted, stopping them for this lease: ${err.message}`);
+              warnOnce(
+                `${name}:${jobId}`,
+                `job ${jobId}: ${name} not accepted, stopping them for this lease: ${err.message}`,
+              );
             }
           },
         });
@@ -64,21 +77,34 @@ export function createControlPlaneOutput(client: Pick<RunnerClient, "runnerId" |
         try {
           writer.write(data);
         } catch (err) {
-          warnOnce(`${name}:bound:${jobId}`, `job ${jobId}: a line of ${name} left out: ${(err as Error).message}`);
+          warnOnce(
+            `${name}:bound:${jobId}`,
+            `job ${jobId}: a line of ${name} left out: ${(err as Error).message}`,
+          );
         }
       };
       const flush = async (name: keyof typeof streams) => {
         const writer = streams[name];
         let timer: NodeJS.Timeout | undefined;
-        const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), flushTimeoutMs)));
+        const late = new Promise<"late">(
+          (resolve) => (timer = setTimeout(() => resolve("late"), flushTimeoutMs)),
+        );
         const outcome = await Promise.race([writer.flush().catch(() => undefined), late]);
         clearTimeout(timer);
         if (outcome !== "late") return;
-        warnOnce(`${name}:flush:${jobId}`, `job ${jobId}: ${writer.queued} ${name} not delivered within ${flushTimeoutMs} ms; completing without them`);
+        warnOnce(
+          `${name}:flush:${jobId}`,
+          `job ${jobId}: ${writer.queued} ${name} not delivered within ${flushTimeoutMs} ms; completing without them`,
+        );
         writer.abandon();
       };
       const output: JobOutput = {
-        log: (line) => write("logs", { stream: line.stream, text: line.text.length > maxLineChars ? `${line.text.slice(0, maxLineChars)}…` : line.text }),
+        log: (line) =>
+          write("logs", {
+            stream: line.stream,
+            text:
+              line.text.length > maxLineChars ? `${line.text.slice(0, maxLineChars)}…` : line.text,
+          }),
         event: (event) => write("events", event as JsonValue),
         flush: async () => {
           await Promise.all([flush("logs"), flush("events")]);

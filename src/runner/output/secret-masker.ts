@@ -62,10 +62,18 @@ export function createSecretMasker(values: Iterable<string>): SecretMasker {
     return { stream: () => ({ write: (t) => t, end: () => "" }), text: (t) => t, value: (v) => v };
   }
   const heads = new Map<string, Set<string>>();
-  for (const v of [...byFirst.values()].flat()) heads.set(v[0]!, (heads.get(v[0]!) ?? new Set()).add(v.slice(1, 2)));
+  for (const v of [...byFirst.values()].flat())
+    heads.set(v[0]!, (heads.get(v[0]!) ?? new Set()).add(v.slice(1, 2)));
   const escape = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
   // first[seconds] per first character; a one-character value's first character alone.
-  const starts = new RegExp([...heads].map(([first, seconds]) => (seconds.has("") ? escape(first) : `${escape(first)}[${[...seconds].map(escape).join("")}]`)).join("|"), "g");
+  const starts = new RegExp(
+    [...heads]
+      .map(([first, seconds]) =>
+        seconds.has("") ? escape(first) : `${escape(first)}[${[...seconds].map(escape).join("")}]`,
+      )
+      .join("|"),
+    "g",
+  );
 
   /**
    * Masks `buf`, whose first `covered` characters belong to a stretch whose
@@ -118,7 +126,8 @@ export function createSecretMasker(values: Iterable<string>): SecretMasker {
   const value = (v: unknown): unknown => {
     if (typeof v === "string") return text(v);
     if (Array.isArray(v)) return v.map(value);
-    if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [text(k), value(x)]));
+    if (v !== null && typeof v === "object")
+      return Object.fromEntries(Object.entries(v).map(([k, x]) => [text(k), value(x)]));
     return v;
   };
   return {
@@ -168,7 +177,10 @@ export function leaseSecretValues(lease: Pick<Lease, "secrets" | "secretFiles" |
     values.push(v);
     const trimmed = v.replace(/(\r?\n)+$/, "");
     if (trimmed !== v) values.push(trimmed);
-    if (/[\r\n]/.test(trimmed)) values.push(...trimmed.split(/\r?\n/).filter((line) => line.trim().length >= minHeuristicLength));
+    if (/[\r\n]/.test(trimmed))
+      values.push(
+        ...trimmed.split(/\r?\n/).filter((line) => line.trim().length >= minHeuristicLength),
+      );
   }
   for (const [name, v] of Object.entries(lease.job?.spec?.env ?? {})) {
     if (looksSecret(name) && v.length >= minHeuristicLength) values.push(v);

@@ -65,7 +65,11 @@ export interface LeaseStreams {
 export function createLeaseStreams(options: StreamWriterOptions): LeaseStreams {
   const events = createStreamWriter("events", options);
   const logs = createStreamWriter("logs", options);
-  return { events, logs, flush: async () => void (await Promise.all([events.flush(), logs.flush()])) };
+  return {
+    events,
+    logs,
+    flush: async () => void (await Promise.all([events.flush(), logs.flush()])),
+  };
 }
 
 interface Queued {
@@ -87,7 +91,10 @@ interface Queued {
  * ended, bad data) is final: the stream fails with the control plane's
  * message. So is a 501: the control plane does not serve the stream.
  */
-export function createStreamWriter(stream: "events" | "logs", options: StreamWriterOptions): StreamWriter {
+export function createStreamWriter(
+  stream: "events" | "logs",
+  options: StreamWriterOptions,
+): StreamWriter {
   const path = `/v1/runner/${stream}`;
   let maxBytes = options.maxRequestBytes ?? 1_000_000;
   const timeoutMs = options.requestTimeoutMs ?? 20_000;
@@ -99,7 +106,12 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
   let pumping: Promise<void> | undefined;
   let abandoned = false;
   let wake: (() => void) | undefined; // ends a backoff early when the stream is abandoned
-  const prefix = JSON.stringify({ apiVersion: "v1", runnerId: options.runnerId, jobId: options.jobId, leaseToken: options.leaseToken }).slice(0, -1);
+  const prefix = JSON.stringify({
+    apiVersion: "v1",
+    runnerId: options.runnerId,
+    jobId: options.jobId,
+    leaseToken: options.leaseToken,
+  }).slice(0, -1);
 
   const confirm = (upTo: number) => {
     confirmed = Math.max(confirmed, upTo);
@@ -123,7 +135,11 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
       try {
         reply = await options.post(path, `${batch.map((b) => b.line).join("\n")}\n`, timeoutMs);
       } catch (err) {
-        if (retries++ >= maxRetries) throw new Error(`${stream}: no reply from the control plane after ${retries} tries: ${(err as Error).message}`, { cause: err });
+        if (retries++ >= maxRetries)
+          throw new Error(
+            `${stream}: no reply from the control plane after ${retries} tries: ${(err as Error).message}`,
+            { cause: err },
+          );
         await backoff(retries);
         continue; // resent as it was: what got stored is refused as a repeat, naming how far it got
       }
@@ -138,7 +154,9 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
       const progressed = last !== undefined && last >= first;
       if (reply.status === 413) {
         // The control plane's bound is smaller than ours: from now on send what it just took (or half).
-        const taken = progressed ? batch.filter((b) => b.sequence <= last).reduce((sum, b) => sum + b.line.length + 1, 0) : Math.floor(bytes / 2);
+        const taken = progressed
+          ? batch.filter((b) => b.sequence <= last).reduce((sum, b) => sum + b.line.length + 1, 0)
+          : Math.floor(bytes / 2);
         maxBytes = Math.max(1, Math.min(maxBytes, taken));
         if (!progressed && batch.length === 1) throw refused(first, reply);
         continue;
@@ -147,7 +165,10 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
         retries = 0;
         continue; // the control plane stored part of this request: send the rest
       }
-      if ((reply.status === 429 || (reply.status >= 500 && reply.status !== 501)) && retries++ < maxRetries) {
+      if (
+        (reply.status === 429 || (reply.status >= 500 && reply.status !== 501)) &&
+        retries++ < maxRetries
+      ) {
         await backoff(retries);
         continue;
       }
@@ -155,12 +176,19 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
     }
   };
 
-  const refused = (first: number, reply: NdjsonReply) => new StreamRefused(`${stream}: the control plane refused sequence ${first}: ${reply.status} ${messageOf(reply.text)}`, reply.status);
+  const refused = (first: number, reply: NdjsonReply) =>
+    new StreamRefused(
+      `${stream}: the control plane refused sequence ${first}: ${reply.status} ${messageOf(reply.text)}`,
+      reply.status,
+    );
 
   const backoff = (attempt: number) =>
     new Promise<void>((resolve) => {
       if (abandoned) return resolve();
-      const timer = setTimeout(resolve, Math.min(5_000, (options.backoffMs ?? 100) * 2 ** (attempt - 1)));
+      const timer = setTimeout(
+        resolve,
+        Math.min(5_000, (options.backoffMs ?? 100) * 2 ** (attempt - 1)),
+      );
       wake = () => {
         clearTimeout(timer);
         resolve();
@@ -188,7 +216,10 @@ export function createStreamWriter(stream: "events" | "logs", options: StreamWri
       if (failure) throw failure;
       const sequence = next;
       const line = `${prefix},"sequence":${sequence},"data":${JSON.stringify(data)}}`;
-      if (Buffer.byteLength(line) + 1 > maxBytes) throw new Error(`${stream}: one message of ${Buffer.byteLength(line)} bytes is over the request bound of ${maxBytes} bytes; split it`);
+      if (Buffer.byteLength(line) + 1 > maxBytes)
+        throw new Error(
+          `${stream}: one message of ${Buffer.byteLength(line)} bytes is over the request bound of ${maxBytes} bytes; split it`,
+        );
       next++;
       queue.push({ sequence, line });
       if (queue.length > (options.maxQueuedLines ?? Infinity)) {

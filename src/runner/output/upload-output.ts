@@ -4,11 +4,17 @@ import { lstat, open, readdir, readlink, realpath, type FileHandle } from "node:
 import { extname, join } from "node:path";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { PutUploadRequestSchema, RunnerService } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import type {
+  PutUploadRequestSchema,
+  RunnerService,
+} from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { artifactNameProblem } from "../../artifacts/names.js";
 
 /** The calls the uploader makes; a generated RunnerService client has them. */
-export type UploadClient = Pick<Client<typeof RunnerService>, "openUpload" | "putUpload" | "finalizeUpload">;
+export type UploadClient = Pick<
+  Client<typeof RunnerService>,
+  "openUpload" | "putUpload" | "finalizeUpload"
+>;
 
 /** What to upload and how hard to try. */
 export interface UploadOutputOptions {
@@ -72,7 +78,10 @@ export async function uploadOutput(options: UploadOutputOptions): Promise<Output
     throw err;
   }
   if (!root.isDirectory()) {
-    result.skipped.push({ name: ".", reason: "the output directory is not a directory (a symbolic link is not followed)" });
+    result.skipped.push({
+      name: ".",
+      reason: "the output directory is not a directory (a symbolic link is not followed)",
+    });
     return result;
   }
   const realRoot = await realpath(options.dir);
@@ -98,7 +107,11 @@ export async function uploadOutput(options: UploadOutputOptions): Promise<Output
 }
 
 /** Regular files under `dir`, depth first in name order; everything else is recorded in `skipped`. */
-async function* walk(dir: string, prefix: string, skipped: OutputManifest["skipped"]): AsyncGenerator<{ name: string; path: string; stat: Stats }> {
+async function* walk(
+  dir: string,
+  prefix: string,
+  skipped: OutputManifest["skipped"],
+): AsyncGenerator<{ name: string; path: string; stat: Stats }> {
   const names = (await readdir(dir)).sort();
   for (const base of names) {
     const name = prefix ? `${prefix}/${base}` : base;
@@ -117,7 +130,11 @@ async function* walk(dir: string, prefix: string, skipped: OutputManifest["skipp
 }
 
 /** Opens the examined file, or says why not: it must still be that regular file, inside the real root (also lifecycle/job-result.ts). */
-export async function openExamined(path: string, examined: Stats, realRoot: string): Promise<FileHandle | string> {
+export async function openExamined(
+  path: string,
+  examined: Stats,
+  realRoot: string,
+): Promise<FileHandle | string> {
   let file: FileHandle;
   try {
     file = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
@@ -131,35 +148,59 @@ export async function openExamined(path: string, examined: Stats, realRoot: stri
   } catch {
     where = undefined; // no /proc: the inode check below still holds
   }
-  if (!held.isFile() || held.ino !== examined.ino || held.dev !== examined.dev || (where !== undefined && !where.startsWith(`${realRoot}/`))) {
+  if (
+    !held.isFile() ||
+    held.ino !== examined.ino ||
+    held.dev !== examined.dev ||
+    (where !== undefined && !where.startsWith(`${realRoot}/`))
+  ) {
     await file.close();
     return "changed while the output was read (not the file that was examined)";
   }
   return file;
 }
 
-async function uploadFile(options: UploadOutputOptions, name: string, file: FileHandle): Promise<OutputArtifact> {
+async function uploadFile(
+  options: UploadOutputOptions,
+  name: string,
+  file: FileHandle,
+): Promise<OutputArtifact> {
   const { client, jobId, leaseToken } = options;
   const { digest, size } = await hashFile(file);
   const lease = { apiVersion, jobId, leaseToken };
   const mediaType = mediaTypeOf(name);
-  const opened = await retrying(options, `open ${name}`, () => client.openUpload({ ...lease, name, size: BigInt(size), digest, mediaType }, { signal: options.signal }));
+  const opened = await retrying(options, `open ${name}`, () =>
+    client.openUpload(
+      { ...lease, name, size: BigInt(size), digest, mediaType },
+      { signal: options.signal },
+    ),
+  );
   const head = { ...lease, uploadId: opened.uploadId };
   let durable = Number(opened.durableSize);
   const attempts = options.attempts ?? 6;
   for (let attempt = 1; durable < size; attempt++) {
     try {
-      const reply = await client.putUpload(chunks(file, head, durable, size, options.chunkBytes ?? 256 * 1024), { signal: options.signal });
+      const reply = await client.putUpload(
+        chunks(file, head, durable, size, options.chunkBytes ?? 256 * 1024),
+        { signal: options.signal },
+      );
       durable = Number(reply.durableSize);
     } catch (err) {
-      if (attempt >= attempts || !retryable(options, err)) throw new Error(`uploading ${name} failed at ${durable} of ${size} bytes: ${(err as Error).message}`);
+      if (attempt >= attempts || !retryable(options, err))
+        throw new Error(
+          `uploading ${name} failed at ${durable} of ${size} bytes: ${(err as Error).message}`,
+        );
       await pause(options, attempt);
       // Resume from what the control plane holds durably (an empty put asks for it).
-      const status = await retrying(options, `status of ${name}`, () => client.putUpload(once({ ...head, offset: 0n }), { signal: options.signal }));
+      const status = await retrying(options, `status of ${name}`, () =>
+        client.putUpload(once({ ...head, offset: 0n }), { signal: options.signal }),
+      );
       durable = Number(status.durableSize);
     }
   }
-  const stored = await retrying(options, `finalize ${name}`, () => client.finalizeUpload({ ...head }, { signal: options.signal }));
+  const stored = await retrying(options, `finalize ${name}`, () =>
+    client.finalizeUpload({ ...head }, { signal: options.signal }),
+  );
   return { name, digest: stored.digest, size: stored.size, mediaType: stored.mediaType };
 }
 
@@ -178,13 +219,21 @@ async function hashFile(file: FileHandle): Promise<{ digest: string; size: numbe
 }
 
 /** The put messages from `from` to `size`: the first names the upload and offset, the rest carry data only. */
-async function* chunks(file: FileHandle, head: UploadHead, from: number, size: number, chunkBytes: number): AsyncGenerator<PutMessage> {
+async function* chunks(
+  file: FileHandle,
+  head: UploadHead,
+  from: number,
+  size: number,
+  chunkBytes: number,
+): AsyncGenerator<PutMessage> {
   let position = from;
   do {
     const length = Math.min(chunkBytes, size - position);
     const data = Buffer.alloc(length);
-    const { bytesRead } = length > 0 ? await file.read(data, 0, length, position) : { bytesRead: 0 };
-    if (bytesRead < length) throw new Error(`the file shrank while it was uploaded (short read at ${position})`);
+    const { bytesRead } =
+      length > 0 ? await file.read(data, 0, length, position) : { bytesRead: 0 };
+    if (bytesRead < length)
+      throw new Error(`the file shrank while it was uploaded (short read at ${position})`);
     yield position === from ? { ...head, offset: BigInt(from), data } : { data };
     position += length;
   } while (position < size);
@@ -194,13 +243,18 @@ async function* once(message: PutMessage): AsyncGenerator<PutMessage> {
   yield message;
 }
 
-async function retrying<T>(options: UploadOutputOptions, what: string, call: () => Promise<T>): Promise<T> {
+async function retrying<T>(
+  options: UploadOutputOptions,
+  what: string,
+  call: () => Promise<T>,
+): Promise<T> {
   const attempts = options.attempts ?? 6;
   for (let attempt = 1; ; attempt++) {
     try {
       return await call();
     } catch (err) {
-      if (attempt >= attempts || !retryable(options, err)) throw new Error(`${what} failed: ${(err as Error).message}`);
+      if (attempt >= attempts || !retryable(options, err))
+        throw new Error(`${what} failed: ${(err as Error).message}`);
       await pause(options, attempt);
     }
   }
@@ -210,7 +264,14 @@ async function retrying<T>(options: UploadOutputOptions, what: string, call: () 
 function retryable(options: UploadOutputOptions, err: unknown): boolean {
   if (options.signal?.aborted) return false;
   if (!(err instanceof ConnectError)) return true;
-  return [Code.Unavailable, Code.Unknown, Code.Internal, Code.Aborted, Code.Canceled, Code.DeadlineExceeded].includes(err.code);
+  return [
+    Code.Unavailable,
+    Code.Unknown,
+    Code.Internal,
+    Code.Aborted,
+    Code.Canceled,
+    Code.DeadlineExceeded,
+  ].includes(err.code);
 }
 
 function pause(options: UploadOutputOptions, attempt: number): Promise<void> {

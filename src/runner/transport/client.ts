@@ -1,7 +1,17 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { JobSchema, LeaseSchema, type Job, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
-import { ClaimResponseSchema, ClockResponseSchema, InventoryResponseSchema, type ReapOrder } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import {
+  JobSchema,
+  LeaseSchema,
+  type Job,
+  type Lease,
+} from "../../../gen/forelead/runner/v1/job_pb.js";
+import {
+  ClaimResponseSchema,
+  ClockResponseSchema,
+  InventoryResponseSchema,
+  type ReapOrder,
+} from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { messageFromJson } from "../../protocol/json-codec.js";
 import { refusalFix, type TlsSources } from "./failures.js";
 import type { NdjsonPost } from "./ndjson-post.js";
@@ -69,7 +79,12 @@ export interface Completion {
   readonly exitCode?: number;
   readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
   /** The result manifest: files uploaded and finalized under this lease. */
-  readonly artifacts?: readonly { readonly name: string; readonly digest: string; readonly size: bigint; readonly mediaType: string }[];
+  readonly artifacts?: readonly {
+    readonly name: string;
+    readonly digest: string;
+    readonly size: bigint;
+    readonly mediaType: string;
+  }[];
   /** The job's result object (docs/job-contract.md). */
   readonly result?: { readonly [key: string]: unknown };
 }
@@ -103,7 +118,12 @@ export interface RunnerClient {
   renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
   release(jobId: string, leaseToken: string): Promise<void>;
   /** Settles the job; with `next`, the reply may carry the runner's next lease (CompleteRequest.next). */
-  complete(jobId: string, leaseToken: string, completion: Completion, next?: { readonly waitSeconds: number }): Promise<{ job: Job; lease?: Lease }>;
+  complete(
+    jobId: string,
+    leaseToken: string,
+    completion: Completion,
+    next?: { readonly waitSeconds: number },
+  ): Promise<{ job: Job; lease?: Lease }>;
   inventory(items: readonly InventoryItemJson[]): Promise<ReapOrder[]>;
   /** POSTs an NDJSON body to a stream route on the runner's connection; resolves with the reply whatever its status. */
   readonly postNdjson: NdjsonPost;
@@ -113,12 +133,31 @@ export interface RunnerClient {
 const apiVersion = "v1";
 
 /** A client for the runner whose certificate names `runnerId` in `workspaceId`. */
-export function createRunnerClient(transport: RestTransport, runnerId: string, workspaceId: string): RunnerClient {
-  const call = async (method: string, path: string, body?: unknown, timeoutMs?: number, signal?: AbortSignal): Promise<RestReply> => {
-    const reply = await transport.request(method, path, body, { ...(timeoutMs ? { timeoutMs } : {}), ...(signal ? { signal } : {}) });
+export function createRunnerClient(
+  transport: RestTransport,
+  runnerId: string,
+  workspaceId: string,
+): RunnerClient {
+  const call = async (
+    method: string,
+    path: string,
+    body?: unknown,
+    timeoutMs?: number,
+    signal?: AbortSignal,
+  ): Promise<RestReply> => {
+    const reply = await transport.request(method, path, body, {
+      ...(timeoutMs ? { timeoutMs } : {}),
+      ...(signal ? { signal } : {}),
+    });
     if (reply.status >= 200 && reply.status < 300) return reply;
     const err = (reply.json ?? {}) as { code?: string; message?: string };
-    throw new RunnerApiError(`${method} ${path}`, reply.status, err.code ?? "unknown", err.message ?? (reply.text.slice(0, 200) || "no error body"), transport.sources);
+    throw new RunnerApiError(
+      `${method} ${path}`,
+      reply.status,
+      err.code ?? "unknown",
+      err.message ?? (reply.text.slice(0, 200) || "no error body"),
+      transport.sources,
+    );
   };
   const leaseBody = (jobId: string, leaseToken: string) => ({ apiVersion, jobId, leaseToken });
   /** Whether the control plane serves POST /v1/runner/claims (until a 404 says it does not). */
@@ -129,7 +168,13 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
     async clock() {
       const reply = await call("GET", "/v1/runner/clock");
       const clock = messageFromJson(ClockResponseSchema, reply.json as JsonValue);
-      if (!clock.serverTime) throw new RunnerApiError("GET /v1/runner/clock", reply.status, "invalid", "the reply has no serverTime");
+      if (!clock.serverTime)
+        throw new RunnerApiError(
+          "GET /v1/runner/clock",
+          reply.status,
+          "invalid",
+          "the reply has no serverTime",
+        );
       return clock.serverTime.seconds * 1_000_000_000n + BigInt(clock.serverTime.nanos);
     },
     async register(r) {
@@ -143,7 +188,9 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         architecture: r.architecture,
         labels: r.labels,
         clockOffsetNs: String(r.clockOffsetNs),
-        ...(r.instance ? { instanceId: r.instance.id, instanceStartedAt: r.instance.startedAt.toISOString() } : {}),
+        ...(r.instance
+          ? { instanceId: r.instance.id, instanceStartedAt: r.instance.startedAt.toISOString() }
+          : {}),
         ...(r.os ? { os: r.os } : {}),
         ...(r.executionKinds?.length ? { executionKinds: r.executionKinds } : {}),
         ...(r.features?.length ? { features: r.features } : {}),
@@ -154,17 +201,39 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
       // The server holds a long poll up to waitSeconds; allow it that long plus room for the database.
       const timeoutMs = waitSeconds * 1000 + 15_000;
       const claimOne = async () => {
-        const reply = await call("POST", "/v1/runner/claim", { apiVersion, runnerId, waitSeconds }, timeoutMs, signal);
-        return reply.status === 204 || reply.json === undefined ? [] : [messageFromJson(LeaseSchema, reply.json as JsonValue)];
+        const reply = await call(
+          "POST",
+          "/v1/runner/claim",
+          { apiVersion, runnerId, waitSeconds },
+          timeoutMs,
+          signal,
+        );
+        return reply.status === 204 || reply.json === undefined
+          ? []
+          : [messageFromJson(LeaseSchema, reply.json as JsonValue)];
       };
       if (maxLeases <= 1 || !claimsServed) return claimOne();
       try {
-        const reply = await call("POST", "/v1/runner/claims", { apiVersion, runnerId, waitSeconds, maxLeases }, timeoutMs, signal);
-        return reply.status === 204 || reply.json === undefined ? [] : messageFromJson(ClaimResponseSchema, reply.json as JsonValue).leases;
+        const reply = await call(
+          "POST",
+          "/v1/runner/claims",
+          { apiVersion, runnerId, waitSeconds, maxLeases },
+          timeoutMs,
+          signal,
+        );
+        return reply.status === 204 || reply.json === undefined
+          ? []
+          : messageFromJson(ClaimResponseSchema, reply.json as JsonValue).leases;
       } catch (err) {
         // A control plane older than multi-lease claims has no such route (404 "no route ..."):
         // claim one at a time from then on. (Its completions ignore `next`, an unknown field.)
-        if (!(err instanceof RunnerApiError && err.status === 404 && err.code === "not_found" && err.message.includes(": no route "))) throw err;
+        if (!(
+          err instanceof RunnerApiError &&
+          err.status === 404 &&
+          err.code === "not_found" &&
+          err.message.includes(": no route ")
+        ))
+          throw err;
         claimsServed = false;
         return claimOne();
       }
@@ -184,26 +253,45 @@ export function createRunnerClient(transport: RestTransport, runnerId: string, w
         ...(c.exitCode !== undefined ? { exitCode: c.exitCode } : {}),
         ...(c.error ? { error: c.error } : {}),
         // int64 is a string in proto JSON.
-        ...(c.artifacts?.length ? { artifacts: c.artifacts.map((a) => ({ name: a.name, digest: a.digest, size: String(a.size), mediaType: a.mediaType })) } : {}),
+        ...(c.artifacts?.length
+          ? {
+              artifacts: c.artifacts.map((a) => ({
+                name: a.name,
+                digest: a.digest,
+                size: String(a.size),
+                mediaType: a.mediaType,
+              })),
+            }
+          : {}),
         ...(c.result ? { result: c.result as JsonValue } : {}),
         ...(next ? { next } : {}),
       };
       // A completion that waits for its next lease is held up to next.waitSeconds longer.
-      const reply = await call("POST", "/v1/runner/complete", body, next ? next.waitSeconds * 1000 + 15_000 : undefined);
+      const reply = await call(
+        "POST",
+        "/v1/runner/complete",
+        body,
+        next ? next.waitSeconds * 1000 + 15_000 : undefined,
+      );
       const { job, lease } = (reply.json ?? {}) as { job?: JsonValue; lease?: JsonValue };
-      return { job: messageFromJson(JobSchema, job ?? {}), ...(lease ? { lease: messageFromJson(LeaseSchema, lease) } : {}) };
+      return {
+        job: messageFromJson(JobSchema, job ?? {}),
+        ...(lease ? { lease: messageFromJson(LeaseSchema, lease) } : {}),
+      };
     },
     async inventory(items) {
       const reply = await call("POST", "/v1/runner/inventory", { apiVersion, runnerId, items });
       return messageFromJson(InventoryResponseSchema, (reply.json ?? {}) as JsonValue).reap;
     },
-    postNdjson: (path, body, timeoutMs) => transport.request("POST", path, body, { contentType: "application/x-ndjson", timeoutMs }),
+    postNdjson: (path, body, timeoutMs) =>
+      transport.request("POST", path, body, { contentType: "application/x-ndjson", timeoutMs }),
     close: () => transport.close(),
   };
 }
 
 /** A lease's expiry in control-plane milliseconds since the epoch. */
 export function leaseExpiryMs(lease: Lease): number {
-  if (!lease.expiresAt) throw new Error(`the lease on job ${lease.job?.id ?? "?"} has no expiresAt`);
+  if (!lease.expiresAt)
+    throw new Error(`the lease on job ${lease.job?.id ?? "?"} has no expiresAt`);
   return timestampDate(lease.expiresAt).getTime();
 }

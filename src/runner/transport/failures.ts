@@ -31,7 +31,8 @@ const untrustedServer = new Set([
 ]);
 const outdatedServer = new Set(["CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID"]);
 /** TLS alerts by which a server (or a proxy before it) refuses the client certificate in the handshake. */
-const refusedClient = /^ERR_SSL_(TLSV13_ALERT_CERTIFICATE_REQUIRED|SSLV3_ALERT_BAD_CERTIFICATE|SSLV3_ALERT_CERTIFICATE_(EXPIRED|REVOKED|UNKNOWN|UNSUPPORTED)|TLSV1_ALERT_(UNKNOWN_CA|ACCESS_DENIED))$/;
+const refusedClient =
+  /^ERR_SSL_(TLSV13_ALERT_CERTIFICATE_REQUIRED|SSLV3_ALERT_BAD_CERTIFICATE|SSLV3_ALERT_CERTIFICATE_(EXPIRED|REVOKED|UNKNOWN|UNSUPPORTED)|TLSV1_ALERT_(UNKNOWN_CA|ACCESS_DENIED))$/;
 
 /**
  * What to fix when a request never got an HTTP answer, or undefined when
@@ -39,7 +40,11 @@ const refusedClient = /^ERR_SSL_(TLSV13_ALERT_CERTIFICATE_REQUIRED|SSLV3_ALERT_B
  * session). `err` is what the connection or stream reported; the TLS code
  * may sit in its cause (an HTTP/2 stream cancelled by its session's error).
  */
-export function connectionFix(err: unknown, server: URL, sources: TlsSources | undefined): string | undefined {
+export function connectionFix(
+  err: unknown,
+  server: URL,
+  sources: TlsSources | undefined,
+): string | undefined {
   const failure = codeOf(err);
   if (!failure) return undefined;
   const { code, message } = failure;
@@ -72,9 +77,16 @@ export function connectionFix(err: unknown, server: URL, sources: TlsSources | u
  * or another workspace) and, on register, already_exists (another live
  * process holds this runner identity).
  */
-export function refusalFix(route: string, status: number, code: string, message: string, sources: TlsSources | undefined): string | undefined {
+export function refusalFix(
+  route: string,
+  status: number,
+  code: string,
+  message: string,
+  sources: TlsSources | undefined,
+): string | undefined {
   const cert = sources?.cert ?? "its certificate";
-  if (status === 401) return `the control plane refused this runner's certificate (${cert}): ${message}; renew or re-enroll it`;
+  if (status === 401)
+    return `the control plane refused this runner's certificate (${cert}): ${message}; renew or re-enroll it`;
   if (status === 403) return `the control plane refuses this runner: ${message}`;
   if (code === "already_exists" && route.endsWith("/v1/runner/register")) return message;
   return undefined;
@@ -90,7 +102,12 @@ export function fixOf(err: unknown): string | undefined {
 function codeOf(err: unknown): { code: string; message: string } | undefined {
   for (let e = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && code !== "ERR_HTTP2_STREAM_CANCEL" && code !== "ERR_HTTP2_STREAM_ERROR") return { code, message: e.message };
+    if (
+      typeof code === "string" &&
+      code !== "ERR_HTTP2_STREAM_CANCEL" &&
+      code !== "ERR_HTTP2_STREAM_ERROR"
+    )
+      return { code, message: e.message };
   }
   return undefined;
 }

@@ -11,14 +11,23 @@ export interface NdjsonReply {
 export type NdjsonPost = (path: string, body: string, timeoutMs: number) => Promise<NdjsonReply>;
 
 /** An NdjsonPost over the HTTP/2 session `session()` returns (the runner's one connection). */
-export function createSessionPost(session: () => http2.ClientHttp2Session | Promise<http2.ClientHttp2Session>): NdjsonPost {
+export function createSessionPost(
+  session: () => http2.ClientHttp2Session | Promise<http2.ClientHttp2Session>,
+): NdjsonPost {
   return async (path, body, timeoutMs) => {
     const s = await session();
     return new Promise<NdjsonReply>((resolve, reject) => {
-      const stream = s.request({ ":method": "POST", ":path": path, "content-type": "application/x-ndjson" });
+      const stream = s.request({
+        ":method": "POST",
+        ":path": path,
+        "content-type": "application/x-ndjson",
+      });
       const chunks: Buffer[] = [];
       let headers: http2.IncomingHttpHeaders | undefined;
-      const timer = setTimeout(() => fail(new Error(`${path}: no reply within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => fail(new Error(`${path}: no reply within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       const fail = (err: Error) => {
         clearTimeout(timer);
         if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
@@ -27,12 +36,21 @@ export function createSessionPost(session: () => http2.ClientHttp2Session | Prom
       stream.on("response", (h) => (headers = h));
       stream.on("data", (c: Buffer) => chunks.push(c));
       stream.on("error", (err) => fail(err));
-      stream.on("close", () => headers || fail(new Error(`${path}: the stream closed without a reply (code ${stream.rstCode})`)));
+      stream.on(
+        "close",
+        () =>
+          headers ||
+          fail(new Error(`${path}: the stream closed without a reply (code ${stream.rstCode})`)),
+      );
       stream.on("end", () => {
         clearTimeout(timer);
         // A reply before the whole body was sent (a rejected line): stop sending.
         if (!stream.writableFinished) stream.close(http2.constants.NGHTTP2_CANCEL);
-        resolve({ status: Number(headers?.[":status"]), headers: headers ?? {}, text: Buffer.concat(chunks).toString("utf8") });
+        resolve({
+          status: Number(headers?.[":status"]),
+          headers: headers ?? {},
+          text: Buffer.concat(chunks).toString("utf8"),
+        });
       });
       stream.end(body);
     });

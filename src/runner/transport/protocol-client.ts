@@ -21,8 +21,17 @@ export interface RunnerProtocol {
 }
 
 /** A protocol client to `baseUrl` whose sessions present the certificate `tls()` gives at the time they open. */
-export function createRunnerProtocol(baseUrl: string, tls: () => TlsMaterial | Promise<TlsMaterial>): RunnerProtocol {
-  let current: Promise<{ manager: Http2SessionManager; client: Client<typeof RunnerService>; suspend: Client<typeof SuspendService> }> | undefined;
+export function createRunnerProtocol(
+  baseUrl: string,
+  tls: () => TlsMaterial | Promise<TlsMaterial>,
+): RunnerProtocol {
+  let current:
+    | Promise<{
+        manager: Http2SessionManager;
+        client: Client<typeof RunnerService>;
+        suspend: Client<typeof SuspendService>;
+      }>
+    | undefined;
   // Replaced sessions are kept until close: aborting one would break an upload still running on it.
   const managers: Http2SessionManager[] = [];
   let closed = false;
@@ -31,8 +40,18 @@ export function createRunnerProtocol(baseUrl: string, tls: () => TlsMaterial | P
     const nodeOptions = { ca, cert, key };
     const manager = new Http2SessionManager(baseUrl, {}, nodeOptions);
     managers.push(manager);
-    const transport = createConnectTransport({ baseUrl, httpVersion: "2", useBinaryFormat: true, nodeOptions, sessionManager: manager });
-    return { manager, client: createClient(RunnerService, transport), suspend: createClient(SuspendService, transport) };
+    const transport = createConnectTransport({
+      baseUrl,
+      httpVersion: "2",
+      useBinaryFormat: true,
+      nodeOptions,
+      sessionManager: manager,
+    });
+    return {
+      manager,
+      client: createClient(RunnerService, transport),
+      suspend: createClient(SuspendService, transport),
+    };
   };
   const session = async () => {
     if (closed) throw new Error("the runner protocol client is closed");

@@ -54,7 +54,12 @@ export interface RequestOptions {
 /** HTTP/2 + TLS to the control plane on one connection, reopened when it closes. */
 export interface RestTransport {
   /** Sends `body` (a string is sent as it is, anything else as JSON). */
-  request(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<RestReply>;
+  request(
+    method: string,
+    path: string,
+    body?: unknown,
+    options?: RequestOptions,
+  ): Promise<RestReply>;
   /** The next request opens a new session (a new handshake, e.g. with a renewed certificate). */
   reconnect(): void;
   /** Where the TLS material came from, when the caller said: named in what a refusal tells the operator to fix. */
@@ -71,7 +76,11 @@ export interface RestTransport {
  * renewed on disk is presented on a new handshake well before the old one
  * expires; requests in flight finish on the old session.
  */
-export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Promise<TlsMaterial>, settings: RestTransportOptions = {}): RestTransport {
+export function createRestTransport(
+  baseUrl: string,
+  tls: () => TlsMaterial | Promise<TlsMaterial>,
+  settings: RestTransportOptions = {},
+): RestTransport {
   const maxSessionAgeMs = settings.maxSessionAgeMs ?? 5 * 60_000;
   const server = new URL(baseUrl);
   /** The one place a failed connection or stream becomes a TransportError: final (with its fix) or transient. */
@@ -86,7 +95,12 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
 
   const open = async (): Promise<http2.ClientHttp2Session> => {
     const material = await tls();
-    const s = http2.connect(baseUrl, { ca: material.ca, cert: material.cert, key: material.key, minVersion: "TLSv1.3" });
+    const s = http2.connect(baseUrl, {
+      ca: material.ca,
+      cert: material.cert,
+      key: material.key,
+      minVersion: "TLSv1.3",
+    });
     const forget = () => {
       if (session === s) session = undefined;
     };
@@ -116,16 +130,20 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
       openedAt = 0;
     },
     async request(method, path, body, options = {}) {
-      const payload = body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
+      const payload =
+        body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
       let s: http2.ClientHttp2Session;
       try {
         s = await current();
       } catch (err) {
-        throw err instanceof TransportError ? err : failure(`cannot connect to ${baseUrl}: ${(err as Error).message}`, err);
+        throw err instanceof TransportError
+          ? err
+          : failure(`cannot connect to ${baseUrl}: ${(err as Error).message}`, err);
       }
       return new Promise<RestReply>((resolve, reject) => {
         const headers: http2.OutgoingHttpHeaders = { ":method": method, ":path": path };
-        if (payload !== undefined) headers["content-type"] = options.contentType ?? "application/json";
+        if (payload !== undefined)
+          headers["content-type"] = options.contentType ?? "application/json";
         let stream: http2.ClientHttp2Stream;
         try {
           stream = s.request(headers);
@@ -142,7 +160,10 @@ export function createRestTransport(baseUrl: string, tls: () => TlsMaterial | Pr
           if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
           reject(failure(`${method} ${path}: ${why}`, cause));
         };
-        const timer = setTimeout(() => fail(`no answer within ${options.timeoutMs ?? 15_000} ms`), options.timeoutMs ?? 15_000);
+        const timer = setTimeout(
+          () => fail(`no answer within ${options.timeoutMs ?? 15_000} ms`),
+          options.timeoutMs ?? 15_000,
+        );
         const onAbort = () => fail("aborted");
         options.signal?.addEventListener("abort", onAbort, { once: true });
         const cleanup = () => {

@@ -32,12 +32,19 @@ export interface DatabaseSample {
  * so its branch is an index-only scan; jobs_running_expiry for running, whose
  * rows are as many as the runners' busy slots; jobs_waiting_input, migration 0022, for waiting_input).
  */
-export function createDatabaseSampler(db: Kysely<Database>, ttlMs: number): () => Promise<DatabaseSample> {
+export function createDatabaseSampler(
+  db: Kysely<Database>,
+  ttlMs: number,
+): () => Promise<DatabaseSample> {
   let cached: { sample: Promise<DatabaseSample>; settledAt: number | undefined } | undefined;
   return () => {
     // A sample still being read is shared; a read one is reused for ttlMs.
-    if (cached && (cached.settledAt === undefined || performance.now() - cached.settledAt < ttlMs)) return cached.sample;
-    const entry: { sample: Promise<DatabaseSample>; settledAt: number | undefined } = { sample: sample(db), settledAt: undefined };
+    if (cached && (cached.settledAt === undefined || performance.now() - cached.settledAt < ttlMs))
+      return cached.sample;
+    const entry: { sample: Promise<DatabaseSample>; settledAt: number | undefined } = {
+      sample: sample(db),
+      settledAt: undefined,
+    };
     void entry.sample.then(() => (entry.settledAt = performance.now()));
     cached = entry;
     return entry.sample;
@@ -53,16 +60,38 @@ async function sample(db: Kysely<Database>): Promise<DatabaseSample> {
   }
   const roundTripSeconds = (performance.now() - startedAt) / 1000;
   try {
-    const { rows } = await sql<{ workspace_id: string; state: "queued" | "running" | "waiting_input"; jobs: number; oldest_seconds: number | null }>`
+    const { rows } = await sql<{
+      workspace_id: string;
+      state: "queued" | "running" | "waiting_input";
+      jobs: number;
+      oldest_seconds: number | null;
+    }>`
       select workspace_id, 'queued' as state, count(*)::int as jobs, extract(epoch from now() - min(created_at))::float8 as oldest_seconds
         from jobs where state = 'queued' group by workspace_id
       union all
       select workspace_id, 'running', count(*)::int, null from jobs where state = 'running' group by workspace_id
       union all
-      select workspace_id, 'waiting_input', count(*)::int, null from jobs where state = 'waiting_input' group by workspace_id`.execute(db);
-    const byWorkspace = new Map<string, { workspaceId: string; queued: number; running: number; waitingInput: number; oldestQueuedSeconds: number | undefined }>();
+      select workspace_id, 'waiting_input', count(*)::int, null from jobs where state = 'waiting_input' group by workspace_id`.execute(
+      db,
+    );
+    const byWorkspace = new Map<
+      string,
+      {
+        workspaceId: string;
+        queued: number;
+        running: number;
+        waitingInput: number;
+        oldestQueuedSeconds: number | undefined;
+      }
+    >();
     for (const row of rows) {
-      const w = byWorkspace.get(row.workspace_id) ?? { workspaceId: row.workspace_id, queued: 0, running: 0, waitingInput: 0, oldestQueuedSeconds: undefined };
+      const w = byWorkspace.get(row.workspace_id) ?? {
+        workspaceId: row.workspace_id,
+        queued: 0,
+        running: 0,
+        waitingInput: 0,
+        oldestQueuedSeconds: undefined,
+      };
       byWorkspace.set(row.workspace_id, w);
       if (row.state === "queued") {
         w.queued = row.jobs;

@@ -27,18 +27,38 @@ const paths = ["/metrics", "/healthz", "/readyz"];
  * by default (`forelead serve --metrics-listen`). GET and HEAD only. The
  * server is registered on `stack`.
  */
-export async function serveMetrics(listen: MetricsListen, metrics: Metrics, stack: ResourceStack): Promise<MetricsServer> {
+export async function serveMetrics(
+  listen: MetricsListen,
+  metrics: Metrics,
+  stack: ResourceStack,
+): Promise<MetricsServer> {
   metrics.collectProcessMetrics();
   const server = http.createServer((req, res) => {
     void answer(req, res, metrics).catch((err: unknown) => {
-      console.error(`metrics: answering ${req.method} ${req.url} failed: ${(err as Error).message}`);
-      if (!res.headersSent) reply(res, req.method, 500, "application/json", JSON.stringify({ code: "internal", message: "the metrics could not be collected; see the server log" }));
+      console.error(
+        `metrics: answering ${req.method} ${req.url} failed: ${(err as Error).message}`,
+      );
+      if (!res.headersSent)
+        reply(
+          res,
+          req.method,
+          500,
+          "application/json",
+          JSON.stringify({
+            code: "internal",
+            message: "the metrics could not be collected; see the server log",
+          }),
+        );
       else res.destroy();
     });
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", (err: NodeJS.ErrnoException) =>
-      reject(new Error(`--metrics-listen ${listen.host}:${listen.port}: cannot listen (${err.code ?? err.message})${err.code === "EADDRINUSE" ? "; another process uses the port: give another address, or --metrics-listen off" : ""}`)),
+      reject(
+        new Error(
+          `--metrics-listen ${listen.host}:${listen.port}: cannot listen (${err.code ?? err.message})${err.code === "EADDRINUSE" ? "; another process uses the port: give another address, or --metrics-listen off" : ""}`,
+        ),
+      ),
     );
     server.listen(listen.port, listen.host, () => resolve());
   });
@@ -52,31 +72,79 @@ export async function serveMetrics(listen: MetricsListen, metrics: Metrics, stac
   return { url: `http://${host}:${port}`, loopback: isLoopback(listen.host) };
 }
 
-async function answer(req: http.IncomingMessage, res: http.ServerResponse, metrics: Metrics): Promise<void> {
+async function answer(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  metrics: Metrics,
+): Promise<void> {
   const path = new URL(req.url ?? "/", "http://metrics.invalid").pathname;
   if (!paths.includes(path)) {
-    return reply(res, req.method, 404, "application/json", JSON.stringify({ code: "not_found", message: `no route ${req.method} ${path}; this listener serves GET ${paths.join(", ")}` }));
+    return reply(
+      res,
+      req.method,
+      404,
+      "application/json",
+      JSON.stringify({
+        code: "not_found",
+        message: `no route ${req.method} ${path}; this listener serves GET ${paths.join(", ")}`,
+      }),
+    );
   }
   if (req.method !== "GET" && req.method !== "HEAD") {
     res.setHeader("allow", "GET, HEAD");
-    return reply(res, req.method, 405, "application/json", JSON.stringify({ code: "unimplemented", message: `${req.method} ${path} is not served; use GET or HEAD` }));
+    return reply(
+      res,
+      req.method,
+      405,
+      "application/json",
+      JSON.stringify({
+        code: "unimplemented",
+        message: `${req.method} ${path} is not served; use GET or HEAD`,
+      }),
+    );
   }
-  if (path === "/healthz") return reply(res, req.method, 200, "application/json", JSON.stringify({ status: "ok" }));
+  if (path === "/healthz")
+    return reply(res, req.method, 200, "application/json", JSON.stringify({ status: "ok" }));
   if (path === "/readyz") {
     const checks = await metrics.readiness();
     const notReady = checks.filter((c) => !c.ok).map((c) => c.name);
-    const body = { status: notReady.length === 0 ? "ready" : "not_ready", ...(notReady.length ? { notReady } : {}), checks };
-    return reply(res, req.method, notReady.length === 0 ? 200 : 503, "application/json", JSON.stringify(body));
+    const body = {
+      status: notReady.length === 0 ? "ready" : "not_ready",
+      ...(notReady.length ? { notReady } : {}),
+      checks,
+    };
+    return reply(
+      res,
+      req.method,
+      notReady.length === 0 ? 200 : 503,
+      "application/json",
+      JSON.stringify(body),
+    );
   }
   reply(res, req.method, 200, metrics.registry.contentType, await metrics.registry.metrics());
 }
 
-function reply(res: http.ServerResponse, method: string | undefined, status: number, contentType: string, body: string): void {
-  res.writeHead(status, { "content-type": contentType, "content-length": Buffer.byteLength(body), "cache-control": "no-store" });
+function reply(
+  res: http.ServerResponse,
+  method: string | undefined,
+  status: number,
+  contentType: string,
+  body: string,
+): void {
+  res.writeHead(status, {
+    "content-type": contentType,
+    "content-length": Buffer.byteLength(body),
+    "cache-control": "no-store",
+  });
   res.end(method === "HEAD" ? undefined : body);
 }
 
 /** 127.0.0.0/8, ::1 and localhost. */
 export function isLoopback(host: string): boolean {
-  return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host) || /^::ffff:127\./.test(host);
+  return (
+    host === "localhost" ||
+    host === "::1" ||
+    /^127\.\d+\.\d+\.\d+$/.test(host) ||
+    /^::ffff:127\./.test(host)
+  );
 }

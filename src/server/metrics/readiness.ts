@@ -28,29 +28,73 @@ export async function checkReadiness(store: Store, audit: AuditSink): Promise<Re
 async function checkDatabase(store: Store): Promise<[ReadinessCheck, ReadinessCheck]> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<DatabaseFacts>((resolve) => {
-    timer = setTimeout(() => resolve({ reachable: false, roundTripMs: databaseTimeoutMs, migration: "", applied: [], skewMs: 0, error: `no answer within ${databaseTimeoutMs} ms` }), databaseTimeoutMs);
+    timer = setTimeout(
+      () =>
+        resolve({
+          reachable: false,
+          roundTripMs: databaseTimeoutMs,
+          migration: "",
+          applied: [],
+          skewMs: 0,
+          error: `no answer within ${databaseTimeoutMs} ms`,
+        }),
+      databaseTimeoutMs,
+    );
   });
-  const facts = await Promise.race([readDatabaseFacts(store.db), timeout]).finally(() => clearTimeout(timer));
+  const facts = await Promise.race([readDatabaseFacts(store.db), timeout]).finally(() =>
+    clearTimeout(timer),
+  );
   if (!facts.reachable) {
     return [
-      { name: "database", ok: false, message: `the ${store.kind} database is unreachable: ${facts.error ?? "no answer"}` },
-      { name: "migrations", ok: false, message: "cannot be read while the database is unreachable" },
+      {
+        name: "database",
+        ok: false,
+        message: `the ${store.kind} database is unreachable: ${facts.error ?? "no answer"}`,
+      },
+      {
+        name: "migrations",
+        ok: false,
+        message: "cannot be read while the database is unreachable",
+      },
     ];
   }
-  const database: ReadinessCheck = { name: "database", ok: true, message: `${store.kind} database reachable (round trip ${facts.roundTripMs.toFixed(1)} ms)` };
+  const database: ReadinessCheck = {
+    name: "database",
+    ok: true,
+    message: `${store.kind} database reachable (round trip ${facts.roundTripMs.toFixed(1)} ms)`,
+  };
   const pending = pendingMigrations(facts.applied);
   if (pending.length === 0) return [database, { name: "migrations", ok: true, message: "current" }];
-  return [database, { name: "migrations", ok: false, message: `${pending.length} not run: ${pending.join(", ")}; restart forelead serve to run them` }];
+  return [
+    database,
+    {
+      name: "migrations",
+      ok: false,
+      message: `${pending.length} not run: ${pending.join(", ")}; restart forelead serve to run them`,
+    },
+  ];
 }
 
 function checkListen(store: Store): ReadinessCheck {
   if (store.listening) return { name: "listen", ok: true, message: "the LISTEN connection is up" };
-  return { name: "listen", ok: false, message: "the LISTEN connection is down (reconnecting); waiting claims are not woken by new jobs" };
+  return {
+    name: "listen",
+    ok: false,
+    message:
+      "the LISTEN connection is down (reconnecting); waiting claims are not woken by new jobs",
+  };
 }
 
 function checkAudit(audit: AuditSink): ReadinessCheck {
   const refusal = audit.unavailable();
   if (refusal) return { name: "auditSpool", ok: false, message: refusal };
   const { spooled, spoolBytes } = audit.backlog();
-  return { name: "auditSpool", ok: true, message: spooled > 0 ? `writable (${spooled} records, ${spoolBytes} bytes wait for the database)` : "writable" };
+  return {
+    name: "auditSpool",
+    ok: true,
+    message:
+      spooled > 0
+        ? `writable (${spooled} records, ${spoolBytes} bytes wait for the database)`
+        : "writable",
+  };
 }

@@ -33,5 +33,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("remote_address", "text")
     .execute();
   await db.schema.createIndex("audit_records_at").on("audit_records").column("at").execute();
-  await db.schema.createIndex("audit_records_spiffe_id").on("audit_records").columns(["spiffe_id", "at"]).execute();
+  await db.schema
+    .createIndex("audit_records_spiffe_id")
+    .on("audit_records")
+    .columns(["spiffe_id", "at"])
+    .execute();
 }

@@ -18,7 +18,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("base_commit", "text")
     .addColumn("base_tree", "text")
     .addColumn("spec", "jsonb", (c) => c.notNull())
-    .addColumn("state", "text", (c) => c.notNull().check(sql`state in ('queued', 'running', 'succeeded', 'failed', 'cancelled')`))
+    .addColumn("state", "text", (c) =>
+      c.notNull().check(sql`state in ('queued', 'running', 'succeeded', 'failed', 'cancelled')`),
+    )
     .addColumn("priority", "integer", (c) => c.notNull())
     .addColumn("attempts", "integer", (c) => c.notNull().defaultTo(0))
     .addColumn("max_attempts", "integer", (c) => c.notNull())
@@ -37,10 +39,19 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("updated_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
     .addColumn("settled_at", "timestamptz")
     .execute();
-  await db.schema.createIndex("jobs_idempotency").unique().on("jobs").columns(["workspace_id", "idempotency_key"]).execute();
+  await db.schema
+    .createIndex("jobs_idempotency")
+    .unique()
+    .on("jobs")
+    .columns(["workspace_id", "idempotency_key"])
+    .execute();
   // The claim's search order; partial, so settled jobs cost the claim nothing.
-  await sql`create index jobs_claimable on jobs (workspace_id, priority desc, created_at, id) where state = 'queued'`.execute(db);
-  await sql`create index jobs_running_expiry on jobs (lease_expires_at) where state = 'running'`.execute(db);
+  await sql`create index jobs_claimable on jobs (workspace_id, priority desc, created_at, id) where state = 'queued'`.execute(
+    db,
+  );
+  await sql`create index jobs_running_expiry on jobs (lease_expires_at) where state = 'running'`.execute(
+    db,
+  );
   await sql`create index jobs_newest on jobs (created_at desc, id desc)`.execute(db);
 
   await db.schema
@@ -54,11 +65,15 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("issued_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
     .addColumn("expires_at", "timestamptz", (c) => c.notNull())
     .addColumn("ended_at", "timestamptz")
-    .addColumn("end_reason", "text", (c) => c.check(sql`end_reason in ('released', 'expired', 'settled', 'requeued')`))
+    .addColumn("end_reason", "text", (c) =>
+      c.check(sql`end_reason in ('released', 'expired', 'settled', 'requeued')`),
+    )
     .addColumn("completion_id", "text")
     .addColumn("completion_sha256", "text")
     .addColumn("completion_reply", "jsonb")
     .execute();
-  await sql`create index leases_open_by_runner on leases (workspace_id, runner_id) where ended_at is null`.execute(db);
+  await sql`create index leases_open_by_runner on leases (workspace_id, runner_id) where ended_at is null`.execute(
+    db,
+  );
   await db.schema.createIndex("leases_job").on("leases").column("job_id").execute();
 }

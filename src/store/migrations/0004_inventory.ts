@@ -31,20 +31,32 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("orphan", "boolean", (c) => c.notNull())
     .addPrimaryKeyConstraint("inventory_items_pkey", ["workspace_id", "runner_id", "kind", "name"])
     .execute();
-  await sql`create index inventory_items_orphans on inventory_items (workspace_id, runner_id) where orphan`.execute(db);
+  await sql`create index inventory_items_orphans on inventory_items (workspace_id, runner_id) where orphan`.execute(
+    db,
+  );
 
   await db.schema
     .createTable("inventory_flags")
     .addColumn("id", "bigserial", (c) => c.primaryKey())
     .addColumn("workspace_id", "text", (c) => c.notNull())
     .addColumn("runner_id", "text", (c) => c.notNull())
-    .addColumn("problem", "text", (c) => c.notNull().check(sql`problem in ('job_not_leased_here', 'orphan_of_live_lease', 'lease_without_container')`))
+    .addColumn("problem", "text", (c) =>
+      c
+        .notNull()
+        .check(
+          sql`problem in ('job_not_leased_here', 'orphan_of_live_lease', 'lease_without_container')`,
+        ),
+    )
     .addColumn("job_id", "uuid", (c) => c.notNull())
     .addColumn("kind", "text")
     .addColumn("name", "text")
     .addColumn("message", "text", (c) => c.notNull())
     .execute();
-  await db.schema.createIndex("inventory_flags_runner").on("inventory_flags").columns(["workspace_id", "runner_id"]).execute();
+  await db.schema
+    .createIndex("inventory_flags_runner")
+    .on("inventory_flags")
+    .columns(["workspace_id", "runner_id"])
+    .execute();
 
   await db.schema
     .createTable("reap_orders")
@@ -56,10 +68,17 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("job_id", "uuid", (c) => c.notNull())
     .addColumn("ordered_by", "text", (c) => c.notNull())
     .addColumn("ordered_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
-    .addColumn("state", "text", (c) => c.notNull().defaultTo("pending").check(sql`state in ('pending', 'done', 'expired')`))
+    .addColumn("state", "text", (c) =>
+      c
+        .notNull()
+        .defaultTo("pending")
+        .check(sql`state in ('pending', 'done', 'expired')`),
+    )
     .addColumn("settled_at", "timestamptz")
     .execute();
   // One pending order per item: ordering it again returns the pending one.
-  await sql`create unique index reap_orders_pending on reap_orders (workspace_id, runner_id, kind, name) where state = 'pending'`.execute(db);
+  await sql`create unique index reap_orders_pending on reap_orders (workspace_id, runner_id, kind, name) where state = 'pending'`.execute(
+    db,
+  );
   await sql`create index reap_orders_newest on reap_orders (ordered_at desc, id desc)`.execute(db);
 }

@@ -28,11 +28,17 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("not_before", "timestamptz", (c) => c.notNull())
     .addColumn("not_after", "timestamptz", (c) => c.notNull())
     .addColumn("issued_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
-    .addColumn("issued_via", "text", (c) => c.notNull().check(sql`issued_via in ('enroll', 'renew')`))
+    .addColumn("issued_via", "text", (c) =>
+      c.notNull().check(sql`issued_via in ('enroll', 'renew')`),
+    )
     .addColumn("sha256", "text", (c) => c.notNull())
     .addColumn("grant_id", "uuid")
     .execute();
-  await db.schema.createIndex("issued_certificates_identity").on("issued_certificates").columns(["workspace_id", "runner_id", "issued_at"]).execute();
+  await db.schema
+    .createIndex("issued_certificates_identity")
+    .on("issued_certificates")
+    .columns(["workspace_id", "runner_id", "issued_at"])
+    .execute();
 
   await db.schema
     .createTable("runner_retirements")
@@ -46,10 +52,17 @@ export async function up(db: Kysely<unknown>): Promise<void> {
 
   await db.schema
     .alterTable("audit_records")
-    .addColumn("kind", "text", (c) => c.notNull().defaultTo("decision").check(sql`kind in ('decision', 'action')`))
+    .addColumn("kind", "text", (c) =>
+      c
+        .notNull()
+        .defaultTo("decision")
+        .check(sql`kind in ('decision', 'action')`),
+    )
     .execute();
   await db.schema.alterTable("audit_records").addColumn("action", "text").execute();
   await db.schema.alterTable("audit_records").addColumn("target", "text").execute();
   // Security teams ask for the refusals first; they are a small share of all records.
-  await sql`create index audit_records_denied on audit_records (id) where decision = 'deny'`.execute(db);
+  await sql`create index audit_records_denied on audit_records (id) where decision = 'deny'`.execute(
+    db,
+  );
 }

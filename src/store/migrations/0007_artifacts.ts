@@ -20,8 +20,15 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("size", "bigint", (c) => c.notNull().check(sql`size >= 0`))
     .addColumn("digest", "text", (c) => c.notNull())
     .addColumn("media_type", "text", (c) => c.notNull())
-    .addColumn("durable_size", "bigint", (c) => c.notNull().defaultTo(0).check(sql`durable_size >= 0 and durable_size <= size`))
-    .addColumn("state", "text", (c) => c.notNull().check(sql`state in ('open', 'finalized', 'discarded')`))
+    .addColumn("durable_size", "bigint", (c) =>
+      c
+        .notNull()
+        .defaultTo(0)
+        .check(sql`durable_size >= 0 and durable_size <= size`),
+    )
+    .addColumn("state", "text", (c) =>
+      c.notNull().check(sql`state in ('open', 'finalized', 'discarded')`),
+    )
     .addColumn("discard_reason", "text")
     .addColumn("created_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
     .addColumn("updated_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
@@ -29,9 +36,13 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .execute();
   // One open upload per name and lease: opening it again finds the same upload. Also serves
   // the sweep of open uploads whose lease has ended (lease_id leads).
-  await sql`create unique index uploads_open_name on uploads (lease_id, name) where state = 'open'`.execute(db);
+  await sql`create unique index uploads_open_name on uploads (lease_id, name) where state = 'open'`.execute(
+    db,
+  );
   // The completion's manifest check: which digests this job finalized.
-  await sql`create index uploads_finalized_digest on uploads (job_id, digest) where state = 'finalized'`.execute(db);
+  await sql`create index uploads_finalized_digest on uploads (job_id, digest) where state = 'finalized'`.execute(
+    db,
+  );
 
   await sql`alter table jobs add column artifacts jsonb`.execute(db);
 }

@@ -7,5 +7,7 @@ import { sql, type Kysely } from "kysely";
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`alter table leases drop constraint leases_end_reason_check`.execute(db);
-  await sql`alter table leases add constraint leases_end_reason_check check (end_reason in ('released', 'expired', 'settled', 'requeued', 'timed_out'))`.execute(db);
+  await sql`alter table leases add constraint leases_end_reason_check check (end_reason in ('released', 'expired', 'settled', 'requeued', 'timed_out'))`.execute(
+    db,
+  );
 }

@@ -17,7 +17,10 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn("created_at", "timestamptz", (c) => c.notNull().defaultTo(sql`now()`))
     .execute();
   // A blob's bytes, and an upload's staged bytes (durable only as far as uploads.durable_size says).
-  for (const [table, key, type, references] of [["artifact_blob_chunks", "digest", "text", "artifact_blobs.digest"], ["upload_chunks", "upload_id", "uuid", "uploads.id"]] as const) {
+  for (const [table, key, type, references] of [
+    ["artifact_blob_chunks", "digest", "text", "artifact_blobs.digest"],
+    ["upload_chunks", "upload_id", "uuid", "uploads.id"],
+  ] as const) {
     await db.schema
       .createTable(table)
       .addColumn(key, type, (c) => c.notNull().references(references))

@@ -9,10 +9,20 @@ import { sql, type Kysely } from "kysely";
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
   await db.schema.alterTable("audit_records").addColumn("record_id", "uuid").execute();
-  await db.schema.createIndex("audit_records_record_id").unique().on("audit_records").column("record_id").execute();
+  await db.schema
+    .createIndex("audit_records_record_id")
+    .unique()
+    .on("audit_records")
+    .column("record_id")
+    .execute();
   await db.schema
     .alterTable("audit_records")
-    .addColumn("count", "integer", (c) => c.notNull().defaultTo(1).check(sql`count >= 1`))
+    .addColumn("count", "integer", (c) =>
+      c
+        .notNull()
+        .defaultTo(1)
+        .check(sql`count >= 1`),
+    )
     .execute();
   await db.schema.alterTable("audit_records").addColumn("last_at", "timestamptz").execute();
 }

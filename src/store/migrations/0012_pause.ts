@@ -14,5 +14,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       paused_by text not null,
       reason text not null default ''
     )`.execute(db);
-  await sql`alter table runners add column paused_at timestamptz, add column paused_by text`.execute(db);
+  await sql`alter table runners add column paused_at timestamptz, add column paused_by text`.execute(
+    db,
+  );
 }

@@ -15,7 +15,9 @@ import { sql, type Kysely } from "kysely";
  * it. Its WHEN clause keeps it free for jobs without secrets.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`alter table jobs add column secret_names text[] not null default '{}', add column secret_file_names text[] not null default '{}'`.execute(db);
+  await sql`alter table jobs add column secret_names text[] not null default '{}', add column secret_file_names text[] not null default '{}'`.execute(
+    db,
+  );
   await sql`
     create table job_secrets (
       job_id uuid not null references jobs (id) on delete cascade,

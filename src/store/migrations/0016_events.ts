@@ -43,7 +43,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     $$`.execute(db);
   // A statement trigger fires for an insert of no rows too (a claim that leased nothing): the
   // transition table tells them apart, so only a statement that wrote an event wakes followers.
-  await sql`create trigger events_notify after insert on events referencing new table as inserted for each statement execute function forelead_events_notify()`.execute(db);
+  await sql`create trigger events_notify after insert on events referencing new table as inserted for each statement execute function forelead_events_notify()`.execute(
+    db,
+  );
   await sql`
     create or replace function forelead_claim(p_workspace_ids text[], p_runner_ids text[], p_token_hashes_hex text[], p_lease_seconds int)
     returns setof jobs

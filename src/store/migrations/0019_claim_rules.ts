@@ -82,9 +82,15 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     add column features text[] not null default '{}',
     add column max_concurrency int not null default 0`.execute(db);
   await sql`drop index jobs_claimable`.execute(db);
-  await sql`create index jobs_claimable on jobs (workspace_id, priority desc, created_at, id, claimable_at) where state = 'queued'`.execute(db);
-  await sql`create index jobs_scheduled on jobs (workspace_id, claimable_at) where state = 'queued' and claimable_at > created_at`.execute(db);
-  await sql`create index jobs_running_group on jobs (workspace_id, concurrency_key) where state = 'running' and concurrency_key is not null`.execute(db);
+  await sql`create index jobs_claimable on jobs (workspace_id, priority desc, created_at, id, claimable_at) where state = 'queued'`.execute(
+    db,
+  );
+  await sql`create index jobs_scheduled on jobs (workspace_id, claimable_at) where state = 'queued' and claimable_at > created_at`.execute(
+    db,
+  );
+  await sql`create index jobs_running_group on jobs (workspace_id, concurrency_key) where state = 'running' and concurrency_key is not null`.execute(
+    db,
+  );
   await sql`
     create function forelead_meets_requirements(j_architecture text, j_os text, j_execution_kind text, j_features text[],
       r_architecture text, r_os text, r_execution_kinds text[], r_features text[])

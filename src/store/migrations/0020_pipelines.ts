@@ -32,8 +32,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       settled_at timestamptz,
       unique (workspace_id, idempotency_key)
     )`.execute(db);
-  await sql`create index pipelines_workspace_created on pipelines (workspace_id, created_at, id)`.execute(db);
-  await sql`create index pipelines_workspace_state_created on pipelines (workspace_id, state, created_at, id)`.execute(db);
+  await sql`create index pipelines_workspace_created on pipelines (workspace_id, created_at, id)`.execute(
+    db,
+  );
+  await sql`create index pipelines_workspace_state_created on pipelines (workspace_id, state, created_at, id)`.execute(
+    db,
+  );
   await sql`
     create table pipeline_steps (
       pipeline_id uuid not null references pipelines (id) on delete cascade,
@@ -50,7 +54,9 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       primary key (pipeline_id, name)
     )`.execute(db);
   // The settle of a job finds its step by this index (one probe per settled job).
-  await sql`create unique index pipeline_steps_job on pipeline_steps (job_id) where job_id is not null`.execute(db);
+  await sql`create unique index pipeline_steps_job on pipeline_steps (job_id) where job_id is not null`.execute(
+    db,
+  );
   await sql`
     create table pipeline_step_secrets (
       pipeline_id uuid not null,
@@ -61,5 +67,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       primary key (pipeline_id, step, kind, name),
       foreign key (pipeline_id, step) references pipeline_steps (pipeline_id, name) on delete cascade
     )`.execute(db);
-  await sql`alter table jobs add column retry_of uuid references jobs (id), add column retried_by uuid references jobs (id)`.execute(db);
+  await sql`alter table jobs add column retry_of uuid references jobs (id), add column retried_by uuid references jobs (id)`.execute(
+    db,
+  );
 }

@@ -12,9 +12,13 @@ import { sql, type Kysely } from "kysely";
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`alter table jobs drop constraint jobs_state_check`.execute(db);
-  await sql`alter table jobs add constraint jobs_state_check check (state in ('queued', 'running', 'waiting_input', 'succeeded', 'failed', 'cancelled'))`.execute(db);
+  await sql`alter table jobs add constraint jobs_state_check check (state in ('queued', 'running', 'waiting_input', 'succeeded', 'failed', 'cancelled'))`.execute(
+    db,
+  );
   await sql`alter table leases drop constraint leases_end_reason_check`.execute(db);
-  await sql`alter table leases add constraint leases_end_reason_check check (end_reason in ('released', 'expired', 'settled', 'requeued', 'timed_out', 'suspended'))`.execute(db);
+  await sql`alter table leases add constraint leases_end_reason_check check (end_reason in ('released', 'expired', 'settled', 'requeued', 'timed_out', 'suspended'))`.execute(
+    db,
+  );
   await sql`alter table jobs add column input_lease_id bigint`.execute(db);
   await sql`
     create table job_inputs (
@@ -33,6 +37,10 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     )`.execute(db);
   await sql`create index job_inputs_job on job_inputs (job_id)`.execute(db);
   // What the waiting_input gauge counts per workspace (src/server/metrics/database-sample.ts).
-  await sql`create index jobs_waiting_input on jobs (workspace_id) where state = 'waiting_input'`.execute(db);
-  await sql`create index job_inputs_unanswered on job_inputs (expires_at) where answered_at is null`.execute(db);
+  await sql`create index jobs_waiting_input on jobs (workspace_id) where state = 'waiting_input'`.execute(
+    db,
+  );
+  await sql`create index job_inputs_unanswered on job_inputs (expires_at) where answered_at is null`.execute(
+    db,
+  );
 }

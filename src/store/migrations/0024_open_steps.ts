@@ -7,5 +7,7 @@ import { sql, type Kysely } from "kysely";
  * small partial index instead of every step.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`create index pipeline_steps_open on pipeline_steps (job_id) where state in ('queued', 'running')`.execute(db);
+  await sql`create index pipeline_steps_open on pipeline_steps (job_id) where state in ('queued', 'running')`.execute(
+    db,
+  );
 }

@@ -19,7 +19,9 @@ import { sql, type Kysely } from "kysely";
  * lock for the length of one index build.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`create unique index jobs_idempotency_keyed on jobs (workspace_id, idempotency_key) where idempotency_key is not null`.execute(db);
+  await sql`create unique index jobs_idempotency_keyed on jobs (workspace_id, idempotency_key) where idempotency_key is not null`.execute(
+    db,
+  );
   await sql`drop index jobs_idempotency`.execute(db);
   await sql`alter index jobs_idempotency_keyed rename to jobs_idempotency`.execute(db);
   await sql`drop index leases_job`.execute(db);

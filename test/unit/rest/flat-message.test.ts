@@ -1,17 +1,33 @@
 import { describe, expect, it } from "vitest";
 import { toJson } from "@bufbuild/protobuf";
-import { EventsRequestSchema, LogsRequestSchema, RegisterRequestSchema, type LogsRequest } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import {
+  EventsRequestSchema,
+  LogsRequestSchema,
+  RegisterRequestSchema,
+  type LogsRequest,
+} from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { flatDecoder, plainValueOf } from "../../../src/api/rest/flat-message.js";
 import { decode } from "../../../src/api/rest/proto-json.js";
 import { checkRequestText } from "../../../src/api/text-rules.js";
 
-const base = { apiVersion: "v1", runnerId: "r1", jobId: "0190d3f4-0000-7000-8000-000000000000", leaseToken: "tok", sequence: 7 };
+const base = {
+  apiVersion: "v1",
+  runnerId: "r1",
+  jobId: "0190d3f4-0000-7000-8000-000000000000",
+  leaseToken: "tok",
+  sequence: 7,
+};
 
 describe("the flat decoder of stream lines", () => {
   const flat = flatDecoder(LogsRequestSchema)!;
 
   it("builds the message proto3 JSON would, data kept as the JSON sent", () => {
-    for (const data of ["text\n", { stream: "stderr", text: "é \u{1F600}" }, { text: "t", n: [1, 2.5, true, null, { k: "v" }] }, undefined]) {
+    for (const data of [
+      "text\n",
+      { stream: "stderr", text: "é \u{1F600}" },
+      { text: "t", n: [1, 2.5, true, null, { k: "v" }] },
+      undefined,
+    ]) {
       const json = data === undefined ? { ...base } : { ...base, data };
       const fast = flat(json as never) as LogsRequest;
       expect(fast, JSON.stringify(json)).toBeDefined();

@@ -8,11 +8,13 @@ const codes = Object.values(Code).filter((c): c is Code => typeof c === "number"
 
 describe("REST statuses", () => {
   it("are Connect's for every code but resource_exhausted", () => {
-    for (const code of codes.filter((c) => c !== Code.ResourceExhausted)) expect(httpStatusOf(new ConnectError("x", code)), Code[code]).toBe(codeToHttpStatus(code));
+    for (const code of codes.filter((c) => c !== Code.ResourceExhausted))
+      expect(httpStatusOf(new ConnectError("x", code)), Code[code]).toBe(codeToHttpStatus(code));
   });
 
   it("answer resource_exhausted with 413, not 429: a size over a bound fails again however long the client waits", () => {
-    expect(httpStatusOf(new ConnectError("the bundle is over the cap", Code.ResourceExhausted))).toBe(413);
+    expect(
+      httpStatusOf(new ConnectError("the bundle is over the cap", Code.ResourceExhausted)),
+    ).toBe(413);
   });
-
 });

@@ -28,7 +28,15 @@ const line = (sequence: number) => `${JSON.stringify({ sequence: String(sequence
 
 describe("NDJSON request bodies", () => {
   it("number lines from 1, counting blank lines, so a refusal names the line as the client counts it", async () => {
-    const { got, error } = await readAll(chunksOf(line(1), "\n", "  \r\n", line(2).replace("\n", "\r\n"), JSON.stringify({ sequence: "3" })));
+    const { got, error } = await readAll(
+      chunksOf(
+        line(1),
+        "\n",
+        "  \r\n",
+        line(2).replace("\n", "\r\n"),
+        JSON.stringify({ sequence: "3" }),
+      ),
+    );
     expect(error).toBeUndefined();
     expect(got).toEqual([
       { sequence: 1n, line: 1 },
@@ -40,7 +48,9 @@ describe("NDJSON request bodies", () => {
   it("join a line split across chunks, a multi-byte character included", async () => {
     const text = Buffer.from(`${JSON.stringify({ sequence: "7", data: "é" })}\n`);
     const cut = text.indexOf(Buffer.from("é")) + 1; // inside the two bytes of é
-    const { got } = await readAll(chunksOf(text.subarray(0, 5), text.subarray(5, cut), text.subarray(cut)));
+    const { got } = await readAll(
+      chunksOf(text.subarray(0, 5), text.subarray(5, cut), text.subarray(cut)),
+    );
     expect(got).toEqual([{ sequence: 7n, line: 1 }]);
   });
 
@@ -50,7 +60,9 @@ describe("NDJSON request bodies", () => {
     const { got, error } = await readAll(chunksOf(body + line(3)), Buffer.byteLength(body) + 1);
     expect(got.map((g) => g.sequence)).toEqual([1n, 2n]);
     expect(error?.code).toBe(Code.ResourceExhausted);
-    expect(error?.rawMessage).toBe(`line 3 takes the request body over ${Buffer.byteLength(body) + 1} bytes; send it in a new request`);
+    expect(error?.rawMessage).toBe(
+      `line 3 takes the request body over ${Buffer.byteLength(body) + 1} bytes; send it in a new request`,
+    );
   });
 
   it("refuse a line that is still unfinished when it crosses the bound, without waiting for its newline", async () => {
@@ -69,7 +81,9 @@ describe("NDJSON request bodies", () => {
     expect(bad.got).toHaveLength(1);
     expect(bad.error?.rawMessage).toMatch(/^line 2 is not valid JSON: /);
     expect(bad.error?.rawMessage).not.toContain("s3cret");
-    expect((await readAll(chunksOf("[1]\n"))).error?.rawMessage).toBe("line 1 must be a JSON object");
+    expect((await readAll(chunksOf("[1]\n"))).error?.rawMessage).toBe(
+      "line 1 must be a JSON object",
+    );
   });
 
   it("refuse a field of the wrong type by its JSON name", async () => {
@@ -84,7 +98,9 @@ describe("NDJSON request bodies, many lines to a chunk", () => {
   const body = (...lines: string[]) => Buffer.from(lines.join(""));
 
   it("read every line of one chunk, with CRLF and blank lines, numbered as the client counts them", async () => {
-    const { got, error } = await readAll(chunksOf(body(line(1), "\r\n", line(2).replace("\n", "\r\n"), "   \n", line(3))));
+    const { got, error } = await readAll(
+      chunksOf(body(line(1), "\r\n", line(2).replace("\n", "\r\n"), "   \n", line(3))),
+    );
     expect(error).toBeUndefined();
     expect(got).toEqual([
       { sequence: 1n, line: 1 },
@@ -94,33 +110,53 @@ describe("NDJSON request bodies, many lines to a chunk", () => {
   });
 
   it("refuse invalid UTF-8 in the third line of a chunk, naming it, after the two before", async () => {
-    const bad = Buffer.concat([Buffer.from('{"sequence": "3", "data": "a'), Buffer.from([0xc3, 0x28]), Buffer.from('"}\n')]);
-    const { got, error } = await readAll(chunksOf(Buffer.concat([body(line(1), line(2)), bad, body(line(4))])));
+    const bad = Buffer.concat([
+      Buffer.from('{"sequence": "3", "data": "a'),
+      Buffer.from([0xc3, 0x28]),
+      Buffer.from('"}\n'),
+    ]);
+    const { got, error } = await readAll(
+      chunksOf(Buffer.concat([body(line(1), line(2)), bad, body(line(4))])),
+    );
     expect(got.map((g) => g.line)).toEqual([1, 2]);
     expect(error?.rawMessage).toMatch(/^line 3: field "data" is not valid UTF-8/);
   });
 
   it("refuse an integer past 2^53 in the second line of a chunk, quoting it, after the first", async () => {
-    const { got, error } = await readAll(chunksOf(body(line(1), '{"sequence": "2", "data": {"n": 9007199254740993}}\n', line(3))));
+    const { got, error } = await readAll(
+      chunksOf(body(line(1), '{"sequence": "2", "data": {"n": 9007199254740993}}\n', line(3))),
+    );
     expect(got.map((g) => g.line)).toEqual([1]);
-    expect(error?.rawMessage).toMatch(/^line 2: field "data.n": the number 9007199254740993 is past 2\^53 - 1/);
+    expect(error?.rawMessage).toMatch(
+      /^line 2: field "data.n": the number 9007199254740993 is past 2\^53 - 1/,
+    );
   });
 
   it("take a 16-digit integer that is within 2^53 in a chunk of several lines", async () => {
-    const { got, error } = await readAll(chunksOf(body(line(1), '{"sequence": "2", "data": {"n": 1234567890123456}}\n', line(3))));
+    const { got, error } = await readAll(
+      chunksOf(body(line(1), '{"sequence": "2", "data": {"n": 1234567890123456}}\n', line(3))),
+    );
     expect(error).toBeUndefined();
     expect(got.map((g) => g.line)).toEqual([1, 2, 3]);
   });
 
   it("refuse the line of a chunk that crosses the bound, after the lines before it", async () => {
     const two = line(1) + line(2);
-    const { got, error } = await readAll(chunksOf(body(line(1), line(2), line(3), line(4))), Buffer.byteLength(two) + 3);
+    const { got, error } = await readAll(
+      chunksOf(body(line(1), line(2), line(3), line(4))),
+      Buffer.byteLength(two) + 3,
+    );
     expect(got.map((g) => g.sequence)).toEqual([1n, 2n]);
-    expect(error?.rawMessage).toBe(`line 3 takes the request body over ${Buffer.byteLength(two) + 3} bytes; send it in a new request`);
+    expect(error?.rawMessage).toBe(
+      `line 3 takes the request body over ${Buffer.byteLength(two) + 3} bytes; send it in a new request`,
+    );
   });
 
   it("refuse a line of a chunk that is not JSON or not an object, naming it", async () => {
-    expect((await readAll(chunksOf(body(line(1), '{"leaseToken": "s3cret-token", oops}\n', line(3))))).error?.rawMessage).toMatch(/^line 2 is not valid JSON: /);
+    expect(
+      (await readAll(chunksOf(body(line(1), '{"leaseToken": "s3cret-token", oops}\n', line(3)))))
+        .error?.rawMessage,
+    ).toMatch(/^line 2 is not valid JSON: /);
     const notObject = await readAll(chunksOf(body(line(1), line(2), "[1]\n")));
     expect(notObject.got).toHaveLength(2);
     expect(notObject.error?.rawMessage).toBe("line 3 must be a JSON object");

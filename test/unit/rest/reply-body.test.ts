@@ -1,7 +1,11 @@
 // A reply's REST body by the route's body mapping: response_body, the whole message, or 204.
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { ClaimResponseSchema, ReleaseResponseSchema, RunnerService } from "../../../gen/forelead/runner/v1/runner_pb.js";
+import {
+  ClaimResponseSchema,
+  ReleaseResponseSchema,
+  RunnerService,
+} from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { routeBody } from "../../../src/api/rest/reply-body.js";
 import { routeOf } from "../../../src/api/routes.js";
 

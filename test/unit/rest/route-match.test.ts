@@ -25,7 +25,10 @@ describe("route matching", () => {
       kind: "refused",
       status: 405,
       allow: "PUT, GET",
-      body: { code: "unimplemented", message: "DELETE /v1/runner/uploads/u1 is not served; use PUT, GET" },
+      body: {
+        code: "unimplemented",
+        message: "DELETE /v1/runner/uploads/u1 is not served; use PUT, GET",
+      },
     });
   });
 
@@ -33,7 +36,10 @@ describe("route matching", () => {
     expect(match("GET", "/v1/admin/jobs/j1/nothing")).toEqual({
       kind: "refused",
       status: 404,
-      body: { code: "not_found", message: "no route GET /v1/admin/jobs/j1/nothing; docs/routes.md lists the routes" },
+      body: {
+        code: "not_found",
+        message: "no route GET /v1/admin/jobs/j1/nothing; docs/routes.md lists the routes",
+      },
     });
   });
 
@@ -46,6 +52,9 @@ describe("route matching", () => {
   it("refuses a malformed escape as invalid_argument naming the field, only when the fields are read (after authorization)", () => {
     const found = match("GET", "/v1/admin/jobs/%E0%A4%A");
     expect(found.kind).toBe("route");
-    if (found.kind === "route") expect(() => pathParams(found.route, "/v1/admin/jobs/%E0%A4%A")).toThrow(/path parameter jobId is not valid percent-encoded UTF-8/);
+    if (found.kind === "route")
+      expect(() => pathParams(found.route, "/v1/admin/jobs/%E0%A4%A")).toThrow(
+        /path parameter jobId is not valid percent-encoded UTF-8/,
+      );
   });
 });

@@ -22,15 +22,21 @@ export interface AnsiSegment {
 
 /** The style properties ansi_up writes, and the values each may take. */
 const allowedStyles: Readonly<Record<string, { readonly prop: string; readonly value: RegExp }>> = {
-  "color": { prop: "color", value: /^rgb\(\d{1,3},\d{1,3},\d{1,3}\)$/ },
+  color: { prop: "color", value: /^rgb\(\d{1,3},\d{1,3},\d{1,3}\)$/ },
   "background-color": { prop: "backgroundColor", value: /^rgb\(\d{1,3},\d{1,3},\d{1,3}\)$/ },
   "font-weight": { prop: "fontWeight", value: /^bold$/ },
-  "opacity": { prop: "opacity", value: /^0\.\d+$/ },
+  opacity: { prop: "opacity", value: /^0\.\d+$/ },
   "font-style": { prop: "fontStyle", value: /^italic$/ },
   "text-decoration": { prop: "textDecoration", value: /^underline$/ },
 };
 
-const entities: Readonly<Record<string, string>> = { "&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#x27;": "'" };
+const entities: Readonly<Record<string, string>> = {
+  "&amp;": "&",
+  "&lt;": "<",
+  "&gt;": ">",
+  "&quot;": '"',
+  "&#x27;": "'",
+};
 
 function unescape(html: string): string {
   return html.replace(/&(?:amp|lt|gt|quot|#x27);/g, (e) => entities[e] ?? e);
@@ -50,7 +56,8 @@ function parseStyle(style: string | undefined): Record<string, string> {
 
 // ansi_up's whole output grammar with escape_html on: escaped text (no "<"), a
 // <span style? class?> of escaped text, or an <a href> of escaped text.
-const piece = /<span(?: style="([^"<>]*)")?(?: class="([^"<>]*)")?>([^<]*)<\/span>|<a href="([^"<>]*)">([^<]*)<\/a>|([^<]+)/g;
+const piece =
+  /<span(?: style="([^"<>]*)")?(?: class="([^"<>]*)")?>([^<]*)<\/span>|<a href="([^"<>]*)">([^<]*)<\/a>|([^<]+)/g;
 
 function segmentsOf(html: string): AnsiSegment[] {
   const out: AnsiSegment[] = [];
@@ -59,7 +66,11 @@ function segmentsOf(html: string): AnsiSegment[] {
     else if (m[4] !== undefined) {
       const href = unescape(m[4]);
       const text = unescape(m[5] ?? "");
-      out.push(/^https?:\/\//i.test(href) ? { text, classes: [], style: {}, href } : { text, classes: [], style: {} });
+      out.push(
+        /^https?:\/\//i.test(href)
+          ? { text, classes: [], style: {}, href }
+          : { text, classes: [], style: {} },
+      );
     } else {
       const classes = (m[2] ?? "").split(" ").filter((c) => /^ansi-[a-z0-9-]+$/.test(c));
       out.push({ text: unescape(m[3] ?? ""), classes, style: parseStyle(m[1]) });

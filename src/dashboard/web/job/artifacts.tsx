@@ -17,7 +17,8 @@ function size(n: bigint): string {
 
 async function download(jobId: string, a: Artifact): Promise<void> {
   const parts: Uint8Array<ArrayBuffer>[] = [];
-  for await (const chunk of admin.downloadArtifact({ jobId, name: a.name })) parts.push(new Uint8Array(chunk.data));
+  for await (const chunk of admin.downloadArtifact({ jobId, name: a.name }))
+    parts.push(new Uint8Array(chunk.data));
   const url = URL.createObjectURL(new Blob(parts, { type: "application/octet-stream" }));
   const link = document.createElement("a");
   link.href = url;
@@ -48,7 +49,9 @@ function Row({ jobId, a }: { jobId: string; a: Artifact }) {
           disabled={busy}
           onClick={() => {
             setBusy(true);
-            download(jobId, a).then(() => setError(undefined), setError).finally(() => setBusy(false));
+            download(jobId, a)
+              .then(() => setError(undefined), setError)
+              .finally(() => setBusy(false));
           }}
         >
           {busy ? "Downloading…" : "Download"}
@@ -60,7 +63,11 @@ function Row({ jobId, a }: { jobId: string; a: Artifact }) {
 }
 
 export function Artifacts({ jobId, settled }: { jobId: string; settled: boolean }) {
-  const list = useData((signal) => (settled ? admin.listJobArtifacts({ jobId }, { signal }) : Promise.resolve(undefined)), [jobId, settled]);
+  const list = useData(
+    (signal) =>
+      settled ? admin.listJobArtifacts({ jobId }, { signal }) : Promise.resolve(undefined),
+    [jobId, settled],
+  );
   if (!settled) return null;
   const artifacts = list.data?.artifacts ?? [];
   return (

@@ -10,7 +10,10 @@ import { ErrorNote } from "../errors.js";
 export function CancelJob({ job, onCancelled }: { job: Job; onCancelled: () => void }) {
   const [error, setError] = useState<unknown>(undefined);
   if (job.cancelRequested) return <span class="muted">cancel requested</span>;
-  const body = job.state === "running" ? `It is running on ${job.runnerId || "a runner"}: the runner stops it and it settles as cancelled.` : "It has not started: it settles as cancelled at once.";
+  const body =
+    job.state === "running"
+      ? `It is running on ${job.runnerId || "a runner"}: the runner stops it and it settles as cancelled.`
+      : "It has not started: it settles as cancelled at once.";
   return (
     <div class="cancel">
       <ConfirmButton

@@ -28,7 +28,9 @@ export interface LogEntryLike {
 }
 
 function streamOf(data: JsonValue | undefined): LogStream {
-  return data && typeof data === "object" && !Array.isArray(data) && data["stream"] === "stderr" ? "stderr" : "stdout";
+  return data && typeof data === "object" && !Array.isArray(data) && data["stream"] === "stderr"
+    ? "stderr"
+    : "stdout";
 }
 
 export interface LogLines {
@@ -56,7 +58,14 @@ export function createLogLines(): LogLines {
         if (last && piece === "") return;
         let line = open.get(id);
         if (!line) {
-          line = { key: lines.length, attempt: entry.attempt, stream, segments: [], text: "", complete: false };
+          line = {
+            key: lines.length,
+            attempt: entry.attempt,
+            stream,
+            segments: [],
+            text: "",
+            complete: false,
+          };
           lines.push(line);
           open.set(id, line);
         }

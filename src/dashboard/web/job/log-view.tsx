@@ -49,7 +49,11 @@ export function FollowNote({ state, what }: { state: Followed; what: string }) {
     case "live":
       return <span class="follow follow-live">following</span>;
     case "reconnecting":
-      return <span class="follow follow-reconnecting">connection lost; reconnecting (try {state.attempt})</span>;
+      return (
+        <span class="follow follow-reconnecting">
+          connection lost; reconnecting (try {state.attempt})
+        </span>
+      );
     case "ended":
       return <span class="follow muted">complete: the job has settled</span>;
     case "failed":
@@ -67,7 +71,10 @@ export function LogView({ jobId }: { jobId: string }) {
   const state = useFollow(
     (after, signal) => admin.getJobLogs({ jobId, after, follow: true }, { signal }),
     (entry) => {
-      model.push({ attempt: entry.attempt, data: entry.data ? toJson(ValueSchema, entry.data) : undefined });
+      model.push({
+        attempt: entry.attempt,
+        data: entry.data ? toJson(ValueSchema, entry.data) : undefined,
+      });
       setVersion((v) => v + 1);
     },
     [jobId],
@@ -102,9 +109,7 @@ export function LogView({ jobId }: { jobId: string }) {
           {lines.map((l, i) => (
             <Fragment key={l.key}>
               {attempts.size > 1 && (i === 0 || lines[i - 1]?.attempt !== l.attempt) ? (
-                <div class="log-attempt">
-                  attempt {l.attempt}
-                </div>
+                <div class="log-attempt">attempt {l.attempt}</div>
               ) : null}
               <Line line={l} />
             </Fragment>

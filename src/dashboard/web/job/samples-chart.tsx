@@ -23,7 +23,10 @@ export function SamplesChart({ jobId, version }: { jobId: string; version: numbe
   const list = s.data?.samples ?? [];
   const first = list[0]?.at ? timestampDate(list[0].at).getTime() : 0;
   // Seconds since the first sample, to a tenth.
-  const labels = list.map((x) => `${x.at ? (Math.round((timestampDate(x.at).getTime() - first) / 100) / 10).toFixed(1) : "?"} s`);
+  const labels = list.map(
+    (x) =>
+      `${x.at ? (Math.round((timestampDate(x.at).getTime() - first) / 100) / 10).toFixed(1) : "?"} s`,
+  );
   const peakMiB = s.data ? (Number(s.data.peakMemoryBytes) / mib).toFixed(0) : "";
   return (
     <section class="card" aria-labelledby="samples-title">
@@ -34,11 +37,31 @@ export function SamplesChart({ jobId, version }: { jobId: string; version: numbe
           <p class="small muted" data-samples={list.length}>
             {list.length} samples; peak {s.data.peakCpuCores.toFixed(2)} cores, {peakMiB} MiB
           </p>
-          <ChartView type="line" labels={labels} series={[{ label: "CPU (cores)", data: list.map((x) => x.cpuCores), color: "accent" }]} yTitle="cores" label={`CPU of ${list.length} samples, peak ${s.data.peakCpuCores.toFixed(2)} cores`} />
-          <ChartView type="line" labels={labels} series={[{ label: "memory (MiB)", data: list.map((x) => Number(x.memoryBytes) / mib), color: "ok" }]} yTitle="MiB" label={`memory of ${list.length} samples, peak ${peakMiB} MiB`} />
+          <ChartView
+            type="line"
+            labels={labels}
+            series={[{ label: "CPU (cores)", data: list.map((x) => x.cpuCores), color: "accent" }]}
+            yTitle="cores"
+            label={`CPU of ${list.length} samples, peak ${s.data.peakCpuCores.toFixed(2)} cores`}
+          />
+          <ChartView
+            type="line"
+            labels={labels}
+            series={[
+              {
+                label: "memory (MiB)",
+                data: list.map((x) => Number(x.memoryBytes) / mib),
+                color: "ok",
+              },
+            ]}
+            yTitle="MiB"
+            label={`memory of ${list.length} samples, peak ${peakMiB} MiB`}
+          />
         </>
       ) : s.data ? (
-        <p class="muted">No resource samples (the runner sends one every few seconds while a job runs).</p>
+        <p class="muted">
+          No resource samples (the runner sends one every few seconds while a job runs).
+        </p>
       ) : null}
     </section>
   );

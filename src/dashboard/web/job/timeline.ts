@@ -67,10 +67,17 @@ function obj(v: JsonValue | undefined): JsonObject {
   return v && typeof v === "object" && !Array.isArray(v) ? v : {};
 }
 const str = (v: JsonValue | undefined): string => (typeof v === "string" ? v : "");
-const num = (v: JsonValue | undefined): number | undefined => (typeof v === "number" ? v : undefined);
+const num = (v: JsonValue | undefined): number | undefined =>
+  typeof v === "number" ? v : undefined;
 
 function outcomeTone(outcome: string): Tone {
-  return outcome === "succeeded" ? "good" : outcome === "failed" ? "bad" : outcome === "cancelled" ? "warn" : "neutral";
+  return outcome === "succeeded"
+    ? "good"
+    : outcome === "failed"
+      ? "bad"
+      : outcome === "cancelled"
+        ? "warn"
+        : "neutral";
 }
 
 /** exit facts of a job.exited event, as a person reads them. */
@@ -81,7 +88,11 @@ function exitText(data: JsonObject): string {
   return signal ? `signal ${signal}` : "exited";
 }
 
-export function reduceTimeline(job: JobFacts, runnerEvents: readonly RunnerEvent[], fleetEvents: readonly FleetEvent[]): Timeline {
+export function reduceTimeline(
+  job: JobFacts,
+  runnerEvents: readonly RunnerEvent[],
+  fleetEvents: readonly FleetEvent[],
+): Timeline {
   const steps: TimelineStep[] = [];
   const attempts = new Map<number, AttemptSummary>();
   const attempt = (n: number): AttemptSummary => {
@@ -100,25 +111,59 @@ export function reduceTimeline(job: JobFacts, runnerEvents: readonly RunnerEvent
         break;
       case "job.leased":
         if (n !== undefined) attempt(n).runnerId = e.runnerId;
-        steps.push({ key: `f${e.id}`, at: e.at, label: "leased", attempt: n, detail: e.runnerId ? `to ${e.runnerId}` : "", tone: "neutral" });
+        steps.push({
+          key: `f${e.id}`,
+          at: e.at,
+          label: "leased",
+          attempt: n,
+          detail: e.runnerId ? `to ${e.runnerId}` : "",
+          tone: "neutral",
+        });
         break;
       case "job.requeued": {
         const why = str(data["why"]);
         if (n !== undefined) attempt(n).ending = `requeued (${why || "released"})`;
-        steps.push({ key: `f${e.id}`, at: e.at, label: "requeued", attempt: n, detail: why, tone: "warn" });
+        steps.push({
+          key: `f${e.id}`,
+          at: e.at,
+          label: "requeued",
+          attempt: n,
+          detail: why,
+          tone: "warn",
+        });
         break;
       }
       case "job.cancel_requested":
-        steps.push({ key: `f${e.id}`, at: e.at, label: "cancel requested", detail: str(data["state"]) ? `while ${str(data["state"])}` : "", tone: "warn" });
+        steps.push({
+          key: `f${e.id}`,
+          at: e.at,
+          label: "cancel requested",
+          detail: str(data["state"]) ? `while ${str(data["state"])}` : "",
+          tone: "warn",
+        });
         break;
       case "job.settled": {
         const outcome = str(data["outcome"]);
         const code = str(data["errorCode"]);
-        steps.push({ key: `f${e.id}`, at: e.at, label: outcome || "settled", attempt: n, detail: code && code !== outcome ? code : "", tone: outcomeTone(outcome) });
+        steps.push({
+          key: `f${e.id}`,
+          at: e.at,
+          label: outcome || "settled",
+          attempt: n,
+          detail: code && code !== outcome ? code : "",
+          tone: outcomeTone(outcome),
+        });
         break;
       }
       default:
-        steps.push({ key: `f${e.id}`, at: e.at, label: e.type.replace(/^job\./, ""), attempt: n, detail: "", tone: "neutral" });
+        steps.push({
+          key: `f${e.id}`,
+          at: e.at,
+          label: e.type.replace(/^job\./, ""),
+          attempt: n,
+          detail: "",
+          tone: "neutral",
+        });
     }
   }
 
@@ -132,25 +177,53 @@ export function reduceTimeline(job: JobFacts, runnerEvents: readonly RunnerEvent
         a.executor = str(data["executor"]);
         a.startedAt = e.receivedAt;
         if (a.ending === "running" || a.ending === "") a.ending = "running";
-        steps.push({ key, at: e.receivedAt, label: "started", attempt: e.attempt, detail: a.executor ? `${a.executor} executor` : "", tone: "neutral" });
+        steps.push({
+          key,
+          at: e.receivedAt,
+          label: "started",
+          attempt: e.attempt,
+          detail: a.executor ? `${a.executor} executor` : "",
+          tone: "neutral",
+        });
         break;
       case "job.exited": {
         a.exitedAt = e.receivedAt;
         a.durationMs = num(data["durationMs"]);
         if (a.ending === "running") a.ending = exitText(data);
         const code = num(data["exitCode"]);
-        steps.push({ key, at: e.receivedAt, label: "exited", attempt: e.attempt, detail: exitText(data), tone: code === 0 ? "good" : "bad" });
+        steps.push({
+          key,
+          at: e.receivedAt,
+          label: "exited",
+          attempt: e.attempt,
+          detail: exitText(data),
+          tone: code === 0 ? "good" : "bad",
+        });
         break;
       }
       case "job.timeout": {
         const s = num(data["timeoutSeconds"]);
         a.ending = s !== undefined ? `timed out after ${s} s` : "timed out";
-        steps.push({ key, at: e.receivedAt, label: "timed out", attempt: e.attempt, detail: s !== undefined ? `after ${s} s` : "", tone: "bad" });
+        steps.push({
+          key,
+          at: e.receivedAt,
+          label: "timed out",
+          attempt: e.attempt,
+          detail: s !== undefined ? `after ${s} s` : "",
+          tone: "bad",
+        });
         break;
       }
       case "job.cancelled":
         a.ending = "cancelled";
-        steps.push({ key, at: e.receivedAt, label: "cancelled by runner", attempt: e.attempt, detail: "", tone: "warn" });
+        steps.push({
+          key,
+          at: e.receivedAt,
+          label: "cancelled by runner",
+          attempt: e.attempt,
+          detail: "",
+          tone: "warn",
+        });
         break;
       default:
         // Samples are the chart's, progress is the job's; the job's own events show in the events list.
@@ -159,19 +232,41 @@ export function reduceTimeline(job: JobFacts, runnerEvents: readonly RunnerEvent
   });
 
   // What the job says of itself, where no event of the global stream said it already.
-  if (!seenFleet.has("job.queued") && job.createdAt) steps.push({ key: "job-created", at: job.createdAt, label: "queued", detail: "", tone: "neutral" });
+  if (!seenFleet.has("job.queued") && job.createdAt)
+    steps.push({
+      key: "job-created",
+      at: job.createdAt,
+      label: "queued",
+      detail: "",
+      tone: "neutral",
+    });
   if (!seenFleet.has("job.settled") && settledStates.has(job.state)) {
-    const detail = job.errorCode && job.errorCode !== job.state ? job.errorCode : job.exitCode !== undefined ? `exit ${job.exitCode}` : "";
-    steps.push({ key: "job-settled", at: job.settledAt, label: job.state, detail, tone: outcomeTone(job.state) });
+    const detail =
+      job.errorCode && job.errorCode !== job.state
+        ? job.errorCode
+        : job.exitCode !== undefined
+          ? `exit ${job.exitCode}`
+          : "";
+    steps.push({
+      key: "job-settled",
+      at: job.settledAt,
+      label: job.state,
+      detail,
+      tone: outcomeTone(job.state),
+    });
   }
   if (job.attempts > 0 && job.runnerId) {
     const last = attempt(job.attempts);
     if (!last.runnerId) last.runnerId = job.runnerId;
   }
-  if (settledStates.has(job.state)) for (const a of attempts.values()) if (a.ending === "running") a.ending = job.state;
+  if (settledStates.has(job.state))
+    for (const a of attempts.values()) if (a.ending === "running") a.ending = job.state;
 
   const time = (s: TimelineStep) => s.at?.getTime() ?? Number.POSITIVE_INFINITY;
   // A stable sort: equal times keep the order above (the global stream's, then the runner's).
-  const ordered = steps.map((s, i) => ({ s, i })).sort((x, y) => time(x.s) - time(y.s) || x.i - y.i).map((x) => x.s);
+  const ordered = steps
+    .map((s, i) => ({ s, i }))
+    .sort((x, y) => time(x.s) - time(y.s) || x.i - y.i)
+    .map((x) => x.s);
   return { steps: ordered, attempts: [...attempts.values()].sort((x, y) => x.attempt - y.attempt) };
 }

@@ -3,7 +3,10 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { useState } from "preact/hooks";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { AuditRecord, ListAuditRecordsRequestSchema } from "../../../../gen/forelead/admin/v1/admin_pb.js";
+import type {
+  AuditRecord,
+  ListAuditRecordsRequestSchema,
+} from "../../../../gen/forelead/admin/v1/admin_pb.js";
 import { admin } from "../clients.js";
 import { useData } from "../data.js";
 import { ErrorNote } from "../errors.js";
@@ -21,9 +24,20 @@ interface Search {
 const empty: Search = { spiffeId: "", decision: "", kind: "", since: "", until: "" };
 const pageSize = 100;
 
-function request(s: Search, pageToken: string): MessageInitShape<typeof ListAuditRecordsRequestSchema> {
+function request(
+  s: Search,
+  pageToken: string,
+): MessageInitShape<typeof ListAuditRecordsRequestSchema> {
   const at = (v: string) => (v ? timestampFromDate(new Date(v)) : undefined);
-  return { spiffeId: s.spiffeId.trim(), decision: s.decision, kind: s.kind, since: at(s.since), until: at(s.until), pageSize, pageToken };
+  return {
+    spiffeId: s.spiffeId.trim(),
+    decision: s.decision,
+    kind: s.kind,
+    since: at(s.since),
+    until: at(s.until),
+    pageSize,
+    pageToken,
+  };
 }
 
 function Row({ r }: { r: AuditRecord }) {
@@ -31,10 +45,20 @@ function Row({ r }: { r: AuditRecord }) {
     <tr data-audit={r.id}>
       <td>
         <Time at={r.at} />
-        {r.count > 1 ? <div class="muted small">×{r.count} since <Time at={r.firstAt} /></div> : null}
+        {r.count > 1 ? (
+          <div class="muted small">
+            ×{r.count} since <Time at={r.firstAt} />
+          </div>
+        ) : null}
       </td>
       <td data-col="kind">{r.kind}</td>
-      <td data-col="decision">{r.decision ? <span class={`badge ${r.decision === "allow" ? "ok" : "bad"}`}>{r.decision}</span> : "-"}</td>
+      <td data-col="decision">
+        {r.decision ? (
+          <span class={`badge ${r.decision === "allow" ? "ok" : "bad"}`}>{r.decision}</span>
+        ) : (
+          "-"
+        )}
+      </td>
       <td data-col="identity">
         <code>{r.spiffeId || "-"}</code>
       </td>
@@ -50,7 +74,9 @@ function Row({ r }: { r: AuditRecord }) {
 export function AuditPage() {
   const [form, setForm] = useState<Search>(empty);
   const [search, setSearch] = useState<Search>(empty);
-  const [older, setOlder] = useState<{ records: AuditRecord[]; next: string } | undefined>(undefined);
+  const [older, setOlder] = useState<{ records: AuditRecord[]; next: string } | undefined>(
+    undefined,
+  );
   const [olderError, setOlderError] = useState<unknown>(undefined);
   const d = useData((signal) => admin.listAuditRecords(request(search, ""), { signal }), [search]);
   const field = (name: keyof Search) => (e: Event) => {
@@ -82,7 +108,14 @@ export function AuditPage() {
       >
         <label>
           identity (SPIFFE ID)
-          <input type="search" name="spiffeId" value={form.spiffeId} onInput={field("spiffeId")} placeholder="spiffe://forelead/services/ci" size={32} />
+          <input
+            type="search"
+            name="spiffeId"
+            value={form.spiffeId}
+            onInput={field("spiffeId")}
+            placeholder="spiffe://forelead/services/ci"
+            size={32}
+          />
         </label>
         <label>
           decision
@@ -102,11 +135,23 @@ export function AuditPage() {
         </label>
         <label>
           from
-          <input type="datetime-local" name="since" value={form.since} onInput={field("since")} step={1} />
+          <input
+            type="datetime-local"
+            name="since"
+            value={form.since}
+            onInput={field("since")}
+            step={1}
+          />
         </label>
         <label>
           to
-          <input type="datetime-local" name="until" value={form.until} onInput={field("until")} step={1} />
+          <input
+            type="datetime-local"
+            name="until"
+            value={form.until}
+            onInput={field("until")}
+            step={1}
+          />
         </label>
         <button type="submit">Search</button>
       </form>

@@ -16,7 +16,13 @@ function tone(e: LiveEvent): string {
     const o = e.data?.["outcome"];
     return o === "succeeded" ? "ok" : o === "failed" ? "bad" : "warn";
   }
-  if (e.type.endsWith("paused") || e.type.endsWith("retired") || e.type.endsWith("lease_lost") || e.type === "job.requeued") return "warn";
+  if (
+    e.type.endsWith("paused") ||
+    e.type.endsWith("retired") ||
+    e.type.endsWith("lease_lost") ||
+    e.type === "job.requeued"
+  )
+    return "warn";
   return "";
 }
 
@@ -31,7 +37,9 @@ function EventRow({ e }: { e: LiveEvent }) {
         <span class={`badge ${tone(e)}`}>{e.type}</span>
       </td>
       <td data-label="workspace">{e.workspaceId || <span class="muted">-</span>}</td>
-      <td data-label="runner">{e.runnerId ? <code>{e.runnerId}</code> : <span class="muted">-</span>}</td>
+      <td data-label="runner">
+        {e.runnerId ? <code>{e.runnerId}</code> : <span class="muted">-</span>}
+      </td>
       <td data-label="job">
         {e.jobId ? (
           <a href={href("job", e.jobId)}>
@@ -53,15 +61,28 @@ export function EventsPage() {
   const [workspace, setWorkspace] = useState("");
   const [kind, setKind] = useState("");
   useEffect(() => subscribe([], (e) => setEvents((l) => [e, ...l].slice(0, keep))), []);
-  const shown = events.filter((e) => (!workspace.trim() || e.workspaceId === workspace.trim()) && (!kind || e.type.startsWith(`${kind}.`)));
+  const shown = events.filter(
+    (e) =>
+      (!workspace.trim() || e.workspaceId === workspace.trim()) &&
+      (!kind || e.type.startsWith(`${kind}.`)),
+  );
   return (
     <section class="events-page">
       <h1>Events</h1>
-      <p class="muted small">The control plane's events as they happen, newest first (the last {keep} since this page opened).</p>
+      <p class="muted small">
+        The control plane's events as they happen, newest first (the last {keep} since this page
+        opened).
+      </p>
       <form class="toolbar" aria-label="Filters" onSubmit={(e) => e.preventDefault()}>
         <label>
           workspace
-          <input name="workspace" value={workspace} onInput={(e) => setWorkspace(e.currentTarget.value)} placeholder="all" size={12} />
+          <input
+            name="workspace"
+            value={workspace}
+            onInput={(e) => setWorkspace(e.currentTarget.value)}
+            placeholder="all"
+            size={12}
+          />
         </label>
         <label>
           kind

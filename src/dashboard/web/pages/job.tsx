@@ -22,9 +22,23 @@ import { Time, formatSeconds, toDate } from "../time.js";
 import "./pages.css";
 
 /** The global stream's events about one job. */
-const jobEventTypes = ["job.queued", "job.leased", "job.settled", "job.requeued", "job.cancel_requested", "job.suspended", "job.input_answered", "job.input_expired"];
+const jobEventTypes = [
+  "job.queued",
+  "job.leased",
+  "job.settled",
+  "job.requeued",
+  "job.cancel_requested",
+  "job.suspended",
+  "job.input_answered",
+  "job.input_expired",
+];
 const sampleType = "resource.sample";
-const toneClass: Readonly<Record<Tone, string>> = { good: "ok", bad: "bad", warn: "warn", neutral: "" };
+const toneClass: Readonly<Record<Tone, string>> = {
+  good: "ok",
+  bad: "bad",
+  warn: "warn",
+  neutral: "",
+};
 
 interface ShownEvent extends RunnerEvent {
   readonly position: string;
@@ -36,7 +50,9 @@ function fleetEventOf(e: LiveEvent): FleetEvent {
 
 function typeOf(e: RunnerEvent): string {
   const d = e.data;
-  return d && typeof d === "object" && !Array.isArray(d) && typeof d["type"] === "string" ? d["type"] : "";
+  return d && typeof d === "object" && !Array.isArray(d) && typeof d["type"] === "string"
+    ? d["type"]
+    : "";
 }
 
 function EventsList({ events }: { events: readonly ShownEvent[] }) {
@@ -94,7 +110,12 @@ export function JobPage({ jobId }: { jobId: string }) {
   const eventsState = useFollow(
     (after, signal) => admin.getJobEvents({ jobId, after, follow: true }, { signal }),
     (e) => {
-      const shown: ShownEvent = { position: e.position, attempt: e.attempt, receivedAt: toDate(e.receivedAt), data: e.data ? toJson(ValueSchema, e.data) : undefined };
+      const shown: ShownEvent = {
+        position: e.position,
+        attempt: e.attempt,
+        receivedAt: toDate(e.receivedAt),
+        data: e.data ? toJson(ValueSchema, e.data) : undefined,
+      };
       setEvents((l) => [...l, shown]);
       // A runner's job.started/job.exited may arrive before the global stream says so.
       if (typeOf(shown) === "job.started" || typeOf(shown) === "job.exited") reload();
@@ -110,7 +131,15 @@ export function JobPage({ jobId }: { jobId: string }) {
     () =>
       j
         ? reduceTimeline(
-            { state: j.state, createdAt: toDate(j.createdAt), settledAt: toDate(j.settledAt), attempts: j.attempts ?? 0, runnerId: j.runnerId, exitCode: j.exitCode, errorCode: j.error?.code || j.failure?.reason || undefined },
+            {
+              state: j.state,
+              createdAt: toDate(j.createdAt),
+              settledAt: toDate(j.settledAt),
+              attempts: j.attempts ?? 0,
+              runnerId: j.runnerId,
+              exitCode: j.exitCode,
+              errorCode: j.error?.code || j.failure?.reason || undefined,
+            },
             events,
             fleetEvents,
           )
@@ -135,7 +164,8 @@ export function JobPage({ jobId }: { jobId: string }) {
           </div>
           {j.state === "queued" && j.waiting ? (
             <p class="waiting" data-waiting={j.waiting.code}>
-              <span class="badge warn">{j.waiting.code.replace(/_/g, " ")}</span> {j.waiting.message}
+              <span class="badge warn">{j.waiting.code.replace(/_/g, " ")}</span>{" "}
+              {j.waiting.message}
             </p>
           ) : null}
           <div class="cards">
@@ -145,7 +175,15 @@ export function JobPage({ jobId }: { jobId: string }) {
                 <dt>workspace</dt>
                 <dd>{j.workspaceId}</dd>
                 <dt>labels</dt>
-                <dd>{j.labels.length ? j.labels.map((l) => <code key={l} class="label">{l}</code>) : "-"}</dd>
+                <dd>
+                  {j.labels.length
+                    ? j.labels.map((l) => (
+                        <code key={l} class="label">
+                          {l}
+                        </code>
+                      ))
+                    : "-"}
+                </dd>
                 <dt>runner</dt>
                 <dd>{j.runnerId ? <code data-runner>{j.runnerId}</code> : "-"}</dd>
                 <dt>attempts</dt>
@@ -185,7 +223,11 @@ export function JobPage({ jobId }: { jobId: string }) {
               <ol class="timeline">
                 {timeline?.steps.map((s) => (
                   <li key={s.key} data-step={s.label}>
-                    <span class={`badge ${toneClass[s.tone]}`}>{s.label}</span> {s.attempt !== undefined ? <span class="muted">attempt {s.attempt}</span> : null} {s.detail} <Time at={s.at} />
+                    <span class={`badge ${toneClass[s.tone]}`}>{s.label}</span>{" "}
+                    {s.attempt !== undefined ? (
+                      <span class="muted">attempt {s.attempt}</span>
+                    ) : null}{" "}
+                    {s.detail} <Time at={s.at} />
                   </li>
                 ))}
               </ol>
@@ -196,8 +238,11 @@ export function JobPage({ jobId }: { jobId: string }) {
                 <ul class="plain attempts">
                   {timeline.attempts.map((a) => (
                     <li key={a.attempt} data-attempt={a.attempt}>
-                      <strong>#{a.attempt}</strong> {a.runnerId ? <code>{a.runnerId}</code> : null} {a.executor ? <span class="muted">{a.executor}</span> : null} — {a.ending}
-                      {a.durationMs !== undefined ? ` after ${formatSeconds(a.durationMs / 1000)}` : ""}
+                      <strong>#{a.attempt}</strong> {a.runnerId ? <code>{a.runnerId}</code> : null}{" "}
+                      {a.executor ? <span class="muted">{a.executor}</span> : null} — {a.ending}
+                      {a.durationMs !== undefined
+                        ? ` after ${formatSeconds(a.durationMs / 1000)}`
+                        : ""}
                       {a.startedAt ? (
                         <>
                           , started <Time at={a.startedAt} />

@@ -20,7 +20,16 @@ const spans = [
   { value: "30d", label: "last 30 days" },
 ];
 /** The events after which a job of the list may have changed. */
-const jobEvents = ["job.queued", "job.leased", "job.settled", "job.requeued", "job.cancel_requested", "job.suspended", "job.input_answered", "job.input_expired"];
+const jobEvents = [
+  "job.queued",
+  "job.leased",
+  "job.settled",
+  "job.requeued",
+  "job.cancel_requested",
+  "job.suspended",
+  "job.input_answered",
+  "job.input_expired",
+];
 
 interface Filters {
   readonly workspaceId: string;
@@ -30,7 +39,14 @@ interface Filters {
   readonly since: string;
   readonly order: string;
 }
-const none: Filters = { workspaceId: "", state: "", labels: "", runnerId: "", since: "", order: "newest" };
+const none: Filters = {
+  workspaceId: "",
+  state: "",
+  labels: "",
+  runnerId: "",
+  since: "",
+  order: "newest",
+};
 
 function Waiting({ job }: { job: Job }) {
   const w = job.waiting;
@@ -54,8 +70,20 @@ function JobRow({ job }: { job: Job }) {
         <StateBadge state={job.state} cancelRequested={job.cancelRequested} />
       </td>
       <td data-label="workspace">{job.workspaceId}</td>
-      <td data-label="labels">{job.labels.length ? job.labels.map((l) => <code key={l} class="label">{l}</code>) : <span class="muted">-</span>}</td>
-      <td data-label="runner">{job.runnerId ? <code>{job.runnerId}</code> : <span class="muted">-</span>}</td>
+      <td data-label="labels">
+        {job.labels.length ? (
+          job.labels.map((l) => (
+            <code key={l} class="label">
+              {l}
+            </code>
+          ))
+        ) : (
+          <span class="muted">-</span>
+        )}
+      </td>
+      <td data-label="runner">
+        {job.runnerId ? <code>{job.runnerId}</code> : <span class="muted">-</span>}
+      </td>
       <td data-label="attempts">
         {job.attempts ?? 0} / {job.maxAttempts}
       </td>
@@ -63,7 +91,13 @@ function JobRow({ job }: { job: Job }) {
         <Time at={job.createdAt} />
       </td>
       <td data-label="why / how">
-        {job.state === "queued" ? <Waiting job={job} /> : job.settledAt ? <>settled <Time at={job.settledAt} /></> : null}
+        {job.state === "queued" ? (
+          <Waiting job={job} />
+        ) : job.settledAt ? (
+          <>
+            settled <Time at={job.settledAt} />
+          </>
+        ) : null}
         {job.error?.code ? <span class="muted"> {job.error.code}</span> : null}
       </td>
     </tr>
@@ -72,7 +106,8 @@ function JobRow({ job }: { job: Job }) {
 
 function FilterForm({ value, onChange }: { value: Filters; onChange: (f: Filters) => void }) {
   const [draft, setDraft] = useState(value);
-  const set = (k: keyof Filters) => (e: Event) => setDraft({ ...draft, [k]: (e.currentTarget as HTMLInputElement | HTMLSelectElement).value });
+  const set = (k: keyof Filters) => (e: Event) =>
+    setDraft({ ...draft, [k]: (e.currentTarget as HTMLInputElement | HTMLSelectElement).value });
   return (
     <form
       class="toolbar"
@@ -84,7 +119,13 @@ function FilterForm({ value, onChange }: { value: Filters; onChange: (f: Filters
     >
       <label>
         workspace
-        <input name="workspace" value={draft.workspaceId} onInput={set("workspaceId")} placeholder="all" size={12} />
+        <input
+          name="workspace"
+          value={draft.workspaceId}
+          onInput={set("workspaceId")}
+          placeholder="all"
+          size={12}
+        />
       </label>
       <label>
         state
@@ -99,11 +140,23 @@ function FilterForm({ value, onChange }: { value: Filters; onChange: (f: Filters
       </label>
       <label>
         labels
-        <input name="labels" value={draft.labels} onInput={set("labels")} placeholder="linux, gpu" size={12} />
+        <input
+          name="labels"
+          value={draft.labels}
+          onInput={set("labels")}
+          placeholder="linux, gpu"
+          size={12}
+        />
       </label>
       <label>
         runner
-        <input name="runner" value={draft.runnerId} onInput={set("runnerId")} placeholder="any" size={10} />
+        <input
+          name="runner"
+          value={draft.runnerId}
+          onInput={set("runnerId")}
+          placeholder="any"
+          size={10}
+        />
       </label>
       <label>
         created
@@ -139,14 +192,33 @@ export function JobsPage() {
   const list = useData(
     async (signal) => {
       const reply = await admin.listJobs(
-        { workspaceId: filters.workspaceId.trim(), state: filters.state, labels, runnerId: filters.runnerId.trim(), since: filters.since, order: filters.order, pageSize: 50, pageToken: token },
+        {
+          workspaceId: filters.workspaceId.trim(),
+          state: filters.state,
+          labels,
+          runnerId: filters.runnerId.trim(),
+          since: filters.since,
+          order: filters.order,
+          pageSize: 50,
+          pageToken: token,
+        },
         { signal },
       );
       // ListJobs leaves `waiting` out; GetJob says it (src/broker/waiting.ts): ask for the queued ones of this page.
       const waiting = await Promise.all(
-        reply.jobs.map(async (j) => (j.state === "queued" ? await admin.getJob({ jobId: j.id }, { signal }).then((r) => r.job?.waiting, () => undefined) : undefined)),
+        reply.jobs.map(async (j) =>
+          j.state === "queued"
+            ? await admin.getJob({ jobId: j.id }, { signal }).then(
+                (r) => r.job?.waiting,
+                () => undefined,
+              )
+            : undefined,
+        ),
       );
-      return { ...reply, jobs: reply.jobs.map((j, i) => (waiting[i] ? { ...j, waiting: waiting[i] } : j)) };
+      return {
+        ...reply,
+        jobs: reply.jobs.map((j, i) => (waiting[i] ? { ...j, waiting: waiting[i] } : j)),
+      };
     },
     [JSON.stringify(filters), token],
     // Later pages stay as read: a new job would shift them under the reader.
@@ -162,7 +234,9 @@ export function JobsPage() {
       {jobs.length > 0 ? (
         <div class="table-wrap">
           <table class="jobs stack">
-            <caption class="sr-only">Jobs{tokens.length > 1 ? `, page ${tokens.length}` : ""}</caption>
+            <caption class="sr-only">
+              Jobs{tokens.length > 1 ? `, page ${tokens.length}` : ""}
+            </caption>
             <thead>
               <tr>
                 <th scope="col">job</th>
@@ -186,10 +260,18 @@ export function JobsPage() {
         <p class="muted">Loading…</p>
       ) : null}
       <div class="actions pager">
-        <button type="button" disabled={tokens.length === 1} onClick={() => setTokens(tokens.slice(0, -1))}>
+        <button
+          type="button"
+          disabled={tokens.length === 1}
+          onClick={() => setTokens(tokens.slice(0, -1))}
+        >
           Previous page
         </button>
-        <button type="button" disabled={!list.data?.nextPageToken} onClick={() => setTokens([...tokens, list.data?.nextPageToken ?? ""])}>
+        <button
+          type="button"
+          disabled={!list.data?.nextPageToken}
+          onClick={() => setTokens([...tokens, list.data?.nextPageToken ?? ""])}
+        >
           Next page
         </button>
       </div>

@@ -10,9 +10,29 @@ import { ErrorNote } from "../errors.js";
 import { Time, formatSeconds } from "../time.js";
 
 /** The events after which the numbers may have moved. */
-const statusEvents = ["job.queued", "job.leased", "job.settled", "job.requeued", "runner.registered", "runner.paused", "runner.resumed", "runner.retired", "runner.lease_lost", "workspace.paused", "workspace.resumed"];
+const statusEvents = [
+  "job.queued",
+  "job.leased",
+  "job.settled",
+  "job.requeued",
+  "runner.registered",
+  "runner.paused",
+  "runner.resumed",
+  "runner.retired",
+  "runner.lease_lost",
+  "workspace.paused",
+  "workspace.resumed",
+];
 
-function Stat({ label, value, id }: { label: string; value: string | number | bigint | undefined; id?: string }) {
+function Stat({
+  label,
+  value,
+  id,
+}: {
+  label: string;
+  value: string | number | bigint | undefined;
+  id?: string;
+}) {
   return (
     <div class="stat" data-stat={id}>
       <div class="stat-value">{value === undefined ? "-" : String(value)}</div>
@@ -37,7 +57,11 @@ function StatusView({ s }: { s: GetStatusResponse }) {
         <Stat id="runners-paused" label="paused" value={r?.paused} />
         <Stat id="jobs-queued" label="jobs queued" value={queued} />
         <Stat id="jobs-running" label="running" value={running} />
-        <Stat id="slots-free" label="slots free" value={p ? `${p.slotsFree} / ${p.slotsTotal}` : undefined} />
+        <Stat
+          id="slots-free"
+          label="slots free"
+          value={p ? `${p.slotsFree} / ${p.slotsTotal}` : undefined}
+        />
       </div>
       <section>
         <h2>Queues</h2>
@@ -64,7 +88,13 @@ function StatusView({ s }: { s: GetStatusResponse }) {
                     <td data-col="running">{String(w.running)}</td>
                     <td>{String(w.waitingInput)}</td>
                     <td>{w.queued > 0n ? formatSeconds(w.oldestQueuedSeconds) : "-"}</td>
-                    <td>{w.paused ? <span class="badge warn">paused</span> : <span class="badge ok">active</span>}</td>
+                    <td>
+                      {w.paused ? (
+                        <span class="badge warn">paused</span>
+                      ) : (
+                        <span class="badge ok">active</span>
+                      )}
+                    </td>
                   </tr>
                 ))}
               </tbody>
@@ -89,15 +119,32 @@ function StatusView({ s }: { s: GetStatusResponse }) {
           <dl>
             <dt>database</dt>
             <dd>
-              {d?.kind} {d?.reachable ? <span class="badge ok">reachable ({d.roundTripMs.toFixed(1)} ms)</span> : <span class="badge bad">unreachable</span>}
+              {d?.kind}{" "}
+              {d?.reachable ? (
+                <span class="badge ok">reachable ({d.roundTripMs.toFixed(1)} ms)</span>
+              ) : (
+                <span class="badge bad">unreachable</span>
+              )}
             </dd>
             <dt>migration</dt>
             <dd>{d?.migration || "-"}</dd>
             <dt>LISTEN</dt>
-            <dd>{d?.listenConnected ? <span class="badge ok">connected</span> : <span class="badge bad">down</span>}</dd>
+            <dd>
+              {d?.listenConnected ? (
+                <span class="badge ok">connected</span>
+              ) : (
+                <span class="badge bad">down</span>
+              )}
+            </dd>
             <dt>audit backlog</dt>
             <dd>
-              {d && d.auditBacklogRecords > 0n ? <span class="badge warn">{String(d.auditBacklogRecords)} record{d.auditBacklogRecords === 1n ? "" : "s"}</span> : <span class="badge ok">none</span>}
+              {d && d.auditBacklogRecords > 0n ? (
+                <span class="badge warn">
+                  {String(d.auditBacklogRecords)} record{d.auditBacklogRecords === 1n ? "" : "s"}
+                </span>
+              ) : (
+                <span class="badge ok">none</span>
+              )}
               {d?.auditOldestUnwritten ? (
                 <>
                   {" "}
@@ -119,7 +166,13 @@ function StatusView({ s }: { s: GetStatusResponse }) {
               <Time at={c?.issuerNotAfter} />
             </dd>
             <dt>ending within 24 h</dt>
-            <dd>{c && c.expiringWithin24h > 0 ? <span class="badge warn">{c.expiringWithin24h}</span> : "0"}</dd>
+            <dd>
+              {c && c.expiringWithin24h > 0 ? (
+                <span class="badge warn">{c.expiringWithin24h}</span>
+              ) : (
+                "0"
+              )}
+            </dd>
           </dl>
           {c && c.expiring.length > 0 ? (
             <ul class="plain">
@@ -133,7 +186,9 @@ function StatusView({ s }: { s: GetStatusResponse }) {
         </section>
       </div>
       <p class="muted small">
-        forelead {s.build?.version} (commit <code title={s.build?.commit}>{s.build?.commit.slice(0, 12)}</code>), started <Time at={s.startedAt} />; {s.replicas.length} replica{s.replicas.length === 1 ? "" : "s"}
+        forelead {s.build?.version} (commit{" "}
+        <code title={s.build?.commit}>{s.build?.commit.slice(0, 12)}</code>), started{" "}
+        <Time at={s.startedAt} />; {s.replicas.length} replica{s.replicas.length === 1 ? "" : "s"}
       </p>
     </>
   );
@@ -160,11 +215,17 @@ async function loadCharts(signal: AbortSignal): Promise<Charts> {
   const starts = Array.from({ length: 24 }, (_, i) => new Date(first + i * hourMs));
   const [day, ...hourly] = await Promise.all([
     stats.getStats({ since: new Date(first).toISOString() }, { signal }),
-    ...starts.map((start) => stats.getStats({ since: start.toISOString(), until: new Date(start.getTime() + hourMs).toISOString() }, { signal })),
+    ...starts.map((start) =>
+      stats.getStats(
+        { since: start.toISOString(), until: new Date(start.getTime() + hourMs).toISOString() },
+        { signal },
+      ),
+    ),
   ]);
   const hours = starts.map((start, i) => {
     const byState = new Map<string, number>();
-    for (const w of hourly[i]!.workspaces) for (const c of w.byState) byState.set(c.key, (byState.get(c.key) ?? 0) + Number(c.count));
+    for (const w of hourly[i]!.workspaces)
+      for (const c of w.byState) byState.set(c.key, (byState.get(c.key) ?? 0) + Number(c.count));
     return { start, byState };
   });
   return { hours, day: day! };
@@ -176,7 +237,10 @@ function ChartsView({ c }: { c: Charts }) {
   const labels = c.hours.map((h) => hourLabel.format(h.start));
   const state = (key: string) => c.hours.map((h) => h.byState.get(key) ?? 0);
   const ws = c.day.workspaces;
-  const settled = c.hours.reduce((n, h) => n + [...h.byState.values()].reduce((a, b) => a + b, 0), 0);
+  const settled = c.hours.reduce(
+    (n, h) => n + [...h.byState.values()].reduce((a, b) => a + b, 0),
+    0,
+  );
   return (
     <div class="charts">
       <section class="card">
@@ -225,7 +289,8 @@ export const firstRenderMark = "forelead:overview-rendered";
 export function OverviewPage() {
   const s = useData((signal) => status.getStatus({}, { signal }), [], statusEvents);
   useEffect(() => {
-    if (s.data && performance.getEntriesByName(firstRenderMark).length === 0) performance.mark(firstRenderMark);
+    if (s.data && performance.getEntriesByName(firstRenderMark).length === 0)
+      performance.mark(firstRenderMark);
   }, [s.data]);
   // 25 calls: redrawn at most every 5 s while jobs settle.
   const c = useData(loadCharts, [], ["job.settled"], 5_000);

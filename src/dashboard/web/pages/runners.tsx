@@ -12,7 +12,16 @@ import { useData } from "../data.js";
 import { ErrorNote } from "../errors.js";
 import { Time } from "../time.js";
 
-const runnerEvents = ["runner.registered", "runner.paused", "runner.resumed", "runner.retired", "runner.lease_lost", "job.leased", "job.settled", "job.requeued"];
+const runnerEvents = [
+  "runner.registered",
+  "runner.paused",
+  "runner.resumed",
+  "runner.retired",
+  "runner.lease_lost",
+  "job.leased",
+  "job.settled",
+  "job.requeued",
+];
 const key = (workspaceId: string, runnerId: string) => `${workspaceId}\u0000${runnerId}`;
 
 interface RunnersView {
@@ -21,15 +30,37 @@ interface RunnersView {
 }
 
 async function load(signal: AbortSignal): Promise<RunnersView> {
-  const [list, certs] = await Promise.all([admin.listRunners({}, { signal }), admin.listCertificates({}, { signal })]);
+  const [list, certs] = await Promise.all([
+    admin.listRunners({}, { signal }),
+    admin.listCertificates({}, { signal }),
+  ]);
   const byRunner = new Map<string, IssuedCertificate>();
-  for (const c of certs.certificates) if (c.runnerId && !byRunner.has(key(c.workspaceId, c.runnerId))) byRunner.set(key(c.workspaceId, c.runnerId), c);
+  for (const c of certs.certificates)
+    if (c.runnerId && !byRunner.has(key(c.workspaceId, c.runnerId)))
+      byRunner.set(key(c.workspaceId, c.runnerId), c);
   return { runners: list.runners, certs: byRunner };
 }
 
-const certBadge: Readonly<Record<string, string>> = { current: "ok", expiring_soon: "warn", renewal_overdue: "bad", expired: "bad", superseded: "muted", retired: "muted" };
+const certBadge: Readonly<Record<string, string>> = {
+  current: "ok",
+  expiring_soon: "warn",
+  renewal_overdue: "bad",
+  expired: "bad",
+  superseded: "muted",
+  retired: "muted",
+};
 
-function RunnerRow({ r, v, onError, onDone }: { r: Runner; v: RunnersView; onError: (what: string) => (err: unknown) => void; onDone: () => void }) {
+function RunnerRow({
+  r,
+  v,
+  onError,
+  onDone,
+}: {
+  r: Runner;
+  v: RunnersView;
+  onError: (what: string) => (err: unknown) => void;
+  onDone: () => void;
+}) {
   const k = key(r.workspaceId, r.runnerId);
   const paused = r.pausedAt !== undefined;
   const retired = r.retiredAt !== undefined;
@@ -59,7 +90,17 @@ function RunnerRow({ r, v, onError, onDone }: { r: Runner; v: RunnersView; onErr
       <td data-col="leases">
         {leases} / {r.slots}
       </td>
-      <td>{r.labels.length ? r.labels.map((l) => <code class="label" key={l}>{l}</code>) : <span class="muted">-</span>}</td>
+      <td>
+        {r.labels.length ? (
+          r.labels.map((l) => (
+            <code class="label" key={l}>
+              {l}
+            </code>
+          ))
+        ) : (
+          <span class="muted">-</span>
+        )}
+      </td>
       <td class="small">
         {r.os || "-"}/{r.architecture || "-"}, {r.cpu} CPU
       </td>
@@ -69,7 +110,10 @@ function RunnerRow({ r, v, onError, onDone }: { r: Runner; v: RunnersView; onErr
       <td>
         {cert ? (
           <>
-            <Time at={cert.notAfter} /> <span class={`badge ${certBadge[cert.status] ?? "muted"}`}>{cert.status.replace(/_/g, " ")}</span>
+            <Time at={cert.notAfter} />{" "}
+            <span class={`badge ${certBadge[cert.status] ?? "muted"}`}>
+              {cert.status.replace(/_/g, " ")}
+            </span>
           </>
         ) : (
           <span class="muted">-</span>
@@ -79,9 +123,26 @@ function RunnerRow({ r, v, onError, onDone }: { r: Runner; v: RunnersView; onErr
         {retired ? null : (
           <div class="actions">
             {paused ? (
-              <ConfirmButton label="Resume" ariaLabel={`Resume ${name}`} title={`Resume ${name}?`} body="It gets new leases again." onConfirm={() => fleet.resumeRunner(ids)} onError={onError(`resume ${name}`)} onDone={onDone} />
+              <ConfirmButton
+                label="Resume"
+                ariaLabel={`Resume ${name}`}
+                title={`Resume ${name}?`}
+                body="It gets new leases again."
+                onConfirm={() => fleet.resumeRunner(ids)}
+                onError={onError(`resume ${name}`)}
+                onDone={onDone}
+              />
             ) : (
-              <ConfirmButton label="Pause" ariaLabel={`Pause ${name}`} title={`Pause ${name}?`} body="It gets no new lease until resumed; the jobs it holds go on and settle." withReason onConfirm={(reason) => fleet.pauseRunner({ ...ids, reason })} onError={onError(`pause ${name}`)} onDone={onDone} />
+              <ConfirmButton
+                label="Pause"
+                ariaLabel={`Pause ${name}`}
+                title={`Pause ${name}?`}
+                body="It gets no new lease until resumed; the jobs it holds go on and settle."
+                withReason
+                onConfirm={(reason) => fleet.pauseRunner({ ...ids, reason })}
+                onError={onError(`pause ${name}`)}
+                onDone={onDone}
+              />
             )}
             <ConfirmButton
               label="Retire"
