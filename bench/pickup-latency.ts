@@ -77,7 +77,7 @@ const pki = await createBenchPki();
 try {
   // The runners as bare REST clients (claim, complete, claim again), then as the runner agent
   // makes its requests (each completion also waits for the next lease), then each again without
-  // the direct handoff (src/broker/handoff.ts), to show what it buys: one fresh database each.
+  // the direct handoff (src/broker/leases/handoff.ts), to show what it buys: one fresh database each.
   const rows = [
     ["ours (REST long-poll, 1 process)", false, true],
     ["ours (complete-and-claim long-poll, 1 process)", true, true],

@@ -5,7 +5,7 @@
 // Jobs are bulk-inserted with SQL; one runner then claims and completes
 // through the control plane, one claim at a time. Run: npm run bench:queue
 import { sql } from "kysely";
-import { claimJob, claimLeases } from "../src/broker/sql/claim.js";
+import { claimJob, claimLeases } from "../src/broker/leases/claim.js";
 import type { Store } from "../src/store/database.js";
 import { startPlanes } from "./lib/control-planes.js";
 import { freshDatabase } from "./lib/database.js";

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { BatcherOptions } from "../../src/broker/batcher.js";
+import type { BatcherOptions } from "../../src/broker/leases/batcher.js";
 import { readOrCreateSecretsKeyFile } from "../../src/secrets/key-file.js";
 import { startControlPlane, type ControlPlane } from "../../src/server/control-plane.js";
 import { benchAdminId, type BenchPki } from "./pki.js";

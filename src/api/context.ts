@@ -1,7 +1,7 @@
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
 import type { SessionVerdict } from "../identity/certificate-policy.js";
-import type { JobReader } from "../broker/job-list.js";
+import type { JobReader } from "../broker/jobs/list.js";
 import type { Principal } from "../identity/principal.js";
 
 /** What the transport learned about a request before any handler runs. */

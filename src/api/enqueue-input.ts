@@ -1,5 +1,5 @@
 import type { EnqueueJobRequest } from "../../gen/forelead/admin/v1/admin_pb.js";
-import type { EnqueueInput } from "../broker/jobs.js";
+import type { EnqueueInput } from "../broker/jobs/rules.js";
 import { scheduleFieldsOf } from "./schedule-fields.js";
 
 /** An EnqueueJobRequest as the broker takes it (validated there, by validateEnqueue), owned by `enqueuedBy`. */

@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
-import type { Pauses, PauseState } from "../broker/pauses.js";
+import type { Pauses, PauseState } from "../broker/fleet/pauses.js";
 import type { EventEntry } from "../events/read.js";
 import type { Events } from "../events/events.js";
 import { audited } from "./audit-actions.js";

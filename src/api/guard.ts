@@ -10,7 +10,7 @@ import type { DescMessage, DescMethod } from "@bufbuild/protobuf";
 import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
-import type { JobOwnership } from "../broker/job-workspace.js";
+import type { JobOwnership } from "../broker/jobs/workspace.js";
 import type { IdentityRoles, RoleName, RoleTable } from "../identity/roles.js";
 import { actionAuditorKey } from "./audit-actions.js";
 import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from "./context.js";

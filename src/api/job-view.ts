@@ -7,8 +7,8 @@ import {
   type Job,
   type Lease,
 } from "../../gen/forelead/runner/v1/job_pb.js";
-import type { JobSnapshot } from "../broker/job-snapshot.js";
-import type { LeaseView } from "../broker/leases.js";
+import type { JobSnapshot } from "../broker/jobs/snapshot.js";
+import type { LeaseView } from "../broker/leases/views.js";
 import { messageFromJson } from "../protocol/json-codec.js";
 import { looksSecret, maskedValue } from "../protocol/secret-names.js";
 import { apiVersion } from "./request-rules.js";

@@ -7,8 +7,8 @@ import {
 } from "../../gen/forelead/runner/v1/runner_pb.js";
 import type { DbClock } from "../store/db-clock.js";
 import type { Broker } from "../broker/broker.js";
-import type { LeaseView } from "../broker/leases.js";
-import { describeChange } from "../broker/registrations.js";
+import type { LeaseView } from "../broker/leases/views.js";
+import { describeChange } from "../broker/fleet/registrations.js";
 import type { Enrollments } from "../identity/enrollment.js";
 import { audited, recordAction } from "./audit-actions.js";
 import type { Inventory } from "../inventory/inventory.js";

@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
 import { checkJobId } from "../broker/ids.js";
-import type { LeaseHolder } from "../broker/lease-check.js";
+import type { LeaseHolder } from "../broker/leases/check.js";
 import type { Database } from "../store/schema.js";
 import { checkArtifactName, checkDigest, checkMediaType } from "./names.js";
 import type { StoredArtifact } from "./uploads.js";

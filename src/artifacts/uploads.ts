@@ -1,9 +1,9 @@
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Selectable } from "kysely";
-import { requireLiveLease, type LiveLease } from "../broker/lease-check.js";
-import { liveLease, liveLeaseRow } from "../broker/lease-sql.js";
-import type { LeaseCall } from "../broker/leases.js";
+import { requireLiveLease, type LiveLease } from "../broker/leases/check.js";
+import { liveLease, liveLeaseRow } from "../broker/leases/sql-fragments.js";
+import type { LeaseCall } from "../broker/leases/views.js";
 import type { Database, UploadsTable } from "../store/schema.js";
 import { checkArtifactName, checkDigest, checkMediaType, type Digest } from "./names.js";
 import type { BlobStore, StagedWriter, StagingStore } from "./store.js";

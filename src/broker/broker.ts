@@ -1,78 +1,44 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
-import { batchLimits, createTurns, enqueueJobs, type StoredBatch } from "./job-batch.js";
-import {
-  cancelJob,
-  defaultJobTimeouts,
-  enqueueProbed,
-  getJob,
-  hasQueuedJobs,
-  type EnqueueInput,
-  type JobProbe,
-  type JobTimeouts,
-} from "./jobs.js";
-import { listJobs, type ListJobsInput } from "./job-list.js";
+import { batchLimits, createTurns, enqueueJobs, type StoredBatch } from "./jobs/batch.js";
+import { cancelJob } from "./jobs/cancel.js";
+import { defaultJobTimeouts, type EnqueueInput, type JobTimeouts } from "./jobs/rules.js";
+import { enqueueProbed, type JobProbe } from "./jobs/enqueue.js";
+import { getJob } from "./jobs/snapshot.js";
+import { listJobs, type ListJobsInput } from "./jobs/list.js";
 import { jobStats, type StatsQuery, type WorkspaceStats } from "./stats.js";
-import { runnableNow, withWaiting } from "./waiting.js";
-import { withInput } from "./job-inputs.js";
-import type { JobSnapshot } from "./job-snapshot.js";
-import type { LeaseHolder } from "./lease-check.js";
-import { createBatcher, type BatcherOptions } from "./batcher.js";
+import { runnableNow, withWaiting } from "./jobs/waiting.js";
+import { leaseCheckpointFile, withInput, type CheckpointEntry } from "./jobs/inputs.js";
+import { answerInput, type AnswerInput } from "./leases/answer.js";
+import { suspendJob, type SuspendInput } from "./leases/suspend.js";
+import type { JobSnapshot } from "./jobs/snapshot.js";
+import type { LeaseHolder } from "./leases/check.js";
+import { createBatcher, type BatcherOptions } from "./leases/batcher.js";
 import {
   claimBatch,
   completeAndClaimBatch,
   completeBatch,
   type SettledAndClaimed,
-} from "./lease-batches.js";
-import type { CompletionInput } from "./completion.js";
-import type { JobInputView, LeaseCall, LeaseView } from "./leases.js";
+} from "./leases/batches.js";
+import type { CompletionInput } from "./leases/completion.js";
+import type { JobInputView, LeaseCall, LeaseView } from "./leases/views.js";
 import type { BrokerObserver } from "./observer.js";
-import { pinClaimedJob, type CodeHooks } from "./pinning.js";
-import { register, type Registered, type Registration } from "./registrations.js";
-import { listRunners, type RunnerView } from "./runners.js";
-import { anyLeaseExpired, expireInputRequests, expireLeases } from "./sql/expire.js";
-import { releaseLease } from "./sql/release.js";
-import { renewLease } from "./sql/renew.js";
-import { createWakeups, type Wake, type Wakeups } from "./wakeups.js";
-import { handoffFor } from "./handoff.js";
+import { type CodeHooks } from "./leases/pinning.js";
+import { register, type Registered, type Registration } from "./fleet/registrations.js";
+import { listRunners, type RunnerView } from "./fleet/runners.js";
+import { expireInputRequests, expireLeases } from "./leases/expire.js";
+import { releaseLease } from "./leases/release.js";
+import { renewLease } from "./leases/renew.js";
+import { createWakeups, type Wakeups } from "./leases/wakeups.js";
+import { handoffFor } from "./leases/handoff.js";
+import { checkClaimRequest, createClaimLoop } from "./leases/claim-loop.js";
 import type { SecretBox } from "../secrets/box.js";
 import { pipelineSettleHook, strandedStepJobs } from "./pipelines/sequence.js";
 import { inTransaction } from "../store/transaction.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
-import { retryJob } from "./retry.js";
-import { leaseInput, withInputs } from "./pipelines/inputs.js";
-import { maxLeasesPerClaim } from "../protocol/claims.js";
-
-/** Longest a claim may wait for a job, in seconds. */
-export const maxClaimWaitSeconds = 20;
-
-/**
- * The longest a claim is held before it answers "no job": two thirds of the
- * lease length (at most maxClaimWaitSeconds), so a runner that keeps polling
- * is heard from (runners.last_seen_at) well within the lease length, the
- * window in which it counts as live (status, and the refusal of a second
- * process of it at register).
- */
-export function pollBoundSeconds(leaseSeconds: number): number {
-  return Math.min(maxClaimWaitSeconds, Math.max(1, Math.floor((leaseSeconds * 2) / 3)));
-}
-
-/** Refuses a claim's waitSeconds or maxLeases out of range (invalid_argument), before anything is claimed or settled. */
-export function checkClaimRequest(waitSeconds: number, maxLeases = 1): void {
-  if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
-    throw new ConnectError(
-      `waitSeconds must be 0 to ${maxClaimWaitSeconds}; got ${waitSeconds}`,
-      Code.InvalidArgument,
-    );
-  }
-  if (!Number.isInteger(maxLeases) || maxLeases < 1 || maxLeases > maxLeasesPerClaim) {
-    throw new ConnectError(
-      `maxLeases must be 1 to ${maxLeasesPerClaim} (0 or unset means 1); got ${maxLeases}`,
-      Code.InvalidArgument,
-    );
-  }
-}
+import { retryJob } from "./jobs/retry.js";
+import { leaseInput } from "./pipelines/inputs.js";
 
 /** The job queue and its leases: every operation runs against the shared database. */
 export interface Broker {
@@ -125,6 +91,17 @@ export interface Broker {
     fromJobId: string,
     name: string,
   ): Promise<JobInputView>;
+  /** Suspends a leased job until its input request is answered (docs/suspend.md). */
+  suspend(input: SuspendInput): Promise<JobSnapshot>;
+  /** Answers a suspended job's input request, queueing it again (docs/suspend.md). */
+  answerInput(input: AnswerInput): Promise<JobSnapshot>;
+  /** The checkpoint file `name` of a resumed job, as its live lease may read it. */
+  checkpointFile(
+    holder: LeaseHolder,
+    jobId: string,
+    leaseToken: string,
+    name: string,
+  ): Promise<CheckpointEntry>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
   close(): Promise<void>;
@@ -156,22 +133,6 @@ export interface BrokerOptions {
  * make bigger batches but leave Postgres idle between them.
  */
 export const defaultBatching: BatcherOptions = { maxBatch: 64, maxInFlight: 4 };
-
-/**
- * The leases of claims made together: every one that was taken, in order. A failed claim (its
- * error) fails the call only when none was taken, so a lease taken is never dropped unanswered.
- */
-async function claimedLeases(
-  claims: ReadonlyArray<Promise<LeaseView | undefined>>,
-): Promise<LeaseView[]> {
-  const settledClaims = await Promise.allSettled(claims);
-  const leases = settledClaims.flatMap((r) =>
-    r.status === "fulfilled" && r.value ? [r.value] : [],
-  );
-  const failed = settledClaims.find((r) => r.status === "rejected");
-  if (failed && !leases.length) throw failed.reason;
-  return leases;
-}
 
 /** Starts a broker: subscribes to wakeups and sweeps expired leases and overdue jobs on a timer. */
 export async function createBroker(options: BrokerOptions): Promise<Broker> {
@@ -223,89 +184,17 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   }, options.sweepIntervalMs ?? 1000);
   timer.unref();
 
-  /**
-   * One lease as its request answers it: its base commit pinned (pinning.ts) and a step's inputs read; undefined
-   * when its job could not be pinned (then it was settled). A completion's next lease and a handed-off one.
-   */
-  const answerable = async (
-    holder: LeaseHolder,
-    lease: LeaseView,
-  ): Promise<LeaseView | undefined> => {
-    const pinned = await pinClaimedJob(db, holder, lease, options.code, settled);
-    return pinned && withInputs(db, pinned);
-  };
-
-  const claim: Broker["claim"] = async (holder, waitSeconds, signal, maxLeases = 1) => {
-    checkClaimRequest(waitSeconds, maxLeases);
-    const startedAt = performance.now();
-    const end = (leases: LeaseView[]) => {
-      observer?.claimEnded(leases.length > 0, performance.now() - startedAt);
-      return leases;
-    };
-    const deadline =
-      Date.now() + Math.min(waitSeconds, pollBoundSeconds(options.leaseSeconds)) * 1000;
-    let swept = false;
-    let unused: Wake | undefined;
-    for (;;) {
-      const waiter = wakeups.arm(holder.workspaceId, holder); // armed before the try: no enqueue slips between
-      try {
-        // maxLeases requests of one holder go to the batcher in one turn, so one forelead_claim call
-        // serves them (one commit) and the function's per-request slot count bounds them together.
-        const claimed = await claimedLeases(
-          Array.from({ length: maxLeases }, () => batchedClaim(holder)),
-        );
-        const leases = await claimedLeases(
-          claimed.map((c) => pinClaimedJob(db, holder, c, options.code, settled)),
-        );
-        if (leases.length)
-          return end(await Promise.all(leases.map((lease) => withInputs(db, lease))));
-        if (claimed.length) continue; // those jobs could not be pinned and were settled: look for others
-        // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
-        // jobs remain, so another runner gets its chance; when the job is already gone, stop.
-        if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);
-        unused = undefined;
-        // Once per request: an expired lease may be holding a job the timer has not swept yet. Only the
-        // leases, and only when one has expired: the timer's other work (overdue jobs, expired input
-        // requests, stranded steps) frees no queued job and can wait for it.
-        if (!swept) {
-          swept = true;
-          if ((await anyLeaseExpired(db)) && (await sweepLeases()).length > 0) continue;
-        }
-        if (Date.now() >= deadline || signal?.aborted) return end([]);
-        observer?.claimWaiting(1);
-        const woke = await waiter
-          .wait(deadline - Date.now(), signal)
-          .finally(() => observer?.claimWaiting(-1));
-        if (woke && "lease" in woke) {
-          // Handed a lease by an enqueue of this replica (handoff.ts). A request aborted while
-          // the enqueue's statement ran cannot take it: given back, the job is queued again.
-          if (signal?.aborted) {
-            await releaseLease(
-              db,
-              { ...holder, jobId: woke.lease.job.id as string, leaseToken: woke.lease.token! },
-              settled,
-            ).catch((err: unknown) =>
-              logUnlessUnreachable(
-                "broker: a handed-off lease whose claim was gone could not be given back",
-                err,
-              ),
-            );
-            return end([]);
-          }
-          const lease = await answerable(holder, woke.lease);
-          if (lease) return end([lease]);
-          continue; // its job could not be pinned and was settled: look for others
-        }
-        unused = woke;
-        // Closing wakes every waiter; none may claim from a database about to close. An aborted
-        // request (its client closed the stream) must not claim again either: a lease made now
-        // would have no one to take it, and its job would wait out the lease.
-        if (closed || signal?.aborted) return end([]);
-      } finally {
-        waiter.cancel();
-      }
-    }
-  };
+  const { claim, answerable } = createClaimLoop({
+    db,
+    wakeups,
+    leaseSeconds: options.leaseSeconds,
+    code: options.code,
+    settled,
+    observer,
+    batchedClaim,
+    sweepLeases,
+    isClosed: () => closed,
+  });
 
   // One function for the broker's life: the enqueue's compiled statement is kept per probe (statementShapes).
   const runnableProbe: JobProbe = (ins) => runnableNow(ins, options.leaseSeconds);
@@ -353,6 +242,10 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       return lease;
     },
     release: (call) => releaseLease(db, call, settled),
+    suspend: (input) => suspendJob(db, input),
+    answerInput: (input) => answerInput(db, input),
+    checkpointFile: (holder, jobId, token, name) =>
+      leaseCheckpointFile(db, holder, jobId, token, name),
     input: (holder, jobId, token, fromJobId, name) =>
       leaseInput(db, holder, jobId, token, fromJobId, name),
     complete: (input) => batchedComplete(input),

@@ -2,7 +2,7 @@ import { dirname, join, resolve } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
-import { defaultJobTimeouts } from "../broker/jobs.js";
+import { defaultJobTimeouts } from "../broker/jobs/rules.js";
 import { isPostgresUrl } from "../store/database.js";
 import { readOrCreateSecretsKeyFile, readSecretsKeyFile } from "../secrets/key-file.js";
 import type { SecretsKeys } from "../secrets/keys.js";

@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
-import { requireLiveLease, type LiveLease } from "../broker/lease-check.js";
-import type { LeaseCall } from "../broker/leases.js";
+import { requireLiveLease, type LiveLease } from "../broker/leases/check.js";
+import type { LeaseCall } from "../broker/leases/views.js";
 import type { Database } from "../store/schema.js";
 import { createBundleFile, type BundleFile } from "./bundles.js";
 import type { KeyedQueue } from "./keyed-queue.js";

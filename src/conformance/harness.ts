@@ -15,7 +15,7 @@ import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
 import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
-import { expireLeaseNow } from "../broker/sql/expire.js";
+import { expireLeaseNow } from "../broker/leases/expire.js";
 import {
   createCertificateAuthority,
   issueClientCertificate,

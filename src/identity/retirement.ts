@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Transaction } from "kysely";
-import { releaseRunnerLeases } from "../broker/sql/release.js";
+import { releaseRunnerLeases } from "../broker/leases/release.js";
 import { recordEvent } from "../events/record.js";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";

@@ -1,5 +1,5 @@
 import { sql, type Transaction } from "kysely";
-import { liveLease } from "../broker/lease-sql.js";
+import { liveLease } from "../broker/leases/sql-fragments.js";
 import type { Database, InventoryProblem } from "../store/schema.js";
 import type { InventoryItem } from "./report.js";
 

@@ -1,5 +1,5 @@
 import { sql, type Kysely } from "kysely";
-import { liveLeaseRow } from "../broker/lease-sql.js";
+import { liveLeaseRow } from "../broker/leases/sql-fragments.js";
 import type { Database } from "../store/schema.js";
 import { liveReplica } from "./replicas.js";
 

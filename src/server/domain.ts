@@ -6,7 +6,7 @@ import { createFileArtifactStore } from "../artifacts/fs-store.js";
 import { createPostgresArtifactStore } from "../artifacts/pg-store.js";
 import type { ArtifactStore } from "../artifacts/store.js";
 import { createBroker } from "../broker/broker.js";
-import { createPauses } from "../broker/pauses.js";
+import { createPauses } from "../broker/fleet/pauses.js";
 import { createEvents } from "../events/events.js";
 import { createCodeHost } from "../code/code-host.js";
 import { createIdentity } from "../identity/identity.js";

@@ -1,5 +1,5 @@
-import type { BatcherOptions } from "../broker/batcher.js";
-import type { JobTimeouts } from "../broker/jobs.js";
+import type { BatcherOptions } from "../broker/leases/batcher.js";
+import type { JobTimeouts } from "../broker/jobs/rules.js";
 import { defaultConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
 import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
@@ -65,7 +65,7 @@ export interface ControlPlaneOptions {
   readonly eventPruneIntervalMs?: number;
   /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
   readonly batching?: BatcherOptions;
-  /** false: no direct handoff from an enqueue to a waiting claim (src/broker/handoff.ts); on unless false (benchmarks compare). */
+  /** false: no direct handoff from an enqueue to a waiting claim (src/broker/leases/handoff.ts); on unless false (benchmarks compare). */
   readonly handoff?: boolean;
   /** Bounds on client connections (docs/limits.md); each one omitted takes its default. */
   readonly connectionLimits?: Partial<ConnectionLimits>;

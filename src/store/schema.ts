@@ -201,7 +201,7 @@ export interface LeasesTable {
   end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | "suspended" | null;
   completion_id: string | null;
   completion_sha256: string | null;
-  /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/sql/complete.ts). */
+  /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/leases/complete.ts). */
   completion_reply: ColumnType<JsonObject | null, string | null, string | null>;
 }
 

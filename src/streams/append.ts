@@ -1,7 +1,7 @@
 import { sql, type Kysely } from "kysely";
-import type { LeaseHolder } from "../broker/lease-check.js";
-import { createBatcher, type BatcherOptions } from "../broker/batcher.js";
-import { liveLease } from "../broker/lease-sql.js";
+import type { LeaseHolder } from "../broker/leases/check.js";
+import { createBatcher, type BatcherOptions } from "../broker/leases/batcher.js";
+import { liveLease } from "../broker/leases/sql-fragments.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { storedItems } from "./stored-items.js";
 import { foldPeaks } from "./samples.js";

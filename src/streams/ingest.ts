@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
-import { leaseRefusal, type LeaseHolder } from "../broker/lease-check.js";
+import { leaseRefusal, type LeaseHolder } from "../broker/leases/check.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { lastAcceptedSequence, type Appender } from "./append.js";
 import { batchesOf } from "./batches.js";

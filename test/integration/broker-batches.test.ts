@@ -1,13 +1,13 @@
 // Claims and completions that arrive together share one transaction
-// (src/broker/lease-batches.ts). These tests hold the batched path to the
+// (src/broker/leases/batches.ts). These tests hold the batched path to the
 // rules of the single-request path: slots, labels, one lease per job,
 // idempotent completion. Over REST with one batch in flight (so concurrent
 // requests queue and go together), and on the batch functions directly for
 // the cases arrival order cannot force (repeats inside one batch).
 import { beforeAll, describe, expect, it } from "vitest";
-import { claimBatch, completeBatch } from "../../src/broker/lease-batches.js";
-import type { LeaseView } from "../../src/broker/leases.js";
-import { register } from "../../src/broker/registrations.js";
+import { claimBatch, completeBatch } from "../../src/broker/leases/batches.js";
+import type { LeaseView } from "../../src/broker/leases/views.js";
+import { register } from "../../src/broker/fleet/registrations.js";
 import type { Store } from "../../src/store/database.js";
 import { registeredRunner } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
@@ -107,7 +107,8 @@ describe(`batch functions (${databaseKind})`, () => {
         },
         30,
       );
-    const { defaultJobTimeouts, enqueueJob } = await import("../../src/broker/jobs.js");
+    const { defaultJobTimeouts } = await import("../../src/broker/jobs/rules.js");
+    const { enqueueJob } = await import("../../src/broker/jobs/enqueue.js");
     for (let i = 0; i < jobs; i++) {
       await enqueueJob(
         store.db,
@@ -254,7 +255,7 @@ describe(`batch functions (${databaseKind})`, () => {
     const failed = { ...completion(2), outcome: "failed", exitCode: 1 };
     const results = await completeBatch(store.db, [completion(0), completion(1), failed]);
     expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled"]);
-    const { getJob } = await import("../../src/broker/jobs.js");
+    const { getJob } = await import("../../src/broker/jobs/snapshot.js");
     for (const i of [0, 1, 2]) {
       const job = (await getJob(store.db, leases[i]!.job.id)) as unknown as {
         artifacts: unknown;

@@ -1,4 +1,4 @@
-// The direct handoff (src/broker/handoff.ts): an enqueue that finds a claim
+// The direct handoff (src/broker/leases/handoff.ts): an enqueue that finds a claim
 // waiting on its replica leases the job to that claim's runner in the
 // enqueue's own statement, and the waiting claim answers with the lease. The
 // lease rules stay forelead_claim's: a runner that cannot take the job is not

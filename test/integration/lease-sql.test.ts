@@ -1,10 +1,10 @@
-// The lease rules of src/broker/lease-sql.ts, evaluated by the database on
+// The lease rules of src/broker/leases/sql-fragments.ts, evaluated by the database on
 // rows shaped like jobs and leases rows: every lease statement guards with
 // these, so the boundaries (token, state, expiry at exactly now()) are
 // checked here once.
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
-import { expiredLease, leaseHeld, liveLease, liveLeaseRow } from "../../src/broker/lease-sql.js";
+import { expiredLease, leaseHeld, liveLease, liveLeaseRow } from "../../src/broker/leases/sql-fragments.js";
 import { databaseKind } from "../support/database.js";
 import { useTestStore } from "../support/store.js";
 

@@ -295,7 +295,7 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
                 idempotencyKey: `replicas-${n}`,
                 spec: { image: "busybox", argv: ["true"] },
               });
-              // Running: handed off in the enqueue's own statement to a runner waiting on that replica (src/broker/handoff.ts).
+              // Running: handed off in the enqueue's own statement to a runner waiting on that replica (src/broker/leases/handoff.ts).
               if (reply.status !== 200 || !["queued", "running"].includes(reply.json?.job?.state))
                 fail(`enqueue ${n} via ${n % 2 ? "B" : "A"}: ${describeReply(reply)}`);
               else

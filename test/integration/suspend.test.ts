@@ -14,7 +14,7 @@ import { expireLease } from "../support/streams.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 
-/** The features a runner declares at register to be let suspend (src/broker/runner-features.ts). */
+/** The features a runner declares at register to be let suspend (src/broker/fleet/features.ts). */
 const suspendFeatures = ["checkpoint-v1", "input-v1"];
 
 const approval = {

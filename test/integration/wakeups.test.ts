@@ -1,12 +1,12 @@
-// Long-poll wakeups (src/broker/wakeups.ts): one notification wakes one
+// Long-poll wakeups (src/broker/leases/wakeups.ts): one notification wakes one
 // waiter, and a wake must never be lost. A waiter is armed before its claim
 // runs; a notification that arrives during that claim wakes it, and if the
 // claim then ends without waiting (it leased an older job), the wake must go
 // on to the next waiter, or the announced job waits for the next enqueue.
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createWakeups, jobsChannel, type Wakeups } from "../../src/broker/wakeups.js";
-import type { LeaseView } from "../../src/broker/leases.js";
+import { createWakeups, jobsChannel, type Wakeups } from "../../src/broker/leases/wakeups.js";
+import type { LeaseView } from "../../src/broker/leases/views.js";
 import { openStore, type Store } from "../../src/store/database.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
 
@@ -64,7 +64,7 @@ describe(`long-poll wakeups (${databaseKind})`, () => {
     second.cancel();
   });
 
-  describe("reserved for a direct handoff (src/broker/handoff.ts)", () => {
+  describe("reserved for a direct handoff (src/broker/leases/handoff.ts)", () => {
     const holder = (runnerId: string, workspaceId: string) => ({ workspaceId, runnerId });
     const lease = (jobId: string): LeaseView => ({
       token: "t",

@@ -1,7 +1,7 @@
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { expireLeaseNow } from "../../src/broker/sql/expire.js";
+import { expireLeaseNow } from "../../src/broker/leases/expire.js";
 import { expect } from "vitest";
 import { registeredRunner, type AdminActor, type RunnerActor } from "./actors.js";
 import type { RestReply } from "./clients.js";

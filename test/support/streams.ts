@@ -1,4 +1,4 @@
-import { expireLeaseNow } from "../../src/broker/sql/expire.js";
+import { expireLeaseNow } from "../../src/broker/leases/expire.js";
 import { expect } from "vitest";
 import type { AdminActor } from "./actors.js";
 import type { TestControlPlane } from "./control-plane.js";

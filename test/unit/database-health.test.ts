@@ -1,7 +1,7 @@
 import { ConnectError, Code } from "@connectrpc/connect";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { toConnectError } from "../../src/api/errors.js";
-import { createWakeups } from "../../src/broker/wakeups.js";
+import { createWakeups } from "../../src/broker/leases/wakeups.js";
 import type { Store } from "../../src/store/database.js";
 import { createDatabaseHealth } from "../../src/store/health.js";
 import { isDatabaseUnreachable } from "../../src/store/unreachable.js";

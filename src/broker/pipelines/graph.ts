@@ -1,4 +1,4 @@
-import { bad } from "../jobs.js";
+import { bad } from "../jobs/rules.js";
 
 /** Bounds on a pipeline: past them a submit is refused by name. */
 export const pipelineLimits = { maxSteps: 256, maxInputs: 64 } as const;

@@ -1,8 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
-import { requireLiveLease, type LeaseHolder } from "../lease-check.js";
-import type { JobInputView, LeaseView } from "../leases.js";
+import { requireLiveLease, type LeaseHolder } from "../leases/check.js";
+import type { JobInputView, LeaseView } from "../leases/views.js";
 import type { StepInputSpec } from "./graph.js";
 
 /**

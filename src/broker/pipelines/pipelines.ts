@@ -6,16 +6,10 @@ import { checkSegmentId } from "../../identity/segment-id.js";
 import { recordEvent } from "../../events/record.js";
 import { pipelineStepSecretBinding } from "../../secrets/bindings.js";
 import { checkRowId, newJobId } from "../ids.js";
-import {
-  bad,
-  cancelJob,
-  jobKindOf,
-  jobStates,
-  validateEnqueue,
-  type EnqueueInput,
-} from "../jobs.js";
-import { hasSecrets, secretsDigest, type JobSecretsInput } from "../job-secrets.js";
-import { afterPageToken, pageKey, pageTokenOf } from "../job-list.js";
+import { bad, jobKindOf, jobStates, validateEnqueue, type EnqueueInput } from "../jobs/rules.js";
+import { cancelJob } from "../jobs/cancel.js";
+import { hasSecrets, secretsDigest, type JobSecretsInput } from "../jobs/secrets.js";
+import { afterPageToken, pageKey, pageTokenOf } from "../jobs/list.js";
 import type { SettleHook } from "./settle-hook.js";
 import { checkGraph, downstream, type StepInputSpec } from "./graph.js";
 import { advancePipeline, type StepEnqueue, type StoredStepRequest } from "./sequence.js";

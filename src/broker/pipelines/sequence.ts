@@ -4,8 +4,9 @@ import { recordEvent, type EventType } from "../../events/record.js";
 import { pipelineStepSecretBinding } from "../../secrets/bindings.js";
 import type { SecretBox } from "../../secrets/box.js";
 import type { SettleHook } from "./settle-hook.js";
-import { enqueueJob, type EnqueueInput, type JobTimeouts } from "../jobs.js";
-import type { CodeHooks } from "../pinning.js";
+import { enqueueJob } from "../jobs/enqueue.js";
+import { type EnqueueInput, type JobTimeouts } from "../jobs/rules.js";
+import type { CodeHooks } from "../leases/pinning.js";
 
 // The one home of how a pipeline moves. advancePipeline is called in every
 // transaction that changes one of its steps' jobs or the pipeline itself:

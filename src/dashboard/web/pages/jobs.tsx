@@ -1,5 +1,5 @@
 // The jobs: AdminService.ListJobs with the filters it offers (workspace, states, labels, runner,
-// time, order), a page at a time; each queued job's `waiting` reason (src/broker/waiting.ts says
+// time, order), a page at a time; each queued job's `waiting` reason (src/broker/jobs/waiting.ts says
 // it, the page only shows it). The first page reloads when a job event arrives (live.ts).
 import type { Job } from "../../../../gen/forelead/runner/v1/job_pb.js";
 import { admin } from "../clients.js";
@@ -204,7 +204,7 @@ export function JobsPage() {
         },
         { signal },
       );
-      // ListJobs leaves `waiting` out; GetJob says it (src/broker/waiting.ts): ask for the queued ones of this page.
+      // ListJobs leaves `waiting` out; GetJob says it (src/broker/jobs/waiting.ts): ask for the queued ones of this page.
       const waiting = await Promise.all(
         reply.jobs.map(async (j) =>
           j.state === "queued"

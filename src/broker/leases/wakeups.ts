@@ -1,5 +1,5 @@
 import { sql } from "kysely";
-import type { Store } from "../store/database.js";
+import type { Store } from "../../store/database.js";
 
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
 export const jobsChannel = "forelead_jobs";

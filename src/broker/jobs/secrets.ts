@@ -1,8 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely, Transaction } from "kysely";
-import { jobSecretBinding } from "../secrets/bindings.js";
-import type { SecretBox } from "../secrets/box.js";
-import type { Database } from "../store/schema.js";
+import { jobSecretBinding } from "../../secrets/bindings.js";
+import type { SecretBox } from "../../secrets/box.js";
+import type { Database } from "../../store/schema.js";
 
 /** A job's secrets as enqueued: environment-variable name to value, and file name to content. */
 export interface JobSecretsInput {

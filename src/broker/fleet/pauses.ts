@@ -1,9 +1,9 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Transaction } from "kysely";
-import { recordEvent } from "../events/record.js";
-import { checkSegmentId } from "../identity/segment-id.js";
-import type { Database } from "../store/schema.js";
-import { resumeChannel } from "./wakeups.js";
+import { recordEvent } from "../../events/record.js";
+import { checkSegmentId } from "../../identity/segment-id.js";
+import type { Database } from "../../store/schema.js";
+import { resumeChannel } from "../leases/wakeups.js";
 
 // Pause and resume (migration 0012 holds the state, forelead_claim in
 // migration 0016 applies it): a paused workspace's jobs are not claimed, a

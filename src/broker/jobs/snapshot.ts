@@ -1,5 +1,7 @@
-import type { Selectable } from "kysely";
-import type { JobsTable } from "../store/schema.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Kysely, Selectable } from "kysely";
+import type { Database, JobsTable } from "../../store/schema.js";
+import { checkJobId } from "../ids.js";
 
 /** A job row as read from the database. */
 export type JobRow = Selectable<JobsTable>;
@@ -42,7 +44,7 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.settled_at) out.settledAt = iso(row.settled_at);
   if (row.published_branch) out.publishedBranch = row.published_branch;
   if (row.artifacts?.length) out.artifacts = row.artifacts;
-  // The names only: a secret's value is never part of any view (src/broker/job-secrets.ts).
+  // The names only: a secret's value is never part of any view (src/broker/jobs/secrets.ts).
   if (row.secret_names?.length) out.secretNames = row.secret_names;
   if (row.secret_file_names?.length) out.secretFileNames = row.secret_file_names;
   // When a queued job becomes claimable (its runAt, delay or retry backoff): shown while it waits.
@@ -124,4 +126,16 @@ function codeFields(
 
 function iso(d: Date | string): string {
   return (d instanceof Date ? d : new Date(d)).toISOString();
+}
+
+/** One job, or 404. */
+export async function getJob(db: Kysely<Database>, jobId: string): Promise<JobSnapshot> {
+  return jobSnapshot(await findJob(db, checkJobId(jobId)));
+}
+
+/** A job row, or not_found naming it. */
+export async function findJob(db: Kysely<Database>, jobId: string): Promise<JobRow> {
+  const row = await db.selectFrom("jobs").selectAll().where("id", "=", jobId).executeTakeFirst();
+  if (!row) throw new ConnectError(`job ${jobId} not found`, Code.NotFound);
+  return row;
 }

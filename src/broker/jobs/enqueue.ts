@@ -1,301 +1,25 @@
 import { createHash } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Insertable, type Kysely, type RawBuilder, type Transaction } from "kysely";
-import type { Database, JobState } from "../store/schema.js";
-import { checkJobId, newJobId } from "./ids.js";
-import { jobSnapshot, type JobRow, type JobSnapshot } from "./job-snapshot.js";
-import type { CodeHooks } from "./pinning.js";
-import { notifyJobs } from "./lease-sql.js";
-import { eventsCte } from "../events/record.js";
-import { inTransaction } from "../store/transaction.js";
-import { statementShapes } from "../store/statement-shapes.js";
-import { isStepJob, settleWith, type SettleHook } from "./pipelines/settle-hook.js";
-import { checkSegmentId } from "../identity/segment-id.js";
-import type { SecretBox } from "../secrets/box.js";
+import type { Database } from "../../store/schema.js";
+import { newJobId } from "../ids.js";
+import { jobSnapshot, type JobRow, type JobSnapshot } from "./snapshot.js";
+import type { CodeHooks } from "../leases/pinning.js";
+import { notifyJobs } from "../leases/sql-fragments.js";
+import { inTransaction } from "../../store/transaction.js";
+import { statementShapes } from "../../store/statement-shapes.js";
+import { isStepJob } from "../pipelines/settle-hook.js";
+import type { SecretBox } from "../../secrets/box.js";
+import { hasSecrets, secretNames, secretsDigest, storeJobSecrets } from "./secrets.js";
 import {
-  hasSecrets,
-  secretNames,
-  secretsDigest,
-  storeJobSecrets,
-  validateSecrets,
-  type JobSecretsInput,
-} from "./job-secrets.js";
-
-/** What to run. argv is an array, never a shell string. */
-export interface JobSpecInput {
-  readonly image: string;
-  readonly argv: readonly string[];
-  readonly env: Readonly<Record<string, string>>;
-  readonly timeoutSeconds: number;
-  readonly cpu: number;
-  readonly memoryBytes: number;
-}
-
-/** An enqueue request, already decoded; its secrets (JobSecretsInput) are write-only. */
-export interface EnqueueInput extends JobSecretsInput {
-  readonly workspaceId: string;
-  readonly labels: readonly string[];
-  readonly repository: string;
-  readonly targetBranch: string;
-  readonly spec: JobSpecInput | undefined;
-  readonly maxAttempts: number;
-  readonly priority: number;
-  readonly idempotencyKey: string;
-  /** "command", "checkout" or "agent"; empty: checkout with a repository, command without. */
-  readonly kind: string;
-  /** The SPIFFE ID enqueueing it, stored as the job's owner. */
-  readonly enqueuedBy?: string;
-  /** Not claimable before then; excludes delaySeconds. */
-  readonly runAt?: Date;
-  /** Not claimable for this many seconds after the enqueue; undefined when not given. */
-  readonly delaySeconds?: number;
-  /** A concurrency group: at most concurrencyLimit jobs of the key run at once in the workspace. Empty: none. */
-  readonly concurrencyKey?: string;
-  readonly concurrencyLimit?: number;
-  /** How retries are spaced; undefined: requeued at once. */
-  readonly backoff?: BackoffInput;
-  /** What a runner must have to be leased the job. */
-  readonly requirements?: RequirementsInput;
-}
-
-/** A retry backoff as enqueued: multiplier 0 means 2, maxSeconds 0 means an hour (or initialSeconds when larger). */
-export interface BackoffInput {
-  readonly initialSeconds: number;
-  readonly multiplier: number;
-  readonly maxSeconds: number;
-}
-
-/** Runner capabilities a job requires; an empty field requires nothing. */
-export interface RequirementsInput {
-  readonly architecture: string;
-  readonly os: string;
-  readonly executionKind: string;
-  readonly features: readonly string[];
-}
-
-/** How runners run jobs (RegisterRequest.executionKinds, Requirements.executionKind). */
-export const executionKinds = ["docker", "process"] as const;
-
-/** Bounds on scheduling fields; outside them an enqueue is refused by name. */
-export const scheduleLimits = {
-  maxDelaySeconds: 366 * 24 * 3600,
-  maxBackoffSeconds: 7 * 24 * 3600,
-  defaultBackoffMaxSeconds: 3600,
-  maxMultiplier: 10,
-  maxConcurrencyLimit: 10_000,
-  maxFeatures: 32,
-} as const;
-
-/** A capability name: architecture, os or feature ("amd64", "linux", "cancel-v1"). */
-const capabilityPattern = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
-
-/** Checks a capability name; throws invalid_argument naming `field`. */
-export function checkCapability(field: string, value: string): void {
-  if (!capabilityPattern.test(value))
-    bad(
-      `${field} ${JSON.stringify(value.slice(0, 70))} is not a capability name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`,
-    );
-}
-
-/** Checks an execution kind; throws invalid_argument naming `field`. */
-export function checkExecutionKind(field: string, value: string): void {
-  if (!(executionKinds as readonly string[]).includes(value))
-    bad(
-      `${field} ${JSON.stringify(value.slice(0, 40))} is not an execution kind: one of ${executionKinds.join(", ")}`,
-    );
-}
-
-/** Job kinds: a command runs without code; checkout and agent jobs get a base commit pinned at claim. */
-export const jobKinds = ["command", "checkout", "agent"] as const;
-
-/** The kind an enqueue asks for, its default filled in. */
-export function jobKindOf(input: Pick<EnqueueInput, "kind" | "repository">): string {
-  return input.kind || (input.repository ? "checkout" : "command");
-}
-
-/** Limits on what a job may ask for; outside them the enqueue is refused by name. */
-export const jobLimits = {
-  maxAttempts: 100,
-  defaultMaxAttempts: 3,
-  maxPriority: 1_000_000,
-  maxArgs: 4096,
-  maxEnv: 1024,
-} as const;
-
-/**
- * The control plane's job deadlines (forelead serve --default-job-timeout,
- * --max-job-timeout, --job-timeout-grace). A job's timeoutSeconds (the
- * default when it gives none) is stored in its spec, so the runner enforces
- * the same limit; the expiry sweep fails a job still running `graceSeconds`
- * after it, when the runner did not stop it.
- */
-export interface JobTimeouts {
-  readonly defaultSeconds: number;
-  readonly maxSeconds: number;
-  readonly graceSeconds: number;
-}
-
-/** 6 h by default (GitHub Actions' job limit), at most 7 days, 30 s of grace. */
-export const defaultJobTimeouts: JobTimeouts = {
-  defaultSeconds: 6 * 3600,
-  maxSeconds: 7 * 24 * 3600,
-  graceSeconds: 30,
-};
-
-const labelPattern = /^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,62}$/;
-const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
-/** Every job state. */
-export const jobStates: readonly JobState[] = [
-  "queued",
-  "running",
-  "waiting_input",
-  "succeeded",
-  "failed",
-  "cancelled",
-];
-
-/** Throws invalid_argument with the message. */
-export function bad(message: string): never {
-  throw new ConnectError(message, Code.InvalidArgument);
-}
-
-/** Checks runner labels; throws invalid_argument naming the first bad one as `field[i]`. */
-export function checkLabels(field: string, labels: readonly string[]): void {
-  labels.forEach(
-    (l, i) =>
-      labelPattern.test(l) ||
-      bad(
-        `${field}[${i}] ${JSON.stringify(l)} is not a label: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`,
-      ),
-  );
-}
-
-/** Checks an enqueue request; throws invalid_argument naming the first bad field. */
-export function validateEnqueue(
-  input: EnqueueInput,
-  timeouts: JobTimeouts = defaultJobTimeouts,
-): void {
-  checkSegmentId("workspaceId", input.workspaceId);
-  checkLabels("labels", input.labels);
-  if (input.maxAttempts < 0 || input.maxAttempts > jobLimits.maxAttempts)
-    bad(
-      `maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ${jobLimits.defaultMaxAttempts}); got ${input.maxAttempts}`,
-    );
-  if (Math.abs(input.priority) > jobLimits.maxPriority)
-    bad(
-      `priority must be between -${jobLimits.maxPriority} and ${jobLimits.maxPriority}; got ${input.priority}`,
-    );
-  if (input.idempotencyKey.length > 200) bad("idempotencyKey is longer than 200 characters");
-  const kind = jobKindOf(input);
-  if (!(jobKinds as readonly string[]).includes(kind))
-    bad(`kind ${JSON.stringify(kind.slice(0, 40))} is not one of ${jobKinds.join(", ")}`);
-  if (input.targetBranch && !input.repository) bad("targetBranch needs a repository");
-  if (kind === "command" && input.repository)
-    bad("a command job has no repository; use kind checkout or agent for a job with code");
-  const aKind = kind === "agent" ? "an agent" : `a ${kind}`;
-  if (kind !== "command" && !input.repository)
-    bad(`${aKind} job needs a repository (a registered repository's name)`);
-  if (kind !== "command" && !input.targetBranch)
-    bad(`${aKind} job needs a targetBranch: the branch its base commit is pinned from at claim`);
-  const spec = input.spec;
-  if (!spec) bad("spec is required: {image, argv, env, timeoutSeconds, cpu, memoryBytes}");
-  if (spec.argv.length === 0)
-    bad('spec.argv is required: the command as an array, e.g. ["sh", "-c", "make test"]');
-  if (spec.argv.length > jobLimits.maxArgs)
-    bad(`spec.argv has ${spec.argv.length} entries; at most ${jobLimits.maxArgs} are allowed`);
-  if (spec.image.length > 512) bad("spec.image is longer than 512 characters");
-  if (!Number.isSafeInteger(spec.timeoutSeconds) || spec.timeoutSeconds < 0)
-    bad(
-      `spec.timeoutSeconds must be a whole number of seconds, 0 for this control plane's default of ${timeouts.defaultSeconds} s; got ${spec.timeoutSeconds}`,
-    );
-  if (spec.timeoutSeconds > timeouts.maxSeconds)
-    bad(
-      `spec.timeoutSeconds ${spec.timeoutSeconds} is over this control plane's maximum job timeout of ${timeouts.maxSeconds} s (forelead serve --max-job-timeout)`,
-    );
-  if (!(spec.cpu >= 0) || !Number.isFinite(spec.cpu))
-    bad(`spec.cpu must be a non-negative number of cores; got ${spec.cpu}`);
-  if (!(spec.memoryBytes >= 0) || !Number.isSafeInteger(spec.memoryBytes))
-    bad(`spec.memoryBytes must be a non-negative byte count; got ${spec.memoryBytes}`);
-  const env = Object.keys(spec.env);
-  if (env.length > jobLimits.maxEnv)
-    bad(`spec.env has ${env.length} entries; at most ${jobLimits.maxEnv} are allowed`);
-  env.forEach(
-    (k) =>
-      envName.test(k) ||
-      bad(
-        `spec.env key ${JSON.stringify(k)} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)`,
-      ),
-  );
-  validateSecrets(input);
-  validateSchedule(input);
-}
-
-/** The scheduling fields of an enqueue: when, how retries are spaced, its group, its requirements. */
-function validateSchedule(input: EnqueueInput): void {
-  if (input.runAt && input.delaySeconds !== undefined)
-    bad(
-      "runAt and delaySeconds exclude each other: give runAt (a time) or delaySeconds (from now), not both",
-    );
-  if (input.runAt && !(input.runAt.getTime() <= Date.now() + scheduleLimits.maxDelaySeconds * 1000))
-    bad(
-      `runAt ${input.runAt.toISOString()} is more than ${scheduleLimits.maxDelaySeconds} s (366 days) ahead`,
-    );
-  const delay = input.delaySeconds;
-  if (
-    delay !== undefined &&
-    !(Number.isSafeInteger(delay) && delay >= 0 && delay <= scheduleLimits.maxDelaySeconds)
-  )
-    bad(
-      `delaySeconds must be a whole number of seconds from 0 to ${scheduleLimits.maxDelaySeconds}; got ${delay}`,
-    );
-  const key = input.concurrencyKey ?? "";
-  const limit = input.concurrencyLimit ?? 0;
-  if (key && !labelPattern.test(key))
-    bad(
-      `concurrencyKey ${JSON.stringify(key.slice(0, 70))} is not a group name: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`,
-    );
-  if (!key && limit !== 0)
-    bad("concurrencyLimit needs a concurrencyKey: the group whose running jobs it bounds");
-  if (
-    key &&
-    !(Number.isInteger(limit) && limit >= 1 && limit <= scheduleLimits.maxConcurrencyLimit)
-  )
-    bad(
-      `concurrencyLimit must be 1 to ${scheduleLimits.maxConcurrencyLimit} with a concurrencyKey (how many jobs of the group may run at once); got ${limit}`,
-    );
-  const b = input.backoff;
-  if (b) {
-    if (!(b.initialSeconds > 0 && b.initialSeconds <= scheduleLimits.maxBackoffSeconds))
-      bad(
-        `backoff.initialSeconds must be more than 0 and at most ${scheduleLimits.maxBackoffSeconds}; got ${b.initialSeconds}`,
-      );
-    if (!(
-      b.multiplier === 0 ||
-      (b.multiplier >= 1 && b.multiplier <= scheduleLimits.maxMultiplier)
-    ))
-      bad(
-        `backoff.multiplier must be 1 to ${scheduleLimits.maxMultiplier} (0 means 2); got ${b.multiplier}`,
-      );
-    if (!(
-      b.maxSeconds === 0 ||
-      (b.maxSeconds >= b.initialSeconds && b.maxSeconds <= scheduleLimits.maxBackoffSeconds)
-    ))
-      bad(
-        `backoff.maxSeconds must be 0 (an hour) or from backoff.initialSeconds (${b.initialSeconds}) to ${scheduleLimits.maxBackoffSeconds}; got ${b.maxSeconds}`,
-      );
-  }
-  const r = input.requirements;
-  if (r) {
-    if (r.architecture) checkCapability("requirements.architecture", r.architecture);
-    if (r.os) checkCapability("requirements.os", r.os);
-    if (r.executionKind) checkExecutionKind("requirements.executionKind", r.executionKind);
-    if (r.features.length > scheduleLimits.maxFeatures)
-      bad(
-        `requirements.features has ${r.features.length} entries; at most ${scheduleLimits.maxFeatures} are allowed`,
-      );
-    r.features.forEach((f, i) => checkCapability(`requirements.features[${i}]`, f));
-  }
-}
+  bad,
+  jobKindOf,
+  jobLimits,
+  scheduleLimits,
+  validateEnqueue,
+  type EnqueueInput,
+  type JobTimeouts,
+} from "./rules.js";
 
 /** The stored columns of an enqueue's scheduling fields (validated), and what of them goes into the idempotency hash. */
 function scheduleColumns(input: EnqueueInput) {
@@ -439,7 +163,7 @@ export type StoredEnqueue =
 
 /**
  * The waiting claim an enqueue may lease a job to in its own statement (the
- * direct handoff, src/broker/handoff.ts): the runner, the hash of the lease
+ * direct handoff, src/broker/leases/handoff.ts): the runner, the hash of the lease
  * token made for it, and the lease length.
  */
 export interface HandoffTarget {
@@ -618,7 +342,7 @@ function queuedEvents(returning: RawBuilder<unknown> = sql``) {
 
 /**
  * The enqueue of one job that also claims for a runner waiting on this
- * replica (the direct handoff, src/broker/handoff.ts): the row, its
+ * replica (the direct handoff, src/broker/leases/handoff.ts): the row, its
  * `job.queued` event, then forelead_handoff (migration 0026, forelead_claim
  * for one request) for the runner. The call is lateral to the event's row,
  * so it runs after the insert and the event (the lease's `job.leased` comes
@@ -753,64 +477,4 @@ export async function hasQueuedJobs(db: Kysely<Database>, workspaceId: string): 
     .limit(1)
     .executeTakeFirst();
   return row !== undefined;
-}
-
-/** One job, or 404. */
-export async function getJob(db: Kysely<Database>, jobId: string): Promise<JobSnapshot> {
-  return jobSnapshot(await findJob(db, checkJobId(jobId)));
-}
-
-/** A job row, or not_found naming it. */
-export async function findJob(db: Kysely<Database>, jobId: string): Promise<JobRow> {
-  const row = await db.selectFrom("jobs").selectAll().where("id", "=", jobId).executeTakeFirst();
-  if (!row) throw new ConnectError(`job ${jobId} not found`, Code.NotFound);
-  return row;
-}
-
-/**
- * Cancels a job. Queued or waiting for input: settled as cancelled at once. Running: flagged; the
- * runner learns it on its next renew, and if it never settles the job, the
- * lease's expiry settles it as cancelled. Cancelling a cancelled job returns
- * it; a succeeded or failed job cannot be cancelled (409).
- */
-export async function cancelJob(
-  db: Kysely<Database>,
-  jobId: string,
-  by: string,
-  hook?: SettleHook,
-): Promise<JobSnapshot> {
-  const id = checkJobId(jobId);
-  // The events: job.cancel_requested the first time, then job.settled for a queued job settled at once
-  // (read from the first insert's rows, so it comes after it; a queued job never has cancel_requested set).
-  const rows = await settleWith(
-    db,
-    hook,
-    async (q) =>
-      (
-        await sql<JobRow>`
-    with old as (
-      select id, state, cancel_requested from jobs where id = ${id} and state in ('queued', 'running', 'waiting_input') for update
-    ), j as (
-      update jobs set
-        state = case when jobs.state in ('queued', 'waiting_input') then 'cancelled' else jobs.state end,
-        settled_at = case when jobs.state in ('queued', 'waiting_input') then now() else settled_at end,
-        failure_reason = case when jobs.state in ('queued', 'waiting_input') then 'cancelled' else failure_reason end,
-        failure_message = case when jobs.state = 'queued' then ${`cancelled by ${by} before it was claimed`} when jobs.state = 'waiting_input' then ${`cancelled by ${by} while it waited for input`} else failure_message end,
-        cancel_requested = true,
-        updated_at = now()
-      from old where jobs.id = old.id
-      returning jobs.*, old.state as was_state, old.cancel_requested as was_requested
-    ), ${eventsCte("requested", "j", { type: sql`'job.cancel_requested'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('state', j.was_state)` }, sql`not j.was_requested`)},
-    ${eventsCte("settled", sql`requested join j on j.id = requested.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state in ('queued', 'waiting_input')`)}
-    select * from j`.execute(q)
-      ).rows,
-  );
-  const row = rows[0];
-  if (row) return jobSnapshot(row);
-  const current = await findJob(db, id);
-  if (current.state === "cancelled") return jobSnapshot(current);
-  throw new ConnectError(
-    `job ${id} already ${current.state}; there is nothing to cancel`,
-    Code.Aborted,
-  );
 }

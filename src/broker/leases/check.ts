@@ -1,8 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely, type Selectable, type Transaction } from "kysely";
-import type { Database, JobsTable } from "../store/schema.js";
-import { checkJobId, checkLeaseToken } from "./ids.js";
-import { liveLease } from "./lease-sql.js";
+import type { Database, JobsTable } from "../../store/schema.js";
+import { checkJobId, checkLeaseToken } from "../ids.js";
+import { liveLease } from "./sql-fragments.js";
 
 /** The caller of a lease-scoped route: its runner and workspace come from its certificate. */
 export interface LeaseHolder {

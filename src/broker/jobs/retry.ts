@@ -1,12 +1,14 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
-import { jobSecretBinding } from "../secrets/bindings.js";
-import type { SecretBox } from "../secrets/box.js";
-import { enqueueJob, findJob, type JobSpecInput, type JobTimeouts } from "./jobs.js";
-import { checkJobId } from "./ids.js";
-import type { JobSnapshot } from "./job-snapshot.js";
-import type { CodeHooks } from "./pinning.js";
+import type { Database } from "../../store/schema.js";
+import { jobSecretBinding } from "../../secrets/bindings.js";
+import type { SecretBox } from "../../secrets/box.js";
+import { enqueueJob } from "./enqueue.js";
+import { findJob } from "./snapshot.js";
+import { type JobSpecInput, type JobTimeouts } from "./rules.js";
+import { checkJobId } from "../ids.js";
+import type { JobSnapshot } from "./snapshot.js";
+import type { CodeHooks } from "../leases/pinning.js";
 
 /**
  * Enqueues a new job with a settled job's labels, code, spec, limits and

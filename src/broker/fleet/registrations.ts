@@ -1,8 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
-import { recordEvent } from "../events/record.js";
-import { checkCapability, checkExecutionKind, scheduleLimits } from "./jobs.js";
+import type { Database } from "../../store/schema.js";
+import { recordEvent } from "../../events/record.js";
+import { checkCapability, checkExecutionKind, scheduleLimits } from "../jobs/rules.js";
 
 /** A runner's own description of itself, as sent to register. */
 export interface Registration {

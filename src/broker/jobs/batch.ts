@@ -1,16 +1,11 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
-import { jobSnapshot, type JobSnapshot } from "./job-snapshot.js";
-import {
-  prepareEnqueue,
-  storeEnqueues,
-  type EnqueueInput,
-  type JobTimeouts,
-  type PreparedEnqueue,
-} from "./jobs.js";
-import type { CodeHooks } from "./pinning.js";
-import type { SecretBox } from "../secrets/box.js";
+import type { Database } from "../../store/schema.js";
+import { jobSnapshot, type JobSnapshot } from "./snapshot.js";
+import { prepareEnqueue, storeEnqueues, type PreparedEnqueue } from "./enqueue.js";
+import { type EnqueueInput, type JobTimeouts } from "./rules.js";
+import type { CodeHooks } from "../leases/pinning.js";
+import type { SecretBox } from "../../secrets/box.js";
 
 /**
  * How many jobs one batch enqueue takes, and how many batches hold a

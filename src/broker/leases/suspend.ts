@@ -10,14 +10,14 @@ import {
   type InputRequestSpec,
 } from "../../protocol/input-request.js";
 import { checkJobId, checkLeaseToken } from "../ids.js";
-import { findJob } from "../jobs.js";
-import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
-import { withInput, type CheckpointEntry } from "../job-inputs.js";
-import { leaseRefusal } from "../lease-check.js";
-import { liveLease } from "../lease-sql.js";
+import { findJob } from "../jobs/snapshot.js";
+import { jobSnapshot, type JobRow, type JobSnapshot } from "../jobs/snapshot.js";
+import { withInput, type CheckpointEntry } from "../jobs/inputs.js";
+import { leaseRefusal } from "./check.js";
+import { liveLease } from "./sql-fragments.js";
 import { givenBack, givenBackLeaseRow } from "./release.js";
-import type { LeaseCall } from "../leases.js";
-import { declaredFeatures } from "../runner-features.js";
+import type { LeaseCall } from "./views.js";
+import { declaredFeatures } from "../fleet/features.js";
 
 /** A suspend under a lease: the job's input request and the checkpoint files uploaded under the lease (already checked as a manifest). */
 export interface SuspendInput extends LeaseCall {

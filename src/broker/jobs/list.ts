@@ -1,9 +1,9 @@
 import { sql, type Kysely } from "kysely";
-import type { Database, JobState } from "../store/schema.js";
-import { checkSegmentId } from "../identity/segment-id.js";
-import { checkJobId } from "./ids.js";
-import { jobSnapshot, type JobSnapshot } from "./job-snapshot.js";
-import { bad, checkLabels, jobStates } from "./jobs.js";
+import type { Database, JobState } from "../../store/schema.js";
+import { checkSegmentId } from "../../identity/segment-id.js";
+import { checkJobId } from "../ids.js";
+import { jobSnapshot, type JobSnapshot } from "./snapshot.js";
+import { bad, checkLabels, jobStates } from "./rules.js";
 
 /** The orders a job listing takes: by creation, newest or oldest first. */
 export const jobListOrders = ["newest", "oldest"] as const;

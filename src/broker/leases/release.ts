@@ -1,13 +1,13 @@
 import { sql, type Kysely, type RawBuilder, type Transaction } from "kysely";
 import type { Database } from "../../store/schema.js";
 import { checkJobId, checkLeaseToken } from "../ids.js";
-import type { JobRow } from "../job-snapshot.js";
-import { leaseRefusal, type LeaseHolder } from "../lease-check.js";
+import type { JobRow } from "../jobs/snapshot.js";
+import { leaseRefusal, type LeaseHolder } from "./check.js";
 import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 import { eventsCte } from "../../events/record.js";
-import { clearLease, leaseHeld, liveLease, wakeWaiters, woken } from "../lease-sql.js";
-import { settledOrRequeued } from "./lease-events.js";
-import type { LeaseCall } from "../leases.js";
+import { clearLease, leaseHeld, liveLease, wakeWaiters, woken } from "./sql-fragments.js";
+import { settledOrRequeued } from "./events.js";
+import type { LeaseCall } from "./views.js";
 
 // Not measured on its own: no scenario of docs/performance.md releases a
 // lease. Each release is one statement (the job, the lease row and the wake)

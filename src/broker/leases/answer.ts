@@ -5,10 +5,10 @@ import type { Database } from "../../store/schema.js";
 import { eventsCte } from "../../events/record.js";
 import { checkAnswer, InputRuleError } from "../../protocol/input-request.js";
 import { checkJobId } from "../ids.js";
-import { findJob } from "../jobs.js";
-import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
-import { latestInput, withInput } from "../job-inputs.js";
-import { wakeWaiters, woken } from "../lease-sql.js";
+import { findJob } from "../jobs/snapshot.js";
+import { jobSnapshot, type JobRow, type JobSnapshot } from "../jobs/snapshot.js";
+import { latestInput, withInput } from "../jobs/inputs.js";
+import { wakeWaiters, woken } from "./sql-fragments.js";
 
 /** An answer to a job's input request. */
 export interface AnswerInput {

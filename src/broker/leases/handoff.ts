@@ -1,11 +1,12 @@
 import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
-import type { SecretBox } from "../secrets/box.js";
-import { hashLeaseToken, newLeaseToken } from "./ids.js";
-import type { EnqueueInput, HandedRow, HandoffTarget } from "./jobs.js";
-import type { LeaseHolder } from "./lease-check.js";
-import type { LeaseView } from "./leases.js";
-import { leaseViews } from "./sql/claim.js";
+import type { Database } from "../../store/schema.js";
+import type { SecretBox } from "../../secrets/box.js";
+import { hashLeaseToken, newLeaseToken } from "../ids.js";
+import type { EnqueueInput } from "../jobs/rules.js";
+import type { HandedRow, HandoffTarget } from "../jobs/enqueue.js";
+import type { LeaseHolder } from "./check.js";
+import type { LeaseView } from "./views.js";
+import { leaseViews } from "./claim.js";
 import type { Reservation, Wakeups } from "./wakeups.js";
 
 /**

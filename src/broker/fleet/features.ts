@@ -1,6 +1,6 @@
 import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
-import type { LeaseHolder } from "./lease-check.js";
+import type { Database } from "../../store/schema.js";
+import type { LeaseHolder } from "../leases/check.js";
 
 /**
  * The protocol features a runner declared when it registered (its

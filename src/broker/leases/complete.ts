@@ -1,12 +1,12 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
-import { checkCompletion, type CheckedCompletion, type CompletionInput } from "../completion.js";
-import { jobSnapshot, type JobRow, type JobSnapshot } from "../job-snapshot.js";
-import { leaseRefusal } from "../lease-check.js";
+import { checkCompletion, type CheckedCompletion, type CompletionInput } from "./completion.js";
+import { jobSnapshot, type JobRow, type JobSnapshot } from "../jobs/snapshot.js";
+import { leaseRefusal } from "./check.js";
 import { eventsCte } from "../../events/record.js";
-import { clearLease, liveLease, retryClaimableAt, wakeWaiters, woken } from "../lease-sql.js";
-import { settledOrRequeued } from "./lease-events.js";
+import { clearLease, liveLease, retryClaimableAt, wakeWaiters, woken } from "./sql-fragments.js";
+import { settledOrRequeued } from "./events.js";
 import type { BrokerObserver } from "../observer.js";
 import { isStepJob, settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 import { statementShapes } from "../../store/statement-shapes.js";

@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { resultProblem } from "../protocol/job-result.js";
-import { checkJobId, checkLeaseToken, hashLeaseToken } from "./ids.js";
-import type { LeaseCall } from "./leases.js";
+import { resultProblem } from "../../protocol/job-result.js";
+import { checkJobId, checkLeaseToken, hashLeaseToken } from "../ids.js";
+import type { LeaseCall } from "./views.js";
 
 /** Runner-reported outcomes. */
 export const outcomes = ["succeeded", "failed", "cancelled"] as const;

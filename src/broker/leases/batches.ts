@@ -1,15 +1,15 @@
 import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
+import type { Database } from "../../store/schema.js";
 import { settleEach } from "./batcher.js";
-import type { JobSnapshot } from "./job-snapshot.js";
-import type { LeaseHolder } from "./lease-check.js";
+import type { JobSnapshot } from "../jobs/snapshot.js";
+import type { LeaseHolder } from "./check.js";
 import { checkCompletion, type CheckedCompletion, type CompletionInput } from "./completion.js";
-import type { LeaseView } from "./leases.js";
-import type { BrokerObserver } from "./observer.js";
-import { claimJob, claimLeases } from "./sql/claim.js";
-import type { SecretBox } from "../secrets/box.js";
-import { completeJob, completeJobInTransaction, settleLeases } from "./sql/complete.js";
-import type { SettleHook } from "./pipelines/settle-hook.js";
+import type { LeaseView } from "./views.js";
+import type { BrokerObserver } from "../observer.js";
+import { claimJob, claimLeases } from "./claim.js";
+import type { SecretBox } from "../../secrets/box.js";
+import { completeJob, completeJobInTransaction, settleLeases } from "./complete.js";
+import type { SettleHook } from "../pipelines/settle-hook.js";
 
 // Claims and completions that arrive together are served by one statement:
 // each commit waits for a WAL flush, and one flush (and one round trip per

@@ -1,6 +1,6 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
-import type { JobTimeouts } from "../jobs.js";
+import type { JobTimeouts } from "../jobs/rules.js";
 import { eventsCte } from "../../events/record.js";
 import {
   clearLease,
@@ -10,8 +10,8 @@ import {
   retryClaimableAt,
   wakeWaiters,
   woken,
-} from "../lease-sql.js";
-import { settledOrRequeued } from "./lease-events.js";
+} from "./sql-fragments.js";
+import { settledOrRequeued } from "./events.js";
 import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
 
 /** A timestamptz expression as RFC 3339 UTC text, for a message written in SQL. */

@@ -1,8 +1,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely, Selectable } from "kysely";
-import type { Database, JobInputsTable } from "../store/schema.js";
-import type { JobSnapshot } from "./job-snapshot.js";
-import { requireLiveLease, type LeaseHolder } from "./lease-check.js";
+import type { Database, JobInputsTable } from "../../store/schema.js";
+import type { JobSnapshot } from "./snapshot.js";
+import { requireLiveLease, type LeaseHolder } from "../leases/check.js";
 
 // The views of a job's input request (docs/suspend.md): on the job, and in
 // the lease that resumes it. The rules that change it are in sql/suspend.ts,

@@ -1,7 +1,7 @@
-import type { JobSnapshot } from "./job-snapshot.js";
-import type { LeaseSecrets } from "./job-secrets.js";
-import type { LeaseHolder } from "./lease-check.js";
-import type { LeaseInput } from "./job-inputs.js";
+import type { JobSnapshot } from "../jobs/snapshot.js";
+import type { LeaseSecrets } from "../jobs/secrets.js";
+import type { LeaseHolder } from "./check.js";
+import type { LeaseInput } from "../jobs/inputs.js";
 
 // The lease operations are one SQL module each, in sql/: claim, renew,
 // release, complete, expire. The rules they share (a live lease, ending one,

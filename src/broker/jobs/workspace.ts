@@ -1,5 +1,5 @@
 import type { Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
+import type { Database } from "../../store/schema.js";
 
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 

@@ -1,6 +1,6 @@
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
-import { liveLeaseRow } from "./lease-sql.js";
+import type { Database } from "../../store/schema.js";
+import { liveLeaseRow } from "../leases/sql-fragments.js";
 
 /** A registration with its live lease count, for operators. */
 export interface RunnerView {

@@ -1,16 +1,16 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../store/schema.js";
-import { eventsCte } from "../events/record.js";
-import { settledOrRequeued } from "./sql/lease-events.js";
-import { hashLeaseToken } from "./ids.js";
-import { leasedJobSnapshot, type JobRow } from "./job-snapshot.js";
-import type { LeaseHolder } from "./lease-check.js";
-import { clearLease, leaseHeld, liveLease } from "./lease-sql.js";
-import type { LeaseView } from "./leases.js";
-import { releaseLease } from "./sql/release.js";
-import type { SettleHook } from "./pipelines/settle-hook.js";
-import { settleWith } from "./pipelines/settle-hook.js";
+import type { Database } from "../../store/schema.js";
+import { eventsCte } from "../../events/record.js";
+import { settledOrRequeued } from "./events.js";
+import { hashLeaseToken } from "../ids.js";
+import { leasedJobSnapshot, type JobRow } from "../jobs/snapshot.js";
+import type { LeaseHolder } from "./check.js";
+import { clearLease, leaseHeld, liveLease } from "./sql-fragments.js";
+import type { LeaseView } from "./views.js";
+import { releaseLease } from "./release.js";
+import type { SettleHook } from "../pipelines/settle-hook.js";
+import { settleWith } from "../pipelines/settle-hook.js";
 
 /** A branch resolved to the commit and tree a lease pins. */
 export interface PinnedBase {

@@ -1,10 +1,10 @@
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
 import { checkJobId, checkLeaseToken } from "../ids.js";
-import { leasedJobSnapshot, type JobRow } from "../job-snapshot.js";
-import { leaseRefusal } from "../lease-check.js";
-import { liveLease } from "../lease-sql.js";
-import type { LeaseCall, LeaseView } from "../leases.js";
+import { leasedJobSnapshot, type JobRow } from "../jobs/snapshot.js";
+import { leaseRefusal } from "./check.js";
+import { liveLease } from "./sql-fragments.js";
+import type { LeaseCall, LeaseView } from "./views.js";
 
 /** Extends a live lease to now + lease length; carries cancelRequested. */
 export async function renewLease(

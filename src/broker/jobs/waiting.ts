@@ -1,7 +1,7 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
-import type { Database } from "../store/schema.js";
-import type { JobSnapshot } from "./job-snapshot.js";
-import { liveLeaseRow, qualifier, type JobsAlias } from "./lease-sql.js";
+import type { Database } from "../../store/schema.js";
+import type { JobSnapshot } from "./snapshot.js";
+import { liveLeaseRow, qualifier, type JobsAlias } from "../leases/sql-fragments.js";
 
 /** Why a queued job waits: the wire's JobWaiting (proto3 JSON names). */
 export interface JobWaiting {
