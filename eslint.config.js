@@ -65,6 +65,33 @@ export default tseslint.config(
       ],
     },
   },
+  // The API layer decodes, calls a domain facade and encodes: it never holds the database. A
+  // handler that needs a query asks for a facade method (broker, streams, inventory, ...) bound in
+  // src/server/bind-services.ts.
+  {
+    files: ["src/api/**/*.ts"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          paths: [
+            {
+              name: "kysely",
+              message: "src/api/ does not query the database: call a domain facade.",
+            },
+            { name: "pg", message: "src/api/ does not query the database: call a domain facade." },
+          ],
+          patterns: [
+            {
+              regex: "^(\\.\\./)+store/(database|transaction|watched-pool|listen-client)\\.js$",
+              message:
+                "src/api/ does not hold the database: call a domain facade bound in src/server/bind-services.ts.",
+            },
+          ],
+        },
+      ],
+    },
+  },
   {
     files: ["src/runner/**/*.ts"],
     rules: {

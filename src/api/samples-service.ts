@@ -1,17 +1,13 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { Kysely } from "kysely";
 import type { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
-import { jobSamples } from "../streams/samples.js";
-import { sizing, type ResourceAdvice } from "../streams/sizing.js";
-import type { Database } from "../store/schema.js";
+import type { ResourceAdvice } from "../streams/sizing.js";
+import type { Streams } from "../streams/streams.js";
 import { apiVersion } from "./request-rules.js";
 import { parseTimeBound } from "./time-range.js";
 
 /** What the samples service binds to. */
-export interface SamplesServiceDeps {
-  readonly db: Kysely<Database>;
-}
+export type SamplesServiceDeps = Pick<Streams, "samples" | "sizing">;
 
 /** How far back sizing looks when the request gives no `since`. */
 export const defaultSizingSince = "7d";
@@ -20,7 +16,7 @@ export const defaultSizingSince = "7d";
 export function createSamplesService(deps: SamplesServiceDeps): ServiceImpl<typeof SamplesService> {
   return {
     async getJobSamples(req) {
-      const found = await jobSamples(deps.db, req.jobId);
+      const found = await deps.samples(req.jobId);
       return {
         apiVersion,
         jobId: req.jobId.toLowerCase(),
@@ -36,7 +32,7 @@ export function createSamplesService(deps: SamplesServiceDeps): ServiceImpl<type
     },
     async getSizing(req) {
       const since = parseTimeBound("since", req.since || defaultSizingSince, new Date());
-      const groups = await sizing(deps.db, { since, workspaceId: req.workspaceId });
+      const groups = await deps.sizing({ since, workspaceId: req.workspaceId });
       return {
         apiVersion,
         since: timestampFromDate(since),

@@ -1,15 +1,11 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import type { Kysely } from "kysely";
 import type { SuspendService } from "../../gen/forelead/runner/v1/suspend_pb.js";
 import type { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import type { Artifacts } from "../artifacts/artifacts.js";
 import type { Digest } from "../artifacts/names.js";
-import { leaseCheckpointFile } from "../broker/job-inputs.js";
-import { answerInput } from "../broker/sql/answer.js";
-import { suspendJob } from "../broker/sql/suspend.js";
-import type { Database } from "../store/schema.js";
+import type { Broker } from "../broker/broker.js";
 import { audited } from "./audit-actions.js";
 import { principalOf, runnerOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
@@ -17,7 +13,7 @@ import { apiVersion } from "./request-rules.js";
 
 /** What suspend and answer bind to. */
 export interface SuspendServiceDeps {
-  readonly db: Kysely<Database>;
+  readonly broker: Pick<Broker, "suspend" | "answerInput" | "checkpointFile">;
   readonly artifacts: Artifacts;
 }
 
@@ -28,7 +24,7 @@ export function createSuspendService(deps: SuspendServiceDeps): ServiceImpl<type
       const holder = runnerOf(ctx);
       const checkpoint = await deps.artifacts.checkManifest(holder, req.jobId, req.checkpoint);
       const r = req.inputRequest;
-      const job = await suspendJob(deps.db, {
+      const job = await deps.broker.suspend({
         ...holder,
         jobId: req.jobId,
         leaseToken: req.leaseToken,
@@ -44,8 +40,7 @@ export function createSuspendService(deps: SuspendServiceDeps): ServiceImpl<type
     },
 
     async *checkpoint(req, ctx: HandlerContext) {
-      const entry = await leaseCheckpointFile(
-        deps.db,
+      const entry = await deps.broker.checkpointFile(
         runnerOf(ctx),
         req.jobId,
         req.leaseToken,
@@ -62,12 +57,12 @@ export function createSuspendService(deps: SuspendServiceDeps): ServiceImpl<type
 
 /** The admin's answer route (docs/suspend.md). */
 export function createInputService(
-  deps: Pick<SuspendServiceDeps, "db">,
+  deps: Pick<SuspendServiceDeps, "broker">,
 ): ServiceImpl<typeof InputService> {
   return {
     async answerInput(req, ctx) {
       const answer = () =>
-        answerInput(deps.db, {
+        deps.broker.answerInput({
           jobId: req.jobId,
           requestId: req.requestId,
           answer: req.answer ? toJson(ValueSchema, req.answer) : undefined,

@@ -14,7 +14,7 @@ import { createOperatorView } from "../ops/operator-view.js";
 import { buildInfo } from "./build-info.js";
 import { createAdminService } from "../api/admin-service.js";
 import { createEnrollService } from "../api/enroll-service.js";
-import { jobOwnership } from "../broker/job-workspace.js";
+import { jobOwnership } from "../broker/jobs/workspace.js";
 import { requestIdentityKey } from "../api/context.js";
 import { services as serviceList } from "../api/services.js";
 import { createApiHandler, serviceImpl } from "../api/surfaces.js";
@@ -68,11 +68,11 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     ),
     serviceImpl(EnrollService, createEnrollService(enrollment)),
     serviceImpl(StatsService, createStatsService(broker)),
-    serviceImpl(SamplesService, createSamplesService({ db: store.db })),
+    serviceImpl(SamplesService, createSamplesService(streams)),
     serviceImpl(StatusService, createStatusService(operatorView(checked, domain))),
     serviceImpl(FleetService, createFleetService({ pauses: domain.pauses, events: domain.events })),
-    serviceImpl(SuspendService, createSuspendService({ db: store.db, artifacts })),
-    serviceImpl(InputService, createInputService({ db: store.db })),
+    serviceImpl(SuspendService, createSuspendService({ broker, artifacts })),
+    serviceImpl(InputService, createInputService({ broker })),
     serviceImpl(PipelineService, createPipelineService(broker)),
     serviceImpl(BatchService, createBatchService(broker)),
   ];

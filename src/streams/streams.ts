@@ -1,10 +1,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
-import type { LeaseHolder } from "../broker/lease-check.js";
+import type { LeaseHolder } from "../broker/leases/check.js";
 import type { Store } from "../store/database.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { createAppender, defaultAppendBatching } from "./append.js";
-import type { BatcherOptions } from "../broker/batcher.js";
+import type { BatcherOptions } from "../broker/leases/batcher.js";
 import { ingest, type IngestLimits } from "./ingest.js";
 import type { IncomingMessage } from "./messages.js";
 import { createStreamNotifier } from "./notifier.js";
@@ -17,6 +17,8 @@ import {
   type StreamQuery,
 } from "./read.js";
 import { createStreamWakeups, type StreamWakeups } from "./wakeups.js";
+import { jobSamples, type JobSamples } from "./samples.js";
+import { sizing, type SizingGroup, type SizingQuery } from "./sizing.js";
 
 /** Events and logs: ingest from runners, read and follow for internal services. */
 export interface Streams {
@@ -34,6 +36,10 @@ export interface Streams {
    * has settled and every entry was sent (or with unavailable when closed).
    */
   follow(query: StreamQuery, signal?: AbortSignal): AsyncIterable<StreamEntry>;
+  /** A job's resource samples across its attempts, with their peaks; 404 for an unknown job. */
+  samples(jobId: string): Promise<JobSamples>;
+  /** Requested resources against the peaks jobs reached, per group of alike jobs. */
+  sizing(query: SizingQuery): Promise<SizingGroup[]>;
   close(): Promise<void>;
 }
 
@@ -71,6 +77,8 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
   const followPollMs = options.followPollMs ?? 5_000;
   let closing: Promise<void> | undefined;
   return {
+    samples: (jobId) => jobSamples(db, jobId),
+    sizing: (query) => sizing(db, query),
     ingest: (stream, holder, messages, read) =>
       ingest(db, append, stream, holder, messages, read, limits, (jobId) =>
         notifier.stored(jobId, stream),
