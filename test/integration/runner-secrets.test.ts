@@ -252,3 +252,56 @@ describe.each(executors)(
     });
   },
 );
+
+describe.runIf(executors.includes("process"))(
+  `secrets printed escaped or encoded, on the process executor (${databaseKind})`,
+  () => {
+    it("a secret the job prints JSON-escaped (json.dumps), percent-encoded or in base64 is masked in the stored log, result and events", async () => {
+      const escaped = { AUTH: 'S3CR3T-"Q\\UOTE-8888', OTHER: "S3CR3T-caf\u00e9-9999" };
+      const { runner, ws } = await secretRunner("process", "put into the claimed lease", {
+        secrets: escaped,
+        secretFiles: {},
+      });
+      const program = [
+        "import base64, json, os, urllib.parse",
+        "a, o = os.environ['AUTH'], os.environ['OTHER']",
+        "print('::forelead::result ' + json.dumps({'auth': a, 'other': o}))",
+        "print('dumps=' + json.dumps([a, o]))",
+        "print('quoted=' + urllib.parse.quote(a, safe='') + ' ' + urllib.parse.quote_plus(o))",
+        "print('b64=' + base64.b64encode(a.encode()).decode() + ' ' + base64.b64encode(('user:' + o).encode()).decode())",
+      ].join("\n");
+      try {
+        const jobId = await enqueueSecretJob(ws, "process", "put into the claimed lease", [
+          "python3",
+          "-c",
+          program,
+        ]);
+        const job = await settled(jobId);
+        expect(job.state, JSON.stringify(job)).toBe("succeeded");
+        const entries = await readEntries(admin, jobId, "logs", "?pageSize=10000");
+        const stored = entries.map((e) => (e.data as { text: string }).text).join("\n");
+        const events = JSON.stringify(await readEntries(admin, jobId, "events", "?pageSize=10000"));
+        expect(stored).toContain('dumps=["***", "***"]');
+        // Every form the job printed, and every 8 characters of it.
+        const forms = Object.values(escaped).flatMap((v) => [
+          v,
+          JSON.stringify(v).slice(1, -1),
+          JSON.stringify(v)
+            .slice(1, -1)
+            .replace(
+              /[\u007f-\uffff]/g,
+              (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+            ),
+          encodeURIComponent(v),
+          Buffer.from(v).toString("base64"),
+        ]);
+        for (const text of [stored, events, JSON.stringify(job)])
+          for (const form of forms)
+            for (const piece of eightCharPieces(form))
+              expect(text, `a piece of a secret: ${JSON.stringify(piece)}`).not.toContain(piece);
+      } finally {
+        await runner.close();
+      }
+    });
+  },
+);

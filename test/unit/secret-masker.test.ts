@@ -205,3 +205,44 @@ describe("secret names", () => {
       expect(secretFileNameProblem(name), name).toBeDefined();
   });
 });
+
+describe("a secret is masked in the encodings a job prints it in", () => {
+  const quoted = 'S3CR3T-"Q\\UOTE-8888';
+  const accented = "S3CR3T-café-9999";
+  const slashed = "s3cr3t/with/slashes and space";
+  const lease = create(LeaseSchema, {
+    secrets: { A: quoted, B: accented, C: slashed },
+    job: create(JobSchema, { spec: create(JobSpecSchema, {}) }),
+  });
+  const values = leaseSecretValues(lease);
+  const b64 = (s: string) => Buffer.from(s, "utf8").toString("base64");
+
+  it.each([
+    ["JSON as JavaScript writes it", JSON.stringify({ auth: quoted, other: accented })],
+    [
+      "JSON as Python's json.dumps writes it",
+      '{"auth": "S3CR3T-\\"Q\\\\UOTE-8888", "other": "S3CR3T-caf\\u00e9-9999"}',
+    ],
+    ["JSON with upper-case escapes", '"S3CR3T-caf\\u00E9-9999"'],
+    ["JSON with escaped slashes", '"s3cr3t\\/with\\/slashes and space"'],
+    ["percent-encoded", `q=${encodeURIComponent(slashed)}&r=${encodeURIComponent(accented)}`],
+    ["form-encoded", `q=${encodeURIComponent(slashed).replaceAll("%20", "+")}`],
+    ["base64", `${b64(quoted)} ${b64(accented)}`],
+    ["URL-safe base64", b64(slashed).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "")],
+    ["base64 inside a longer encoded text", b64(`user:${quoted}`) + " " + b64(`xy${accented}`)],
+  ])("%s", (_, printed) => {
+    const masked = createSecretMasker(values).text(printed);
+    // No 8 characters of any form of any secret are left.
+    for (const v of values)
+      for (const piece of substrings(v, Math.min(8, v.length)))
+        expect(masked, `${JSON.stringify(piece)} of ${JSON.stringify(v)}`).not.toContain(piece);
+    expect(masked).toContain("***");
+    // Split into single characters, the stream masks it the same.
+    expect(through(values, [...printed]).all).toBe(masked);
+  });
+
+  it("leaves ordinary text alone", () => {
+    const text = "building café-9999 from S3CR3T docs; see https://example.com/a/b";
+    expect(createSecretMasker(values).text(text)).toBe(text);
+  });
+});

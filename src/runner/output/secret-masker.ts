@@ -185,5 +185,57 @@ export function leaseSecretValues(lease: Pick<Lease, "secrets" | "secretFiles" |
   for (const [name, v] of Object.entries(lease.job?.spec?.env ?? {})) {
     if (looksSecret(name) && v.length >= minHeuristicLength) values.push(v);
   }
-  return values;
+  // A value under minEncodedLength is masked as it is only: its encoded forms would match ordinary text.
+  const encoded = values.filter((v) => v.length >= minEncodedLength).flatMap(encodedForms);
+  return [...new Set([...values, ...encoded])];
+}
+
+/**
+ * Shortest encoded form that is masked: a base64 or percent-encoded stretch shorter than this
+ * would match ordinary text.
+ */
+const minEncodedLength = 8;
+
+/**
+ * The forms a job is likely to print a secret in besides the raw value: JSON-escaped as
+ * JavaScript, Go or Python write it (quotes, backslashes and control characters escaped; with
+ * `ensure_ascii`, every non-ASCII character as `\uXXXX`, in lower or upper case; with `/` as
+ * `\/`), percent-encoded (`encodeURIComponent`, and `+` for spaces as forms write it) and base64
+ * (standard and URL-safe, of the value alone and of its middle wherever it falls in a longer
+ * encoded text: each of the three alignments without its uncertain edges).
+ */
+export function encodedForms(value: string): string[] {
+  const forms = new Set<string>();
+  const json = JSON.stringify(value).slice(1, -1);
+  const ascii = json.replace(
+    /[\u007f-\uffff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
+  for (const f of [
+    json,
+    ascii,
+    ascii.replace(/\\u([0-9a-f]{4})/g, (_, h: string) => `\\u${h.toUpperCase()}`),
+  ]) {
+    forms.add(f);
+    forms.add(f.replaceAll("/", "\\/"));
+  }
+  const percent = encodeURIComponent(value);
+  forms.add(percent);
+  forms.add(percent.replaceAll("%20", "+"));
+  const bytes = Buffer.from(value, "utf8");
+  for (let shift = 0; shift < 3; shift++) {
+    const b64 = Buffer.concat([Buffer.alloc(shift), bytes]).toString("base64");
+    // The characters that hold only the value's bits: past the shift's, before the last group's.
+    const first = shift === 0 ? 0 : shift === 1 ? 2 : 3;
+    const whole = (shift + bytes.length) % 3 === 0;
+    const end = whole ? b64.length : b64.length - 4 + ((shift + bytes.length) % 3);
+    const middle = shift === 0 && whole ? b64 : b64.slice(first, end);
+    for (const f of [shift === 0 ? b64 : "", middle]) {
+      if (f.length < minEncodedLength) continue;
+      forms.add(f);
+      forms.add(f.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, ""));
+    }
+  }
+  forms.delete(value);
+  return [...forms].filter((f) => f.length >= minEncodedLength);
 }
