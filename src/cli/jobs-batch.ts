@@ -87,18 +87,16 @@ async function readBatch(file: string): Promise<Array<{ where: string; json: Jso
     const items = parse(`--batch ${file}`, text) as JsonValue[];
     return items.map((json, i) => ({ where: `--batch ${file} item ${i}`, json }));
   }
-  const jobs = text
-    .split("\n")
-    .flatMap((line, i) =>
-      line.trim() === ""
-        ? []
-        : [
-            {
-              where: `--batch ${file} line ${i + 1}`,
-              json: parse(`--batch ${file} line ${i + 1}`, line),
-            },
-          ],
-    );
+  const jobs = text.split("\n").flatMap((line, i) =>
+    line.trim() === ""
+      ? []
+      : [
+          {
+            where: `--batch ${file} line ${i + 1}`,
+            json: parse(`--batch ${file} line ${i + 1}`, line),
+          },
+        ],
+  );
   if (jobs.length === 0)
     throw new Error(
       `--batch ${file} holds no jobs: give one EnqueueJob request (JSON) a line, or a JSON array of them`,

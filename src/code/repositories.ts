@@ -109,15 +109,13 @@ export async function upsertRepository(
       registered_by: by,
     })
     .onConflict((oc) =>
-      oc
-        .column("name")
-        .doUpdateSet({
-          url: input.url,
-          credential: null,
-          credential_sealed: sealed,
-          registered_by: by,
-          updated_at: sql`now()`,
-        }),
+      oc.column("name").doUpdateSet({
+        url: input.url,
+        credential: null,
+        credential_sealed: sealed,
+        registered_by: by,
+        updated_at: sql`now()`,
+      }),
     )
     .returningAll()
     .executeTakeFirstOrThrow();

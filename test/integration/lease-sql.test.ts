@@ -4,7 +4,12 @@
 // checked here once.
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
-import { expiredLease, leaseHeld, liveLease, liveLeaseRow } from "../../src/broker/leases/sql-fragments.js";
+import {
+  expiredLease,
+  leaseHeld,
+  liveLease,
+  liveLeaseRow,
+} from "../../src/broker/leases/sql-fragments.js";
 import { databaseKind } from "../support/database.js";
 import { useTestStore } from "../support/store.js";
 

@@ -91,10 +91,7 @@ export interface DockerClient {
   getNetwork(name: string): DockerNetwork;
   createContainer(options: ContainerCreateOptions): Promise<DockerContainer>;
   getContainer(name: string): DockerContainer;
-  listContainers(options: {
-    all: boolean;
-    filters: { label: string[] };
-  }): Promise<
+  listContainers(options: { all: boolean; filters: { label: string[] } }): Promise<
     Array<{
       Id: string;
       Names: string[];
