@@ -170,7 +170,7 @@ export function serveCommand(): Command {
       .addOption(
         pathOption(
           "--audit-spool <dir>",
-          "where audit records wait (fsynced) while the database cannot take them; one process's (locked): a second start on it is refused; default: beside an embedded database (data/audit-spool), data/audit-spool/<listen host>-<port> with a postgres:// URL, where spools of stopped replicas are also drained",
+          "where audit records wait (fsynced) while the database cannot take them; one process's (locked): a second serve given the same one is refused; default: beside an embedded database (data/audit-spool); with a postgres:// URL, data/audit-spool/<listen host>-<port> (the next free <…>.2, .3 when a live replica holds it), where the spools of replicas no longer running are drained too",
         ),
       )
       .addOption(
@@ -414,9 +414,10 @@ const sharedSpoolRoot = "data/audit-spool";
  * data/audit-spool). With a URL, each replica has its own folder there,
  * named by its listen address (data/audit-spool/127.0.0.1-8443): stable
  * across its restarts, so a crash never orphans its records, and distinct
- * between replicas on one host, which cannot listen on one address. The
- * spool's lock refuses a second process anyway (--listen with port 0, or
- * one folder shared by hosts); spools no live replica holds are adopted.
+ * between replicas on one host, which cannot listen on one address. Where
+ * the name is not enough (port 0, hosts sharing the folder) the spool's
+ * lock decides: a replica finding its folder held by a live one takes the
+ * next free numbered folder (…-0.2). Spools no live replica holds are adopted.
  */
 function defaultAuditSpoolDir(database: string, host: string, port: number): string | undefined {
   if (isPostgresUrl(database))

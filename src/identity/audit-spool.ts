@@ -64,12 +64,30 @@ export interface AuditSpoolOptions<T> {
   readonly onQuarantine?: (lines: number) => void;
   /** What holds the lock, as its lock file says; "forelead serve" by default. */
   readonly command?: string;
+  /** How many numbered alternatives of `dir` to try when another live process holds it (0 by default: refused). */
+  readonly alternates?: number;
 }
 
 /** The lock's command while a replica drains a spool no live process held (src/identity/audit-spool-adoption.ts). */
 export const adoptingCommand = "forelead serve (adopting an orphaned spool)";
 /** How long a start waits for a replica adopting its spool to finish. */
 const adoptionWaitMs = 30_000;
+
+/** The lock of `options.dir`, or of the first alternative no live process holds. */
+async function lockFirstFree<T>(
+  options: AuditSpoolOptions<T>,
+): Promise<{ lock: DirectoryLock; dir: string }> {
+  const command = options.command ?? "forelead serve";
+  const alternates = options.alternates ?? 0;
+  for (let n = 1; ; n++) {
+    const dir = n === 1 ? options.dir : `${options.dir}.${n}`;
+    try {
+      return { lock: await lockSpool(dir, command), dir };
+    } catch (err) {
+      if (!(err instanceof DirectoryInUse) || n > alternates) throw err;
+    }
+  }
+}
 
 /**
  * The spool's lock. A replica draining this spool as an orphan holds it for
@@ -105,19 +123,26 @@ export const spoolInUseHint = "stop it, or give this replica a spool of its own 
 const readChunkBytes = 1024 * 1024;
 const newline = 10;
 
-/** One line of the file: a row, or a bad line's bytes (newline excluded) to quarantine. */
-type Entry<T> = { readonly length: number } & (
-  | { readonly row: T; readonly bad?: undefined }
-  | { readonly row?: undefined; readonly bad: Buffer; readonly why: string }
-);
+/**
+ * One line of the file, newline included in its length: its rows (one for a
+ * whole line; several, or none, for a line two appends ran into) and the
+ * bad parts to quarantine.
+ */
+interface Line<T> {
+  readonly length: number;
+  readonly rows: readonly T[];
+  readonly bad: readonly { readonly bytes: Buffer; readonly why: string }[];
+}
 
 /**
  * Locks `dir` (creating it) for this process or throws DirectoryInUse naming
  * the holder, then opens the spool in it, counting what an earlier run left.
+ * With `alternates`, a `dir` another live process holds is passed over for
+ * the first free of `dir.2`, `dir.3` ….
  */
 export async function openAuditSpool<T>(options: AuditSpoolOptions<T>): Promise<AuditSpool<T>> {
-  const { dir, maxBytes, timeOf, isRow } = options;
-  const lock = await lockSpool(dir, options.command ?? "forelead serve");
+  const { maxBytes, timeOf, isRow } = options;
+  const { lock, dir } = await lockFirstFree(options);
   try {
     return await openLocked(options, lock, dir, maxBytes, timeOf, isRow);
   } catch (err) {
@@ -146,13 +171,13 @@ async function openLocked<T>(
   let offset = 0;
   let records = 0;
   let oldest: Date | undefined;
-  let peeked: Entry<T>[] = [];
+  let peeked: Line<T>[] = [];
   let peekedToEnd = false;
 
-  async function quarantine(entries: readonly Entry<T>[], where: string): Promise<void> {
-    const bad = entries.filter((e) => e.bad !== undefined);
+  async function quarantine(lines: readonly Line<T>[], where: string): Promise<void> {
+    const bad = lines.flatMap((l) => l.bad);
     if (bad.length === 0) return;
-    const data = Buffer.concat(bad.flatMap((e) => [e.bad!, Buffer.from("\n")]));
+    const data = Buffer.concat(bad.flatMap((b) => [b.bytes, Buffer.from("\n")]));
     const file = await open(quarantinePath, "a", 0o600);
     try {
       await file.write(data);
@@ -163,7 +188,7 @@ async function openLocked<T>(
     quarantined += bad.length;
     quarantinedHere += bad.length;
     options.onQuarantine?.(bad.length);
-    const why = [...new Set(bad.map((e) => (e.bad !== undefined ? e.why : "")))].join("; ");
+    const why = [...new Set(bad.map((b) => b.why))].join("; ");
     console.error(
       `audit: moved ${bad.length} unreadable line(s) of the spool ${path} (${why}; ${where}) to ${quarantinePath}; the rows around them are written as usual`,
     );
@@ -178,8 +203,8 @@ async function openLocked<T>(
       if (whole < now.size) {
         const tail = await readRange(path, whole, now.size - whole);
         await quarantine(
-          [{ length: tail.length, bad: tail, why: "a last line without its newline" }],
-          "a torn append",
+          [{ length: tail.length, rows: [], bad: [{ bytes: tail, why: "a torn append" }] }],
+          "the last line, without its newline",
         );
         await truncate(path, whole);
       }
@@ -205,12 +230,13 @@ async function openLocked<T>(
     await rescan();
   }
 
-  /** Reads entries from the front until `max` rows are in hand or the file ends. */
+  const rowsIn = (lines: readonly Line<T>[]) => lines.reduce((n, l) => n + l.rows.length, 0);
+
+  /** Reads lines from the front until `max` rows are in hand or the file ends. */
   async function fill(max: number): Promise<void> {
-    const rows = peeked.filter((e) => e.row !== undefined).length;
-    if (rows >= max || peekedToEnd) return;
-    const read = await readEntries(path, offset, size, max, isRow);
-    peeked = read.entries;
+    if (rowsIn(peeked) >= max || peekedToEnd) return;
+    const read = await readLines(path, offset, size, max, isRow);
+    peeked = read.lines;
     peekedToEnd = read.end;
     if (read.end && read.consumed < size - offset) {
       // Fewer whole lines than the count says: the file changed between the check and the read.
@@ -220,16 +246,16 @@ async function openLocked<T>(
   }
 
   async function findOldest(): Promise<void> {
-    // Bad lines at the front are quarantined here, so the oldest is always a row's time.
+    // Lines without a row at the front are quarantined here, so the oldest is always a row's time.
     for (;;) {
       if (records === 0) {
         oldest = undefined;
         return;
       }
       await fill(1);
-      const first = peeked.find((e) => e.row !== undefined);
-      if (first?.row !== undefined) {
-        oldest = timeOf(first.row);
+      const first = peeked.find((l) => l.rows.length > 0);
+      if (first) {
+        oldest = timeOf(first.rows[0]!);
         return;
       }
       if (peeked.length === 0)
@@ -238,11 +264,11 @@ async function openLocked<T>(
     }
   }
 
-  /** Takes out the first `n` entries of peeked: quarantines the bad ones, then moves past them. */
+  /** Takes out the first `n` lines of peeked: quarantines their bad parts, then moves past them. */
   async function consume(n: number): Promise<void> {
     const gone = peeked.slice(0, n);
     await quarantine(gone, `from byte ${offset}`);
-    offset += gone.reduce((sum, e) => sum + e.length, 0);
+    offset += gone.reduce((sum, l) => sum + l.length, 0);
     records -= gone.length;
     peeked = peeked.slice(n);
     if (records > 0) return;
@@ -309,25 +335,26 @@ async function openLocked<T>(
     async peek(max) {
       await verify();
       await fill(max);
+      // Whole lines only, so that take() never splits one: a line two appends ran into may hold two rows.
       const rows: T[] = [];
-      for (const e of peeked) {
-        if (rows.length === max) break;
-        if (e.row !== undefined) rows.push(e.row);
+      for (const line of peeked) {
+        if (rows.length >= max) break;
+        rows.push(...line.rows);
       }
       return rows;
     },
     async take(count) {
-      // The entries up to and including the count-th row, and the bad lines right after it.
+      // The lines holding the first `count` rows, and the lines without a row before them.
       let n = 0;
       for (let rows = 0; n < peeked.length; n++) {
-        if (peeked[n]!.row !== undefined) {
-          if (rows === count) break;
-          rows++;
-        }
+        const line = peeked[n]!;
+        if (rows === count && line.rows.length > 0) break;
+        rows += line.rows.length;
+        if (rows > count)
+          throw new Error(`audit spool: take(${count}) splits a line; take what peek returned`);
       }
-      const rowsInHand = peeked.filter((e) => e.row !== undefined).length;
-      if (count > rowsInHand)
-        throw new Error(`audit spool: take(${count}) after a peek of ${rowsInHand}`);
+      if (count > rowsIn(peeked.slice(0, n)))
+        throw new Error(`audit spool: take(${count}) after a peek of ${rowsIn(peeked)}`);
       await consume(n);
       await findOldest();
     },
@@ -335,29 +362,56 @@ async function openLocked<T>(
   };
 }
 
-/** A row of `line`, or why it is not one. */
+/** Where a row written by this spool starts: a line two appends ran into is split there. */
+const rowStart = Buffer.from('{"record_id":');
+
+/**
+ * The rows of one line (newline excluded). A line that is not one row is
+ * split where rows start (a torn append followed by a whole one) and each
+ * part is a row or a bad part.
+ */
 function parseLine<T>(
   line: Buffer,
+  isRow: (value: unknown) => value is T,
+): Omit<Line<T>, "length"> {
+  const whole = parsePart(line, isRow);
+  if ("row" in whole) return { rows: [whole.row], bad: [] };
+  const rows: T[] = [];
+  const bad: { bytes: Buffer; why: string }[] = [];
+  let start = 0;
+  for (;;) {
+    const next = line.indexOf(rowStart, start + 1);
+    const part = line.subarray(start, next < 0 ? line.length : next);
+    const parsed = part === line ? whole : parsePart(part, isRow);
+    if ("row" in parsed) rows.push(parsed.row);
+    else bad.push({ bytes: Buffer.from(part), why: parsed.why });
+    if (next < 0) return { rows, bad };
+    start = next;
+  }
+}
+
+function parsePart<T>(
+  part: Buffer,
   isRow: (value: unknown) => value is T,
 ): { row: T } | { why: string } {
   let value: unknown;
   try {
-    value = JSON.parse(line.toString("utf8"));
+    value = JSON.parse(part.toString("utf8"));
   } catch {
     return { why: "not JSON" };
   }
   return isRow(value) ? { row: value } : { why: "not an audit row" };
 }
 
-/** Entries from `offset` until `max` rows or `size`; `consumed` counts their bytes, `end` whether `size` was reached. */
-async function readEntries<T>(
+/** Lines from `offset` until `max` rows or `size`; `consumed` counts their bytes, `end` whether `size` was reached. */
+async function readLines<T>(
   path: string,
   offset: number,
   size: number,
   max: number,
   isRow: (value: unknown) => value is T,
-): Promise<{ entries: Entry<T>[]; consumed: number; end: boolean }> {
-  const entries: Entry<T>[] = [];
+): Promise<{ lines: Line<T>[]; consumed: number; end: boolean }> {
+  const lines: Line<T>[] = [];
   let rows = 0;
   let consumed = 0;
   const file = await open(path, "r");
@@ -372,12 +426,9 @@ async function readEntries<T>(
       let text = Buffer.concat([carry, chunk.subarray(0, bytesRead)]);
       let end: number;
       while (rows < max && (end = text.indexOf(newline)) >= 0) {
-        const line = text.subarray(0, end);
-        const parsed = parseLine(line, isRow);
-        if ("row" in parsed) {
-          entries.push({ row: parsed.row, length: end + 1 });
-          rows++;
-        } else entries.push({ bad: Buffer.from(line), why: parsed.why, length: end + 1 });
+        const line = { length: end + 1, ...parseLine(text.subarray(0, end), isRow) };
+        lines.push(line);
+        rows += line.rows.length;
         consumed += end + 1;
         text = text.subarray(end + 1);
       }
@@ -386,7 +437,7 @@ async function readEntries<T>(
   } finally {
     await file.close();
   }
-  return { entries, consumed, end: offset + consumed >= size || rows < max };
+  return { lines, consumed, end: offset + consumed >= size || rows < max };
 }
 
 async function statFile(path: string): Promise<{ ino: number; size: number }> {

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { dirname } from "node:path";
 import { sql, type Insertable, type Kysely } from "kysely";
 import type { AuditRecordsTable, Database } from "../store/schema.js";
 import type { CertificateFacts } from "./certificate-policy.js";
@@ -82,7 +83,9 @@ export interface DatabaseAuditSinkOptions {
   readonly database?: string;
   /**
    * A folder of replicas' spools (the default for a postgres:// database):
-   * those no live process holds, of the same database, are drained into it.
+   * those no live process holds, of the same database, are drained into it;
+   * and this replica's own, when another live process holds it, is the
+   * first free of its numbered alternatives (spoolDir.2, .3 …) instead.
    */
   readonly adoptFrom?: string;
 }
@@ -165,6 +168,8 @@ export const auditUnavailableMessage =
 const backlogLogIntervalMs = 30_000;
 /** How often a replica looks for spools no live process holds (and once at start). */
 const adoptIntervalMs = 60_000;
+/** Numbered alternatives of a default spool tried when live replicas hold it (several on port 0). */
+const spoolAlternates = 16;
 
 /**
  * Buffers records and writes them in batches: one INSERT per flush instead of
@@ -188,6 +193,7 @@ export async function createDatabaseAuditSink(
     timeOf: (r) => new Date(r.at),
     isRow: isAuditRow,
     database,
+    alternates: options.adoptFrom ? spoolAlternates : 0,
   });
   const holder = `pid ${spool.holder.pid} on ${spool.holder.hostname}, started ${spool.holder.startedAt}`;
   // The queue, oldest first: the spool's rows, then the buffer's. Only drain() (one at a time) moves rows.
@@ -243,7 +249,7 @@ export async function createDatabaseAuditSink(
       adoptedAt = Date.now();
       await adoptOrphanSpools({
         root: options.adoptFrom,
-        own: options.spoolDir,
+        own: dirname(spool.path),
         database,
         isRow: isAuditRow,
         timeOf: (r) => new Date(r.at),
