@@ -250,9 +250,7 @@ export async function checkCertificateAuthority(ca: CertificateAuthority): Promi
 }
 
 /** Parses the CA and imports its key, refusing a key that does not belong to the certificate. */
-async function openCertificateAuthority(
-  ca: CertificateAuthority,
-): Promise<{
+async function openCertificateAuthority(ca: CertificateAuthority): Promise<{
   cert: x509.X509Certificate;
   signingKey: CryptoKey;
   signingAlgorithm: SigningKey["signingAlgorithm"];
