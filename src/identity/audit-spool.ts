@@ -223,11 +223,13 @@ async function openLocked<T>(
   async function verify(): Promise<void> {
     const now = await statFile(path);
     if (now.ino === ino && now.size === size) return;
-    if (ino !== 0 || now.size !== 0)
-      console.error(
-        `audit: the spool ${path} changed under this process (${describeChange(ino, size, now)}); counting it again as it is now`,
-      );
+    const before = { ino, records };
+    const change = describeChange(ino, size, now);
     await rescan();
+    if (before.ino !== 0 || now.size !== 0)
+      console.error(
+        `audit: the spool ${path} was changed by another process (${change}); counted again: ${records} lines wait in it, ${before.records} did before`,
+      );
   }
 
   const rowsIn = (lines: readonly Line<T>[]) => lines.reduce((n, l) => n + l.rows.length, 0);
