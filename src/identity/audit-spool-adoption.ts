@@ -29,9 +29,13 @@ export interface SpoolAdoption<T> {
  * when its tag names this database; an untagged one (an earlier version's)
  * only at `root` itself, the earlier shared default, and only when no
  * embedded database sits beside it (whose spool that path also was).
- * Returns the records written.
+ * Each spool on its own: one that fails (unreadable, or the database
+ * refused its rows) is tried again next time; the others are adopted.
+ * Returns the records written and what failed.
  */
-export async function adoptOrphanSpools<T>(options: SpoolAdoption<T>): Promise<number> {
+export async function adoptOrphanSpools<T>(
+  options: SpoolAdoption<T>,
+): Promise<{ written: number; failures: string[] }> {
   const root = resolve(options.root);
   const own = resolve(options.own);
   const names = await readdir(root, { withFileTypes: true }).catch(() => []);
@@ -40,6 +44,7 @@ export async function adoptOrphanSpools<T>(options: SpoolAdoption<T>): Promise<n
     ...names.filter((e) => e.isDirectory()).map((e) => join(root, e.name)),
   ].filter((dir) => dir !== own);
   let written = 0;
+  const failures: string[] = [];
   for (const dir of candidates) {
     const size = await stat(join(dir, auditSpoolFile)).then(
       (s) => s.size,
@@ -49,9 +54,13 @@ export async function adoptOrphanSpools<T>(options: SpoolAdoption<T>): Promise<n
     const tag = await readSpoolTag(dir);
     const legacy = tag === undefined && dir === root && !existsSync(join(dirname(root), "db"));
     if (tag !== options.database && !legacy) continue;
-    written += await adoptSpool(dir, options);
+    try {
+      written += await adoptSpool(dir, options);
+    } catch (err) {
+      failures.push(`${dir}: ${(err as Error).message}`);
+    }
   }
-  return written;
+  return { written, failures };
 }
 
 async function adoptSpool<T>(dir: string, options: SpoolAdoption<T>): Promise<number> {

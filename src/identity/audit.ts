@@ -202,6 +202,7 @@ export async function createDatabaseAuditSink(
   let spoolFailure: string | undefined;
   let spoolUnreadable: string | undefined;
   let adoptedAt = 0;
+  let adoptionFailure = "";
   let dropped = 0;
   let backlogLoggedAt = 0;
   let writing: Promise<void> = Promise.resolve();
@@ -247,7 +248,7 @@ export async function createDatabaseAuditSink(
     databaseUp();
     if (options.adoptFrom && Date.now() - adoptedAt >= adoptIntervalMs) {
       adoptedAt = Date.now();
-      await adoptOrphanSpools({
+      const { failures } = await adoptOrphanSpools({
         root: options.adoptFrom,
         own: dirname(spool.path),
         database,
@@ -255,11 +256,14 @@ export async function createDatabaseAuditSink(
         timeOf: (r) => new Date(r.at),
         maxBatch,
         store: insert,
-      }).catch((err: unknown) => {
-        adoptedAt = 0; // the next flush tries again
-        if (!(err instanceof DatabaseRefused))
-          console.error(`audit: adopting orphaned spools failed: ${(err as Error).message}`);
       });
+      // Tried again at the next interval; said once until it changes.
+      const failed = failures.join("; ");
+      if (failed && failed !== adoptionFailure)
+        console.error(
+          `audit: cannot adopt an orphaned spool yet (${failed}); trying again every minute`,
+        );
+      adoptionFailure = failed;
     }
   }
 

@@ -32,13 +32,13 @@ const repoRoot = join(import.meta.dirname, "../..");
 const refusedUnrecorded = (r: RestReply) =>
   r.status === 503 && r.json?.message === auditUnavailableMessage;
 
-/** The routes of the marks stored, oldest first, from the server's own database. */
+/** The routes of the marks stored as allowed, oldest first, from the server's own database (a request refused for the audit trail is stored as a refusal). */
 async function storedMarks(url: string, prefix: string): Promise<string[]> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
     const { rows } = await client.query<{ route: string }>(
-      "select route from audit_records where route like $1 order by id",
+      "select route from audit_records where route like $1 and decision = 'allow' order by id",
       [`GET /v1/admin/jobs/${prefix}%`],
     );
     return rows.map((r) => r.route.slice("GET /v1/admin/jobs/".length));
@@ -151,6 +151,76 @@ describe.runIf(postgresServerInstalled())("a spool file changed by another proce
       log.join("\n"),
     ).toHaveLength(1);
     expect(log.some((l) => l.includes(auditQuarantineFile))).toBe(false);
+  }, 90_000);
+});
+
+describe.runIf(postgresServerInstalled())("a spool that cannot be used at all", () => {
+  it("while Postgres is down: 503; once Postgres is back, serving again though the spool is still broken; its records are written once it heals, each once", async () => {
+    const server = await startPostgresServer();
+    const spoolDir = await mkdtemp(join(tmpdir(), "forelead-spool-broken-"));
+    const cp = await startTestControlPlane({
+      database: { location: server.url, kind: "postgres", drop: async () => {} },
+      auditSpoolDir: spoolDir,
+    });
+    const admin = await adminActor(cp);
+    const answered: string[] = [];
+    let n = 0;
+    const mark = async (phase: string) => {
+      const tag = `broken-${phase}-${n++}`;
+      const reply = await admin.rest.request("GET", `/v1/admin/jobs/${tag}`);
+      if (!refusedUnrecorded(reply)) answered.push(tag);
+      return reply;
+    };
+    try {
+      await server.stop();
+      for (let i = 0; i < 5; i++) await mark("down");
+      await cp.plane.audit.flush();
+      expect(cp.plane.audit.backlog().spooled).toBeGreaterThanOrEqual(5);
+      // A file where the spool's directory was: it can be neither read nor written.
+      await rename(spoolDir, `${spoolDir}.aside`);
+      await writeFile(spoolDir, "");
+      await eventually("a 503 refusal", async () =>
+        refusedUnrecorded(await mark("nospool")) ? true : undefined,
+      );
+
+      await server.start();
+      await eventually(
+        "serving with the spool still broken",
+        async () => (refusedUnrecorded(await mark("dbback")) ? undefined : true),
+        15_000,
+        100,
+      );
+      const jobs = await admin.rest.request("GET", "/v1/admin/jobs?workspaceId=w1");
+      expect(jobs.status, jobs.text).toBe(200);
+      expect(cp.plane.audit.backlog().spoolUnreadable).toMatch(/ENOTDIR/);
+      const doctor = await admin.rest.request("GET", "/v1/admin/doctor");
+      const check = doctor.json.checks.find((c: { name: string }) => c.name === "audit backlog");
+      expect(check.status, check.detail).toBe("warn");
+      expect(check.detail).toContain("cannot read the spool (ENOTDIR");
+
+      await rm(spoolDir);
+      await rename(`${spoolDir}.aside`, spoolDir);
+      await eventually(
+        "the spool written",
+        async () => {
+          await cp.plane.audit.flush();
+          const b = cp.plane.audit.backlog();
+          return b.spooled === 0 && b.inMemory === 0 && !b.spoolUnreadable ? true : undefined;
+        },
+        15_000,
+        100,
+      );
+      for (let i = 0; i < 3; i++) expect(refusedUnrecorded(await mark("after"))).toBe(false);
+      await cp.plane.audit.flush();
+      // Out of order with the spool's records (they waited for it), but every one, once.
+      expect((await storedMarks(server.url, "broken-")).sort()).toEqual([...answered].sort());
+    } finally {
+      await admin.close();
+      await cp.close();
+      await server.destroy();
+      await rm(spoolDir, { recursive: true, force: true });
+      await rm(`${spoolDir}.aside`, { recursive: true, force: true });
+    }
   }, 90_000);
 });
 
