@@ -97,10 +97,24 @@ type AuditRow = Insertable<AuditRecordsTable> & {
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+const isTime = (v: unknown) => typeof v === "string" && !Number.isNaN(Date.parse(v));
+const optional = (v: unknown, test: (v: unknown) => boolean) =>
+  v === undefined || v === null || test(v);
+const isText = (v: unknown) => typeof v === "string";
+const textColumns = [
+  "action",
+  "target",
+  "spiffe_id",
+  "certificate_serial",
+  "certificate_sha256",
+  "remote_address",
+] as const;
+
 /**
  * Whether a spool line is a row the database takes: a record id, a time, a
- * route, a decision and a reason. Anything else would fail the whole batch's
- * insert, so it is quarantined instead.
+ * route, a decision and a reason, and every other column of its type or
+ * absent. Anything else would fail the whole batch's insert, and with it
+ * every row behind it, so it is quarantined instead.
  */
 export function isAuditRow(value: unknown): value is AuditRow {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
@@ -108,11 +122,15 @@ export function isAuditRow(value: unknown): value is AuditRow {
   return (
     typeof r.record_id === "string" &&
     uuid.test(r.record_id) &&
-    typeof r.at === "string" &&
-    !Number.isNaN(Date.parse(r.at)) &&
-    typeof r.route === "string" &&
-    typeof r.decision === "string" &&
-    typeof r.reason === "string"
+    isTime(r.at) &&
+    isText(r.route) &&
+    (r.decision === "allow" || r.decision === "deny") &&
+    isText(r.reason) &&
+    (r.kind === undefined || r.kind === "decision" || r.kind === "action") &&
+    (r.count === undefined || (Number.isSafeInteger(r.count) && (r.count as number) >= 1)) &&
+    optional(r.certificate_not_after, isTime) &&
+    optional(r.last_at, isTime) &&
+    textColumns.every((c) => optional(r[c], isText))
   );
 }
 
