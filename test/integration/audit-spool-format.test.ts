@@ -79,7 +79,8 @@ async function drainSpool(bytes: Buffer): Promise<{ quarantine: string; spool: s
 
 describe(`a spool cut at every byte offset (${databaseKind})`, () => {
   it("a file ending at any byte: every whole row is stored once, the cut one is quarantined, the spool is emptied", async () => {
-    const rows = [row("cut-a"), row("cut-b"), row("cut-c")];
+    // Two rows: every cut falls in the first, at the boundary, or in the second behind a whole one.
+    const rows = [row("cut-a"), row("cut-b")];
     const lines = rows.map(line);
     const file = Buffer.concat(lines);
     const ends = lines.map((_, i) => Buffer.concat(lines.slice(0, i + 1)).length);
