@@ -23,6 +23,11 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
           listenConnected: s.database.listenConnected,
           auditBacklogRecords: BigInt(audit.inMemory + audit.spooled),
           auditSpoolBytes: BigInt(audit.spoolBytes),
+          auditSpoolPath: audit.spoolPath,
+          auditSpoolHolder: audit.spoolHolder,
+          auditSpoolRecords: BigInt(audit.spooled),
+          auditSpoolQuarantinedRecords: BigInt(audit.quarantined),
+          auditSpoolQuarantinePath: audit.quarantinePath,
           ...(audit.oldestUnwritten
             ? { auditOldestUnwritten: timestampFromDate(audit.oldestUnwritten) }
             : {}),

@@ -170,7 +170,7 @@ export function serveCommand(): Command {
       .addOption(
         pathOption(
           "--audit-spool <dir>",
-          "where audit records wait (fsynced) while the database cannot take them; default: beside an embedded database (data/audit-spool), data/audit-spool with a postgres:// URL (one per replica)",
+          "where audit records wait (fsynced) while the database cannot take them; one process's (locked): a second serve given the same one is refused; default: beside an embedded database (data/audit-spool); with a postgres:// URL, data/audit-spool/<listen host>-<port> (the next free <…>.2, .3 when a live replica holds it), where the spools of replicas no longer running are drained too",
         ),
       )
       .addOption(
@@ -340,7 +340,10 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
   const tls = await loadTls(flags);
   const issuer = await loadIssuer(flags);
   const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
-  const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database);
+  const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database, host, port);
+  // Only the default folder of replicas' spools is searched for orphans: a spool given by flag is the operator's to place.
+  const auditSpoolAdoptFrom =
+    !flags.auditSpool && isPostgresUrl(flags.database) ? resolve(sharedSpoolRoot) : undefined;
   return {
     host,
     port,
@@ -364,6 +367,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     ...(secretsKeys ? { secretsKeys } : {}),
     eventRetentionMs: flags.eventRetention * 1000,
     ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
+    ...(auditSpoolAdoptFrom ? { auditSpoolAdoptFrom } : {}),
     auditSpoolMaxBytes: flags.auditSpoolMaxSize,
     ...(metricsListen ? { metricsListen } : {}),
     connectionLimits: {
@@ -402,9 +406,22 @@ function defaultArtifactsDir(database: string): string | undefined {
   return join(dirname(resolve(database)), "artifacts");
 }
 
-/** The audit spool lives beside an embedded database (data/db → data/audit-spool); with a URL, in data/audit-spool. */
-function defaultAuditSpoolDir(database: string): string | undefined {
-  if (isPostgresUrl(database)) return resolve("data/audit-spool");
+/** Where replicas on a postgres:// database keep their spools by default, one folder each. */
+const sharedSpoolRoot = "data/audit-spool";
+
+/**
+ * The audit spool lives beside an embedded database (data/db →
+ * data/audit-spool). With a URL, each replica has its own folder there,
+ * named by its listen address (data/audit-spool/127.0.0.1-8443): stable
+ * across its restarts, so a crash never orphans its records, and distinct
+ * between replicas on one host, which cannot listen on one address. Where
+ * the name is not enough (port 0, hosts sharing the folder) the spool's
+ * lock decides: a replica finding its folder held by a live one takes the
+ * next free numbered folder (…-0.2). Spools no live replica holds are adopted.
+ */
+function defaultAuditSpoolDir(database: string, host: string, port: number): string | undefined {
+  if (isPostgresUrl(database))
+    return resolve(sharedSpoolRoot, `${host.replace(/[^A-Za-z0-9.-]/g, "_")}-${port}`);
   if (database === "memory://") return undefined; // a temporary directory, like the database
   return join(dirname(resolve(database)), "audit-spool");
 }

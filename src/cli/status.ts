@@ -42,6 +42,7 @@ export function formatStatus(s: GetStatusResponse): string {
   const lines = [
     `forelead ${s.build?.version} (commit ${s.build?.commit}${s.build?.buildDate ? `, ${s.build.buildDate}` : ""}), started ${at(s.startedAt)}`,
     `database: ${d?.kind} ${d?.reachable ? `reachable (${d.roundTripMs.toFixed(1)} ms)` : "UNREACHABLE"}, migration ${d?.migration || "-"}, LISTEN ${d?.listenConnected ? "connected" : "DOWN"}, audit backlog ${d?.auditBacklogRecords} (${d?.auditSpoolBytes} bytes spooled${d?.auditOldestUnwritten ? `, oldest ${at(d.auditOldestUnwritten)}` : ""})`,
+    `audit spool: ${d?.auditSpoolPath || "-"} held by ${d?.auditSpoolHolder || "-"}, ${d?.auditSpoolRecords ?? 0} records waiting, ${d?.auditSpoolQuarantinedRecords ?? 0} quarantined${d?.auditSpoolQuarantinedRecords ? ` in ${d.auditSpoolQuarantinePath}` : ""}`,
     `replicas (${s.replicas.length}):`,
     ...s.replicas.map(
       (x) =>

@@ -1,8 +1,10 @@
 import { randomUUID } from "node:crypto";
+import { dirname } from "node:path";
 import { sql, type Insertable, type Kysely } from "kysely";
 import type { AuditRecordsTable, Database } from "../store/schema.js";
 import type { CertificateFacts } from "./certificate-policy.js";
 import { openAuditSpool } from "./audit-spool.js";
+import { adoptOrphanSpools } from "./audit-spool-adoption.js";
 
 /**
  * One identity decision, allowed or refused, or one administrative action
@@ -39,6 +41,15 @@ export interface AuditBacklog {
   readonly spooled: number;
   readonly spoolBytes: number;
   readonly spoolPath: string;
+  /** The process holding the spool (this one), e.g. "pid 12 on host-a, started 2026-01-01T00:00:00.000Z". */
+  readonly spoolHolder: string;
+  /** Lines in the spool's quarantine file: not whole audit rows, set aside for an operator. */
+  readonly quarantined: number;
+  /** Lines this process moved there (the metric's counter). */
+  readonly quarantinedHere: number;
+  readonly quarantinePath: string;
+  /** Set while the spool cannot be read: why. Its records wait; newer ones go straight to the database. */
+  readonly spoolUnreadable: string | undefined;
   /** The time of the oldest record not yet in the database. */
   readonly oldestUnwritten: Date | undefined;
 }
@@ -68,12 +79,60 @@ export interface DatabaseAuditSinkOptions {
   readonly maxBatch?: number;
   /** Records kept in memory while neither the database nor the spool takes them; 10,000 by default. */
   readonly maxInMemory?: number;
+  /** Which database the records are for, without credentials: the spool's tag. */
+  readonly database?: string;
+  /**
+   * A folder of replicas' spools (the default for a postgres:// database):
+   * those no live process holds, of the same database, are drained into it;
+   * and this replica's own, when another live process holds it, is the
+   * first free of its numbered alternatives (spoolDir.2, .3 …) instead.
+   */
+  readonly adoptFrom?: string;
 }
 
 type AuditRow = Insertable<AuditRecordsTable> & {
   readonly record_id: string;
   readonly at: Date | string;
 };
+
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+const isTime = (v: unknown) => typeof v === "string" && !Number.isNaN(Date.parse(v));
+const optional = (v: unknown, test: (v: unknown) => boolean) =>
+  v === undefined || v === null || test(v);
+const isText = (v: unknown) => typeof v === "string";
+const textColumns = [
+  "action",
+  "target",
+  "spiffe_id",
+  "certificate_serial",
+  "certificate_sha256",
+  "remote_address",
+] as const;
+
+/**
+ * Whether a spool line is a row the database takes: a record id, a time, a
+ * route, a decision and a reason, and every other column of its type or
+ * absent. Anything else would fail the whole batch's insert, and with it
+ * every row behind it, so it is quarantined instead.
+ */
+export function isAuditRow(value: unknown): value is AuditRow {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const r = value as Record<string, unknown>;
+  return (
+    typeof r.record_id === "string" &&
+    uuid.test(r.record_id) &&
+    isTime(r.at) &&
+    isText(r.route) &&
+    (r.decision === "allow" || r.decision === "deny") &&
+    isText(r.reason) &&
+    (r.kind === undefined || r.kind === "decision" || r.kind === "action") &&
+    (r.count === undefined || (Number.isSafeInteger(r.count) && (r.count as number) >= 1)) &&
+    optional(r.certificate_not_after, isTime) &&
+    optional(r.last_at, isTime) &&
+    textColumns.every((c) => optional(r[c], isText))
+  );
+}
 
 /** The columns with defaults: a row of a hand-written spool may leave them out. */
 const rowDefaults = { kind: "decision", count: 1 } as const satisfies Partial<AuditRow>;
@@ -125,6 +184,10 @@ export const auditUnavailableMessage =
   "the audit trail cannot be written, so this control plane refuses requests rather than answer them unrecorded; retry later";
 
 const backlogLogIntervalMs = 30_000;
+/** How often a replica looks for spools no live process holds (and once at start). */
+const adoptIntervalMs = 60_000;
+/** Numbered alternatives of a default spool tried when live replicas hold it (several on port 0). */
+const spoolAlternates = 16;
 
 /**
  * Buffers records and writes them in batches: one INSERT per flush instead of
@@ -141,15 +204,23 @@ export async function createDatabaseAuditSink(
 ): Promise<AuditSink> {
   const maxBatch = options.maxBatch ?? 500;
   const maxInMemory = options.maxInMemory ?? 10_000;
+  const database = options.database ?? "unnamed";
   const spool = await openAuditSpool<AuditRow>({
     dir: options.spoolDir,
     maxBytes: options.spoolMaxBytes ?? 2 ** 30,
     timeOf: (r) => new Date(r.at),
+    isRow: isAuditRow,
+    database,
+    alternates: options.adoptFrom ? spoolAlternates : 0,
   });
+  const holder = `pid ${spool.holder.pid} on ${spool.holder.hostname}, started ${spool.holder.startedAt}`;
   // The queue, oldest first: the spool's rows, then the buffer's. Only drain() (one at a time) moves rows.
   const buffer: AuditRow[] = [];
   let databaseFailure: string | undefined;
   let spoolFailure: string | undefined;
+  let spoolUnreadable: string | undefined;
+  let adoptedAt = 0;
+  let adoptionFailure = "";
   let dropped = 0;
   let backlogLoggedAt = 0;
   let writing: Promise<void> = Promise.resolve();
@@ -166,11 +237,19 @@ export async function createDatabaseAuditSink(
   }
 
   async function drain(): Promise<void> {
+    let unreadable: unknown;
     try {
-      while (spool.records > 0) {
-        const rows = await spool.peek(maxBatch);
-        await insert(rows);
-        await spool.take(rows.length);
+      try {
+        while (spool.records > 0) {
+          const rows = await spool.peek(maxBatch);
+          if (rows.length > 0) await insert(rows);
+          await spool.take(rows.length);
+        }
+      } catch (err) {
+        if (err instanceof DatabaseRefused) throw err;
+        // A spool that cannot be read holds back only its own records: newer ones go
+        // straight to the database, out of order with them but never unrecorded.
+        unreadable = err;
       }
       while (buffer.length > 0) {
         const rows = buffer.slice(0, maxBatch);
@@ -183,16 +262,48 @@ export async function createDatabaseAuditSink(
       await spoolBuffer();
       return;
     }
+    spoolReadable(unreadable);
     databaseUp();
+    if (options.adoptFrom && Date.now() - adoptedAt >= adoptIntervalMs) {
+      adoptedAt = Date.now();
+      const { failures } = await adoptOrphanSpools({
+        root: options.adoptFrom,
+        own: dirname(spool.path),
+        database,
+        isRow: isAuditRow,
+        timeOf: (r) => new Date(r.at),
+        maxBatch,
+        store: insert,
+      });
+      // Tried again at the next interval; said once until it changes.
+      const failed = failures.join("; ");
+      if (failed && failed !== adoptionFailure)
+        console.error(
+          `audit: cannot adopt an orphaned spool yet (${failed}); trying again every minute`,
+        );
+      adoptionFailure = failed;
+    }
+  }
+
+  /** Says once that the spool cannot be read, and once that it can again. */
+  function spoolReadable(err: unknown): void {
+    if (err === undefined) {
+      if (spoolUnreadable !== undefined)
+        console.error(`audit: the spool ${spool.path} can be read again; writing its records`);
+      spoolUnreadable = undefined;
+      return;
+    }
+    const message = errorMessage(err);
+    if (spoolUnreadable === undefined)
+      console.error(
+        `audit: cannot read the spool ${spool.path} (${message}); its ${spool.records} records wait there and newer ones go straight to the database`,
+      );
+    spoolUnreadable = message;
   }
 
   // The spool cannot be read, written or emptied: what it has not taken stays in memory, and requests are refused.
   function spoolBroken(err: unknown): void {
-    const code = (err as NodeJS.ErrnoException).code;
-    const message =
-      code && !(err as Error).message.startsWith(code)
-        ? `${code}: ${(err as Error).message}`
-        : (err as Error).message;
+    const message = errorMessage(err);
     if (spoolFailure === undefined)
       console.error(
         `audit: cannot use the spool ${spool.path} (${message})${databaseFailure ? ` and the database refuses records (${databaseFailure})` : ""}; refusing requests with 503 until audit records can be stored`,
@@ -283,6 +394,11 @@ export async function createDatabaseAuditSink(
       spooled: spool.records,
       spoolBytes: spool.bytes,
       spoolPath: spool.path,
+      spoolHolder: holder,
+      quarantined: spool.quarantined,
+      quarantinedHere: spool.quarantinedHere,
+      quarantinePath: spool.quarantinePath,
+      spoolUnreadable,
       oldestUnwritten: spool.oldest ?? (buffer[0] ? new Date(buffer[0].at) : undefined),
     }),
     flush,
@@ -295,8 +411,16 @@ export async function createDatabaseAuditSink(
         );
       else if (spool.records > 0)
         console.error(`audit: closing with ${describe()}; the next start writes them first`);
+      spool.close();
     },
   };
+}
+
+/** An error's message, led by its code (ENOSPC, EACCES) when the message does not say it. */
+function errorMessage(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException).code;
+  const message = (err as Error).message;
+  return code && !message.startsWith(code) ? `${code}: ${message}` : message;
 }
 
 /** The database did not take a batch; the batch goes to the spool. */

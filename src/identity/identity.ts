@@ -42,7 +42,14 @@ export interface IdentityOptions {
   readonly roles: RoleTable;
   readonly issuer: Issuer | undefined;
   /** Where audit records the database cannot take are spooled, and the spool's bound in bytes. */
-  readonly auditSpool: { readonly dir: string; readonly maxBytes?: number };
+  readonly auditSpool: {
+    readonly dir: string;
+    readonly maxBytes?: number;
+    /** Which database the records are for, without credentials. */
+    readonly database: string;
+    /** A folder of replicas' spools to adopt orphans from. */
+    readonly adoptFrom?: string;
+  };
 }
 
 /** Starts the identity facade: loads the retired runners and follows new retirements. */
@@ -52,6 +59,8 @@ export async function createIdentity(options: IdentityOptions): Promise<Identity
   const audit = aggregateRefusals(
     await createDatabaseAuditSink(db, {
       spoolDir: auditSpool.dir,
+      database: auditSpool.database,
+      ...(auditSpool.adoptFrom ? { adoptFrom: auditSpool.adoptFrom } : {}),
       ...(auditSpool.maxBytes ? { spoolMaxBytes: auditSpool.maxBytes } : {}),
     }),
   );

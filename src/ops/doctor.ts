@@ -270,25 +270,39 @@ async function eventBacklogCheck(db: Kysely<Database>) {
   return ok(`about ${Math.max(0, count)} events kept`);
 }
 
+/** The audit trail's backlog and the spool: its path, holder, what waits in it and what was set aside. */
 function auditCheck(audit: AuditSink) {
+  const b = audit.backlog();
+  const spool = `spool ${b.spoolPath} held by ${b.spoolHolder}`;
   const refusal = audit.unavailable();
   if (refusal)
     return fail(
-      refusal,
+      `${refusal} (${spool})`,
       "free space for the audit spool (--audit-spool) and make the database reachable",
     );
-  const b = audit.backlog();
   const waiting = b.inMemory + b.spooled;
+  const backlog =
+    b.spooled > 0
+      ? `${b.spooled} records spooled (${formatBytes(b.spoolBytes)})${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`
+      : waiting === 0
+        ? "every record is in the database"
+        : `${waiting} records waiting for the next write`;
+  if (b.spoolUnreadable)
+    return warn(
+      `${backlog}; cannot read the spool (${b.spoolUnreadable}); ${spool}`,
+      "make the spool file readable by this process; its records are written once it is",
+    );
+  if (b.quarantined > 0)
+    return warn(
+      `${backlog}; ${b.quarantined} lines set aside in ${b.quarantinePath} (not whole audit records); ${spool}`,
+      "read them, keep what an auditor needs, then remove the file: they are not in the audit trail",
+    );
   if (b.spooled > 0)
     return warn(
-      `${b.spooled} records spooled (${formatBytes(b.spoolBytes)}) in ${b.spoolPath}${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`,
+      `${backlog}; ${spool}`,
       "they are written once the database takes them; check the database",
     );
-  return ok(
-    waiting === 0
-      ? "every record is in the database"
-      : `${waiting} records waiting for the next write`,
-  );
+  return ok(`${backlog}; ${spool}`);
 }
 
 function formatBytes(n: number): string {

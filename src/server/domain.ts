@@ -9,6 +9,7 @@ import { createBroker } from "../broker/broker.js";
 import { createPauses } from "../broker/fleet/pauses.js";
 import { createEvents } from "../events/events.js";
 import { createCodeHost } from "../code/code-host.js";
+import { spoolDatabaseTag } from "../identity/audit-spool-adoption.js";
 import { createIdentity } from "../identity/identity.js";
 import { createInventory } from "../inventory/inventory.js";
 import { defaultSecretsKeys } from "../secrets/keys.js";
@@ -53,6 +54,8 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const auditSpool = {
     dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")),
     ...(options.auditSpoolMaxBytes ? { maxBytes: options.auditSpoolMaxBytes } : {}),
+    database: spoolDatabaseTag(options.database),
+    ...(options.auditSpoolAdoptFrom ? { adoptFrom: options.auditSpoolAdoptFrom } : {}),
   };
   const identity = stack.use(
     "identity",

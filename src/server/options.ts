@@ -53,6 +53,12 @@ export interface ControlPlaneOptions {
    * close (tests); `forelead serve` puts it beside the data directory.
    */
   readonly auditSpoolDir?: string;
+  /**
+   * A folder of replicas' spools (`forelead serve`'s default for a postgres://
+   * database): spools in it that no live process holds are drained at start
+   * and every minute after.
+   */
+  readonly auditSpoolAdoptFrom?: string;
   /** The spool's bound; past it requests are refused (503) until the database takes records. 1 GiB by default. */
   readonly auditSpoolMaxBytes?: number;
   /** Largest artifact an upload may declare; 2 GiB by default. */

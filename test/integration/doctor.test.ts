@@ -114,6 +114,9 @@ describe("a healthy control plane", () => {
       expect(status.code, status.stdout + status.stderr).toBe(0);
       expect(status.stdout).toMatch(/^database: (pglite|postgres) reachable/m);
       expect(status.stdout).toMatch(/^replicas \(1\):/m);
+      expect(status.stdout).toMatch(
+        /^audit spool: \/\S+\/audit-spool\.ndjson held by pid \d+ on \S+, started \S+, 0 records waiting, 0 quarantined$/m,
+      );
       const statuses = (checks: Check[]) => checks.map((c) => [c.name, c.status]);
       expect(statuses(JSON.parse(json.stdout).checks)).toEqual(statuses(report.checks));
     },

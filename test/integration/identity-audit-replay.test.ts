@@ -11,7 +11,8 @@ import { createTestDatabase, databaseKind, type TestDatabase } from "../support/
 // Exactly once across a crash: a process died after some spooled rows were
 // stored and before the spool was emptied, in the middle of an append. The
 // next start writes what the spool holds first, in order; rows already
-// stored are skipped by their record id; the torn line is cut off.
+// stored are skipped by their record id; the torn line is moved to the
+// quarantine file beside the spool.
 
 let database: TestDatabase;
 let store: Store;

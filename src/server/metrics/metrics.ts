@@ -259,6 +259,23 @@ export function createMetrics(options: MetricsOptions): Metrics {
       this.set(audit.backlog().spooled);
     },
   });
+  new Counter({
+    name: "forelead_audit_spool_quarantined_records_total",
+    help: "Spool lines this process moved to the quarantine file: torn, not JSON, or not an audit row.",
+    registers,
+    collect() {
+      this.reset();
+      this.inc(audit.backlog().quarantinedHere);
+    },
+  });
+  new Gauge({
+    name: "forelead_audit_spool_quarantine_records",
+    help: "Lines in the spool's quarantine file, set aside for an operator (0 when none).",
+    registers,
+    collect() {
+      this.set(audit.backlog().quarantined);
+    },
+  });
   new Gauge({
     name: "forelead_audit_buffered_records",
     help: "Audit records in memory, waiting for the next write.",
