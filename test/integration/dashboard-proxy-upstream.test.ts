@@ -13,6 +13,7 @@ import { request, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server/server.js";
+import { contentSecurityPolicy } from "../../src/dashboard/server/security.js";
 import { eventually } from "../support/actors.js";
 import { createTestPki } from "../support/pki.js";
 
@@ -30,6 +31,21 @@ const behaviours: Record<string, Behaviour> = {
       "set-cookie": "a=b",
     });
     s.end('{"ok":true}');
+  },
+  // A control plane (or something in its place) that sends headers of its own to weaken the page's.
+  Weaken: (s) => {
+    s.respond({
+      ":status": 200,
+      "content-type": "application/json",
+      "content-security-policy": "default-src *",
+      "x-frame-options": "ALLOWALL",
+      "x-content-type-options": "sniff",
+      "referrer-policy": "unsafe-url",
+      "cross-origin-opener-policy": "unsafe-none",
+      "cross-origin-resource-policy": "cross-origin",
+      "cache-control": "public, max-age=86400",
+    });
+    s.end("{}");
   },
   ResetNoError: (s) => s.close(constants.NGHTTP2_NO_ERROR),
   ResetInternal: (s) => s.close(constants.NGHTTP2_INTERNAL_ERROR),
@@ -123,6 +139,18 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
     expect(res.headers["set-cookie"]).toBeUndefined();
     expect(res.headers["cache-control"]).toBe("no-store");
     expect(text).toBe('{"ok":true}');
+  });
+
+  it("an upstream header never replaces one of the dashboard's security headers", async () => {
+    const { res } = await post(dashboard, "Weaken");
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-security-policy"]).toBe(contentSecurityPolicy);
+    expect(res.headers["x-frame-options"]).toBe("DENY");
+    expect(res.headers["x-content-type-options"]).toBe("nosniff");
+    expect(res.headers["referrer-policy"]).toBe("no-referrer");
+    expect(res.headers["cross-origin-opener-policy"]).toBe("same-origin");
+    expect(res.headers["cross-origin-resource-policy"]).toBe("same-origin");
+    expect(res.headers["cache-control"]).toBe("no-store");
   });
 
   it("a call reset before any reply is a 502 saying so, never an empty 200", async () => {

@@ -30,6 +30,7 @@ const droppedResponseHeaders = new Set([
   "set-cookie",
   "strict-transport-security",
   "alt-svc",
+  "cache-control",
 ]);
 
 /** The path of one RPC: /api/<package.Service>/<Method>. */
@@ -127,6 +128,9 @@ export function createProxy(endpoint: Endpoint): Proxy {
         for (const [name, value] of Object.entries(h)) {
           if (name.startsWith(":") || droppedResponseHeaders.has(name) || value === undefined)
             continue;
+          // The dashboard's own headers (its security headers, security.ts) are set already and
+          // are never replaced by the control plane's reply.
+          if (res.hasHeader(name)) continue;
           res.setHeader(name, value);
         }
         res.setHeader("Cache-Control", "no-store");
