@@ -196,10 +196,12 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
     expect(sha256(await download(jobId, "data.bin"))).toBe(sha256(data));
   });
 
-  it("a file over the control plane's cap fails the upload, naming the file", async () => {
+  it("a file over the control plane's cap is skipped with its reason, and the rest uploads", async () => {
     const small = await startTestControlPlane({ maxArtifactBytes: 1000 });
     try {
       await writeFile(join(dir, "too-big.bin"), randomBytes(1001));
+      await mkdir(join(dir, "sub"));
+      await writeFile(join(dir, "sub", "ok.txt"), "fits\n");
       const runner = createTestClient(
         RunnerService,
         small.url,
@@ -228,16 +230,21 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
         spec: { image: "busybox", argv: ["true"] },
       });
       const { lease } = await runner.claim({ apiVersion: "v1", runnerId: "r1" });
-      const failed = await uploadOutput({
+      const manifest = await uploadOutput({
         client: runner,
         jobId: job!.id,
         leaseToken: lease!.token,
         dir,
-      }).catch((err: Error) => err);
-      expect(failed).toBeInstanceOf(Error);
-      expect((failed as Error).message).toContain(
-        'artifact "too-big.bin" declares 1001 bytes, over this control plane\'s cap of 1000 bytes',
-      );
+      });
+      expect(manifest.artifacts.map((a) => a.name)).toEqual(["sub/ok.txt"]);
+      expect(manifest.skipped).toEqual([
+        {
+          name: "too-big.bin",
+          reason: expect.stringContaining(
+            "declares 1001 bytes, over this control plane's cap of 1000 bytes",
+          ),
+        },
+      ]);
       expect(await storedArtifacts(small.plane).staged()).toEqual([]);
     } finally {
       await small.close();

@@ -99,6 +99,10 @@ export async function uploadOutput(options: UploadOutputOptions): Promise<Output
     }
     try {
       result.artifacts.push(await uploadFile(options, entry.name, file));
+    } catch (err) {
+      // One file over the control plane's cap is skipped with its reason; the rest still uploads.
+      if (!(err instanceof OverCap)) throw err;
+      result.skipped.push({ name: entry.name, reason: err.message });
     } finally {
       await file.close();
     }
@@ -170,10 +174,17 @@ async function uploadFile(
   const lease = { apiVersion, jobId, leaseToken };
   const mediaType = mediaTypeOf(name);
   const opened = await retrying(options, `open ${name}`, () =>
-    client.openUpload(
-      { ...lease, name, size: BigInt(size), digest, mediaType },
-      { signal: options.signal },
-    ),
+    client
+      .openUpload(
+        { ...lease, name, size: BigInt(size), digest, mediaType },
+        { signal: options.signal },
+      )
+      .catch((err: unknown) => {
+        // Opening is refused with resource_exhausted only for a size over the cap.
+        if (err instanceof ConnectError && err.code === Code.ResourceExhausted)
+          throw new OverCap(err.rawMessage);
+        throw err;
+      }),
   );
   const head = { ...lease, uploadId: opened.uploadId };
   let durable = Number(opened.durableSize);
@@ -253,6 +264,7 @@ async function retrying<T>(
     try {
       return await call();
     } catch (err) {
+      if (err instanceof OverCap) throw err;
       if (attempt >= attempts || !retryable(options, err))
         throw new Error(`${what} failed: ${(err as Error).message}`);
       await pause(options, attempt);
@@ -261,8 +273,12 @@ async function retrying<T>(
 }
 
 /** Transport failures and transient refusals (another put still running) are worth a retry; rule refusals are not. */
+/** A file the control plane refuses for its size: skipped, not a failed upload. */
+class OverCap extends Error {}
+
 function retryable(options: UploadOutputOptions, err: unknown): boolean {
   if (options.signal?.aborted) return false;
+  if (err instanceof OverCap) return false;
   if (!(err instanceof ConnectError)) return true;
   return [
     Code.Unavailable,
