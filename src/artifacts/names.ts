@@ -27,6 +27,11 @@ export function artifactNameProblem(name: string): string | undefined {
     return `is longer than ${nameLimits.maxBytes} bytes`;
   // eslint-disable-next-line no-control-regex
   if (/[\x00-\x1f\x7f]/.test(name)) return "holds a control character (NUL, newline, ...)";
+  // Characters that are invisible or reorder what is shown (U+202E, zero-width spaces, C1
+  // controls, line separators) would let a name look like another in the dashboard and the CLI.
+  const hidden = name.match(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u)?.[0];
+  if (hidden)
+    return `holds U+${hidden.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}, an invisible or bidirectional control character`;
   if (name.includes("\\")) return 'holds a backslash; separate segments with "/"';
   if (name.startsWith("/"))
     return "is an absolute path; names are relative to the output directory";

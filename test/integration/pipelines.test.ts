@@ -355,6 +355,22 @@ describe(`pipelines (${databaseKind})`, () => {
       'steps[1] (b) inputs[0] needs exactly one of name (an artifact\'s name) or glob (e.g. "dist/**")',
     );
     await refused(
+      [step("a"), step("b", ["a"], { inputs: [{ step: "a", name: ".." }] })],
+      'steps[1] (b) inputs[0].name ".." has a ".." segment',
+    );
+    await refused(
+      [step("a"), step("b", ["a"], { inputs: [{ step: "a", glob: "../*" }] })],
+      'steps[1] (b) inputs[0].glob "../*" has a ".." segment',
+    );
+    await refused(
+      [step("a"), step("b", ["a"], { inputs: [{ step: "a", glob: "/etc/*" }] })],
+      'steps[1] (b) inputs[0].glob "/etc/*" is an absolute path; names are relative to the output directory',
+    );
+    await refused(
+      [step("a"), step("b", ["a"], { inputs: [{ step: "a", name: "out\u202Etxt.exe" }] })],
+      'steps[1] (b) inputs[0].name "out\u202etxt.exe" holds U+202E, an invisible or bidirectional control character',
+    );
+    await refused(
       [step("a"), step("a")],
       'steps[1].name "a" is a duplicate: step names are unique in a pipeline',
     );

@@ -23,6 +23,12 @@ describe("artifact names", () => {
     ["a\\b", "backslash"],
     ["a\nb", "control character"],
     ["a\u0000b", "control character"],
+    ["invoice\u202Efdp.exe", "U+202E, an invisible or bidirectional control character"],
+    ["a\u200Bb", "U+200B"],
+    ["a\u2066b", "U+2066"],
+    ["a\u0085b", "U+0085"],
+    ["a\u2028b", "U+2028"],
+    ["\uFEFFa", "U+FEFF"],
     ["x".repeat(256), "segment longer than 255 bytes"],
     [`${"é".repeat(513)}`, "longer than 1024 bytes"],
   ])("%j is refused (%s)", (name, problem) => {

@@ -1,4 +1,5 @@
 import { bad } from "../jobs/rules.js";
+import { artifactNameProblem } from "../../artifacts/names.js";
 
 /** Bounds on a pipeline: past them a submit is refused by name. */
 export const pipelineLimits = { maxSteps: 256, maxInputs: 64 } as const;
@@ -71,6 +72,11 @@ export function checkGraph(steps: readonly StepNode[]): void {
         );
       if (!input.name === !input.glob)
         bad(`${at} needs exactly one of name (an artifact's name) or glob (e.g. "dist/**")`);
+      // A name or glob follows the artifact names' rules: relative, no ".." segment, nothing hidden.
+      const field = input.name ? "name" : "glob";
+      const problem = artifactNameProblem(input.name || input.glob);
+      if (problem)
+        bad(`${at}.${field} ${JSON.stringify((input.name || input.glob).slice(0, 80))} ${problem}`);
     });
   });
 }
