@@ -1,15 +1,16 @@
 -- The claim: for each request i (runner p_runner_ids[i] of workspace
 -- p_workspace_ids[i], lease token hash p_token_hashes_hex[i]) at most one job,
 -- leased for p_lease_seconds; returns the leased jobs rows. One statement, so a
--- claim is one round trip (broker/sql/claim.ts).
+-- claim is one round trip (broker/leases/claim.ts).
 --
--- Eligible: the job is queued and due (claimable_at <= now()); neither the
--- runner nor its workspace is paused (workspace_pauses); the job's labels are a
--- subset of the runner's; the runner meets its requirements
--- (forelead_meets_requirements); its concurrency group is under its limit; the
--- runner has a free slot (live leases plus this call's picks < slots). Among
--- the eligible, the highest priority, then the oldest, FOR UPDATE SKIP LOCKED:
--- no job is leased twice at once, across replicas.
+-- Eligible: a queued job of the runner's workspace for which every claim clause
+-- holds, each a function of its own that broker/jobs/waiting.ts asks one by one to
+-- say why a job waits: forelead_job_due, forelead_workspace_unpaused,
+-- forelead_runner_unpaused, forelead_labels_match, forelead_meets_requirements,
+-- forelead_group_has_room and forelead_slot_free (live leases plus this call's
+-- picks). They are plain SQL, inlined by the planner into the statements below.
+-- Among the eligible, the highest priority, then the oldest, FOR UPDATE SKIP
+-- LOCKED: no job is leased twice at once, across replicas.
 --
 -- Slots are exact: every runner's row is updated (locked) first, so a runner's
 -- concurrent claims count its live leases one after another.
@@ -40,7 +41,9 @@
 -- jobs_claimable in its order and stops at the first row it can lock
 -- (docs/performance.md, "Fewer round trips per job"). Postgres keeps these
 -- settings on the function; every create or replace must state them, as here.
-create or replace function forelead_claim(p_workspace_ids text[], p_runner_ids text[], p_token_hashes_hex text[], p_lease_seconds int)
+create or replace function forelead_claim(
+  p_workspace_ids text[], p_runner_ids text[], p_token_hashes_hex text[], p_lease_seconds int
+)
 returns setof jobs
 language plpgsql volatile
 set plan_cache_mode = force_generic_plan
@@ -66,41 +69,47 @@ declare
   picked_attempts int[] := '{}';
   picked_by_runner int;
 begin
-  -- Every runner's row first, in the caller's order (see the migration's comment on deadlocks).
+  -- Every runner's row first, in the caller's order (see Deadlocks above).
   for i in 1 .. n loop
     update runners set last_seen_at = now()
     where workspace_id = p_workspace_ids[i] and runner_id = p_runner_ids[i] and retired_at is null
     returning * into runner;
     if not found then
       raise exception using errcode = 'FL001',
-        message = format('runner "%s" is not registered in workspace "%s"; POST /v1/runner/register first', p_runner_ids[i], p_workspace_ids[i]);
+        message = format('runner "%s" is not registered in workspace "%s"; POST /v1/runner/register first',
+          p_runner_ids[i], p_workspace_ids[i]);
     end if;
     held := held || runner;
   end loop;
   for i in 1 .. n loop
     runner := held[i];
     -- Paused (the runner, or its workspace): no new lease; its live leases go on.
-    continue when runner.paused_at is not null
-      or exists (select 1 from workspace_pauses where workspace_id = p_workspace_ids[i]);
+    continue when not forelead_runner_unpaused(runner.paused_at)
+      or not (select w.unpaused from forelead_workspace_unpaused(p_workspace_ids[i]) w);
     excluded := '{}';
     -- The workspace's running groups, counted once per request (not per candidate row).
-    select coalesce(array_agg(g.concurrency_key), '{}'), coalesce(array_agg(g.running), '{}') into group_keys, group_counts
+    select coalesce(array_agg(g.concurrency_key), '{}'), coalesce(array_agg(g.running), '{}')
+    into group_keys, group_counts
     from forelead_running_groups(p_workspace_ids[i]) g;
-    -- This runner's picks of earlier requests in this call count against its slots as its leases do.
+    -- This runner's picks of earlier requests in this call count against its slots, as its leases.
     select count(*) into picked_by_runner from unnest(picked_for) k
     where p_workspace_ids[k] = p_workspace_ids[i] and p_runner_ids[k] = p_runner_ids[i];
     loop
       select j.id, j.attempts, j.concurrency_key, j.concurrency_limit into cand from jobs j
-      where j.workspace_id = p_workspace_ids[i] and j.state = 'queued' and j.claimable_at <= now()
-        and j.labels <@ runner.labels
-        and forelead_meets_requirements(j.req_architecture, j.req_os, j.req_execution_kind, j.req_features,
+      where j.workspace_id = p_workspace_ids[i] and j.state = 'queued'
+        and forelead_job_due(j.claimable_at)
+        and forelead_labels_match(j.labels, runner.labels)
+        and forelead_meets_requirements(
+          j.req_architecture, j.req_os, j.req_execution_kind, j.req_features,
           runner.architecture, runner.os, runner.execution_kinds, runner.features)
-        and (j.concurrency_key is null
-          or (not j.concurrency_key = any(excluded) and coalesce(group_counts[array_position(group_keys, j.concurrency_key)], 0) < j.concurrency_limit))
+        and forelead_group_has_room(j.concurrency_key, j.concurrency_limit,
+          coalesce(group_counts[array_position(group_keys, j.concurrency_key)], 0))
+        and (j.concurrency_key is null or not j.concurrency_key = any(excluded))
         and not j.id = any(picked)
-        and (select count(*) from leases
-             where workspace_id = p_workspace_ids[i] and runner_id = p_runner_ids[i]
-               and ended_at is null and expires_at > now()) + picked_by_runner < runner.slots
+        and forelead_slot_free(
+          (select l.n from forelead_live_leases(p_workspace_ids[i], p_runner_ids[i]) l)
+            + picked_by_runner,
+          runner.slots)
       order by j.priority desc, j.created_at, j.id
       limit 1
       for update of j skip locked;
@@ -108,21 +117,25 @@ begin
       -- A job of a concurrency group: what was picked so far is written first, so that the
       -- group's count below (a new statement) sees every lease of this call too.
       if cardinality(picked) > 0 then
-        return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids, p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
+        return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids,
+          p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
         get diagnostics got = row_count;
         leased := leased + got;
         picked := '{}'; picked_for := '{}'; picked_attempts := '{}'; picked_by_runner := 0;
       end if;
       if not group_locked then
-        perform pg_advisory_xact_lock(hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0));
+        perform pg_advisory_xact_lock(
+          hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0));
         group_locked := true;
-      elsif not pg_try_advisory_xact_lock(hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0)) then
+      elsif not pg_try_advisory_xact_lock(
+          hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0)) then
         excluded := excluded || cand.concurrency_key;
         contended := contended || p_workspace_ids[i];
         continue;
       end if;
       -- A new statement, a new snapshot: every lease of the group committed before the lock.
-      exit when forelead_group_running(p_workspace_ids[i], cand.concurrency_key) < cand.concurrency_limit;
+      exit when forelead_group_has_room(cand.concurrency_key, cand.concurrency_limit,
+        forelead_group_running(p_workspace_ids[i], cand.concurrency_key));
       excluded := excluded || cand.concurrency_key;
     end loop;
     continue when cand.id is null;
@@ -131,7 +144,8 @@ begin
     picked_attempts := picked_attempts || cand.attempts;
   end loop;
   if cardinality(picked) > 0 then
-    return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids, p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
+    return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids,
+      p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
     get diagnostics got = row_count;
     leased := leased + got;
   end if;
