@@ -1,6 +1,6 @@
 -- The running jobs of one concurrency group of a workspace (0 when none):
 -- forelead_running_groups for one key, the count forelead_claim takes after the
--- group's advisory lock, and that broker/waiting.ts reports.
+-- group's advisory lock, and that broker/jobs/waiting.ts reports.
 create or replace function forelead_group_running(p_workspace_id text, p_key text)
 returns int
 language sql stable

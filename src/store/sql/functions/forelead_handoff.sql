@@ -1,5 +1,5 @@
 -- The claim an enqueue makes for a runner waiting on its replica, in the
--- enqueue's own statement (src/broker/handoff.ts): forelead_claim for one
+-- enqueue's own statement (src/broker/leases/handoff.ts): forelead_claim for one
 -- request, with two differences an enqueue needs.
 -- * A claim that leases nothing turns synchronous_commit off for its
 --   transaction; inside an enqueue it must not (the new job is in that

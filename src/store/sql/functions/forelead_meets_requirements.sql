@@ -2,7 +2,7 @@
 -- execution_kinds, features and architecture): each set requirement equals the
 -- runner's, or is among its execution kinds; every required feature is one it has.
 -- Plain SQL over its arguments, so the planner inlines it into forelead_claim;
--- broker/waiting.ts calls it too, one requirement at a time, to name the unmet one.
+-- broker/jobs/waiting.ts calls it too, one requirement at a time, to name the unmet one.
 create or replace function forelead_meets_requirements(j_architecture text, j_os text, j_execution_kind text, j_features text[], r_architecture text, r_os text, r_execution_kinds text[], r_features text[])
 returns boolean
 language sql immutable
