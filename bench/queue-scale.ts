@@ -55,7 +55,7 @@ try {
 }
 
 const notes = [
-  `Jobs are inserted by one INSERT … SELECT generate_series (src/store/migrations/0002 columns), then ANALYZE; one runner claims and completes ${claims.toLocaleString("en-US")} of them through the control plane (REST over HTTP/2 + mTLS, one at a time, control plane in the orchestrating process, runner in a client process).`,
+  `Jobs are inserted by one INSERT … SELECT generate_series (the jobs columns of src/store/schema.sql), then ANALYZE; one runner claims and completes ${claims.toLocaleString("en-US")} of them through the control plane (REST over HTTP/2 + mTLS, one at a time, control plane in the orchestrating process, runner in a client process).`,
   "The claim walks the partial index jobs_claimable (workspace_id, priority desc, created_at, id) where state = 'queued' and stops at the first row it can lock: its cost does not depend on how many jobs wait behind it.",
   "A claimed job leaves the partial index only when vacuum removes its old row version; until then the index scan steps over the entries of claimed jobs at the head of the queue (first vs last tenth shows whether that adds up).",
 ];

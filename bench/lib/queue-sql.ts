@@ -3,7 +3,7 @@ import type { Database } from "../../src/store/schema.js";
 
 /**
  * Puts `count` queued no-op jobs straight into the jobs table, in one
- * statement: the columns of src/store/migrations/0002_jobs_and_leases.ts,
+ * statement: the columns of the jobs table (src/store/schema.sql),
  * as enqueueJob would write them. Enqueueing 1,000,000 jobs through the API
  * would measure the enqueue, not the claim. created_at is spread by a
  * microsecond per job so the claim order (priority, created_at, id) is the

@@ -10,7 +10,7 @@ export const defaultChunkBytes = 1024 * 1024;
 
 /**
  * The Postgres store: blobs in artifact_blobs + artifact_blob_chunks, staged
- * uploads in upload_chunks (migration 0010), so any replica on the database
+ * uploads in upload_chunks, so any replica on the database
  * takes any put, finalize or download. A put's bytes become rows as each
  * chunk fills and at sync(); a committed row is durable, which is what the
  * durable size then claims. A promote copies the rows inside Postgres and

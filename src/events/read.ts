@@ -57,7 +57,7 @@ export function checkEventQuery(q: EventQuery): EventQuery {
  * 10 may commit after the one holding 11: a reader that moved past 11 would
  * never see 10. So a reader delivers ids in order and stops at a gap. Every
  * event writer has its transaction id before it takes an event id (the
- * column order of migration 0016, and each writer changes another row first),
+ * column order of the events table, and each writer changes another row first),
  * and the transaction holding a missing id took it before the visible id
  * above it was taken and committed, so it was in flight at the read: the
  * gap is final once every transaction in flight at that read (the xip list

@@ -6,7 +6,7 @@ import type { Database } from "../store/schema.js";
 // statement that makes it where that is one statement (claim, complete,
 // expire, release, cancel, enqueue), so the hot path keeps its one round trip,
 // or as one more statement of its transaction (pause, retire). forelead_claim
-// (migration 0016) writes job.leased itself, in PL/pgSQL, where these cannot
+// (through forelead_claim_write) writes job.leased itself, in PL/pgSQL, where these cannot
 // reach. The insert's statement trigger NOTIFYs forelead_events.
 
 /** The event types of the stream, in the protocol's words. */

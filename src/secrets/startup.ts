@@ -28,8 +28,8 @@ const rotationBatch = 200;
  *    value (secrets_keys); when there are check values and none opens with
  *    the keys given, the start is refused naming the key file, rather than
  *    serving with secrets nobody can open;
- *  - repository credentials still in plain text (stored before migration
- *    0013) are sealed and the plain column emptied;
+ *  - repository credentials still in plain text (stored before
+ *    credential_sealed existed) are sealed and the plain column emptied;
  *  - with `previous`: every row sealed with another key is re-encrypted to
  *    `current`, in batches, each its own transaction; then only the current
  *    key's check value is kept, and the previous key is no longer needed.

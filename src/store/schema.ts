@@ -52,17 +52,17 @@ export interface RunnersTable {
   last_seen_at: ColumnType<Date, Date | string | undefined, Date | string>;
   /** Set when the runner is retired: it is refused from then on. */
   retired_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
-  /** Set while the runner is paused: it gets no new lease (migration 0012). */
+  /** Set while the runner is paused: it gets no new lease (forelead_claim). */
   paused_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   paused_by: ColumnType<string | null, string | null | undefined, string | null>;
-  /** The registered process: random per runner process start; '' when the runner sends none (migration 0023). */
+  /** The registered process: random per runner process start; '' when the runner sends none. */
   instance_id: ColumnType<string, string | undefined, string>;
   instance_started_at: ColumnType<
     Date | null,
     Date | string | null | undefined,
     Date | string | null
   >;
-  /** Capabilities a job's requirements are matched against (migration 0019). */
+  /** Capabilities a job's requirements are matched against (forelead_meets_requirements). */
   os: ColumnType<string, string | undefined, string>;
   execution_kinds: ColumnType<string[], string[] | undefined, string[]>;
   features: ColumnType<string[], string[] | undefined, string[]>;
@@ -87,7 +87,7 @@ export interface AuditRecordsTable {
   action: ColumnType<string | null, string | null | undefined, string | null>;
   /** For actions: what was acted on. */
   target: ColumnType<string | null, string | null | undefined, string | null>;
-  /** Given when the record is made; null on records stored before 0009. Unique: a replayed record is stored once. */
+  /** Given when the record is made; null on records stored before the column existed. Unique: a replayed record is stored once. */
   record_id: ColumnType<string | null, string | undefined, never>;
   /** How many requests an aggregated refusal stands for; 1 for every other record. */
   count: ColumnType<number, number | undefined, never>;
@@ -95,7 +95,7 @@ export interface AuditRecordsTable {
   last_at: ColumnType<Date | null, Date | string | null | undefined, never>;
 }
 
-/** A paused workspace (migration 0012): its queued jobs are not claimed until resumed. */
+/** A paused workspace: its queued jobs are not claimed until resumed. */
 export interface WorkspacePausesTable {
   workspace_id: string;
   paused_at: Generated<Date>;
@@ -103,7 +103,7 @@ export interface WorkspacePausesTable {
   reason: Generated<string>;
 }
 
-/** Job states: queued, running and waiting_input (suspended, migration 0022) are live; the other three are settled. */
+/** Job states: queued, running and waiting_input (suspended) are live; the other three are settled. */
 export type JobState =
   "queued" | "running" | "waiting_input" | "succeeded" | "failed" | "cancelled";
 
@@ -136,18 +136,18 @@ export interface JobsTable {
   created_at: Generated<Date>;
   updated_at: Generated<Date>;
   settled_at: Date | null;
-  /** An agent job's published commit, pushed to published_branch (migration 0006). */
+  /** An agent job's published commit, pushed to published_branch. */
   published_commit: ColumnType<string | null, string | null | undefined, string | null>;
   published_branch: ColumnType<string | null, string | null | undefined, string | null>;
   published_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
   /** The result manifest recorded by the completion that settled the job. */
   artifacts: ColumnType<JsonObject[] | null, string | null | undefined, string | null>;
-  /** The SPIFFE ID that enqueued the job (migration 0014); it may always read and cancel it. */
+  /** The SPIFFE ID that enqueued the job; it may always read and cancel it. */
   enqueued_by: ColumnType<string | null, string | null | undefined, string | null>;
-  /** The names of the job's secrets and secret files (migration 0013); the values are in job_secrets. */
+  /** The names of the job's secrets and secret files; the values are in job_secrets. */
   secret_names: ColumnType<string[], string[] | undefined, string[]>;
   secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
-  /** A queued job is claimable from then (migration 0019): enqueue, runAt/delaySeconds, or a retry's backoff. */
+  /** A queued job is claimable from then (forelead_claim): enqueue, runAt/delaySeconds, or a retry's backoff. */
   claimable_at: ColumnType<Date, Date | string | undefined, Date | string>;
   /** Its concurrency group: at most concurrency_limit jobs of the key run at once in the workspace. */
   concurrency_key: ColumnType<string | null, string | null | undefined, string | null>;
@@ -161,17 +161,17 @@ export interface JobsTable {
   req_os: ColumnType<string | null, string | null | undefined, string | null>;
   req_execution_kind: ColumnType<string | null, string | null | undefined, string | null>;
   req_features: ColumnType<string[], string[] | undefined, string[]>;
-  /** The job's result object and its last progress (migration 0021, docs/job-contract.md). */
+  /** The job's result object and its last progress (docs/job-contract.md). */
   result: ColumnType<JsonObject | null, string | null | undefined, string | null>;
   progress: ColumnType<JsonObject | null, string | null | undefined, string | null>;
-  /** The lease whose input request (job_inputs) is the job's latest (migration 0022). */
+  /** The lease whose input request (job_inputs) is the job's latest. */
   input_lease_id: ColumnType<number | null, number | null | undefined, number | null>;
-  /** The job this one retries, and the job that retried this one (migration 0020). */
+  /** The job this one retries, and the job that retried this one. */
   retry_of: ColumnType<string | null, string | null | undefined, string | null>;
   retried_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
-/** A job secret, sealed (src/secrets), until its job settles (migration 0013). */
+/** A job secret, sealed (src/secrets), until its job settles (trigger jobs_erase_secrets). */
 export interface JobSecretsTable {
   job_id: string;
   kind: "env" | "file";
@@ -179,7 +179,7 @@ export interface JobSecretsTable {
   sealed: Buffer;
 }
 
-/** A known value sealed by each secrets key in use: a start with another key is refused (migration 0013). */
+/** A known value sealed by each secrets key in use: a start with another key is refused. */
 export interface SecretsKeysTable {
   key_id: number;
   sealed: Buffer;
@@ -197,7 +197,7 @@ export interface LeasesTable {
   issued_at: Generated<Date>;
   expires_at: Date;
   ended_at: Date | null;
-  /** timed_out: the expiry sweep failed the job past its timeout plus grace (migration 0009). */
+  /** timed_out: the expiry sweep failed the job past its timeout plus grace. */
   end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | "suspended" | null;
   completion_id: string | null;
   completion_sha256: string | null;
@@ -211,7 +211,7 @@ export interface RepositoriesTable {
   url: string;
   /** Never returned, logged or put in argv: handed to git through a private askpass file. */
   credential: string | null;
-  /** The credential sealed (src/secrets, migration 0013); `credential` is emptied once it is. */
+  /** The credential sealed (src/secrets); `credential` is emptied once it is. */
   credential_sealed: ColumnType<Buffer | null, Buffer | null | undefined, Buffer | null>;
   registered_by: string;
   created_at: Generated<Date>;
@@ -238,7 +238,7 @@ export interface UploadsTable {
   finalized_at: Date | null;
 }
 
-/** A blob of the Postgres artifact store (migration 0010); its bytes are rows of artifact_blob_chunks. */
+/** A blob of the Postgres artifact store; its bytes are rows of artifact_blob_chunks. */
 export interface ArtifactBlobsTable {
   digest: string;
   size: number;
@@ -368,7 +368,7 @@ export interface StreamMessagesTable {
   received_at: Generated<Date>;
 }
 
-/** The highest resource sample of a job (migration 0018), raised as samples are stored. */
+/** The highest resource sample of a job, raised as samples are stored. */
 export interface JobPeaksTable {
   job_id: string;
   peak_cpu_cores: number;
@@ -376,7 +376,7 @@ export interface JobPeaksTable {
   samples: number;
 }
 
-/** A running `forelead serve` and its heartbeat (migration 0015). */
+/** A running `forelead serve` and its heartbeat. */
 export interface ReplicasTable {
   id: string;
   host: string;
@@ -386,7 +386,7 @@ export interface ReplicasTable {
   last_seen_at: ColumnType<Date, Date | string | undefined, Date | string>;
 }
 
-/** One event of the global stream (migration 0016, src/events/). */
+/** One event of the global stream (src/events/). */
 export interface EventsTable {
   /** The writing transaction's id (xid8, as text): how a follower tells an open gap from a final one. */
   tx: ColumnType<string, never, never>;
@@ -399,7 +399,7 @@ export interface EventsTable {
   data: ColumnType<unknown, string, never>;
 }
 
-/** An input request of a suspended job, keyed by the lease that suspended it (migration 0022, docs/suspend.md). */
+/** An input request of a suspended job, keyed by the lease that suspended it (docs/suspend.md). */
 export interface JobInputsTable {
   lease_id: number;
   job_id: string;
@@ -417,7 +417,7 @@ export interface JobInputsTable {
   answered_by: string | null;
 }
 
-/** A pipeline (migration 0020): a step graph sequenced by the control plane (src/broker/pipelines/). */
+/** A pipeline: a step graph sequenced by the control plane (src/broker/pipelines/). */
 export interface PipelinesTable {
   id: string;
   workspace_id: string;
@@ -436,7 +436,7 @@ export interface PipelinesTable {
 export type StepState =
   "pending" | "queued" | "running" | "succeeded" | "failed" | "skipped" | "cancelled";
 
-/** One step of a pipeline (migration 0020). */
+/** One step of a pipeline. */
 export interface PipelineStepsTable {
   pipeline_id: string;
   name: string;

@@ -7,7 +7,7 @@ import { storedItems } from "./stored-items.js";
  * The part of the statement storing batches (append.ts) that keeps a job's
  * last progress (docs/job-contract.md): the last job.progress event of a
  * stored events batch (`stored_items`; one a job at most) becomes
- * jobs.progress (migration 0021) with the time it was stored. Only the
+ * jobs.progress with the time it was stored. Only the
  * figures the contract defines are kept, and only as JSON numbers in range: events
  * are the runner's JSON, and anything else in one is not the job view's.
  * The job row is already locked by the batch's lease check (FOR SHARE), so

@@ -86,8 +86,8 @@ export interface SizingQuery {
  * job's peaks (its job_peaks row, kept as samples are stored), then per
  * workspace, labels and image the p95 and max of those peaks and the request
  * of the group's newest job (the request now in use, which the advice is
- * about). Jobs are found by settled_at (index jobs_settled, migration
- * 0018); measured there.
+ * about). Jobs are found by settled_at (index jobs_settled); measured in
+ * docs/streams.md ("Resource samples and sizing").
  */
 export async function sizing(db: Kysely<Database>, q: SizingQuery): Promise<SizingGroup[]> {
   const workspace = q.workspaceId ? sql`and jobs.workspace_id = ${q.workspaceId}` : sql``;

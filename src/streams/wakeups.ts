@@ -3,8 +3,8 @@ import type { StreamName } from "../store/schema.js";
 
 /**
  * The NOTIFY channel of streams. Payloads: "<stream>:<jobId>" when messages
- * were stored, "settled:<jobId>" when the job settled (sent by a trigger on
- * jobs, see migration 0003).
+ * were stored, "settled:<jobId>" when the job settled (sent by the trigger
+ * jobs_settled_wakes_followers, forelead_stream_job_settled).
  */
 export const streamsChannel = "forelead_streams";
 

@@ -438,7 +438,7 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     const d = await admin.enqueue({ workspaceId: freshWorkspace(), idempotencyKey: "k" });
     expect(d.json.job.id).not.toBe(a.json.job.id);
     expect(await queuedJobs(ws)).toBe(1);
-    // Jobs without a key are never compared (jobs_idempotency holds only keyed jobs, migration 0027).
+    // Jobs without a key are never compared (jobs_idempotency holds only keyed jobs).
     const keyless = await Promise.all([1, 2].map(() => admin.enqueue({ workspaceId: ws })));
     expect(new Set(keyless.map((r) => r.json.job.id)).size).toBe(2);
     expect(await queuedJobs(ws)).toBe(3);

@@ -319,7 +319,7 @@ describe(`secrets at rest across restarts (${databaseKind})`, () => {
       expect((await stat(join(dir, "k1.key"))).mode & 0o777).toBe(0o600);
       let cp = await start({ current: k1 });
       const db = () => cp.plane.store.db;
-      // A job with secrets left queued, and a credential written in plain text as before migration 0013.
+      // A job with secrets left queued, and a credential written in plain text as before credential_sealed existed.
       const admin = createTestClient(
         AdminService,
         cp.url,

@@ -1,7 +1,7 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
 import type { JobSnapshot } from "./snapshot.js";
-import { liveLeaseRow, qualifier, type JobsAlias } from "../leases/sql-fragments.js";
+import { qualifier, type JobsAlias } from "../leases/sql-fragments.js";
 
 /** Why a queued job waits: the wire's JobWaiting (proto3 JSON names). */
 export interface JobWaiting {
@@ -36,52 +36,79 @@ interface Requirements {
   readonly features?: readonly string[];
 }
 
-interface RunnerFit {
+/** The job's own claim clauses, as the database answers them for its stored row. */
+interface JobClauses {
+  readonly claimable_at: Date;
+  readonly attempts: number;
+  /** forelead_job_due */
+  readonly due: boolean;
+  /** forelead_workspace_unpaused, and the pause when it is not. */
+  readonly workspace_unpaused: boolean;
+  readonly paused_at: Date | null;
+  readonly paused_by: string | null;
+  readonly reason: string | null;
+  readonly concurrency_key: string | null;
+  readonly concurrency_limit: number | null;
+  /** forelead_group_running: the job's group's running jobs (0 with no group). */
+  readonly group_running: number;
+  /** forelead_group_has_room */
+  readonly group_room: boolean;
+}
+
+/** The claim clauses of the job against one registered runner of its workspace. */
+interface RunnerClauses {
   readonly runner_id: string;
   readonly slots: number;
-  /** How many of the job's labels it lacks. */
-  readonly missing: string[];
-  readonly paused: boolean;
-  /** Seen within the lease length, or holding a live lease (a busy runner renews but may not claim). */
-  readonly connected: boolean;
   readonly live_leases: number;
-  /** Meets every requirement of the job (forelead_meets_requirements, migration 0019). */
+  /** forelead_labels_match */
+  readonly labels_match: boolean;
+  /** The job's labels it lacks. */
+  readonly missing: string[];
+  /** forelead_meets_requirements */
   readonly meets: boolean;
   /** The job's requirements, one at a time ("architecture arm64"), that it does not meet. */
   readonly unmet: string[];
+  /** forelead_runner_unpaused */
+  readonly unpaused: boolean;
+  /** Seen within the lease length, or holding a live lease (a busy runner renews but may not claim). */
+  readonly connected: boolean;
+  /** forelead_slot_free */
+  readonly slot_free: boolean;
 }
 
 /** A runner's capabilities, as forelead_meets_requirements takes them after the job's. */
 const capabilities = sql`r.architecture, r.os, r.execution_kinds, r.features`;
 
-/** Joined to `runners r`: `live.n`, the runner's live leases (the live-lease rule of lease-sql.ts). */
-const liveLeases = sql`cross join lateral (select count(*)::int as n from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")}) live`;
+/** The job's requirements (the jobs row `j`), as forelead_meets_requirements takes them first. */
+const requirements = sql`j.req_architecture, j.req_os, j.req_execution_kind, j.req_features`;
 
-/** Seen within the lease length, or holding a live lease (a busy runner renews but may not claim). */
+/** Seen within the lease length, or holding a live lease (`live.n`; a busy runner renews but may not claim). */
 function connectedRunner(leaseSeconds: number): RawBuilder<boolean> {
   return sql<boolean>`(r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) or live.n > 0)`;
 }
 
 /**
  * Whether a runner can take the job (the jobs row `alias`) now, as an
- * expression: it is due, its workspace is not paused, its concurrency group
- * has room, and some runner of the workspace is registered, unpaused,
- * connected, has the labels, meets every requirement and has a free slot —
- * exactly when jobWaiting finds no reason. Stops at the first such runner.
+ * expression: the claim's clauses (src/store/sql/functions, the ones
+ * forelead_claim is written with) hold for it and some registered runner of
+ * its workspace that is connected. Stops at the first such runner.
  * A column of the enqueue's own statement (Broker.enqueue), so the usual
  * reply costs no statement of its own.
  */
 export function runnableNow(alias: JobsAlias, leaseSeconds: number): RawBuilder<boolean> {
   const j = qualifier(alias); // "alias."
-  return sql<boolean>`(${j}claimable_at <= now()
-    and not exists (select 1 from workspace_pauses p where p.workspace_id = ${j}workspace_id)
-    and (${j}concurrency_key is null or forelead_group_running(${j}workspace_id, ${j}concurrency_key) < ${j}concurrency_limit)
+  return sql<boolean>`(forelead_job_due(${j}claimable_at)
+    and (select w.unpaused from forelead_workspace_unpaused(${j}workspace_id) w)
+    and forelead_group_has_room(${j}concurrency_key, ${j}concurrency_limit,
+      forelead_group_running(${j}workspace_id, ${j}concurrency_key))
     and exists (
-      select 1 from runners r ${liveLeases}
-      where r.workspace_id = ${j}workspace_id and r.retired_at is null and r.paused_at is null
-        and r.labels @> ${j}labels
+      select 1 from runners r cross join lateral forelead_live_leases(r.workspace_id, r.runner_id) live
+      where r.workspace_id = ${j}workspace_id and r.retired_at is null
+        and forelead_runner_unpaused(r.paused_at)
+        and forelead_labels_match(${j}labels, r.labels)
         and forelead_meets_requirements(${j}req_architecture, ${j}req_os, ${j}req_execution_kind, ${j}req_features, ${capabilities})
-        and ${connectedRunner(leaseSeconds)} and live.n < r.slots
+        and ${connectedRunner(leaseSeconds)}
+        and forelead_slot_free(live.n, r.slots)
     ))`;
 }
 
@@ -101,20 +128,20 @@ async function jobRunnableNow(
 
 /**
  * Why the queued job `job` is not running, or undefined when a registered,
- * unpaused, connected runner with the labels has a free slot (it is about
- * to be claimed). The first reason that holds, in the order an operator
- * fixes them: the workspace is paused; the job is not due yet (scheduled, or
- * in its retry backoff); no runner is registered there; none has the labels;
- * none of those meets the job's requirements; every matching one is paused;
- * none of them was seen within `leaseSeconds` (the broker's lease length);
- * the job's concurrency group is full; every one is busy. Three queries:
- * the workspace's pause, its non-retired runners, each with the labels it
- * lacks, the requirements it does not meet (the claim's rule,
- * forelead_meets_requirements, one requirement at a time) and its live
- * leases (the live-lease rule of lease-sql.ts), and the group's running jobs
- * (forelead_group_running, the claim's count). First, whether the job is
- * runnable now at all (runnableNow): `runnable` when the caller's own
- * statement asked it, else a statement of its own.
+ * unpaused, connected runner can take it now (it is about to be claimed).
+ * The claim's clauses (src/store/sql/functions) are asked one by one of the
+ * stored job and each registered runner of its workspace, and the first that
+ * fails is reported, in the order an operator fixes them: the workspace is
+ * paused (forelead_workspace_unpaused); the job is not due yet
+ * (forelead_job_due: scheduled, or in its retry backoff); no runner is
+ * registered there; none has the labels (forelead_labels_match); none of
+ * those meets the job's requirements (forelead_meets_requirements, then one
+ * requirement at a time to name it); every matching one is paused
+ * (forelead_runner_unpaused); none of them was seen within `leaseSeconds`
+ * (the broker's lease length); the job's concurrency group is full
+ * (forelead_group_has_room); every one is busy (forelead_slot_free). First,
+ * whether the job is runnable now at all (runnableNow): `runnable` when the
+ * caller's own statement asked it, else a statement of its own.
  */
 export async function jobWaiting(
   db: Kysely<Database>,
@@ -123,17 +150,16 @@ export async function jobWaiting(
   runnable?: boolean,
 ): Promise<JobWaiting | undefined> {
   if (job.state !== "queued") return undefined;
+  const jobId = String(job.id);
   const workspaceId = String(job.workspaceId);
   const labels = (job.labels as string[] | undefined) ?? [];
   const req = (job.requirements as Requirements | undefined) ?? {};
   const claimableAt = typeof job.claimableAt === "string" ? new Date(job.claimableAt) : undefined;
-  const groupKey = typeof job.concurrencyKey === "string" ? job.concurrencyKey : undefined;
-  const limit = Number(job.concurrencyLimit ?? 0);
-  const due = !claimableAt || claimableAt.getTime() <= Date.now();
   // The common case, a job a runner can take now: answered by the caller's statement (`runnable`), or
-  // by one that stops at the first such runner.
-  if (due && (runnable ?? (await jobRunnableNow(db, String(job.id), leaseSeconds))))
-    return undefined;
+  // by one that stops at the first such runner. A job not due by this process's clock skips the
+  // latter (the clauses below then decide, by the database's clock).
+  const dueHere = !claimableAt || claimableAt.getTime() <= Date.now();
+  if (dueHere && (runnable ?? (await jobRunnableNow(db, jobId, leaseSeconds)))) return undefined;
   const wanted: Array<[string, RawBuilder<unknown>]> = [
     ...(req.architecture
       ? [
@@ -167,44 +193,52 @@ export async function jobWaiting(
   const unmet = wanted.length
     ? sql`array_remove(array[${sql.join(wanted.map(([name, args]) => sql`case when forelead_meets_requirements(${args}, ${capabilities}) then null else ${name}::text end`))}], null)`
     : sql`'{}'::text[]`;
-  const [pause, runners, groupRunning] = await Promise.all([
-    db
-      .selectFrom("workspace_pauses")
-      .select(["paused_at", "paused_by", "reason"])
-      .where("workspace_id", "=", workspaceId)
-      .executeTakeFirst(),
-    sql<RunnerFit>`
-      select r.runner_id, r.slots, r.paused_at is not null as paused,
-        array(select x from unnest(${labels}::text[]) x where not x = any(r.labels) order by x) as missing,
-        live.n as live_leases,
-        cardinality(${unmet}) = 0 as meets, ${unmet} as unmet,
-        ${connectedRunner(leaseSeconds)} as connected
-      from runners r ${liveLeases}
-      where r.workspace_id = ${workspaceId} and r.retired_at is null
+  const [clauses, runners] = await Promise.all([
+    sql<JobClauses>`
+      select j.claimable_at, j.attempts, forelead_job_due(j.claimable_at) as due,
+        w.unpaused as workspace_unpaused, p.paused_at, p.paused_by, p.reason,
+        j.concurrency_key, j.concurrency_limit, g.n as group_running,
+        forelead_group_has_room(j.concurrency_key, j.concurrency_limit, g.n) as group_room
+      from jobs j
+      cross join lateral forelead_workspace_unpaused(j.workspace_id) w
+      cross join lateral (select forelead_group_running(j.workspace_id, j.concurrency_key) as n) g
+      left join workspace_pauses p on p.workspace_id = j.workspace_id
+      where j.id = ${jobId} and j.state = 'queued'`
+      .execute(db)
+      .then((r) => r.rows[0]),
+    sql<RunnerClauses>`
+      select r.runner_id, r.slots, live.n as live_leases,
+        forelead_labels_match(j.labels, r.labels) as labels_match,
+        array(select x from unnest(j.labels) x where not x = any(r.labels) order by x) as missing,
+        forelead_meets_requirements(${requirements}, ${capabilities}) as meets, ${unmet} as unmet,
+        forelead_runner_unpaused(r.paused_at) as unpaused,
+        ${connectedRunner(leaseSeconds)} as connected,
+        forelead_slot_free(live.n, r.slots) as slot_free
+      from jobs j
+      join runners r on r.workspace_id = j.workspace_id
+      cross join lateral forelead_live_leases(r.workspace_id, r.runner_id) live
+      where j.id = ${jobId} and r.retired_at is null
       order by r.runner_id`
       .execute(db)
       .then((r) => r.rows),
-    groupKey
-      ? sql<{ n: number }>`select forelead_group_running(${workspaceId}, ${groupKey}) as n`
-          .execute(db)
-          .then((r) => Number(r.rows[0]!.n))
-      : Promise.resolve(0),
   ]);
+  // Claimed, settled or gone since the snapshot was read: it waits no longer.
+  if (!clauses) return undefined;
   const ws = JSON.stringify(workspaceId);
-  if (pause) {
-    const why = pause.reason ? ` (${pause.reason})` : "";
+  if (!clauses.workspace_unpaused) {
+    const why = clauses.reason ? ` (${clauses.reason})` : "";
     return {
       code: "workspace_paused",
-      message: `workspace ${ws} is paused since ${new Date(pause.paused_at).toISOString()} by ${pause.paused_by}${why}: its queued jobs are not claimed; resume it (POST /v1/admin/workspaces/${workspaceId}/resume) to let runners take them`,
+      message: `workspace ${ws} is paused since ${new Date(clauses.paused_at!).toISOString()} by ${clauses.paused_by}${why}: its queued jobs are not claimed; resume it (POST /v1/admin/workspaces/${workspaceId}/resume) to let runners take them`,
     };
   }
-  if (!due && claimableAt) {
-    const until = claimableAt.toISOString();
-    return Number(job.attempts ?? 0) > 0
+  if (!clauses.due) {
+    const until = new Date(clauses.claimable_at).toISOString();
+    return Number(clauses.attempts) > 0
       ? {
           code: "backoff",
           until,
-          message: `the job failed attempt ${Number(job.attempts)} and waits out its retry backoff: it is claimable again at ${until}`,
+          message: `the job failed attempt ${Number(clauses.attempts)} and waits out its retry backoff: it is claimable again at ${until}`,
         }
       : {
           code: "scheduled",
@@ -218,7 +252,7 @@ export async function jobWaiting(
       message: `no runner is registered in workspace ${ws}: enroll one there (forelead runner enroll with a grant for ${ws}), or check the job's workspaceId for a typo`,
     };
   }
-  const matching = runners.filter((r) => r.missing.length === 0);
+  const matching = runners.filter((r) => r.labels_match);
   if (matching.length === 0) {
     const closest = runners.reduce((best, r) =>
       r.missing.length < best.missing.length ? r : best,
@@ -243,7 +277,7 @@ export async function jobWaiting(
       : `no runner in workspace ${ws} meets all of the job's requirements; the closest, ${JSON.stringify(closest.runner_id)}, lacks ${closest.unmet.join(", ")}`;
     return { code: "unmet_requirements", message, unmetRequirement };
   }
-  const unpaused = meeting.filter((r) => !r.paused);
+  const unpaused = meeting.filter((r) => r.unpaused);
   if (unpaused.length === 0) {
     return {
       code: "runners_paused",
@@ -257,15 +291,17 @@ export async function jobWaiting(
       message: `runners in workspace ${ws} have the job's labels (${unpaused.map((r) => r.runner_id).join(", ")}) but none was seen in the last ${leaseSeconds} s: start one, or check its network and certificate (its log says why it cannot reach the control plane)`,
     };
   }
-  if (groupKey && groupRunning >= limit) {
+  if (!clauses.group_room) {
+    const groupKey = clauses.concurrency_key!;
+    const running = Number(clauses.group_running);
     return {
       code: "concurrency_group",
-      message: `concurrency group ${JSON.stringify(groupKey)} is full: ${groupRunning} of at most ${limit} running in workspace ${ws}; the job runs when one of them ends (the group's queued jobs go oldest first)`,
+      message: `concurrency group ${JSON.stringify(groupKey)} is full: ${running} of at most ${clauses.concurrency_limit} running in workspace ${ws}; the job runs when one of them ends (the group's queued jobs go oldest first)`,
       concurrencyKey: groupKey,
-      concurrencyRunning: groupRunning,
+      concurrencyRunning: running,
     };
   }
-  if (connected.every((r) => r.live_leases >= r.slots)) {
+  if (connected.every((r) => !r.slot_free)) {
     const busySlots = connected.reduce((n, r) => n + r.slots, 0);
     return {
       code: "all_busy",

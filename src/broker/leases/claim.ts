@@ -27,21 +27,21 @@ export async function claimJob(
 
 /**
  * Claims a job for each request, in one statement: the function
- * forelead_claim (migration 0008), which for each request in turn locks the
- * runner's row, counts its live leases with a fresh snapshot and takes the
- * highest-priority, oldest eligible job FOR UPDATE SKIP LOCKED, then writes
- * the call's leases as one set (migration 0028, forelead_claim_write). So a runner
- * never holds more than its slots, however its claims interleave (a runner
- * asking k times gets at most its free slots), and concurrent claims on any
- * replica never take the same job. Requests are sent sorted by workspace and
- * runner, so concurrent calls lock runner rows in one order. Answers in the
- * order of `holders`: the lease, or undefined when none was free (or the
- * runner or its workspace is paused: migration 0016, which also writes each
- * lease's job.leased event in the same statement). Since migration 0019 it
- * leases only a job that is due (claimable_at), whose requirements the
- * runner meets and whose concurrency group is under its limit, exactly
- * across replicas (the migration's comment reasons it through). Throws
- * failed_precondition, claiming nothing, when a runner is not registered.
+ * forelead_claim (src/store/sql/functions/forelead_claim.sql), which for each
+ * request in turn locks the runner's row, counts its live leases with a fresh
+ * snapshot and takes the highest-priority, oldest eligible job FOR UPDATE SKIP
+ * LOCKED, then writes the call's leases, their jobs and job.leased events as
+ * one set (forelead_claim_write). So a runner never holds more than its slots,
+ * however its claims interleave (a runner asking k times gets at most its free
+ * slots), and concurrent claims on any replica never take the same job.
+ * Requests are sent sorted by workspace and runner, so concurrent calls lock
+ * runner rows in one order. Answers in the order of `holders`: the lease, or
+ * undefined when none was free. Eligible is every claim clause at once (due,
+ * neither workspace nor runner paused, labels, requirements, group room, slot
+ * free: the functions forelead_claim names), the same clauses waiting.ts asks
+ * one by one; a group's limit holds exactly across replicas (forelead_claim.sql
+ * reasons it through). Throws failed_precondition, claiming nothing, when a
+ * runner is not registered.
  * A leased job with secrets gets them opened (with `box`) into its lease.
  */
 export async function claimLeases(
@@ -67,10 +67,10 @@ export async function claimLeases(
     // 5: p50 1.9 ms with 10,000 queued, 1.8 ms with 1,000,000, on the index jobs_claimable);
     // batching claims into one call (lease-batches.ts) gave 1.8x at N = 16 and 2.5x at N = 64.
     // Not measured yet: the pause check (a probe of workspace_pauses by its key) and the
-    // job.leased insert that migration 0016 added to each request of the function. Migration
-    // 0019's predicates, EXPLAIN ANALYZE with 100,000 queued (docs/fleet.md "Scheduling"): free
-    // when nothing ineligible is ahead of the first eligible job; a job not yet due costs an index
-    // tuple, one with unmet requirements or a full group a heap visit; still one round trip.
+    // job.leased insert of each request. The eligibility clauses, EXPLAIN ANALYZE with 100,000
+    // queued (docs/fleet.md "Scheduling"): free when nothing ineligible is ahead of the first
+    // eligible job; a job not yet due costs an index tuple, one with unmet requirements or a full
+    // group a heap visit; still one round trip.
     ({ rows } = await claimStatement.execute(
       db,
       {

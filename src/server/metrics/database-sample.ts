@@ -30,7 +30,7 @@ export interface DatabaseSample {
  * is one statement of two grouped branches, each on the partial index of its
  * state (jobs_claimable for queued, which holds workspace_id and created_at,
  * so its branch is an index-only scan; jobs_running_expiry for running, whose
- * rows are as many as the runners' busy slots; jobs_waiting_input, migration 0022, for waiting_input).
+ * rows are as many as the runners' busy slots; jobs_waiting_input for waiting_input).
  */
 export function createDatabaseSampler(
   db: Kysely<Database>,
