@@ -50,8 +50,8 @@ export interface StatsRow {
 /**
  * Statistics of the jobs settled in [since, until), per workspace, in one
  * statement. `j` is the window's jobs (the range scan of jobs_settled or
- * jobs_workspace_settled, migration 0017) and `l` their leases (probed by
- * leases_job_stats, migration 0017); both are materialized once and every figure is aggregated
+ * jobs_workspace_settled) and `l` their leases (probed by
+ * leases_job_stats); both are materialized once and every figure is aggregated
  * from them. Wait is enqueue to the first lease; run is the last lease to
  * the settlement; a lease loss is a lease that ended expired, a timeout one
  * that ended timed_out; a runner's busy time sums its leases' lengths.

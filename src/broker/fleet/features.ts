@@ -4,7 +4,7 @@ import type { LeaseHolder } from "../leases/check.js";
 
 /**
  * The protocol features a runner declared when it registered (its
- * registration's `features`, migration 0019): the one place the suspend
+ * registration's `features`, runners.features): the one place the suspend
  * rules read them from.
  */
 export async function declaredFeatures(

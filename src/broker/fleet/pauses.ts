@@ -5,8 +5,9 @@ import { checkSegmentId } from "../../identity/segment-id.js";
 import type { Database } from "../../store/schema.js";
 import { resumeChannel } from "../leases/wakeups.js";
 
-// Pause and resume (migration 0012 holds the state, forelead_claim in
-// migration 0016 applies it): a paused workspace's jobs are not claimed, a
+// Pause and resume (workspace_pauses and runners.paused_at hold the state,
+// forelead_claim applies it through forelead_workspace_unpaused and
+// forelead_runner_unpaused): a paused workspace's jobs are not claimed, a
 // paused runner gets no new lease; live leases go on and settle either way.
 // Each change writes its event in its transaction; a resume also NOTIFYs the
 // resume channel, so waiting claims in the workspace on every replica claim

@@ -313,7 +313,7 @@ function enqueueStatement(
 
 /**
  * The CTE `ins`: the new rows, a repeated idempotency key inserting nothing. The conflict target
- * names jobs_idempotency's predicate (migration 0027: only keyed jobs are in it), which Postgres
+ * names jobs_idempotency's predicate (only keyed jobs are in it), which Postgres
  * needs to infer that partial index as the arbiter.
  */
 function insertedJobs(q: Kysely<Database>, rows: readonly Insertable<Database["jobs"]>[]) {
@@ -343,7 +343,7 @@ function queuedEvents(returning: RawBuilder<unknown> = sql``) {
 /**
  * The enqueue of one job that also claims for a runner waiting on this
  * replica (the direct handoff, src/broker/leases/handoff.ts): the row, its
- * `job.queued` event, then forelead_handoff (migration 0026, forelead_claim
+ * `job.queued` event, then forelead_handoff (forelead_claim
  * for one request) for the runner. The call is lateral to the event's row,
  * so it runs after the insert and the event (the lease's `job.leased` comes
  * after `job.queued`), and as a VOLATILE function it takes a fresh snapshot

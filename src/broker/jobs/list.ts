@@ -46,9 +46,10 @@ export interface JobReader {
  * millisecond as a page's last one. The token does not record the order or
  * the filters: a client pages with the request it started with.
  *
- * Indexes (migration 0017): (workspace_id, created_at, id) and
- * (workspace_id, state, created_at, id) serve a workspace's listing in either
- * direction; the runner filter probes leases by (runner_id, job_id).
+ * Indexes jobs_workspace_created (workspace_id, created_at, id) and
+ * jobs_workspace_state_created (workspace_id, state, created_at, id) serve a
+ * workspace's listing in either direction; the runner filter probes leases by
+ * (runner_id, job_id).
  */
 export async function listJobs(
   db: Kysely<Database>,

@@ -90,7 +90,7 @@ export async function settleLeases(
 /**
  * The completion statement over `items`: the rows it settled, each with its
  * index in `items` (ord). `steps`: "no steps" leaves the jobs of pipeline
- * steps as they are (pipeline_steps_job, migration 0020).
+ * steps as they are (pipeline_steps_job).
  */
 async function settleStatement(
   q: Kysely<Database>,

@@ -35,9 +35,9 @@ export async function expireLeases(
   hook?: SettleHook,
 ): Promise<Array<{ id: string; state: string }>> {
   // Not measured: no scenario of docs/performance.md lets a lease expire. The expiry search is
-  // written for the partial index jobs_running_expiry (lease_expires_at where state = 'running',
-  // migration 0002). The deadline (the lease's issue time plus the job's timeout, the server
-  // default for a job stored without one) is not indexed: the sweep reads every running job's
+  // written for the partial index jobs_running_expiry (lease_expires_at where state = 'running').
+  // The deadline (the lease's issue time plus the job's timeout, the server default for a job
+  // stored without one) is not indexed: the sweep reads every running job's
   // row and lease row, which are as many as the runners' slots, not the queue. The job rows,
   // the lease rows and the wake are one statement, the shape measured for the completion
   // there (section 3).
@@ -120,7 +120,7 @@ export async function expireLeaseNow(db: Kysely<Database>, jobId: string): Promi
  * (docs/suspend.md) with reason input_expired, in one statement with their
  * job.input_expired and job.settled events. Part of every sweep, beside
  * expireLeases; bounded and SKIP LOCKED the same way. The search is the
- * partial index job_inputs_unanswered (migration 0022).
+ * partial index job_inputs_unanswered.
  */
 export async function expireInputRequests(
   db: Kysely<Database>,

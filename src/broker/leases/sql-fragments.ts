@@ -6,8 +6,8 @@ import { jobsChannel } from "./wakeups.js";
 // the statement that uses it, so the planner sees plain column comparisons
 // (a function call in WHERE is opaque to it unless Postgres inlines it), a
 // call costs nothing more, and changing a rule needs no migration. Not
-// measured against a function for that reason. forelead_claim (migration
-// 0008) counts live lease rows in PL/pgSQL, where these cannot reach; it
+// measured against a function for that reason. forelead_claim counts
+// live lease rows with forelead_live_leases, in SQL these cannot reach; it
 // states the rule of liveLeaseRow.
 
 /** How a statement names the jobs table: unqualified, or by one of these aliases ("ins": the enqueue's inserted rows). */

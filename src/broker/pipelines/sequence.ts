@@ -50,7 +50,7 @@ const isSettled = (state: JobState | null): state is SettledState =>
  * asked, an input request that expired). The broker's sweep passes them to
  * its hook, so no pipeline waits for a step that is already over; every path
  * with a hook moves its steps in the settling transaction and never shows up
- * here. Bounded; reads the partial index pipeline_steps_open (migration 0024).
+ * here. Bounded; reads the partial index pipeline_steps_open.
  */
 export async function strandedStepJobs(db: Kysely<Database>, limit = 100): Promise<string[]> {
   const rows = await db

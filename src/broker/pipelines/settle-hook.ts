@@ -28,11 +28,10 @@ export async function settleWith<R extends { id: string }>(
 
 /**
  * The job `jobId` (a column reference) is a pipeline step's job: one probe of
- * pipeline_steps_job (migration 0020), by forelead_is_step_job (migration
- * 0029), which reads with a snapshot of its own: a claim asks it of jobs its
- * function leased, which may have been enqueued after the claim's statement
- * began. What decides whether a settle needs the hook, and whether a lease
- * can have inputs.
+ * pipeline_steps_job, by forelead_is_step_job, which reads with a snapshot of
+ * its own: a claim asks it of jobs its function leased, which may have been
+ * enqueued after the claim's statement began. What decides whether a settle
+ * needs the hook, and whether a lease can have inputs.
  */
 export function isStepJob(jobId: RawBuilder<unknown>): RawBuilder<SqlBool> {
   return sql<SqlBool>`forelead_is_step_job(${jobId})`;
