@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
+import { defaultWorkDir } from "../runner/lifecycle/work-dir.js";
 import os from "node:os";
-import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { parseDuration } from "../api/time-range.js";
@@ -98,7 +98,7 @@ export function runnerCommand(): Command {
       .addOption(
         pathOption(
           "--work-dir <dir>",
-          "where job directories are made (default: <tmp>/forelead-runner/<runner-id>)",
+          "where job directories are made; it and its parents must be this user's or root's and not group- or world-writable (default: <state-dir>/<runner-id>/work, else ~/.local/state/forelead/runners/<runner-id>/work, or /var/lib/forelead/runners/<runner-id>/work as root)",
         ),
       )
       .addOption(
@@ -190,7 +190,7 @@ export function runnerCommand(): Command {
           architecture: architecture(os.arch()),
           os: os.platform(),
           executionKind: flags.executor,
-          workDir: flags.workDir ?? join(os.tmpdir(), "forelead-runner", identity.runnerId),
+          workDir: flags.workDir ?? defaultWorkDir(identity.runnerId, flags.stateDir),
           graceMs: flags.graceSeconds * 1000,
           sampleIntervalMs: flags.sampleIntervalMs,
           checkout: protocolCheckout(protocol.client),

@@ -118,6 +118,8 @@ export interface TestRunnerOptions {
   readonly onLease?: (lease: Lease) => void;
   /** Give the agent the suspend routes, so it declares checkpoint-v1 and input-v1 (docs/suspend.md). */
   readonly suspends?: boolean;
+  /** The agent's work directory; a fresh temporary one, removed at close, when absent. */
+  readonly workDir?: string;
 }
 
 /** Starts an in-process agent with a runner certificate made by the test PKI; output goes to the control plane and a recording. */
@@ -147,7 +149,8 @@ export async function startTestRunner(
           return reply;
         },
       };
-  const workDir = await mkdtemp(join(tmpdir(), `forelead-runner-${options.runnerId}-`));
+  const workDir =
+    options.workDir ?? (await mkdtemp(join(tmpdir(), `forelead-runner-${options.runnerId}-`)));
   const log: string[] = [];
   const say = (m: string) => log.push(m);
   const executor =

@@ -28,6 +28,9 @@ export interface ProcessExecutorOptions {
   readonly uidBase?: number;
 }
 
+/** How many uids jobs are given, from uidBase up. */
+const uidSpan = 1_000_000;
+
 /**
  * Runs jobs as local processes, for machines without Docker: argv without a
  * shell, in the job's own directory, with only the spec's env, the job's
@@ -49,7 +52,12 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
   return {
     kind: "process",
     async prepare() {},
-    recover: recoverLeftovers,
+    // A pid record is acted on only for a process running as a uid this runner hands out (or its
+    // own, when jobs run as the runner's user): a planted record cannot aim the kill elsewhere.
+    recover: (jobsDir) =>
+      recoverLeftovers(jobsDir, (uid) =>
+        isolate ? uid >= uidBase && uid < uidBase + uidSpan : uid === process.getuid?.(),
+      ),
     incompatibility: (spec, capacity) => commonIncompatibility(spec, capacity),
     reportsInventory: false,
     resources: async () => [],
@@ -62,7 +70,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       await mkdir(join(jobDir, "output"), { recursive: true });
       let uid: number | undefined;
       if (isolate) {
-        do uid = uidBase + randomInt(1_000_000);
+        do uid = uidBase + randomInt(uidSpan);
         while (uidsInUse.has(uid));
         uidsInUse.add(uid);
         await chownTree(jobDir, uid, jobDirParts.input);
@@ -182,7 +190,10 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
  * killed only when its leader is still the very process recorded (same
  * start time in /proc), never a stranger that reused the pid.
  */
-async function recoverLeftovers(jobsDir: string): Promise<string[]> {
+async function recoverLeftovers(
+  jobsDir: string,
+  ownUid: (uid: number) => boolean,
+): Promise<string[]> {
   const names = await readdir(jobsDir).catch(() => [] as string[]);
   const stopped: string[] = [];
   for (const name of names.filter((n) => n.endsWith(".pid"))) {
@@ -193,6 +204,8 @@ async function recoverLeftovers(jobsDir: string): Promise<string[]> {
     };
     if (!record.pid || !record.startTicks || processStartTicks(record.pid) !== record.startTicks)
       continue;
+    const uid = processUid(record.pid);
+    if (uid === undefined || !ownUid(uid)) continue;
     try {
       process.kill(-record.pid, "SIGKILL");
       stopped.push(`process group ${record.pid} of job ${record.jobId ?? "?"}`);
@@ -211,6 +224,16 @@ function recordPid(file: string, pid: number | undefined, jobId: string): void {
     if (startTicks) writeFileSync(file, JSON.stringify({ pid, startTicks, jobId }));
   } catch {
     // The job already ended (no /proc entry): nothing to recover later.
+  }
+}
+
+/** The real uid of a process (/proc/<pid>/status), or undefined off Linux or once it is gone. */
+function processUid(pid: number): number | undefined {
+  try {
+    const line = readFileSync(`/proc/${pid}/status`, "utf8").match(/^Uid:\s+(\d+)/m);
+    return line ? Number(line[1]) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

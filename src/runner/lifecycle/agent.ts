@@ -1,4 +1,5 @@
 import { mkdir, rm } from "node:fs/promises";
+import { prepareWorkDir } from "./work-dir.js";
 import { join } from "node:path";
 import type { CheckoutStep } from "../checkout/checkout-step.js";
 import { RunnerApiError, type RunnerClient, type RunnerInstance } from "../transport/client.js";
@@ -101,7 +102,7 @@ export interface RunnerAgent {
 export async function startRunnerAgent(options: RunnerAgentOptions): Promise<RunnerAgent> {
   const { client, executor } = options;
   const log = options.log ?? ((m: string) => console.log(`forelead runner: ${m}`));
-  const jobsDir = join(options.workDir, "jobs");
+  const jobsDir = join(await prepareWorkDir(options.workDir), "jobs");
   await executor.prepare();
 
   const claiming = new AbortController();
