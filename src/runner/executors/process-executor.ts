@@ -1,6 +1,6 @@
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
@@ -150,8 +150,11 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         });
         child.once("exit", (code, signal) => {
           exited = true;
-          // Whatever the job left running in its group ends with it, so its pipes close and nothing outlives the job.
+          // Whatever the job left running ends with it, so its pipes close and nothing outlives the
+          // job: its process group, and as a user of its own every process of its uid, which a
+          // setsid or a double fork cannot leave.
           killGroup("SIGKILL");
+          if (uid !== undefined) killUid(uid);
           const durationMs = Math.round(performance.now() - started);
           outputs.then(() =>
             resolve({
@@ -227,13 +230,41 @@ function recordPid(file: string, pid: number | undefined, jobId: string): void {
   }
 }
 
-/** The real uid of a process (/proc/<pid>/status), or undefined off Linux or once it is gone. */
+/** The real uid of a live process (/proc/<pid>/status), or undefined off Linux, for a zombie or once it is gone. */
 function processUid(pid: number): number | undefined {
   try {
-    const line = readFileSync(`/proc/${pid}/status`, "utf8").match(/^Uid:\s+(\d+)/m);
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    if (/^State:\s+Z/m.test(status)) return undefined; // dead, waiting to be reaped: holds nothing
+    const line = status.match(/^Uid:\s+(\d+)/m);
     return line ? Number(line[1]) : undefined;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * SIGKILLs every live process whose real uid is `uid` (a job's own), scanning /proc again until
+ * none is left, so one forked meanwhile goes too; nothing off Linux.
+ */
+function killUid(uid: number): void {
+  for (let round = 0; round < 50; round++) {
+    let found = 0;
+    let pids: string[];
+    try {
+      pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
+    } catch {
+      return;
+    }
+    for (const pid of pids) {
+      if (processUid(Number(pid)) !== uid) continue;
+      found++;
+      try {
+        process.kill(Number(pid), "SIGKILL");
+      } catch {
+        // gone meanwhile
+      }
+    }
+    if (found === 0) return;
   }
 }
 
