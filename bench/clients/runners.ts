@@ -101,7 +101,7 @@ async function drain(m: Message): Promise<Message> {
           completionId: `c-${job.id}`,
           outcome: "succeeded",
           exitCode: 0,
-          ...(next ? { next: { waitSeconds: 0 } } : {}),
+          next: next ? { waitSeconds: 0 } : undefined,
         });
         if (done.status !== 200)
           throw new Error(`complete: HTTP ${done.status} ${JSON.stringify(done.json)}`);
@@ -183,7 +183,7 @@ async function pickup(m: Message): Promise<Message> {
         completionId: `c-${job.id}`,
         outcome: "succeeded",
         exitCode: 0,
-        ...(next ? { next: { waitSeconds } } : {}),
+        next: next ? { waitSeconds } : undefined,
       });
       // A completion that also waits for the next lease is a long poll: the run does not wait for it at its end.
       if (!next) completing.add(completion);

@@ -53,8 +53,8 @@ export async function startPlanes(options: PlanesOptions): Promise<Planes> {
       leaseSeconds: options.leaseSeconds ?? 30,
       maxCertLifetimeMs: 24 * 3600 * 1000,
       secretsKeys: { current: key },
-      ...(options.batching ? { batching: options.batching } : {}),
-      ...(options.handoff === false ? { handoff: false } : {}),
+      batching: options.batching,
+      handoff: options.handoff,
     });
     return { urls: [plane.url], pids: [process.pid], inProcess: plane, close: () => plane.close() };
   }

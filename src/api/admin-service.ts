@@ -101,7 +101,7 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
           liveLeases: r.liveLeases,
           registeredAt: timestampFromDate(r.registeredAt),
           lastSeenAt: timestampFromDate(r.lastSeenAt),
-          ...(r.retiredAt ? { retiredAt: timestampFromDate(r.retiredAt) } : {}),
+          retiredAt: r.retiredAt ? timestampFromDate(r.retiredAt) : undefined,
           ...(r.pausedAt
             ? { pausedAt: timestampFromDate(r.pausedAt), pausedBy: r.pausedBy ?? "" }
             : {}),

@@ -60,7 +60,7 @@ export async function audited<T>(
       target,
       decision: "deny",
       reason,
-      ...(whoOnFailure ? { spiffeId: whoOnFailure } : {}),
+      spiffeId: whoOnFailure,
     });
     throw err;
   }
@@ -70,7 +70,7 @@ export async function audited<T>(
     target: outcome.target ?? target,
     decision: "allow",
     reason: outcome.reason,
-    ...(outcome.spiffeId ? { spiffeId: outcome.spiffeId } : {}),
+    spiffeId: outcome.spiffeId,
   });
   return result;
 }

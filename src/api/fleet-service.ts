@@ -52,7 +52,7 @@ export function createFleetService(deps: FleetServiceDeps): ServiceImpl<typeof F
         pausedBy: s.pausedBy ?? "",
         reason: s.reason ?? "",
         alreadyPaused: !s.changed,
-        ...(s.pausedAt ? { pausedAt: timestampFromDate(s.pausedAt) } : {}),
+        pausedAt: s.pausedAt ? timestampFromDate(s.pausedAt) : undefined,
       };
     },
     async resumeWorkspace(req, ctx) {
@@ -90,7 +90,7 @@ export function createFleetService(deps: FleetServiceDeps): ServiceImpl<typeof F
         workspaceId: s.workspaceId,
         pausedBy: s.pausedBy ?? "",
         alreadyPaused: !s.changed,
-        ...(s.pausedAt ? { pausedAt: timestampFromDate(s.pausedAt) } : {}),
+        pausedAt: s.pausedAt ? timestampFromDate(s.pausedAt) : undefined,
       };
     },
     async resumeRunner(req, ctx) {

@@ -225,8 +225,8 @@ function authorize(
   const route = `${ctx.requestMethod} ${requestPath(ctx)}`;
   const base = {
     route,
-    ...(identity?.remoteAddress ? { remoteAddress: identity.remoteAddress } : {}),
-    ...(verdict?.facts ? { certificate: verdict.facts } : {}),
+    remoteAddress: identity?.remoteAddress || undefined,
+    certificate: verdict?.facts,
   };
   const decide = (decision: AuditRecord["decision"], reason: string) =>
     options.audit.record({ at: new Date(), decision, reason, ...base });
@@ -242,7 +242,7 @@ function authorize(
           target: e.target,
           decision: e.decision,
           reason: e.reason,
-          ...(e.spiffeId ? { spiffeId: e.spiffeId } : {}),
+          spiffeId: e.spiffeId || undefined,
         }),
     });
     if (principal) ctx.values.set(principalKey, principal);

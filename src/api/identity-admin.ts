@@ -80,8 +80,8 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
 
     async listAuditRecords(req) {
       const page = await identity.listAuditRecords({
-        ...(req.since ? { since: dateOf(req.since) } : {}),
-        ...(req.until ? { until: dateOf(req.until) } : {}),
+        since: req.since ? dateOf(req.since) : undefined,
+        until: req.until ? dateOf(req.until) : undefined,
         spiffeId: req.spiffeId,
         decision: req.decision,
         kind: req.kind,
@@ -101,9 +101,9 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
           spiffeId: r.spiffe_id ?? "",
           certificateSerial: r.certificate_serial ?? "",
           certificateSha256: r.certificate_sha256 ?? "",
-          ...(r.certificate_not_after
-            ? { certificateNotAfter: timestampFromDate(r.certificate_not_after) }
-            : {}),
+          certificateNotAfter: r.certificate_not_after
+            ? timestampFromDate(r.certificate_not_after)
+            : undefined,
           remoteAddress: r.remote_address ?? "",
           count: r.count,
           firstAt: timestampFromDate(r.at),

@@ -44,7 +44,7 @@ export function createInventoryAdminMethods(inventory: Inventory): InventoryMeth
           workspaceId: o.workspaceId,
           reportedAt: timestampFromDate(o.reportedAt),
           item: inventoryItemMessage(o.item),
-          ...(o.pendingOrder ? { pendingOrder: reapOrderMessage(o.pendingOrder) } : {}),
+          pendingOrder: o.pendingOrder ? reapOrderMessage(o.pendingOrder) : undefined,
         })),
       };
     },

@@ -19,7 +19,7 @@ export function inventoryItemMessage(item: StoredItem): InventoryItem {
     jobId: item.jobId,
     state: item.state,
     image: item.image,
-    ...(item.createdAt ? { createdAt: timestampFromDate(item.createdAt) } : {}),
+    createdAt: item.createdAt ? timestampFromDate(item.createdAt) : undefined,
     cpu: item.cpu,
     memory: BigInt(item.memory),
     orphan: item.orphan,
@@ -49,6 +49,6 @@ export function reapOrderMessage(order: ReapOrderView): ReapOrderRecord {
     orderedBy: order.orderedBy,
     orderedAt: timestampFromDate(order.orderedAt),
     state: order.state,
-    ...(order.settledAt ? { settledAt: timestampFromDate(order.settledAt) } : {}),
+    settledAt: order.settledAt ? timestampFromDate(order.settledAt) : undefined,
   });
 }

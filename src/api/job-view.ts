@@ -38,19 +38,14 @@ export function leaseMessage(view: LeaseView): Lease {
     expiresAt: timestampFromDate(view.expiresAt),
     cancelRequested: view.cancelRequested,
     job: unmaskedJob(view.job),
-    ...(view.attempt ? { attempt: view.attempt } : {}),
-    ...(view.secrets
-      ? { secrets: view.secrets.secrets, secretFiles: view.secrets.secretFiles }
-      : {}),
-    ...(view.input
-      ? {
-          inputRequestId: view.input.requestId,
-          inputAnswer: messageFromJson(ValueSchema, view.input.answer as JsonValue),
-          checkpoint: view.input.checkpoint.map((a) =>
-            messageFromJson(ArtifactSchema, a as JsonValue),
-          ),
-        }
-      : {}),
-    ...(view.inputs ? { inputs: view.inputs.map((i) => ({ ...i, size: BigInt(i.size) })) } : {}),
+    attempt: view.attempt,
+    secrets: view.secrets?.secrets,
+    secretFiles: view.secrets?.secretFiles,
+    inputRequestId: view.input?.requestId,
+    inputAnswer: view.input
+      ? messageFromJson(ValueSchema, view.input.answer as JsonValue)
+      : undefined,
+    checkpoint: view.input?.checkpoint.map((a) => messageFromJson(ArtifactSchema, a as JsonValue)),
+    inputs: view.inputs?.map((i) => ({ ...i, size: BigInt(i.size) })),
   });
 }

@@ -57,9 +57,9 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
           features: req.features,
           maxConcurrency: req.maxConcurrency,
           instanceId: req.instanceId,
-          ...(req.instanceStartedAt
-            ? { instanceStartedAt: timestampDate(req.instanceStartedAt) }
-            : {}),
+          instanceStartedAt: req.instanceStartedAt
+            ? timestampDate(req.instanceStartedAt)
+            : undefined,
         })
         .catch((err: unknown) => {
           // A second process of one runner is an identity decision: keep it.
@@ -132,7 +132,7 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         req.next.waitSeconds,
         ctx.signal,
       );
-      return { apiVersion, job: jobMessage(job), ...(lease ? { lease: leaseMessage(lease) } : {}) };
+      return { apiVersion, job: jobMessage(job), lease: lease ? leaseMessage(lease) : undefined };
     },
 
     async codeHead(req, ctx) {

@@ -20,28 +20,24 @@ export function scheduleFieldsOf(
   "runAt" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"
 > {
   return {
-    ...(req.runAt ? { runAt: timestampDate(req.runAt) } : {}),
-    ...(req.delaySeconds !== undefined ? { delaySeconds: Number(req.delaySeconds) } : {}),
+    runAt: req.runAt ? timestampDate(req.runAt) : undefined,
+    delaySeconds: req.delaySeconds === undefined ? undefined : Number(req.delaySeconds),
     concurrencyKey: req.concurrencyKey,
     concurrencyLimit: req.concurrencyLimit,
-    ...(req.backoff
+    backoff: req.backoff
       ? {
-          backoff: {
-            initialSeconds: req.backoff.initialSeconds,
-            multiplier: req.backoff.multiplier,
-            maxSeconds: req.backoff.maxSeconds,
-          },
+          initialSeconds: req.backoff.initialSeconds,
+          multiplier: req.backoff.multiplier,
+          maxSeconds: req.backoff.maxSeconds,
         }
-      : {}),
-    ...(req.requirements
+      : undefined,
+    requirements: req.requirements
       ? {
-          requirements: {
-            architecture: req.requirements.architecture,
-            os: req.requirements.os,
-            executionKind: req.requirements.executionKind,
-            features: req.requirements.features,
-          },
+          architecture: req.requirements.architecture,
+          os: req.requirements.os,
+          executionKind: req.requirements.executionKind,
+          features: req.requirements.features,
         }
-      : {}),
+      : undefined,
   };
 }

@@ -28,9 +28,9 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
           auditSpoolRecords: BigInt(audit.spooled),
           auditSpoolQuarantinedRecords: BigInt(audit.quarantined),
           auditSpoolQuarantinePath: audit.quarantinePath,
-          ...(audit.oldestUnwritten
-            ? { auditOldestUnwritten: timestampFromDate(audit.oldestUnwritten) }
-            : {}),
+          auditOldestUnwritten: audit.oldestUnwritten
+            ? timestampFromDate(audit.oldestUnwritten)
+            : undefined,
         },
         replicas: s.replicas.map((r) => ({
           id: r.id,
@@ -66,7 +66,7 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
         },
         certificates: {
           serverNotAfter: timestampFromDate(s.serverNotAfter),
-          ...(s.issuerNotAfter ? { issuerNotAfter: timestampFromDate(s.issuerNotAfter) } : {}),
+          issuerNotAfter: s.issuerNotAfter ? timestampFromDate(s.issuerNotAfter) : undefined,
           expiringWithin24h: BigInt(s.expiringWithin24h),
           expiring: s.expiring.map((c) => ({
             serial: c.serial,

@@ -79,5 +79,5 @@ export function parseTimeRange(
       Code.InvalidArgument,
     );
   }
-  return { ...(since ? { since } : {}), ...(until ? { until } : {}) };
+  return { since, until };
 }

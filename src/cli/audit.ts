@@ -51,8 +51,8 @@ export function auditCommand(): Command {
       let pageToken = "";
       do {
         const page = await admin.listAuditRecords({
-          ...(flags.since ? { since: timestampFromDate(flags.since) } : {}),
-          ...(flags.until ? { until: timestampFromDate(flags.until) } : {}),
+          since: flags.since ? timestampFromDate(flags.since) : undefined,
+          until: flags.until ? timestampFromDate(flags.until) : undefined,
           spiffeId: flags.identity ?? "",
           decision: flags.decision ?? "",
           kind: flags.kind ?? "",

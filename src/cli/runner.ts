@@ -179,8 +179,8 @@ export function runnerCommand(): Command {
         agent = await startRunnerAgent({
           // This process: the control plane refuses a second live one with the same identity.
           instance: { id: randomUUID(), startedAt: new Date(performance.timeOrigin) },
-          ...(flags.once ? { jobLimit: 1 } : {}),
-          ...(flags.idleExit !== undefined ? { idleExitMs: flags.idleExit } : {}),
+          jobLimit: flags.once ? 1 : undefined,
+          idleExitMs: flags.idleExit,
           client,
           executor,
           output: createControlPlaneOutput(client, { warn: log }),

@@ -145,7 +145,7 @@ export async function openBundle(deps: CodeAccessDeps, req: BundleRequest): Prom
       mirror,
       ref,
       commit: permitted,
-      ...(thinOnBase ? { base } : {}),
+      base: thinOnBase ? base : undefined,
       maxBytes: deps.maxBundleBytes,
       scratchDir: deps.scratchDir,
     }),

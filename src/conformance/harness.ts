@@ -206,10 +206,10 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
           spec: {
             image: options.image,
             argv: ["sh", "-c", j.script],
-            ...(j.timeoutSeconds ? { timeoutSeconds: j.timeoutSeconds } : {}),
-            ...(j.cpu ? { cpu: j.cpu } : {}),
+            timeoutSeconds: j.timeoutSeconds,
+            cpu: j.cpu,
           },
-          ...(j.secrets ? { secrets: j.secrets } : {}),
+          secrets: j.secrets,
         });
         jobIds.push(enqueued!.id);
         return enqueued!.id;

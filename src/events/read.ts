@@ -155,7 +155,7 @@ export async function readEvents(
     pos: {
       afterId,
       finalThrough: Math.max(finalThrough, afterId),
-      ...(gap && gap.through > afterId ? { gap } : {}),
+      gap: gap && gap.through > afterId ? gap : undefined,
     },
     full: present.length === q.pageSize,
     open: false,

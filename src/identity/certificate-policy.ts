@@ -99,7 +99,7 @@ export function verifyPresentedChain(
     fingerprintSha256: leaf.fingerprint256.replaceAll(":", "").toLowerCase(),
     notBefore: new Date(leaf.validFrom),
     notAfter: new Date(leaf.validTo),
-    ...(uris.length === 1 ? { uri: uris[0] } : {}),
+    uri: uris.length === 1 ? uris[0] : undefined,
   };
   const refuse = (reason: string): SessionVerdict => ({ ok: false, facts, reason });
 

@@ -71,7 +71,7 @@ export function createOperatorView(deps: OperatorViewDeps): OperatorView {
     doctor: () =>
       runDoctor({
         server: deps.server(),
-        ...(deps.issuer ? { issuer: deps.issuer } : {}),
+        issuer: deps.issuer,
         database: { db: store.db },
         pendingMigrations: "fail",
         listenConnected: () => store.listening,

@@ -120,9 +120,7 @@ function operatorView(checked: CheckedOptions, domain: Domain) {
       const { cert, key } = tls.contextOptions();
       return { certificate: tls.certificate, certPem: String(cert), keyPem: String(key) };
     },
-    ...(options.issuer && issuer
-      ? { issuer: { ...options.issuer, notAfter: issuer.notAfter } }
-      : {}),
+    issuer: options.issuer && issuer ? { ...options.issuer, notAfter: issuer.notAfter } : undefined,
     artifacts: domain.artifacts.store,
     replica: domain.replica,
     leaseSeconds: options.leaseSeconds,

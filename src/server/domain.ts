@@ -53,9 +53,9 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const clock = stack.use("the database clock", await createDbClock(store.db));
   const auditSpool = {
     dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")),
-    ...(options.auditSpoolMaxBytes ? { maxBytes: options.auditSpoolMaxBytes } : {}),
+    maxBytes: options.auditSpoolMaxBytes,
     database: spoolDatabaseTag(options.database),
-    ...(options.auditSpoolAdoptFrom ? { adoptFrom: options.auditSpoolAdoptFrom } : {}),
+    adoptFrom: options.auditSpoolAdoptFrom,
   };
   const identity = stack.use(
     "identity",
@@ -73,8 +73,8 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     await createCodeHost({
       db: store.db,
       secrets: secrets.box,
-      ...(options.codeDir ? { codeDir: options.codeDir } : {}),
-      ...(options.maxBundleBytes ? { maxBundleBytes: options.maxBundleBytes } : {}),
+      codeDir: options.codeDir || undefined,
+      maxBundleBytes: options.maxBundleBytes || undefined,
     }),
   );
   const broker = stack.use(
@@ -84,10 +84,10 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
       leaseSeconds: options.leaseSeconds,
       code,
       secrets: secrets.box,
-      ...(options.sweepIntervalMs ? { sweepIntervalMs: options.sweepIntervalMs } : {}),
-      ...(options.jobTimeouts ? { jobTimeouts: options.jobTimeouts } : {}),
-      ...(options.batching ? { batching: options.batching } : {}),
-      ...(options.handoff === false ? { handoff: false } : {}),
+      sweepIntervalMs: options.sweepIntervalMs || undefined,
+      jobTimeouts: options.jobTimeouts,
+      batching: options.batching,
+      handoff: options.handoff,
       observer: metrics.broker,
     }),
   );
@@ -98,7 +98,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     createArtifacts({
       db: store.db,
       store: artifactStore,
-      ...(options.maxArtifactBytes ? { maxArtifactBytes: options.maxArtifactBytes } : {}),
+      maxArtifactBytes: options.maxArtifactBytes || undefined,
     }),
   );
   const streams = stack.use(
@@ -106,7 +106,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     await createStreams({
       store,
       maxRequestBytes: checked.maxBodyBytes,
-      ...(options.streamMaxSeconds ? { maxRequestMs: options.streamMaxSeconds * 1000 } : {}),
+      maxRequestMs: options.streamMaxSeconds ? options.streamMaxSeconds * 1000 : undefined,
     }),
   );
   const replica = stack.use(
@@ -117,8 +117,8 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     "the event stream",
     await createEvents({
       store,
-      ...(options.eventRetentionMs ? { retentionMs: options.eventRetentionMs } : {}),
-      ...(options.eventPruneIntervalMs ? { pruneIntervalMs: options.eventPruneIntervalMs } : {}),
+      retentionMs: options.eventRetentionMs || undefined,
+      pruneIntervalMs: options.eventPruneIntervalMs || undefined,
     }),
   );
   const pauses = createPauses(store.db);

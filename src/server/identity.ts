@@ -34,13 +34,9 @@ export function createRequestIdentifier(
           chain: () => peerChain(socket),
           authorized: socket.authorized,
           verdictIsCurrent: socket.authorized && verdictIsCurrent(session),
-          ...(socket.authorizationError
-            ? {
-                authorizationError: String(
-                  (socket.authorizationError as Error).message ?? socket.authorizationError,
-                ),
-              }
-            : {}),
+          authorizationError: socket.authorizationError
+            ? String((socket.authorizationError as Error).message ?? socket.authorizationError)
+            : undefined,
         },
         policy,
       );

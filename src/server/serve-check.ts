@@ -57,10 +57,10 @@ export async function checkServe(options: ControlPlaneOptions): Promise<DoctorCh
         : undefined;
     const checks = await runDoctor({
       server: { certPem: options.tlsCertPem, keyPem: options.tlsKeyPem },
-      ...(options.issuer ? { issuer: options.issuer } : {}),
+      issuer: options.issuer,
       database: store ? { db: store.db } : { error: databaseError },
       pendingMigrations: "warn",
-      ...(artifacts ? { artifacts } : {}),
+      artifacts,
     });
     return [optionsCheck, ...checks];
   } finally {

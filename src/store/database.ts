@@ -155,10 +155,7 @@ async function openPostgres(url: string): Promise<Store> {
     description,
     health,
     async listen(channel, onNotify, onRecheck) {
-      const unsubscribe = await listener.listen(channel, {
-        onNotify,
-        ...(onRecheck ? { onRecheck } : {}),
-      });
+      const unsubscribe = await listener.listen(channel, { onNotify, onRecheck });
       return async () => unsubscribe();
     },
     get listening() {
@@ -198,7 +195,7 @@ async function openEmbedded(location: string): Promise<Store> {
   let pglite: PGlite;
   try {
     pglite = await PGlite.create({
-      ...(dataDir ? { dataDir } : {}),
+      dataDir,
       startParams: [...PGlite.defaultStartParams, "-c", `shared_buffers=${embeddedSharedBuffers}`],
       parsers: { [pgliteTypes.INT8]: (v: string) => Number(v) },
     });

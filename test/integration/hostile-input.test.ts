@@ -191,7 +191,7 @@ const bad = (message: RegExp, header?: string) => ({
   status: 400,
   code: "invalid_argument",
   message,
-  ...(header !== undefined ? { header } : {}),
+  header,
 });
 
 const rest: readonly Row[] = [

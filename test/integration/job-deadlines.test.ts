@@ -14,7 +14,7 @@ const freshWorkspace = () => `dl${++n}`;
 const spec = (timeoutSeconds?: number) => ({
   image: "busybox",
   argv: ["sleep", "600"],
-  ...(timeoutSeconds === undefined ? {} : { timeoutSeconds }),
+  timeoutSeconds,
 });
 
 describe(`job deadlines (${databaseKind})`, () => {

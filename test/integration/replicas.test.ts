@@ -401,7 +401,7 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
             completionId: `${r.runnerId}-${loop}-${jobId}`,
             outcome: "succeeded",
             exitCode: 0,
-            ...(r.mode === "claim" ? {} : { next: { waitSeconds: 0 } }),
+            next: r.mode === "claim" ? undefined : { waitSeconds: 0 },
           });
           const completedAt = performance.now();
           if (

@@ -46,7 +46,7 @@ function recordingPost(
         first: sequences[0]!,
         last: sequences[sequences.length - 1]!,
         status,
-        ...(typeof header === "string" ? { lastAccepted: header } : {}),
+        lastAccepted: typeof header === "string" ? header : undefined,
       });
     };
     try {

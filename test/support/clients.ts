@@ -42,7 +42,8 @@ export function createRestClient(
 ): RestClient {
   const session = http2.connect(url, {
     ca: caPem,
-    ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
+    cert: cert?.certPem,
+    key: cert?.keyPem,
   });
   session.on("error", () => {}); // surfaced per request instead
   const send = (

@@ -19,7 +19,7 @@ export function registerRepository(
     apiVersion: "v1",
     name,
     url,
-    ...(credential ? { credential } : {}),
+    credential,
   });
 }
 

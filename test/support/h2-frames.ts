@@ -45,7 +45,7 @@ export function createFrameReader(
           type,
           flags: buffered[4]!,
           streamId: buffered.readUInt32BE(5) & 0x7fffffff,
-          ...(errorCode === undefined ? {} : { errorCode }),
+          errorCode,
         },
         payload,
       );
@@ -95,7 +95,8 @@ export function tappedSession(
     port: Number(port),
     ca: caPem,
     ALPNProtocols: ["h2"],
-    ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
+    cert: cert?.certPem,
+    key: cert?.keyPem,
   });
   const tap = new Duplex({
     read: () => void socket.resume(),

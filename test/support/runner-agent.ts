@@ -174,7 +174,7 @@ export async function startTestRunner(
     claimWaitSeconds: 5,
     checkout: protocolCheckout(protocol.client),
     uploads: protocol.client,
-    ...(options.suspends ? { suspends: protocol.suspendClient } : {}),
+    suspends: options.suspends ? protocol.suspendClient : undefined,
     inputs: protocol.client,
     log: say,
   });

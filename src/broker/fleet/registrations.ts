@@ -185,8 +185,8 @@ export async function register(
     return {
       change: {
         live: before.live,
-        ...(slotsChanged ? { slots: { from: before.slots, to: r.slots } } : {}),
-        ...(labelsChanged ? { labels: { from: before.labels, to: labels } } : {}),
+        slots: slotsChanged ? { from: before.slots, to: r.slots } : undefined,
+        labels: labelsChanged ? { from: before.labels, to: labels } : undefined,
       },
     };
   });

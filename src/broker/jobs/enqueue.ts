@@ -27,14 +27,11 @@ function scheduleColumns(input: EnqueueInput) {
   const r = input.requirements;
   const multiplier = b ? b.multiplier || 2 : null;
   const columns = {
-    ...(input.runAt
-      ? { claimable_at: input.runAt }
+    claimable_at: input.runAt
+      ? input.runAt
       : input.delaySeconds
-        ? {
-            claimable_at:
-              sql<Date>`now() + make_interval(secs => ${input.delaySeconds}::int)` as unknown as Date,
-          }
-        : {}),
+        ? (sql<Date>`now() + make_interval(secs => ${input.delaySeconds}::int)` as unknown as Date)
+        : undefined,
     concurrency_key: input.concurrencyKey || null,
     concurrency_limit: input.concurrencyKey ? input.concurrencyLimit! : null,
     backoff_initial_seconds: b ? b.initialSeconds : null,
@@ -103,10 +100,10 @@ export async function prepareEnqueue(
   const requestedSpec = {
     image: spec.image,
     argv: [...spec.argv],
-    ...(Object.keys(spec.env).length ? { env: { ...spec.env } } : {}),
-    ...(spec.timeoutSeconds ? { timeoutSeconds: spec.timeoutSeconds } : {}),
-    ...(spec.cpu ? { cpu: spec.cpu } : {}),
-    ...(spec.memoryBytes ? { memoryBytes: String(spec.memoryBytes) } : {}),
+    env: Object.keys(spec.env).length ? { ...spec.env } : undefined,
+    timeoutSeconds: spec.timeoutSeconds || undefined,
+    cpu: spec.cpu || undefined,
+    memoryBytes: spec.memoryBytes ? String(spec.memoryBytes) : undefined,
   };
   // The timeout as asked for goes into the idempotency hash, so a retry still matches after the default changed.
   const storedSpec = {
@@ -262,8 +259,8 @@ export async function storeEnqueues(
       return {
         job: row,
         created: true,
-        ...(probe ? { probed: probed.get(row.id) === true } : {}),
-        ...(handed ? { handed } : {}),
+        probed: probe ? probed.get(row.id) === true : undefined,
+        handed,
       };
     const { input } = p;
     const found = byKey.get(`${input.workspaceId}\0${input.idempotencyKey}`)!;
@@ -461,8 +458,8 @@ export async function enqueueProbed(
   if (!stored || "refused" in stored) throw stored?.refused ?? new Error("enqueue stored nothing");
   return {
     job: jobSnapshot(stored.job),
-    ...(stored.probed !== undefined ? { probed: stored.probed } : {}),
-    ...(stored.handed ? { handed: stored.handed } : {}),
+    probed: stored.probed,
+    handed: stored.handed,
   };
 }
 

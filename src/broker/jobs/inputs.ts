@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely, Selectable } from "kysely";
 import type { Database, JobInputsTable } from "../../store/schema.js";
+import { definedOnly } from "../../protocol/defined-only.js";
 import type { JobSnapshot } from "./snapshot.js";
 import { requireLiveLease, type LeaseHolder } from "../leases/check.js";
 
@@ -33,16 +34,16 @@ export async function latestInput(
 
 /** The snapshot's proto3 JSON fields of an input row: inputRequest and checkpoint. */
 export function inputFields(row: JobInputRow): JobSnapshot {
-  return {
-    inputRequest: {
+  return definedOnly({
+    inputRequest: definedOnly({
       id: row.request_id,
       prompt: row.prompt,
       schema: row.schema,
       expiresAt: row.expires_at.toISOString(),
-      ...(row.answered_at ? { answeredAt: row.answered_at.toISOString() } : {}),
-    },
-    ...(row.checkpoint.length ? { checkpoint: row.checkpoint } : {}),
-  };
+      answeredAt: row.answered_at?.toISOString(),
+    }),
+    checkpoint: row.checkpoint.length ? row.checkpoint : undefined,
+  });
 }
 
 /** The snapshot with its job's latest input request, when it has one. */

@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely, Selectable } from "kysely";
 import type { Database, JobsTable } from "../../store/schema.js";
+import { definedOnly } from "../../protocol/defined-only.js";
 import { checkJobId } from "../ids.js";
 
 /** A job row as read from the database. */
@@ -61,12 +62,12 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
       maxSeconds: row.backoff_max_seconds,
     };
   }
-  const requirements = {
-    ...(row.req_architecture ? { architecture: row.req_architecture } : {}),
-    ...(row.req_os ? { os: row.req_os } : {}),
-    ...(row.req_execution_kind ? { executionKind: row.req_execution_kind } : {}),
-    ...(row.req_features?.length ? { features: row.req_features } : {}),
-  };
+  const requirements = definedOnly({
+    architecture: row.req_architecture || undefined,
+    os: row.req_os || undefined,
+    executionKind: row.req_execution_kind || undefined,
+    features: row.req_features?.length ? row.req_features : undefined,
+  });
   if (Object.keys(requirements).length) out.requirements = requirements;
   // docs/job-contract.md: the result the settling completion reported, and the last progress.
   if (row.result) out.result = row.result;

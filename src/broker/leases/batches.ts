@@ -147,7 +147,7 @@ export async function completeAndClaimBatch(
         ({ v, job }, i) =>
           (results[v.index] = {
             status: "fulfilled",
-            value: { job, ...(leases[i] ? { lease: leases[i] } : {}) },
+            value: { job, lease: leases[i] },
           }),
       );
     } catch {

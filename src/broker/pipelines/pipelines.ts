@@ -5,6 +5,7 @@ import type { Database, JobState, PipelinesTable } from "../../store/schema.js";
 import { checkSegmentId } from "../../identity/segment-id.js";
 import { recordEvent } from "../../events/record.js";
 import { pipelineStepSecretBinding } from "../../secrets/bindings.js";
+import { definedOnly } from "../../protocol/defined-only.js";
 import { checkRowId, newJobId } from "../ids.js";
 import { bad, jobKindOf, jobStates, validateEnqueue, type EnqueueInput } from "../jobs/rules.js";
 import { cancelJob } from "../jobs/cancel.js";
@@ -118,13 +119,12 @@ function storedRequest(s: StepSubmission): StoredStepRequest {
     maxAttempts: s.maxAttempts,
     priority: s.priority,
     kind: jobKindOf(s),
-    ...(s.runAt ? { runAt: s.runAt.toISOString() } : {}),
-    ...(s.delaySeconds !== undefined ? { delaySeconds: s.delaySeconds } : {}),
-    ...(s.concurrencyKey
-      ? { concurrencyKey: s.concurrencyKey, concurrencyLimit: s.concurrencyLimit }
-      : {}),
-    ...(s.backoff ? { backoff: s.backoff } : {}),
-    ...(s.requirements ? { requirements: s.requirements } : {}),
+    runAt: s.runAt?.toISOString(),
+    delaySeconds: s.delaySeconds,
+    concurrencyKey: s.concurrencyKey || undefined,
+    concurrencyLimit: s.concurrencyKey ? s.concurrencyLimit : undefined,
+    backoff: s.backoff,
+    requirements: s.requirements,
   };
 }
 
@@ -284,33 +284,33 @@ async function views(db: Kysely<Database>, rows: readonly PipelineRow[]): Promis
   return rows.map((p) => {
     const own = steps
       .filter((s) => s.pipeline_id === p.id)
-      .map((s) => ({
-        name: s.name,
-        needs: s.needs,
-        state: s.state === "queued" && s.job_state === "running" ? "running" : s.state,
-        attempts: s.attempts,
-        ...(s.job_id ? { jobId: s.job_id } : {}),
-        allowFailure: s.allow_failure,
-        inputs: (s.inputs as unknown as StepInputSpec[]).map((i) => ({
-          step: i.step,
-          ...(i.name ? { name: i.name } : {}),
-          ...(i.glob ? { glob: i.glob } : {}),
-        })),
-      }));
+      .map((s) =>
+        definedOnly({
+          name: s.name,
+          needs: s.needs,
+          state: s.state === "queued" && s.job_state === "running" ? "running" : s.state,
+          attempts: s.attempts,
+          jobId: s.job_id || undefined,
+          allowFailure: s.allow_failure,
+          inputs: (s.inputs as unknown as StepInputSpec[]).map((i) =>
+            definedOnly({ step: i.step, name: i.name || undefined, glob: i.glob || undefined }),
+          ),
+        }),
+      );
     const state =
       p.state === "queued" && own.some((s) => s.state === "running") ? "running" : p.state;
-    return {
+    return definedOnly({
       id: p.id,
       workspaceId: p.workspace_id,
       name: p.name,
       state,
       cancelRequested: p.cancel_requested,
-      ...(p.idempotency_key ? { idempotencyKey: p.idempotency_key } : {}),
+      idempotencyKey: p.idempotency_key || undefined,
       steps: own,
       createdAt: p.created_at.toISOString(),
       updatedAt: p.updated_at.toISOString(),
-      ...(p.settled_at ? { settledAt: p.settled_at.toISOString() } : {}),
-    };
+      settledAt: p.settled_at?.toISOString(),
+    });
   });
 }
 

@@ -256,5 +256,5 @@ function enqueueFieldsOf({
   runAt,
   ...request
 }: StoredStepRequest): Omit<EnqueueInput, "workspaceId" | "idempotencyKey"> {
-  return { ...request, ...(runAt ? { runAt: new Date(runAt) } : {}) };
+  return { ...request, runAt: runAt ? new Date(runAt) : undefined };
 }

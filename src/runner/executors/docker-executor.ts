@@ -94,8 +94,8 @@ export function createDockerExecutor(options: DockerExecutorOptions): Executor {
           state: c.State,
           image: c.Image,
           createdAt: new Date(c.Created * 1000),
-          ...(info?.HostConfig.NanoCpus ? { cpu: info.HostConfig.NanoCpus / 1e9 } : {}),
-          ...(info?.HostConfig.Memory ? { memoryBytes: info.HostConfig.Memory } : {}),
+          cpu: info?.HostConfig.NanoCpus ? info.HostConfig.NanoCpus / 1e9 : undefined,
+          memoryBytes: info?.HostConfig.Memory || undefined,
         });
       }
       for (const n of await d.listNetworks({ filters: { label: [mine] } })) {
@@ -276,8 +276,9 @@ function containerOptions(
         ...(secretFiles ? [`${secretFiles.dir}:${containerSecretsDir}:ro`] : []),
         ...jobDirBinds(request.jobDir),
       ],
-      ...(spec.cpu > 0 ? { NanoCpus: Math.round(spec.cpu * 1e9) } : {}),
-      ...(memory > 0 ? { Memory: memory, MemorySwap: memory } : {}),
+      NanoCpus: spec.cpu > 0 ? Math.round(spec.cpu * 1e9) : undefined,
+      Memory: memory > 0 ? memory : undefined,
+      MemorySwap: memory > 0 ? memory : undefined,
       PidsLimit: pidsLimit,
       SecurityOpt: ["no-new-privileges"],
     },

@@ -28,5 +28,5 @@ export function resourceLabels(
   jobId: string,
   task?: string,
 ): Record<string, string> {
-  return launcherLabels({ runnerId, workspaceId, jobId, ...(task !== undefined ? { task } : {}) });
+  return launcherLabels({ runnerId, workspaceId, jobId, task });
 }

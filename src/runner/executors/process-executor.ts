@@ -102,7 +102,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
           },
           detached: true, // its own process group: kill(-pid) reaches everything it started
           stdio: ["ignore", "pipe", "pipe"],
-          ...(uid !== undefined ? { uid, gid: uid } : {}),
+          uid,
+          gid: uid,
         });
       } catch (err) {
         if (uid !== undefined) uidsInUse.delete(uid);
@@ -159,8 +160,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
           outputs.then(() =>
             resolve({
               durationMs,
-              ...(code !== null ? { exitCode: code } : {}),
-              ...(signal ? { signal } : {}),
+              exitCode: code ?? undefined,
+              signal: signal ?? undefined,
             }),
           );
         });

@@ -93,7 +93,8 @@ export function tlsOptions(
 ): http2.SecureClientSessionOptions {
   return {
     ca: endpoint.caPem,
-    ...(identity ? { cert: identity.certPem, key: identity.keyPem } : {}),
+    cert: identity?.certPem,
+    key: identity?.keyPem,
   };
 }
 

@@ -118,8 +118,8 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   let failure: Error | undefined;
 
   const capabilities = {
-    ...(options.os ? { os: options.os } : {}),
-    ...(options.executionKind ? { executionKinds: [options.executionKind] } : {}),
+    os: options.os,
+    executionKinds: options.executionKind ? [options.executionKind] : undefined,
     // checkpoint-v1 and input-v1 (docs/suspend.md) when it can suspend jobs.
     features: options.suspends ? [...runnerFeatures, ...suspendFeatures] : runnerFeatures,
     maxConcurrency: options.slots,
@@ -137,7 +137,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
           labels: options.labels,
           clockOffsetNs: offset.offsetNs,
           ...capabilities,
-          ...(options.instance ? { instance: options.instance } : {}),
+          instance: options.instance,
         });
         const instance = options.instance
           ? `instance ${options.instance.id} started ${options.instance.startedAt.toISOString()}, `
@@ -174,15 +174,13 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     capacity: options.capacity,
     jobsDir,
     graceMs: options.graceMs ?? 10_000,
-    ...(options.sampleIntervalMs !== undefined
-      ? { sampleIntervalMs: options.sampleIntervalMs }
-      : {}),
+    sampleIntervalMs: options.sampleIntervalMs,
     log,
     abort: forced.signal,
-    ...(options.checkout ? { checkout: options.checkout } : {}),
-    ...(options.uploads ? { uploads: options.uploads } : {}),
-    ...(options.suspends ? { suspends: options.suspends } : {}),
-    ...(options.inputs ? { inputs: options.inputs } : {}),
+    checkout: options.checkout,
+    uploads: options.uploads,
+    suspends: options.suspends,
+    inputs: options.inputs,
   });
 
   /** Ends the claim loop for a failure no retry cures: running jobs are stopped and their leases released. */
@@ -300,7 +298,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
         executor,
         liveJobs: () => new Set(runs.keys()),
         log,
-        ...(options.inventoryIntervalMs ? { intervalMs: options.inventoryIntervalMs } : {}),
+        intervalMs: options.inventoryIntervalMs || undefined,
       });
   let resolveStopped: (end: AgentEnd) => void = () => {};
   const stopped = new Promise<AgentEnd>((resolve) => (resolveStopped = resolve));
@@ -310,7 +308,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     await loop;
     await Promise.all([...runs.values()].map((r) => r.done));
     inventory?.stop();
-    return { reason: end, claimed, settled, ...(failure ? { failure } : {}) };
+    return { reason: end, claimed, settled, failure };
   };
   let finishing: Promise<void> | undefined;
   const beginDrain = () => {

@@ -96,10 +96,10 @@ function itemOf(r: ExecutorResource, orphan: boolean): InventoryItemJson {
     name: r.name,
     jobId: r.jobId,
     state: r.state,
-    ...(r.image ? { image: r.image } : {}),
-    ...(r.createdAt ? { createdAt: r.createdAt.toISOString() } : {}),
-    ...(r.cpu !== undefined ? { cpu: r.cpu } : {}),
-    ...(r.memoryBytes !== undefined ? { memory: String(r.memoryBytes) } : {}),
+    image: r.image || undefined,
+    createdAt: r.createdAt?.toISOString(),
+    cpu: r.cpu,
+    memory: r.memoryBytes === undefined ? undefined : String(r.memoryBytes),
     orphan,
   };
 }

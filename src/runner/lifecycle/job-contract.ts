@@ -145,8 +145,8 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
           : settlement.error;
       return {
         ...settlement,
-        ...(error ? { error } : {}),
-        ...(result ? { result: o.masker.value(result) } : {}),
+        error,
+        result: result ? o.masker.value(result) : settlement.result,
       };
     },
   };

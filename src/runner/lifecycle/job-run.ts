@@ -106,8 +106,8 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
   });
 
   const suspendStep = (jobDir: string): SuspendStep => ({
-    ...(ctx.suspends ? { suspends: ctx.suspends } : {}),
-    ...(ctx.uploads ? { uploads: ctx.uploads } : {}),
+    suspends: ctx.suspends,
+    uploads: ctx.uploads,
     jobId,
     leaseToken: token,
     jobDir,
@@ -339,10 +339,10 @@ function kindIncompatibility(kind: string, checkout: CheckoutStep | undefined): 
 
 function exitFacts(r: ExecutionResult): Record<string, unknown> {
   return {
-    ...(r.exitCode !== undefined ? { exitCode: r.exitCode } : {}),
-    ...(r.signal ? { signal: r.signal } : {}),
+    exitCode: r.exitCode,
+    signal: r.signal || undefined,
     durationMs: r.durationMs,
-    ...(r.peakMemoryBytes !== undefined ? { peakMemoryBytes: r.peakMemoryBytes } : {}),
+    peakMemoryBytes: r.peakMemoryBytes,
   };
 }
 
@@ -364,8 +364,7 @@ export function settlementOf(
       },
     };
   }
-  const exitCode = result.exitCode !== undefined ? { exitCode: result.exitCode } : {};
-  if (result.error) return { outcome: "failed", ...exitCode, error: result.error };
+  if (result.error) return { outcome: "failed", exitCode: result.exitCode, error: result.error };
   if (result.exitCode === 0) return { outcome: "succeeded", exitCode: 0 };
   if (result.exitCode !== undefined) {
     return {

@@ -64,7 +64,7 @@ export async function settle(
           completion = {
             completionId: `c-${randomUUID()}`,
             outcome: "failed",
-            ...(settlement.exitCode !== undefined ? { exitCode: settlement.exitCode } : {}),
+            exitCode: settlement.exitCode,
             error: {
               code: invalidResultCode,
               message: `the control plane refused the job's result: ${err.message}`,

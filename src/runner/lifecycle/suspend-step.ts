@@ -209,7 +209,7 @@ export async function suspendJob(
     type: "job.suspending",
     requestId: request.id,
     checkpointFiles: manifest.artifacts.length,
-    ...(manifest.skipped.length ? { skipped: manifest.skipped } : {}),
+    skipped: manifest.skipped.length ? manifest.skipped : undefined,
   });
   await out.flush();
   stopRenewing();

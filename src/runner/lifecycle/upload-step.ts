@@ -44,7 +44,7 @@ export async function withUploadedOutput(
       upload.events.event({
         type: "job.artifacts",
         count: manifest.artifacts.length,
-        ...(manifest.skipped.length ? { skipped: manifest.skipped } : {}),
+        skipped: manifest.skipped.length ? manifest.skipped : undefined,
       });
       upload.log(
         `job ${jobId}: uploaded ${manifest.artifacts.length} output file(s)${manifest.skipped.length ? `, left out ${manifest.skipped.length}` : ""}`,

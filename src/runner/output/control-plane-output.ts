@@ -49,7 +49,7 @@ export function createControlPlaneOutput(
           jobId,
           leaseToken: lease.leaseToken,
           maxRetries: Infinity,
-          ...(options.backoffMs !== undefined ? { backoffMs: options.backoffMs } : {}),
+          backoffMs: options.backoffMs,
           maxQueuedLines: options.maxPending ?? 10_000,
           onDropped: () =>
             warnOnce(

@@ -146,8 +146,8 @@ export function createRunnerClient(
     signal?: AbortSignal,
   ): Promise<RestReply> => {
     const reply = await transport.request(method, path, body, {
-      ...(timeoutMs ? { timeoutMs } : {}),
-      ...(signal ? { signal } : {}),
+      timeoutMs: timeoutMs || undefined,
+      signal,
     });
     if (reply.status >= 200 && reply.status < 300) return reply;
     const err = (reply.json ?? {}) as { code?: string; message?: string };
@@ -188,13 +188,12 @@ export function createRunnerClient(
         architecture: r.architecture,
         labels: r.labels,
         clockOffsetNs: String(r.clockOffsetNs),
-        ...(r.instance
-          ? { instanceId: r.instance.id, instanceStartedAt: r.instance.startedAt.toISOString() }
-          : {}),
-        ...(r.os ? { os: r.os } : {}),
-        ...(r.executionKinds?.length ? { executionKinds: r.executionKinds } : {}),
-        ...(r.features?.length ? { features: r.features } : {}),
-        ...(r.maxConcurrency ? { maxConcurrency: r.maxConcurrency } : {}),
+        instanceId: r.instance?.id,
+        instanceStartedAt: r.instance?.startedAt.toISOString(),
+        os: r.os || undefined,
+        executionKinds: r.executionKinds?.length ? r.executionKinds : undefined,
+        features: r.features?.length ? r.features : undefined,
+        maxConcurrency: r.maxConcurrency || undefined,
       });
     },
     async claim(waitSeconds, signal, maxLeases = 1) {
@@ -250,21 +249,19 @@ export function createRunnerClient(
         ...leaseBody(jobId, leaseToken),
         completionId: c.completionId,
         outcome: c.outcome,
-        ...(c.exitCode !== undefined ? { exitCode: c.exitCode } : {}),
-        ...(c.error ? { error: c.error } : {}),
+        exitCode: c.exitCode,
+        error: c.error,
         // int64 is a string in proto JSON.
-        ...(c.artifacts?.length
-          ? {
-              artifacts: c.artifacts.map((a) => ({
-                name: a.name,
-                digest: a.digest,
-                size: String(a.size),
-                mediaType: a.mediaType,
-              })),
-            }
-          : {}),
-        ...(c.result ? { result: c.result as JsonValue } : {}),
-        ...(next ? { next } : {}),
+        artifacts: c.artifacts?.length
+          ? c.artifacts.map((a) => ({
+              name: a.name,
+              digest: a.digest,
+              size: String(a.size),
+              mediaType: a.mediaType,
+            }))
+          : undefined,
+        result: c.result as JsonValue | undefined,
+        next,
       };
       // A completion that waits for its next lease is held up to next.waitSeconds longer.
       const reply = await call(
@@ -276,7 +273,7 @@ export function createRunnerClient(
       const { job, lease } = (reply.json ?? {}) as { job?: JsonValue; lease?: JsonValue };
       return {
         job: messageFromJson(JobSchema, job ?? {}),
-        ...(lease ? { lease: messageFromJson(LeaseSchema, lease) } : {}),
+        lease: lease ? messageFromJson(LeaseSchema, lease) : undefined,
       };
     },
     async inventory(items) {

@@ -86,7 +86,7 @@ export function createRestTransport(
   /** The one place a failed connection or stream becomes a TransportError: final (with its fix) or transient. */
   const failure = (message: string, cause: unknown) => {
     const fix = connectionFix(cause, server, settings.sources);
-    return new TransportError(message, { cause, ...(fix ? { fix } : {}) });
+    return new TransportError(message, { cause, fix });
   };
   let session: http2.ClientHttp2Session | undefined;
   let openedAt = 0;

@@ -110,7 +110,7 @@ async function answer(
     const notReady = checks.filter((c) => !c.ok).map((c) => c.name);
     const body = {
       status: notReady.length === 0 ? "ready" : "not_ready",
-      ...(notReady.length ? { notReady } : {}),
+      notReady: notReady.length ? notReady : undefined,
       checks,
     };
     return reply(
