@@ -1,6 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import type { Store } from "../store/database.js";
+import { createNotifyWaiters } from "../store/notify-waiters.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import {
   checkEventQuery,
@@ -46,28 +47,11 @@ export async function createEvents(options: EventsOptions): Promise<Events> {
   const { db } = options.store;
   const retentionMs = options.retentionMs ?? defaultEventRetentionMs;
   const followPollMs = options.followPollMs ?? 5_000;
-  // Each follower waits on a promise that the next notification (or a LISTEN reconnect) resolves.
-  let generation = 0;
-  const waiting = new Set<() => void>();
-  const wakeAll = () => {
-    generation++;
-    for (const wake of [...waiting]) wake();
-  };
-  const unlisten = await options.store.listen(eventsChannel, wakeAll, wakeAll);
+  // One waiter a follower, armed before each read: a commit after the read ends its wait.
+  const waiters = createNotifyWaiters<undefined, undefined, true>();
+  const wakeAll = () => waiters.wakeAll(true);
+  const unlisten = await waiters.listen(options.store, eventsChannel, wakeAll, wakeAll);
   let closed = false;
-  const waitFor = (seen: number, ms: number, signal?: AbortSignal) =>
-    new Promise<void>((resolve) => {
-      if (generation !== seen || closed || signal?.aborted) return resolve();
-      const done = () => {
-        clearTimeout(timer);
-        waiting.delete(done);
-        signal?.removeEventListener("abort", done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      waiting.add(done);
-      signal?.addEventListener("abort", done, { once: true });
-    });
 
   const prune = async () => {
     let total = 0;
@@ -99,22 +83,26 @@ export async function createEvents(options: EventsOptions): Promise<Events> {
     let pos: ReadPosition = { afterId: q.afterId, finalThrough: q.afterId };
     let sent = 0;
     for (;;) {
-      const seen = generation; // taken before the read: a commit after it wakes the wait below
-      const page = await readEvents(db, q, pos);
-      pos = page.pos;
-      for (const e of page.entries) {
-        yield e;
-        if (!follow && ++sent >= q.pageSize) return;
+      const waiter = waiters.arm(undefined, undefined);
+      try {
+        const page = await readEvents(db, q, pos);
+        pos = page.pos;
+        for (const e of page.entries) {
+          yield e;
+          if (!follow && ++sent >= q.pageSize) return;
+        }
+        if (page.full && !page.open) continue;
+        if (signal?.aborted) return;
+        if (!follow && !page.open) return;
+        if (closed)
+          throw new ConnectError(
+            "the control plane is shutting down; follow again after the last event id",
+            Code.Unavailable,
+          );
+        await waiter.wait(page.open ? gapRecheckMs : followPollMs, signal);
+      } finally {
+        waiter.cancel();
       }
-      if (page.full && !page.open) continue;
-      if (signal?.aborted) return;
-      if (!follow && !page.open) return;
-      if (closed)
-        throw new ConnectError(
-          "the control plane is shutting down; follow again after the last event id",
-          Code.Unavailable,
-        );
-      await waitFor(seen, page.open ? gapRecheckMs : followPollMs, signal);
     }
   }
 

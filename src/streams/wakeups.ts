@@ -1,4 +1,5 @@
 import type { Store } from "../store/database.js";
+import { createNotifyWaiters } from "../store/notify-waiters.js";
 import type { StreamName } from "../store/schema.js";
 
 /**
@@ -29,35 +30,18 @@ export interface StreamWaiter {
   cancel(): void;
 }
 
-interface Armed {
-  readonly stream: StreamName;
-  woken: boolean;
-  wake?: () => void;
-}
-
 /** Subscribes to the streams channel of `store`; one subscription serves every follower of this process. */
 export async function createStreamWakeups(store: Store): Promise<StreamWakeups> {
-  const byJob = new Map<string, Set<Armed>>();
+  const waiters = createNotifyWaiters<string, StreamName, true>();
   const onNotify = (payload: string) => {
     const colon = payload.indexOf(":");
     const kind = payload.slice(0, colon);
-    const waiters = byJob.get(payload.slice(colon + 1));
-    if (!waiters) return;
-    for (const armed of waiters) {
-      if (kind !== "settled" && kind !== armed.stream) continue;
-      armed.woken = true;
-      armed.wake?.();
-    }
+    for (const waiter of waiters.armed(payload.slice(colon + 1)))
+      if (kind === "settled" || kind === waiter.data) waiter.wake(true);
   };
-  const wakeAll = () => {
-    for (const set of byJob.values()) {
-      for (const armed of set) {
-        armed.woken = true;
-        armed.wake?.();
-      }
-    }
-  };
-  const unlisten = await store.listen(streamsChannel, onNotify, wakeAll);
+  const unlisten = await waiters.listen(store, streamsChannel, onNotify, () =>
+    waiters.wakeAll(true),
+  );
   let closed = false;
 
   return {
@@ -65,38 +49,18 @@ export async function createStreamWakeups(store: Store): Promise<StreamWakeups> 
       return closed;
     },
     arm(jobId, stream) {
-      const armed: Armed = { stream, woken: closed };
-      const set = byJob.get(jobId) ?? new Set();
-      set.add(armed);
-      byJob.set(jobId, set);
-      const disarm = () => {
-        set.delete(armed);
-        if (set.size === 0 && byJob.get(jobId) === set) byJob.delete(jobId);
-      };
+      const waiter = waiters.arm(jobId, stream);
+      if (closed) waiter.wake(true);
       return {
-        wait(ms, signal) {
-          if (armed.woken || signal?.aborted) return Promise.resolve(armed.woken);
-          return new Promise((resolve) => {
-            const done = (woken: boolean) => {
-              clearTimeout(timer);
-              signal?.removeEventListener("abort", aborted);
-              armed.wake = undefined;
-              resolve(woken);
-            };
-            const aborted = () => done(false);
-            const timer = setTimeout(() => done(false), ms);
-            signal?.addEventListener("abort", aborted, { once: true });
-            armed.wake = () => done(true);
-          });
-        },
-        cancel: disarm,
+        wait: async (ms, signal) => (await waiter.wait(ms, signal)) === true,
+        cancel: () => waiter.cancel(),
       };
     },
     async close() {
       closed = true;
       await unlisten();
-      wakeAll();
-      byJob.clear();
+      waiters.wakeAll(true);
+      waiters.clear();
     },
   };
 }

@@ -1,5 +1,6 @@
 import { sql } from "kysely";
 import type { Store } from "../../store/database.js";
+import { createNotifyWaiters } from "../../store/notify-waiters.js";
 
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
 export const jobsChannel = "forelead_jobs";
@@ -84,42 +85,26 @@ export interface Waiter<L = unknown> {
 const dueSlackMs = 5;
 const maxTimerMs = 3_600_000;
 
-interface Armed<H, L> {
+/** What a broker waiter is armed with: its id (for Wake.tried) and the claim's runner. */
+interface Armed<H> {
   readonly id: number;
   readonly holder: H | undefined;
-  readonly wake: (w: Wake) => void;
-  /** Ends the wait (or the next one) with no wake: the claim looks again. */
-  readonly recheck: () => void;
-  /** Inside wait() now, not reserved: only such a waiter may be reserved. */
-  reservable(): boolean;
-  /** Reserved for a handoff: no notification wakes it, and its wait's end is held (see Wakeups). */
-  readonly held: () => boolean;
-  hold(): void;
-  /** Ends the hold: resolves the wait with the lease, or with what ended it meanwhile, or lets it wait on. */
-  unhold(lease?: L): void;
 }
 
 /** Subscribes to the jobs channel of `store`. */
 export async function createWakeups<H = unknown, L = unknown>(
   store: Store,
 ): Promise<Wakeups<H, L>> {
-  const waiting = new Map<string, Array<Armed<H, L>>>();
+  const waiting = createNotifyWaiters<string, Armed<H>, Wake | Handed<L>>();
   let nextId = 0;
 
   const wakeNext = (wake: Wake) => {
-    const queue = waiting.get(wake.workspaceId);
-    const i = queue?.findIndex((a) => !wake.tried.has(a.id) && !a.held()) ?? -1;
-    if (!queue || i === -1) return;
-    const [armed] = queue.splice(i, 1);
-    if (queue.length === 0) waiting.delete(wake.workspaceId);
-    wake.tried.add(armed!.id);
-    armed!.wake(wake);
+    const next = waiting.find(wake.workspaceId, (w) => !wake.tried.has(w.data.id) && !w.held);
+    if (!next) return;
+    wake.tried.add(next.data.id);
+    next.wake(wake);
   };
 
-  const recheckAll = () => {
-    // A copy: an ended wait disarms itself, taking its waiter out of the queue.
-    for (const armed of [...waiting.values()].flat()) armed.recheck();
-  };
   const due = new Map<string, { at: number; timer: ReturnType<typeof setTimeout> }>();
   let closed = false;
   const scheduleDue = (workspaceId: string, at: number) => {
@@ -159,7 +144,7 @@ export async function createWakeups<H = unknown, L = unknown>(
   const readDueQuietly = (workspaceId?: string) => void readDue(workspaceId).catch(() => {});
   const fireDue = (workspaceId: string) => {
     due.delete(workspaceId);
-    for (const armed of [...(waiting.get(workspaceId) ?? [])]) armed.recheck();
+    for (const waiter of waiting.armed(workspaceId)) waiter.end();
     readDueQuietly(workspaceId);
   };
   const onJobs = (payload: string) => {
@@ -167,14 +152,14 @@ export async function createWakeups<H = unknown, L = unknown>(
     if (at !== undefined) scheduleDue(workspaceId, Number(at));
     wakeNext({ workspaceId, tried: new Set() });
   };
-  const unlistenJobs = await store.listen(jobsChannel, onJobs, () => {
-    recheckAll();
+  const unlistenJobs = await waiting.listen(store, jobsChannel, onJobs, () => {
+    waiting.endAll();
     readDueQuietly();
   });
   readDueQuietly();
   // A resume may make many jobs claimable at once (and only for some runners): every waiter in the workspace looks again.
-  const unlistenResume = await store.listen(resumeChannel, (workspaceId) => {
-    for (const armed of [...(waiting.get(workspaceId) ?? [])]) armed.recheck();
+  const unlistenResume = await waiting.listen(store, resumeChannel, (workspaceId) => {
+    for (const waiter of waiting.armed(workspaceId)) waiter.end();
   });
   const unlisten = async () => {
     await unlistenJobs();
@@ -184,86 +169,17 @@ export async function createWakeups<H = unknown, L = unknown>(
   return {
     arm(workspaceId, holder) {
       const id = nextId++;
-      let woken: Wake | undefined;
-      let rechecked = false;
-      let resolveWait: ((w: Wake | undefined) => void) | undefined;
-      let resolveHanded: ((h: Handed<L> | undefined) => void) | undefined;
-      let inWait = false;
-      let held = false;
-      // While held: what ended the wait meanwhile (a wake from close, or undefined), to end it with at delivery.
-      let heldEnd: { readonly w: Wake | undefined } | undefined;
-      const armed: Armed<H, L> = {
-        id,
-        holder,
-        wake: (w) => {
-          woken = w;
-          resolveWait?.(w);
-        },
-        recheck: () => {
-          rechecked = true;
-          resolveWait?.(undefined);
-        },
-        reservable: () => inWait && !held && holder !== undefined,
-        held: () => held,
-        hold: () => {
-          held = true;
-        },
-        unhold: (lease) => {
-          held = false;
-          if (lease) resolveHanded?.({ lease });
-          else if (heldEnd) resolveWait?.(heldEnd.w);
-        },
-      };
-      const queue = waiting.get(workspaceId) ?? [];
-      queue.push(armed);
-      waiting.set(workspaceId, queue);
-      const disarm = () => {
-        const q = waiting.get(workspaceId);
-        const i = q?.indexOf(armed) ?? -1;
-        if (q && i !== -1) q.splice(i, 1);
-        if (q && q.length === 0) waiting.delete(workspaceId);
-      };
-      // Whether wait() handed the wake to the claim loop, which then relays it itself if unused.
-      let delivered = false;
+      const waiter = waiting.arm(workspaceId, { id, holder });
+      let relayed = false;
       return {
-        wait(ms, signal) {
-          if (woken || rechecked || ms <= 0 || signal?.aborted) {
-            disarm();
-            delivered = woken !== undefined;
-            return Promise.resolve(woken);
-          }
-          return new Promise((resolve) => {
-            const finish = (result: Wake | Handed<L> | undefined) => {
-              inWait = false;
-              resolveWait = resolveHanded = undefined;
-              clearTimeout(timer);
-              signal?.removeEventListener("abort", aborted);
-              disarm();
-              resolve(result);
-            };
-            const done = (w: Wake | undefined) => {
-              // Reserved: a lease may be on its way to this wait; its end waits for the delivery.
-              if (held) {
-                heldEnd ??= { w };
-                return;
-              }
-              delivered = w !== undefined;
-              finish(w);
-            };
-            const aborted = () => done(undefined);
-            const timer = setTimeout(() => done(undefined), ms);
-            signal?.addEventListener("abort", aborted, { once: true });
-            inWait = true;
-            resolveWait = done;
-            resolveHanded = finish;
-          });
-        },
+        wait: (ms, signal) => waiter.wait(ms, signal),
         cancel() {
-          disarm();
+          waiter.cancel();
           // Woken while its claim was running, then done (leased another job, or gave up): the
           // wake was never used for the job it announced; pass it on, or that job waits for the next enqueue.
-          if (woken && !delivered && woken.workspaceId) {
-            delivered = true;
+          const woken = waiter.woken as Wake | undefined;
+          if (woken && !waiter.delivered && !relayed && woken.workspaceId) {
+            relayed = true;
             wakeNext(woken);
           }
         },
@@ -274,16 +190,16 @@ export async function createWakeups<H = unknown, L = unknown>(
       };
     },
     reserve(workspaceId) {
-      const armed = waiting.get(workspaceId)?.find((a) => a.reservable());
-      if (!armed) return undefined;
-      armed.hold();
+      const waiter = waiting.find(workspaceId, (w) => w.waiting && w.data.holder !== undefined);
+      if (!waiter) return undefined;
+      waiter.hold();
       let delivered = false;
       return {
-        holder: armed.holder!,
+        holder: waiter.data.holder!,
         deliver(lease) {
           if (delivered) return;
           delivered = true;
-          armed.unhold(lease);
+          waiter.release(lease && { lease });
         },
       };
     },
@@ -292,8 +208,7 @@ export async function createWakeups<H = unknown, L = unknown>(
       for (const { timer } of due.values()) clearTimeout(timer);
       due.clear();
       await unlisten();
-      for (const armed of [...waiting.values()].flat())
-        armed.wake({ workspaceId: "", tried: new Set() });
+      waiting.wakeAll({ workspaceId: "", tried: new Set() });
       waiting.clear();
     },
   };
