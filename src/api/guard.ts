@@ -15,8 +15,9 @@ import type { IdentityRoles, RoleName, RoleTable } from "../identity/roles.js";
 import { actionAuditorKey } from "./audit-actions.js";
 import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
-import { ndjsonLineOf, requestPath } from "./rest/index.js";
-import { checkRequestText, passedTextRulesAlready } from "./text-rules.js";
+import { transportFacts } from "../protocol/transport-facts.js";
+import { requestPath } from "./rest/index.js";
+import { checkRequestText } from "./text-rules.js";
 import { mapMessages } from "../streams/batches.js";
 import { batchField, checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
 
@@ -134,8 +135,8 @@ function textChecked<T extends object>(
   let n = 0;
   return mapMessages(reqs, (req) => {
     n++;
-    if (passedTextRulesAlready(req)) return req; // the flat decoder's lines: no "line N" text built for nothing
-    const line = ndjsonLineOf(req);
+    const { textChecked, line } = transportFacts(req);
+    if (textChecked) return req; // the flat decoder's lines: no "line N" text built for nothing
     checkRequestText(schema, req, `${line === undefined ? `message ${n}` : `line ${line}`}: `);
     return req;
   });

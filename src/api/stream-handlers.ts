@@ -7,7 +7,7 @@ import type { StreamEntry, StreamQuery } from "../streams/read.js";
 import type { Streams } from "../streams/streams.js";
 import { runnerOf } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
-import { ndjsonLineOf, plainValueOf } from "./rest/index.js";
+import { transportFacts } from "../protocol/transport-facts.js";
 
 /** The fields every stream message (EventsRequest, LogsRequest) has. */
 interface StreamRequest {
@@ -46,7 +46,7 @@ function reader(
   let n = 0;
   return (req) => {
     n++;
-    const line = ndjsonLineOf(req);
+    const { line, plainValues } = transportFacts(req);
     let refusal: ConnectError | undefined;
     try {
       checkRequestMessage(schema, req, runner);
@@ -61,7 +61,7 @@ function reader(
       sequence: req.sequence,
       // Lines the REST flat decoder read keep their data as the JSON sent: no Value is built.
       data:
-        plainValueOf(req, "data")?.json ??
+        plainValues?.["data"] ??
         (req.data === undefined ? undefined : toJson(ValueSchema, req.data)),
     };
     return refusal ? { ...message, refusal } : message;

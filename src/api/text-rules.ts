@@ -2,6 +2,7 @@ import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf
 import { configureTextEncoding, getTextEncoding } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { segmentIdError, segmentIdProblem } from "../identity/segment-id.js";
+import { transportFacts } from "../protocol/transport-facts.js";
 import { memberPath } from "./json-wire.js";
 
 /** Largest magnitude of a 64-bit field: every one is stored as an exact JS number (see store/schema.ts). */
@@ -29,7 +30,7 @@ const int64Types = new Set([
  * a secret).
  */
 export function checkRequestText(schema: DescMessage, message: object, where = ""): void {
-  if (passedTextRulesAlready(message)) return;
+  if (transportFacts(message).textChecked) return;
   walkMessage(schema, message as Record<string, unknown>, "", (path, problem) => {
     throw new ConnectError(`${where}field "${path}" ${problem}`, Code.InvalidArgument);
   });
@@ -115,24 +116,6 @@ function walkText(text: string, path: string, refuse: Refuse): void {
       path,
       "is not valid UTF-8 text (invalid bytes, or an unpaired surrogate escape); send text as UTF-8",
     );
-}
-
-/**
- * Messages a decoder built from plain JSON after checking them with the
- * predicates below (rest/flat-message.ts): checkRequestText passes them
- * without walking them again. A symbol property, not a WeakSet: a weak
- * collection of every line costs the garbage collector more than the walk.
- */
-const passedTextRules = Symbol("passed the text rules");
-
-/** Whether a decoder marked `message` as having passed the text rules (checkRequestText then returns at once). */
-export function passedTextRulesAlready(message: object): boolean {
-  return (message as { [passedTextRules]?: true })[passedTextRules] === true;
-}
-
-/** Records that `message` passed these rules (textAllowed, idAllowed, valueSurelyAllowed on every field). */
-export function markPassedTextRules(message: object): void {
-  (message as { [passedTextRules]?: true })[passedTextRules] = true;
 }
 
 /** Whether a string field's text passes the rules (the predicate of walkText, without the error). */

@@ -1,3 +1,5 @@
+import { attachTransportFacts, transportFacts } from "../protocol/transport-facts.js";
+
 /**
  * Streamed request messages read a batch at a time. A transport that reads
  * many messages from one piece of input (NDJSON: every line a body chunk
@@ -5,13 +7,12 @@
  * pays one await per chunk, not one per message. Such an iterable is still an
  * ordinary AsyncIterable of single messages for code that wants those;
  * `batchesOf` reads any AsyncIterable in batches (one message each when the
- * source is not batched, as a generated client's stream is).
+ * source is not batched, as a generated client's stream is). The batches are
+ * the iterable's transport fact `batches` (protocol/transport-facts.ts).
  */
-const batched = Symbol("message batches");
 
 /** An AsyncIterable of messages that can also be read a batch at a time (never an empty batch). */
 export interface BatchedMessages<T> extends AsyncIterable<T> {
-  readonly [batched]: () => AsyncIterator<readonly T[]>;
   /** Stops the source (a request body left unread, see handler-factory.ts). */
   return(value?: unknown): Promise<IteratorResult<T>>;
 }
@@ -21,19 +22,20 @@ export interface BatchedMessages<T> extends AsyncIterable<T> {
  * least one message per batch and is read once, either way.
  */
 export function batchedMessages<T>(batches: AsyncGenerator<readonly T[]>): BatchedMessages<T> {
-  return {
-    [batched]: () => batches,
+  const messages: BatchedMessages<T> = {
     [Symbol.asyncIterator]: () => singles(batches),
     return: async () => {
       await batches.return(undefined);
       return { done: true, value: undefined };
     },
   };
+  attachTransportFacts(messages, { batches: () => batches });
+  return messages;
 }
 
 /** `messages` a batch at a time. */
 export function batchesOf<T>(messages: AsyncIterable<T>): AsyncIterator<readonly T[]> {
-  const own = (messages as Partial<BatchedMessages<T>>)[batched];
+  const own = transportFacts(messages).batches as (() => AsyncIterator<readonly T[]>) | undefined;
   if (own) return own();
   const it = messages[Symbol.asyncIterator]();
   return {

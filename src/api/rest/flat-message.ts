@@ -7,7 +7,8 @@ import {
   type Message,
 } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import { idAllowed, markPassedTextRules, textAllowed, valueSurelyAllowed } from "../text-rules.js";
+import { attachTransportFacts, transportFacts } from "../../protocol/transport-facts.js";
+import { idAllowed, textAllowed, valueSurelyAllowed } from "../text-rules.js";
 
 /** Decodes one JSON object into a message, or undefined when it cannot be sure of the outcome. */
 export type FlatDecoder = (json: Record<string, JsonValue>) => Message | undefined;
@@ -15,7 +16,6 @@ export type FlatDecoder = (json: Record<string, JsonValue>) => Message | undefin
 /** How deep a google.protobuf.Value the flat decoder takes; deeper ones go through protobuf-es (its own bound is 100). */
 const maxValueDepth = 32;
 
-const plainValues = Symbol("plain google.protobuf.Value fields");
 const decoders = new WeakMap<DescMessage, FlatDecoder | null>();
 
 /**
@@ -25,13 +25,13 @@ const decoders = new WeakMap<DescMessage, FlatDecoder | null>();
  * (text-rules.ts). It takes only what it is sure of — every key a field's
  * JSON name, strings as strings, int64 as safe integer numbers, Value fields
  * as JSON other than null whose text is allowed — and then builds the
- * message protobuf-es would (proto-json.ts decode), marked as having passed
- * the text rules. For anything else it returns undefined and the caller
+ * message protobuf-es would (proto-json.ts decode), with the transport facts
+ * `textChecked` and `plainValues` (protocol/transport-facts.ts). For anything else it returns undefined and the caller
  * decodes through protobuf-es and the text rules, which then accept or
  * refuse it with their own messages: so a line decodes, or is refused, the
  * same on both paths.
  *
- * A Value field is kept as the plain JSON sent (plainValueOf); reading the
+ * A Value field is kept as the plain JSON sent (`plainValues`); reading the
  * field itself builds the google.protobuf.Value on first use. Undefined for a
  * schema with any other kind of field.
  */
@@ -42,19 +42,6 @@ export function flatDecoder(schema: DescMessage): FlatDecoder | undefined {
     decoders.set(schema, decoder);
   }
   return decoder ?? undefined;
-}
-
-/**
- * The plain JSON of a google.protobuf.Value field (by its local name) of a
- * message the flat decoder built: `{ json }`, json undefined when the field
- * was absent; undefined for any other message (read the field then).
- */
-export function plainValueOf(
-  message: object,
-  localName: string,
-): { readonly json: JsonValue | undefined } | undefined {
-  const plain = (message as { [plainValues]?: Record<string, JsonValue | undefined> })[plainValues];
-  return plain ? { json: plain[localName] } : undefined;
 }
 
 type FieldKind = "string" | "int64" | "value";
@@ -82,8 +69,8 @@ function buildDecoder(schema: DescMessage): FlatDecoder | undefined {
     Object.defineProperty(proto, name, {
       enumerable: true,
       configurable: true,
-      get(this: Record<string | symbol, unknown>) {
-        const json = (this[plainValues] as Record<string, JsonValue | undefined>)[name];
+      get(this: object) {
+        const json = transportFacts(this).plainValues![name];
         const value = json === undefined ? undefined : fromJson(ValueSchema, json);
         Object.defineProperty(this, name, {
           value,
@@ -130,8 +117,7 @@ function buildDecoder(schema: DescMessage): FlatDecoder | undefined {
           break;
       }
     }
-    message[plainValues] = plain;
-    markPassedTextRules(message);
+    attachTransportFacts(message, { plainValues: plain, textChecked: true });
     return message as unknown as Message;
   };
 }

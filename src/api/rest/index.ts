@@ -2,6 +2,4 @@
 export { createRestRouter } from "./router.js";
 export type { RestRouterOptions } from "./router.js";
 export type { RestBinding } from "./handler-factory.js";
-export { ndjsonLineOf } from "./ndjson-body.js";
 export { requestPath } from "./context.js";
-export { plainValueOf } from "./flat-message.js";

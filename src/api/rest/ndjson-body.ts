@@ -5,15 +5,8 @@ import { jsonText, mayHoldUnsafeInteger } from "../json-wire.js";
 import { parseJsonObject } from "./json-text.js";
 import { flatDecoder } from "./flat-message.js";
 import { decode } from "./proto-json.js";
+import { attachTransportFacts } from "../../protocol/transport-facts.js";
 import { batchedMessages, type BatchedMessages } from "../../streams/batches.js";
-
-/** Carries the line number on each message (a symbol property: cheaper for the garbage collector than a WeakMap of every line). */
-const ndjsonLine = Symbol("NDJSON line");
-
-/** The NDJSON line a request message was read from, when it came from the REST surface. */
-export function ndjsonLineOf(message: object): number | undefined {
-  return (message as { [ndjsonLine]?: number })[ndjsonLine];
-}
 
 const newline = 0x0a;
 const carriageReturn = 0x0d;
@@ -22,7 +15,7 @@ const openBrace = 0x7b;
 /**
  * NDJSON request messages, read incrementally: never more than one line is
  * buffered past the body chunk being read, and the lines each chunk ends are
- * handed on as one batch (batches.ts). Lines are numbered from 1 (see ndjsonLineOf); blank lines are
+ * handed on as one batch (batches.ts). Lines are numbered from 1 (the transport fact `line`); blank lines are
  * skipped but counted. Lines are split on their bytes and checked as bytes
  * (jsonText: invalid UTF-8, integers past 2^53) before they are decoded
  * (flat-message.ts for the stream messages, else proto3 JSON): the whole
@@ -63,7 +56,7 @@ async function* ndjsonBatches(
     const what = `line ${lineNo}`;
     const json = parseJsonObject(line, what);
     const message = flat?.(json) ?? decode(schema, json, what);
-    (message as { [ndjsonLine]?: number })[ndjsonLine] = lineNo;
+    attachTransportFacts(message, { line: lineNo });
     return message;
   };
   // `raw` is the line as sent, with its newline when it had one.

@@ -3,7 +3,8 @@ import { isMessage } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { LogsRequestSchema } from "../../../gen/forelead/runner/v1/runner_pb.js";
-import { ndjsonLineOf, ndjsonMessages } from "../../../src/api/rest/ndjson-body.js";
+import { ndjsonMessages } from "../../../src/api/rest/ndjson-body.js";
+import { transportFacts } from "../../../src/protocol/transport-facts.js";
 
 async function* chunksOf(...parts: Array<string | Buffer>): AsyncGenerator<Buffer> {
   for (const p of parts) yield Buffer.isBuffer(p) ? p : Buffer.from(p);
@@ -15,7 +16,7 @@ async function readAll(chunks: AsyncIterable<Buffer>, maxBytes = 1024) {
   try {
     for await (const m of ndjsonMessages(chunks, LogsRequestSchema, maxBytes)) {
       if (!isMessage(m, LogsRequestSchema)) throw new Error("not a LogsRequest");
-      got.push({ sequence: m.sequence, line: ndjsonLineOf(m) });
+      got.push({ sequence: m.sequence, line: transportFacts(m).line });
     }
     return { got, error: undefined };
   } catch (err) {
