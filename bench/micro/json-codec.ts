@@ -1,12 +1,12 @@
 // CPU time of proto3 JSON for the messages every lease and completion carries, protobuf-es
-// reflection (fromJson / toJson) beside the compiled plans of src/protocol/json-codec.ts: a job
+// reflection (fromJson / toJson) beside the compiled plans of src/protocol/json/compiled.ts: a job
 // snapshot as the broker makes it decoded into a Job, and a Lease (with that Job) encoded back;
 // no server, no database (docs/performance.md, "Profiling and what changed" 8). Not part of
 // `npm run bench`. Run: node --import tsx bench/micro/json-codec.ts
 import { create, fromJson, toJson, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { JobSchema, LeaseSchema } from "../../gen/forelead/runner/v1/job_pb.js";
-import { messageFromJson, messageToJson } from "../../src/protocol/json-codec.js";
+import { decodeJson, encodeJson } from "../../src/protocol/json/codec.js";
 
 const snapshot: JsonValue = {
   id: "0190d3f4-0000-7000-8000-000000000000",
@@ -37,12 +37,12 @@ const rows: [string, () => unknown, () => unknown][] = [
   [
     "snapshot → Job",
     () => fromJson(JobSchema, snapshot, { ignoreUnknownFields: true }),
-    () => messageFromJson(JobSchema, snapshot),
+    () => decodeJson(JobSchema, snapshot),
   ],
   [
     "Lease → JSON",
     () => toJson(LeaseSchema as DescMessage, lease),
-    () => messageToJson(LeaseSchema, lease),
+    () => encodeJson(LeaseSchema, lease),
   ],
 ];
 const n = 100_000;

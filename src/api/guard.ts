@@ -17,7 +17,7 @@ import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from 
 import { checkRequestMessage } from "./request-rules.js";
 import { transportFacts } from "../protocol/transport-facts.js";
 import { requestPath } from "./rest/index.js";
-import { checkRequestText } from "./text-rules.js";
+import { checkRequestText } from "../protocol/text-rules.js";
 import { mapMessages } from "../streams/batches.js";
 import { batchField, checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
 

@@ -9,7 +9,7 @@ import {
 } from "../../gen/forelead/runner/v1/job_pb.js";
 import type { JobSnapshot } from "../broker/jobs/snapshot.js";
 import type { LeaseView } from "../broker/leases/views.js";
-import { messageFromJson } from "../protocol/json-codec.js";
+import { decodeJson } from "../protocol/json/codec.js";
 import { looksSecret, maskedValue } from "../protocol/secret-names.js";
 import { apiVersion } from "./request-rules.js";
 
@@ -27,7 +27,7 @@ export function jobMessage(snapshot: JobSnapshot): Job {
 
 /** The proto Job of a broker snapshot (the snapshot is already proto3 JSON), env as enqueued. */
 function unmaskedJob(snapshot: JobSnapshot): Job {
-  return messageFromJson(JobSchema, snapshot as JsonValue);
+  return decodeJson(JobSchema, snapshot as JsonValue);
 }
 
 /** The proto Lease of a broker lease view; secrets only when the view carries them (the claim that issued it). */
@@ -42,10 +42,8 @@ export function leaseMessage(view: LeaseView): Lease {
     secrets: view.secrets?.secrets,
     secretFiles: view.secrets?.secretFiles,
     inputRequestId: view.input?.requestId,
-    inputAnswer: view.input
-      ? messageFromJson(ValueSchema, view.input.answer as JsonValue)
-      : undefined,
-    checkpoint: view.input?.checkpoint.map((a) => messageFromJson(ArtifactSchema, a as JsonValue)),
+    inputAnswer: view.input ? decodeJson(ValueSchema, view.input.answer as JsonValue) : undefined,
+    checkpoint: view.input?.checkpoint.map((a) => decodeJson(ArtifactSchema, a as JsonValue)),
     inputs: view.inputs?.map((i) => ({ ...i, size: BigInt(i.size) })),
   });
 }

@@ -7,7 +7,7 @@ import {
 } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import type { Broker } from "../broker/broker.js";
 import type { PipelineView, StepSubmission } from "../broker/pipelines/pipelines.js";
-import { messageFromJson } from "../protocol/json-codec.js";
+import { decodeJson } from "../protocol/json/codec.js";
 import { audited } from "./audit-actions.js";
 import { jobReaderOf, principalOf } from "./context.js";
 import { jobMessage } from "./job-view.js";
@@ -131,5 +131,5 @@ function stepOf(s: PipelineStepRequest): StepSubmission {
 }
 
 function pipelineMessage(view: PipelineView) {
-  return messageFromJson(PipelineSchema, view as JsonValue);
+  return decodeJson(PipelineSchema, view as JsonValue);
 }

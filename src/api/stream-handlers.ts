@@ -1,4 +1,5 @@
-import { fromJson, toJson, type DescMessage } from "@bufbuild/protobuf";
+import type { DescMessage } from "@bufbuild/protobuf";
+import { decodeJson, encodeJson } from "../protocol/json/codec.js";
 import { timestampFromDate, ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { StreamName } from "../store/schema.js";
@@ -62,7 +63,7 @@ function reader(
       // Lines the REST flat decoder read keep their data as the JSON sent: no Value is built.
       data:
         plainValues?.["data"] ??
-        (req.data === undefined ? undefined : toJson(ValueSchema, req.data)),
+        (req.data === undefined ? undefined : encodeJson(ValueSchema, req.data)),
     };
     return refusal ? { ...message, refusal } : message;
   };
@@ -110,7 +111,7 @@ function entryMessage(e: StreamEntry): EntryMessage {
   return {
     sequence: BigInt(e.sequence),
     attempt: e.attempt,
-    data: fromJson(ValueSchema, e.data),
+    data: decodeJson(ValueSchema, e.data),
     position: e.position,
     receivedAt: timestampFromDate(e.receivedAt),
   };

@@ -11,11 +11,11 @@ import {
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { toConnectError } from "./errors.js";
 import { authorizeOnce, guardService, type GuardOptions } from "./guard.js";
-import { jsonText } from "./json-wire.js";
+import { jsonText } from "../protocol/json/wire.js";
 import { createRestRouter } from "./rest/index.js";
 import { routeTable, type RouteEntry } from "./routes.js";
 import { services } from "./services.js";
-import { markInvalidUtf8InBinary } from "./text-rules.js";
+import { markInvalidUtf8InBinary } from "../protocol/text-rules.js";
 
 /**
  * A service with its implementation, as Connect's typed spec. Unlike
@@ -89,7 +89,7 @@ export function createApiHandler(
 
 /**
  * How Connect reads JSON: unknown fields ignored, and the REST body's byte
- * checks (invalid UTF-8, integers past 2^53; json-wire.ts) before JSON.parse.
+ * checks (invalid UTF-8, integers past 2^53; protocol/json/wire.ts) before JSON.parse.
  * The adapter hands these options to Connect's JSON serialization, which
  * takes a textDecoder, though the adapter's type does not name it.
  */

@@ -8,7 +8,7 @@ export type DefinedOnly<T> = {
 /**
  * `fields` without the keys whose value is undefined: for an object whose
  * reader tells a missing key from an undefined one. Proto3 JSON is such a
- * reader: protobuf-es's fromJson (and messageFromJson) refuses a field whose
+ * reader: protobuf-es's fromJson (and decodeJson) refuses a field whose
  * value is undefined ("expected string, got undefined") and takes a missing
  * one as unset. So are Object.keys and a spread over defaults. Where the
  * reader takes undefined as absent, write `k: v` instead.

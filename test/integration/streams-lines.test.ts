@@ -5,7 +5,7 @@ import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { readEntries } from "../support/streams.js";
 
-// NDJSON stream lines are read by a flat decoder (src/api/rest/flat-message.ts) that takes only
+// NDJSON stream lines are read by a flat decoder (src/protocol/json/flat.ts) that takes only
 // lines it is sure of and leaves every other line to the proto3 JSON decode and the text rules.
 // These lines sit in the middle of a request, between two plain ones: each is stored, or refused,
 // exactly as before that decoder (the expectations were taken from the code before it), and

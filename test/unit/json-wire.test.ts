@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { mayHoldUnsafeInteger } from "../../src/api/json-wire.js";
+import { mayHoldUnsafeInteger } from "../../src/protocol/json/wire.js";
 
 describe("mayHoldUnsafeInteger", () => {
   it("finds a run of 16 digits wherever it starts, and nothing shorter", () => {

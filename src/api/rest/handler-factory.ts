@@ -19,7 +19,7 @@ import { requestHeaderFields } from "./header-fields.js";
 import { readJsonBody } from "./json-body.js";
 import { messageStreamFormat, writeMessageStream } from "./message-stream.js";
 import { ndjsonMessages } from "./ndjson-body.js";
-import { decode } from "./proto-json.js";
+import { decodeJson } from "../../protocol/json/codec.js";
 import { queryJson } from "./query-params.js";
 import { rawBodyMessages } from "./raw-body.js";
 import { writeRawStream } from "./raw-response.js";
@@ -110,7 +110,7 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
   )
     json[streamField] = true;
   // The body's own object, the bound fields set on it (they win): `{ ...json, ...fields }` cost ~2 µs a request.
-  const input = decode(method.input, Object.assign(json, fields), "request body");
+  const input = decodeJson(method.input, Object.assign(json, fields), { what: "request body" });
 
   if (spec.kind === "server_streaming") {
     const messages = spec.impl(input, ctx)[Symbol.asyncIterator]();

@@ -7,7 +7,7 @@ import {
   type MessageInitShape,
 } from "@bufbuild/protobuf";
 import type { RouteEntry } from "../routes.js";
-import { decode } from "./proto-json.js";
+import { decodeJson } from "../../protocol/json/codec.js";
 
 /**
  * The request fields a route reads from headers (`header_fields`), as JSON.
@@ -23,7 +23,7 @@ export function requestHeaderFields(
     const value = headers[header];
     if (value === undefined) continue;
     const json = Array.isArray(value) ? value.join(", ") : value;
-    decode(entry.method.input, { [field]: json }, `header ${header}`);
+    decodeJson(entry.method.input, { [field]: json }, { what: `header ${header}` });
     out[field] = json;
   }
   return out;

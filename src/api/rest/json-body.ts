@@ -1,6 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { jsonText } from "../json-wire.js";
+import { jsonText } from "../../protocol/json/wire.js";
 import { parseJsonObject } from "./json-text.js";
 
 /**

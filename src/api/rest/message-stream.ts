@@ -9,7 +9,7 @@ import {
 } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
-import { messageToJson } from "../../protocol/json-codec.js";
+import { encodeJson } from "../../protocol/json/codec.js";
 import { logEntryText } from "../../protocol/log-text.js";
 import { toConnectError } from "../errors.js";
 import { drained, streamGone } from "./end-stream.js";
@@ -74,7 +74,7 @@ export async function writeMessageStream(
       });
   };
   const encode = (value: MessageInitShape<DescMessage>): string => {
-    const json = messageToJson(method.output, create(method.output, value)) as Record<
+    const json = encodeJson(method.output, create(method.output, value)) as Record<
       string,
       JsonValue
     >;

@@ -1,11 +1,9 @@
 import { isUtf8 } from "node:buffer";
 import type { DescMessage, Message } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { jsonText, mayHoldUnsafeInteger } from "../json-wire.js";
+import { decodeJson } from "../../protocol/json/codec.js";
+import { jsonText, mayHoldUnsafeInteger } from "../../protocol/json/wire.js";
 import { parseJsonObject } from "./json-text.js";
-import { flatDecoder } from "./flat-message.js";
-import { decode } from "./proto-json.js";
-import { attachTransportFacts } from "../../protocol/transport-facts.js";
 import { batchedMessages, type BatchedMessages } from "../../streams/batches.js";
 
 const newline = 0x0a;
@@ -18,7 +16,7 @@ const openBrace = 0x7b;
  * handed on as one batch (batches.ts). Lines are numbered from 1 (the transport fact `line`); blank lines are
  * skipped but counted. Lines are split on their bytes and checked as bytes
  * (jsonText: invalid UTF-8, integers past 2^53) before they are decoded
- * (flat-message.ts for the stream messages, else proto3 JSON): the whole
+ * (protocol/json/codec.ts, which records each line number): the whole
  * lines of a chunk together when they pass, else each on its own, so a
  * refusal names its line either way.
  * A line that takes the body past `maxBytes` (every byte counts, newlines
@@ -43,7 +41,6 @@ async function* ndjsonBatches(
   let partBytes = 0;
   let consumed = 0;
   let lineNo = 0;
-  const flat = flatDecoder(schema);
   const over = (n: number) =>
     new ConnectError(
       `line ${n} takes the request body over ${maxBytes} bytes; send it in a new request`,
@@ -55,9 +52,7 @@ async function* ndjsonBatches(
       return undefined;
     const what = `line ${lineNo}`;
     const json = parseJsonObject(line, what);
-    const message = flat?.(json) ?? decode(schema, json, what);
-    attachTransportFacts(message, { line: lineNo });
-    return message;
+    return decodeJson(schema, json, { what, line: lineNo });
   };
   // `raw` is the line as sent, with its newline when it had one.
   const parseLine = (raw: Buffer): Message | undefined => {

@@ -7,7 +7,7 @@ import {
 } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import { requireContentType } from "./content-type.js";
-import { decode } from "./proto-json.js";
+import { decodeJson } from "../../protocol/json/codec.js";
 
 /** How a route reads a raw request body (route options raw_request_body, raw_request_content_type). */
 export interface RawBody {
@@ -36,7 +36,7 @@ export async function* rawBodyMessages(
   if (body.contentType) requireContentType(contentTypeHeader, body.contentType);
   const { schema } = body;
   const field = bytesFieldOf(body);
-  const head = decode(schema, fields, "request");
+  const head = decodeJson(schema, fields, { what: "request" });
   const it = chunks[Symbol.asyncIterator]();
   try {
     const first = await it.next();

@@ -2,7 +2,7 @@ import type { Http2ServerResponse } from "node:http2";
 import type { DescMethod, JsonValue, Message } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
 import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
-import { messageToJson } from "../../protocol/json-codec.js";
+import { encodeJson } from "../../protocol/json/codec.js";
 import { writeJson } from "./error-json.js";
 
 /**
@@ -21,9 +21,9 @@ export function routeBody(route: Route, method: DescMethod, reply: Message): Jso
       if (route.noContentWhenEmpty) return undefined;
       throw new Error(`${method.name}: the reply has no ${route.responseBody}`);
     }
-    return messageToJson(field.message, message.get(field).message);
+    return encodeJson(field.message, message.get(field).message);
   }
-  const json = messageToJson(method.output, reply);
+  const json = encodeJson(method.output, reply);
   if (
     route.noContentWhenEmpty &&
     json !== null &&

@@ -3,11 +3,12 @@ import { constants as fsConstants } from "node:fs";
 import { lstat, mkdir, open, readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
-import { toJson, type JsonObject } from "@bufbuild/protobuf";
+import type { JsonObject } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import type { SuspendService } from "../../../gen/forelead/runner/v1/suspend_pb.js";
 import { artifactNameProblem } from "../../artifacts/names.js";
+import { encodeJson } from "../../protocol/json/codec.js";
 import {
   checkInputRequest,
   inputPaths,
@@ -55,7 +56,7 @@ export async function restoreInput(step: SuspendStep, lease: Lease): Promise<voi
   if (!lease.inputRequestId) return;
   const inputDir = join(step.jobDir, "input");
   await mkdir(inputDir, { recursive: true, mode: 0o755 });
-  const answer = lease.inputAnswer ? toJson(ValueSchema, lease.inputAnswer) : null;
+  const answer = lease.inputAnswer ? encodeJson(ValueSchema, lease.inputAnswer) : null;
   await writeFile(join(inputDir, inputPaths.answer), `${JSON.stringify(answer)}\n`, {
     mode: 0o644,
     flag: "wx",

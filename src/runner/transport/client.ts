@@ -12,7 +12,7 @@ import {
   InventoryResponseSchema,
   type ReapOrder,
 } from "../../../gen/forelead/runner/v1/runner_pb.js";
-import { messageFromJson } from "../../protocol/json-codec.js";
+import { decodeJson } from "../../protocol/json/codec.js";
 import { refusalFix, type TlsSources } from "./failures.js";
 import type { NdjsonPost } from "./ndjson-post.js";
 import type { RestReply, RestTransport } from "./rest-transport.js";
@@ -167,7 +167,7 @@ export function createRunnerClient(
     workspaceId,
     async clock() {
       const reply = await call("GET", "/v1/runner/clock");
-      const clock = messageFromJson(ClockResponseSchema, reply.json as JsonValue);
+      const clock = decodeJson(ClockResponseSchema, reply.json as JsonValue);
       if (!clock.serverTime)
         throw new RunnerApiError(
           "GET /v1/runner/clock",
@@ -209,7 +209,7 @@ export function createRunnerClient(
         );
         return reply.status === 204 || reply.json === undefined
           ? []
-          : [messageFromJson(LeaseSchema, reply.json as JsonValue)];
+          : [decodeJson(LeaseSchema, reply.json as JsonValue)];
       };
       if (maxLeases <= 1 || !claimsServed) return claimOne();
       try {
@@ -222,7 +222,7 @@ export function createRunnerClient(
         );
         return reply.status === 204 || reply.json === undefined
           ? []
-          : messageFromJson(ClaimResponseSchema, reply.json as JsonValue).leases;
+          : decodeJson(ClaimResponseSchema, reply.json as JsonValue).leases;
       } catch (err) {
         // A control plane older than multi-lease claims has no such route (404 "no route ..."):
         // claim one at a time from then on. (Its completions ignore `next`, an unknown field.)
@@ -239,7 +239,7 @@ export function createRunnerClient(
     },
     async renew(jobId, leaseToken, timeoutMs) {
       const reply = await call("POST", "/v1/runner/renew", leaseBody(jobId, leaseToken), timeoutMs);
-      return messageFromJson(LeaseSchema, reply.json as JsonValue);
+      return decodeJson(LeaseSchema, reply.json as JsonValue);
     },
     async release(jobId, leaseToken) {
       await call("POST", "/v1/runner/release", leaseBody(jobId, leaseToken));
@@ -272,13 +272,13 @@ export function createRunnerClient(
       );
       const { job, lease } = (reply.json ?? {}) as { job?: JsonValue; lease?: JsonValue };
       return {
-        job: messageFromJson(JobSchema, job ?? {}),
-        lease: lease ? messageFromJson(LeaseSchema, lease) : undefined,
+        job: decodeJson(JobSchema, job ?? {}),
+        lease: lease ? decodeJson(LeaseSchema, lease) : undefined,
       };
     },
     async inventory(items) {
       const reply = await call("POST", "/v1/runner/inventory", { apiVersion, runnerId, items });
-      return messageFromJson(InventoryResponseSchema, (reply.json ?? {}) as JsonValue).reap;
+      return decodeJson(InventoryResponseSchema, (reply.json ?? {}) as JsonValue).reap;
     },
     postNdjson: (path, body, timeoutMs) =>
       transport.request("POST", path, body, { contentType: "application/x-ndjson", timeoutMs }),

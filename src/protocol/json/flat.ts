@@ -7,8 +7,8 @@ import {
   type Message,
 } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import { attachTransportFacts, transportFacts } from "../../protocol/transport-facts.js";
 import { idAllowed, textAllowed, valueSurelyAllowed } from "../text-rules.js";
+import { attachTransportFacts, transportFacts } from "../transport-facts.js";
 
 /** Decodes one JSON object into a message, or undefined when it cannot be sure of the outcome. */
 export type FlatDecoder = (json: Record<string, JsonValue>) => Message | undefined;
@@ -25,9 +25,9 @@ const decoders = new WeakMap<DescMessage, FlatDecoder | null>();
  * (text-rules.ts). It takes only what it is sure of — every key a field's
  * JSON name, strings as strings, int64 as safe integer numbers, Value fields
  * as JSON other than null whose text is allowed — and then builds the
- * message protobuf-es would (proto-json.ts decode), with the transport facts
- * `textChecked` and `plainValues` (protocol/transport-facts.ts). For anything else it returns undefined and the caller
- * decodes through protobuf-es and the text rules, which then accept or
+ * message protobuf-es would, with the transport facts `textChecked` and
+ * `plainValues` (transport-facts.ts). For anything else it returns undefined
+ * and codec.ts decodes through protobuf-es and the text rules, which then accept or
  * refuse it with their own messages: so a line decodes, or is refused, the
  * same on both paths.
  *

@@ -2,8 +2,8 @@ import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf
 import { configureTextEncoding, getTextEncoding } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { segmentIdError, segmentIdProblem } from "../identity/segment-id.js";
-import { transportFacts } from "../protocol/transport-facts.js";
-import { memberPath } from "./json-wire.js";
+import { memberPath } from "./json/wire.js";
+import { transportFacts } from "./transport-facts.js";
 
 /** Largest magnitude of a 64-bit field: every one is stored as an exact JS number (see store/schema.ts). */
 const maxInt64 = BigInt(Number.MAX_SAFE_INTEGER);

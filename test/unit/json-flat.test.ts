@@ -5,11 +5,11 @@ import {
   LogsRequestSchema,
   RegisterRequestSchema,
   type LogsRequest,
-} from "../../../gen/forelead/runner/v1/runner_pb.js";
-import { flatDecoder } from "../../../src/api/rest/flat-message.js";
-import { transportFacts } from "../../../src/protocol/transport-facts.js";
-import { decode } from "../../../src/api/rest/proto-json.js";
-import { checkRequestText } from "../../../src/api/text-rules.js";
+} from "../../gen/forelead/runner/v1/runner_pb.js";
+import { decodeJson } from "../../src/protocol/json/codec.js";
+import { flatDecoder } from "../../src/protocol/json/flat.js";
+import { transportFacts } from "../../src/protocol/transport-facts.js";
+import { checkRequestText } from "../../src/protocol/text-rules.js";
 
 const base = {
   apiVersion: "v1",
@@ -32,7 +32,7 @@ describe("the flat decoder of stream lines", () => {
       const json = data === undefined ? { ...base } : { ...base, data };
       const fast = flat(json as never) as LogsRequest;
       expect(fast, JSON.stringify(json)).toBeDefined();
-      const slow = decode(LogsRequestSchema, json as never, "line 1");
+      const slow = decodeJson(LogsRequestSchema, json as never, { what: "line 1" });
       expect(toJson(LogsRequestSchema, fast)).toEqual(toJson(LogsRequestSchema, slow));
       expect(transportFacts(fast).plainValues).toEqual(data === undefined ? {} : { data });
       expect(() => checkRequestText(LogsRequestSchema, fast)).not.toThrow(); // marked: passed the text rules

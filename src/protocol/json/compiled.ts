@@ -1,5 +1,4 @@
 import {
-  fromJson,
   ScalarType,
   toJson,
   type DescField,
@@ -11,9 +10,9 @@ import {
 import { Edition, FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 
 /**
- * proto3 JSON of a message without protobuf-es reflection, for the hot
- * paths (every REST reply, the Job of every lease and completion, request
- * bodies). Each message type gets a compiled plan once: a writer per field
+ * proto3 JSON of a message without protobuf-es reflection, the fast path
+ * codec.ts takes for every message type it can (every REST reply, the Job
+ * of every lease and completion, request bodies). Each message type gets a compiled plan once: a writer per field
  * in field-number order, a reader per JSON name. The result is the one
  * protobuf-es gives (`toJson` with default options, `fromJson` with
  * `ignoreUnknownFields`), byte for byte: the plan takes only what it is sure
@@ -43,15 +42,6 @@ export function messageToJson<T extends DescMessage>(
     }
   }
   return toJson(schema, message);
-}
-
-/** `fromJson(schema, json, { ignoreUnknownFields: true })`, through the plan when it is sure. */
-export function messageFromJson<T extends DescMessage>(
-  schema: T,
-  json: JsonValue,
-): MessageShape<T> {
-  return (fastFromJson(schema, json) ??
-    fromJson(schema, json, { ignoreUnknownFields: true })) as MessageShape<T>;
 }
 
 /** The message the plan reads from `json`, or undefined when protobuf-es must decide (it may refuse). */
