@@ -9,9 +9,9 @@ import {
 import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { bodyStalledError } from "../api/body-stall.js";
+import { resetAfterEndStream } from "../api/rest/stream-end.js";
 import type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 import { peerCertificate } from "./peer-certificate.js";
-import { resetAfterEndStream } from "./stream-end.js";
 
 /** Less than this in one body window counts as no progress: a body dripped a few bytes at a time is a stall. */
 const minProgressBytes = 1024;

@@ -14,7 +14,7 @@ import {
 } from "@connectrpc/connect";
 import type { RouteEntry } from "../routes.js";
 import { RestContext } from "./context.js";
-import { bodyChunks } from "./end-stream.js";
+import { bodyChunks } from "./stream-end.js";
 import { requestHeaderFields } from "./header-fields.js";
 import { readJsonBody } from "./json-body.js";
 import { messageStreamFormat, writeMessageStream } from "./message-stream.js";

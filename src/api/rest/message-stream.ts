@@ -12,7 +12,7 @@ import type { Route } from "../../../gen/forelead/api/v1/route_pb.js";
 import { encodeJson } from "../../protocol/json/codec.js";
 import { logEntryText } from "../../protocol/log-text.js";
 import { toConnectError } from "../errors.js";
-import { drained, streamGone } from "./end-stream.js";
+import { drained, streamGone } from "./stream-end.js";
 import { errorBody, writeError } from "./error-json.js";
 
 /** How REST writes a server stream of messages (route option ndjson_response and its companions). */

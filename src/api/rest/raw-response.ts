@@ -2,7 +2,7 @@ import type { Http2ServerResponse } from "node:http2";
 import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
 import type { RouteEntry } from "../routes.js";
 import { toConnectError } from "../errors.js";
-import { drained, streamGone } from "./end-stream.js";
+import { drained, streamGone } from "./stream-end.js";
 import { writeError } from "./error-json.js";
 import { responseHeaderFields } from "./header-fields.js";
 

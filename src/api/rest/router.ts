@@ -1,7 +1,7 @@
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { ContextValues, HandlerContext } from "@connectrpc/connect";
 import { toConnectError } from "../errors.js";
-import { stopUnreadBody } from "./end-stream.js";
+import { stopUnreadBody } from "./stream-end.js";
 import { writeError, writeJson } from "./error-json.js";
 import { serveRest, type RestBinding } from "./handler-factory.js";
 import { createRouteMatcher, pathParams } from "./route-match.js";
