@@ -31,7 +31,9 @@ const repoRoot = join(import.meta.dirname, "../..");
 
 beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "forelead-resilience-"));
-  await chmod(scratch, 0o777); // process jobs run as users of their own and write markers here
+  // Process jobs run as users of their own and write markers here; sticky (as /tmp is), so no one
+  // can replace another's entry, such as the runners' work directories (runner-work-dir.test.ts).
+  await chmod(scratch, 0o1777);
 });
 afterAll(async () => {
   if (scratch) await rm(scratch, { recursive: true, force: true });
