@@ -2,7 +2,7 @@ import http2 from "node:http2";
 import { createSecureContext, type SecureContext } from "node:tls";
 
 /** A reply: status and the parsed JSON body (undefined when empty). */
-export interface H2Reply {
+interface H2Reply {
   readonly status: number;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   readonly json: any;

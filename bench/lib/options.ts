@@ -1,7 +1,7 @@
 import { parseArgs, type ParseArgsConfig } from "node:util";
 
 /** The sizes a scenario runs at: the published one, or a few seconds' worth for the smoke test. */
-export type BenchSize = "full" | "tiny";
+type BenchSize = "full" | "tiny";
 
 /** What every scenario reads from its flags and environment. */
 export interface CommonOptions {

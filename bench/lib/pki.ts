@@ -19,7 +19,7 @@ import {
 export const benchAdminId = "spiffe://forelead/services/bench-admin";
 
 /** A client identity as a client process needs it. */
-export interface ClientIdentity {
+interface ClientIdentity {
   readonly certPem: string;
   readonly keyPem: string;
 }

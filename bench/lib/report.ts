@@ -52,7 +52,7 @@ export function formatTable(table: Table): string {
 }
 
 /** Prints the table and notes, and writes the JSON report atomically; returns its path. */
-export async function publish(report: ScenarioReport): Promise<string> {
+async function publish(report: ScenarioReport): Promise<string> {
   console.log(`\n${formatTable(report.table)}\n`);
   for (const note of report.notes) console.log(`* ${note}`);
   const dir = resultsDir();

@@ -88,7 +88,7 @@ export function adminArtifactHandlers(
 }
 
 /** Proto fields of an artifact. */
-export function artifactMessage(a: StoredArtifact): {
+function artifactMessage(a: StoredArtifact): {
   name: string;
   digest: string;
   size: bigint;

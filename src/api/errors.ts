@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { DatabasePoolBusyError, isDatabaseUnreachable } from "../store/unreachable.js";
 
 /** Seconds a client is told to wait (Retry-After) before retrying while the database is away. */
-export const databaseRetryAfterSeconds = 1;
+const databaseRetryAfterSeconds = 1;
 
 /**
  * What Node raises when the client went away mid-request (closed or reset

@@ -223,7 +223,7 @@ function claimResponse(leases: readonly LeaseView[]) {
 }
 
 /** A protobuf Timestamp from nanoseconds since the epoch. */
-export function timestampFromNs(ns: bigint): Timestamp {
+function timestampFromNs(ns: bigint): Timestamp {
   return {
     $typeName: "google.protobuf.Timestamp",
     seconds: ns / 1_000_000_000n,

@@ -10,7 +10,7 @@ import { parseTimeBound } from "./time-range.js";
 export type SamplesServiceDeps = Pick<Streams, "samples" | "sizing">;
 
 /** How far back sizing looks when the request gives no `since`. */
-export const defaultSizingSince = "7d";
+const defaultSizingSince = "7d";
 
 /** Per-job resource samples and sizing advice: decode, query, encode. */
 export function createSamplesService(deps: SamplesServiceDeps): ServiceImpl<typeof SamplesService> {

@@ -8,7 +8,7 @@ import { apiVersion } from "./request-rules.js";
 import { parseTimeRange } from "./time-range.js";
 
 /** The window a stats request without `since` covers. */
-export const defaultStatsSince = "24h";
+const defaultStatsSince = "24h";
 
 /** The stats surface: resolve the window, ask the broker, encode. */
 export function createStatsService(broker: Broker): ServiceImpl<typeof StatsService> {

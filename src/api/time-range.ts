@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /** The forms a time bound takes, as the refusal of a bad one names them. */
-export const timeBoundForms =
+const timeBoundForms =
   'RFC 3339 ("2026-11-29T09:30:00Z"), Unix seconds ("1796031000"), a duration before now ("720h", "90m", "45s") or days before now ("30d")';
 
 const rfc3339 =

@@ -40,7 +40,7 @@ export interface ArtifactsOptions {
 }
 
 /** An artifact of a job with its bytes. */
-export interface ArtifactContent extends StoredArtifact {
+interface ArtifactContent extends StoredArtifact {
   readonly chunks: AsyncIterable<Uint8Array>;
 }
 

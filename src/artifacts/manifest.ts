@@ -7,7 +7,7 @@ import { checkArtifactName, checkDigest, checkMediaType } from "./names.js";
 import type { StoredArtifact } from "./uploads.js";
 
 /** Most artifacts one completion may list (the manifest also has to fit in a 1 MiB request). */
-export const maxManifestEntries = 4096;
+const maxManifestEntries = 4096;
 
 /** A manifest entry as the runner sent it. */
 export interface ManifestEntryInput {

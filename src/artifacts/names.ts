@@ -1,10 +1,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /** Longest artifact name, in UTF-8 bytes, and longest segment of one. */
-export const nameLimits = { maxBytes: 1024, maxSegmentBytes: 255 } as const;
+const nameLimits = { maxBytes: 1024, maxSegmentBytes: 255 } as const;
 
 /** The media type of an artifact that declared none. */
-export const defaultMediaType = "application/octet-stream";
+const defaultMediaType = "application/octet-stream";
 
 /** A digest as the wire writes it: "sha256:" and 64 lower-case hex digits. */
 export type Digest = `sha256:${string}`;

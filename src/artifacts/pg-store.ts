@@ -6,7 +6,7 @@ import type { Digest } from "./names.js";
 import type { ArtifactStore, BlobStore, StagingStore } from "./store.js";
 
 /** Rows of at most 1 MiB: a put holds at most this much in memory before it is a row. */
-export const defaultChunkBytes = 1024 * 1024;
+const defaultChunkBytes = 1024 * 1024;
 
 /**
  * The Postgres store: blobs in artifact_blobs + artifact_blob_chunks, staged

@@ -1,7 +1,7 @@
 import type { Digest } from "./names.js";
 
 /** A blob being read: its size and its bytes. */
-export interface BlobReader {
+interface BlobReader {
   readonly size: number;
   readonly chunks: AsyncIterable<Uint8Array>;
 }
@@ -64,7 +64,7 @@ export type ArtifactStore =
   | (ArtifactStoreParts & { readonly kind: "postgres" });
 
 /** What every artifact store has. */
-export interface ArtifactStoreParts {
+interface ArtifactStoreParts {
   /** Where artifacts live, safe to log. */
   readonly description: string;
   readonly blobs: BlobStore;

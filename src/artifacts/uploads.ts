@@ -48,7 +48,7 @@ export interface StoredArtifact {
 }
 
 /** The header carrying the durable size on a refused put, so a client resumes exactly. */
-export const uploadOffsetHeader = "forelead-upload-offset";
+const uploadOffsetHeader = "forelead-upload-offset";
 
 type UploadRow = Selectable<UploadsTable>;
 

@@ -132,7 +132,7 @@ export interface BrokerOptions {
  * to 64 requests: measured in docs/performance.md; fewer batches in flight
  * make bigger batches but leave Postgres idle between them.
  */
-export const defaultBatching: BatcherOptions = { maxBatch: 64, maxInFlight: 4 };
+const defaultBatching: BatcherOptions = { maxBatch: 64, maxInFlight: 4 };
 
 /** Starts a broker: subscribes to wakeups and sweeps expired leases and overdue jobs on a timer. */
 export async function createBroker(options: BrokerOptions): Promise<Broker> {

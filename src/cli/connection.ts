@@ -23,7 +23,7 @@ import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 
 /** The connection settings, by the name of their flag. */
 export const connectionKeys = ["server", "ca", "cert", "key"] as const;
-export type ConnectionKey = (typeof connectionKeys)[number];
+type ConnectionKey = (typeof connectionKeys)[number];
 
 /** The flags every admin CLI command takes to reach the control plane; unset ones come from the environment, the file or the defaults. */
 export interface AdminClientFlags {
@@ -35,7 +35,7 @@ export interface AdminClientFlags {
 }
 
 /** The defaults: what the README's quick start creates (`npm start` makes certs/ca.pem; `forelead ca issue ... --out certs/cli`). */
-export const connectionDefaults: Readonly<Record<ConnectionKey, string>> = {
+const connectionDefaults: Readonly<Record<ConnectionKey, string>> = {
   server: "https://127.0.0.1:8443",
   ca: "certs/ca.pem",
   cert: "certs/cli.pem",
@@ -52,7 +52,7 @@ const envNames: Readonly<Record<ConnectionKey | "profile", string>> = {
 const pathKeys = new Set<string>(["ca", "cert", "key"]);
 
 /** One resolved setting and where it came from ("flag --ca", "env FORELEAD_CA", "file F (profile P)", "default"). */
-export interface Resolved {
+interface Resolved {
   readonly value: string;
   readonly source: string;
 }
@@ -90,7 +90,7 @@ export function withAdminClientOptions(command: Command): Command {
 }
 
 /** The config file to read: $FORELEAD_CONFIG (which must exist), else ./forelead.toml, else $XDG_CONFIG_HOME/forelead/config.toml; undefined when none exists. */
-export function configFilePath(
+function configFilePath(
   env: NodeJS.ProcessEnv = process.env,
   cwd = process.cwd(),
 ): string | undefined {
@@ -276,7 +276,7 @@ export async function resolveConnection(
 }
 
 /** A generated client of an admin-side service with a way to close its connection, so a command exits as soon as it is done. */
-export interface Connection<S extends DescService> {
+interface Connection<S extends DescService> {
   readonly client: Client<S>;
   close(): void;
 }
@@ -319,7 +319,7 @@ export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint
  * Opens a client of `service` from the resolved connection: Connect protocol
  * (binary) over HTTP/2 + TLS with the client certificate.
  */
-export async function connect<S extends DescService>(
+async function connect<S extends DescService>(
   flags: AdminClientFlags,
   service: S,
 ): Promise<Connection<S>> {

@@ -34,7 +34,7 @@ interface EnqueueFlags extends AdminClientFlags {
 }
 
 /** The exit code `jobs enqueue --wait` ends with when the job was cancelled (as a shell reports an interrupt). */
-export const cancelledExitCode = 130;
+const cancelledExitCode = 130;
 
 /** `forelead jobs enqueue`: EnqueueJob, and with --wait the job's log live and its exit code. */
 export function enqueueCommand(
@@ -189,7 +189,7 @@ export function enqueueCommand(
 }
 
 /** The exit code `--wait` ends with: the job's own when it ran to one; 1 for a failure without one; 130 when cancelled. */
-export function jobExitCode(job: Job): number {
+function jobExitCode(job: Job): number {
   if (job.state === "cancelled") return cancelledExitCode;
   if (job.state === "succeeded") return job.exitCode ?? 0;
   return job.exitCode !== undefined && job.exitCode !== 0 ? job.exitCode : 1;
@@ -223,7 +223,7 @@ function keyValues(values: readonly string[], flag: string): Record<string, stri
  * lines and # comments skipped; the value is everything after the first
  * "="). Errors name the file and the line or key, never a value.
  */
-export async function readSecretsFile(file: string | undefined): Promise<Record<string, string>> {
+async function readSecretsFile(file: string | undefined): Promise<Record<string, string>> {
   if (!file) return {};
   const text = await readFile(file, "utf8").catch((err: NodeJS.ErrnoException) => {
     throw new Error(`--secrets-file ${file}: cannot read it (${err.code ?? err.message})`);

@@ -184,7 +184,7 @@ export function jobsCommand(
 }
 
 /** The text `forelead jobs list` prints: a row per job, then the next page's token when there is one. */
-export function formatJobs(page: ListJobsResponse): string {
+function formatJobs(page: ListJobsResponse): string {
   const rows = page.jobs.map((j) => [
     j.id,
     j.state,
@@ -234,7 +234,7 @@ async function printStream(
 }
 
 /** The text `forelead jobs get` prints: one "name: value" line per field that is set. */
-export function formatJob(j: Job): string {
+function formatJob(j: Job): string {
   const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : undefined);
   const rows: Array<[string, string | undefined]> = [
     ["job", j.id],

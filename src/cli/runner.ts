@@ -41,7 +41,7 @@ interface RunnerFlags {
  * runners and Buildkite's --disconnect-after-job, the job's own outcome is
  * not the runner's: a failed job that was settled is exit 0.
  */
-export const runnerExit = {
+const runnerExit = {
   /** Stopped as asked: a signal's drain, --idle-exit, or --once with its job settled. */
   done: 0,
   /** --once: no job was leased before --idle-exit passed. */
@@ -285,7 +285,7 @@ export function architecture(nodeArch: string): string {
 }
 
 /** The exit code of a stopped agent (runnerExit). */
-export function exitOf(end: AgentEnd, once: boolean): number {
+function exitOf(end: AgentEnd, once: boolean): number {
   if (end.failure) return exitCodeOf(end.failure);
   if (!once) return runnerExit.done;
   if (end.claimed === 0) return end.reason === "idle" ? runnerExit.noJob : runnerExit.done;

@@ -8,7 +8,7 @@ import { GitError, gitTimeouts, gitToFile, OutputTooLarge, runGit } from "./git.
 export const defaultMaxBundleBytes = 256 * 1024 * 1024;
 
 /** Chunk size of a streamed bundle: small enough for any Connect reader, large enough to be cheap. */
-export const bundleChunkBytes = 512 * 1024;
+const bundleChunkBytes = 512 * 1024;
 
 /** A bundle written to a private temporary file. */
 export interface BundleFile {
@@ -102,7 +102,7 @@ export async function isAncestor(
 }
 
 /** "256 MiB", "300 KiB", "12 bytes". */
-export function describeBytes(n: number): string {
+function describeBytes(n: number): string {
   if (n >= 1024 * 1024 && n % (1024 * 1024) === 0) return `${n / (1024 * 1024)} MiB`;
   if (n >= 1024 && n % 1024 === 0) return `${n / 1024} KiB`;
   return `${n} bytes`;

@@ -10,9 +10,9 @@ import { findRepository, type RepositoryRow } from "./repositories.js";
 import type { SecretBox } from "../secrets/box.js";
 
 /** The bundle kinds of code/bundle. */
-export const bundleKinds = ["base", "head", "published"] as const;
+const bundleKinds = ["base", "head", "published"] as const;
 /** One of bundleKinds. */
-export type BundleKind = (typeof bundleKinds)[number];
+type BundleKind = (typeof bundleKinds)[number];
 
 /** What the lease-scoped code routes need. */
 export interface CodeAccessDeps {

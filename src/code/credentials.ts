@@ -15,7 +15,7 @@ export interface RemoteAccess {
 }
 
 /** The user name sent with an https credential when the URL names none. */
-export const defaultHttpsUser = "forelead";
+const defaultHttpsUser = "forelead";
 
 /**
  * Runs `fn` with what git needs to authenticate to `remote`, and removes it

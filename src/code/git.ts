@@ -47,7 +47,7 @@ const defaultTimeoutMs = 600_000;
  * credential fails instead of hanging), only the transports the control
  * plane allows (no ext::, no plain http), stable English messages.
  */
-export function gitEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.ProcessEnv {
+function gitEnv(extra: Readonly<Record<string, string>> = {}): NodeJS.ProcessEnv {
   return {
     ...process.env,
     GIT_TERMINAL_PROMPT: "0",
@@ -191,7 +191,7 @@ export function gitToFile(
 }
 
 /** Replaces every secret (and its URL-encoded form) in `text` with "***". */
-export function redact(text: string, secrets: readonly string[] = []): string {
+function redact(text: string, secrets: readonly string[] = []): string {
   let out = text;
   for (const s of secrets) {
     if (!s) continue;

@@ -6,13 +6,13 @@ import { GitError, gitTimeouts, runGit } from "./git.js";
 import { createKeyedQueue } from "./keyed-queue.js";
 
 /** A commit and its tree. */
-export interface PinnedCommit {
+interface PinnedCommit {
   readonly commit: string;
   readonly tree: string;
 }
 
 /** A registered repository as the mirror needs it. */
-export interface MirroredRepository extends GitRemote {
+interface MirroredRepository extends GitRemote {
   readonly name: string;
 }
 

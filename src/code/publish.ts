@@ -33,7 +33,7 @@ export interface Published {
 }
 
 /** The branch an agent job's commit is pushed to. */
-export function publishBranch(jobId: string): string {
+function publishBranch(jobId: string): string {
   return `forelead/jobs/${jobId}`;
 }
 

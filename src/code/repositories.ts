@@ -58,7 +58,7 @@ export function validateRegistration(input: RegisterRepositoryInput): void {
 }
 
 /** What kind of location a repository URL is; throws invalid_argument naming what is wrong. */
-export function urlKind(url: string): "path" | "file" | "https" | "ssh" {
+function urlKind(url: string): "path" | "file" | "https" | "ssh" {
   if (!url) bad("url is required: an absolute path, or a file://, https:// or ssh:// URL");
   if (/[\s\0]/.test(url) || url.length > 2048)
     bad("url must be one URL or path, without spaces, at most 2048 characters");
@@ -162,7 +162,7 @@ export async function lookUpRepository(
 }
 
 /** The admin view of a row. */
-export function repositoryView(row: Selectable<RepositoriesTable>): RepositoryView {
+function repositoryView(row: Selectable<RepositoriesTable>): RepositoryView {
   return {
     name: row.name,
     url: row.url,

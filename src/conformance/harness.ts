@@ -69,7 +69,7 @@ export const placeholders: Readonly<Record<keyof RunnerLaunch, string>> = {
 export class RowFailure extends Error {}
 
 /** What a job the kit enqueues runs: a shell script, with optional spec fields and secrets. */
-export interface KitJob {
+interface KitJob {
   readonly script: string;
   readonly labels?: string[];
   readonly timeoutSeconds?: number;

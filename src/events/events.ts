@@ -35,7 +35,7 @@ export interface EventsOptions {
 }
 
 /** 7 days. */
-export const defaultEventRetentionMs = 7 * 24 * 3600 * 1000;
+const defaultEventRetentionMs = 7 * 24 * 3600 * 1000;
 
 /** Rows one prune statement deletes: small enough that it holds few locks and commits quickly. */
 const pruneBatch = 5_000;

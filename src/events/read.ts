@@ -25,7 +25,7 @@ export interface EventQuery {
 }
 
 /** Page sizes: 1000 by default, at most 10,000. */
-export const eventPageLimits = { defaultSize: 1000, maxSize: 10_000 } as const;
+const eventPageLimits = { defaultSize: 1000, maxSize: 10_000 } as const;
 
 /** Checks a query; throws invalid_argument naming the first bad field. */
 export function checkEventQuery(q: EventQuery): EventQuery {

@@ -17,7 +17,7 @@ export interface AuditQuery {
 export type StoredAuditRecord = Selectable<AuditRecordsTable>;
 
 /** Page bounds of the audit trail. */
-export const auditPageLimits = { defaultSize: 100, maxSize: 1000 } as const;
+const auditPageLimits = { defaultSize: 100, maxSize: 1000 } as const;
 
 /**
  * Reads the audit trail newest first. Pages are keyed by record id (the

@@ -4,7 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import * as x509 from "@peculiar/x509";
 
 /** Largest CSR accepted, in characters of PEM: a P-256 or Ed25519 CSR is well under 1 KiB. */
-export const maxCsrLength = 16 * 1024;
+const maxCsrLength = 16 * 1024;
 
 /** A CSR whose signature verified, reduced to what the issuer uses: its public key. */
 export interface VerifiedCsr {

@@ -19,7 +19,7 @@ export interface EnrollmentDeps {
 }
 
 /** A runner's first certificate and the grant it used. */
-export interface Enrollment {
+interface Enrollment {
   readonly certificate: SignedCertificate;
   readonly workspaceId: string;
   readonly grant: GrantRecord;
@@ -51,7 +51,7 @@ export function createEnrollments(deps: EnrollmentDeps): Enrollments {
  * after the grant was taken rolls the transaction back, leaving the grant
  * unused; a CSR that fails its checks never touches the grant.
  */
-export async function enrollRunner(
+async function enrollRunner(
   deps: EnrollmentDeps,
   req: { grant: string; runnerId: string; csr: string },
 ): Promise<Enrollment> {
@@ -82,7 +82,7 @@ export async function enrollRunner(
  * identity (taken from its current certificate, never from the CSR) over the
  * CSR's key. The guard has already refused retired runners.
  */
-export async function renewRunnerCertificate(
+async function renewRunnerCertificate(
   deps: EnrollmentDeps,
   runner: { workspaceId: string; runnerId: string; spiffeId: string },
   csrPem: string,

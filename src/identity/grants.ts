@@ -5,7 +5,7 @@ import type { Database, EnrollmentGrantsTable } from "../store/schema.js";
 import { checkSegmentId } from "./segment-id.js";
 
 /** Lifetime bounds of an enrollment grant, in seconds. */
-export const grantLimits = { defaultSeconds: 600, maxSeconds: 86_400 } as const;
+const grantLimits = { defaultSeconds: 600, maxSeconds: 86_400 } as const;
 
 /** Every grant starts with this, so a leaked one is easy to recognise (and to scan for). */
 const grantPrefix = "feg_";
@@ -127,7 +127,7 @@ export async function useGrant(
 }
 
 /** The stored form of a grant. */
-export function hashGrant(grant: string): Buffer {
+function hashGrant(grant: string): Buffer {
   return createHash("sha256").update(grant, "utf8").digest();
 }
 

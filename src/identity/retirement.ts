@@ -8,10 +8,10 @@ import type { Database } from "../store/schema.js";
 import { checkSegmentId } from "./segment-id.js";
 
 /** The NOTIFY channel that tells every replica "this runner was retired". */
-export const retirementsChannel = "forelead_retirements";
+const retirementsChannel = "forelead_retirements";
 
 /** What a retirement did. */
-export interface RetireResult {
+interface RetireResult {
   readonly workspaceId: string;
   readonly runnerId: string;
   readonly retiredAt: Date;
@@ -21,7 +21,7 @@ export interface RetireResult {
 }
 
 /** A retirement request. */
-export interface RetireInput {
+interface RetireInput {
   readonly runnerId: string;
   /** Empty: the one workspace the runner id is known in (registered or issued a certificate). */
   readonly workspaceId: string;

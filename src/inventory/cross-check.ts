@@ -25,14 +25,14 @@ export interface InventoryFlag {
  * job ends, and reports every ~15 s. Past this, a resource the runner still
  * claims for a job it no longer holds is worth an operator's look.
  */
-export const cleanupGraceSeconds = 300;
+const cleanupGraceSeconds = 300;
 
 /**
  * How long after a claim a live lease may have no container yet: the runner
  * pulls the image and creates the network first. Past this, a live lease
  * with no container means the runner holds a job it is not running.
  */
-export const startGraceSeconds = 120;
+const startGraceSeconds = 120;
 
 interface JobFacts {
   id: string;

@@ -23,13 +23,13 @@ export type LauncherKind = "container" | "network";
 export const launcherKinds: readonly LauncherKind[] = ["container", "network"];
 
 /** Every launcher name starts with this. */
-export const launcherPrefix = "forelead-";
+const launcherPrefix = "forelead-";
 
 /** A task name: 1..31 of [a-z0-9-], first character a letter or digit. */
-export const taskPattern = /^[a-z0-9][a-z0-9-]{0,30}$/;
+const taskPattern = /^[a-z0-9][a-z0-9-]{0,30}$/;
 
 /** A job id as it appears in a name: a lowercase UUID. */
-export const jobIdPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const jobIdPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 const jobIdLength = 36;
 
@@ -45,17 +45,17 @@ export const launcherLabelKeys = {
 } as const;
 
 /** True when `kind` is a LauncherKind. */
-export function isLauncherKind(kind: string): kind is LauncherKind {
+function isLauncherKind(kind: string): kind is LauncherKind {
   return kind === "container" || kind === "network";
 }
 
 /** True when `task` follows taskPattern. */
-export function isTaskName(task: string): boolean {
+function isTaskName(task: string): boolean {
   return taskPattern.test(task);
 }
 
 /** True when `jobId` is a lowercase UUID. */
-export function isNameJobId(jobId: string): boolean {
+function isNameJobId(jobId: string): boolean {
   return jobIdPattern.test(jobId);
 }
 

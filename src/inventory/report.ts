@@ -36,7 +36,7 @@ export interface InventoryItem {
  * in practice the 1 MiB request body bound (about 4,000 items of typical
  * size) binds first. Field bounds keep one report from storing junk.
  */
-export const reportLimits = {
+const reportLimits = {
   maxItems: 10_000,
   maxStateLength: 64,
   maxImageLength: 1024,

@@ -9,7 +9,7 @@ import type { Database } from "../store/schema.js";
 import { readDatabaseFacts } from "./status.js";
 
 /** How a check came out; "skip" when it does not apply here. */
-export type CheckStatus = "ok" | "warn" | "fail" | "skip";
+type CheckStatus = "ok" | "warn" | "fail" | "skip";
 
 /** One named check with what was found and, unless ok, what to do. */
 export interface DoctorCheck {

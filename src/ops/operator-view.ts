@@ -24,7 +24,7 @@ export interface OperatorViewDeps {
 }
 
 /** The status of this control plane, its database and its fleet. */
-export interface OperatorStatus extends FleetStatus {
+interface OperatorStatus extends FleetStatus {
   readonly build: OperatorViewDeps["build"];
   readonly startedAt: Date;
   readonly database: {

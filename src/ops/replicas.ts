@@ -5,7 +5,7 @@ import type { DatabaseHealth } from "../store/health.js";
 import type { Database } from "../store/schema.js";
 
 /** How often a replica moves its last_seen_at. */
-export const heartbeatIntervalMs = 5_000;
+const heartbeatIntervalMs = 5_000;
 /** A replica is live while seen within this many heartbeats. */
 const liveHeartbeats = 3;
 /** Rows not seen for this long are deleted by any replica's heartbeat (a replica that died). */

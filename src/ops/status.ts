@@ -4,7 +4,7 @@ import type { Database } from "../store/schema.js";
 import { liveReplica } from "./replicas.js";
 
 /** One workspace's queue. */
-export interface WorkspaceQueue {
+interface WorkspaceQueue {
   readonly workspaceId: string;
   readonly queued: number;
   readonly running: number;
@@ -16,7 +16,7 @@ export interface WorkspaceQueue {
 }
 
 /** Runner counts; see status.proto RunnerCounts for what each counts. */
-export interface RunnerCounts {
+interface RunnerCounts {
   readonly registered: number;
   readonly connected: number;
   readonly busy: number;
@@ -26,7 +26,7 @@ export interface RunnerCounts {
 }
 
 /** Capacity of connected, unretired runners, and what live leases leave of it. */
-export interface Pool {
+interface Pool {
   readonly slotsTotal: number;
   readonly slotsFree: number;
   readonly cpuTotal: number;
@@ -36,14 +36,14 @@ export interface Pool {
 }
 
 /** An issued certificate that ends soon. */
-export interface ExpiringCertificate {
+interface ExpiringCertificate {
   readonly serial: string;
   readonly spiffeId: string;
   readonly notAfter: Date;
 }
 
 /** A live replica's row. */
-export interface ReplicaRow {
+interface ReplicaRow {
   readonly id: string;
   readonly host: string;
   readonly pid: number;

@@ -21,10 +21,10 @@ import { parseResult, type JobResult } from "./job-result.js";
  * New directives are added to `directiveParsers` (one entry each), never by
  * changing the meaning of a line that parses today.
  */
-export const directivePrefix = "::forelead::";
+const directivePrefix = "::forelead::";
 
 /** Most characters of an error directive's message that are kept. */
-export const maxErrorMessageChars = 4096;
+const maxErrorMessageChars = 4096;
 
 /** How far a job is: a percent, or done of total. */
 export type Progress =
@@ -64,7 +64,7 @@ export function splitDirective(line: string): DirectiveLine | undefined {
 export const maxProgressCount = 2 ** 31 - 1;
 
 /** Each directive's argument parser: the directive, or undefined when the argument does not parse. */
-export const directiveParsers: {
+const directiveParsers: {
   readonly [name: string]: (argument: string) => Directive | undefined;
 } = {
   progress(argument) {

@@ -10,7 +10,7 @@
 export const jobEventsEnv = "FORELEAD_EVENTS";
 
 /** Type prefixes a job may not use: the runner's own events. */
-export const reservedEventPrefixes = ["job.", "resource.", "runner.", "forelead."] as const;
+const reservedEventPrefixes = ["job.", "resource.", "runner.", "forelead."] as const;
 
 /** The event the runner sends a job's progress as; the control plane keeps the last one as the job's `progress`. */
 export const progressEventType = "job.progress";

@@ -14,7 +14,6 @@ import { createResourceStack, type ResourceStack } from "./resource-stack.js";
 import type { TlsMaterial } from "./tls-material.js";
 
 export type { ControlPlaneOptions } from "./options.js";
-export type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 
 /** A running control plane. */
 export interface ControlPlane {

@@ -1,5 +1,5 @@
 /** Something a start opened and its owner must close. */
-export interface Closable {
+interface Closable {
   close(): unknown;
 }
 

@@ -28,7 +28,7 @@ export interface TlsPems {
 }
 
 /** What a reload did. */
-export type ReloadOutcome = "reloaded" | "unchanged" | "refused";
+type ReloadOutcome = "reloaded" | "unchanged" | "refused";
 
 /** The material being served, and how its reloads went. */
 export interface TlsMaterial {

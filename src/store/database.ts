@@ -41,7 +41,7 @@ export interface Store {
 }
 
 /** How many connections a Postgres store's pool holds, and who waits for one. */
-export interface PoolUse {
+interface PoolUse {
   readonly max: number;
   readonly total: number;
   readonly idle: number;
@@ -77,7 +77,7 @@ export function isPostgresUrl(location: string): boolean {
 }
 
 /** Runs every pending migration; throws naming the one that failed. */
-export async function migrateToLatest(db: Kysely<Database>): Promise<void> {
+async function migrateToLatest(db: Kysely<Database>): Promise<void> {
   const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
@@ -101,7 +101,7 @@ export function unknownMigrations(applied: readonly string[]): string[] {
 }
 
 /** A postgres:// URL with its password replaced by "***". */
-export function redactUrl(url: string): string {
+function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = "***";

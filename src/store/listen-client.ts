@@ -2,7 +2,7 @@ import pg from "pg";
 import type { DatabaseHealth } from "./health.js";
 
 /** Handlers of one subscription to a channel. */
-export interface Subscription {
+interface Subscription {
   readonly onNotify: (payload: string) => void;
   /** Called after a reconnect: notifications sent while the connection was down are lost, so look again. */
   readonly onRecheck?: () => void;

@@ -24,7 +24,7 @@ export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasi
 /**
  * Stores a batch in one statement, all or nothing (appendBatches of one).
  */
-export async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise<AppendOutcome> {
+async function appendBatch(db: Kysely<Database>, b: AppendBatch): Promise<AppendOutcome> {
   const [outcome] = await appendBatches(db, [b]);
   return outcome!;
 }

@@ -13,7 +13,7 @@ import {
 } from "./messages.js";
 
 /** The response header (and Connect error metadata) that carries the last accepted sequence of a rejected request. */
-export const lastAcceptedHeader = "forelead-last-accepted-sequence";
+const lastAcceptedHeader = "forelead-last-accepted-sequence";
 
 /** Bounds of one ingest request. */
 export interface IngestLimits {

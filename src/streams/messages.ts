@@ -4,7 +4,7 @@ import { checkJobId, checkLeaseToken } from "../broker/ids.js";
 import type { StreamName } from "../store/schema.js";
 
 /** Highest sequence accepted: 2^53 - 1, so sequences are exact JSON numbers everywhere. */
-export const maxSequence = Number.MAX_SAFE_INTEGER;
+const maxSequence = Number.MAX_SAFE_INTEGER;
 
 /** One stream message as a transport decoded it, before the stream rules. */
 export interface IncomingMessage {

@@ -5,7 +5,7 @@ import { checkJobId } from "../broker/ids.js";
 import type { Database, JobState, StreamName } from "../store/schema.js";
 
 /** Bounds of one page of a read. */
-export const readLimits = { defaultPageSize: 1000, maxPageSize: 10_000 } as const;
+const readLimits = { defaultPageSize: 1000, maxPageSize: 10_000 } as const;
 
 /** Which entries of a job's stream to read. */
 export interface StreamQuery {

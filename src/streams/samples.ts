@@ -8,7 +8,7 @@ import { jobState } from "./read.js";
  * The event type runners send a running job's CPU and memory as, on the
  * job's events stream: `{type, cpuCores, memoryBytes, at}` (docs/runner.md).
  */
-export const resourceSampleType = "resource.sample";
+const resourceSampleType = "resource.sample";
 
 /**
  * The one predicate of "this event is a usable resource sample", on an
@@ -16,16 +16,15 @@ export const resourceSampleType = "resource.sample";
  * Events are the runner's free-form JSON; anything else is skipped, never
  * cast and failed. Used on stored rows and on a batch being stored.
  */
-export function isResourceSampleData(data: RawBuilder<unknown>): RawBuilder<boolean> {
+function isResourceSampleData(data: RawBuilder<unknown>): RawBuilder<boolean> {
   return sql<boolean>`(${data}->>'type' = ${resourceSampleType}
     and jsonb_typeof(${data}->'cpuCores') = 'number'
     and jsonb_typeof(${data}->'memoryBytes') = 'number')`;
 }
 
 /** A sample's CPU in cores and its memory in bytes, as SQL numbers (float8: memory is under 2^53). */
-export const sampleCpuOf = (data: RawBuilder<unknown>) =>
-  sql<number>`(${data}->>'cpuCores')::float8`;
-export const sampleMemoryOf = (data: RawBuilder<unknown>) =>
+const sampleCpuOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'cpuCores')::float8`;
+const sampleMemoryOf = (data: RawBuilder<unknown>) =>
   sql<number>`(${data}->>'memoryBytes')::float8`;
 
 /**
@@ -55,7 +54,7 @@ const sampleCpu = sampleCpuOf(rowData);
 const sampleMemory = sampleMemoryOf(rowData);
 
 /** One reading of a job, as stored. */
-export interface JobSample {
+interface JobSample {
   readonly at: Date;
   readonly cpuCores: number;
   readonly memoryBytes: number;

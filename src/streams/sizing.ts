@@ -24,7 +24,7 @@ export const sizingRule = {
 } as const;
 
 /** What to do with one request. */
-export type Advice = "raise" | "lower" | "fits" | "set";
+type Advice = "raise" | "lower" | "fits" | "set";
 
 /** The advice on one request: CPU in cores or memory in bytes. */
 export interface ResourceAdvice {

@@ -57,7 +57,7 @@ export interface StreamsOptions extends Partial<IngestLimits> {
 }
 
 /** Defaults: a request is cut 30 s after it opened; 1 MiB of data; 5,000 messages per statement. */
-export const defaultIngestLimits: IngestLimits = {
+const defaultIngestLimits: IngestLimits = {
   maxRequestMs: 30_000,
   maxRequestBytes: 1024 * 1024,
   maxBatchMessages: 5_000,

@@ -23,7 +23,7 @@ export interface StreamWakeups {
 }
 
 /** One armed waiter. */
-export interface StreamWaiter {
+interface StreamWaiter {
   /** Resolves true when woken (also when woken before the call), false after `ms` or on abort. */
   wait(ms: number, signal?: AbortSignal): Promise<boolean>;
   /** Disarms. */

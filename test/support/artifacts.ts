@@ -59,7 +59,7 @@ export function restUploads(job: Pick<LeasedJob, "runner" | "jobId" | "token">):
 }
 
 /** Every file under `dir`, as paths relative to it (none when it does not exist). */
-export async function filesUnder(dir: string): Promise<string[]> {
+async function filesUnder(dir: string): Promise<string[]> {
   try {
     const entries = await readdir(dir, { recursive: true, withFileTypes: true });
     return entries

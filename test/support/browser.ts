@@ -14,7 +14,7 @@ import {
 } from "./fixture.js";
 
 /** Where Debian's chromium package puts the browser; CI installs it (.ci/run). */
-export const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const chromiumPath = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 
 /**
  * Waits until `predicate` holds in `page`, checking it again on every change to the page's DOM.

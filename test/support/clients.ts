@@ -120,7 +120,7 @@ export const rpcProtocols: readonly RpcProtocol[] = [
 ];
 
 /** A Connect transport over HTTP/2 + mTLS with the given protocol. */
-export function createTestTransport(
+function createTestTransport(
   url: string,
   caPem: string,
   cert: Pick<IssuedCertificate, "certPem" | "keyPem">,

@@ -28,7 +28,7 @@ export type ExecutorKind = "docker" | "process";
 export const testImage = "forelead-test/busybox:latest";
 
 /** Whether a Docker engine answers here. */
-export async function dockerAnswers(): Promise<boolean> {
+async function dockerAnswers(): Promise<boolean> {
   try {
     await createDockerClient().ping();
     return true;
@@ -51,14 +51,14 @@ export async function executorsUnderTest(): Promise<ExecutorKind[]> {
 }
 
 /** What the agent would have sent for one lease: its own output boundary, recorded. */
-export interface RecordedJob {
+interface RecordedJob {
   readonly leaseTokens: string[];
   readonly logs: LogLine[];
   readonly events: JobEvent[];
 }
 
 /** An output sink that records every job's lines and events in order. */
-export function recordingOutput(): OutputSink & {
+function recordingOutput(): OutputSink & {
   readonly jobs: Map<string, RecordedJob>;
   job(jobId: string): RecordedJob;
 } {

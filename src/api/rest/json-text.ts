@@ -22,6 +22,6 @@ export function parseJsonObject(text: string, what: string): Record<string, Json
 }
 
 /** JSON.parse's reason without the excerpt of the input V8 quotes in it, which could hold a lease token. */
-export function jsonSyntaxReason(err: unknown): string {
+function jsonSyntaxReason(err: unknown): string {
   return (err as Error).message.replace(/,\s*(?:\.\.\.)?".*"(?:\.\.\.)? is not valid JSON$/s, "");
 }

@@ -28,7 +28,7 @@ export interface PauseState {
 }
 
 /** A pause request: who asks and why (kept in the row and the audit trail). */
-export interface PauseInput {
+interface PauseInput {
   readonly workspaceId: string;
   readonly by: string;
   readonly reason: string;
@@ -43,7 +43,7 @@ function checkReason(reason: string): void {
  * Pauses a workspace. One that has no job or runner yet may be paused too:
  * pausing ahead of a rollout is useful, and nothing else names workspaces.
  */
-export async function pauseWorkspace(db: Kysely<Database>, input: PauseInput): Promise<PauseState> {
+async function pauseWorkspace(db: Kysely<Database>, input: PauseInput): Promise<PauseState> {
   checkSegmentId("workspaceId", input.workspaceId);
   checkReason(input.reason);
   return db.transaction().execute(async (tx) => {
@@ -78,7 +78,7 @@ export async function pauseWorkspace(db: Kysely<Database>, input: PauseInput): P
 }
 
 /** Resumes a workspace and wakes the claims waiting in it. */
-export async function resumeWorkspace(
+async function resumeWorkspace(
   db: Kysely<Database>,
   input: Omit<PauseInput, "reason">,
 ): Promise<PauseState> {
@@ -100,15 +100,12 @@ export async function resumeWorkspace(
 }
 
 /** A runner's pause request: the workspace may be left empty when the runner id is registered in one only. */
-export interface RunnerPauseInput extends PauseInput {
+interface RunnerPauseInput extends PauseInput {
   readonly runnerId: string;
 }
 
 /** Pauses a registered runner; one that never registered is refused (404) by name. */
-export async function pauseRunner(
-  db: Kysely<Database>,
-  input: RunnerPauseInput,
-): Promise<PauseState> {
+async function pauseRunner(db: Kysely<Database>, input: RunnerPauseInput): Promise<PauseState> {
   checkReason(input.reason);
   return db.transaction().execute(async (tx) => {
     const workspaceId = await registeredWorkspace(tx, input);
@@ -147,7 +144,7 @@ export async function pauseRunner(
 }
 
 /** Resumes a runner and wakes the claims waiting in its workspace (its own among them). */
-export async function resumeRunner(
+async function resumeRunner(
   db: Kysely<Database>,
   input: Omit<RunnerPauseInput, "reason">,
 ): Promise<PauseState> {

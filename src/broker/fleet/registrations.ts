@@ -40,13 +40,13 @@ export interface Registered {
 }
 
 /** Bounds that keep a registration meaningful; a value outside is refused by name. */
-export const registrationLimits = { maxSlots: 1024, maxLabels: 64, maxLabelLength: 63 } as const;
+const registrationLimits = { maxSlots: 1024, maxLabels: 64, maxLabelLength: 63 } as const;
 
 const labelPattern = /^[A-Za-z0-9][A-Za-z0-9._:/=-]*$/;
 const instancePattern = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** Checks a registration's values; throws invalid_argument naming the first bad field. */
-export function validateRegistration(r: Registration): void {
+function validateRegistration(r: Registration): void {
   const bad = (message: string): never => {
     throw new ConnectError(message, Code.InvalidArgument);
   };
@@ -196,7 +196,7 @@ export async function register(
  * True for a runner row heard from (registered, claimed or renewed) within
  * the lease length: its process is taken to be alive.
  */
-export function runnerHeardFrom(alias: string, leaseSeconds: number) {
+function runnerHeardFrom(alias: string, leaseSeconds: number) {
   return sql<boolean>`${sql.ref(`${alias}.last_seen_at`)} > now() - make_interval(secs => ${leaseSeconds})`;
 }
 

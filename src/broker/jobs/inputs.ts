@@ -33,7 +33,7 @@ export async function latestInput(
 }
 
 /** The snapshot's proto3 JSON fields of an input row: inputRequest and checkpoint. */
-export function inputFields(row: JobInputRow): JobSnapshot {
+function inputFields(row: JobInputRow): JobSnapshot {
   return definedOnly({
     inputRequest: definedOnly({
       id: row.request_id,

@@ -6,7 +6,7 @@ import { jobSnapshot, type JobSnapshot } from "./snapshot.js";
 import { bad, checkLabels, jobStates } from "./rules.js";
 
 /** The orders a job listing takes: by creation, newest or oldest first. */
-export const jobListOrders = ["newest", "oldest"] as const;
+const jobListOrders = ["newest", "oldest"] as const;
 
 /** Filter and page of a job listing, decoded (times already parsed). */
 export interface ListJobsInput {

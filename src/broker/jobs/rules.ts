@@ -42,14 +42,14 @@ export interface EnqueueInput extends JobSecretsInput {
 }
 
 /** A retry backoff as enqueued: multiplier 0 means 2, maxSeconds 0 means an hour (or initialSeconds when larger). */
-export interface BackoffInput {
+interface BackoffInput {
   readonly initialSeconds: number;
   readonly multiplier: number;
   readonly maxSeconds: number;
 }
 
 /** Runner capabilities a job requires; an empty field requires nothing. */
-export interface RequirementsInput {
+interface RequirementsInput {
   readonly architecture: string;
   readonly os: string;
   readonly executionKind: string;
@@ -57,7 +57,7 @@ export interface RequirementsInput {
 }
 
 /** How runners run jobs (RegisterRequest.executionKinds, Requirements.executionKind). */
-export const executionKinds = ["docker", "process"] as const;
+const executionKinds = ["docker", "process"] as const;
 
 /** Bounds on scheduling fields; outside them an enqueue is refused by name. */
 export const scheduleLimits = {
@@ -89,7 +89,7 @@ export function checkExecutionKind(field: string, value: string): void {
 }
 
 /** Job kinds: a command runs without code; checkout and agent jobs get a base commit pinned at claim. */
-export const jobKinds = ["command", "checkout", "agent"] as const;
+const jobKinds = ["command", "checkout", "agent"] as const;
 
 /** The kind an enqueue asks for, its default filled in. */
 export function jobKindOf(input: Pick<EnqueueInput, "kind" | "repository">): string {

@@ -17,7 +17,7 @@ export interface LeaseSecrets {
 }
 
 /** Bounds on a job's secrets; past them the enqueue is refused by name. */
-export const secretLimits = { maxSecrets: 100, maxValueBytes: 64 * 1024 } as const;
+const secretLimits = { maxSecrets: 100, maxValueBytes: 64 * 1024 } as const;
 
 const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** One path segment: no separator, not "." or "..", nothing a shell or a tmpfs mount would trip on. */

@@ -4,7 +4,7 @@ import type { JobSnapshot } from "./snapshot.js";
 import { qualifier, type JobsAlias } from "../leases/sql-fragments.js";
 
 /** Why a queued job waits: the wire's JobWaiting (proto3 JSON names). */
-export interface JobWaiting {
+interface JobWaiting {
   readonly code:
     | "workspace_paused"
     | "scheduled"
@@ -143,7 +143,7 @@ async function jobRunnableNow(
  * whether the job is runnable now at all (runnableNow): `runnable` when the
  * caller's own statement asked it, else a statement of its own.
  */
-export async function jobWaiting(
+async function jobWaiting(
   db: Kysely<Database>,
   job: JobSnapshot,
   leaseSeconds: number,

@@ -15,7 +15,7 @@ import type { LeaseView } from "./views.js";
 import type { Wake, Wakeups } from "./wakeups.js";
 
 /** Longest a claim may wait for a job, in seconds. */
-export const maxClaimWaitSeconds = 20;
+const maxClaimWaitSeconds = 20;
 
 /**
  * The longest a claim is held before it answers "no job": two thirds of the
@@ -24,7 +24,7 @@ export const maxClaimWaitSeconds = 20;
  * window in which it counts as live (status, and the refusal of a second
  * process of it at register).
  */
-export function pollBoundSeconds(leaseSeconds: number): number {
+function pollBoundSeconds(leaseSeconds: number): number {
   return Math.min(maxClaimWaitSeconds, Math.max(1, Math.floor((leaseSeconds * 2) / 3)));
 }
 

@@ -4,8 +4,8 @@ import { checkJobId, checkLeaseToken, hashLeaseToken } from "../ids.js";
 import type { LeaseCall } from "./views.js";
 
 /** Runner-reported outcomes. */
-export const outcomes = ["succeeded", "failed", "cancelled"] as const;
-export type Outcome = (typeof outcomes)[number];
+const outcomes = ["succeeded", "failed", "cancelled"] as const;
+type Outcome = (typeof outcomes)[number];
 
 /** A completion, as the runner sent it. */
 export interface CompletionInput extends LeaseCall {
@@ -24,7 +24,7 @@ export interface CompletionInput extends LeaseCall {
 }
 
 /** One entry of a completion's result manifest. */
-export interface ResultArtifact {
+interface ResultArtifact {
   readonly name: string;
   readonly digest: string;
   readonly size: number;

@@ -13,7 +13,7 @@ import type { SettleHook } from "../pipelines/settle-hook.js";
 import { settleWith } from "../pipelines/settle-hook.js";
 
 /** A branch resolved to the commit and tree a lease pins. */
-export interface PinnedBase {
+interface PinnedBase {
   readonly commit: string;
   readonly tree: string;
 }

@@ -60,7 +60,7 @@ export interface Reservation<H, L> {
 }
 
 /** What ends a wait with a lease: the handoff made for it. */
-export interface Handed<L> {
+interface Handed<L> {
   readonly lease: L;
 }
 
@@ -72,7 +72,7 @@ export interface Wake {
 }
 
 /** One armed waiter. */
-export interface Waiter<L = unknown> {
+interface Waiter<L = unknown> {
   /** Resolves with the wake, a lease handed to it, or undefined after `ms` or when `signal` aborts. */
   wait(ms: number, signal?: AbortSignal): Promise<Wake | Handed<L> | undefined>;
   /** Disarms without waiting; a wake that arrived meanwhile and was not returned by wait() goes to the next waiter. */

@@ -2,7 +2,7 @@ import { bad } from "../jobs/rules.js";
 import { artifactNameProblem } from "../../artifacts/names.js";
 
 /** Bounds on a pipeline: past them a submit is refused by name. */
-export const pipelineLimits = { maxSteps: 256, maxInputs: 64 } as const;
+const pipelineLimits = { maxSteps: 256, maxInputs: 64 } as const;
 
 /** One input of a step: an artifact of a step it needs, by name or by glob. */
 export interface StepInputSpec {
@@ -82,7 +82,7 @@ export function checkGraph(steps: readonly StepNode[]): void {
 }
 
 /** Every step `name` needs, directly or through its needs. */
-export function ancestors(name: string, byName: ReadonlyMap<string, StepNode>): Set<string> {
+function ancestors(name: string, byName: ReadonlyMap<string, StepNode>): Set<string> {
   const seen = new Set<string>();
   const stack = [...(byName.get(name)?.needs ?? [])];
   while (stack.length) {

@@ -10,7 +10,7 @@ import type { StepInputSpec } from "./graph.js";
  * segments ("dist/**" matches every file under dist/). Only these: names are
  * plain relative paths (src/artifacts/names.ts), and nothing else is special.
  */
-export function globMatcher(glob: string): (name: string) => boolean {
+function globMatcher(glob: string): (name: string) => boolean {
   let re = "";
   for (let i = 0; i < glob.length; i++) {
     const c = glob[i]!;
@@ -32,7 +32,7 @@ export function globMatcher(glob: string): (name: string) => boolean {
  * other job. The one home of "which artifacts a job may read as inputs":
  * the lease lists them and DownloadInput serves only those.
  */
-export async function jobInputs(db: Kysely<Database>, jobId: string): Promise<JobInputView[]> {
+async function jobInputs(db: Kysely<Database>, jobId: string): Promise<JobInputView[]> {
   const step = await db
     .selectFrom("pipeline_steps")
     .select(["pipeline_id", "inputs"])

@@ -25,7 +25,7 @@ export interface StepSubmission
 }
 
 /** A pipeline as submitted, decoded. */
-export interface PipelineSubmission {
+interface PipelineSubmission {
   readonly workspaceId: string;
   readonly name: string;
   readonly idempotencyKey: string;
@@ -38,7 +38,7 @@ export interface PipelineSubmission {
 export type PipelineView = Record<string, unknown>;
 
 /** Filter and page of a pipeline listing. */
-export interface ListPipelinesInput {
+interface ListPipelinesInput {
   readonly workspaceId: string;
   readonly state: string;
   readonly pageSize: number;

@@ -16,7 +16,7 @@ function loadChart(): Promise<typeof Chart> {
 }
 
 /** The series colours, by the name of an app.css custom property. */
-export const seriesColors = {
+const seriesColors = {
   ok: "--ok",
   bad: "--bad",
   warn: "--warn",
@@ -24,7 +24,7 @@ export const seriesColors = {
   muted: "--muted",
 } as const;
 
-export interface ChartSeries {
+interface ChartSeries {
   readonly label: string;
   readonly data: readonly number[];
   /** A key of seriesColors. */

@@ -10,7 +10,7 @@ import { StatsService } from "../../../gen/forelead/admin/v1/stats_pb.js";
 import { StatusService } from "../../../gen/forelead/admin/v1/status_pb.js";
 
 /** Connect protocol, JSON (readable in the browser's network panel), through the proxy. */
-export const transport = createConnectTransport({ baseUrl: `${location.origin}/api` });
+const transport = createConnectTransport({ baseUrl: `${location.origin}/api` });
 
 export const admin: Client<typeof AdminService> = createClient(AdminService, transport);
 export const fleet: Client<typeof FleetService> = createClient(FleetService, transport);

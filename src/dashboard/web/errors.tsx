@@ -3,7 +3,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 
 /** The snake_case name of a Connect code, as the wire and the CLI spell it. */
-export function codeName(code: Code): string {
+function codeName(code: Code): string {
   return (Code[code] ?? "unknown").replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
 }
 

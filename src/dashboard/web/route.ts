@@ -7,7 +7,7 @@ export interface Route {
   readonly id?: string;
 }
 
-export function parseRoute(hash: string): Route {
+function parseRoute(hash: string): Route {
   const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const [head, id] = parts;
   if (head === "jobs" && id) return { page: "job", id };

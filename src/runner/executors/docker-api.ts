@@ -6,7 +6,7 @@ import type { Writable } from "node:stream";
 // to the package's own types. Field names are the Docker Engine API's.
 
 /** Options of POST /containers/create as the executor fills them. */
-export interface ContainerCreateOptions {
+interface ContainerCreateOptions {
   name: string;
   Image: string;
   Cmd: string[];
@@ -60,7 +60,7 @@ export interface DockerContainer {
 }
 
 /** A network handle. */
-export interface DockerNetwork {
+interface DockerNetwork {
   inspect(): Promise<{
     Name: string;
     Labels: Record<string, string> | null;

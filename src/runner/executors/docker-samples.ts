@@ -5,7 +5,7 @@ import type { ResourceSampler, ResourceUsage } from "./executor.js";
  * Memory as `docker stats` shows it: usage less the inactive page cache
  * (which the kernel reclaims before it would kill the container).
  */
-export function dockerMemoryBytes(m: DockerStats["memory_stats"]): number | undefined {
+function dockerMemoryBytes(m: DockerStats["memory_stats"]): number | undefined {
   if (m?.usage === undefined) return undefined;
   const cache = m.stats?.inactive_file ?? m.stats?.total_inactive_file ?? 0;
   return cache < m.usage ? m.usage - cache : m.usage;

@@ -15,7 +15,7 @@ import { jobDirEnv, jobDirParts } from "./job-dir.js";
 import { secretsDirEnv, writeSecretFiles, type WrittenSecretFiles } from "./secret-files.js";
 
 /** The PATH a process job gets unless its spec sets one. */
-export const minimalPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const minimalPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /** Options of the process executor. */
 export interface ProcessExecutorOptions {

@@ -4,7 +4,7 @@ import { principalOf, runnerPathShape, type Principal } from "../../identity/pri
 import { parseSpiffeId } from "../../identity/spiffe.js";
 
 /** A runner as src/identity/principal.ts reads it from a SPIFFE ID. */
-export type RunnerPrincipal = Extract<Principal, { kind: "runner" }>;
+type RunnerPrincipal = Extract<Principal, { kind: "runner" }>;
 
 /**
  * Who a runner is: the runner principal its certificate's only URI SAN

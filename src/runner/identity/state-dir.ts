@@ -7,7 +7,7 @@ import { writeFileAtomic } from "../../identity/pki-files.js";
 import { keyMatches, runnerIdentityOf, type RunnerIdentity } from "./runner-identity.js";
 
 /** File names inside the state directory. */
-export const stateFiles = { cert: "cert.pem", key: "key.pem" } as const;
+const stateFiles = { cert: "cert.pem", key: "key.pem" } as const;
 
 /** Reads the identity in `stateDir`, finishing a pair replacement a crash interrupted. */
 export async function loadIdentity(stateDir: string): Promise<RunnerIdentity> {

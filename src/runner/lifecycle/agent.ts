@@ -73,7 +73,7 @@ export interface AgentEnd {
 }
 
 /** Features this agent implements, registered as capabilities (src/protocol/features.ts): cancel-v1, progress-v1, result-v1. */
-export const runnerFeatures: readonly string[] = [features.cancel, ...jobContractFeatures];
+const runnerFeatures: readonly string[] = [features.cancel, ...jobContractFeatures];
 
 /** A running runner agent. */
 export interface RunnerAgent {

@@ -1,10 +1,10 @@
 /** The runner's wall clock in nanoseconds since the epoch, with sub-millisecond resolution. */
-export function wallClockNs(): bigint {
+function wallClockNs(): bigint {
   return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
 }
 
 /** One clock reading: when the request left, what the server said, when the reply came back (runner clock). */
-export interface ClockSample {
+interface ClockSample {
   readonly sentNs: bigint;
   readonly serverNs: bigint;
   readonly receivedNs: bigint;

@@ -12,10 +12,10 @@ import { inputRequestOf } from "./suspend-step.js";
 import type { InputRequestSpec } from "../../protocol/input-request.js";
 
 /** Least time between two job.progress events of one job; the last progress is always sent. */
-export const progressIntervalMs = 1000;
+const progressIntervalMs = 1000;
 
 /** Most dropped lines of a job's events file reported one by one; the rest are counted in one last report. */
-export const maxDropReports = 10;
+const maxDropReports = 10;
 
 /** What opening a job's contract needs. */
 export interface JobContractOptions {

@@ -6,7 +6,7 @@ import { jobDirParts } from "../executors/job-dir.js";
 import { maxLineChars } from "../executors/lines.js";
 
 /** How often the events file is read while the job runs. */
-export const eventsPollMs = 200;
+const eventsPollMs = 200;
 
 /** The job's events file, followed. */
 export interface JobEventsFile {

@@ -5,10 +5,10 @@ import { looksSecret } from "../../protocol/secret-names.js";
 import { jobDirParts } from "../executors/job-dir.js";
 
 /** The version of execution.json's shape (docs/job-contract.md); a change that is not additive gets a new one. */
-export const executionSchema = "forelead.execution/v1";
+const executionSchema = "forelead.execution/v1";
 
 /** A file the runner put under input/files/ for the job (pipelines' step outputs). */
-export interface ExecutionInput {
+interface ExecutionInput {
   /** Relative to input/, "/" separators: "files/build/app.tar". */
   readonly path: string;
   readonly size: number;
@@ -47,7 +47,7 @@ export interface ExecutionSpec {
 }
 
 /** The execution spec of `lease` on this runner; `inputs` and `checkpoint` as found under input/. */
-export function executionSpec(
+function executionSpec(
   lease: Lease,
   runnerId: string,
   executor: string,

@@ -6,7 +6,7 @@ import type { ServerClock } from "./clock.js";
 export const defaultSampleIntervalMs = 5000;
 
 /** The event type a sample is sent as, on the job's events stream. */
-export const resourceSampleEvent = "resource.sample";
+const resourceSampleEvent = "resource.sample";
 
 /** A sampling loop of one job. */
 export interface ResourceSamples {

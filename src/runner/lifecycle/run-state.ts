@@ -11,7 +11,7 @@ export type StopReason = "timeout" | "cancel" | "release";
  * phase follows it, so a run whose lease is lost can neither keep its job
  * running nor complete it.
  */
-export type RunState =
+type RunState =
   /** Checking the spec and putting the code in place; nothing runs yet. */
   | { readonly phase: "checkout"; readonly stopping?: StopReason }
   /** The output is open and the executor is starting the job. */

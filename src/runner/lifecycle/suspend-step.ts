@@ -110,7 +110,7 @@ export async function restoreInput(step: SuspendStep, lease: Lease): Promise<voi
  * not a regular file, too big, not JSON or breaks a rule of
  * src/protocol/input-request.ts.
  */
-export async function readInputRequest(
+async function readInputRequest(
   jobDir: string,
 ): Promise<InputRequestSpec | Settlement | undefined> {
   const path = join(jobDir, "output", inputPaths.request);
@@ -185,7 +185,7 @@ export function inputRequestOf<T>(
  * (nothing to complete), "lost" (the lease ended first: nothing to
  * complete either), or the settlement of a job whose request was refused.
  */
-export async function suspendJob(
+async function suspendJob(
   step: SuspendStep,
   request: InputRequestSpec,
   out: JobOutput,

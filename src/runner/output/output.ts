@@ -11,7 +11,7 @@ export interface JobEvent {
 }
 
 /** Where a job's log lines go, in the order they were written. */
-export interface LogSink {
+interface LogSink {
   log(line: LogLine): void;
 }
 
@@ -29,7 +29,7 @@ export interface JobOutput extends LogSink, EventSink {
 }
 
 /** The lease a job's output is sent under. The token is for the wire only: never written into a line or event. */
-export interface OutputLease {
+interface OutputLease {
   readonly jobId: string;
   readonly leaseToken: string;
 }

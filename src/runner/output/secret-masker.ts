@@ -2,7 +2,7 @@ import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { looksSecret } from "../../protocol/secret-names.js";
 
 /** What every masked secret value becomes. */
-export const maskText = "***";
+const maskText = "***";
 
 /**
  * Shortest value of a secret-looking spec.env variable, and of one line of a
@@ -11,7 +11,7 @@ export const maskText = "***";
  * The job's declared secrets (the lease's `secrets` and `secretFiles`) are
  * masked whatever their length: they were declared secret.
  */
-export const minHeuristicLength = 4;
+const minHeuristicLength = 4;
 
 /** One stream of a job's output (stdout or stderr), masked as it goes. */
 export interface MaskingStream {

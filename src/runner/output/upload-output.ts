@@ -35,7 +35,7 @@ export interface UploadOutputOptions {
 }
 
 /** One uploaded file, as the completion's manifest lists it. */
-export interface OutputArtifact {
+interface OutputArtifact {
   readonly name: string;
   readonly digest: string;
   readonly size: bigint;

@@ -50,7 +50,7 @@ export class RunnerApiError extends Error {
 }
 
 /** What the runner tells the control plane about itself. */
-export interface Registration {
+interface Registration {
   readonly slots: number;
   readonly cpu: number;
   readonly memoryBytes: number;

@@ -43,7 +43,7 @@ export interface RestTransportOptions {
 }
 
 /** Options of one request. */
-export interface RequestOptions {
+interface RequestOptions {
   /** Give up (TransportError) after this long; 15 s by default. */
   readonly timeoutMs?: number;
   readonly signal?: AbortSignal;

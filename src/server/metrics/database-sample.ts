@@ -2,7 +2,7 @@ import { sql, type Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
 
 /** The queue of one workspace at a scrape. */
-export interface WorkspaceQueue {
+interface WorkspaceQueue {
   readonly workspaceId: string;
   readonly queued: number;
   readonly running: number;

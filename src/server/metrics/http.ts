@@ -140,7 +140,7 @@ function reply(
 }
 
 /** 127.0.0.0/8, ::1 and localhost. */
-export function isLoopback(host: string): boolean {
+function isLoopback(host: string): boolean {
   return (
     host === "localhost" ||
     host === "::1" ||

@@ -25,7 +25,7 @@ const finalCodes: ReadonlySet<Code> = new Set([
 ]);
 
 /** Whether following may go on after `err`: connection lost, timeouts, a restarting server. */
-export function isRetryable(err: unknown): boolean {
+function isRetryable(err: unknown): boolean {
   return !finalCodes.has(ConnectError.from(err).code);
 }
 
@@ -61,7 +61,7 @@ export interface Follower {
 }
 
 /** 0.5 s, 1 s, 2 s … at most 10 s between reconnects. */
-export function defaultBackoffMs(attempt: number): number {
+function defaultBackoffMs(attempt: number): number {
   return Math.min(10_000, 500 * 2 ** Math.max(0, attempt - 1));
 }
 

@@ -8,7 +8,7 @@ import { createAnsiReader, type AnsiSegment } from "./ansi.js";
  * stream and attempt, and each stream's ANSI state carries across its chunks.
  */
 
-export type LogStream = "stdout" | "stderr";
+type LogStream = "stdout" | "stderr";
 
 export interface LogLine {
   /** Stable per line: its place in the log. */
@@ -22,7 +22,7 @@ export interface LogLine {
   complete: boolean;
 }
 
-export interface LogEntryLike {
+interface LogEntryLike {
   readonly attempt: number;
   readonly data: JsonValue | undefined;
 }

@@ -36,7 +36,7 @@ export interface FleetEvent {
 
 export type Tone = "neutral" | "good" | "bad" | "warn";
 
-export interface TimelineStep {
+interface TimelineStep {
   readonly key: string;
   readonly at: Date | undefined;
   readonly label: string;
@@ -45,7 +45,7 @@ export interface TimelineStep {
   readonly tone: Tone;
 }
 
-export interface AttemptSummary {
+interface AttemptSummary {
   readonly attempt: number;
   runnerId: string;
   executor: string;

@@ -284,7 +284,7 @@ function ChartsView({ c }: { c: Charts }) {
 }
 
 /** The performance mark the overview sets when its status numbers first show (docs/dashboard.md: time to first render). */
-export const firstRenderMark = "forelead:overview-rendered";
+const firstRenderMark = "forelead:overview-rendered";
 
 export function OverviewPage() {
   const s = useData((signal) => status.getStatus({}, { signal }), [], statusEvents);
