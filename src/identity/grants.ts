@@ -130,16 +130,3 @@ export async function useGrant(
 function hashGrant(grant: string): Buffer {
   return createHash("sha256").update(grant, "utf8").digest();
 }
-
-/** The grant's record by its secret, without using it (for the audit of a refused enrollment). */
-export async function findGrant(
-  db: Kysely<Database>,
-  grant: string,
-): Promise<GrantRecord | undefined> {
-  if (!grantPattern.test(grant)) return undefined;
-  return db
-    .selectFrom("enrollment_grants")
-    .selectAll()
-    .where("token_sha256", "=", hashGrant(grant))
-    .executeTakeFirst();
-}

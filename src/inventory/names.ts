@@ -19,9 +19,6 @@
 /** The two kinds of resource the launcher creates. */
 export type LauncherKind = "container" | "network";
 
-/** Every LauncherKind, in the order docs list them. */
-export const launcherKinds: readonly LauncherKind[] = ["container", "network"];
-
 /** Every launcher name starts with this. */
 const launcherPrefix = "forelead-";
 
