@@ -8,12 +8,7 @@ import { createDockerClient } from "../../src/runner/executors/docker-api.js";
 import { createDockerExecutor } from "../../src/runner/executors/docker-executor.js";
 import type { Executor } from "../../src/runner/executors/executor.js";
 import { createControlPlaneOutput } from "../../src/runner/output/control-plane-output.js";
-import {
-  teeOutput,
-  type JobEvent,
-  type LogLine,
-  type OutputSink,
-} from "../../src/runner/output/output.js";
+import type { JobEvent, LogLine, OutputSink } from "../../src/runner/output/output.js";
 import { createProcessExecutor } from "../../src/runner/executors/process-executor.js";
 import { protocolCheckout } from "../../src/runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../../src/runner/transport/protocol-client.js";
@@ -79,6 +74,26 @@ function recordingOutput(): OutputSink & {
         event: (e) => j.events.push(e),
         flush: async () => {},
         abandon: () => {},
+      };
+    },
+  };
+}
+
+/**
+ * Sends every job's output to each of `sinks`: here the control plane (the shipped runner's only
+ * sink) and the record the tests read.
+ */
+function teeOutput(...sinks: readonly OutputSink[]): OutputSink {
+  return {
+    open(lease) {
+      const outputs = sinks.map((s) => s.open(lease));
+      return {
+        log: (line) => outputs.forEach((o) => o.log(line)),
+        event: (event) => outputs.forEach((o) => o.event(event)),
+        flush: async () => {
+          await Promise.all(outputs.map((o) => o.flush()));
+        },
+        abandon: () => outputs.forEach((o) => o.abandon()),
       };
     },
   };

@@ -38,20 +38,3 @@ interface OutputLease {
 export interface OutputSink {
   open(lease: OutputLease): JobOutput;
 }
-
-/** Sends every job's output to each of `sinks` (e.g. the control plane and a local record). */
-export function teeOutput(...sinks: readonly OutputSink[]): OutputSink {
-  return {
-    open(lease) {
-      const outputs = sinks.map((s) => s.open(lease));
-      return {
-        log: (line) => outputs.forEach((o) => o.log(line)),
-        event: (event) => outputs.forEach((o) => o.event(event)),
-        flush: async () => {
-          await Promise.all(outputs.map((o) => o.flush()));
-        },
-        abandon: () => outputs.forEach((o) => o.abandon()),
-      };
-    },
-  };
-}
