@@ -1,6 +1,6 @@
 import "reflect-metadata";
 import { describe, expect, it } from "vitest";
-import { createLeaseStreams, lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
+import { lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
 import {
   createSessionPost,
   type NdjsonPost,
@@ -9,7 +9,7 @@ import {
 import { leasedJob, type LeasedJob } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
-import { expireLease, readSequences } from "../support/streams.js";
+import { createLeaseStreams, expireLease, readSequences } from "../support/streams.js";
 
 // The control plane's body bound is made small (16 KiB), so the writer's own
 // bound (1 MB) is too big and the server cuts its requests with 413: the

@@ -1,4 +1,9 @@
 import { expireLeaseNow } from "../../src/broker/leases/expire.js";
+import {
+  createStreamWriter,
+  type StreamWriter,
+  type StreamWriterOptions,
+} from "../../src/runner/output/stream-writer.js";
 import { expect } from "vitest";
 import type { AdminActor } from "./actors.js";
 import type { TestControlPlane } from "./control-plane.js";
@@ -48,4 +53,26 @@ export async function readSequences(
 export async function expireLease(cp: TestControlPlane, jobId: string): Promise<void> {
   if (!(await expireLeaseNow(cp.plane.store.db, jobId)))
     throw new Error(`job ${jobId} holds no live lease to expire`);
+}
+
+/** The two streams of one lease: separate requests, running at once on the same connection. */
+export interface LeaseStreams {
+  readonly events: StreamWriter;
+  readonly logs: StreamWriter;
+  flush(): Promise<void>;
+}
+
+/**
+ * Writers for a lease's events and logs, sharing `post` (one HTTP/2 connection): the two the runner's
+ * control-plane output opens for each lease (runner/output/control-plane-output.ts), without its
+ * warnings and bounds, so a test can drive and read each writer.
+ */
+export function createLeaseStreams(options: StreamWriterOptions): LeaseStreams {
+  const events = createStreamWriter("events", options);
+  const logs = createStreamWriter("logs", options);
+  return {
+    events,
+    logs,
+    flush: async () => void (await Promise.all([events.flush(), logs.flush()])),
+  };
 }

@@ -54,24 +54,6 @@ export interface StreamWriter {
   abandon(): void;
 }
 
-/** The two streams of one lease: separate requests, running at once on the same connection. */
-export interface LeaseStreams {
-  readonly events: StreamWriter;
-  readonly logs: StreamWriter;
-  flush(): Promise<void>;
-}
-
-/** Writers for a lease's events and logs, sharing `post` (one HTTP/2 connection). */
-export function createLeaseStreams(options: StreamWriterOptions): LeaseStreams {
-  const events = createStreamWriter("events", options);
-  const logs = createStreamWriter("logs", options);
-  return {
-    events,
-    logs,
-    flush: async () => void (await Promise.all([events.flush(), logs.flush()])),
-  };
-}
-
 interface Queued {
   readonly sequence: number;
   readonly line: string;
