@@ -1,11 +1,9 @@
 import "reflect-metadata";
 import { describe, expect, it } from "vitest";
 import { lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
-import {
-  createSessionPost,
-  type NdjsonPost,
-  type NdjsonReply,
-} from "../../src/runner/transport/ndjson-post.js";
+import { createRunnerClient } from "../../src/runner/transport/client.js";
+import type { NdjsonPost, NdjsonReply } from "../../src/runner/transport/ndjson-post.js";
+import { createRestTransport } from "../../src/runner/transport/rest-transport.js";
 import { leasedJob, type LeasedJob } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
@@ -27,12 +25,18 @@ interface Posted {
   readonly lastAccepted?: string;
 }
 
-/** Wraps the runner's real post (its one HTTP/2 connection) to record every request. */
-function recordingPost(
+/**
+ * Wraps the post the shipped runner makes (RunnerClient.postNdjson on its REST transport: one
+ * HTTP/2 connection, as cli/runner.ts builds it) to record every request.
+ */
+async function recordingPost(
   leased: LeasedJob,
   around?: (path: string, send: () => Promise<NdjsonReply>) => Promise<NdjsonReply>,
-): { post: NdjsonPost; posted: Posted[] } {
-  const real = createSessionPost(() => leased.runner.rest.session);
+): Promise<{ post: NdjsonPost; posted: Posted[]; close: () => Promise<void> }> {
+  const cert = await cp.pki.runner("r1", leased.workspaceId);
+  const tls = () => ({ ca: cp.pki.ca.certPem, cert: cert.certPem, key: cert.keyPem });
+  const client = createRunnerClient(createRestTransport(cp.url, tls), "r1", leased.workspaceId);
+  const real = client.postNdjson;
   const posted: Posted[] = [];
   const post: NdjsonPost = async (path, body, timeoutMs) => {
     const sequences = body
@@ -60,7 +64,7 @@ function recordingPost(
       throw err;
     }
   };
-  return { post, posted };
+  return { post, posted, close: () => client.close() };
 }
 
 const leased = () => leasedJob(cp, admin, "r1", `sw${++n}`);
@@ -82,7 +86,7 @@ describe(`the runner's stream writer against the real server (${databaseKind})`,
     let eventsInFlight!: () => void;
     const eventsStarted = new Promise<void>((resolve) => (eventsInFlight = resolve));
     let held = false;
-    const { post, posted } = recordingPost(l, async (path, send) => {
+    const { post, posted, close } = await recordingPost(l, async (path, send) => {
       if (path.endsWith("/events")) {
         eventsInFlight();
         return send();
@@ -113,13 +117,14 @@ describe(`the runner's stream writer against the real server (${databaseKind})`,
         before.status === 204 ? before.last + 1 : Number(before.lastAccepted) + 1;
       expect(logs[i]!.first, JSON.stringify(logs.slice(i - 1, i + 1))).toBe(expectedFirst);
     }
+    await close();
     await l.runner.close();
   });
 
   it("resumes after a reply lost on the way: the resent lines are refused as repeats, naming how far the server got", async () => {
     const l = await leased();
     let lost = false;
-    const { post, posted } = recordingPost(l, async (_path, send) => {
+    const { post, posted, close } = await recordingPost(l, async (_path, send) => {
       const reply = await send();
       if (!lost && reply.status === 204) {
         lost = true;
@@ -137,12 +142,13 @@ describe(`the runner's stream writer against the real server (${databaseKind})`,
     expect(first).toMatchObject({ first: 1, status: "lost" });
     expect(resent).toMatchObject({ first: 1, status: 409, lastAccepted: String(first!.last) });
     expect(posted.slice(2).every((p) => p.status === 204 || p.status === 413)).toBe(true);
+    await close();
     await l.runner.close();
   });
 
   it("stops with the server's reason when the lease is gone, and refuses further writes", async () => {
     const l = await leased();
-    const { post } = recordingPost(l);
+    const { post, close } = await recordingPost(l);
     const { logs } = createLeaseStreams(writerOptions(l, post));
     logs.write("before\n");
     await logs.flush();
@@ -153,6 +159,7 @@ describe(`the runner's stream writer against the real server (${databaseKind})`,
     );
     expect(() => logs.write("more\n")).toThrow(/refused sequence 2/);
     expect(await readSequences(admin, l.jobId)).toEqual([1]);
+    await close();
     await l.runner.close();
   });
 });
