@@ -1,14 +1,15 @@
 import { mkdtemp, rm, stat } from "node:fs/promises";
-import type http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { enroll, type ControlPlaneEndpoint } from "../../src/runner/identity/enrollment.js";
-import { connectWithIdentity, keepIdentityFresh } from "../../src/runner/identity/keeper.js";
+import { keepIdentityFresh } from "../../src/runner/identity/keeper.js";
 import type { RunnerIdentity } from "../../src/runner/identity/runner-identity.js";
 import { loadIdentity } from "../../src/runner/identity/state-dir.js";
+import { createRunnerClient } from "../../src/runner/transport/client.js";
+import { createRestTransport } from "../../src/runner/transport/rest-transport.js";
 import { eventually } from "../support/actors.js";
-import { createRestClient, type RestReply } from "../support/clients.js";
+import { createRestClient } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { issuerOf, makeCsr, uriSans } from "../support/identity.js";
@@ -50,37 +51,6 @@ async function enrolled(
   };
 }
 
-/** One JSON request on a given HTTP/2 session. */
-function request(
-  session: http2.ClientHttp2Session,
-  method: string,
-  p: string,
-  body?: unknown,
-): Promise<RestReply> {
-  return new Promise((resolve, reject) => {
-    const stream = session.request({
-      ":method": method,
-      ":path": p,
-      ...(body ? { "content-type": "application/json" } : {}),
-    });
-    const chunks: Buffer[] = [];
-    let headers: http2.IncomingHttpHeaders = {};
-    stream.on("response", (h) => (headers = h));
-    stream.on("data", (c: Buffer) => chunks.push(c));
-    stream.on("error", reject);
-    stream.on("end", () => {
-      const text = Buffer.concat(chunks).toString("utf8");
-      resolve({
-        status: Number(headers[":status"]),
-        headers,
-        text,
-        json: text ? JSON.parse(text) : undefined,
-      });
-    });
-    stream.end(body ? JSON.stringify(body) : undefined);
-  });
-}
-
 describe(`certificate renewal (${databaseKind})`, () => {
   it(
     "the runner renews before expiry at about half its lifetime and reconnects with the new certificate while its job keeps running",
@@ -88,31 +58,32 @@ describe(`certificate renewal (${databaseKind})`, () => {
     async () => {
       const { identity: first, stateDir } = await enrolled("rn1", "wr1");
       const keeper = keepIdentityFresh(endpoint, first, { stateDir });
-      const conn = connectWithIdentity(endpoint, keeper);
+      // Wired as `forelead runner` wires it (cli/runner.ts): each new handshake reads the keeper's
+      // current certificate, and a renewal makes the transport open a new session.
+      const tls = () => ({
+        ca: endpoint.caPem,
+        cert: keeper.current().certPem,
+        key: keeper.current().keyPem,
+      });
+      const transport = createRestTransport(cp.url, tls);
+      keeper.onRenewed(() => transport.reconnect());
+      const client = createRunnerClient(transport, "rn1", "wr1");
       const renewed = new Promise<{ identity: RunnerIdentity; at: number }>((resolve) =>
         keeper.onRenewed((identity) => resolve({ identity, at: Date.now() })),
       );
       try {
-        const oldSession = conn.session();
-        expect(
-          (
-            await request(oldSession, "POST", "/v1/runner/register", {
-              apiVersion: "v1",
-              runnerId: "rn1",
-              workspaceId: "wr1",
-              slots: 1,
-              labels: ["linux"],
-            })
-          ).status,
-        ).toBe(200);
-        const jobId = (await admin.enqueue({ workspaceId: "wr1" })).json.job.id;
-        const claim = await request(oldSession, "POST", "/v1/runner/claim", {
-          apiVersion: "v1",
-          runnerId: "rn1",
+        await client.register({
+          slots: 1,
+          cpu: 1,
+          memoryBytes: 1024 ** 3,
+          architecture: "amd64",
+          labels: ["linux"],
+          clockOffsetNs: 0n,
         });
-        expect(claim.status, claim.text).toBe(200);
-        const token = claim.json.token as string;
-        const lease = { apiVersion: "v1", jobId, leaseToken: token };
+        const jobId = (await admin.enqueue({ workspaceId: "wr1" })).json.job.id;
+        const [lease] = await client.claim(5);
+        expect(lease?.job?.id).toBe(jobId);
+        const token = lease!.token;
 
         const { identity: second, at } = await renewed;
         // Before expiry, around half the lifetime (40-60 % with jitter; generous bounds for a busy machine).
@@ -129,10 +100,7 @@ describe(`certificate renewal (${databaseKind})`, () => {
           expect((await stat(path.join(stateDir, f))).mode & 0o777).toBe(0o600);
 
         // The next request goes on a new connection, with the new certificate; the lease carries on.
-        const newSession = conn.session();
-        expect(newSession).not.toBe(oldSession);
-        const renewLease = await request(newSession, "POST", "/v1/runner/renew", lease);
-        expect(renewLease.status, renewLease.text).toBe(200);
+        await client.renew(jobId, token);
         await cp.plane.audit.flush();
         const audit = await admin.rest.request(
           "GET",
@@ -156,18 +124,16 @@ describe(`certificate renewal (${databaseKind})`, () => {
         await stale.close();
         expect(refused.status).toBe(401);
         expect(refused.json.message).toContain("the client certificate expired at");
-        expect((await request(conn.session(), "POST", "/v1/runner/renew", lease)).status).toBe(200);
-        const done = await request(conn.session(), "POST", "/v1/runner/complete", {
-          ...lease,
+        await client.renew(jobId, token);
+        await client.complete(jobId, token, {
           completionId: "c1",
           outcome: "succeeded",
           exitCode: 0,
         });
-        expect(done.status, done.text).toBe(200);
-        expect(done.json.job.state).toBe("succeeded");
+        expect((await admin.job(jobId)).json.job.state).toBe("succeeded");
       } finally {
         keeper.stop();
-        await conn.close();
+        await client.close();
       }
     },
   );

@@ -87,7 +87,7 @@ export async function renew(
 }
 
 /** TLS options of an HTTP/2 connection with an identity (for http2.connect or a Connect transport's nodeOptions). */
-export function tlsOptions(
+function tlsOptions(
   endpoint: ControlPlaneEndpoint,
   identity: RunnerIdentity | undefined,
 ): http2.SecureClientSessionOptions {

@@ -1,13 +1,8 @@
 // Keeps the runner's identity renewed at about half its lifetime over mTLS.
-// After a renewal the caller opens a new HTTP/2 connection: TLS reads a
-// certificate only on a new handshake.
-import http2 from "node:http2";
-import {
-  renew,
-  tlsOptions,
-  type ControlPlaneEndpoint,
-  type RunnerKeyAlgorithm,
-} from "./enrollment.js";
+// TLS presents a certificate only on a new handshake: after a renewal the
+// caller has its connections reopen (`forelead runner` calls reconnect() on
+// its REST transport and its Connect client, cli/runner.ts).
+import { renew, type ControlPlaneEndpoint, type RunnerKeyAlgorithm } from "./enrollment.js";
 import type { RunnerIdentity } from "./runner-identity.js";
 
 /**
@@ -94,46 +89,6 @@ export function keepIdentityFresh(
     stop() {
       stopped = true;
       clearTimeout(timer);
-    },
-  };
-}
-
-/** One HTTP/2 connection that follows the keeper: after each renewal, requests go on a new connection. */
-export interface RunnerConnection {
-  /** The session of the current certificate, (re)opened when needed. */
-  session(): http2.ClientHttp2Session;
-  close(): Promise<void>;
-}
-
-/**
- * Opens connections with the keeper's identity. On renewal the next request
- * opens a new connection (a new handshake, so the new certificate); the old
- * one is closed gracefully, letting its streams in flight finish.
- */
-export function connectWithIdentity(
-  endpoint: ControlPlaneEndpoint,
-  keeper: IdentityKeeper,
-): RunnerConnection {
-  let open: http2.ClientHttp2Session | undefined;
-  const unsubscribe = keeper.onRenewed(() => {
-    open?.close();
-    open = undefined;
-  });
-  return {
-    session() {
-      if (!open || open.closed || open.destroyed) {
-        const s = http2.connect(endpoint.server, tlsOptions(endpoint, keeper.current()));
-        s.on("error", () => {}); // surfaced on the request that meets it
-        s.once("close", () => open === s && (open = undefined));
-        open = s;
-      }
-      return open;
-    },
-    async close() {
-      unsubscribe();
-      const s = open;
-      open = undefined;
-      if (s && !s.closed) await new Promise<void>((resolve) => s.close(() => resolve()));
     },
   };
 }
