@@ -73,13 +73,6 @@ export function networkName(jobId: string): string {
   return `${launcherPrefix}${jobId}`;
 }
 
-/** The name the launcher gives a resource of `kind`; `task` is required for containers. */
-export function launcherName(kind: LauncherKind, jobId: string, task?: string): string {
-  if (kind === "network") return networkName(jobId);
-  if (task === undefined) throw new RangeError("a container name needs a task");
-  return containerName(jobId, task);
-}
-
 /**
  * The labels of a launcher resource. Networks belong to the whole job, so
  * their `forelead.task` label is the empty string.

@@ -5,7 +5,6 @@ import { newJobId } from "../../src/broker/ids.js";
 import {
   containerName,
   launcherLabels,
-  launcherName,
   maxLauncherNameLength,
   networkName,
   parseLauncherName,
@@ -23,8 +22,6 @@ describe("launcher names", () => {
   it("a container is forelead-<jobId>-<task> and a network forelead-<jobId>", () => {
     expect(containerName(jobId, "main")).toBe(`forelead-${jobId}-main`);
     expect(networkName(jobId)).toBe(`forelead-${jobId}`);
-    expect(launcherName("container", jobId, "svc-db")).toBe(`forelead-${jobId}-svc-db`);
-    expect(launcherName("network", jobId)).toBe(`forelead-${jobId}`);
   });
 
   it("every generated name parses back to its job and task", () => {
@@ -61,7 +58,6 @@ describe("launcher names", () => {
     expect(() => containerName(jobId, "-main")).toThrow(RangeError);
     expect(() => containerName(jobId, "a_b")).toThrow(RangeError);
     expect(() => containerName(jobId, "x".repeat(32))).toThrow(RangeError);
-    expect(() => launcherName("container", jobId)).toThrow(/needs a task/);
   });
 
   it("an unknown kind is refused", () => {
