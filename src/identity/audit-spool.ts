@@ -115,10 +115,10 @@ export const auditSpoolFile = "audit-spool.ndjson";
 /** The quarantine file's name, beside the spool file. */
 export const auditQuarantineFile = "audit-spool.quarantine";
 /** The tag file: `{"database": ...}`, so a replica adopts only spools of its own database. */
-export const auditSpoolTagFile = "audit-spool.json";
+const auditSpoolTagFile = "audit-spool.json";
 
 /** The hint of the refusal when another live process holds the spool. */
-export const spoolInUseHint = "stop it, or give this replica a spool of its own with --audit-spool";
+const spoolInUseHint = "stop it, or give this replica a spool of its own with --audit-spool";
 
 const readChunkBytes = 1024 * 1024;
 const newline = 10;

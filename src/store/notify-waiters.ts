@@ -13,7 +13,7 @@ import type { Store } from "./database.js";
  * A held waiter (`hold`) is one a value is on its way to: whatever would end its wait is kept and
  * takes effect at `release`, unless `release` brings the value itself.
  */
-export interface NotifyWaiter<D, T> {
+interface NotifyWaiter<D, T> {
   /** What the subscriber armed it with (a stream name, a claim's runner). */
   readonly data: D;
   /**

@@ -204,7 +204,7 @@ const minEncodedLength = 8;
  * (standard and URL-safe, of the value alone and of its middle wherever it falls in a longer
  * encoded text: each of the three alignments without its uncertain edges).
  */
-export function encodedForms(value: string): string[] {
+function encodedForms(value: string): string[] {
   const forms = new Set<string>();
   const json = JSON.stringify(value).slice(1, -1);
   const ascii = json.replace(
