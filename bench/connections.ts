@@ -45,7 +45,10 @@ interface Handshakes {
   readonly perSecond: number;
   readonly latency: LatencySummary;
   readonly cpu: CpuUse | undefined;
-  /** Server CPU time per connection (handshake + one request): what the machine's load does not hide. */
+  /**
+   * Server CPU time per connection (handshake + one request): what the machine's load does not
+   * hide.
+   */
   readonly serverCpuMs: number | null;
 }
 
@@ -139,9 +142,21 @@ try {
 
 const [ours, bare] = handshakes;
 const notes = [
-  `Idle runners: each has its own certificate, opens its own HTTP/2 + TLS 1.3 connection, registers (POST /v1/runner/register) and then stays idle; ${clientCount} client process(es) hold them, opening 32 at a time each. RSS is the control plane's (one \`forelead serve\` process, after the handshake test) minus its RSS before the first idle connection, divided by the runners held; it includes garbage not yet collected.`,
-  `Handshakes: ${concurrency} loops in one client process, each opening a new connection (full TLS 1.3 handshake with a client certificate, no resumption), sending one GET and closing, for ${handshakeMs / 1000} s. The control plane checks the certificate (chain, lifetime, SPIFFE ID: parsed once per connection), audits the request and answers; the bare server only answers.`,
-  "Client and server share the 2 cores: a full handshake costs the client about as much CPU as the server, so both figures are bounded by the machine, and their ratio is the cost of what the control plane adds.",
+  `Idle runners: each has its own certificate, opens its own HTTP/2 + TLS ` +
+    `1.3 connection, registers (POST /v1/runner/register) and then stays ` +
+    `idle; ${clientCount} client process(es) hold them, opening 32 at a time ` +
+    `each. RSS is the control plane's (one \`forelead serve\` process, after ` +
+    `the handshake test) minus its RSS before the first idle connection, ` +
+    `divided by the runners held; it includes garbage not yet collected.`,
+  `Handshakes: ${concurrency} loops in one client process, each opening a ` +
+    `new connection (full TLS 1.3 handshake with a client certificate, no ` +
+    `resumption), sending one GET and closing, for ${handshakeMs / 1000} s. ` +
+    `The control plane checks the certificate (chain, lifetime, SPIFFE ID: ` +
+    `parsed once per connection), audits the request and answers; the bare ` +
+    `server only answers.`,
+  "Client and server share the 2 cores: a full handshake costs the client " +
+    "about as much CPU as the server, so both figures are bounded by the " +
+    "machine, and their ratio is the cost of what the control plane adds.",
 ];
 if (tiny && targets[targets.length - 1]! < 10_000)
   notes.push("Tiny size: a few dozen runners; the published figures use 2,000 and 10,000.");
@@ -246,7 +261,9 @@ async function measureHandshakes(
   };
 }
 
-/** Lets the server finish what the last requests started (audit flushes, GC) before reading its RSS. */
+/**
+ * Lets the server finish what the last requests started (audit flushes, GC) before reading its RSS.
+ */
 function settle(): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, tiny ? 200 : 2000));
 }

@@ -1,12 +1,13 @@
 // What a control plane that cost no CPU at all could reach on the machine a benchmark ran on
 // (docs/performance.md, "What the unmet rows would need on this machine"). Every run records the
 // CPU of each role during its timed part: the runner clients and Postgres do work that any control
-// plane causes, so the machine's cores ÷ (client + Postgres CPU a unit) is the rate with a free control plane,
-// set beside the peer's rate in the same run (graphile-worker for leases, the bare HTTP/2 server
-// for ingest). Where that bound is below the goal, no cut of the control plane's own CPU meets the goal
-// on that machine; where it is above, the last column is the control plane's CPU a unit that would.
-// Reads results written by bench:leases and bench:streams; not part of `npm run bench`.
-// Run: node --import tsx bench/cpu-floor.ts [--cores N (default: the cores each result records)] [RESULT.json ...]
+// plane causes, so the machine's cores ÷ (client + Postgres CPU a unit) is the rate with a free
+// control plane, set beside the peer's rate in the same run (graphile-worker for leases, the bare
+// HTTP/2 server for ingest). Where that bound is below the goal, no cut of the control plane's own
+// CPU meets the goal on that machine; where it is above, the last column is the control plane's CPU
+// a unit that would. Reads results written by bench:leases and bench:streams; not part of `npm run
+// bench`. Run: node --import tsx bench/cpu-floor.ts [--cores N (default: the cores each result
+// records)] [RESULT.json ...]
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import type { CpuUse } from "./lib/cpu.js";

@@ -43,7 +43,8 @@ const started = performance.now();
 const postmaster = await postmasterPid(options.databaseUrl);
 const runs: Run[] = [];
 console.log(
-  `enqueue-throughput: ${singles} single enqueues, then ${batches} batches of ${batchSize}, ${inFlight} requests in flight`,
+  `enqueue-throughput: ${singles} single enqueues, then ${batches} batches ` +
+    `of ${batchSize}, ${inFlight} requests in flight`,
 );
 const pki = await createBenchPki();
 const database = await freshDatabase(options.databaseUrl, options.databaseName);
@@ -119,9 +120,20 @@ await publishScenario(options, started, {
   scenario: "enqueue-throughput",
   title: "Enqueue throughput",
   notes: [
-    `One client process, one HTTP/2 + mTLS connection as the test admin, ${inFlight} requests in flight; the control plane runs in the orchestrating process. ${singles.toLocaleString("en-US")} jobs as single enqueues, then ${(batches * batchSize).toLocaleString("en-US")} as ${batches} batches of ${batchSize.toLocaleString("en-US")}; each run into its own workspace, after a warm-up of both routes that is not counted.`,
-    "A batch is one transaction: every job by the single enqueue's rules, one multi-row insert with its job.queued events, one NOTIFY per workspace, one audit record (docs/cli.md, Batch enqueue). A single enqueue is one statement and one commit.",
-    "jobs/s counts jobs acknowledged (stored and committed) over the run's wall time; the ratio is each row's jobs/s over the single enqueue's, in this run.",
+    `One client process, one HTTP/2 + mTLS connection as the test admin, ` +
+      `${inFlight} requests in flight; the control plane runs in the ` +
+      `orchestrating process. ${singles.toLocaleString("en-US")} jobs as ` +
+      `single enqueues, then ${(batches * batchSize).toLocaleString("en-US")} ` +
+      `as ${batches} batches of ${batchSize.toLocaleString("en-US")}; each run ` +
+      `into its own workspace, after a warm-up of both routes that is not ` +
+      `counted.`,
+    "A batch is one transaction: every job by the single enqueue's rules, " +
+      "one multi-row insert with its job.queued events, one NOTIFY per " +
+      "workspace, one audit record (docs/cli.md, Batch enqueue). A single " +
+      "enqueue is one statement and one commit.",
+    "jobs/s counts jobs acknowledged (stored and committed) over the run's " +
+      "wall time; the ratio is each row's jobs/s over the single enqueue's, in " +
+      "this run.",
     ...(options.databaseUrl ? [] : ["No DATABASE_URL: ran on the embedded database."]),
   ],
   table: {

@@ -38,7 +38,10 @@ const options = parseOptions(process.argv.slice(2), {
   systems: "string",
   out: "string",
 });
-/** --out NAME writes bench/results/NAME.json instead (e.g. the batching before/after of docs/performance.md). */
+/**
+ * --out NAME writes bench/results/NAME.json instead (e.g. the batching before/after of
+ * docs/performance.md).
+ */
 const resultName = String(options.flags.out ?? "lease-throughput");
 if (!/^[a-z0-9-]+$/.test(resultName))
   throw new Error(
@@ -85,7 +88,8 @@ const agentsName = "ours, 1 process, runner agents (process executor)";
 
 /** The row name of our control plane(s): `next` is complete-and-claim. */
 const oursName = (processes: number, batching = true, next = false) =>
-  `ours, ${processes} process${processes > 1 ? "es" : ""}${batching ? "" : ", unbatched"}${next ? ", complete-and-claim" : ""}`;
+  `ours, ${processes} ` +
+  `process${processes > 1 ? "es" : ""}${batching ? "" : ", unbatched"}${next ? ", complete-and-claim" : ""}`;
 
 /** One system at one concurrency. */
 interface Run {
@@ -141,12 +145,36 @@ if (!options.databaseUrl)
     "No DATABASE_URL: ours ran on the embedded database only; two control planes and the peers need a Postgres server.",
   );
 notes.push(
-  `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued no-op jobs (${jobsAt1.toLocaleString("en-US")} at N = 1) in a fresh database, with at most ${poolSize} database connections per process.`,
-  "Ours: each runner has its own certificate and HTTP/2 connection and loops claim (waitSeconds 0) → complete over REST; the runners live in a separate client process. 1 process: the control plane runs in the orchestrating process; 2 processes: two `forelead serve` children, runners split between them.",
-  "Ours, complete-and-claim: each completion also asks for the next lease (`next: {waitSeconds: 0}`), so a job costs one request instead of two; a runner claims only when a completion brought no lease (its first job, and at the end). Claim columns: those few claims only.",
-  `Ours, runner agents: N real runner agents (the agent of \`forelead runner --executor process\`, one slot each, each with its own certificate and HTTP/2 connection, all in one client process) drain ${agentJobs.toLocaleString("en-US")} jobs (${agentJobsFor(1).toLocaleString("en-US")} at N = 1); each job runs \`true\` as a child process with its job directory, input file and output streams, and is completed with complete-and-claim. jobs/s from the first claim to the last completion as the database recorded them. Its CPU is the whole run's, the agents' registration and idle exit included.`,
-  "graphile-worker: run() with concurrency N and a no-op task, in the orchestrating process. pg-boss: N loops of fetch() → complete() (what a runner does); its work() loop polls at most every 0.5 s per worker, so work() is shown once, at 4 workers × batch 100.",
-  "CPU columns: percent of one core over the run (server = control plane or peer process, client = runner process, pg = every process of the Postgres server). The machine has 2 cores shared by all three: that is the limit of most figures.",
+  `Every system processed ${jobs.toLocaleString("en-US")} pre-enqueued ` +
+    `no-op jobs (${jobsAt1.toLocaleString("en-US")} at N = 1) in a fresh ` +
+    `database, with at most ${poolSize} database connections per process.`,
+  "Ours: each runner has its own certificate and HTTP/2 connection and " +
+    "loops claim (waitSeconds 0) → complete over REST; the runners live in a " +
+    "separate client process. 1 process: the control plane runs in the " +
+    "orchestrating process; 2 processes: two `forelead serve` children, " +
+    "runners split between them.",
+  "Ours, complete-and-claim: each completion also asks for the next lease " +
+    "(`next: {waitSeconds: 0}`), so a job costs one request instead of two; " +
+    "a runner claims only when a completion brought no lease (its first job, " +
+    "and at the end). Claim columns: those few claims only.",
+  `Ours, runner agents: N real runner agents (the agent of \`forelead ` +
+    `runner --executor process\`, one slot each, each with its own ` +
+    `certificate and HTTP/2 connection, all in one client process) drain ` +
+    `${agentJobs.toLocaleString("en-US")} jobs ` +
+    `(${agentJobsFor(1).toLocaleString("en-US")} at N = 1); each job runs ` +
+    `\`true\` as a child process with its job directory, input file and ` +
+    `output streams, and is completed with complete-and-claim. jobs/s from ` +
+    `the first claim to the last completion as the database recorded them. ` +
+    `Its CPU is the whole run's, the agents' registration and idle exit ` +
+    `included.`,
+  "graphile-worker: run() with concurrency N and a no-op task, in the " +
+    "orchestrating process. pg-boss: N loops of fetch() → complete() (what a " +
+    "runner does); its work() loop polls at most every 0.5 s per worker, so " +
+    "work() is shown once, at 4 workers × batch 100.",
+  "CPU columns: percent of one core over the run (server = control plane " +
+    "or peer process, client = runner process, pg = every process of the " +
+    "Postgres server). The machine has 2 cores shared by all three: that is " +
+    "the limit of most figures.",
 );
 
 const oursAt = (n: number, processes: number, next = false) =>
@@ -209,7 +237,8 @@ async function ours(
   let planes: Planes | undefined;
   const client = forkProcess(runnersScript);
   try {
-    // Unbatched: every claim and completion is its own transaction, as before batching (maxBatch 1, no queueing).
+    // Unbatched: every claim and completion is its own transaction, as before batching (maxBatch 1,
+    // no queueing).
     const unbatched = batching ? {} : { batching: { maxBatch: 1, maxInFlight: 1_000_000 } };
     planes = await startPlanes({
       pki,
@@ -256,7 +285,10 @@ async function ours(
   }
 }
 
-/** `n` runner agents (bench/clients/agents.ts) draining agentJobsFor(n) jobs from one in-process control plane. */
+/**
+ * `n` runner agents (bench/clients/agents.ts) draining agentJobsFor(n) jobs from one in-process
+ * control plane.
+ */
 async function oursAgents(pki: BenchPki, n: number): Promise<Run> {
   const jobs = agentJobsFor(n);
   console.log(`lease-throughput: ${agentsName}, N = ${n}`);
@@ -279,7 +311,9 @@ async function oursAgents(pki: BenchPki, n: number): Promise<Run> {
     const states = await jobStates(store.db);
     if (ran.failures.length || ran.settled !== jobs || states.succeeded !== jobs) {
       throw new Error(
-        `${agentsName}: ${ran.settled} settled, states ${JSON.stringify(states)}, failures ${JSON.stringify(ran.failures)}, warnings ${JSON.stringify(ran.warnings)}; expected ${jobs} succeeded`,
+        `${agentsName}: ${ran.settled} settled, states ` +
+          `${JSON.stringify(states)}, failures ${JSON.stringify(ran.failures)}, ` +
+          `warnings ${JSON.stringify(ran.warnings)}; expected ${jobs} succeeded`,
       );
     }
     const span = await leasedSpan(store.db);
@@ -302,9 +336,8 @@ async function oursAgents(pki: BenchPki, n: number): Promise<Run> {
 /** Milliseconds from the first lease issued to the last job settled, by the database's clock. */
 async function leasedSpan(db: Kysely<Database>): Promise<number> {
   const { rows } = await sql<{ ms: number }>`
-    select extract(epoch from (select max(updated_at) from jobs where state = 'succeeded') - (select min(issued_at) from leases)) * 1000 as ms`.execute(
-    db,
-  );
+    select extract(epoch from (select max(updated_at) from jobs where state = 'succeeded') - (select
+      min(issued_at) from leases)) * 1000 as ms`.execute(db);
   return Number(rows[0]!.ms);
 }
 

@@ -27,7 +27,10 @@ const rate = intFlag(options.flags.rate, "rate", tiny ? 20 : 200, 1, 10_000);
 /** Jobs sent first at the same rate and not counted: connection pools fill, code is compiled. */
 const warmup = intFlag(options.flags.warmup, "warmup", tiny ? 5 : 200, 0);
 const workspaceId = "w1";
-/** Time for every runner's first claim to reach its wait (every worker to start) before the first job. */
+/**
+ * Time for every runner's first claim to reach its wait (every worker to start) before the first
+ * job.
+ */
 const settleMs = tiny ? 300 : 1000;
 
 interface Pickup {
@@ -75,9 +78,9 @@ const results: Pickup[] = [];
 
 const pki = await createBenchPki();
 try {
-  // The runners as bare REST clients (claim, complete, claim again), then as the runner agent
-  // makes its requests (each completion also waits for the next lease), then each again without
-  // the direct handoff (src/broker/leases/handoff.ts), to show what it buys: one fresh database each.
+  // The runners as bare REST clients (claim, complete, claim again), then as the runner agent makes
+  // its requests (each completion also waits for the next lease), then each again without the
+  // direct handoff (src/broker/leases/handoff.ts), to show what it buys: one fresh database each.
   const rows = [
     ["ours (REST long-poll, 1 process)", false, true],
     ["ours (complete-and-claim long-poll, 1 process)", true, true],
@@ -85,7 +88,8 @@ try {
     ["ours (complete-and-claim long-poll, no handoff)", true, false],
   ] as const;
   // First a round that is not reported: the process that runs the control plane starts cold (JIT,
-  // first statements), and measured, whichever row came first paid for it (docs/performance.md, section 2).
+  // first statements), and measured, whichever row came first paid for it (docs/performance.md,
+  // section 2).
   for (const [system, next, handoff, total] of [
     ["warm-up round, not reported", false, true, warmup + Math.min(jobs, 500)] as const,
     ...rows.map(([s, n, h]) => [s, n, h, warmup + jobs] as const),
@@ -155,12 +159,32 @@ if (options.databaseUrl) {
 }
 
 const notes = [
-  `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} per second on a fixed schedule (each sent when due, whatever the previous one is doing), while ${runnerCount} runners (or workers) wait; ${warmup} more jobs go first, at the same rate, and are not counted (pools fill, code is compiled). Before our rows, one round of ${Math.min(jobs, 500)} jobs is run and not reported, so no row pays for the process's cold start.`,
-  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with that job arriving at a runner, both in one client process (one clock); the control plane runs in the orchestrating process. An enqueue that finds a claim waiting leases the job to it in its own statement (the direct handoff); otherwise the claim waits on Postgres LISTEN/NOTIFY: one notification wakes one waiting claim.",
-  "Ours, no handoff: the same with the direct handoff turned off (every job reaches its runner through the enqueue's NOTIFY and a claim statement), for the comparison in one run.",
-  "Ours, complete-and-claim: each runner's completion also asks for its next lease and waits up to 20 s for it (CompleteRequest.next), as the runner agent does; the lease arrives in the completion's reply. The bare REST row completes, then claims again.",
-  "graphile-worker: latency from calling addJob to its task function starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
-  "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four processes (client, control plane, Postgres, back); graphile-worker stays in one process beside Postgres. The machine has 2 cores shared by all of them.",
+  `${jobs.toLocaleString("en-US")} jobs enqueued one at a time, ${rate} ` +
+    `per second on a fixed schedule (each sent when due, whatever the ` +
+    `previous one is doing), while ${runnerCount} runners (or workers) wait; ` +
+    `${warmup} more jobs go first, at the same rate, and are not counted ` +
+    `(pools fill, code is compiled). Before our rows, one round of ` +
+    `${Math.min(jobs, 500)} jobs is run and not reported, so no row pays for ` +
+    `the process's cold start.`,
+  "Ours: latency from sending POST /v1/admin/jobs to the claim reply with " +
+    "that job arriving at a runner, both in one client process (one clock); " +
+    "the control plane runs in the orchestrating process. An enqueue that " +
+    "finds a claim waiting leases the job to it in its own statement (the " +
+    "direct handoff); otherwise the claim waits on Postgres LISTEN/NOTIFY: " +
+    "one notification wakes one waiting claim.",
+  "Ours, no handoff: the same with the direct handoff turned off (every " +
+    "job reaches its runner through the enqueue's NOTIFY and a claim " +
+    "statement), for the comparison in one run.",
+  "Ours, complete-and-claim: each runner's completion also asks for its " +
+    "next lease and waits up to 20 s for it (CompleteRequest.next), as the " +
+    "runner agent does; the lease arrives in the completion's reply. The " +
+    "bare REST row completes, then claims again.",
+  "graphile-worker: latency from calling addJob to its task function " +
+    "starting, both in one process (its workers wait on LISTEN/NOTIFY too).",
+  "Ours crosses two HTTP/2 + TLS hops (enqueue in, lease out) and four " +
+    "processes (client, control plane, Postgres, back); graphile-worker " +
+    "stays in one process beside Postgres. The machine has 2 cores shared by " +
+    "all of them.",
 ];
 if (!options.databaseUrl)
   notes.push(

@@ -33,10 +33,16 @@ interface Scale {
   readonly tableBytes: number;
   readonly claimIndexBytes: number;
   readonly claim: LatencySummary;
-  /** Claim latency over the first and the last tenth of the claims: growth while the head of the queue is consumed. */
+  /**
+   * Claim latency over the first and the last tenth of the claims: growth while the head of the
+   * queue is consumed.
+   */
   readonly firstTenthP50: number;
   readonly lastTenthP50: number;
-  /** Duration of the claim statement inside the function, as auto_explain timed it (ANALYZE), ms; null when embedded. */
+  /**
+   * Duration of the claim statement inside the function, as auto_explain timed it (ANALYZE), ms;
+   * null when embedded.
+   */
   readonly statementMs: number | null;
   /** auto_explain's plan of that statement; undefined when embedded (no auto_explain). */
   readonly plan: string | undefined;
@@ -55,9 +61,19 @@ try {
 }
 
 const notes = [
-  `Jobs are inserted by one INSERT … SELECT generate_series (the jobs columns of src/store/schema.sql), then ANALYZE; one runner claims and completes ${claims.toLocaleString("en-US")} of them through the control plane (REST over HTTP/2 + mTLS, one at a time, control plane in the orchestrating process, runner in a client process).`,
-  "The claim walks the partial index jobs_claimable (workspace_id, priority desc, created_at, id) where state = 'queued' and stops at the first row it can lock: its cost does not depend on how many jobs wait behind it.",
-  "A claimed job leaves the partial index only when vacuum removes its old row version; until then the index scan steps over the entries of claimed jobs at the head of the queue (first vs last tenth shows whether that adds up).",
+  `Jobs are inserted by one INSERT … SELECT generate_series (the jobs ` +
+    `columns of src/store/schema.sql), then ANALYZE; one runner claims and ` +
+    `completes ${claims.toLocaleString("en-US")} of them through the control ` +
+    `plane (REST over HTTP/2 + mTLS, one at a time, control plane in the ` +
+    `orchestrating process, runner in a client process).`,
+  "The claim walks the partial index jobs_claimable (workspace_id, " +
+    "priority desc, created_at, id) where state = 'queued' and stops at the " +
+    "first row it can lock: its cost does not depend on how many jobs wait " +
+    "behind it.",
+  "A claimed job leaves the partial index only when vacuum removes its old " +
+    "row version; until then the index scan steps over the entries of " +
+    "claimed jobs at the head of the queue (first vs last tenth shows " +
+    "whether that adds up).",
 ];
 if (!options.databaseUrl) notes.push("No DATABASE_URL: ran on the embedded database (PGlite).");
 
@@ -160,7 +176,8 @@ async function plans(
   location: string,
 ): Promise<{ plan: string | undefined; batchPlan: string | undefined }> {
   for (const id of ["explain-a", "explain-b"]) {
-    await sql`insert into runners (workspace_id, runner_id, slots, cpu, memory_bytes, architecture, labels, clock_offset_ns)
+    await sql`insert into runners (workspace_id, runner_id, slots, cpu, memory_bytes, architecture,
+      labels, clock_offset_ns)
       values (${workspaceId}, ${id}, 1000, 1, 1, 'amd64', array['linux'], 0)`.execute(store.db);
   }
   const claim = await captureStatement(store.db, /forelead_claim/, (db) =>

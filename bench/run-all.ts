@@ -22,7 +22,8 @@ const size = values.size ?? process.env.BENCH_SIZE ?? "full";
 
 if (!process.env.DATABASE_URL)
   console.log(
-    "bench: no DATABASE_URL; ours runs on the embedded database and the peers are skipped (set DATABASE_URL=postgres://... for every figure)",
+    "bench: no DATABASE_URL; ours runs on the embedded database and the " +
+      "peers are skipped (set DATABASE_URL=postgres://... for every figure)",
   );
 const started = performance.now();
 const ran: Array<{ scenario: string; seconds: number; ok: boolean }> = [];

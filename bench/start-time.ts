@@ -21,8 +21,8 @@ const options = parseOptions(process.argv.slice(2), { runs: "string", "idle-seco
 const runs = intFlag(options.flags.runs, "runs", options.size === "tiny" ? 1 : 7, 1, 100);
 /**
  * How long a serve idles, nothing connected, while its RSS is read once a second. The first ~20 s
- * hold the start's garbage (V8 shrinks its young generation only when its memory reducer runs);
- * the figure is the median of the last third of the readings, the start's peak is reported beside it.
+ * hold the start's garbage (V8 shrinks its young generation only when its memory reducer runs); the
+ * figure is the median of the last third of the readings, the start's peak is reported beside it.
  */
 const idleSeconds = intFlag(
   options.flags["idle-seconds"],
@@ -60,7 +60,10 @@ const samples: Record<string, number[]> = {
   serving: [],
   healthz: [],
 };
-/** CPU milliseconds (user + system) of each run, every process it started: the machine's load moves them much less than the wall time. */
+/**
+ * CPU milliseconds (user + system) of each run, every process it started: the machine's load moves
+ * them much less than the wall time.
+ */
 const cpu: Record<string, number[]> = { node: [], help: [], helpSource: [], serving: [] };
 try {
   // The first start creates the database and the development PKI; the measured ones open them.
@@ -116,10 +119,21 @@ await publishScenario(options, started, {
   scenario: "start-time",
   title: `Start-up, median of ${runs} runs (seconds; × node -e 0)`,
   notes: [
-    "forelead --help: the compiled command (dist/, npm run build); from sources: FORELEAD_RUN_SOURCE=1, compiled by tsx at every start (as before the build step)",
-    "npm start: `npm start -- --database DIR` on an existing embedded database (created by an unmeasured first start); serving = its `serving https://` line, /healthz = the first 200 from --metrics-listen",
-    `idle RSS: \`forelead serve\` (compiled), nothing connected, read each second for ${idleSeconds} s after its serving line: the median of the last third, and the highest reading: on the embedded database of the runs above${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; in the seconds column: MiB`,
-    "CPU seconds: user + system of every process of the run (from /proc/self/stat's reaped-children times); for npm start, npm's too and the whole run, its stop included",
+    "forelead --help: the compiled command (dist/, npm run build); from " +
+      "sources: FORELEAD_RUN_SOURCE=1, compiled by tsx at every start (as " +
+      "before the build step)",
+    "npm start: `npm start -- --database DIR` on an existing embedded " +
+      "database (created by an unmeasured first start); serving = its `serving " +
+      "https://` line, /healthz = the first 200 from --metrics-listen",
+    `idle RSS: \`forelead serve\` (compiled), nothing connected, read each ` +
+      `second for ${idleSeconds} s after its serving line: the median of the ` +
+      `last third, and the highest reading: on the embedded database of the ` +
+      `runs ` +
+      `above${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; ` +
+      `in the seconds column: MiB`,
+    "CPU seconds: user + system of every process of the run (from " +
+      "/proc/self/stat's reaped-children times); for npm start, npm's too and " +
+      "the whole run, its stop included",
     `load average at the end: ${os
       .loadavg()
       .map((l) => l.toFixed(2))
@@ -168,7 +182,10 @@ interface IdleResident {
   peakMiB: number;
 }
 
-/** Starts `forelead serve` (compiled) with `databaseArgs`, lets it idle, and returns its RSS readings. */
+/**
+ * Starts `forelead serve` (compiled) with `databaseArgs`, lets it idle, and returns its RSS
+ * readings.
+ */
 async function idleResident(databaseArgs: readonly string[]): Promise<IdleResident> {
   const args = [
     bin,
@@ -233,12 +250,16 @@ async function measured<T>(name: string, run: () => Promise<T>): Promise<T> {
   return result;
 }
 
-/** User + system CPU of this process's waited-for children (and theirs), from /proc/self/stat (Linux). */
+/**
+ * User + system CPU of this process's waited-for children (and theirs), from /proc/self/stat
+ * (Linux).
+ */
 function reapedChildrenCpuMs(): number {
   if (process.platform !== "linux") return 0;
   const stat = readFileSync("/proc/self/stat", "utf8");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  // Fields 16 and 17 (cutime, cstime) of proc(5), counted from the state (field 3) at index 0; USER_HZ is 100.
+  // Fields 16 and 17 (cutime, cstime) of proc(5), counted from the state (field 3) at index 0;
+  // USER_HZ is 100.
   return (Number(fields[13]) + Number(fields[14])) * 10;
 }
 

@@ -73,21 +73,27 @@ async function seed(): Promise<void> {
       (i % 120) * interval '1 second' as wait, (i % 600) * interval '1 second' as run
     from generate_series(1, ${jobs}::int) i`.execute(db);
   await sql`
-    insert into jobs (id, workspace_id, labels, kind, spec, state, priority, attempts, max_attempts, request_sha256, error, created_at, updated_at, settled_at)
+    insert into jobs (id, workspace_id, labels, kind, spec, state, priority, attempts, max_attempts,
+      request_sha256, error, created_at, updated_at, settled_at)
     select id, ws, array['linux'], 'command', '{"image":"busybox","argv":["true"]}'::jsonb,
       case when i % 20 = 0 then 'cancelled' when i % 10 = 1 then 'failed' else 'succeeded' end, 0,
       case when i % 20 = 0 then 0 when i % 20 = 3 then 2 else 1 end, 3, 'bench',
-      case when i % 10 = 1 then jsonb_build_object('code', (array['exit_code', 'oom', 'image_pull'])[1 + i % 3], 'message', 'bench', 'retryable', false) end,
+      case when i % 10 = 1 then jsonb_build_object('code', (array['exit_code', 'oom',
+        'image_pull'])[1 + i % 3], 'message', 'bench', 'retryable', false) end,
       leased - wait, leased + run, leased + run
     from seed`.execute(db);
   await sql`
-    insert into leases (token_sha256, job_id, workspace_id, runner_id, attempt, issued_at, expires_at, ended_at, end_reason)
-    select sha256(convert_to(id::text, 'UTF8')), id, ws, runner, case when i % 20 = 3 then 2 else 1 end, leased, leased + run + interval '30 seconds', leased + run, 'settled'
+    insert into leases (token_sha256, job_id, workspace_id, runner_id, attempt, issued_at,
+      expires_at, ended_at, end_reason)
+    select sha256(convert_to(id::text, 'UTF8')), id, ws, runner, case when i % 20 = 3 then 2 else 1
+      end, leased, leased + run + interval '30 seconds', leased + run, 'settled'
     from seed where i % 20 <> 0
     union all
-    select sha256(convert_to(id::text || 'lost', 'UTF8')), id, ws, 'r' || ((i + 1) % 50), 1, leased - interval '60 seconds', leased - interval '30 seconds', leased - interval '30 seconds', 'expired'
+    select sha256(convert_to(id::text || 'lost', 'UTF8')), id, ws, 'r' || ((i + 1) % 50), 1, leased
+      - interval '60 seconds', leased - interval '30 seconds', leased - interval '30 seconds', 'expired'
     from seed where i % 20 = 3`.execute(db);
-  await sql`vacuum analyze jobs`.execute(db); // as autovacuum would after a load this size: statistics and the visibility map
+  // as autovacuum would after a load this size: statistics and the visibility map
+  await sql`vacuum analyze jobs`.execute(db);
   await sql`vacuum analyze leases`.execute(db);
   const seedSeconds = (performance.now() - t0) / 1000;
   const {

@@ -133,7 +133,10 @@ try {
           };
           const planned = leases * cell.linesPerLease;
           console.log(
-            `streams-ingest: ${leases} lease(s) × ${cell.linesPerLease.toLocaleString("en-US")} lines of ${sizeLabel(lineBytes)}, ${transport}, ${cell.linesPerRequest} lines per request`,
+            `streams-ingest: ${leases} lease(s) × ` +
+              `${cell.linesPerLease.toLocaleString("en-US")} lines of ` +
+              `${sizeLabel(lineBytes)}, ${transport}, ${cell.linesPerRequest} lines ` +
+              `per request`,
           );
           await bulkInsertJobs(plane.store.db, leases, workspaceId);
           await client.call({ type: "claim", count: leases });
@@ -161,12 +164,16 @@ try {
           const bareSide = discardedSide(bareSent, received, lineBytes, planned, bareCpu);
 
           await client.call({ type: "complete" });
-          // Each cell starts from an empty log table, as in a fresh database: a later cell does not pay
-          // for the index an earlier one grew (and the embedded database gives its memory back).
+          // Each cell starts from an empty log table, as in a fresh database: a later cell does not
+          // pay for the index an earlier one grew (and the embedded database gives its memory
+          // back).
           await sql`truncate stream_messages`.execute(plane.store.db);
           cells.push({ ...cell, planned, ours, bare: bareSide });
           console.log(
-            `  ours: ${ours.linesPerSecond.toLocaleString("en-US")} lines/s, ${ours.megabytesPerSecond} MB/s (${ours.check}); bare: ${bareSide.linesPerSecond.toLocaleString("en-US")} lines/s, ${bareSide.megabytesPerSecond} MB/s`,
+            `  ours: ${ours.linesPerSecond.toLocaleString("en-US")} lines/s, ` +
+              `${ours.megabytesPerSecond} MB/s (${ours.check}); bare: ` +
+              `${bareSide.linesPerSecond.toLocaleString("en-US")} lines/s, ` +
+              `${bareSide.megabytesPerSecond} MB/s`,
           );
         }
       }
@@ -182,16 +189,56 @@ try {
 }
 
 const notes = [
-  "The control plane runs in the orchestrating process (as lease-throughput's one-process row; its store is where the lines are counted, embedded or not), the runners in a client process and the bare server in a third: each has its own event loop.",
-  `Each lease is a runner with its own certificate and HTTP/2 + TLS 1.3 connection, holding one leased job; all leases of a cell send at once, one request in flight each. A line is {"stream":"stdout","text":…} with a text of exactly the line size; requests carry ${lineSizes.map((b) => `${linesPerRequest(b)} lines (${sizeLabel(b)})`).join(", ")}, the runner agent's batching (at most 500 lines and 512 KiB per request). A cell stops starting requests after ${cellSeconds} s.`,
-  "NDJSON: POST /v1/runner/logs through the runner's stream writer (src/runner/output/stream-writer.ts). gRPC: client streaming RunnerService.Logs through a generated client (@connectrpc/connect-node createGrpcTransport), one call per request.",
-  "Lines and MB stored are counted in stream_messages after each cell (MB: bytes of log text, 10^6), and checked lease by lease against the lines the control plane confirmed: the count and the first and last sequence. The check column says when a cell stored fewer lines than it sent, or was cut by the time bound. The table is emptied after each cell, so every cell starts from an empty one.",
-  "Bare: the same client code sends the same request bodies (same leases, tokens and sequences) to a plain Node HTTP/2 TLS 1.3 server in its own process (bench/servers/bare-h2.ts: same certificates, client certificate requested, the control plane's HTTP/2 windows) that reads and discards each body and replies 200. ours ÷ bare compares lines/s.",
-  "Lines per batch and per commit: lines stored over the batches that stored them (distinct received_at per job) and over the transactions (distinct received_at in the cell). The control plane stores what has arrived of a request whenever reading on would wait for the network, so lines per batch shows how the bodies arrived: an NDJSON body comes in large chunks, a gRPC stream message by message as the client encodes them. The batches that requests on many leases have ready at once share a statement and its commit (src/streams/append.ts, createAppender), so a commit holds more lines than a batch.",
-  "CPU columns: percent of one core over the cell (server = the control plane, or the bare server; client = the runner process; pg = every process of the Postgres server). Node runs each event loop on one core: a role near 100% is that row's limit. The limit column names a role at 85% of a core or more; else machine when all cores were 90% busy (other work on the machine included); else waits: commits, fsync and round trips. Where the bare side is limited by the client, the bare figure is what this client can send, not what a server can take.",
+  "The control plane runs in the orchestrating process (as " +
+    "lease-throughput's one-process row; its store is where the lines are " +
+    "counted, embedded or not), the runners in a client process and the bare " +
+    "server in a third: each has its own event loop.",
+  `Each lease is a runner with its own certificate and HTTP/2 + TLS 1.3 ` +
+    `connection, holding one leased job; all leases of a cell send at once, ` +
+    `one request in flight each. A line is {"stream":"stdout","text":…} with ` +
+    `a text of exactly the line size; requests carry ` +
+    `${lineSizes.map((b) => `${linesPerRequest(b)} lines (${sizeLabel(b)})`).join(", ")}, ` +
+    `the runner agent's batching (at most 500 lines and 512 KiB per ` +
+    `request). A cell stops starting requests after ${cellSeconds} s.`,
+  "NDJSON: POST /v1/runner/logs through the runner's stream writer " +
+    "(src/runner/output/stream-writer.ts). gRPC: client streaming " +
+    "RunnerService.Logs through a generated client (@connectrpc/connect-node " +
+    "createGrpcTransport), one call per request.",
+  "Lines and MB stored are counted in stream_messages after each cell (MB: " +
+    "bytes of log text, 10^6), and checked lease by lease against the lines " +
+    "the control plane confirmed: the count and the first and last sequence. " +
+    "The check column says when a cell stored fewer lines than it sent, or " +
+    "was cut by the time bound. The table is emptied after each cell, so " +
+    "every cell starts from an empty one.",
+  "Bare: the same client code sends the same request bodies (same leases, " +
+    "tokens and sequences) to a plain Node HTTP/2 TLS 1.3 server in its own " +
+    "process (bench/servers/bare-h2.ts: same certificates, client " +
+    "certificate requested, the control plane's HTTP/2 windows) that reads " +
+    "and discards each body and replies 200. ours ÷ bare compares lines/s.",
+  "Lines per batch and per commit: lines stored over the batches that " +
+    "stored them (distinct received_at per job) and over the transactions " +
+    "(distinct received_at in the cell). The control plane stores what has " +
+    "arrived of a request whenever reading on would wait for the network, so " +
+    "lines per batch shows how the bodies arrived: an NDJSON body comes in " +
+    "large chunks, a gRPC stream message by message as the client encodes " +
+    "them. The batches that requests on many leases have ready at once share " +
+    "a statement and its commit (src/streams/append.ts, createAppender), so " +
+    "a commit holds more lines than a batch.",
+  "CPU columns: percent of one core over the cell (server = the control " +
+    "plane, or the bare server; client = the runner process; pg = every " +
+    "process of the Postgres server). Node runs each event loop on one core: " +
+    "a role near 100% is that row's limit. The limit column names a role at " +
+    "85% of a core or more; else machine when all cores were 90% busy (other " +
+    "work on the machine included); else waits: commits, fsync and round " +
+    "trips. Where the bare side is limited by the client, the bare figure is " +
+    "what this client can send, not what a server can take.",
   options.databaseUrl
-    ? "Postgres: each batch of a request's lines is one INSERT … SELECT and one commit (src/streams/append.ts); with fsync on, every commit waits for a WAL flush (the machine line shows fsync and synchronous_commit)."
-    : "Embedded: the database (PGlite, in memory: no fsync) runs inside the control plane's process, so the server column is the control plane and the database together, on one core.",
+    ? "Postgres: each batch of a request's lines is one INSERT … SELECT and " +
+      "one commit (src/streams/append.ts); with fsync on, every commit waits " +
+      "for a WAL flush (the machine line shows fsync and synchronous_commit)."
+    : "Embedded: the database (PGlite, in memory: no fsync) runs inside the " +
+      "control plane's process, so the server column is the control plane and " +
+      "the database together, on one core.",
 ];
 
 await publishScenario(options, started, {
@@ -243,7 +290,10 @@ await publishScenario(options, started, {
   figures: { leaseCounts, lineSizes, transports, cellSeconds, scale, cells },
 });
 
-/** What the control plane stored for the cell's leases, checked against what it confirmed to the client. */
+/**
+ * What the control plane stored for the cell's leases, checked against what it confirmed to the
+ * client.
+ */
 async function storedSide(
   db: Kysely<Database>,
   sent: SendResult,
@@ -252,7 +302,8 @@ async function storedSide(
   cpu: CpuUse | undefined,
 ): Promise<Side> {
   const jobIds = sent.leases.map((l) => l.jobId);
-  // received_at is now() of the storing transaction: its distinct values per job count the batches, in the cell the commits.
+  // received_at is now() of the storing transaction: its distinct values per job count the batches,
+  // in the cell the commits.
   const { rows } = await sql<{
     job_id: string;
     lines: number;
@@ -275,16 +326,16 @@ async function storedSide(
     const stored = r?.lines ?? 0;
     if (stored !== lease.confirmed || (stored > 0 && (r!.first !== 1 || r!.last !== stored)))
       short.push(
-        `job ${lease.jobId}: ${stored} stored (sequences ${r?.first ?? "–"}..${r?.last ?? "–"}), ${lease.confirmed} confirmed`,
+        `job ${lease.jobId}: ${stored} stored (sequences ` +
+          `${r?.first ?? "–"}..${r?.last ?? "–"}), ${lease.confirmed} confirmed`,
       );
   }
   if (bytes !== lines * lineBytes)
     short.push(`${bytes} bytes of text stored, ${lines * lineBytes} expected`);
   const batches = rows.reduce((a, r) => a + r.commits, 0);
   const { rows: cell } = await sql<{ commits: number }>`
-    select count(distinct received_at)::int as commits from stream_messages where stream = 'logs' and job_id in (${sql.join(jobIds)})`.execute(
-    db,
-  );
+    select count(distinct received_at)::int as commits from stream_messages where stream = 'logs'
+      and job_id in (${sql.join(jobIds)})`.execute(db);
   return {
     ...side(sent, lines, bytes, planned, cpu, sent.bodyBytes, short, "all stored"),
     batches,

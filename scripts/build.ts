@@ -34,7 +34,10 @@ try {
     console.error("forelead build: esbuild is not installed; keeping the dist/ already built");
   else
     console.error(
-      "forelead build: esbuild is not installed (an install without devDependencies), dist/ not built: bin/forelead.js will run the TypeScript sources, which starts slower. Build with the devDependencies installed, then `npm prune --omit=dev`.",
+      "forelead build: esbuild is not installed (an install without " +
+        "devDependencies), dist/ not built: bin/forelead.js will run the " +
+        "TypeScript sources, which starts slower. Build with the devDependencies " +
+        "installed, then `npm prune --omit=dev`.",
     );
   process.exit(0);
 }
@@ -57,7 +60,10 @@ const result = await esbuild.build({
   // the banner makes one.
   external: externalPackages,
   banner: {
-    js: 'import { createRequire as __forelead_createRequire } from "node:module"; const require = __forelead_createRequire(import.meta.url);',
+    js:
+      "import { createRequire as __forelead_createRequire } from " +
+      '"node:module"; const require = ' +
+      "__forelead_createRequire(import.meta.url);",
   },
   chunkNames: "chunks/[name]-[hash]",
   sourcemap: "linked",

@@ -34,7 +34,10 @@ function job(workspaceId: string, n: number): Record<string, unknown> {
   };
 }
 
-/** Enqueues `total` jobs as requests of `batchSize` (1: the single route), `inFlight` at a time; every reply must be 200 with its jobs. */
+/**
+ * Enqueues `total` jobs as requests of `batchSize` (1: the single route), `inFlight` at a time;
+ * every reply must be 200 with its jobs.
+ */
 async function enqueue(m: Message): Promise<Message> {
   const client = admin;
   if (!client) throw new Error("not connected");

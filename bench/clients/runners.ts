@@ -185,7 +185,8 @@ async function pickup(m: Message): Promise<Message> {
         exitCode: 0,
         next: next ? { waitSeconds } : undefined,
       });
-      // A completion that also waits for the next lease is a long poll: the run does not wait for it at its end.
+      // A completion that also waits for the next lease is a long poll: the run does not wait for
+      // it at its end.
       if (!next) completing.add(completion);
       const done = await completion
         .catch(unlessStopped)

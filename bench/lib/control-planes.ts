@@ -26,7 +26,9 @@ export interface PlanesOptions {
   readonly mode: "in-process" | "processes";
   /** How many; more than one needs a postgres:// database. */
   readonly count: number;
-  /** In-process only: the broker's batching instead of its default (to measure what batching buys). */
+  /**
+   * In-process only: the broker's batching instead of its default (to measure what batching buys).
+   */
   readonly batching?: BatcherOptions;
   /** In-process only: lease duration instead of 30 s (a scenario that holds leases for minutes). */
   readonly leaseSeconds?: number;
@@ -34,9 +36,12 @@ export interface PlanesOptions {
   readonly handoff?: boolean;
 }
 
-/** Starts `count` control planes on loopback ports (one after the other, so migrations do not race). */
+/**
+ * Starts `count` control planes on loopback ports (one after the other, so migrations do not race).
+ */
 export async function startPlanes(options: PlanesOptions): Promise<Planes> {
-  // One secrets key beside the PKI, shared by every plane on the database (required on postgres://).
+  // One secrets key beside the PKI, shared by every plane on the database (required on
+  // postgres://).
   const secretsKeyFile = join(dirname(options.pki.files.ca), "secrets.key");
   const { key } = await readOrCreateSecretsKeyFile(secretsKeyFile);
   if (options.mode === "in-process") {
@@ -108,7 +113,8 @@ async function serve(options: PlanesOptions, secretsKeyFile: string): Promise<Se
     benchAdminId,
     ...loopbackClients,
   ];
-  // BENCH_CPU_PROF_DIR=dir: each serve process writes a V8 CPU profile there when it exits (docs/performance.md).
+  // BENCH_CPU_PROF_DIR=dir: each serve process writes a V8 CPU profile there when it exits
+  // (docs/performance.md).
   const profile = process.env.BENCH_CPU_PROF_DIR
     ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
     : [];

@@ -1,6 +1,9 @@
 import { readFileSync, readdirSync } from "node:fs";
 
-/** CPU used during a measurement: by role, in percent of one core, and the whole machine's busy share. */
+/**
+ * CPU used during a measurement: by role, in percent of one core, and the whole machine's busy
+ * share.
+ */
 export interface CpuUse {
   readonly wallMs: number;
   /** Busy time of all cores over the wall time, in percent of the whole machine. */

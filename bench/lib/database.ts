@@ -41,7 +41,8 @@ async function dropWhenUnused(serverUrl: string, name: string): Promise<void> {
       await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${name}`);
       return;
     } catch (err) {
-      if ((err as { code?: string }).code !== "55006") throw err; // object_in_use: someone is still connected
+      // object_in_use: someone is still connected
+      if ((err as { code?: string }).code !== "55006") throw err;
       await new Promise((r) => setTimeout(r, 100));
     }
   }

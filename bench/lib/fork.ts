@@ -21,7 +21,8 @@ export interface BenchProcess {
  * CPU is counted against the other.
  */
 export function forkProcess(script: URL): BenchProcess {
-  // BENCH_CPU_PROF_DIR=dir: each helper writes a V8 CPU profile there when it exits, as each `forelead serve` does (docs/performance.md).
+  // BENCH_CPU_PROF_DIR=dir: each helper writes a V8 CPU profile there when it exits, as each
+  // `forelead serve` does (docs/performance.md).
   const profile = process.env.BENCH_CPU_PROF_DIR
     ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
     : [];

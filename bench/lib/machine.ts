@@ -11,7 +11,10 @@ export interface Machine {
   readonly node: string;
   /** `server_version` of the Postgres behind DATABASE_URL, or the embedded database's. */
   readonly postgres: string;
-  /** 1, 5 and 15 minute load averages when the scenario ended: other work on the machine skews every figure. */
+  /**
+   * 1, 5 and 15 minute load averages when the scenario ended: other work on the machine skews every
+   * figure.
+   */
   readonly loadAverage: readonly number[];
 }
 
@@ -28,7 +31,10 @@ export async function describeMachine(databaseUrl: string | undefined): Promise<
   };
 }
 
-/** The postmaster of the server at `url` when it runs on this machine (Linux), so its CPU can be measured. */
+/**
+ * The postmaster of the server at `url` when it runs on this machine (Linux), so its CPU can be
+ * measured.
+ */
 export async function postmasterPid(url: string | undefined): Promise<number | undefined> {
   if (!url || process.platform !== "linux") return undefined;
   const client = new pg.Client({ connectionString: url });
@@ -47,7 +53,8 @@ async function serverVersion(url: string): Promise<string> {
   await client.connect();
   try {
     const { rows } = await client.query<{ v: string; fsync: string; sc: string }>(
-      "select current_setting('server_version') as v, current_setting('fsync') as fsync, current_setting('synchronous_commit') as sc",
+      "select current_setting('server_version') as v, current_setting('fsync') " +
+        "as fsync, current_setting('synchronous_commit') as sc",
     );
     const r = rows[0]!;
     return `PostgreSQL ${r.v} (fsync ${r.fsync}, synchronous_commit ${r.sc})`;

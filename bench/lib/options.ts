@@ -6,7 +6,10 @@ type BenchSize = "full" | "tiny";
 /** What every scenario reads from its flags and environment. */
 export interface CommonOptions {
   readonly size: BenchSize;
-  /** postgres:// URL of a server the benchmark may create databases on; undefined means embedded only. */
+  /**
+   * postgres:// URL of a server the benchmark may create databases on; undefined means embedded
+   * only.
+   */
   readonly databaseUrl: string | undefined;
   /** Name of the database the benchmark creates (and drops) on that server. */
   readonly databaseName: string;

@@ -10,7 +10,9 @@ import { epochMs, nowMs } from "./stats.js";
 /** Database connections each system may hold: what one control plane's pool holds. */
 export const poolSize = 20;
 
-/** Errors only: graphile-worker logs a line per job by default, which would measure the terminal. */
+/**
+ * Errors only: graphile-worker logs a line per job by default, which would measure the terminal.
+ */
 const quietLogger = new Logger(() => (level, message) => {
   if (level === "error") console.error(`graphile-worker: ${message}`);
 });
@@ -21,7 +23,10 @@ export interface PeerThroughput {
   readonly elapsedMs: number;
   /** Per-job fetch latency, where the peer's API exposes it. */
   readonly claimMs: readonly number[];
-  /** CPU over the run, measured before the peer's connections close (their backends' CPU goes with them). */
+  /**
+   * CPU over the run, measured before the peer's connections close (their backends' CPU goes with
+   * them).
+   */
   readonly cpu: CpuUse | undefined;
 }
 
@@ -40,7 +45,10 @@ async function exec(url: string, query: string): Promise<pg.QueryResult> {
   }
 }
 
-/** Polls `query` (one row, column n) on one connection every 10 ms until `done(n)`; bounded by the run's deadline. */
+/**
+ * Polls `query` (one row, column n) on one connection every 10 ms until `done(n)`; bounded by the
+ * run's deadline.
+ */
 async function waitForCount(
   url: string,
   query: string,

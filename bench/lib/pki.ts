@@ -36,7 +36,9 @@ export interface BenchPki {
   readonly server: IssuedCertificate;
   readonly admin: ClientIdentity;
   readonly files: { readonly cert: string; readonly key: string; readonly ca: string };
-  /** `count` runner certificates in `workspaceId`, runner ids `${prefix}0000`, `${prefix}0001`, ... */
+  /**
+   * `count` runner certificates in `workspaceId`, runner ids `${prefix}0000`, `${prefix}0001`, ...
+   */
   runners(prefix: string, count: number, workspaceId: string): Promise<RunnerIdentity[]>;
   dispose(): Promise<void>;
 }
@@ -133,7 +135,10 @@ async function runnerMinter(
       0x30,
       Buffer.concat([tbs, algorithm, tlv(0x03, Buffer.concat([Buffer.from([0]), signature]))]),
     );
-    const pem = `-----BEGIN CERTIFICATE-----\n${cert.toString("base64").replace(/.{64}/g, "$&\n").replace(/\n?$/, "\n")}-----END CERTIFICATE-----\n`;
+    const pem =
+      `-----BEGIN ` +
+      `CERTIFICATE-----\n${cert.toString("base64").replace(/.{64}/g, "$&\n").replace(/\n?$/, "\n")}-----END ` +
+      `CERTIFICATE-----\n`;
     if (!checked) {
       const parsed = new X509Certificate(pem);
       if (

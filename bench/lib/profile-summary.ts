@@ -45,7 +45,8 @@ const { positionals, values } = parseArgs({
 const file = positionals[0];
 if (!file)
   throw new Error(
-    "usage: profile-summary.ts FILE [--from S] [--to S] [--view categories|src|via|functions|timeline] [--match TEXT] [--top N]",
+    "usage: profile-summary.ts FILE [--from S] [--to S] [--view " +
+      "categories|src|via|functions|timeline] [--match TEXT] [--top N]",
   );
 const profile = JSON.parse(readFileSync(file, "utf8")) as Profile;
 const fromUs = Number(values.from ?? 0) * 1e6;

@@ -16,12 +16,12 @@ export async function bulkInsertJobs(
   workspaceId: string,
 ): Promise<void> {
   await sql`
-    insert into jobs (id, workspace_id, labels, kind, spec, state, priority, attempts, max_attempts, request_sha256, created_at, updated_at)
+    insert into jobs (id, workspace_id, labels, kind, spec, state, priority, attempts, max_attempts,
+      request_sha256, created_at, updated_at)
     select gen_random_uuid(), ${workspaceId}, array['linux'], 'command', '{"image":"busybox","argv":["true"]}'::jsonb,
            'queued', 0, 0, 3, 'bench', t, t
-    from (select now() - interval '1 hour' + i * interval '1 microsecond' as t from generate_series(1, ${count}::int) i) s`.execute(
-    db,
-  );
+    from (select now() - interval '1 hour' + i * interval '1 microsecond' as t from
+      generate_series(1, ${count}::int) i) s`.execute(db);
   await sql`analyze jobs`.execute(db);
 }
 

@@ -66,7 +66,10 @@ async function publish(report: ScenarioReport): Promise<string> {
   return file;
 }
 
-/** What a scenario measured; publishScenario adds the run's envelope (size, times, machine, database). */
+/**
+ * What a scenario measured; publishScenario adds the run's envelope (size, times, machine,
+ * database).
+ */
 export type ScenarioResult = Pick<
   ScenarioReport,
   "scenario" | "title" | "notes" | "table" | "figures"

@@ -41,7 +41,10 @@ export function nowMs(): number {
   return performance.now();
 }
 
-/** Wall-clock milliseconds since the epoch with sub-millisecond resolution, comparable across processes on one machine. */
+/**
+ * Wall-clock milliseconds since the epoch with sub-millisecond resolution, comparable across
+ * processes on one machine.
+ */
 export function epochMs(): number {
   return performance.timeOrigin + performance.now();
 }

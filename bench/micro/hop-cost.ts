@@ -42,7 +42,9 @@ try {
     const client = process.cpuUsage(client0);
     const server = (await serverMicros()) - server0;
     console.log(
-      `| ${gapMs} ms | ${count} | ${((wall * 1000) / count).toFixed(0)} | ${((client.user + client.system) / count).toFixed(0)} | ${(server / count).toFixed(0)} |`,
+      `| ${gapMs} ms | ${count} | ${((wall * 1000) / count).toFixed(0)} | ` +
+        `${((client.user + client.system) / count).toFixed(0)} | ` +
+        `${(server / count).toFixed(0)} |`,
     );
   }
   socket.destroy();

@@ -57,6 +57,7 @@ console.log("µs of CPU a call, 3 rounds: protobuf-es reflection | compiled plan
 for (let round = 0; round < 3; round++) {
   for (const [name, reflective, plan] of rows)
     console.log(
-      `${name.padEnd(16)} ${cpuPerCall(reflective).toFixed(2).padStart(6)} | ${cpuPerCall(plan).toFixed(2).padStart(6)}`,
+      `${name.padEnd(16)} ${cpuPerCall(reflective).toFixed(2).padStart(6)} | ` +
+        `${cpuPerCall(plan).toFixed(2).padStart(6)}`,
     );
 }

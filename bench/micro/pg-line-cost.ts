@@ -1,7 +1,8 @@
 // What Postgres's backend spends on one stored 100 B log line, by the form of the statement and the
 // type of the data column: one connection, one statement at a time, batches of 500 lines, the
 // backend's CPU read from /proc (so run it on the machine that runs Postgres). docs/performance.md,
-// section 3, "Postgres's share of a stored line". Forms, in a scratch table shaped like stream_messages:
+// section 3, "Postgres's share of a stored line". Forms, in a scratch table shaped like
+// stream_messages:
 //   nested  — the batches as one jsonb parameter of [[sequence, data], …] arrays, the shape
 //             appendBatches sent before (jsonb_array_elements twice, ->> 0 and -> 1 per line);
 //   ranged  — the data as one jsonb array and the sequences as a bigint[] beside it, each line read
@@ -10,7 +11,8 @@
 //   zipped  — the same two parameters read together by ROWS FROM;
 //   json / text — the zipped form into a column of type json or text instead of jsonb (the text
 //             sent is kept as is; jsonb parses it into its binary form).
-// Not part of `npm run bench`. Run: DATABASE_URL=postgres://… node --import tsx bench/micro/pg-line-cost.ts [--rounds 3] [--statements 300]
+// Not part of `npm run bench`. Run: DATABASE_URL=postgres://… node --import tsx
+// bench/micro/pg-line-cost.ts [--rounds 3] [--statements 300]
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import pg from "pg";
@@ -35,7 +37,10 @@ function cpuMsOf(pid: number): number {
 
 const data = JSON.stringify({ stream: "stdout", text: "x".repeat(100) });
 const columns =
-  "(job_id uuid not null, stream text not null, lease_id bigint not null, attempt int not null, sequence bigint not null, data TYPE not null, received_at timestamptz not null default now(), primary key (job_id, stream, lease_id, sequence))";
+  "(job_id uuid not null, stream text not null, lease_id bigint not null, " +
+  "attempt int not null, sequence bigint not null, data TYPE not null, " +
+  "received_at timestamptz not null default now(), primary key (job_id, " +
+  "stream, lease_id, sequence))";
 const forms: Record<
   string,
   {
@@ -114,7 +119,8 @@ try {
       const lines = statements * linesPerStatement;
       const cpuMicros = ((cpuMsOf(pid) - cpu0) * 1000) / lines;
       console.log(
-        `| ${name} | ${form.type} | ${round} | ${cpuMicros.toFixed(2)} | ${(((performance.now() - t0) * 1000) / lines).toFixed(2)} |`,
+        `| ${name} | ${form.type} | ${round} | ${cpuMicros.toFixed(2)} | ` +
+          `${(((performance.now() - t0) * 1000) / lines).toFixed(2)} |`,
       );
       await client.query(`drop table ${table}`);
     }

@@ -33,7 +33,8 @@ serveRequests(async (m) => {
       minVersion: "TLSv1.3",
       ALPNProtocols: ["h2"],
       allowHTTP1: false,
-      settings: { initialWindowSize: 1 << 20 }, // as the control plane (src/server/control-plane.ts)
+      // as the control plane (src/server/control-plane.ts)
+      settings: { initialWindowSize: 1 << 20 },
     },
     (req, res) => {
       if (req.method !== "POST") {
@@ -56,7 +57,8 @@ serveRequests(async (m) => {
       });
     },
   );
-  server.on("session", (s: http2.Http2Session) => s.setLocalWindowSize(4 << 20)); // as the control plane
+  // as the control plane
+  server.on("session", (s: http2.Http2Session) => s.setLocalWindowSize(4 << 20));
   await new Promise<void>((resolve) => server!.listen(0, "127.0.0.1", resolve));
   return {
     type: "started",

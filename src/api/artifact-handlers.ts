@@ -82,7 +82,8 @@ export function adminArtifactHandlers(
         yield { data: chunk, ...head };
         head = undefined;
       }
-      if (head) yield { data: new Uint8Array(0), ...head }; // an empty artifact still says what it is
+      // an empty artifact still says what it is
+      if (head) yield { data: new Uint8Array(0), ...head };
     },
   };
 }

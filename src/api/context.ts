@@ -16,7 +16,10 @@ export const requestIdentityKey = createContextKey<RequestIdentity | undefined>(
   description: "request identity",
 });
 
-/** Set by the guard when it decides a request: the method called, on either surface (request metrics label by it). */
+/**
+ * Set by the guard when it decides a request: the method called, on either surface (request metrics
+ * label by it).
+ */
 export const calledMethodKey = createContextKey<DescMethod | undefined>(undefined, {
   description: "method called",
 });

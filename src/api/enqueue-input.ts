@@ -2,7 +2,10 @@ import type { EnqueueJobRequest } from "../../gen/forelead/admin/v1/admin_pb.js"
 import type { EnqueueInput } from "../broker/jobs/rules.js";
 import { scheduleFieldsOf } from "./schedule-fields.js";
 
-/** An EnqueueJobRequest as the broker takes it (validated there, by validateEnqueue), owned by `enqueuedBy`. */
+/**
+ * An EnqueueJobRequest as the broker takes it (validated there, by validateEnqueue), owned by
+ * `enqueuedBy`.
+ */
 export function enqueueInputOf(req: EnqueueJobRequest, enqueuedBy: string): EnqueueInput {
   const spec = req.spec;
   return {

@@ -28,7 +28,10 @@ export function createEnrollService(enrollment: Enrollments): ServiceImpl<typeof
       const cert = enrolled.certificate;
       recordAction(ctx, {
         action: "certificate.issue",
-        target: `certificate ${cert.serialHex} (sha256 ${cert.sha256}) for ${cert.spiffeId}, valid ${cert.notBefore.toISOString()} to ${cert.notAfter.toISOString()}`,
+        target:
+          `certificate ${cert.serialHex} (sha256 ${cert.sha256}) for ` +
+          `${cert.spiffeId}, valid ${cert.notBefore.toISOString()} to ` +
+          `${cert.notAfter.toISOString()}`,
         decision: "allow",
         reason: `issued on enrollment with grant ${enrolled.grant.id}`,
         spiffeId: cert.spiffeId,

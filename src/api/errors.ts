@@ -34,7 +34,9 @@ export function toConnectError(err: unknown, where: string): ConnectError {
   // cancel (a client that is gone never reads either answer).
   if (err instanceof DatabasePoolBusyError) {
     return new ConnectError(
-      `${err.message}: the control plane is overloaded or holding long transactions; retry (its operator: check forelead status's pool and the database's slow queries)`,
+      `${err.message}: the control plane is overloaded or holding long ` +
+        `transactions; retry (its operator: check forelead status's pool and the ` +
+        `database's slow queries)`,
       Code.Unavailable,
       { "retry-after": String(databaseRetryAfterSeconds) },
     );

@@ -27,9 +27,14 @@ export interface GuardOptions {
   /** The roles granted to service identities (`--admin`, `--grant`). */
   readonly roles: RoleTable;
   readonly audit: AuditSink;
-  /** A reason when the runner is refused (retired); synchronous and cheap: it runs on every request. */
+  /**
+   * A reason when the runner is refused (retired); synchronous and cheap: it runs on every request.
+   */
   readonly runnerRefusal?: (runner: Extract<Principal, { kind: "runner" }>) => string | undefined;
-  /** The workspace and enqueuer of a job, for scoped roles on methods that name a job rather than a workspace. */
+  /**
+   * The workspace and enqueuer of a job, for scoped roles on methods that name a job rather than a
+   * workspace.
+   */
   readonly jobOwnership: (jobId: string) => Promise<JobOwnership | undefined>;
   /** Told of every refusal, once per request, by its kind (metrics); cheap and synchronous. */
   readonly onRefusal?: (reason: RefusalReason) => void;
@@ -73,15 +78,18 @@ export function guardService(spec: ServiceImplSpec, options: GuardOptions): Serv
 }
 
 function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpec {
-  // The context, once the caller is admitted and (given a request message) the message passes the rules.
+  // The context, once the caller is admitted and (given a request message) the message passes the
+  // rules.
   const admitted = async (ctx: HandlerContext, req?: object): Promise<HandlerContext> => {
     const admission = authorizeOnce(ctx, options);
-    if (req) checkRequestText(spec.method.input, req); // before anything (the scope's audit record) reads it
+    // before anything (the scope's audit record) reads it
+    if (req) checkRequestText(spec.method.input, req);
     if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
     if (req) checkRequestMessage(spec.method.input, req, admission.principal);
     return ctx;
   };
-  // Streamed requests: each message passes the text rules as it arrives; the handler checks the rest.
+  // Streamed requests: each message passes the text rules as it arrives; the handler checks the
+  // rest.
   switch (spec.kind) {
     case "unary": {
       const { method, impl } = spec;
@@ -254,7 +262,8 @@ function authorize(
     options.onRefusal?.(why);
     throw new ConnectError(reason, code);
   };
-  // Fail closed: a decision that cannot be recorded is not made (the refusal itself waits in memory, aggregated).
+  // Fail closed: a decision that cannot be recorded is not made (the refusal itself waits in
+  // memory, aggregated).
   const unrecordable = options.audit.unavailable();
   if (unrecordable) return deny(Code.Unavailable, unrecordable, "audit_unavailable");
   if (rule.kind === "none")
@@ -274,7 +283,9 @@ function authorize(
     if (principal.kind !== "runner") {
       return deny(
         Code.PermissionDenied,
-        `runner routes need a SPIFFE ID of the form spiffe://${options.trustDomain}${runnerPathShape}; this certificate's is ${id}`,
+        `runner routes need a SPIFFE ID of the form ` +
+          `spiffe://${options.trustDomain}${runnerPathShape}; this certificate's ` +
+          `is ${id}`,
         "not_a_runner",
       );
     }
@@ -303,7 +314,8 @@ function authorize(
     );
   if (roles?.admin) return admitted(principal, `admin ${id}`);
   if (role === "read" && roles?.read) return admitted(principal, `read ${id}`);
-  // Workspace-scoped roles (an enqueuer may list its own jobs): decided (and audited) once the request message names the workspace or the job.
+  // Workspace-scoped roles (an enqueuer may list its own jobs): decided (and audited) once the
+  // request message names the workspace or the job.
   const scoped =
     role === "read"
       ? (roles?.readWorkspaces.size ?? 0) + (roles?.enqueue.size ?? 0) > 0
@@ -363,7 +375,8 @@ async function decideScope(
       : `${id} has no "${role}" role in any workspace`;
   const batch = values && batchField(method);
   if (batch) {
-    // A batch (jobs[]): every item's workspace must be granted; a refusal names each other workspace and its items.
+    // A batch (jobs[]): every item's workspace must be granted; a refusal names each other
+    // workspace and its items.
     const items = (values[batch.jsonName] as Array<Record<string, unknown>> | undefined) ?? [];
     const outside = new Map<string, number[]>();
     items.forEach((item, i) => {
@@ -381,7 +394,10 @@ async function decideScope(
     if (outside.size === 0)
       return allow(`${role} ${id} in the workspaces of ${items.length} ${batch.jsonName}`);
     return deny(
-      `${may}, not in ${named.join(", ")}${outside.size > 5 ? ` and ${outside.size - 5} more workspaces` : ""}; grant it with --grant ${id}=${role}:${[...outside.keys()].slice(0, 5).join(",")}`,
+      `${may}, not in ` +
+        `${named.join(", ")}${outside.size > 5 ? ` and ${outside.size - 5} more workspaces` : ""}; ` +
+        `grant it with --grant ` +
+        `${id}=${role}:${[...outside.keys()].slice(0, 5).join(",")}`,
     );
   }
   if (has("workspace_id") && !everyWorkspace.has(method.name)) {
@@ -422,10 +438,15 @@ async function decideScope(
       );
     if (role === "enqueue")
       return deny(
-        `${id} may ${method.name.startsWith("Cancel") ? "cancel" : "act on"} only the ${what}s it enqueued; ${what} ${jobId} in workspace "${job.workspaceId}" is another identity's (only --grant ${id}=admin allows it)`,
+        `${id} may ${method.name.startsWith("Cancel") ? "cancel" : "act on"} ` +
+          `only the ${what}s it enqueued; ${what} ${jobId} in workspace ` +
+          `"${job.workspaceId}" is another identity's (only --grant ${id}=admin ` +
+          `allows it)`,
       );
     return deny(
-      `${may} and on the ${what}s it enqueued, not on ${what} ${jobId} in workspace "${job.workspaceId}"; grant it with --grant ${id}=read:${job.workspaceId}`,
+      `${may} and on the ${what}s it enqueued, not on ${what} ${jobId} in ` +
+        `workspace "${job.workspaceId}"; grant it with --grant ` +
+        `${id}=read:${job.workspaceId}`,
     );
   }
   return deny(lacks(id, role, method.name, `${id}=${role}`, ": it covers every workspace"));
@@ -445,7 +466,10 @@ const everyWorkspace: ReadonlySet<string> = new Set(["ListCertificates"]);
  */
 const workspaceActs: ReadonlySet<string> = new Set(["AnswerInput"]);
 
-/** Whether a method's reply lists jobs (a repeated forelead.runner.v1.Job): its handler applies `jobReaderOf`. */
+/**
+ * Whether a method's reply lists jobs (a repeated forelead.runner.v1.Job): its handler applies
+ * `jobReaderOf`.
+ */
 function listsJobs(method: DescMethod): boolean {
   return method.output.fields.some(
     (f) =>

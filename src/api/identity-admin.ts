@@ -64,7 +64,9 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
         (r) => ({
           target: `runner "${r.runnerId}" in workspace "${r.workspaceId}"`,
           reason: r.newlyRetired
-            ? `retired${req.reason ? ` (${req.reason})` : ""}; ${r.releasedJobIds.length} live lease(s) released to the queue${r.releasedJobIds.length ? `: jobs ${r.releasedJobIds.join(", ")}` : ""}`
+            ? `retired${req.reason ? ` (${req.reason})` : ""}; ` +
+              `${r.releasedJobIds.length} live lease(s) released to the ` +
+              `queue${r.releasedJobIds.length ? `: jobs ${r.releasedJobIds.join(", ")}` : ""}`
             : `already retired at ${r.retiredAt.toISOString()}`,
         }),
       );

@@ -49,7 +49,9 @@ export function createInventoryAdminMethods(inventory: Inventory): InventoryMeth
       };
     },
     async orderReap(req, ctx) {
-      const what = `${req.kind.slice(0, 20)} ${JSON.stringify(req.name.slice(0, 200))} of runner "${req.runnerId.slice(0, 140)}"`;
+      const what =
+        `${req.kind.slice(0, 20)} ${JSON.stringify(req.name.slice(0, 200))} of ` +
+        `runner "${req.runnerId.slice(0, 140)}"`;
       const place = () =>
         inventory.order({
           runnerId: req.runnerId,

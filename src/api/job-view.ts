@@ -30,7 +30,10 @@ function unmaskedJob(snapshot: JobSnapshot): Job {
   return decodeJson(JobSchema, snapshot as JsonValue);
 }
 
-/** The proto Lease of a broker lease view; secrets only when the view carries them (the claim that issued it). */
+/**
+ * The proto Lease of a broker lease view; secrets only when the view carries them (the claim that
+ * issued it).
+ */
 export function leaseMessage(view: LeaseView): Lease {
   return create(LeaseSchema, {
     apiVersion,

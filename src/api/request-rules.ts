@@ -24,7 +24,10 @@ export function checkRequestMessage(
     checkNamed("workspaceId", "workspace", values["workspaceId"], principal.workspaceId);
 }
 
-/** Which of the checked fields a message has, looked up once per schema (stream messages pass here line by line). */
+/**
+ * Which of the checked fields a message has, looked up once per schema (stream messages pass here
+ * line by line).
+ */
 interface CheckedFields {
   readonly apiVersion: boolean;
   readonly runnerId: boolean;

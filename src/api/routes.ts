@@ -31,7 +31,9 @@ export interface RouteEntry {
 
 const principals = new Set<string>(["runner", "admin", "none"]);
 
-/** Reads the route option of every method; throws naming a method that lacks one or is malformed. */
+/**
+ * Reads the route option of every method; throws naming a method that lacks one or is malformed.
+ */
 export function routeTable(services: readonly DescService[]): RouteEntry[] {
   const seen = new Map<string, string>();
   return services.flatMap((service) =>
@@ -41,7 +43,8 @@ export function routeTable(services: readonly DescService[]): RouteEntry[] {
       const option = getOption(method, routeOption);
       if (!principals.has(option.principal)) {
         throw new Error(
-          `${service.typeName}.${method.name}: route principal must be runner, admin or none, not ${JSON.stringify(option.principal)}`,
+          `${service.typeName}.${method.name}: route principal must be runner, ` +
+            `admin or none, not ${JSON.stringify(option.principal)}`,
         );
       }
       const where = `${service.typeName}.${method.name}`;
@@ -50,7 +53,8 @@ export function routeTable(services: readonly DescService[]): RouteEntry[] {
       ).length;
       if (requestMappings !== (method.methodKind === "client_streaming" ? 1 : 0)) {
         throw new Error(
-          `${where}: client-streaming methods need exactly one of ndjson_request and raw_request_body; other methods none`,
+          `${where}: client-streaming methods need exactly one of ndjson_request ` +
+            `and raw_request_body; other methods none`,
         );
       }
       if (
@@ -114,7 +118,9 @@ export function checkedRole(
         !batchField(method))
     ) {
       throw new Error(
-        `${name}: an "enqueue" method must be unary with a workspace_id, job_id or pipeline_id field, or a batch of messages with one (jobs), so its workspace can be checked`,
+        `${name}: an "enqueue" method must be unary with a workspace_id, job_id ` +
+          `or pipeline_id field, or a batch of messages with one (jobs), so its ` +
+          `workspace can be checked`,
       );
     }
   }
@@ -136,7 +142,10 @@ export function batchField(method: DescMethod): DescField | undefined {
 
 const headerName = /^[a-z0-9][a-z0-9-]*$/;
 
-/** raw_request_body names a bytes field; header fields name scalar fields by JSON name and real header names. */
+/**
+ * raw_request_body names a bytes field; header fields name scalar fields by JSON name and real
+ * header names.
+ */
 function checkBodyMappings(where: string, method: DescMethod, option: Route): void {
   if (option.rawRequestBody) {
     const field = method.input.fields.find((f) => f.name === option.rawRequestBody);

@@ -73,7 +73,10 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
           throw err;
         });
       if (registered.change) {
-        const reason = `registration changed${registered.change.live ? " while the runner was live" : ""}: ${describeChange(registered.change)}`;
+        const reason =
+          `registration ` +
+          `changed${registered.change.live ? " while the runner was live" : ""}: ` +
+          `${describeChange(registered.change)}`;
         console.log(`forelead: ${target}: ${reason}`);
         recordAction(ctx, { action: "runner.register", target, decision: "allow", reason });
       }
@@ -84,7 +87,8 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       // Its REST body is one lease: a second would be leased and never delivered.
       if (req.maxLeases > 1)
         throw new ConnectError(
-          `maxLeases ${req.maxLeases}: Claim (POST /v1/runner/claim) leases one job; ask ClaimLeases (POST /v1/runner/claims) for more`,
+          `maxLeases ${req.maxLeases}: Claim (POST /v1/runner/claim) leases one ` +
+            `job; ask ClaimLeases (POST /v1/runner/claims) for more`,
           Code.InvalidArgument,
         );
       return claimResponse(await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal));
@@ -191,7 +195,9 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         `certificate renewal for ${spiffeId}`,
         renew,
         (c) => ({
-          target: `certificate ${c.serialHex} (sha256 ${c.sha256}) for ${spiffeId}, valid ${c.notBefore.toISOString()} to ${c.notAfter.toISOString()}`,
+          target:
+            `certificate ${c.serialHex} (sha256 ${c.sha256}) for ${spiffeId}, valid ` +
+            `${c.notBefore.toISOString()} to ${c.notAfter.toISOString()}`,
           reason: "issued on renewal",
         }),
       );

@@ -2,7 +2,10 @@ import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Backoff, Requirements } from "../../gen/forelead/runner/v1/scheduling_pb.js";
 import type { EnqueueInput } from "../broker/jobs/rules.js";
 
-/** The scheduling and requirement fields an EnqueueJobRequest and a PipelineStepRequest share, as decoded messages. */
+/**
+ * The scheduling and requirement fields an EnqueueJobRequest and a PipelineStepRequest share, as
+ * decoded messages.
+ */
 export interface ScheduleMessage {
   readonly runAt?: Timestamp;
   readonly delaySeconds?: bigint;

@@ -39,7 +39,10 @@ export async function ingestRequests(
   return {};
 }
 
-/** Reads each streamed request as an IncomingMessage, numbering them ("message 3", or its NDJSON line). */
+/**
+ * Reads each streamed request as an IncomingMessage, numbering them ("message 3", or its NDJSON
+ * line).
+ */
 function reader(
   schema: DescMessage,
   runner: ReturnType<typeof runnerOf>,
@@ -88,7 +91,9 @@ export interface EntryMessage {
   receivedAt: ReturnType<typeof timestampFromDate>;
 }
 
-/** Serves GetJobLogs or GetJobEvents: one page, or with follow every entry until the job settles. */
+/**
+ * Serves GetJobLogs or GetJobEvents: one page, or with follow every entry until the job settles.
+ */
 export async function* streamEntries(
   streams: Streams,
   stream: StreamName,

@@ -58,7 +58,8 @@ export function createApiHandler(
     const impls = options.implementations.filter((impl) => impl.service === service);
     if (impls.length !== 1)
       throw new Error(
-        `${service.typeName} is listed in src/api/services.ts but has ${impls.length === 0 ? "no implementation" : "more than one"}`,
+        `${service.typeName} is listed in src/api/services.ts but has ` +
+          `${impls.length === 0 ? "no implementation" : "more than one"}`,
       );
     return guardService(impls[0]!, options.guard);
   });

@@ -2,7 +2,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 
 /** The forms a time bound takes, as the refusal of a bad one names them. */
 const timeBoundForms =
-  'RFC 3339 ("2026-11-29T09:30:00Z"), Unix seconds ("1796031000"), a duration before now ("720h", "90m", "45s") or days before now ("30d")';
+  'RFC 3339 ("2026-11-29T09:30:00Z"), Unix seconds ("1796031000"), a ' +
+  'duration before now ("720h", "90m", "45s") or days before now ("30d")';
 
 const rfc3339 =
   /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
@@ -40,7 +41,10 @@ export function parseTimeBound(field: string, text: string, now: Date): Date {
   );
 }
 
-/** Whether the fields of an RFC 3339 match name a real day and time (Date itself rolls 02-30 over into March). */
+/**
+ * Whether the fields of an RFC 3339 match name a real day and time (Date itself rolls 02-30 over
+ * into March).
+ */
 function realFields(m: RegExpExecArray): boolean {
   const [y, mo, d, h, mi, se] = m.slice(1, 7).map(Number) as [
     number,
@@ -75,7 +79,8 @@ export function parseTimeRange(
   const until = input.until ? parseTimeBound("until", input.until, now) : undefined;
   if (since && until && until.getTime() < since.getTime()) {
     throw new ConnectError(
-      `until (${until.toISOString()}) is before since (${since.toISOString()}); give a window that ends after it starts`,
+      `until (${until.toISOString()}) is before since ` +
+        `(${since.toISOString()}); give a window that ends after it starts`,
       Code.InvalidArgument,
     );
   }

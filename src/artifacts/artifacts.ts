@@ -61,7 +61,10 @@ export interface Artifacts {
   list(jobId: string): Promise<StoredArtifact[]>;
   /** One artifact of a job's manifest, by name, with its bytes. */
   read(jobId: string, name: string, chunkBytes?: number): Promise<ArtifactContent>;
-  /** The bytes of an artifact listed elsewhere (a suspended job's checkpoint), checked against its digest as read. */
+  /**
+   * The bytes of an artifact listed elsewhere (a suspended job's checkpoint), checked against its
+   * digest as read.
+   */
   content(artifact: StoredArtifact, chunkBytes?: number): Promise<ArtifactContent>;
   /** Discards uploads whose lease has ended now (also done on a timer). */
   sweep(): Promise<number>;
@@ -158,10 +161,13 @@ async function* verified(
   const digest = `sha256:${hash.digest("hex")}`;
   if (digest !== artifact.digest || size !== artifact.size) {
     console.error(
-      `artifacts: blob ${artifact.digest} (${JSON.stringify(artifact.name)}) read back as ${size} bytes hashing to ${digest}; the store is damaged`,
+      `artifacts: blob ${artifact.digest} (${JSON.stringify(artifact.name)}) ` +
+        `read back as ${size} bytes hashing to ${digest}; the store is damaged`,
     );
     throw new ConnectError(
-      `the stored blob of ${JSON.stringify(artifact.name)} no longer matches ${artifact.digest} (read ${size} bytes hashing to ${digest}); the artifact store was damaged`,
+      `the stored blob of ${JSON.stringify(artifact.name)} no longer matches ` +
+        `${artifact.digest} (read ${size} bytes hashing to ${digest}); the ` +
+        `artifact store was damaged`,
       Code.DataLoss,
     );
   }

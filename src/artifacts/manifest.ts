@@ -69,7 +69,9 @@ export async function checkManifest(
     const size = sizes.get(e.digest);
     if (size === undefined) {
       throw new ConnectError(
-        `artifacts[${i}] (${JSON.stringify(e.name)}) names ${e.digest}, which was not uploaded and finalized under a lease of job ${jobId}; upload it under this job first`,
+        `artifacts[${i}] (${JSON.stringify(e.name)}) names ${e.digest}, which ` +
+          `was not uploaded and finalized under a lease of job ${jobId}; upload it ` +
+          `under this job first`,
         Code.FailedPrecondition,
       );
     }

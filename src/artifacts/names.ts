@@ -31,7 +31,11 @@ export function artifactNameProblem(name: string): string | undefined {
   // controls, line separators) would let a name look like another in the dashboard and the CLI.
   const hidden = name.match(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u)?.[0];
   if (hidden)
-    return `holds U+${hidden.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}, an invisible or bidirectional control character`;
+    return (
+      `holds ` +
+      `U+${hidden.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}, ` +
+      `an invisible or bidirectional control character`
+    );
   if (name.includes("\\")) return 'holds a backslash; separate segments with "/"';
   if (name.startsWith("/"))
     return "is an absolute path; names are relative to the output directory";
@@ -71,7 +75,8 @@ export function checkMediaType(mediaType: string, what = "mediaType"): string {
   if (mediaType === "") return defaultMediaType;
   if (mediaType.length > 255 || !mediaTypePattern.test(mediaType)) {
     throw new ConnectError(
-      `${what} ${JSON.stringify(mediaType.slice(0, 100))} is not a media type such as "text/plain" or "application/json"`,
+      `${what} ${JSON.stringify(mediaType.slice(0, 100))} is not a media type ` +
+        `such as "text/plain" or "application/json"`,
       Code.InvalidArgument,
     );
   }

@@ -21,7 +21,10 @@ export function createPostgresArtifactStore(
   db: Kysely<Database>,
   chunkBytes = defaultChunkBytes,
 ): ArtifactStore {
-  /** Drops the upload's staged bytes from `at` on (bytes a broken or raced put left past the durable size). */
+  /**
+   * Drops the upload's staged bytes from `at` on (bytes a broken or raced put left past the durable
+   * size).
+   */
   const cutAt = async (uploadId: string, at: number) => {
     await db
       .deleteFrom("upload_chunks")
@@ -29,9 +32,8 @@ export function createPostgresArtifactStore(
       .where("byte_offset", ">=", at)
       .execute();
     await sql`update upload_chunks set data = substring(data from 1 for (${at}::bigint - byte_offset)::int)
-      where upload_id = ${uploadId} and byte_offset < ${at}::bigint and byte_offset + length(data) > ${at}::bigint`.execute(
-      db,
-    );
+      where upload_id = ${uploadId} and byte_offset < ${at}::bigint and byte_offset + length(data)
+        > ${at}::bigint`.execute(db);
   };
 
   const blobs: BlobStore = {
@@ -150,7 +152,10 @@ async function blobSize(db: Kysely<Database>, digest: Digest): Promise<number | 
   return row ? Number(row.size) : undefined;
 }
 
-/** The rows of one blob or staged upload in offset order, one query per row, so memory stays at one row. */
+/**
+ * The rows of one blob or staged upload in offset order, one query per row, so memory stays at one
+ * row.
+ */
 async function* rowsOf(
   db: Kysely<Database>,
   table: "artifact_blob_chunks" | "upload_chunks",
@@ -185,7 +190,9 @@ async function* pieces(
   }
 }
 
-/** Whether the upload's staged bytes at `position` equal `bytes` (all of them staged, contiguously). */
+/**
+ * Whether the upload's staged bytes at `position` equal `bytes` (all of them staged, contiguously).
+ */
 async function stagedEquals(
   db: Kysely<Database>,
   uploadId: string,
@@ -197,9 +204,8 @@ async function stagedEquals(
     byte_offset: number;
     data: Uint8Array;
   }>`select byte_offset, data from upload_chunks
-    where upload_id = ${uploadId} and byte_offset < ${end}::bigint and byte_offset + length(data) > ${position}::bigint order by byte_offset`.execute(
-    db,
-  );
+    where upload_id = ${uploadId} and byte_offset < ${end}::bigint and byte_offset + length(data)
+      > ${position}::bigint order by byte_offset`.execute(db);
   let at = position;
   for (const row of rows) {
     const offset = Number(row.byte_offset);

@@ -42,7 +42,9 @@ export interface StagedWriter {
  */
 export interface StagingStore {
   open(uploadId: string): Promise<StagedWriter>;
-  /** How many bytes are staged, or undefined when nothing is (never written, removed or promoted). */
+  /**
+   * How many bytes are staged, or undefined when nothing is (never written, removed or promoted).
+   */
   lengthOf(uploadId: string): Promise<number | undefined>;
   /** Drops staged bytes past `length`, makes the rest durable and returns their "sha256:<hex>". */
   seal(uploadId: string, length: number): Promise<string>;
@@ -56,7 +58,9 @@ export interface StagingStore {
   remove(uploadId: string): Promise<void>;
 }
 
-/** Where staged uploads and blobs live: one of two implementations, chosen in src/server/domain.ts. */
+/**
+ * Where staged uploads and blobs live: one of two implementations, chosen in src/server/domain.ts.
+ */
 export type ArtifactStore =
   /** fs-store.ts: files under `dir` (blobs/ and staging/); replicas must share the directory. */
   | (ArtifactStoreParts & { readonly kind: "files"; readonly dir: string })

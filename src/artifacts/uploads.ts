@@ -71,7 +71,9 @@ export async function openUpload(
     );
   if (input.size > ctx.maxArtifactBytes) {
     throw new ConnectError(
-      `artifact ${JSON.stringify(name)} declares ${input.size} bytes, over this control plane's cap of ${ctx.maxArtifactBytes} bytes (forelead serve --max-artifact-size)`,
+      `artifact ${JSON.stringify(name)} declares ${input.size} bytes, over ` +
+        `this control plane's cap of ${ctx.maxArtifactBytes} bytes (forelead ` +
+        `serve --max-artifact-size)`,
       Code.ResourceExhausted,
     );
   }
@@ -104,8 +106,9 @@ export async function openUpload(
       media_type: mediaType,
       state: "open",
     })
-    // The literal, not a parameter: Postgres matches the arbiter to the partial index uploads_open_name
-    // only when it can read the predicate, which a generic plan of a prepared statement cannot.
+    // The literal, not a parameter: Postgres matches the arbiter to the partial index
+    // uploads_open_name only when it can read the predicate, which a generic plan of a prepared
+    // statement cannot.
     .onConflict((oc) =>
       oc.columns(["lease_id", "name"]).where("state", "=", sql.lit("open")).doNothing(),
     )
@@ -131,7 +134,9 @@ export async function openUpload(
     existing.media_type !== mediaType
   ) {
     throw new ConnectError(
-      `an upload of ${JSON.stringify(name)} is already open under this lease (upload ${existing.id}, ${existing.size} bytes, ${existing.digest}); finalize it first or use another name`,
+      `an upload of ${JSON.stringify(name)} is already open under this lease ` +
+        `(upload ${existing.id}, ${existing.size} bytes, ${existing.digest}); ` +
+        `finalize it first or use another name`,
       Code.Aborted,
     );
   }
@@ -161,7 +166,8 @@ export async function putUpload(
   const live = await requireLiveLease(ctx.db, input, input.jobId, input.leaseToken);
   await loadUpload(ctx.db, uploadId, live);
   return ctx.lock(uploadId, async () => {
-    const upload = await loadUpload(ctx.db, uploadId, live); // again: a put before us may have moved it
+    // again: a put before us may have moved it
+    const upload = await loadUpload(ctx.db, uploadId, live);
     checkOpen(upload);
     const held = upload.durable_size;
     if (!Number.isSafeInteger(input.offset) || input.offset < 0)
@@ -192,14 +198,16 @@ export async function putUpload(
         const chunk = next.value;
         if (position + chunk.length > upload.size) {
           throw new ConnectError(
-            `the body runs past the declared size of ${JSON.stringify(upload.name)}: ${position + chunk.length} > ${upload.size} bytes`,
+            `the body runs past the declared size of ${JSON.stringify(upload.name)}: ` +
+              `${position + chunk.length} > ${upload.size} bytes`,
             Code.ResourceExhausted,
           );
         }
         const replay = Math.max(0, Math.min(chunk.length, held - position));
         if (replay > 0 && !(await file.matches(position, chunk.subarray(0, replay)))) {
           throw new ConnectError(
-            `the bytes at ${position}..${position + replay} differ from those upload ${uploadId} already holds; resume from ${held} with the same content`,
+            `the bytes at ${position}..${position + replay} differ from those upload ` +
+              `${uploadId} already holds; resume from ${held} with the same content`,
             Code.Aborted,
           );
         }
@@ -225,7 +233,10 @@ export async function putUpload(
   });
 }
 
-/** Sync, then record `position` as durable; refused when the lease died or another put moved the upload. */
+/**
+ * Sync, then record `position` as durable; refused when the lease died or another put moved the
+ * upload.
+ */
 async function commit(
   ctx: UploadContext,
   file: StagedWriter,
@@ -239,7 +250,8 @@ async function commit(
   const { rows } = await sql<{ durable_size: number }>`
     update uploads set durable_size = ${position}, updated_at = now()
     where id = ${upload.id} and state = 'open' and durable_size = ${from}
-      and exists (select 1 from jobs where ${liveLease({ jobId: sql.ref("uploads.job_id"), leaseId: sql.ref("uploads.lease_id") }, "jobs")})
+      and exists (select 1 from jobs
+        where ${liveLease({ jobId: sql.ref("uploads.job_id"), leaseId: sql.ref("uploads.lease_id") }, "jobs")})
     returning durable_size`.execute(ctx.db);
   if (rows[0]) return position;
   const now = await ctx.db
@@ -250,10 +262,12 @@ async function commit(
   checkOpen(now);
   if (now.durable_size !== from)
     throw new ConnectError(
-      `another request changed upload ${upload.id} (it now holds ${now.durable_size} bytes); resume from ${now.durable_size}`,
+      `another request changed upload ${upload.id} (it now holds ` +
+        `${now.durable_size} bytes); resume from ${now.durable_size}`,
       Code.Aborted,
     );
-  await requireLiveLease(ctx.db, input, input.jobId, input.leaseToken); // throws why the lease is no longer live
+  // throws why the lease is no longer live
+  await requireLiveLease(ctx.db, input, input.jobId, input.leaseToken);
   throw new ConnectError(
     `the lease on job ${input.jobId} ended during the upload; ${from} bytes of upload ${upload.id} are kept`,
     Code.Aborted,
@@ -292,7 +306,8 @@ export async function finalizeUpload(
       throw await discard(
         ctx,
         upload,
-        `${label} holds ${upload.durable_size} of its declared ${upload.size} bytes; it was discarded: open a new upload and send all of it`,
+        `${label} holds ${upload.durable_size} of its declared ${upload.size} ` +
+          `bytes; it was discarded: open a new upload and send all of it`,
         Code.FailedPrecondition,
       );
     }
@@ -303,7 +318,8 @@ export async function finalizeUpload(
         `the bytes of ${label} are no longer held; it was discarded: open a new upload`,
         Code.FailedPrecondition,
       );
-    const actual = await ctx.staging.seal(uploadId, upload.size); // bytes a crash left past the durable size are not part of it
+    // bytes a crash left past the durable size are not part of it
+    const actual = await ctx.staging.seal(uploadId, upload.size);
     if (actual !== digest) {
       throw await discard(
         ctx,
@@ -357,7 +373,8 @@ export async function sweepUploads(ctx: UploadContext, limit = 200): Promise<num
       limit ${limit}
       for update of u skip locked
     )
-    update uploads set state = 'discarded', discard_reason = 'the lease ended before the upload was finalized', updated_at = now()
+    update uploads set state = 'discarded', discard_reason =
+      'the lease ended before the upload was finalized', updated_at = now()
     from dead where uploads.id = dead.id
     returning uploads.id`.execute(ctx.db);
   for (const row of rows) await ctx.staging.remove(row.id);

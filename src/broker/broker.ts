@@ -42,9 +42,14 @@ import { leaseInput } from "./pipelines/inputs.js";
 
 /** The job queue and its leases: every operation runs against the shared database. */
 export interface Broker {
-  /** Stores a job; a queued job's reply says why it waits when that is already known (waiting.ts). */
+  /**
+   * Stores a job; a queued job's reply says why it waits when that is already known (waiting.ts).
+   */
   enqueue(input: EnqueueInput): Promise<JobSnapshot>;
-  /** Stores a batch of jobs, all or nothing, in one transaction (job-batch.ts); the replies carry no `waiting`. */
+  /**
+   * Stores a batch of jobs, all or nothing, in one transaction (job-batch.ts); the replies carry no
+   * `waiting`.
+   */
   enqueueBatch(inputs: readonly EnqueueInput[]): Promise<StoredBatch>;
   /** One job; a queued one carries why it waits (waiting.ts). */
   get(jobId: string): Promise<JobSnapshot>;
@@ -65,9 +70,10 @@ export interface Broker {
   complete(input: CompletionInput): Promise<JobSnapshot>;
   /**
    * Completes and claims the runner's next lease (CompleteRequest.next): in the completion's batch,
-   * right after its commit, when it can (completeAndClaimBatch), else by `claim` after it, which also makes the
-   * long poll when no job was free. A refused completion claims nothing; a claim that fails after
-   * the completion was taken answers no lease (the runner's next claim meets the failure itself).
+   * right after its commit, when it can (completeAndClaimBatch), else by `claim` after it, which
+   * also makes the long poll when no job was free. A refused completion claims nothing; a claim
+   * that fails after the completion was taken answers no lease (the runner's next claim meets the
+   * failure itself).
    */
   completeAndClaim(
     input: CompletionInput,
@@ -75,7 +81,10 @@ export interface Broker {
     signal?: AbortSignal,
   ): Promise<{ job: JobSnapshot; lease?: LeaseView }>;
   runners(workspaceId: string): Promise<RunnerView[]>;
-  /** Stores or updates a runner's registration; a retired runner's is refused, not revived, and so is a second live process of one runner. */
+  /**
+   * Stores or updates a runner's registration; a retired runner's is refused, not revived, and so
+   * is a second live process of one runner.
+   */
   register(registration: Registration): Promise<Registered>;
   /** Statistics of the jobs settled in a window, per workspace (stats.ts). */
   stats(query: StatsQuery): Promise<WorkspaceStats[]>;
@@ -83,7 +92,9 @@ export interface Broker {
   readonly pipelines: Pipelines;
   /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
   retry(jobId: string, by: string): Promise<JobSnapshot>;
-  /** The input `name` of `fromJobId` that a live lease of `jobId` may read (pipelines/inputs.ts). */
+  /**
+   * The input `name` of `fromJobId` that a live lease of `jobId` may read (pipelines/inputs.ts).
+   */
   input(
     holder: LeaseHolder,
     jobId: string,
@@ -113,17 +124,29 @@ export interface BrokerOptions {
   readonly leaseSeconds: number;
   /** How often expired leases and overdue jobs are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
-  /** Default and maximum job timeouts and the grace before the sweep fails an overdue job; defaultJobTimeouts unless given. */
+  /**
+   * Default and maximum job timeouts and the grace before the sweep fails an overdue job;
+   * defaultJobTimeouts unless given.
+   */
   readonly jobTimeouts?: JobTimeouts;
-  /** The code host: checks repositories at enqueue, pins base commits at claim. Without it, jobs with a repository are refused. */
+  /**
+   * The code host: checks repositories at enqueue, pins base commits at claim. Without it, jobs
+   * with a repository are refused.
+   */
   readonly code?: CodeHooks;
   /** How claims and completions arriving together are batched; see defaultBatching. */
   readonly batching?: BatcherOptions;
   /** Told of every lease granted, renewed, settled or swept (metrics); nothing by default. */
   readonly observer?: BrokerObserver;
-  /** Seals job secrets at enqueue and opens them at claim; without it, an enqueue with secrets is refused. */
+  /**
+   * Seals job secrets at enqueue and opens them at claim; without it, an enqueue with secrets is
+   * refused.
+   */
   readonly secrets?: SecretBox;
-  /** An enqueue leases its job to a claim waiting on this replica in its own statement (handoff.ts); true unless false. */
+  /**
+   * An enqueue leases its job to a claim waiting on this replica in its own statement (handoff.ts);
+   * true unless false.
+   */
   readonly handoff?: boolean;
 }
 
@@ -161,7 +184,9 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       completeAndClaimBatch(db, inputs, options.leaseSeconds, options.secrets, observer, settled),
     batching,
   );
-  /** Leases past their expiry (and jobs past their deadline) ended, their jobs requeued or failed. */
+  /**
+   * Leases past their expiry (and jobs past their deadline) ended, their jobs requeued or failed.
+   */
   const sweepLeases = async () => {
     const ended = await expireLeases(db, timeouts, undefined, settled);
     observer?.swept(ended);
@@ -196,7 +221,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     isClosed: () => closed,
   });
 
-  // One function for the broker's life: the enqueue's compiled statement is kept per probe (statementShapes).
+  // One function for the broker's life: the enqueue's compiled statement is kept per probe
+  // (statementShapes).
   const runnableProbe: JobProbe = (ins) => runnableNow(ins, options.leaseSeconds);
   return {
     async enqueue(input) {
@@ -205,7 +231,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
           ? undefined
           : handoffFor(db, wakeups, input, options.leaseSeconds, options.secrets);
       try {
-        // Whether a runner can take the job now is a column of the enqueue's statement: the usual reply costs nothing more.
+        // Whether a runner can take the job now is a column of the enqueue's statement: the usual
+        // reply costs nothing more.
         const { job, probed, handed } = await enqueueProbed(
           db,
           input,

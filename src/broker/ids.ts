@@ -44,7 +44,10 @@ export function checkJobId(jobId: string): string {
   return checkRowId("jobId", "job", jobId);
 }
 
-/** Throws invalid_argument unless `value` (the field `field`, naming a `what`) has the shape of an id (a UUID); returns it in lower case. */
+/**
+ * Throws invalid_argument unless `value` (the field `field`, naming a `what`) has the shape of an
+ * id (a UUID); returns it in lower case.
+ */
 export function checkRowId(field: string, what: string, value: string): string {
   if (!value) throw new ConnectError(`${field} is required`, Code.InvalidArgument);
   if (!uuidPattern.test(value))

@@ -7,16 +7,27 @@ import type { JobState } from "../store/schema.js";
  * runs on the claim and completion paths.
  */
 export interface BrokerObserver {
-  /** A claim request ended after `waitedMs`: with a lease (`granted`), or without one (it timed out or was cancelled). */
+  /**
+   * A claim request ended after `waitedMs`: with a lease (`granted`), or without one (it timed out
+   * or was cancelled).
+   */
   claimEnded(granted: boolean, waitedMs: number): void;
   /** A long-poll claim began (+1) or ended (-1) its wait for a job. */
   claimWaiting(delta: 1 | -1): void;
-  /** An enqueue leased a job to a claim waiting on this replica (the direct handoff, handoff.ts); that claim's claimEnded counts it as granted too. */
+  /**
+   * An enqueue leased a job to a claim waiting on this replica (the direct handoff, handoff.ts);
+   * that claim's claimEnded counts it as granted too.
+   */
   handedOff(): void;
   /** A live lease was extended. */
   renewed(): void;
-  /** A completion settled a lease; `state` is the job's state after it ("queued" when a retryable failure requeued it). */
+  /**
+   * A completion settled a lease; `state` is the job's state after it ("queued" when a retryable
+   * failure requeued it).
+   */
   settled(state: JobState): void;
-  /** The sweep ended these leases (expired, or past the job's timeout); each job's state after it. */
+  /**
+   * The sweep ended these leases (expired, or past the job's timeout); each job's state after it.
+   */
   swept(jobs: ReadonlyArray<{ readonly state: string }>): void;
 }

@@ -132,16 +132,19 @@ export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
     ),
     codes as (
       select workspace_id, json_agg(json_build_object('key', key, 'count', n) order by n desc, key) as by_error_code
-      from (select workspace_id, error_code as key, count(*)::int as n from per_job where error_code is not null group by 1, 2) c group by workspace_id
+      from (select workspace_id, error_code as key, count(*)::int as n from per_job where error_code
+        is not null group by 1, 2) c group by workspace_id
     ),
     runner_use as (
-      select workspace_id, json_agg(json_build_object('runnerId', runner_id, 'jobs', jobs, 'busySeconds', busy) order by runner_id) as runners
+      select workspace_id, json_agg(json_build_object('runnerId', runner_id, 'jobs', jobs,
+        'busySeconds', busy) order by runner_id) as runners
       from (
         select workspace_id, runner_id, count(distinct id)::int as jobs, sum(held) as busy
         from jl where runner_id is not null group by 1, 2
       ) u group by workspace_id
     )
-    select t.*, coalesce(s.by_state, '[]') as by_state, coalesce(c.by_error_code, '[]') as by_error_code, coalesce(u.runners, '[]') as runners
+    select t.*, coalesce(s.by_state, '[]') as by_state, coalesce(c.by_error_code, '[]') as
+      by_error_code, coalesce(u.runners, '[]') as runners
     from totals t
     left join states s using (workspace_id)
     left join codes c using (workspace_id)

@@ -40,7 +40,9 @@ export function secondsFlag(
   };
 }
 
-/** A commander parser for a point in time: RFC 3339, or a duration meaning "that long ago" ("1h"). */
+/**
+ * A commander parser for a point in time: RFC 3339, or a duration meaning "that long ago" ("1h").
+ */
 export function timeFlag(flag: string): (value: string) => Date {
   return (value) => {
     if (/^\d+[dhms]/.test(value)) {

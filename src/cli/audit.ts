@@ -104,5 +104,8 @@ function line(r: AuditRecord): string {
     r.count > 1
       ? ` (${r.count} times to ${r.lastAt ? timestampDate(r.lastAt).toISOString() : "-"})`
       : "";
-  return `${at}${repeated} ${r.decision.padEnd(5)} ${what} by ${who}${r.remoteAddress ? ` from ${r.remoteAddress}` : ""}: ${r.reason}`;
+  return (
+    `${at}${repeated} ${r.decision.padEnd(5)} ${what} by ` +
+    `${who}${r.remoteAddress ? ` from ${r.remoteAddress}` : ""}: ${r.reason}`
+  );
 }

@@ -32,7 +32,8 @@ export function caCommand(): Command {
       const { paths, created } = await initDevPki(opts.dir, { hosts, force: opts.force ?? false });
       console.log(
         created
-          ? `wrote the development PKI to ${paths.dir} (CA ${paths.caCert}, server ${paths.serverCert} for ${hosts.join(", ")})`
+          ? `wrote the development PKI to ${paths.dir} (CA ${paths.caCert}, server ` +
+              `${paths.serverCert} for ${hosts.join(", ")})`
           : `${paths.dir} already holds a development PKI; left unchanged (use --force to replace it)`,
       );
     });
@@ -49,10 +50,13 @@ export function caCommand(): Command {
     .action(async (opts: { dir: string; spiffeId: string; ttl: string; out: string }) => {
       parseSpiffeId(opts.spiffeId);
       const lifetimeMs = parseDuration(opts.ttl);
-      // Backdated by a minute for clock skew; the lifetime stays the one asked for, so it must be longer.
+      // Backdated by a minute for clock skew; the lifetime stays the one asked for, so it must be
+      // longer.
       if (lifetimeMs <= backdateMs)
         throw new Error(
-          `--ttl ${opts.ttl} is not longer than the ${backdateMs / 1000} s the certificate is backdated for clock skew: it would be expired when written; give at least 2m`,
+          `--ttl ${opts.ttl} is not longer than the ${backdateMs / 1000} s the ` +
+            `certificate is backdated for clock skew: it would be expired when ` +
+            `written; give at least 2m`,
         );
       const authority = await loadCertificateAuthority(opts.dir);
       const notBefore = new Date(Date.now() - backdateMs);

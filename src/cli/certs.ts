@@ -17,7 +17,10 @@ const flagged: Record<string, string> = {
   expired: "EXPIRED",
 };
 
-/** `forelead certs`: issued runner certificates, flagging those expiring soon and runners that failed to renew. */
+/**
+ * `forelead certs`: issued runner certificates, flagging those expiring soon and runners that
+ * failed to renew.
+ */
 export function certsCommand(): Command {
   return withAdminClientOptions(
     new Command("certs")
@@ -49,7 +52,8 @@ export function certsCommand(): Command {
             : `expired ${notAfter.toISOString()}`;
         counts.set(c.status, (counts.get(c.status) ?? 0) + 1);
         console.log(
-          `${(flagged[c.status] ?? c.status).padEnd(15)} ${c.spiffeId} serial ${c.serial} ${when}, issued via ${c.issuedVia}`,
+          `${(flagged[c.status] ?? c.status).padEnd(15)} ${c.spiffeId} serial ` +
+            `${c.serial} ${when}, issued via ${c.issuedVia}`,
         );
       }
       const summary = Object.keys(flagged).map(

@@ -24,7 +24,8 @@ export function configCommand(
     config
       .command("show")
       .description(
-        "print the connection the admin commands would use and where each value came from (flag, env, file, default); never a key's contents",
+        "print the connection the admin commands would use and where each value " +
+          "came from (flag, env, file, default); never a key's contents",
       )
       .option("--json", "print it as JSON"),
   ).action(async (flags: ShowFlags) => {
@@ -41,7 +42,8 @@ export function configCommand(
       resolved.settings[k].source,
     ]);
     const lines = [
-      `config file: ${resolved.file ?? "none (FORELEAD_CONFIG, ./forelead.toml, $XDG_CONFIG_HOME/forelead/config.toml)"}`,
+      `config file: ` +
+        `${resolved.file ?? "none (FORELEAD_CONFIG, ./forelead.toml, $XDG_CONFIG_HOME/forelead/config.toml)"}`,
       `profile: ${resolved.profile ? `${resolved.profile.value} (${resolved.profile.source})` : "none"}`,
       ...formatTable(rows),
     ];
@@ -50,7 +52,10 @@ export function configCommand(
   return config;
 }
 
-/** A placeholder of a flag whose value is a file or directory: relative values in the config file resolve against the file's directory. */
+/**
+ * A placeholder of a flag whose value is a file or directory: relative values in the config file
+ * resolve against the file's directory.
+ */
 const pathPlaceholder = /<[^>]*\b(file|dir)\b[^>]*>/;
 
 /**
@@ -77,7 +82,8 @@ export async function applyServeConfig(command: Command, path: string): Promise<
         file,
         ["serve"],
         key,
-        `not an option of forelead serve (keys are its flag names without "--": listen, database, secrets-key, grant, ...)`,
+        `not an option of forelead serve (keys are its flag names without "--": ` +
+          `listen, database, secrets-key, grant, ...)`,
       );
     const name = option.attributeName();
     if (command.getOptionValueSource(name) === "cli") continue; // the flag wins

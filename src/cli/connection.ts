@@ -25,7 +25,10 @@ import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 export const connectionKeys = ["server", "ca", "cert", "key"] as const;
 type ConnectionKey = (typeof connectionKeys)[number];
 
-/** The flags every admin CLI command takes to reach the control plane; unset ones come from the environment, the file or the defaults. */
+/**
+ * The flags every admin CLI command takes to reach the control plane; unset ones come from the
+ * environment, the file or the defaults.
+ */
 export interface AdminClientFlags {
   readonly server?: string;
   readonly ca?: string;
@@ -34,7 +37,10 @@ export interface AdminClientFlags {
   readonly profile?: string;
 }
 
-/** The defaults: what the README's quick start creates (`npm start` makes certs/ca.pem; `forelead ca issue ... --out certs/cli`). */
+/**
+ * The defaults: what the README's quick start creates (`npm start` makes certs/ca.pem; `forelead ca
+ * issue ... --out certs/cli`).
+ */
 const connectionDefaults: Readonly<Record<ConnectionKey, string>> = {
   server: "https://127.0.0.1:8443",
   ca: "certs/ca.pem",
@@ -51,7 +57,10 @@ const envNames: Readonly<Record<ConnectionKey | "profile", string>> = {
 };
 const pathKeys = new Set<string>(["ca", "cert", "key"]);
 
-/** One resolved setting and where it came from ("flag --ca", "env FORELEAD_CA", "file F (profile P)", "default"). */
+/**
+ * One resolved setting and where it came from ("flag --ca", "env FORELEAD_CA", "file F (profile
+ * P)", "default").
+ */
 interface Resolved {
   readonly value: string;
   readonly source: string;
@@ -64,7 +73,10 @@ export interface ResolvedConnection {
   readonly file: string | undefined;
 }
 
-/** Adds --server, --ca, --cert, --key and --profile to `command` (no commander defaults: unset flags fall through to env, file, defaults). */
+/**
+ * Adds --server, --ca, --cert, --key and --profile to `command` (no commander defaults: unset flags
+ * fall through to env, file, defaults).
+ */
 export function withAdminClientOptions(command: Command): Command {
   return command
     .option(
@@ -89,7 +101,10 @@ export function withAdminClientOptions(command: Command): Command {
     );
 }
 
-/** The config file to read: $FORELEAD_CONFIG (which must exist), else ./forelead.toml, else $XDG_CONFIG_HOME/forelead/config.toml; undefined when none exists. */
+/**
+ * The config file to read: $FORELEAD_CONFIG (which must exist), else ./forelead.toml, else
+ * $XDG_CONFIG_HOME/forelead/config.toml; undefined when none exists.
+ */
 function configFilePath(
   env: NodeJS.ProcessEnv = process.env,
   cwd = process.cwd(),
@@ -116,7 +131,8 @@ export async function readConfigFile(path: string): Promise<ConfigFile> {
     text = await readFile(path, "utf8");
   } catch (err) {
     throw new Error(
-      `config file ${path}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})${process.env.FORELEAD_CONFIG ? "; FORELEAD_CONFIG names it" : ""}`,
+      `config file ${path}: cannot read it ` +
+        `(${(err as NodeJS.ErrnoException).code ?? (err as Error).message})${process.env.FORELEAD_CONFIG ? "; FORELEAD_CONFIG names it" : ""}`,
     );
   }
   let data: unknown;
@@ -146,7 +162,10 @@ export async function readConfigFile(path: string): Promise<ConfigFile> {
   return { path, text, data };
 }
 
-/** A `problem` with key `key` of table `table` ([] for the top, ["profiles", "prod"]), naming the file, the line and the key. */
+/**
+ * A `problem` with key `key` of table `table` ([] for the top, ["profiles", "prod"]), naming the
+ * file, the line and the key.
+ */
 export function configError(
   file: ConfigFile,
   table: readonly string[],
@@ -158,7 +177,10 @@ export function configError(
   return new Error(`config file ${file.path}${line ? `:${line}` : ""}: key ${name}: ${problem}`);
 }
 
-/** The line where `key` is set in `table`: after the table's header (TOML) or anywhere (JSON); undefined when it cannot be found. */
+/**
+ * The line where `key` is set in `table`: after the table's header (TOML) or anywhere (JSON);
+ * undefined when it cannot be found.
+ */
 function lineOf(file: ConfigFile, table: readonly string[], key: string): number | undefined {
   const lines = file.text.split("\n");
   const json = file.path.endsWith(".json");
@@ -186,7 +208,10 @@ function isTable(value: unknown): value is Record<string, unknown> {
 
 const topKeys = new Set(["profile", "profiles", "serve"]);
 
-/** The connection settings of `profile` in `file`; every profile is checked (only known keys, non-empty strings), and paths resolve against the file's directory. */
+/**
+ * The connection settings of `profile` in `file`; every profile is checked (only known keys,
+ * non-empty strings), and paths resolve against the file's directory.
+ */
 function profileSettings(
   file: ConfigFile,
   profile: string,
@@ -197,7 +222,8 @@ function profileSettings(
         file,
         [],
         key,
-        `unknown key; the top level takes profile = "NAME", [profiles.NAME] tables (${connectionKeys.join(", ")}) and a [serve] table`,
+        `unknown key; the top level takes profile = "NAME", [profiles.NAME] ` +
+          `tables (${connectionKeys.join(", ")}) and a [serve] table`,
       );
   const profiles = file.data.profiles ?? {};
   if (!isTable(profiles))
@@ -226,7 +252,9 @@ function profileSettings(
   return all.get(profile);
 }
 
-/** Resolves the connection from `flags`, `env` and the config file: flag > env > file > defaults. */
+/**
+ * Resolves the connection from `flags`, `env` and the config file: flag > env > file > defaults.
+ */
 export async function resolveConnection(
   flags: AdminClientFlags,
   env: NodeJS.ProcessEnv = process.env,
@@ -249,14 +277,19 @@ export async function resolveConnection(
     if (!found && profile) {
       const known = Object.keys(isTable(file.data.profiles) ? file.data.profiles : {});
       throw new Error(
-        `profile ${JSON.stringify(name)} (${profile.source}) is not in config file ${file.path}; it has ${known.length ? known.join(", ") : "no profiles"}`,
+        `profile ${JSON.stringify(name)} (${profile.source}) is not in config ` +
+          `file ${file.path}; it has ` +
+          `${known.length ? known.join(", ") : "no profiles"}`,
       );
     }
     fromFile = found ?? {};
     if (found && !profile) profile = { value: "default", source: `file ${file.path}` };
   } else if (profile) {
     throw new Error(
-      `profile ${JSON.stringify(profile.value)} (${profile.source}) needs a config file, and none was found: set FORELEAD_CONFIG, or write ./forelead.toml or ${join(env.XDG_CONFIG_HOME || "~/.config", "forelead", "config.toml")}`,
+      `profile ${JSON.stringify(profile.value)} (${profile.source}) needs a ` +
+        `config file, and none was found: set FORELEAD_CONFIG, or write ` +
+        `./forelead.toml or ` +
+        `${join(env.XDG_CONFIG_HOME || "~/.config", "forelead", "config.toml")}`,
     );
   }
   const settings = {} as Record<ConnectionKey, Resolved>;
@@ -275,13 +308,19 @@ export async function resolveConnection(
   return { settings, profile, file: file?.path };
 }
 
-/** A generated client of an admin-side service with a way to close its connection, so a command exits as soon as it is done. */
+/**
+ * A generated client of an admin-side service with a way to close its connection, so a command
+ * exits as soon as it is done.
+ */
 interface Connection<S extends DescService> {
   readonly client: Client<S>;
   close(): void;
 }
 
-/** The control plane's base URL (no trailing slash) and the TLS material to reach it: what every client (and the dashboard's proxy) is built from. */
+/**
+ * The control plane's base URL (no trailing slash) and the TLS material to reach it: what every
+ * client (and the dashboard's proxy) is built from.
+ */
 export interface Endpoint {
   readonly baseUrl: string;
   readonly ca: string;
@@ -336,7 +375,9 @@ async function connect<S extends DescService>(
   return { client: createClient(service, transport), close: () => sessionManager.abort() };
 }
 
-/** Runs `use` with a client of `service`, closing the connection afterwards so the process can exit. */
+/**
+ * Runs `use` with a client of `service`, closing the connection afterwards so the process can exit.
+ */
 export async function withService<S extends DescService, T>(
   flags: AdminClientFlags,
   service: S,
@@ -378,7 +419,9 @@ async function readSetting(setting: Resolved, name: string): Promise<string> {
     return await readFile(setting.value, "utf8");
   } catch (err) {
     throw new Error(
-      `cannot read --${name} ${setting.value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message} (${setting.source})`,
+      `cannot read --${name} ${setting.value}: ` +
+        `${(err as NodeJS.ErrnoException).code ?? (err as Error).message} ` +
+        `(${setting.source})`,
     );
   }
 }

@@ -8,7 +8,10 @@ interface DashboardFlags extends AdminClientFlags {
   allowRemote?: boolean;
 }
 
-/** `forelead dashboard`: src/dashboard/server/server.ts with the connection of src/cli/connection.ts. */
+/**
+ * `forelead dashboard`: src/dashboard/server/server.ts with the connection of
+ * src/cli/connection.ts.
+ */
 export function dashboardCommand(): Command {
   return withAdminClientOptions(
     new Command("dashboard")
@@ -30,7 +33,8 @@ export function dashboardCommand(): Command {
       endpoint,
     });
     process.stdout.write(
-      `forelead dashboard: ${dashboard.url}/ (API calls go to ${endpoint.baseUrl} with your client certificate; Ctrl-C stops it)\n`,
+      `forelead dashboard: ${dashboard.url}/ (API calls go to ` +
+        `${endpoint.baseUrl} with your client certificate; Ctrl-C stops it)\n`,
     );
     const stop = () => void dashboard.close().then(() => process.exit(0));
     process.once("SIGINT", stop);

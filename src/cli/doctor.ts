@@ -18,7 +18,10 @@ interface DoctorFlags extends AdminClientFlags {
   json?: boolean;
 }
 
-/** `forelead doctor`: the control plane's named checks (GET /v1/admin/doctor), exit 1 when one fails. */
+/**
+ * `forelead doctor`: the control plane's named checks (GET /v1/admin/doctor), exit 1 when one
+ * fails.
+ */
 export function doctorCommand(
   write: (text: string) => void = (t) => process.stdout.write(t),
 ): Command {
@@ -30,13 +33,16 @@ export function doctorCommand(
       const client = await serviceClientFromFlags(flags, StatusService);
       checks = (await client.runDoctor({})).checks;
     } catch (err) {
-      // The control plane itself cannot be asked (down, or its certificate refused): that is the one failure to report.
+      // The control plane itself cannot be asked (down, or its certificate refused): that is the
+      // one failure to report.
       checks = [
         {
           name: "control plane",
           status: "fail",
           detail: `${flags.server} cannot be asked: ${(err as Error).message}`,
-          hint: "check that forelead serve runs there and that its certificate is valid (forelead serve --check on its machine)",
+          hint:
+            "check that forelead serve runs there and that its certificate is valid " +
+            "(forelead serve --check on its machine)",
         },
       ];
     }
@@ -44,7 +50,10 @@ export function doctorCommand(
   });
 }
 
-/** Prints `checks` as the table (or JSON) and sets exit code 1 when one failed: doctor and serve --check both end here. */
+/**
+ * Prints `checks` as the table (or JSON) and sets exit code 1 when one failed: doctor and serve
+ * --check both end here.
+ */
 export function reportChecks(
   checks: readonly CheckRow[],
   json: boolean,
@@ -58,7 +67,10 @@ export function reportChecks(
   if (checks.some((c) => c.status === "fail")) process.exitCode = 1;
 }
 
-/** The doctor's table: one line per check (status, name, detail), its hint under it when not ok, then a summary. */
+/**
+ * The doctor's table: one line per check (status, name, detail), its hint under it when not ok,
+ * then a summary.
+ */
 export function formatChecks(checks: readonly CheckRow[]): string {
   const lines = formatTable(
     checks.flatMap((c) => [
@@ -68,12 +80,16 @@ export function formatChecks(checks: readonly CheckRow[]): string {
   );
   const count = (s: string) => checks.filter((c) => c.status === s).length;
   lines.push(
-    `${count("ok")} ok, ${count("warn")} warn, ${count("fail")} fail${count("skip") ? `, ${count("skip")} skipped` : ""}`,
+    `${count("ok")} ok, ${count("warn")} warn, ${count("fail")} ` +
+      `fail${count("skip") ? `, ${count("skip")} skipped` : ""}`,
   );
   return lines.join("\n") + "\n";
 }
 
-/** The CLI's one table: every column but the last padded to its widest cell, two spaces apart; one line per row. */
+/**
+ * The CLI's one table: every column but the last padded to its widest cell, two spaces apart; one
+ * line per row.
+ */
 export function formatTable(rows: readonly (readonly string[])[]): string[] {
   const widths: number[] = [];
   for (const row of rows)

@@ -77,7 +77,9 @@ export function eventsCommand(
   });
 }
 
-/** One event as a line: id, time, type, where (workspace, runner, job) and its data as compact JSON. */
+/**
+ * One event as a line: id, time, type, where (workspace, runner, job) and its data as compact JSON.
+ */
 export function formatEvent(e: StreamEventsResponse): string {
   const where = [
     e.workspaceId && `workspace=${e.workspaceId}`,

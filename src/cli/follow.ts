@@ -12,7 +12,10 @@ const final = new Set([
   Code.OutOfRange,
 ]);
 
-/** How a follower reads a server stream that it can resume from a cursor (an event id, a log position). */
+/**
+ * How a follower reads a server stream that it can resume from a cursor (an event id, a log
+ * position).
+ */
 export interface Resumable<T, C> {
   /** Where to start. */
   readonly start: C;
@@ -62,7 +65,10 @@ export async function followResuming<T, C>(r: Resumable<T, C>): Promise<C> {
   }
 }
 
-/** A status line on stderr for a wait: shown only when stderr is a terminal and only once the wait has lasted a second. */
+/**
+ * A status line on stderr for a wait: shown only when stderr is a terminal and only once the wait
+ * has lasted a second.
+ */
 export interface StatusLine {
   /** Changes the text. */
   update(text: string): void;
@@ -72,7 +78,10 @@ export interface StatusLine {
 
 const frames = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
-/** Starts a status line with `text` (a spinner and the seconds waited); a no-op when stderr is not a TTY. */
+/**
+ * Starts a status line with `text` (a spinner and the seconds waited); a no-op when stderr is not a
+ * TTY.
+ */
 export function statusLine(text: string, stream: NodeJS.WriteStream = process.stderr): StatusLine {
   if (!stream.isTTY) return { update: () => {}, stop: () => {} };
   const started = Date.now();

@@ -18,7 +18,8 @@ export function grantsCommand(): Command {
     grants
       .command("create")
       .description(
-        "create a single-use enrollment grant; the grant alone goes to stdout (or --out FILE, mode 0600), details to stderr",
+        "create a single-use enrollment grant; the grant alone goes to stdout " +
+          "(or --out FILE, mode 0600), details to stderr",
       )
       .requiredOption("--workspace <id>", "the workspace the runner will belong to")
       .option(
@@ -35,7 +36,8 @@ export function grantsCommand(): Command {
       )
       .option(
         "--out <file>",
-        "write the grant to this file (mode 0600, replaced atomically) instead of stdout, for runner enroll --grant-file",
+        "write the grant to this file (mode 0600, replaced atomically) instead " +
+          "of stdout, for runner enroll --grant-file",
       ),
   ).action(async (flags: GrantsCreateFlags) => {
     const { admin, close } = await openAdminClient(flags);
@@ -47,7 +49,10 @@ export function grantsCommand(): Command {
         expiresInSeconds: flags.expiresIn,
       });
       const until = reply.expiresAt ? timestampDate(reply.expiresAt).toISOString() : "?";
-      const what = `grant ${reply.grantId} for workspace "${reply.workspaceId}", ${reply.runnerId ? `runner "${reply.runnerId}"` : "any runner id"}; single use, expires at ${until}.`;
+      const what =
+        `grant ${reply.grantId} for workspace "${reply.workspaceId}", ` +
+        `${reply.runnerId ? `runner "${reply.runnerId}"` : "any runner id"}; ` +
+        `single use, expires at ${until}.`;
       if (flags.out) {
         // 0600 from the first byte: a grant enrolls a runner, so it is a credential like a key.
         await writeFileAtomic(flags.out, `${reply.grant}\n`, 0o600);

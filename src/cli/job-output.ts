@@ -14,7 +14,9 @@ import { followResuming } from "./follow.js";
 /** Which of a job's streams: its log or its events. */
 export type JobStream = "logs" | "events";
 
-/** One entry of either stream (GetJobLogsResponse and GetJobEventsResponse have the same fields). */
+/**
+ * One entry of either stream (GetJobLogsResponse and GetJobEventsResponse have the same fields).
+ */
 type Entry = GetJobLogsResponse | GetJobEventsResponse;
 
 /** How to read a job's stream. */
@@ -22,7 +24,10 @@ export interface JobStreamOptions {
   readonly jobId: string;
   /** Only this attempt; 0 for all. */
   readonly attempt?: number;
-  /** Keep reading until the job settles, resuming after a dropped connection from the last entry handed on. */
+  /**
+   * Keep reading until the job settles, resuming after a dropped connection from the last entry
+   * handed on.
+   */
   readonly follow: boolean;
   readonly warn: (text: string) => void;
 }
@@ -75,7 +80,10 @@ export async function readJobStream(
   });
 }
 
-/** An entry as `forelead jobs logs|events` prints it: the log's plain text, an event as a line, or proto3 JSON. */
+/**
+ * An entry as `forelead jobs logs|events` prints it: the log's plain text, an event as a line, or
+ * proto3 JSON.
+ */
 export function formatEntry(stream: JobStream, entry: Entry, json: boolean): string {
   if (json)
     return `${entry.$typeName === "forelead.admin.v1.GetJobLogsResponse" ? toJsonString(GetJobLogsResponseSchema, entry) : toJsonString(GetJobEventsResponseSchema, entry)}\n`;
@@ -85,5 +93,9 @@ export function formatEntry(stream: JobStream, entry: Entry, json: boolean): str
     data && typeof data === "object" && !Array.isArray(data) && typeof data["type"] === "string"
       ? data["type"]
       : "-";
-  return `attempt ${entry.attempt}  #${entry.sequence}  ${entry.receivedAt ? timestampDate(entry.receivedAt).toISOString() : "-"}  ${type}  ${JSON.stringify(data)}\n`;
+  return (
+    `attempt ${entry.attempt}  #${entry.sequence}  ` +
+    `${entry.receivedAt ? timestampDate(entry.receivedAt).toISOString() : "-"}  ` +
+    `${type}  ${JSON.stringify(data)}\n`
+  );
 }

@@ -43,7 +43,9 @@ export async function enqueueBatch(
       ...reply.jobs.map((j, i) => [String(i), j.id, j.state, j.workspaceId]),
     ];
     write(
-      `${formatTable(rows).join("\n")}\n${reply.jobs.length} jobs, ${reply.created} new (the others were already enqueued under their idempotency keys)\n`,
+      `${formatTable(rows).join("\n")}\n${reply.jobs.length} jobs, ` +
+        `${reply.created} new (the others were already enqueued under their ` +
+        `idempotency keys)\n`,
     );
   });
 }

@@ -33,7 +33,10 @@ interface EnqueueFlags extends AdminClientFlags {
   json?: boolean;
 }
 
-/** The exit code `jobs enqueue --wait` ends with when the job was cancelled (as a shell reports an interrupt). */
+/**
+ * The exit code `jobs enqueue --wait` ends with when the job was cancelled (as a shell reports an
+ * interrupt).
+ */
 const cancelledExitCode = 130;
 
 /** `forelead jobs enqueue`: EnqueueJob, and with --wait the job's log live and its exit code. */
@@ -44,7 +47,9 @@ export function enqueueCommand(
   return withAdminClientOptions(
     new Command("enqueue")
       .description(
-        "enqueue a job (argv after --), or with --batch FILE many in one request; with --wait print its log as it runs and exit with its exit code",
+        "enqueue a job (argv after --), or with --batch FILE many in one " +
+          "request; with --wait print its log as it runs and exit with its exit " +
+          "code",
       )
       .argument(
         "[argv...]",
@@ -56,7 +61,9 @@ export function enqueueCommand(
       )
       .option(
         "--batch <file>",
-        'enqueue the jobs of FILE in one request, all or nothing: EnqueueJob requests (proto3 JSON) one a line or as a JSON array, "-" for stdin; the flags given are every job\'s defaults',
+        "enqueue the jobs of FILE in one request, all or nothing: EnqueueJob " +
+          'requests (proto3 JSON) one a line or as a JSON array, "-" for stdin; ' +
+          "the flags given are every job's defaults",
       )
       .option(
         "--label <label>",
@@ -73,7 +80,8 @@ export function enqueueCommand(
       )
       .option(
         "--secrets-file <file>",
-        "credentials for the job's environment: KEY=VALUE lines (# comments) or a JSON object; stored encrypted, never printed",
+        "credentials for the job's environment: KEY=VALUE lines (# comments) or " +
+          "a JSON object; stored encrypted, never printed",
       )
       .option(
         "--secret-file <NAME=PATH>",
@@ -112,7 +120,8 @@ export function enqueueCommand(
       )
       .option(
         "--wait",
-        `follow the job until it settles, printing its log, and exit with its exit code (failed without one: 1; cancelled: ${cancelledExitCode})`,
+        `follow the job until it settles, printing its log, and exit with its ` +
+          `exit code (failed without one: 1; cancelled: ${cancelledExitCode})`,
       )
       .option(
         "--json",
@@ -154,7 +163,9 @@ export function enqueueCommand(
       const job = reply.job;
       if (!job) throw new Error("the control plane's enqueue reply has no job");
       // Running already: leased in the enqueue to a runner that was waiting (the direct handoff).
-      const where = `${job.state === "running" && job.runnerId ? ` on runner ${job.runnerId}` : ""} in workspace ${job.workspaceId}`;
+      const where =
+        `${job.state === "running" && job.runnerId ? ` on runner ${job.runnerId}` : ""} ` +
+        `in workspace ${job.workspaceId}`;
       if (!flags.wait) {
         write(
           flags.json
@@ -181,14 +192,18 @@ export function enqueueCommand(
       if (flags.json) write(`${toJsonString(GetJobResponseSchema, final)}\n`);
       const code = jobExitCode(settled);
       warn(
-        `forelead: job ${settled.id} ${settled.state}${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}${outcomeReason(settled)}\n`,
+        `forelead: job ${settled.id} ` +
+          `${settled.state}${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}${outcomeReason(settled)}\n`,
       );
       process.exitCode = code;
     });
   });
 }
 
-/** The exit code `--wait` ends with: the job's own when it ran to one; 1 for a failure without one; 130 when cancelled. */
+/**
+ * The exit code `--wait` ends with: the job's own when it ran to one; 1 for a failure without one;
+ * 130 when cancelled.
+ */
 function jobExitCode(job: Job): number {
   if (job.state === "cancelled") return cancelledExitCode;
   if (job.state === "succeeded") return job.exitCode ?? 0;
@@ -211,7 +226,8 @@ function keyValues(values: readonly string[], flag: string): Record<string, stri
     const eq = v.indexOf("=");
     if (eq <= 0)
       throw new Error(
-        `${flag} takes KEY=VALUE; got one without a key or an "=" (${JSON.stringify(v.slice(0, Math.max(0, eq)) || "(empty key)")})`,
+        `${flag} takes KEY=VALUE; got one without a key or an "=" ` +
+          `(${JSON.stringify(v.slice(0, Math.max(0, eq)) || "(empty key)")})`,
       );
     map[v.slice(0, eq)] = v.slice(eq + 1);
   }

@@ -81,7 +81,8 @@ export function jobsCommand(
       write(
         flags.json
           ? `${toJsonString(CancelJobResponseSchema, reply)}\n`
-          : `job ${job.id} ${job.state === "running" && job.cancelRequested ? "running: cancel requested, its runner stops it" : job.state}\n`,
+          : `job ${job.id} ` +
+              `${job.state === "running" && job.cancelRequested ? "running: cancel requested, its runner stops it" : job.state}\n`,
       );
     });
   });
@@ -91,7 +92,8 @@ export function jobsCommand(
         .command(stream)
         .description(
           stream === "logs"
-            ? "a job's log as plain text, in order across attempts; --follow: live until the job settles, resuming after a dropped connection"
+            ? "a job's log as plain text, in order across attempts; --follow: live " +
+                "until the job settles, resuming after a dropped connection"
             : "a job's events (runner-reported), in order across attempts; --follow: live until the job settles",
         )
         .argument("<job>", "job id")
@@ -183,7 +185,10 @@ export function jobsCommand(
   return jobs;
 }
 
-/** The text `forelead jobs list` prints: a row per job, then the next page's token when there is one. */
+/**
+ * The text `forelead jobs list` prints: a row per job, then the next page's token when there is
+ * one.
+ */
 function formatJobs(page: ListJobsResponse): string {
   const rows = page.jobs.map((j) => [
     j.id,
@@ -310,7 +315,8 @@ async function download(
     const digest = `sha256:${hash.digest("hex")}`;
     if (!stated || digest !== stated.digest || BigInt(size) !== stated.size) {
       throw new Error(
-        `the download of ${name} hashed to ${digest} (${size} bytes), not the stated ${stated?.digest ?? "(nothing)"}; nothing was written`,
+        `the download of ${name} hashed to ${digest} (${size} bytes), not the ` +
+          `stated ${stated?.digest ?? "(nothing)"}; nothing was written`,
       );
     }
     if (file && temp) {

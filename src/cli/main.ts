@@ -52,7 +52,9 @@ export const commandGroups: readonly CommandGroup[] = [
   {
     name: "certs",
     description:
-      "list the runner certificates this control plane issued, newest per runner; flags those expiring soon and runners that failed to renew (needs the read role)",
+      "list the runner certificates this control plane issued, newest per " +
+      "runner; flags those expiring soon and runners that failed to renew " +
+      "(needs the read role)",
     load: async () => (await import("./certs.js")).certsCommand(),
   },
   {
@@ -91,7 +93,8 @@ export const commandGroups: readonly CommandGroup[] = [
   {
     name: "doctor",
     description:
-      "run the control plane's health checks (certificates, issuer, database, clock, artifacts, LISTEN, backlogs); exits 1 when one fails",
+      "run the control plane's health checks (certificates, issuer, database, " +
+      "clock, artifacts, LISTEN, backlogs); exits 1 when one fails",
     load: async () => (await import("./doctor.js")).doctorCommand(),
   },
   {
@@ -102,31 +105,38 @@ export const commandGroups: readonly CommandGroup[] = [
   {
     name: "events",
     description:
-      "the control plane's events (job.queued, job.leased, job.settled, runner.paused, workspace.paused, ...), oldest first",
+      "the control plane's events (job.queued, job.leased, job.settled, " +
+      "runner.paused, workspace.paused, ...), oldest first",
     load: async () => (await import("./events.js")).eventsCommand(),
   },
   {
     name: "stats",
     description:
-      "per workspace: jobs by final state and error code, attempts, lease losses, timeouts, cancels, wait and run times; per runner: jobs and busy time",
+      "per workspace: jobs by final state and error code, attempts, lease " +
+      "losses, timeouts, cancels, wait and run times; per runner: jobs and " +
+      "busy time",
     load: async () => (await import("./stats.js")).statsCommand(),
   },
   {
     name: "sizing",
     description:
-      "settled jobs grouped by workspace, labels and image: requested CPU and memory against the p95 of their peaks, with advice",
+      "settled jobs grouped by workspace, labels and image: requested CPU and " +
+      "memory against the p95 of their peaks, with advice",
     load: async () => (await import("./samples.js")).sizingCommand(),
   },
   {
     name: "pipelines",
     description:
-      "submit and watch pipelines: step graphs whose steps run as jobs once their needs succeeded (enqueue and read roles)",
+      "submit and watch pipelines: step graphs whose steps run as jobs once " +
+      "their needs succeeded (enqueue and read roles)",
     load: async () => (await import("./pipelines.js")).pipelinesCommand(),
   },
   {
     name: "dashboard",
     description:
-      "serve the web dashboard on loopback; its API calls go to the control plane with your client certificate, as kubectl proxy does (docs/dashboard.md)",
+      "serve the web dashboard on loopback; its API calls go to the control " +
+      "plane with your client certificate, as kubectl proxy does " +
+      "(docs/dashboard.md)",
     load: async () => (await import("./dashboard.js")).dashboardCommand(),
   },
   {
@@ -138,7 +148,9 @@ export const commandGroups: readonly CommandGroup[] = [
   {
     name: "conformance",
     description:
-      "check a runner against the protocol: start a throwaway control plane, start the runner with a fresh identity, run the compatibility rows, print a table; exits 1 when a row fails (docs/conformance.md)",
+      "check a runner against the protocol: start a throwaway control plane, " +
+      "start the runner with a fresh identity, run the compatibility rows, " +
+      "print a table; exits 1 when a row fails (docs/conformance.md)",
     load: async () => (await import("./conformance.js")).conformanceCommand(),
   },
   {
@@ -149,10 +161,16 @@ export const commandGroups: readonly CommandGroup[] = [
   },
 ];
 
-/** What `--version` and `forelead version` print: the build facts of `GET /v1/admin/status`, and Node's version. */
+/**
+ * What `--version` and `forelead version` print: the build facts of `GET /v1/admin/status`, and
+ * Node's version.
+ */
 export function versionText(): string {
   const build = buildInfo();
-  return `forelead ${build.version}\ncommit: ${build.commit}\nbuilt: ${build.buildDate || "unknown"}\nnode: ${process.version}\n`;
+  return (
+    `forelead ${build.version}\ncommit: ${build.commit}\nbuilt: ` +
+    `${build.buildDate || "unknown"}\nnode: ${process.version}\n`
+  );
 }
 
 function versionCommand(): Command {
@@ -185,7 +203,10 @@ function addVersionOption(cmd: Command): void {
   for (const sub of cmd.commands) addVersionOption(sub);
 }
 
-/** The group named on the command line: the first argument that is not an option (or the one after `help`). */
+/**
+ * The group named on the command line: the first argument that is not an option (or the one after
+ * `help`).
+ */
 function groupNamed(args: readonly string[]): CommandGroup | undefined {
   const [first, second] = args.filter((a) => !a.startsWith("-"));
   const name = first === "help" ? second : first;

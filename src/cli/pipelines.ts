@@ -71,7 +71,10 @@ export async function readPipelineFile(file: string) {
   }
 }
 
-/** `forelead pipelines submit|get|list|cancel|resume`: step graphs sequenced by the control plane (docs/pipelines.md). */
+/**
+ * `forelead pipelines submit|get|list|cancel|resume`: step graphs sequenced by the control plane
+ * (docs/pipelines.md).
+ */
 export function pipelinesCommand(
   write: (text: string) => void = (t) => process.stdout.write(t),
 ): Command {
@@ -80,7 +83,9 @@ export function pipelinesCommand(
     pipelines
       .command("submit")
       .description(
-        "submit the pipeline in FILE (YAML or JSON: workspaceId, name, steps[{name, needs, labels, spec, inputs, concurrencyKey, delaySeconds, requirements, ...}])",
+        "submit the pipeline in FILE (YAML or JSON: workspaceId, name, " +
+          "steps[{name, needs, labels, spec, inputs, concurrencyKey, delaySeconds, " +
+          "requirements, ...}])",
       )
       .argument("<file>", "the pipeline file")
       .option("--workspace <id>", "the workspace, instead of the file's workspaceId")
@@ -171,7 +176,8 @@ export function pipelinesCommand(
     pipelines
       .command("resume")
       .description(
-        "re-run a settled pipeline's steps that did not succeed (or --from-step and everything downstream), with new jobs",
+        "re-run a settled pipeline's steps that did not succeed (or --from-step " +
+          "and everything downstream), with new jobs",
       )
       .argument("<pipeline>", "pipeline id")
       .option("--from-step <step>", "re-run this step and every step after it")
@@ -214,7 +220,10 @@ export function addRetryCommand(
 }
 
 function formatPipeline(p: Pipeline): string {
-  const head = `pipeline ${p.id} ${JSON.stringify(p.name)} in workspace ${JSON.stringify(p.workspaceId)}: ${p.state}${p.cancelRequested && p.state !== "cancelled" ? " (cancel requested)" : ""}\n`;
+  const head =
+    `pipeline ${p.id} ${JSON.stringify(p.name)} in workspace ` +
+    `${JSON.stringify(p.workspaceId)}: ` +
+    `${p.state}${p.cancelRequested && p.state !== "cancelled" ? " (cancel requested)" : ""}\n`;
   return (
     head +
     table([

@@ -24,7 +24,8 @@ export function reposCommand(): Command {
       ),
   ).action(
     async (name: string, url: string, flags: AdminClientFlags & { credentialFile?: string }) => {
-      // Read here and sent once over mTLS: the credential never appears in argv or the shell history.
+      // Read here and sent once over mTLS: the credential never appears in argv or the shell
+      // history.
       const credential = flags.credentialFile
         ? (await readFile(flags.credentialFile, "utf8")).replace(/\r?\n$/, "")
         : "";
@@ -33,7 +34,8 @@ export function reposCommand(): Command {
         .registerRepository({ apiVersion: "v1", name, url, credential })
         .catch(explain);
       console.log(
-        `registered ${repository?.name} at ${repository?.url}${repository?.hasCredential ? " (with a credential)" : ""}`,
+        `registered ${repository?.name} at ` +
+          `${repository?.url}${repository?.hasCredential ? " (with a credential)" : ""}`,
       );
     },
   );

@@ -68,7 +68,9 @@ export function addEnrollCommand(runner: Command): Command {
       );
       lock.close();
       console.log(
-        `enrolled ${identity.spiffeId}; certificate ${identity.serialHex} valid until ${identity.notAfter.toISOString()}, key and certificate in ${flags.stateDir}`,
+        `enrolled ${identity.spiffeId}; certificate ${identity.serialHex} valid ` +
+          `until ${identity.notAfter.toISOString()}, key and certificate in ` +
+          `${flags.stateDir}`,
       );
     });
   return runner;

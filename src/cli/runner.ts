@@ -46,11 +46,20 @@ const runnerExit = {
   done: 0,
   /** --once: no job was leased before --idle-exit passed. */
   noJob: 3,
-  /** --once: the job ran but its completion was not taken (lease lost, refused, or not answered before the runner stopped). */
+  /**
+   * --once: the job ran but its completion was not taken (lease lost, refused, or not answered
+   * before the runner stopped).
+   */
   unsettled: 4,
-  /** The control plane cannot be verified or refuses this runner (wrong --ca or host, certificate refused, retired): fix the configuration. */
+  /**
+   * The control plane cannot be verified or refuses this runner (wrong --ca or host, certificate
+   * refused, retired): fix the configuration.
+   */
   refused: 5,
-  /** Another live process holds this runner identity (409 on register); accepted once it has been silent for the lease length. */
+  /**
+   * Another live process holds this runner identity (409 on register); accepted once it has been
+   * silent for the lease length.
+   */
   secondInstance: 6,
 } as const;
 
@@ -71,14 +80,17 @@ export function runnerCommand(): Command {
       .addOption(
         pathOption(
           "--cert <file>",
-          "this runner's certificate (PEM); its SPIFFE ID names the runner and workspace; re-read on every new connection",
+          "this runner's certificate (PEM); its SPIFFE ID names the runner and " +
+            "workspace; re-read on every new connection",
         ),
       )
       .addOption(pathOption("--key <file>", "the certificate's private key (PEM)"))
       .addOption(
         pathOption(
           "--state-dir <dir>",
-          "use the identity `forelead runner enroll` wrote here instead of --cert/--key, and renew it at about half its lifetime (one runner at a time: it is locked)",
+          "use the identity `forelead runner enroll` wrote here instead of " +
+            "--cert/--key, and renew it at about half its lifetime (one runner at a " +
+            "time: it is locked)",
         ),
       )
       .addOption(
@@ -98,7 +110,11 @@ export function runnerCommand(): Command {
       .addOption(
         pathOption(
           "--work-dir <dir>",
-          "where job directories are made; it and its parents must be this user's or root's and not group- or world-writable (default: <state-dir>/<runner-id>/work, else ~/.local/state/forelead/runners/<runner-id>/work, or /var/lib/forelead/runners/<runner-id>/work as root)",
+          "where job directories are made; it and its parents must be this user's " +
+            "or root's and not group- or world-writable (default: " +
+            "<state-dir>/<runner-id>/work, else " +
+            "~/.local/state/forelead/runners/<runner-id>/work, or " +
+            "/var/lib/forelead/runners/<runner-id>/work as root)",
         ),
       )
       .addOption(
@@ -123,7 +139,8 @@ export function runnerCommand(): Command {
       )
       .option(
         "--once",
-        "take one job (whatever --slots says), run it, settle it and exit: 0 once it is settled, whatever its outcome (exit codes: docs/deploy.md)",
+        "take one job (whatever --slots says), run it, settle it and exit: 0 " +
+          "once it is settled, whatever its outcome (exit codes: docs/deploy.md)",
       )
       .addOption(
         new Option(
@@ -147,7 +164,8 @@ export function runnerCommand(): Command {
         const protocol = createRunnerProtocol(server.origin, tls);
         keeper?.onRenewed((renewed) => {
           log(
-            `certificate renewed (serial ${renewed.serialHex}, valid until ${renewed.notAfter.toISOString()}); reconnecting with it`,
+            `certificate renewed (serial ${renewed.serialHex}, valid until ` +
+              `${renewed.notAfter.toISOString()}); reconnecting with it`,
           );
           transport.reconnect();
           protocol.reconnect();
@@ -161,7 +179,8 @@ export function runnerCommand(): Command {
                 .map((l) => l.trim())
                 .filter(Boolean)
             : [os.platform(), flags.executor];
-        // Before the agent starts: a signal while it registers stops it as soon as it is up, never by default action.
+        // Before the agent starts: a signal while it registers stops it as soon as it is up, never
+        // by default action.
         let agent: RunnerAgent | undefined = undefined;
         let signals = 0;
         const onSignal = (signal: string) => {
@@ -243,7 +262,8 @@ async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) 
       stateDir: flags.stateDir,
       onError: (err, retryInMs) =>
         log(
-          `certificate renewal failed: ${err.message}${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`,
+          `certificate renewal failed: ` +
+            `${err.message}${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`,
         ),
     });
     const identity = { runnerId: enrolled.runnerId, workspaceId: enrolled.workspaceId };
@@ -307,13 +327,16 @@ function tlsSources(flags: RunnerFlags): TlsSources {
   };
 }
 
-/** A commander parser for a duration flag ("30s", "5m", "2h"): milliseconds, at least one second. */
+/**
+ * A commander parser for a duration flag ("30s", "5m", "2h"): milliseconds, at least one second.
+ */
 function durationFlag(name: string): (value: string) => number {
   return (value) => {
     const ms = parseDuration(value);
     if (ms === undefined || ms < 1000)
       throw new InvalidArgumentError(
-        `${name} must be a duration of at least 1s: a number and a unit (s, m, h or d), e.g. 30s or 5m; got ${JSON.stringify(value)}`,
+        `${name} must be a duration of at least 1s: a number and a unit (s, m, h ` +
+          `or d), e.g. 30s or 5m; got ${JSON.stringify(value)}`,
       );
     return ms;
   };

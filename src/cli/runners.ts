@@ -82,7 +82,9 @@ export function runnersCommand(
     write(
       flags.json
         ? `${toJsonString(RetireRunnerResponseSchema, reply)}\n`
-        : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.newlyRetired ? "retired" : "was already retired"}${released}\n`,
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ` +
+            `${JSON.stringify(reply.workspaceId)} ` +
+            `${reply.newlyRetired ? "retired" : "was already retired"}${released}\n`,
     );
   });
   withAdminClientOptions(
@@ -127,14 +129,17 @@ export function runnersCommand(
       name,
     });
     write(
-      `order ${order?.id} ${order?.state}: runner ${order?.runnerId} in workspace ${order?.workspaceId} is told to remove ${order?.kind} ${order?.name} in its next inventory reply\n`,
+      `order ${order?.id} ${order?.state}: runner ${order?.runnerId} in ` +
+        `workspace ${order?.workspaceId} is told to remove ${order?.kind} ` +
+        `${order?.name} in its next inventory reply\n`,
     );
   });
   withAdminClientOptions(
     runners
       .command("pause")
       .description(
-        "give the runner no new lease (its claims wait or answer 204); its live leases go on (survives restarts, audited)",
+        "give the runner no new lease (its claims wait or answer 204); its live " +
+          "leases go on (survives restarts, audited)",
       )
       .argument("<runner>", "the runner id")
       .option(
@@ -154,7 +159,9 @@ export function runnersCommand(
     write(
       flags.json
         ? `${toJsonString(PauseRunnerResponseSchema, reply)}\n`
-        : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.alreadyPaused ? "was already paused" : "paused"}\n`,
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ` +
+            `${JSON.stringify(reply.workspaceId)} ` +
+            `${reply.alreadyPaused ? "was already paused" : "paused"}\n`,
     );
   });
   withAdminClientOptions(
@@ -177,7 +184,9 @@ export function runnersCommand(
     write(
       flags.json
         ? `${toJsonString(ResumeRunnerResponseSchema, reply)}\n`
-        : `runner ${JSON.stringify(reply.runnerId)} in workspace ${JSON.stringify(reply.workspaceId)} ${reply.wasPaused ? "resumed" : "was not paused"}\n`,
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ` +
+            `${JSON.stringify(reply.workspaceId)} ` +
+            `${reply.wasPaused ? "resumed" : "was not paused"}\n`,
     );
   });
   return runners;
@@ -217,20 +226,23 @@ export function formatInventory(
     const orphans = r.items.filter((i) => i.orphan).length;
     lines.push(
       `runner ${r.runnerId} in workspace ${r.workspaceId}: reported ${when(r.reportedAt, options.now)}; ` +
-        `${plural(count("container"), "container")}, ${plural(count("network"), "network")}, ${plural(orphans, "orphan")}`,
+        `${plural(count("container"), "container")}, ` +
+        `${plural(count("network"), "network")}, ${plural(orphans, "orphan")}`,
     );
     if (options.items) {
       for (const i of r.items) {
         const usage = i.kind === "container" ? `  cpu ${i.cpu}  memory ${i.memory}` : "";
         lines.push(
-          `  ${i.kind.padEnd(9)} ${i.name}  ${i.state || "-"}${i.image ? `  ${i.image}` : ""}${usage}${i.orphan ? "  ORPHAN" : ""}`,
+          `  ${i.kind.padEnd(9)} ${i.name}  ` +
+            `${i.state || "-"}${i.image ? `  ${i.image}` : ""}${usage}${i.orphan ? "  ORPHAN" : ""}`,
         );
       }
     }
     for (const f of r.flags) lines.push(`  FLAGGED ${f.problem}: ${f.message}`);
     for (const o of r.pendingOrders)
       lines.push(
-        `  ORDER ${o.id} pending: remove ${o.kind} ${o.name} (ordered by ${o.orderedBy} ${when(o.orderedAt, options.now)})`,
+        `  ORDER ${o.id} pending: remove ${o.kind} ${o.name} (ordered by ` +
+          `${o.orderedBy} ${when(o.orderedAt, options.now)})`,
       );
   }
   const flagged = reports.reduce((n, r) => n + r.flags.length, 0);

@@ -49,7 +49,10 @@ export function addSamplesCommand(
   return jobs;
 }
 
-/** `forelead sizing`: SamplesService GetSizing, a row per workspace, labels and image with the advice. */
+/**
+ * `forelead sizing`: SamplesService GetSizing, a row per workspace, labels and image with the
+ * advice.
+ */
 export function sizingCommand(
   write: (text: string) => void = (t) => process.stdout.write(t),
 ): Command {
@@ -70,7 +73,10 @@ export function sizingCommand(
 
 /** The text `forelead jobs samples` prints: the peaks, then one line per sample. */
 export function formatSamples(s: GetJobSamplesResponse): string {
-  const head = `job ${s.jobId}: ${s.samples.length} samples, peak cpu ${s.peakCpuCores.toFixed(2)} cores, peak memory ${s.peakMemoryBytes} bytes`;
+  const head =
+    `job ${s.jobId}: ${s.samples.length} samples, peak cpu ` +
+    `${s.peakCpuCores.toFixed(2)} cores, peak memory ${s.peakMemoryBytes} ` +
+    `bytes`;
   if (s.samples.length === 0) return `${head}\n`;
   const rows = s.samples.map((x) => [
     x.at ? timestampDate(x.at).toISOString() : "-",

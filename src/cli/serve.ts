@@ -64,13 +64,15 @@ export function serveCommand(): Command {
       .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
       .option(
         "--metrics-listen <host:port|off>",
-        "plain-HTTP address of /metrics (Prometheus), /healthz and /readyz, without client certificates (docs/operations.md); off: not served",
+        "plain-HTTP address of /metrics (Prometheus), /healthz and /readyz, " +
+          "without client certificates (docs/operations.md); off: not served",
         "127.0.0.1:9464",
       )
       .addOption(
         pathOption(
           "--tls-cert <file>",
-          "server certificate (PEM); default: the development PKI in --certs-dir; reloaded on SIGHUP and when it changes",
+          "server certificate (PEM); default: the development PKI in --certs-dir; " +
+            "reloaded on SIGHUP and when it changes",
         ),
       )
       .addOption(pathOption("--tls-key <file>", "server key (PEM)"))
@@ -104,20 +106,25 @@ export function serveCommand(): Command {
       )
       .option(
         "--grant <spiffe-id=role>",
-        "grant a role: ID=admin, ID=read (every workspace), ID=read:W1,W2 or ID=enqueue:W1,W2 (those workspaces only; an identity always reads and cancels the jobs it enqueued); repeatable",
+        "grant a role: ID=admin, ID=read (every workspace), ID=read:W1,W2 or " +
+          "ID=enqueue:W1,W2 (those workspaces only; an identity always reads and " +
+          "cancels the jobs it enqueued); repeatable",
         collect,
         [],
       )
       .addOption(
         pathOption(
           "--issuer-cert <file>",
-          "CA certificate (PEM, optionally followed by its chain) that signs runner certificates on enroll and renew; default: the development CA when no TLS flags are given",
+          "CA certificate (PEM, optionally followed by its chain) that signs " +
+            "runner certificates on enroll and renew; default: the development CA " +
+            "when no TLS flags are given",
         ),
       )
       .addOption(
         pathOption(
           "--issuer-key <file>",
-          "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 (BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted",
+          "the issuer's private key: ECDSA P-256 or RSA, PEM as PKCS#8, SEC1 " +
+            "(BEGIN EC PRIVATE KEY) or PKCS#1 (BEGIN RSA PRIVATE KEY), unencrypted",
         ),
       )
       .option(
@@ -164,13 +171,20 @@ export function serveCommand(): Command {
       .addOption(
         pathOption(
           "--artifacts-dir <dir>",
-          "store artifacts as files in this directory (replicas must share it); default: beside an embedded database (data/artifacts), in the database itself with a postgres:// URL",
+          "store artifacts as files in this directory (replicas must share it); " +
+            "default: beside an embedded database (data/artifacts), in the database " +
+            "itself with a postgres:// URL",
         ),
       )
       .addOption(
         pathOption(
           "--audit-spool <dir>",
-          "where audit records wait (fsynced) while the database cannot take them; one process's (locked): a second serve given the same one is refused; default: beside an embedded database (data/audit-spool); with a postgres:// URL, data/audit-spool/<listen host>-<port> (the next free <…>.2, .3 when a live replica holds it), where the spools of replicas no longer running are drained too",
+          "where audit records wait (fsynced) while the database cannot take them; " +
+            "one process's (locked): a second serve given the same one is refused; " +
+            "default: beside an embedded database (data/audit-spool); with a " +
+            "postgres:// URL, data/audit-spool/<listen host>-<port> (the next free " +
+            "<…>.2, .3 when a live replica holds it), where the spools of replicas " +
+            "no longer running are drained too",
         ),
       )
       .addOption(
@@ -184,7 +198,8 @@ export function serveCommand(): Command {
       .addOption(
         new Option(
           "--event-retention <duration>",
-          "how long the global event stream (GET /v1/admin/events) keeps events; older ones are pruned hourly in batches",
+          "how long the global event stream (GET /v1/admin/events) keeps events; " +
+            "older ones are pruned hourly in batches",
         )
           .default(7 * 86_400, "7d")
           .argParser(secondsFlag("--event-retention", { wholeSeconds: true })),
@@ -200,13 +215,17 @@ export function serveCommand(): Command {
       .addOption(
         pathOption(
           "--secrets-key <file>",
-          "the key (32 random bytes, base64, mode 0600) that encrypts job secrets and repository credentials; required with a postgres:// URL (the same file on every replica); default: beside an embedded database (data/secrets.key), made on the first start",
+          "the key (32 random bytes, base64, mode 0600) that encrypts job secrets " +
+            "and repository credentials; required with a postgres:// URL (the same " +
+            "file on every replica); default: beside an embedded database " +
+            "(data/secrets.key), made on the first start",
         ),
       )
       .addOption(
         pathOption(
           "--secrets-key-previous <file>",
-          "the key being replaced: every secret is re-encrypted from it to --secrets-key at start, after which it is no longer needed",
+          "the key being replaced: every secret is re-encrypted from it to " +
+            "--secrets-key at start, after which it is no longer needed",
         ),
       )
       // Connection limits (docs/limits.md).
@@ -260,11 +279,14 @@ export function serveCommand(): Command {
       )
       .option(
         "--check",
-        "check every flag, file and the database, print the doctor's table, and exit (1 when a check fails) without listening",
+        "check every flag, file and the database, print the doctor's table, and " +
+          "exit (1 when a check fails) without listening",
       )
       .option(
         "--config <file>",
-        "read options from this file's [serve] table (TOML, or JSON for *.json; keys are the flag names: listen, database, secrets-key, grant = [...]); flags win; relative paths are relative to the file (docs/cli.md)",
+        "read options from this file's [serve] table (TOML, or JSON for *.json; " +
+          "keys are the flag names: listen, database, secrets-key, grant = [...]); " +
+          "flags win; relative paths are relative to the file (docs/cli.md)",
       )
       .hook("preAction", async (command) => {
         const file = command.getOptionValue("config") as string | undefined;
@@ -282,18 +304,25 @@ export function serveCommand(): Command {
         // Before the "serving" line, which scripts wait for.
         if (plane.metrics)
           console.log(
-            `forelead: metrics and health on ${plane.metrics.url} (/metrics, /healthz, /readyz; plain HTTP, no client certificate)${plane.metrics.loopback ? "" : `; ${plane.metrics.url} is not a loopback address: anyone who can reach this host on the network can read them`}`,
+            `forelead: metrics and health on ${plane.metrics.url} (/metrics, ` +
+              `/healthz, /readyz; plain HTTP, no client ` +
+              `certificate)${plane.metrics.loopback ? "" : `; ${plane.metrics.url} is not a loopback address: anyone who can reach this host on the network can read them`}`,
           );
         console.log(
           plane.issuer
             ? `forelead: issuing runner certificates with ${plane.issuer}`
-            : "forelead: no issuing CA: enrollment and certificate renewal are refused (give --issuer-cert and --issuer-key to enable them)",
+            : "forelead: no issuing CA: enrollment and certificate renewal are refused " +
+                "(give --issuer-cert and --issuer-key to enable them)",
         );
         console.log(
           `forelead: TLS certificate ${plane.tls.describe()}; reloaded on SIGHUP and when its files change`,
         );
         console.log(
-          `forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ${plane.store.description}, artifacts in ${plane.artifacts.store.description}, audit spool ${plane.audit.backlog().spoolPath}, lease ${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`,
+          `forelead: serving ${plane.url} (trust domain "${flags.trustDomain}", ` +
+            `${plane.store.description}, artifacts in ` +
+            `${plane.artifacts.store.description}, audit spool ` +
+            `${plane.audit.backlog().spoolPath}, lease ` +
+            `${flags.leaseSeconds}s${roles.length ? `, roles ${roles.join(" ")}` : ""})`,
         );
         const stop = (signal: string) => {
           console.log(`forelead: ${signal} received; closing connections and the database`);
@@ -322,7 +351,9 @@ function compileEmbeddedBaselineOnly(): void {
   setFlagsFromString("--liftoff-only");
 }
 
-/** The control plane's options from the flags, each flag and file checked; an error names the flag. */
+/**
+ * The control plane's options from the flags, each flag and file checked; an error names the flag.
+ */
 async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
   const { host, port } = parseListen(flags.listen, "--listen");
   const metricsListen =
@@ -341,7 +372,8 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
   const issuer = await loadIssuer(flags);
   const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
   const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database, host, port);
-  // Only the default folder of replicas' spools is searched for orphans: a spool given by flag is the operator's to place.
+  // Only the default folder of replicas' spools is searched for orphans: a spool given by flag is
+  // the operator's to place.
   const auditSpoolAdoptFrom =
     !flags.auditSpool && isPostgresUrl(flags.database) ? resolve(sharedSpoolRoot) : undefined;
   return {
@@ -381,7 +413,10 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
   };
 }
 
-/** `serve --check`: what a start would refuse or warn about, as the doctor's table; exit code 1 when a check fails. */
+/**
+ * `serve --check`: what a start would refuse or warn about, as the doctor's table; exit code 1 when
+ * a check fails.
+ */
 async function checkServeFlags(flags: ServeFlags): Promise<void> {
   let checks: DoctorCheck[];
   try {
@@ -399,7 +434,10 @@ async function checkServeFlags(flags: ServeFlags): Promise<void> {
   reportChecks(checks, false, (t) => process.stdout.write(t));
 }
 
-/** Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in Postgres (no directory). */
+/**
+ * Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in Postgres
+ * (no directory).
+ */
 function defaultArtifactsDir(database: string): string | undefined {
   if (isPostgresUrl(database)) return undefined;
   if (database === "memory://") return undefined; // a temporary directory, like the database
@@ -450,7 +488,9 @@ async function loadSecretsKeys(flags: ServeFlags): Promise<SecretsKeys | undefin
   const { key, created } = await readOrCreateSecretsKeyFile(path);
   if (created)
     console.log(
-      `forelead: created the secrets key ${path} (mode 0600); back it up with the database: without it, job secrets and repository credentials cannot be read`,
+      `forelead: created the secrets key ${path} (mode 0600); back it up with ` +
+        `the database: without it, job secrets and repository credentials cannot ` +
+        `be read`,
     );
   return { current: key };
 }
@@ -486,7 +526,8 @@ function parseListen(listen: string, flag: string): { host: string; port: number
   const port = Number(m?.[3]);
   if (!m || port > 65535)
     throw new Error(
-      `${flag} ${JSON.stringify(listen)} is not host:port (e.g. 127.0.0.1:8443 or [::1]:8443)${flag === "--metrics-listen" ? ", or off" : ""}`,
+      `${flag} ${JSON.stringify(listen)} is not host:port (e.g. 127.0.0.1:8443 ` +
+        `or [::1]:8443)${flag === "--metrics-listen" ? ", or off" : ""}`,
     );
   return { host: (m[1] ?? m[2])!, port };
 }

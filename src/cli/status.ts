@@ -40,9 +40,19 @@ export function formatStatus(s: GetStatusResponse): string {
   const r = s.runners;
   const p = s.pool;
   const lines = [
-    `forelead ${s.build?.version} (commit ${s.build?.commit}${s.build?.buildDate ? `, ${s.build.buildDate}` : ""}), started ${at(s.startedAt)}`,
-    `database: ${d?.kind} ${d?.reachable ? `reachable (${d.roundTripMs.toFixed(1)} ms)` : "UNREACHABLE"}, migration ${d?.migration || "-"}, LISTEN ${d?.listenConnected ? "connected" : "DOWN"}, audit backlog ${d?.auditBacklogRecords} (${d?.auditSpoolBytes} bytes spooled${d?.auditOldestUnwritten ? `, oldest ${at(d.auditOldestUnwritten)}` : ""})`,
-    `audit spool: ${d?.auditSpoolPath || "-"} held by ${d?.auditSpoolHolder || "-"}, ${d?.auditSpoolRecords ?? 0} records waiting, ${d?.auditSpoolQuarantinedRecords ?? 0} quarantined${d?.auditSpoolQuarantinedRecords ? ` in ${d.auditSpoolQuarantinePath}` : ""}`,
+    `forelead ${s.build?.version} (commit ` +
+      `${s.build?.commit}${s.build?.buildDate ? `, ${s.build.buildDate}` : ""}), ` +
+      `started ${at(s.startedAt)}`,
+    `database: ${d?.kind} ` +
+      `${d?.reachable ? `reachable (${d.roundTripMs.toFixed(1)} ms)` : "UNREACHABLE"}, ` +
+      `migration ${d?.migration || "-"}, LISTEN ` +
+      `${d?.listenConnected ? "connected" : "DOWN"}, audit backlog ` +
+      `${d?.auditBacklogRecords} (${d?.auditSpoolBytes} bytes ` +
+      `spooled${d?.auditOldestUnwritten ? `, oldest ${at(d.auditOldestUnwritten)}` : ""})`,
+    `audit spool: ${d?.auditSpoolPath || "-"} held by ` +
+      `${d?.auditSpoolHolder || "-"}, ${d?.auditSpoolRecords ?? 0} records ` +
+      `waiting, ${d?.auditSpoolQuarantinedRecords ?? 0} ` +
+      `quarantined${d?.auditSpoolQuarantinedRecords ? ` in ${d.auditSpoolQuarantinePath}` : ""}`,
     `replicas (${s.replicas.length}):`,
     ...s.replicas.map(
       (x) =>
@@ -51,11 +61,20 @@ export function formatStatus(s: GetStatusResponse): string {
     `workspaces (${s.workspaces.length}):`,
     ...s.workspaces.map(
       (w) =>
-        `  ${w.workspaceId}  queued ${w.queued}  running ${w.running}${w.waitingInput ? `  waiting for input ${w.waitingInput}` : ""}  oldest queued ${w.oldestQueuedSeconds.toFixed(0)} s${w.paused ? "  PAUSED" : ""}`,
+        `  ${w.workspaceId}  queued ${w.queued}  running ` +
+        `${w.running}${w.waitingInput ? `  waiting for input ${w.waitingInput}` : ""}  ` +
+        `oldest queued ${w.oldestQueuedSeconds.toFixed(0)} ` +
+        `s${w.paused ? "  PAUSED" : ""}`,
     ),
-    `runners: ${r?.registered} registered, ${r?.connected} connected, ${r?.busy} busy, ${r?.idle} idle, ${r?.paused} paused, ${r?.retired} retired`,
-    `pool: slots ${p?.slotsFree}/${p?.slotsTotal} free, cpu ${p?.cpuFree}/${p?.cpuTotal} free, memory ${p?.memoryBytesFree}/${p?.memoryBytesTotal} bytes free`,
-    `certificates: server until ${at(s.certificates?.serverNotAfter)}, issuer until ${at(s.certificates?.issuerNotAfter)}, ${s.certificates?.expiringWithin24h} issued ending within 24 h`,
+    `runners: ${r?.registered} registered, ${r?.connected} connected, ` +
+      `${r?.busy} busy, ${r?.idle} idle, ${r?.paused} paused, ${r?.retired} ` +
+      `retired`,
+    `pool: slots ${p?.slotsFree}/${p?.slotsTotal} free, cpu ` +
+      `${p?.cpuFree}/${p?.cpuTotal} free, memory ` +
+      `${p?.memoryBytesFree}/${p?.memoryBytesTotal} bytes free`,
+    `certificates: server until ${at(s.certificates?.serverNotAfter)}, ` +
+      `issuer until ${at(s.certificates?.issuerNotAfter)}, ` +
+      `${s.certificates?.expiringWithin24h} issued ending within 24 h`,
     ...(s.certificates?.expiring ?? []).map(
       (c) => `  ${c.serial}  ${c.spiffeId}  until ${at(c.notAfter)}`,
     ),

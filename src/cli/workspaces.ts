@@ -16,7 +16,10 @@ interface PauseFlags extends AdminClientFlags {
   json?: boolean;
 }
 
-/** `forelead workspaces pause|resume`: claims skip a paused workspace; its running jobs go on and settle (admin role). */
+/**
+ * `forelead workspaces pause|resume`: claims skip a paused workspace; its running jobs go on and
+ * settle (admin role).
+ */
 export function workspacesCommand(
   write: (text: string) => void = (t) => process.stdout.write(t),
 ): Command {
@@ -40,7 +43,8 @@ export function workspacesCommand(
     write(
       flags.json
         ? `${toJsonString(PauseWorkspaceResponseSchema, reply)}\n`
-        : `workspace ${JSON.stringify(reply.workspaceId)} ${reply.alreadyPaused ? "was already paused" : "paused"}${reply.reason ? ` (${reply.reason})` : ""}\n`,
+        : `workspace ${JSON.stringify(reply.workspaceId)} ` +
+            `${reply.alreadyPaused ? "was already paused" : "paused"}${reply.reason ? ` (${reply.reason})` : ""}\n`,
     );
   });
   withAdminClientOptions(

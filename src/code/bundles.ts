@@ -7,7 +7,9 @@ import { GitError, gitTimeouts, gitToFile, OutputTooLarge, runGit } from "./git.
 /** The default cap of one bundle, either way: 256 MiB. */
 export const defaultMaxBundleBytes = 256 * 1024 * 1024;
 
-/** Chunk size of a streamed bundle: small enough for any Connect reader, large enough to be cheap. */
+/**
+ * Chunk size of a streamed bundle: small enough for any Connect reader, large enough to be cheap.
+ */
 const bundleChunkBytes = 512 * 1024;
 
 /** A bundle written to a private temporary file. */
@@ -22,10 +24,16 @@ export interface BundleFile {
 export interface BundleSpec {
   /** The mirror it is made from. */
   readonly mirror: string;
-  /** The ref the bundle carries, set to `commit` in the mirror first, e.g. refs/forelead/jobs/<id>/base. */
+  /**
+   * The ref the bundle carries, set to `commit` in the mirror first, e.g.
+   * refs/forelead/jobs/<id>/base.
+   */
   readonly ref: string;
   readonly commit: string;
-  /** When given, the bundle is thin on top of it (it becomes a prerequisite), unless `commit` is already in its history. */
+  /**
+   * When given, the bundle is thin on top of it (it becomes a prerequisite), unless `commit` is
+   * already in its history.
+   */
   readonly base?: string;
   readonly maxBytes: number;
   /** Where temporary files go. */
@@ -42,7 +50,8 @@ export async function createBundleFile(spec: BundleSpec): Promise<BundleFile> {
     cwd: spec.mirror,
     timeoutMs: gitTimeouts.local,
   });
-  // An empty range (commit already in base's history) would be refused by git: send the whole history then.
+  // An empty range (commit already in base's history) would be refused by git: send the whole
+  // history then.
   const thin =
     spec.base !== undefined &&
     spec.base !== spec.commit &&
@@ -63,7 +72,8 @@ export async function createBundleFile(spec: BundleSpec): Promise<BundleFile> {
     await dispose();
     if (err instanceof OutputTooLarge) {
       throw new ConnectError(
-        `the bundle of ${spec.commit} is larger than the ${describeBytes(spec.maxBytes)} cap on bundles; it was not sent`,
+        `the bundle of ${spec.commit} is larger than the ` +
+          `${describeBytes(spec.maxBytes)} cap on bundles; it was not sent`,
         Code.ResourceExhausted,
       );
     }

@@ -116,7 +116,8 @@ export async function openBundle(deps: CodeAccessDeps, req: BundleRequest): Prom
       permitted = (await targetHead(deps, repo, branch)).commit;
       if (req.commit !== permitted)
         refuse(
-          `commit ${req.commit} is not the current head ${permitted} of branch ${JSON.stringify(branch)}; ask code/head again`,
+          `commit ${req.commit} is not the current head ${permitted} of branch ` +
+            `${JSON.stringify(branch)}; ask code/head again`,
           Code.Aborted,
         );
       break;

@@ -29,7 +29,10 @@ export interface CodeHostOptions {
   readonly db: Kysely<Database>;
   /** Seals and opens repository credentials (src/secrets). */
   readonly secrets: SecretBox;
-  /** Where mirrors and scratch files live; a private temporary directory (removed on close) when omitted. */
+  /**
+   * Where mirrors and scratch files live; a private temporary directory (removed on close) when
+   * omitted.
+   */
   readonly codeDir?: string;
   /** Cap of one bundle, either way; 256 MiB by default. */
   readonly maxBundleBytes?: number;
@@ -72,7 +75,8 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
     maxBundleBytes,
     async register(input, by) {
       validateRegistration(input);
-      // Registering an unreachable repository (or a wrong credential) is refused now, not at the first job.
+      // Registering an unreachable repository (or a wrong credential) is refused now, not at the
+      // first job.
       await withRemoteAccess({ url: input.url, credential: input.credential || null }, (access) =>
         runGit(["ls-remote", "--heads", "--", input.url], {
           timeoutMs: gitTimeouts.local,
@@ -106,7 +110,9 @@ export async function createCodeHost(options: CodeHostOptions): Promise<CodeHost
       const head = await mirrors.resolveBranch(repo, targetBranch);
       return (
         head ?? {
-          refusal: `branch ${JSON.stringify(targetBranch)} no longer exists in repository ${JSON.stringify(repository)}`,
+          refusal:
+            `branch ${JSON.stringify(targetBranch)} no longer exists in repository ` +
+            `${JSON.stringify(repository)}`,
         }
       );
     },

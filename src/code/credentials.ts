@@ -42,8 +42,9 @@ export async function withRemoteAccess<T>(
       await writeFile(secretFile, credential.endsWith("\n") ? credential : `${credential}\n`, {
         mode: 0o600,
       });
-      // mkdtemp paths hold no quote; git runs GIT_SSH_COMMAND through a shell. Host keys are checked
-      // strictly against the serving user's known_hosts: a first connection is not trusted blindly.
+      // mkdtemp paths hold no quote; git runs GIT_SSH_COMMAND through a shell. Host keys are
+      // checked strictly against the serving user's known_hosts: a first connection is not trusted
+      // blindly.
       const env = {
         GIT_SSH_COMMAND: `ssh -i '${secretFile}' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes`,
       };
@@ -62,7 +63,10 @@ export async function withRemoteAccess<T>(
   }
 }
 
-/** git asks "Username for ..." then "Password for ...": answer each from the environment or the secret file. */
+/**
+ * git asks "Username for ..." then "Password for ...": answer each from the environment or the
+ * secret file.
+ */
 const askpassScript = `#!/bin/sh
 case "$1" in
   Username*) printf '%s\\n' "$FORELEAD_GIT_USER" ;;

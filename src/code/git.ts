@@ -172,13 +172,15 @@ export function gitToFile(
       }
     });
     child.on("error", (err) => fail(err));
-    // The file can fail too (a full disk, a directory gone): an 'error' with no listener would end the process.
+    // The file can fail too (a full disk, a directory gone): an 'error' with no listener would end
+    // the process.
     out.on("error", (err) => fail(err));
     child.on("close", (code) => {
       clearTimeout(timer);
       out.end((err?: Error | null) => {
-        // A failed write can reach here before the 'error' listener above hears of it: as this callback's error, or,
-        // when the file was destroyed by it before end(), as the stream's own (err is then "cannot call end").
+        // A failed write can reach here before the 'error' listener above hears of it: as this
+        // callback's error, or, when the file was destroyed by it before end(), as the stream's own
+        // (err is then "cannot call end").
         const written = out.errored ?? err;
         if (written) failure ??= written;
         if (failure) return reject(failure);

@@ -3,7 +3,9 @@ export interface KeyedQueue {
   run<T>(key: string, fn: () => Promise<T>): Promise<T>;
 }
 
-/** A queue per key, forgotten once it drains. Failures do not block the functions queued after them. */
+/**
+ * A queue per key, forgotten once it drains. Failures do not block the functions queued after them.
+ */
 export function createKeyedQueue(): KeyedQueue {
   const tails = new Map<string, Promise<unknown>>();
   return {

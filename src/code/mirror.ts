@@ -29,7 +29,10 @@ export interface Mirrors {
   open(repo: MirroredRepository): Promise<string>;
   /** Fetches `branch` and returns its commit and tree; undefined when the branch does not exist. */
   resolveBranch(repo: MirroredRepository, branch: string): Promise<PinnedCommit | undefined>;
-  /** Makes sure `commit` is in the mirror, fetching `branches` (then the commit itself) when it is not. */
+  /**
+   * Makes sure `commit` is in the mirror, fetching `branches` (then the commit itself) when it is
+   * not.
+   */
   ensureCommit(
     repo: MirroredRepository,
     commit: string,

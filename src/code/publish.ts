@@ -71,7 +71,8 @@ export async function publishCommit(
 
   await mkdir(deps.scratchDir, { recursive: true, mode: 0o700 });
   const dir = await mkdtemp(join(deps.scratchDir, "publish-"));
-  // git's messages about the bundle name its path: show the runner "the bundle", not our directories.
+  // git's messages about the bundle name its path: show the runner "the bundle", not our
+  // directories.
   const tidy = (text: string) =>
     text
       .split(dir)
@@ -97,7 +98,8 @@ export async function publishCommit(
     if (verified.exitCode !== 0) {
       const why = tidy(verified.stderr).split("\n").slice(-2).join(" / ");
       refuse(
-        `the bundle does not verify${why ? ` (${why})` : ""}; send a bundle made with git bundle create, thin on top of the base commit ${base} or whole`,
+        `the bundle does not verify${why ? ` (${why})` : ""}; send a bundle made ` +
+          `with git bundle create, thin on top of the base commit ${base} or whole`,
         Code.InvalidArgument,
       );
     }
@@ -132,7 +134,9 @@ export async function publishCommit(
     );
     if (imported.exitCode !== 0)
       refuse(
-        `the bundle's objects could not be read (${tidy(imported.stderr).split("\n").slice(-2).join(" / ")}); send an intact bundle`,
+        `the bundle's objects could not be read ` +
+          `(${tidy(imported.stderr).split("\n").slice(-2).join(" / ")}); send an ` +
+          `intact bundle`,
         Code.InvalidArgument,
       );
     const type = (

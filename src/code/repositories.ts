@@ -29,7 +29,10 @@ export interface RegisterRepositoryInput {
 }
 
 const namePattern = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
-/** A credential is one token or one private key: bounded so a mistake (a whole file of something) is caught. */
+/**
+ * A credential is one token or one private key: bounded so a mistake (a whole file of something) is
+ * caught.
+ */
 const maxCredentialBytes = 16 * 1024;
 
 function bad(message: string): never {
@@ -44,7 +47,8 @@ function bad(message: string): never {
 export function validateRegistration(input: RegisterRepositoryInput): void {
   if (!namePattern.test(input.name))
     bad(
-      `name ${JSON.stringify(input.name.slice(0, 80))} must be 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`,
+      `name ${JSON.stringify(input.name.slice(0, 80))} must be 1 to 64 ` +
+        `characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`,
     );
   const kind = urlKind(input.url);
   if (input.credential && (kind === "path" || kind === "file"))
@@ -73,7 +77,8 @@ function urlKind(url: string): "path" | "file" | "https" | "ssh" {
   }
   if (parsed.password)
     bad(
-      "the url holds a password; register the password or token with --credential-file instead, so it stays out of URLs and logs",
+      "the url holds a password; register the password or token with " +
+        "--credential-file instead, so it stays out of URLs and logs",
     );
   switch (parsed.protocol) {
     case "file:":
@@ -89,7 +94,10 @@ function urlKind(url: string): "path" | "file" | "https" | "ssh" {
   }
 }
 
-/** Inserts or replaces a registration; the credential is replaced too (empty clears it), stored sealed. */
+/**
+ * Inserts or replaces a registration; the credential is replaced too (empty clears it), stored
+ * sealed.
+ */
 export async function upsertRepository(
   db: Kysely<Database>,
   box: SecretBox,
@@ -137,7 +145,8 @@ export async function findRepository(
   const row = await lookUpRepository(db, box, name);
   if (!row)
     bad(
-      `repository ${JSON.stringify(name)} is not registered with this control plane; register it first (forelead repos add ${name} URL)`,
+      `repository ${JSON.stringify(name)} is not registered with this control ` +
+        `plane; register it first (forelead repos add ${name} URL)`,
     );
   return row;
 }

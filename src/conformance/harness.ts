@@ -87,13 +87,19 @@ export interface Harness {
   readonly launch: RunnerLaunch;
   /** Where a job's output directory is, as the job's shell sees it. */
   readonly outputDir: string;
-  /** Where a job's input directory is (answer and checkpoint of a resumed job), as the job's shell sees it. */
+  /**
+   * Where a job's input directory is (answer and checkpoint of a resumed job), as the job's shell
+   * sees it.
+   */
   readonly inputDir: string;
   /** Every job the kit enqueued, in order. */
   readonly jobIds: readonly string[];
   enqueue(job: KitJob): Promise<string>;
   job(jobId: string): Promise<Job>;
-  /** Polls the job until `holds`, or fails the row naming `what` and the job's state after the row's timeout. */
+  /**
+   * Polls the job until `holds`, or fails the row naming `what` and the job's state after the row's
+   * timeout.
+   */
   waitFor(
     jobId: string,
     what: string,
@@ -112,9 +118,15 @@ export interface Harness {
   runnerOutput(): Promise<string>;
   /** Whether the runner process has exited, and how. */
   runnerExit(): string | undefined;
-  /** Requests the control plane answered on `route` (e.g. "POST /v1/runner/complete"), by HTTP status. */
+  /**
+   * Requests the control plane answered on `route` (e.g. "POST /v1/runner/complete"), by HTTP
+   * status.
+   */
   answered(route: string): Promise<Map<string, number>>;
-  /** Makes the job's live lease expire now and sweeps it (the job, at its last attempt, fails lease_lost). */
+  /**
+   * Makes the job's live lease expire now and sweeps it (the job, at its last attempt, fails
+   * lease_lost).
+   */
   expireLease(jobId: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -159,7 +171,8 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
       admins: [adminId],
       leaseSeconds: options.leaseSeconds,
       maxCertLifetimeMs: 24 * 3600 * 1000,
-      // The control plane's own timeout comes long after the runner's: the timeout row sees the runner's.
+      // The control plane's own timeout comes long after the runner's: the timeout row sees the
+      // runner's.
       jobTimeouts: { defaultSeconds: 600, maxSeconds: 3600, graceSeconds: 600 },
       metricsListen: { host: "127.0.0.1", port: 0 },
     });
@@ -182,7 +195,9 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
     const runner = startRunner(options.runnerCommand, launch);
     cleanups.push(() => stopRunner(runner.child));
     say(
-      `control plane ${plane.url} (lease ${options.leaseSeconds}s); runner ${runnerId} in workspace ${workspaceId}: ${substitute(options.runnerCommand, launch)}`,
+      `control plane ${plane.url} (lease ${options.leaseSeconds}s); runner ` +
+        `${runnerId} in workspace ${workspaceId}: ` +
+        `${substitute(options.runnerCommand, launch)}`,
     );
 
     const jobIds: string[] = [];
@@ -323,7 +338,10 @@ function shellQuote(value: string): string {
   return /^[\w@%+=:,./-]+$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
-/** Starts `sh -c command` in a process group of its own (so close stops whatever it started), output to `outputFile`. */
+/**
+ * Starts `sh -c command` in a process group of its own (so close stops whatever it started), output
+ * to `outputFile`.
+ */
 function startRunner(
   command: string,
   launch: RunnerLaunch,
@@ -369,7 +387,10 @@ async function stopRunner(child: ChildProcess): Promise<void> {
   signal("SIGKILL"); // whatever it left behind in its group
 }
 
-/** The request counts of `route` by status code, from the Prometheus text of forelead_request_duration_seconds. */
+/**
+ * The request counts of `route` by status code, from the Prometheus text of
+ * forelead_request_duration_seconds.
+ */
 function requestCounts(text: string, route: string): Map<string, number> {
   const counts = new Map<string, number>();
   for (const line of text.split("\n")) {

@@ -56,7 +56,10 @@ export async function runConformance(
   return results;
 }
 
-/** Why a row needing features is skipped: the first one this control plane does not serve, or the ones the runner did not declare. */
+/**
+ * Why a row needing features is skipped: the first one this control plane does not serve, or the
+ * ones the runner did not declare.
+ */
 async function missingFeature(h: Harness, row: Row): Promise<string | undefined> {
   const wanted = row.features ?? [];
   const unserved = wanted.find((f) => !controlPlaneFeatures.has(f));
@@ -65,7 +68,9 @@ async function missingFeature(h: Harness, row: Row): Promise<string | undefined>
   return missing.length ? `the runner does not declare ${missing.join(", ")}` : undefined;
 }
 
-/** The results as a table: row, result, reason (one line each; a long reason wraps under its row). */
+/**
+ * The results as a table: row, result, reason (one line each; a long reason wraps under its row).
+ */
 export function formatTable(results: readonly RowResult[]): string {
   const width = Math.max(3, ...results.map((r) => r.row.length));
   const lines = [`${"ROW".padEnd(width)}  RESULT  REASON`];

@@ -10,7 +10,9 @@ import { features, suspendFeatures } from "../protocol/features.js";
 import { inputPaths } from "../protocol/input-request.js";
 import { describeJob, RowFailure, type Harness } from "./harness.js";
 
-/** One row: its name in the table, what it holds, and its check (its pass reason, or a RowFailure). */
+/**
+ * One row: its name in the table, what it holds, and its check (its pass reason, or a RowFailure).
+ */
 export interface Row {
   readonly name: string;
   readonly holds: string;
@@ -57,7 +59,10 @@ async function runToEnd(
   return h.waitFor(jobId, what, done, extra.withinMs);
 }
 
-/** Fails the row unless the job ended in `state` by the runner's completion (the control plane's sweep sets a failure). */
+/**
+ * Fails the row unless the job ended in `state` by the runner's completion (the control plane's
+ * sweep sets a failure).
+ */
 function expectSettled(
   job: Awaited<ReturnType<Harness["job"]>>,
   state: string,
@@ -96,7 +101,10 @@ async function takesNextJob(
   );
 }
 
-/** Completions refused so far (4xx on complete): a second, different completion, or one under a dead lease. */
+/**
+ * Completions refused so far (4xx on complete): a second, different completion, or one under a dead
+ * lease.
+ */
 async function refusedCompletions(h: Harness): Promise<number> {
   let refused = 0;
   for (const [code, n] of await h.answered("POST /v1/runner/complete"))
@@ -117,9 +125,13 @@ export const rows: readonly Row[] = [
         if (me) {
           if (me.slots !== 1)
             throw new RowFailure(
-              `registered with ${me.slots} slots; run it with one (the kit sees a job stopped when the runner takes the next)`,
+              `registered with ${me.slots} slots; run it with one (the kit sees a job ` +
+                `stopped when the runner takes the next)`,
             );
-          return `registered: labels [${me.labels.join(", ")}], ${me.cpu} CPUs, ${me.architecture || "no architecture"}`;
+          return (
+            `registered: labels [${me.labels.join(", ")}], ${me.cpu} CPUs, ` +
+            `${me.architecture || "no architecture"}`
+          );
         }
         const exit = h.runnerExit();
         if (exit)
@@ -128,7 +140,8 @@ export const rows: readonly Row[] = [
           );
         if (Date.now() > deadline)
           throw new RowFailure(
-            `the runner did not register within ${h.options.rowTimeoutSeconds}s; its output:\n${(await h.runnerOutput()).slice(-2000)}`,
+            `the runner did not register within ${h.options.rowTimeoutSeconds}s; its ` +
+              `output:\n${(await h.runnerOutput()).slice(-2000)}`,
           );
         await new Promise((r) => setTimeout(r, 200));
       }
@@ -163,7 +176,9 @@ export const rows: readonly Row[] = [
   {
     name: "incompatible-spec",
     holds:
-      "a job needing a label the runner lacks is never leased; a spec beyond the runner (more CPUs than it registered) is failed with an error, without running",
+      "a job needing a label the runner lacks is never leased; a spec beyond " +
+      "the runner (more CPUs than it registered) is failed with an error, " +
+      "without running",
     async run(h) {
       const unmatched = await h.enqueue({
         script: "echo must-not-run",
@@ -247,7 +262,9 @@ export const rows: readonly Row[] = [
   {
     name: "expired-lease",
     holds:
-      "after the control plane expires a running job's lease, the runner stops the job (its slot frees within a lease length) and sends no completion for it",
+      "after the control plane expires a running job's lease, the runner stops " +
+      "the job (its slot frees within a lease length) and sends no completion " +
+      "for it",
     async run(h) {
       const jobId = await h.enqueue({ script: "echo started; sleep 300" });
       await h.waitFor(jobId, "the job did not start", (j) => j.state === "running");
@@ -264,7 +281,8 @@ export const rows: readonly Row[] = [
         const refused = (await refusedCompletions(h)) - refusedBefore;
         if (refused > 0)
           throw new RowFailure(
-            `the runner sent ${refused} completion(s) for the job after its lease expired; the control plane refused them`,
+            `the runner sent ${refused} completion(s) for the job after its lease ` +
+              `expired; the control plane refused them`,
           );
       };
       await takesNextJob(h, "after its lease expired", countRefused, "sleep 3; echo probe");
@@ -274,7 +292,8 @@ export const rows: readonly Row[] = [
   {
     name: "isolation",
     holds:
-      "a file a job writes in its directory is not visible to the next job, in its own directory or at the first job's path",
+      "a file a job writes in its directory is not visible to the next job, in " +
+      "its own directory or at the first job's path",
     async run(h) {
       const marker = `conformance-marker-${randomBytes(4).toString("hex")}`;
       const first = await runToEnd(
@@ -305,12 +324,14 @@ export const rows: readonly Row[] = [
   {
     name: "upload-digest",
     holds:
-      "a file the job writes to its output directory is an artifact with the digest and size the job computed, and downloads as the same bytes",
+      "a file the job writes to its output directory is an artifact with the " +
+      "digest and size the job computed, and downloads as the same bytes",
     async run(h) {
       const file = `${h.outputDir}/conformance.bin`;
       const job = await runToEnd(
         h,
-        `head -c 100000 /dev/urandom > ${file} && if command -v sha256sum >/dev/null; then sha256sum ${file}; else busybox sha256sum ${file}; fi`,
+        `head -c 100000 /dev/urandom > ${file} && if command -v sha256sum ` +
+          `>/dev/null; then sha256sum ${file}; else busybox sha256sum ${file}; fi`,
         "the uploading job did not settle",
       );
       expectSettled(job, "succeeded", "the uploading job");
@@ -328,7 +349,8 @@ export const rows: readonly Row[] = [
         );
       if (artifact.digest !== `sha256:${computed}` || Number(artifact.size) !== 100_000)
         throw new RowFailure(
-          `conformance.bin is listed as ${artifact.digest}, ${artifact.size} bytes; the job computed sha256:${computed}, 100000 bytes`,
+          `conformance.bin is listed as ${artifact.digest}, ${artifact.size} ` +
+            `bytes; the job computed sha256:${computed}, 100000 bytes`,
         );
       const hash = createHash("sha256");
       for await (const chunk of h.admin.downloadArtifact({
@@ -347,7 +369,8 @@ export const rows: readonly Row[] = [
   {
     name: "secrets",
     holds:
-      "a job gets its secret; the value is in no log line, job event, workspace event, audit record, job view or the runner's own output",
+      "a job gets its secret; the value is in no log line, job event, " +
+      "workspace event, audit record, job view or the runner's own output",
     async run(h) {
       const value = randomBytes(32).toString("base64url");
       const job = await runToEnd(
@@ -384,7 +407,8 @@ export const rows: readonly Row[] = [
   {
     name: "repeated-complete",
     holds:
-      "every completion the runner sent was accepted (a repeat only with the same completionId and body), and each job settled once",
+      "every completion the runner sent was accepted (a repeat only with the " +
+      "same completionId and body), and each job settled once",
     async run(h) {
       const job = await runToEnd(h, "echo once", "the job did not settle");
       expectSettled(job, "succeeded", "the job");
@@ -392,7 +416,9 @@ export const rows: readonly Row[] = [
       const refused = [...counts].filter(([code]) => code.startsWith("4"));
       if (refused.length)
         throw new RowFailure(
-          `the control plane refused completions: ${refused.map(([code, n]) => `${n} × ${code}`).join(", ")} (a second, different completion of a settled job, or one under a dead lease)`,
+          `the control plane refused completions: ` +
+            `${refused.map(([code, n]) => `${n} × ${code}`).join(", ")} (a second, ` +
+            `different completion of a settled job, or one under a dead lease)`,
         );
       const settled = new Map<string, number>();
       for (const e of await h.workspaceEvents())
@@ -428,15 +454,19 @@ export const rows: readonly Row[] = [
       const shown = JSON.stringify(progress);
       if (!progress.some((e) => e.done === 3 && e.total === 10))
         throw new RowFailure(
-          `no job.progress event with done 3 of total 10 for "::forelead::progress 3/10"; the job's job.progress events: ${shown}`,
+          `no job.progress event with done 3 of total 10 for "::forelead::progress ` +
+            `3/10"; the job's job.progress events: ${shown}`,
         );
       if (!progress.some((e) => e.percent === 100))
         throw new RowFailure(
-          `no job.progress event with percent 100 for "::forelead::progress 100"; the job's job.progress events: ${shown}`,
+          `no job.progress event with percent 100 for "::forelead::progress 100"; ` +
+            `the job's job.progress events: ${shown}`,
         );
       if (job.progress?.percent !== 100)
         throw new RowFailure(
-          `the job view's progress is ${JSON.stringify(job.progress ?? null, (_, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}; want percent 100, the last line's`,
+          `the job view's progress is ` +
+            `${JSON.stringify(job.progress ?? null, (_, v: unknown) => (typeof v === "bigint" ? v.toString() : v))}; ` +
+            `want percent 100, the last line's`,
         );
       return `${progress.length} job.progress events (3/10, 100); the job view shows 100 percent`;
     },
@@ -445,7 +475,8 @@ export const rows: readonly Row[] = [
     name: "result",
     features: [features.result],
     holds:
-      "a job's result.json in its output directory, and a ::forelead::result line, are the job's result in the job view",
+      "a job's result.json in its output directory, and a ::forelead::result " +
+      "line, are the job's result in the job view",
     async run(h) {
       const nonce = randomBytes(4).toString("hex");
       const checks: Array<[string, string, string]> = [
@@ -465,7 +496,9 @@ export const rows: readonly Row[] = [
         expectSettled(job, "succeeded", `the job writing ${what}`);
         if (job.result?.kit !== kit || job.result?.nonce !== nonce)
           throw new RowFailure(
-            `the job writing ${what} has the result ${JSON.stringify(job.result ?? null)} in its view; want {"kit":"${kit}","nonce":"${nonce}"}`,
+            `the job writing ${what} has the result ` +
+              `${JSON.stringify(job.result ?? null)} in its view; want ` +
+              `{"kit":"${kit}","nonce":"${nonce}"}`,
           );
       }
       return "result.json and a result line each are the job's result";
@@ -475,7 +508,9 @@ export const rows: readonly Row[] = [
     name: "suspend",
     features: suspendFeatures,
     holds:
-      "a job writing a checkpoint and an input request waits for input with no attempt charged; answered, it resumes and finds the answer and its checkpoint in its input directory",
+      "a job writing a checkpoint and an input request waits for input with no " +
+      "attempt charged; answered, it resumes and finds the answer and its " +
+      "checkpoint in its input directory",
     async run(h) {
       const requestId = `kit-${randomBytes(3).toString("hex")}`;
       const saved = `saved-${randomBytes(4).toString("hex")}`;
@@ -487,10 +522,14 @@ export const rows: readonly Row[] = [
         schema: { type: "object", properties: { word: { type: "string" } }, required: ["word"] },
       };
       const [input, output] = [h.inputDir, h.outputDir];
-      // One script for both attempts: the first saves and asks, the resumed one prints what it found.
+      // One script for both attempts: the first saves and asks, the resumed one prints what it
+      // found.
       const script = [
-        `if [ -f ${input}/${inputPaths.answer} ]; then echo "answer: $(cat ${input}/${inputPaths.answer})"; echo "checkpoint: $(cat ${input}/${inputPaths.checkpointDir}/state.txt)"; exit 0; fi`,
-        `mkdir -p ${output}/${inputPaths.checkpointDir} && echo ${saved} > ${output}/${inputPaths.checkpointDir}/state.txt`,
+        `if [ -f ${input}/${inputPaths.answer} ]; then echo "answer: $(cat ` +
+          `${input}/${inputPaths.answer})"; echo "checkpoint: $(cat ` +
+          `${input}/${inputPaths.checkpointDir}/state.txt)"; exit 0; fi`,
+        `mkdir -p ${output}/${inputPaths.checkpointDir} && echo ${saved} > ` +
+          `${output}/${inputPaths.checkpointDir}/state.txt`,
         `printf '%s' '${JSON.stringify(request)}' > ${output}/${inputPaths.request}`,
       ].join("\n");
       const jobId = await h.enqueue({ script });
@@ -509,11 +548,13 @@ export const rows: readonly Row[] = [
         );
       if (waiting.inputRequest?.id !== requestId)
         throw new RowFailure(
-          `the suspended job's view shows the input request ${JSON.stringify(waiting.inputRequest?.id ?? null)}; want ${requestId}`,
+          `the suspended job's view shows the input request ` +
+            `${JSON.stringify(waiting.inputRequest?.id ?? null)}; want ${requestId}`,
         );
       if (!waiting.checkpoint.some((a) => a.name === "state.txt"))
         throw new RowFailure(
-          `the suspended job's checkpoint does not list state.txt: [${waiting.checkpoint.map((a) => a.name).join(", ")}]`,
+          `the suspended job's checkpoint does not list state.txt: ` +
+            `[${waiting.checkpoint.map((a) => a.name).join(", ")}]`,
         );
       await h.input.answerInput({
         apiVersion: "v1",
@@ -527,12 +568,16 @@ export const rows: readonly Row[] = [
       const answerLine = log.find((l) => l.startsWith("answer: "));
       if (!answerLine?.includes(answered))
         throw new RowFailure(
-          `the resumed job did not print the answer ${answered} from ${input}/${inputPaths.answer}; its line: ${JSON.stringify(answerLine ?? null)}`,
+          `the resumed job did not print the answer ${answered} from ` +
+            `${input}/${inputPaths.answer}; its line: ` +
+            `${JSON.stringify(answerLine ?? null)}`,
         );
       const checkpointLine = log.find((l) => l.startsWith("checkpoint: "));
       if (checkpointLine?.trim() !== `checkpoint: ${saved}`)
         throw new RowFailure(
-          `the resumed job did not print its checkpoint ${saved} from ${input}/${inputPaths.checkpointDir}/state.txt; its line: ${JSON.stringify(checkpointLine ?? null)}`,
+          `the resumed job did not print its checkpoint ${saved} from ` +
+            `${input}/${inputPaths.checkpointDir}/state.txt; its line: ` +
+            `${JSON.stringify(checkpointLine ?? null)}`,
         );
       return "waiting_input, no attempt charged; answered, resumed with the answer and its checkpoint";
     },

@@ -12,11 +12,17 @@ import {
 } from "./read.js";
 import { eventsChannel } from "./record.js";
 
-/** The global event stream: reading, following and retention. Writing is record.ts, in the writers' transactions. */
+/**
+ * The global event stream: reading, following and retention. Writing is record.ts, in the writers'
+ * transactions.
+ */
 export interface Events {
   /** The events after `query.afterId` that have committed, in order, up to a page. */
   read(query: EventQuery): AsyncIterable<EventEntry>;
-  /** Every event after `query.afterId`, in order, as it commits, until `signal` aborts (or unavailable on close). */
+  /**
+   * Every event after `query.afterId`, in order, as it commits, until `signal` aborts (or
+   * unavailable on close).
+   */
   follow(query: EventQuery, signal?: AbortSignal): AsyncIterable<EventEntry>;
   /** Deletes events older than the retention, in batches; returns how many. */
   prune(): Promise<number>;
@@ -30,7 +36,10 @@ export interface EventsOptions {
   readonly retentionMs?: number;
   /** How often the prune runs; an hour by default, at most the retention. */
   readonly pruneIntervalMs?: number;
-  /** A follower reads again after this long without a notification: a safety net, not the way it learns. */
+  /**
+   * A follower reads again after this long without a notification: a safety net, not the way it
+   * learns.
+   */
   readonly followPollMs?: number;
 }
 
@@ -39,10 +48,16 @@ const defaultEventRetentionMs = 7 * 24 * 3600 * 1000;
 
 /** Rows one prune statement deletes: small enough that it holds few locks and commits quickly. */
 const pruneBatch = 5_000;
-/** While a gap is open, a follower looks again this often: a rolled-back writer sends no notification. */
+/**
+ * While a gap is open, a follower looks again this often: a rolled-back writer sends no
+ * notification.
+ */
 const gapRecheckMs = 100;
 
-/** Subscribes to the events channel (one LISTEN per process serves every follower) and starts the prune timer. */
+/**
+ * Subscribes to the events channel (one LISTEN per process serves every follower) and starts the
+ * prune timer.
+ */
 export async function createEvents(options: EventsOptions): Promise<Events> {
   const { db } = options.store;
   const retentionMs = options.retentionMs ?? defaultEventRetentionMs;
@@ -57,9 +72,8 @@ export async function createEvents(options: EventsOptions): Promise<Events> {
     let total = 0;
     for (;;) {
       const { numAffectedRows } = await sql`
-        delete from events where id in (select id from events where at < now() - make_interval(secs => ${retentionMs / 1000}) order by id limit ${pruneBatch})`.execute(
-        db,
-      );
+        delete from events where id in (select id from events where at < now() - make_interval(secs
+          => ${retentionMs / 1000}) order by id limit ${pruneBatch})`.execute(db);
       const n = Number(numAffectedRows ?? 0);
       total += n;
       if (n < pruneBatch || closed) return total;

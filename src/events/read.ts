@@ -108,7 +108,8 @@ export async function readEvents(
     select s.snapshot, s.gap_closed, e.id, e.at, e.type, e.workspace_id, e.runner_id, e.job_id::text as job_id, e.data
     from (
       select pg_current_snapshot()::text as snapshot,
-        coalesce((select bool_and(pg_visible_in_snapshot(x, pg_current_snapshot())) from pg_snapshot_xip(${pos.gap?.snapshot ?? null}::pg_snapshot) x), true) as gap_closed
+        coalesce((select bool_and(pg_visible_in_snapshot(x, pg_current_snapshot())) from
+          pg_snapshot_xip(${pos.gap?.snapshot ?? null}::pg_snapshot) x), true) as gap_closed
     ) s
     left join lateral (select * from events where id > ${pos.afterId} order by id limit ${q.pageSize}) e on true
     order by e.id`.execute(db);
@@ -121,9 +122,10 @@ export async function readEvents(
       gap = undefined;
     } else {
       // Seen once (CI, Postgres, Node 24): an id held by a transaction that was not in the first
-      // snapshot's list, so the rule's "transaction id before event id" did not hold for it. The gap
-      // waits for the transactions in flight at a second snapshot as well (one recheck more) before
-      // a missing id counts as rolled back; an event that commits meanwhile is delivered in order.
+      // snapshot's list, so the rule's "transaction id before event id" did not hold for it. The
+      // gap waits for the transactions in flight at a second snapshot as well (one recheck more)
+      // before a missing id counts as rolled back; an event that commits meanwhile is delivered in
+      // order.
       gap = { snapshot, through: gap.through, confirming: true };
     }
   }

@@ -4,7 +4,10 @@ import type { AuditRecord, AuditSink } from "./audit.js";
 export interface RefusalAggregationOptions {
   /** The aggregation interval; 1 s by default. */
   readonly intervalMs?: number;
-  /** Sources tracked at once; past it, what is counted is written at once (bounded memory). 10,000 by default. */
+  /**
+   * Sources tracked at once; past it, what is counted is written at once (bounded memory). 10,000
+   * by default.
+   */
   readonly maxSources?: number;
 }
 
@@ -75,7 +78,8 @@ export function aggregateRefusals(
     unavailable: () => sink.unavailable(),
     backlog: () => sink.backlog(),
     async flush() {
-      // What is counted so far is written; the interval goes on (the next repeat is counted, not written at once).
+      // What is counted so far is written; the interval goes on (the next repeat is counted, not
+      // written at once).
       for (const [key, repeats] of open) {
         if (!repeats) continue;
         sink.record({ ...repeats.first, count: repeats.count, lastAt: repeats.lastAt });

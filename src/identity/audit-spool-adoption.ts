@@ -89,7 +89,8 @@ async function adoptSpool<T>(dir: string, options: SpoolAdoption<T>): Promise<nu
     }
     if (found > 0)
       console.error(
-        `audit: adopted the spool ${spool.path}, which no live process held: wrote its ${written} records to the database`,
+        `audit: adopted the spool ${spool.path}, which no live process held: ` +
+          `wrote its ${written} records to the database`,
       );
   } finally {
     spool.close();

@@ -40,11 +40,17 @@ export interface AuditSpool<T> {
   readonly quarantined: number;
   /** Lines this process moved to the quarantine file. */
   readonly quarantinedHere: number;
-  /** Appends rows after every row already there, fsynced; throws when they cannot be written whole. Reads `rows` only before its first await. */
+  /**
+   * Appends rows after every row already there, fsynced; throws when they cannot be written whole.
+   * Reads `rows` only before its first await.
+   */
   append(rows: readonly T[]): Promise<void>;
   /** The oldest rows not yet taken out, at most `max`. */
   peek(max: number): Promise<readonly T[]>;
-  /** Takes out the first `count` rows that peek returned (they are stored), and the bad lines before and among them. */
+  /**
+   * Takes out the first `count` rows that peek returned (they are stored), and the bad lines before
+   * and among them.
+   */
   take(count: number): Promise<void>;
   /** Releases the spool's lock. */
   close(): void;
@@ -53,7 +59,9 @@ export interface AuditSpool<T> {
 /** What opening a spool needs. */
 export interface AuditSpoolOptions<T> {
   readonly dir: string;
-  /** The file may grow to this many bytes; an append past it throws (the caller then fails closed). */
+  /**
+   * The file may grow to this many bytes; an append past it throws (the caller then fails closed).
+   */
   readonly maxBytes: number;
   readonly timeOf: (row: T) => Date;
   /** Whether a parsed line is a row the database can take; one that is not is quarantined. */
@@ -64,11 +72,17 @@ export interface AuditSpoolOptions<T> {
   readonly onQuarantine?: (lines: number) => void;
   /** What holds the lock, as its lock file says; "forelead serve" by default. */
   readonly command?: string;
-  /** How many numbered alternatives of `dir` to try when another live process holds it (0 by default: refused). */
+  /**
+   * How many numbered alternatives of `dir` to try when another live process holds it (0 by
+   * default: refused).
+   */
   readonly alternates?: number;
 }
 
-/** The lock's command while a replica drains a spool no live process held (src/identity/audit-spool-adoption.ts). */
+/**
+ * The lock's command while a replica drains a spool no live process held
+ * (src/identity/audit-spool-adoption.ts).
+ */
 export const adoptingCommand = "forelead serve (adopting an orphaned spool)";
 /** How long a start waits for a replica adopting its spool to finish. */
 const adoptionWaitMs = 30_000;
@@ -165,7 +179,8 @@ async function openLocked<T>(
   await writeTag(dir, options.database);
   let quarantined = await countLines(quarantinePath);
   let quarantinedHere = 0;
-  // The file as this process left it: its inode and length, the bytes already taken out, the lines after them.
+  // The file as this process left it: its inode and length, the bytes already taken out, the lines
+  // after them.
   let ino = 0;
   let size = 0;
   let offset = 0;
@@ -190,11 +205,16 @@ async function openLocked<T>(
     options.onQuarantine?.(bad.length);
     const why = [...new Set(bad.map((b) => b.why))].join("; ");
     console.error(
-      `audit: moved ${bad.length} unreadable line(s) of the spool ${path} (${why}; ${where}) to ${quarantinePath}; the rows around them are written as usual`,
+      `audit: moved ${bad.length} unreadable line(s) of the spool ${path} ` +
+        `(${why}; ${where}) to ${quarantinePath}; the rows around them are ` +
+        `written as usual`,
     );
   }
 
-  /** Counts the file as it is now; a last line without its newline (a torn append) is quarantined and cut off. */
+  /**
+   * Counts the file as it is now; a last line without its newline (a torn append) is quarantined
+   * and cut off.
+   */
   async function rescan(): Promise<void> {
     const now = await statFile(path);
     let whole = now.size;
@@ -219,7 +239,10 @@ async function openLocked<T>(
     await findOldest();
   }
 
-  /** Rescans when the file is not the one this process wrote: truncated, replaced or grown by someone else. */
+  /**
+   * Rescans when the file is not the one this process wrote: truncated, replaced or grown by
+   * someone else.
+   */
   async function verify(): Promise<void> {
     const now = await statFile(path);
     if (now.ino === ino && now.size === size) return;
@@ -228,7 +251,8 @@ async function openLocked<T>(
     await rescan();
     if (before.ino !== 0 || now.size !== 0)
       console.error(
-        `audit: the spool ${path} was changed by another process (${change}); counted again: ${records} lines wait in it, ${before.records} did before`,
+        `audit: the spool ${path} was changed by another process (${change}); ` +
+          `counted again: ${records} lines wait in it, ${before.records} did before`,
       );
   }
 
@@ -337,7 +361,8 @@ async function openLocked<T>(
     async peek(max) {
       await verify();
       await fill(max);
-      // Whole lines only, so that take() never splits one: a line two appends ran into may hold two rows.
+      // Whole lines only, so that take() never splits one: a line two appends ran into may hold two
+      // rows.
       const rows: T[] = [];
       for (const line of peeked) {
         if (rows.length >= max) break;
@@ -405,7 +430,10 @@ function parsePart<T>(
   return isRow(value) ? { row: value } : { why: "not an audit row" };
 }
 
-/** Lines from `offset` until `max` rows or `size`; `consumed` counts their bytes, `end` whether `size` was reached. */
+/**
+ * Lines from `offset` until `max` rows or `size`; `consumed` counts their bytes, `end` whether
+ * `size` was reached.
+ */
 async function readLines<T>(
   path: string,
   offset: number,
@@ -539,7 +567,10 @@ async function writeTag(dir: string, database: string): Promise<void> {
   await fsyncPath(dir);
 }
 
-/** The database a spool's tag file names, or undefined when it has none (an earlier version's spool). */
+/**
+ * The database a spool's tag file names, or undefined when it has none (an earlier version's
+ * spool).
+ */
 export async function readSpoolTag(dir: string): Promise<string | undefined> {
   const text = await readFile(join(dir, auditSpoolTagFile), "utf8").catch(() => undefined);
   if (text === undefined) return undefined;

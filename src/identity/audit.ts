@@ -27,7 +27,10 @@ export interface AuditRecord {
   readonly spiffeId?: string;
   readonly certificate?: CertificateFacts;
   readonly remoteAddress?: string;
-  /** For aggregated refusals: how many requests the record stands for (1 when absent); `at` is the first. */
+  /**
+   * For aggregated refusals: how many requests the record stands for (1 when absent); `at` is the
+   * first.
+   */
   readonly count?: number;
   /** For aggregated refusals: the time of the last request. */
   readonly lastAt?: Date;
@@ -41,14 +44,20 @@ export interface AuditBacklog {
   readonly spooled: number;
   readonly spoolBytes: number;
   readonly spoolPath: string;
-  /** The process holding the spool (this one), e.g. "pid 12 on host-a, started 2026-01-01T00:00:00.000Z". */
+  /**
+   * The process holding the spool (this one), e.g. "pid 12 on host-a, started
+   * 2026-01-01T00:00:00.000Z".
+   */
   readonly spoolHolder: string;
   /** Lines in the spool's quarantine file: not whole audit rows, set aside for an operator. */
   readonly quarantined: number;
   /** Lines this process moved there (the metric's counter). */
   readonly quarantinedHere: number;
   readonly quarantinePath: string;
-  /** Set while the spool cannot be read: why. Its records wait; newer ones go straight to the database. */
+  /**
+   * Set while the spool cannot be read: why. Its records wait; newer ones go straight to the
+   * database.
+   */
   readonly spoolUnreadable: string | undefined;
   /** The time of the oldest record not yet in the database. */
   readonly oldestUnwritten: Date | undefined;
@@ -77,7 +86,9 @@ export interface DatabaseAuditSinkOptions {
   readonly spoolMaxBytes?: number;
   readonly flushIntervalMs?: number;
   readonly maxBatch?: number;
-  /** Records kept in memory while neither the database nor the spool takes them; 10,000 by default. */
+  /**
+   * Records kept in memory while neither the database nor the spool takes them; 10,000 by default.
+   */
   readonly maxInMemory?: number;
   /** Which database the records are for, without credentials: the spool's tag. */
   readonly database?: string;
@@ -167,7 +178,10 @@ function wellFormedText(_key: string, value: unknown): unknown {
   return text.includes("\0") ? text.replaceAll("\0", "\uFFFD") : text;
 }
 
-/** What JSON.stringify writes for a NUL or a lone surrogate (a literal "\\u0000" in a text matches too: harmless). */
+/**
+ * What JSON.stringify writes for a NUL or a lone surrogate (a literal "\\u0000" in a text matches
+ * too: harmless).
+ */
 const escapedOddText = /\\u0000|\\ud[89a-f]/i;
 
 /**
@@ -181,12 +195,15 @@ function withDefaults(r: AuditRow): AuditRow {
 
 /** The client's message while audit records cannot be stored. */
 export const auditUnavailableMessage =
-  "the audit trail cannot be written, so this control plane refuses requests rather than answer them unrecorded; retry later";
+  "the audit trail cannot be written, so this control plane refuses " +
+  "requests rather than answer them unrecorded; retry later";
 
 const backlogLogIntervalMs = 30_000;
 /** How often a replica looks for spools no live process holds (and once at start). */
 const adoptIntervalMs = 60_000;
-/** Numbered alternatives of a default spool tried when live replicas hold it (several on port 0). */
+/**
+ * Numbered alternatives of a default spool tried when live replicas hold it (several on port 0).
+ */
 const spoolAlternates = 16;
 
 /**
@@ -214,7 +231,8 @@ export async function createDatabaseAuditSink(
     alternates: options.adoptFrom ? spoolAlternates : 0,
   });
   const holder = `pid ${spool.holder.pid} on ${spool.holder.hostname}, started ${spool.holder.startedAt}`;
-  // The queue, oldest first: the spool's rows, then the buffer's. Only drain() (one at a time) moves rows.
+  // The queue, oldest first: the spool's rows, then the buffer's. Only drain() (one at a time)
+  // moves rows.
   const buffer: AuditRow[] = [];
   let databaseFailure: string | undefined;
   let spoolFailure: string | undefined;
@@ -296,17 +314,22 @@ export async function createDatabaseAuditSink(
     const message = errorMessage(err);
     if (spoolUnreadable === undefined)
       console.error(
-        `audit: cannot read the spool ${spool.path} (${message}); its ${spool.records} records wait there and newer ones go straight to the database`,
+        `audit: cannot read the spool ${spool.path} (${message}); its ` +
+          `${spool.records} records wait there and newer ones go straight to the ` +
+          `database`,
       );
     spoolUnreadable = message;
   }
 
-  // The spool cannot be read, written or emptied: what it has not taken stays in memory, and requests are refused.
+  // The spool cannot be read, written or emptied: what it has not taken stays in memory, and
+  // requests are refused.
   function spoolBroken(err: unknown): void {
     const message = errorMessage(err);
     if (spoolFailure === undefined)
       console.error(
-        `audit: cannot use the spool ${spool.path} (${message})${databaseFailure ? ` and the database refuses records (${databaseFailure})` : ""}; refusing requests with 503 until audit records can be stored`,
+        `audit: cannot use the spool ${spool.path} ` +
+          `(${message})${databaseFailure ? ` and the database refuses records (${databaseFailure})` : ""}; ` +
+          `refusing requests with 503 until audit records can be stored`,
       );
     spoolFailure = message;
   }
@@ -354,7 +377,8 @@ export async function createDatabaseAuditSink(
   function databaseDown(message: string): void {
     if (databaseFailure === undefined) {
       console.error(
-        `audit: the database refuses audit records (${message}); keeping them in the spool ${spool.path} until it takes them`,
+        `audit: the database refuses audit records (${message}); keeping them in ` +
+          `the spool ${spool.path} until it takes them`,
       );
       backlogLoggedAt = Date.now();
     }
@@ -364,7 +388,8 @@ export async function createDatabaseAuditSink(
   function databaseUp(): void {
     if (databaseFailure === undefined && spoolFailure === undefined) return;
     console.error(
-      `audit: the database stores audit records again; every spooled record is written${dropped ? `; ${dropped} records could not be kept while neither the database nor the spool took them` : ""}`,
+      `audit: the database stores audit records again; every spooled record is ` +
+        `written${dropped ? `; ${dropped} records could not be kept while neither the database nor the spool took them` : ""}`,
     );
     databaseFailure = spoolFailure = undefined;
     dropped = 0;
@@ -407,7 +432,8 @@ export async function createDatabaseAuditSink(
       await flush();
       if (buffer.length > 0)
         console.error(
-          `audit: ${buffer.length} records could be stored neither in the database nor in the spool ${spool.path}; they are lost`,
+          `audit: ${buffer.length} records could be stored neither in the database ` +
+            `nor in the spool ${spool.path}; they are lost`,
         );
       else if (spool.records > 0)
         console.error(`audit: closing with ${describe()}; the next start writes them first`);

@@ -112,13 +112,18 @@ export interface ClientCertificateOptions {
   notBefore?: Date;
   /** Default: notBefore + lifetimeMs. */
   notAfter?: Date;
-  /** Default: 24 h minus 2 min, so that skew backdating still fits a 24 h maximum-lifetime policy. */
+  /**
+   * Default: 24 h minus 2 min, so that skew backdating still fits a 24 h maximum-lifetime policy.
+   */
   lifetimeMs?: number;
   /** Default false; true writes basicConstraints cA=true, which a server must refuse for a leaf. */
   isCA?: boolean;
   /** Key type generated for the certificate; default P-256 (ECDSA). */
   keyAlgorithm?: "P-256" | "Ed25519";
-  /** Certify this SPKI public key (PEM "BEGIN PUBLIC KEY") instead of generating one; keyPem is then "". */
+  /**
+   * Certify this SPKI public key (PEM "BEGIN PUBLIC KEY") instead of generating one; keyPem is then
+   * "".
+   */
   publicKeyPem?: string;
 }
 
@@ -164,7 +169,8 @@ export async function issueClientCertificate(
     new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
     new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
   ];
-  // No SANs at all is a legitimate "bad certificate" for tests; an empty SAN extension would be malformed.
+  // No SANs at all is a legitimate "bad certificate" for tests; an empty SAN extension would be
+  // malformed.
   if (sans.length > 0) extensions.push(new x509.SubjectAlternativeNameExtension(sans));
 
   const cert = await signLeaf(ca, {
@@ -241,8 +247,8 @@ async function signLeaf(
 }
 
 /**
- * Checks that `ca` can sign: a CA certificate with an ECDSA P-256 or RSA key
- * and the private key that belongs to it (PKCS#8, SEC1 or PKCS#1 PEM). Throws with the reason, so a control plane
+ * Checks that `ca` can sign: a CA certificate with an ECDSA P-256 or RSA key and the private key
+ * that belongs to it (PKCS#8, SEC1 or PKCS#1 PEM). Throws with the reason, so a control plane
  * refuses a bad issuer at start-up rather than at the first enrollment.
  */
 export async function checkCertificateAuthority(ca: CertificateAuthority): Promise<void> {
@@ -293,7 +299,10 @@ function hostToGeneralName(host: string): x509.JsonGeneralName {
   return { type: "dns", value: host };
 }
 
-/** A subject consisting of one CN, encoded as UTF8String and never reparsed as a DN string (URIs contain commas). */
+/**
+ * A subject consisting of one CN, encoded as UTF8String and never reparsed as a DN string (URIs
+ * contain commas).
+ */
 function commonNameOnly(commonName: string): x509.Name {
   return new x509.Name([{ CN: [{ utf8String: commonName }] }]);
 }
@@ -345,7 +354,10 @@ function issued(cert: x509.X509Certificate, keyPem: string): IssuedCertificate {
   };
 }
 
-/** X.509 times have whole-second precision; truncate up front so returned dates match the certificate. */
+/**
+ * X.509 times have whole-second precision; truncate up front so returned dates match the
+ * certificate.
+ */
 function wholeSeconds(date: Date): Date {
   const ms = date.getTime();
   if (Number.isNaN(ms)) throw new Error("invalid date");

@@ -4,10 +4,10 @@ import { InvalidSpiffeIdError, parseSpiffeId } from "./spiffe.js";
 import { principalOf, type Principal } from "./principal.js";
 
 /**
- * The certificate policy of docs/design.md ("Identity, per request"), split in two: what can be decided once
- * per TLS session (chain, SANs, CA flag, trust domain, lifetime) and what must
- * be decided on every request, because an HTTP/2 connection can outlive its
- * certificate (validity now).
+ * The certificate policy of docs/design.md ("Identity, per request"), split in two: what can be
+ * decided once per TLS session (chain, SANs, CA flag, trust domain, lifetime) and what must be
+ * decided on every request, because an HTTP/2 connection can outlive its certificate (validity
+ * now).
  */
 export interface CertificatePolicy {
   readonly trustDomain: string;
@@ -113,13 +113,16 @@ export function verifyPresentedChain(
   if (!chainOk || !opensslOk) {
     const detail = chain.authorizationError ? ` (${chain.authorizationError})` : "";
     return refuse(
-      `the client certificate is not signed by a CA in the control plane's client trust bundle${detail}; use a certificate issued by that CA`,
+      `the client certificate is not signed by a CA in the control plane's ` +
+        `client trust bundle${detail}; use a certificate issued by that CA`,
     );
   }
   const lifetimeMs = facts.notAfter.getTime() - facts.notBefore.getTime();
   if (lifetimeMs > policy.maxLifetimeMs) {
     return refuse(
-      `the client certificate's lifetime is ${formatDuration(lifetimeMs)}, over the ${formatDuration(policy.maxLifetimeMs)} maximum; issue a shorter-lived certificate`,
+      `the client certificate's lifetime is ${formatDuration(lifetimeMs)}, ` +
+        `over the ${formatDuration(policy.maxLifetimeMs)} maximum; issue a ` +
+        `shorter-lived certificate`,
     );
   }
   if (fields.ca) {
@@ -147,7 +150,9 @@ export function verifyPresentedChain(
   }
   if (principal.spiffeId.trustDomain !== policy.trustDomain) {
     return refuse(
-      `the client certificate's trust domain "${principal.spiffeId.trustDomain}" is not this control plane's ("${policy.trustDomain}")`,
+      `the client certificate's trust domain ` +
+        `"${principal.spiffeId.trustDomain}" is not this control plane's ` +
+        `("${policy.trustDomain}")`,
     );
   }
   return { ok: true, facts, principal };
@@ -188,7 +193,10 @@ function chainVerifies(leaf: NodeX509 | undefined, anchors: readonly NodeX509[])
   return false;
 }
 
-/** The certificates above `leaf` in the chain the client sent (at most 10; a self-signed one ends it). */
+/**
+ * The certificates above `leaf` in the chain the client sent (at most 10; a self-signed one ends
+ * it).
+ */
 function sentIntermediates(leaf: NodeX509): NodeX509[] {
   const out: NodeX509[] = [];
   for (

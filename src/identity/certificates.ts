@@ -103,7 +103,8 @@ export async function listIssuedCertificates(
     now: Date;
   }>`
     select * from (
-      select c.*, row_number() over (partition by c.workspace_id, c.runner_id order by c.issued_at desc, c.serial) = 1 as newest,
+      select c.*, row_number() over (partition by c.workspace_id, c.runner_id order by c.issued_at
+        desc, c.serial) = 1 as newest,
              r.runner_id is not null as retired, now() as now
       from issued_certificates c
       left join runner_retirements r on r.workspace_id = c.workspace_id and r.runner_id = c.runner_id

@@ -56,7 +56,9 @@ export async function verifyCsr(pem: string): Promise<VerifiedCsr> {
       ? ` (${key.asymmetricKeyDetails.namedCurve})`
       : "";
     refuse(
-      `the csr's key is ${key.asymmetricKeyType ?? "of an unknown type"}${details}; only ECDSA P-256 and Ed25519 keys are accepted`,
+      `the csr's key is ` +
+        `${key.asymmetricKeyType ?? "of an unknown type"}${details}; only ECDSA ` +
+        `P-256 and Ed25519 keys are accepted`,
     );
   }
   let signed = false;

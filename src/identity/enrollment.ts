@@ -11,7 +11,9 @@ import { checkSegmentId } from "./segment-id.js";
 /** What enrollment and renewal need. */
 export interface EnrollmentDeps {
   readonly db: Kysely<Database>;
-  /** Undefined when the control plane has no issuing CA (runner certificates come from elsewhere). */
+  /**
+   * Undefined when the control plane has no issuing CA (runner certificates come from elsewhere).
+   */
   readonly issuer: Issuer | undefined;
   readonly trustDomain: string;
   /** Why a runner identity is refused (retired), or undefined. */
@@ -25,7 +27,10 @@ interface Enrollment {
   readonly grant: GrantRecord;
 }
 
-/** Enrollment and renewal bound to one database and issuer: what the enroll and runner services call. */
+/**
+ * Enrollment and renewal bound to one database and issuer: what the enroll and runner services
+ * call.
+ */
 export interface Enrollments {
   /** See enrollRunner. */
   enroll(req: { grant: string; runnerId: string; csr: string }): Promise<Enrollment>;
@@ -97,7 +102,9 @@ async function renewRunnerCertificate(
 function requireIssuer(issuer: Issuer | undefined): Issuer {
   if (issuer) return issuer;
   throw new ConnectError(
-    "this control plane has no issuing CA, so it cannot enroll or renew runners; start forelead serve with --issuer-cert and --issuer-key, or issue runner certificates with your own CA (SPIRE, Vault, cert-manager)",
+    "this control plane has no issuing CA, so it cannot enroll or renew " +
+      "runners; start forelead serve with --issuer-cert and --issuer-key, or " +
+      "issue runner certificates with your own CA (SPIRE, Vault, cert-manager)",
     Code.FailedPrecondition,
   );
 }

@@ -44,7 +44,8 @@ export async function createGrant(db: Kysely<Database>, req: GrantRequest): Prom
   const seconds = req.expiresInSeconds || grantLimits.defaultSeconds;
   if (!Number.isInteger(seconds) || seconds < 1 || seconds > grantLimits.maxSeconds) {
     bad(
-      `expiresInSeconds must be 1 to ${grantLimits.maxSeconds} (0 means ${grantLimits.defaultSeconds}); got ${req.expiresInSeconds}`,
+      `expiresInSeconds must be 1 to ${grantLimits.maxSeconds} (0 means ` +
+        `${grantLimits.defaultSeconds}); got ${req.expiresInSeconds}`,
     );
   }
   const grant = grantPrefix + randomBytes(32).toString("base64url");
@@ -84,7 +85,8 @@ export async function useGrant(
     );
   if (!grantPattern.test(grant))
     throw new ConnectError(
-      `the grant is not an enrollment grant (they start with "${grantPrefix}" and are 47 characters); check it was copied whole`,
+      `the grant is not an enrollment grant (they start with "${grantPrefix}" ` +
+        `and are 47 characters); check it was copied whole`,
       Code.Unauthenticated,
     );
   const hash = hashGrant(grant);
@@ -110,7 +112,9 @@ export async function useGrant(
     );
   if (found.used_at) {
     throw new ConnectError(
-      `the enrollment grant ${found.id} was already used at ${found.used_at.toISOString()} (runner "${found.used_by_runner}"); a grant enrolls one runner once; ask for a new one`,
+      `the enrollment grant ${found.id} was already used at ` +
+        `${found.used_at.toISOString()} (runner "${found.used_by_runner}"); a ` +
+        `grant enrolls one runner once; ask for a new one`,
       Code.Unauthenticated,
     );
   }
@@ -121,7 +125,9 @@ export async function useGrant(
     );
   }
   throw new ConnectError(
-    `the enrollment grant ${found.id} expired at ${found.expires_at.toISOString()}; ask for a new one (grants last ${grantLimits.defaultSeconds} s unless created with a longer expiry)`,
+    `the enrollment grant ${found.id} expired at ` +
+      `${found.expires_at.toISOString()}; ask for a new one (grants last ` +
+      `${grantLimits.defaultSeconds} s unless created with a longer expiry)`,
     Code.Unauthenticated,
   );
 }

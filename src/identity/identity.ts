@@ -21,7 +21,9 @@ import type { RoleTable } from "./roles.js";
 export interface Identity {
   readonly trustDomain: string;
   readonly roles: RoleTable;
-  /** Undefined when the control plane has no issuing CA (runner certificates come from elsewhere). */
+  /**
+   * Undefined when the control plane has no issuing CA (runner certificates come from elsewhere).
+   */
   readonly issuer: Issuer | undefined;
   readonly audit: AuditSink;
   readonly retirements: Retirements;
@@ -35,7 +37,10 @@ export interface Identity {
   close(): Promise<void>;
 }
 
-/** What the identity facade is built from; the roles and issuer are checked before the database opens. */
+/**
+ * What the identity facade is built from; the roles and issuer are checked before the database
+ * opens.
+ */
 export interface IdentityOptions {
   readonly store: Store;
   readonly trustDomain: string;
@@ -83,7 +88,8 @@ export async function createIdentity(options: IdentityOptions): Promise<Identity
     enrollment,
     createGrant: (req) => createGrant(db, req),
     async listAuditRecords(q) {
-      // Records of this replica wait in a buffer for up to 200 ms; an operator asking now should see them.
+      // Records of this replica wait in a buffer for up to 200 ms; an operator asking now should
+      // see them.
       await audit.flush();
       return listAuditRecords(db, q);
     },

@@ -3,7 +3,9 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { checkCertificateAuthority, issueClientCertificate } from "./ca.js";
 import type { VerifiedCsr } from "./csr.js";
 
-/** The issuing CA as configured: PEM files, the certificate file possibly followed by its own chain. */
+/**
+ * The issuing CA as configured: PEM files, the certificate file possibly followed by its own chain.
+ */
 export interface IssuerMaterial {
   readonly certPem: string;
   readonly keyPem: string;
@@ -39,12 +41,11 @@ export interface Issuer {
 const maxClockSkewMs = 60_000;
 
 /**
- * Loads the issuer and checks it before anything is served: a CA with an
- * ECDSA P-256 or RSA key that matches (PKCS#8, SEC1 or PKCS#1 PEM), valid now, and trusted by the client trust
- * bundle (itself an anchor, or chaining to one through the certificates that
- * follow it in its file) — otherwise every certificate it signs would be
- * refused by this very control plane. Leaves get `lifetimeMs`, cut short so
- * they never outlive the issuer.
+ * Loads the issuer and checks it before anything is served: a CA with an ECDSA P-256 or RSA key
+ * that matches (PKCS#8, SEC1 or PKCS#1 PEM), valid now, and trusted by the client trust bundle
+ * (itself an anchor, or chaining to one through the certificates that follow it in its file) —
+ * otherwise every certificate it signs would be refused by this very control plane. Leaves get
+ * `lifetimeMs`, cut short so they never outlive the issuer.
  */
 export async function createIssuer(
   material: IssuerMaterial,
@@ -70,10 +71,13 @@ export async function createIssuer(
     );
   if (!trustedBy(issuerCert, rest, trustAnchors)) {
     throw new Error(
-      `the issuer certificate ${issuerCert.subject.replace(/\n/g, ", ")} is not trusted by the client CA bundle; add it (or its root) to --client-ca, or the certificates it issues would be refused`,
+      `the issuer certificate ${issuerCert.subject.replace(/\n/g, ", ")} is ` +
+        `not trusted by the client CA bundle; add it (or its root) to ` +
+        `--client-ca, or the certificates it issues would be refused`,
     );
   }
-  // Runners send this chain in their handshake; a self-signed root is the anchor the server already has.
+  // Runners send this chain in their handshake; a self-signed root is the anchor the server already
+  // has.
   const chain = [issuerCert, ...rest].filter((c) => !selfSigned(c)).map((c) => c.toString().trim());
 
   return {
@@ -84,7 +88,8 @@ export async function createIssuer(
       const leafNotAfter = new Date(Math.min(notBefore.getTime() + lifetimeMs, notAfter.getTime()));
       if (leafNotAfter.getTime() - Date.now() < Math.min(60_000, lifetimeMs / 2)) {
         throw new ConnectError(
-          `the issuing CA expires at ${notAfter.toISOString()}; the control plane needs a new issuer before it can sign certificates`,
+          `the issuing CA expires at ${notAfter.toISOString()}; the control plane ` +
+            `needs a new issuer before it can sign certificates`,
           Code.FailedPrecondition,
         );
       }

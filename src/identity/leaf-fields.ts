@@ -82,8 +82,8 @@ export function readLeafFields(der: Uint8Array): LeafFields {
           out.uris.push(Buffer.from(der.subarray(name.start, name.end)).toString("latin1"));
     } else if (id === keyUsage) {
       const bits = only(der, value.start, value.end, BIT_STRING, "keyUsage");
-      // Content: the count of unused bits, then bit 0 (digitalSignature) as the first byte's top bit;
-      // keyCertSign is bit 5 (0x04) and cRLSign bit 6 (0x02) of the first byte.
+      // Content: the count of unused bits, then bit 0 (digitalSignature) as the first byte's top
+      // bit; keyCertSign is bit 5 (0x04) and cRLSign bit 6 (0x02) of the first byte.
       const first = bits.end - bits.start > 1 ? der[bits.start + 1]! : 0;
       out.signsCertificates = (first & 0x06) !== 0;
     } else if (id === basicConstraints) {
@@ -123,7 +123,10 @@ function children(der: Uint8Array, parent: Element): Element[] {
   return out;
 }
 
-/** Reads the tag and definite length at `at`, bounded by `limit` (DER: single-byte tags, no indefinite length). */
+/**
+ * Reads the tag and definite length at `at`, bounded by `limit` (DER: single-byte tags, no
+ * indefinite length).
+ */
 function readElement(der: Uint8Array, at: number, limit: number, what: string): Element {
   if (at + 2 > limit) throw new MalformedCertificateError(`${what}: truncated`);
   const tag = der[at]!;

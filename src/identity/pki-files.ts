@@ -21,7 +21,10 @@ export interface DevPkiPaths {
   readonly serverKey: string;
 }
 
-/** The fixed file names of a development PKI in `dir`: ca.pem, ca-key.pem, server.pem, server-key.pem. */
+/**
+ * The fixed file names of a development PKI in `dir`: ca.pem, ca-key.pem, server.pem,
+ * server-key.pem.
+ */
 export function devPkiPaths(dir: string): DevPkiPaths {
   return {
     dir,
@@ -166,7 +169,10 @@ export async function writeFileAtomic(path: string, data: string, mode: number):
   }
 }
 
-/** Reads a file that a flag or a setting names; the error names `what` and the file ("cannot read --ca ca.pem: ENOENT"). */
+/**
+ * Reads a file that a flag or a setting names; the error names `what` and the file ("cannot read
+ * --ca ca.pem: ENOENT").
+ */
 export async function readNamedFile(file: string, what: string): Promise<string> {
   try {
     return await readFile(file, "utf8");

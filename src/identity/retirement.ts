@@ -88,7 +88,11 @@ export async function createRetirements(
     refusal(runner) {
       const at = retired.get(key(runner.workspaceId, runner.runnerId));
       if (!at) return undefined;
-      return `runner "${runner.runnerId}" in workspace "${runner.workspaceId}" was retired at ${at.toISOString()}; its certificates are refused from then on; enroll a new runner identity`;
+      return (
+        `runner "${runner.runnerId}" in workspace "${runner.workspaceId}" was ` +
+        `retired at ${at.toISOString()}; its certificates are refused from then ` +
+        `on; enroll a new runner identity`
+      );
     },
 
     async retire(input) {
@@ -170,12 +174,15 @@ async function onlyWorkspaceOf(tx: Transaction<Database>, runnerId: string): Pro
   if (rows.length === 1) return rows[0]!.workspace_id;
   if (rows.length === 0) {
     throw new ConnectError(
-      `runner "${runnerId}" has neither registered nor been issued a certificate here; give workspaceId to retire it anyway`,
+      `runner "${runnerId}" has neither registered nor been issued a ` +
+        `certificate here; give workspaceId to retire it anyway`,
       Code.NotFound,
     );
   }
   throw new ConnectError(
-    `runner id "${runnerId}" is known in workspaces ${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId to say which one to retire`,
+    `runner id "${runnerId}" is known in workspaces ` +
+      `${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId ` +
+      `to say which one to retire`,
     Code.InvalidArgument,
   );
 }

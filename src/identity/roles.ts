@@ -22,7 +22,10 @@ export const roleNames: readonly RoleName[] = ["admin", "read", "enqueue"];
 export interface RoleGrant {
   readonly spiffeId: string;
   readonly role: RoleName;
-  /** For `enqueue`, and `read` scoped to workspaces: the workspaces it covers (never empty when set). */
+  /**
+   * For `enqueue`, and `read` scoped to workspaces: the workspaces it covers (never empty when
+   * set).
+   */
   readonly workspaces?: readonly string[];
 }
 
@@ -46,7 +49,9 @@ export interface RoleTable {
 }
 
 const usage =
-  "use --grant SPIFFE_ID=admin, --grant SPIFFE_ID=read[:WORKSPACE[,WORKSPACE...]] or --grant SPIFFE_ID=enqueue:WORKSPACE[,WORKSPACE...]";
+  "use --grant SPIFFE_ID=admin, --grant " +
+  "SPIFFE_ID=read[:WORKSPACE[,WORKSPACE...]] or --grant " +
+  "SPIFFE_ID=enqueue:WORKSPACE[,WORKSPACE...]";
 
 /**
  * Parses one `--grant` value: `SPIFFE_ID=admin`, `SPIFFE_ID=read`,
@@ -84,7 +89,9 @@ function grantWorkspaces(text: string, list: string): string[] {
     const problem = segmentIdProblem(w);
     if (problem)
       throw new Error(
-        `--grant ${JSON.stringify(text)}: workspace ${JSON.stringify(w)} is not a valid id (${problem}); an id is 1 to ${maxSegmentIdLength} characters of A-Z a-z 0-9 . _ -`,
+        `--grant ${JSON.stringify(text)}: workspace ${JSON.stringify(w)} is not ` +
+          `a valid id (${problem}); an id is 1 to ${maxSegmentIdLength} characters ` +
+          `of A-Z a-z 0-9 . _ -`,
       );
   }
   return workspaces;

@@ -37,13 +37,16 @@ export function readSigningKey(pem: string, what: string): SigningKey {
   if (!known) {
     const found = label ? `a PEM "${label}"` : "no PEM block";
     throw new Error(
-      `${what} holds ${found}, not a private key in PKCS#8, SEC1 EC or PKCS#1 RSA form; convert it with \`openssl pkey -in KEY -out ca-key.pem\``,
+      `${what} holds ${found}, not a private key in PKCS#8, SEC1 EC or PKCS#1 ` +
+        `RSA form; convert it with \`openssl pkey -in KEY -out ca-key.pem\``,
     );
   }
   const form = known[1];
   if (label === "ENCRYPTED PRIVATE KEY" || /^Proc-Type: *4, *ENCRYPTED/m.test(pem)) {
     throw new Error(
-      `${what} is an encrypted ${form} key; forelead reads unencrypted keys only: decrypt it with \`openssl pkey -in KEY -out ca-key.pem\` (and keep the result 0600)`,
+      `${what} is an encrypted ${form} key; forelead reads unencrypted keys ` +
+        `only: decrypt it with \`openssl pkey -in KEY -out ca-key.pem\` (and ` +
+        `keep the result 0600)`,
     );
   }
   let key: KeyObject;
@@ -57,7 +60,9 @@ export function readSigningKey(pem: string, what: string): SigningKey {
   if (key.asymmetricKeyType === "ec") {
     if (details?.namedCurve !== "prime256v1") {
       throw new Error(
-        `${what} is a ${form} key on curve ${details?.namedCurve ?? "(unknown)"}; the CA signs with ECDSA P-256 (prime256v1) or RSA: make a P-256 key with ${newP256Key}`,
+        `${what} is a ${form} key on curve ` +
+          `${details?.namedCurve ?? "(unknown)"}; the CA signs with ECDSA P-256 ` +
+          `(prime256v1) or RSA: make a P-256 key with ${newP256Key}`,
       );
     }
     return {
@@ -71,7 +76,9 @@ export function readSigningKey(pem: string, what: string): SigningKey {
   if (key.asymmetricKeyType === "rsa") {
     if ((details?.modulusLength ?? 0) < 2048)
       throw new Error(
-        `${what} is a ${details?.modulusLength}-bit ${form} key; RSA keys need at least 2048 bits: \`openssl genrsa -out ca-key.pem 3072\` (then a new CA certificate for it)`,
+        `${what} is a ${details?.modulusLength}-bit ${form} key; RSA keys need ` +
+          `at least 2048 bits: \`openssl genrsa -out ca-key.pem 3072\` (then a new ` +
+          `CA certificate for it)`,
       );
     return {
       key,
@@ -82,6 +89,7 @@ export function readSigningKey(pem: string, what: string): SigningKey {
     };
   }
   throw new Error(
-    `${what} is a ${form} ${key.asymmetricKeyType} key; the CA signs with ECDSA P-256 or RSA: make a P-256 key with ${newP256Key}`,
+    `${what} is a ${form} ${key.asymmetricKeyType} key; the CA signs with ` +
+      `ECDSA P-256 or RSA: make a P-256 key with ${newP256Key}`,
   );
 }

@@ -92,7 +92,9 @@ export function segmentProblem(segment: string): string | undefined {
   return undefined;
 }
 
-/** Names the URI rule a forbidden character would start, wherever it appears (trust domain or path). */
+/**
+ * Names the URI rule a forbidden character would start, wherever it appears (trust domain or path).
+ */
 function checkUriSyntax(c: string, fail: (reason: string) => never): void {
   if (c === "%") fail("percent-encoding is not allowed");
   if (c === "?") fail("a query is not allowed");

@@ -77,7 +77,8 @@ export async function crossCheck(
              (${liveLease({ runnerId: holder.runnerId }, "j")}) as live_here,
              j.lease_expires_at as live_until,
              (select max(coalesce(l.ended_at, l.expires_at)) from leases l
-               where l.job_id = j.id and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}) as last_here_end
+               where l.job_id = j.id and l.workspace_id = ${holder.workspaceId} and l.runner_id
+                 = ${holder.runnerId}) as last_here_end
       from jobs j
       where j.workspace_id = ${holder.workspaceId} and j.id = any(${jobIds}::uuid[])`.execute(tx);
     for (const row of rows) jobs.set(row.id, row);
@@ -94,7 +95,9 @@ export async function crossCheck(
       if (job?.live_here)
         flag(
           "orphan_of_live_lease",
-          `${what} is called orphan, but this runner holds a live lease on job ${item.jobId} (until ${iso(job.live_until)}); reaping it would stop that job`,
+          `${what} is called orphan, but this runner holds a live lease on job ` +
+            `${item.jobId} (until ${iso(job.live_until)}); reaping it would stop ` +
+            `that job`,
         );
       continue;
     }
@@ -123,7 +126,10 @@ export async function crossCheck(
       jobId: lease.job_id,
       kind: undefined,
       name: undefined,
-      message: `this runner holds a live lease on job ${lease.job_id} (claimed at ${iso(lease.issued_at)}) but reports no container for it that it does not call orphan`,
+      message:
+        `this runner holds a live lease on job ${lease.job_id} (claimed at ` +
+        `${iso(lease.issued_at)}) but reports no container for it that it does ` +
+        `not call orphan`,
     });
   }
   return flags;

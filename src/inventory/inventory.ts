@@ -29,7 +29,10 @@ export interface Inventory {
   orders(input: ListReapOrdersInput): Promise<ReapOrderView[]>;
 }
 
-/** The inventory over `db`; it holds no state of its own, so any number of replicas may share the database. */
+/**
+ * The inventory over `db`; it holds no state of its own, so any number of replicas may share the
+ * database.
+ */
 export function createInventory(db: Kysely<Database>): Inventory {
   return {
     report: (holder, items) => acceptReport(db, holder, items),

@@ -61,7 +61,8 @@ export function containerName(jobId: string, task: string): string {
   checkJobIdForName(jobId);
   if (!isTaskName(task)) {
     throw new RangeError(
-      `task ${JSON.stringify(task.slice(0, 80))} is not a task name: 1..31 of [a-z0-9-], starting with a letter or digit`,
+      `task ${JSON.stringify(task.slice(0, 80))} is not a task name: 1..31 of ` +
+        `[a-z0-9-], starting with a letter or digit`,
     );
   }
   return `${launcherPrefix}${jobId}-${task}`;

@@ -99,7 +99,8 @@ export async function orderReap(
       .executeTakeFirst();
     if (!item)
       throw new ConnectError(
-        `${latest} does not list ${parsed.kind} ${input.name}; only an orphan in the latest report can be ordered removed`,
+        `${latest} does not list ${parsed.kind} ${input.name}; only an orphan in ` +
+          `the latest report can be ordered removed`,
         Code.FailedPrecondition,
       );
     if (!item.orphan) {

@@ -83,7 +83,8 @@ function validateItem(item: ReportedItem, index: number): InventoryItem {
   if (item.jobId !== parsed.jobId) {
     refuse(
       index,
-      `jobId ${JSON.stringify(item.jobId.slice(0, 80))} does not match the job id ${parsed.jobId} in name ${JSON.stringify(item.name)}`,
+      `jobId ${JSON.stringify(item.jobId.slice(0, 80))} does not match the job ` +
+        `id ${parsed.jobId} in name ${JSON.stringify(item.name)}`,
     );
   }
   if (item.state.length > reportLimits.maxStateLength)

@@ -56,9 +56,8 @@ async function deleteForRunner(
   table: "inventory_items" | "inventory_flags",
   holder: InventoryHolder,
 ): Promise<void> {
-  await sql`delete from ${sql.table(table)} where workspace_id = ${holder.workspaceId} and runner_id = ${holder.runnerId}`.execute(
-    tx,
-  );
+  await sql`delete from ${sql.table(table)} where workspace_id = ${holder.workspaceId} and runner_id
+    = ${holder.runnerId}`.execute(tx);
 }
 
 /**
@@ -87,12 +86,13 @@ async function replaceItems(
     })),
   );
   await sql`
-    insert into inventory_items (workspace_id, runner_id, kind, name, job_id, state, image, created_at, cpu, memory, orphan)
-    select ${holder.workspaceId}, ${holder.runnerId}, x.kind, x.name, x.job_id, x.state, x.image, x.created_at, x.cpu, x.memory, x.orphan
+    insert into inventory_items (workspace_id, runner_id, kind, name, job_id, state, image,
+      created_at, cpu, memory, orphan)
+    select ${holder.workspaceId}, ${holder.runnerId}, x.kind, x.name, x.job_id, x.state, x.image,
+      x.created_at, x.cpu, x.memory, x.orphan
     from jsonb_to_recordset(${rows}::jsonb)
-      as x(kind text, name text, job_id uuid, state text, image text, created_at timestamptz, cpu float8, memory int8, orphan boolean)`.execute(
-    tx,
-  );
+      as x(kind text, name text, job_id uuid, state text, image text, created_at timestamptz, cpu
+        float8, memory int8, orphan boolean)`.execute(tx);
 }
 
 /** Replaces the runner's flags; as one jsonb parameter for the same reason as the items. */
@@ -115,7 +115,6 @@ async function replaceFlags(
   await sql`
     insert into inventory_flags (workspace_id, runner_id, problem, job_id, kind, name, message)
     select ${holder.workspaceId}, ${holder.runnerId}, x.problem, x.job_id, x.kind, x.name, x.message
-    from jsonb_to_recordset(${rows}::jsonb) as x(problem text, job_id uuid, kind text, name text, message text)`.execute(
-    tx,
-  );
+    from jsonb_to_recordset(${rows}::jsonb) as x(problem text, job_id uuid, kind text, name text,
+      message text)`.execute(tx);
 }

@@ -19,7 +19,9 @@ export interface DoctorCheck {
   readonly hint: string;
 }
 
-/** What the checks look at; each part absent is a check skipped (or failed, where it must be there). */
+/**
+ * What the checks look at; each part absent is a check skipped (or failed, where it must be there).
+ */
 export interface DoctorSubject {
   /** The serving certificate (possibly followed by its chain) and its key, PEM. */
   readonly server?: { readonly certPem: string; readonly keyPem: string };
@@ -27,7 +29,10 @@ export interface DoctorSubject {
   readonly issuer?: { readonly certPem: string; readonly keyPem: string };
   /** The database, or why it could not be opened. */
   readonly database: { readonly db: Kysely<Database> } | { readonly error: string };
-  /** Pending migrations are a failure on a running server; `forelead serve --check` expects serve to apply them. */
+  /**
+   * Pending migrations are a failure on a running server; `forelead serve --check` expects serve to
+   * apply them.
+   */
   readonly pendingMigrations: "warn" | "fail";
   /** Whether the LISTEN connection is up; absent when nothing listens yet (--check). */
   readonly listenConnected?: () => boolean;
@@ -37,7 +42,10 @@ export interface DoctorSubject {
 
 /** Certificates ending within this long are a warning. */
 const expiryWarnMs = 7 * 24 * 3600 * 1000;
-/** Clock skew against the database: a warning past 1 s, a failure past 30 s (leases are 30 s by default). */
+/**
+ * Clock skew against the database: a warning past 1 s, a failure past 30 s (leases are 30 s by
+ * default).
+ */
 const skewWarnMs = 1_000;
 const skewFailMs = 30_000;
 /** Free space of a file artifact store: a warning under 10 %, a failure under 1 %. */
@@ -139,7 +147,10 @@ const skip = (detail: string) => ({ status: "skip" as const, detail, hint: "" })
 const warn = (detail: string, hint: string) => ({ status: "warn" as const, detail, hint });
 const fail = (detail: string, hint: string) => ({ status: "fail" as const, detail, hint });
 
-/** The leaf, its key and its chain (each certificate signed by the next), and how long the leaf has left. */
+/**
+ * The leaf, its key and its chain (each certificate signed by the next), and how long the leaf has
+ * left.
+ */
 function certificateCheck(
   pems: { readonly certPem: string; readonly keyPem: string },
   what: string,
@@ -167,7 +178,9 @@ function certificateCheck(
   const notAfter = new Date(leaf.validTo);
   const notBefore = new Date(leaf.validFrom);
   const left = notAfter.getTime() - Date.now();
-  const detail = `${leaf.subject.replace(/\n/g, ", ")}, valid until ${notAfter.toISOString()}${chain.length > 1 ? `, chain of ${chain.length}` : ""}`;
+  const detail =
+    `${leaf.subject.replace(/\n/g, ", ")}, valid until ` +
+    `${notAfter.toISOString()}${chain.length > 1 ? `, chain of ${chain.length}` : ""}`;
   if (left <= 0)
     return fail(
       `${what} expired at ${notAfter.toISOString()} (${leaf.subject.replace(/\n/g, ", ")})`,
@@ -204,7 +217,9 @@ function migrationCheck(applied: readonly string[], pendingIs: "warn" | "fail") 
 }
 
 function skewCheck(skewMs: number) {
-  const detail = `the database's clock is ${Math.abs(skewMs).toFixed(0)} ms ${skewMs >= 0 ? "ahead of" : "behind"} this machine's`;
+  const detail =
+    `the database's clock is ${Math.abs(skewMs).toFixed(0)} ms ` +
+    `${skewMs >= 0 ? "ahead of" : "behind"} this machine's`;
   const hint =
     "run NTP (chrony, systemd-timesyncd) on both machines: lease expiry is in the database's clock";
   if (Math.abs(skewMs) > skewFailMs) return fail(detail, hint);
@@ -212,7 +227,10 @@ function skewCheck(skewMs: number) {
   return ok(detail);
 }
 
-/** Files: a probe file written, fsynced and removed, and the filesystem's free space. Postgres: a probe row inserted and deleted. */
+/**
+ * Files: a probe file written, fsynced and removed, and the filesystem's free space. Postgres: a
+ * probe row inserted and deleted.
+ */
 async function artifactsCheck(store: ArtifactStore, db: Kysely<Database> | undefined) {
   if (store.kind === "postgres") {
     if (!db) return skip("the database is unreachable");
@@ -242,7 +260,10 @@ async function artifactsCheck(store: ArtifactStore, db: Kysely<Database> | undef
   }
   const fs = await statfs(store.dir);
   const free = fs.blocks > 0 ? fs.bavail / fs.blocks : 1;
-  const detail = `${store.dir} writable, ${(free * 100).toFixed(1)} % free (${formatBytes(fs.bavail * fs.bsize)} of ${formatBytes(fs.blocks * fs.bsize)})`;
+  const detail =
+    `${store.dir} writable, ${(free * 100).toFixed(1)} % free ` +
+    `(${formatBytes(fs.bavail * fs.bsize)} of ` +
+    `${formatBytes(fs.blocks * fs.bsize)})`;
   const hint = "free space there or move --artifacts-dir: uploads fail when it is full";
   if (free < freeFail) return fail(detail, hint);
   if (free < freeWarn) return warn(detail, hint);
@@ -270,7 +291,10 @@ async function eventBacklogCheck(db: Kysely<Database>) {
   return ok(`about ${Math.max(0, count)} events kept`);
 }
 
-/** The audit trail's backlog and the spool: its path, holder, what waits in it and what was set aside. */
+/**
+ * The audit trail's backlog and the spool: its path, holder, what waits in it and what was set
+ * aside.
+ */
 function auditCheck(audit: AuditSink) {
   const b = audit.backlog();
   const spool = `spool ${b.spoolPath} held by ${b.spoolHolder}`;
@@ -283,7 +307,8 @@ function auditCheck(audit: AuditSink) {
   const waiting = b.inMemory + b.spooled;
   const backlog =
     b.spooled > 0
-      ? `${b.spooled} records spooled (${formatBytes(b.spoolBytes)})${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`
+      ? `${b.spooled} records spooled ` +
+        `(${formatBytes(b.spoolBytes)})${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`
       : waiting === 0
         ? "every record is in the database"
         : `${waiting} records waiting for the next write`;

@@ -11,8 +11,12 @@ const liveHeartbeats = 3;
 /** Rows not seen for this long are deleted by any replica's heartbeat (a replica that died). */
 const pruneAfterSeconds = 3600;
 
-/** The SQL predicate "this replicas row is live": seen within three heartbeats, in the database's clock. */
-export const liveReplica = sql<boolean>`last_seen_at > now() - make_interval(secs => ${(heartbeatIntervalMs * liveHeartbeats) / 1000})`;
+/**
+ * The SQL predicate "this replicas row is live": seen within three heartbeats, in the database's
+ * clock.
+ */
+export const liveReplica = sql<boolean>`last_seen_at > now() - make_interval(secs
+  => ${(heartbeatIntervalMs * liveHeartbeats) / 1000})`;
 
 /** This process's row in the replicas table, kept fresh until close(). */
 export interface ReplicaHeartbeat {
@@ -35,7 +39,10 @@ export async function startReplicaHeartbeat(
 ): Promise<ReplicaHeartbeat> {
   const id = randomUUID();
   const row = { id, host: hostname(), pid: process.pid, version };
-  /** Upserts the row (a row lost to a restore or a prune comes back) and prunes the dead; returns the row's start. */
+  /**
+   * Upserts the row (a row lost to a restore or a prune comes back) and prunes the dead; returns
+   * the row's start.
+   */
   const beat = async () => {
     const { started_at } = await db
       .insertInto("replicas")

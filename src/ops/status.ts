@@ -89,9 +89,11 @@ export async function readFleetStatus(
                count(*) filter (where state = 'queued')::int as queued,
                count(*) filter (where state = 'running')::int as running,
                count(*) filter (where state = 'waiting_input')::int as waiting_input,
-               coalesce(extract(epoch from now() - min(created_at) filter (where state = 'queued')), 0)::float8 as oldest
+               coalesce(extract(epoch from now() - min(created_at) filter (where state = 'queued')),
+                 0)::float8 as oldest
         from jobs where state in ('queued', 'running', 'waiting_input') group by workspace_id)
-      select coalesce(q.workspace_id, p.workspace_id) as workspace_id, coalesce(q.queued, 0) as queued, coalesce(q.running, 0) as running, coalesce(q.waiting_input, 0) as waiting_input,
+      select coalesce(q.workspace_id, p.workspace_id) as workspace_id, coalesce(q.queued, 0) as
+        queued, coalesce(q.running, 0) as running, coalesce(q.waiting_input, 0) as waiting_input,
              coalesce(q.oldest, 0) as oldest, p.workspace_id is not null as paused
       from q full join workspace_pauses p on p.workspace_id = q.workspace_id
       order by 1`.execute(db),

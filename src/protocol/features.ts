@@ -10,9 +10,14 @@ import { suspendFeatures } from "./input-request.js";
 export const features = {
   /** A cancel learned on renew stops the job (docs/protocol.md). */
   cancel: "cancel-v1",
-  /** `::forelead::progress` lines reach the job view and job.progress events (docs/job-contract.md). */
+  /**
+   * `::forelead::progress` lines reach the job view and job.progress events (docs/job-contract.md).
+   */
   progress: "progress-v1",
-  /** output/result.json and `::forelead::result` lines are sent as the completion's result (docs/job-contract.md). */
+  /**
+   * output/result.json and `::forelead::result` lines are sent as the completion's result
+   * (docs/job-contract.md).
+   */
   result: "result-v1",
 } as const;
 

@@ -12,7 +12,10 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 /** The features a runner declares to be let suspend jobs. */
 export const suspendFeatures: readonly string[] = ["checkpoint-v1", "input-v1"];
 
-/** Where a job writes its request (under /output) and where its checkpoint goes; where the resumed job finds both (under /input). */
+/**
+ * Where a job writes its request (under /output) and where its checkpoint goes; where the resumed
+ * job finds both (under /input).
+ */
 export const inputPaths = {
   request: "input-request.json",
   checkpointDir: "checkpoint",
@@ -74,7 +77,9 @@ export function checkInputRequest(request: InputRequestSpec): void {
     request.expiresInSeconds > inputRequestLimits.maxExpiresInSeconds
   ) {
     refuse(
-      `inputRequest.expiresInSeconds must be 1 to ${inputRequestLimits.maxExpiresInSeconds} (7 days); got ${request.expiresInSeconds}`,
+      `inputRequest.expiresInSeconds must be 1 to ` +
+        `${inputRequestLimits.maxExpiresInSeconds} (7 days); got ` +
+        `${request.expiresInSeconds}`,
     );
   }
   compiledSchema(request.schema, "inputRequest.schema");

@@ -35,7 +35,10 @@ export type Directive =
   | { readonly name: "progress"; readonly progress: Progress }
   | { readonly name: "result"; readonly result: JobResult }
   | { readonly name: "error"; readonly message: string }
-  /** The request as the job wrote it; its rules (src/protocol/input-request.ts) are checked where it is used, as the file's are. */
+  /**
+   * The request as the job wrote it; its rules (src/protocol/input-request.ts) are checked where it
+   * is used, as the file's are.
+   */
   | { readonly name: "input"; readonly request: Readonly<Record<string, unknown>> };
 
 /** A directive's name and its argument, before the argument is parsed. */
@@ -63,7 +66,9 @@ export function splitDirective(line: string): DirectiveLine | undefined {
 /** Largest done or total count (int32, as the job view's JobProgress carries it). */
 export const maxProgressCount = 2 ** 31 - 1;
 
-/** Each directive's argument parser: the directive, or undefined when the argument does not parse. */
+/**
+ * Each directive's argument parser: the directive, or undefined when the argument does not parse.
+ */
 const directiveParsers: {
   readonly [name: string]: (argument: string) => Directive | undefined;
 } = {

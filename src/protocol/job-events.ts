@@ -12,7 +12,10 @@ export const jobEventsEnv = "FORELEAD_EVENTS";
 /** Type prefixes a job may not use: the runner's own events. */
 const reservedEventPrefixes = ["job.", "resource.", "runner.", "forelead."] as const;
 
-/** The event the runner sends a job's progress as; the control plane keeps the last one as the job's `progress`. */
+/**
+ * The event the runner sends a job's progress as; the control plane keeps the last one as the job's
+ * `progress`.
+ */
 export const progressEventType = "job.progress";
 
 /** The event the runner sends when it drops a line of the job's events file. */
@@ -38,7 +41,9 @@ export function parseJobEvent(
   const reserved = reservedEventPrefixes.find((p) => type.startsWith(p));
   if (reserved)
     return {
-      problem: `has type ${JSON.stringify(type.slice(0, 80))}: the prefix "${reserved}" is reserved for the runner's own events`,
+      problem:
+        `has type ${JSON.stringify(type.slice(0, 80))}: the prefix "${reserved}" ` +
+        `is reserved for the runner's own events`,
     };
   return { event: value as JobEventData };
 }

@@ -26,7 +26,10 @@ export function resultProblem(value: unknown, bytes: number): string | undefined
   return undefined;
 }
 
-/** Parses a result from its JSON text; the problem names what is wrong (not JSON, not an object, too big). */
+/**
+ * Parses a result from its JSON text; the problem names what is wrong (not JSON, not an object, too
+ * big).
+ */
 export function parseResult(
   text: string,
 ): { readonly result: JobResult } | { readonly problem: string } {

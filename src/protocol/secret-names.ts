@@ -24,7 +24,10 @@ export const secretNameParts: readonly string[] = [
 /** Name endings that look secret on their own (see `secretNameParts`). */
 export const secretNameSuffixes: readonly string[] = ["AUTH"];
 
-/** Words that look secret where they stand alone between non-letters (`GIT_AUTH_HEADER`), not inside a word (`AUTHOR`). */
+/**
+ * Words that look secret where they stand alone between non-letters (`GIT_AUTH_HEADER`), not inside
+ * a word (`AUTHOR`).
+ */
 export const secretNameWords: readonly string[] = ["AUTH"];
 
 const secretWord = new RegExp(`(?:^|[^A-Z])(?:${secretNameWords.join("|")})(?:[^A-Z]|$)`);

@@ -5,9 +5,15 @@ import { segmentIdError, segmentIdProblem } from "../identity/segment-id.js";
 import { memberPath } from "./json/wire.js";
 import { transportFacts } from "./transport-facts.js";
 
-/** Largest magnitude of a 64-bit field: every one is stored as an exact JS number (see store/schema.ts). */
+/**
+ * Largest magnitude of a 64-bit field: every one is stored as an exact JS number (see
+ * store/schema.ts).
+ */
 const maxInt64 = BigInt(Number.MAX_SAFE_INTEGER);
-/** Fields holding a runner or workspace id, wherever they are: each must be a valid SPIFFE path segment when set. */
+/**
+ * Fields holding a runner or workspace id, wherever they are: each must be a valid SPIFFE path
+ * segment when set.
+ */
 const idFields: ReadonlySet<string> = new Set(["runner_id", "workspace_id"]);
 const unpairedSurrogate = /\p{Cs}/u;
 const int64Types = new Set([
@@ -109,7 +115,8 @@ function walkText(text: string, path: string, refuse: Refuse): void {
   if (nul !== -1)
     refuse(
       path,
-      `contains NUL (U+0000) at character ${nul + 1}; text cannot hold NUL: remove it (send binary data base64-encoded)`,
+      `contains NUL (U+0000) at character ${nul + 1}; text cannot hold NUL: ` +
+        `remove it (send binary data base64-encoded)`,
     );
   if (unpairedSurrogate.test(text))
     refuse(
@@ -118,12 +125,17 @@ function walkText(text: string, path: string, refuse: Refuse): void {
     );
 }
 
-/** Whether a string field's text passes the rules (the predicate of walkText, without the error). */
+/**
+ * Whether a string field's text passes the rules (the predicate of walkText, without the error).
+ */
 export function textAllowed(text: string): boolean {
   return !text.includes("\u0000") && !unpairedSurrogate.test(text);
 }
 
-/** Whether the value of a string field passes the id rule: only runner_id and workspace_id, when set, must be ids. */
+/**
+ * Whether the value of a string field passes the id rule: only runner_id and workspace_id, when
+ * set, must be ids.
+ */
 export function idAllowed(field: DescField, value: string): boolean {
   return value === "" || !idFields.has(field.name) || segmentIdProblem(value) === undefined;
 }
@@ -178,7 +190,10 @@ function isValueType(schema: DescMessage): boolean {
   );
 }
 
-/** google.protobuf.Value, Struct and ListValue, walked as the JSON they stand for (`data.text`, not `data.structValue...`). */
+/**
+ * google.protobuf.Value, Struct and ListValue, walked as the JSON they stand for (`data.text`, not
+ * `data.structValue...`).
+ */
 function walkValue(
   typeName: string,
   message: Record<string, unknown>,

@@ -25,7 +25,9 @@ const headerBytes = 2 + nonceBytes + tagBytes;
 export function secretsKey(bytes: Buffer, source: string): SecretsKey {
   if (bytes.length !== secretsKeyBytes)
     throw new Error(
-      `the secrets key in ${source} is ${bytes.length} bytes; it must be ${secretsKeyBytes} random bytes, base64 (make one with: openssl rand -base64 32 > ${source})`,
+      `the secrets key in ${source} is ${bytes.length} bytes; it must be ` +
+        `${secretsKeyBytes} random bytes, base64 (make one with: openssl rand ` +
+        `-base64 32 > ${source})`,
     );
   return {
     id: createHmac("sha256", bytes).update("forelead secrets key id").digest()[0]!,
@@ -71,7 +73,9 @@ export interface SecretBox {
 export function createSecretBox(current: SecretsKey, previous?: SecretsKey): SecretBox {
   if (previous && previous.id === current.id && !previous.key.equals(current.key)) {
     throw new Error(
-      `the secrets keys in ${current.source} and ${previous.source} have the same key id (${current.id}); make a new key for --secrets-key (openssl rand -base64 32)`,
+      `the secrets keys in ${current.source} and ${previous.source} have the ` +
+        `same key id (${current.id}); make a new key for --secrets-key (openssl ` +
+        `rand -base64 32)`,
     );
   }
   const hashKey = Buffer.from(
@@ -97,7 +101,9 @@ export function createSecretBox(current: SecretsKey, previous?: SecretsKey): Sec
         );
       if (!key)
         throw new Error(
-          `a sealed value for ${boundTo} was sealed with key id ${sealedKeyId(bytes)}, which is neither ${keys.map((k) => `${k.source} (id ${k.id})`).join(" nor ")}`,
+          `a sealed value for ${boundTo} was sealed with key id ` +
+            `${sealedKeyId(bytes)}, which is neither ` +
+            `${keys.map((k) => `${k.source} (id ${k.id})`).join(" nor ")}`,
         );
       try {
         const decipher = createDecipheriv(
@@ -113,7 +119,9 @@ export function createSecretBox(current: SecretsKey, previous?: SecretsKey): Sec
         ]).toString("utf8");
       } catch {
         throw new Error(
-          `a sealed value for ${boundTo} does not open with ${key.source}: a different key with the same id, or the value was altered or moved from another row`,
+          `a sealed value for ${boundTo} does not open with ${key.source}: a ` +
+            `different key with the same id, or the value was altered or moved from ` +
+            `another row`,
         );
       }
     },

@@ -21,12 +21,14 @@ export async function readSecretsKeyFile(path: string): Promise<SecretsKey> {
   }
   if (mode & 0o077)
     throw new Error(
-      `the secrets key file ${path} is readable by others (mode ${mode.toString(8).padStart(4, "0")}); run: chmod 600 ${path}`,
+      `the secrets key file ${path} is readable by others (mode ` +
+        `${mode.toString(8).padStart(4, "0")}); run: chmod 600 ${path}`,
     );
   const text = (await readFile(path, "utf8")).trim();
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text))
     throw new Error(
-      `the secrets key file ${path} is not one line of base64; it must hold ${secretsKeyBytes} random bytes (openssl rand -base64 32)`,
+      `the secrets key file ${path} is not one line of base64; it must hold ` +
+        `${secretsKeyBytes} random bytes (openssl rand -base64 32)`,
     );
   return secretsKey(Buffer.from(text, "base64"), path);
 }

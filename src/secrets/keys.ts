@@ -1,6 +1,9 @@
 import { ephemeralSecretsKey, type SecretsKey } from "./box.js";
 
-/** The keys a control plane starts with: the current one, and the one it replaces while rows are re-encrypted. */
+/**
+ * The keys a control plane starts with: the current one, and the one it replaces while rows are
+ * re-encrypted.
+ */
 export interface SecretsKeys {
   readonly current: SecretsKey;
   readonly previous?: SecretsKey;
@@ -19,7 +22,10 @@ export function defaultSecretsKeys(database: {
 }): SecretsKeys {
   if (database.shared)
     throw new Error(
-      "a postgres:// database needs --secrets-key FILE: the key that encrypts job secrets and repository credentials (make one with: (umask 077; openssl rand -base64 32 > secrets.key)); every replica is given the same file",
+      "a postgres:// database needs --secrets-key FILE: the key that encrypts " +
+        "job secrets and repository credentials (make one with: (umask 077; " +
+        "openssl rand -base64 32 > secrets.key)); every replica is given the " +
+        "same file",
     );
   if (database.persistent)
     throw new Error(

@@ -47,7 +47,10 @@ export async function openSecrets(
   if (checks.length && !opens(current.id) && !(box.previous && opens(box.previous.id))) {
     const ids = checks.map((c) => c.key_id).join(", ");
     throw new Error(
-      `the secrets key ${current.source} does not open the secrets stored in this database (sealed with key id ${ids}); start with the key they were sealed with (--secrets-key), or give it as --secrets-key-previous to rotate to this one`,
+      `the secrets key ${current.source} does not open the secrets stored in ` +
+        `this database (sealed with key id ${ids}); start with the key they were ` +
+        `sealed with (--secrets-key), or give it as --secrets-key-previous to ` +
+        `rotate to this one`,
     );
   }
   if (!checks.some((c) => c.key_id === current.id)) {
@@ -66,7 +69,9 @@ export async function openSecrets(
   const stale = await staleRows(db, current.id);
   if (stale > 0) {
     throw new Error(
-      `${stale} secret(s) in this database are sealed with another key than ${current.source} (key id ${current.id}); give that key as --secrets-key-previous FILE so they are re-encrypted to this one`,
+      `${stale} secret(s) in this database are sealed with another key than ` +
+        `${current.source} (key id ${current.id}); give that key as ` +
+        `--secrets-key-previous FILE so they are re-encrypted to this one`,
     );
   }
   return { box, rotated, sealedCredentials };
@@ -87,7 +92,8 @@ const notCurrent = (column: string, keyId: number) =>
 async function staleRows(db: Kysely<Database>, keyId: number): Promise<number> {
   const { rows } = await sql<{ n: number }>`
     select (select count(*) from job_secrets where ${notCurrent("sealed", keyId)})
-      + (select count(*) from repositories where credential_sealed is not null and ${notCurrent("credential_sealed", keyId)})
+      + (select count(*) from repositories where credential_sealed is not null
+        and ${notCurrent("credential_sealed", keyId)})
       + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)}) as n`.execute(
     db,
   );
@@ -116,7 +122,10 @@ async function sealPlainCredentials(db: Kysely<Database>, box: SecretBox): Promi
   });
 }
 
-/** One table's sealed values: how to find a batch still under another key, and how to store one re-sealed. */
+/**
+ * One table's sealed values: how to find a batch still under another key, and how to store one
+ * re-sealed.
+ */
 interface SealedRows<R> {
   batch(tx: Transaction<Database>, keyId: number): Promise<R[]>;
   binding(row: R): string;
@@ -201,7 +210,10 @@ const credentialRows: SealedRows<{ name: string; credential_sealed: Buffer | nul
       .execute(),
 };
 
-/** Re-encrypts every row of `table` sealed with another key to the current one, a batch per transaction; returns how many. */
+/**
+ * Re-encrypts every row of `table` sealed with another key to the current one, a batch per
+ * transaction; returns how many.
+ */
 async function reseal<R>(
   db: Kysely<Database>,
   box: SecretBox,

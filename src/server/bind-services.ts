@@ -87,7 +87,8 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     },
     (session) => tls.handshakeUnderCurrentMaterial(session),
   );
-  // One set of context values per request: the procedure check, Connect and the REST router share it.
+  // One set of context values per request: the procedure check, Connect and the REST router share
+  // it.
   const valuesOf = new WeakMap<http2.Http2ServerRequest, ContextValues>();
   const contextValues = (req: http2.Http2ServerRequest) => {
     let values = valuesOf.get(req);

@@ -41,7 +41,10 @@ export function readBuildInfo(): BuildInfo {
   };
 }
 
-/** One git query in the checkout; undefined when git or the checkout is not there (an installed package). */
+/**
+ * One git query in the checkout; undefined when git or the checkout is not there (an installed
+ * package).
+ */
 function git(repoRoot: string, ...args: string[]): string | undefined {
   try {
     return (

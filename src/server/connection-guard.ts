@@ -13,7 +13,10 @@ import { resetAfterEndStream } from "../api/rest/stream-end.js";
 import type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 import { peerCertificate } from "./peer-certificate.js";
 
-/** Less than this in one body window counts as no progress: a body dripped a few bytes at a time is a stall. */
+/**
+ * Less than this in one body window counts as no progress: a body dripped a few bytes at a time is
+ * a stall.
+ */
 const minProgressBytes = 1024;
 
 /** The listener's side of the connection limits: counters, and the per-request body watch. */
@@ -83,14 +86,16 @@ export function guardConnections(
         maxConcurrentStreams: limits.certlessMaxStreams,
         initialWindowSize: 65_535,
       });
-    else session.setLocalWindowSize(4 << 20); // the connection's window: a runner's streams of several leases share it
+    // the connection's window: a runner's streams of several leases share it
+    else session.setLocalWindowSize(4 << 20);
     let open = 0;
     let idle: NodeJS.Timeout | undefined;
     const armIdle = () => {
       idle = setTimeout(() => {
         counters.idleConnectionsClosed++;
         session.close();
-        // A session a client flooded may have stopped reading, and would wait forever for its socket.
+        // A session a client flooded may have stopped reading, and would wait forever for its
+        // socket.
         setTimeout(() => (session.destroy(), socketOf(session)?.destroy()), 5_000).unref();
       }, limits.idleConnectionMs).unref();
     };
@@ -125,8 +130,9 @@ export function guardConnections(
       let seen = 0;
       let timer: NodeJS.Timeout | undefined;
       // Each window must bring minProgressBytes, or the end of the body: a complete body stops the
-      // watch, which is why a long-poll claim or a follow (bodies complete, replies pending) is never
-      // cut. A stream paused because the server is not reading (yet) is not the client's stall.
+      // watch, which is why a long-poll claim or a follow (bodies complete, replies pending) is
+      // never cut. A stream paused because the server is not reading (yet) is not the client's
+      // stall.
       const check = () => {
         if (stream.destroyed || stream.closed || stream.state.remoteClose === 1) return;
         const progressed = received - seen >= minProgressBytes;
@@ -134,15 +140,17 @@ export function guardConnections(
         if (progressed || stream.readableFlowing !== true)
           return void (timer = setTimeout(check, limits.bodyIdleMs).unref());
         counters.stalledBodies++;
-        // A handler that stopped reading early (a refused first line) no longer listens for the body's errors;
-        // the error with no listener would end the process. The client sees the stream reset either way.
+        // A handler that stopped reading early (a refused first line) no longer listens for the
+        // body's errors; the error with no listener would end the process. The client sees the
+        // stream reset either way.
         if (req.listenerCount("error") === 0) req.once("error", () => {});
         req.destroy(bodyStalledError(limits.bodyIdleMs));
       };
       timer = setTimeout(check, limits.bodyIdleMs).unref();
       stream.once("close", () => {
         clearTimeout(timer);
-        // A reset before the reply was ended, by the client or by its connection's end (ours with an error are INTERNAL_ERROR).
+        // A reset before the reply was ended, by the client or by its connection's end (ours with
+        // an error are INTERNAL_ERROR).
         const code = stream.rstCode ?? http2Constants.NGHTTP2_NO_ERROR;
         if (
           !res.writableEnded &&

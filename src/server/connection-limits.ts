@@ -8,17 +8,31 @@ export interface ConnectionLimits {
   readonly handshakeTimeoutMs: number;
   /** SETTINGS_MAX_CONCURRENT_STREAMS of every connection (`--max-concurrent-streams`). */
   readonly maxConcurrentStreams: number;
-  /** A request body that brings less than 1 KiB in this long (and has not ended) is ended: 408 on REST, deadline_exceeded on Connect (`--body-idle-timeout`). */
+  /**
+   * A request body that brings less than 1 KiB in this long (and has not ended) is ended: 408 on
+   * REST, deadline_exceeded on Connect (`--body-idle-timeout`).
+   */
   readonly bodyIdleMs: number;
-  /** Streams a connection without a client certificate may have open at once (`--max-streams-without-certificate`). */
+  /**
+   * Streams a connection without a client certificate may have open at once
+   * (`--max-streams-without-certificate`).
+   */
   readonly certlessMaxStreams: number;
-  /** Connections one client address may hold, handshakes included (`--max-connections-per-address`). */
+  /**
+   * Connections one client address may hold, handshakes included (`--max-connections-per-address`).
+   */
   readonly maxConnectionsPerAddress: number;
-  /** A connection with no open stream for this long is closed with GOAWAY (`--idle-connection-timeout`). */
+  /**
+   * A connection with no open stream for this long is closed with GOAWAY
+   * (`--idle-connection-timeout`).
+   */
   readonly idleConnectionMs: number;
 }
 
-/** The defaults: a handshake 10 s, 128 streams, 15 s without body progress, 4 streams without a certificate, 256 connections per address, 5 min idle. */
+/**
+ * The defaults: a handshake 10 s, 128 streams, 15 s without body progress, 4 streams without a
+ * certificate, 256 connections per address, 5 min idle.
+ */
 export const defaultConnectionLimits: ConnectionLimits = {
   handshakeTimeoutMs: 10_000,
   maxConcurrentStreams: 128,
@@ -28,9 +42,15 @@ export const defaultConnectionLimits: ConnectionLimits = {
   idleConnectionMs: 5 * 60_000,
 };
 
-/** What the listener counted since it started; read by operators (and tests) through the control plane. */
+/**
+ * What the listener counted since it started; read by operators (and tests) through the control
+ * plane.
+ */
 export interface ConnectionCounters {
-  /** Streams the client closed or reset before their reply was complete (a client going away, not an error). */
+  /**
+   * Streams the client closed or reset before their reply was complete (a client going away, not an
+   * error).
+   */
   readonly prematureCloses: number;
   /** Request bodies ended for making no progress within the bound. */
   readonly stalledBodies: number;

@@ -44,11 +44,14 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const secrets = await openSecrets(store.db, keys.current, keys.previous);
   if (keys.previous)
     console.log(
-      `forelead: re-encrypted ${secrets.rotated} secret(s) from ${keys.previous.source} to ${keys.current.source}; the previous key is no longer needed`,
+      `forelead: re-encrypted ${secrets.rotated} secret(s) from ` +
+        `${keys.previous.source} to ${keys.current.source}; the previous key is ` +
+        `no longer needed`,
     );
   if (secrets.sealedCredentials)
     console.log(
-      `forelead: sealed ${secrets.sealedCredentials} repository credential(s) stored in plain text by an earlier version`,
+      `forelead: sealed ${secrets.sealedCredentials} repository credential(s) ` +
+        `stored in plain text by an earlier version`,
     );
   const clock = stack.use("the database clock", await createDbClock(store.db));
   const auditSpool = {

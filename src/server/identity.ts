@@ -9,13 +9,12 @@ import type { RequestIdentity } from "../api/context.js";
 import { peerCertificate, peerChain } from "./peer-certificate.js";
 
 /**
- * Reads the client certificate of a request's TLS session and judges it once
- * per HTTP/2 session; validity in time is judged again on every request by
- * the guard. The certificate is read once per connection (peer-certificate.ts);
- * the chain the client sent only when it is walked here. `verdictIsCurrent` says whether the TLS layer's
- * verdict was reached against the trust bundle now in force
- * (TlsMaterial.handshakeUnderCurrentMaterial); then an authorized chain is
- * not verified a second time.
+ * Reads the client certificate of a request's TLS session and judges it once per HTTP/2 session;
+ * validity in time is judged again on every request by the guard. The certificate is read once per
+ * connection (peer-certificate.ts); the chain the client sent only when it is walked here.
+ * `verdictIsCurrent` says whether the TLS layer's verdict was reached against the trust bundle now
+ * in force (TlsMaterial.handshakeUnderCurrentMaterial); then an authorized chain is not verified a
+ * second time.
  */
 export function createRequestIdentifier(
   policy: CertificatePolicy,

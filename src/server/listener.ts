@@ -21,11 +21,11 @@ export interface Listener {
 }
 
 /**
- * Serves `handler` over HTTP/2 with mutual TLS on the options' host and port,
- * within `limits` (see guardConnections), and registers the server on `stack`. Closing stops accepting, sends every
- * session a GOAWAY, calls `endRequests` (requests that would otherwise stay
- * open, such as followers, end there), then waits for the sessions to end;
- * any still open after 5 s are destroyed.
+ * Serves `handler` over HTTP/2 with mutual TLS on the options' host and port, within `limits` (see
+ * guardConnections), and registers the server on `stack`. Closing stops accepting, sends every
+ * session a GOAWAY, calls `endRequests` (requests that would otherwise stay open, such as
+ * followers, end there), then waits for the sessions to end; any still open after 5 s are
+ * destroyed.
  */
 export async function listen(
   options: ControlPlaneOptions,
@@ -41,7 +41,8 @@ export async function listen(
   ) => void = () => {};
   const server = http2.createSecureServer(
     {
-      ...tls.contextOptions(), // certificate, key, client CA, TLS 1.3 only: reloadable (src/server/tls-material.ts)
+      // certificate, key, client CA, TLS 1.3 only: reloadable (src/server/tls-material.ts)
+      ...tls.contextOptions(),
       requestCert: true,
       // The policy decides per request, with a message; a TLS alert would tell the client nothing.
       rejectUnauthorized: false,
@@ -60,7 +61,8 @@ export async function listen(
       try {
         handler(req, res);
       } catch (err) {
-        // A throw here would end the process: map it as a handler's error is mapped (logged with an incident id).
+        // A throw here would end the process: map it as a handler's error is mapped (logged with an
+        // incident id).
         writeError(res, toConnectError(err, `${req.method} ${req.headers[":path"]}`));
       }
     },
@@ -91,7 +93,8 @@ export async function listen(
     try {
       await endRequests(); // ends followers, whose open streams would hold their sessions
     } finally {
-      // A session flooded by a client may have stopped reading its socket, and then never sees it close.
+      // A session flooded by a client may have stopped reading its socket, and then never sees it
+      // close.
       const forced = setTimeout(
         () => (sessions.forEach((s) => s.destroy()), guard.destroyAll()),
         5_000,

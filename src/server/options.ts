@@ -16,7 +16,10 @@ export interface ControlPlaneOptions {
   readonly tlsKeyPem: string;
   /** The client trust bundle (PEM). */
   readonly clientCaPem: string;
-  /** The files the three PEMs were read from: re-read on SIGHUP and when they change (src/server/tls-material.ts). */
+  /**
+   * The files the three PEMs were read from: re-read on SIGHUP and when they change
+   * (src/server/tls-material.ts).
+   */
   readonly tlsFiles?: TlsFiles;
   readonly trustDomain: string;
   /** postgres:// URL, a directory for the embedded database, or "memory://". */
@@ -35,9 +38,14 @@ export interface ControlPlaneOptions {
   readonly maxBodyBytes?: number;
   /** How often expired leases and overdue jobs are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
-  /** Job timeouts: the default, the maximum and the grace; defaultJobTimeouts (6 h, 7 d, 30 s) unless given. */
+  /**
+   * Job timeouts: the default, the maximum and the grace; defaultJobTimeouts (6 h, 7 d, 30 s)
+   * unless given.
+   */
   readonly jobTimeouts?: JobTimeouts;
-  /** Where repository mirrors and scratch files live; a private temporary directory when omitted. */
+  /**
+   * Where repository mirrors and scratch files live; a private temporary directory when omitted.
+   */
   readonly codeDir?: string;
   /** Cap of one git bundle, sent or received; 256 MiB by default. */
   readonly maxBundleBytes?: number;
@@ -59,23 +67,37 @@ export interface ControlPlaneOptions {
    * and every minute after.
    */
   readonly auditSpoolAdoptFrom?: string;
-  /** The spool's bound; past it requests are refused (503) until the database takes records. 1 GiB by default. */
+  /**
+   * The spool's bound; past it requests are refused (503) until the database takes records. 1 GiB
+   * by default.
+   */
   readonly auditSpoolMaxBytes?: number;
   /** Largest artifact an upload may declare; 2 GiB by default. */
   readonly maxArtifactBytes?: number;
-  /** An events or logs request still open after this many seconds is ended by the server; 30 by default. */
+  /**
+   * An events or logs request still open after this many seconds is ended by the server; 30 by
+   * default.
+   */
   readonly streamMaxSeconds?: number;
   /** How long the global event stream keeps events (--event-retention); 7 days by default. */
   readonly eventRetentionMs?: number;
   /** How often old events are pruned; hourly by default (tests prune sooner). */
   readonly eventPruneIntervalMs?: number;
-  /** How the broker batches claims and completions; its default unless given (benchmarks compare). */
+  /**
+   * How the broker batches claims and completions; its default unless given (benchmarks compare).
+   */
   readonly batching?: BatcherOptions;
-  /** false: no direct handoff from an enqueue to a waiting claim (src/broker/leases/handoff.ts); on unless false (benchmarks compare). */
+  /**
+   * false: no direct handoff from an enqueue to a waiting claim (src/broker/leases/handoff.ts); on
+   * unless false (benchmarks compare).
+   */
   readonly handoff?: boolean;
   /** Bounds on client connections (docs/limits.md); each one omitted takes its default. */
   readonly connectionLimits?: Partial<ConnectionLimits>;
-  /** Where /metrics, /healthz and /readyz are served over plain HTTP (`--metrics-listen`); not served when omitted. */
+  /**
+   * Where /metrics, /healthz and /readyz are served over plain HTTP (`--metrics-listen`); not
+   * served when omitted.
+   */
   readonly metricsListen?: MetricsListen;
   /**
    * The key that seals job secrets and repository credentials (--secrets-key),
@@ -86,7 +108,10 @@ export interface ControlPlaneOptions {
   readonly secretsKeys?: SecretsKeys;
 }
 
-/** The options with what checking them made: the TLS material (with the client trust anchors), roles, the loaded issuer. */
+/**
+ * The options with what checking them made: the TLS material (with the client trust anchors),
+ * roles, the loaded issuer.
+ */
 export interface CheckedOptions {
   readonly options: ControlPlaneOptions;
   readonly tls: TlsMaterial;
@@ -110,13 +135,15 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
   const issuedLifetimeMs = options.issuedCertLifetimeMs ?? options.maxCertLifetimeMs;
   if (issuedLifetimeMs > options.maxCertLifetimeMs) {
     throw new Error(
-      `the issued certificate lifetime (${issuedLifetimeMs} ms) is over the maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`,
+      `the issued certificate lifetime (${issuedLifetimeMs} ms) is over the ` +
+        `maximum this control plane accepts (${options.maxCertLifetimeMs} ms)`,
     );
   }
   const timeouts = options.jobTimeouts;
   if (timeouts && timeouts.defaultSeconds > timeouts.maxSeconds) {
     throw new Error(
-      `the default job timeout (${timeouts.defaultSeconds} s) is over the maximum job timeout (${timeouts.maxSeconds} s)`,
+      `the default job timeout (${timeouts.defaultSeconds} s) is over the ` +
+        `maximum job timeout (${timeouts.maxSeconds} s)`,
     );
   }
   const issuer: Issuer | undefined = options.issuer

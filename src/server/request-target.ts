@@ -16,11 +16,17 @@ export function badRequestTarget(
   authority: string | undefined,
 ): string | undefined {
   if (path === undefined || !path.startsWith("/") || path.startsWith("//")) {
-    return `the request path ${quote(path ?? "")} is not a path starting with a single "/"; routes look like /v1/runner/leases:claim (docs/routes.md)`;
+    return (
+      `the request path ${quote(path ?? "")} is not a path starting with a ` +
+      `single "/"; routes look like /v1/runner/leases:claim (docs/routes.md)`
+    );
   }
   if (!authority)
     return `the request has no :authority (nor Host) header; send the control plane's host:port there`;
   if (!URL.canParse(path, `https://${authority}`))
-    return `the request's :authority ${quote(authority)} is not a host[:port]; send the control plane's host:port there`;
+    return (
+      `the request's :authority ${quote(authority)} is not a host[:port]; send ` +
+      `the control plane's host:port there`
+    );
   return undefined;
 }

@@ -12,7 +12,9 @@ interface Closable {
 export interface ResourceStack {
   /** Runs `close` at unwind, before everything deferred earlier. */
   defer(name: string, close: () => unknown): void;
-  /** Defers `resource.close()` and returns the resource, so opening and registering are one line. */
+  /**
+   * Defers `resource.close()` and returns the resource, so opening and registering are one line.
+   */
   use<T extends Closable>(name: string, resource: T): T;
   /**
    * Closes every resource, newest first, once (later calls get the same

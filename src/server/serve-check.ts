@@ -37,7 +37,8 @@ export async function checkServe(options: ControlPlaneOptions): Promise<DoctorCh
     let store: Store | undefined;
     let databaseError = "";
     try {
-      // The embedded directory is one process's: a running serve holds it, and --check must not open it beside that.
+      // The embedded directory is one process's: a running serve holds it, and --check must not
+      // open it beside that.
       if (!isPostgresUrl(options.database) && options.database !== "memory://")
         stack.use(
           "the data directory lock",

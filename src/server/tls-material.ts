@@ -112,7 +112,9 @@ export function createTlsMaterial(
     } catch (err) {
       failedReloads++;
       log(
-        `forelead: TLS reload (${reason}) refused, still serving ${describe()}: ${(err as Error).message} (${failedReloads} refused reload${failedReloads === 1 ? "" : "s"} since start)`,
+        `forelead: TLS reload (${reason}) refused, still serving ${describe()}: ` +
+          `${(err as Error).message} (${failedReloads} refused ` +
+          `reload${failedReloads === 1 ? "" : "s"} since start)`,
       );
       return "refused";
     }
@@ -120,7 +122,9 @@ export function createTlsMaterial(
     reloadedAt = performance.now();
     for (const server of servers) server.setSecureContext(contextOptions());
     log(
-      `forelead: TLS material reloaded (${reason}): serving ${describe()}, client trust bundle of ${current.trustAnchors.length} certificate${current.trustAnchors.length === 1 ? "" : "s"}`,
+      `forelead: TLS material reloaded (${reason}): serving ${describe()}, ` +
+        `client trust bundle of ${current.trustAnchors.length} ` +
+        `certificate${current.trustAnchors.length === 1 ? "" : "s"}`,
     );
     return "reloaded";
   }
@@ -150,7 +154,8 @@ export function createTlsMaterial(
     },
     serveOn(server, handshakeTimeoutMs) {
       servers.add(server);
-      // An HTTP/2 session starts on its socket's secureConnection (its socket is a proxy, so the session is the key).
+      // An HTTP/2 session starts on its socket's secureConnection (its socket is a proxy, so the
+      // session is the key).
       const onHandshake = (session: Http2Session) =>
         handshakes.set(session, { at: performance.now(), boundMs: handshakeTimeoutMs });
       server.on("session", onHandshake);
@@ -173,7 +178,9 @@ export function createTlsMaterial(
   };
 }
 
-/** How the files are named in errors: by default what they are; `forelead serve` passes its flags. */
+/**
+ * How the files are named in errors: by default what they are; `forelead serve` passes its flags.
+ */
 const fileRoles: TlsFiles = {
   cert: "the server certificate",
   key: "the server key",
@@ -208,7 +215,10 @@ function checkMaterial(pems: TlsPems): Checked {
 }
 
 function describeCertificate(cert: X509Certificate): string {
-  return `${cert.subject.replace(/\n/g, ", ")} (serial ${cert.serialNumber}, valid until ${new Date(cert.validTo).toISOString()})`;
+  return (
+    `${cert.subject.replace(/\n/g, ", ")} (serial ${cert.serialNumber}, ` +
+    `valid until ${new Date(cert.validTo).toISOString()})`
+  );
 }
 
 /** One watcher per directory; any change there schedules one reload after a quiet `debounceMs`. */

@@ -49,15 +49,23 @@ export class DirectoryInUse extends Error {
     hint: string,
   ) {
     super(
-      `${dir} is in use by ${holder.command} (pid ${holder.pid}${holder.hostname !== hostname() ? ` on ${holder.hostname}` : ""}, started ${holder.startedAt}); ${hint}`,
+      `${dir} is in use by ${holder.command} (pid ` +
+        `${holder.pid}${holder.hostname !== hostname() ? ` on ${holder.hostname}` : ""}, ` +
+        `started ${holder.startedAt}); ${hint}`,
     );
     this.name = "DirectoryInUse";
   }
 }
 
-/** Files this process holds: a lock recorded with our own pid but not here is stale (pid reuse after a restart). */
+/**
+ * Files this process holds: a lock recorded with our own pid but not here is stale (pid reuse after
+ * a restart).
+ */
 const held = new Set<string>();
-/** Measured the way holderAlive measures others, so the two compare; from uptime where /proc is missing. */
+/**
+ * Measured the way holderAlive measures others, so the two compare; from uptime where /proc is
+ * missing.
+ */
 const ownStart = new Date(processStartTime(process.pid) ?? Date.now() - process.uptime() * 1000);
 
 /**

@@ -55,7 +55,9 @@ export interface OpenStoreOptions {
   readonly migrate?: boolean;
 }
 
-/** Opens (and migrates) the database at `location`: a postgres:// URL, a directory or "memory://". */
+/**
+ * Opens (and migrates) the database at `location`: a postgres:// URL, a directory or "memory://".
+ */
 export async function openStore(location: string, options: OpenStoreOptions = {}): Promise<Store> {
   const store = isPostgresUrl(location)
     ? await openPostgres(location)
@@ -89,7 +91,10 @@ async function migrateToLatest(db: Kysely<Database>): Promise<void> {
   }
 }
 
-/** The migrations this build knows that are not among `applied` (the database's), in order (none: current). */
+/**
+ * The migrations this build knows that are not among `applied` (the database's), in order (none:
+ * current).
+ */
 export function pendingMigrations(applied: readonly string[]): string[] {
   return Object.keys(migrations).filter((m) => !applied.includes(m));
 }
@@ -113,7 +118,8 @@ function redactUrl(url: string): string {
 
 async function openPostgres(url: string): Promise<Store> {
   // Each driver is loaded only when its kind of database is opened: a start on the embedded
-  // database does not load pg, one on a server does not load PGlite (docs/performance.md, "Start-up").
+  // database does not load pg, one on a server does not load PGlite (docs/performance.md,
+  // "Start-up").
   const [{ default: pg }, { createListenClient }] = await Promise.all([
     import("pg"),
     import("./listen-client.js"),
@@ -144,7 +150,8 @@ async function openPostgres(url: string): Promise<Store> {
     health.close();
     await pool.end().catch(() => {});
     throw new Error(
-      `cannot reach the database at ${description}: ${(err as Error).message}; check the URL and that the server is running`,
+      `cannot reach the database at ${description}: ${(err as Error).message}; ` +
+        `check the URL and that the server is running`,
     );
   }
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: watched }) });
@@ -201,7 +208,8 @@ async function openEmbedded(location: string): Promise<Store> {
     });
   } catch (err) {
     throw new Error(
-      `cannot open the embedded database in ${dataDir ?? "memory"}: ${(err as Error).message}; is another forelead process using it?`,
+      `cannot open the embedded database in ${dataDir ?? "memory"}: ` +
+        `${(err as Error).message}; is another forelead process using it?`,
     );
   }
   const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite) });

@@ -86,7 +86,9 @@ export function createDatabaseHealth(options: DatabaseHealthOptions): DatabaseHe
       if (downSince === undefined && !closed) {
         downSince = performance.now();
         console.error(
-          `database: ${options.description} is unreachable (${what} failed: ${err instanceof Error ? err.message : String(err)}); requests that need it are answered 503 until it is back`,
+          `database: ${options.description} is unreachable (${what} failed: ` +
+            `${err instanceof Error ? err.message : String(err)}); requests that ` +
+            `need it are answered 503 until it is back`,
         );
         scheduleProbe();
       }

@@ -4,20 +4,29 @@ import type { DatabaseHealth } from "./health.js";
 /** Handlers of one subscription to a channel. */
 interface Subscription {
   readonly onNotify: (payload: string) => void;
-  /** Called after a reconnect: notifications sent while the connection was down are lost, so look again. */
+  /**
+   * Called after a reconnect: notifications sent while the connection was down are lost, so look
+   * again.
+   */
   readonly onRecheck?: () => void;
 }
 
 /** The one LISTEN connection of a Postgres store, shared by every channel. */
 export interface ListenClient {
-  /** Subscribes; resolves once the channel is LISTENed (or will be, on the reconnect under way); resolves to the unsubscribe. */
+  /**
+   * Subscribes; resolves once the channel is LISTENed (or will be, on the reconnect under way);
+   * resolves to the unsubscribe.
+   */
   listen(channel: string, subscription: Subscription): Promise<() => void>;
   /** True while the connection is up with every channel LISTENed (readiness, metrics). */
   readonly connected: boolean;
   close(): Promise<void>;
 }
 
-/** Reconnect delays: doubling from 100 ms to at most 1 s, each between half and all of that ("equal jitter"). */
+/**
+ * Reconnect delays: doubling from 100 ms to at most 1 s, each between half and all of that ("equal
+ * jitter").
+ */
 const firstDelayMs = 100;
 const maxDelayMs = 1_000;
 
@@ -110,7 +119,8 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
     retryTimer.unref();
   };
 
-  // Back after an outage the pool saw: reconnect now if this connection failed too, or prove it did not.
+  // Back after an outage the pool saw: reconnect now if this connection failed too, or prove it did
+  // not.
   const unsubscribeReachable = health.onReachable(() => {
     const current = client;
     if (current) void current.query("select 1").catch((err: Error) => lose(current, err));
@@ -133,7 +143,8 @@ export function createListenClient(url: string, health: DatabaseHealth): ListenC
         await connecting;
         return unsubscribe;
       }
-      // A new channel on a live connection; a failure there is the connection's, and its reconnect LISTENs the channel.
+      // A new channel on a live connection; a failure there is the connection's, and its reconnect
+      // LISTENs the channel.
       await connecting?.catch(() => {});
       if (client)
         await listenAll(client).catch((err: unknown) => void health.failed("LISTEN", err));

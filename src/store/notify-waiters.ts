@@ -24,7 +24,9 @@ interface NotifyWaiter<D, T> {
   wait(ms: number, signal?: AbortSignal): Promise<T | undefined>;
   /** Wakes it with `value`: its wait (the current one or the next) ends with it; it is disarmed. */
   wake(value: T): void;
-  /** Ends its wait (the current one or the next) with no value; it stays armed until the wait ends. */
+  /**
+   * Ends its wait (the current one or the next) with no value; it stays armed until the wait ends.
+   */
   end(): void;
   /** The value of its wake, once woken. */
   readonly woken: T | undefined;
@@ -35,7 +37,9 @@ interface NotifyWaiter<D, T> {
   readonly held: boolean;
   /** Holds its wait's end (see NotifyWaiter); only while waiting. */
   hold(): void;
-  /** Ends the hold: the wait resolves with `value`, or with what ended it meanwhile, or waits on. */
+  /**
+   * Ends the hold: the wait resolves with `value`, or with what ended it meanwhile, or waits on.
+   */
   release(value?: T): void;
   /** Disarms without waiting. */
   cancel(): void;

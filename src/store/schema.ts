@@ -87,11 +87,16 @@ export interface AuditRecordsTable {
   action: ColumnType<string | null, string | null | undefined, string | null>;
   /** For actions: what was acted on. */
   target: ColumnType<string | null, string | null | undefined, string | null>;
-  /** Given when the record is made; null on records stored before the column existed. Unique: a replayed record is stored once. */
+  /**
+   * Given when the record is made; null on records stored before the column existed. Unique: a
+   * replayed record is stored once.
+   */
   record_id: ColumnType<string | null, string | undefined, never>;
   /** How many requests an aggregated refusal stands for; 1 for every other record. */
   count: ColumnType<number, number | undefined, never>;
-  /** The last request an aggregated refusal stands for (`at` is the first); null when count is 1. */
+  /**
+   * The last request an aggregated refusal stands for (`at` is the first); null when count is 1.
+   */
   last_at: ColumnType<Date | null, Date | string | null | undefined, never>;
 }
 
@@ -103,7 +108,9 @@ export interface WorkspacePausesTable {
   reason: Generated<string>;
 }
 
-/** Job states: queued, running and waiting_input (suspended) are live; the other three are settled. */
+/**
+ * Job states: queued, running and waiting_input (suspended) are live; the other three are settled.
+ */
 export type JobState =
   "queued" | "running" | "waiting_input" | "succeeded" | "failed" | "cancelled";
 
@@ -147,9 +154,14 @@ export interface JobsTable {
   /** The names of the job's secrets and secret files; the values are in job_secrets. */
   secret_names: ColumnType<string[], string[] | undefined, string[]>;
   secret_file_names: ColumnType<string[], string[] | undefined, string[]>;
-  /** A queued job is claimable from then (forelead_claim): enqueue, runAt/delaySeconds, or a retry's backoff. */
+  /**
+   * A queued job is claimable from then (forelead_claim): enqueue, runAt/delaySeconds, or a retry's
+   * backoff.
+   */
   claimable_at: ColumnType<Date, Date | string | undefined, Date | string>;
-  /** Its concurrency group: at most concurrency_limit jobs of the key run at once in the workspace. */
+  /**
+   * Its concurrency group: at most concurrency_limit jobs of the key run at once in the workspace.
+   */
   concurrency_key: ColumnType<string | null, string | null | undefined, string | null>;
   concurrency_limit: ColumnType<number | null, number | null | undefined, number | null>;
   /** Its retry backoff (all null: requeued at once). */
@@ -201,7 +213,10 @@ export interface LeasesTable {
   end_reason: "released" | "expired" | "settled" | "requeued" | "timed_out" | "suspended" | null;
   completion_id: string | null;
   completion_sha256: string | null;
-  /** The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets (src/broker/leases/complete.ts). */
+  /**
+   * The jobs row as the completion settled it (to_jsonb), the reply a repeated completion gets
+   * (src/broker/leases/complete.ts).
+   */
   completion_reply: ColumnType<JsonObject | null, string | null, string | null>;
 }
 
@@ -388,7 +403,10 @@ export interface ReplicasTable {
 
 /** One event of the global stream (src/events/). */
 export interface EventsTable {
-  /** The writing transaction's id (xid8, as text): how a follower tells an open gap from a final one. */
+  /**
+   * The writing transaction's id (xid8, as text): how a follower tells an open gap from a final
+   * one.
+   */
   tx: ColumnType<string, never, never>;
   id: ColumnType<number, never, never>;
   at: ColumnType<Date, Date | string | undefined, never>;
@@ -451,7 +469,10 @@ export interface PipelineStepsTable {
   updated_at: Generated<Date>;
 }
 
-/** A step's secret, sealed bound to the step (src/secrets/bindings.ts), copied into each job of the step. */
+/**
+ * A step's secret, sealed bound to the step (src/secrets/bindings.ts), copied into each job of the
+ * step.
+ */
 export interface PipelineStepSecretsTable {
   pipeline_id: string;
   step: string;

@@ -56,7 +56,8 @@ export function statementShapes<
     /** Runs the statement of this shape with `values`. */
     async execute(db: Kysely<DB>, values: V, context: C): Promise<QueryResult<R>> {
       const names = Object.keys(values).filter((name) => values[name] !== undefined);
-      // Plugins transform a statement as it is compiled, so a database with any gets it built every call too.
+      // Plugins transform a statement as it is compiled, so a database with any gets it built every
+      // call too.
       if (db.getExecutor().plugins.length > 0 || names.some((name) => isExpression(values[name])))
         return db.executeQuery<R>(compile(db, build(db, values, context)));
       const byNames = shapesOf(db, context);

@@ -32,11 +32,20 @@ const socketCodes = new Set([
   "EAI_AGAIN",
 ]);
 
-/** SQLSTATEs of a server going away: 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now; class 08 is "connection exception". */
+/**
+ * SQLSTATEs of a server going away: 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
+ * cannot_connect_now; class 08 is "connection exception".
+ */
 const sqlStates = new Set(["57P01", "57P02", "57P03"]);
 
-/** What node-postgres says, without a code, when the socket closed under it or a dead client is used. */
-/** node-postgres's words when no connection came within connectionTimeoutMillis: the server is gone, or every pooled one stayed busy (watched-pool.ts tells them apart). */
+/**
+ * What node-postgres says, without a code, when the socket closed under it or a dead client is
+ * used.
+ */
+/**
+ * node-postgres's words when no connection came within connectionTimeoutMillis: the server is gone,
+ * or every pooled one stayed busy (watched-pool.ts tells them apart).
+ */
 const connectTimeout = /^timeout exceeded when trying to connect/;
 const messages = [
   /^Connection terminated/,

@@ -25,7 +25,8 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
       console.error(`database: an idle pooled connection failed: ${err.message}`);
   });
   pool.on("connect", (client) => {
-    // Idle, the pool's listener also sees the error (above); in use, its next query fails and is reported as well.
+    // Idle, the pool's listener also sees the error (above); in use, its next query fails and is
+    // reported as well.
     client.on("error", (err) => void health.failed("a pooled connection", err));
   });
   const names = statementNames();
@@ -33,7 +34,8 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
   const wrap = (client: pg.PoolClient): PostgresPoolClient => {
     let inTransaction = false;
-    // pg clones a config object (utils.js cloneQueryConfig, ~1 % of the main thread): only a named statement needs one.
+    // pg clones a config object (utils.js cloneQueryConfig, ~1 % of the main thread): only a named
+    // statement needs one.
     const send = (text: string, values: unknown[] | undefined, name: string | undefined) =>
       name ? client.query({ name, text, values }) : client.query(text, values);
     const query = (text: unknown, parameters?: ReadonlyArray<unknown>): unknown => {
@@ -48,7 +50,8 @@ export function watchedPool(pool: pg.Pool, health: DatabaseHealth): PostgresPool
           // Never inside a transaction (above), so sending the text again is safe.
           if (!name) throw err;
           if (isStalePlan(err))
-            names.forgetAll(); // a column added since it was prepared (another replica's migration): prepare afresh
+            // a column added since it was prepared (another replica's migration): prepare afresh
+            names.forgetAll();
           else if (isGenericPlanRefusal(err))
             names.never(text); // e.g. ON CONFLICT ... WHERE state = $1 over a partial index
           else throw err;
@@ -150,7 +153,10 @@ function statementNames(limit = 200, maxLength = 16_384) {
       named.delete(text);
       if (unnamed.size < limit) unnamed.add(text);
     },
-    /** Every text is prepared again under a new name from now on (the old ones stay unused on their connections). */
+    /**
+     * Every text is prepared again under a new name from now on (the old ones stay unused on their
+     * connections).
+     */
     forgetAll(): void {
       named.clear();
     },

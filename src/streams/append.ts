@@ -13,12 +13,18 @@ export interface AppendBatch {
   readonly stream: StreamName;
   readonly jobId: string;
   readonly tokenHash: Buffer;
-  /** The messages' sequences, strictly increasing (the caller checks), and their data as JSON text: one of each a message. */
+  /**
+   * The messages' sequences, strictly increasing (the caller checks), and their data as JSON text:
+   * one of each a message.
+   */
   readonly sequences: readonly number[];
   readonly data: readonly string[];
 }
 
-/** What became of a batch: all stored, or none (the lease is not live, or its first sequence is not above the last accepted). */
+/**
+ * What became of a batch: all stored, or none (the lease is not live, or its first sequence is not
+ * above the last accepted).
+ */
 export type AppendOutcome = "stored" | "lease_not_live" | "sequence_not_increasing";
 
 /**
@@ -87,7 +93,8 @@ export async function appendBatches(
   };
   const { rows } = await sql<{ live: boolean; stored: boolean }>`
     with input as (
-      select i.b, i.job_id, i.stream, i.workspace_id, i.runner_id, decode(i.token_hex, 'hex') as token, i.first, i.last, i.item_from, i.item_to
+      select i.b, i.job_id, i.stream, i.workspace_id, i.runner_id, decode(i.token_hex, 'hex') as
+        token, i.first, i.last, i.item_from, i.item_to
       from unnest(${column((b) => b.jobId)}::uuid[], ${column((b) => b.stream)}::text[], ${column((b) => b.holder.workspaceId)}::text[],
         ${column((b) => b.holder.runnerId)}::text[], ${column((b) => b.tokenHash.toString("hex"))}::text[], ${column((b) => b.sequences[0]!)}::bigint[],
         ${column((b) => b.sequences[b.sequences.length - 1]!)}::bigint[], ${ranges.map((r) => r[0])}::int[], ${ranges.map((r) => r[1])}::int[])
@@ -101,25 +108,36 @@ export async function appendBatches(
       insert into stream_cursors (lease_id, stream, last_sequence)
       select id, stream, last from lease order by id, stream
       on conflict (lease_id, stream) do update set last_sequence = excluded.last_sequence
-        where stream_cursors.last_sequence < (select x.first from lease x where x.id = excluded.lease_id and x.stream = excluded.stream)
+        where stream_cursors.last_sequence < (select x.first from lease x where x.id =
+          excluded.lease_id and x.stream = excluded.stream)
       returning lease_id, stream
     ), ${storedItems} as (
-      select lease.job_id, lease.stream, lease.id as lease_id, lease.attempt, (${items.sequence}::bigint[])[m.n] as sequence, ${items.data}::jsonb -> (m.n - 1) as data, m.n
+      select lease.job_id, lease.stream, lease.id as lease_id, lease.attempt,
+        (${items.sequence}::bigint[])[m.n] as sequence, ${items.data}::jsonb -> (m.n - 1) as data, m.n
       from cursor join lease on lease.id = cursor.lease_id and lease.stream = cursor.stream
         cross join lateral generate_series(lease.item_from, lease.item_to) m(n)
     ), stored as (
       insert into stream_messages (job_id, stream, lease_id, attempt, sequence, data)
       select job_id, stream, lease_id, attempt, sequence, data from ${storedItems}
-    )${batches.some((b) => b.stream === "events") ? sql`, peaks as (${foldPeaks()}), progress as (${foldProgress()})` : sql``}
+    )${
+      batches.some((b) => b.stream === "events")
+        ? sql`, peaks as (${foldPeaks()}), progress as
+      (${foldProgress()})`
+        : sql``
+    }
     select exists (select 1 from lease where lease.b = i.b) as live,
-      exists (select 1 from cursor join lease on lease.id = cursor.lease_id and lease.stream = cursor.stream where lease.b = i.b) as stored
+      exists (select 1 from cursor join lease on lease.id = cursor.lease_id and lease.stream =
+        cursor.stream where lease.b = i.b) as stored
     from input i order by i.b`.execute(db);
   return rows.map((row) =>
     !row.live ? "lease_not_live" : row.stored ? "stored" : "sequence_not_increasing",
   );
 }
 
-/** Stores one batch (see appendBatches), in a statement shared with the batches other requests have ready at the same time. */
+/**
+ * Stores one batch (see appendBatches), in a statement shared with the batches other requests have
+ * ready at the same time.
+ */
 export type Appender = (batch: AppendBatch) => Promise<AppendOutcome>;
 
 /**
@@ -152,7 +170,8 @@ async function appendTogether(
 ): Promise<Array<PromiseSettledResult<AppendOutcome>>> {
   const results: Array<PromiseSettledResult<AppendOutcome>> = [];
   const rounds: Array<Array<{ readonly batch: AppendBatch; readonly index: number }>> = [];
-  const roundOf = new Map<string, number>(); // job and stream → the last round holding one of its batches
+  // job and stream → the last round holding one of its batches
+  const roundOf = new Map<string, number>();
   batches.forEach((batch, index) => {
     const key = `${batch.jobId} ${batch.stream}`;
     const round = (roundOf.get(key) ?? -1) + 1;
@@ -196,8 +215,7 @@ export async function lastAcceptedSequence(
   const { rows } = await sql<{ last: number }>`
     select coalesce(c.last_sequence, 0)::bigint as last
     from leases l left join stream_cursors c on c.lease_id = l.id and c.stream = ${stream}
-    where l.token_sha256 = ${tokenHash} and l.job_id = ${jobId} and l.workspace_id = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}`.execute(
-    db,
-  );
+    where l.token_sha256 = ${tokenHash} and l.job_id = ${jobId} and l.workspace_id
+      = ${holder.workspaceId} and l.runner_id = ${holder.runnerId}`.execute(db);
   return rows[0]?.last ?? 0;
 }

@@ -12,7 +12,10 @@ import {
   type MessageLease,
 } from "./messages.js";
 
-/** The response header (and Connect error metadata) that carries the last accepted sequence of a rejected request. */
+/**
+ * The response header (and Connect error metadata) that carries the last accepted sequence of a
+ * rejected request.
+ */
 const lastAcceptedHeader = "forelead-last-accepted-sequence";
 
 /** Bounds of one ingest request. */
@@ -147,7 +150,8 @@ export async function ingest<T>(
         next.catch(() => {}); // the request is abandoned; its body may still fail later
         const bound = `${limits.maxRequestMs / 1000} s`;
         throw new ConnectError(
-          `the request stayed open past the server's bound of ${bound} (runners keep each request under 25 s); send the rest in a new request`,
+          `the request stayed open past the server's bound of ${bound} (runners ` +
+            `keep each request under 25 s); send the rest in a new request`,
           Code.DeadlineExceeded,
         );
       }
@@ -185,14 +189,18 @@ export async function ingest<T>(
   } catch (thrown) {
     // Not a rule: a database failure, say. The client retries; the stored prefix shows then.
     if (!(thrown instanceof ConnectError) || final.has(thrown)) throw thrown;
-    await flush(); // everything before the rejected message is stored (or this throws the earlier rejection)
+    // everything before the rejected message is stored (or this throws the earlier rejection)
+    await flush();
     throw await rejection(thrown, current);
   } finally {
     clearTimeout(deadlineTimer);
   }
 }
 
-/** A failure of reading the messages: a bad line or a body over its bound as it is, anything else a body that ended early. */
+/**
+ * A failure of reading the messages: a bad line or a body over its bound as it is, anything else a
+ * body that ended early.
+ */
 function bodyError(err: unknown): ConnectError {
   if (err instanceof ConnectError) return err;
   return new ConnectError(

@@ -5,7 +5,10 @@ import { streamsChannel } from "./wakeups.js";
 
 /** Tells followers on every replica that a job's stream grew. */
 export interface StreamNotifier {
-  /** Records that messages of `jobId` on `stream` were committed; followers hear of it within the interval. */
+  /**
+   * Records that messages of `jobId` on `stream` were committed; followers hear of it within the
+   * interval.
+   */
   stored(jobId: string, stream: StreamName): void;
   /** Sends what is pending and stops. */
   close(): Promise<void>;
@@ -35,11 +38,11 @@ export function createStreamNotifier(db: Kysely<Database>, intervalMs = 50): Str
     const keys = [...pending];
     pending = new Set();
     try {
-      await sql`select pg_notify(${streamsChannel}, k) from jsonb_array_elements_text(${JSON.stringify(keys)}::jsonb) as k`.execute(
-        db,
-      );
+      await sql`select pg_notify(${streamsChannel}, k) from
+        jsonb_array_elements_text(${JSON.stringify(keys)}::jsonb) as k`.execute(db);
     } catch (err) {
-      // Followers also re-read on a timer (and all of them when the LISTEN connection is back): a lost wakeup delays them, it loses nothing.
+      // Followers also re-read on a timer (and all of them when the LISTEN connection is back): a
+      // lost wakeup delays them, it loses nothing.
       logUnlessUnreachable("streams: could not wake followers", err);
     }
   };

@@ -16,8 +16,8 @@ import { storedItems } from "./stored-items.js";
  */
 export function foldProgress(): RawBuilder<unknown> {
   const data = sql`m.data`;
-  // A figure out of its range (a runner's own event may carry anything) is left out, so the job view
-  // never holds what its JobProgress message cannot (int32 counts, a percent of 0-100).
+  // A figure out of its range (a runner's own event may carry anything) is left out, so the job
+  // view never holds what its JobProgress message cannot (int32 counts, a percent of 0-100).
   const figure = (name: string, max: number, whole: boolean) => sql`case
     when jsonb_typeof(${data}->${name}) = 'number' and (${data}->>${name})::numeric between 0 and ${max}::numeric
       ${whole ? sql`and (${data}->>${name})::numeric = trunc((${data}->>${name})::numeric)` : sql``}
@@ -26,7 +26,9 @@ export function foldProgress(): RawBuilder<unknown> {
     update jobs set progress = p.progress
     from (
       select distinct on (m.job_id) m.job_id,
-        ${figure("percent", 100, false)} || ${figure("done", maxProgressCount, true)} || ${figure("total", maxProgressCount, true)} || jsonb_build_object('updatedAt', to_char(now() at time zone 'utc', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as progress
+        ${figure("percent", 100, false)} || ${figure("done", maxProgressCount, true)} || ${figure("total", maxProgressCount, true)} ||
+          jsonb_build_object('updatedAt', to_char(now() at time zone 'utc',
+          'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as progress
       from ${storedItems} m
       where m.stream = 'events' and ${data}->>'type' = ${progressEventType}
       order by m.job_id, m.n desc

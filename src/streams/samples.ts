@@ -22,7 +22,9 @@ function isResourceSampleData(data: RawBuilder<unknown>): RawBuilder<boolean> {
     and jsonb_typeof(${data}->'memoryBytes') = 'number')`;
 }
 
-/** A sample's CPU in cores and its memory in bytes, as SQL numbers (float8: memory is under 2^53). */
+/**
+ * A sample's CPU in cores and its memory in bytes, as SQL numbers (float8: memory is under 2^53).
+ */
 const sampleCpuOf = (data: RawBuilder<unknown>) => sql<number>`(${data}->>'cpuCores')::float8`;
 const sampleMemoryOf = (data: RawBuilder<unknown>) =>
   sql<number>`(${data}->>'memoryBytes')::float8`;

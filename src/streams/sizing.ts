@@ -36,14 +36,18 @@ export interface ResourceAdvice {
   readonly suggested: number;
 }
 
-/** Applies sizingRule to one request; `step` is the rounding unit (sizingRule.cpuStep or memoryStep). */
+/**
+ * Applies sizingRule to one request; `step` is the rounding unit (sizingRule.cpuStep or
+ * memoryStep).
+ */
 export function adviseOn(
   requested: number,
   p95Peak: number,
   maxPeak: number,
   step: number,
 ): ResourceAdvice {
-  // Rounded to the step (with a guard against float noise such as 0.30000000000000004 / 0.1), never below one step.
+  // Rounded to the step (with a guard against float noise such as 0.30000000000000004 / 0.1), never
+  // below one step.
   const suggested = Math.max(
     step,
     Math.ceil(Number(((p95Peak * (1 + sizingRule.headroom)) / step).toFixed(6))) * step,
@@ -91,9 +95,11 @@ export interface SizingQuery {
  */
 export async function sizing(db: Kysely<Database>, q: SizingQuery): Promise<SizingGroup[]> {
   const workspace = q.workspaceId ? sql`and jobs.workspace_id = ${q.workspaceId}` : sql``;
-  // spec.cpu is a JSON number; spec.memoryBytes is stored as a decimal string (an int64 in proto3 JSON).
+  // spec.cpu is a JSON number; spec.memoryBytes is stored as a decimal string (an int64 in proto3
+  // JSON).
   const specNumber = (field: string) =>
-    sql<number>`case when jsonb_typeof(jobs.spec->${field}) in ('number', 'string') and (jobs.spec->>${field}) ~ '^[0-9]+([.][0-9]+)?$' then (jobs.spec->>${field})::float8 else 0 end`;
+    sql<number>`case when jsonb_typeof(jobs.spec->${field}) in ('number', 'string') and
+      (jobs.spec->>${field}) ~ '^[0-9]+([.][0-9]+)?$' then (jobs.spec->>${field})::float8 else 0 end`;
   const { rows } = await sql<{
     workspace_id: string;
     labels: string[];

@@ -90,7 +90,8 @@ export async function createStreams(options: StreamsOptions): Promise<Streams> {
     },
     follow: (query, signal) => follow(db, wakeups, query, followPollMs, signal),
     close() {
-      // Once: the listener calls it to end followers before its sessions drain, the resource stack again after.
+      // Once: the listener calls it to end followers before its sessions drain, the resource stack
+      // again after.
       closing ??= (async () => {
         await notifier.close();
         await wakeups.close();
@@ -110,7 +111,8 @@ async function* follow(
   const q = checkQuery(query);
   let after = { lease: q.afterLease, sequence: q.afterSequence };
   for (;;) {
-    const waiter = wakeups.arm(q.jobId, q.stream); // armed before reading: a message stored after the read still wakes us
+    // armed before reading: a message stored after the read still wakes us
+    const waiter = wakeups.arm(q.jobId, q.stream);
     try {
       // The state is read before the entries: once settled, no message can be stored any more
       // (appends hold the job row until they commit), so the read below is the last one needed.

@@ -30,7 +30,10 @@ interface StreamWaiter {
   cancel(): void;
 }
 
-/** Subscribes to the streams channel of `store`; one subscription serves every follower of this process. */
+/**
+ * Subscribes to the streams channel of `store`; one subscription serves every follower of this
+ * process.
+ */
 export async function createStreamWakeups(store: Store): Promise<StreamWakeups> {
   const waiters = createNotifyWaiters<string, StreamName, true>();
   const onNotify = (payload: string) => {

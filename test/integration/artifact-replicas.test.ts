@@ -32,7 +32,8 @@ describe.runIf(databaseKind === "postgres")("artifacts across replicas (postgres
     expect((await restUploads(onA).put(id, 0, data.subarray(0, 3 * MiB))).json.durableSize).toBe(
       String(3 * MiB),
     );
-    expect((await restUploads(onB).put(id, 0)).json.durableSize).toBe(String(3 * MiB)); // B sees what A holds
+    // B sees what A holds
+    expect((await restUploads(onB).put(id, 0)).json.durableSize).toBe(String(3 * MiB));
     expect((await restUploads(onB).put(id, 3 * MiB, data.subarray(3 * MiB))).json.durableSize).toBe(
       String(data.length),
     );

@@ -40,50 +40,55 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
   let counter = 0;
   const fresh = () => `res${++counter}`;
 
-  it("a completion lists its artifacts; the job lists them; a download returns the same bytes with Content-Length and the digest", async () => {
-    const report = Buffer.from('<testsuite tests="3"/>\n');
-    const binary = randomBytes(700 * KiB + 3);
-    const j = await leasedJob(cp, admin, "r1", fresh());
-    const manifest = [
-      await uploaded(j, "reports/junit.xml", report, "application/xml"),
-      await uploaded(j, "bin/app", binary),
-    ];
-    const done = await j.runner.complete(j.jobId, j.token, { artifacts: manifest });
-    expect(done.status, done.text).toBe(200);
-    expect(done.json.job).toMatchObject({ state: "succeeded", artifacts: manifest });
-    expect((await admin.job(j.jobId)).json.job.artifacts).toEqual(manifest);
-    const listed = await admin.rest.request("GET", `/v1/admin/jobs/${j.jobId}/artifacts`);
-    expect(listed.json).toEqual({ apiVersion: "v1", artifacts: manifest });
+  it(
+    "a completion lists its artifacts; the job lists them; a download " +
+      "returns the same bytes with Content-Length and the digest",
+    async () => {
+      const report = Buffer.from('<testsuite tests="3"/>\n');
+      const binary = randomBytes(700 * KiB + 3);
+      const j = await leasedJob(cp, admin, "r1", fresh());
+      const manifest = [
+        await uploaded(j, "reports/junit.xml", report, "application/xml"),
+        await uploaded(j, "bin/app", binary),
+      ];
+      const done = await j.runner.complete(j.jobId, j.token, { artifacts: manifest });
+      expect(done.status, done.text).toBe(200);
+      expect(done.json.job).toMatchObject({ state: "succeeded", artifacts: manifest });
+      expect((await admin.job(j.jobId)).json.job.artifacts).toEqual(manifest);
+      const listed = await admin.rest.request("GET", `/v1/admin/jobs/${j.jobId}/artifacts`);
+      expect(listed.json).toEqual({ apiVersion: "v1", artifacts: manifest });
 
-    for (const [name, bytes] of [
-      ["reports/junit.xml", report],
-      ["bin/app", binary],
-    ] as const) {
-      const got = await downloadRaw(j.jobId, name);
-      expect(got.status).toBe(200);
-      expect(got.headers["content-type"]).toBe("application/octet-stream"); // never the runner's declared type
-      expect(got.headers["content-length"]).toBe(String(bytes.length));
-      expect(got.headers["forelead-artifact-digest"]).toBe(sha256(bytes));
-      expect(sha256(got.body)).toBe(sha256(bytes));
-    }
-    expect(
-      (await downloadRaw(j.jobId, "reports/junit.xml")).headers["forelead-artifact-media-type"],
-    ).toBe("application/xml");
-    const missing = await admin.rest.request(
-      "GET",
-      `/v1/admin/jobs/${j.jobId}/artifacts/content?name=nope`,
-    );
-    expect(missing.status).toBe(404);
+      for (const [name, bytes] of [
+        ["reports/junit.xml", report],
+        ["bin/app", binary],
+      ] as const) {
+        const got = await downloadRaw(j.jobId, name);
+        expect(got.status).toBe(200);
+        // never the runner's declared type
+        expect(got.headers["content-type"]).toBe("application/octet-stream");
+        expect(got.headers["content-length"]).toBe(String(bytes.length));
+        expect(got.headers["forelead-artifact-digest"]).toBe(sha256(bytes));
+        expect(sha256(got.body)).toBe(sha256(bytes));
+      }
+      expect(
+        (await downloadRaw(j.jobId, "reports/junit.xml")).headers["forelead-artifact-media-type"],
+      ).toBe("application/xml");
+      const missing = await admin.rest.request(
+        "GET",
+        `/v1/admin/jobs/${j.jobId}/artifacts/content?name=nope`,
+      );
+      expect(missing.status).toBe(404);
 
-    // The same completion again gets the stored reply; one with another manifest is refused.
-    const again = await j.runner.complete(j.jobId, j.token, { artifacts: manifest });
-    expect(again.status).toBe(200);
-    expect(again.json.job.artifacts).toEqual(manifest);
-    expect(
-      (await j.runner.complete(j.jobId, j.token, { artifacts: manifest.slice(1) })).status,
-    ).toBe(409);
-    await j.runner.close();
-  });
+      // The same completion again gets the stored reply; one with another manifest is refused.
+      const again = await j.runner.complete(j.jobId, j.token, { artifacts: manifest });
+      expect(again.status).toBe(200);
+      expect(again.json.job.artifacts).toEqual(manifest);
+      expect(
+        (await j.runner.complete(j.jobId, j.token, { artifacts: manifest.slice(1) })).status,
+      ).toBe(409);
+      await j.runner.close();
+    },
+  );
 
   it("a manifest naming a digest finalized under another job is refused and the job stays unsettled", async () => {
     const ws = fresh();
@@ -196,7 +201,8 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
       const half = await runner.putUpload(
         (async function* () {
           let n = 0;
-          for await (const m of chunks(0)) if (n++ < 3) yield m; // the client stops after three chunks
+          // the client stops after three chunks
+          for await (const m of chunks(0)) if (n++ < 3) yield m;
         })(),
       );
       expect(half.durableSize).toBe(BigInt(384 * KiB));
@@ -248,17 +254,22 @@ describe.each(artifactStoreKinds)(`results on completion (${databaseKind}, %s st
     },
   );
 
-  it("a blob damaged in the store is never served as the artifact: the download breaks instead of completing", async () => {
-    const data = randomBytes(300 * KiB);
-    const j = await leasedJob(cp, admin, "r1", fresh());
-    const entry = await uploaded(j, "fragile.bin", data);
-    expect((await j.runner.complete(j.jobId, j.token, { artifacts: [entry] })).status).toBe(200);
-    expect((await downloadRaw(j.jobId, "fragile.bin")).status).toBe(200); // intact, it downloads
-    await storedArtifacts(cp.plane).damage(entry.digest, 1000);
-    const got = await downloadRaw(j.jobId, "fragile.bin").catch((err: Error) => err);
-    expect(got).toBeInstanceOf(Error); // the stream is reset: never a clean 200 with the wrong bytes
-    await j.runner.close();
-  });
+  it(
+    "a blob damaged in the store is never served as the artifact: the " +
+      "download breaks instead of completing",
+    async () => {
+      const data = randomBytes(300 * KiB);
+      const j = await leasedJob(cp, admin, "r1", fresh());
+      const entry = await uploaded(j, "fragile.bin", data);
+      expect((await j.runner.complete(j.jobId, j.token, { artifacts: [entry] })).status).toBe(200);
+      expect((await downloadRaw(j.jobId, "fragile.bin")).status).toBe(200); // intact, it downloads
+      await storedArtifacts(cp.plane).damage(entry.digest, 1000);
+      const got = await downloadRaw(j.jobId, "fragile.bin").catch((err: Error) => err);
+      // the stream is reset: never a clean 200 with the wrong bytes
+      expect(got).toBeInstanceOf(Error);
+      await j.runner.close();
+    },
+  );
 
   /** GET an artifact's bytes over REST, keeping the body binary. */
   function downloadRaw(

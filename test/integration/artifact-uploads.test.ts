@@ -67,7 +67,8 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
   }
 
   it(
-    "a 50 MiB upload in chunks, interrupted and resumed, is verified and stored once; a second upload of the same bytes is deduplicated",
+    "a 50 MiB upload in chunks, interrupted and resumed, is verified and " +
+      "stored once; a second upload of the same bytes is deduplicated",
     { timeout: 120_000 },
     async () => {
       const data = randomBytes(50 * MiB);
@@ -98,7 +99,8 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
       expect(held).toBeGreaterThanOrEqual(20 * MiB);
       expect(held).toBeLessThanOrEqual(40 * MiB);
 
-      // Resume one MiB early: the replayed MiB is acknowledged, not refused, and the rest follows in chunks.
+      // Resume one MiB early: the replayed MiB is acknowledged, not refused, and the rest follows
+      // in chunks.
       let offset = held - MiB;
       while (offset < data.length) {
         const end = Math.min(offset + 8 * MiB, data.length);
@@ -117,7 +119,9 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
         mediaType: "application/octet-stream",
       });
       console.log(
-        `50 MiB: open, 8 MiB, interrupted at ${(held / MiB).toFixed(1)} MiB, resumed, finalized in ${Date.now() - t0} ms (${databaseKind}, ${kind} store)`,
+        `50 MiB: open, 8 MiB, interrupted at ${(held / MiB).toFixed(1)} MiB, ` +
+          `resumed, finalized in ${Date.now() - t0} ms (${databaseKind}, ${kind} ` +
+          `store)`,
       );
       expect(await stored().blobs()).toEqual([digest]);
       expect(await stored().staged()).toEqual([]);
@@ -192,7 +196,8 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     expect(over.status).toBe(413);
     expect(over.json.code).toBe("resource_exhausted");
     expect(over.json.message).toContain(
-      `artifact "huge.iso" declares ${2 * 1024 * MiB + 1} bytes, over this control plane's cap of ${2 * 1024 * MiB} bytes`,
+      `artifact "huge.iso" declares ${2 * 1024 * MiB + 1} bytes, over this ` +
+        `control plane's cap of ${2 * 1024 * MiB} bytes`,
     );
     expect(await stored().staged()).toEqual([]);
     expect(await stored().blobs()).toEqual(before);
@@ -200,41 +205,48 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     await j.runner.close();
   });
 
-  it("an exact replay is acknowledged; a gap or different bytes over held ones are refused with the durable size", async () => {
-    const data = randomBytes(2 * MiB);
-    const j = await job();
-    const up = restUploads(j);
-    const id = (await up.open("x.bin", data.length, sha256(data))).json.uploadId;
-    expect((await up.put(id, 0, data.subarray(0, MiB))).json.durableSize).toBe(String(MiB));
-    const replay = await up.put(id, 0, data.subarray(0, MiB));
-    expect(replay.status).toBe(200);
-    expect(replay.json.durableSize).toBe(String(MiB));
+  it(
+    "an exact replay is acknowledged; a gap or different bytes over held " +
+      "ones are refused with the durable size",
+    async () => {
+      const data = randomBytes(2 * MiB);
+      const j = await job();
+      const up = restUploads(j);
+      const id = (await up.open("x.bin", data.length, sha256(data))).json.uploadId;
+      expect((await up.put(id, 0, data.subarray(0, MiB))).json.durableSize).toBe(String(MiB));
+      const replay = await up.put(id, 0, data.subarray(0, MiB));
+      expect(replay.status).toBe(200);
+      expect(replay.json.durableSize).toBe(String(MiB));
 
-    const gap = await up.put(id, MiB + 1, data.subarray(MiB + 1, MiB + 100));
-    expect(gap.status).toBe(409);
-    expect(gap.headers["forelead-upload-offset"]).toBe(String(MiB));
-    expect(gap.json.message).toContain(`offset ${MiB + 1} leaves a gap`);
+      const gap = await up.put(id, MiB + 1, data.subarray(MiB + 1, MiB + 100));
+      expect(gap.status).toBe(409);
+      expect(gap.headers["forelead-upload-offset"]).toBe(String(MiB));
+      expect(gap.json.message).toContain(`offset ${MiB + 1} leaves a gap`);
 
-    const changed = Buffer.from(data.subarray(MiB - 10, MiB + 10));
-    changed[0] = changed[0]! ^ 0xff;
-    const overlap = await up.put(id, MiB - 10, changed);
-    expect(overlap.status).toBe(409);
-    expect(overlap.headers["forelead-upload-offset"]).toBe(String(MiB));
-    expect(overlap.json.message).toContain("differ from those upload");
+      const changed = Buffer.from(data.subarray(MiB - 10, MiB + 10));
+      changed[0] = changed[0]! ^ 0xff;
+      const overlap = await up.put(id, MiB - 10, changed);
+      expect(overlap.status).toBe(409);
+      expect(overlap.headers["forelead-upload-offset"]).toBe(String(MiB));
+      expect(overlap.json.message).toContain("differ from those upload");
 
-    // A body longer than declared: nothing past the declared size is written; what came before is kept.
-    const past = await up.put(id, MiB, Buffer.concat([data.subarray(MiB), Buffer.from("extra")]));
-    expect(past.status).toBe(413);
-    expect(past.json.message).toContain("runs past the declared size");
-    const kept = Number(past.headers["forelead-upload-offset"]);
-    expect(kept).toBeGreaterThanOrEqual(MiB);
-    expect(kept).toBeLessThanOrEqual(2 * MiB); // 2 MiB when the extra bytes arrive in a frame of their own
-    expect((await up.put(id, 0)).json.durableSize).toBe(String(kept));
-    expect((await up.put(id, kept, data.subarray(kept))).json.durableSize).toBe(String(2 * MiB));
-    expect((await up.finalize(id)).json.digest).toBe(sha256(data));
-    expect((await up.finalize(id)).json.digest).toBe(sha256(data)); // finalize again: the same answer
-    await j.runner.close();
-  });
+      // A body longer than declared: nothing past the declared size is written; what came before is
+      // kept.
+      const past = await up.put(id, MiB, Buffer.concat([data.subarray(MiB), Buffer.from("extra")]));
+      expect(past.status).toBe(413);
+      expect(past.json.message).toContain("runs past the declared size");
+      const kept = Number(past.headers["forelead-upload-offset"]);
+      expect(kept).toBeGreaterThanOrEqual(MiB);
+      // 2 MiB when the extra bytes arrive in a frame of their own
+      expect(kept).toBeLessThanOrEqual(2 * MiB);
+      expect((await up.put(id, 0)).json.durableSize).toBe(String(kept));
+      expect((await up.put(id, kept, data.subarray(kept))).json.durableSize).toBe(String(2 * MiB));
+      expect((await up.finalize(id)).json.digest).toBe(sha256(data));
+      // finalize again: the same answer
+      expect((await up.finalize(id)).json.digest).toBe(sha256(data));
+      await j.runner.close();
+    },
+  );
 
   it.each([
     ["an absolute path", "/etc/passwd", "is an absolute path"],
@@ -255,25 +267,29 @@ describe.each(artifactStoreKinds)(`artifact uploads (${databaseKind}, %s store)`
     await j.runner.close();
   });
 
-  it("uploads are lease-scoped: a released lease cannot put or finalize, and the sweep discards what it left", async () => {
-    const data = randomBytes(1000);
-    const j = await job();
-    const up = restUploads(j);
-    const id = (await up.open("a.txt", data.length, sha256(data), "text/plain")).json.uploadId;
-    expect((await up.put(id, 0, data.subarray(0, 500))).status).toBe(200);
-    const stranger = await leasedJob(cp, admin, "r2", j.workspaceId + "x");
-    const foreign = await restUploads({ ...stranger, jobId: j.jobId }).put(id, 0);
-    expect(foreign.status).toBe(404); // another workspace's job does not exist for this runner
-    expect((await j.runner.release(j.jobId, j.token)).status).toBe(204);
-    const dead = await up.put(id, 500, data.subarray(500));
-    expect(dead.status).toBe(409);
-    expect(dead.json.message).toContain("was released");
-    expect((await up.finalize(id)).status).toBe(409);
-    expect(await stored().staged()).toContain(id);
-    await cp.plane.artifacts.sweep();
-    expect(await stored().staged()).not.toContain(id);
-    await Promise.all([j.runner.close(), stranger.runner.close()]);
-  });
+  it(
+    "uploads are lease-scoped: a released lease cannot put or finalize, and " +
+      "the sweep discards what it left",
+    async () => {
+      const data = randomBytes(1000);
+      const j = await job();
+      const up = restUploads(j);
+      const id = (await up.open("a.txt", data.length, sha256(data), "text/plain")).json.uploadId;
+      expect((await up.put(id, 0, data.subarray(0, 500))).status).toBe(200);
+      const stranger = await leasedJob(cp, admin, "r2", j.workspaceId + "x");
+      const foreign = await restUploads({ ...stranger, jobId: j.jobId }).put(id, 0);
+      expect(foreign.status).toBe(404); // another workspace's job does not exist for this runner
+      expect((await j.runner.release(j.jobId, j.token)).status).toBe(204);
+      const dead = await up.put(id, 500, data.subarray(500));
+      expect(dead.status).toBe(409);
+      expect(dead.json.message).toContain("was released");
+      expect((await up.finalize(id)).status).toBe(409);
+      expect(await stored().staged()).toContain(id);
+      await cp.plane.artifacts.sweep();
+      expect(await stored().staged()).not.toContain(id);
+      await Promise.all([j.runner.close(), stranger.runner.close()]);
+    },
+  );
 
   it("a put without the lease headers or with a malformed offset is refused before any byte is written", async () => {
     const j = await job();

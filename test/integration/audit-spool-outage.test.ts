@@ -32,7 +32,10 @@ const repoRoot = join(import.meta.dirname, "../..");
 const refusedUnrecorded = (r: RestReply) =>
   r.status === 503 && r.json?.message === auditUnavailableMessage;
 
-/** The routes of the marks stored as allowed, oldest first, from the server's own database (a request refused for the audit trail is stored as a refusal). */
+/**
+ * The routes of the marks stored as allowed, oldest first, from the server's own database (a
+ * request refused for the audit trail is stored as a refusal).
+ */
 async function storedMarks(url: string, prefix: string): Promise<string[]> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
@@ -114,114 +117,131 @@ describe.runIf(postgresServerInstalled())("a spool file changed by another proce
     }
   }
 
-  it("cut in the middle of a line (truncate(1)): the torn line is quarantined, the lines left and every later record are stored once, and it says so once", async () => {
-    const log = await playChange("cut", async (file, marks) => {
-      const lines = (await readFile(file, "utf8")).split("\n").filter(Boolean);
-      const tags = lines.map((l) => (JSON.parse(l) as { route: string }).route.split("/").pop()!);
-      // Cut into the line of the sixth mark, as another process's truncate would.
-      const sixth = tags.indexOf(marks[5]!);
-      const cut = lines.slice(0, sixth).join("\n").length + 1 + 20;
-      execFileSync("truncate", ["-s", String(cut), file]);
-      return marks.slice(0, 5);
-    });
-    const changed = log.find((l) => l.includes("was changed by another process"));
-    expect(changed, log.join("\n")).toMatch(
-      /\(cut from \d+ to \d+ bytes\); counted again: \d+ lines wait in it, \d+ did before/,
-    );
-    expect(log.filter((l) => l.includes("was changed by another process"))).toHaveLength(1);
-    expect(log.filter((l) => l.includes(auditQuarantineFile))).toHaveLength(1);
-  }, 90_000);
+  it(
+    "cut in the middle of a line (truncate(1)): the torn line is " +
+      "quarantined, the lines left and every later record are stored once, and " +
+      "it says so once",
+    async () => {
+      const log = await playChange("cut", async (file, marks) => {
+        const lines = (await readFile(file, "utf8")).split("\n").filter(Boolean);
+        const tags = lines.map((l) => (JSON.parse(l) as { route: string }).route.split("/").pop()!);
+        // Cut into the line of the sixth mark, as another process's truncate would.
+        const sixth = tags.indexOf(marks[5]!);
+        const cut = lines.slice(0, sixth).join("\n").length + 1 + 20;
+        execFileSync("truncate", ["-s", String(cut), file]);
+        return marks.slice(0, 5);
+      });
+      const changed = log.find((l) => l.includes("was changed by another process"));
+      expect(changed, log.join("\n")).toMatch(
+        /\(cut from \d+ to \d+ bytes\); counted again: \d+ lines wait in it, \d+ did before/,
+      );
+      expect(log.filter((l) => l.includes("was changed by another process"))).toHaveLength(1);
+      expect(log.filter((l) => l.includes(auditQuarantineFile))).toHaveLength(1);
+    },
+    90_000,
+  );
 
-  it("replaced by another file (an editor's save, with a row added): every row of the new file and every later record are stored once", async () => {
-    const handWritten = {
-      record_id: randomUUID(),
-      at: new Date().toISOString(),
-      route: "GET /v1/admin/jobs/replaced-hand-written",
-      decision: "allow",
-      reason: "added by an operator",
-    };
-    const log = await playChange("replaced", async (file, marks) => {
-      const text = await readFile(file, "utf8");
-      await writeFile(`${file}.new`, `${text}${JSON.stringify(handWritten)}\n`);
-      await rename(`${file}.new`, file);
-      return [...marks, "replaced-hand-written"];
-    });
-    expect(
-      log.filter((l) => l.includes("was changed by another process (replaced by another file)")),
-      log.join("\n"),
-    ).toHaveLength(1);
-    expect(log.some((l) => l.includes(auditQuarantineFile))).toBe(false);
-  }, 90_000);
+  it(
+    "replaced by another file (an editor's save, with a row added): every " +
+      "row of the new file and every later record are stored once",
+    async () => {
+      const handWritten = {
+        record_id: randomUUID(),
+        at: new Date().toISOString(),
+        route: "GET /v1/admin/jobs/replaced-hand-written",
+        decision: "allow",
+        reason: "added by an operator",
+      };
+      const log = await playChange("replaced", async (file, marks) => {
+        const text = await readFile(file, "utf8");
+        await writeFile(`${file}.new`, `${text}${JSON.stringify(handWritten)}\n`);
+        await rename(`${file}.new`, file);
+        return [...marks, "replaced-hand-written"];
+      });
+      expect(
+        log.filter((l) => l.includes("was changed by another process (replaced by another file)")),
+        log.join("\n"),
+      ).toHaveLength(1);
+      expect(log.some((l) => l.includes(auditQuarantineFile))).toBe(false);
+    },
+    90_000,
+  );
 });
 
 describe.runIf(postgresServerInstalled())("a spool that cannot be used at all", () => {
-  it("while Postgres is down: 503; once Postgres is back, serving again though the spool is still broken; its records are written once it heals, each once", async () => {
-    const server = await startPostgresServer();
-    const spoolDir = await mkdtemp(join(tmpdir(), "forelead-spool-broken-"));
-    const cp = await startTestControlPlane({
-      database: { location: server.url, kind: "postgres", drop: async () => {} },
-      auditSpoolDir: spoolDir,
-    });
-    const admin = await adminActor(cp);
-    const answered: string[] = [];
-    let n = 0;
-    const mark = async (phase: string) => {
-      const tag = `broken-${phase}-${n++}`;
-      const reply = await admin.rest.request("GET", `/v1/admin/jobs/${tag}`);
-      if (!refusedUnrecorded(reply)) answered.push(tag);
-      return reply;
-    };
-    try {
-      await server.stop();
-      for (let i = 0; i < 5; i++) await mark("down");
-      await cp.plane.audit.flush();
-      expect(cp.plane.audit.backlog().spooled).toBeGreaterThanOrEqual(5);
-      // A file where the spool's directory was: it can be neither read nor written.
-      await rename(spoolDir, `${spoolDir}.aside`);
-      await writeFile(spoolDir, "");
-      await eventually("a 503 refusal", async () =>
-        refusedUnrecorded(await mark("nospool")) ? true : undefined,
-      );
+  it(
+    "while Postgres is down: 503; once Postgres is back, serving again " +
+      "though the spool is still broken; its records are written once it " +
+      "heals, each once",
+    async () => {
+      const server = await startPostgresServer();
+      const spoolDir = await mkdtemp(join(tmpdir(), "forelead-spool-broken-"));
+      const cp = await startTestControlPlane({
+        database: { location: server.url, kind: "postgres", drop: async () => {} },
+        auditSpoolDir: spoolDir,
+      });
+      const admin = await adminActor(cp);
+      const answered: string[] = [];
+      let n = 0;
+      const mark = async (phase: string) => {
+        const tag = `broken-${phase}-${n++}`;
+        const reply = await admin.rest.request("GET", `/v1/admin/jobs/${tag}`);
+        if (!refusedUnrecorded(reply)) answered.push(tag);
+        return reply;
+      };
+      try {
+        await server.stop();
+        for (let i = 0; i < 5; i++) await mark("down");
+        await cp.plane.audit.flush();
+        expect(cp.plane.audit.backlog().spooled).toBeGreaterThanOrEqual(5);
+        // A file where the spool's directory was: it can be neither read nor written.
+        await rename(spoolDir, `${spoolDir}.aside`);
+        await writeFile(spoolDir, "");
+        await eventually("a 503 refusal", async () =>
+          refusedUnrecorded(await mark("nospool")) ? true : undefined,
+        );
 
-      await server.start();
-      await eventually(
-        "serving with the spool still broken",
-        async () => (refusedUnrecorded(await mark("dbback")) ? undefined : true),
-        15_000,
-        100,
-      );
-      const jobs = await admin.rest.request("GET", "/v1/admin/jobs?workspaceId=w1");
-      expect(jobs.status, jobs.text).toBe(200);
-      expect(cp.plane.audit.backlog().spoolUnreadable).toMatch(/ENOTDIR/);
-      const doctor = await admin.rest.request("GET", "/v1/admin/doctor");
-      const check = doctor.json.checks.find((c: { name: string }) => c.name === "audit backlog");
-      expect(check.status, check.detail).toBe("warn");
-      expect(check.detail).toContain("cannot read the spool (ENOTDIR");
+        await server.start();
+        await eventually(
+          "serving with the spool still broken",
+          async () => (refusedUnrecorded(await mark("dbback")) ? undefined : true),
+          15_000,
+          100,
+        );
+        const jobs = await admin.rest.request("GET", "/v1/admin/jobs?workspaceId=w1");
+        expect(jobs.status, jobs.text).toBe(200);
+        expect(cp.plane.audit.backlog().spoolUnreadable).toMatch(/ENOTDIR/);
+        const doctor = await admin.rest.request("GET", "/v1/admin/doctor");
+        const check = doctor.json.checks.find((c: { name: string }) => c.name === "audit backlog");
+        expect(check.status, check.detail).toBe("warn");
+        expect(check.detail).toContain("cannot read the spool (ENOTDIR");
 
-      await rm(spoolDir);
-      await rename(`${spoolDir}.aside`, spoolDir);
-      await eventually(
-        "the spool written",
-        async () => {
-          await cp.plane.audit.flush();
-          const b = cp.plane.audit.backlog();
-          return b.spooled === 0 && b.inMemory === 0 && !b.spoolUnreadable ? true : undefined;
-        },
-        15_000,
-        100,
-      );
-      for (let i = 0; i < 3; i++) expect(refusedUnrecorded(await mark("after"))).toBe(false);
-      await cp.plane.audit.flush();
-      // Out of order with the spool's records (they waited for it), but every one, once.
-      expect((await storedMarks(server.url, "broken-")).sort()).toEqual([...answered].sort());
-    } finally {
-      await admin.close();
-      await cp.close();
-      await server.destroy();
-      await rm(spoolDir, { recursive: true, force: true });
-      await rm(`${spoolDir}.aside`, { recursive: true, force: true });
-    }
-  }, 90_000);
+        await rm(spoolDir);
+        await rename(`${spoolDir}.aside`, spoolDir);
+        await eventually(
+          "the spool written",
+          async () => {
+            await cp.plane.audit.flush();
+            const b = cp.plane.audit.backlog();
+            return b.spooled === 0 && b.inMemory === 0 && !b.spoolUnreadable ? true : undefined;
+          },
+          15_000,
+          100,
+        );
+        for (let i = 0; i < 3; i++) expect(refusedUnrecorded(await mark("after"))).toBe(false);
+        await cp.plane.audit.flush();
+        // Out of order with the spool's records (they waited for it), but every one, once.
+        expect((await storedMarks(server.url, "broken-")).sort()).toEqual([...answered].sort());
+      } finally {
+        await admin.close();
+        await cp.close();
+        await server.destroy();
+        await rm(spoolDir, { recursive: true, force: true });
+        await rm(`${spoolDir}.aside`, { recursive: true, force: true });
+      }
+    },
+    90_000,
+  );
 });
 
 /** One `forelead serve` process in `cwd`, its output captured. */
@@ -313,150 +333,170 @@ describe.runIf(postgresServerInstalled())(
       if (dir) await rm(dir, { recursive: true, force: true });
     });
 
-    it("get a spool each, locked; a third serve given one of theirs is refused, naming the holder and --audit-spool", async () => {
-      // One after the other, so that A is the one on the first folder.
-      for (let i = 0; i < 2; i++) {
-        const serve = spawnServe(dir, args, started);
-        const { url, spool } = await serving(serve);
-        replicas.push({ serve, url, spool, client: createRestClient(url, ca, admin) });
-      }
-      const [a, b] = replicas;
-      expect(a!.spool).toBe(join(dir, "data/audit-spool/127.0.0.1-0", auditSpoolFile));
-      expect(b!.spool).toBe(join(dir, "data/audit-spool/127.0.0.1-0.2", auditSpoolFile));
-      const aDir = join(dir, "data/audit-spool/127.0.0.1-0");
-      const lock = JSON.parse(await readFile(join(aDir, lockFileName), "utf8"));
-      expect(lock).toMatchObject({ pid: a!.serve.child.pid, command: "forelead serve" });
-
-      const third = spawnServe(dir, [...args, "--audit-spool", aDir], started);
-      expect(await third.exited).toBe(1);
-      expect(third.output()).toContain(
-        `${aDir} is in use by forelead serve (pid ${a!.serve.child.pid}, started ${lock.startedAt}); stop it, or give this replica a spool of its own with --audit-spool`,
-      );
-      expect(third.output()).not.toContain("serving");
-    }, 120_000);
-
-    it("both heal within seconds of a Postgres restart under traffic on both: no request answered unrecorded, every spooled record stored exactly once", async () => {
-      expect(replicas).toHaveLength(2);
-      const answered: string[] = [];
-      const refused: string[] = [];
-      let stop = false;
-      let healMs = 0;
-      const traffic = replicas.map(async (r, i) => {
-        for (let n = 0; !stop; n++) {
-          const tag = `rep-${"AB"[i]}-${String(n).padStart(5, "0")}`;
-          const reply = await r.client.request("GET", `/v1/admin/jobs/${tag}`);
-          if (refusedUnrecorded(reply)) refused.push(tag);
-          else if (reply.status > 0) answered.push(tag);
+    it(
+      "get a spool each, locked; a third serve given one of theirs is refused, " +
+        "naming the holder and --audit-spool",
+      async () => {
+        // One after the other, so that A is the one on the first folder.
+        for (let i = 0; i < 2; i++) {
+          const serve = spawnServe(dir, args, started);
+          const { url, spool } = await serving(serve);
+          replicas.push({ serve, url, spool, client: createRestClient(url, ca, admin) });
         }
-      });
-      const countOf = (i: number) => answered.filter((t) => t.startsWith(`rep-${"AB"[i]}`)).length;
-      const spoolSize = (r: (typeof replicas)[number]) =>
-        stat(r.spool).then(
-          (s) => s.size,
-          () => 0,
+        const [a, b] = replicas;
+        expect(a!.spool).toBe(join(dir, "data/audit-spool/127.0.0.1-0", auditSpoolFile));
+        expect(b!.spool).toBe(join(dir, "data/audit-spool/127.0.0.1-0.2", auditSpoolFile));
+        const aDir = join(dir, "data/audit-spool/127.0.0.1-0");
+        const lock = JSON.parse(await readFile(join(aDir, lockFileName), "utf8"));
+        expect(lock).toMatchObject({ pid: a!.serve.child.pid, command: "forelead serve" });
+
+        const third = spawnServe(dir, [...args, "--audit-spool", aDir], started);
+        expect(await third.exited).toBe(1);
+        expect(third.output()).toContain(
+          `${aDir} is in use by forelead serve (pid ${a!.serve.child.pid}, started ` +
+            `${lock.startedAt}); stop it, or give this replica a spool of its own ` +
+            `with --audit-spool`,
         );
-      try {
-        await eventually("traffic on both", async () =>
-          countOf(0) >= 5 && countOf(1) >= 5 ? true : undefined,
-        );
-        await server.stop();
-        await eventually(
-          "records spooled on both",
-          async () =>
-            (await spoolSize(replicas[0]!)) > 0 && (await spoolSize(replicas[1]!)) > 0
-              ? true
-              : undefined,
-          15_000,
-        );
-        await server.start();
-        const restartedAt = performance.now();
-        await eventually(
-          "both serving with their spools written",
+        expect(third.output()).not.toContain("serving");
+      },
+      120_000,
+    );
+
+    it(
+      "both heal within seconds of a Postgres restart under traffic on both: " +
+        "no request answered unrecorded, every spooled record stored exactly once",
+      async () => {
+        expect(replicas).toHaveLength(2);
+        const answered: string[] = [];
+        const refused: string[] = [];
+        let stop = false;
+        let healMs = 0;
+        const traffic = replicas.map(async (r, i) => {
+          for (let n = 0; !stop; n++) {
+            const tag = `rep-${"AB"[i]}-${String(n).padStart(5, "0")}`;
+            const reply = await r.client.request("GET", `/v1/admin/jobs/${tag}`);
+            if (refusedUnrecorded(reply)) refused.push(tag);
+            else if (reply.status > 0) answered.push(tag);
+          }
+        });
+        const countOf = (i: number) =>
+          answered.filter((t) => t.startsWith(`rep-${"AB"[i]}`)).length;
+        const spoolSize = (r: (typeof replicas)[number]) =>
+          stat(r.spool).then(
+            (s) => s.size,
+            () => 0,
+          );
+        try {
+          await eventually("traffic on both", async () =>
+            countOf(0) >= 5 && countOf(1) >= 5 ? true : undefined,
+          );
+          await server.stop();
+          await eventually(
+            "records spooled on both",
+            async () =>
+              (await spoolSize(replicas[0]!)) > 0 && (await spoolSize(replicas[1]!)) > 0
+                ? true
+                : undefined,
+            15_000,
+          );
+          await server.start();
+          const restartedAt = performance.now();
+          await eventually(
+            "both serving with their spools written",
+            async () => {
+              for (const r of replicas) {
+                const jobs = await r.client.request("GET", "/v1/admin/jobs?workspaceId=w1");
+                if (jobs.status !== 200 || (await spoolSize(r)) > 0) return undefined;
+              }
+              return true;
+            },
+            15_000,
+            100,
+          );
+          healMs = performance.now() - restartedAt;
+          expect(healMs, "both healed after the restart").toBeLessThan(10_000);
+          const beforeStop = answered.length;
+          await eventually("more traffic after healing", async () =>
+            answered.length > beforeStop + 10 ? true : undefined,
+          );
+        } finally {
+          stop = true;
+          await Promise.all(traffic);
+        }
+        expect(refused, "requests refused for the audit trail").toEqual([]);
+        // Every answered request's record, once: the replicas flush every 200 ms.
+        const expected = [...answered].sort();
+        const stored = await eventually(
+          "every answered request in the trail",
           async () => {
-            for (const r of replicas) {
-              const jobs = await r.client.request("GET", "/v1/admin/jobs?workspaceId=w1");
-              if (jobs.status !== 200 || (await spoolSize(r)) > 0) return undefined;
-            }
-            return true;
+            const marks = await storedMarks(server.url, "rep-");
+            return marks.length >= expected.length ? marks : undefined;
           },
           15_000,
           100,
         );
-        healMs = performance.now() - restartedAt;
-        expect(healMs, "both healed after the restart").toBeLessThan(10_000);
-        const beforeStop = answered.length;
-        await eventually("more traffic after healing", async () =>
-          answered.length > beforeStop + 10 ? true : undefined,
+        expect([...stored].sort()).toEqual(expected);
+        for (const r of replicas) expect(r.serve.child.exitCode).toBeNull();
+        console.info(
+          `two replicas: both healed ${healMs.toFixed(0)} ms after the restart and wrote ${stored.length} records once`,
         );
-      } finally {
-        stop = true;
-        await Promise.all(traffic);
-      }
-      expect(refused, "requests refused for the audit trail").toEqual([]);
-      // Every answered request's record, once: the replicas flush every 200 ms.
-      const expected = [...answered].sort();
-      const stored = await eventually(
-        "every answered request in the trail",
-        async () => {
-          const marks = await storedMarks(server.url, "rep-");
-          return marks.length >= expected.length ? marks : undefined;
-        },
-        15_000,
-        100,
-      );
-      expect([...stored].sort()).toEqual(expected);
-      for (const r of replicas) expect(r.serve.child.exitCode).toBeNull();
-      console.info(
-        `two replicas: both healed ${healMs.toFixed(0)} ms after the restart and wrote ${stored.length} records once`,
-      );
-    }, 120_000);
+      },
+      120_000,
+    );
 
-    it("killed with records in their spools, are not stranded: a replica started again takes its folder back and adopts the other's, writing each spooled record once", async () => {
-      expect(replicas).toHaveLength(2);
-      await server.stop();
-      const tags = ["A", "B"].map((r) => Array.from({ length: 5 }, (_, n) => `kill-${r}-${n}`));
-      for (const [i, r] of replicas.entries())
-        for (const tag of tags[i]!) {
-          const reply = await r.client.request("GET", `/v1/admin/jobs/${tag}`);
-          expect(refusedUnrecorded(reply), reply.text).toBe(false);
-        }
-      const spooledTags = async (r: (typeof replicas)[number]) =>
-        (await readFile(r.spool, "utf8").catch(() => ""))
-          .split("\n")
-          .filter(Boolean)
-          .map((l) => (JSON.parse(l) as { route: string }).route.split("/").pop()!)
-          .filter((t) => t.startsWith("kill-"));
-      await eventually("every request of both spooled", async () =>
-        (await spooledTags(replicas[0]!)).length === 5 &&
-        (await spooledTags(replicas[1]!)).length === 5
-          ? true
-          : undefined,
-      );
-      for (const r of replicas) {
-        await r.client.close();
-        r.serve.child.kill("SIGKILL");
-        await r.serve.exited;
-      }
-      await server.start();
-
-      const again = spawnServe(dir, args, started);
-      const { spool } = await serving(again);
-      expect(spool, "the first folder, whose holder is dead").toBe(replicas[0]!.spool);
-      await eventually(
-        "both spools written",
-        async () =>
-          (await storedMarks(server.url, "kill-")).length >= 10 &&
-          (await spooledTags(replicas[0]!)).length === 0 &&
-          (await spooledTags(replicas[1]!)).length === 0
+    it(
+      "killed with records in their spools, are not stranded: a replica " +
+        "started again takes its folder back and adopts the other's, writing " +
+        "each spooled record once",
+      async () => {
+        expect(replicas).toHaveLength(2);
+        await server.stop();
+        const tags = ["A", "B"].map((r) => Array.from({ length: 5 }, (_, n) => `kill-${r}-${n}`));
+        for (const [i, r] of replicas.entries())
+          for (const tag of tags[i]!) {
+            const reply = await r.client.request("GET", `/v1/admin/jobs/${tag}`);
+            expect(refusedUnrecorded(reply), reply.text).toBe(false);
+          }
+        const spooledTags = async (r: (typeof replicas)[number]) =>
+          (await readFile(r.spool, "utf8").catch(() => ""))
+            .split("\n")
+            .filter(Boolean)
+            .map((l) => (JSON.parse(l) as { route: string }).route.split("/").pop()!)
+            .filter((t) => t.startsWith("kill-"));
+        await eventually("every request of both spooled", async () =>
+          (await spooledTags(replicas[0]!)).length === 5 &&
+          (await spooledTags(replicas[1]!)).length === 5
             ? true
             : undefined,
-        15_000,
-        100,
-      );
-      expect((await storedMarks(server.url, "kill-")).sort()).toEqual(tags.flat().sort());
-      expect(again.output()).toContain(
-        `audit: adopted the spool ${replicas[1]!.spool}, which no live process held: wrote its 5 records to the database`,
-      );
-    }, 120_000);
+        );
+        for (const r of replicas) {
+          await r.client.close();
+          r.serve.child.kill("SIGKILL");
+          await r.serve.exited;
+        }
+        await server.start();
+
+        const again = spawnServe(dir, args, started);
+        const { spool } = await serving(again);
+        expect(spool, "the first folder, whose holder is dead").toBe(replicas[0]!.spool);
+        await eventually(
+          "both spools written",
+          async () =>
+            (await storedMarks(server.url, "kill-")).length >= 10 &&
+            (await spooledTags(replicas[0]!)).length === 0 &&
+            (await spooledTags(replicas[1]!)).length === 0
+              ? true
+              : undefined,
+          15_000,
+          100,
+        );
+        expect((await storedMarks(server.url, "kill-")).sort()).toEqual(tags.flat().sort());
+        expect(again.output()).toContain(
+          `audit: adopted the spool ${replicas[1]!.spool}, which no live process ` +
+            `held: wrote its 5 records to the database`,
+        );
+      },
+      120_000,
+    );
   },
 );

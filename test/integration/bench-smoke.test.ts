@@ -83,7 +83,8 @@ describe(`benchmarks at tiny size (${databaseKind})`, () => {
       expect(systems).toEqual(expect.arrayContaining(expected));
       for (const row of leases.table.rows) expect(row[3]).toBeGreaterThan(0); // jobs/s
 
-      // Every cell (1 and 4 leases × 100 B and 10 KiB × NDJSON and gRPC) stored all its lines, and the bare server took them all.
+      // Every cell (1 and 4 leases × 100 B and 10 KiB × NDJSON and gRPC) stored all its lines, and
+      // the bare server took them all.
       const streams = JSON.parse(
         await readFile(path.join(dir, "streams-ingest.json"), "utf8"),
       ) as ScenarioReport;
@@ -122,7 +123,8 @@ describe(`benchmarks at tiny size (${databaseKind})`, () => {
       expect(floorRows.map((line) => line.split("|")[2]!.trim())).toEqual(
         cells.map((c) => (c.ours.linesPerSecond / c.bare.linesPerSecond).toFixed(2)),
       );
-      expect(/ a job *\|/.test(floor.output), floor.output).toBe(databaseKind === "postgres"); // lease rows need graphile-worker's run beside ours
+      // lease rows need graphile-worker's run beside ours
+      expect(/ a job *\|/.test(floor.output), floor.output).toBe(databaseKind === "postgres");
 
       // Both enqueue routes stored every job they were sent (the client checks each reply's jobs).
       const enqueues = JSON.parse(

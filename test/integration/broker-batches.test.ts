@@ -135,74 +135,82 @@ describe(`batch functions (${databaseKind})`, () => {
     }
   }
 
-  it("one batch gives a runner at most its free slots, in arrival order, and refuses an unregistered runner alone", async () => {
-    const ws = freshWorkspace();
-    await setup(ws, 5, [
-      { id: "a", slots: 2 },
-      { id: "b", slots: 1 },
-    ]);
-    const a = { workspaceId: ws, runnerId: "a" };
-    const b = { workspaceId: ws, runnerId: "b" };
-    const results = await claimBatch(
-      store.db,
-      [a, b, a, { workspaceId: ws, runnerId: "ghost" }, a, b],
-      30,
-    );
-    expect(
-      results.map((r) => (r.status === "rejected" ? "refused" : r.value ? "lease" : "none")),
-    ).toEqual(["lease", "lease", "lease", "refused", "none", "none"]);
-    const refused = results[3] as PromiseRejectedResult;
-    expect(String(refused.reason)).toMatch(/not registered/);
-    const leases = results.flatMap((r) => (r.status === "fulfilled" && r.value ? [r.value] : []));
-    expect(new Set(leases.map((l) => l.job.id)).size).toBe(3);
-    // The oldest jobs went first, in the order the requests arrived.
-    const again = await claimBatch(store.db, [a, b], 30);
-    expect(again.every((r) => r.status === "fulfilled" && r.value === undefined)).toBe(true);
-  });
+  it(
+    "one batch gives a runner at most its free slots, in arrival order, and " +
+      "refuses an unregistered runner alone",
+    async () => {
+      const ws = freshWorkspace();
+      await setup(ws, 5, [
+        { id: "a", slots: 2 },
+        { id: "b", slots: 1 },
+      ]);
+      const a = { workspaceId: ws, runnerId: "a" };
+      const b = { workspaceId: ws, runnerId: "b" };
+      const results = await claimBatch(
+        store.db,
+        [a, b, a, { workspaceId: ws, runnerId: "ghost" }, a, b],
+        30,
+      );
+      expect(
+        results.map((r) => (r.status === "rejected" ? "refused" : r.value ? "lease" : "none")),
+      ).toEqual(["lease", "lease", "lease", "refused", "none", "none"]);
+      const refused = results[3] as PromiseRejectedResult;
+      expect(String(refused.reason)).toMatch(/not registered/);
+      const leases = results.flatMap((r) => (r.status === "fulfilled" && r.value ? [r.value] : []));
+      expect(new Set(leases.map((l) => l.job.id)).size).toBe(3);
+      // The oldest jobs went first, in the order the requests arrived.
+      const again = await claimBatch(store.db, [a, b], 30);
+      expect(again.every((r) => r.status === "fulfilled" && r.value === undefined)).toBe(true);
+    },
+  );
 
-  it("a completion repeated in one batch gets the same reply; a different one for the same lease gets 409", async () => {
-    const ws = freshWorkspace();
-    await setup(ws, 2, [{ id: "r", slots: 2 }]);
-    const holder = { workspaceId: ws, runnerId: "r" };
-    const [first, second] = await claimBatch(store.db, [holder, holder], 30);
-    const l1 = leaseOf(first);
-    const l2 = leaseOf(second);
-    const completion = (l: typeof l1, completionId: string, outcome = "succeeded") => ({
-      ...holder,
-      jobId: l.job.id,
-      leaseToken: l.token,
-      completionId,
-      outcome,
-      exitCode: 0,
-      error: undefined,
-    });
-    const results = await completeBatch(store.db, [
-      completion(l1, "x"),
-      completion(l1, "x"),
-      completion(l2, "y"),
-      completion(l2, "z", "failed"),
-      { ...completion(l2, "w"), outcome: "bogus" },
-    ]);
-    expect(results.map((r) => r.status)).toEqual([
-      "fulfilled",
-      "fulfilled",
-      "fulfilled",
-      "rejected",
-      "rejected",
-    ]);
-    const replies = results.map((r) =>
-      r.status === "fulfilled" ? (r.value as Record<string, unknown>) : undefined,
-    );
-    expect(replies[0]).toEqual(replies[1]);
-    expect(replies[0]!.state).toBe("succeeded");
-    expect(replies[2]!.state).toBe("succeeded");
-    expect(String((results[3] as PromiseRejectedResult).reason)).toMatch(
-      /already completed under this lease by completion "y"/,
-    );
-    expect(String((results[4] as PromiseRejectedResult).reason)).toMatch(
-      /outcome "bogus" is not one of/,
-    );
-  });
+  it(
+    "a completion repeated in one batch gets the same reply; a different one " +
+      "for the same lease gets 409",
+    async () => {
+      const ws = freshWorkspace();
+      await setup(ws, 2, [{ id: "r", slots: 2 }]);
+      const holder = { workspaceId: ws, runnerId: "r" };
+      const [first, second] = await claimBatch(store.db, [holder, holder], 30);
+      const l1 = leaseOf(first);
+      const l2 = leaseOf(second);
+      const completion = (l: typeof l1, completionId: string, outcome = "succeeded") => ({
+        ...holder,
+        jobId: l.job.id,
+        leaseToken: l.token,
+        completionId,
+        outcome,
+        exitCode: 0,
+        error: undefined,
+      });
+      const results = await completeBatch(store.db, [
+        completion(l1, "x"),
+        completion(l1, "x"),
+        completion(l2, "y"),
+        completion(l2, "z", "failed"),
+        { ...completion(l2, "w"), outcome: "bogus" },
+      ]);
+      expect(results.map((r) => r.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "rejected",
+      ]);
+      const replies = results.map((r) =>
+        r.status === "fulfilled" ? (r.value as Record<string, unknown>) : undefined,
+      );
+      expect(replies[0]).toEqual(replies[1]);
+      expect(replies[0]!.state).toBe("succeeded");
+      expect(replies[2]!.state).toBe("succeeded");
+      expect(String((results[3] as PromiseRejectedResult).reason)).toMatch(
+        /already completed under this lease by completion "y"/,
+      );
+      expect(String((results[4] as PromiseRejectedResult).reason)).toMatch(
+        /outcome "bogus" is not one of/,
+      );
+    },
+  );
 
   it("a retryable failure settled in a batch requeues the job while attempts remain", async () => {
     const ws = freshWorkspace();
@@ -228,47 +236,52 @@ describe(`batch functions (${databaseKind})`, () => {
     expect(reclaimed.filter((r) => r.status === "fulfilled" && r.value)).toHaveLength(2);
   });
 
-  it("completions settled in one batch store each job's result manifest, and a repeat with another manifest gets 409", async () => {
-    const ws = freshWorkspace();
-    await setup(ws, 3, [{ id: "r", slots: 3 }]);
-    const holder = { workspaceId: ws, runnerId: "r" };
-    const leases = (await claimBatch(store.db, [holder, holder, holder], 30)).map(leaseOf);
-    const manifest = (i: number) => [
-      {
-        name: `out/report-${i}.txt`,
-        digest: `sha256:${String(i).repeat(64)}`,
-        size: 10 + i,
-        mediaType: "text/plain",
-      },
-    ];
-    const completion = (i: number, artifacts = manifest(i)) => ({
-      ...holder,
-      jobId: leases[i]!.job.id,
-      leaseToken: leases[i]!.token,
-      completionId: `m${i}`,
-      outcome: "succeeded",
-      exitCode: 0,
-      error: undefined,
-      artifacts,
-    });
-    // Job 2 fails for good: its manifest is kept too (a failed job's outputs are results).
-    const failed = { ...completion(2), outcome: "failed", exitCode: 1 };
-    const results = await completeBatch(store.db, [completion(0), completion(1), failed]);
-    expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled"]);
-    const { getJob } = await import("../../src/broker/jobs/snapshot.js");
-    for (const i of [0, 1, 2]) {
-      const job = (await getJob(store.db, leases[i]!.job.id)) as unknown as {
-        artifacts: unknown;
-        state: string;
-      };
-      expect(job.state).toBe(i === 2 ? "failed" : "succeeded");
-      expect(job.artifacts).toEqual(manifest(i));
-    }
-    // The same completion again (batched with another) gets its stored reply; another manifest is refused.
-    const again = await completeBatch(store.db, [completion(0), completion(1, manifest(7))]);
-    expect(again[0]!.status).toBe("fulfilled");
-    expect(String((again[1] as PromiseRejectedResult).reason)).toMatch(
-      /already completed under this lease by completion "m1"; a different completion is refused/,
-    );
-  });
+  it(
+    "completions settled in one batch store each job's result manifest, and " +
+      "a repeat with another manifest gets 409",
+    async () => {
+      const ws = freshWorkspace();
+      await setup(ws, 3, [{ id: "r", slots: 3 }]);
+      const holder = { workspaceId: ws, runnerId: "r" };
+      const leases = (await claimBatch(store.db, [holder, holder, holder], 30)).map(leaseOf);
+      const manifest = (i: number) => [
+        {
+          name: `out/report-${i}.txt`,
+          digest: `sha256:${String(i).repeat(64)}`,
+          size: 10 + i,
+          mediaType: "text/plain",
+        },
+      ];
+      const completion = (i: number, artifacts = manifest(i)) => ({
+        ...holder,
+        jobId: leases[i]!.job.id,
+        leaseToken: leases[i]!.token,
+        completionId: `m${i}`,
+        outcome: "succeeded",
+        exitCode: 0,
+        error: undefined,
+        artifacts,
+      });
+      // Job 2 fails for good: its manifest is kept too (a failed job's outputs are results).
+      const failed = { ...completion(2), outcome: "failed", exitCode: 1 };
+      const results = await completeBatch(store.db, [completion(0), completion(1), failed]);
+      expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled"]);
+      const { getJob } = await import("../../src/broker/jobs/snapshot.js");
+      for (const i of [0, 1, 2]) {
+        const job = (await getJob(store.db, leases[i]!.job.id)) as unknown as {
+          artifacts: unknown;
+          state: string;
+        };
+        expect(job.state).toBe(i === 2 ? "failed" : "succeeded");
+        expect(job.artifacts).toEqual(manifest(i));
+      }
+      // The same completion again (batched with another) gets its stored reply; another manifest is
+      // refused.
+      const again = await completeBatch(store.db, [completion(0), completion(1, manifest(7))]);
+      expect(again[0]!.status).toBe("fulfilled");
+      expect(String((again[1] as PromiseRejectedResult).reason)).toMatch(
+        /already completed under this lease by completion "m1"; a different completion is refused/,
+      );
+    },
+  );
 });

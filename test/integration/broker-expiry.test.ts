@@ -21,38 +21,42 @@ async function jobState(jobId: string, state: string) {
 }
 
 describe(`lease expiry (${databaseKind})`, () => {
-  it("an expired lease's token is dead for renew, release and complete, and the job is claimable with a new token", async () => {
-    const ws = freshWorkspace();
-    const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
-    const runner = await runnerActor(cp, "r1", ws);
-    await runner.register();
-    const first = (await runner.claim()).json;
-    await jobState(jobId, "queued");
-    for (const reply of [
-      await runner.renew(jobId, first.token),
-      await runner.release(jobId, first.token),
-      await runner.complete(jobId, first.token),
-    ]) {
-      expect(reply.status, reply.text).toBe(409);
-      expect(reply.json.message).toMatch(/expired at \d{4}-\d\d-\d\dT/);
-    }
-    const other = await runnerActor(cp, "r2", ws);
-    await other.register();
-    const second = (await other.claim()).json;
-    expect(second.job.id).toBe(jobId);
-    expect(second.token).not.toBe(first.token);
-    expect((await admin.job(jobId)).json.job).toMatchObject({
-      state: "running",
-      runnerId: "r2",
-      attempts: 2,
-    });
-    // The old token stays dead even though the job is running again.
-    const stale = await runner.complete(jobId, first.token);
-    expect(stale.status).toBe(409);
-    const done = await other.complete(jobId, second.token);
-    expect(done.json.job.state).toBe("succeeded");
-    await Promise.all([runner.close(), other.close()]);
-  });
+  it(
+    "an expired lease's token is dead for renew, release and complete, and " +
+      "the job is claimable with a new token",
+    async () => {
+      const ws = freshWorkspace();
+      const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
+      const runner = await runnerActor(cp, "r1", ws);
+      await runner.register();
+      const first = (await runner.claim()).json;
+      await jobState(jobId, "queued");
+      for (const reply of [
+        await runner.renew(jobId, first.token),
+        await runner.release(jobId, first.token),
+        await runner.complete(jobId, first.token),
+      ]) {
+        expect(reply.status, reply.text).toBe(409);
+        expect(reply.json.message).toMatch(/expired at \d{4}-\d\d-\d\dT/);
+      }
+      const other = await runnerActor(cp, "r2", ws);
+      await other.register();
+      const second = (await other.claim()).json;
+      expect(second.job.id).toBe(jobId);
+      expect(second.token).not.toBe(first.token);
+      expect((await admin.job(jobId)).json.job).toMatchObject({
+        state: "running",
+        runnerId: "r2",
+        attempts: 2,
+      });
+      // The old token stays dead even though the job is running again.
+      const stale = await runner.complete(jobId, first.token);
+      expect(stale.status).toBe(409);
+      const done = await other.complete(jobId, second.token);
+      expect(done.json.job.state).toBe("succeeded");
+      await Promise.all([runner.close(), other.close()]);
+    },
+  );
 
   it("renewing keeps a lease alive past its original expiry", async () => {
     const ws = freshWorkspace();

@@ -259,57 +259,61 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("long-poll: a claim whose client resets its stream, or whose connection drops, stops waiting; the next job goes to a runner still waiting, never to a request that is gone", async () => {
-    const ws = freshWorkspace();
-    const gone = await registeredRunner(cp, "r1", ws);
-    const stays = await registeredRunner(cp, "r2", ws);
-    const lastSeen = async (runnerId: string) =>
-      (
-        await sql<{
-          seen: string;
-        }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id = ${runnerId}`.execute(
-          cp.plane.store.db,
-        )
-      ).rows[0]!.seen;
-    const registered = await lastSeen("r1");
-    // r1 waits first, so a wake would go to it before r2; then its client closes the stream.
-    const stream = gone.rest.session.request({
-      ":method": "POST",
-      ":path": "/v1/runner/claim",
-      "content-type": "application/json",
-    });
-    stream.on("error", () => {});
-    stream.end(JSON.stringify({ apiVersion: "v1", runnerId: "r1", waitSeconds: 20 }));
-    await eventually("r1's claim to be waiting", async () =>
-      (await lastSeen("r1")) !== registered ? true : undefined,
-    );
-    // r3 waits next, then its whole connection goes (a runner whose machine lost its network).
-    const dropped = await registeredRunner(cp, "r3", ws);
-    const r3Before = await lastSeen("r3");
-    const droppedClaim = dropped.claim({ waitSeconds: 20 }).catch(() => undefined);
-    await eventually("r3's claim to be waiting", async () =>
-      (await lastSeen("r3")) !== r3Before ? true : undefined,
-    );
-    stream.close(http2.constants.NGHTTP2_CANCEL);
-    dropped.rest.session.destroy();
-    await droppedClaim;
-    await eventually("r1's stream to close", async () => (stream.closed ? true : undefined));
-    const seenBefore = await lastSeen("r2");
-    const waiting = stays.claim({ waitSeconds: 20 });
-    await eventually("r2's claim to be waiting", async () =>
-      (await lastSeen("r2")) !== seenBefore ? true : undefined,
-    );
-    const enqueued = await admin.enqueue({ workspaceId: ws });
-    const claim = await waiting;
-    expect(claim.status, claim.text).toBe(200);
-    expect(claim.json.job.id).toBe(enqueued.json.job.id);
-    expect((await admin.job(enqueued.json.job.id)).json.job).toMatchObject({
-      state: "running",
-      runnerId: "r2",
-      attempts: 1,
-    });
-    await Promise.all([gone.close(), stays.close(), dropped.close()]);
-  });
+  it(
+    "long-poll: a claim whose client resets its stream, or whose connection " +
+      "drops, stops waiting; the next job goes to a runner still waiting, " +
+      "never to a request that is gone",
+    async () => {
+      const ws = freshWorkspace();
+      const gone = await registeredRunner(cp, "r1", ws);
+      const stays = await registeredRunner(cp, "r2", ws);
+      const lastSeen = async (runnerId: string) =>
+        (
+          await sql<{
+            seen: string;
+          }>`select last_seen_at::text as seen from runners where workspace_id = ${ws} and runner_id
+          = ${runnerId}`.execute(cp.plane.store.db)
+        ).rows[0]!.seen;
+      const registered = await lastSeen("r1");
+      // r1 waits first, so a wake would go to it before r2; then its client closes the stream.
+      const stream = gone.rest.session.request({
+        ":method": "POST",
+        ":path": "/v1/runner/claim",
+        "content-type": "application/json",
+      });
+      stream.on("error", () => {});
+      stream.end(JSON.stringify({ apiVersion: "v1", runnerId: "r1", waitSeconds: 20 }));
+      await eventually("r1's claim to be waiting", async () =>
+        (await lastSeen("r1")) !== registered ? true : undefined,
+      );
+      // r3 waits next, then its whole connection goes (a runner whose machine lost its network).
+      const dropped = await registeredRunner(cp, "r3", ws);
+      const r3Before = await lastSeen("r3");
+      const droppedClaim = dropped.claim({ waitSeconds: 20 }).catch(() => undefined);
+      await eventually("r3's claim to be waiting", async () =>
+        (await lastSeen("r3")) !== r3Before ? true : undefined,
+      );
+      stream.close(http2.constants.NGHTTP2_CANCEL);
+      dropped.rest.session.destroy();
+      await droppedClaim;
+      await eventually("r1's stream to close", async () => (stream.closed ? true : undefined));
+      const seenBefore = await lastSeen("r2");
+      const waiting = stays.claim({ waitSeconds: 20 });
+      await eventually("r2's claim to be waiting", async () =>
+        (await lastSeen("r2")) !== seenBefore ? true : undefined,
+      );
+      const enqueued = await admin.enqueue({ workspaceId: ws });
+      const claim = await waiting;
+      expect(claim.status, claim.text).toBe(200);
+      expect(claim.json.job.id).toBe(enqueued.json.job.id);
+      expect((await admin.job(enqueued.json.job.id)).json.job).toMatchObject({
+        state: "running",
+        runnerId: "r2",
+        attempts: 1,
+      });
+      await Promise.all([gone.close(), stays.close(), dropped.close()]);
+    },
+  );
 
   it("release returns the job to the queue at once without charging the attempt; the old token is dead", async () => {
     const ws = freshWorkspace();
@@ -416,7 +420,8 @@ describe(`the job lifecycle (${databaseKind})`, () => {
       completionId: "x",
     });
     expect(done.json.job.state).toBe("cancelled");
-    expect((await admin.cancel(running)).status).toBe(200); // cancelling a cancelled job is harmless
+    // cancelling a cancelled job is harmless
+    expect((await admin.cancel(running)).status).toBe(200);
 
     const finished = (await admin.enqueue({ workspaceId: ws })).json.job.id;
     const l2 = (await runner.claim()).json;
@@ -427,22 +432,26 @@ describe(`the job lifecycle (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("the same idempotencyKey in a workspace returns the same job; a different request with it is refused", async () => {
-    const ws = freshWorkspace();
-    const a = await admin.enqueue({ workspaceId: ws, idempotencyKey: "k" });
-    const b = await admin.enqueue({ workspaceId: ws, idempotencyKey: "k" });
-    expect(b.json.job.id).toBe(a.json.job.id);
-    const c = await admin.enqueue({ workspaceId: ws, idempotencyKey: "k", priority: 9 });
-    expect(c.status).toBe(409);
-    expect(c.json.message).toContain(a.json.job.id);
-    const d = await admin.enqueue({ workspaceId: freshWorkspace(), idempotencyKey: "k" });
-    expect(d.json.job.id).not.toBe(a.json.job.id);
-    expect(await queuedJobs(ws)).toBe(1);
-    // Jobs without a key are never compared (jobs_idempotency holds only keyed jobs).
-    const keyless = await Promise.all([1, 2].map(() => admin.enqueue({ workspaceId: ws })));
-    expect(new Set(keyless.map((r) => r.json.job.id)).size).toBe(2);
-    expect(await queuedJobs(ws)).toBe(3);
-  });
+  it(
+    "the same idempotencyKey in a workspace returns the same job; a " +
+      "different request with it is refused",
+    async () => {
+      const ws = freshWorkspace();
+      const a = await admin.enqueue({ workspaceId: ws, idempotencyKey: "k" });
+      const b = await admin.enqueue({ workspaceId: ws, idempotencyKey: "k" });
+      expect(b.json.job.id).toBe(a.json.job.id);
+      const c = await admin.enqueue({ workspaceId: ws, idempotencyKey: "k", priority: 9 });
+      expect(c.status).toBe(409);
+      expect(c.json.message).toContain(a.json.job.id);
+      const d = await admin.enqueue({ workspaceId: freshWorkspace(), idempotencyKey: "k" });
+      expect(d.json.job.id).not.toBe(a.json.job.id);
+      expect(await queuedJobs(ws)).toBe(1);
+      // Jobs without a key are never compared (jobs_idempotency holds only keyed jobs).
+      const keyless = await Promise.all([1, 2].map(() => admin.enqueue({ workspaceId: ws })));
+      expect(new Set(keyless.map((r) => r.json.job.id)).size).toBe(2);
+      expect(await queuedJobs(ws)).toBe(3);
+    },
+  );
 
   it("concurrent enqueues with one idempotencyKey store one job and answer it to every one of them", async () => {
     const ws = freshWorkspace();
@@ -516,52 +525,61 @@ describe(`the job lifecycle (${databaseKind})`, () => {
 });
 
 describe(`bad input is refused clearly and leaves the queue unchanged (${databaseKind})`, () => {
-  it("lease calls: unknown job 404, job of another workspace 404, malformed id 400, bad token 409, wrong outcome 400", async () => {
-    const ws = freshWorkspace();
-    const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
-    const runner = await registeredRunner(cp, "r1", ws);
-    const { token } = (await runner.claim()).json;
-    const unknown = await runner.renew("01a226bc-0000-7000-8000-000000000000", token);
-    expect(unknown.status).toBe(404);
-    expect(unknown.json.message).toContain("not found");
-    const outsider = await registeredRunner(cp, "r1", freshWorkspace());
-    const foreignWs = await outsider.renew(jobId, token);
-    expect(foreignWs.status).toBe(404);
-    const malformed = await runner.renew("not-a-job", token);
-    expect(malformed.status).toBe(400);
-    expect(malformed.json.message).toContain("not a job id");
-    const badToken = await runner.renew(jobId, "AAAA");
-    expect(badToken.status).toBe(409);
-    expect(badToken.json.message).toContain("not a lease of this runner on job");
-    const missingToken = await runner.renew(jobId, "");
-    expect(missingToken.status).toBe(400);
-    const wrongOutcome = await runner.complete(jobId, token, { outcome: "done" });
-    expect(wrongOutcome.status).toBe(400);
-    expect(wrongOutcome.json.message).toContain(
-      'outcome "done" is not one of succeeded, failed, cancelled',
-    );
-    expect((await admin.job(jobId)).json.job).toMatchObject({ state: "running", attempts: 1 });
-    // The lease still works after all of that.
-    expect((await runner.complete(jobId, token)).json.job.state).toBe("succeeded");
-    await Promise.all([runner.close(), outsider.close()]);
-  });
+  it(
+    "lease calls: unknown job 404, job of another workspace 404, malformed " +
+      "id 400, bad token 409, wrong outcome 400",
+    async () => {
+      const ws = freshWorkspace();
+      const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
+      const runner = await registeredRunner(cp, "r1", ws);
+      const { token } = (await runner.claim()).json;
+      const unknown = await runner.renew("01a226bc-0000-7000-8000-000000000000", token);
+      expect(unknown.status).toBe(404);
+      expect(unknown.json.message).toContain("not found");
+      const outsider = await registeredRunner(cp, "r1", freshWorkspace());
+      const foreignWs = await outsider.renew(jobId, token);
+      expect(foreignWs.status).toBe(404);
+      const malformed = await runner.renew("not-a-job", token);
+      expect(malformed.status).toBe(400);
+      expect(malformed.json.message).toContain("not a job id");
+      const badToken = await runner.renew(jobId, "AAAA");
+      expect(badToken.status).toBe(409);
+      expect(badToken.json.message).toContain("not a lease of this runner on job");
+      const missingToken = await runner.renew(jobId, "");
+      expect(missingToken.status).toBe(400);
+      const wrongOutcome = await runner.complete(jobId, token, { outcome: "done" });
+      expect(wrongOutcome.status).toBe(400);
+      expect(wrongOutcome.json.message).toContain(
+        'outcome "done" is not one of succeeded, failed, cancelled',
+      );
+      expect((await admin.job(jobId)).json.job).toMatchObject({ state: "running", attempts: 1 });
+      // The lease still works after all of that.
+      expect((await runner.complete(jobId, token)).json.job.state).toBe("succeeded");
+      await Promise.all([runner.close(), outsider.close()]);
+    },
+  );
 
-  it("another runner's token on the job is refused (409) with the words a made-up token gets: nothing confirms a live lease", async () => {
-    const ws = freshWorkspace();
-    const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
-    const owner = await registeredRunner(cp, "owner", ws);
-    const thief = await registeredRunner(cp, "thief", ws);
-    const { token } = (await owner.claim()).json;
-    const stolen = await thief.complete(jobId, token);
-    expect(stolen.status).toBe(409);
-    const madeUp = await thief.complete(jobId, "AAAA");
-    expect(stolen.json).toEqual(madeUp.json);
-    expect(stolen.json.message).toBe(
-      `the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`,
-    );
-    expect((await admin.job(jobId)).json.job.state).toBe("running");
-    await Promise.all([owner.close(), thief.close()]);
-  });
+  it(
+    "another runner's token on the job is refused (409) with the words a " +
+      "made-up token gets: nothing confirms a live lease",
+    async () => {
+      const ws = freshWorkspace();
+      const jobId = (await admin.enqueue({ workspaceId: ws })).json.job.id;
+      const owner = await registeredRunner(cp, "owner", ws);
+      const thief = await registeredRunner(cp, "thief", ws);
+      const { token } = (await owner.claim()).json;
+      const stolen = await thief.complete(jobId, token);
+      expect(stolen.status).toBe(409);
+      const madeUp = await thief.complete(jobId, "AAAA");
+      expect(stolen.json).toEqual(madeUp.json);
+      expect(stolen.json.message).toBe(
+        `the lease token is not a lease of this runner on job ${jobId}; use the ` +
+          `token from the claim that leased this job`,
+      );
+      expect((await admin.job(jobId)).json.job.state).toBe("running");
+      await Promise.all([owner.close(), thief.close()]);
+    },
+  );
 
   it.each([
     [-1, "waitSeconds must be 0 to 20; got -1"],

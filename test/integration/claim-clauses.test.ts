@@ -26,7 +26,10 @@ async function enqueue(workspaceId: string, overrides: Record<string, unknown> =
 const post = (path: string, body: Record<string, unknown> = {}) =>
   admin.rest.request("POST", path, { apiVersion: "v1", ...body });
 
-/** Registers `runner-1` in `ws` (with `registration` over the defaults: 1 slot, labels linux, amd64). */
+/**
+ * Registers `runner-1` in `ws` (with `registration` over the defaults: 1 slot, labels linux,
+ * amd64).
+ */
 const runnerIn = (ws: string, registration: Record<string, unknown> = {}) =>
   registeredRunner(cp, `${ws}-runner`, ws, registration);
 
@@ -45,7 +48,9 @@ async function afterOneLease(
   return { runner, jobId: (await enqueue(ws, then)).id };
 }
 
-/** Each state, the waiting code the job must report in it ("none": claimable), and how to build it. */
+/**
+ * Each state, the waiting code the job must report in it ("none": claimable), and how to build it.
+ */
 const states: ReadonlyArray<[string, string, (ws: string) => Promise<Built>]> = [
   [
     "eligible",

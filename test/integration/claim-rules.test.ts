@@ -14,7 +14,10 @@ const cp = useControlPlane();
 const { admin } = cp;
 
 /** Enqueues; the reply must be 200 and queued. */
-/** Enqueues in `workspaceId`; the job is queued, or with `handoff`, may be running already (leased to a claim that was waiting). */
+/**
+ * Enqueues in `workspaceId`; the job is queued, or with `handoff`, may be running already (leased
+ * to a claim that was waiting).
+ */
 async function enqueue(
   workspaceId: string,
   overrides: Record<string, unknown> = {},
@@ -129,153 +132,173 @@ describe(`what a claim may lease (${databaseKind})`, () => {
     expect(await issuedAt(job.id)).toBeGreaterThanOrEqual(Date.parse(lost.claimableAt));
   });
 
-  it("a concurrency group of limit 2 never runs a third; the rest wait oldest first, naming the group; other jobs are not held", async () => {
-    const ws = "group";
-    const runners = await Promise.all(
-      [1, 2, 3].map((i) => registeredRunner(cp, `group-${i}`, ws, { slots: 2 })),
-    );
-    const grouped: Array<RestReply["json"]> = [];
-    for (let i = 0; i < 4; i++)
-      grouped.push(await enqueue(ws, { concurrencyKey: "deploy-api", concurrencyLimit: 2 }));
-    const free = await enqueue(ws);
-    const claims: RestReply[] = [];
-    for (const r of runners)
-      for (let i = 0; i < 2; i++) claims.push(await r.claim({ waitSeconds: 0 }));
-    const leased = claims
-      .filter((c) => c.status === 200)
-      .map((c) => ({
-        id: c.json.job.id as string,
-        token: c.json.token as string,
-        runner: runners[Math.floor(claims.indexOf(c) / 2)]!,
-      }));
-    expect(leased.map((l) => l.id).sort()).toEqual(
-      [grouped[0]!.id, grouped[1]!.id, free.id].sort(),
-    );
-    const waiting = await getJob(grouped[2]!.id);
-    expect(waiting.waiting).toEqual({
-      code: "concurrency_group",
-      concurrencyKey: "deploy-api",
-      concurrencyRunning: 2,
-      message:
-        'concurrency group "deploy-api" is full: 2 of at most 2 running in workspace "group"; the job runs when one of them ends (the group\'s queued jobs go oldest first)',
-    });
-    expect(waiting).toMatchObject({ concurrencyKey: "deploy-api", concurrencyLimit: 2 });
-    // A waiting claim is woken when a job of the group ends, and takes the oldest waiting one.
-    const idle = runners[2]!;
-    const next = idle.claim({ waitSeconds: 20 });
-    const first = leased.find((l) => l.id === grouped[0]!.id)!;
-    expect((await first.runner.complete(first.id, first.token)).status).toBe(200);
-    const took = await next;
-    expect(took.status, took.text).toBe(200);
-    expect(took.json.job.id).toBe(grouped[2]!.id);
-    const running = await cp.plane.store.db
-      .selectFrom("jobs")
-      .select(sql<number>`count(*)::int`.as("n"))
-      .where("concurrency_key", "=", "deploy-api")
-      .where("state", "=", "running")
-      .executeTakeFirstOrThrow();
-    expect(running.n).toBe(2);
-  });
+  it(
+    "a concurrency group of limit 2 never runs a third; the rest wait oldest " +
+      "first, naming the group; other jobs are not held",
+    async () => {
+      const ws = "group";
+      const runners = await Promise.all(
+        [1, 2, 3].map((i) => registeredRunner(cp, `group-${i}`, ws, { slots: 2 })),
+      );
+      const grouped: Array<RestReply["json"]> = [];
+      for (let i = 0; i < 4; i++)
+        grouped.push(await enqueue(ws, { concurrencyKey: "deploy-api", concurrencyLimit: 2 }));
+      const free = await enqueue(ws);
+      const claims: RestReply[] = [];
+      for (const r of runners)
+        for (let i = 0; i < 2; i++) claims.push(await r.claim({ waitSeconds: 0 }));
+      const leased = claims
+        .filter((c) => c.status === 200)
+        .map((c) => ({
+          id: c.json.job.id as string,
+          token: c.json.token as string,
+          runner: runners[Math.floor(claims.indexOf(c) / 2)]!,
+        }));
+      expect(leased.map((l) => l.id).sort()).toEqual(
+        [grouped[0]!.id, grouped[1]!.id, free.id].sort(),
+      );
+      const waiting = await getJob(grouped[2]!.id);
+      expect(waiting.waiting).toEqual({
+        code: "concurrency_group",
+        concurrencyKey: "deploy-api",
+        concurrencyRunning: 2,
+        message:
+          'concurrency group "deploy-api" is full: 2 of at most 2 running in ' +
+          'workspace "group"; the job runs when one of them ends (the group\'s ' +
+          "queued jobs go oldest first)",
+      });
+      expect(waiting).toMatchObject({ concurrencyKey: "deploy-api", concurrencyLimit: 2 });
+      // A waiting claim is woken when a job of the group ends, and takes the oldest waiting one.
+      const idle = runners[2]!;
+      const next = idle.claim({ waitSeconds: 20 });
+      const first = leased.find((l) => l.id === grouped[0]!.id)!;
+      expect((await first.runner.complete(first.id, first.token)).status).toBe(200);
+      const took = await next;
+      expect(took.status, took.text).toBe(200);
+      expect(took.json.job.id).toBe(grouped[2]!.id);
+      const running = await cp.plane.store.db
+        .selectFrom("jobs")
+        .select(sql<number>`count(*)::int`.as("n"))
+        .where("concurrency_key", "=", "deploy-api")
+        .where("state", "=", "running")
+        .executeTakeFirstOrThrow();
+      expect(running.n).toBe(2);
+    },
+  );
 
-  it("one call for many requests (a batch): each request a different job, a runner's picks within its slots, a group's limit counting the call's own picks", async () => {
-    const db = cp.plane.store.db;
-    const call = async (ws: string, runnerIds: string[]) => {
-      const hashes = runnerIds.map(() => randomBytes(32).toString("hex"));
-      const { rows } = await sql<{ id: string; runner_id: string; token: string }>`
+  it(
+    "one call for many requests (a batch): each request a different job, a " +
+      "runner's picks within its slots, a group's limit counting the call's " +
+      "own picks",
+    async () => {
+      const db = cp.plane.store.db;
+      const call = async (ws: string, runnerIds: string[]) => {
+        const hashes = runnerIds.map(() => randomBytes(32).toString("hex"));
+        const { rows } = await sql<{ id: string; runner_id: string; token: string }>`
         select c.id::text as id, c.runner_id, encode(c.lease_token_sha256, 'hex') as token
         from forelead_claim(${runnerIds.map(() => ws)}::text[], ${runnerIds}::text[], ${hashes}::text[], 30) c`.execute(
-        db,
-      );
-      // Each lease's token is one of the call's, once; its lease row and its job.leased event are written.
-      expect(new Set(rows.map((r) => r.token)).size).toBe(rows.length);
-      for (const r of rows) expect(hashes).toContain(r.token);
-      const leases = await db
-        .selectFrom("leases")
-        .select(["job_id", "runner_id"])
-        .where("workspace_id", "=", ws)
-        .where("ended_at", "is", null)
-        .execute();
-      expect(leases.map((l) => `${l.job_id} ${l.runner_id}`).sort()).toEqual(
-        rows.map((r) => `${r.id} ${r.runner_id}`).sort(),
-      );
-      const events = await db
-        .selectFrom("events")
-        .select("job_id")
-        .where("workspace_id", "=", ws)
-        .where("type", "=", "job.leased")
-        .execute();
-      expect(events.map((e) => e.job_id).sort()).toEqual(rows.map((r) => r.id).sort());
-      return rows;
-    };
+          db,
+        );
+        // Each lease's token is one of the call's, once; its lease row and its job.leased event are
+        // written.
+        expect(new Set(rows.map((r) => r.token)).size).toBe(rows.length);
+        for (const r of rows) expect(hashes).toContain(r.token);
+        const leases = await db
+          .selectFrom("leases")
+          .select(["job_id", "runner_id"])
+          .where("workspace_id", "=", ws)
+          .where("ended_at", "is", null)
+          .execute();
+        expect(leases.map((l) => `${l.job_id} ${l.runner_id}`).sort()).toEqual(
+          rows.map((r) => `${r.id} ${r.runner_id}`).sort(),
+        );
+        const events = await db
+          .selectFrom("events")
+          .select("job_id")
+          .where("workspace_id", "=", ws)
+          .where("type", "=", "job.leased")
+          .execute();
+        expect(events.map((e) => e.job_id).sort()).toEqual(rows.map((r) => r.id).sort());
+        return rows;
+      };
 
-    // Slots: r1 has 2 and asks 3 times, r2 has 1 and asks twice; the oldest three jobs go, each once.
-    const ws = `batch-${randomBytes(4).toString("hex")}`;
-    const r1 = await registeredRunner(cp, "batch-1", ws, { slots: 2 });
-    const r2 = await registeredRunner(cp, "batch-2", ws, { slots: 1 });
-    const jobs: string[] = [];
-    for (let i = 0; i < 6; i++) jobs.push((await enqueue(ws)).id as string);
-    const rows = await call(ws, ["batch-1", "batch-1", "batch-1", "batch-2", "batch-2"]);
-    expect(rows.map((r) => r.id).sort()).toEqual(jobs.slice(0, 3).sort());
-    expect(rows.filter((r) => r.runner_id === "batch-1")).toHaveLength(2);
-    expect(rows.filter((r) => r.runner_id === "batch-2")).toHaveLength(1);
+      // Slots: r1 has 2 and asks 3 times, r2 has 1 and asks twice; the oldest three jobs go, each
+      // once.
+      const ws = `batch-${randomBytes(4).toString("hex")}`;
+      const r1 = await registeredRunner(cp, "batch-1", ws, { slots: 2 });
+      const r2 = await registeredRunner(cp, "batch-2", ws, { slots: 1 });
+      const jobs: string[] = [];
+      for (let i = 0; i < 6; i++) jobs.push((await enqueue(ws)).id as string);
+      const rows = await call(ws, ["batch-1", "batch-1", "batch-1", "batch-2", "batch-2"]);
+      expect(rows.map((r) => r.id).sort()).toEqual(jobs.slice(0, 3).sort());
+      expect(rows.filter((r) => r.runner_id === "batch-1")).toHaveLength(2);
+      expect(rows.filter((r) => r.runner_id === "batch-2")).toHaveLength(1);
 
-    // Groups: a job before the group, two of group "g" (limit 1), one after; one runner asks 4 times.
-    const wg = `batch-${randomBytes(4).toString("hex")}`;
-    const r3 = await registeredRunner(cp, "batch-3", wg, { slots: 4 });
-    const before = (await enqueue(wg)).id as string;
-    const g1 = (await enqueue(wg, { concurrencyKey: "g", concurrencyLimit: 1 })).id as string;
-    await enqueue(wg, { concurrencyKey: "g", concurrencyLimit: 1 });
-    const after = (await enqueue(wg)).id as string;
-    const grouped = await call(wg, ["batch-3", "batch-3", "batch-3", "batch-3"]);
-    expect(grouped.map((r) => r.id).sort()).toEqual([before, g1, after].sort());
-    await Promise.all([r1, r2, r3].map((r) => r.close()));
-  });
+      // Groups: a job before the group, two of group "g" (limit 1), one after; one runner asks 4
+      // times.
+      const wg = `batch-${randomBytes(4).toString("hex")}`;
+      const r3 = await registeredRunner(cp, "batch-3", wg, { slots: 4 });
+      const before = (await enqueue(wg)).id as string;
+      const g1 = (await enqueue(wg, { concurrencyKey: "g", concurrencyLimit: 1 })).id as string;
+      await enqueue(wg, { concurrencyKey: "g", concurrencyLimit: 1 });
+      const after = (await enqueue(wg)).id as string;
+      const grouped = await call(wg, ["batch-3", "batch-3", "batch-3", "batch-3"]);
+      expect(grouped.map((r) => r.id).sort()).toEqual([before, g1, after].sort());
+      await Promise.all([r1, r2, r3].map((r) => r.close()));
+    },
+  );
 
-  it("requirements: an arm64 job is never leased to an amd64 runner, and is to an arm64 one; each unmet requirement is named", async () => {
-    const ws = "reqs";
-    const amd = await registeredRunner(cp, "reqs-amd", ws, {
-      architecture: "amd64",
-      os: "linux",
-      executionKinds: ["docker"],
-      features: ["cancel-v1"],
-    });
-    const job = await enqueue(ws, { requirements: { architecture: "arm64" } });
-    expect(job.requirements).toEqual({ architecture: "arm64" });
-    expect(job.waiting).toEqual({
-      code: "unmet_requirements",
-      unmetRequirement: "architecture arm64",
-      message:
-        'no runner with architecture arm64 in workspace "reqs" among those with labels linux: register one that has it, or drop it from the job\'s requirements',
-    });
-    expect((await amd.claim({ waitSeconds: 0 })).status).toBe(204);
-    for (const [requirements, unmet] of [
-      [{ os: "darwin" }, "os darwin"],
-      [{ executionKind: "process" }, "executionKind process"],
-      [{ features: ["cancel-v1", "checkpoint-v1"] }, "feature checkpoint-v1"],
-    ] as const) {
-      const other = await enqueue(ws, { requirements });
-      expect(other.waiting, JSON.stringify(requirements)).toMatchObject({
-        code: "unmet_requirements",
-        unmetRequirement: unmet,
-      });
-      expect(other.waiting.message).toContain(`no runner with ${unmet}`);
-    }
-    const met = await enqueue(ws, {
-      requirements: {
+  it(
+    "requirements: an arm64 job is never leased to an amd64 runner, and is " +
+      "to an arm64 one; each unmet requirement is named",
+    async () => {
+      const ws = "reqs";
+      const amd = await registeredRunner(cp, "reqs-amd", ws, {
         architecture: "amd64",
         os: "linux",
-        executionKind: "docker",
+        executionKinds: ["docker"],
         features: ["cancel-v1"],
-      },
-    });
-    expect(met.waiting).toBeUndefined();
-    const claim = await amd.claim({ waitSeconds: 0 });
-    expect(claim.json.job.id).toBe(met.id);
-    const arm = await registeredRunner(cp, "reqs-arm", ws, { architecture: "arm64" });
-    const armClaim = await arm.claim({ waitSeconds: 0 });
-    expect(armClaim.status, armClaim.text).toBe(200);
-    expect(armClaim.json.job.id).toBe(job.id);
-  });
+      });
+      const job = await enqueue(ws, { requirements: { architecture: "arm64" } });
+      expect(job.requirements).toEqual({ architecture: "arm64" });
+      expect(job.waiting).toEqual({
+        code: "unmet_requirements",
+        unmetRequirement: "architecture arm64",
+        message:
+          'no runner with architecture arm64 in workspace "reqs" among those with ' +
+          "labels linux: register one that has it, or drop it from the job's " +
+          "requirements",
+      });
+      expect((await amd.claim({ waitSeconds: 0 })).status).toBe(204);
+      for (const [requirements, unmet] of [
+        [{ os: "darwin" }, "os darwin"],
+        [{ executionKind: "process" }, "executionKind process"],
+        [{ features: ["cancel-v1", "checkpoint-v1"] }, "feature checkpoint-v1"],
+      ] as const) {
+        const other = await enqueue(ws, { requirements });
+        expect(other.waiting, JSON.stringify(requirements)).toMatchObject({
+          code: "unmet_requirements",
+          unmetRequirement: unmet,
+        });
+        expect(other.waiting.message).toContain(`no runner with ${unmet}`);
+      }
+      const met = await enqueue(ws, {
+        requirements: {
+          architecture: "amd64",
+          os: "linux",
+          executionKind: "docker",
+          features: ["cancel-v1"],
+        },
+      });
+      expect(met.waiting).toBeUndefined();
+      const claim = await amd.claim({ waitSeconds: 0 });
+      expect(claim.json.job.id).toBe(met.id);
+      const arm = await registeredRunner(cp, "reqs-arm", ws, { architecture: "arm64" });
+      const armClaim = await arm.claim({ waitSeconds: 0 });
+      expect(armClaim.status, armClaim.text).toBe(200);
+      expect(armClaim.json.job.id).toBe(job.id);
+    },
+  );
 
   it("the runner agent registers its os, execution kind and features, and runs a job requiring them", async () => {
     const runner = await startTestRunner(cp, {

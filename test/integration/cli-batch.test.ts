@@ -44,7 +44,9 @@ function withStdin(
 
 describe(`forelead jobs enqueue --batch (${databaseKind})`, () => {
   it(
-    "enqueues an NDJSON file's jobs in one request with the flags as defaults, prints them as a table or --json, and a repeat returns the same jobs",
+    "enqueues an NDJSON file's jobs in one request with the flags as " +
+      "defaults, prints them as a table or --json, and a repeat returns the " +
+      "same jobs",
     async () => {
       const lines = [
         { spec: { argv: ["echo", "a"] }, idempotencyKey: "cli-a", priority: 5 },
@@ -91,7 +93,8 @@ describe(`forelead jobs enqueue --batch (${databaseKind})`, () => {
         ["cb-other", "alpine", ["echo", "c"], ["linux"], 0],
       ]);
       expect(reply.jobs[2]!.secretNames).toEqual(["TOKEN"]);
-      // The table: one row per job, in the file's order, then the count; the keyed jobs are the same again.
+      // The table: one row per job, in the file's order, then the count; the keyed jobs are the
+      // same again.
       const table = await cli.forel([
         "jobs",
         "enqueue",

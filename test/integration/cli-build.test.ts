@@ -57,26 +57,31 @@ describe("the compiled forelead command", () => {
     for (const group of commandGroups) expect(listed, help.stdout).toContain(group.name);
   });
 
-  it("--version, on the top level and on a subcommand, and `forelead version --json` print the build facts status reports", async () => {
-    const expected = readBuildInfo();
-    const top = await compiled("--version");
-    expect(top.code, top.stderr).toBe(0);
-    expect(parseVersion(top.stdout)).toEqual({
-      version: expected.version,
-      commit: expected.commit,
-      built: expected.buildDate || "unknown",
-      node: process.version,
-    });
+  it(
+    "--version, on the top level and on a subcommand, and `forelead version " +
+      "--json` print the build facts status reports",
+    async () => {
+      const expected = readBuildInfo();
+      const top = await compiled("--version");
+      expect(top.code, top.stderr).toBe(0);
+      expect(parseVersion(top.stdout)).toEqual({
+        version: expected.version,
+        commit: expected.commit,
+        built: expected.buildDate || "unknown",
+        node: process.version,
+      });
 
-    // A subcommand's own --version wins over its required flags (jobs list needs --server otherwise).
-    const sub = await compiled("jobs", "list", "--version");
-    expect(sub.code, sub.stderr).toBe(0);
-    expect(sub.stdout).toBe(top.stdout);
+      // A subcommand's own --version wins over its required flags (jobs list needs --server
+      // otherwise).
+      const sub = await compiled("jobs", "list", "--version");
+      expect(sub.code, sub.stderr).toBe(0);
+      expect(sub.stdout).toBe(top.stdout);
 
-    const json = await compiled("version", "--json");
-    expect(json.code, json.stderr).toBe(0);
-    expect(JSON.parse(json.stdout)).toEqual({ ...expected, node: process.version });
-  });
+      const json = await compiled("version", "--json");
+      expect(json.code, json.stderr).toBe(0);
+      expect(JSON.parse(json.stdout)).toEqual({ ...expected, node: process.version });
+    },
+  );
 
   it("a group's own help comes from its loaded module; an unknown command is refused with the usage hint", async () => {
     const jobs = await compiled("help", "jobs");

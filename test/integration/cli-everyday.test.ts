@@ -30,7 +30,10 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-/** The environment of a spawned command: no FORELEAD_* of the caller's, and a home without a config file. */
+/**
+ * The environment of a spawned command: no FORELEAD_* of the caller's, and a home without a config
+ * file.
+ */
 function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   // No FORELEAD_* setting of the caller's reaches the command.
   const env = Object.fromEntries(
@@ -67,7 +70,10 @@ interface Ran {
   stderr: string;
 }
 
-/** Runs `forelead ...args` (no connection flags added) to completion; never throws, so refusals and exit codes can be asserted. */
+/**
+ * Runs `forelead ...args` (no connection flags added) to completion; never throws, so refusals and
+ * exit codes can be asserted.
+ */
 async function bare(
   args: string[],
   options: { cwd?: string; env?: Record<string, string> } = {},
@@ -134,201 +140,214 @@ async function stop(child: ChildProcess): Promise<void> {
 }
 
 describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () => {
-  it("jobs enqueue takes the job's fields, argv after --, env and secrets from files (never printed); get, list, cancel read and settle it", async () => {
-    await writeFile(
-      join(dir, "secrets.env"),
-      "# deploy credentials\nAPI_TOKEN=s3cret-token-value\n\nOTHER=x=y\n",
-    );
-    await writeFile(join(dir, "kubeconfig"), "kube-secret-content\n");
-    const args = [
-      "jobs",
-      "enqueue",
-      "--workspace",
-      "ev-w1",
-      "--label",
-      "linux",
-      "--label",
-      "gpu",
-      "--image",
-      "app:1",
-      "--env",
-      "MODE=ci",
-      "--secrets-file",
-      join(dir, "secrets.env"),
-    ];
-    args.push(
-      "--secret-file",
-      `kubeconfig=${join(dir, "kubeconfig")}`,
-      "--timeout",
-      "10m",
-      "--priority",
-      "7",
-      "--max-attempts",
-      "2",
-      "--idempotency-key",
-      "ev-key-1",
-    );
-    const argv = ["--", "make", "test", "--verbose"];
-    const enqueued = await forel(...args, "--json", ...argv);
-    expect(enqueued.code, enqueued.stderr).toBe(0);
-    expect(enqueued.stdout + enqueued.stderr).not.toMatch(/s3cret-token-value|kube-secret-content/);
-    const [reply] = enqueued.stdout
-      .split("\n")
-      .filter(Boolean)
-      .map((l) => JSON.parse(l) as { job: JobJson });
-    const job = reply!.job;
-    expect(job).toMatchObject({
-      state: "queued",
-      workspaceId: "ev-w1",
-      labels: ["gpu", "linux"],
-      priority: 7,
-      maxAttempts: 2,
-      idempotencyKey: "ev-key-1",
-      secretNames: ["API_TOKEN", "OTHER"],
-      secretFileNames: ["kubeconfig"],
-      spec: {
-        image: "app:1",
-        argv: ["make", "test", "--verbose"],
-        env: { MODE: "ci" },
-        timeoutSeconds: 600,
-      },
-    });
-    // The same idempotency key returns the same job; text output names it.
-    const again = await forel(...args, ...argv);
-    expect(again.code, again.stderr).toBe(0);
-    expect(again.stdout).toMatch(new RegExp(`^job ${job.id} queued in workspace ev-w1`));
-
-    const [got] = await json<{ job: JobJson }>("jobs", "get", job.id);
-    expect(got!.job).toMatchObject({
-      id: job.id,
-      state: "queued",
-      secretNames: ["API_TOKEN", "OTHER"],
-    });
-    const text = await forel("jobs", "get", job.id);
-    expect(text.stdout).toMatch(new RegExp(`^job: +${job.id}$`, "m"));
-    expect(text.stdout).toMatch(/^argv: +\["make","test","--verbose"\]$/m);
-    expect(text.stdout).toMatch(/^secrets: +API_TOKEN, OTHER, file kubeconfig$/m);
-    expect(text.stdout).not.toMatch(/s3cret|kube-secret/);
-
-    const [cancelled] = await json<{ job: JobJson }>("jobs", "cancel", job.id);
-    expect(cancelled!.job).toMatchObject({ id: job.id, state: "cancelled" });
-    expect((await forel("jobs", "cancel", job.id)).stdout).toBe(`job ${job.id} cancelled\n`);
-    const [listed] = await json<{ jobs: JobJson[] }>("jobs", "list", "--workspace", "ev-w1");
-    expect(listed!.jobs.map((j) => [j.id, j.state])).toEqual([[job.id, "cancelled"]]);
-
-    const bad = await forel(
-      "jobs",
-      "enqueue",
-      "--workspace",
-      "ev-w1",
-      "--env",
-      "=nokey",
-      "--",
-      "true",
-    );
-    expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(/--env takes KEY=VALUE/);
-    await writeFile(
-      join(dir, "bad.env"),
-      "GOOD=1\nthis line has the secret hunter2 but no equals\n",
-    );
-    const badSecrets = await forel(
-      "jobs",
-      "enqueue",
-      "--workspace",
-      "ev-w1",
-      "--secrets-file",
-      join(dir, "bad.env"),
-      "--",
-      "true",
-    );
-    expect(badSecrets.code).toBe(1);
-    expect(badSecrets.stderr).toMatch(/--secrets-file .*bad\.env line 2: not KEY=VALUE/);
-    expect(badSecrets.stderr).not.toMatch(/hunter2/);
-    const missing = await forel("jobs", "get", "00000000-0000-7000-8000-000000000000");
-    expect(missing.code).toBe(1);
-    expect(missing.stderr).toMatch(/^forelead: error: .*not.found/i);
-  });
-
-  it("jobs enqueue --wait prints the log live and exits with the job's exit code; jobs logs and jobs events read it afterwards", async () => {
-    const runner = await startTestRunner(cp, {
-      runnerId: "ev-r2",
-      workspaceId: "ev-w2",
-      executor: "process",
-    });
-    try {
-      const failed = await forel(
+  it(
+    "jobs enqueue takes the job's fields, argv after --, env and secrets " +
+      "from files (never printed); get, list, cancel read and settle it",
+    async () => {
+      await writeFile(
+        join(dir, "secrets.env"),
+        "# deploy credentials\nAPI_TOKEN=s3cret-token-value\n\nOTHER=x=y\n",
+      );
+      await writeFile(join(dir, "kubeconfig"), "kube-secret-content\n");
+      const args = [
         "jobs",
         "enqueue",
         "--workspace",
-        "ev-w2",
+        "ev-w1",
         "--label",
         "linux",
+        "--label",
+        "gpu",
         "--image",
-        "busybox",
+        "app:1",
+        "--env",
+        "MODE=ci",
+        "--secrets-file",
+        join(dir, "secrets.env"),
+      ];
+      args.push(
+        "--secret-file",
+        `kubeconfig=${join(dir, "kubeconfig")}`,
         "--timeout",
-        "60s",
-        "--wait",
-        "--",
-        "sh",
-        "-c",
-        "echo first line; echo second line >&2; exit 3",
+        "10m",
+        "--priority",
+        "7",
+        "--max-attempts",
+        "2",
+        "--idempotency-key",
+        "ev-key-1",
       );
-      expect(failed.code, failed.stderr).toBe(3);
-      expect(failed.stdout).toBe("first line\nsecond line\n");
-      expect(failed.stderr).toMatch(/forelead: job (\S+) failed with exit code 3/);
-      // Queued, or running already when the runner was waiting for it (the direct handoff names it).
-      const jobId =
-        /forelead: job (\S+) (?:queued|running on runner ev-r2) in workspace ev-w2/.exec(
-          failed.stderr,
-        )![1]!;
-
-      const ok = await forel(
-        "jobs",
-        "enqueue",
-        "--workspace",
-        "ev-w2",
-        "--label",
-        "linux",
-        "--image",
-        "busybox",
-        "--wait",
-        "--json",
-        "--",
-        "sh",
-        "-c",
-        "echo all good",
+      const argv = ["--", "make", "test", "--verbose"];
+      const enqueued = await forel(...args, "--json", ...argv);
+      expect(enqueued.code, enqueued.stderr).toBe(0);
+      expect(enqueued.stdout + enqueued.stderr).not.toMatch(
+        /s3cret-token-value|kube-secret-content/,
       );
-      expect(ok.code, ok.stderr).toBe(0);
-      const [settled] = ok.stdout
+      const [reply] = enqueued.stdout
         .split("\n")
         .filter(Boolean)
         .map((l) => JSON.parse(l) as { job: JobJson });
-      expect(settled!.job).toMatchObject({ state: "succeeded", exitCode: 0 });
-      expect(ok.stderr).toContain("all good\n"); // with --json the log goes to stderr, stdout holds the settled job
+      const job = reply!.job;
+      expect(job).toMatchObject({
+        state: "queued",
+        workspaceId: "ev-w1",
+        labels: ["gpu", "linux"],
+        priority: 7,
+        maxAttempts: 2,
+        idempotencyKey: "ev-key-1",
+        secretNames: ["API_TOKEN", "OTHER"],
+        secretFileNames: ["kubeconfig"],
+        spec: {
+          image: "app:1",
+          argv: ["make", "test", "--verbose"],
+          env: { MODE: "ci" },
+          timeoutSeconds: 600,
+        },
+      });
+      // The same idempotency key returns the same job; text output names it.
+      const again = await forel(...args, ...argv);
+      expect(again.code, again.stderr).toBe(0);
+      expect(again.stdout).toMatch(new RegExp(`^job ${job.id} queued in workspace ev-w1`));
 
-      const logs = await forel("jobs", "logs", jobId);
-      expect(logs.code, logs.stderr).toBe(0);
-      expect(logs.stdout).toBe("first line\nsecond line\n");
-      const entries = await json<{
-        sequence: string;
-        attempt: number;
-        position: string;
-        data: { stream: string; text: string };
-      }>("jobs", "logs", jobId);
-      expect(entries.map((e) => [e.attempt, e.data.stream, e.data.text])).toEqual([
-        [1, "stdout", "first line"],
-        [1, "stderr", "second line"],
-      ]);
-      const events = await json<{ data: { type: string } }>("jobs", "events", jobId);
-      expect(events.length).toBeGreaterThan(0);
-      expect(events.every((e) => typeof e.data.type === "string")).toBe(true);
-      const followed = await forel("jobs", "logs", jobId, "--follow"); // a settled job: everything, then done
-      expect(followed.stdout).toBe("first line\nsecond line\n");
-    } finally {
-      await runner.close();
-    }
-  });
+      const [got] = await json<{ job: JobJson }>("jobs", "get", job.id);
+      expect(got!.job).toMatchObject({
+        id: job.id,
+        state: "queued",
+        secretNames: ["API_TOKEN", "OTHER"],
+      });
+      const text = await forel("jobs", "get", job.id);
+      expect(text.stdout).toMatch(new RegExp(`^job: +${job.id}$`, "m"));
+      expect(text.stdout).toMatch(/^argv: +\["make","test","--verbose"\]$/m);
+      expect(text.stdout).toMatch(/^secrets: +API_TOKEN, OTHER, file kubeconfig$/m);
+      expect(text.stdout).not.toMatch(/s3cret|kube-secret/);
+
+      const [cancelled] = await json<{ job: JobJson }>("jobs", "cancel", job.id);
+      expect(cancelled!.job).toMatchObject({ id: job.id, state: "cancelled" });
+      expect((await forel("jobs", "cancel", job.id)).stdout).toBe(`job ${job.id} cancelled\n`);
+      const [listed] = await json<{ jobs: JobJson[] }>("jobs", "list", "--workspace", "ev-w1");
+      expect(listed!.jobs.map((j) => [j.id, j.state])).toEqual([[job.id, "cancelled"]]);
+
+      const bad = await forel(
+        "jobs",
+        "enqueue",
+        "--workspace",
+        "ev-w1",
+        "--env",
+        "=nokey",
+        "--",
+        "true",
+      );
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toMatch(/--env takes KEY=VALUE/);
+      await writeFile(
+        join(dir, "bad.env"),
+        "GOOD=1\nthis line has the secret hunter2 but no equals\n",
+      );
+      const badSecrets = await forel(
+        "jobs",
+        "enqueue",
+        "--workspace",
+        "ev-w1",
+        "--secrets-file",
+        join(dir, "bad.env"),
+        "--",
+        "true",
+      );
+      expect(badSecrets.code).toBe(1);
+      expect(badSecrets.stderr).toMatch(/--secrets-file .*bad\.env line 2: not KEY=VALUE/);
+      expect(badSecrets.stderr).not.toMatch(/hunter2/);
+      const missing = await forel("jobs", "get", "00000000-0000-7000-8000-000000000000");
+      expect(missing.code).toBe(1);
+      expect(missing.stderr).toMatch(/^forelead: error: .*not.found/i);
+    },
+  );
+
+  it(
+    "jobs enqueue --wait prints the log live and exits with the job's exit " +
+      "code; jobs logs and jobs events read it afterwards",
+    async () => {
+      const runner = await startTestRunner(cp, {
+        runnerId: "ev-r2",
+        workspaceId: "ev-w2",
+        executor: "process",
+      });
+      try {
+        const failed = await forel(
+          "jobs",
+          "enqueue",
+          "--workspace",
+          "ev-w2",
+          "--label",
+          "linux",
+          "--image",
+          "busybox",
+          "--timeout",
+          "60s",
+          "--wait",
+          "--",
+          "sh",
+          "-c",
+          "echo first line; echo second line >&2; exit 3",
+        );
+        expect(failed.code, failed.stderr).toBe(3);
+        expect(failed.stdout).toBe("first line\nsecond line\n");
+        expect(failed.stderr).toMatch(/forelead: job (\S+) failed with exit code 3/);
+        // Queued, or running already when the runner was waiting for it (the direct handoff names
+        // it).
+        const jobId =
+          /forelead: job (\S+) (?:queued|running on runner ev-r2) in workspace ev-w2/.exec(
+            failed.stderr,
+          )![1]!;
+
+        const ok = await forel(
+          "jobs",
+          "enqueue",
+          "--workspace",
+          "ev-w2",
+          "--label",
+          "linux",
+          "--image",
+          "busybox",
+          "--wait",
+          "--json",
+          "--",
+          "sh",
+          "-c",
+          "echo all good",
+        );
+        expect(ok.code, ok.stderr).toBe(0);
+        const [settled] = ok.stdout
+          .split("\n")
+          .filter(Boolean)
+          .map((l) => JSON.parse(l) as { job: JobJson });
+        expect(settled!.job).toMatchObject({ state: "succeeded", exitCode: 0 });
+        // with --json the log goes to stderr, stdout holds the settled job
+        expect(ok.stderr).toContain("all good\n");
+
+        const logs = await forel("jobs", "logs", jobId);
+        expect(logs.code, logs.stderr).toBe(0);
+        expect(logs.stdout).toBe("first line\nsecond line\n");
+        const entries = await json<{
+          sequence: string;
+          attempt: number;
+          position: string;
+          data: { stream: string; text: string };
+        }>("jobs", "logs", jobId);
+        expect(entries.map((e) => [e.attempt, e.data.stream, e.data.text])).toEqual([
+          [1, "stdout", "first line"],
+          [1, "stderr", "second line"],
+        ]);
+        const events = await json<{ data: { type: string } }>("jobs", "events", jobId);
+        expect(events.length).toBeGreaterThan(0);
+        expect(events.every((e) => typeof e.data.type === "string")).toBe(true);
+        // a settled job: everything, then done
+        const followed = await forel("jobs", "logs", jobId, "--follow");
+        expect(followed.stdout).toBe("first line\nsecond line\n");
+      } finally {
+        await runner.close();
+      }
+    },
+  );
 
   it("jobs enqueue --wait on a job cancelled while it waits exits 130", async () => {
     const waiter = spawn(
@@ -383,7 +402,8 @@ describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () =
       /^runner +workspace +slots +leases +labels .*\nev-r4 +ev-w4 +1 +1 +linux +amd64 /,
     );
 
-    expect((await runner.renew(jobId, claim.json.token)).status).toBe(200); // the lease is live when the retire comes, however slow the commands above were
+    // the lease is live when the retire comes, however slow the commands above were
+    expect((await runner.renew(jobId, claim.json.token)).status).toBe(200);
     const [retired] = await json<{
       runnerId: string;
       newlyRetired?: boolean;
@@ -417,140 +437,152 @@ describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () =
 });
 
 describe("forelead configuration without flags", { timeout: slow }, () => {
-  it("takes each connection setting from the flag, else FORELEAD_*, else the config file's profile, else the quick-start defaults", async () => {
-    const cwd = join(dir, "precedence");
-    await mkdir(join(cwd, "conf"), { recursive: true });
-    await writeFile(
-      join(cwd, "conf", "forelead.toml"),
-      '[profiles.default]\nserver = "https://file.example:8443"\nca = "file-ca.pem"\ncert = "file-cert.pem"\nkey = "file-key.pem"\n',
-    );
-    const config = { FORELEAD_CONFIG: join(cwd, "conf", "forelead.toml") };
-    const env = {
-      FORELEAD_SERVER: "https://env.example:8443",
-      FORELEAD_CA: "/env/ca.pem",
-      FORELEAD_CERT: "/env/cert.pem",
-      FORELEAD_KEY: "/env/key.pem",
-    };
-    const flags = [
-      "--server",
-      "https://flag.example:8443",
-      "--ca",
-      "/flag/ca.pem",
-      "--cert",
-      "/flag/cert.pem",
-      "--key",
-      "/flag/key.pem",
-    ];
-    type Shown = Record<"server" | "ca" | "cert" | "key", { value: string; source: string }> & {
-      file: string | null;
-    };
-    const show = async (args: string[], extra: Record<string, string>) => {
-      const out = await bare(["config", "show", "--json", ...args], { cwd, env: extra });
-      expect(out.code, out.stderr).toBe(0);
-      return JSON.parse(out.stdout) as Shown;
-    };
-    const all = await show(flags, { ...config, ...env });
-    expect([all.server, all.ca, all.cert, all.key]).toEqual([
-      { value: "https://flag.example:8443", source: "flag --server" },
-      { value: "/flag/ca.pem", source: "flag --ca" },
-      { value: "/flag/cert.pem", source: "flag --cert" },
-      { value: "/flag/key.pem", source: "flag --key" },
-    ]);
-    const noFlags = await show([], { ...config, ...env });
-    expect([noFlags.server, noFlags.ca, noFlags.cert, noFlags.key]).toEqual([
-      { value: "https://env.example:8443", source: "env FORELEAD_SERVER" },
-      { value: "/env/ca.pem", source: "env FORELEAD_CA" },
-      { value: "/env/cert.pem", source: "env FORELEAD_CERT" },
-      { value: "/env/key.pem", source: "env FORELEAD_KEY" },
-    ]);
-    const fileOnly = await show([], config);
-    const fromFile = `file ${join(cwd, "conf", "forelead.toml")} (profile default)`;
-    expect([fileOnly.server, fileOnly.ca, fileOnly.cert, fileOnly.key]).toEqual([
-      { value: "https://file.example:8443", source: fromFile },
-      { value: join(cwd, "conf", "file-ca.pem"), source: fromFile }, // relative to the file's directory
-      { value: join(cwd, "conf", "file-cert.pem"), source: fromFile },
-      { value: join(cwd, "conf", "file-key.pem"), source: fromFile },
-    ]);
-    const defaults = await show([], {});
-    expect(defaults.file).toBeNull();
-    expect([defaults.server, defaults.ca, defaults.cert, defaults.key]).toEqual([
-      { value: "https://127.0.0.1:8443", source: "default" },
-      { value: "certs/ca.pem", source: "default" },
-      { value: "certs/cli.pem", source: "default" },
-      { value: "certs/cli-key.pem", source: "default" },
-    ]);
-    // One layer at a time under the others: env CA only, the rest from the file.
-    const mixed = await show(["--server", "https://flag.example:8443"], {
-      ...config,
-      FORELEAD_CA: "/env/ca.pem",
-    });
-    expect([mixed.server.source, mixed.ca.source, mixed.cert.source]).toEqual([
-      "flag --server",
-      "env FORELEAD_CA",
-      fromFile,
-    ]);
-  });
+  it(
+    "takes each connection setting from the flag, else FORELEAD_*, else the " +
+      "config file's profile, else the quick-start defaults",
+    async () => {
+      const cwd = join(dir, "precedence");
+      await mkdir(join(cwd, "conf"), { recursive: true });
+      await writeFile(
+        join(cwd, "conf", "forelead.toml"),
+        '[profiles.default]\nserver = "https://file.example:8443"\nca = ' +
+          '"file-ca.pem"\ncert = "file-cert.pem"\nkey = "file-key.pem"\n',
+      );
+      const config = { FORELEAD_CONFIG: join(cwd, "conf", "forelead.toml") };
+      const env = {
+        FORELEAD_SERVER: "https://env.example:8443",
+        FORELEAD_CA: "/env/ca.pem",
+        FORELEAD_CERT: "/env/cert.pem",
+        FORELEAD_KEY: "/env/key.pem",
+      };
+      const flags = [
+        "--server",
+        "https://flag.example:8443",
+        "--ca",
+        "/flag/ca.pem",
+        "--cert",
+        "/flag/cert.pem",
+        "--key",
+        "/flag/key.pem",
+      ];
+      type Shown = Record<"server" | "ca" | "cert" | "key", { value: string; source: string }> & {
+        file: string | null;
+      };
+      const show = async (args: string[], extra: Record<string, string>) => {
+        const out = await bare(["config", "show", "--json", ...args], { cwd, env: extra });
+        expect(out.code, out.stderr).toBe(0);
+        return JSON.parse(out.stdout) as Shown;
+      };
+      const all = await show(flags, { ...config, ...env });
+      expect([all.server, all.ca, all.cert, all.key]).toEqual([
+        { value: "https://flag.example:8443", source: "flag --server" },
+        { value: "/flag/ca.pem", source: "flag --ca" },
+        { value: "/flag/cert.pem", source: "flag --cert" },
+        { value: "/flag/key.pem", source: "flag --key" },
+      ]);
+      const noFlags = await show([], { ...config, ...env });
+      expect([noFlags.server, noFlags.ca, noFlags.cert, noFlags.key]).toEqual([
+        { value: "https://env.example:8443", source: "env FORELEAD_SERVER" },
+        { value: "/env/ca.pem", source: "env FORELEAD_CA" },
+        { value: "/env/cert.pem", source: "env FORELEAD_CERT" },
+        { value: "/env/key.pem", source: "env FORELEAD_KEY" },
+      ]);
+      const fileOnly = await show([], config);
+      const fromFile = `file ${join(cwd, "conf", "forelead.toml")} (profile default)`;
+      expect([fileOnly.server, fileOnly.ca, fileOnly.cert, fileOnly.key]).toEqual([
+        { value: "https://file.example:8443", source: fromFile },
+        // relative to the file's directory
+        { value: join(cwd, "conf", "file-ca.pem"), source: fromFile },
+        { value: join(cwd, "conf", "file-cert.pem"), source: fromFile },
+        { value: join(cwd, "conf", "file-key.pem"), source: fromFile },
+      ]);
+      const defaults = await show([], {});
+      expect(defaults.file).toBeNull();
+      expect([defaults.server, defaults.ca, defaults.cert, defaults.key]).toEqual([
+        { value: "https://127.0.0.1:8443", source: "default" },
+        { value: "certs/ca.pem", source: "default" },
+        { value: "certs/cli.pem", source: "default" },
+        { value: "certs/cli-key.pem", source: "default" },
+      ]);
+      // One layer at a time under the others: env CA only, the rest from the file.
+      const mixed = await show(["--server", "https://flag.example:8443"], {
+        ...config,
+        FORELEAD_CA: "/env/ca.pem",
+      });
+      expect([mixed.server.source, mixed.ca.source, mixed.cert.source]).toEqual([
+        "flag --server",
+        "env FORELEAD_CA",
+        fromFile,
+      ]);
+    },
+  );
 
-  it("profiles: the file's default profile, --profile and FORELEAD_PROFILE pick one, and a command reaches the control plane with no connection flag", async () => {
-    const cwd = join(dir, "profiles");
-    await mkdir(join(cwd, "certs"), { recursive: true });
-    await certFiles(cp.pki, join(cwd, "certs"));
-    const toml = [
-      'profile = "test"',
-      "[profiles.test]",
-      `server = "${cp.url}"`,
-      'ca = "certs/ca.pem"',
-      'cert = "certs/admin.pem"',
-      'key = "certs/admin-key.pem"',
-      "[profiles.other]",
-      'server = "https://other.example:8443"',
-      "",
-    ].join("\n");
-    await writeFile(join(cwd, "forelead.toml"), toml); // ./forelead.toml, found without FORELEAD_CONFIG
-    const text = await bare(["config", "show"], { cwd });
-    expect(text.stdout).toMatch(/^profile: test \(file .*forelead\.toml\)$/m);
-    expect(text.stdout).toMatch(
-      new RegExp(`^server +${cp.url.replace(/[.]/g, "\\.")} +file `, "m"),
-    );
-    expect(text.stdout).not.toMatch(/BEGIN/); // paths, never a key's contents
+  it(
+    "profiles: the file's default profile, --profile and FORELEAD_PROFILE " +
+      "pick one, and a command reaches the control plane with no connection " +
+      "flag",
+    async () => {
+      const cwd = join(dir, "profiles");
+      await mkdir(join(cwd, "certs"), { recursive: true });
+      await certFiles(cp.pki, join(cwd, "certs"));
+      const toml = [
+        'profile = "test"',
+        "[profiles.test]",
+        `server = "${cp.url}"`,
+        'ca = "certs/ca.pem"',
+        'cert = "certs/admin.pem"',
+        'key = "certs/admin-key.pem"',
+        "[profiles.other]",
+        'server = "https://other.example:8443"',
+        "",
+      ].join("\n");
+      // ./forelead.toml, found without FORELEAD_CONFIG
+      await writeFile(join(cwd, "forelead.toml"), toml);
+      const text = await bare(["config", "show"], { cwd });
+      expect(text.stdout).toMatch(/^profile: test \(file .*forelead\.toml\)$/m);
+      expect(text.stdout).toMatch(
+        new RegExp(`^server +${cp.url.replace(/[.]/g, "\\.")} +file `, "m"),
+      );
+      expect(text.stdout).not.toMatch(/BEGIN/); // paths, never a key's contents
 
-    const enqueued = await bare(
-      ["jobs", "enqueue", "--workspace", "ev-w5", "--json", "--", "true"],
-      { cwd },
-    );
-    expect(enqueued.code, enqueued.stderr).toBe(0);
-    const jobId = (JSON.parse(enqueued.stdout) as { job: JobJson }).job.id;
-    const listed = await bare(["jobs", "list", "--workspace", "ev-w5", "--json"], {
-      cwd,
-      env: { FORELEAD_PROFILE: "test" },
-    });
-    expect((JSON.parse(listed.stdout) as { jobs: JobJson[] }).jobs.map((j) => j.id)).toEqual([
-      jobId,
-    ]);
+      const enqueued = await bare(
+        ["jobs", "enqueue", "--workspace", "ev-w5", "--json", "--", "true"],
+        { cwd },
+      );
+      expect(enqueued.code, enqueued.stderr).toBe(0);
+      const jobId = (JSON.parse(enqueued.stdout) as { job: JobJson }).job.id;
+      const listed = await bare(["jobs", "list", "--workspace", "ev-w5", "--json"], {
+        cwd,
+        env: { FORELEAD_PROFILE: "test" },
+      });
+      expect((JSON.parse(listed.stdout) as { jobs: JobJson[] }).jobs.map((j) => j.id)).toEqual([
+        jobId,
+      ]);
 
-    const other = JSON.parse(
-      (await bare(["config", "show", "--json", "--profile", "other"], { cwd })).stdout,
-    ) as {
-      server: { value: string };
-      ca: { source: string };
-      profile: { value: string; source: string };
-    };
-    expect(other).toMatchObject({
-      server: { value: "https://other.example:8443" },
-      ca: { source: "default" },
-      profile: { value: "other", source: "flag --profile" },
-    });
-    const fromEnv = JSON.parse(
-      (await bare(["config", "show", "--json"], { cwd, env: { FORELEAD_PROFILE: "other" } }))
-        .stdout,
-    ) as { profile: { source: string } };
-    expect(fromEnv.profile.source).toBe("env FORELEAD_PROFILE");
-    const unknown = await bare(["status", "--profile", "nope"], { cwd });
-    expect(unknown.code).toBe(1);
-    expect(unknown.stderr).toMatch(
-      /^forelead: error: profile "nope" \(flag --profile\) is not in config file .*forelead\.toml; it has test, other/,
-    );
-  });
+      const other = JSON.parse(
+        (await bare(["config", "show", "--json", "--profile", "other"], { cwd })).stdout,
+      ) as {
+        server: { value: string };
+        ca: { source: string };
+        profile: { value: string; source: string };
+      };
+      expect(other).toMatchObject({
+        server: { value: "https://other.example:8443" },
+        ca: { source: "default" },
+        profile: { value: "other", source: "flag --profile" },
+      });
+      const fromEnv = JSON.parse(
+        (await bare(["config", "show", "--json"], { cwd, env: { FORELEAD_PROFILE: "other" } }))
+          .stdout,
+      ) as { profile: { source: string } };
+      expect(fromEnv.profile.source).toBe("env FORELEAD_PROFILE");
+      const unknown = await bare(["status", "--profile", "nope"], { cwd });
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toMatch(
+        /^forelead: error: profile "nope" \(flag --profile\) is not in config file .*forelead\.toml; it has test, other/,
+      );
+    },
+  );
 
   it("a bad config file is refused naming the file, the line and the key; JSON is accepted too", async () => {
     const cwd = join(dir, "bad");
@@ -563,7 +595,8 @@ describe("forelead configuration without flags", { timeout: slow }, () => {
     const typo = await bare(["config", "show"], { cwd });
     expect(typo.code).toBe(1);
     expect(typo.stderr).toBe(
-      `forelead: error: config file ${file}:6: key profiles.prod.sever: unknown key; a profile takes server, ca, cert, key\n`,
+      `forelead: error: config file ${file}:6: key profiles.prod.sever: ` +
+        `unknown key; a profile takes server, ca, cert, key\n`,
     );
     await writeFile(file, '[profiles.default]\nserver = "https://a:1"\nca = 42\n');
     expect((await bare(["jobs", "list"], { cwd })).stderr).toBe(
@@ -614,7 +647,9 @@ describe("forelead configuration without flags", { timeout: slow }, () => {
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(
       new RegExp(
-        `^forelead: error: config file ${file.replace(/[.]/g, "\\.")}:4: key serve\\.lease-seconds: --lease-seconds must be a whole number from 5 to 3600; got "2"`,
+        `^forelead: error: config file ${file.replace(/[.]/g, "\\.")}:4: key ` +
+          `serve\\.lease-seconds: --lease-seconds must be a whole number from 5 to ` +
+          `3600; got "2"`,
       ),
     );
     await writeFile(file, '[serve]\nlisten = "127.0.0.1:0"\nlistn = "x"\n');
@@ -622,7 +657,8 @@ describe("forelead configuration without flags", { timeout: slow }, () => {
       /:3: key serve\.listn: not an option of forelead serve/,
     );
     await writeFile(file, '[serve]\nlease-seconds = 2\nadmin = ["not-a-spiffe-id"]\n');
-    // --lease-seconds on the command line wins, so the file's 2 is never parsed; the admin list is, and --check reports it.
+    // --lease-seconds on the command line wins, so the file's 2 is never parsed; the admin list is,
+    // and --check reports it.
     const flagWins = await bare(
       [
         "serve",
@@ -649,86 +685,91 @@ describe(
   `forelead jobs logs --follow across a control-plane restart (${databaseKind})`,
   { timeout: slow },
   () => {
-    it("reconnects after the control plane restarts and resumes after the last entry: every line once, in order, then exits when the job settles", async () => {
-      const dbDir =
-        databaseKind === "embedded"
-          ? await mkdtemp(join(tmpdir(), "forelead-cli-logs-restart-"))
-          : undefined;
-      const database = dbDir
-        ? {
-            location: join(dbDir, "db"),
-            kind: "embedded" as const,
-            drop: () => rm(dbDir, { recursive: true, force: true }),
-          }
-        : await createTestDatabase();
-      let plane: TestControlPlane | undefined = await startTestControlPlane({
-        database,
-        leaseSeconds: 120,
-      });
-      const { pki } = plane;
-      const port = Number(new URL(plane.url).port);
-      let follow: ChildProcess | undefined;
-      try {
-        const restAdmin = await adminActor(plane);
-        let runner = await runnerActor(plane, "ev-rf", "ev-wf");
-        expect((await runner.register()).status).toBe(200);
-        const jobId = (await restAdmin.enqueue({ workspaceId: "ev-wf" })).json.job.id as string;
-        await restAdmin.close();
-        const claim = await runner.claim({ waitSeconds: 0 });
-        expect(claim.status, claim.text).toBe(200);
-        const token = claim.json.token as string;
-        const line = (sequence: number, text: string) => ({
-          apiVersion: "v1",
-          runnerId: "ev-rf",
-          jobId,
-          leaseToken: token,
-          sequence,
-          data: { stream: "stdout", text },
+    it(
+      "reconnects after the control plane restarts and resumes after the last " +
+        "entry: every line once, in order, then exits when the job settles",
+      async () => {
+        const dbDir =
+          databaseKind === "embedded"
+            ? await mkdtemp(join(tmpdir(), "forelead-cli-logs-restart-"))
+            : undefined;
+        const database = dbDir
+          ? {
+              location: join(dbDir, "db"),
+              kind: "embedded" as const,
+              drop: () => rm(dbDir, { recursive: true, force: true }),
+            }
+          : await createTestDatabase();
+        let plane: TestControlPlane | undefined = await startTestControlPlane({
+          database,
+          leaseSeconds: 120,
         });
-        expect(
-          (await runner.rest.ndjson("/v1/runner/logs", [line(1, "one"), line(2, "two")])).status,
-        ).toBe(204);
+        const { pki } = plane;
+        const port = Number(new URL(plane.url).port);
+        let follow: ChildProcess | undefined;
+        try {
+          const restAdmin = await adminActor(plane);
+          let runner = await runnerActor(plane, "ev-rf", "ev-wf");
+          expect((await runner.register()).status).toBe(200);
+          const jobId = (await restAdmin.enqueue({ workspaceId: "ev-wf" })).json.job.id as string;
+          await restAdmin.close();
+          const claim = await runner.claim({ waitSeconds: 0 });
+          expect(claim.status, claim.text).toBe(200);
+          const token = claim.json.token as string;
+          const line = (sequence: number, text: string) => ({
+            apiVersion: "v1",
+            runnerId: "ev-rf",
+            jobId,
+            leaseToken: token,
+            sequence,
+            data: { stream: "stdout", text },
+          });
+          expect(
+            (await runner.rest.ndjson("/v1/runner/logs", [line(1, "one"), line(2, "two")])).status,
+          ).toBe(204);
 
-        follow = spawn(
-          process.execPath,
-          [forelead, "jobs", "logs", jobId, "--follow", ...(await certFlags(pki, plane.url))],
-          { cwd: dir, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] },
-        );
-        let stdout = "";
-        let stderr = "";
-        follow.stdout!.on("data", (d: Buffer) => (stdout += d.toString()));
-        follow.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
-        const exited = new Promise<number | null>((resolve) => follow!.once("exit", resolve));
-        await eventually("the follower to print the first two lines", async () =>
-          stdout === "one\ntwo\n" ? true : undefined,
-        );
+          follow = spawn(
+            process.execPath,
+            [forelead, "jobs", "logs", jobId, "--follow", ...(await certFlags(pki, plane.url))],
+            { cwd: dir, env: cleanEnv(), stdio: ["ignore", "pipe", "pipe"] },
+          );
+          let stdout = "";
+          let stderr = "";
+          follow.stdout!.on("data", (d: Buffer) => (stdout += d.toString()));
+          follow.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+          const exited = new Promise<number | null>((resolve) => follow!.once("exit", resolve));
+          await eventually("the follower to print the first two lines", async () =>
+            stdout === "one\ntwo\n" ? true : undefined,
+          );
 
-        await runner.close();
-        await plane.close();
-        plane = await startTestControlPlane({ database, pki, port, leaseSeconds: 120 });
-        runner = await runnerActor(plane, "ev-rf", "ev-wf");
-        expect(
-          (await runner.rest.ndjson("/v1/runner/logs", [line(3, "three"), line(4, "four")])).status,
-        ).toBe(204);
-        await eventually(
-          "the follower to print the lines sent after the restart",
-          async () => (stdout.includes("four") ? true : undefined),
-          30_000,
-        );
-        expect((await runner.complete(jobId, token)).status).toBe(200);
-        expect(await exited).toBe(0); // the job settled: the follower is done
-        expect(stdout).toBe("one\ntwo\nthree\nfour\n");
-        expect(stderr).toMatch(
-          new RegExp(
-            `forelead: logs of job ${jobId}: connection lost .*; resuming after position \\S+`,
-          ),
-        );
-        await runner.close();
-      } finally {
-        if (follow) await stop(follow);
-        await plane?.close();
-        await database.drop();
-      }
-    });
+          await runner.close();
+          await plane.close();
+          plane = await startTestControlPlane({ database, pki, port, leaseSeconds: 120 });
+          runner = await runnerActor(plane, "ev-rf", "ev-wf");
+          expect(
+            (await runner.rest.ndjson("/v1/runner/logs", [line(3, "three"), line(4, "four")]))
+              .status,
+          ).toBe(204);
+          await eventually(
+            "the follower to print the lines sent after the restart",
+            async () => (stdout.includes("four") ? true : undefined),
+            30_000,
+          );
+          expect((await runner.complete(jobId, token)).status).toBe(200);
+          expect(await exited).toBe(0); // the job settled: the follower is done
+          expect(stdout).toBe("one\ntwo\nthree\nfour\n");
+          expect(stderr).toMatch(
+            new RegExp(
+              `forelead: logs of job ${jobId}: connection lost .*; resuming after position \\S+`,
+            ),
+          );
+          await runner.close();
+        } finally {
+          if (follow) await stop(follow);
+          await plane?.close();
+          await database.drop();
+        }
+      },
+    );
   },
 );

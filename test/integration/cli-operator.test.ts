@@ -33,7 +33,10 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-/** Writes the CA and the test-admin certificate of `pki` as files; returns the flags naming them and `url`. */
+/**
+ * Writes the CA and the test-admin certificate of `pki` as files; returns the flags naming them and
+ * `url`.
+ */
 async function certFlags(pki: TestPki, url: string): Promise<string[]> {
   const admin = await pki.service("test-admin");
   await writeFile(join(dir, "ca.pem"), pki.ca.certPem);
@@ -51,7 +54,10 @@ async function certFlags(pki: TestPki, url: string): Promise<string[]> {
   ];
 }
 
-/** Runs `forelead ...args` against the file's control plane to completion; never throws, so refusals can be asserted. */
+/**
+ * Runs `forelead ...args` against the file's control plane to completion; never throws, so refusals
+ * can be asserted.
+ */
 async function forel(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   const flags = await certFlags(cp.pki, cp.url);
   try {
@@ -174,85 +180,95 @@ describe(`forelead operator commands (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("events lists a job's events in order, filtered by workspace and type; events --follow sees a new one arrive", async () => {
-    const runner = await registeredRunner(cp, "op-r3", "op-w3");
-    const job = (await admin.enqueue({ workspaceId: "op-w3" })).json.job.id as string;
-    expect((await runner.claim({ waitSeconds: 0 })).status).toBe(200);
+  it(
+    "events lists a job's events in order, filtered by workspace and type; " +
+      "events --follow sees a new one arrive",
+    async () => {
+      const runner = await registeredRunner(cp, "op-r3", "op-w3");
+      const job = (await admin.enqueue({ workspaceId: "op-w3" })).json.job.id as string;
+      expect((await runner.claim({ waitSeconds: 0 })).status).toBe(200);
 
-    const events = await json<EventJson>("events", "--workspace", "op-w3");
-    expect(events.map((e) => e.type)).toEqual(["runner.registered", "job.queued", "job.leased"]);
-    expect(events.slice(1).every((e) => e.jobId === job && e.workspaceId === "op-w3")).toBe(true);
-    expect(events.map((e) => BigInt(e.id))).toEqual(
-      events.map((e) => BigInt(e.id)).sort((a, b) => (a < b ? -1 : 1)),
-    );
-    expect(
-      (await json<EventJson>("events", "--workspace", "op-w3", "--type", "job.leased")).map(
-        (e) => e.jobId,
-      ),
-    ).toEqual([job]);
-    expect(
-      await json<EventJson>("events", "--workspace", "op-w3", "--after", events[2]!.id),
-    ).toEqual([]);
-    const text = await forel("events", "--workspace", "op-w3", "--type", "job.leased");
-    expect(text.stdout).toMatch(
-      new RegExp(`^${events[2]!.id}  \\S+Z  job\\.leased  workspace=op-w3 runner=op-r3 job=${job}`),
-    );
-
-    const follow = follower(
-      await certFlags(cp.pki, cp.url),
-      "--workspace",
-      "op-w3",
-      "--after",
-      events[2]!.id,
-    );
-    try {
-      const next = (await admin.enqueue({ workspaceId: "op-w3" })).json.job.id as string;
-      const seen = await eventually("the follower to print the new job.queued", async () =>
-        follow.events.length > 0 ? follow.events : undefined,
+      const events = await json<EventJson>("events", "--workspace", "op-w3");
+      expect(events.map((e) => e.type)).toEqual(["runner.registered", "job.queued", "job.leased"]);
+      expect(events.slice(1).every((e) => e.jobId === job && e.workspaceId === "op-w3")).toBe(true);
+      expect(events.map((e) => BigInt(e.id))).toEqual(
+        events.map((e) => BigInt(e.id)).sort((a, b) => (a < b ? -1 : 1)),
       );
-      expect(seen[0]).toMatchObject({ type: "job.queued", jobId: next, workspaceId: "op-w3" });
-      expect(BigInt(seen[0]!.id)).toBeGreaterThan(BigInt(events[2]!.id));
-    } finally {
-      await stop(follow.child);
-    }
-    await runner.close();
-  });
+      expect(
+        (await json<EventJson>("events", "--workspace", "op-w3", "--type", "job.leased")).map(
+          (e) => e.jobId,
+        ),
+      ).toEqual([job]);
+      expect(
+        await json<EventJson>("events", "--workspace", "op-w3", "--after", events[2]!.id),
+      ).toEqual([]);
+      const text = await forel("events", "--workspace", "op-w3", "--type", "job.leased");
+      expect(text.stdout).toMatch(
+        new RegExp(
+          `^${events[2]!.id}  \\S+Z  job\\.leased  workspace=op-w3 runner=op-r3 job=${job}`,
+        ),
+      );
 
-  it("stats --since 7d shows a settled job; a bad --since exits 1 with the server's message naming the forms", async () => {
-    const runner = await registeredRunner(cp, "op-r4", "op-w4");
-    const job = (await admin.enqueue({ workspaceId: "op-w4" })).json.job.id as string;
-    const lease = await runner.claim({ waitSeconds: 0 });
-    expect((await runner.complete(job, lease.json.token)).status).toBe(200);
+      const follow = follower(
+        await certFlags(cp.pki, cp.url),
+        "--workspace",
+        "op-w3",
+        "--after",
+        events[2]!.id,
+      );
+      try {
+        const next = (await admin.enqueue({ workspaceId: "op-w3" })).json.job.id as string;
+        const seen = await eventually("the follower to print the new job.queued", async () =>
+          follow.events.length > 0 ? follow.events : undefined,
+        );
+        expect(seen[0]).toMatchObject({ type: "job.queued", jobId: next, workspaceId: "op-w3" });
+        expect(BigInt(seen[0]!.id)).toBeGreaterThan(BigInt(events[2]!.id));
+      } finally {
+        await stop(follow.child);
+      }
+      await runner.close();
+    },
+  );
 
-    const [stats] = await json<{
-      workspaces: Array<{
-        workspaceId: string;
-        jobs: string;
-        byState: Array<{ key: string; count: string }>;
-        attempts: string;
-        runners: Array<{ runnerId: string; jobs: string }>;
-      }>;
-    }>("stats", "--since", "7d", "--workspace", "op-w4");
-    expect(stats!.workspaces).toHaveLength(1);
-    expect(stats!.workspaces[0]).toMatchObject({
-      workspaceId: "op-w4",
-      jobs: "1",
-      byState: [{ key: "succeeded", count: "1" }],
-      attempts: "1",
-      runners: [{ runnerId: "op-r4", jobs: "1" }],
-    });
-    const text = await forel("stats", "--workspace", "op-w4");
-    expect(text.code, text.stderr).toBe(0);
-    expect(text.stdout).toMatch(/^workspace op-w4: 1 jobs \(succeeded 1\); error codes: none$/m);
-    expect(text.stdout).toMatch(/^ {2}wait +1 +\d+\.\d/m);
-    expect(text.stdout).toMatch(/^ {2}op-r4 +1 +\d+\.\d$/m);
+  it(
+    "stats --since 7d shows a settled job; a bad --since exits 1 with the " +
+      "server's message naming the forms",
+    async () => {
+      const runner = await registeredRunner(cp, "op-r4", "op-w4");
+      const job = (await admin.enqueue({ workspaceId: "op-w4" })).json.job.id as string;
+      const lease = await runner.claim({ waitSeconds: 0 });
+      expect((await runner.complete(job, lease.json.token)).status).toBe(200);
 
-    const bad = await forel("stats", "--since", "last tuesday");
-    expect(bad.code).toBe(1);
-    expect(bad.stdout).toBe("");
-    expect(bad.stderr).toMatch(/^forelead: error: .*last tuesday.*RFC 3339.*Unix seconds.*30d/);
-    await runner.close();
-  });
+      const [stats] = await json<{
+        workspaces: Array<{
+          workspaceId: string;
+          jobs: string;
+          byState: Array<{ key: string; count: string }>;
+          attempts: string;
+          runners: Array<{ runnerId: string; jobs: string }>;
+        }>;
+      }>("stats", "--since", "7d", "--workspace", "op-w4");
+      expect(stats!.workspaces).toHaveLength(1);
+      expect(stats!.workspaces[0]).toMatchObject({
+        workspaceId: "op-w4",
+        jobs: "1",
+        byState: [{ key: "succeeded", count: "1" }],
+        attempts: "1",
+        runners: [{ runnerId: "op-r4", jobs: "1" }],
+      });
+      const text = await forel("stats", "--workspace", "op-w4");
+      expect(text.code, text.stderr).toBe(0);
+      expect(text.stdout).toMatch(/^workspace op-w4: 1 jobs \(succeeded 1\); error codes: none$/m);
+      expect(text.stdout).toMatch(/^ {2}wait +1 +\d+\.\d/m);
+      expect(text.stdout).toMatch(/^ {2}op-r4 +1 +\d+\.\d$/m);
+
+      const bad = await forel("stats", "--since", "last tuesday");
+      expect(bad.code).toBe(1);
+      expect(bad.stdout).toBe("");
+      expect(bad.stderr).toMatch(/^forelead: error: .*last tuesday.*RFC 3339.*Unix seconds.*30d/);
+      await runner.close();
+    },
+  );
 
   it("jobs samples gives the series and peaks; sizing gives the advice for the job's group", async () => {
     const runner = await registeredRunner(cp, "op-r5", "op-w5");
@@ -387,7 +403,8 @@ describe(`forelead operator commands (${databaseKind})`, () => {
     const text = await forel("jobs", "list", "--workspace", "op-w6", "--order", "oldest");
     expect(text.stdout).toMatch(
       new RegExp(
-        `^job +state +workspace .*\\n${first} +queued +op-w6 +linux +0 +- +\\S+Z\\n${second} +queued +op-w6 +gpu,linux `,
+        `^job +state +workspace .*\\n${first} +queued +op-w6 +linux +0 +- ` +
+          `+\\S+Z\\n${second} +queued +op-w6 +gpu,linux `,
         "m",
       ),
     );
@@ -398,52 +415,56 @@ describe(`forelead operator commands (${databaseKind})`, () => {
 });
 
 describe(`forelead events --follow across a control-plane restart (${databaseKind})`, () => {
-  it("reconnects after the control plane restarts and resumes after the last id: every event once, in order", async () => {
-    // Embedded: a data directory, so the second process life sees the same database.
-    const dbDir =
-      databaseKind === "embedded"
-        ? await mkdtemp(join(tmpdir(), "forelead-cli-restart-"))
-        : undefined;
-    const database = dbDir
-      ? {
-          location: join(dbDir, "db"),
-          kind: "embedded" as const,
-          drop: () => rm(dbDir, { recursive: true, force: true }),
-        }
-      : await createTestDatabase();
-    let plane: TestControlPlane | undefined = await startTestControlPlane({ database });
-    const { pki } = plane;
-    const port = Number(new URL(plane.url).port);
-    const follow = follower(await certFlags(pki, plane.url), "--workspace", "op-wf");
-    try {
-      let restAdmin = await adminActor(plane);
-      const before = (await restAdmin.enqueue({ workspaceId: "op-wf" })).json.job.id as string;
-      await eventually("the follower to print the first job.queued", async () =>
-        follow.events.length >= 1 ? true : undefined,
-      );
-      await restAdmin.close();
-      await plane.close();
-      plane = await startTestControlPlane({ database, pki, port });
-      restAdmin = await adminActor(plane);
-      const after = [];
-      for (let i = 0; i < 3; i++)
-        after.push((await restAdmin.enqueue({ workspaceId: "op-wf" })).json.job.id as string);
-      await restAdmin.close();
-      await eventually(
-        "the follower to print the events written after the restart",
-        async () => (follow.events.length >= 4 ? true : undefined),
-        30_000,
-      );
-      expect(follow.events.map((e) => e.jobId)).toEqual([before, ...after]);
-      expect(follow.events.every((e) => e.type === "job.queued")).toBe(true);
-      const ids = follow.events.map((e) => BigInt(e.id));
-      expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true);
-      expect(follow.stderr()).toMatch(/forelead: events: .*resuming after event \d+/);
-      expect(follow.child.exitCode).toBeNull(); // still following
-    } finally {
-      await stop(follow.child);
-      await plane?.close();
-      await database.drop();
-    }
-  });
+  it(
+    "reconnects after the control plane restarts and resumes after the last " +
+      "id: every event once, in order",
+    async () => {
+      // Embedded: a data directory, so the second process life sees the same database.
+      const dbDir =
+        databaseKind === "embedded"
+          ? await mkdtemp(join(tmpdir(), "forelead-cli-restart-"))
+          : undefined;
+      const database = dbDir
+        ? {
+            location: join(dbDir, "db"),
+            kind: "embedded" as const,
+            drop: () => rm(dbDir, { recursive: true, force: true }),
+          }
+        : await createTestDatabase();
+      let plane: TestControlPlane | undefined = await startTestControlPlane({ database });
+      const { pki } = plane;
+      const port = Number(new URL(plane.url).port);
+      const follow = follower(await certFlags(pki, plane.url), "--workspace", "op-wf");
+      try {
+        let restAdmin = await adminActor(plane);
+        const before = (await restAdmin.enqueue({ workspaceId: "op-wf" })).json.job.id as string;
+        await eventually("the follower to print the first job.queued", async () =>
+          follow.events.length >= 1 ? true : undefined,
+        );
+        await restAdmin.close();
+        await plane.close();
+        plane = await startTestControlPlane({ database, pki, port });
+        restAdmin = await adminActor(plane);
+        const after = [];
+        for (let i = 0; i < 3; i++)
+          after.push((await restAdmin.enqueue({ workspaceId: "op-wf" })).json.job.id as string);
+        await restAdmin.close();
+        await eventually(
+          "the follower to print the events written after the restart",
+          async () => (follow.events.length >= 4 ? true : undefined),
+          30_000,
+        );
+        expect(follow.events.map((e) => e.jobId)).toEqual([before, ...after]);
+        expect(follow.events.every((e) => e.type === "job.queued")).toBe(true);
+        const ids = follow.events.map((e) => BigInt(e.id));
+        expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true);
+        expect(follow.stderr()).toMatch(/forelead: events: .*resuming after event \d+/);
+        expect(follow.child.exitCode).toBeNull(); // still following
+      } finally {
+        await stop(follow.child);
+        await plane?.close();
+        await database.drop();
+      }
+    },
+  );
 });

@@ -13,7 +13,8 @@ const forel = (args: string[]) => cli.forel([...args, ...cli.connection()]);
 
 describe(`forelead pipelines and jobs retry (${databaseKind})`, () => {
   it(
-    "submits a YAML file, gets, lists, cancels and resumes it; a bad graph's refusal is printed; jobs retry links a new job",
+    "submits a YAML file, gets, lists, cancels and resumes it; a bad graph's " +
+      "refusal is printed; jobs retry links a new job",
     { timeout: 120_000 },
     async () => {
       await writeFile(

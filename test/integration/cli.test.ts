@@ -49,79 +49,87 @@ describe("the forelead command", () => {
     expect(help.stdout).toContain("ca");
   });
 
-  it("ca init writes a development PKI once, with private keys 0600; ca issue writes a client certificate", async () => {
-    const init = await forel(["ca", "init", "--dir", "pki", "--hosts", "localhost,127.0.0.1"]);
-    expect(init.code, init.stderr).toBe(0);
-    expect(init.stdout).toContain("wrote the development PKI");
-    expect((await stat(join(dir, "pki/ca-key.pem"))).mode & 0o777).toBe(0o600);
-    const again = await forel(["ca", "init", "--dir", "pki"]);
-    expect(again.stdout).toContain("left unchanged");
-    const issue = await forel([
-      "ca",
-      "issue",
-      "--dir",
-      "pki",
-      "--spiffe-id",
-      "spiffe://forelead/runners/r1/workspaces/w1",
-      "--ttl",
-      "2h",
-      "--out",
-      "r1",
-    ]);
-    expect(issue.code, issue.stderr).toBe(0);
-    const pem = await readFile(join(dir, "r1.pem"), "utf8");
-    const { X509Certificate } = await import("node:crypto");
-    const cert = new X509Certificate(pem);
-    expect(cert.subjectAltName).toContain("spiffe://forelead/runners/r1/workspaces/w1");
-    expect(new Date(cert.validTo).getTime() - new Date(cert.validFrom).getTime()).toBe(
-      2 * 3600 * 1000,
-    );
-  });
+  it(
+    "ca init writes a development PKI once, with private keys 0600; ca issue " +
+      "writes a client certificate",
+    async () => {
+      const init = await forel(["ca", "init", "--dir", "pki", "--hosts", "localhost,127.0.0.1"]);
+      expect(init.code, init.stderr).toBe(0);
+      expect(init.stdout).toContain("wrote the development PKI");
+      expect((await stat(join(dir, "pki/ca-key.pem"))).mode & 0o777).toBe(0o600);
+      const again = await forel(["ca", "init", "--dir", "pki"]);
+      expect(again.stdout).toContain("left unchanged");
+      const issue = await forel([
+        "ca",
+        "issue",
+        "--dir",
+        "pki",
+        "--spiffe-id",
+        "spiffe://forelead/runners/r1/workspaces/w1",
+        "--ttl",
+        "2h",
+        "--out",
+        "r1",
+      ]);
+      expect(issue.code, issue.stderr).toBe(0);
+      const pem = await readFile(join(dir, "r1.pem"), "utf8");
+      const { X509Certificate } = await import("node:crypto");
+      const cert = new X509Certificate(pem);
+      expect(cert.subjectAltName).toContain("spiffe://forelead/runners/r1/workspaces/w1");
+      expect(new Date(cert.validTo).getTime() - new Date(cert.validFrom).getTime()).toBe(
+        2 * 3600 * 1000,
+      );
+    },
+  );
 
-  it("ca issue refuses an invalid SPIFFE ID, a bad duration and a lifetime no longer than the backdating, saying which", async () => {
-    const badId = await forel([
-      "ca",
-      "issue",
-      "--dir",
-      "pki",
-      "--spiffe-id",
-      "spiffe://Forelead/x",
-      "--out",
-      "x",
-    ]);
-    expect(badId.code).toBe(1);
-    expect(badId.stderr).toContain("the trust domain must be lowercase");
-    const badTtl = await forel([
-      "ca",
-      "issue",
-      "--dir",
-      "pki",
-      "--spiffe-id",
-      "spiffe://forelead/x",
-      "--ttl",
-      "soon",
-      "--out",
-      "x",
-    ]);
-    expect(badTtl.code).toBe(1);
-    expect(badTtl.stderr).toContain('"soon" is not a duration');
-    const backdated = await forel([
-      "ca",
-      "issue",
-      "--dir",
-      "pki",
-      "--spiffe-id",
-      "spiffe://forelead/x",
-      "--ttl",
-      "60s",
-      "--out",
-      "x",
-    ]);
-    expect(backdated.code).toBe(1);
-    expect(backdated.stderr).toContain(
-      "--ttl 60s is not longer than the 60 s the certificate is backdated for clock skew",
-    );
-  });
+  it(
+    "ca issue refuses an invalid SPIFFE ID, a bad duration and a lifetime no " +
+      "longer than the backdating, saying which",
+    async () => {
+      const badId = await forel([
+        "ca",
+        "issue",
+        "--dir",
+        "pki",
+        "--spiffe-id",
+        "spiffe://Forelead/x",
+        "--out",
+        "x",
+      ]);
+      expect(badId.code).toBe(1);
+      expect(badId.stderr).toContain("the trust domain must be lowercase");
+      const badTtl = await forel([
+        "ca",
+        "issue",
+        "--dir",
+        "pki",
+        "--spiffe-id",
+        "spiffe://forelead/x",
+        "--ttl",
+        "soon",
+        "--out",
+        "x",
+      ]);
+      expect(badTtl.code).toBe(1);
+      expect(badTtl.stderr).toContain('"soon" is not a duration');
+      const backdated = await forel([
+        "ca",
+        "issue",
+        "--dir",
+        "pki",
+        "--spiffe-id",
+        "spiffe://forelead/x",
+        "--ttl",
+        "60s",
+        "--out",
+        "x",
+      ]);
+      expect(backdated.code).toBe(1);
+      expect(backdated.stderr).toContain(
+        "--ttl 60s is not longer than the 60 s the certificate is backdated for clock skew",
+      );
+    },
+  );
 
   it.each([
     [["--listen", "nowhere"], '--listen "nowhere" is not host:port'],

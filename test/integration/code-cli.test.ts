@@ -49,17 +49,22 @@ function repos(...args: string[]): Promise<{ code: number; stdout: string; stder
 }
 
 describe(`forelead repos (${databaseKind})`, () => {
-  it("repos add registers through the generated admin client; repos list shows it; a refused registration exits 1 with the server's reason and never echoes the credential", async () => {
-    const added = await repos("add", "app", origin.path);
-    expect(added, added.stderr).toMatchObject({ code: 0 });
-    expect(added.stdout).toContain(`registered app at ${origin.path}`);
-    const listed = await repos("list");
-    expect(listed.stdout).toContain(`app\t${origin.path}`);
-    const credFile = join(dir, "token");
-    await writeFile(credFile, "tok-123\n", { mode: 0o600 });
-    const refused = await repos("add", "local", origin.path, "--credential-file", credFile);
-    expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain("is on a local path, which needs no credential");
-    expect(refused.stderr + refused.stdout).not.toContain("tok-123");
-  });
+  it(
+    "repos add registers through the generated admin client; repos list " +
+      "shows it; a refused registration exits 1 with the server's reason and " +
+      "never echoes the credential",
+    async () => {
+      const added = await repos("add", "app", origin.path);
+      expect(added, added.stderr).toMatchObject({ code: 0 });
+      expect(added.stdout).toContain(`registered app at ${origin.path}`);
+      const listed = await repos("list");
+      expect(listed.stdout).toContain(`app\t${origin.path}`);
+      const credFile = join(dir, "token");
+      await writeFile(credFile, "tok-123\n", { mode: 0o600 });
+      const refused = await repos("add", "local", origin.path, "--credential-file", credFile);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain("is on a local path, which needs no credential");
+      expect(refused.stderr + refused.stdout).not.toContain("tok-123");
+    },
+  );
 });

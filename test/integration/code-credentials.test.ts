@@ -35,7 +35,8 @@ beforeAll(async () => {
   scratch = await mkdtemp(join(tmpdir(), "forelead-cred-test-"));
   pki = await createTestPki();
   await writeFile(join(scratch, "ca.pem"), pki.ca.certPem);
-  process.env.GIT_SSL_CAINFO = join(scratch, "ca.pem"); // the control plane's git trusts the test code host
+  // the control plane's git trusts the test code host
+  process.env.GIT_SSL_CAINFO = join(scratch, "ca.pem");
   const realGit = (await git(scratch, ["--exec-path"])).replace(
     /\/lib\/git-core$|\/libexec\/git-core$/,
     "/bin/git",
@@ -77,7 +78,8 @@ afterAll(async () => {
   await origin?.remove();
   await rm(scratch, { recursive: true, force: true });
 });
-// Registered after the hooks above, so the control plane starts with their PKI once the code host and the git wrapper are up.
+// Registered after the hooks above, so the control plane starts with their PKI once the code host
+// and the git wrapper are up.
 const cp = useControlPlane(() => ({ pki }));
 const { admin } = cp;
 
@@ -89,78 +91,86 @@ async function kept(p: Promise<RestReply>): Promise<RestReply> {
 }
 
 describe(`an https repository's credential (${databaseKind})`, () => {
-  it("reaches the code host for register, pin, head, bundle and publish, and never appears in a reply, log line, error, audit record or git argv", async () => {
-    const url = `${host.url}origin.git`;
-    const wrong = await kept(registerRepository(admin, "app", url, wrongSecret));
-    expect(wrong.status, wrong.text).toBe(400);
-    expect(wrong.json.message).toContain("could not be read");
-    const missing = await kept(registerRepository(admin, "app", `${host.url}missing.git`, secret));
-    expect(missing.status, missing.text).toBe(400);
-    expect(host.refused()).toBeGreaterThan(0);
+  it(
+    "reaches the code host for register, pin, head, bundle and publish, and " +
+      "never appears in a reply, log line, error, audit record or git argv",
+    async () => {
+      const url = `${host.url}origin.git`;
+      const wrong = await kept(registerRepository(admin, "app", url, wrongSecret));
+      expect(wrong.status, wrong.text).toBe(400);
+      expect(wrong.json.message).toContain("could not be read");
+      const missing = await kept(
+        registerRepository(admin, "app", `${host.url}missing.git`, secret),
+      );
+      expect(missing.status, missing.text).toBe(400);
+      expect(host.refused()).toBeGreaterThan(0);
 
-    const ok = await kept(registerRepository(admin, "app", url, secret));
-    expect(ok.status, ok.text).toBe(200);
-    expect(ok.json.repository).toMatchObject({ name: "app", url, hasCredential: true });
-    await kept(admin.rest.request("GET", "/v1/admin/repositories"));
+      const ok = await kept(registerRepository(admin, "app", url, secret));
+      expect(ok.status, ok.text).toBe(200);
+      expect(ok.json.repository).toMatchObject({ name: "app", url, hasCredential: true });
+      await kept(admin.rest.request("GET", "/v1/admin/repositories"));
 
-    const base = (await origin.branchHead("main"))!;
-    const lease = await leaseCodeJob(cp, admin, "w1", "r1", {
-      kind: "agent",
-      repository: "app",
-      targetBranch: "main",
-    });
-    expect(lease.lease.job.baseCommit).toBe(base);
-    expect((await kept(requestHead(lease.runner, lease.jobId, lease.token))).json.commit).toBe(
-      base,
-    );
-    expect(
-      (await kept(requestBundle(lease.runner, lease.jobId, lease.token, "base", base))).status,
-    ).toBe(200);
-    await kept(requestBundle(lease.runner, lease.jobId, lease.token, "head", "0".repeat(40)));
+      const base = (await origin.branchHead("main"))!;
+      const lease = await leaseCodeJob(cp, admin, "w1", "r1", {
+        kind: "agent",
+        repository: "app",
+        targetBranch: "main",
+      });
+      expect(lease.lease.job.baseCommit).toBe(base);
+      expect((await kept(requestHead(lease.runner, lease.jobId, lease.token))).json.commit).toBe(
+        base,
+      );
+      expect(
+        (await kept(requestBundle(lease.runner, lease.jobId, lease.token, "base", base))).status,
+      ).toBe(200);
+      await kept(requestBundle(lease.runner, lease.jobId, lease.token, "head", "0".repeat(40)));
 
-    const client = createTestClient(
-      RunnerService,
-      cp.url,
-      cp.pki.ca.certPem,
-      await cp.pki.runner("r1", "w1"),
-      "grpc",
-    );
-    const dir = join(scratch, "agent");
-    await checkoutBase(
-      {
-        jobId: lease.jobId,
-        leaseToken: lease.token,
-        baseCommit: base,
-        baseTree: lease.lease.job.baseTree!,
-      },
-      { client, dir },
-    );
-    await git(dir, ["commit", "--quiet", "--allow-empty", "-m", "agent"]);
-    await git(dir, ["bundle", "create", "--quiet", "out.bundle", "HEAD", `^${base}`]);
-    const published = await kept(
-      publishBundle(
-        lease.runner,
-        lease.jobId,
-        lease.token,
-        await readFile(join(dir, "out.bundle")),
-      ),
-    );
-    expect(published.status, published.text).toBe(200);
-    expect(await origin.branchHead(`forelead/jobs/${lease.jobId}`)).toBe(published.json.commit); // pushed over https with the credential
-    await kept(admin.job(lease.jobId));
-    await lease.runner.close();
+      const client = createTestClient(
+        RunnerService,
+        cp.url,
+        cp.pki.ca.certPem,
+        await cp.pki.runner("r1", "w1"),
+        "grpc",
+      );
+      const dir = join(scratch, "agent");
+      await checkoutBase(
+        {
+          jobId: lease.jobId,
+          leaseToken: lease.token,
+          baseCommit: base,
+          baseTree: lease.lease.job.baseTree!,
+        },
+        { client, dir },
+      );
+      await git(dir, ["commit", "--quiet", "--allow-empty", "-m", "agent"]);
+      await git(dir, ["bundle", "create", "--quiet", "out.bundle", "HEAD", `^${base}`]);
+      const published = await kept(
+        publishBundle(
+          lease.runner,
+          lease.jobId,
+          lease.token,
+          await readFile(join(dir, "out.bundle")),
+        ),
+      );
+      expect(published.status, published.text).toBe(200);
+      // pushed over https with the credential
+      expect(await origin.branchHead(`forelead/jobs/${lease.jobId}`)).toBe(published.json.commit);
+      await kept(admin.job(lease.jobId));
+      await lease.runner.close();
 
-    const everything = [
-      ...replies.map((r) => `${JSON.stringify(r.headers)} ${r.text}`),
-      ...logged,
-      await readFile(join(scratch, "argv.log"), "utf8"),
-      JSON.stringify((await sql`select * from audit_records`.execute(cp.plane.store.db)).rows),
-      JSON.stringify((await sql`select * from jobs`.execute(cp.plane.store.db)).rows),
-    ].join("\n");
-    expect(everything).toContain("ls-remote"); // the argv log did record the control plane's git calls
-    expect(everything).not.toContain(secret);
-    expect(everything).not.toContain(wrongSecret);
-    // The askpass directories are gone once each git call ends.
-    expect((await readdir(tmpdir())).filter((f) => f.startsWith("forelead-git-"))).toEqual([]);
-  });
+      const everything = [
+        ...replies.map((r) => `${JSON.stringify(r.headers)} ${r.text}`),
+        ...logged,
+        await readFile(join(scratch, "argv.log"), "utf8"),
+        JSON.stringify((await sql`select * from audit_records`.execute(cp.plane.store.db)).rows),
+        JSON.stringify((await sql`select * from jobs`.execute(cp.plane.store.db)).rows),
+      ].join("\n");
+      // the argv log did record the control plane's git calls
+      expect(everything).toContain("ls-remote");
+      expect(everything).not.toContain(secret);
+      expect(everything).not.toContain(wrongSecret);
+      // The askpass directories are gone once each git call ends.
+      expect((await readdir(tmpdir())).filter((f) => f.startsWith("forelead-git-"))).toEqual([]);
+    },
+  );
 });

@@ -46,46 +46,50 @@ async function originBundle(name: string, ...revs: string[]): Promise<Buffer> {
 }
 
 describe(`bundle cap (${databaseKind})`, () => {
-  it("a base bundle of a 300 KiB repository over a 256 KiB cap is refused with 413 before any byte, and leaves no file behind", async () => {
-    const ws = freshWorkspace();
-    const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "r1", {
-      repository: "app",
-      targetBranch: "huge",
-    });
-    const reply = await requestBundle(runner, jobId, token, "base", lease.job.baseCommit!);
-    expect(reply.status, reply.text.slice(0, 200)).toBe(413);
-    expect(reply.headers["content-type"]).toBe("application/json");
-    expect(reply.json).toEqual({
-      code: "resource_exhausted",
-      message: `the bundle of ${lease.job.baseCommit} is larger than the 256 KiB cap on bundles; it was not sent`,
-    });
-    expect(await readdir(join(codeDir, "scratch"))).toEqual([]);
+  it(
+    "a base bundle of a 300 KiB repository over a 256 KiB cap is refused " +
+      "with 413 before any byte, and leaves no file behind",
+    async () => {
+      const ws = freshWorkspace();
+      const { runner, jobId, token, lease } = await leaseCodeJob(cp, admin, ws, "r1", {
+        repository: "app",
+        targetBranch: "huge",
+      });
+      const reply = await requestBundle(runner, jobId, token, "base", lease.job.baseCommit!);
+      expect(reply.status, reply.text.slice(0, 200)).toBe(413);
+      expect(reply.headers["content-type"]).toBe("application/json");
+      expect(reply.json).toEqual({
+        code: "resource_exhausted",
+        message: `the bundle of ${lease.job.baseCommit} is larger than the 256 KiB cap on bundles; it was not sent`,
+      });
+      expect(await readdir(join(codeDir, "scratch"))).toEqual([]);
 
-    const client = createTestClient(
-      RunnerService,
-      cp.url,
-      cp.pki.ca.certPem,
-      await cp.pki.runner("r1", ws),
-      "connect-binary",
-    );
-    let received = 0;
-    const err = await (async () => {
-      for await (const c of client.codeBundle({
-        apiVersion: "v1",
-        jobId,
-        leaseToken: token,
-        kind: "base",
-        commit: lease.job.baseCommit!,
-      }))
-        received += c.data.length;
-    })().then(
-      () => undefined,
-      (e) => ConnectError.from(e),
-    );
-    expect(err?.code).toBe(Code.ResourceExhausted);
-    expect(received).toBe(0);
-    await runner.close();
-  });
+      const client = createTestClient(
+        RunnerService,
+        cp.url,
+        cp.pki.ca.certPem,
+        await cp.pki.runner("r1", ws),
+        "connect-binary",
+      );
+      let received = 0;
+      const err = await (async () => {
+        for await (const c of client.codeBundle({
+          apiVersion: "v1",
+          jobId,
+          leaseToken: token,
+          kind: "base",
+          commit: lease.job.baseCommit!,
+        }))
+          received += c.data.length;
+      })().then(
+        () => undefined,
+        (e) => ConnectError.from(e),
+      );
+      expect(err?.code).toBe(Code.ResourceExhausted);
+      expect(received).toBe(0);
+      await runner.close();
+    },
+  );
 
   it("a publish bundle over the cap is refused with 413 and nothing is pushed", async () => {
     const ws = freshWorkspace();
@@ -109,59 +113,65 @@ describe(`bundle cap (${databaseKind})`, () => {
 });
 
 describe(`corrupt publish bundles (${databaseKind})`, () => {
-  it("a corrupt, truncated, foreign or empty bundle, or one without its lease headers, is refused with 400 and the repository is unchanged", async () => {
-    const ws = freshWorkspace();
-    const { runner, jobId, token } = await leaseCodeJob(cp, admin, ws, "a2", {
-      kind: "agent",
-      repository: "app",
-      targetBranch: "main",
-    });
-    await git(origin.work, ["checkout", "--quiet", "-B", "candidate", "main"]);
-    await git(origin.work, ["commit", "--quiet", "--allow-empty", "-m", "candidate"]);
-    const good = await originBundle("good.bundle", "candidate", "^main");
-    const headerEnd = good.indexOf("\n\n") + 2;
-    const flipped = Buffer.from(good);
-    for (let i = headerEnd + 12; i < flipped.length - 20; i += 7) flipped[i] = flipped[i]! ^ 0xff; // the pack's bytes, header intact
-    const before = await origin.refs();
-    const cases: Array<[string, Buffer, string]> = [
-      ["flipped pack bytes", flipped, "the bundle"],
-      ["truncated", good.subarray(0, good.length - 30), "the bundle"],
-      ["not a bundle", Buffer.from("hello, this is not a git bundle\n"), "does not verify"],
-      ["empty body", Buffer.alloc(0), "the request body is empty"],
-    ];
-    for (const [what, bytes, message] of cases) {
-      const reply = await publishBundle(runner, jobId, token, bytes);
-      expect(reply.status, `${what}: ${reply.text}`).toBe(400);
-      expect(reply.json.message, what).toContain(message);
-      expect(await origin.refs(), what).toBe(before);
-    }
-    const noVersion = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
-      "content-type": "application/x-git-bundle",
-      "forelead-job-id": jobId,
-      "forelead-lease-token": token,
-    });
-    expect(noVersion.status).toBe(400);
-    expect(noVersion.json.message).toContain("apiVersion is required");
-    const noToken = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
-      "content-type": "application/x-git-bundle",
-      "forelead-api-version": "v1",
-      "forelead-job-id": jobId,
-    });
-    expect(noToken.status).toBe(400);
-    expect(noToken.json.message).toContain("leaseToken is required");
-    const wrongType = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
-      "content-type": "application/json",
-      "forelead-api-version": "v1",
-      "forelead-job-id": jobId,
-      "forelead-lease-token": token,
-    });
-    expect(wrongType.status).toBe(400);
-    expect(wrongType.json.message).toContain("send the request body as application/x-git-bundle");
-    expect((await admin.job(jobId)).json.job.publishedCommit).toBeUndefined();
-    // The same lease then publishes the good bundle: refusals left nothing behind that gets in the way.
-    const ok = await publishBundle(runner, jobId, token, good);
-    expect(ok.status, ok.text).toBe(200);
-    expect(await origin.branchHead(`forelead/jobs/${jobId}`)).toBe(ok.json.commit);
-    await runner.close();
-  });
+  it(
+    "a corrupt, truncated, foreign or empty bundle, or one without its lease " +
+      "headers, is refused with 400 and the repository is unchanged",
+    async () => {
+      const ws = freshWorkspace();
+      const { runner, jobId, token } = await leaseCodeJob(cp, admin, ws, "a2", {
+        kind: "agent",
+        repository: "app",
+        targetBranch: "main",
+      });
+      await git(origin.work, ["checkout", "--quiet", "-B", "candidate", "main"]);
+      await git(origin.work, ["commit", "--quiet", "--allow-empty", "-m", "candidate"]);
+      const good = await originBundle("good.bundle", "candidate", "^main");
+      const headerEnd = good.indexOf("\n\n") + 2;
+      const flipped = Buffer.from(good);
+      // the pack's bytes, header intact
+      for (let i = headerEnd + 12; i < flipped.length - 20; i += 7) flipped[i] = flipped[i]! ^ 0xff;
+      const before = await origin.refs();
+      const cases: Array<[string, Buffer, string]> = [
+        ["flipped pack bytes", flipped, "the bundle"],
+        ["truncated", good.subarray(0, good.length - 30), "the bundle"],
+        ["not a bundle", Buffer.from("hello, this is not a git bundle\n"), "does not verify"],
+        ["empty body", Buffer.alloc(0), "the request body is empty"],
+      ];
+      for (const [what, bytes, message] of cases) {
+        const reply = await publishBundle(runner, jobId, token, bytes);
+        expect(reply.status, `${what}: ${reply.text}`).toBe(400);
+        expect(reply.json.message, what).toContain(message);
+        expect(await origin.refs(), what).toBe(before);
+      }
+      const noVersion = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
+        "content-type": "application/x-git-bundle",
+        "forelead-job-id": jobId,
+        "forelead-lease-token": token,
+      });
+      expect(noVersion.status).toBe(400);
+      expect(noVersion.json.message).toContain("apiVersion is required");
+      const noToken = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
+        "content-type": "application/x-git-bundle",
+        "forelead-api-version": "v1",
+        "forelead-job-id": jobId,
+      });
+      expect(noToken.status).toBe(400);
+      expect(noToken.json.message).toContain("leaseToken is required");
+      const wrongType = await runner.rest.request("POST", "/v1/runner/agent/publish", good, {
+        "content-type": "application/json",
+        "forelead-api-version": "v1",
+        "forelead-job-id": jobId,
+        "forelead-lease-token": token,
+      });
+      expect(wrongType.status).toBe(400);
+      expect(wrongType.json.message).toContain("send the request body as application/x-git-bundle");
+      expect((await admin.job(jobId)).json.job.publishedCommit).toBeUndefined();
+      // The same lease then publishes the good bundle: refusals left nothing behind that gets in the
+      // way.
+      const ok = await publishBundle(runner, jobId, token, good);
+      expect(ok.status, ok.text).toBe(200);
+      expect(await origin.branchHead(`forelead/jobs/${jobId}`)).toBe(ok.json.commit);
+      await runner.close();
+    },
+  );
 });

@@ -38,7 +38,9 @@ afterAll(async () => {
   await origin?.remove();
 });
 
-/** The reply is a JSON error with `status` whose message contains `message`, and no bundle bytes. */
+/**
+ * The reply is a JSON error with `status` whose message contains `message`, and no bundle bytes.
+ */
 function refused(
   reply: {
     status: number;
@@ -55,48 +57,52 @@ function refused(
 }
 
 describe(`code/bundle refusals (${databaseKind})`, () => {
-  it("refuses a missing or foreign lease token, a malformed commit and an unknown kind, each saying which", async () => {
-    const { runner, jobId, token } = checkout;
-    const noToken = await runner.rest.request("POST", "/v1/runner/code/bundle", {
-      apiVersion: "v1",
-      jobId,
-      kind: "base",
-      commit: base,
-    });
-    refused(noToken, 400, "leaseToken is required");
-    refused(
-      await requestBundle(runner, jobId, "not-a-lease", "base", base),
-      409,
-      `the lease token is not a lease of this runner on job ${jobId}`,
-    );
-    refused(
-      await requestBundle(runner, jobId, agent.token, "base", base),
-      409,
-      `the lease token is not a lease of this runner on job ${jobId}`,
-    );
-    refused(
-      await requestBundle(runner, jobId, token, "tip", base),
-      400,
-      'kind "tip" is not a bundle kind; use "base", "head" or "published"',
-    );
-    refused(await requestBundle(runner, jobId, token, "base", ""), 400, "commit is required");
-    refused(
-      await requestBundle(runner, jobId, token, "base", "main"),
-      400,
-      'commit "main" is not a full commit id',
-    );
-    refused(
-      await runner.rest.request("POST", "/v1/runner/code/bundle", {
-        apiVersion: "v2",
+  it(
+    "refuses a missing or foreign lease token, a malformed commit and an " +
+      "unknown kind, each saying which",
+    async () => {
+      const { runner, jobId, token } = checkout;
+      const noToken = await runner.rest.request("POST", "/v1/runner/code/bundle", {
+        apiVersion: "v1",
         jobId,
-        leaseToken: token,
         kind: "base",
         commit: base,
-      }),
-      400,
-      'apiVersion "v2" is not supported',
-    );
-  });
+      });
+      refused(noToken, 400, "leaseToken is required");
+      refused(
+        await requestBundle(runner, jobId, "not-a-lease", "base", base),
+        409,
+        `the lease token is not a lease of this runner on job ${jobId}`,
+      );
+      refused(
+        await requestBundle(runner, jobId, agent.token, "base", base),
+        409,
+        `the lease token is not a lease of this runner on job ${jobId}`,
+      );
+      refused(
+        await requestBundle(runner, jobId, token, "tip", base),
+        400,
+        'kind "tip" is not a bundle kind; use "base", "head" or "published"',
+      );
+      refused(await requestBundle(runner, jobId, token, "base", ""), 400, "commit is required");
+      refused(
+        await requestBundle(runner, jobId, token, "base", "main"),
+        400,
+        'commit "main" is not a full commit id',
+      );
+      refused(
+        await runner.rest.request("POST", "/v1/runner/code/bundle", {
+          apiVersion: "v2",
+          jobId,
+          leaseToken: token,
+          kind: "base",
+          commit: base,
+        }),
+        400,
+        'apiVersion "v2" is not supported',
+      );
+    },
+  );
 
   it("refuses another runner's lease: 409 in the same workspace, 404 from another workspace", async () => {
     const other = await runnerActor(cp, "r2", "wc");
@@ -143,7 +149,8 @@ describe(`code/bundle refusals (${databaseKind})`, () => {
       409,
       `is not the current head ${base} of branch "main"`,
     );
-    expect((await requestBundle(runner, jobId, token, "base", base)).status).toBe(200); // the permitted one is served
+    // the permitted one is served
+    expect((await requestBundle(runner, jobId, token, "base", base)).status).toBe(200);
   });
 
   it("refuses a published bundle before the agent job published anything", async () => {

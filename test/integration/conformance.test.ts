@@ -9,7 +9,10 @@ const forelead = join(process.cwd(), "bin/forelead.js");
 const brokenRunner = join(process.cwd(), "test/fixtures/broken-runner.mjs");
 const executors = await executorsUnderTest();
 
-/** The rows that need a feature the runner declares (src/protocol/features.ts), and the reason each is skipped for a runner declaring none. */
+/**
+ * The rows that need a feature the runner declares (src/protocol/features.ts), and the reason each
+ * is skipped for a runner declaring none.
+ */
 const featureRows = ["progress", "result", "suspend"];
 const undeclaredReasons = [
   "the runner does not declare progress-v1",
@@ -65,7 +68,10 @@ describe("forelead conformance", () => {
       `passes for forelead runner with the ${executor} executor`,
       { timeout: 360_000 },
       async () => {
-        const runner = `${process.execPath} ${forelead} runner --server {server} --ca {ca} --cert {cert} --key {key} --executor ${executor} --slots 1 --work-dir {workDir} --grace-seconds 1 --sample-interval-ms 0`;
+        const runner =
+          `${process.execPath} ${forelead} runner --server {server} --ca {ca} ` +
+          `--cert {cert} --key {key} --executor ${executor} --slots 1 --work-dir ` +
+          `{workDir} --grace-seconds 1 --sample-interval-ms 0`;
         const { rows, exitCode, stderr } = await conformance(runner, [
           "--executor",
           executor,

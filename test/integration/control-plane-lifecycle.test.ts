@@ -10,7 +10,10 @@ import { startTestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
 
 const fixture = fileURLToPath(new URL("../support/failed-start.ts", import.meta.url));
-/** A bound on the child's whole run (two starts), not a timing assertion: past it, something kept the process alive. */
+/**
+ * A bound on the child's whole run (two starts), not a timing assertion: past it, something kept
+ * the process alive.
+ */
 const childBoundMs = 60_000;
 
 describe(`a start that fails part way closes what it opened (${databaseKind})`, () => {
@@ -34,7 +37,9 @@ describe(`a start that fails part way closes what it opened (${databaseKind})`, 
   });
 
   it(
-    "a start on a port already in use fails naming the address; its process then ends on its own, its temporary directories are gone, and the next start on the same database serves",
+    "a start on a port already in use fails naming the address; its process " +
+      "then ends on its own, its temporary directories are gone, and the next " +
+      "start on the same database serves",
     async () => {
       const scratch = join(dir, "tmp");
       await mkdir(scratch);
@@ -71,7 +76,10 @@ describe(`a start that fails part way closes what it opened (${databaseKind})`, 
   );
 });
 
-/** Runs a process until it exits by itself; fails (and kills it) if it is still running after childBoundMs. */
+/**
+ * Runs a process until it exits by itself; fails (and kills it) if it is still running after
+ * childBoundMs.
+ */
 function runToEnd(
   command: string,
   args: string[],
@@ -87,7 +95,8 @@ function runToEnd(
       child.kill("SIGKILL");
       reject(
         new Error(
-          `the process was still running ${childBoundMs} ms after it started: something it opened kept it alive\n${stdout}\n${stderr}`,
+          `the process was still running ${childBoundMs} ms after it started: ` +
+            `something it opened kept it alive\n${stdout}\n${stderr}`,
         ),
       );
     }, childBoundMs);

@@ -51,63 +51,74 @@ const logText = (p: DashboardPage) =>
 /** Waits until the page shows `selector` holding `text`. */
 async function shows(p: DashboardPage, selector: string, text: string): Promise<void> {
   // A string: it runs in the page, where the DOM is (this file is typed for node).
-  const found = `[...document.querySelectorAll(${JSON.stringify(selector)})].some((e) => (e.textContent ?? "").includes(${JSON.stringify(text)}))`;
+  const found =
+    `[...document.querySelectorAll(${JSON.stringify(selector)})].some((e) => ` +
+    `(e.textContent ?? "").includes(${JSON.stringify(text)}))`;
   await waitForDom(p.page, found, 20_000).catch(async (err: Error) => {
     // Say what the page showed instead, and what it logged.
     const seen = await p.page.evaluate(`document.querySelector("main")?.innerText`).catch(() => "");
     throw new Error(
-      `the page shows no ${selector} with ${JSON.stringify(text)} (${err.message}); it shows:\n${String(seen)}\nerrors: ${JSON.stringify(p.errors)}`,
+      `the page shows no ${selector} with ${JSON.stringify(text)} ` +
+        `(${err.message}); it shows:\n${String(seen)}\nerrors: ` +
+        `${JSON.stringify(p.errors)}`,
     );
   });
 }
 
 describe("the job page", () => {
-  it("shows a log line as the job prints it, while the job still runs, then the rest once it goes on, coloured and never as markup", async () => {
-    const gate = join(dir, "go");
-    const script = [
-      "echo 'first line'",
-      `echo '<img src=x onerror="window.pwned=1"><b>bold?</b>'`,
-      `while [ ! -e "$GATE" ]; do sleep 0.05; done`,
-      "printf '\\033[32msecond line\\033[0m\\n'",
-    ].join("; ");
-    const jobId = await jobs.enqueue(ws, "process", {
-      argv: ["sh", "-c", script],
-      env: { GATE: gate },
-    });
-    const p = await dash.newPage();
-    await p.open(`#/jobs/${jobId}`);
-    await shows(p, ".log", "first line");
-    // The job is blocked on the gate: it is running, and the line after the gate is not there.
-    await shows(p, "[data-state-badge]", "running");
-    await shows(p, "[data-runner]", runner.client.runnerId);
-    expect(await logText(p)).not.toContain("second line");
-    // The hostile line is text: no element came out of it, no handler ran.
-    await shows(p, ".log", '<img src=x onerror="window.pwned=1"><b>bold?</b>');
-    expect(await p.page.$$eval(".log img, .log b, .log script", (e) => e.length)).toBe(0);
-    expect(await p.page.evaluate("window.pwned")).toBeUndefined();
+  it(
+    "shows a log line as the job prints it, while the job still runs, then " +
+      "the rest once it goes on, coloured and never as markup",
+    async () => {
+      const gate = join(dir, "go");
+      const script = [
+        "echo 'first line'",
+        `echo '<img src=x onerror="window.pwned=1"><b>bold?</b>'`,
+        `while [ ! -e "$GATE" ]; do sleep 0.05; done`,
+        "printf '\\033[32msecond line\\033[0m\\n'",
+      ].join("; ");
+      const jobId = await jobs.enqueue(ws, "process", {
+        argv: ["sh", "-c", script],
+        env: { GATE: gate },
+      });
+      const p = await dash.newPage();
+      await p.open(`#/jobs/${jobId}`);
+      await shows(p, ".log", "first line");
+      // The job is blocked on the gate: it is running, and the line after the gate is not there.
+      await shows(p, "[data-state-badge]", "running");
+      await shows(p, "[data-runner]", runner.client.runnerId);
+      expect(await logText(p)).not.toContain("second line");
+      // The hostile line is text: no element came out of it, no handler ran.
+      await shows(p, ".log", '<img src=x onerror="window.pwned=1"><b>bold?</b>');
+      expect(await p.page.$$eval(".log img, .log b, .log script", (e) => e.length)).toBe(0);
+      expect(await p.page.evaluate("window.pwned")).toBeUndefined();
 
-    // Resource samples arrive on the job's events stream while it runs; the chart shows them.
-    await p.page.waitForSelector("[data-samples] ~ .chart canvas");
-    await writeFile(gate, "");
-    await shows(p, ".log", "second line");
-    expect(await p.page.$eval(".log .ansi-green-fg", (e) => e.textContent)).toBe("second line");
-    // The job's end comes through the event stream: state, timeline and attempt update in place.
-    await shows(p, "[data-state-badge]", "succeeded");
-    await shows(p, ".timeline", "exited");
-    await shows(p, ".attempts", "exit 0");
-    await shows(p, ".follow", "complete");
-    expect(await logText(p)).toBe(
-      `first line\n<img src=x onerror="window.pwned=1"><b>bold?</b>\nsecond line\n`,
-    );
-    await p.screenshot("job");
-    expect(p.errors).toEqual([]);
-    // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
-    await p.close();
-  }, 90_000);
+      // Resource samples arrive on the job's events stream while it runs; the chart shows them.
+      await p.page.waitForSelector("[data-samples] ~ .chart canvas");
+      await writeFile(gate, "");
+      await shows(p, ".log", "second line");
+      expect(await p.page.$eval(".log .ansi-green-fg", (e) => e.textContent)).toBe("second line");
+      // The job's end comes through the event stream: state, timeline and attempt update in place.
+      await shows(p, "[data-state-badge]", "succeeded");
+      await shows(p, ".timeline", "exited");
+      await shows(p, ".attempts", "exit 0");
+      await shows(p, ".follow", "complete");
+      expect(await logText(p)).toBe(
+        `first line\n<img src=x onerror="window.pwned=1"><b>bold?</b>\nsecond line\n`,
+      );
+      await p.screenshot("job");
+      expect(p.errors).toEqual([]);
+      // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+      await p.close();
+    },
+    90_000,
+  );
 
   it("resumes the log after its connection drops, with no line shown twice and none lost", async () => {
     const [one, two] = [join(dir, "one"), join(dir, "two")];
-    const script = `echo 'line one'; while [ ! -e "$ONE" ]; do sleep 0.05; done; echo 'line two'; while [ ! -e "$TWO" ]; do sleep 0.05; done; echo 'line three'`;
+    const script =
+      `echo 'line one'; while [ ! -e "$ONE" ]; do sleep 0.05; done; echo 'line ` +
+      `two'; while [ ! -e "$TWO" ]; do sleep 0.05; done; echo 'line three'`;
     const jobId = await jobs.enqueue(ws, "process", {
       argv: ["sh", "-c", script],
       env: { ONE: one, TWO: two },
@@ -183,89 +194,99 @@ describe("the job page", () => {
     }
   }, 90_000);
 
-  it("cancels a running job after a confirmation; an identity without the enqueue role is refused and the page says so", async () => {
-    const jobId = await jobs.enqueue(ws, "process", {
-      argv: ["sh", "-c", "echo started; exec sleep 60"],
-    });
-    const reader = await dash.newPage({
-      url: await dash.dashboardAs(await dash.cp.pki.service("dash-reader")),
-    });
-    await reader.open(`#/jobs/${jobId}`);
-    await shows(reader, ".log", "started");
-    await reader.page.click(".cancel button[data-action]");
-    await reader.page.waitForSelector(".cancel dialog[open]");
-    await reader.page.click(".cancel dialog button[data-confirm=yes]");
-    await reader.page.waitForSelector(".cancel .error[data-code=permission_denied]");
-    expect(await reader.page.$eval(".cancel .error", (e) => e.textContent)).toContain(
-      "permission_denied",
-    );
+  it(
+    "cancels a running job after a confirmation; an identity without the " +
+      "enqueue role is refused and the page says so",
+    async () => {
+      const jobId = await jobs.enqueue(ws, "process", {
+        argv: ["sh", "-c", "echo started; exec sleep 60"],
+      });
+      const reader = await dash.newPage({
+        url: await dash.dashboardAs(await dash.cp.pki.service("dash-reader")),
+      });
+      await reader.open(`#/jobs/${jobId}`);
+      await shows(reader, ".log", "started");
+      await reader.page.click(".cancel button[data-action]");
+      await reader.page.waitForSelector(".cancel dialog[open]");
+      await reader.page.click(".cancel dialog button[data-confirm=yes]");
+      await reader.page.waitForSelector(".cancel .error[data-code=permission_denied]");
+      expect(await reader.page.$eval(".cancel .error", (e) => e.textContent)).toContain(
+        "permission_denied",
+      );
 
-    const p = await dash.newPage();
-    await p.open(`#/jobs/${jobId}`);
-    await shows(p, "[data-state-badge]", "running");
-    await p.page.click(".cancel button[data-action]");
-    await p.page.waitForSelector(".cancel dialog[open]");
-    // Escape closes the dialog without cancelling (keyboard use).
-    await p.page.keyboard.press("Escape");
-    await p.page.waitForSelector(".cancel dialog:not([open])");
-    await p.page.click(".cancel button[data-action]");
-    await p.page.waitForSelector(".cancel dialog[open]");
-    await p.page.click(".cancel dialog button[data-confirm=yes]");
-    await shows(p, "[data-state-badge]", "cancelled");
-    await shows(p, ".timeline", "cancel requested");
-    // The reader's page followed it too, from the event stream.
-    await shows(reader, "[data-state-badge]", "cancelled");
-    expect((await jobs.settled(jobId)).state).toBe("cancelled");
-    expect(p.errors).toEqual([]);
-    await reader.close();
-    // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
-    await p.close();
-  }, 90_000);
+      const p = await dash.newPage();
+      await p.open(`#/jobs/${jobId}`);
+      await shows(p, "[data-state-badge]", "running");
+      await p.page.click(".cancel button[data-action]");
+      await p.page.waitForSelector(".cancel dialog[open]");
+      // Escape closes the dialog without cancelling (keyboard use).
+      await p.page.keyboard.press("Escape");
+      await p.page.waitForSelector(".cancel dialog:not([open])");
+      await p.page.click(".cancel button[data-action]");
+      await p.page.waitForSelector(".cancel dialog[open]");
+      await p.page.click(".cancel dialog button[data-confirm=yes]");
+      await shows(p, "[data-state-badge]", "cancelled");
+      await shows(p, ".timeline", "cancel requested");
+      // The reader's page followed it too, from the event stream.
+      await shows(reader, "[data-state-badge]", "cancelled");
+      expect((await jobs.settled(jobId)).state).toBe("cancelled");
+      expect(p.errors).toEqual([]);
+      await reader.close();
+      // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+      await p.close();
+    },
+    90_000,
+  );
 });
 
 describe("the jobs page", () => {
-  it("lists jobs with their states and a queued job's waiting reason, filters them, and shows a new job live", async () => {
-    const stuck = await jobs.enqueue(ws, "process", { argv: ["true"] }, { labels: ["gpu"] });
-    const p = await dash.newPage();
-    await p.open("#/jobs");
-    await p.page.waitForSelector(`tr[data-job="${stuck}"]`);
-    expect(
-      await p.page.$eval(`tr[data-job="${stuck}"] [data-state-badge]`, (e) => e.textContent),
-    ).toBe("queued");
-    const waiting = await p.page.$eval(`tr[data-job="${stuck}"] [data-waiting]`, (e) => ({
-      code: e.getAttribute("data-waiting"),
-      text: e.textContent,
-    }));
-    expect(waiting.code).toBe("missing_labels");
-    expect(waiting.text).toContain("gpu");
-    const states = await p.page.$$eval("tr[data-job]", (rows) =>
-      rows.map((r) => r.getAttribute("data-state")),
-    );
-    expect(states).toEqual(expect.arrayContaining(["queued", "succeeded", "cancelled"]));
-    await p.screenshot("jobs");
+  it(
+    "lists jobs with their states and a queued job's waiting reason, filters " +
+      "them, and shows a new job live",
+    async () => {
+      const stuck = await jobs.enqueue(ws, "process", { argv: ["true"] }, { labels: ["gpu"] });
+      const p = await dash.newPage();
+      await p.open("#/jobs");
+      await p.page.waitForSelector(`tr[data-job="${stuck}"]`);
+      expect(
+        await p.page.$eval(`tr[data-job="${stuck}"] [data-state-badge]`, (e) => e.textContent),
+      ).toBe("queued");
+      const waiting = await p.page.$eval(`tr[data-job="${stuck}"] [data-waiting]`, (e) => ({
+        code: e.getAttribute("data-waiting"),
+        text: e.textContent,
+      }));
+      expect(waiting.code).toBe("missing_labels");
+      expect(waiting.text).toContain("gpu");
+      const states = await p.page.$$eval("tr[data-job]", (rows) =>
+        rows.map((r) => r.getAttribute("data-state")),
+      );
+      expect(states).toEqual(expect.arrayContaining(["queued", "succeeded", "cancelled"]));
+      await p.screenshot("jobs");
 
-    // A job enqueued now appears without a reload: the page follows the event stream.
-    const fresh = await jobs.enqueue("dj-other", "process", { argv: ["true"] });
-    await p.page.waitForSelector(`tr[data-job="${fresh}"]`);
+      // A job enqueued now appears without a reload: the page follows the event stream.
+      const fresh = await jobs.enqueue("dj-other", "process", { argv: ["true"] });
+      await p.page.waitForSelector(`tr[data-job="${fresh}"]`);
 
-    // The state filter (keyboard: the form submits with Enter).
-    await p.page.select("select[name=state]", "queued");
-    await p.page.focus("input[name=workspace]");
-    await p.page.keyboard.type(ws);
-    await p.page.keyboard.press("Enter");
-    await waitForDom(p.page, `!document.querySelector('tr[data-job="${fresh}"]')`, 30_000);
-    const shown = await p.page.$$eval("tr[data-job]", (rows) =>
-      rows.map((r) => [r.getAttribute("data-job"), r.getAttribute("data-state")]),
-    );
-    expect(shown).toEqual([[stuck, "queued"]]);
-    // The link leads to the job's page.
-    await p.page.click(`tr[data-job="${stuck}"] a`);
-    await shows(p, "main h1", stuck);
-    await shows(p, ".waiting", "gpu");
-    expect(p.errors).toEqual([]);
-    // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
-    await p.close();
-  }, 90_000);
+      // The state filter (keyboard: the form submits with Enter).
+      await p.page.select("select[name=state]", "queued");
+      await p.page.focus("input[name=workspace]");
+      await p.page.keyboard.type(ws);
+      await p.page.keyboard.press("Enter");
+      await waitForDom(p.page, `!document.querySelector('tr[data-job="${fresh}"]')`, 30_000);
+      const shown = await p.page.$$eval("tr[data-job]", (rows) =>
+        rows.map((r) => [r.getAttribute("data-job"), r.getAttribute("data-state")]),
+      );
+      expect(shown).toEqual([[stuck, "queued"]]);
+      // The link leads to the job's page.
+      await p.page.click(`tr[data-job="${stuck}"] a`);
+      await shows(p, "main h1", stuck);
+      await shows(p, ".waiting", "gpu");
+      expect(p.errors).toEqual([]);
+      // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+      await p.close();
+    },
+    90_000,
+  );
 
   it("is readable at 320 px: each row a block, nothing wider than the screen", async () => {
     const p = await dash.newPage({ width: 320 });

@@ -35,7 +35,10 @@ declare function getComputedStyle(e: unknown): {
   readonly outlineStyle: string;
 };
 
-/** Waits until `selector`'s text is `expected` (the page updates from the event stream), then returns it. */
+/**
+ * Waits until `selector`'s text is `expected` (the page updates from the event stream), then
+ * returns it.
+ */
 async function textBecomes(page: Page, selector: string, expected: string): Promise<string> {
   await waitForDom(
     page,
@@ -45,7 +48,9 @@ async function textBecomes(page: Page, selector: string, expected: string): Prom
     expected,
   ).catch(async () => {
     throw new Error(
-      `${selector} shows ${JSON.stringify(await page.$eval(selector, (e) => e.textContent).catch(() => "(absent)"))}, not ${JSON.stringify(expected)}`,
+      `${selector} shows ` +
+        `${JSON.stringify(await page.$eval(selector, (e) => e.textContent).catch(() => "(absent)"))}, ` +
+        `not ${JSON.stringify(expected)}`,
     );
   });
   return expected;
@@ -92,130 +97,143 @@ describe("dashboard pages", () => {
     await p.page.waitForSelector(".chart canvas");
     await p.screenshot("overview");
     expect(p.errors).toEqual([]);
-    // Measured (docs/dashboard.md): from navigation start to the first paint and to the status numbers shown.
+    // Measured (docs/dashboard.md): from navigation start to the first paint and to the status
+    // numbers shown.
     const timing = await p.page.evaluate(() => ({
       fcp: performance.getEntriesByName("first-contentful-paint")[0]?.startTime,
       rendered: performance.getEntriesByName("forelead:overview-rendered")[0]?.startTime,
     }));
     expect(timing.rendered).toBeGreaterThan(0);
     console.log(
-      `overview timing: first contentful paint ${timing.fcp?.toFixed(0)} ms, status numbers rendered ${timing.rendered?.toFixed(0)} ms after navigation start`,
+      `overview timing: first contentful paint ${timing.fcp?.toFixed(0)} ms, ` +
+        `status numbers rendered ${timing.rendered?.toFixed(0)} ms after ` +
+        `navigation start`,
     );
   });
 
-  it("runners: ids, leases and labels; pause asks first, then shows the runner paused, and the control plane agrees", async () => {
-    const p = await dash.newPage();
-    await p.open("#/runners");
-    await p.page.waitForSelector("tr[data-runner=r3]");
-    const ids = await p.page.$$eval("tr[data-runner] th code", (els) =>
-      els.map((e) => e.textContent),
-    );
-    expect(ids.sort()).toEqual(["r1", "r2", "r3"]);
-    await textBecomes(p.page, "tr[data-runner=r1] [data-col=leases]", "1 / 1");
-    await textBecomes(p.page, "tr[data-runner=r1] [data-col=state]", "busy");
-    await textBecomes(p.page, "tr[data-runner=r2] [data-col=state]", "idle");
-
-    // "Keep as is" changes nothing.
-    await p.page.click('button[aria-label="Pause runner r2 (w1)"]');
-    await p.page.waitForSelector("tr[data-runner=r2] dialog[open]");
-    await p.page.click("tr[data-runner=r2] dialog[open] [data-confirm=no]");
-    expect(await p.page.$("dialog[open]")).toBeNull();
-    await textBecomes(p.page, "tr[data-runner=r2] [data-col=state]", "idle");
-
-    await p.page.click('button[aria-label="Pause runner r2 (w1)"]');
-    await p.page.waitForSelector("tr[data-runner=r2] dialog[open]");
-    await p.page.type("tr[data-runner=r2] dialog[open] input", "disk check");
-    await p.page.click("tr[data-runner=r2] dialog[open] [data-confirm=yes]");
-    await textBecomes(p.page, "tr[data-runner=r2] [data-col=state]", "paused");
-    await p.page.waitForSelector('button[aria-label="Resume runner r2 (w1)"]');
-
-    const st = await cp.admin.rest.request("GET", "/v1/admin/status");
-    expect(st.json.runners.paused, st.text).toBe("1");
-    const events = await cp.admin.rest.request("GET", "/v1/admin/events?types=runner.paused");
-    const paused = events.text
-      .trim()
-      .split("\n")
-      .map((l) => JSON.parse(l) as { runnerId: string; data: { by: string; reason: string } });
-    expect(paused).toEqual([
-      expect.objectContaining({
-        runnerId: "r2",
-        data: expect.objectContaining({
-          by: "spiffe://forelead/services/test-admin",
-          reason: "disk check",
-        }),
-      }),
-    ]);
-    await p.screenshot("runners");
-    expect(p.errors).toEqual([]);
-  });
-
-  it("audit: search by identity and kind finds an action made through the dashboard, under the operator's identity", async () => {
-    // An action through the dashboard's proxy, as its pages make them (Connect JSON, its own Origin).
-    const paused = await fetch(`${dash.url}/api/forelead.admin.v1.FleetService/PauseWorkspace`, {
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "connect-protocol-version": "1",
-        origin: dash.url,
-      },
-      body: JSON.stringify({ apiVersion: "v1", workspaceId: "w9", reason: "audit test" }),
-    });
-    expect(paused.status, await paused.clone().text()).toBe(200);
-    const p = await dash.newPage();
-    await p.open("#/audit");
-    await p.page.waitForSelector("form[role=search]");
-    await p.page.type("input[name=spiffeId]", "spiffe://forelead/services/test-admin");
-    await p.page.select("select[name=kind]", "action");
-    await p.page.click("form[role=search] button[type=submit]");
-    // The search's rows replace the first (unfiltered) page: every row is the operator's, one is the pause of w9.
-    const rows = async () =>
-      p.page.$$eval("table.audit tbody tr", (trs) =>
-        trs.map((tr) => ({
-          identity: tr.querySelector("[data-col=identity]")?.textContent,
-          text: tr.textContent ?? "",
-        })),
+  it(
+    "runners: ids, leases and labels; pause asks first, then shows the " +
+      "runner paused, and the control plane agrees",
+    async () => {
+      const p = await dash.newPage();
+      await p.open("#/runners");
+      await p.page.waitForSelector("tr[data-runner=r3]");
+      const ids = await p.page.$$eval("tr[data-runner] th code", (els) =>
+        els.map((e) => e.textContent),
       );
-    await waitForDom(
-      p.page,
-      () => {
-        const trs = [...document.querySelectorAll("table.audit tbody tr")];
-        return (
-          trs.length > 0 &&
-          trs.every(
-            (tr) =>
-              tr.querySelector("[data-col=identity]")?.textContent ===
-              "spiffe://forelead/services/test-admin",
-          ) &&
-          trs.some((tr) => tr.textContent?.includes("w9"))
-        );
-      },
-      15_000,
-    ).catch(async () => {
-      throw new Error(`the audit table shows ${JSON.stringify(await rows())}`);
-    });
-    expect((await rows()).find((r) => r.text.includes("w9"))?.text).toMatch(/workspace\.pause/);
+      expect(ids.sort()).toEqual(["r1", "r2", "r3"]);
+      await textBecomes(p.page, "tr[data-runner=r1] [data-col=leases]", "1 / 1");
+      await textBecomes(p.page, "tr[data-runner=r1] [data-col=state]", "busy");
+      await textBecomes(p.page, "tr[data-runner=r2] [data-col=state]", "idle");
 
-    await p.page.select("select[name=kind]", "decision");
-    await p.page.select("select[name=decision]", "allow");
-    await p.page.click("form[role=search] button[type=submit]");
-    await waitForDom(
-      p.page,
-      () => {
-        const trs = [...document.querySelectorAll("table.audit tbody tr")];
-        return (
-          trs.length > 0 &&
-          trs.every(
-            (tr) =>
-              tr.querySelector("[data-col=kind]")?.textContent === "decision" &&
-              tr.querySelector("[data-col=decision]")?.textContent === "allow",
-          )
+      // "Keep as is" changes nothing.
+      await p.page.click('button[aria-label="Pause runner r2 (w1)"]');
+      await p.page.waitForSelector("tr[data-runner=r2] dialog[open]");
+      await p.page.click("tr[data-runner=r2] dialog[open] [data-confirm=no]");
+      expect(await p.page.$("dialog[open]")).toBeNull();
+      await textBecomes(p.page, "tr[data-runner=r2] [data-col=state]", "idle");
+
+      await p.page.click('button[aria-label="Pause runner r2 (w1)"]');
+      await p.page.waitForSelector("tr[data-runner=r2] dialog[open]");
+      await p.page.type("tr[data-runner=r2] dialog[open] input", "disk check");
+      await p.page.click("tr[data-runner=r2] dialog[open] [data-confirm=yes]");
+      await textBecomes(p.page, "tr[data-runner=r2] [data-col=state]", "paused");
+      await p.page.waitForSelector('button[aria-label="Resume runner r2 (w1)"]');
+
+      const st = await cp.admin.rest.request("GET", "/v1/admin/status");
+      expect(st.json.runners.paused, st.text).toBe("1");
+      const events = await cp.admin.rest.request("GET", "/v1/admin/events?types=runner.paused");
+      const paused = events.text
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { runnerId: string; data: { by: string; reason: string } });
+      expect(paused).toEqual([
+        expect.objectContaining({
+          runnerId: "r2",
+          data: expect.objectContaining({
+            by: "spiffe://forelead/services/test-admin",
+            reason: "disk check",
+          }),
+        }),
+      ]);
+      await p.screenshot("runners");
+      expect(p.errors).toEqual([]);
+    },
+  );
+
+  it(
+    "audit: search by identity and kind finds an action made through the " +
+      "dashboard, under the operator's identity",
+    async () => {
+      // An action through the dashboard's proxy, as its pages make them (Connect JSON, its own
+      // Origin).
+      const paused = await fetch(`${dash.url}/api/forelead.admin.v1.FleetService/PauseWorkspace`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          "connect-protocol-version": "1",
+          origin: dash.url,
+        },
+        body: JSON.stringify({ apiVersion: "v1", workspaceId: "w9", reason: "audit test" }),
+      });
+      expect(paused.status, await paused.clone().text()).toBe(200);
+      const p = await dash.newPage();
+      await p.open("#/audit");
+      await p.page.waitForSelector("form[role=search]");
+      await p.page.type("input[name=spiffeId]", "spiffe://forelead/services/test-admin");
+      await p.page.select("select[name=kind]", "action");
+      await p.page.click("form[role=search] button[type=submit]");
+      // The search's rows replace the first (unfiltered) page: every row is the operator's, one is
+      // the pause of w9.
+      const rows = async () =>
+        p.page.$$eval("table.audit tbody tr", (trs) =>
+          trs.map((tr) => ({
+            identity: tr.querySelector("[data-col=identity]")?.textContent,
+            text: tr.textContent ?? "",
+          })),
         );
-      },
-      15_000,
-    );
-    await p.screenshot("audit", { fullPage: false });
-    expect(p.errors).toEqual([]);
-  });
+      await waitForDom(
+        p.page,
+        () => {
+          const trs = [...document.querySelectorAll("table.audit tbody tr")];
+          return (
+            trs.length > 0 &&
+            trs.every(
+              (tr) =>
+                tr.querySelector("[data-col=identity]")?.textContent ===
+                "spiffe://forelead/services/test-admin",
+            ) &&
+            trs.some((tr) => tr.textContent?.includes("w9"))
+          );
+        },
+        15_000,
+      ).catch(async () => {
+        throw new Error(`the audit table shows ${JSON.stringify(await rows())}`);
+      });
+      expect((await rows()).find((r) => r.text.includes("w9"))?.text).toMatch(/workspace\.pause/);
+
+      await p.page.select("select[name=kind]", "decision");
+      await p.page.select("select[name=decision]", "allow");
+      await p.page.click("form[role=search] button[type=submit]");
+      await waitForDom(
+        p.page,
+        () => {
+          const trs = [...document.querySelectorAll("table.audit tbody tr")];
+          return (
+            trs.length > 0 &&
+            trs.every(
+              (tr) =>
+                tr.querySelector("[data-col=kind]")?.textContent === "decision" &&
+                tr.querySelector("[data-col=decision]")?.textContent === "allow",
+            )
+          );
+        },
+        15_000,
+      );
+      await p.screenshot("audit", { fullPage: false });
+      expect(p.errors).toEqual([]);
+    },
+  );
 
   it("an identity without the role sees the control plane's refusal in the page", async () => {
     const reader = await dash.dashboardAs(await cp.pki.service("reader"));
@@ -241,38 +259,42 @@ describe("dashboard pages", () => {
     );
   });
 
-  it("the live stream resumes after a dropped connection: an event from while it was down still updates the page", async () => {
-    // A dashboard of its own, restarted on the same port while the page stays open.
-    const cert = await cp.pki.service("test-admin");
-    const endpoint = {
-      baseUrl: cp.url,
-      ca: cp.pki.ca.certPem,
-      cert: cert.certPem,
-      key: cert.keyPem,
-    };
-    let dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint });
-    try {
-      const p = await dash.newPage({ url: dashboard.url });
-      await p.open("#/overview");
-      await p.page.waitForSelector(".live-live");
-      const before = await p.page.$eval("tr[data-workspace=w2] [data-col=queued]", (e) =>
-        Number(e.textContent),
-      );
-      await dashboard.close();
-      await p.page.waitForSelector(".live-reconnecting");
-      expect(
-        (await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status,
-      ).toBe(200);
-      dashboard = await startDashboard({
-        listen: { host: "127.0.0.1", port: Number(new URL(dashboard.url).port) },
-        endpoint,
-      });
-      await p.page.waitForSelector(".live-live", { timeout: 20_000 });
-      await textBecomes(p.page, "tr[data-workspace=w2] [data-col=queued]", String(before + 1));
-    } finally {
-      await dashboard.close();
-    }
-  });
+  it(
+    "the live stream resumes after a dropped connection: an event from while " +
+      "it was down still updates the page",
+    async () => {
+      // A dashboard of its own, restarted on the same port while the page stays open.
+      const cert = await cp.pki.service("test-admin");
+      const endpoint = {
+        baseUrl: cp.url,
+        ca: cp.pki.ca.certPem,
+        cert: cert.certPem,
+        key: cert.keyPem,
+      };
+      let dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint });
+      try {
+        const p = await dash.newPage({ url: dashboard.url });
+        await p.open("#/overview");
+        await p.page.waitForSelector(".live-live");
+        const before = await p.page.$eval("tr[data-workspace=w2] [data-col=queued]", (e) =>
+          Number(e.textContent),
+        );
+        await dashboard.close();
+        await p.page.waitForSelector(".live-reconnecting");
+        expect(
+          (await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status,
+        ).toBe(200);
+        dashboard = await startDashboard({
+          listen: { host: "127.0.0.1", port: Number(new URL(dashboard.url).port) },
+          endpoint,
+        });
+        await p.page.waitForSelector(".live-live", { timeout: 20_000 });
+        await textBecomes(p.page, "tr[data-workspace=w2] [data-col=queued]", String(before + 1));
+      } finally {
+        await dashboard.close();
+      }
+    },
+  );
 
   it("reads at 320 px: the page does not scroll sideways (tables scroll inside their frame)", async () => {
     const p = await dash.newPage({ width: 320 });
@@ -289,7 +311,9 @@ describe("dashboard pages", () => {
           .slice(0, 8)
           .map(
             (e) =>
-              `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)} ${e.scrollWidth}/${e.clientWidth}`,
+              `${e.tagName}.${e.className} ` +
+              `${Math.round(e.getBoundingClientRect().right)} ` +
+              `${e.scrollWidth}/${e.clientWidth}`,
           ),
       );
       expect(

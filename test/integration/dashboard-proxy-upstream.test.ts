@@ -1,8 +1,8 @@
-// The dashboard's proxy against a control plane that misbehaves on the wire: a stand-in HTTP/2 + TLS
-// server (node:http2, mutual TLS as the control plane's) that resets a call before replying, sends a
-// reply faster than the browser reads it, or replies normally. The real control plane never resets a
-// call unanswered, so these cases need a server that does; the proxy, the certificates and the
-// sockets are the real ones.
+// The dashboard's proxy against a control plane that misbehaves on the wire: a stand-in HTTP/2 +
+// TLS server (node:http2, mutual TLS as the control plane's) that resets a call before replying,
+// sends a reply faster than the browser reads it, or replies normally. The real control plane never
+// resets a call unanswered, so these cases need a server that does; the proxy, the certificates and
+// the sockets are the real ones.
 import {
   constants,
   createSecureServer,
@@ -68,7 +68,10 @@ const behaviours: Record<string, Behaviour> = {
   },
 };
 
-/** One POST through the dashboard, from its own origin; `read: false` leaves the reply's body unread. */
+/**
+ * One POST through the dashboard, from its own origin; `read: false` leaves the reply's body
+ * unread.
+ */
 function post(
   dashboard: Dashboard,
   method: string,
@@ -167,22 +170,27 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
     }
   });
 
-  it("reads the reply at the browser's pace: a browser that stops reading stops the control plane's writes; one that goes away cancels the call", async () => {
-    const { res } = await post(dashboard, "Flood", false);
-    expect(res.statusCode).toBe(200);
-    await eventually(
-      "the stand-in's writes to block",
-      async () => flood.blocked || undefined,
-      10_000,
-    );
-    // Let every buffer on the way fill: what got through is bounded by them, not by the 64 MiB on offer.
-    await new Promise((r) => setTimeout(r, 500));
-    expect(flood.written).toBeLessThanOrEqual(16 << 20);
-    res.destroy();
-    await eventually(
-      "the call to be cancelled upstream",
-      async () => flood.cancelled || undefined,
-      10_000,
-    );
-  });
+  it(
+    "reads the reply at the browser's pace: a browser that stops reading " +
+      "stops the control plane's writes; one that goes away cancels the call",
+    async () => {
+      const { res } = await post(dashboard, "Flood", false);
+      expect(res.statusCode).toBe(200);
+      await eventually(
+        "the stand-in's writes to block",
+        async () => flood.blocked || undefined,
+        10_000,
+      );
+      // Let every buffer on the way fill: what got through is bounded by them, not by the 64 MiB on
+      // offer.
+      await new Promise((r) => setTimeout(r, 500));
+      expect(flood.written).toBeLessThanOrEqual(16 << 20);
+      res.destroy();
+      await eventually(
+        "the call to be cancelled upstream",
+        async () => flood.cancelled || undefined,
+        10_000,
+      );
+    },
+  );
 });

@@ -1,6 +1,6 @@
-// The dashboard's proxy over plain HTTP (no browser): it forwards Connect calls to the control plane
-// with the operator's certificate, refuses other origins and rebound host names, sets the security
-// headers, and `forelead dashboard` refuses a non-loopback listen address.
+// The dashboard's proxy over plain HTTP (no browser): it forwards Connect calls to the control
+// plane with the operator's certificate, refuses other origins and rebound host names, sets the
+// security headers, and `forelead dashboard` refuses a non-loopback listen address.
 import { spawn } from "node:child_process";
 import { request } from "node:http";
 import { createInterface } from "node:readline";
@@ -120,63 +120,70 @@ describe("dashboard proxy", () => {
     ).toBe(true);
   });
 
-  it("refuses a foreign Origin, a POST that says none, and a Host that is a DNS name (403, Connect error JSON)", async () => {
-    const foreign = await call(
-      dashboard.url,
-      "POST",
-      getStatus,
-      { ...json, origin: "http://evil.example" },
-      "{}",
-    );
-    expect(foreign.status).toBe(403);
-    expect(foreign.headers["content-type"]).toBe("application/json");
-    expect(JSON.parse(foreign.text)).toEqual({
-      code: "permission_denied",
-      message: `dashboard: Origin http://evil.example is not this dashboard's (${dashboard.url}); only its own pages may call it`,
-    });
-    // Same host, other port: another origin too.
-    const port = new URL(dashboard.url).port;
-    expect(
-      (
-        await call(
-          dashboard.url,
-          "POST",
-          getStatus,
-          { ...json, origin: `http://127.0.0.1:${Number(port) + 1}` },
-          "{}",
-        )
-      ).status,
-    ).toBe(403);
+  it(
+    "refuses a foreign Origin, a POST that says none, and a Host that is a " +
+      "DNS name (403, Connect error JSON)",
+    async () => {
+      const foreign = await call(
+        dashboard.url,
+        "POST",
+        getStatus,
+        { ...json, origin: "http://evil.example" },
+        "{}",
+      );
+      expect(foreign.status).toBe(403);
+      expect(foreign.headers["content-type"]).toBe("application/json");
+      expect(JSON.parse(foreign.text)).toEqual({
+        code: "permission_denied",
+        message:
+          `dashboard: Origin http://evil.example is not this dashboard's ` +
+          `(${dashboard.url}); only its own pages may call it`,
+      });
+      // Same host, other port: another origin too.
+      const port = new URL(dashboard.url).port;
+      expect(
+        (
+          await call(
+            dashboard.url,
+            "POST",
+            getStatus,
+            { ...json, origin: `http://127.0.0.1:${Number(port) + 1}` },
+            "{}",
+          )
+        ).status,
+      ).toBe(403);
 
-    const anonymous = await call(dashboard.url, "POST", getStatus, json, "{}");
-    expect(anonymous.status).toBe(403);
-    expect(JSON.parse(anonymous.text).message).toContain("must carry an Origin header");
-    expect(
-      (
-        await call(
-          dashboard.url,
-          "POST",
-          getStatus,
-          { ...json, "sec-fetch-site": "cross-site" },
-          "{}",
-        )
-      ).status,
-    ).toBe(403);
+      const anonymous = await call(dashboard.url, "POST", getStatus, json, "{}");
+      expect(anonymous.status).toBe(403);
+      expect(JSON.parse(anonymous.text).message).toContain("must carry an Origin header");
+      expect(
+        (
+          await call(
+            dashboard.url,
+            "POST",
+            getStatus,
+            { ...json, "sec-fetch-site": "cross-site" },
+            "{}",
+          )
+        ).status,
+      ).toBe(403);
 
-    const rebound = await call(
-      dashboard.url,
-      "POST",
-      getStatus,
-      { ...json, host: `evil.example:${port}`, origin: `http://evil.example:${port}` },
-      "{}",
-    );
-    expect(rebound.status).toBe(403);
-    expect(JSON.parse(rebound.text).message).toContain('Host "evil.example:');
-    // A page of another origin cannot be read either (GET carries its Origin too when a script fetches it).
-    expect((await call(dashboard.url, "GET", "/", { origin: "http://evil.example" })).status).toBe(
-      403,
-    );
-  });
+      const rebound = await call(
+        dashboard.url,
+        "POST",
+        getStatus,
+        { ...json, host: `evil.example:${port}`, origin: `http://evil.example:${port}` },
+        "{}",
+      );
+      expect(rebound.status).toBe(403);
+      expect(JSON.parse(rebound.text).message).toContain('Host "evil.example:');
+      // A page of another origin cannot be read either (GET carries its Origin too when a script
+      // fetches it).
+      expect(
+        (await call(dashboard.url, "GET", "/", { origin: "http://evil.example" })).status,
+      ).toBe(403);
+    },
+  );
 
   it("forwards only /api/<Service>/<Method>: other paths are 404 (or 405 outside /api/), naming the form", async () => {
     const rest = await call(
@@ -232,7 +239,8 @@ describe("dashboard proxy", () => {
     const refused = await cli.forel(["dashboard", "--listen", "0.0.0.0:8080", ...cli.connection()]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
-      "forelead: error: --listen 0.0.0.0:8080 is not a loopback address: everyone who can reach it would act with your client certificate",
+      "forelead: error: --listen 0.0.0.0:8080 is not a loopback address: " +
+        "everyone who can reach it would act with your client certificate",
     );
     const garbled = await cli.forel(["dashboard", "--listen", "8080"]);
     expect(garbled.code).toBe(1);

@@ -268,7 +268,8 @@ describe("an expired server certificate", () => {
   );
 });
 
-// Each run is a fresh process opening an embedded database (and first making a PKI): slow on a busy machine.
+// Each run is a fresh process opening an embedded database (and first making a PKI): slow on a busy
+// machine.
 describe("forelead serve --check", { timeout: 120_000 }, () => {
   it("passes a good configuration (the development PKI, an embedded database) and exits 0", async () => {
     const check = await forel([

@@ -664,37 +664,41 @@ const targets: readonly Row[] = [
   ],
 ];
 
-describe(`hostile input: every bad input a 400 naming the field, nothing stored, the server serving on (${databaseKind})`, () => {
-  describe.each([
-    ["REST", rest],
-    ["Connect (generated clients)", connect],
-    ["request targets (no client certificate)", targets],
-  ] as const)("%s", (_surface, rows) => {
-    it.each(rows)("%s", async (_name, send, expected, state) => {
-      const before = await state();
-      const got = await send();
-      if (got.status !== undefined) expect(got.status, got.message).toBe(expected.status);
-      expect(got.code, got.message).toBe(expected.code);
-      expect(got.message).toMatch(expected.message);
-      expect(got.message).not.toContain("s3cr"); // a secret's text is never echoed
-      if (expected.header !== undefined) expect(got.header).toBe(expected.header);
-      expect(await state()).toEqual(before);
-      await servedAfter();
+describe(
+  `hostile input: every bad input a 400 naming the field, nothing stored, ` +
+    `the server serving on (${databaseKind})`,
+  () => {
+    describe.each([
+      ["REST", rest],
+      ["Connect (generated clients)", connect],
+      ["request targets (no client certificate)", targets],
+    ] as const)("%s", (_surface, rows) => {
+      it.each(rows)("%s", async (_name, send, expected, state) => {
+        const before = await state();
+        const got = await send();
+        if (got.status !== undefined) expect(got.status, got.message).toBe(expected.status);
+        expect(got.code, got.message).toBe(expected.code);
+        expect(got.message).toMatch(expected.message);
+        expect(got.message).not.toContain("s3cr"); // a secret's text is never echoed
+        if (expected.header !== undefined) expect(got.header).toBe(expected.header);
+        expect(await state()).toEqual(before);
+        await servedAfter();
+      });
     });
-  });
 
-  it("the lease on the job the rows wrote under is untouched: its next log line is sequence 1, stored", async () => {
-    const ok = await job.runner.rest.ndjson("/v1/runner/logs", [
-      job.msg(1, { stream: "stdout", text: "fine" }),
-    ]);
-    expect(ok.status, ok.text).toBe(204);
-    expect(await logs()).toEqual([1]);
-    const reg = await registeredRunner(cp, "hx-reg", ws, { memoryBytes: "9007199254740991" });
-    expect((await runnerRow("hx-reg"))?.memory_bytes).toBe(9007199254740991);
-    await reg.close();
-  });
+    it("the lease on the job the rows wrote under is untouched: its next log line is sequence 1, stored", async () => {
+      const ok = await job.runner.rest.ndjson("/v1/runner/logs", [
+        job.msg(1, { stream: "stdout", text: "fine" }),
+      ]);
+      expect(ok.status, ok.text).toBe(204);
+      expect(await logs()).toEqual([1]);
+      const reg = await registeredRunner(cp, "hx-reg", ws, { memoryBytes: "9007199254740991" });
+      expect((await runnerRow("hx-reg"))?.memory_bytes).toBe(9007199254740991);
+      await reg.close();
+    });
 
-  it("no internal error was logged across this file", () => {
-    expect(logged).toEqual([]);
-  });
-});
+    it("no internal error was logged across this file", () => {
+      expect(logged).toEqual([]);
+    });
+  },
+);

@@ -47,54 +47,68 @@ async function readTrail(): Promise<Rec[]> {
 
 afterAll(() => {
   console.log(
-    `audit flood (${databaseKind}): ${refused} certificate-less requests refused in ${floodMs} ms, ${trail.filter((r) => noCertificate.test(r.reason)).length} audit rows`,
+    `audit flood (${databaseKind}): ${refused} certificate-less requests ` +
+      `refused in ${floodMs} ms, ` +
+      `${trail.filter((r) => noCertificate.test(r.reason)).length} audit rows`,
   );
 });
 
 describe(`an audit flood (${databaseKind})`, () => {
-  it("5 s of certificate-less requests write a bounded number of rows whose counts add up to the requests refused", async () => {
-    // A connection without a client certificate may hold only a few streams at once (--max-streams-without-certificate, 4): 8 connections × 4.
-    const clients = Array.from({ length: 8 }, () => createRestClient(cp.url, cp.pki.ca.certPem));
-    const started = Date.now();
-    const until = started + floodMs;
-    let n = 0;
-    const flood = async (client: (typeof clients)[number]) => {
-      while (Date.now() < until) {
-        const i = n++;
-        const reply =
-          i % 2
-            ? await client.request("POST", "/v1/runner/claim", { apiVersion: "v1", runnerId: "r1" })
-            : await client.request("GET", `/v1/admin/jobs/flood-${i}`);
-        expect(reply.status).toBe(401);
-        refused++;
-      }
-    };
-    const admin = async () => {
-      while (Date.now() < until) {
-        expect(
-          (await cp.admin.rest.request("GET", "/v1/admin/runners?workspaceId=w1")).status,
-        ).toBe(200);
-        allowedByAdmin++;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    };
-    await Promise.all([
-      ...clients.flatMap((c) => Array.from({ length: 4 }, () => flood(c))),
-      admin(),
-    ]);
-    // The requests in flight at `until` end after it: the bound counts the intervals the flood really lasted.
-    const floodSeconds = Math.ceil((Date.now() - started) / 1000);
-    await Promise.all(clients.map((c) => c.close()));
-    trail = await readTrail();
+  it(
+    "5 s of certificate-less requests write a bounded number of rows whose " +
+      "counts add up to the requests refused",
+    async () => {
+      // A connection without a client certificate may hold only a few streams at once
+      // (--max-streams-without-certificate, 4): 8 connections × 4.
+      const clients = Array.from({ length: 8 }, () => createRestClient(cp.url, cp.pki.ca.certPem));
+      const started = Date.now();
+      const until = started + floodMs;
+      let n = 0;
+      const flood = async (client: (typeof clients)[number]) => {
+        while (Date.now() < until) {
+          const i = n++;
+          const reply =
+            i % 2
+              ? await client.request("POST", "/v1/runner/claim", {
+                  apiVersion: "v1",
+                  runnerId: "r1",
+                })
+              : await client.request("GET", `/v1/admin/jobs/flood-${i}`);
+          expect(reply.status).toBe(401);
+          refused++;
+        }
+      };
+      const admin = async () => {
+        while (Date.now() < until) {
+          expect(
+            (await cp.admin.rest.request("GET", "/v1/admin/runners?workspaceId=w1")).status,
+          ).toBe(200);
+          allowedByAdmin++;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      };
+      await Promise.all([
+        ...clients.flatMap((c) => Array.from({ length: 4 }, () => flood(c))),
+        admin(),
+      ]);
+      // The requests in flight at `until` end after it: the bound counts the intervals the flood
+      // really lasted.
+      const floodSeconds = Math.ceil((Date.now() - started) / 1000);
+      await Promise.all(clients.map((c) => c.close()));
+      trail = await readTrail();
 
-    const rows = trail.filter((r) => noCertificate.test(r.reason));
-    expect(refused).toBeGreaterThan(200); // a flood, not a trickle (about 1,000 on two busy shared cores)
-    expect(rows.length * 10).toBeLessThan(refused);
-    // At most two rows per interval of 1 s (the first refusal at once, then its repeats), plus the interval a read closes.
-    expect(rows.length).toBeLessThanOrEqual(2 * (floodSeconds + 2));
-    expect(rows.reduce((sum, r) => sum + r.count, 0)).toBe(refused);
-    expect(new Set(rows.map((r) => r.remoteAddress)).size).toBe(1);
-  }, 30_000);
+      const rows = trail.filter((r) => noCertificate.test(r.reason));
+      // a flood, not a trickle (about 1,000 on two busy shared cores)
+      expect(refused).toBeGreaterThan(200);
+      expect(rows.length * 10).toBeLessThan(refused);
+      // At most two rows per interval of 1 s (the first refusal at once, then its repeats), plus the
+      // interval a read closes.
+      expect(rows.length).toBeLessThanOrEqual(2 * (floodSeconds + 2));
+      expect(rows.reduce((sum, r) => sum + r.count, 0)).toBe(refused);
+      expect(new Set(rows.map((r) => r.remoteAddress)).size).toBe(1);
+    },
+    30_000,
+  );
 
   it("an aggregated record shows its count, first and last time on the read route", () => {
     const aggregated = trail.filter((r) => noCertificate.test(r.reason) && r.count > 1);
@@ -102,7 +116,8 @@ describe(`an audit flood (${databaseKind})`, () => {
     for (const r of aggregated) {
       expect(r.firstAt).toBe(r.at);
       expect(Date.parse(r.lastAt)).toBeGreaterThanOrEqual(Date.parse(r.firstAt));
-      expect(Date.parse(r.lastAt) - Date.parse(r.firstAt)).toBeLessThan(1000); // one interval at most
+      // one interval at most
+      expect(Date.parse(r.lastAt) - Date.parse(r.firstAt)).toBeLessThan(1000);
     }
   });
 

@@ -74,48 +74,52 @@ describe(`replaying the audit spool after a crash (${databaseKind})`, () => {
     }
   });
 
-  it("stores a record whose text Postgres cannot hold as such (a lone surrogate, a NUL) with U+FFFD in its place, and the records beside it", async () => {
-    const dir = await mkdtemp(join(tmpdir(), "forelead-odd-text-"));
-    try {
-      const sink = await createDatabaseAuditSink(store.db, { spoolDir: dir });
-      sink.record({
-        at: new Date(),
-        route: "GET /v1/admin/jobs/odd-before",
-        decision: "allow",
-        reason: "admin test",
-      });
-      sink.record({
-        at: new Date(),
-        route: "GET /v1/admin/jobs/odd-text",
-        decision: "deny",
-        reason: "target a\ud800b c\u0000d",
-        target: "\udfff",
-      });
-      sink.record({
-        at: new Date(),
-        route: "GET /v1/admin/jobs/odd-after",
-        decision: "allow",
-        reason: "admin test",
-      });
-      await sink.close();
-      const stored = await store.db
-        .selectFrom("audit_records")
-        .select(["route", "reason", "target"])
-        .where("route", "like", "GET /v1/admin/jobs/odd-%")
-        .orderBy("id")
-        .execute();
-      expect(stored).toEqual([
-        { route: "GET /v1/admin/jobs/odd-before", reason: "admin test", target: null },
-        {
+  it(
+    "stores a record whose text Postgres cannot hold as such (a lone " +
+      "surrogate, a NUL) with U+FFFD in its place, and the records beside it",
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), "forelead-odd-text-"));
+      try {
+        const sink = await createDatabaseAuditSink(store.db, { spoolDir: dir });
+        sink.record({
+          at: new Date(),
+          route: "GET /v1/admin/jobs/odd-before",
+          decision: "allow",
+          reason: "admin test",
+        });
+        sink.record({
+          at: new Date(),
           route: "GET /v1/admin/jobs/odd-text",
-          reason: "target a\ufffdb c\ufffdd",
-          target: "\ufffd",
-        },
-        { route: "GET /v1/admin/jobs/odd-after", reason: "admin test", target: null },
-      ]);
-      expect(sink.backlog()).toMatchObject({ inMemory: 0, spooled: 0 });
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-  });
+          decision: "deny",
+          reason: "target a\ud800b c\u0000d",
+          target: "\udfff",
+        });
+        sink.record({
+          at: new Date(),
+          route: "GET /v1/admin/jobs/odd-after",
+          decision: "allow",
+          reason: "admin test",
+        });
+        await sink.close();
+        const stored = await store.db
+          .selectFrom("audit_records")
+          .select(["route", "reason", "target"])
+          .where("route", "like", "GET /v1/admin/jobs/odd-%")
+          .orderBy("id")
+          .execute();
+        expect(stored).toEqual([
+          { route: "GET /v1/admin/jobs/odd-before", reason: "admin test", target: null },
+          {
+            route: "GET /v1/admin/jobs/odd-text",
+            reason: "target a\ufffdb c\ufffdd",
+            target: "\ufffd",
+          },
+          { route: "GET /v1/admin/jobs/odd-after", reason: "admin test", target: null },
+        ]);
+        expect(sink.backlog()).toMatchObject({ inMemory: 0, spooled: 0 });
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+  );
 });

@@ -48,7 +48,8 @@ async function playOutage(cp: TestControlPlane, faults: Faults, pad = ""): Promi
   let refusedWithoutCertificate = 0;
   let refused503 = 0;
   let n = 0;
-  // An allowed decision whose route names it; what the handler answers (404, or 500/503 without a database) does not matter.
+  // An allowed decision whose route names it; what the handler answers (404, or 500/503 without a
+  // database) does not matter.
   const mark = async (phase: string) => {
     const tag = `${phase}-${String(n++).padStart(4, "0")}${pad}`;
     const reply = await admin.rest.request("GET", `/v1/admin/jobs/${tag}`);
@@ -152,42 +153,49 @@ async function playOutage(cp: TestControlPlane, faults: Faults, pad = ""): Promi
 }
 
 describe("audit records while the control plane's Postgres is stopped", () => {
-  it("are all in the trail afterwards, in order, none twice; with the spool unwritable too, requests get 503", async (ctx) => {
-    if (!postgresServerInstalled())
-      return ctx.skip(
-        "no Postgres server binaries (initdb, pg_ctl) are installed; .ci/run installs them",
-      );
-    const server = await startPostgresServer();
-    const spoolDir = await mkdtemp(join(tmpdir(), "forelead-spool-"));
-    const cp = await startTestControlPlane({
-      database: { location: server.url, kind: "postgres", drop: async () => {} },
-      auditSpoolDir: spoolDir,
-    });
-    try {
-      await playOutage(cp, {
-        breakDatabase: () => server.stop(),
-        healDatabase: () => server.start(),
-        // A file where the spool's directory was: it can be neither read nor written. Its records wait aside.
-        breakSpool: async () => {
-          await rename(spoolDir, `${spoolDir}.aside`);
-          await writeFile(spoolDir, "");
-        },
-        healSpool: async () => {
-          await rm(spoolDir);
-          await rename(`${spoolDir}.aside`, spoolDir);
-        },
+  it(
+    "are all in the trail afterwards, in order, none twice; with the spool " +
+      "unwritable too, requests get 503",
+    async (ctx) => {
+      if (!postgresServerInstalled())
+        return ctx.skip(
+          "no Postgres server binaries (initdb, pg_ctl) are installed; .ci/run installs them",
+        );
+      const server = await startPostgresServer();
+      const spoolDir = await mkdtemp(join(tmpdir(), "forelead-spool-"));
+      const cp = await startTestControlPlane({
+        database: { location: server.url, kind: "postgres", drop: async () => {} },
+        auditSpoolDir: spoolDir,
       });
-    } finally {
-      await cp.close();
-      await server.destroy();
-      await rm(spoolDir, { recursive: true, force: true });
-    }
-  }, 90_000);
+      try {
+        await playOutage(cp, {
+          breakDatabase: () => server.stop(),
+          healDatabase: () => server.start(),
+          // A file where the spool's directory was: it can be neither read nor written. Its records
+          // wait aside.
+          breakSpool: async () => {
+            await rename(spoolDir, `${spoolDir}.aside`);
+            await writeFile(spoolDir, "");
+          },
+          healSpool: async () => {
+            await rm(spoolDir);
+            await rename(`${spoolDir}.aside`, spoolDir);
+          },
+        });
+      } finally {
+        await cp.close();
+        await server.destroy();
+        await rm(spoolDir, { recursive: true, force: true });
+      }
+    },
+    90_000,
+  );
 });
 
 describe("audit records while the embedded database's disk is full", () => {
   it.skipIf(!isRoot)(
-    "are all in the trail afterwards, in order, none twice; with the spool's disk full too, requests get 503 (needs root to mount a tmpfs)",
+    "are all in the trail afterwards, in order, none twice; with the spool's " +
+      "disk full too, requests get 503 (needs root to mount a tmpfs)",
     async () => {
       const root = await mkdtemp(join(tmpdir(), "forelead-full-"));
       const [dataFs, spoolFs] = [join(root, "data"), join(root, "spool")];

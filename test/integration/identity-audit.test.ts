@@ -310,49 +310,60 @@ describe(`the audit trail (${databaseKind})`, () => {
     });
   });
 
-  it("a runner identity calling an admin method: a denied decision with its SPIFFE ID, serial, fingerprint, notAfter and address", () => {
-    const denied = records.find(
-      (r) => r.kind === "decision" && r.decision === "deny" && r.route === "POST /v1/admin/jobs",
-    );
-    expect(denied).toMatchObject({
-      spiffeId: runnerSpiffe,
-      certificateSerial: runnerSerial,
-      remoteAddress: expect.stringMatching(loopback),
-      reason: expect.stringContaining("can never call admin methods"),
-    });
-    expect(denied!.certificateSha256).toMatch(hex(64));
-    expect(Date.parse(denied!.certificateNotAfter!)).toBeGreaterThan(Date.now());
-  });
+  it(
+    "a runner identity calling an admin method: a denied decision with its " +
+      "SPIFFE ID, serial, fingerprint, notAfter and address",
+    () => {
+      const denied = records.find(
+        (r) => r.kind === "decision" && r.decision === "deny" && r.route === "POST /v1/admin/jobs",
+      );
+      expect(denied).toMatchObject({
+        spiffeId: runnerSpiffe,
+        certificateSerial: runnerSerial,
+        remoteAddress: expect.stringMatching(loopback),
+        reason: expect.stringContaining("can never call admin methods"),
+      });
+      expect(denied!.certificateSha256).toMatch(hex(64));
+      expect(Date.parse(denied!.certificateNotAfter!)).toBeGreaterThan(Date.now());
+    },
+  );
 
-  it("enqueue, cancel and retire are actions of the admin; the retired runner's next request is a denied decision", () => {
-    expect(action("job.enqueue", "allow")).toEqual([
-      expect.objectContaining({ spiffeId: testAdminId, target: `job ${jobId} in workspace "wa"` }),
-    ]);
-    expect(action("job.cancel", "allow")).toEqual([
-      expect.objectContaining({
-        spiffeId: testAdminId,
-        target: `job ${jobId} in workspace "wa"`,
-        reason: `job ${jobId} is running; cancel requested from its runner`,
-      }),
-    ]);
-    expect(action("runner.retire", "allow")).toEqual([
-      expect.objectContaining({
-        spiffeId: testAdminId,
-        route: "POST /v1/admin/runners/ra/retire",
-        target: 'runner "ra" in workspace "wa"',
-        reason: `retired (test); 1 live lease(s) released to the queue: jobs ${jobId}`,
-      }),
-    ]);
-    const refused = records.find(
-      (r) =>
-        r.kind === "decision" &&
-        r.decision === "deny" &&
-        r.route === "POST /v1/runner/renew" &&
-        r.spiffeId === runnerSpiffe,
-    );
-    expect(refused?.reason).toMatch(/^runner "ra" in workspace "wa" was retired at /);
-    expect(refused?.certificateSerial).toBe(runnerSerial);
-  });
+  it(
+    "enqueue, cancel and retire are actions of the admin; the retired " +
+      "runner's next request is a denied decision",
+    () => {
+      expect(action("job.enqueue", "allow")).toEqual([
+        expect.objectContaining({
+          spiffeId: testAdminId,
+          target: `job ${jobId} in workspace "wa"`,
+        }),
+      ]);
+      expect(action("job.cancel", "allow")).toEqual([
+        expect.objectContaining({
+          spiffeId: testAdminId,
+          target: `job ${jobId} in workspace "wa"`,
+          reason: `job ${jobId} is running; cancel requested from its runner`,
+        }),
+      ]);
+      expect(action("runner.retire", "allow")).toEqual([
+        expect.objectContaining({
+          spiffeId: testAdminId,
+          route: "POST /v1/admin/runners/ra/retire",
+          target: 'runner "ra" in workspace "wa"',
+          reason: `retired (test); 1 live lease(s) released to the queue: jobs ${jobId}`,
+        }),
+      ]);
+      const refused = records.find(
+        (r) =>
+          r.kind === "decision" &&
+          r.decision === "deny" &&
+          r.route === "POST /v1/runner/renew" &&
+          r.spiffeId === runnerSpiffe,
+      );
+      expect(refused?.reason).toMatch(/^runner "ra" in workspace "wa" was retired at /);
+      expect(refused?.certificateSerial).toBe(runnerSerial);
+    },
+  );
 
   it("an ordered reap is an action of the admin, naming the order and the item", () => {
     expect(action("reap.order", "allow")).toEqual([
@@ -406,7 +417,8 @@ describe(`the audit trail (${databaseKind})`, () => {
     const needles = { ...secrets, otherToken: "secret-looking-token-value-123" };
     for (const [where, text] of Object.entries(haystacks)) {
       for (const [what, secret] of Object.entries(needles)) {
-        const probe = what.endsWith("Key") ? secret.split("\n")[1]! : secret; // a line of the key's base64 body
+        // a line of the key's base64 body
+        const probe = what.endsWith("Key") ? secret.split("\n")[1]! : secret;
         expect(text.includes(probe), `${what} found in ${where}`).toBe(false);
       }
     }

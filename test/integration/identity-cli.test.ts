@@ -130,35 +130,41 @@ describe(`forelead serve, grants, runner enroll, certs and audit as processes ($
     );
   });
 
-  it("grants create --out writes the grant with mode 0600, not to stdout; every key file the CLI wrote is 0600", async () => {
-    const file = path.join(tmp, "grant-out");
-    const created = await cli([
-      "grants",
-      "create",
-      "--workspace",
-      "w1",
-      "--out",
-      file,
-      ...conn("ops"),
-    ]);
-    expect(created.code, created.stderr).toBe(0);
-    expect(created.stdout).toBe("");
-    expect(created.stderr).toContain(`Written to ${file} (mode 0600)`);
-    expect((await readFile(file, "utf8")).trim()).toMatch(/^feg_[A-Za-z0-9_-]{43}$/);
-    expect((await stat(file)).mode & 0o777).toBe(0o600);
-    const keys = [
-      path.join(tmp, "ops-key.pem"),
-      path.join(tmp, "dash-key.pem"),
-      ...(await readdir(path.join(tmp, "certs")))
-        .filter((f) => f.includes("key"))
-        .map((f) => path.join(tmp, "certs", f)),
-    ];
-    expect(keys.length).toBeGreaterThan(2);
-    for (const key of keys) expect((await stat(key)).mode & 0o777, key).toBe(0o600);
-  });
+  it(
+    "grants create --out writes the grant with mode 0600, not to stdout; " +
+      "every key file the CLI wrote is 0600",
+    async () => {
+      const file = path.join(tmp, "grant-out");
+      const created = await cli([
+        "grants",
+        "create",
+        "--workspace",
+        "w1",
+        "--out",
+        file,
+        ...conn("ops"),
+      ]);
+      expect(created.code, created.stderr).toBe(0);
+      expect(created.stdout).toBe("");
+      expect(created.stderr).toContain(`Written to ${file} (mode 0600)`);
+      expect((await readFile(file, "utf8")).trim()).toMatch(/^feg_[A-Za-z0-9_-]{43}$/);
+      expect((await stat(file)).mode & 0o777).toBe(0o600);
+      const keys = [
+        path.join(tmp, "ops-key.pem"),
+        path.join(tmp, "dash-key.pem"),
+        ...(await readdir(path.join(tmp, "certs")))
+          .filter((f) => f.includes("key"))
+          .map((f) => path.join(tmp, "certs", f)),
+      ];
+      expect(keys.length).toBeGreaterThan(2);
+      for (const key of keys) expect((await stat(key)).mode & 0o777, key).toBe(0o600);
+    },
+  );
 
   it(
-    "an operator creates a grant, the runner enrolls with it, the certificate works; certs and audit show what happened; the server never prints the grant",
+    "an operator creates a grant, the runner enrolls with it, the " +
+      "certificate works; certs and audit show what happened; the server never " +
+      "prints the grant",
     { timeout: 120_000 },
     async () => {
       const created = await cli([
@@ -221,8 +227,9 @@ describe(`forelead serve, grants, runner enroll, certs and audit as processes ($
         certPem: await readFile(path.join(stateDir, "cert.pem"), "utf8"),
         keyPem: await readFile(path.join(stateDir, "key.pem"), "utf8"),
       });
-      // The certificate is accepted (the refusal is about registration, not identity); no register here: a
-      // registration without the agent's instance id would hold off the agent below for a lease length.
+      // The certificate is accepted (the refusal is about registration, not identity); no register
+      // here: a registration without the agent's instance id would hold off the agent below for a
+      // lease length.
       const probe = await runner.request("POST", "/v1/runner/claim", {
         apiVersion: "v1",
         runnerId: "r1",
@@ -306,7 +313,9 @@ describe(`forelead serve, grants, runner enroll, certs and audit as processes ($
       expect(denies.code, denies.stderr).toBe(0);
       expect(denies.stdout).toMatch(
         new RegExp(
-          `deny  POST /forelead\\.admin\\.v1\\.AdminService/CreateEnrollmentGrant by ${dash} \\(serial [0-9a-f]+\\) from \\S+: ${dash} lacks the "admin" role`,
+          `deny  POST /forelead\\.admin\\.v1\\.AdminService/CreateEnrollmentGrant ` +
+            `by ${dash} \\(serial [0-9a-f]+\\) from \\S+: ${dash} lacks the "admin" ` +
+            `role`,
         ),
       );
       const actions = await cli(["audit", "--kind", "action", "--json", ...conn("dash")]);
@@ -368,12 +377,10 @@ describe(`forelead certs flags runners that failed to renew (${databaseKind})`, 
       }
       await rest.close();
       // As if enrolled 20 h (and 25 h) ago and never renewed since.
-      await sql`update issued_certificates set not_before = now() - interval '20 hours', not_after = now() + interval '4 hours' where runner_id = 'late'`.execute(
-        cp.plane.store.db,
-      );
-      await sql`update issued_certificates set not_before = now() - interval '25 hours', not_after = now() - interval '1 hour' where runner_id = 'dead'`.execute(
-        cp.plane.store.db,
-      );
+      await sql`update issued_certificates set not_before = now() - interval '20 hours', not_after =
+        now() + interval '4 hours' where runner_id = 'late'`.execute(cp.plane.store.db);
+      await sql`update issued_certificates set not_before = now() - interval '25 hours', not_after =
+        now() - interval '1 hour' where runner_id = 'dead'`.execute(cp.plane.store.db);
       const certs = await cli([
         "certs",
         "--workspace",

@@ -43,114 +43,128 @@ async function newGrant(
 }
 
 describe(`enrollment (${databaseKind})`, () => {
-  it("a grant and a CSR made on the runner give a certificate whose only URI SAN is the runner identity, whatever SANs the CSR asked for", async () => {
-    const created = await admin.rest.request("POST", "/v1/admin/enrollment-grants", {
-      apiVersion: "v1",
-      workspaceId: "w1",
-    });
-    expect(created.status, created.text).toBe(200);
-    expect(created.json.grant).toMatch(/^feg_[A-Za-z0-9_-]{43}$/);
-    expect(Date.parse(created.json.expiresAt) - Date.now()).toBeGreaterThan(590_000);
-    expect(Date.parse(created.json.expiresAt) - Date.now()).toBeLessThanOrEqual(601_000);
+  it(
+    "a grant and a CSR made on the runner give a certificate whose only URI " +
+      "SAN is the runner identity, whatever SANs the CSR asked for",
+    async () => {
+      const created = await admin.rest.request("POST", "/v1/admin/enrollment-grants", {
+        apiVersion: "v1",
+        workspaceId: "w1",
+      });
+      expect(created.status, created.text).toBe(200);
+      expect(created.json.grant).toMatch(/^feg_[A-Za-z0-9_-]{43}$/);
+      expect(Date.parse(created.json.expiresAt) - Date.now()).toBeGreaterThan(590_000);
+      expect(Date.parse(created.json.expiresAt) - Date.now()).toBeLessThanOrEqual(601_000);
 
-    const { csrPem, keyPem } = await makeCsr({
-      sans: [
-        { type: "url", value: "spiffe://forelead/services/test-admin" },
-        { type: "dns", value: "evil.example" },
-      ],
-    });
-    const reply = await enrollRequest(cp, {
-      grant: created.json.grant,
-      runnerId: "e1",
-      csr: csrPem,
-    });
-    expect(reply.status, reply.text).toBe(200);
-    expect(reply.json).toMatchObject({
-      apiVersion: "v1",
-      spiffeId: "spiffe://forelead/runners/e1/workspaces/w1",
-      workspaceId: "w1",
-    });
-    const chain = reply.json.certificateChain as string;
-    expect(uriSans(chain)).toEqual(["spiffe://forelead/runners/e1/workspaces/w1"]);
-    expect(chain).not.toContain("evil.example");
-
-    // The certificate works on the runner routes, on a new connection.
-    const runner = createRestClient(cp.url, cp.pki.ca.certPem, { certPem: chain, keyPem });
-    const reg = await runner.request("POST", "/v1/runner/register", {
-      apiVersion: "v1",
-      runnerId: "e1",
-      workspaceId: "w1",
-      slots: 1,
-      labels: ["linux"],
-    });
-    await runner.close();
-    expect(reg.status, reg.text).toBe(200);
-
-    const certs = await admin.rest.request("GET", "/v1/admin/certificates?runnerId=e1");
-    expect(certs.json.certificates).toEqual([
-      expect.objectContaining({
+      const { csrPem, keyPem } = await makeCsr({
+        sans: [
+          { type: "url", value: "spiffe://forelead/services/test-admin" },
+          { type: "dns", value: "evil.example" },
+        ],
+      });
+      const reply = await enrollRequest(cp, {
+        grant: created.json.grant,
+        runnerId: "e1",
+        csr: csrPem,
+      });
+      expect(reply.status, reply.text).toBe(200);
+      expect(reply.json).toMatchObject({
+        apiVersion: "v1",
         spiffeId: "spiffe://forelead/runners/e1/workspaces/w1",
-        issuedVia: "enroll",
-        status: "current",
-      }),
-    ]);
-  });
+        workspaceId: "w1",
+      });
+      const chain = reply.json.certificateChain as string;
+      expect(uriSans(chain)).toEqual(["spiffe://forelead/runners/e1/workspaces/w1"]);
+      expect(chain).not.toContain("evil.example");
 
-  it("openssl x509 -text shows one URI SAN, a lifetime within 24 h, critical key usage Digital Signature, EKU client auth and CA:FALSE", async () => {
-    const { grant } = await newGrant();
-    const { csrPem } = await makeCsr();
-    const reply = await enrollRequest(cp, { grant, runnerId: "ossl", csr: csrPem });
-    expect(reply.status, reply.text).toBe(200);
-    const file = path.join(tmp, "ossl.pem");
-    await writeFile(file, reply.json.certificateChain);
-    const { stdout } = await run("openssl", ["x509", "-in", file, "-noout", "-text"]);
+      // The certificate works on the runner routes, on a new connection.
+      const runner = createRestClient(cp.url, cp.pki.ca.certPem, { certPem: chain, keyPem });
+      const reg = await runner.request("POST", "/v1/runner/register", {
+        apiVersion: "v1",
+        runnerId: "e1",
+        workspaceId: "w1",
+        slots: 1,
+        labels: ["linux"],
+      });
+      await runner.close();
+      expect(reg.status, reg.text).toBe(200);
 
-    const sanBlock = /X509v3 Subject Alternative Name:[^\n]*\n\s*([^\n]*)/.exec(stdout)?.[1] ?? "";
-    expect(sanBlock.trim()).toBe("URI:spiffe://forelead/runners/ossl/workspaces/w1");
-    expect(stdout.match(/URI:/g)).toHaveLength(1);
-    expect(stdout).toMatch(/X509v3 Key Usage: critical\n\s*Digital Signature\n/);
-    expect(stdout).toMatch(/X509v3 Extended Key Usage:\s*\n\s*TLS Web Client Authentication\n/);
-    expect(stdout).toMatch(/X509v3 Basic Constraints: critical\n\s*CA:FALSE/);
-    expect(stdout).toContain("Public Key Algorithm: id-ecPublicKey");
-    expect(stdout).toContain("ASN1 OID: prime256v1");
-    expect(stdout).toContain("Signature Algorithm: ecdsa-with-SHA256");
-    const notBefore = Date.parse(/Not Before: (.*)/.exec(stdout)![1]!);
-    const notAfter = Date.parse(/Not After : (.*)/.exec(stdout)![1]!);
-    expect(notAfter - notBefore).toBeLessThanOrEqual(24 * hourMs);
-    expect(notAfter - notBefore).toBeGreaterThan(23 * hourMs);
-    expect(notBefore).toBeLessThanOrEqual(Date.now());
-    // A random serial of 128 bits (at least 64 are required): 16 bytes, possibly 17 with a sign byte.
-    const serial = /Serial Number:\s*\n\s*([0-9a-f:]+)/.exec(stdout)![1]!;
-    expect(serial.split(":").length).toBeGreaterThanOrEqual(16);
-  });
+      const certs = await admin.rest.request("GET", "/v1/admin/certificates?runnerId=e1");
+      expect(certs.json.certificates).toEqual([
+        expect.objectContaining({
+          spiffeId: "spiffe://forelead/runners/e1/workspaces/w1",
+          issuedVia: "enroll",
+          status: "current",
+        }),
+      ]);
+    },
+  );
 
-  it("a grant is single use: a second enrollment with it is refused, and of two racing enrollments exactly one wins", async () => {
-    const { grant, grantId } = await newGrant();
-    const first = await enrollRequest(cp, {
-      grant,
-      runnerId: "once",
-      csr: (await makeCsr()).csrPem,
-    });
-    expect(first.status, first.text).toBe(200);
-    const second = await enrollRequest(cp, {
-      grant,
-      runnerId: "twice",
-      csr: (await makeCsr()).csrPem,
-    });
-    expect(second.status).toBe(401);
-    expect(second.json.message).toContain(`enrollment grant ${grantId} was already used at`);
-    expect(second.json.message).toContain('(runner "once")');
-    expect(second.text).not.toContain(grant);
+  it(
+    "openssl x509 -text shows one URI SAN, a lifetime within 24 h, critical " +
+      "key usage Digital Signature, EKU client auth and CA:FALSE",
+    async () => {
+      const { grant } = await newGrant();
+      const { csrPem } = await makeCsr();
+      const reply = await enrollRequest(cp, { grant, runnerId: "ossl", csr: csrPem });
+      expect(reply.status, reply.text).toBe(200);
+      const file = path.join(tmp, "ossl.pem");
+      await writeFile(file, reply.json.certificateChain);
+      const { stdout } = await run("openssl", ["x509", "-in", file, "-noout", "-text"]);
 
-    const race = await newGrant();
-    const csrs = await Promise.all([1, 2, 3, 4].map(() => makeCsr()));
-    const replies = await Promise.all(
-      csrs.map((c, i) =>
-        enrollRequest(cp, { grant: race.grant, runnerId: `race${i}`, csr: c.csrPem }),
-      ),
-    );
-    expect(replies.map((r) => r.status).sort()).toEqual([200, 401, 401, 401]);
-  });
+      const sanBlock =
+        /X509v3 Subject Alternative Name:[^\n]*\n\s*([^\n]*)/.exec(stdout)?.[1] ?? "";
+      expect(sanBlock.trim()).toBe("URI:spiffe://forelead/runners/ossl/workspaces/w1");
+      expect(stdout.match(/URI:/g)).toHaveLength(1);
+      expect(stdout).toMatch(/X509v3 Key Usage: critical\n\s*Digital Signature\n/);
+      expect(stdout).toMatch(/X509v3 Extended Key Usage:\s*\n\s*TLS Web Client Authentication\n/);
+      expect(stdout).toMatch(/X509v3 Basic Constraints: critical\n\s*CA:FALSE/);
+      expect(stdout).toContain("Public Key Algorithm: id-ecPublicKey");
+      expect(stdout).toContain("ASN1 OID: prime256v1");
+      expect(stdout).toContain("Signature Algorithm: ecdsa-with-SHA256");
+      const notBefore = Date.parse(/Not Before: (.*)/.exec(stdout)![1]!);
+      const notAfter = Date.parse(/Not After : (.*)/.exec(stdout)![1]!);
+      expect(notAfter - notBefore).toBeLessThanOrEqual(24 * hourMs);
+      expect(notAfter - notBefore).toBeGreaterThan(23 * hourMs);
+      expect(notBefore).toBeLessThanOrEqual(Date.now());
+      // A random serial of 128 bits (at least 64 are required): 16 bytes, possibly 17 with a sign
+      // byte.
+      const serial = /Serial Number:\s*\n\s*([0-9a-f:]+)/.exec(stdout)![1]!;
+      expect(serial.split(":").length).toBeGreaterThanOrEqual(16);
+    },
+  );
+
+  it(
+    "a grant is single use: a second enrollment with it is refused, and of " +
+      "two racing enrollments exactly one wins",
+    async () => {
+      const { grant, grantId } = await newGrant();
+      const first = await enrollRequest(cp, {
+        grant,
+        runnerId: "once",
+        csr: (await makeCsr()).csrPem,
+      });
+      expect(first.status, first.text).toBe(200);
+      const second = await enrollRequest(cp, {
+        grant,
+        runnerId: "twice",
+        csr: (await makeCsr()).csrPem,
+      });
+      expect(second.status).toBe(401);
+      expect(second.json.message).toContain(`enrollment grant ${grantId} was already used at`);
+      expect(second.json.message).toContain('(runner "once")');
+      expect(second.text).not.toContain(grant);
+
+      const race = await newGrant();
+      const csrs = await Promise.all([1, 2, 3, 4].map(() => makeCsr()));
+      const replies = await Promise.all(
+        csrs.map((c, i) =>
+          enrollRequest(cp, { grant: race.grant, runnerId: `race${i}`, csr: c.csrPem }),
+        ),
+      );
+      expect(replies.map((r) => r.status).sort()).toEqual([200, 401, 401, 401]);
+    },
+  );
 
   it("an expired grant is refused, naming when it expired", async () => {
     const { grant, grantId } = await newGrant({ expiresInSeconds: 60 });
@@ -311,7 +325,8 @@ describe(`a control plane without an issuer (${databaseKind})`, () => {
     expect(enroll.json).toEqual({
       code: "failed_precondition",
       message: expect.stringContaining(
-        "this control plane has no issuing CA, so it cannot enroll or renew runners; start forelead serve with --issuer-cert and --issuer-key",
+        "this control plane has no issuing CA, so it cannot enroll or renew " +
+          "runners; start forelead serve with --issuer-cert and --issuer-key",
       ),
     });
     const runner = createRestClient(
@@ -329,39 +344,43 @@ describe(`a control plane without an issuer (${databaseKind})`, () => {
     expect(renew.json.message).toContain("this control plane has no issuing CA");
   });
 
-  it("refuses to start with an issuer the client trust bundle does not trust, or with a key that is not the issuer's", async () => {
-    // The issuer is checked before the database is opened, so no database is needed here.
-    const base = {
-      host: "127.0.0.1",
-      port: 0,
-      tlsCertPem: plain.pki.server.certPem,
-      tlsKeyPem: plain.pki.server.keyPem,
-      clientCaPem: plain.pki.ca.certPem,
-      trustDomain: "forelead",
-      database: "memory://",
-      admins: [],
-      leaseSeconds: 30,
-      maxCertLifetimeMs: 24 * hourMs,
-    };
-    const stranger = await createTestPki();
-    await expect(
-      startControlPlane({
-        ...base,
-        issuer: { certPem: stranger.ca.certPem, keyPem: stranger.ca.keyPem },
-      }),
-    ).rejects.toThrow(
-      /is not trusted by the client CA bundle; add it \(or its root\) to --client-ca/,
-    );
-    await expect(
-      startControlPlane({
-        ...base,
-        issuer: { certPem: plain.pki.ca.certPem, keyPem: stranger.ca.keyPem },
-      }),
-    ).rejects.toThrow(
-      "the issuer cannot sign runner certificates: CA private key does not match the CA certificate",
-    );
-    await expect(
-      startControlPlane({ ...base, ...issuerOf(plain.pki), issuedCertLifetimeMs: 25 * hourMs }),
-    ).rejects.toThrow(/over the maximum/);
-  });
+  it(
+    "refuses to start with an issuer the client trust bundle does not trust, " +
+      "or with a key that is not the issuer's",
+    async () => {
+      // The issuer is checked before the database is opened, so no database is needed here.
+      const base = {
+        host: "127.0.0.1",
+        port: 0,
+        tlsCertPem: plain.pki.server.certPem,
+        tlsKeyPem: plain.pki.server.keyPem,
+        clientCaPem: plain.pki.ca.certPem,
+        trustDomain: "forelead",
+        database: "memory://",
+        admins: [],
+        leaseSeconds: 30,
+        maxCertLifetimeMs: 24 * hourMs,
+      };
+      const stranger = await createTestPki();
+      await expect(
+        startControlPlane({
+          ...base,
+          issuer: { certPem: stranger.ca.certPem, keyPem: stranger.ca.keyPem },
+        }),
+      ).rejects.toThrow(
+        /is not trusted by the client CA bundle; add it \(or its root\) to --client-ca/,
+      );
+      await expect(
+        startControlPlane({
+          ...base,
+          issuer: { certPem: plain.pki.ca.certPem, keyPem: stranger.ca.keyPem },
+        }),
+      ).rejects.toThrow(
+        "the issuer cannot sign runner certificates: CA private key does not match the CA certificate",
+      );
+      await expect(
+        startControlPlane({ ...base, ...issuerOf(plain.pki), issuedCertLifetimeMs: 25 * hourMs }),
+      ).rejects.toThrow(/over the maximum/);
+    },
+  );
 });

@@ -53,7 +53,8 @@ async function enrolled(
 
 describe(`certificate renewal (${databaseKind})`, () => {
   it(
-    "the runner renews before expiry at about half its lifetime and reconnects with the new certificate while its job keeps running",
+    "the runner renews before expiry at about half its lifetime and " +
+      "reconnects with the new certificate while its job keeps running",
     { timeout: 90_000 },
     async () => {
       const { identity: first, stateDir } = await enrolled("rn1", "wr1");
@@ -86,7 +87,8 @@ describe(`certificate renewal (${databaseKind})`, () => {
         const token = lease!.token;
 
         const { identity: second, at } = await renewed;
-        // Before expiry, around half the lifetime (40-60 % with jitter; generous bounds for a busy machine).
+        // Before expiry, around half the lifetime (40-60 % with jitter; generous bounds for a busy
+        // machine).
         expect(at).toBeLessThan(first.notAfter.getTime());
         const lifetime = first.notAfter.getTime() - first.notBefore.getTime();
         expect(at - first.notBefore.getTime()).toBeGreaterThanOrEqual(lifetime * 0.4 - 50);
@@ -99,7 +101,8 @@ describe(`certificate renewal (${databaseKind})`, () => {
         for (const f of ["cert.pem", "key.pem"])
           expect((await stat(path.join(stateDir, f))).mode & 0o777).toBe(0o600);
 
-        // The next request goes on a new connection, with the new certificate; the lease carries on.
+        // The next request goes on a new connection, with the new certificate; the lease carries
+        // on.
         await client.renew(jobId, token);
         await cp.plane.audit.flush();
         const audit = await admin.rest.request(
@@ -112,7 +115,8 @@ describe(`certificate renewal (${databaseKind})`, () => {
           certificateSerial: second.serialHex,
         });
 
-        // Once the first certificate has expired, the job still renews and completes: nothing uses the old one.
+        // Once the first certificate has expired, the job still renews and completes: nothing uses
+        // the old one.
         await eventually(
           "the first certificate to expire",
           async () => (Date.now() > first.notAfter.getTime() + 1000 ? true : undefined),

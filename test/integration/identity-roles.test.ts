@@ -60,7 +60,8 @@ describe(`roles on admin methods (${databaseKind})`, () => {
     const other = await ci.request("POST", "/v1/admin/jobs", jobBody({ workspaceId: "w9" }));
     expect(other.status).toBe(403);
     expect(other.json.message).toBe(
-      `${id("ci")} may enqueue only in workspaces "w1", "w2", not in workspace "w9"; grant it with --grant ${id("ci")}=enqueue:w9`,
+      `${id("ci")} may enqueue only in workspaces "w1", "w2", not in workspace ` +
+        `"w9"; grant it with --grant ${id("ci")}=enqueue:w9`,
     );
   });
 
@@ -77,7 +78,9 @@ describe(`roles on admin methods (${databaseKind})`, () => {
     });
     expect(refused.status).toBe(403);
     expect(refused.json.message).toBe(
-      `${id("ci")} may cancel only the jobs it enqueued; job ${theirs} in workspace "w9" is another identity's (only --grant ${id("ci")}=admin allows it)`,
+      `${id("ci")} may cancel only the jobs it enqueued; job ${theirs} in ` +
+        `workspace "w9" is another identity's (only --grant ${id("ci")}=admin ` +
+        `allows it)`,
     );
     expect((await admin.job(theirs)).json.job.state).toBe("queued");
     const unknown = await ci.request(
@@ -103,36 +106,41 @@ describe(`roles on admin methods (${databaseKind})`, () => {
     }
   });
 
-  it("read may list jobs, runners, certificates and the audit trail, but not enqueue, cancel, grant or retire", async () => {
-    const dash = await service("dash");
-    for (const path of [
-      "/v1/admin/jobs",
-      "/v1/admin/runners",
-      "/v1/admin/audit?pageSize=5",
-      "/v1/admin/certificates",
-    ]) {
-      const reply = await dash.request("GET", path);
-      expect(reply.status, `${path}: ${reply.text}`).toBe(200);
-    }
-    const jobId = (await admin.enqueue({ workspaceId: "w1" })).json.job.id;
-    expect((await dash.request("GET", `/v1/admin/jobs/${jobId}`)).status).toBe(200);
-    const enq = await dash.request("POST", "/v1/admin/jobs", jobBody());
-    expect(enq.status).toBe(403);
-    expect(enq.json.message).toBe(
-      `${id("dash")} lacks the "enqueue" role that EnqueueJob needs (start forelead serve with --grant ${id("dash")}=enqueue:WORKSPACE)`,
-    );
-    expect(
-      (await dash.request("POST", `/v1/admin/jobs/${jobId}/cancel`, { apiVersion: "v1" })).status,
-    ).toBe(403);
-    expect(
-      (
-        await dash.request("POST", "/v1/admin/enrollment-grants", {
-          apiVersion: "v1",
-          workspaceId: "w1",
-        })
-      ).status,
-    ).toBe(403);
-  });
+  it(
+    "read may list jobs, runners, certificates and the audit trail, but not " +
+      "enqueue, cancel, grant or retire",
+    async () => {
+      const dash = await service("dash");
+      for (const path of [
+        "/v1/admin/jobs",
+        "/v1/admin/runners",
+        "/v1/admin/audit?pageSize=5",
+        "/v1/admin/certificates",
+      ]) {
+        const reply = await dash.request("GET", path);
+        expect(reply.status, `${path}: ${reply.text}`).toBe(200);
+      }
+      const jobId = (await admin.enqueue({ workspaceId: "w1" })).json.job.id;
+      expect((await dash.request("GET", `/v1/admin/jobs/${jobId}`)).status).toBe(200);
+      const enq = await dash.request("POST", "/v1/admin/jobs", jobBody());
+      expect(enq.status).toBe(403);
+      expect(enq.json.message).toBe(
+        `${id("dash")} lacks the "enqueue" role that EnqueueJob needs (start ` +
+          `forelead serve with --grant ${id("dash")}=enqueue:WORKSPACE)`,
+      );
+      expect(
+        (await dash.request("POST", `/v1/admin/jobs/${jobId}/cancel`, { apiVersion: "v1" })).status,
+      ).toBe(403);
+      expect(
+        (
+          await dash.request("POST", "/v1/admin/enrollment-grants", {
+            apiVersion: "v1",
+            workspaceId: "w1",
+          })
+        ).status,
+      ).toBe(403);
+    },
+  );
 
   it("roles granted to one identity add up; admin (--grant ID=admin or --admin) may do everything", async () => {
     const both = await service("both");
@@ -163,7 +171,8 @@ describe(`roles on admin methods (${databaseKind})`, () => {
     const reply = await nobody.request("GET", "/v1/admin/jobs");
     expect(reply.status).toBe(403);
     expect(reply.json.message).toBe(
-      `${id("nobody")} is granted no role; ListJobs needs the "read" role (start forelead serve with --grant ${id("nobody")}=read)`,
+      `${id("nobody")} is granted no role; ListJobs needs the "read" role ` +
+        `(start forelead serve with --grant ${id("nobody")}=read)`,
     );
   });
 

@@ -81,7 +81,9 @@ async function expectGoodRunnerServed(): Promise<void> {
   expect(reply.json.apiVersion).toBe("v1");
 }
 
-/** Connects with plain TLS; resolves with the negotiated protocol, rejects with the handshake error. */
+/**
+ * Connects with plain TLS; resolves with the negotiated protocol, rejects with the handshake error.
+ */
 function tlsHandshake(
   options: tls.ConnectionOptions,
 ): Promise<{ protocol: string | null; alpn: string | false | null }> {
@@ -240,7 +242,10 @@ describe(`identity, per request (${databaseKind})`, () => {
 
   describe("chains and key usages the policy reads from the certificate itself", () => {
     const alg = { name: "ECDSA", namedCurve: "P-256", hash: "SHA-256" } as const;
-    /** A certificate signed by `issuer` (PEM cert and PKCS#8 key) with the given shape; PEM cert and key. */
+    /**
+     * A certificate signed by `issuer` (PEM cert and PKCS#8 key) with the given shape; PEM cert and
+     * key.
+     */
     async function signedBy(
       issuer: IssuedCertificate,
       shape: { name: string; ca: boolean; usages: number; uris?: string[] },
@@ -357,7 +362,9 @@ describe(`identity, per request (${databaseKind})`, () => {
           reply,
           403,
           "permission_denied",
-          `runner routes need a SPIFFE ID of the form spiffe://forelead/runners/<runner-id>/workspaces/<workspace-id>; this certificate's is ${uri}`,
+          `runner routes need a SPIFFE ID of the form ` +
+            `spiffe://forelead/runners/<runner-id>/workspaces/<workspace-id>; this ` +
+            `certificate's is ${uri}`,
         );
       },
     );
@@ -493,42 +500,47 @@ describe(`identity, per request (${databaseKind})`, () => {
       );
     });
 
-    it("a body over 1 MiB is 413 resource_exhausted, and the unread rest of it is reset, not left hanging", async () => {
-      const labels = Array.from({ length: 120_000 }, (_, i) => `label-${i}`);
-      const body = JSON.stringify({ ...registration, labels });
-      expect(body.length).toBeGreaterThan(1.2e6);
-      const client = createRestClient(cp.url, cp.pki.ca.certPem, good);
-      const stream = client.session.request({
-        ":method": "POST",
-        ":path": "/v1/runner/register",
-        "content-type": "application/json",
-      });
-      try {
-        const reply = readReply(stream);
-        stream.end(body);
-        expectRefusal(
-          await reply,
-          413,
-          "resource_exhausted",
-          "over 1048576 bytes",
-          "send a smaller body",
-        );
-        // RFC 9113 section 8.1: a reply sent before the whole request is followed by
-        // RST_STREAM NO_ERROR, so the client stops sending instead of the stream staying open.
-        await eventually(
-          "the server to reset the stream whose body it stopped reading",
-          async () => stream.closed || undefined,
-          5_000,
-          10,
-        );
-        expect(stream.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
-        const after = await client.request("GET", "/v1/runner/clock");
-        expect(after.status, "the same connection still serves").toBe(200);
-      } finally {
-        stream.destroy(); // Node's client keeps a reset stream with unsent data until it is destroyed
-        await client.close();
-      }
-    });
+    it(
+      "a body over 1 MiB is 413 resource_exhausted, and the unread rest of it " +
+        "is reset, not left hanging",
+      async () => {
+        const labels = Array.from({ length: 120_000 }, (_, i) => `label-${i}`);
+        const body = JSON.stringify({ ...registration, labels });
+        expect(body.length).toBeGreaterThan(1.2e6);
+        const client = createRestClient(cp.url, cp.pki.ca.certPem, good);
+        const stream = client.session.request({
+          ":method": "POST",
+          ":path": "/v1/runner/register",
+          "content-type": "application/json",
+        });
+        try {
+          const reply = readReply(stream);
+          stream.end(body);
+          expectRefusal(
+            await reply,
+            413,
+            "resource_exhausted",
+            "over 1048576 bytes",
+            "send a smaller body",
+          );
+          // RFC 9113 section 8.1: a reply sent before the whole request is followed by
+          // RST_STREAM NO_ERROR, so the client stops sending instead of the stream staying open.
+          await eventually(
+            "the server to reset the stream whose body it stopped reading",
+            async () => stream.closed || undefined,
+            5_000,
+            10,
+          );
+          expect(stream.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+          const after = await client.request("GET", "/v1/runner/clock");
+          expect(after.status, "the same connection still serves").toBe(200);
+        } finally {
+          // Node's client keeps a reset stream with unsent data until it is destroyed
+          stream.destroy();
+          await client.close();
+        }
+      },
+    );
 
     it("a body just under 1 MiB is read, then judged on its fields", async () => {
       const body = JSON.stringify({ ...registration, padding: "x".repeat(1024 * 1024 - 300) });
@@ -612,56 +624,61 @@ describe(`identity, per request (${databaseKind})`, () => {
     }
   });
 
-  it("an allowed and a refused request are audited with the certificate's serial and fingerprint, never the body", async () => {
-    const marker = "audit-must-not-see-this";
-    const expired = await cp.pki.runner("r1", "w1", {
-      notBefore: new Date(Date.now() - 2 * HOUR),
-      notAfter: new Date(Date.now() - HOUR),
-    });
-    const allowed = await cp.pki.runner("r1", "w1");
-    // The marker rides in a field no audit record describes (a register that changes labels or slots is audited old → new).
-    const body = { ...registration, os: marker };
-    expectRefusal(
-      await send(expired, "POST", "/v1/runner/register", body),
-      401,
-      "unauthenticated",
-      "expired",
-    );
-    expect((await send(allowed, "POST", "/v1/runner/register", body)).status).toBe(200);
+  it(
+    "an allowed and a refused request are audited with the certificate's " +
+      "serial and fingerprint, never the body",
+    async () => {
+      const marker = "audit-must-not-see-this";
+      const expired = await cp.pki.runner("r1", "w1", {
+        notBefore: new Date(Date.now() - 2 * HOUR),
+        notAfter: new Date(Date.now() - HOUR),
+      });
+      const allowed = await cp.pki.runner("r1", "w1");
+      // The marker rides in a field no audit record describes (a register that changes labels or
+      // slots is audited old → new).
+      const body = { ...registration, os: marker };
+      expectRefusal(
+        await send(expired, "POST", "/v1/runner/register", body),
+        401,
+        "unauthenticated",
+        "expired",
+      );
+      expect((await send(allowed, "POST", "/v1/runner/register", body)).status).toBe(200);
 
-    await cp.plane.audit.flush();
-    const rows = await cp.plane.store.db.selectFrom("audit_records").selectAll().execute();
-    const deny = rows.filter((r) => r.certificate_serial === expired.serialHex);
-    const allow = rows.filter((r) => r.certificate_serial === allowed.serialHex);
-    expect(deny).toHaveLength(1);
-    expect(allow).toHaveLength(1);
-    expect(deny[0]).toMatchObject({
-      decision: "deny",
-      route: "POST /v1/runner/register",
-      spiffe_id: r1,
-      certificate_sha256: fingerprintOf(expired),
-      remote_address: "127.0.0.1",
-    });
-    expect(deny[0]!.reason).toContain(
-      `the client certificate expired at ${expired.notAfter.toISOString()}`,
-    );
-    expect(new Date(deny[0]!.certificate_not_after!).getTime()).toBe(expired.notAfter.getTime());
-    expect(allow[0]).toMatchObject({
-      decision: "allow",
-      route: "POST /v1/runner/register",
-      spiffe_id: r1,
-      certificate_sha256: fingerprintOf(allowed),
-      reason: `runner ${r1}`,
-    });
-    expect(new Date(allow[0]!.certificate_not_after!).getTime()).toBe(allowed.notAfter.getTime());
+      await cp.plane.audit.flush();
+      const rows = await cp.plane.store.db.selectFrom("audit_records").selectAll().execute();
+      const deny = rows.filter((r) => r.certificate_serial === expired.serialHex);
+      const allow = rows.filter((r) => r.certificate_serial === allowed.serialHex);
+      expect(deny).toHaveLength(1);
+      expect(allow).toHaveLength(1);
+      expect(deny[0]).toMatchObject({
+        decision: "deny",
+        route: "POST /v1/runner/register",
+        spiffe_id: r1,
+        certificate_sha256: fingerprintOf(expired),
+        remote_address: "127.0.0.1",
+      });
+      expect(deny[0]!.reason).toContain(
+        `the client certificate expired at ${expired.notAfter.toISOString()}`,
+      );
+      expect(new Date(deny[0]!.certificate_not_after!).getTime()).toBe(expired.notAfter.getTime());
+      expect(allow[0]).toMatchObject({
+        decision: "allow",
+        route: "POST /v1/runner/register",
+        spiffe_id: r1,
+        certificate_sha256: fingerprintOf(allowed),
+        reason: `runner ${r1}`,
+      });
+      expect(new Date(allow[0]!.certificate_not_after!).getTime()).toBe(allowed.notAfter.getTime());
 
-    for (const row of rows) {
-      const text = JSON.stringify(row);
-      expect(text).not.toContain(marker);
-      expect(text).not.toContain("apiVersion");
-      expect(text).not.toContain("BEGIN");
-    }
-  });
+      for (const row of rows) {
+        const text = JSON.stringify(row);
+        expect(text).not.toContain(marker);
+        expect(text).not.toContain("apiVersion");
+        expect(text).not.toContain("BEGIN");
+      }
+    },
+  );
 });
 
 describe(`identity comes before the body (${databaseKind})`, () => {
@@ -687,7 +704,8 @@ describe(`identity comes before the body (${databaseKind})`, () => {
   const connectRegister = "POST /forelead.runner.v1.RunnerService/Register";
   const auditRows = async (serial: string | undefined, route: string) => {
     await cp.plane.audit.flush();
-    // The identity decisions only: a register that changes a live runner's slots or labels adds an action record of its own.
+    // The identity decisions only: a register that changes a live runner's slots or labels adds an
+    // action record of its own.
     const rows = await cp.plane.store.db
       .selectFrom("audit_records")
       .selectAll()
@@ -697,22 +715,27 @@ describe(`identity comes before the body (${databaseKind})`, () => {
     return serial === undefined ? rows : rows.filter((r) => r.certificate_serial === serial);
   };
 
-  it("Connect: a request without a certificate and with a malformed body is audited as refused before the body is parsed", async () => {
-    const before = (await auditRows(undefined, connectRegister)).filter(
-      (r) => r.decision === "deny" && r.reason.startsWith("no client certificate"),
-    ).length;
-    const reply = await send(
-      undefined,
-      "POST",
-      "/forelead.runner.v1.RunnerService/Register",
-      "{not json",
-    );
-    expect(reply.status).toBeGreaterThanOrEqual(400); // Connect answers its own parse error; the identity was decided first
-    const after = (await auditRows(undefined, connectRegister)).filter(
-      (r) => r.decision === "deny" && r.reason.startsWith("no client certificate"),
-    ).length;
-    expect(after).toBe(before + 1);
-  });
+  it(
+    "Connect: a request without a certificate and with a malformed body is " +
+      "audited as refused before the body is parsed",
+    async () => {
+      const before = (await auditRows(undefined, connectRegister)).filter(
+        (r) => r.decision === "deny" && r.reason.startsWith("no client certificate"),
+      ).length;
+      const reply = await send(
+        undefined,
+        "POST",
+        "/forelead.runner.v1.RunnerService/Register",
+        "{not json",
+      );
+      // Connect answers its own parse error; the identity was decided first
+      expect(reply.status).toBeGreaterThanOrEqual(400);
+      const after = (await auditRows(undefined, connectRegister)).filter(
+        (r) => r.decision === "deny" && r.reason.startsWith("no client certificate"),
+      ).length;
+      expect(after).toBe(before + 1);
+    },
+  );
 
   it.each(rpcProtocols)(
     "%s: a refused and an allowed call are each decided and audited once",

@@ -107,7 +107,8 @@ describe(`runner inventory reports (${databaseKind})`, () => {
       },
       { kind: "network", name: networkName(jobId), jobId, state: "created" },
     ]);
-    expect(stored!.flags).toBeUndefined(); // a container of a live lease of this runner is what should be there
+    // a container of a live lease of this runner is what should be there
+    expect(stored!.flags).toBeUndefined();
 
     const second = await report(runner, [container(jobId, { state: "exited" })]);
     expect(second.status, second.text).toBe(200);
@@ -119,71 +120,75 @@ describe(`runner inventory reports (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("an item with a foreign name, an unknown kind, a mismatched job or a missing field is refused by index, and nothing of that report is stored", async () => {
-    const ws = freshWorkspace();
-    const runner = await runnerActor(cp, "r1", ws);
-    const jobId = newJobId();
-    const good = await report(runner, [network(jobId, { orphan: true })]);
-    expect(good.status, good.text).toBe(200);
-    const kept = (await latest("r1", ws))!;
+  it(
+    "an item with a foreign name, an unknown kind, a mismatched job or a " +
+      "missing field is refused by index, and nothing of that report is stored",
+    async () => {
+      const ws = freshWorkspace();
+      const runner = await runnerActor(cp, "r1", ws);
+      const jobId = newJobId();
+      const good = await report(runner, [network(jobId, { orphan: true })]);
+      expect(good.status, good.text).toBe(200);
+      const kept = (await latest("r1", ws))!;
 
-    const other = newJobId();
-    const cases: Array<[string, Item, RegExp]> = [
-      [
-        "foreign name",
-        container(jobId, { name: "postgres" }),
-        /items\[1\]: name "postgres" does not start with "forelead-"/,
-      ],
-      [
-        "docker's slash",
-        container(jobId, { name: `/${containerName(jobId, "main")}` }),
-        /items\[1\]: .*strip Docker's leading/,
-      ],
-      [
-        "bad task",
-        container(jobId, { name: `forelead-${jobId}-Main` }),
-        /items\[1\]: .*task "Main"/,
-      ],
-      [
-        "network named like a container",
-        network(jobId, { name: containerName(jobId, "main") }),
-        /items\[1\]: .*not a network name/,
-      ],
-      [
-        "unknown kind",
-        container(jobId, { kind: "volume" }),
-        /items\[1\]: kind "volume" is not "container" or "network"/,
-      ],
-      [
-        "mismatched job",
-        container(jobId, { jobId: other }),
-        new RegExp(`items\\[1\\]: jobId "${other}" does not match the job id ${jobId}`),
-      ],
-      ["missing jobId", container(jobId, { jobId: "" }), /items\[1\]: jobId is required/],
-      ["missing kind", container(jobId, { kind: undefined }), /items\[1\]: kind is required/],
-      ["missing name", container(jobId, { name: undefined }), /items\[1\]: name is required/],
-      [
-        "negative memory",
-        container(jobId, { memory: "-1" }),
-        /items\[1\]: memory must be a non-negative/,
-      ],
-      [
-        "oversized image",
-        container(jobId, { image: "x".repeat(1025) }),
-        /items\[1\]: image is longer than 1024/,
-      ],
-      ["listed twice", network(jobId), /items\[1\]: network .* is already listed as items\[0\]/],
-    ];
-    for (const [what, bad, message] of cases) {
-      const reply = await report(runner, [network(jobId), bad, container(newJobId())]);
-      expect(reply.status, `${what}: ${reply.text}`).toBe(400);
-      expect(reply.json.code, what).toBe("invalid_argument");
-      expect(reply.json.message, what).toMatch(message);
-      expect(reply.json.message, what).toMatch(/nothing from this report was stored/);
-    }
-    expect(await latest("r1", ws)).toEqual(kept);
-    await runner.close();
-  });
+      const other = newJobId();
+      const cases: Array<[string, Item, RegExp]> = [
+        [
+          "foreign name",
+          container(jobId, { name: "postgres" }),
+          /items\[1\]: name "postgres" does not start with "forelead-"/,
+        ],
+        [
+          "docker's slash",
+          container(jobId, { name: `/${containerName(jobId, "main")}` }),
+          /items\[1\]: .*strip Docker's leading/,
+        ],
+        [
+          "bad task",
+          container(jobId, { name: `forelead-${jobId}-Main` }),
+          /items\[1\]: .*task "Main"/,
+        ],
+        [
+          "network named like a container",
+          network(jobId, { name: containerName(jobId, "main") }),
+          /items\[1\]: .*not a network name/,
+        ],
+        [
+          "unknown kind",
+          container(jobId, { kind: "volume" }),
+          /items\[1\]: kind "volume" is not "container" or "network"/,
+        ],
+        [
+          "mismatched job",
+          container(jobId, { jobId: other }),
+          new RegExp(`items\\[1\\]: jobId "${other}" does not match the job id ${jobId}`),
+        ],
+        ["missing jobId", container(jobId, { jobId: "" }), /items\[1\]: jobId is required/],
+        ["missing kind", container(jobId, { kind: undefined }), /items\[1\]: kind is required/],
+        ["missing name", container(jobId, { name: undefined }), /items\[1\]: name is required/],
+        [
+          "negative memory",
+          container(jobId, { memory: "-1" }),
+          /items\[1\]: memory must be a non-negative/,
+        ],
+        [
+          "oversized image",
+          container(jobId, { image: "x".repeat(1025) }),
+          /items\[1\]: image is longer than 1024/,
+        ],
+        ["listed twice", network(jobId), /items\[1\]: network .* is already listed as items\[0\]/],
+      ];
+      for (const [what, bad, message] of cases) {
+        const reply = await report(runner, [network(jobId), bad, container(newJobId())]);
+        expect(reply.status, `${what}: ${reply.text}`).toBe(400);
+        expect(reply.json.code, what).toBe("invalid_argument");
+        expect(reply.json.message, what).toMatch(message);
+        expect(reply.json.message, what).toMatch(/nothing from this report was stored/);
+      }
+      expect(await latest("r1", ws)).toEqual(kept);
+      await runner.close();
+    },
+  );
 
   it("a body naming another runner, or no runner, is refused and stores nothing", async () => {
     const ws = freshWorkspace();
@@ -203,110 +208,120 @@ describe(`runner inventory reports (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("a report of more than 10,000 items is refused (through a generated client, where it fits in the body bound)", async () => {
-    const ws = freshWorkspace();
-    const client = createTestClient(
-      RunnerService,
-      cp.url,
-      cp.pki.ca.certPem,
-      await cp.pki.runner("big", ws),
-      "connect-binary",
-    );
-    const jobId = newJobId();
-    const item = { kind: "network", name: networkName(jobId), jobId };
-    const err = await client
-      .inventory({
-        apiVersion: "v1",
-        runnerId: "big",
-        items: Array.from({ length: 10_001 }, () => item),
-      })
-      .catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(ConnectError);
-    expect((err as ConnectError).code).toBe(Code.InvalidArgument);
-    expect((err as ConnectError).rawMessage).toMatch(/10001 items; at most 10000/);
-    expect(await latest("big", ws)).toBeUndefined();
-  });
+  it(
+    "a report of more than 10,000 items is refused (through a generated " +
+      "client, where it fits in the body bound)",
+    async () => {
+      const ws = freshWorkspace();
+      const client = createTestClient(
+        RunnerService,
+        cp.url,
+        cp.pki.ca.certPem,
+        await cp.pki.runner("big", ws),
+        "connect-binary",
+      );
+      const jobId = newJobId();
+      const item = { kind: "network", name: networkName(jobId), jobId };
+      const err = await client
+        .inventory({
+          apiVersion: "v1",
+          runnerId: "big",
+          items: Array.from({ length: 10_001 }, () => item),
+        })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((err as ConnectError).rawMessage).toMatch(/10001 items; at most 10000/);
+      expect(await latest("big", ws)).toBeUndefined();
+    },
+  );
 });
 
 describe(`cross-checks against leases (${databaseKind})`, () => {
-  it("an item of a job not leased to this runner, an orphan of a live lease, and a live lease with no container are flagged; normal cleanup is not", async () => {
-    const ws = freshWorkspace();
-    // A timeout far past the 10 minutes its lease is aged below: else the sweep may fail the job
-    // as overdue (timeout + grace) between that update and the report, and nothing is live to flag.
-    const { runner, jobId: live } = await runnerWithJob("r1", ws, 3600);
-    const { runner: r2, jobId: elsewhere } = await runnerWithJob("r2", ws);
-    // A job r1 ran and completed just now: its leftovers are normal while the runner cleans up.
-    const { runner: r3, jobId: finished, token } = await runnerWithJob("r3", ws);
-    expect((await r3.complete(finished, token)).status).toBe(200);
-    const unknown = newJobId();
+  it(
+    "an item of a job not leased to this runner, an orphan of a live lease, " +
+      "and a live lease with no container are flagged; normal cleanup is not",
+    async () => {
+      const ws = freshWorkspace();
+      // A timeout far past the 10 minutes its lease is aged below: else the sweep may fail the job
+      // as overdue (timeout + grace) between that update and the report, and nothing is live to flag.
+      const { runner, jobId: live } = await runnerWithJob("r1", ws, 3600);
+      const { runner: r2, jobId: elsewhere } = await runnerWithJob("r2", ws);
+      // A job r1 ran and completed just now: its leftovers are normal while the runner cleans up.
+      const { runner: r3, jobId: finished, token } = await runnerWithJob("r3", ws);
+      expect((await r3.complete(finished, token)).status).toBe(200);
+      const unknown = newJobId();
 
-    const clean = await report(runner, [container(live), network(live)]);
-    expect(clean.status, clean.text).toBe(200);
-    expect((await latest("r1", ws))![0]!.flags).toBeUndefined();
+      const clean = await report(runner, [container(live), network(live)]);
+      expect(clean.status, clean.text).toBe(200);
+      expect((await latest("r1", ws))![0]!.flags).toBeUndefined();
 
-    const mixed = await report(runner, [
-      container(elsewhere), // r2's job, not called orphan
-      container(unknown), // not a job of this workspace
-      container(live, { orphan: true }), // called orphan while r1's lease on it is live
-      network(elsewhere, { orphan: true }), // an orphan of another runner's job: what orphans are, not flagged
-    ]);
-    expect(mixed.status, mixed.text).toBe(200);
-    const flags = (await latest("r1", ws))![0]!.flags as Array<Record<string, string>>;
-    expect(flags).toEqual(
-      expect.arrayContaining([
+      const mixed = await report(runner, [
+        container(elsewhere), // r2's job, not called orphan
+        container(unknown), // not a job of this workspace
+        container(live, { orphan: true }), // called orphan while r1's lease on it is live
+        // an orphan of another runner's job: what orphans are, not flagged
+        network(elsewhere, { orphan: true }),
+      ]);
+      expect(mixed.status, mixed.text).toBe(200);
+      const flags = (await latest("r1", ws))![0]!.flags as Array<Record<string, string>>;
+      expect(flags).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({
+            problem: "job_not_leased_here",
+            jobId: elsewhere,
+            kind: "container",
+            name: containerName(elsewhere, "main"),
+            message: expect.stringMatching(/leased to runner "r2"/),
+          }),
+          expect.objectContaining({
+            problem: "job_not_leased_here",
+            jobId: unknown,
+            message: expect.stringMatching(/not a job of workspace/),
+          }),
+          expect.objectContaining({
+            problem: "orphan_of_live_lease",
+            jobId: live,
+            name: containerName(live, "main"),
+          }),
+        ]),
+      );
+      expect(flags).toHaveLength(3); // the lease is young: no container yet is normal for two minutes
+
+      // The same report once r1's lease is old enough to have a container: now the lease is flagged
+      // too.
+      await sql`update leases set issued_at = now() - interval '10 minutes' where job_id = ${live}`.execute(
+        cp.plane.store.db,
+      );
+      expect((await report(runner, [container(live, { orphan: true })])).status).toBe(200);
+      const later = (await latest("r1", ws))![0]!.flags as Array<Record<string, string>>;
+      expect(later.map((f) => f.problem).sort()).toEqual([
+        "lease_without_container",
+        "orphan_of_live_lease",
+      ]);
+      expect(later.find((f) => f.problem === "lease_without_container")).toMatchObject({
+        jobId: live,
+        message: expect.stringMatching(/no container/),
+      });
+
+      // r3 still lists the container of the job it completed a moment ago: not flagged.
+      expect((await report(r3, [container(finished, { state: "exited" })])).status).toBe(200);
+      expect((await latest("r3", ws))![0]!.flags).toBeUndefined();
+      // ...but long after its lease ended, it is.
+      await sql`update leases set ended_at = now() - interval '1 hour' where job_id = ${finished}`.execute(
+        cp.plane.store.db,
+      );
+      expect((await report(r3, [container(finished, { state: "exited" })])).status).toBe(200);
+      expect((await latest("r3", ws))![0]!.flags).toEqual([
         expect.objectContaining({
           problem: "job_not_leased_here",
-          jobId: elsewhere,
-          kind: "container",
-          name: containerName(elsewhere, "main"),
-          message: expect.stringMatching(/leased to runner "r2"/),
+          jobId: finished,
+          message: expect.stringMatching(/is succeeded/),
         }),
-        expect.objectContaining({
-          problem: "job_not_leased_here",
-          jobId: unknown,
-          message: expect.stringMatching(/not a job of workspace/),
-        }),
-        expect.objectContaining({
-          problem: "orphan_of_live_lease",
-          jobId: live,
-          name: containerName(live, "main"),
-        }),
-      ]),
-    );
-    expect(flags).toHaveLength(3); // the lease is young: no container yet is normal for two minutes
-
-    // The same report once r1's lease is old enough to have a container: now the lease is flagged too.
-    await sql`update leases set issued_at = now() - interval '10 minutes' where job_id = ${live}`.execute(
-      cp.plane.store.db,
-    );
-    expect((await report(runner, [container(live, { orphan: true })])).status).toBe(200);
-    const later = (await latest("r1", ws))![0]!.flags as Array<Record<string, string>>;
-    expect(later.map((f) => f.problem).sort()).toEqual([
-      "lease_without_container",
-      "orphan_of_live_lease",
-    ]);
-    expect(later.find((f) => f.problem === "lease_without_container")).toMatchObject({
-      jobId: live,
-      message: expect.stringMatching(/no container/),
-    });
-
-    // r3 still lists the container of the job it completed a moment ago: not flagged.
-    expect((await report(r3, [container(finished, { state: "exited" })])).status).toBe(200);
-    expect((await latest("r3", ws))![0]!.flags).toBeUndefined();
-    // ...but long after its lease ended, it is.
-    await sql`update leases set ended_at = now() - interval '1 hour' where job_id = ${finished}`.execute(
-      cp.plane.store.db,
-    );
-    expect((await report(r3, [container(finished, { state: "exited" })])).status).toBe(200);
-    expect((await latest("r3", ws))![0]!.flags).toEqual([
-      expect.objectContaining({
-        problem: "job_not_leased_here",
-        jobId: finished,
-        message: expect.stringMatching(/is succeeded/),
-      }),
-    ]);
-    await Promise.all([runner.close(), r2.close(), r3.close()]);
-  });
+      ]);
+      await Promise.all([runner.close(), r2.close(), r3.close()]);
+    },
+  );
 });
 
 describe(`reap orders (${databaseKind})`, () => {
@@ -368,75 +383,79 @@ describe(`reap orders (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("an order is recorded with who ordered it, delivered in the next reply, and done once a later report no longer lists the item", async () => {
-    const ws = freshWorkspace();
-    const runner = await runnerActor(cp, "solo", ws);
-    const jobId = newJobId();
-    const orphan = network(jobId, { orphan: true });
-    expect((await report(runner, [orphan])).status).toBe(200);
+  it(
+    "an order is recorded with who ordered it, delivered in the next reply, " +
+      "and done once a later report no longer lists the item",
+    async () => {
+      const ws = freshWorkspace();
+      const runner = await runnerActor(cp, "solo", ws);
+      const jobId = newJobId();
+      const orphan = network(jobId, { orphan: true });
+      expect((await report(runner, [orphan])).status).toBe(200);
 
-    const orphans = await admin.rest.request("GET", `/v1/admin/orphans?workspaceId=${ws}`);
-    expect(orphans.json.orphans).toEqual([
-      expect.objectContaining({
+      const orphans = await admin.rest.request("GET", `/v1/admin/orphans?workspaceId=${ws}`);
+      expect(orphans.json.orphans).toEqual([
+        expect.objectContaining({
+          runnerId: "solo",
+          workspaceId: ws,
+          item: expect.objectContaining({ name: networkName(jobId), orphan: true }),
+        }),
+      ]);
+
+      const ordered = await orderReap({
+        runnerId: "solo",
+        kind: "network",
+        name: networkName(jobId),
+      }); // workspace inferred: "solo" reports in one only
+      expect(ordered.status, ordered.text).toBe(200);
+      expect(ordered.json.order).toMatchObject({
         runnerId: "solo",
         workspaceId: ws,
-        item: expect.objectContaining({ name: networkName(jobId), orphan: true }),
-      }),
-    ]);
-
-    const ordered = await orderReap({
-      runnerId: "solo",
-      kind: "network",
-      name: networkName(jobId),
-    }); // workspace inferred: "solo" reports in one only
-    expect(ordered.status, ordered.text).toBe(200);
-    expect(ordered.json.order).toMatchObject({
-      runnerId: "solo",
-      workspaceId: ws,
-      kind: "network",
-      name: networkName(jobId),
-      jobId,
-      orderedBy: testAdminId,
-      state: "pending",
-    });
-    expect(Date.parse(ordered.json.order.orderedAt)).toBeGreaterThan(0);
-    const again = await orderReap({
-      runnerId: "solo",
-      workspaceId: ws,
-      kind: "network",
-      name: networkName(jobId),
-    });
-    expect(again.json.order.id).toBe(ordered.json.order.id); // ordering twice is the same order
-
-    const pending = (await latest("solo", ws))![0]!.pendingOrders;
-    expect(pending).toEqual([
-      expect.objectContaining({ id: ordered.json.order.id, state: "pending" }),
-    ]);
-
-    const delivered = await report(runner, [orphan]);
-    expect(delivered.json).toEqual({
-      apiVersion: "v1",
-      reap: [{ kind: "network", name: networkName(jobId) }],
-    });
-    // Until the runner removes it, every reply repeats the order.
-    expect((await report(runner, [orphan])).json.reap).toEqual([
-      { kind: "network", name: networkName(jobId) },
-    ]);
-
-    const removed = await report(runner, []);
-    expect(removed.json).toEqual({ apiVersion: "v1" });
-    const done = await admin.rest.request("GET", `/v1/admin/reap-orders?workspaceId=${ws}`);
-    expect(done.json.orders).toEqual([
-      expect.objectContaining({
-        id: ordered.json.order.id,
-        state: "done",
+        kind: "network",
+        name: networkName(jobId),
+        jobId,
         orderedBy: testAdminId,
-        settledAt: expect.any(String),
-      }),
-    ]);
-    expect((await latest("solo", ws))![0]!.pendingOrders).toBeUndefined();
-    await runner.close();
-  });
+        state: "pending",
+      });
+      expect(Date.parse(ordered.json.order.orderedAt)).toBeGreaterThan(0);
+      const again = await orderReap({
+        runnerId: "solo",
+        workspaceId: ws,
+        kind: "network",
+        name: networkName(jobId),
+      });
+      expect(again.json.order.id).toBe(ordered.json.order.id); // ordering twice is the same order
+
+      const pending = (await latest("solo", ws))![0]!.pendingOrders;
+      expect(pending).toEqual([
+        expect.objectContaining({ id: ordered.json.order.id, state: "pending" }),
+      ]);
+
+      const delivered = await report(runner, [orphan]);
+      expect(delivered.json).toEqual({
+        apiVersion: "v1",
+        reap: [{ kind: "network", name: networkName(jobId) }],
+      });
+      // Until the runner removes it, every reply repeats the order.
+      expect((await report(runner, [orphan])).json.reap).toEqual([
+        { kind: "network", name: networkName(jobId) },
+      ]);
+
+      const removed = await report(runner, []);
+      expect(removed.json).toEqual({ apiVersion: "v1" });
+      const done = await admin.rest.request("GET", `/v1/admin/reap-orders?workspaceId=${ws}`);
+      expect(done.json.orders).toEqual([
+        expect.objectContaining({
+          id: ordered.json.order.id,
+          state: "done",
+          orderedBy: testAdminId,
+          settledAt: expect.any(String),
+        }),
+      ]);
+      expect((await latest("solo", ws))![0]!.pendingOrders).toBeUndefined();
+      await runner.close();
+    },
+  );
 
   it("an order expires when a later report no longer calls the item orphan, and is not delivered", async () => {
     const ws = freshWorkspace();

@@ -26,7 +26,10 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-/** The openssl commands that write each form; the CA certificate is made from the key the same way for all. */
+/**
+ * The openssl commands that write each form; the CA certificate is made from the key the same way
+ * for all.
+ */
 const forms = {
   "SEC1 EC (openssl ecparam -genkey)": [
     "ecparam",

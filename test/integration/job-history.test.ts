@@ -89,7 +89,8 @@ describe(`job history: ListJobs filters and orders (${databaseKind})`, () => {
   it("pages in both orders: every job once, in order, across pages of 2", async () => {
     expect(await list("", 2)).toEqual(pick(6, 5, 4, 3, 2, 1, 0));
     expect(await list("order=oldest", 2)).toEqual(pick(0, 1, 2, 3, 4, 5, 6));
-    expect(await list("order=oldest&states=queued", 2)).toEqual(pick(3, 4, 5)); // the queue as it is claimed
+    // the queue as it is claimed
+    expect(await list("order=oldest&states=queued", 2)).toEqual(pick(3, 4, 5));
     expect(await list("labels=linux", 3)).toEqual(pick(6, 5, 4, 3, 2, 1, 0));
   });
 

@@ -5,9 +5,10 @@ import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { specFor, startTestRunner } from "../support/runner-agent.js";
 
-// A result within the 1 MiB result bound whose completion goes over the control plane's default body
-// bound (1 MiB) is refused (413); the runner then fails the job with invalid_result instead of leaving
-// it to its lease's expiry (docs/job-contract.md). The runner's side alone: the process executor.
+// A result within the 1 MiB result bound whose completion goes over the control plane's default
+// body bound (1 MiB) is refused (413); the runner then fails the job with invalid_result instead of
+// leaving it to its lease's expiry (docs/job-contract.md). The runner's side alone: the process
+// executor.
 const cp = useControlPlane({ leaseSeconds: 6 });
 const { admin } = cp;
 const tag = Math.random().toString(36).slice(2, 8);
@@ -22,7 +23,8 @@ describe(`a result the control plane's body bound refuses (${databaseKind})`, ()
     try {
       // Exactly 1 MiB of JSON: within the result bound, so only the body bound refuses it.
       const script =
-        "{ printf '{\"x\":\"'; head -c 1048568 /dev/zero | tr '\\0' a; printf '\"}'; } > output/result.json; wc -c < output/result.json";
+        "{ printf '{\"x\":\"'; head -c 1048568 /dev/zero | tr '\\0' a; printf " +
+        "'\"}'; } > output/result.json; wc -c < output/result.json";
       const reply = await admin.enqueue({
         workspaceId: "rbound",
         spec: specFor("process", { argv: ["sh", "-c", script] }),

@@ -32,28 +32,35 @@ const claims = (runner: RunnerActor, body: Record<string, unknown>) =>
   });
 
 describe(`complete and claim (${databaseKind})`, () => {
-  it("the reply carries the settled job and the runner's next lease; none once the queue is empty after the wait", async () => {
-    const ws = freshWorkspace();
-    const [first, second] = await enqueue(ws, 2);
-    const runner = await registeredRunner(cp, "r1", ws);
-    const lease = await runner.claim({ waitSeconds: 0 });
-    expect(lease.json.job.id).toBe(first);
-    const done = await runner.complete(first!, lease.json.token, { next: { waitSeconds: 0 } });
-    expect(done.status, done.text).toBe(200);
-    expect(done.json.job).toMatchObject({ id: first, state: "succeeded" });
-    expect(done.json.lease.job.id).toBe(second);
-    expect(done.json.lease.token).toEqual(expect.any(String));
-    expect((await admin.job(second!)).json.job).toMatchObject({ state: "running", runnerId: "r1" });
-    // The new lease is a lease like a claim's: it renews and completes.
-    expect((await runner.renew(second!, done.json.lease.token)).status).toBe(200);
-    const last = await runner.complete(second!, done.json.lease.token, {
-      next: { waitSeconds: 1 },
-    });
-    expect(last.status, last.text).toBe(200);
-    expect(last.json.job).toMatchObject({ id: second, state: "succeeded" });
-    expect(last.json.lease).toBeUndefined();
-    await runner.close();
-  });
+  it(
+    "the reply carries the settled job and the runner's next lease; none " +
+      "once the queue is empty after the wait",
+    async () => {
+      const ws = freshWorkspace();
+      const [first, second] = await enqueue(ws, 2);
+      const runner = await registeredRunner(cp, "r1", ws);
+      const lease = await runner.claim({ waitSeconds: 0 });
+      expect(lease.json.job.id).toBe(first);
+      const done = await runner.complete(first!, lease.json.token, { next: { waitSeconds: 0 } });
+      expect(done.status, done.text).toBe(200);
+      expect(done.json.job).toMatchObject({ id: first, state: "succeeded" });
+      expect(done.json.lease.job.id).toBe(second);
+      expect(done.json.lease.token).toEqual(expect.any(String));
+      expect((await admin.job(second!)).json.job).toMatchObject({
+        state: "running",
+        runnerId: "r1",
+      });
+      // The new lease is a lease like a claim's: it renews and completes.
+      expect((await runner.renew(second!, done.json.lease.token)).status).toBe(200);
+      const last = await runner.complete(second!, done.json.lease.token, {
+        next: { waitSeconds: 1 },
+      });
+      expect(last.status, last.text).toBe(200);
+      expect(last.json.job).toMatchObject({ id: second, state: "succeeded" });
+      expect(last.json.lease).toBeUndefined();
+      await runner.close();
+    },
+  );
 
   it("a job enqueued during the wait is leased to the waiting completion", async () => {
     const ws = freshWorkspace();
@@ -109,37 +116,45 @@ describe(`complete and claim (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("completions arriving together each get their own next lease; a refused one among them gets its error and claims nothing", async () => {
-    const ws = freshWorkspace();
-    const first = await enqueue(ws, 5);
-    const runners = await Promise.all(
-      Array.from({ length: 5 }, (_, i) => registeredRunner(cp, `t${i}`, ws)),
-    );
-    const leases: Array<{ token: string; job: { id: string } }> = [];
-    for (const r of runners) leases.push((await r.claim({ waitSeconds: 0 })).json);
-    const more = await enqueue(ws, 4);
-    // Runner t4 sends a completion its lease does not take (a wrong token): refused, as without next.
-    const replies = await Promise.all(
-      runners.map((r, i) =>
-        r.complete(
-          leases[i]!.job.id,
-          i === 4 ? "y".repeat(leases[i]!.token.length) : leases[i]!.token,
-          { next: { waitSeconds: 0 } },
+  it(
+    "completions arriving together each get their own next lease; a refused " +
+      "one among them gets its error and claims nothing",
+    async () => {
+      const ws = freshWorkspace();
+      const first = await enqueue(ws, 5);
+      const runners = await Promise.all(
+        Array.from({ length: 5 }, (_, i) => registeredRunner(cp, `t${i}`, ws)),
+      );
+      const leases: Array<{ token: string; job: { id: string } }> = [];
+      for (const r of runners) leases.push((await r.claim({ waitSeconds: 0 })).json);
+      const more = await enqueue(ws, 4);
+      // Runner t4 sends a completion its lease does not take (a wrong token): refused, as without
+      // next.
+      const replies = await Promise.all(
+        runners.map((r, i) =>
+          r.complete(
+            leases[i]!.job.id,
+            i === 4 ? "y".repeat(leases[i]!.token.length) : leases[i]!.token,
+            { next: { waitSeconds: 0 } },
+          ),
         ),
-      ),
-    );
-    replies.slice(0, 4).forEach((d, i) => {
-      expect(d.status, d.text).toBe(200);
-      expect(d.json.job).toMatchObject({ id: first[i], state: "succeeded" });
-    });
-    expect(replies[4]!.status).toBeGreaterThanOrEqual(400);
-    const next = replies.slice(0, 4).map((d) => d.json.lease?.job.id);
-    expect([...next].sort()).toEqual([...more].sort());
-    expect((await admin.job(first[4]!)).json.job.state).toBe("running");
-    for (const [i, id] of next.entries())
-      expect((await admin.job(id)).json.job).toMatchObject({ state: "running", runnerId: `t${i}` });
-    await Promise.all(runners.map((r) => r.close()));
-  });
+      );
+      replies.slice(0, 4).forEach((d, i) => {
+        expect(d.status, d.text).toBe(200);
+        expect(d.json.job).toMatchObject({ id: first[i], state: "succeeded" });
+      });
+      expect(replies[4]!.status).toBeGreaterThanOrEqual(400);
+      const next = replies.slice(0, 4).map((d) => d.json.lease?.job.id);
+      expect([...next].sort()).toEqual([...more].sort());
+      expect((await admin.job(first[4]!)).json.job.state).toBe("running");
+      for (const [i, id] of next.entries())
+        expect((await admin.job(id)).json.job).toMatchObject({
+          state: "running",
+          runnerId: `t${i}`,
+        });
+      await Promise.all(runners.map((r) => r.close()));
+    },
+  );
 
   it("a paused runner's completion is taken and claims nothing", async () => {
     const ws = freshWorkspace();

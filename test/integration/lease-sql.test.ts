@@ -19,9 +19,13 @@ const token = Buffer.alloc(32, 1);
 const otherToken = Buffer.alloc(32, 2);
 
 describe(`lease rules (${databaseKind})`, () => {
-  it("a lease is live while its job runs under that token and before its expiry; expiredLease is exactly the other running rows", async () => {
-    const { rows } = await sql<{ name: string; held: boolean; live: boolean; expired: boolean }>`
-      select j.name, ${leaseHeld({ token }, "j")} as held, ${liveLease({ token }, "j")} as live, ${expiredLease("j")} as expired
+  it(
+    "a lease is live while its job runs under that token and before its " +
+      "expiry; expiredLease is exactly the other running rows",
+    async () => {
+      const { rows } = await sql<{ name: string; held: boolean; live: boolean; expired: boolean }>`
+      select j.name, ${leaseHeld({ token }, "j")} as held, ${liveLease({ token }, "j")} as
+        live, ${expiredLease("j")} as expired
       from (values
         ('running, its token, expiring later', 'running', ${token}::bytea, now() + interval '1 minute'),
         ('running, its token, expiring now', 'running', ${token}::bytea, now()),
@@ -29,15 +33,16 @@ describe(`lease rules (${databaseKind})`, () => {
         ('running, another token', 'running', ${otherToken}::bytea, now() + interval '1 minute'),
         ('queued', 'queued', null::bytea, null::timestamptz)
       ) as j(name, state, lease_token_sha256, lease_expires_at)`.execute(store().db);
-    const byName = Object.fromEntries(rows.map((r) => [r.name, [r.held, r.live, r.expired]]));
-    expect(byName).toEqual({
-      "running, its token, expiring later": [true, true, false],
-      "running, its token, expiring now": [true, false, true],
-      "running, its token, expired": [true, false, true],
-      "running, another token": [false, false, false],
-      queued: [false, false, false],
-    });
-  });
+      const byName = Object.fromEntries(rows.map((r) => [r.name, [r.held, r.live, r.expired]]));
+      expect(byName).toEqual({
+        "running, its token, expiring later": [true, true, false],
+        "running, its token, expiring now": [true, false, true],
+        "running, its token, expired": [true, false, true],
+        "running, another token": [false, false, false],
+        queued: [false, false, false],
+      });
+    },
+  );
 
   it("a lease row is live until it ends or expires", async () => {
     const { rows } = await sql<{ name: string; live: boolean }>`
@@ -56,7 +61,8 @@ describe(`lease rules (${databaseKind})`, () => {
 
   it("a match narrows by every field it names, a value as a parameter and a reference inlined", async () => {
     const { rows } = await sql<{ id: string; live: boolean }>`
-      select j.id, ${liveLease({ jobId: sql.ref("j.wanted"), workspaceId: "w1", runnerId: "r1", leaseId: 7 }, "j")} as live
+      select j.id, ${liveLease({ jobId: sql.ref("j.wanted"), workspaceId: "w1", runnerId: "r1", leaseId: 7 }, "j")} as
+        live
       from (values
         ('a', 'a', 'w1', 'r1', 7, 'running', now() + interval '1 minute'),
         ('b', 'x', 'w1', 'r1', 7, 'running', now() + interval '1 minute'),

@@ -9,7 +9,9 @@ const cp = useControlPlane();
 const { admin } = cp;
 const ws = "paging";
 
-/** Enqueues `n` jobs over the admin's one connection, `inFlight` at a time; resolves with their ids. */
+/**
+ * Enqueues `n` jobs over the admin's one connection, `inFlight` at a time; resolves with their ids.
+ */
 async function enqueueConcurrently(n: number, inFlight = 64): Promise<string[]> {
   const ids: string[] = [];
   let next = 0;
@@ -57,47 +59,60 @@ async function enqueueBurst(n: number): Promise<string[]> {
   expect(template.status, template.text).toBe(200);
   const db = cp.plane.store.db;
   const { rows: columns } = await sql<{ name: string }>`
-    select column_name as name from information_schema.columns where table_name = 'jobs' and column_name not in ('id', 'created_at', 'updated_at', 'idempotency_key') order by ordinal_position`.execute(
+    select column_name as name from information_schema.columns where table_name = 'jobs' and
+      column_name not in ('id', 'created_at', 'updated_at', 'idempotency_key') order by ordinal_position`.execute(
     db,
   );
   const copied = sql.join(columns.map((c) => sql.ref(c.name)));
   const { rows } = await sql<{ id: string }>`
     insert into jobs (id, created_at, updated_at, ${copied})
-    select gen_random_uuid(), now() - g * interval '7 microseconds', now(), ${copied} from jobs, generate_series(2, ${n}) g
+    select gen_random_uuid(), now() - g * interval '7 microseconds', now(), ${copied} from jobs,
+      generate_series(2, ${n}) g
     where id = ${template.json.job.id}
     returning id`.execute(db);
   return [template.json.job.id as string, ...rows.map((r) => r.id)];
 }
 
 describe(`ListJobs paging (${databaseKind})`, () => {
-  it("lists each of 5,000 jobs enqueued in a burst exactly once, also while more are enqueued concurrently, though many share a millisecond of created_at", async () => {
-    const started = performance.now();
-    const enqueued = await enqueueBurst(5000);
-    const enqueueMs = performance.now() - started;
+  it(
+    "lists each of 5,000 jobs enqueued in a burst exactly once, also while " +
+      "more are enqueued concurrently, though many share a millisecond of " +
+      "created_at",
+    async () => {
+      const started = performance.now();
+      const enqueued = await enqueueBurst(5000);
+      const enqueueMs = performance.now() - started;
 
-    // The case the page token must order: jobs whose created_at shares a millisecond with another's.
-    const { rows } = await sql<{ n: number }>`
+      // The case the page token must order: jobs whose created_at shares a millisecond with
+      // another's.
+      const { rows } = await sql<{ n: number }>`
       select count(*)::int as n from (
-        select date_trunc('milliseconds', created_at) from jobs where workspace_id = ${ws} group by 1 having count(*) > 1
+        select date_trunc('milliseconds', created_at) from jobs where workspace_id = ${ws} group by
+          1 having count(*) > 1
       ) tied`.execute(cp.plane.store.db);
-    expect(rows[0]!.n).toBeGreaterThan(0);
+      expect(rows[0]!.n).toBeGreaterThan(0);
 
-    const listingStarted = performance.now();
-    const [listed, more] = await Promise.all([listAll(50), enqueueConcurrently(200, 8)]);
-    const listMs = performance.now() - listingStarted;
+      const listingStarted = performance.now();
+      const [listed, more] = await Promise.all([listAll(50), enqueueConcurrently(200, 8)]);
+      const listMs = performance.now() - listingStarted;
 
-    expect(new Set(listed).size).toBe(listed.length); // nothing repeated
-    const seen = new Set(listed);
-    expect(enqueued.filter((id) => !seen.has(id))).toEqual([]); // nothing that existed was skipped
-    const known = new Set([...enqueued, ...more]);
-    expect(listed.filter((id) => !known.has(id))).toEqual([]);
-    // One total order: paged by 500 afterwards, the burst's jobs come in the same order.
-    const burst = new Set(enqueued);
-    expect((await listAll(500)).filter((id) => burst.has(id))).toEqual(
-      listed.filter((id) => burst.has(id)),
-    );
-    console.log(
-      `ListJobs paging (${databaseKind}): enqueued 5000 in ${Math.round(enqueueMs)} ms; ${Math.ceil(listed.length / 50)} pages of 50 listed in ${Math.round(listMs)} ms while 200 more were enqueued; ${rows[0]!.n} milliseconds held two or more jobs`,
-    );
-  }, 120_000);
+      expect(new Set(listed).size).toBe(listed.length); // nothing repeated
+      const seen = new Set(listed);
+      expect(enqueued.filter((id) => !seen.has(id))).toEqual([]); // nothing that existed was skipped
+      const known = new Set([...enqueued, ...more]);
+      expect(listed.filter((id) => !known.has(id))).toEqual([]);
+      // One total order: paged by 500 afterwards, the burst's jobs come in the same order.
+      const burst = new Set(enqueued);
+      expect((await listAll(500)).filter((id) => burst.has(id))).toEqual(
+        listed.filter((id) => burst.has(id)),
+      );
+      console.log(
+        `ListJobs paging (${databaseKind}): enqueued 5000 in ` +
+          `${Math.round(enqueueMs)} ms; ${Math.ceil(listed.length / 50)} pages of ` +
+          `50 listed in ${Math.round(listMs)} ms while 200 more were enqueued; ` +
+          `${rows[0]!.n} milliseconds held two or more jobs`,
+      );
+    },
+    120_000,
+  );
 });

@@ -132,38 +132,42 @@ describe("the metrics listener", () => {
     await runner.close();
   });
 
-  it("labels Connect calls by the same route template, and an unknown path as unmatched, never by the raw path", async () => {
-    const runner = await runnerActor(cp, "metrics-r2", "wm");
-    const connect = await runner.rest.request(
-      "POST",
-      "/forelead.runner.v1.RunnerService/Clock",
-      {},
-      { "connect-protocol-version": "1" },
-    );
-    expect(connect.status, connect.text).toBe(200);
-    const missing = await runner.rest.request("GET", "/v1/runner/no-such-route/12345");
-    expect(missing.status).toBe(404);
-    const s = await eventually("both requests to be timed", async () => {
-      const now = await scrape(url());
-      return now.value("forelead_request_duration_seconds", {
-        route: "GET /v1/runner/clock",
-        surface: "rpc",
-        code: "200",
-      }) >= 1 &&
-        now.value("forelead_request_duration_seconds", {
-          route: "unmatched",
-          surface: "rest",
-          code: "404",
-        }) >= 1
-        ? now
-        : undefined;
-    });
-    const routes = new Set(
-      s.families.get("forelead_request_duration_seconds")!.metrics.map((m) => m.labels?.route),
-    );
-    expect([...routes].some((r) => r?.includes("12345"))).toBe(false);
-    await runner.close();
-  });
+  it(
+    "labels Connect calls by the same route template, and an unknown path as " +
+      "unmatched, never by the raw path",
+    async () => {
+      const runner = await runnerActor(cp, "metrics-r2", "wm");
+      const connect = await runner.rest.request(
+        "POST",
+        "/forelead.runner.v1.RunnerService/Clock",
+        {},
+        { "connect-protocol-version": "1" },
+      );
+      expect(connect.status, connect.text).toBe(200);
+      const missing = await runner.rest.request("GET", "/v1/runner/no-such-route/12345");
+      expect(missing.status).toBe(404);
+      const s = await eventually("both requests to be timed", async () => {
+        const now = await scrape(url());
+        return now.value("forelead_request_duration_seconds", {
+          route: "GET /v1/runner/clock",
+          surface: "rpc",
+          code: "200",
+        }) >= 1 &&
+          now.value("forelead_request_duration_seconds", {
+            route: "unmatched",
+            surface: "rest",
+            code: "404",
+          }) >= 1
+          ? now
+          : undefined;
+      });
+      const routes = new Set(
+        s.families.get("forelead_request_duration_seconds")!.metrics.map((m) => m.labels?.route),
+      );
+      expect([...routes].some((r) => r?.includes("12345"))).toBe(false);
+      await runner.close();
+    },
+  );
 
   it("counts an identity refusal by its reason", async () => {
     const before = await scrape(url());
@@ -182,38 +186,42 @@ describe("the metrics listener", () => {
     await runner.close();
   });
 
-  it("answers /healthz and /readyz with JSON, HEAD without a body, a wrong method 405 with Allow, and any other path 404", async () => {
-    expect(await health(url(), "/healthz")).toEqual({ status: 200, json: { status: "ok" } });
-    const ready = await health(url(), "/readyz");
-    expect(ready.status, JSON.stringify(ready.json)).toBe(200);
-    expect(ready.json.status).toBe("ready");
-    expect(
-      (ready.json.checks as Array<{ name: string; ok: boolean }>).map((c) => [c.name, c.ok]),
-    ).toEqual([
-      ["database", true],
-      ["migrations", true],
-      ["listen", true],
-      ["auditSpool", true],
-    ]);
+  it(
+    "answers /healthz and /readyz with JSON, HEAD without a body, a wrong " +
+      "method 405 with Allow, and any other path 404",
+    async () => {
+      expect(await health(url(), "/healthz")).toEqual({ status: 200, json: { status: "ok" } });
+      const ready = await health(url(), "/readyz");
+      expect(ready.status, JSON.stringify(ready.json)).toBe(200);
+      expect(ready.json.status).toBe("ready");
+      expect(
+        (ready.json.checks as Array<{ name: string; ok: boolean }>).map((c) => [c.name, c.ok]),
+      ).toEqual([
+        ["database", true],
+        ["migrations", true],
+        ["listen", true],
+        ["auditSpool", true],
+      ]);
 
-    const head = await fetch(`${url()}/metrics`, { method: "HEAD" });
-    expect(head.status).toBe(200);
-    expect(await head.text()).toBe("");
-    for (const method of ["POST", "PUT", "DELETE"]) {
-      const wrong = await fetch(`${url()}/metrics`, { method });
-      expect(wrong.status, method).toBe(405);
-      expect(wrong.headers.get("allow")).toBe("GET, HEAD");
-      expect(await wrong.json()).toEqual({
-        code: "unimplemented",
-        message: `${method} /metrics is not served; use GET or HEAD`,
-      });
-    }
-    const other = await fetch(`${url()}/v1/admin/jobs`);
-    expect(other.status).toBe(404);
-    expect(((await other.json()) as { message: string }).message).toBe(
-      "no route GET /v1/admin/jobs; this listener serves GET /metrics, /healthz, /readyz",
-    );
-  });
+      const head = await fetch(`${url()}/metrics`, { method: "HEAD" });
+      expect(head.status).toBe(200);
+      expect(await head.text()).toBe("");
+      for (const method of ["POST", "PUT", "DELETE"]) {
+        const wrong = await fetch(`${url()}/metrics`, { method });
+        expect(wrong.status, method).toBe(405);
+        expect(wrong.headers.get("allow")).toBe("GET, HEAD");
+        expect(await wrong.json()).toEqual({
+          code: "unimplemented",
+          message: `${method} /metrics is not served; use GET or HEAD`,
+        });
+      }
+      const other = await fetch(`${url()}/v1/admin/jobs`);
+      expect(other.status).toBe(404);
+      expect(((await other.json()) as { message: string }).message).toBe(
+        "no route GET /v1/admin/jobs; this listener serves GET /metrics, /healthz, /readyz",
+      );
+    },
+  );
 });
 
 describe("two control planes in one process", () => {
@@ -281,58 +289,62 @@ describe.runIf(postgresServerInstalled())("/readyz while Postgres is stopped", (
     await server?.destroy();
   });
 
-  it("is ready, then 503 naming the database (and LISTEN) while it is down, with /metrics still answering, then ready again once it is back", async () => {
-    const url = cp.plane.metrics!.url;
-    expect((await health(url, "/readyz")).status).toBe(200);
-    const up = await scrape(url);
-    expect(up.value("forelead_database_pool_max_connections")).toBe(20);
-    expect(
-      up.families
-        .get("forelead_database_pool_connections")!
-        .metrics.map((m) => m.labels?.state)
-        .sort(),
-    ).toEqual(["idle", "in_use"]);
+  it(
+    "is ready, then 503 naming the database (and LISTEN) while it is down, " +
+      "with /metrics still answering, then ready again once it is back",
+    async () => {
+      const url = cp.plane.metrics!.url;
+      expect((await health(url, "/readyz")).status).toBe(200);
+      const up = await scrape(url);
+      expect(up.value("forelead_database_pool_max_connections")).toBe(20);
+      expect(
+        up.families
+          .get("forelead_database_pool_connections")!
+          .metrics.map((m) => m.labels?.state)
+          .sort(),
+      ).toEqual(["idle", "in_use"]);
 
-    await server.stop();
-    const down = await health(url, "/readyz");
-    expect(down.status, JSON.stringify(down.json)).toBe(503);
-    expect(down.json.status).toBe("not_ready");
-    expect(down.json.notReady).toContain("database");
-    expect(down.json.notReady).toContain("migrations");
-    const database = (down.json.checks as Array<{ name: string; message: string }>).find(
-      (c) => c.name === "database",
-    )!;
-    expect(database.message).toMatch(/^the postgres database is unreachable: /);
-    expect(JSON.stringify(down.json)).not.toContain("unused-secret");
-    await eventually(
-      "readyz to name the LISTEN connection too",
-      async () =>
-        ((await health(url, "/readyz")).json.notReady as string[]).includes("listen")
-          ? true
-          : undefined,
-      5_000,
-    );
-    const scraped = await eventually(
-      "a scrape to see the database down",
-      async () => {
-        const s = await scrape(url);
-        return s.value("forelead_database_reachable") === 0 ? s : undefined;
-      },
-      5_000,
-    );
-    expect(scraped.value("forelead_listen_connected")).toBe(0);
+      await server.stop();
+      const down = await health(url, "/readyz");
+      expect(down.status, JSON.stringify(down.json)).toBe(503);
+      expect(down.json.status).toBe("not_ready");
+      expect(down.json.notReady).toContain("database");
+      expect(down.json.notReady).toContain("migrations");
+      const database = (down.json.checks as Array<{ name: string; message: string }>).find(
+        (c) => c.name === "database",
+      )!;
+      expect(database.message).toMatch(/^the postgres database is unreachable: /);
+      expect(JSON.stringify(down.json)).not.toContain("unused-secret");
+      await eventually(
+        "readyz to name the LISTEN connection too",
+        async () =>
+          ((await health(url, "/readyz")).json.notReady as string[]).includes("listen")
+            ? true
+            : undefined,
+        5_000,
+      );
+      const scraped = await eventually(
+        "a scrape to see the database down",
+        async () => {
+          const s = await scrape(url);
+          return s.value("forelead_database_reachable") === 0 ? s : undefined;
+        },
+        5_000,
+      );
+      expect(scraped.value("forelead_listen_connected")).toBe(0);
 
-    await server.start();
-    const back = await eventually(
-      "readyz to be ready again",
-      async () => {
-        const r = await health(url, "/readyz");
-        return r.status === 200 ? r : undefined;
-      },
-      10_000,
-    );
-    expect(back.json.status).toBe("ready");
-  });
+      await server.start();
+      const back = await eventually(
+        "readyz to be ready again",
+        async () => {
+          const r = await health(url, "/readyz");
+          return r.status === 200 ? r : undefined;
+        },
+        10_000,
+      );
+      expect(back.json.status).toBe("ready");
+    },
+  );
 });
 
 describe("forelead serve --metrics-listen", () => {

@@ -78,19 +78,23 @@ describe(`pausing a workspace (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("a workspace with no runner or job yet may be paused ahead; the audit trail records each pause and resume", async () => {
-    const w = freshWorkspace();
-    expect((await post(`/v1/admin/workspaces/${w}/pause`)).status).toBe(200);
-    expect((await post(`/v1/admin/workspaces/${w}/resume`)).status).toBe(200);
-    const audit = await admin.rest.request("GET", "/v1/admin/audit?pageSize=50");
-    const mine = (
-      audit.json.records as Array<{ action: string; target: string; reason: string }>
-    ).filter((r) => r.target === `workspace "${w}"`);
-    expect(mine.map((r) => [r.action, r.reason])).toEqual([
-      ["workspace.resume", "resumed"],
-      ["workspace.pause", "paused"],
-    ]);
-  });
+  it(
+    "a workspace with no runner or job yet may be paused ahead; the audit " +
+      "trail records each pause and resume",
+    async () => {
+      const w = freshWorkspace();
+      expect((await post(`/v1/admin/workspaces/${w}/pause`)).status).toBe(200);
+      expect((await post(`/v1/admin/workspaces/${w}/resume`)).status).toBe(200);
+      const audit = await admin.rest.request("GET", "/v1/admin/audit?pageSize=50");
+      const mine = (
+        audit.json.records as Array<{ action: string; target: string; reason: string }>
+      ).filter((r) => r.target === `workspace "${w}"`);
+      expect(mine.map((r) => [r.action, r.reason])).toEqual([
+        ["workspace.resume", "resumed"],
+        ["workspace.pause", "paused"],
+      ]);
+    },
+  );
 
   it("resume wakes a claim already waiting in the workspace", async () => {
     const w = freshWorkspace();
@@ -110,49 +114,53 @@ describe(`pausing a workspace (${databaseKind})`, () => {
 });
 
 describe(`pausing a runner (${databaseKind})`, () => {
-  it("its claims answer 204 while its lease renews and completes; other runners still claim; resume gives it work", async () => {
-    const w = freshWorkspace();
-    const r1 = await registeredRunner(cp, "r1", w, { slots: 2 });
-    const r2 = await registeredRunner(cp, "r2", w);
-    const first = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
-    const lease = await r1.claim();
-    expect(lease.json.job.id).toBe(first);
+  it(
+    "its claims answer 204 while its lease renews and completes; other " +
+      "runners still claim; resume gives it work",
+    async () => {
+      const w = freshWorkspace();
+      const r1 = await registeredRunner(cp, "r1", w, { slots: 2 });
+      const r2 = await registeredRunner(cp, "r2", w);
+      const first = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
+      const lease = await r1.claim();
+      expect(lease.json.job.id).toBe(first);
 
-    const paused = await post(`/v1/admin/runners/r1/pause`, { workspaceId: w, reason: "drain" });
-    expect(paused.status, paused.text).toBe(200);
-    expect(paused.json).toMatchObject({ runnerId: "r1", workspaceId: w });
-    expect((await post(`/v1/admin/runners/r1/pause`, { workspaceId: w })).json.alreadyPaused).toBe(
-      true,
-    );
-    const listed = async () =>
-      (
-        (await admin.rest.request("GET", `/v1/admin/runners?workspaceId=${w}`)).json.runners as {
-          runnerId: string;
-          pausedAt?: string;
-          pausedBy?: string;
-        }[]
-      ).sort((a, b) => a.runnerId.localeCompare(b.runnerId));
-    const [r1View, r2View] = await listed();
-    expect(new Date(r1View!.pausedAt!).getTime()).toBeGreaterThan(Date.now() - 60_000);
-    expect(r1View!.pausedBy).toMatch(/^spiffe:\/\//);
-    expect(r2View!.pausedAt).toBeUndefined();
+      const paused = await post(`/v1/admin/runners/r1/pause`, { workspaceId: w, reason: "drain" });
+      expect(paused.status, paused.text).toBe(200);
+      expect(paused.json).toMatchObject({ runnerId: "r1", workspaceId: w });
+      expect(
+        (await post(`/v1/admin/runners/r1/pause`, { workspaceId: w })).json.alreadyPaused,
+      ).toBe(true);
+      const listed = async () =>
+        (
+          (await admin.rest.request("GET", `/v1/admin/runners?workspaceId=${w}`)).json.runners as {
+            runnerId: string;
+            pausedAt?: string;
+            pausedBy?: string;
+          }[]
+        ).sort((a, b) => a.runnerId.localeCompare(b.runnerId));
+      const [r1View, r2View] = await listed();
+      expect(new Date(r1View!.pausedAt!).getTime()).toBeGreaterThan(Date.now() - 60_000);
+      expect(r1View!.pausedBy).toMatch(/^spiffe:\/\//);
+      expect(r2View!.pausedAt).toBeUndefined();
 
-    const second = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
-    expect((await r1.claim()).status).toBe(204);
-    expect((await r1.renew(first, lease.json.token)).status).toBe(200);
-    expect((await r1.complete(first, lease.json.token)).json.job.state).toBe("succeeded");
-    expect((await r2.claim()).json.job.id).toBe(second);
+      const second = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
+      expect((await r1.claim()).status).toBe(204);
+      expect((await r1.renew(first, lease.json.token)).status).toBe(200);
+      expect((await r1.complete(first, lease.json.token)).json.job.state).toBe("succeeded");
+      expect((await r2.claim()).json.job.id).toBe(second);
 
-    const third = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
-    expect((await r1.claim()).status).toBe(204);
-    expect((await post(`/v1/admin/runners/r1/resume`, { workspaceId: w })).json.wasPaused).toBe(
-      true,
-    );
-    expect((await listed())[0]!.pausedAt).toBeUndefined();
-    expect((await r1.claim()).json.job.id).toBe(third);
-    await r1.close();
-    await r2.close();
-  });
+      const third = (await admin.enqueue({ workspaceId: w })).json.job.id as string;
+      expect((await r1.claim()).status).toBe(204);
+      expect((await post(`/v1/admin/runners/r1/resume`, { workspaceId: w })).json.wasPaused).toBe(
+        true,
+      );
+      expect((await listed())[0]!.pausedAt).toBeUndefined();
+      expect((await r1.claim()).json.job.id).toBe(third);
+      await r1.close();
+      await r2.close();
+    },
+  );
 
   it("an unknown runner is refused by name (404); an ambiguous id needs its workspace (400)", async () => {
     const unknown = await post(`/v1/admin/runners/nobody/pause`);

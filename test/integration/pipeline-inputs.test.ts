@@ -41,101 +41,112 @@ describe.each(executors)(
     });
     afterAll(async () => runner?.close());
 
-    // Each job prints the sha256 of the inputs it sees, tries to write one, and leaves its own output.
+    // Each job prints the sha256 of the inputs it sees, tries to write one, and leaves its own
+    // output.
     const sh = (script: string) => specFor(executor, { argv: ["sh", "-c", script] });
     const inDir = executor === "docker" ? "/input/files" : "input/files";
     const outDir = executor === "docker" ? "/output" : "output";
     const tryWrite = (file: string) =>
       `(echo tamper >> ${inDir}/${file}) 2>/dev/null && echo WRITABLE || echo READONLY`;
 
-    it("a diamond passes A's output to B and C and theirs to D, read-only, each checked by digest inside the job", async () => {
-      const step = (name: string, needs: string[], script: string, inputs: unknown[] = []) => ({
-        name,
-        needs,
-        labels: ["linux"],
-        spec: sh(script),
-        inputs,
-      });
-      const reply = await post("/v1/admin/pipelines", {
-        workspaceId: ws,
-        name: "inputs",
-        steps: [
-          step("A", [], `printf alpha > ${outDir}/a.txt`),
-          step(
-            "B",
-            ["A"],
-            `sha256sum ${inDir}/A/a.txt; ${tryWrite("A/a.txt")}; printf beta > ${outDir}/b.txt`,
-            [{ step: "A", name: "a.txt" }],
-          ),
-          step("C", ["A"], `sha256sum ${inDir}/A/a.txt; printf gamma > ${outDir}/c.txt`, [
-            { step: "A", glob: "*.txt" },
-          ]),
-          step(
-            "D",
-            ["B", "C"],
-            `sha256sum ${inDir}/B/b.txt ${inDir}/C/c.txt ${inDir}/A/a.txt 2>&1; ${tryWrite("B/b.txt")}`,
-            [
-              { step: "B", name: "b.txt" },
-              { step: "C", name: "c.txt" },
-            ],
-          ),
-        ],
-      });
-      expect(reply.status, reply.text).toBe(200);
-      const pid = reply.json.pipeline.id as string;
-      const done = await eventually(
-        "the pipeline to settle",
-        async () => {
-          const p = (await admin.rest.request("GET", `/v1/admin/pipelines/${pid}`)).json.pipeline;
-          return ["succeeded", "failed", "cancelled"].includes(p.state) ? p : undefined;
-        },
-        60_000,
-      );
-      expect(done.state, JSON.stringify(done)).toBe("succeeded");
-      const jobOf = (name: string) =>
-        (done.steps as StepJson[]).find((s) => s.name === name)!.jobId!;
-      const artifact = async (step: string, name: string) => {
-        const listed = await admin.rest.request("GET", `/v1/admin/jobs/${jobOf(step)}/artifacts`);
-        return (listed.json.artifacts as Array<{ name: string; digest: string }>)
-          .find((a) => a.name === name)!
-          .digest.replace("sha256:", "");
-      };
-      const lines = (step: string) => runner.recorded.job(jobOf(step)).logs.map((l) => l.text);
-      const a = await artifact("A", "a.txt");
-      expect(a).toBe(sha("alpha"));
-      const seen = (step: string) => `${step}'s log: ${JSON.stringify(lines(step))}`;
-      expect(lines("B"), seen("B")).toContain(`${a}  ${inDir}/A/a.txt`);
-      expect(lines("B"), seen("B")).toContain("READONLY");
-      expect(lines("C"), seen("C")).toContain(`${a}  ${inDir}/A/a.txt`);
-      expect(lines("D"), seen("D")).toContain(`${await artifact("B", "b.txt")}  ${inDir}/B/b.txt`);
-      expect(lines("D"), seen("D")).toContain(`${await artifact("C", "c.txt")}  ${inDir}/C/c.txt`);
-      // D did not name A's output: it is not there.
-      expect(lines("D").some((l) => l.includes(`${inDir}/A/a.txt`) && /No such file/.test(l))).toBe(
-        true,
-      );
-      expect(lines("D")).toContain("READONLY");
-
-      // Another job's lease cannot read A's artifact: 404 for a job that does not name it, 409 for a dead token.
-      const other = await registeredRunner(cp, `r-other-${executor}`, `${ws}-x`);
-      const enq = await admin.enqueue({ workspaceId: `${ws}-x` });
-      const claim = await other.claim({ waitSeconds: 5 });
-      expect(claim.json.job.id).toBe(enq.json.job.id);
-      const ask = (token: string) =>
-        other.rest.request("POST", "/v1/runner/inputs/content", {
-          apiVersion: "v1",
-          jobId: claim.json.job.id,
-          leaseToken: token,
-          fromJobId: jobOf("A"),
-          name: "a.txt",
+    it(
+      "a diamond passes A's output to B and C and theirs to D, read-only, each " +
+        "checked by digest inside the job",
+      async () => {
+        const step = (name: string, needs: string[], script: string, inputs: unknown[] = []) => ({
+          name,
+          needs,
+          labels: ["linux"],
+          spec: sh(script),
+          inputs,
         });
-      const refused = await ask(claim.json.token);
-      expect(refused.status).toBe(404);
-      expect(refused.json.message).toBe(
-        `job ${claim.json.job.id} has no input "a.txt" from job ${jobOf("A")}; its lease lists the inputs it may read`,
-      );
-      expect((await ask("not-the-token")).status).toBe(409);
-      await other.close();
-    }, 120_000);
+        const reply = await post("/v1/admin/pipelines", {
+          workspaceId: ws,
+          name: "inputs",
+          steps: [
+            step("A", [], `printf alpha > ${outDir}/a.txt`),
+            step(
+              "B",
+              ["A"],
+              `sha256sum ${inDir}/A/a.txt; ${tryWrite("A/a.txt")}; printf beta > ${outDir}/b.txt`,
+              [{ step: "A", name: "a.txt" }],
+            ),
+            step("C", ["A"], `sha256sum ${inDir}/A/a.txt; printf gamma > ${outDir}/c.txt`, [
+              { step: "A", glob: "*.txt" },
+            ]),
+            step(
+              "D",
+              ["B", "C"],
+              `sha256sum ${inDir}/B/b.txt ${inDir}/C/c.txt ${inDir}/A/a.txt 2>&1; ${tryWrite("B/b.txt")}`,
+              [
+                { step: "B", name: "b.txt" },
+                { step: "C", name: "c.txt" },
+              ],
+            ),
+          ],
+        });
+        expect(reply.status, reply.text).toBe(200);
+        const pid = reply.json.pipeline.id as string;
+        const done = await eventually(
+          "the pipeline to settle",
+          async () => {
+            const p = (await admin.rest.request("GET", `/v1/admin/pipelines/${pid}`)).json.pipeline;
+            return ["succeeded", "failed", "cancelled"].includes(p.state) ? p : undefined;
+          },
+          60_000,
+        );
+        expect(done.state, JSON.stringify(done)).toBe("succeeded");
+        const jobOf = (name: string) =>
+          (done.steps as StepJson[]).find((s) => s.name === name)!.jobId!;
+        const artifact = async (step: string, name: string) => {
+          const listed = await admin.rest.request("GET", `/v1/admin/jobs/${jobOf(step)}/artifacts`);
+          return (listed.json.artifacts as Array<{ name: string; digest: string }>)
+            .find((a) => a.name === name)!
+            .digest.replace("sha256:", "");
+        };
+        const lines = (step: string) => runner.recorded.job(jobOf(step)).logs.map((l) => l.text);
+        const a = await artifact("A", "a.txt");
+        expect(a).toBe(sha("alpha"));
+        const seen = (step: string) => `${step}'s log: ${JSON.stringify(lines(step))}`;
+        expect(lines("B"), seen("B")).toContain(`${a}  ${inDir}/A/a.txt`);
+        expect(lines("B"), seen("B")).toContain("READONLY");
+        expect(lines("C"), seen("C")).toContain(`${a}  ${inDir}/A/a.txt`);
+        expect(lines("D"), seen("D")).toContain(
+          `${await artifact("B", "b.txt")}  ${inDir}/B/b.txt`,
+        );
+        expect(lines("D"), seen("D")).toContain(
+          `${await artifact("C", "c.txt")}  ${inDir}/C/c.txt`,
+        );
+        // D did not name A's output: it is not there.
+        expect(
+          lines("D").some((l) => l.includes(`${inDir}/A/a.txt`) && /No such file/.test(l)),
+        ).toBe(true);
+        expect(lines("D")).toContain("READONLY");
+
+        // Another job's lease cannot read A's artifact: 404 for a job that does not name it, 409 for
+        // a dead token.
+        const other = await registeredRunner(cp, `r-other-${executor}`, `${ws}-x`);
+        const enq = await admin.enqueue({ workspaceId: `${ws}-x` });
+        const claim = await other.claim({ waitSeconds: 5 });
+        expect(claim.json.job.id).toBe(enq.json.job.id);
+        const ask = (token: string) =>
+          other.rest.request("POST", "/v1/runner/inputs/content", {
+            apiVersion: "v1",
+            jobId: claim.json.job.id,
+            leaseToken: token,
+            fromJobId: jobOf("A"),
+            name: "a.txt",
+          });
+        const refused = await ask(claim.json.token);
+        expect(refused.status).toBe(404);
+        expect(refused.json.message).toBe(
+          `job ${claim.json.job.id} has no input "a.txt" from job ${jobOf("A")}; its lease lists the inputs it may read`,
+        );
+        expect((await ask("not-the-token")).status).toBe(409);
+        await other.close();
+      },
+      120_000,
+    );
   },
 );
 
@@ -159,7 +170,8 @@ describe.skipIf(databaseKind !== "postgres")(
       });
       const first = await registeredRunner(cp, "r-wait-a", ws);
       const waiting = await registeredRunner(cp, "r-wait-b", ws);
-      // Two transactions holding rows, so the test decides the order the control plane's statements reach them.
+      // Two transactions holding rows, so the test decides the order the control plane's statements
+      // reach them.
       const [pipelineRow, runnerRow] = [
         new pg.Client({ connectionString: cp.database.location }),
         new pg.Client({ connectionString: cp.database.location }),
@@ -196,8 +208,8 @@ describe.skipIf(databaseKind !== "postgres")(
         expect((await up.put(opened.json.uploadId, 0, bytes)).status).toBe(200);
         const artifact = (await up.finalize(opened.json.uploadId)).json;
 
-        // A's completion begins (B's job will be due from then: claimable_at is its transaction's now())
-        // and waits for the pipeline's row.
+        // A's completion begins (B's job will be due from then: claimable_at is its transaction's
+        // now()) and waits for the pipeline's row.
         await pipelineRow.query("begin");
         expect(
           (
@@ -224,7 +236,8 @@ describe.skipIf(databaseKind !== "postgres")(
         ).toBe(1);
         const claim = waiting.claim({ waitSeconds: 10 });
         await blocksSomeone(runnerRow, "the claim to wait on its runner's row");
-        // A's completion goes on: A succeeds, B's job is enqueued with A's artifact as its input, and that commits.
+        // A's completion goes on: A succeeds, B's job is enqueued with A's artifact as its input,
+        // and that commits.
         await pipelineRow.query("commit");
         const done = await completed;
         expect(done.status, done.text).toBe(200);

@@ -30,7 +30,8 @@ const steps = [
 
 describe.skipIf(databaseKind !== "postgres")("pipelines across two replicas (postgres)", () => {
   it(
-    `${pipelines} pipelines × 5 steps, 20 runners: every step runs once, never before its needs, every pipeline settles`,
+    `${pipelines} pipelines × 5 steps, 20 runners: every step runs once, ` +
+      `never before its needs, every pipeline settles`,
     async () => {
       const planes = [pair.a, pair.b];
       const admins = await Promise.all(
@@ -140,9 +141,8 @@ describe.skipIf(databaseKind !== "postgres")("pipelines across two replicas (pos
       const [twice] = (
         await sql<{
           n: string;
-        }>`select count(*) as n from (select job_id from leases where workspace_id = ${ws} group by job_id having count(*) > 1) x`.execute(
-          db,
-        )
+        }>`select count(*) as n from (select job_id from leases where workspace_id = ${ws} group by
+          job_id having count(*) > 1) x`.execute(db)
       ).rows;
       expect(Number(twice!.n)).toBe(0);
       expect(claimed.size).toBe(pipelines * 5);

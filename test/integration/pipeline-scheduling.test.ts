@@ -119,62 +119,71 @@ describe(`pipeline steps with scheduling fields (${databaseKind})`, () => {
     expect((await pipeline(p.id)).state).toBe("succeeded");
   });
 
-  it("a step's delaySeconds counts from when its needs settled: not claimable before, claimed by a waiting claim after", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, `${w}-r`, w, { slots: 2 });
-    const p = await submit(w, [step("build"), step("deploy", ["build"], { delaySeconds: 2 })]);
-    const build = (await claimNow(runner))!;
-    expect(build.jobId).toBe(stepJob(p, "build"));
-    await complete(runner, build);
-    const readyAt = Date.parse((await getJob(build.jobId)).settledAt);
-    const after = await pipeline(p.id);
-    expect(after.steps.find((s) => s.name === "deploy")!.state).toBe("queued");
-    const deploy = await getJob(stepJob(after, "deploy"));
-    // The step's job was enqueued when it became ready, in the settle of its need; the delay runs from there.
-    expect(Date.parse(deploy.createdAt)).toBeGreaterThanOrEqual(readyAt);
-    expect(Date.parse(deploy.claimableAt) - Date.parse(deploy.createdAt)).toBe(2_000);
-    expect(deploy.waiting).toMatchObject({ code: "scheduled", until: deploy.claimableAt });
-    expect(await claimNow(runner)).toBeUndefined();
-    const lease = (await claimNow(runner, 20))!;
-    expect(lease.jobId).toBe(deploy.id);
-    const issued = await cp.plane.store.db
-      .selectFrom("leases")
-      .select("issued_at")
-      .where("job_id", "=", deploy.id)
-      .executeTakeFirstOrThrow();
-    expect(new Date(issued.issued_at).getTime()).toBeGreaterThanOrEqual(
-      Date.parse(deploy.claimableAt),
-    );
-    await complete(runner, lease);
-  });
+  it(
+    "a step's delaySeconds counts from when its needs settled: not claimable " +
+      "before, claimed by a waiting claim after",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, `${w}-r`, w, { slots: 2 });
+      const p = await submit(w, [step("build"), step("deploy", ["build"], { delaySeconds: 2 })]);
+      const build = (await claimNow(runner))!;
+      expect(build.jobId).toBe(stepJob(p, "build"));
+      await complete(runner, build);
+      const readyAt = Date.parse((await getJob(build.jobId)).settledAt);
+      const after = await pipeline(p.id);
+      expect(after.steps.find((s) => s.name === "deploy")!.state).toBe("queued");
+      const deploy = await getJob(stepJob(after, "deploy"));
+      // The step's job was enqueued when it became ready, in the settle of its need; the delay runs
+      // from there.
+      expect(Date.parse(deploy.createdAt)).toBeGreaterThanOrEqual(readyAt);
+      expect(Date.parse(deploy.claimableAt) - Date.parse(deploy.createdAt)).toBe(2_000);
+      expect(deploy.waiting).toMatchObject({ code: "scheduled", until: deploy.claimableAt });
+      expect(await claimNow(runner)).toBeUndefined();
+      const lease = (await claimNow(runner, 20))!;
+      expect(lease.jobId).toBe(deploy.id);
+      const issued = await cp.plane.store.db
+        .selectFrom("leases")
+        .select("issued_at")
+        .where("job_id", "=", deploy.id)
+        .executeTakeFirstOrThrow();
+      expect(new Date(issued.issued_at).getTime()).toBeGreaterThanOrEqual(
+        Date.parse(deploy.claimableAt),
+      );
+      await complete(runner, lease);
+    },
+  );
 
-  it("a step's requirements are matched (an arm64 step never goes to an amd64 runner); runAt and backoff reach its job", async () => {
-    const w = freshWorkspace();
-    const amd = await registeredRunner(cp, `${w}-amd`, w, { architecture: "amd64" });
-    const runAt = new Date(Date.now() + 3_600_000);
-    runAt.setMilliseconds(0);
-    const p = await submit(w, [
-      step("arm", [], {
+  it(
+    "a step's requirements are matched (an arm64 step never goes to an amd64 " +
+      "runner); runAt and backoff reach its job",
+    async () => {
+      const w = freshWorkspace();
+      const amd = await registeredRunner(cp, `${w}-amd`, w, { architecture: "amd64" });
+      const runAt = new Date(Date.now() + 3_600_000);
+      runAt.setMilliseconds(0);
+      const p = await submit(w, [
+        step("arm", [], {
+          requirements: { architecture: "arm64" },
+          backoff: { initialSeconds: 5, multiplier: 3, maxSeconds: 60 },
+        }),
+        step("later", [], { runAt: runAt.toISOString() }),
+      ]);
+      const arm = await getJob(stepJob(p, "arm"));
+      expect(arm).toMatchObject({
         requirements: { architecture: "arm64" },
         backoff: { initialSeconds: 5, multiplier: 3, maxSeconds: 60 },
-      }),
-      step("later", [], { runAt: runAt.toISOString() }),
-    ]);
-    const arm = await getJob(stepJob(p, "arm"));
-    expect(arm).toMatchObject({
-      requirements: { architecture: "arm64" },
-      backoff: { initialSeconds: 5, multiplier: 3, maxSeconds: 60 },
-    });
-    expect(arm.waiting).toMatchObject({
-      code: "unmet_requirements",
-      unmetRequirement: "architecture arm64",
-    });
-    expect(Date.parse((await getJob(stepJob(p, "later"))).claimableAt)).toBe(runAt.getTime());
-    expect(await claimNow(amd)).toBeUndefined();
-    const armRunner = await registeredRunner(cp, `${w}-arm`, w, { architecture: "arm64" });
-    const lease = (await claimNow(armRunner))!;
-    expect(lease.jobId).toBe(arm.id);
-  });
+      });
+      expect(arm.waiting).toMatchObject({
+        code: "unmet_requirements",
+        unmetRequirement: "architecture arm64",
+      });
+      expect(Date.parse((await getJob(stepJob(p, "later"))).claimableAt)).toBe(runAt.getTime());
+      expect(await claimNow(amd)).toBeUndefined();
+      const armRunner = await registeredRunner(cp, `${w}-arm`, w, { architecture: "arm64" });
+      const lease = (await claimNow(armRunner))!;
+      expect(lease.jobId).toBe(arm.id);
+    },
+  );
 
   it("a step's scheduling fields are checked by the enqueue's rules, the step named", async () => {
     const w = freshWorkspace();

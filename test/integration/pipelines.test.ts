@@ -101,56 +101,60 @@ async function events(
 const freshWorkspace = () => `p${randomUUID().slice(0, 8)}`;
 
 describe(`pipelines (${databaseKind})`, () => {
-  it("a diamond runs in order: B and C only after A, D only after both, and the pipeline settles succeeded with its events", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, "r-diamond", w, { slots: 4 });
-    const p = await submit(w, diamond());
-    expect(states(p)).toEqual({ A: "queued", B: "pending", C: "pending", D: "pending" });
-    const a = (await claimNow(runner))!;
-    expect(a.jobId).toBe(stepJob(p, "A"));
-    expect(await claimNow(runner)).toBeUndefined();
-    expect(states(await pipeline(p.id))).toEqual({
-      A: "running",
-      B: "pending",
-      C: "pending",
-      D: "pending",
-    });
-    await complete(runner, a);
-    const afterA = await pipeline(p.id);
-    expect(states(afterA)).toEqual({ A: "succeeded", B: "queued", C: "queued", D: "pending" });
-    expect(afterA.state).toBe("running");
-    const first = (await claimNow(runner))!;
-    const second = (await claimNow(runner))!;
-    expect(new Set([first.jobId, second.jobId])).toEqual(
-      new Set([stepJob(afterA, "B"), stepJob(afterA, "C")]),
-    );
-    expect(await claimNow(runner)).toBeUndefined();
-    await complete(runner, first);
-    expect(await claimNow(runner)).toBeUndefined(); // D waits for the other one
-    await complete(runner, second);
-    const d = (await claimNow(runner))!;
-    expect(d.jobId).toBe(stepJob(await pipeline(p.id), "D"));
-    await complete(runner, d);
-    const done = await pipeline(p.id);
-    expect(done.state).toBe("succeeded");
-    expect(states(done)).toEqual({
-      A: "succeeded",
-      B: "succeeded",
-      C: "succeeded",
-      D: "succeeded",
-    });
-    expect(done.steps.every((s) => s.attempts === 1)).toBe(true);
-    const types = (await events(w)).map(
-      (e) => `${e.type}${e.data?.step ? `:${String(e.data.step)}` : ""}`,
-    );
-    expect(types[0]).toBe("pipeline.queued");
-    expect(types.at(-1)).toBe("pipeline.settled");
-    expect(types.indexOf("step.succeeded:A")).toBeLessThan(types.indexOf("step.queued:B"));
-    expect(types.indexOf("step.queued:D")).toBeGreaterThan(
-      Math.max(types.indexOf("step.succeeded:B"), types.indexOf("step.succeeded:C")),
-    );
-    await runner.close();
-  });
+  it(
+    "a diamond runs in order: B and C only after A, D only after both, and " +
+      "the pipeline settles succeeded with its events",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, "r-diamond", w, { slots: 4 });
+      const p = await submit(w, diamond());
+      expect(states(p)).toEqual({ A: "queued", B: "pending", C: "pending", D: "pending" });
+      const a = (await claimNow(runner))!;
+      expect(a.jobId).toBe(stepJob(p, "A"));
+      expect(await claimNow(runner)).toBeUndefined();
+      expect(states(await pipeline(p.id))).toEqual({
+        A: "running",
+        B: "pending",
+        C: "pending",
+        D: "pending",
+      });
+      await complete(runner, a);
+      const afterA = await pipeline(p.id);
+      expect(states(afterA)).toEqual({ A: "succeeded", B: "queued", C: "queued", D: "pending" });
+      expect(afterA.state).toBe("running");
+      const first = (await claimNow(runner))!;
+      const second = (await claimNow(runner))!;
+      expect(new Set([first.jobId, second.jobId])).toEqual(
+        new Set([stepJob(afterA, "B"), stepJob(afterA, "C")]),
+      );
+      expect(await claimNow(runner)).toBeUndefined();
+      await complete(runner, first);
+      expect(await claimNow(runner)).toBeUndefined(); // D waits for the other one
+      await complete(runner, second);
+      const d = (await claimNow(runner))!;
+      expect(d.jobId).toBe(stepJob(await pipeline(p.id), "D"));
+      await complete(runner, d);
+      const done = await pipeline(p.id);
+      expect(done.state).toBe("succeeded");
+      expect(states(done)).toEqual({
+        A: "succeeded",
+        B: "succeeded",
+        C: "succeeded",
+        D: "succeeded",
+      });
+      expect(done.steps.every((s) => s.attempts === 1)).toBe(true);
+      const types = (await events(w)).map(
+        (e) => `${e.type}${e.data?.step ? `:${String(e.data.step)}` : ""}`,
+      );
+      expect(types[0]).toBe("pipeline.queued");
+      expect(types.at(-1)).toBe("pipeline.settled");
+      expect(types.indexOf("step.succeeded:A")).toBeLessThan(types.indexOf("step.queued:B"));
+      expect(types.indexOf("step.queued:D")).toBeGreaterThan(
+        Math.max(types.indexOf("step.succeeded:B"), types.indexOf("step.succeeded:C")),
+      );
+      await runner.close();
+    },
+  );
 
   it("a failed B skips D; resume re-runs B and D only, keeping A and C and their jobs", async () => {
     const w = freshWorkspace();
@@ -201,134 +205,154 @@ describe(`pipelines (${databaseKind})`, () => {
     await runner.close();
   });
 
-  it("a failure with allowFailure lets its dependents run; resume fromStep re-runs that step and everything downstream", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, "r-allow", w, { slots: 4 });
-    const p = await submit(w, [
-      step("A", [], { allowFailure: true, maxAttempts: 1 }),
-      step("B", ["A"]),
-      step("C"),
-    ]);
-    for (let i = 0; i < 2; i++) {
-      const lease = (await claimNow(runner))!;
-      await complete(runner, lease, lease.jobId === stepJob(p, "A") ? "failed" : "succeeded");
-    }
-    await complete(runner, (await claimNow(runner))!);
-    const done = await pipeline(p.id);
-    expect(states(done)).toEqual({ A: "failed", B: "succeeded", C: "succeeded" });
-    expect(done.state).toBe("succeeded");
-    const p2 = await submit(w, [step("A"), step("B", ["A"]), step("C")], "from");
-    for (let i = 0; i < 3; i++) await complete(runner, (await claimNow(runner))!);
-    expect((await pipeline(p2.id)).state).toBe("succeeded");
-    const resumed = await post(`/v1/admin/pipelines/${p2.id}/resume`, { fromStep: "A" });
-    expect(resumed.status, resumed.text).toBe(200);
-    expect(states(resumed.json.pipeline)).toEqual({ A: "queued", B: "pending", C: "succeeded" });
-    await runner.close();
-  });
+  it(
+    "a failure with allowFailure lets its dependents run; resume fromStep " +
+      "re-runs that step and everything downstream",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, "r-allow", w, { slots: 4 });
+      const p = await submit(w, [
+        step("A", [], { allowFailure: true, maxAttempts: 1 }),
+        step("B", ["A"]),
+        step("C"),
+      ]);
+      for (let i = 0; i < 2; i++) {
+        const lease = (await claimNow(runner))!;
+        await complete(runner, lease, lease.jobId === stepJob(p, "A") ? "failed" : "succeeded");
+      }
+      await complete(runner, (await claimNow(runner))!);
+      const done = await pipeline(p.id);
+      expect(states(done)).toEqual({ A: "failed", B: "succeeded", C: "succeeded" });
+      expect(done.state).toBe("succeeded");
+      const p2 = await submit(w, [step("A"), step("B", ["A"]), step("C")], "from");
+      for (let i = 0; i < 3; i++) await complete(runner, (await claimNow(runner))!);
+      expect((await pipeline(p2.id)).state).toBe("succeeded");
+      const resumed = await post(`/v1/admin/pipelines/${p2.id}/resume`, { fromStep: "A" });
+      expect(resumed.status, resumed.text).toBe(200);
+      expect(states(resumed.json.pipeline)).toEqual({ A: "queued", B: "pending", C: "succeeded" });
+      await runner.close();
+    },
+  );
 
-  it("cancel mid-run: pending steps are cancelled, the running job is asked to stop, and the pipeline settles cancelled when it does", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, "r-cancel", w, { slots: 4 });
-    const p = await submit(w, diamond());
-    const a = (await claimNow(runner))!;
-    const cancel = await post(`/v1/admin/pipelines/${p.id}/cancel`);
-    expect(cancel.status, cancel.text).toBe(200);
-    const cancelled = cancel.json.pipeline as PipelineJson & { cancelRequested: boolean };
-    expect(cancelled.cancelRequested).toBe(true);
-    expect(states(cancelled)).toEqual({
-      A: "running",
-      B: "cancelled",
-      C: "cancelled",
-      D: "cancelled",
-    });
-    const renew = await runner.renew(a.jobId, a.token);
-    expect(renew.json.cancelRequested).toBe(true);
-    await complete(runner, a, "cancelled");
-    const done = await pipeline(p.id);
-    expect(done.state).toBe("cancelled");
-    expect(states(done).A).toBe("cancelled");
-    expect(await claimNow(runner)).toBeUndefined();
-    // A queued step's job is cancelled at once, and so is the pipeline.
-    const q = await submit(w, [step("only")]);
-    const qc = await post(`/v1/admin/pipelines/${q.id}/cancel`);
-    expect(qc.json.pipeline.state).toBe("cancelled");
-    expect((await admin.job(stepJob(q, "only"))).json.job.state).toBe("cancelled");
-    await runner.close();
-  });
+  it(
+    "cancel mid-run: pending steps are cancelled, the running job is asked " +
+      "to stop, and the pipeline settles cancelled when it does",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, "r-cancel", w, { slots: 4 });
+      const p = await submit(w, diamond());
+      const a = (await claimNow(runner))!;
+      const cancel = await post(`/v1/admin/pipelines/${p.id}/cancel`);
+      expect(cancel.status, cancel.text).toBe(200);
+      const cancelled = cancel.json.pipeline as PipelineJson & { cancelRequested: boolean };
+      expect(cancelled.cancelRequested).toBe(true);
+      expect(states(cancelled)).toEqual({
+        A: "running",
+        B: "cancelled",
+        C: "cancelled",
+        D: "cancelled",
+      });
+      const renew = await runner.renew(a.jobId, a.token);
+      expect(renew.json.cancelRequested).toBe(true);
+      await complete(runner, a, "cancelled");
+      const done = await pipeline(p.id);
+      expect(done.state).toBe("cancelled");
+      expect(states(done).A).toBe("cancelled");
+      expect(await claimNow(runner)).toBeUndefined();
+      // A queued step's job is cancelled at once, and so is the pipeline.
+      const q = await submit(w, [step("only")]);
+      const qc = await post(`/v1/admin/pipelines/${q.id}/cancel`);
+      expect(qc.json.pipeline.state).toBe("cancelled");
+      expect((await admin.job(stepJob(q, "only"))).json.job.state).toBe("cancelled");
+      await runner.close();
+    },
+  );
 
-  it("a step whose job settles on a path that moves no pipeline (its runner retired while the cancel was asked) is moved by the sweep", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, "r-retired", w, { slots: 4 });
-    const p = await submit(w, diamond());
-    const a = (await claimNow(runner))!;
-    expect((await post(`/v1/admin/pipelines/${p.id}/cancel`)).status).toBe(200);
-    // The runner never completes: it is retired, which releases its job (cancel asked: cancelled).
-    const retire = await post(`/v1/admin/runners/r-retired/retire`, {
-      workspaceId: w,
-      reason: "drill",
-    });
-    expect(retire.status, retire.text).toBe(200);
-    expect(retire.json.releasedJobIds).toEqual([a.jobId]);
-    expect((await admin.job(a.jobId)).json.job.state).toBe("cancelled");
-    const done = await eventually(`pipeline ${p.id} to settle`, async () => {
-      const now = await pipeline(p.id);
-      return now.state === "cancelled" ? now : undefined;
-    });
-    expect(states(done)).toEqual({
-      A: "cancelled",
-      B: "cancelled",
-      C: "cancelled",
-      D: "cancelled",
-    });
-    expect((await events(w)).filter((e) => e.type === "pipeline.settled")).toHaveLength(1);
-    await runner.close();
-  });
+  it(
+    "a step whose job settles on a path that moves no pipeline (its runner " +
+      "retired while the cancel was asked) is moved by the sweep",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, "r-retired", w, { slots: 4 });
+      const p = await submit(w, diamond());
+      const a = (await claimNow(runner))!;
+      expect((await post(`/v1/admin/pipelines/${p.id}/cancel`)).status).toBe(200);
+      // The runner never completes: it is retired, which releases its job (cancel asked: cancelled).
+      const retire = await post(`/v1/admin/runners/r-retired/retire`, {
+        workspaceId: w,
+        reason: "drill",
+      });
+      expect(retire.status, retire.text).toBe(200);
+      expect(retire.json.releasedJobIds).toEqual([a.jobId]);
+      expect((await admin.job(a.jobId)).json.job.state).toBe("cancelled");
+      const done = await eventually(`pipeline ${p.id} to settle`, async () => {
+        const now = await pipeline(p.id);
+        return now.state === "cancelled" ? now : undefined;
+      });
+      expect(states(done)).toEqual({
+        A: "cancelled",
+        B: "cancelled",
+        C: "cancelled",
+        D: "cancelled",
+      });
+      expect((await events(w)).filter((e) => e.type === "pipeline.settled")).toHaveLength(1);
+      await runner.close();
+    },
+  );
 
-  it("a step's secrets reach its job's lease only, never a view or an event; a resumed step gets them again", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, "r-secrets", w);
-    const value = "pipeline-secret-value-0123";
-    const p = await submit(w, [
-      step("A", [], {
-        secrets: { TOKEN: value },
-        secretFiles: { "key.pem": value },
-        maxAttempts: 1,
-      }),
-    ]);
-    const claim = await runner.claim({ waitSeconds: 0 });
-    expect(claim.json.secrets).toEqual({ TOKEN: value });
-    expect(claim.json.secretFiles).toEqual({ "key.pem": value });
-    await complete(runner, { jobId: claim.json.job.id, token: claim.json.token }, "failed");
-    const resumed = await post(`/v1/admin/pipelines/${p.id}/resume`);
-    expect(resumed.status, resumed.text).toBe(200);
-    const again = await runner.claim({ waitSeconds: 0 });
-    expect(again.json.job.id).toBe(stepJob(resumed.json.pipeline, "A"));
-    expect(again.json.secrets).toEqual({ TOKEN: value });
-    await complete(runner, { jobId: again.json.job.id, token: again.json.token });
-    const seen = [
-      (await admin.rest.request("GET", `/v1/admin/pipelines/${p.id}`)).text,
-      (await admin.job(again.json.job.id)).text,
-      JSON.stringify(await events(w)),
-    ];
-    for (const text of seen) expect(text).not.toContain(value);
-    await runner.close();
-  });
+  it(
+    "a step's secrets reach its job's lease only, never a view or an event; " +
+      "a resumed step gets them again",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, "r-secrets", w);
+      const value = "pipeline-secret-value-0123";
+      const p = await submit(w, [
+        step("A", [], {
+          secrets: { TOKEN: value },
+          secretFiles: { "key.pem": value },
+          maxAttempts: 1,
+        }),
+      ]);
+      const claim = await runner.claim({ waitSeconds: 0 });
+      expect(claim.json.secrets).toEqual({ TOKEN: value });
+      expect(claim.json.secretFiles).toEqual({ "key.pem": value });
+      await complete(runner, { jobId: claim.json.job.id, token: claim.json.token }, "failed");
+      const resumed = await post(`/v1/admin/pipelines/${p.id}/resume`);
+      expect(resumed.status, resumed.text).toBe(200);
+      const again = await runner.claim({ waitSeconds: 0 });
+      expect(again.json.job.id).toBe(stepJob(resumed.json.pipeline, "A"));
+      expect(again.json.secrets).toEqual({ TOKEN: value });
+      await complete(runner, { jobId: again.json.job.id, token: again.json.token });
+      const seen = [
+        (await admin.rest.request("GET", `/v1/admin/pipelines/${p.id}`)).text,
+        (await admin.job(again.json.job.id)).text,
+        JSON.stringify(await events(w)),
+      ];
+      for (const text of seen) expect(text).not.toContain(value);
+      await runner.close();
+    },
+  );
 
-  it("a step whose lease expires with no attempts left fails in the sweep's transaction, and its dependents are skipped", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, "r-expiry", w);
-    const p = await submit(w, [step("A", [], { maxAttempts: 1 }), step("B", ["A"])]);
-    const a = (await claimNow(runner))!;
-    await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${a.jobId}`.execute(
-      cp.plane.store.db,
-    );
-    expect(await claimNow(runner)).toBeUndefined(); // the claim sweeps the expired lease first
-    const done = await pipeline(p.id);
-    expect(states(done)).toEqual({ A: "failed", B: "skipped" });
-    expect(done.state).toBe("failed");
-    expect((await admin.job(a.jobId)).json.job.failure.reason).toBe("lease_lost");
-    await runner.close();
-  });
+  it(
+    "a step whose lease expires with no attempts left fails in the sweep's " +
+      "transaction, and its dependents are skipped",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, "r-expiry", w);
+      const p = await submit(w, [step("A", [], { maxAttempts: 1 }), step("B", ["A"])]);
+      const a = (await claimNow(runner))!;
+      await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${a.jobId}`.execute(
+        cp.plane.store.db,
+      );
+      expect(await claimNow(runner)).toBeUndefined(); // the claim sweeps the expired lease first
+      const done = await pipeline(p.id);
+      expect(states(done)).toEqual({ A: "failed", B: "skipped" });
+      expect(done.state).toBe("failed");
+      expect((await admin.job(a.jobId)).json.job.failure.reason).toBe("lease_lost");
+      await runner.close();
+    },
+  );
 
   it("every bad graph is refused with 400 naming the cause", async () => {
     const refused = async (steps: unknown[], message: string) => {
@@ -381,7 +405,8 @@ describe(`pipelines (${databaseKind})`, () => {
     );
     await refused(
       [step("a b")],
-      'steps[0].name "a b" is not a step name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit',
+      'steps[0].name "a b" is not a step name: 1 to 63 characters of A-Z a-z ' +
+        "0-9 . _ -, starting with a letter or digit",
     );
     await refused(
       [step("a"), step("b", ["a"], { spec: { image: "busybox", argv: [] } })],
@@ -446,63 +471,78 @@ describe(`pipelines (${databaseKind})`, () => {
     for (const pid of ids) await post(`/v1/admin/pipelines/${pid}/cancel`);
   });
 
-  it("roles: enqueue:w1 submits and cancels in w1 only; read:w1 views but cannot submit; read:w2 cannot view w1's pipeline", async () => {
-    const ci = await service("ci");
-    const reader = await service("reader");
-    const other = await service("other");
-    const body = { apiVersion: "v1", name: "roles", steps: [step("a")] };
-    const mine = await ci.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w1" });
-    expect(mine.status, mine.text).toBe(200);
-    const pid = mine.json.pipeline.id as string;
-    const w2 = await ci.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w2" });
-    expect(w2.status).toBe(403);
-    expect(w2.json.message).toContain('not in workspace "w2"; grant it with --grant');
-    expect((await reader.request("GET", `/v1/admin/pipelines/${pid}`)).status).toBe(200);
-    expect(
-      (await reader.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w1" })).status,
-    ).toBe(403);
-    expect(
-      (await reader.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" }))
-        .status,
-    ).toBe(403);
-    const denied = await other.request("GET", `/v1/admin/pipelines/${pid}`);
-    expect(denied.status).toBe(403);
-    expect(denied.json.message).toContain(`not on pipeline ${pid} in workspace "w1"`);
-    expect(
-      (await ci.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" })).status,
-    ).toBe(200);
-  });
+  it(
+    "roles: enqueue:w1 submits and cancels in w1 only; read:w1 views but " +
+      "cannot submit; read:w2 cannot view w1's pipeline",
+    async () => {
+      const ci = await service("ci");
+      const reader = await service("reader");
+      const other = await service("other");
+      const body = { apiVersion: "v1", name: "roles", steps: [step("a")] };
+      const mine = await ci.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w1" });
+      expect(mine.status, mine.text).toBe(200);
+      const pid = mine.json.pipeline.id as string;
+      const w2 = await ci.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w2" });
+      expect(w2.status).toBe(403);
+      expect(w2.json.message).toContain('not in workspace "w2"; grant it with --grant');
+      expect((await reader.request("GET", `/v1/admin/pipelines/${pid}`)).status).toBe(200);
+      expect(
+        (await reader.request("POST", "/v1/admin/pipelines", { ...body, workspaceId: "w1" }))
+          .status,
+      ).toBe(403);
+      expect(
+        (await reader.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" }))
+          .status,
+      ).toBe(403);
+      const denied = await other.request("GET", `/v1/admin/pipelines/${pid}`);
+      expect(denied.status).toBe(403);
+      expect(denied.json.message).toContain(`not on pipeline ${pid} in workspace "w1"`);
+      expect(
+        (await ci.request("POST", `/v1/admin/pipelines/${pid}/cancel`, { apiVersion: "v1" }))
+          .status,
+      ).toBe(200);
+    },
+  );
 
-  it("retry enqueues a new job with the same spec, linked both ways; a job is retried once, and only once it settled", async () => {
-    const w = freshWorkspace();
-    const runner = await registeredRunner(cp, "r-retry", w);
-    const enq = await admin.enqueue({
-      workspaceId: w,
-      maxAttempts: 1,
-      spec: { image: "busybox", argv: ["sh", "-c", "exit 3"], env: { A: "1" }, timeoutSeconds: 60 },
-    });
-    const oldId = enq.json.job.id as string;
-    const early = await post(`/v1/admin/jobs/${oldId}/retry`);
-    expect(early.status).toBe(400);
-    expect(early.json.message).toBe(
-      `job ${oldId} is still queued; retry it once it settled (or cancel it first)`,
-    );
-    await complete(runner, (await claimNow(runner))!, "failed");
-    const retry = await post(`/v1/admin/jobs/${oldId}/retry`);
-    expect(retry.status, retry.text).toBe(200);
-    const fresh = retry.json.job;
-    expect(fresh.retryOf).toBe(oldId);
-    expect(fresh.state).toBe("queued");
-    expect(fresh.spec).toEqual(enq.json.job.spec);
-    expect(fresh.maxAttempts).toBe(1);
-    expect((await admin.job(oldId)).json.job.retriedBy).toBe(fresh.id);
-    expect((await admin.job(fresh.id)).json.job.retryOf).toBe(oldId);
-    const twice = await post(`/v1/admin/jobs/${oldId}/retry`);
-    expect(twice.status).toBe(409);
-    expect(twice.json.message).toBe(
-      `job ${oldId} was already retried by job ${fresh.id}; retry that one to run it again`,
-    );
-    expect((await claimNow(runner))!.jobId).toBe(fresh.id);
-    await runner.close();
-  });
+  it(
+    "retry enqueues a new job with the same spec, linked both ways; a job is " +
+      "retried once, and only once it settled",
+    async () => {
+      const w = freshWorkspace();
+      const runner = await registeredRunner(cp, "r-retry", w);
+      const enq = await admin.enqueue({
+        workspaceId: w,
+        maxAttempts: 1,
+        spec: {
+          image: "busybox",
+          argv: ["sh", "-c", "exit 3"],
+          env: { A: "1" },
+          timeoutSeconds: 60,
+        },
+      });
+      const oldId = enq.json.job.id as string;
+      const early = await post(`/v1/admin/jobs/${oldId}/retry`);
+      expect(early.status).toBe(400);
+      expect(early.json.message).toBe(
+        `job ${oldId} is still queued; retry it once it settled (or cancel it first)`,
+      );
+      await complete(runner, (await claimNow(runner))!, "failed");
+      const retry = await post(`/v1/admin/jobs/${oldId}/retry`);
+      expect(retry.status, retry.text).toBe(200);
+      const fresh = retry.json.job;
+      expect(fresh.retryOf).toBe(oldId);
+      expect(fresh.state).toBe("queued");
+      expect(fresh.spec).toEqual(enq.json.job.spec);
+      expect(fresh.maxAttempts).toBe(1);
+      expect((await admin.job(oldId)).json.job.retriedBy).toBe(fresh.id);
+      expect((await admin.job(fresh.id)).json.job.retryOf).toBe(oldId);
+      const twice = await post(`/v1/admin/jobs/${oldId}/retry`);
+      expect(twice.status).toBe(409);
+      expect(twice.json.message).toBe(
+        `job ${oldId} was already retried by job ${fresh.id}; retry that one to run it again`,
+      );
+      expect((await claimNow(runner))!.jobId).toBe(fresh.id);
+      await runner.close();
+    },
+  );
 });

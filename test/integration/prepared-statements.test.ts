@@ -31,26 +31,30 @@ describe.runIf(databaseKind === "postgres")("named prepared statements on a Post
       });
   });
 
-  it("sends again unnamed a statement Postgres refuses only in its generic plan (ON CONFLICT over a partial index)", async () => {
-    const db = store().db;
-    await sql`create table prepared_arbiter (k int not null, state text not null)`.execute(db);
-    await sql`create unique index prepared_arbiter_open on prepared_arbiter (k) where state = 'open'`.execute(
-      db,
-    );
-    await db.connection().execute(async (conn) => {
-      // Named on its third call; after five custom plans Postgres tries a generic one, which refuses.
-      const inserted: number[] = [];
-      for (const k of [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1]) {
-        const { rows } = await sql<{
-          k: number;
-        }>`insert into prepared_arbiter values (${k}, 'open') on conflict (k) where state = ${"open"} do nothing returning k`.execute(
-          conn,
-        );
-        inserted.push(...rows.map((r) => r.k));
-      }
-      expect(inserted).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
-    });
-  });
+  it(
+    "sends again unnamed a statement Postgres refuses only in its generic " +
+      "plan (ON CONFLICT over a partial index)",
+    async () => {
+      const db = store().db;
+      await sql`create table prepared_arbiter (k int not null, state text not null)`.execute(db);
+      await sql`create unique index prepared_arbiter_open on prepared_arbiter (k) where state = 'open'`.execute(
+        db,
+      );
+      await db.connection().execute(async (conn) => {
+        // Named on its third call; after five custom plans Postgres tries a generic one, which
+        // refuses.
+        const inserted: number[] = [];
+        for (const k of [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1]) {
+          const { rows } = await sql<{
+            k: number;
+          }>`insert into prepared_arbiter values (${k}, 'open') on conflict (k) where state
+          = ${"open"} do nothing returning k`.execute(conn);
+          inserted.push(...rows.map((r) => r.k));
+        }
+        expect(inserted).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+      });
+    },
+  );
 
   it("never names a text over 16 KiB (a batch's multi-row insert), however often it comes", async () => {
     const padding = sql.raw(`/* ${"x".repeat(17_000)} */`);
@@ -112,9 +116,8 @@ describe.runIf(databaseKind === "postgres")("named prepared statements on a Post
         await sql`select * from prepared_probe where id = ${1}`.execute(conn);
       const { rows: after } = await sql<{
         name: string;
-      }>`select name from pg_prepared_statements where statement like '%from prepared_probe where%' order by prepare_time`.execute(
-        conn,
-      );
+      }>`select name from pg_prepared_statements where statement like '%from prepared_probe where%'
+        order by prepare_time`.execute(conn);
       expect(after).toHaveLength(2);
       expect(after[0]!.name).not.toBe(after[1]!.name);
     });

@@ -295,7 +295,8 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
                 idempotencyKey: `replicas-${n}`,
                 spec: { image: "busybox", argv: ["true"] },
               });
-              // Running: handed off in the enqueue's own statement to a runner waiting on that replica (src/broker/leases/handoff.ts).
+              // Running: handed off in the enqueue's own statement to a runner waiting on that
+              // replica (src/broker/leases/handoff.ts).
               if (reply.status !== 200 || !["queued", "running"].includes(reply.json?.job?.state))
                 fail(`enqueue ${n} via ${n % 2 ? "B" : "A"}: ${describeReply(reply)}`);
               else
@@ -367,7 +368,9 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
             claimedAt: at,
           }
         : undefined;
-    /** Renews (every fifth) and completes `held`, then the lease its completion brought, and so on. */
+    /**
+     * Renews (every fifth) and completes `held`, then the lease its completion brought, and so on.
+     */
     const runLeases = async (r: (typeof runners)[number], loop: number, first: Held) => {
       for (let held: Held | undefined = first; held && live();) {
         const { token, jobId, expiresAt, claimedVia, claimedAt } = held;
@@ -502,10 +505,15 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
 
     const seconds = elapsedMs / 1000;
     console.log(
-      `replicas: ${records.length} jobs enqueued and completed through 2 replicas by ${runnerCount} runners in ${seconds.toFixed(2)} s ` +
-        `(${(records.length / seconds).toFixed(0)} jobs/s; enqueue of ${enqueued.length} took ${((enqueueFinishedAt - started) / 1000).toFixed(2)} s); ` +
+      `replicas: ${records.length} jobs enqueued and completed through 2 ` +
+        `replicas by ${runnerCount} runners in ${seconds.toFixed(2)} s ` +
+        `(${(records.length / seconds).toFixed(0)} jobs/s; enqueue of ` +
+        `${enqueued.length} took ` +
+        `${((enqueueFinishedAt - started) / 1000).toFixed(2)} s); ` +
         `${claims} claims (${emptyClaims} empty), ${renewals} cross-replica renewals, ` +
-        `${records.filter((x) => x.crossed).length} cross-replica completions, ${multiLeases} leases from multi-lease claims, ${nextLeases} from completions`,
+        `${records.filter((x) => x.crossed).length} cross-replica completions, ` +
+        `${multiLeases} leases from multi-lease claims, ${nextLeases} from ` +
+        `completions`,
     );
 
     expect(errors, errors.join("\n")).toEqual([]);
@@ -519,7 +527,8 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     expect(jobIds.size).toBe(totalJobs);
     expect(enqueued.filter((e) => e.via === "A").length).toBe(totalJobs / 2);
 
-    // From the records: each job claimed once and completed once, tokens distinct and never shared between runners.
+    // From the records: each job claimed once and completed once, tokens distinct and never shared
+    // between runners.
     expect(records.length).toBe(totalJobs);
     const byJob = new Map<string, LeaseRecord[]>();
     for (const rec of records) byJob.set(rec.jobId, [...(byJob.get(rec.jobId) ?? []), rec]);
@@ -539,7 +548,8 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     // The fewer-round-trip paths were in use.
     expect(multiLeases).toBeGreaterThan(0);
     expect(nextLeases).toBeGreaterThan(0);
-    // Handed off by its enqueue: claimed by that runner (the one record of the job above), on the enqueue's replica.
+    // Handed off by its enqueue: claimed by that runner (the one record of the job above), on the
+    // enqueue's replica.
     const handed = enqueued.filter((e) => e.handedTo);
     console.log(`replicas: ${handed.length} jobs handed off by their enqueue to a waiting claim`);
     expect(handed.length).toBeGreaterThan(0);

@@ -9,12 +9,16 @@ import { runnerJobs } from "../support/runner-jobs.js";
 import { createTestOrigin, type TestOrigin } from "../support/git-repos.js";
 import { executorsUnderTest } from "../support/runner-agent.js";
 
-// The agent wired to the code routes (checkout before the job) and to artifact uploads (output after it).
-// Leases of 6 s: renewals (every ~2 s) carry a cancellation to the runner within seconds.
+// The agent wired to the code routes (checkout before the job) and to artifact uploads (output
+// after it). Leases of 6 s: renewals (every ~2 s) carry a cancellation to the runner within
+// seconds.
 const cp = useControlPlane({ leaseSeconds: 6 });
 const { admin } = cp;
 let origin: TestOrigin;
-/** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
+/**
+ * Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other
+ * suites may share the engine.
+ */
 const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 
@@ -50,58 +54,68 @@ function download(jobId: string, name: string): Promise<{ status: number; body: 
 }
 
 describe.each(executors)(`code and output on the %s executor (${databaseKind})`, (executor) => {
-  it("a checkout job runs on the pinned tree of its branch: the job reads the repository's files in workspace/", async () => {
-    const marker = `pinned-${tag}-${executor}`;
-    const commit = await origin.commit(`wire-${executor}`, { "src/marker.txt": `${marker}\n` });
-    const { runner, ws } = await freshRunner(executor);
-    try {
-      const jobId = await enqueue(
-        ws,
-        executor,
-        { argv: ["sh", "-c", "cat workspace/src/marker.txt && ls workspace"] },
-        { repository: "app", targetBranch: `wire-${executor}` },
-      );
-      const job = await settled(jobId);
-      expect(job, JSON.stringify(job)).toMatchObject({
-        state: "succeeded",
-        kind: "checkout",
-        baseCommit: commit,
-      });
-      const stdout = runner.recorded
-        .job(jobId)
-        .logs.filter((l) => l.stream === "stdout")
-        .map((l) => l.text);
-      expect(stdout).toEqual([marker, "README.md", "src"]);
-    } finally {
-      await runner.close();
-    }
-  });
-
-  it("a command job that writes files to output/ succeeds with them listed as artifacts, downloadable byte for byte", async () => {
-    const { runner, ws } = await freshRunner(executor);
-    try {
-      const script =
-        "mkdir -p output/reports && printf 'hello output' > output/hello.txt && printf '<testsuite/>' > output/reports/junit.xml && ln -s /etc/passwd output/link";
-      const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", script] });
-      const job = await settled(jobId);
-      expect(job, JSON.stringify(job)).toMatchObject({ state: "succeeded", exitCode: 0 });
-      const expected = { "hello.txt": "hello output", "reports/junit.xml": "<testsuite/>" };
-      expect(job.artifacts.map((a: { name: string }) => a.name)).toEqual(Object.keys(expected));
-      for (const [name, content] of Object.entries(expected)) {
-        expect(job.artifacts.find((a: { name: string }) => a.name === name)).toMatchObject({
-          digest: sha256(content),
-          size: String(content.length),
+  it(
+    "a checkout job runs on the pinned tree of its branch: the job reads the " +
+      "repository's files in workspace/",
+    async () => {
+      const marker = `pinned-${tag}-${executor}`;
+      const commit = await origin.commit(`wire-${executor}`, { "src/marker.txt": `${marker}\n` });
+      const { runner, ws } = await freshRunner(executor);
+      try {
+        const jobId = await enqueue(
+          ws,
+          executor,
+          { argv: ["sh", "-c", "cat workspace/src/marker.txt && ls workspace"] },
+          { repository: "app", targetBranch: `wire-${executor}` },
+        );
+        const job = await settled(jobId);
+        expect(job, JSON.stringify(job)).toMatchObject({
+          state: "succeeded",
+          kind: "checkout",
+          baseCommit: commit,
         });
-        const got = await download(jobId, name);
-        expect(got.status).toBe(200);
-        expect(got.body.toString()).toBe(content);
+        const stdout = runner.recorded
+          .job(jobId)
+          .logs.filter((l) => l.stream === "stdout")
+          .map((l) => l.text);
+        expect(stdout).toEqual([marker, "README.md", "src"]);
+      } finally {
+        await runner.close();
       }
-      const uploaded = runner.recorded.job(jobId).events.find((e) => e.type === "job.artifacts");
-      expect(uploaded).toMatchObject({ count: 2, skipped: [{ name: "link" }] });
-    } finally {
-      await runner.close();
-    }
-  });
+    },
+  );
+
+  it(
+    "a command job that writes files to output/ succeeds with them listed as " +
+      "artifacts, downloadable byte for byte",
+    async () => {
+      const { runner, ws } = await freshRunner(executor);
+      try {
+        const script =
+          "mkdir -p output/reports && printf 'hello output' > output/hello.txt && " +
+          "printf '<testsuite/>' > output/reports/junit.xml && ln -s /etc/passwd " +
+          "output/link";
+        const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", script] });
+        const job = await settled(jobId);
+        expect(job, JSON.stringify(job)).toMatchObject({ state: "succeeded", exitCode: 0 });
+        const expected = { "hello.txt": "hello output", "reports/junit.xml": "<testsuite/>" };
+        expect(job.artifacts.map((a: { name: string }) => a.name)).toEqual(Object.keys(expected));
+        for (const [name, content] of Object.entries(expected)) {
+          expect(job.artifacts.find((a: { name: string }) => a.name === name)).toMatchObject({
+            digest: sha256(content),
+            size: String(content.length),
+          });
+          const got = await download(jobId, name);
+          expect(got.status).toBe(200);
+          expect(got.body.toString()).toBe(content);
+        }
+        const uploaded = runner.recorded.job(jobId).events.find((e) => e.type === "job.artifacts");
+        expect(uploaded).toMatchObject({ count: 2, skipped: [{ name: "link" }] });
+      } finally {
+        await runner.close();
+      }
+    },
+  );
 
   it("a job cancelled while it runs keeps nothing: its output is not uploaded", async () => {
     const { runner, ws } = await freshRunner(executor);

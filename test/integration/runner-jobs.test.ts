@@ -15,7 +15,10 @@ import {
 const cp = useControlPlane({ leaseSeconds: 6 });
 const { admin } = cp;
 let n = 0;
-/** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
+/**
+ * Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other
+ * suites may share the engine.
+ */
 const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 const isRoot = process.getuid?.() === 0;
@@ -181,7 +184,10 @@ describe.each(executors)(`jobs on the %s executor (${databaseKind})`, (executor)
         });
         const dirA = (await runner.waitForLine(a, /^dir /)).text.slice(4);
         const paths = ["a.txt", "output/a.txt", `${dirA}/a.txt`, `${dirA}/output/a.txt`];
-        const probe = `for f in ${paths.join(" ")}; do if cat "$f" >/dev/null 2>&1; then echo "visible $f"; else echo "hidden $f"; fi; done; echo "entries $(ls -A output | wc -l)"`;
+        const probe =
+          `for f in ${paths.join(" ")}; do if cat "$f" >/dev/null 2>&1; then echo ` +
+          `"visible $f"; else echo "hidden $f"; fi; done; echo "entries $(ls -A ` +
+          `output | wc -l)"`;
         const b = await enqueue(ws, executor, { argv: ["sh", "-c", probe] });
         expect((await settled(b)).state).toBe("succeeded");
         expect((await admin.job(a)).json.job.state).toBe("running"); // a was running all along

@@ -156,7 +156,9 @@ describe(`forelead runner --once and --idle-exit (${databaseKind})`, () => {
 
 describe(`one live process per runner identity (${databaseKind})`, () => {
   it(
-    "a second process is refused naming the first's start time while the first works on; it is accepted once the first stopped and its lease length passed",
+    "a second process is refused naming the first's start time while the " +
+      "first works on; it is accepted once the first stopped and its lease " +
+      "length passed",
     { timeout: 120_000 },
     async () => {
       const ws = "dup1";
@@ -172,7 +174,9 @@ describe(`one live process per runner identity (${databaseKind})`, () => {
       const second = spawnRunner(files);
       expect(await second.exited, second.output()).toBe(6);
       expect(second.output()).toContain(
-        `forelead runner: cannot start: runner "dup1" in workspace "dup1" is already running as instance ${instance} (started ${startedAt}, last heard from `,
+        `forelead runner: cannot start: runner "dup1" in workspace "dup1" is ` +
+          `already running as instance ${instance} (started ${startedAt}, last ` +
+          `heard from `,
       );
       expect(second.output()).not.toContain("retrying");
       const denied = (await auditActions("runner.register")).filter(
@@ -198,9 +202,9 @@ describe(`one live process per runner identity (${databaseKind})`, () => {
 
       first.child.kill("SIGTERM");
       expect(await first.exited).toBe(0);
-      // As a supervisor restarts it: refused (6) until the first has been silent for the lease length.
-      // Bounded by time, not by a count of attempts: a refused start takes ~0.2 s on a quiet machine,
-      // so ten of them ended before the 2 s had passed.
+      // As a supervisor restarts it: refused (6) until the first has been silent for the lease
+      // length. Bounded by time, not by a count of attempts: a refused start takes ~0.2 s on a
+      // quiet machine, so ten of them ended before the 2 s had passed.
       let accepted: RunnerProcess | undefined;
       for (const deadline = Date.now() + 30_000; Date.now() < deadline && !accepted;) {
         const again = spawnRunner(files);
@@ -213,52 +217,56 @@ describe(`one live process per runner identity (${databaseKind})`, () => {
     },
   );
 
-  it("a register that changes a live runner's slots or labels is applied and audited old → new; another instance is refused with 409", async () => {
-    const runner = await registeredRunner(cp, "chg1", "chg1");
-    try {
-      const changed = await runner.register({ slots: 3, labels: ["linux", "gpu"] });
-      expect(changed.status, changed.text).toBe(200);
-      const listed = await admin.rest.request("GET", "/v1/admin/runners?workspaceId=chg1");
-      expect(listed.json.runners).toEqual([
-        expect.objectContaining({ runnerId: "chg1", slots: 3, labels: ["gpu", "linux"] }),
-      ]);
-      expect(
-        (await auditActions("runner.register")).filter(
-          (r) => r.target === 'runner "chg1" in workspace "chg1"',
-        ),
-      ).toEqual([
-        expect.objectContaining({
-          decision: "allow",
-          reason:
-            "registration changed while the runner was live: slots 1 → 3, labels linux → gpu,linux",
-        }),
-      ]);
-      // The same registration again changes nothing and is not audited again.
-      expect((await runner.register({ slots: 3, labels: ["linux", "gpu"] })).status).toBe(200);
-      expect(
-        await auditActions("runner.register").then((r) =>
-          r.filter((x) => x.target === 'runner "chg1" in workspace "chg1"'),
-        ),
-      ).toHaveLength(1);
+  it(
+    "a register that changes a live runner's slots or labels is applied and " +
+      "audited old → new; another instance is refused with 409",
+    async () => {
+      const runner = await registeredRunner(cp, "chg1", "chg1");
+      try {
+        const changed = await runner.register({ slots: 3, labels: ["linux", "gpu"] });
+        expect(changed.status, changed.text).toBe(200);
+        const listed = await admin.rest.request("GET", "/v1/admin/runners?workspaceId=chg1");
+        expect(listed.json.runners).toEqual([
+          expect.objectContaining({ runnerId: "chg1", slots: 3, labels: ["gpu", "linux"] }),
+        ]);
+        expect(
+          (await auditActions("runner.register")).filter(
+            (r) => r.target === 'runner "chg1" in workspace "chg1"',
+          ),
+        ).toEqual([
+          expect.objectContaining({
+            decision: "allow",
+            reason:
+              "registration changed while the runner was live: slots 1 → 3, labels linux → gpu,linux",
+          }),
+        ]);
+        // The same registration again changes nothing and is not audited again.
+        expect((await runner.register({ slots: 3, labels: ["linux", "gpu"] })).status).toBe(200);
+        expect(
+          await auditActions("runner.register").then((r) =>
+            r.filter((x) => x.target === 'runner "chg1" in workspace "chg1"'),
+          ),
+        ).toHaveLength(1);
 
-      const other = await runner.register({
-        instanceId: "other-process",
-        instanceStartedAt: new Date().toISOString(),
-      });
-      expect(other.status, other.text).toBe(409);
-      expect(other.json).toMatchObject({
-        code: "already_exists",
-        message: expect.stringContaining(
-          'runner "chg1" in workspace "chg1" is already running as a process that sent no instance id',
-        ),
-      });
-      const bad = await runner.register({ instanceId: "no spaces" });
-      expect(bad.status).toBe(400);
-      expect(bad.json.message).toContain('instanceId "no spaces" is not an instance id');
-    } finally {
-      await runner.close();
-    }
-  });
+        const other = await runner.register({
+          instanceId: "other-process",
+          instanceStartedAt: new Date().toISOString(),
+        });
+        expect(other.status, other.text).toBe(409);
+        expect(other.json).toMatchObject({
+          code: "already_exists",
+          message: expect.stringContaining(
+            'runner "chg1" in workspace "chg1" is already running as a process that sent no instance id',
+          ),
+        });
+        const bad = await runner.register({ instanceId: "no spaces" });
+        expect(bad.status).toBe(400);
+        expect(bad.json.message).toContain('instanceId "no spaces" is not an instance id');
+      } finally {
+        await runner.close();
+      }
+    },
+  );
 });
 
 describe(`a runner that cannot verify the control plane (${databaseKind})`, () => {
@@ -272,7 +280,9 @@ describe(`a runner that cannot verify the control plane (${databaseKind})`, () =
       const runner = spawnRunner({ ...files, ca: otherCa });
       expect(await runner.exited, runner.output()).toBe(5);
       expect(runner.output()).toContain(
-        `forelead runner: cannot start: cannot verify the control plane at ${new URL(cp.url).origin}: its certificate is not signed by the CA bundle --ca ${otherCa} (`,
+        `forelead runner: cannot start: cannot verify the control plane at ` +
+          `${new URL(cp.url).origin}: its certificate is not signed by the CA ` +
+          `bundle --ca ${otherCa} (`,
       );
       expect(runner.output()).toContain(
         "give --ca the CA certificate that signed the control plane's certificate",

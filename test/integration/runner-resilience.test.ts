@@ -24,7 +24,10 @@ const cp = useControlPlane({ leaseSeconds: 2, sweepIntervalMs: 100 });
 const { admin } = cp;
 let scratch: string;
 let n = 0;
-/** Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other suites may share the engine. */
+/**
+ * Runner ids unique to this run: Docker resources are found by the forelead.runner label, and other
+ * suites may share the engine.
+ */
 const tag = Math.random().toString(36).slice(2, 8);
 const executors = await executorsUnderTest();
 const repoRoot = join(import.meta.dirname, "../..");
@@ -160,40 +163,46 @@ async function spawnRunner(
 describe.each(executors)(
   `a runner on the %s executor survives failures (${databaseKind})`,
   (executor) => {
-    it("a runner killed mid-job (SIGKILL) loses the job when its lease expires; a second runner gets it and completes it once", async () => {
-      const ws = `res${++n}`;
-      const marker = join(scratch, `killed-${n}`);
-      const first = await spawnRunner(`dies${n}-${tag}`, ws, executor);
-      const jobId = await enqueue(ws, executor, {
-        argv: startedJob(executor, marker, "sleep 4; echo finished"),
-      });
-      await waitStarted(executor, jobId, marker);
-      first.child.kill("SIGKILL");
-      await first.exited;
-      const second = await startTestRunner(cp, {
-        runnerId: `takes${n}-${tag}`,
-        workspaceId: ws,
-        executor,
-      });
-      try {
-        const job = await settled(jobId);
-        expect(job).toMatchObject({ state: "succeeded", exitCode: 0, attempts: 2 });
-        const recorded = second.recorded.job(jobId);
-        expect(recorded.events.map((e) => e.type)).toEqual(["job.started", "job.exited"]);
-        expect(recorded.logs.map((l) => l.text)).toEqual(["finished"]);
-        // The runner logs its completion after the control plane's reply, which can be after the job reads settled.
-        const completions = () => second.log.filter((l) => l.includes(`job ${jobId}: completed`));
-        await eventually(`the second runner to log the completion of job ${jobId}`, async () =>
-          completions().length > 0 ? true : undefined,
-        );
-        expect(completions()).toHaveLength(1);
-      } finally {
-        await second.close();
-        if (executor === "process") killGroup(marker);
-      }
-    });
+    it(
+      "a runner killed mid-job (SIGKILL) loses the job when its lease expires; " +
+        "a second runner gets it and completes it once",
+      async () => {
+        const ws = `res${++n}`;
+        const marker = join(scratch, `killed-${n}`);
+        const first = await spawnRunner(`dies${n}-${tag}`, ws, executor);
+        const jobId = await enqueue(ws, executor, {
+          argv: startedJob(executor, marker, "sleep 4; echo finished"),
+        });
+        await waitStarted(executor, jobId, marker);
+        first.child.kill("SIGKILL");
+        await first.exited;
+        const second = await startTestRunner(cp, {
+          runnerId: `takes${n}-${tag}`,
+          workspaceId: ws,
+          executor,
+        });
+        try {
+          const job = await settled(jobId);
+          expect(job).toMatchObject({ state: "succeeded", exitCode: 0, attempts: 2 });
+          const recorded = second.recorded.job(jobId);
+          expect(recorded.events.map((e) => e.type)).toEqual(["job.started", "job.exited"]);
+          expect(recorded.logs.map((l) => l.text)).toEqual(["finished"]);
+          // The runner logs its completion after the control plane's reply, which can be after the
+          // job reads settled.
+          const completions = () => second.log.filter((l) => l.includes(`job ${jobId}: completed`));
+          await eventually(`the second runner to log the completion of job ${jobId}`, async () =>
+            completions().length > 0 ? true : undefined,
+          );
+          expect(completions()).toHaveLength(1);
+        } finally {
+          await second.close();
+          if (executor === "process") killGroup(marker);
+        }
+      },
+    );
 
-    // The restart may be refused once (exit 6) while the killed process counts as live: room for a second start.
+    // The restart may be refused once (exit 6) while the killed process counts as live: room for a
+    // second start.
     it.runIf(executor === "process")(
       "a runner restarted after a SIGKILL stops the process jobs its earlier life left running",
       { timeout: 90_000 },
@@ -211,7 +220,8 @@ describe.each(executors)(
         expect(groupAlive(marker)).toBe(true); // detached from the dead runner, the job ran on
         const again = await spawnRunner(`crashes${n}-${tag}`, ws, executor);
         try {
-          // The runner looks for leftovers once registered, so the line may follow the registration's.
+          // The runner looks for leftovers once registered, so the line may follow the
+          // registration's.
           const leftover = `stopped a leftover of an earlier run: process group ${groups(marker)[0]} of job ${jobId}`;
           await eventually("the restarted runner to report the leftover it stopped", async () =>
             again.output().includes(leftover) ? true : undefined,
@@ -299,7 +309,8 @@ describe.each(executors)(
         ).json.job.id;
         await waitStarted(executor, jobId, marker);
         await planeAdmin.close();
-        await plane.plane.close(); // renewals now fail: the lease runs out by the runner's corrected clock
+        // renewals now fail: the lease runs out by the runner's corrected clock
+        await plane.plane.close();
         await eventually("the runner to declare the lease lost", async () =>
           runner.log.some((l) => l.includes(`job ${jobId}: lease lost`)) ? true : undefined,
         );
@@ -352,34 +363,40 @@ describe.each(executors)(
       await admin.cancel(later);
     });
 
-    it("a second SIGTERM stops the running job and releases its lease: the job is queued again with no attempt charged", async () => {
-      const ws = `res${++n}`;
-      const marker = join(scratch, `force-${n}`);
-      const runner = await spawnRunner(`forced${n}-${tag}`, ws, executor);
-      const jobId = await enqueue(ws, executor, { argv: startedJob(executor, marker, "sleep 60") });
-      await waitStarted(executor, jobId, marker);
-      runner.child.kill("SIGTERM");
-      await eventually("the runner to say it drains", async () =>
-        runner.output().includes("draining") ? true : undefined,
-      );
-      runner.child.kill("SIGTERM");
-      expect(await runner.exited).toBe(0);
-      expect(runner.output()).toContain(`job ${jobId}: lease released`);
-      expect((await admin.job(jobId)).json.job).toMatchObject({ state: "queued", attempts: 0 });
-      // Polled: the killed processes are reaped by init a moment later.
-      if (executor === "process")
-        await eventually("the job's processes to be gone", async () =>
-          groupAlive(marker) ? undefined : true,
+    it(
+      "a second SIGTERM stops the running job and releases its lease: the job " +
+        "is queued again with no attempt charged",
+      async () => {
+        const ws = `res${++n}`;
+        const marker = join(scratch, `force-${n}`);
+        const runner = await spawnRunner(`forced${n}-${tag}`, ws, executor);
+        const jobId = await enqueue(ws, executor, {
+          argv: startedJob(executor, marker, "sleep 60"),
+        });
+        await waitStarted(executor, jobId, marker);
+        runner.child.kill("SIGTERM");
+        await eventually("the runner to say it drains", async () =>
+          runner.output().includes("draining") ? true : undefined,
         );
-      else
-        expect(
-          await createDockerClient()
-            .getContainer(containerName(jobId))
-            .inspect()
-            .catch(() => "gone"),
-        ).toBe("gone");
-      await admin.cancel(jobId);
-    });
+        runner.child.kill("SIGTERM");
+        expect(await runner.exited).toBe(0);
+        expect(runner.output()).toContain(`job ${jobId}: lease released`);
+        expect((await admin.job(jobId)).json.job).toMatchObject({ state: "queued", attempts: 0 });
+        // Polled: the killed processes are reaped by init a moment later.
+        if (executor === "process")
+          await eventually("the job's processes to be gone", async () =>
+            groupAlive(marker) ? undefined : true,
+          );
+        else
+          expect(
+            await createDockerClient()
+              .getContainer(containerName(jobId))
+              .inspect()
+              .catch(() => "gone"),
+          ).toBe("gone");
+        await admin.cancel(jobId);
+      },
+    );
   },
 );
 

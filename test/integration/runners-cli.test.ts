@@ -90,7 +90,9 @@ describe(`forelead runners (${databaseKind})`, () => {
     expect(text).toContain(`  network   ${networkName(jobId)}  created  ORPHAN\n`);
     expect(text).toMatch(
       new RegExp(
-        `^  FLAGGED job_not_leased_here: container ${containerName(jobId, "main")} is not called orphan, but job ${jobId} is not a job of workspace "w1"$`,
+        `^  FLAGGED job_not_leased_here: container ` +
+          `${containerName(jobId, "main")} is not called orphan, but job ${jobId} ` +
+          `is not a job of workspace "w1"$`,
         "m",
       ),
     );

@@ -59,92 +59,96 @@ describe(`job secrets (${databaseKind})`, () => {
     expectNoValue("a server log line", logged.join("\n"));
   });
 
-  it("over REST: the claim reply carries them, renew does not, views list names only, the rows are sealed and erased at settle", async () => {
-    const workspaceId = ws();
-    const runner = await registeredRunner(cp, "r1", workspaceId);
-    const enq = await admin.enqueue({
-      workspaceId,
-      secrets: { API_TOKEN: token },
-      secretFiles: { "deploy.key": fileContent },
-      idempotencyKey: "k1",
-    });
-    expect(enq.status, enq.text).toBe(200);
-    expectNoValue("the enqueue reply", enq.text);
-    expect(enq.json.job).toMatchObject({
-      secretNames: ["API_TOKEN"],
-      secretFileNames: ["deploy.key"],
-    });
-    const jobId: string = enq.json.job.id;
+  it(
+    "over REST: the claim reply carries them, renew does not, views list " +
+      "names only, the rows are sealed and erased at settle",
+    async () => {
+      const workspaceId = ws();
+      const runner = await registeredRunner(cp, "r1", workspaceId);
+      const enq = await admin.enqueue({
+        workspaceId,
+        secrets: { API_TOKEN: token },
+        secretFiles: { "deploy.key": fileContent },
+        idempotencyKey: "k1",
+      });
+      expect(enq.status, enq.text).toBe(200);
+      expectNoValue("the enqueue reply", enq.text);
+      expect(enq.json.job).toMatchObject({
+        secretNames: ["API_TOKEN"],
+        secretFileNames: ["deploy.key"],
+      });
+      const jobId: string = enq.json.job.id;
 
-    // Stored sealed: no plain value in jobs or job_secrets, each sealed row under the current key.
-    const db = cp.plane.store.db;
-    expectNoValue(
-      "the jobs row",
-      JSON.stringify(await db.selectFrom("jobs").selectAll().where("id", "=", jobId).execute()),
-    );
-    const sealed = await db
-      .selectFrom("job_secrets")
-      .selectAll()
-      .where("job_id", "=", jobId)
-      .execute();
-    expect(sealed.map((r) => `${r.kind}:${r.name}`).sort()).toEqual([
-      "env:API_TOKEN",
-      "file:deploy.key",
-    ]);
-    for (const r of sealed)
-      expectNoValue("a job_secrets row", Buffer.from(r.sealed).toString("latin1"));
+      // Stored sealed: no plain value in jobs or job_secrets, each sealed row under the current key.
+      const db = cp.plane.store.db;
+      expectNoValue(
+        "the jobs row",
+        JSON.stringify(await db.selectFrom("jobs").selectAll().where("id", "=", jobId).execute()),
+      );
+      const sealed = await db
+        .selectFrom("job_secrets")
+        .selectAll()
+        .where("job_id", "=", jobId)
+        .execute();
+      expect(sealed.map((r) => `${r.kind}:${r.name}`).sort()).toEqual([
+        "env:API_TOKEN",
+        "file:deploy.key",
+      ]);
+      for (const r of sealed)
+        expectNoValue("a job_secrets row", Buffer.from(r.sealed).toString("latin1"));
 
-    const claim = await runner.claim();
-    expect(claim.status, claim.text).toBe(200);
-    expect(claim.json.secrets).toEqual({ API_TOKEN: token });
-    expect(claim.json.secretFiles).toEqual({ "deploy.key": fileContent });
+      const claim = await runner.claim();
+      expect(claim.status, claim.text).toBe(200);
+      expect(claim.json.secrets).toEqual({ API_TOKEN: token });
+      expect(claim.json.secretFiles).toEqual({ "deploy.key": fileContent });
 
-    const renew = await runner.renew(jobId, claim.json.token);
-    expect(renew.status, renew.text).toBe(200);
-    expect(renew.json.secrets).toBeUndefined();
-    expect(renew.json.secretFiles).toBeUndefined();
-    expectNoValue("the renew reply", renew.text);
+      const renew = await runner.renew(jobId, claim.json.token);
+      expect(renew.status, renew.text).toBe(200);
+      expect(renew.json.secrets).toBeUndefined();
+      expect(renew.json.secretFiles).toBeUndefined();
+      expectNoValue("the renew reply", renew.text);
 
-    const ev = await runner.rest.ndjson("/v1/runner/events", [
-      {
-        apiVersion: "v1",
-        runnerId: "r1",
-        jobId,
-        leaseToken: claim.json.token,
-        sequence: 1,
-        data: { type: "job.started" },
-      },
-    ]);
-    expect(ev.status, ev.text).toBe(204);
-    const done = await runner.complete(jobId, claim.json.token);
-    expect(done.status, done.text).toBe(200);
-    expectNoValue("the completion reply", done.text);
+      const ev = await runner.rest.ndjson("/v1/runner/events", [
+        {
+          apiVersion: "v1",
+          runnerId: "r1",
+          jobId,
+          leaseToken: claim.json.token,
+          sequence: 1,
+          data: { type: "job.started" },
+        },
+      ]);
+      expect(ev.status, ev.text).toBe(204);
+      const done = await runner.complete(jobId, claim.json.token);
+      expect(done.status, done.text).toBe(200);
+      expectNoValue("the completion reply", done.text);
 
-    // Erased when the job settled, in the completion's transaction.
-    expect(
-      await db.selectFrom("job_secrets").selectAll().where("job_id", "=", jobId).execute(),
-    ).toEqual([]);
+      // Erased when the job settled, in the completion's transaction.
+      expect(
+        await db.selectFrom("job_secrets").selectAll().where("job_id", "=", jobId).execute(),
+      ).toEqual([]);
 
-    for (const path of [
-      `/v1/admin/jobs/${jobId}`,
-      `/v1/admin/jobs?workspaceId=${workspaceId}`,
-      `/v1/admin/jobs/${jobId}/events`,
-      "/v1/admin/audit?pageSize=500",
-    ]) {
-      const reply = await admin.rest.request("GET", path);
-      expect(reply.status, `${path}: ${reply.text}`).toBe(200);
-      expectNoValue(path, reply.text);
-    }
-    expect((await admin.job(jobId)).json.job).toMatchObject({
-      state: "succeeded",
-      secretNames: ["API_TOKEN"],
-      secretFileNames: ["deploy.key"],
-    });
-    expectNoValue(
-      "the audit_records table",
-      JSON.stringify(await db.selectFrom("audit_records").selectAll().execute()),
-    );
-  });
+      for (const path of [
+        `/v1/admin/jobs/${jobId}`,
+        `/v1/admin/jobs?workspaceId=${workspaceId}`,
+        `/v1/admin/jobs/${jobId}/events`,
+        "/v1/admin/audit?pageSize=500",
+      ]) {
+        const reply = await admin.rest.request("GET", path);
+        expect(reply.status, `${path}: ${reply.text}`).toBe(200);
+        expectNoValue(path, reply.text);
+      }
+      expect((await admin.job(jobId)).json.job).toMatchObject({
+        state: "succeeded",
+        secretNames: ["API_TOKEN"],
+        secretFileNames: ["deploy.key"],
+      });
+      expectNoValue(
+        "the audit_records table",
+        JSON.stringify(await db.selectFrom("audit_records").selectAll().execute()),
+      );
+    },
+  );
 
   it("over Connect: EnqueueJob takes them and the RunnerService claim delivers them", async () => {
     const workspaceId = ws();
@@ -206,51 +210,65 @@ describe(`job secrets (${databaseKind})`, () => {
     ).toEqual([]);
   });
 
-  it("a lease lost to expiry with no attempts left fails the job and erases its secrets in the sweep's statement", async () => {
-    const workspaceId = ws();
-    const runner = await registeredRunner(cp, "r3", workspaceId);
-    const enq = await admin.enqueue({ workspaceId, maxAttempts: 1, secrets: { API_TOKEN: token } });
-    const jobId: string = enq.json.job.id;
-    const claim = await runner.claim();
-    expect(claim.json.secrets).toEqual({ API_TOKEN: token });
-    const db = cp.plane.store.db;
-    // The lease ends by the database's clock: move its expiry into the past rather than wait for it.
-    await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${jobId}`.execute(
-      db,
-    );
-    await sql`update leases set expires_at = now() - interval '1 second' where job_id = ${jobId}`.execute(
-      db,
-    );
-    await cp.plane.broker.sweep();
-    expect((await admin.job(jobId)).json.job).toMatchObject({
-      state: "failed",
-      failure: { reason: "lease_lost" },
-    });
-    expect(
-      await db.selectFrom("job_secrets").select("name").where("job_id", "=", jobId).execute(),
-    ).toEqual([]);
-    await runner.close();
-  });
+  it(
+    "a lease lost to expiry with no attempts left fails the job and erases " +
+      "its secrets in the sweep's statement",
+    async () => {
+      const workspaceId = ws();
+      const runner = await registeredRunner(cp, "r3", workspaceId);
+      const enq = await admin.enqueue({
+        workspaceId,
+        maxAttempts: 1,
+        secrets: { API_TOKEN: token },
+      });
+      const jobId: string = enq.json.job.id;
+      const claim = await runner.claim();
+      expect(claim.json.secrets).toEqual({ API_TOKEN: token });
+      const db = cp.plane.store.db;
+      // The lease ends by the database's clock: move its expiry into the past rather than wait for
+      // it.
+      await sql`update jobs set lease_expires_at = now() - interval '1 second' where id = ${jobId}`.execute(
+        db,
+      );
+      await sql`update leases set expires_at = now() - interval '1 second' where job_id = ${jobId}`.execute(
+        db,
+      );
+      await cp.plane.broker.sweep();
+      expect((await admin.job(jobId)).json.job).toMatchObject({
+        state: "failed",
+        failure: { reason: "lease_lost" },
+      });
+      expect(
+        await db.selectFrom("job_secrets").select("name").where("job_id", "=", jobId).execute(),
+      ).toEqual([]);
+      await runner.close();
+    },
+  );
 
-  it("an idempotent re-enqueue with the same secrets returns the job; with a different value it is the usual 409, without a value", async () => {
-    const workspaceId = ws();
-    const body = { workspaceId, idempotencyKey: "same", secrets: { API_TOKEN: token } };
-    const first = await admin.enqueue(body);
-    const again = await admin.enqueue(body);
-    expect(again.status, again.text).toBe(200);
-    expect(again.json.job.id).toBe(first.json.job.id);
-    const other = await admin.enqueue({ ...body, secrets: { API_TOKEN: `${token}-changed` } });
-    expect(other.status, other.text).toBe(409);
-    expect(other.json.message).toMatch(/already used .* with a different request; use a new key/);
-    expectNoValue("the 409", other.text);
-    // The job row's request hash is the same shape without values: a keyed hash cannot be matched against a guess.
-    const row = await cp.plane.store.db
-      .selectFrom("jobs")
-      .select("request_sha256")
-      .where("id", "=", first.json.job.id)
-      .executeTakeFirstOrThrow();
-    expect(row.request_sha256).toMatch(/^[0-9a-f]{64}$/);
-  });
+  it(
+    "an idempotent re-enqueue with the same secrets returns the job; with a " +
+      "different value it is the usual 409, without a value",
+    async () => {
+      const workspaceId = ws();
+      const body = { workspaceId, idempotencyKey: "same", secrets: { API_TOKEN: token } };
+      const first = await admin.enqueue(body);
+      const again = await admin.enqueue(body);
+      expect(again.status, again.text).toBe(200);
+      expect(again.json.job.id).toBe(first.json.job.id);
+      const other = await admin.enqueue({ ...body, secrets: { API_TOKEN: `${token}-changed` } });
+      expect(other.status, other.text).toBe(409);
+      expect(other.json.message).toMatch(/already used .* with a different request; use a new key/);
+      expectNoValue("the 409", other.text);
+      // The job row's request hash is the same shape without values: a keyed hash cannot be matched
+      // against a guess.
+      const row = await cp.plane.store.db
+        .selectFrom("jobs")
+        .select("request_sha256")
+        .where("id", "=", first.json.job.id)
+        .executeTakeFirstOrThrow();
+      expect(row.request_sha256).toMatch(/^[0-9a-f]{64}$/);
+    },
+  );
 
   it.each([
     ["a NUL in a value", { secrets: { API_TOKEN: `${token}\0x` } }, /secrets\.API_TOKEN/],
@@ -319,7 +337,8 @@ describe(`secrets at rest across restarts (${databaseKind})`, () => {
       expect((await stat(join(dir, "k1.key"))).mode & 0o777).toBe(0o600);
       let cp = await start({ current: k1 });
       const db = () => cp.plane.store.db;
-      // A job with secrets left queued, and a credential written in plain text as before credential_sealed existed.
+      // A job with secrets left queued, and a credential written in plain text as before
+      // credential_sealed existed.
       const admin = createTestClient(
         AdminService,
         cp.url,
@@ -375,7 +394,8 @@ describe(`secrets at rest across restarts (${databaseKind})`, () => {
       const keyIds = async () => {
         const { rows } = await sql<{
           id: number;
-        }>`select get_byte(sealed, 1) as id from job_secrets union all select get_byte(credential_sealed, 1) from repositories where credential_sealed is not null`.execute(
+        }>`select get_byte(sealed, 1) as id from job_secrets union all select
+          get_byte(credential_sealed, 1) from repositories where credential_sealed is not null`.execute(
           db(),
         );
         return rows.map((r) => Number(r.id));
@@ -386,7 +406,8 @@ describe(`secrets at rest across restarts (${databaseKind})`, () => {
       ).toBe(true);
       await stop();
 
-      // The old key is no longer needed: a start with the new one alone serves, and the claim opens the rotated row.
+      // The old key is no longer needed: a start with the new one alone serves, and the claim opens
+      // the rotated row.
       cp = await start({ current: k2 });
       const runner = await registeredRunner(cp, "r1", "rot");
       const claim = await runner.claim();

@@ -38,7 +38,9 @@ function spawnServe(command: string, args: readonly string[], cwd = dir): Serve 
   return { child, output: () => text, exited };
 }
 
-/** Relative flags on purpose: the lock and the PKI must not depend on the working directory later. */
+/**
+ * Relative flags on purpose: the lock and the PKI must not depend on the working directory later.
+ */
 const serveArgs = [
   "serve",
   "--listen",
@@ -94,7 +96,10 @@ afterAll(async () => {
 
 describe("one forelead serve per embedded data directory", () => {
   it(
-    "a second serve on the same data directory exits 1 naming the first (pid, start time); the first keeps serving and reloads on SIGHUP; after SIGKILL of the first, `npm start` takes the stale lock, and SIGTERM to npm stops the server",
+    "a second serve on the same data directory exits 1 naming the first " +
+      "(pid, start time); the first keeps serving and reloads on SIGHUP; after " +
+      "SIGKILL of the first, `npm start` takes the stale lock, and SIGTERM to " +
+      "npm stops the server",
     { timeout: 120_000 },
     async () => {
       const first = forelead(...serveArgs);
@@ -108,7 +113,9 @@ describe("one forelead serve per embedded data directory", () => {
       const second = forelead(...serveArgs);
       expect(await second.exited).toBe(1);
       expect(second.output()).toContain(
-        `${join(dir, "data/db")} is in use by forelead serve (pid ${first.child.pid}, started ${lock.startedAt}); stop it or use another --database`,
+        `${join(dir, "data/db")} is in use by forelead serve (pid ` +
+          `${first.child.pid}, started ${lock.startedAt}); stop it or use another ` +
+          `--database`,
       );
       expect(second.output()).not.toContain("serving");
       const status = await statusWithoutCertificate(url);

@@ -20,9 +20,8 @@ describe("statementShapes", () => {
   const db = () => store().db as unknown as Kysely<Probe>;
 
   it("builds each shape once and answers every call with its own values", async () => {
-    await sql`create table shapes_probe (id int primary key, note text not null default 'none', at timestamptz not null default 'epoch')`.execute(
-      db(),
-    );
+    await sql`create table shapes_probe (id int primary key, note text not null default 'none', at
+      timestamptz not null default 'epoch')`.execute(db());
     const builds: string[] = [];
     const suffix = { text: "!" };
     const insert = statementShapes(
@@ -64,7 +63,8 @@ describe("statementShapes", () => {
       "2026-01-02T00:01:00.000Z",
       "2026-01-02T00:01:00.000Z",
     ]);
-    // A database with plugins sees every statement compiled through them (bench/lib/plans.ts captures so).
+    // A database with plugins sees every statement compiled through them (bench/lib/plans.ts
+    // captures so).
     const seen: string[] = [];
     const watched = db().withPlugin({
       transformQuery: (args) => (seen.push(args.node.kind), args.node),

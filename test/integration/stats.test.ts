@@ -29,7 +29,10 @@ interface SeedJob {
   readonly failureReason?: string;
 }
 
-/** Inserts a settled job and its leases with the given timestamps, as the broker would have left them. */
+/**
+ * Inserts a settled job and its leases with the given timestamps, as the broker would have left
+ * them.
+ */
 async function seed(job: SeedJob): Promise<void> {
   const db = cp.plane.store.db;
   const id = randomUUID();
@@ -185,11 +188,15 @@ const st2 = {
 };
 
 describe(`GET /v1/admin/stats (${databaseKind})`, () => {
-  it("since as a duration in minutes (90m) covers the last hour's jobs: counts, error codes and exact percentiles per workspace and runner", async () => {
-    const reply = await stats("since=90m");
-    expect(reply.workspaces).toEqual([recentSt1]);
-    expect(Date.parse(reply.until) - Date.parse(reply.since)).toBe(90 * 60 * second);
-  });
+  it(
+    "since as a duration in minutes (90m) covers the last hour's jobs: " +
+      "counts, error codes and exact percentiles per workspace and runner",
+    async () => {
+      const reply = await stats("since=90m");
+      expect(reply.workspaces).toEqual([recentSt1]);
+      expect(Date.parse(reply.until) - Date.parse(reply.since)).toBe(90 * 60 * second);
+    },
+  );
 
   it("since as hours (720h) and as days (30d) cover the same 30 days", async () => {
     for (const since of ["720h", "30d"]) {

@@ -101,15 +101,19 @@ function kindOfColumn(dataType: string, udt: string): Kind {
 }
 
 describe(`store/schema.ts against the migrated database (${databaseKind})`, () => {
-  it("declares every table and column the migrations made, with their nullability and kind, and an optional insert only where the database supplies a value", async () => {
-    const { rows } = await sql<{
-      table_name: string;
-      column_name: string;
-      is_nullable: "YES" | "NO";
-      data_type: string;
-      udt_name: string;
-      supplied: boolean;
-    }>`
+  it(
+    "declares every table and column the migrations made, with their " +
+      "nullability and kind, and an optional insert only where the database " +
+      "supplies a value",
+    async () => {
+      const { rows } = await sql<{
+        table_name: string;
+        column_name: string;
+        is_nullable: "YES" | "NO";
+        data_type: string;
+        udt_name: string;
+        supplied: boolean;
+      }>`
       select c.table_name, c.column_name, c.is_nullable, c.data_type, c.udt_name,
         (c.column_default is not null or c.is_identity = 'YES' or c.is_generated = 'ALWAYS') as supplied
       from information_schema.columns c
@@ -117,29 +121,31 @@ describe(`store/schema.ts against the migrated database (${databaseKind})`, () =
       where c.table_schema = 'public' and t.table_type = 'BASE TABLE'
         and c.table_name not like 'kysely_migration%'
       order by c.table_name, c.ordinal_position`.execute(store().db);
-    const migrated: Tables = {};
-    for (const r of rows)
-      (migrated[r.table_name] ??= {})[r.column_name] = {
-        nullable: r.is_nullable === "YES",
-        optionalInsert: r.supplied || r.is_nullable === "YES",
-        kind: kindOfColumn(r.data_type, r.udt_name),
-      };
-    const declared = declaredTables();
-    // What schema.ts may say more loosely: any value (`unknown`) for a json column, and a required
-    // insert of a column the database could supply (the code always gives it).
-    for (const [table, columns] of Object.entries(declared))
-      for (const [column, d] of Object.entries(columns)) {
-        const m = migrated[table]?.[column];
-        if (!m) continue;
-        columns[column] = {
-          ...d,
-          kind: m.kind === "json" ? "json" : d.kind,
-          nullable: d.nullable === "unknown" && m.kind === "json" ? m.nullable : d.nullable,
-          optionalInsert: d.optionalInsert || !m.optionalInsert ? d.optionalInsert : true,
+      const migrated: Tables = {};
+      for (const r of rows)
+        (migrated[r.table_name] ??= {})[r.column_name] = {
+          nullable: r.is_nullable === "YES",
+          optionalInsert: r.supplied || r.is_nullable === "YES",
+          kind: kindOfColumn(r.data_type, r.udt_name),
         };
-      }
-    expect(sorted(declared)).toEqual(sorted(migrated));
-  }, 60_000);
+      const declared = declaredTables();
+      // What schema.ts may say more loosely: any value (`unknown`) for a json column, and a required
+      // insert of a column the database could supply (the code always gives it).
+      for (const [table, columns] of Object.entries(declared))
+        for (const [column, d] of Object.entries(columns)) {
+          const m = migrated[table]?.[column];
+          if (!m) continue;
+          columns[column] = {
+            ...d,
+            kind: m.kind === "json" ? "json" : d.kind,
+            nullable: d.nullable === "unknown" && m.kind === "json" ? m.nullable : d.nullable,
+            optionalInsert: d.optionalInsert || !m.optionalInsert ? d.optionalInsert : true,
+          };
+        }
+      expect(sorted(declared)).toEqual(sorted(migrated));
+    },
+    60_000,
+  );
 });
 
 function sorted(tables: Tables): Tables {

@@ -79,72 +79,82 @@ const range = (from: number, to: number) =>
   Array.from({ length: to - from + 1 }, (_, i) => from + i);
 
 describe(`the runner's stream writer against the real server (${databaseKind})`, () => {
-  it("keeps events and logs concurrent on one connection, and resumes from the reported sequence when the server cuts a request", async () => {
-    const l = await leased();
-    // The first logs request is held until an events request is in flight too: with one
-    // stream waiting for the other this would never finish.
-    let eventsInFlight!: () => void;
-    const eventsStarted = new Promise<void>((resolve) => (eventsInFlight = resolve));
-    let held = false;
-    const { post, posted, close } = await recordingPost(l, async (path, send) => {
-      if (path.endsWith("/events")) {
-        eventsInFlight();
+  it(
+    "keeps events and logs concurrent on one connection, and resumes from " +
+      "the reported sequence when the server cuts a request",
+    async () => {
+      const l = await leased();
+      // The first logs request is held until an events request is in flight too: with one
+      // stream waiting for the other this would never finish.
+      let eventsInFlight!: () => void;
+      const eventsStarted = new Promise<void>((resolve) => (eventsInFlight = resolve));
+      let held = false;
+      const { post, posted, close } = await recordingPost(l, async (path, send) => {
+        if (path.endsWith("/events")) {
+          eventsInFlight();
+          return send();
+        }
+        if (!held) {
+          held = true;
+          await eventsStarted;
+        }
         return send();
+      });
+      const streams = createLeaseStreams(writerOptions(l, post));
+      for (let i = 1; i <= 2000; i++) {
+        streams.logs.write({ stream: "stdout", text: `line ${i} ${"x".repeat(40)}\n` });
+        if (i % 20 === 0) streams.events.write({ type: "progress", done: i });
       }
-      if (!held) {
-        held = true;
-        await eventsStarted;
-      }
-      return send();
-    });
-    const streams = createLeaseStreams(writerOptions(l, post));
-    for (let i = 1; i <= 2000; i++) {
-      streams.logs.write({ stream: "stdout", text: `line ${i} ${"x".repeat(40)}\n` });
-      if (i % 20 === 0) streams.events.write({ type: "progress", done: i });
-    }
-    await streams.flush();
-    expect(await readSequences(admin, l.jobId)).toEqual(range(1, 2000));
-    expect(await readSequences(admin, l.jobId, "events")).toEqual(range(1, 100));
-    expect(streams.logs.confirmed).toBe(2000);
+      await streams.flush();
+      expect(await readSequences(admin, l.jobId)).toEqual(range(1, 2000));
+      expect(await readSequences(admin, l.jobId, "events")).toEqual(range(1, 100));
+      expect(streams.logs.confirmed).toBe(2000);
 
-    // Requests over the server's 16 KiB bound were cut (413); each next request began right after the reported sequence.
-    const logs = posted.filter((p) => p.path.endsWith("/logs"));
-    const cut = logs.filter((p) => p.status === 413);
-    expect(cut.length).toBeGreaterThan(0);
-    for (let i = 1; i < logs.length; i++) {
-      const before = logs[i - 1]!;
-      const expectedFirst =
-        before.status === 204 ? before.last + 1 : Number(before.lastAccepted) + 1;
-      expect(logs[i]!.first, JSON.stringify(logs.slice(i - 1, i + 1))).toBe(expectedFirst);
-    }
-    await close();
-    await l.runner.close();
-  });
-
-  it("resumes after a reply lost on the way: the resent lines are refused as repeats, naming how far the server got", async () => {
-    const l = await leased();
-    let lost = false;
-    const { post, posted, close } = await recordingPost(l, async (_path, send) => {
-      const reply = await send();
-      if (!lost && reply.status === 204) {
-        lost = true;
-        throw new Error("connection reset after the request was stored"); // the writer never sees this 204
+      // Requests over the server's 16 KiB bound were cut (413); each next request began right after
+      // the reported sequence.
+      const logs = posted.filter((p) => p.path.endsWith("/logs"));
+      const cut = logs.filter((p) => p.status === 413);
+      expect(cut.length).toBeGreaterThan(0);
+      for (let i = 1; i < logs.length; i++) {
+        const before = logs[i - 1]!;
+        const expectedFirst =
+          before.status === 204 ? before.last + 1 : Number(before.lastAccepted) + 1;
+        expect(logs[i]!.first, JSON.stringify(logs.slice(i - 1, i + 1))).toBe(expectedFirst);
       }
-      return reply;
-    });
-    const { logs } = createLeaseStreams(writerOptions(l, post));
-    for (let i = 1; i <= 50; i++) logs.write(`line ${i}\n`);
-    await logs.flush();
-    for (let i = 51; i <= 60; i++) logs.write(`line ${i}\n`);
-    await logs.flush();
-    expect(await readSequences(admin, l.jobId)).toEqual(range(1, 60));
-    const [first, resent] = posted;
-    expect(first).toMatchObject({ first: 1, status: "lost" });
-    expect(resent).toMatchObject({ first: 1, status: 409, lastAccepted: String(first!.last) });
-    expect(posted.slice(2).every((p) => p.status === 204 || p.status === 413)).toBe(true);
-    await close();
-    await l.runner.close();
-  });
+      await close();
+      await l.runner.close();
+    },
+  );
+
+  it(
+    "resumes after a reply lost on the way: the resent lines are refused as " +
+      "repeats, naming how far the server got",
+    async () => {
+      const l = await leased();
+      let lost = false;
+      const { post, posted, close } = await recordingPost(l, async (_path, send) => {
+        const reply = await send();
+        if (!lost && reply.status === 204) {
+          lost = true;
+          // the writer never sees this 204
+          throw new Error("connection reset after the request was stored");
+        }
+        return reply;
+      });
+      const { logs } = createLeaseStreams(writerOptions(l, post));
+      for (let i = 1; i <= 50; i++) logs.write(`line ${i}\n`);
+      await logs.flush();
+      for (let i = 51; i <= 60; i++) logs.write(`line ${i}\n`);
+      await logs.flush();
+      expect(await readSequences(admin, l.jobId)).toEqual(range(1, 60));
+      const [first, resent] = posted;
+      expect(first).toMatchObject({ first: 1, status: "lost" });
+      expect(resent).toMatchObject({ first: 1, status: 409, lastAccepted: String(first!.last) });
+      expect(posted.slice(2).every((p) => p.status === 204 || p.status === 413)).toBe(true);
+      await close();
+      await l.runner.close();
+    },
+  );
 
   it("stops with the server's reason when the lease is gone, and refuses further writes", async () => {
     const l = await leased();

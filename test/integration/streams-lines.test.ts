@@ -22,7 +22,9 @@ type Msg = (sequence: number, data: unknown) => Record<string, unknown>;
 interface Case {
   readonly name: string;
   readonly line: (msg: Msg, seq: number, token: string, jobId: string) => unknown;
-  /** Stored with this data, or refused with this status and message (before "; last accepted ..."). */
+  /**
+   * Stored with this data, or refused with this status and message (before "; last accepted ...").
+   */
   readonly stored?: unknown;
   readonly refused?: { readonly status: number; readonly message: (seq: number) => string };
 }
@@ -80,7 +82,8 @@ const cases: Case[] = [
     refused: {
       status: 400,
       message: () =>
-        `line 2: field "data.text" contains NUL (U+0000) at character 2; text cannot hold NUL: remove it (send binary data base64-encoded)`,
+        `line 2: field "data.text" contains NUL (U+0000) at character 2; text ` +
+        `cannot hold NUL: remove it (send binary data base64-encoded)`,
     },
   },
   {
@@ -89,7 +92,8 @@ const cases: Case[] = [
     refused: {
       status: 400,
       message: () =>
-        `line 2: field "data key" is not valid UTF-8 text (invalid bytes, or an unpaired surrogate escape); send text as UTF-8`,
+        `line 2: field "data key" is not valid UTF-8 text (invalid bytes, or an ` +
+        `unpaired surrogate escape); send text as UTF-8`,
     },
   },
   {
@@ -132,7 +136,9 @@ const cases: Case[] = [
     refused: {
       status: 400,
       message: () =>
-        `runnerId "no such/id" is not a valid id (a path segment contains the character U+0020; only A-Z, a-z, 0-9, '.', '-' and '_' are allowed); an id is 1 to 128 characters of A-Z a-z 0-9 . _ - and not "." or ".."`,
+        `runnerId "no such/id" is not a valid id (a path segment contains the ` +
+        `character U+0020; only A-Z, a-z, 0-9, '.', '-' and '_' are allowed); an ` +
+        `id is 1 to 128 characters of A-Z a-z 0-9 . _ - and not "." or ".."`,
     },
   },
   {
@@ -141,7 +147,8 @@ const cases: Case[] = [
     refused: {
       status: 400,
       message: () =>
-        `line 2: data is required: a log message's data is a text chunk or {"stream": "stdout"|"stderr", "text": "..."}`,
+        `line 2: data is required: a log message's data is a text chunk or ` +
+        `{"stream": "stdout"|"stderr", "text": "..."}`,
     },
   },
   {

@@ -144,7 +144,8 @@ describe(`the runner uploads /output (${databaseKind})`, () => {
     const { runner, jobId, leaseToken } = await leased();
     const offsets: bigint[] = [];
     let puts = 0;
-    // The first put's body fails after 5 chunks of 64 KiB: the connection to the control plane broke.
+    // The first put's body fails after 5 chunks of 64 KiB: the connection to the control plane
+    // broke.
     const flaky: UploadClient = {
       openUpload: (req, opts) => runner.openUpload(req, opts),
       finalizeUpload: (req, opts) => runner.finalizeUpload(req, opts),

@@ -23,15 +23,19 @@ async function waitingOf(jobId: string) {
 }
 
 describe(`why a queued job waits (${databaseKind})`, () => {
-  it("no_runner: a job enqueued into a workspace with no registered runner says so in the enqueue reply and in GetJob", async () => {
-    const job = await enqueue("wait-typo");
-    expect(job.waiting).toEqual({
-      code: "no_runner",
-      message: expect.stringContaining('no runner is registered in workspace "wait-typo"'),
-    });
-    expect(job.waiting!.message).toMatch(/typo/);
-    expect(await waitingOf(job.id)).toEqual(job.waiting);
-  });
+  it(
+    "no_runner: a job enqueued into a workspace with no registered runner " +
+      "says so in the enqueue reply and in GetJob",
+    async () => {
+      const job = await enqueue("wait-typo");
+      expect(job.waiting).toEqual({
+        code: "no_runner",
+        message: expect.stringContaining('no runner is registered in workspace "wait-typo"'),
+      });
+      expect(job.waiting!.message).toMatch(/typo/);
+      expect(await waitingOf(job.id)).toEqual(job.waiting);
+    },
+  );
 
   it("missing_labels: no runner has the job's labels; the missing ones are named from the closest runner", async () => {
     await registeredRunner(cp, "wl-1", "wait-labels", { labels: ["linux"] });
@@ -41,7 +45,9 @@ describe(`why a queued job waits (${databaseKind})`, () => {
       code: "missing_labels",
       missingLabels: ["cuda"],
       message:
-        'no runner in workspace "wait-labels" has labels cuda,gpu,linux; the closest, "wl-2", lacks cuda: register one with --labels including cuda, or drop the label from the job',
+        'no runner in workspace "wait-labels" has labels cuda,gpu,linux; the ' +
+        'closest, "wl-2", lacks cuda: register one with --labels including cuda, ' +
+        "or drop the label from the job",
     });
     expect(await waitingOf(job.id)).toEqual(job.waiting);
   });
@@ -105,7 +111,8 @@ describe(`why a queued job waits (${databaseKind})`, () => {
       busyRunners: 1,
       busySlots: 2,
       message:
-        'all 1 matching runner in workspace "wait-busy" are busy (2 slots in use); the job runs when one frees a slot, or add a runner or slots',
+        'all 1 matching runner in workspace "wait-busy" are busy (2 slots in ' +
+        "use); the job runs when one frees a slot, or add a runner or slots",
     });
     expect(await waitingOf(third.id)).toEqual(third.waiting);
     const running = await admin.job(leases[0]!.json.job.id);

@@ -90,7 +90,10 @@ export async function runnerActor(
   };
 }
 
-/** A runner actor for `runnerId` in `workspaceId`, registered with `overrides`; the registration must succeed. */
+/**
+ * A runner actor for `runnerId` in `workspaceId`, registered with `overrides`; the registration
+ * must succeed.
+ */
 export async function registeredRunner(
   cp: TestControlPlane,
   runnerId: string,
@@ -144,7 +147,10 @@ export async function leasedJob(
   };
 }
 
-/** Polls `probe` until it returns a value (not undefined), at most `timeoutMs`; throws with `what` on timeout. */
+/**
+ * Polls `probe` until it returns a value (not undefined), at most `timeoutMs`; throws with `what`
+ * on timeout.
+ */
 export async function eventually<T>(
   what: string,
   probe: () => Promise<T | undefined>,

@@ -78,7 +78,10 @@ export function blobPath(digest: string): string {
   return join("sha256", hex.slice(0, 2), hex);
 }
 
-/** The artifact stores the upload suites run on: files always, Postgres rows too when the suite runs on Postgres. */
+/**
+ * The artifact stores the upload suites run on: files always, Postgres rows too when the suite runs
+ * on Postgres.
+ */
 export const artifactStoreKinds: ReadonlyArray<ArtifactStore["kind"]> =
   databaseKind === "postgres" ? ["files", "postgres"] : ["files"];
 
@@ -112,7 +115,10 @@ export interface StoredArtifacts {
   staged(): Promise<string[]>;
   /** How many bytes of the upload are staged (0 when none). */
   stagedBytes(uploadId: string): Promise<number>;
-  /** Something that changes when the blob is stored again: its inode, or its row's time and chunk count. */
+  /**
+   * Something that changes when the blob is stored again: its inode, or its row's time and chunk
+   * count.
+   */
   blobIdentity(digest: string): Promise<string>;
   /** Flips one bit of the stored blob at `at`, behind the store's back. */
   damage(digest: string, at: number): Promise<void>;
@@ -167,16 +173,15 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
     async blobIdentity(digest) {
       const { rows } = await sql<{
         id: string;
-      }>`select b.created_at::text || '/' || (select count(*) from artifact_blob_chunks c where c.digest = b.digest) as id from artifact_blobs b where b.digest = ${digest}`.execute(
-        db,
-      );
+      }>`select b.created_at::text || '/' || (select count(*) from artifact_blob_chunks c where
+        c.digest = b.digest) as id from artifact_blobs b where b.digest = ${digest}`.execute(db);
       return rows[0]!.id;
     },
     async damage(digest, at) {
-      await sql`update artifact_blob_chunks set data = set_byte(data, (${at}::bigint - byte_offset)::int, get_byte(data, (${at}::bigint - byte_offset)::int) # 1)
-        where digest = ${digest} and byte_offset <= ${at}::bigint and byte_offset + length(data) > ${at}::bigint`.execute(
-        db,
-      );
+      await sql`update artifact_blob_chunks set data = set_byte(data, (${at}::bigint -
+        byte_offset)::int, get_byte(data, (${at}::bigint - byte_offset)::int) # 1)
+        where digest = ${digest} and byte_offset <= ${at}::bigint and byte_offset + length(data)
+          > ${at}::bigint`.execute(db);
     },
   };
 }

@@ -50,11 +50,17 @@ export interface DashboardFixture {
   readonly url: string;
   /** A new page (1280x900, light theme unless `dark`) on `url` (default the admin dashboard). */
   newPage(options?: { url?: string; width?: number; dark?: boolean }): Promise<DashboardPage>;
-  /** Another dashboard acting as `certificate` (closed in afterAll): to test what a lesser identity sees. */
+  /**
+   * Another dashboard acting as `certificate` (closed in afterAll): to test what a lesser identity
+   * sees.
+   */
   dashboardAs(certificate: IssuedCertificate): Promise<string>;
 }
 
-/** Starts the control plane (useControlPlane(options)), a dashboard with the test admin's certificate, and chromium; closes all in afterAll. */
+/**
+ * Starts the control plane (useControlPlane(options)), a dashboard with the test admin's
+ * certificate, and chromium; closes all in afterAll.
+ */
 export function useDashboard(options: ControlPlaneFixtureOptions = {}): DashboardFixture {
   const cp = useControlPlane(options);
   const dashboards: Dashboard[] = [];

@@ -29,7 +29,9 @@ export interface RestClient {
     body?: unknown,
     headers?: http2.OutgoingHttpHeaders,
   ): Promise<RestReply>;
-  /** POSTs NDJSON: each element is one line (objects are JSON-encoded, strings sent as they are). */
+  /**
+   * POSTs NDJSON: each element is one line (objects are JSON-encoded, strings sent as they are).
+   */
   ndjson(path: string, lines: readonly unknown[]): Promise<RestReply>;
   close(): Promise<void>;
 }
@@ -102,7 +104,8 @@ export function createRestClient(
         if (session.destroyed) return resolve();
         session.once("close", () => resolve());
         session.close();
-        // A stream the server reset while the client still had body to send keeps a graceful close open.
+        // A stream the server reset while the client still had body to send keeps a graceful close
+        // open.
         setTimeout(() => session.destroy(), 5_000).unref();
       }),
   };

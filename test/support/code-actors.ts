@@ -105,7 +105,10 @@ export async function emptyRepo(prefix = "forelead-import-"): Promise<string> {
   return dir;
 }
 
-/** Writes bundle bytes to a file in `repo`, checks it with `git bundle verify`, fetches its refs; resolves to the file. */
+/**
+ * Writes bundle bytes to a file in `repo`, checks it with `git bundle verify`, fetches its refs;
+ * resolves to the file.
+ */
 export async function importBundleBytes(
   repo: string,
   bytes: Buffer,

@@ -19,7 +19,10 @@ export interface TestControlPlane {
 /** The admin identity every test control plane grants. */
 export const testAdminId = "spiffe://forelead/services/test-admin";
 
-/** What a test may change of a test control plane: any option but the database location, and the PKI or database to share. */
+/**
+ * What a test may change of a test control plane: any option but the database location, and the PKI
+ * or database to share.
+ */
 export type TestControlPlaneOptions = Partial<Omit<ControlPlaneOptions, "database">> & {
   pki?: TestPki;
   database?: TestDatabase;

@@ -3,7 +3,10 @@ import { createHash } from "node:crypto";
 import { secretsKey } from "../../src/secrets/box.js";
 import type { SecretsKeys } from "../../src/secrets/keys.js";
 
-/** A database for one test file: embedded in memory, or a fresh database on the server named by DATABASE_URL. */
+/**
+ * A database for one test file: embedded in memory, or a fresh database on the server named by
+ * DATABASE_URL.
+ */
 export interface TestDatabase {
   /** What `--database` would be given: "memory://" or a postgres:// URL. */
   readonly location: string;

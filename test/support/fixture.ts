@@ -15,7 +15,10 @@ export interface ControlPlaneFixture extends TestControlPlane {
   readonly admin: AdminActor;
 }
 
-/** The file's control-plane options, or a function that makes them in beforeAll (when they need a PKI or a directory made there). */
+/**
+ * The file's control-plane options, or a function that makes them in beforeAll (when they need a
+ * PKI or a directory made there).
+ */
 export type ControlPlaneFixtureOptions =
   TestControlPlaneOptions | (() => TestControlPlaneOptions | Promise<TestControlPlaneOptions>);
 

@@ -41,7 +41,10 @@ export interface TestOrigin {
   readonly path: string;
   /** The work clone. */
   readonly work: string;
-  /** Commits `files` on `branch` (created from the current commit when new) and pushes; resolves to the commit id. */
+  /**
+   * Commits `files` on `branch` (created from the current commit when new) and pushes; resolves to
+   * the commit id.
+   */
   commit(branch: string, files: Record<string, string | Buffer>, message?: string): Promise<string>;
   /** The commit id a branch points at in the origin, or undefined. */
   branchHead(branch: string): Promise<string | undefined>;

@@ -166,7 +166,10 @@ export function strictRequest(
   });
 }
 
-/** One HPACK "literal header field without indexing, new name" per header (RFC 7541 section 6.2.2); short names and values only. */
+/**
+ * One HPACK "literal header field without indexing, new name" per header (RFC 7541 section 6.2.2);
+ * short names and values only.
+ */
 export function hpackLiterals(headers: ReadonlyArray<readonly [string, string]>): Buffer {
   const parts: Buffer[] = [];
   for (const [name, value] of headers) {

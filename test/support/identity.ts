@@ -15,7 +15,10 @@ export function issuerOf(pki: TestPki): { issuer: { certPem: string; keyPem: str
 /** Key algorithms a test CSR can be made with, good and bad. */
 export type CsrKey = "P-256" | "Ed25519" | "P-384" | "RSA";
 
-/** A key pair and a PKCS#10 request made in the test; `forge` signs it with a different key than the one it names. */
+/**
+ * A key pair and a PKCS#10 request made in the test; `forge` signs it with a different key than the
+ * one it names.
+ */
 export async function makeCsr(
   opts: { key?: CsrKey; forge?: boolean; sans?: x509.JsonGeneralName[] } = {},
 ): Promise<{ csrPem: string; keyPem: string }> {

@@ -6,7 +6,10 @@ import parsePrometheusTextFormat, {
 /** One scrape of a /metrics endpoint, parsed by a Prometheus text-format parser. */
 export interface Scrape {
   readonly families: ReadonlyMap<string, PrometheusFamily>;
-  /** The value of `name` with exactly these labels (a histogram: its _count); 0 when the series is absent. */
+  /**
+   * The value of `name` with exactly these labels (a histogram: its _count); 0 when the series is
+   * absent.
+   */
   value(name: string, labels?: Readonly<Record<string, string>>): number;
 }
 

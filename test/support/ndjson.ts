@@ -2,7 +2,10 @@ import type http2 from "node:http2";
 import type { RestClient, RestReply } from "./clients.js";
 import { jsonOrUndefined } from "../../src/runner/transport/rest-transport.js";
 
-/** An NDJSON request kept open: lines are written as the test decides, the reply may come before `end`. */
+/**
+ * An NDJSON request kept open: lines are written as the test decides, the reply may come before
+ * `end`.
+ */
 export interface OpenNdjsonRequest {
   /** Writes one line (objects JSON-encoded, strings as they are) and a newline. */
   write(line: unknown): void;
@@ -19,13 +22,15 @@ export function openNdjson(rest: RestClient, path: string): OpenNdjsonRequest {
     ":path": path,
     "content-type": "application/x-ndjson",
   });
-  stream.on("error", () => {}); // a reset after an early reply is expected; the reply says what happened
+  // a reset after an early reply is expected; the reply says what happened
+  stream.on("error", () => {});
   const reply = new Promise<RestReply>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let headers: http2.IncomingHttpHeaders = {};
     stream.on("response", (h) => (headers = h));
     stream.on("data", (c: Buffer) => chunks.push(c));
-    // The reply may end while our side is still open (the server cut the request): "end", not "close".
+    // The reply may end while our side is still open (the server cut the request): "end", not
+    // "close".
     stream.on("end", () => finish());
     stream.on("close", () => finish());
     let finished = false;

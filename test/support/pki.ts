@@ -6,7 +6,10 @@ import {
   type IssuedCertificate,
 } from "../../src/identity/ca.js";
 
-/** A throwaway PKI made in the test: a CA, a server certificate for loopback, and client certificates on demand. */
+/**
+ * A throwaway PKI made in the test: a CA, a server certificate for loopback, and client
+ * certificates on demand.
+ */
 export interface TestPki {
   readonly ca: IssuedCertificate;
   readonly server: IssuedCertificate;

@@ -9,9 +9,15 @@ import { promisify } from "node:util";
 const run = promisify(execFile);
 const script = fileURLToPath(new URL("../../scripts/ci/postgres.sh", import.meta.url));
 
-/** A Postgres server of the test's own (scripts/ci/postgres.sh in a temporary directory), to stop and start under a running control plane. */
+/**
+ * A Postgres server of the test's own (scripts/ci/postgres.sh in a temporary directory), to stop
+ * and start under a running control plane.
+ */
 export interface PostgresServer {
-  /** Its database's URL, with a password that the server (trust auth) ignores, so logs can be checked for it. */
+  /**
+   * Its database's URL, with a password that the server (trust auth) ignores, so logs can be
+   * checked for it.
+   */
   readonly url: string;
   readonly port: number;
   /** `pg_ctl stop -m fast`: every connection is terminated; the data stays. */
@@ -22,7 +28,10 @@ export interface PostgresServer {
   destroy(): Promise<void>;
 }
 
-/** True when Postgres server binaries are installed (what scripts/ci/postgres.sh looks for, without installing them). */
+/**
+ * True when Postgres server binaries are installed (what scripts/ci/postgres.sh looks for, without
+ * installing them).
+ */
 export function postgresServerInstalled(): boolean {
   const onPath = (process.env.PATH ?? "")
     .split(":")
@@ -59,7 +68,8 @@ export async function startPostgresServer(): Promise<PostgresServer> {
         "-t",
         "30",
       ])),
-    // The port stays claimed for dir while it is stopped (scripts/ci/postgres.sh): no other server takes it.
+    // The port stays claimed for dir while it is stopped (scripts/ci/postgres.sh): no other server
+    // takes it.
     start: async () => void (await run("bash", [script, "start", dir])),
     destroy: async () => void (await run("bash", [script, "stop", dir])),
   };

@@ -40,7 +40,8 @@ export async function executorsUnderTest(): Promise<ExecutorKind[]> {
   if (await dockerAnswers()) return ["process", "docker"];
   if (process.env.CI) return ["process", "docker"];
   console.warn(
-    "runner tests: no Docker engine answers (run scripts/ci/docker.sh start); docker-executor tests are skipped outside CI",
+    "runner tests: no Docker engine answers (run scripts/ci/docker.sh " +
+      "start); docker-executor tests are skipped outside CI",
   );
   return ["process"];
 }
@@ -123,21 +124,30 @@ export interface TestRunnerOptions {
   readonly labels?: string[];
   readonly graceMs?: number;
   /**
-   * How often running jobs' CPU and memory are sent (resource.sample events); 0, none, when absent, so
-   * tests that list a job's events exactly are not timing-dependent. samples.test.ts asks for them.
+   * How often running jobs' CPU and memory are sent (resource.sample events); 0, none, when absent,
+   * so tests that list a job's events exactly are not timing-dependent. samples.test.ts asks for
+   * them.
    */
   readonly sampleIntervalMs?: number;
   /** The control plane URL, when it differs from cp.url. */
   readonly url?: string;
-  /** Changes each lease the agent claims before it runs it (e.g. adds secrets, to test the runner's side alone). */
+  /**
+   * Changes each lease the agent claims before it runs it (e.g. adds secrets, to test the runner's
+   * side alone).
+   */
   readonly onLease?: (lease: Lease) => void;
-  /** Give the agent the suspend routes, so it declares checkpoint-v1 and input-v1 (docs/suspend.md). */
+  /**
+   * Give the agent the suspend routes, so it declares checkpoint-v1 and input-v1 (docs/suspend.md).
+   */
   readonly suspends?: boolean;
   /** The agent's work directory; a fresh temporary one, removed at close, when absent. */
   readonly workDir?: string;
 }
 
-/** Starts an in-process agent with a runner certificate made by the test PKI; output goes to the control plane and a recording. */
+/**
+ * Starts an in-process agent with a runner certificate made by the test PKI; output goes to the
+ * control plane and a recording.
+ */
 export async function startTestRunner(
   cp: TestControlPlane,
   options: TestRunnerOptions,
@@ -213,7 +223,10 @@ export async function startTestRunner(
   };
 }
 
-/** A job spec for `executor`: the docker test image, or any image name for the process executor (which ignores it). */
+/**
+ * A job spec for `executor`: the docker test image, or any image name for the process executor
+ * (which ignores it).
+ */
 export function specFor(
   executor: ExecutorKind,
   spec: Record<string, unknown>,

@@ -39,7 +39,8 @@ export function runnerJobs(cp: ControlPlaneFixture, prefix: string) {
       return eventually(
         `job ${jobId} to settle`,
         async () => {
-          const job = (await cp.admin.job(jobId)).json.job; // the view as REST JSON (RestReply.json)
+          // the view as REST JSON (RestReply.json)
+          const job = (await cp.admin.job(jobId)).json.job;
           return ["succeeded", "failed", "cancelled"].includes(job.state) ? job : undefined;
         },
         withinMs,

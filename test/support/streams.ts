@@ -63,9 +63,9 @@ export interface LeaseStreams {
 }
 
 /**
- * Writers for a lease's events and logs, sharing `post` (one HTTP/2 connection): the two the runner's
- * control-plane output opens for each lease (runner/output/control-plane-output.ts), without its
- * warnings and bounds, so a test can drive and read each writer.
+ * Writers for a lease's events and logs, sharing `post` (one HTTP/2 connection): the two the
+ * runner's control-plane output opens for each lease (runner/output/control-plane-output.ts),
+ * without its warnings and bounds, so a test can drive and read each writer.
  */
 export function createLeaseStreams(options: StreamWriterOptions): LeaseStreams {
   const events = createStreamWriter("events", options);

@@ -35,19 +35,24 @@ const deny = (ms: number, overrides: Partial<AuditRecord> = {}): AuditRecord => 
 });
 
 describe("refusal aggregation", () => {
-  it("the first refusal of a kind from a source is written at once; its repeats become one record with count, first and last time", async () => {
-    const inner = memorySink();
-    const sink = aggregateRefusals(inner, { intervalMs: 60_000 });
-    for (let i = 0; i < 5; i++) sink.record(deny(1000 + i, { route: `GET /v1/admin/jobs/j${i}` }));
-    expect(inner.records).toEqual([deny(1000, { route: "GET /v1/admin/jobs/j0" })]);
-    await sink.flush();
-    expect(inner.records[1]).toEqual({
-      ...deny(1001, { route: "GET /v1/admin/jobs/j1" }),
-      count: 4,
-      lastAt: new Date(1004),
-    });
-    await sink.close();
-  });
+  it(
+    "the first refusal of a kind from a source is written at once; its " +
+      "repeats become one record with count, first and last time",
+    async () => {
+      const inner = memorySink();
+      const sink = aggregateRefusals(inner, { intervalMs: 60_000 });
+      for (let i = 0; i < 5; i++)
+        sink.record(deny(1000 + i, { route: `GET /v1/admin/jobs/j${i}` }));
+      expect(inner.records).toEqual([deny(1000, { route: "GET /v1/admin/jobs/j0" })]);
+      await sink.flush();
+      expect(inner.records[1]).toEqual({
+        ...deny(1001, { route: "GET /v1/admin/jobs/j1" }),
+        count: 4,
+        lastAt: new Date(1004),
+      });
+      await sink.close();
+    },
+  );
 
   it("other sources, other reasons and allowed decisions are not folded in", async () => {
     const inner = memorySink();
@@ -62,7 +67,8 @@ describe("refusal aggregation", () => {
     sink.record(deny(2, { remoteAddress: "10.0.0.2" }));
     sink.record(deny(3, { reason: "expired" }));
     sink.record(deny(4, { certificate: cert }));
-    sink.record(deny(5, { certificate: cert, remoteAddress: "10.0.0.9" })); // same certificate from elsewhere: the same source
+    // same certificate from elsewhere: the same source
+    sink.record(deny(5, { certificate: cert, remoteAddress: "10.0.0.9" }));
     sink.record({ ...deny(6), decision: "allow" });
     sink.record({ ...deny(7), decision: "allow" });
     await sink.close();

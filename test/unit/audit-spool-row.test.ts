@@ -23,11 +23,15 @@ const row = {
 };
 
 describe("a spool line is an audit row", () => {
-  it("when it has a record id, a time, a route, a decision and a reason, the other columns of their type or absent", () => {
-    expect(isAuditRow(row)).toBe(true);
-    const { kind: _kind, count: _count, action: _action, ...minimal } = row;
-    expect(isAuditRow(minimal)).toBe(true);
-  });
+  it(
+    "when it has a record id, a time, a route, a decision and a reason, the " +
+      "other columns of their type or absent",
+    () => {
+      expect(isAuditRow(row)).toBe(true);
+      const { kind: _kind, count: _count, action: _action, ...minimal } = row;
+      expect(isAuditRow(minimal)).toBe(true);
+    },
+  );
 
   it.each([
     ["no record id", { record_id: undefined }],

@@ -14,7 +14,9 @@ function server(entries: Entry[]) {
   const opened: string[] = [];
   return {
     opened,
-    /** Opens from `after`; the stream breaks after `dropAfter` entries (a lost connection), or ends. */
+    /**
+     * Opens from `after`; the stream breaks after `dropAfter` entries (a lost connection), or ends.
+     */
     open(
       dropAfter: number | undefined,
       error: unknown = new ConnectError("connection lost", Code.Unavailable),
@@ -41,33 +43,37 @@ const entries = Array.from({ length: 7 }, (_, i) => ({
 const noWait = () => Promise.resolve();
 
 describe("the log follower", () => {
-  it("resumes after a dropped connection from the last entry it delivered, with no line twice and none lost", async () => {
-    const s = server(entries);
-    const opens = [s.open(3), s.open(0), s.open(2), s.open(undefined)];
-    const got: string[] = [];
-    const states: FollowState["kind"][] = [];
-    const f = follow({
-      open: (after) => opens.shift()!(after),
-      cursor: (e) => e.position,
-      onEntry: (e) => got.push(e.text),
-      onState: (st) => states.push(st.kind),
-      wait: noWait,
-    });
-    expect((await f.done).kind).toBe("ended");
-    expect(got).toEqual(entries.map((e) => e.text));
-    // Each reconnect starts after the last delivered entry; the one that drops before any keeps it.
-    expect(s.opened).toEqual(["", "1.3", "1.3", "1.5"]);
-    expect(f.after()).toBe("1.7");
-    expect(states).toEqual([
-      "live",
-      "reconnecting",
-      "reconnecting",
-      "live",
-      "reconnecting",
-      "live",
-      "ended",
-    ]);
-  });
+  it(
+    "resumes after a dropped connection from the last entry it delivered, " +
+      "with no line twice and none lost",
+    async () => {
+      const s = server(entries);
+      const opens = [s.open(3), s.open(0), s.open(2), s.open(undefined)];
+      const got: string[] = [];
+      const states: FollowState["kind"][] = [];
+      const f = follow({
+        open: (after) => opens.shift()!(after),
+        cursor: (e) => e.position,
+        onEntry: (e) => got.push(e.text),
+        onState: (st) => states.push(st.kind),
+        wait: noWait,
+      });
+      expect((await f.done).kind).toBe("ended");
+      expect(got).toEqual(entries.map((e) => e.text));
+      // Each reconnect starts after the last delivered entry; the one that drops before any keeps it.
+      expect(s.opened).toEqual(["", "1.3", "1.3", "1.5"]);
+      expect(f.after()).toBe("1.7");
+      expect(states).toEqual([
+        "live",
+        "reconnecting",
+        "reconnecting",
+        "live",
+        "reconnecting",
+        "live",
+        "ended",
+      ]);
+    },
+  );
 
   it("backs off more with each consecutive failure and starts over once entries flow again", async () => {
     const s = server(entries);
@@ -158,7 +164,9 @@ describe("log lines", () => {
 
 describe("ANSI text, rendered safely", () => {
   it("keeps a hostile line as text: no element, attribute or script comes out of it", () => {
-    const hostile = `<img src=x onerror="alert(1)"> </span><script>alert('x')</script> &amp; \u001b[1;32m"><b>ok</b>\u001b[0m`;
+    const hostile =
+      `<img src=x onerror="alert(1)"> </span><script>alert('x')</script> &amp; ` +
+      `\u001b[1;32m"><b>ok</b>\u001b[0m`;
     const segments = createAnsiReader().segments(hostile);
     // What a person would read is exactly the line without its escape sequences.
     expect(segments.map((s) => s.text).join("")).toBe(

@@ -120,36 +120,42 @@ describe("the role declared on each admin method", () => {
     );
   });
 
-  it("an admin method without a role, a role on a runner route, or an enqueue method naming no workspace is refused at start-up", () => {
-    const enqueue = AdminService.method.enqueueJob;
-    const listRunners = AdminService.method.listRunners;
-    expect(() =>
-      checkedRole(
-        AdminService,
-        enqueue,
-        create(RouteSchema, { method: "POST", path: "/x", principal: "admin" }),
-      ),
-    ).toThrow('an admin route must declare its role (admin, read, enqueue), not ""');
-    expect(() =>
-      checkedRole(
-        RunnerService,
-        RunnerService.method.claim,
-        create(RouteSchema, { principal: "runner", role: "admin" }),
-      ),
-    ).toThrow("role is only for admin routes");
-    expect(() =>
-      checkedRole(
-        AdminService,
-        listRunners,
-        create(RouteSchema, { principal: "admin", role: "enqueue" }),
-      ),
-    ).not.toThrow(); // ListRunnersRequest has workspace_id
-    expect(() =>
-      checkedRole(
-        AdminService,
-        AdminService.method.listAuditRecords,
-        create(RouteSchema, { principal: "admin", role: "enqueue" }),
-      ),
-    ).toThrow('an "enqueue" method must be unary with a workspace_id, job_id or pipeline_id field');
-  });
+  it(
+    "an admin method without a role, a role on a runner route, or an enqueue " +
+      "method naming no workspace is refused at start-up",
+    () => {
+      const enqueue = AdminService.method.enqueueJob;
+      const listRunners = AdminService.method.listRunners;
+      expect(() =>
+        checkedRole(
+          AdminService,
+          enqueue,
+          create(RouteSchema, { method: "POST", path: "/x", principal: "admin" }),
+        ),
+      ).toThrow('an admin route must declare its role (admin, read, enqueue), not ""');
+      expect(() =>
+        checkedRole(
+          RunnerService,
+          RunnerService.method.claim,
+          create(RouteSchema, { principal: "runner", role: "admin" }),
+        ),
+      ).toThrow("role is only for admin routes");
+      expect(() =>
+        checkedRole(
+          AdminService,
+          listRunners,
+          create(RouteSchema, { principal: "admin", role: "enqueue" }),
+        ),
+      ).not.toThrow(); // ListRunnersRequest has workspace_id
+      expect(() =>
+        checkedRole(
+          AdminService,
+          AdminService.method.listAuditRecords,
+          create(RouteSchema, { principal: "admin", role: "enqueue" }),
+        ),
+      ).toThrow(
+        'an "enqueue" method must be unary with a workspace_id, job_id or pipeline_id field',
+      );
+    },
+  );
 });

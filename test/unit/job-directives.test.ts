@@ -64,24 +64,29 @@ describe("job directives", () => {
       expect(parseDirective(`::forelead::input ${bad}`), bad).toBeUndefined();
   });
 
-  it("unknown names, a prefix not at the start, and odd names are ordinary lines; splitDirective still reads an unknown name for directives defined elsewhere", () => {
-    for (const line of [
-      "::forelead::bogus 1",
-      " ::forelead::progress 5",
-      "::forelead::Progress 5",
-      "::forelead::",
-      "progress 5",
-      "::forelead::toString x",
-      "::forelead::constructor x",
-    ])
-      expect(parseDirective(line), line).toBeUndefined();
-    expect(splitDirective('::forelead::input {"id":"q1"}')).toEqual({
-      name: "input",
-      argument: '{"id":"q1"}',
-    });
-    expect(splitDirective("::forelead::input")).toEqual({ name: "input", argument: "" });
-    expect(splitDirective("::forelead::IN put")).toBeUndefined();
-  });
+  it(
+    "unknown names, a prefix not at the start, and odd names are ordinary " +
+      "lines; splitDirective still reads an unknown name for directives " +
+      "defined elsewhere",
+    () => {
+      for (const line of [
+        "::forelead::bogus 1",
+        " ::forelead::progress 5",
+        "::forelead::Progress 5",
+        "::forelead::",
+        "progress 5",
+        "::forelead::toString x",
+        "::forelead::constructor x",
+      ])
+        expect(parseDirective(line), line).toBeUndefined();
+      expect(splitDirective('::forelead::input {"id":"q1"}')).toEqual({
+        name: "input",
+        argument: '{"id":"q1"}',
+      });
+      expect(splitDirective("::forelead::input")).toEqual({ name: "input", argument: "" });
+      expect(splitDirective("::forelead::IN put")).toBeUndefined();
+    },
+  );
 });
 
 describe("job events and results", () => {

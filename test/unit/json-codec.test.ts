@@ -197,7 +197,8 @@ function randomFieldJson(r: Random, field: DescField, depth: number): JsonValue 
 }
 
 const decodeOptions = { ignoreUnknownFields: true } as const;
-// Messages are compared by their binary and JSON encodings: protobuf-es's equals() calls NaN unequal to itself.
+// Messages are compared by their binary and JSON encodings: protobuf-es's equals() calls NaN
+// unequal to itself.
 
 describe("proto3 JSON without reflection (protocol/json/compiled.ts)", () => {
   const schemas = allMessages();

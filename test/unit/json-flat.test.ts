@@ -35,7 +35,8 @@ describe("the flat decoder of stream lines", () => {
       const slow = decodeJson(LogsRequestSchema, json as never, { what: "line 1" });
       expect(toJson(LogsRequestSchema, fast)).toEqual(toJson(LogsRequestSchema, slow));
       expect(transportFacts(fast).plainValues).toEqual(data === undefined ? {} : { data });
-      expect(() => checkRequestText(LogsRequestSchema, fast)).not.toThrow(); // marked: passed the text rules
+      // marked: passed the text rules
+      expect(() => checkRequestText(LogsRequestSchema, fast)).not.toThrow();
     }
   });
 

@@ -132,34 +132,38 @@ describe("readLeafFields", () => {
     expect(all[1]!.serialHex).toBe("80aa55"); // DER holds 00 80 aa 55
   });
 
-  it("every truncation and many corruptions of a certificate are refused with MalformedCertificateError, never another error", async () => {
-    const der = new Uint8Array((await certificate("01ab", cases[0]!.extensions())).rawData);
-    const outcomes = new Set<string>();
-    const attempt = (bytes: Uint8Array) => {
-      try {
-        readLeafFields(bytes);
-        outcomes.add("read");
-      } catch (err) {
-        expect(err).toBeInstanceOf(MalformedCertificateError);
-        outcomes.add("refused");
+  it(
+    "every truncation and many corruptions of a certificate are refused with " +
+      "MalformedCertificateError, never another error",
+    async () => {
+      const der = new Uint8Array((await certificate("01ab", cases[0]!.extensions())).rawData);
+      const outcomes = new Set<string>();
+      const attempt = (bytes: Uint8Array) => {
+        try {
+          readLeafFields(bytes);
+          outcomes.add("read");
+        } catch (err) {
+          expect(err).toBeInstanceOf(MalformedCertificateError);
+          outcomes.add("refused");
+        }
+      };
+      for (let n = 0; n < der.length; n++) attempt(der.subarray(0, n));
+      expect(outcomes).toEqual(new Set(["refused"]));
+      // Flip one byte at a time to each of a few values (lengths and tags included).
+      for (let i = 0; i < der.length; i++) {
+        for (const v of [0x00, 0x7f, 0x80, 0x84, 0xff]) {
+          const copy = der.slice();
+          copy[i] = v;
+          attempt(copy);
+        }
       }
-    };
-    for (let n = 0; n < der.length; n++) attempt(der.subarray(0, n));
-    expect(outcomes).toEqual(new Set(["refused"]));
-    // Flip one byte at a time to each of a few values (lengths and tags included).
-    for (let i = 0; i < der.length; i++) {
-      for (const v of [0x00, 0x7f, 0x80, 0x84, 0xff]) {
-        const copy = der.slice();
-        copy[i] = v;
-        attempt(copy);
-      }
-    }
-    expect(outcomes).toEqual(new Set(["refused", "read"]));
-    expect(() => readLeafFields(Uint8Array.from([0x30, 0x84, 0xff, 0xff, 0xff, 0xff]))).toThrow(
-      /runs past its enclosing element/,
-    );
-    expect(() => readLeafFields(Uint8Array.from([0x30, 0x80, 0x00, 0x00]))).toThrow(
-      /unsupported length encoding/,
-    );
-  });
+      expect(outcomes).toEqual(new Set(["refused", "read"]));
+      expect(() => readLeafFields(Uint8Array.from([0x30, 0x84, 0xff, 0xff, 0xff, 0xff]))).toThrow(
+        /runs past its enclosing element/,
+      );
+      expect(() => readLeafFields(Uint8Array.from([0x30, 0x80, 0x00, 0x00]))).toThrow(
+        /unsupported length encoding/,
+      );
+    },
+  );
 });

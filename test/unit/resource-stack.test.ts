@@ -15,37 +15,45 @@ describe("the resource stack", () => {
     expect(closed).toEqual(["server", "broker", "database"]);
   });
 
-  it("a close that fails does not stop the others, and every failure is reported under its resource's name", async () => {
-    const stack = createResourceStack();
-    const closed: string[] = [];
-    stack.defer("database", () => void closed.push("database"));
-    stack.defer("broker", () => Promise.reject(new Error("sweep still running")));
-    stack.defer("streams", () => void closed.push("streams"));
-    stack.defer("server", () => {
-      throw new Error("sessions did not end");
-    });
-    const err = await stack.unwind().then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    expect(closed).toEqual(["streams", "database"]);
-    expect(err).toBeInstanceOf(UnwindError);
-    expect((err as UnwindError).failures.map((f) => f.name)).toEqual(["server", "broker"]);
-    expect((err as UnwindError).message).toBe(
-      "could not close server (sessions did not end); could not close broker (sweep still running)",
-    );
-  });
+  it(
+    "a close that fails does not stop the others, and every failure is " +
+      "reported under its resource's name",
+    async () => {
+      const stack = createResourceStack();
+      const closed: string[] = [];
+      stack.defer("database", () => void closed.push("database"));
+      stack.defer("broker", () => Promise.reject(new Error("sweep still running")));
+      stack.defer("streams", () => void closed.push("streams"));
+      stack.defer("server", () => {
+        throw new Error("sessions did not end");
+      });
+      const err = await stack.unwind().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(closed).toEqual(["streams", "database"]);
+      expect(err).toBeInstanceOf(UnwindError);
+      expect((err as UnwindError).failures.map((f) => f.name)).toEqual(["server", "broker"]);
+      expect((err as UnwindError).message).toBe(
+        "could not close server (sessions did not end); could not close broker (sweep still running)",
+      );
+    },
+  );
 
-  it("unwinds once: a second unwind gets the first one's outcome without closing anything again, and nothing can be opened after", async () => {
-    const stack = createResourceStack();
-    let closes = 0;
-    stack.defer("database", () => void closes++);
-    const first = stack.unwind();
-    expect(stack.unwind()).toBe(first);
-    await first;
-    expect(closes).toBe(1);
-    expect(() => stack.defer("late", () => {})).toThrow(
-      "late was opened while the control plane was closing",
-    );
-  });
+  it(
+    "unwinds once: a second unwind gets the first one's outcome without " +
+      "closing anything again, and nothing can be opened after",
+    async () => {
+      const stack = createResourceStack();
+      let closes = 0;
+      stack.defer("database", () => void closes++);
+      const first = stack.unwind();
+      expect(stack.unwind()).toBe(first);
+      await first;
+      expect(closes).toBe(1);
+      expect(() => stack.defer("late", () => {})).toThrow(
+        "late was opened while the control plane was closing",
+      );
+    },
+  );
 });

@@ -70,7 +70,9 @@ describe("docs/routes.md", () => {
     expect(row("POST /v1/runner/events")).toContain("| NDJSON stream of `EventsRequest` |");
     expect(row("POST /v1/runner/code/bundle")).toContain("| raw `application/x-git-bundle` |");
     expect(row("POST /v1/runner/agent/publish")).toContain(
-      "| raw `application/x-git-bundle` (`data` of `AgentPublishRequest`); headers `forelead-api-version` (`apiVersion`), `forelead-job-id` (`jobId`), `forelead-lease-token` (`leaseToken`) |",
+      "| raw `application/x-git-bundle` (`data` of `AgentPublishRequest`); " +
+        "headers `forelead-api-version` (`apiVersion`), `forelead-job-id` " +
+        "(`jobId`), `forelead-lease-token` (`leaseToken`) |",
     );
   });
 

@@ -90,20 +90,24 @@ describe("run phases", () => {
     };
   };
 
-  it("a lost lease kills the running job at once, drops its output, and no phase follows: nothing is completed or released", () => {
-    const run = createLeaseRun();
-    const { output, calls } = fakeOutput();
-    const { job, stops } = fakeJob();
-    run.starting(() => output);
-    run.running(job, 1000);
-    expect(run.lose("refused")).toBe("running");
-    expect(stops).toEqual([0]);
-    expect(calls).toEqual(["abandon"]);
-    expect(run.stop("cancel", 1000)).toBe(false);
-    expect(run.ended()).toBeUndefined();
-    expect(run.state).toEqual({ phase: "lost", why: "refused" });
-    expect(run.lostSignal.aborted).toBe(true);
-  });
+  it(
+    "a lost lease kills the running job at once, drops its output, and no " +
+      "phase follows: nothing is completed or released",
+    () => {
+      const run = createLeaseRun();
+      const { output, calls } = fakeOutput();
+      const { job, stops } = fakeJob();
+      run.starting(() => output);
+      run.running(job, 1000);
+      expect(run.lose("refused")).toBe("running");
+      expect(stops).toEqual([0]);
+      expect(calls).toEqual(["abandon"]);
+      expect(run.stop("cancel", 1000)).toBe(false);
+      expect(run.ended()).toBeUndefined();
+      expect(run.state).toEqual({ phase: "lost", why: "refused" });
+      expect(run.lostSignal.aborted).toBe(true);
+    },
+  );
 
   it("a job that finishes starting after its lease was lost is killed as it starts", () => {
     const run = createLeaseRun();
@@ -126,18 +130,22 @@ describe("run phases", () => {
 });
 
 describe("log lines", () => {
-  it("splits on LF and CRLF, keeps a last line without newline, and does not break a character split across chunks", async () => {
-    const stream = new PassThrough();
-    const lines: string[] = [];
-    const done = forEachLine(stream, (l) => lines.push(l));
-    const euro = Buffer.from("€");
-    stream.write("one\r\ntw");
-    stream.write(Buffer.concat([Buffer.from("o\n"), euro.subarray(0, 1)]));
-    stream.write(Buffer.concat([euro.subarray(1), Buffer.from("\n\nlast")]));
-    stream.end();
-    await done;
-    expect(lines).toEqual(["one", "two", "€", "", "last"]);
-  });
+  it(
+    "splits on LF and CRLF, keeps a last line without newline, and does not " +
+      "break a character split across chunks",
+    async () => {
+      const stream = new PassThrough();
+      const lines: string[] = [];
+      const done = forEachLine(stream, (l) => lines.push(l));
+      const euro = Buffer.from("€");
+      stream.write("one\r\ntw");
+      stream.write(Buffer.concat([Buffer.from("o\n"), euro.subarray(0, 1)]));
+      stream.write(Buffer.concat([euro.subarray(1), Buffer.from("\n\nlast")]));
+      stream.end();
+      await done;
+      expect(lines).toEqual(["one", "two", "€", "", "last"]);
+    },
+  );
 
   it("cuts an endless line into bounded pieces", async () => {
     const stream = new PassThrough();
@@ -195,23 +203,28 @@ describe("lease keeping", () => {
     k.stop();
   });
 
-  it("a refused renewal (409) loses the lease at once; a renewal with cancelRequested asks for a cancel once", async () => {
-    vi.useFakeTimers({ now: 1_000_000 });
-    const refused = keeper(
-      () => Promise.reject(new RunnerApiError("POST /v1/runner/renew", 409, "aborted", "expired")),
-      0,
-      30_000,
-    );
-    await vi.advanceTimersByTimeAsync(10_100);
-    expect(refused.events).toEqual([
-      expect.stringMatching(/^lost: the control plane refused the renewal/),
-    ]);
+  it(
+    "a refused renewal (409) loses the lease at once; a renewal with " +
+      "cancelRequested asks for a cancel once",
+    async () => {
+      vi.useFakeTimers({ now: 1_000_000 });
+      const refused = keeper(
+        () =>
+          Promise.reject(new RunnerApiError("POST /v1/runner/renew", 409, "aborted", "expired")),
+        0,
+        30_000,
+      );
+      await vi.advanceTimersByTimeAsync(10_100);
+      expect(refused.events).toEqual([
+        expect.stringMatching(/^lost: the control plane refused the renewal/),
+      ]);
 
-    const cancelled = keeper(async () => lease(Date.now() + 30_000, true), 0, 30_000);
-    await vi.advanceTimersByTimeAsync(60_000);
-    expect(cancelled.events).toEqual(["cancel"]);
-    cancelled.k.stop();
-  });
+      const cancelled = keeper(async () => lease(Date.now() + 30_000, true), 0, 30_000);
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(cancelled.events).toEqual(["cancel"]);
+      cancelled.k.stop();
+    },
+  );
 
   it("successful renewals keep the lease past its first expiry", async () => {
     vi.useFakeTimers({ now: 1_000_000 });

@@ -4,7 +4,10 @@ import { lastAcceptedHeader } from "../../src/runner/output/stream-writer.js";
 import type { NdjsonReply } from "../../src/runner/transport/ndjson-post.js";
 import { TransportError } from "../../src/runner/transport/rest-transport.js";
 
-/** A control plane's stream routes as the sink sees them: each POST answered by `answer`, every body kept. */
+/**
+ * A control plane's stream routes as the sink sees them: each POST answered by `answer`, every body
+ * kept.
+ */
 function streamRoutes(
   answer: (path: string, lines: unknown[], call: number) => NdjsonReply | Error,
 ) {
@@ -67,45 +70,53 @@ describe("the control-plane output sink", () => {
     ]);
   });
 
-  it("a 501 (the control plane does not store the stream yet) is warned about once, and writing goes on without error", async () => {
-    const warnings: string[] = [];
-    const { client } = streamRoutes(() =>
-      reply(501, "unimplemented", "logs is not served by this control plane yet"),
-    );
-    const sink = createControlPlaneOutput(client, { warn: (m) => warnings.push(m) });
-    for (const jobId of ["j1", "j2"]) {
-      const out = sink.open({ jobId, leaseToken: "tok" });
-      out.log({ stream: "stdout", text: "x" });
-      out.event({ type: "job.started" });
-      await out.flush();
-      out.log({ stream: "stdout", text: "after" });
-      await out.flush();
-    }
-    expect(warnings.filter((w) => w.includes("does not store job logs yet"))).toHaveLength(1);
-    expect(warnings.filter((w) => w.includes("does not store job events yet"))).toHaveLength(1);
-  });
+  it(
+    "a 501 (the control plane does not store the stream yet) is warned about " +
+      "once, and writing goes on without error",
+    async () => {
+      const warnings: string[] = [];
+      const { client } = streamRoutes(() =>
+        reply(501, "unimplemented", "logs is not served by this control plane yet"),
+      );
+      const sink = createControlPlaneOutput(client, { warn: (m) => warnings.push(m) });
+      for (const jobId of ["j1", "j2"]) {
+        const out = sink.open({ jobId, leaseToken: "tok" });
+        out.log({ stream: "stdout", text: "x" });
+        out.event({ type: "job.started" });
+        await out.flush();
+        out.log({ stream: "stdout", text: "after" });
+        await out.flush();
+      }
+      expect(warnings.filter((w) => w.includes("does not store job logs yet"))).toHaveLength(1);
+      expect(warnings.filter((w) => w.includes("does not store job events yet"))).toHaveLength(1);
+    },
+  );
 
-  it("a transport failure is retried with the same sequences; a refusal naming the last accepted sequence resumes after it", async () => {
-    const { client, posts } = streamRoutes((_path, _lines, call) => {
-      if (call === 1) return new TransportError("connection reset");
-      if (call === 2)
-        return reply(
-          409,
-          "aborted",
-          "sequence 1 repeats; last accepted logs sequence for this lease is 1",
-          1,
-        );
-      return ok;
-    });
-    const out = createControlPlaneOutput(client, { warn: () => {}, backoffMs: 1 }).open({
-      jobId: "j1",
-      leaseToken: "tok",
-    });
-    out.log({ stream: "stdout", text: "a" });
-    out.log({ stream: "stdout", text: "b" });
-    await out.flush();
-    expect(posts.map((p) => p.lines.map((l) => l.sequence))).toEqual([[1, 2], [1, 2], [2]]);
-  });
+  it(
+    "a transport failure is retried with the same sequences; a refusal " +
+      "naming the last accepted sequence resumes after it",
+    async () => {
+      const { client, posts } = streamRoutes((_path, _lines, call) => {
+        if (call === 1) return new TransportError("connection reset");
+        if (call === 2)
+          return reply(
+            409,
+            "aborted",
+            "sequence 1 repeats; last accepted logs sequence for this lease is 1",
+            1,
+          );
+        return ok;
+      });
+      const out = createControlPlaneOutput(client, { warn: () => {}, backoffMs: 1 }).open({
+        jobId: "j1",
+        leaseToken: "tok",
+      });
+      out.log({ stream: "stdout", text: "a" });
+      out.log({ stream: "stdout", text: "b" });
+      await out.flush();
+      expect(posts.map((p) => p.lines.map((l) => l.sequence))).toEqual([[1, 2], [1, 2], [2]]);
+    },
+  );
 
   it("a lease that is gone (409 without a sequence) stops the stream; flush does not wait for it", async () => {
     const { client, posts } = streamRoutes(() =>
@@ -122,23 +133,28 @@ describe("the control-plane output sink", () => {
     expect(posts).toHaveLength(1);
   });
 
-  it("while the control plane is unreachable, each stream holds at most maxPending lines (the oldest are dropped) and flush gives up after its timeout", async () => {
-    const warnings: string[] = [];
-    const { client, posts } = streamRoutes(() => new TransportError("connection refused"));
-    const out = createControlPlaneOutput(client, {
-      warn: (m) => warnings.push(m),
-      maxPending: 3,
-      flushTimeoutMs: 50,
-      backoffMs: 1,
-    }).open({ jobId: "j1", leaseToken: "tok" });
-    for (let i = 1; i <= 5; i++) out.log({ stream: "stdout", text: `line ${i}` });
-    await out.flush();
-    expect(posts[0]!.lines.map((l) => l.sequence)).toEqual([3, 4, 5]);
-    expect(warnings.filter((w) => w.includes("dropping the oldest"))).toHaveLength(1);
-    expect(
-      warnings.filter((w) =>
-        w.includes("3 logs not delivered within 50 ms; completing without them"),
-      ),
-    ).toHaveLength(1);
-  });
+  it(
+    "while the control plane is unreachable, each stream holds at most " +
+      "maxPending lines (the oldest are dropped) and flush gives up after its " +
+      "timeout",
+    async () => {
+      const warnings: string[] = [];
+      const { client, posts } = streamRoutes(() => new TransportError("connection refused"));
+      const out = createControlPlaneOutput(client, {
+        warn: (m) => warnings.push(m),
+        maxPending: 3,
+        flushTimeoutMs: 50,
+        backoffMs: 1,
+      }).open({ jobId: "j1", leaseToken: "tok" });
+      for (let i = 1; i <= 5; i++) out.log({ stream: "stdout", text: `line ${i}` });
+      await out.flush();
+      expect(posts[0]!.lines.map((l) => l.sequence)).toEqual([3, 4, 5]);
+      expect(warnings.filter((w) => w.includes("dropping the oldest"))).toHaveLength(1);
+      expect(
+        warnings.filter((w) =>
+          w.includes("3 logs not delivered within 50 ms; completing without them"),
+        ),
+      ).toHaveLength(1);
+    },
+  );
 });

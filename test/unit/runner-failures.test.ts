@@ -51,7 +51,9 @@ describe("runner failures: final or transient", () => {
     const err = await failureOf(`https://localhost:${port}`, other.certPem);
     expect(fixOf(err)).toMatch(
       new RegExp(
-        `^cannot verify the control plane at https://localhost:${port}: its certificate is not signed by the CA bundle --ca /etc/forelead/ca.pem \\((UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT_LOCALLY): `,
+        `^cannot verify the control plane at https://localhost:${port}: its ` +
+          `certificate is not signed by the CA bundle --ca /etc/forelead/ca.pem ` +
+          `\\((UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT_LOCALLY): `,
       ),
     );
   });
@@ -60,7 +62,8 @@ describe("runner failures: final or transient", () => {
     const err = await failureOf(`https://127.0.0.1:${port}`, pki.ca.certPem);
     expect(fixOf(err)).toMatch(
       new RegExp(
-        `^the control plane's certificate does not name the host "127.0.0.1" of --server https://127.0.0.1:${port} \\(ERR_TLS_CERT_ALTNAME_INVALID: `,
+        `^the control plane's certificate does not name the host "127.0.0.1" of ` +
+          `--server https://127.0.0.1:${port} \\(ERR_TLS_CERT_ALTNAME_INVALID: `,
       ),
     );
   });
@@ -87,7 +90,9 @@ describe("runner failures: final or transient", () => {
         ),
       ),
     ).toBe(
-      "the control plane refused this runner's certificate (--cert /etc/forelead/runner.pem): the client certificate expired at 2026-12-01T00:00:00Z; renew or re-enroll it",
+      "the control plane refused this runner's certificate (--cert " +
+        "/etc/forelead/runner.pem): the client certificate expired at " +
+        "2026-12-01T00:00:00Z; renew or re-enroll it",
     );
     expect(
       fixOf(

@@ -58,7 +58,8 @@ describe("renewal timing", () => {
       0.6 * 24 * HOUR,
       -2,
     );
-    expect(renewalDelayMs({ notBefore, notAfter }, 20 * HOUR, () => 0.5)).toBe(0); // overdue: at once
+    // overdue: at once
+    expect(renewalDelayMs({ notBefore, notAfter }, 20 * HOUR, () => 0.5)).toBe(0);
   });
 
   it("a fleet enrolled together spreads its renewals", () => {
@@ -88,24 +89,29 @@ describe("the state directory", () => {
     });
   });
 
-  it("a crash between the key and the certificate renames is finished on load; one before them keeps the old pair", async () => {
-    const dir = join(scratch, "crash");
-    const [old, next] = [await identity("s2"), await identity("s2")];
-    await saveIdentity(dir, old);
-    // Crash after the key was renamed: key.pem is new, cert.pem old, cert.pem.next waiting.
-    await writeFile(join(dir, "cert.pem.next"), next.certPem, { mode: 0o600 });
-    await writeFile(join(dir, "key.pem.next"), next.keyPem, { mode: 0o600 });
-    await rename(join(dir, "key.pem.next"), join(dir, "key.pem"));
-    expect((await loadIdentity(dir)).serialHex).toBe(next.serialHex);
-    expect((await readdir(dir)).sort()).toEqual(["cert.pem", "key.pem"]);
+  it(
+    "a crash between the key and the certificate renames is finished on " +
+      "load; one before them keeps the old pair",
+    async () => {
+      const dir = join(scratch, "crash");
+      const [old, next] = [await identity("s2"), await identity("s2")];
+      await saveIdentity(dir, old);
+      // Crash after the key was renamed: key.pem is new, cert.pem old, cert.pem.next waiting.
+      await writeFile(join(dir, "cert.pem.next"), next.certPem, { mode: 0o600 });
+      await writeFile(join(dir, "key.pem.next"), next.keyPem, { mode: 0o600 });
+      await rename(join(dir, "key.pem.next"), join(dir, "key.pem"));
+      expect((await loadIdentity(dir)).serialHex).toBe(next.serialHex);
+      expect((await readdir(dir)).sort()).toEqual(["cert.pem", "key.pem"]);
 
-    // Crash before any rename: both .next files exist; the current pair is kept and the strays removed.
-    const third = await identity("s2");
-    await writeFile(join(dir, "cert.pem.next"), third.certPem, { mode: 0o600 });
-    await writeFile(join(dir, "key.pem.next"), third.keyPem, { mode: 0o600 });
-    expect((await loadIdentity(dir)).serialHex).toBe(next.serialHex);
-    expect((await readdir(dir)).sort()).toEqual(["cert.pem", "key.pem"]);
-  });
+      // Crash before any rename: both .next files exist; the current pair is kept and the strays
+      // removed.
+      const third = await identity("s2");
+      await writeFile(join(dir, "cert.pem.next"), third.certPem, { mode: 0o600 });
+      await writeFile(join(dir, "key.pem.next"), third.keyPem, { mode: 0o600 });
+      expect((await loadIdentity(dir)).serialHex).toBe(next.serialHex);
+      expect((await readdir(dir)).sort()).toEqual(["cert.pem", "key.pem"]);
+    },
+  );
 
   it("refuses a key that does not belong to the certificate, and an empty directory, saying what to do", async () => {
     const dir = join(scratch, "mismatch");
@@ -130,13 +136,17 @@ describe("certificate status", () => {
     now: at(nowH),
     ...extra,
   });
-  it("current, then expiring soon, renewal overdue past 3/4 of the lifetime, expired; superseded and retired first", () => {
-    expect(statusOf(cert(1), 2 * HOUR)).toBe("current");
-    expect(statusOf(cert(1), 24 * HOUR)).toBe("expiring_soon");
-    expect(statusOf(cert(17.9), 2 * HOUR)).toBe("current");
-    expect(statusOf(cert(18), 2 * HOUR)).toBe("renewal_overdue");
-    expect(statusOf(cert(24), 2 * HOUR)).toBe("expired");
-    expect(statusOf(cert(30, { newest: false }), 2 * HOUR)).toBe("superseded");
-    expect(statusOf(cert(1, { retired: true }), 2 * HOUR)).toBe("retired");
-  });
+  it(
+    "current, then expiring soon, renewal overdue past 3/4 of the lifetime, " +
+      "expired; superseded and retired first",
+    () => {
+      expect(statusOf(cert(1), 2 * HOUR)).toBe("current");
+      expect(statusOf(cert(1), 24 * HOUR)).toBe("expiring_soon");
+      expect(statusOf(cert(17.9), 2 * HOUR)).toBe("current");
+      expect(statusOf(cert(18), 2 * HOUR)).toBe("renewal_overdue");
+      expect(statusOf(cert(24), 2 * HOUR)).toBe("expired");
+      expect(statusOf(cert(30, { newest: false }), 2 * HOUR)).toBe("superseded");
+      expect(statusOf(cert(1, { retired: true }), 2 * HOUR)).toBe("retired");
+    },
+  );
 });

@@ -30,7 +30,8 @@ describe("secret files of a job", () => {
     expect((await stat(written.dir)).mode & 0o777).toBe(0o700);
     expect((await stat(join(written.dir, "key.pem"))).mode & 0o777).toBe(0o400);
     expect(await readFile(join(written.dir, "token"), "utf8")).toBe("t0k3n");
-    if (existsSync("/dev/shm")) expect(written.dir.startsWith("/dev/shm/")).toBe(true); // tmpfs: never on a disk
+    // tmpfs: never on a disk
+    if (existsSync("/dev/shm")) expect(written.dir.startsWith("/dev/shm/")).toBe(true);
     await written.remove();
     expect(existsSync(written.dir)).toBe(false);
   });

@@ -6,7 +6,10 @@ import { forEachLine, maxLineChars } from "../../src/runner/executors/lines.js";
 import { createSecretMasker, leaseSecretValues } from "../../src/runner/output/secret-masker.js";
 import { looksSecret, secretFileNameProblem } from "../../src/protocol/secret-names.js";
 
-/** Feeds `pieces` through one stream of a masker and returns what it released, piece by piece, and in all. */
+/**
+ * Feeds `pieces` through one stream of a masker and returns what it released, piece by piece, and
+ * in all.
+ */
 function through(values: string[], pieces: string[]) {
   const stream = createSecretMasker(values).stream();
   const released = pieces.map((p) => stream.write(p));
@@ -68,7 +71,8 @@ describe("the streaming secret masker", () => {
   });
 
   it("masks a stretch that goes on after a write ended inside it", () => {
-    // "abcdefgh" ends in the first write, and a second value that starts inside it may still be going on.
+    // "abcdefgh" ends in the first write, and a second value that starts inside it may still be
+    // going on.
     const { released, all } = through(["abcdefgh", "ghijklmn"], ["abcdefgh", "ijklmn!"]);
     expect(released[0]).toBe("***");
     expect(all).toBe("***!");
@@ -157,18 +161,24 @@ describe("which values a lease's masker masks", () => {
       secretFiles,
     });
 
-  it("every declared secret and file content whatever its length, with a file's lines and without its final newline", () => {
-    const values = leaseSecretValues(lease({}, { A: "x1" }, { "key.pem": "line-one\nline-two\n" }));
-    expect(values).toEqual(
-      expect.arrayContaining([
-        "x1",
-        "line-one\nline-two\n",
-        "line-one\nline-two",
-        "line-one",
-        "line-two",
-      ]),
-    );
-  });
+  it(
+    "every declared secret and file content whatever its length, with a " +
+      "file's lines and without its final newline",
+    () => {
+      const values = leaseSecretValues(
+        lease({}, { A: "x1" }, { "key.pem": "line-one\nline-two\n" }),
+      );
+      expect(values).toEqual(
+        expect.arrayContaining([
+          "x1",
+          "line-one\nline-two\n",
+          "line-one\nline-two",
+          "line-one",
+          "line-two",
+        ]),
+      );
+    },
+  );
 
   it("spec.env values only under secret-looking names, and only from 4 characters", () => {
     const values = leaseSecretValues(

@@ -111,40 +111,44 @@ describe("a directory lock", () => {
     lockDirectory(d, "forelead serve", "stop it").close();
   });
 
-  it("left by a process that is gone, by a reused pid (pid 1, alive, with another start time) or half written, is stale and taken over", async () => {
-    const dead = spawnSync(process.execPath, ["-e", ""]).pid;
-    for (const [name, content] of [
-      [
-        "dead",
-        JSON.stringify({
-          pid: dead,
-          startedAt: new Date().toISOString(),
-          hostname: hostname(),
-          command: "forelead serve",
-        }),
-      ],
-      [
-        "reused",
-        JSON.stringify({
-          pid: 1,
-          startedAt: "2001-01-01T00:00:00.000Z",
-          hostname: hostname(),
-          command: "forelead serve",
-        }),
-      ],
-      ["half", ""],
-    ] as const) {
-      const d = join(dir, name);
-      lockDirectory(d, "x", "x").close();
-      await writeFile(lockFile(d), content);
-      const lock = lockDirectory(d, "forelead runner", "stop it");
-      expect(JSON.parse(await readFile(lockFile(d), "utf8"))).toMatchObject({
-        pid: process.pid,
-        command: "forelead runner",
-      });
-      lock.close();
-    }
-  });
+  it(
+    "left by a process that is gone, by a reused pid (pid 1, alive, with " +
+      "another start time) or half written, is stale and taken over",
+    async () => {
+      const dead = spawnSync(process.execPath, ["-e", ""]).pid;
+      for (const [name, content] of [
+        [
+          "dead",
+          JSON.stringify({
+            pid: dead,
+            startedAt: new Date().toISOString(),
+            hostname: hostname(),
+            command: "forelead serve",
+          }),
+        ],
+        [
+          "reused",
+          JSON.stringify({
+            pid: 1,
+            startedAt: "2001-01-01T00:00:00.000Z",
+            hostname: hostname(),
+            command: "forelead serve",
+          }),
+        ],
+        ["half", ""],
+      ] as const) {
+        const d = join(dir, name);
+        lockDirectory(d, "x", "x").close();
+        await writeFile(lockFile(d), content);
+        const lock = lockDirectory(d, "forelead runner", "stop it");
+        expect(JSON.parse(await readFile(lockFile(d), "utf8"))).toMatchObject({
+          pid: process.pid,
+          command: "forelead runner",
+        });
+        lock.close();
+      }
+    },
+  );
 
   it("recorded on another host is never taken over", async () => {
     const d = join(dir, "remote");
@@ -202,7 +206,8 @@ describe("the secrets key", () => {
     const path = join(dir, "short.key");
     await writeFile(path, "c2hvcnQ=\n", { mode: 0o600 });
     await expect(readSecretsKeyFile(path)).rejects.toThrow(
-      `the secrets key in ${path} is 5 bytes; it must be 32 random bytes, base64 (make one with: openssl rand -base64 32 > ${path})`,
+      `the secrets key in ${path} is 5 bytes; it must be 32 random bytes, ` +
+        `base64 (make one with: openssl rand -base64 32 > ${path})`,
     );
   });
 

@@ -23,7 +23,10 @@ export class RestContext implements HandlerContext {
   readonly values: ContextValues;
   readonly #req: Http2ServerRequest;
   readonly #url: URL;
-  /** Made when the signal is first read: most routes never read it (an AbortController costs ~20 µs here). */
+  /**
+   * Made when the signal is first read: most routes never read it (an AbortController costs ~20 µs
+   * here).
+   */
   #abort: AbortController | undefined;
   /** Why the request was aborted before its signal was read. */
   #abortedBefore: { readonly reason: unknown } | undefined;

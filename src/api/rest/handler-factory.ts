@@ -36,7 +36,10 @@ export interface RestRequest {
   readonly req: Http2ServerRequest;
   readonly res: Http2ServerResponse;
   readonly url: URL;
-  /** The request fields its path binds; read once the caller is authorized (a malformed escape throws). */
+  /**
+   * The request fields its path binds; read once the caller is authorized (a malformed escape
+   * throws).
+   */
   readonly pathFields: () => Readonly<Record<string, string>>;
   readonly contextValues: ContextValues;
   readonly maxBodyBytes: number;
@@ -90,7 +93,8 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
     req.method === "GET"
       ? queryJson(url.search, method.input)
       : await readJsonBody(req, r.maxBodyBytes);
-  // A reconnecting EventSource says where it stopped in Last-Event-ID; the route names the field it binds.
+  // A reconnecting EventSource says where it stopped in Last-Event-ID; the route names the field it
+  // binds.
   const resumeField = option.lastEventIdField;
   const lastEventId = req.headers["last-event-id"];
   if (
@@ -100,7 +104,8 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
     json[resumeField] === undefined
   )
     json[resumeField] = lastEventId;
-  // An EventSource asks for text/event-stream: that is the route's event stream, as if it set the field.
+  // An EventSource asks for text/event-stream: that is the route's event stream, as if it set the
+  // field.
   const streamField = option.eventStreamField;
   if (
     streamField &&
@@ -109,7 +114,8 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
     json[streamField] === undefined
   )
     json[streamField] = true;
-  // The body's own object, the bound fields set on it (they win): `{ ...json, ...fields }` cost ~2 µs a request.
+  // The body's own object, the bound fields set on it (they win): `{ ...json, ...fields }` cost ~2
+  // µs a request.
   const input = decodeJson(method.input, Object.assign(json, fields), { what: "request body" });
 
   if (spec.kind === "server_streaming") {

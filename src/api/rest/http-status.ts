@@ -28,7 +28,10 @@ const httpStatus: Readonly<Record<Code, number>> = {
   [Code.Unauthenticated]: 401,
 };
 
-/** The HTTP status of an error on the REST surface (see httpStatus); a body that stalled is 408 Request Timeout. */
+/**
+ * The HTTP status of an error on the REST surface (see httpStatus); a body that stalled is 408
+ * Request Timeout.
+ */
 export function httpStatusOf(err: ConnectError): number {
   if (isBodyStalled(err)) return 408;
   return httpStatus[err.code] ?? 500;

@@ -21,7 +21,10 @@ export function parseJsonObject(text: string, what: string): Record<string, Json
   return json;
 }
 
-/** JSON.parse's reason without the excerpt of the input V8 quotes in it, which could hold a lease token. */
+/**
+ * JSON.parse's reason without the excerpt of the input V8 quotes in it, which could hold a lease
+ * token.
+ */
 function jsonSyntaxReason(err: unknown): string {
   return (err as Error).message.replace(/,\s*(?:\.\.\.)?".*"(?:\.\.\.)? is not valid JSON$/s, "");
 }

@@ -15,7 +15,9 @@ import { toConnectError } from "../errors.js";
 import { drained, streamGone } from "./stream-end.js";
 import { errorBody, writeError } from "./error-json.js";
 
-/** How REST writes a server stream of messages (route option ndjson_response and its companions). */
+/**
+ * How REST writes a server stream of messages (route option ndjson_response and its companions).
+ */
 export type MessageStreamFormat = "ndjson" | "event-stream" | "text";
 
 const contentTypes: Record<MessageStreamFormat, string> = {
@@ -24,9 +26,15 @@ const contentTypes: Record<MessageStreamFormat, string> = {
   text: "text/plain; charset=utf-8",
 };
 
-/** An event stream sends its headers once the first message is ready, or after this long without one. */
+/**
+ * An event stream sends its headers once the first message is ready, or after this long without
+ * one.
+ */
 const eventStreamHeaderDelayMs = 250;
-/** An event name written as an "event:" line: one line, and never one of the stream's own "end" and "error". */
+/**
+ * An event name written as an "event:" line: one line, and never one of the stream's own "end" and
+ * "error".
+ */
 const sseName = /^(?!(?:end|error)$)[A-Za-z0-9._:-]{1,100}$/;
 /** An idle event stream sends a comment this often, so proxies keep it open. */
 const keepaliveMs = 15_000;
@@ -82,7 +90,10 @@ export async function writeMessageStream(
     if (format === "text") return logEntryText(json[route.textField]);
     const id = route.eventIdField ? json[route.eventIdField] : undefined;
     const type = route.eventTypeField ? json[route.eventTypeField] : undefined;
-    return `${typeof id === "string" && id ? `id: ${id}\n` : ""}${typeof type === "string" && sseName.test(type) ? `event: ${type}\n` : ""}data: ${JSON.stringify(json)}\n\n`;
+    return (
+      `${typeof id === "string" && id ? `id: ${id}\n` : ""}${typeof type === "string" && sseName.test(type) ? `event: ${type}\n` : ""}data: ` +
+      `${JSON.stringify(json)}\n\n`
+    );
   };
   const keepalive =
     format === "event-stream"
@@ -99,7 +110,8 @@ export async function writeMessageStream(
         ),
       ]);
       clearTimeout(timer);
-      if (first === undefined) sendHeaders(); // a follower waiting for the first entry learns at once that it is connected
+      // a follower waiting for the first entry learns at once that it is connected
+      if (first === undefined) sendHeaders();
     }
     for (let r = await next; !r.done; r = await next) {
       sendHeaders();

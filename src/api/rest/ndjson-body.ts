@@ -11,18 +11,15 @@ const carriageReturn = 0x0d;
 const openBrace = 0x7b;
 
 /**
- * NDJSON request messages, read incrementally: never more than one line is
- * buffered past the body chunk being read, and the lines each chunk ends are
- * handed on as one batch (batches.ts). Lines are numbered from 1 (the transport fact `line`); blank lines are
- * skipped but counted. Lines are split on their bytes and checked as bytes
- * (jsonText: invalid UTF-8, integers past 2^53) before they are decoded
- * (protocol/json/codec.ts, which records each line number): the whole
- * lines of a chunk together when they pass, else each on its own, so a
- * refusal names its line either way.
- * A line that takes the body past `maxBytes` (every byte counts, newlines
- * too) ends the stream with resource_exhausted, and a line that cannot be
- * read ends it with its error; either way the lines before it are handed to
- * the handler first.
+ * NDJSON request messages, read incrementally: never more than one line is buffered past the body
+ * chunk being read, and the lines each chunk ends are handed on as one batch (batches.ts). Lines
+ * are numbered from 1 (the transport fact `line`); blank lines are skipped but counted. Lines are
+ * split on their bytes and checked as bytes (jsonText: invalid UTF-8, integers past 2^53) before
+ * they are decoded (protocol/json/codec.ts, which records each line number): the whole lines of a
+ * chunk together when they pass, else each on its own, so a refusal names its line either way. A
+ * line that takes the body past `maxBytes` (every byte counts, newlines too) ends the stream with
+ * resource_exhausted, and a line that cannot be read ends it with its error; either way the lines
+ * before it are handed to the handler first.
  */
 export function ndjsonMessages(
   chunks: AsyncIterable<Buffer>,
@@ -46,7 +43,10 @@ async function* ndjsonBatches(
       `line ${n} takes the request body over ${maxBytes} bytes; send it in a new request`,
       Code.ResourceExhausted,
     );
-  /** The message of line `lineNo`, its text checked (see jsonText) and without its newline; undefined when blank. */
+  /**
+   * The message of line `lineNo`, its text checked (see jsonText) and without its newline;
+   * undefined when blank.
+   */
   const decodeLine = (line: string): Message | undefined => {
     if (line.length === 0 || (line.charCodeAt(0) !== openBrace && line.trim() === ""))
       return undefined;

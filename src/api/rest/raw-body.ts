@@ -9,7 +9,9 @@ import { reflect } from "@bufbuild/protobuf/reflect";
 import { requireContentType } from "./content-type.js";
 import { decodeJson } from "../../protocol/json/codec.js";
 
-/** How a route reads a raw request body (route options raw_request_body, raw_request_content_type). */
+/**
+ * How a route reads a raw request body (route options raw_request_body, raw_request_content_type).
+ */
 export interface RawBody {
   readonly schema: DescMessage;
   /** The bytes field (proto name) each message carries the body's bytes in. */
@@ -53,6 +55,7 @@ export async function* rawBodyMessages(
 
 function bytesFieldOf(body: RawBody): DescField {
   const field = body.schema.fields.find((f) => f.name === body.bytesField);
-  if (!field) throw new Error(`${body.schema.typeName} has no field ${body.bytesField}`); // routeTable checked it at start-up
+  // routeTable checked it at start-up
+  if (!field) throw new Error(`${body.schema.typeName} has no field ${body.bytesField}`);
   return field;
 }

@@ -55,7 +55,10 @@ export function drained(res: Http2ServerResponse): Promise<void> {
   });
 }
 
-/** How long a reset waits for its stream's END_STREAM to go out; past it (a client not reading its socket) it goes anyway. */
+/**
+ * How long a reset waits for its stream's END_STREAM to go out; past it (a client not reading its
+ * socket) it goes anyway.
+ */
 const maxWaitMs = 2_000;
 
 /**

@@ -99,7 +99,10 @@ async function resumeWorkspace(
   });
 }
 
-/** A runner's pause request: the workspace may be left empty when the runner id is registered in one only. */
+/**
+ * A runner's pause request: the workspace may be left empty when the runner id is registered in one
+ * only.
+ */
 interface RunnerPauseInput extends PauseInput {
   readonly runnerId: string;
 }
@@ -177,7 +180,10 @@ async function resumed(
   await sql`select pg_notify(${resumeChannel}, ${event.workspaceId})`.execute(tx);
 }
 
-/** The workspace of the registered runner `input` names: 404 when none, 400 when the id is in several and none was given. */
+/**
+ * The workspace of the registered runner `input` names: 404 when none, 400 when the id is in
+ * several and none was given.
+ */
 async function registeredWorkspace(
   tx: Transaction<Database>,
   input: { readonly workspaceId: string; readonly runnerId: string },
@@ -199,7 +205,9 @@ async function registeredWorkspace(
     );
   if (rows.length > 1)
     throw new ConnectError(
-      `runner id "${input.runnerId}" is registered in workspaces ${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId to say which one`,
+      `runner id "${input.runnerId}" is registered in workspaces ` +
+        `${rows.map((r) => `"${r.workspace_id}"`).join(", ")}; give workspaceId ` +
+        `to say which one`,
       Code.InvalidArgument,
     );
   return rows[0]!.workspace_id;

@@ -14,11 +14,17 @@ export interface Registration {
   readonly architecture: string;
   readonly labels: readonly string[];
   readonly clockOffsetNs: number;
-  /** The runner process this comes from: random per process start; '' (the default) when the runner sends none. */
+  /**
+   * The runner process this comes from: random per process start; '' (the default) when the runner
+   * sends none.
+   */
   readonly instanceId?: string;
   /** When that process started, as it says. */
   readonly instanceStartedAt?: Date;
-  /** Capabilities (additive): "linux", ...; "docker"/"process"; feature names; the runner's own concurrency. */
+  /**
+   * Capabilities (additive): "linux", ...; "docker"/"process"; feature names; the runner's own
+   * concurrency.
+   */
   readonly os?: string;
   readonly executionKinds?: readonly string[];
   readonly features?: readonly string[];
@@ -29,7 +35,9 @@ export interface Registration {
 export interface RegistrationChange {
   readonly slots?: { readonly from: number; readonly to: number };
   readonly labels?: { readonly from: readonly string[]; readonly to: readonly string[] };
-  /** The runner had been heard from within the lease length: the change applies to a runner at work. */
+  /**
+   * The runner had been heard from within the lease length: the change applies to a runner at work.
+   */
   readonly live: boolean;
 }
 
@@ -52,7 +60,8 @@ function validateRegistration(r: Registration): void {
   };
   if (!Number.isInteger(r.slots) || r.slots < 1 || r.slots > registrationLimits.maxSlots) {
     bad(
-      `slots must be between 1 and ${registrationLimits.maxSlots} (the most jobs the runner runs at once); got ${r.slots}`,
+      `slots must be between 1 and ${registrationLimits.maxSlots} (the most ` +
+        `jobs the runner runs at once); got ${r.slots}`,
     );
   }
   if (r.cpu < 0) bad(`cpu must not be negative; got ${r.cpu}`);
@@ -63,7 +72,9 @@ function validateRegistration(r: Registration): void {
     bad(`clockOffsetNs is out of range; got ${r.clockOffsetNs}`);
   if (r.instanceId && !instancePattern.test(r.instanceId))
     bad(
-      `instanceId ${JSON.stringify(r.instanceId.slice(0, 80))} is not an instance id: 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit (a random UUID per runner process is one)`,
+      `instanceId ${JSON.stringify(r.instanceId.slice(0, 80))} is not an ` +
+        `instance id: 1 to 64 characters of A-Z a-z 0-9 . _ -, starting with a ` +
+        `letter or digit (a random UUID per runner process is one)`,
     );
   if (r.os) checkCapability("os", r.os);
   (r.executionKinds ?? []).forEach((k, i) => checkExecutionKind(`executionKinds[${i}]`, k));
@@ -90,7 +101,9 @@ function validateRegistration(r: Registration): void {
       !labelPattern.test(label)
     ) {
       bad(
-        `labels[${i}] ${JSON.stringify(label)} is not a label: 1 to ${registrationLimits.maxLabelLength} characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`,
+        `labels[${i}] ${JSON.stringify(label)} is not a label: 1 to ` +
+          `${registrationLimits.maxLabelLength} characters of A-Z a-z 0-9 . _ : / ` +
+          `= -, starting with a letter or digit`,
       );
     }
   });
@@ -220,7 +233,14 @@ function secondInstanceMessage(
   const free = new Date(
     new Date(holder.last_seen_at).getTime() + leaseSeconds * 1000,
   ).toISOString();
-  return `runner "${r.runnerId}" in workspace "${r.workspaceId}" is already running as ${instance} (${started}, last heard from ${new Date(holder.last_seen_at).toISOString()}); another process with the same identity is refused until that one has been silent for the lease length (${leaseSeconds} s, not before ${free}): stop the other process, or give this one a runner identity of its own`;
+  return (
+    `runner "${r.runnerId}" in workspace "${r.workspaceId}" is already ` +
+    `running as ${instance} (${started}, last heard from ` +
+    `${new Date(holder.last_seen_at).toISOString()}); another process with ` +
+    `the same identity is refused until that one has been silent for the ` +
+    `lease length (${leaseSeconds} s, not before ${free}): stop the other ` +
+    `process, or give this one a runner identity of its own`
+  );
 }
 
 /** One line naming what a registration changed, e.g. "slots 1 → 2, labels linux → docker,linux". */

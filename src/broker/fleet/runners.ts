@@ -34,9 +34,8 @@ export async function listRunners(
     .selectFrom("runners as r")
     .selectAll("r")
     .select(
-      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")})`.as(
-        "live_leases",
-      ),
+      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and
+        l.runner_id = r.runner_id and ${liveLeaseRow("l")})`.as("live_leases"),
     )
     .orderBy("r.workspace_id")
     .orderBy("r.runner_id");

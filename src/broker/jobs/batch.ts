@@ -58,7 +58,8 @@ export async function enqueueJobs(
   settled.forEach((s, i) => {
     if (s.status === "fulfilled") prepared.push(s.value);
     else if (s.reason instanceof ConnectError) refusals.push([i, s.reason]);
-    else throw s.reason; // not a refusal of the job: an internal error, logged as the single enqueue's are
+    // not a refusal of the job: an internal error, logged as the single enqueue's are
+    else throw s.reason;
   });
   const firstOfKey = new Map<string, number>();
   inputs.forEach((input, i) => {
@@ -70,7 +71,9 @@ export async function enqueueJobs(
       refusals.push([
         i,
         new ConnectError(
-          `idempotencyKey ${JSON.stringify(input.idempotencyKey)} repeats jobs[${first}]'s in workspace "${input.workspaceId}"; give each job of a batch its own key`,
+          `idempotencyKey ${JSON.stringify(input.idempotencyKey)} repeats ` +
+            `jobs[${first}]'s in workspace "${input.workspaceId}"; give each job of ` +
+            `a batch its own key`,
           Code.InvalidArgument,
         ),
       ]);

@@ -19,8 +19,9 @@ export async function cancelJob(
   hook?: SettleHook,
 ): Promise<JobSnapshot> {
   const id = checkJobId(jobId);
-  // The events: job.cancel_requested the first time, then job.settled for a queued job settled at once
-  // (read from the first insert's rows, so it comes after it; a queued job never has cancel_requested set).
+  // The events: job.cancel_requested the first time, then job.settled for a queued job settled at
+  // once (read from the first insert's rows, so it comes after it; a queued job never has
+  // cancel_requested set).
   const rows = await settleWith(
     db,
     hook,
@@ -28,19 +29,46 @@ export async function cancelJob(
       (
         await sql<JobRow>`
     with old as (
-      select id, state, cancel_requested from jobs where id = ${id} and state in ('queued', 'running', 'waiting_input') for update
+      select id, state, cancel_requested from jobs where id = ${id} and state in ('queued',
+        'running', 'waiting_input') for update
     ), j as (
       update jobs set
         state = case when jobs.state in ('queued', 'waiting_input') then 'cancelled' else jobs.state end,
         settled_at = case when jobs.state in ('queued', 'waiting_input') then now() else settled_at end,
         failure_reason = case when jobs.state in ('queued', 'waiting_input') then 'cancelled' else failure_reason end,
-        failure_message = case when jobs.state = 'queued' then ${`cancelled by ${by} before it was claimed`} when jobs.state = 'waiting_input' then ${`cancelled by ${by} while it waited for input`} else failure_message end,
+        failure_message = case when jobs.state = 'queued'
+          then ${`cancelled by ${by} before it was claimed`} when jobs.state = 'waiting_input'
+          then ${`cancelled by ${by} while it waited for input`} else failure_message end,
         cancel_requested = true,
         updated_at = now()
       from old where jobs.id = old.id
       returning jobs.*, old.state as was_state, old.cancel_requested as was_requested
-    ), ${eventsCte("requested", "j", { type: sql`'job.cancel_requested'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('state', j.was_state)` }, sql`not j.was_requested`)},
-    ${eventsCte("settled", sql`requested join j on j.id = requested.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)` }, sql`j.was_state in ('queued', 'waiting_input')`)}
+    ), ${eventsCte(
+      "requested",
+      "j",
+      {
+        type: sql`'job.cancel_requested'`,
+        workspaceId: sql`j.workspace_id`,
+        jobId: sql`j.id`,
+        data: sql`jsonb_build_object('state',
+      j.was_state)`,
+      },
+      sql`not j.was_requested`,
+    )},
+    ${eventsCte(
+      "settled",
+      sql`requested join j on j.id =
+      requested.job_id`,
+      {
+        type: sql`'job.settled'`,
+        workspaceId: sql`j.workspace_id`,
+        jobId: sql`j.id`,
+        data: sql`jsonb_build_object('outcome',
+      'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts)`,
+      },
+      sql`j.was_state in
+      ('queued', 'waiting_input')`,
+    )}
     select * from j`.execute(q)
       ).rows,
   );

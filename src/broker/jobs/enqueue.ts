@@ -21,7 +21,10 @@ import {
   type JobTimeouts,
 } from "./rules.js";
 
-/** The stored columns of an enqueue's scheduling fields (validated), and what of them goes into the idempotency hash. */
+/**
+ * The stored columns of an enqueue's scheduling fields (validated), and what of them goes into the
+ * idempotency hash.
+ */
 function scheduleColumns(input: EnqueueInput) {
   const b = input.backoff;
   const r = input.requirements;
@@ -65,7 +68,10 @@ function scheduleColumns(input: EnqueueInput) {
   return { columns, hashed };
 }
 
-/** An enqueue that passed its rules, with the row it stores and the hash its idempotency key is compared by. */
+/**
+ * An enqueue that passed its rules, with the row it stores and the hash its idempotency key is
+ * compared by.
+ */
 export interface PreparedEnqueue {
   readonly input: EnqueueInput;
   readonly row: Insertable<Database["jobs"]> & { readonly id: string };
@@ -105,7 +111,8 @@ export async function prepareEnqueue(
     cpu: spec.cpu || undefined,
     memoryBytes: spec.memoryBytes ? String(spec.memoryBytes) : undefined,
   };
-  // The timeout as asked for goes into the idempotency hash, so a retry still matches after the default changed.
+  // The timeout as asked for goes into the idempotency hash, so a retry still matches after the
+  // default changed.
   const storedSpec = {
     ...requestedSpec,
     timeoutSeconds: spec.timeoutSeconds || timeouts.defaultSeconds,
@@ -148,7 +155,10 @@ export async function prepareEnqueue(
   return { input, row, requestSha256, withSecrets };
 }
 
-/** What storing one prepared enqueue came to: its job (new, or the one its key named), or why it was refused. */
+/**
+ * What storing one prepared enqueue came to: its job (new, or the one its key named), or why it was
+ * refused.
+ */
 export type StoredEnqueue =
   | {
       readonly job: JobRow;
@@ -170,10 +180,16 @@ export interface HandoffTarget {
   readonly leaseSeconds: number;
 }
 
-/** The jobs row of the lease a handoff made, with whether its job is a pipeline step's (as a claim's rows). */
+/**
+ * The jobs row of the lease a handoff made, with whether its job is a pipeline step's (as a claim's
+ * rows).
+ */
 export type HandedRow = JobRow & { readonly pipeline_step: boolean };
 
-/** A row of the enqueue statement: a stored job (handed false), or with a handoff, the job it leased (handed true). */
+/**
+ * A row of the enqueue statement: a stored job (handed false), or with a handoff, the job it leased
+ * (handed true).
+ */
 type EnqueueReturned = JobRow & {
   readonly woken: unknown;
   readonly probed?: boolean;
@@ -221,7 +237,8 @@ export async function storeEnqueues(
     : rows.length === 1
       ? (await oneEnqueue.execute(q, rows[0]!, probe)).rows
       : await enqueueStatement(q, rows, probe).execute();
-  // A handoff's statement answers the lease it made too (handed): the waiting runner's, on the new job or an older one.
+  // A handoff's statement answers the lease it made too (handed): the waiting runner's, on the new
+  // job or an older one.
   const inserted = returned.filter((r) => !r.handed);
   const leased = returned.find((r) => r.handed);
   const handed =
@@ -247,7 +264,8 @@ export async function storeEnqueues(
           .selectFrom("jobs")
           .selectAll()
           .where(
-            sql<boolean>`(workspace_id, idempotency_key) in (select * from unnest(${repeats.map((p) => p.input.workspaceId)}::text[], ${repeats.map((p) => p.input.idempotencyKey)}::text[]))`,
+            sql<boolean>`(workspace_id, idempotency_key) in (select * from
+              unnest(${repeats.map((p) => p.input.workspaceId)}::text[], ${repeats.map((p) => p.input.idempotencyKey)}::text[]))`,
           )
           .execute();
   const byKey = new Map(
@@ -264,11 +282,13 @@ export async function storeEnqueues(
       };
     const { input } = p;
     const found = byKey.get(`${input.workspaceId}\0${input.idempotencyKey}`)!;
-    // A key is its enqueuer's: another identity repeating it would otherwise read back a job that is not its own.
+    // A key is its enqueuer's: another identity repeating it would otherwise read back a job that
+    // is not its own.
     if (found.enqueued_by && input.enqueuedBy && found.enqueued_by !== input.enqueuedBy) {
       return {
         refused: new ConnectError(
-          `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" by another identity; use a new key`,
+          `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used ` +
+            `in workspace "${input.workspaceId}" by another identity; use a new key`,
           Code.Aborted,
         ),
       };
@@ -276,7 +296,9 @@ export async function storeEnqueues(
     if (found.request_sha256 !== p.requestSha256) {
       return {
         refused: new ConnectError(
-          `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" for job ${found.id} with a different request; use a new key`,
+          `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used ` +
+            `in workspace "${input.workspaceId}" for job ${found.id} with a ` +
+            `different request; use a new key`,
           Code.Aborted,
         ),
       };
@@ -334,7 +356,8 @@ function queuedEvents(returning: RawBuilder<unknown> = sql``) {
     job_id: string;
     workspace_id: string;
   }>`(insert into events (type, workspace_id, job_id, data)
-    select 'job.queued', ins.workspace_id, ins.id, jsonb_build_object('labels', ins.labels, 'priority', ins.priority) from ins ${returning})`;
+    select 'job.queued', ins.workspace_id, ins.id, jsonb_build_object('labels', ins.labels,
+      'priority', ins.priority) from ins ${returning})`;
 }
 
 /**
@@ -361,7 +384,9 @@ function handoffStatement(
     .with(
       "claimed",
       () =>
-        sql<JobRow>`(select c.* from ev cross join lateral forelead_handoff(ev.workspace_id, ${handoff.runnerId}, ${handoff.tokenHash}, ${handoff.leaseSeconds}::int) c)`,
+        sql<JobRow>`(select c.* from ev cross join lateral
+          forelead_handoff(ev.workspace_id, ${handoff.runnerId}, ${handoff.tokenHash}, ${handoff.leaseSeconds}::int)
+          c)`,
     )
     .with(
       "wake",
@@ -376,7 +401,8 @@ function handoffStatement(
     .$if(probe !== undefined, (qb) => qb.select(probe!("ins").as("probed")))
     .select([sql<boolean>`false`.as("handed"), sql<boolean>`false`.as("pipeline_step")])
     .unionAll(
-      sql<never>`select claimed.*, null::bigint${sql.raw(probe ? ", null::boolean" : "")}, true, ${isStepJob(sql.ref("claimed.id"))} from claimed`,
+      sql<never>`select claimed.*, null::bigint${sql.raw(probe ? ", null::boolean" : "")},
+        true, ${isStepJob(sql.ref("claimed.id"))} from claimed`,
     );
 }
 
@@ -408,7 +434,10 @@ const oneHandoffEnqueue = statementShapes(
     ),
 );
 
-/** An expression over the new jobs row (`ins`) that the enqueue's statement answers too: e.g. waiting.ts runnableNow. */
+/**
+ * An expression over the new jobs row (`ins`) that the enqueue's statement answers too: e.g.
+ * waiting.ts runnableNow.
+ */
 export type JobProbe = (alias: "ins") => RawBuilder<boolean>;
 
 /**

@@ -52,7 +52,10 @@ export async function withInput(db: Kysely<Database>, snapshot: JobSnapshot): Pr
   return row ? { ...snapshot, ...inputFields(row) } : snapshot;
 }
 
-/** For each input lease id of leased jobs: the answered request a lease delivers (unanswered ones deliver nothing). */
+/**
+ * For each input lease id of leased jobs: the answered request a lease delivers (unanswered ones
+ * deliver nothing).
+ */
 export async function leaseInputs(
   db: Kysely<Database>,
   inputLeaseIds: readonly number[],
@@ -90,7 +93,9 @@ export async function leaseCheckpointFile(
   if (!entry) {
     const names = (row?.checkpoint ?? []).map((a) => JSON.stringify(a.name));
     throw new ConnectError(
-      `job ${lease.job.id} has no checkpoint file named ${JSON.stringify(name.slice(0, 200))}; ${names.length ? `its checkpoint has ${names.join(", ")}` : "it has no checkpoint"}`,
+      `job ${lease.job.id} has no checkpoint file named ` +
+        `${JSON.stringify(name.slice(0, 200))}; ` +
+        `${names.length ? `its checkpoint has ${names.join(", ")}` : "it has no checkpoint"}`,
       Code.NotFound,
     );
   }

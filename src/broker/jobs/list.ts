@@ -105,7 +105,9 @@ export async function listJobs(
   };
 }
 
-/** The page key of a row keyset-paged by (created_at, id): created_at to the microsecond, as text. */
+/**
+ * The page key of a row keyset-paged by (created_at, id): created_at to the microsecond, as text.
+ */
 export const pageKey = sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 /** The token of the page after `last` (a row selected with pageKey as page_key). */
@@ -113,7 +115,10 @@ export function pageTokenOf(last: { page_key: string; id: string }): string {
   return Buffer.from(JSON.stringify([last.page_key, last.id])).toString("base64url");
 }
 
-/** The condition for the rows after a page token, in the listing's direction (400 for a token not from a reply). */
+/**
+ * The condition for the rows after a page token, in the listing's direction (400 for a token not
+ * from a reply).
+ */
 export function afterPageToken(token: string, direction: "asc" | "desc") {
   const after = decodePageToken(token);
   const key = sql`(${after.createdAt}::timestamptz, ${after.id}::uuid)`;

@@ -63,7 +63,8 @@ export async function retryJob(
     ];
     if (names.length && sealed.length < names.length) {
       throw new ConnectError(
-        `job ${id} had secrets (${names.join(", ")}) that were erased when it settled; enqueue it again with its secrets`,
+        `job ${id} had secrets (${names.join(", ")}) that were erased when it ` +
+          `settled; enqueue it again with its secrets`,
         Code.FailedPrecondition,
       );
     }

@@ -32,7 +32,10 @@ export interface EnqueueInput extends JobSecretsInput {
   readonly runAt?: Date;
   /** Not claimable for this many seconds after the enqueue; undefined when not given. */
   readonly delaySeconds?: number;
-  /** A concurrency group: at most concurrencyLimit jobs of the key run at once in the workspace. Empty: none. */
+  /**
+   * A concurrency group: at most concurrencyLimit jobs of the key run at once in the workspace.
+   * Empty: none.
+   */
   readonly concurrencyKey?: string;
   readonly concurrencyLimit?: number;
   /** How retries are spaced; undefined: requeued at once. */
@@ -41,7 +44,10 @@ export interface EnqueueInput extends JobSecretsInput {
   readonly requirements?: RequirementsInput;
 }
 
-/** A retry backoff as enqueued: multiplier 0 means 2, maxSeconds 0 means an hour (or initialSeconds when larger). */
+/**
+ * A retry backoff as enqueued: multiplier 0 means 2, maxSeconds 0 means an hour (or initialSeconds
+ * when larger).
+ */
 interface BackoffInput {
   readonly initialSeconds: number;
   readonly multiplier: number;
@@ -76,7 +82,9 @@ const capabilityPattern = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 export function checkCapability(field: string, value: string): void {
   if (!capabilityPattern.test(value))
     bad(
-      `${field} ${JSON.stringify(value.slice(0, 70))} is not a capability name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`,
+      `${field} ${JSON.stringify(value.slice(0, 70))} is not a capability ` +
+        `name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter ` +
+        `or digit`,
     );
 }
 
@@ -88,7 +96,10 @@ export function checkExecutionKind(field: string, value: string): void {
     );
 }
 
-/** Job kinds: a command runs without code; checkout and agent jobs get a base commit pinned at claim. */
+/**
+ * Job kinds: a command runs without code; checkout and agent jobs get a base commit pinned at
+ * claim.
+ */
 const jobKinds = ["command", "checkout", "agent"] as const;
 
 /** The kind an enqueue asks for, its default filled in. */
@@ -148,7 +159,8 @@ export function checkLabels(field: string, labels: readonly string[]): void {
     (l, i) =>
       labelPattern.test(l) ||
       bad(
-        `${field}[${i}] ${JSON.stringify(l)} is not a label: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`,
+        `${field}[${i}] ${JSON.stringify(l)} is not a label: 1 to 63 characters ` +
+          `of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`,
       ),
   );
 }
@@ -162,7 +174,8 @@ export function validateEnqueue(
   checkLabels("labels", input.labels);
   if (input.maxAttempts < 0 || input.maxAttempts > jobLimits.maxAttempts)
     bad(
-      `maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ${jobLimits.defaultMaxAttempts}); got ${input.maxAttempts}`,
+      `maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ` +
+        `${jobLimits.defaultMaxAttempts}); got ${input.maxAttempts}`,
     );
   if (Math.abs(input.priority) > jobLimits.maxPriority)
     bad(
@@ -189,11 +202,15 @@ export function validateEnqueue(
   if (spec.image.length > 512) bad("spec.image is longer than 512 characters");
   if (!Number.isSafeInteger(spec.timeoutSeconds) || spec.timeoutSeconds < 0)
     bad(
-      `spec.timeoutSeconds must be a whole number of seconds, 0 for this control plane's default of ${timeouts.defaultSeconds} s; got ${spec.timeoutSeconds}`,
+      `spec.timeoutSeconds must be a whole number of seconds, 0 for this ` +
+        `control plane's default of ${timeouts.defaultSeconds} s; got ` +
+        `${spec.timeoutSeconds}`,
     );
   if (spec.timeoutSeconds > timeouts.maxSeconds)
     bad(
-      `spec.timeoutSeconds ${spec.timeoutSeconds} is over this control plane's maximum job timeout of ${timeouts.maxSeconds} s (forelead serve --max-job-timeout)`,
+      `spec.timeoutSeconds ${spec.timeoutSeconds} is over this control plane's ` +
+        `maximum job timeout of ${timeouts.maxSeconds} s (forelead serve ` +
+        `--max-job-timeout)`,
     );
   if (!(spec.cpu >= 0) || !Number.isFinite(spec.cpu))
     bad(`spec.cpu must be a non-negative number of cores; got ${spec.cpu}`);
@@ -213,7 +230,9 @@ export function validateEnqueue(
   validateSchedule(input);
 }
 
-/** The scheduling fields of an enqueue: when, how retries are spaced, its group, its requirements. */
+/**
+ * The scheduling fields of an enqueue: when, how retries are spaced, its group, its requirements.
+ */
 function validateSchedule(input: EnqueueInput): void {
   if (input.runAt && input.delaySeconds !== undefined)
     bad(
@@ -235,7 +254,9 @@ function validateSchedule(input: EnqueueInput): void {
   const limit = input.concurrencyLimit ?? 0;
   if (key && !labelPattern.test(key))
     bad(
-      `concurrencyKey ${JSON.stringify(key.slice(0, 70))} is not a group name: 1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter or digit`,
+      `concurrencyKey ${JSON.stringify(key.slice(0, 70))} is not a group name: ` +
+        `1 to 63 characters of A-Z a-z 0-9 . _ : / = -, starting with a letter ` +
+        `or digit`,
     );
   if (!key && limit !== 0)
     bad("concurrencyLimit needs a concurrencyKey: the group whose running jobs it bounds");
@@ -244,13 +265,16 @@ function validateSchedule(input: EnqueueInput): void {
     !(Number.isInteger(limit) && limit >= 1 && limit <= scheduleLimits.maxConcurrencyLimit)
   )
     bad(
-      `concurrencyLimit must be 1 to ${scheduleLimits.maxConcurrencyLimit} with a concurrencyKey (how many jobs of the group may run at once); got ${limit}`,
+      `concurrencyLimit must be 1 to ${scheduleLimits.maxConcurrencyLimit} ` +
+        `with a concurrencyKey (how many jobs of the group may run at once); got ` +
+        `${limit}`,
     );
   const b = input.backoff;
   if (b) {
     if (!(b.initialSeconds > 0 && b.initialSeconds <= scheduleLimits.maxBackoffSeconds))
       bad(
-        `backoff.initialSeconds must be more than 0 and at most ${scheduleLimits.maxBackoffSeconds}; got ${b.initialSeconds}`,
+        `backoff.initialSeconds must be more than 0 and at most ` +
+          `${scheduleLimits.maxBackoffSeconds}; got ${b.initialSeconds}`,
       );
     if (!(
       b.multiplier === 0 ||
@@ -264,7 +288,9 @@ function validateSchedule(input: EnqueueInput): void {
       (b.maxSeconds >= b.initialSeconds && b.maxSeconds <= scheduleLimits.maxBackoffSeconds)
     ))
       bad(
-        `backoff.maxSeconds must be 0 (an hour) or from backoff.initialSeconds (${b.initialSeconds}) to ${scheduleLimits.maxBackoffSeconds}; got ${b.maxSeconds}`,
+        `backoff.maxSeconds must be 0 (an hour) or from backoff.initialSeconds ` +
+          `(${b.initialSeconds}) to ${scheduleLimits.maxBackoffSeconds}; got ` +
+          `${b.maxSeconds}`,
       );
   }
   const r = input.requirements;

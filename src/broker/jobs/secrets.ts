@@ -20,7 +20,9 @@ export interface LeaseSecrets {
 const secretLimits = { maxSecrets: 100, maxValueBytes: 64 * 1024 } as const;
 
 const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
-/** One path segment: no separator, not "." or "..", nothing a shell or a tmpfs mount would trip on. */
+/**
+ * One path segment: no separator, not "." or "..", nothing a shell or a tmpfs mount would trip on.
+ */
 const fileName = /^(?!\.\.?$)[A-Za-z0-9._-]{1,128}$/;
 
 function bad(message: string): never {
@@ -50,11 +52,13 @@ export function validateSecrets(input: JobSecretsInput): void {
     const field = kind === "env" ? "secrets" : "secretFiles";
     if (kind === "env" && !envName.test(name))
       bad(
-        `${field} key ${JSON.stringify(name.slice(0, 80))} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)`,
+        `${field} key ${JSON.stringify(name.slice(0, 80))} is not an environment ` +
+          `variable name ([A-Za-z_][A-Za-z0-9_]*)`,
       );
     if (kind === "file" && !fileName.test(name))
       bad(
-        `${field} key ${JSON.stringify(name.slice(0, 80))} is not a file name: 1 to 128 characters of A-Z a-z 0-9 . _ -, one path segment`,
+        `${field} key ${JSON.stringify(name.slice(0, 80))} is not a file name: 1 ` +
+          `to 128 characters of A-Z a-z 0-9 . _ -, one path segment`,
       );
     if (Buffer.byteLength(value, "utf8") > secretLimits.maxValueBytes)
       bad(`${field}.${name} is over ${secretLimits.maxValueBytes} bytes`);
@@ -95,7 +99,9 @@ export function secretsDigest(
     .sort((a, b) => (a[0] + a[1] < b[0] + b[1] ? -1 : 1));
 }
 
-/** Stores a job's secrets sealed, bound to the job and their names; in the enqueue's transaction. */
+/**
+ * Stores a job's secrets sealed, bound to the job and their names; in the enqueue's transaction.
+ */
 export async function storeJobSecrets(
   tx: Transaction<Database>,
   box: SecretBox,

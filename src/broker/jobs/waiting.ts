@@ -70,7 +70,9 @@ interface RunnerClauses {
   readonly unmet: string[];
   /** forelead_runner_unpaused */
   readonly unpaused: boolean;
-  /** Seen within the lease length, or holding a live lease (a busy runner renews but may not claim). */
+  /**
+   * Seen within the lease length, or holding a live lease (a busy runner renews but may not claim).
+   */
   readonly connected: boolean;
   /** forelead_slot_free */
   readonly slot_free: boolean;
@@ -82,7 +84,10 @@ const capabilities = sql`r.architecture, r.os, r.execution_kinds, r.features`;
 /** The job's requirements (the jobs row `j`), as forelead_meets_requirements takes them first. */
 const requirements = sql`j.req_architecture, j.req_os, j.req_execution_kind, j.req_features`;
 
-/** Seen within the lease length, or holding a live lease (`live.n`; a busy runner renews but may not claim). */
+/**
+ * Seen within the lease length, or holding a live lease (`live.n`; a busy runner renews but may not
+ * claim).
+ */
 function connectedRunner(leaseSeconds: number): RawBuilder<boolean> {
   return sql<boolean>`(r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) or live.n > 0)`;
 }
@@ -155,8 +160,8 @@ async function jobWaiting(
   const labels = (job.labels as string[] | undefined) ?? [];
   const req = (job.requirements as Requirements | undefined) ?? {};
   const claimableAt = typeof job.claimableAt === "string" ? new Date(job.claimableAt) : undefined;
-  // The common case, a job a runner can take now: answered by the caller's statement (`runnable`), or
-  // by one that stops at the first such runner. A job not due by this process's clock skips the
+  // The common case, a job a runner can take now: answered by the caller's statement (`runnable`),
+  // or by one that stops at the first such runner. A job not due by this process's clock skips the
   // latter (the clauses below then decide, by the database's clock).
   const dueHere = !claimableAt || claimableAt.getTime() <= Date.now();
   if (dueHere && (runnable ?? (await jobRunnableNow(db, jobId, leaseSeconds)))) return undefined;
@@ -191,7 +196,12 @@ async function jobWaiting(
     ),
   ];
   const unmet = wanted.length
-    ? sql`array_remove(array[${sql.join(wanted.map(([name, args]) => sql`case when forelead_meets_requirements(${args}, ${capabilities}) then null else ${name}::text end`))}], null)`
+    ? sql`array_remove(array[${sql.join(
+        wanted.map(
+          ([name, args]) => sql`case when
+      forelead_meets_requirements(${args}, ${capabilities}) then null else ${name}::text end`,
+        ),
+      )}], null)`
     : sql`'{}'::text[]`;
   const [clauses, runners] = await Promise.all([
     sql<JobClauses>`
@@ -229,7 +239,12 @@ async function jobWaiting(
     const why = clauses.reason ? ` (${clauses.reason})` : "";
     return {
       code: "workspace_paused",
-      message: `workspace ${ws} is paused since ${new Date(clauses.paused_at!).toISOString()} by ${clauses.paused_by}${why}: its queued jobs are not claimed; resume it (POST /v1/admin/workspaces/${workspaceId}/resume) to let runners take them`,
+      message:
+        `workspace ${ws} is paused since ` +
+        `${new Date(clauses.paused_at!).toISOString()} by ` +
+        `${clauses.paused_by}${why}: its queued jobs are not claimed; resume it ` +
+        `(POST /v1/admin/workspaces/${workspaceId}/resume) to let runners take ` +
+        `them`,
     };
   }
   if (!clauses.due) {
@@ -238,7 +253,9 @@ async function jobWaiting(
       ? {
           code: "backoff",
           until,
-          message: `the job failed attempt ${Number(clauses.attempts)} and waits out its retry backoff: it is claimable again at ${until}`,
+          message:
+            `the job failed attempt ${Number(clauses.attempts)} and waits out its ` +
+            `retry backoff: it is claimable again at ${until}`,
         }
       : {
           code: "scheduled",
@@ -249,7 +266,10 @@ async function jobWaiting(
   if (runners.length === 0) {
     return {
       code: "no_runner",
-      message: `no runner is registered in workspace ${ws}: enroll one there (forelead runner enroll with a grant for ${ws}), or check the job's workspaceId for a typo`,
+      message:
+        `no runner is registered in workspace ${ws}: enroll one there (forelead ` +
+        `runner enroll with a grant for ${ws}), or check the job's workspaceId ` +
+        `for a typo`,
     };
   }
   const matching = runners.filter((r) => r.labels_match);
@@ -260,35 +280,51 @@ async function jobWaiting(
     const missing = closest.missing.join(",");
     return {
       code: "missing_labels",
-      message: `no runner in workspace ${ws} has labels ${labels.join(",")}; the closest, ${JSON.stringify(closest.runner_id)}, lacks ${missing}: register one with --labels including ${missing}, or drop the label from the job`,
+      message:
+        `no runner in workspace ${ws} has labels ${labels.join(",")}; the ` +
+        `closest, ${JSON.stringify(closest.runner_id)}, lacks ${missing}: ` +
+        `register one with --labels including ${missing}, or drop the label from ` +
+        `the job`,
       missingLabels: closest.missing,
     };
   }
   const meeting = matching.filter((r) => r.meets);
   if (meeting.length === 0) {
-    // The first requirement no labelled runner meets; else (each is met by some runner, none meets all) the closest runner's first.
+    // The first requirement no labelled runner meets; else (each is met by some runner, none meets
+    // all) the closest runner's first.
     const unmetByAll = wanted
       .map(([name]) => name)
       .find((name) => matching.every((r) => r.unmet.includes(name)));
     const closest = matching.reduce((best, r) => (r.unmet.length < best.unmet.length ? r : best));
     const unmetRequirement = unmetByAll ?? closest.unmet[0]!;
     const message = unmetByAll
-      ? `no runner with ${unmetByAll} in workspace ${ws}${labels.length ? ` among those with labels ${labels.join(",")}` : ""}: register one that has it, or drop it from the job's requirements`
-      : `no runner in workspace ${ws} meets all of the job's requirements; the closest, ${JSON.stringify(closest.runner_id)}, lacks ${closest.unmet.join(", ")}`;
+      ? `no runner with ${unmetByAll} in workspace ` +
+        `${ws}${labels.length ? ` among those with labels ${labels.join(",")}` : ""}: ` +
+        `register one that has it, or drop it from the job's requirements`
+      : `no runner in workspace ${ws} meets all of the job's requirements; the ` +
+        `closest, ${JSON.stringify(closest.runner_id)}, lacks ` +
+        `${closest.unmet.join(", ")}`;
     return { code: "unmet_requirements", message, unmetRequirement };
   }
   const unpaused = meeting.filter((r) => r.unpaused);
   if (unpaused.length === 0) {
     return {
       code: "runners_paused",
-      message: `every runner in workspace ${ws} with the job's labels is paused (${matching.map((r) => r.runner_id).join(", ")}); resume one (POST /v1/admin/runners/{runnerId}/resume)`,
+      message:
+        `every runner in workspace ${ws} with the job's labels is paused ` +
+        `(${matching.map((r) => r.runner_id).join(", ")}); resume one (POST ` +
+        `/v1/admin/runners/{runnerId}/resume)`,
     };
   }
   const connected = unpaused.filter((r) => r.connected);
   if (connected.length === 0) {
     return {
       code: "runners_not_connected",
-      message: `runners in workspace ${ws} have the job's labels (${unpaused.map((r) => r.runner_id).join(", ")}) but none was seen in the last ${leaseSeconds} s: start one, or check its network and certificate (its log says why it cannot reach the control plane)`,
+      message:
+        `runners in workspace ${ws} have the job's labels ` +
+        `(${unpaused.map((r) => r.runner_id).join(", ")}) but none was seen in ` +
+        `the last ${leaseSeconds} s: start one, or check its network and ` +
+        `certificate (its log says why it cannot reach the control plane)`,
     };
   }
   if (!clauses.group_room) {
@@ -296,7 +332,10 @@ async function jobWaiting(
     const running = Number(clauses.group_running);
     return {
       code: "concurrency_group",
-      message: `concurrency group ${JSON.stringify(groupKey)} is full: ${running} of at most ${clauses.concurrency_limit} running in workspace ${ws}; the job runs when one of them ends (the group's queued jobs go oldest first)`,
+      message:
+        `concurrency group ${JSON.stringify(groupKey)} is full: ${running} of at ` +
+        `most ${clauses.concurrency_limit} running in workspace ${ws}; the job ` +
+        `runs when one of them ends (the group's queued jobs go oldest first)`,
       concurrencyKey: groupKey,
       concurrencyRunning: running,
     };
@@ -305,7 +344,11 @@ async function jobWaiting(
     const busySlots = connected.reduce((n, r) => n + r.slots, 0);
     return {
       code: "all_busy",
-      message: `all ${connected.length} matching runner${connected.length === 1 ? "" : "s"} in workspace ${ws} are busy (${busySlots} slot${busySlots === 1 ? "" : "s"} in use); the job runs when one frees a slot, or add a runner or slots`,
+      message:
+        `all ${connected.length} matching ` +
+        `runner${connected.length === 1 ? "" : "s"} in workspace ${ws} are busy ` +
+        `(${busySlots} slot${busySlots === 1 ? "" : "s"} in use); the job runs ` +
+        `when one frees a slot, or add a runner or slots`,
       busyRunners: connected.length,
       busySlots,
     };

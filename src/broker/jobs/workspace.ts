@@ -3,7 +3,10 @@ import type { Database } from "../../store/schema.js";
 
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** Whose a job is: its workspace and the SPIFFE ID that enqueued it (empty for jobs older than that record). */
+/**
+ * Whose a job is: its workspace and the SPIFFE ID that enqueued it (empty for jobs older than that
+ * record).
+ */
 export interface JobOwnership {
   readonly workspaceId: string;
   readonly enqueuedBy: string;

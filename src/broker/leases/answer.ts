@@ -51,7 +51,10 @@ export async function answerInput(db: Kysely<Database>, input: AnswerInput): Pro
     );
   if (!request || request.request_id !== input.requestId) {
     throw new ConnectError(
-      `job ${jobId} waits on input request ${JSON.stringify(request?.request_id ?? "")}, not ${JSON.stringify(input.requestId.slice(0, 80))}; answer the request its view shows`,
+      `job ${jobId} waits on input request ` +
+        `${JSON.stringify(request?.request_id ?? "")}, not ` +
+        `${JSON.stringify(input.requestId.slice(0, 80))}; answer the request its ` +
+        `view shows`,
       Code.Aborted,
     );
   }
@@ -66,15 +69,24 @@ export async function answerInput(db: Kysely<Database>, input: AnswerInput): Pro
   // either waits for this one or makes it match nothing, and the refusal below says what happened.
   const { rows } = await sql<JobRow>`
     with held as (
-      select id from jobs where id = ${jobId} and state = 'waiting_input' and input_lease_id = ${request.lease_id} for update
+      select id from jobs where id = ${jobId} and state = 'waiting_input' and input_lease_id
+        = ${request.lease_id} for update
     ), i as (
-      update job_inputs set answer = ${JSON.stringify(input.answer)}::jsonb, answered_at = now(), answered_by = ${input.answeredBy}
-      where lease_id = ${request.lease_id} and answered_at is null and expires_at > now() and exists (select 1 from held)
+      update job_inputs set answer = ${JSON.stringify(input.answer)}::jsonb, answered_at = now(),
+        answered_by = ${input.answeredBy}
+      where lease_id = ${request.lease_id} and answered_at is null and expires_at > now() and exists
+        (select 1 from held)
       returning job_id, request_id
     ), j as (
       update jobs set state = 'queued', updated_at = now() from i where jobs.id = i.job_id
       returning jobs.*, i.request_id as answered_request_id
-    ), ${eventsCte("ev", "j", { type: sql`'job.input_answered'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('requestId', j.answered_request_id)` })},
+    ), ${eventsCte("ev", "j", {
+      type: sql`'job.input_answered'`,
+      workspaceId: sql`j.workspace_id`,
+      jobId: sql`j.id`,
+      data: sql`jsonb_build_object('requestId',
+      j.answered_request_id)`,
+    })},
     ${wakeWaiters("j")}
     select j.*, ${woken} from j`.execute(db);
   const row = rows[0];
@@ -93,7 +105,9 @@ export async function answerInput(db: Kysely<Database>, input: AnswerInput): Pro
       Code.Aborted,
     );
   throw new ConnectError(
-    `input request ${JSON.stringify(request.request_id)} of job ${jobId} expired at ${request.expires_at.toISOString()}; it can no longer be answered`,
+    `input request ${JSON.stringify(request.request_id)} of job ${jobId} ` +
+      `expired at ${request.expires_at.toISOString()}; it can no longer be ` +
+      `answered`,
     Code.Aborted,
   );
 }

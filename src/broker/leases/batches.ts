@@ -47,7 +47,10 @@ export async function claimBatch(
   return results;
 }
 
-/** Each input checked (checkCompletion): the valid ones with their index, and a result slot per input, a refusal's already filled. */
+/**
+ * Each input checked (checkCompletion): the valid ones with their index, and a result slot per
+ * input, a refusal's already filled.
+ */
 function checkEach<O>(inputs: readonly CompletionInput[]): {
   results: Array<PromiseSettledResult<O> | undefined>;
   valid: Array<{ index: number; input: CompletionInput; checked: CheckedCompletion }>;
@@ -64,7 +67,10 @@ function checkEach<O>(inputs: readonly CompletionInput[]): {
   return { results, valid };
 }
 
-/** Completes each input: checks first, one statement for the valid ones, completeJobInTransaction for whatever that left. */
+/**
+ * Completes each input: checks first, one statement for the valid ones, completeJobInTransaction
+ * for whatever that left.
+ */
 export async function completeBatch(
   db: Kysely<Database>,
   inputs: readonly CompletionInput[],
@@ -98,10 +104,16 @@ export async function completeBatch(
   return results as Array<PromiseSettledResult<JobSnapshot>>;
 }
 
-/** What completeAndClaimBatch answers for one completion: its settled job, and the lease claimed with it. */
+/**
+ * What completeAndClaimBatch answers for one completion: its settled job, and the lease claimed
+ * with it.
+ */
 export interface SettledAndClaimed {
   readonly job: JobSnapshot;
-  /** Leased in the completion's transaction; none when none was free or the completion took the slow path (the caller then claims as Claim does). */
+  /**
+   * Leased in the completion's transaction; none when none was free or the completion took the slow
+   * path (the caller then claims as Claim does).
+   */
   readonly lease?: LeaseView;
 }
 
@@ -131,7 +143,8 @@ export async function completeAndClaimBatch(
   try {
     replies = await settleLeases(db, valid, observer, hook);
   } catch {
-    // One statement (or the hook's transaction), rolled back: nothing was settled; each is completed alone below.
+    // One statement (or the hook's transaction), rolled back: nothing was settled; each is
+    // completed alone below.
   }
   const settledOnes = valid.flatMap((v, i) => (replies[i] ? [{ v, job: replies[i] }] : []));
   for (const { v, job } of settledOnes) results[v.index] = { status: "fulfilled", value: { job } };

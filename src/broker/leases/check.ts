@@ -43,7 +43,8 @@ export async function leaseRefusal(
   const { rows } = await sql<{ now: Date }>`select now() as now`.execute(db);
   const now = rows[0]!.now;
   const refuse = (message: string) => new ConnectError(message, Code.Aborted);
-  // Another runner's token gets the same answer as a made-up one: a difference would confirm a live lease exists.
+  // Another runner's token gets the same answer as a made-up one: a difference would confirm a live
+  // lease exists.
   if (
     !lease ||
     lease.job_id !== jobId ||
@@ -51,7 +52,8 @@ export async function leaseRefusal(
     lease.workspace_id !== holder.workspaceId
   ) {
     return refuse(
-      `the lease token is not a lease of this runner on job ${jobId}; use the token from the claim that leased this job`,
+      `the lease token is not a lease of this runner on job ${jobId}; use the ` +
+        `token from the claim that leased this job`,
     );
   }
   switch (lease.end_reason) {
@@ -62,15 +64,18 @@ export async function leaseRefusal(
     case "settled":
     case "requeued":
       return refuse(
-        `the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the runner completed it (job now ${job.state}); claim a job again`,
+        `the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the ` +
+          `runner completed it (job now ${job.state}); claim a job again`,
       );
     case "suspended":
       return refuse(
-        `the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the job suspended for input (job now ${job.state}); claim a job again`,
+        `the lease on job ${jobId} ended at ${iso(lease.ended_at)} when the job ` +
+          `suspended for input (job now ${job.state}); claim a job again`,
       );
     case "timed_out":
       return refuse(
-        `${job.failure_message ?? `job ${jobId} ran past its timeout and was failed`}; stop the job, it will not be accepted`,
+        `${job.failure_message ?? `job ${jobId} ran past its timeout and was failed`}; ` +
+          `stop the job, it will not be accepted`,
       );
     case "expired":
       return refuse(

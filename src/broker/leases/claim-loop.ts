@@ -28,7 +28,10 @@ function pollBoundSeconds(leaseSeconds: number): number {
   return Math.min(maxClaimWaitSeconds, Math.max(1, Math.floor((leaseSeconds * 2) / 3)));
 }
 
-/** Refuses a claim's waitSeconds or maxLeases out of range (invalid_argument), before anything is claimed or settled. */
+/**
+ * Refuses a claim's waitSeconds or maxLeases out of range (invalid_argument), before anything is
+ * claimed or settled.
+ */
 export function checkClaimRequest(waitSeconds: number, maxLeases = 1): void {
   if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > maxClaimWaitSeconds) {
     throw new ConnectError(
@@ -96,8 +99,9 @@ export function createClaimLoop(deps: ClaimLoopDeps): {
   const { db, wakeups, observer, settled, batchedClaim, sweepLeases } = deps;
   const options = { leaseSeconds: deps.leaseSeconds, code: deps.code };
   /**
-   * One lease as its request answers it: its base commit pinned (pinning.ts) and a step's inputs read; undefined
-   * when its job could not be pinned (then it was settled). A completion's next lease and a handed-off one.
+   * One lease as its request answers it: its base commit pinned (pinning.ts) and a step's inputs
+   * read; undefined when its job could not be pinned (then it was settled). A completion's next
+   * lease and a handed-off one.
    */
   const answerable = async (
     holder: LeaseHolder,
@@ -119,10 +123,12 @@ export function createClaimLoop(deps: ClaimLoopDeps): {
     let swept = false;
     let unused: Wake | undefined;
     for (;;) {
-      const waiter = wakeups.arm(holder.workspaceId, holder); // armed before the try: no enqueue slips between
+      // armed before the try: no enqueue slips between
+      const waiter = wakeups.arm(holder.workspaceId, holder);
       try {
-        // maxLeases requests of one holder go to the batcher in one turn, so one forelead_claim call
-        // serves them (one commit) and the function's per-request slot count bounds them together.
+        // maxLeases requests of one holder go to the batcher in one turn, so one forelead_claim
+        // call serves them (one commit) and the function's per-request slot count bounds them
+        // together.
         const claimed = await claimedLeases(
           Array.from({ length: maxLeases }, () => batchedClaim(holder)),
         );
@@ -131,14 +137,15 @@ export function createClaimLoop(deps: ClaimLoopDeps): {
         );
         if (leases.length)
           return end(await Promise.all(leases.map((lease) => withInputs(db, lease))));
-        if (claimed.length) continue; // those jobs could not be pinned and were settled: look for others
+        // those jobs could not be pinned and were settled: look for others
+        if (claimed.length) continue;
         // Woken for a job this runner cannot take (labels, slots): pass the wake on while queued
         // jobs remain, so another runner gets its chance; when the job is already gone, stop.
         if (unused && (await hasQueuedJobs(db, holder.workspaceId))) waiter.relay(unused);
         unused = undefined;
-        // Once per request: an expired lease may be holding a job the timer has not swept yet. Only the
-        // leases, and only when one has expired: the timer's other work (overdue jobs, expired input
-        // requests, stranded steps) frees no queued job and can wait for it.
+        // Once per request: an expired lease may be holding a job the timer has not swept yet. Only
+        // the leases, and only when one has expired: the timer's other work (overdue jobs, expired
+        // input requests, stranded steps) frees no queued job and can wait for it.
         if (!swept) {
           swept = true;
           if ((await anyLeaseExpired(db)) && (await sweepLeases()).length > 0) continue;

@@ -114,7 +114,8 @@ export async function leaseViews(
     box,
     rows.filter((r) => r.secret_names.length || r.secret_file_names.length).map((r) => r.id),
   );
-  // Likewise for a resumed job (docs/suspend.md): the answer and checkpoint of its latest input request.
+  // Likewise for a resumed job (docs/suspend.md): the answer and checkpoint of its latest input
+  // request.
   const inputs = await leaseInputs(
     db,
     rows.flatMap((r) => (r.input_lease_id === null ? [] : [Number(r.input_lease_id)])),
@@ -150,7 +151,10 @@ const leaseColumns = [
   "input_lease_id",
 ] as const satisfies readonly (keyof JobRow)[];
 
-/** A leased job's row as leaseViews reads it: a claim selects just these columns, a handoff has the whole row. */
+/**
+ * A leased job's row as leaseViews reads it: a claim selects just these columns, a handoff has the
+ * whole row.
+ */
 export type LeaseRow = Pick<JobRow, (typeof leaseColumns)[number]> & {
   readonly pipeline_step: boolean;
 };
@@ -167,7 +171,8 @@ const claimStatement = statementShapes(
     v: { workspaces: string[]; runners: string[]; hashes: string[]; leaseSeconds: number },
   ) => sql<LeaseRow>`
       select ${sql.join(leaseColumns.map((c) => sql.ref(`c.${c}`)))}, ${isStepJob(sql.ref("c.id"))} as pipeline_step
-      from forelead_claim(${v.workspaces}::text[], ${v.runners}::text[], ${v.hashes}::text[], ${v.leaseSeconds}::int) c`,
+      from forelead_claim(${v.workspaces}::text[], ${v.runners}::text[], ${v.hashes}::text[], ${v.leaseSeconds}::int)
+        c`,
 );
 
 function compareHolders(a: LeaseHolder, b: LeaseHolder): number {

@@ -38,8 +38,12 @@ export interface CheckedItem {
   readonly checked: CheckedCompletion;
 }
 
-/** A retryable failure requeues the job while attempts remain and no cancel was requested (i: the completion). */
-const requeues = sql`i.outcome = 'failed' and i.retryable and jobs.attempts < jobs.max_attempts and not jobs.cancel_requested`;
+/**
+ * A retryable failure requeues the job while attempts remain and no cancel was requested (i: the
+ * completion).
+ */
+const requeues = sql`i.outcome = 'failed' and i.retryable and jobs.attempts < jobs.max_attempts and
+  not jobs.cancel_requested`;
 
 /**
  * Settles the live leases among `items` in one statement (one round trip, one
@@ -143,7 +147,10 @@ interface SettleValues extends Record<string, unknown[]> {
 /** The two forms of the statement, as statementShapes contexts. */
 const settleModes = { all: { steps: "all" }, "no steps": { steps: "no steps" } } as const;
 
-/** The completion statement, compiled once per form (statementShapes); its values are arrays, so one shape serves any batch. */
+/**
+ * The completion statement, compiled once per form (statementShapes); its values are arrays, so one
+ * shape serves any batch.
+ */
 const settleShapes = statementShapes(
   (
     _q: Kysely<Database>,
@@ -166,14 +173,26 @@ const settleShapes = statementShapes(
         ${v.retryable}::boolean[], ${v.exitCode}::int[],
         ${v.error}::text[], ${v.artifacts}::text[], ${v.result}::text[],
         ${v.completionId}::text[], ${v.completionSha256}::text[]
-      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error, artifacts, result, completion_id, completion_sha256)
-      where ${liveLease({ jobId: sql.ref("i.job_id"), workspaceId: sql.ref("i.workspace_id"), runnerId: sql.ref("i.runner_id"), token: sql`decode(i.token_hex, 'hex')` }, "jobs")}
+      ) as i(ord, job_id, workspace_id, runner_id, token_hex, outcome, retryable, exit_code, error,
+        artifacts, result, completion_id, completion_sha256)
+      where ${liveLease(
+        {
+          jobId: sql.ref("i.job_id"),
+          workspaceId: sql.ref("i.workspace_id"),
+          runnerId: sql.ref("i.runner_id"),
+          token: sql`decode(i.token_hex,
+        'hex')`,
+        },
+        "jobs",
+      )}
         ${mode.steps === "no steps" ? sql`and not ${isStepJob(sql.ref("jobs.id"))}` : sql``}
-      returning jobs.*, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as settled_by, i.completion_sha256 as settled_sha256
+      returning jobs.*, i.runner_id as lease_runner_id, i.ord, i.token_hex, i.completion_id as
+        settled_by, i.completion_sha256 as settled_sha256
     ), l as (
       update leases set ended_at = now(), end_reason = case when j.state = 'queued' then 'requeued' else 'settled' end,
         completion_id = j.settled_by, completion_sha256 = j.settled_sha256,
-        completion_reply = to_jsonb(j.*) - ${sql.lit("{lease_runner_id,ord,token_hex,settled_by,settled_sha256}")}::text[]
+        completion_reply = to_jsonb(j.*)
+          - ${sql.lit("{lease_runner_id,ord,token_hex,settled_by,settled_sha256}")}::text[]
       from j where leases.token_sha256 = decode(j.token_hex, 'hex')
     ), ${eventsCte("ev", "j", settledOrRequeued("retryable_failure"))}, ${wakeWaiters("j")}
     select j.*, ${woken} from j`,
@@ -210,12 +229,14 @@ export async function completeJobInTransaction(
       )
         return storedReply(tx, lease.id);
       throw new ConnectError(
-        `job ${jobId} was already completed under this lease by completion ${JSON.stringify(lease.completion_id)}; a different completion is refused`,
+        `job ${jobId} was already completed under this lease by completion ` +
+          `${JSON.stringify(lease.completion_id)}; a different completion is ` +
+          `refused`,
         Code.Aborted,
       );
     }
-    // Not completed under this lease: settle it here if it is live after all (the lock is now held),
-    // else say why it cannot be.
+    // Not completed under this lease: settle it here if it is live after all (the lock is now
+    // held), else say why it cannot be.
     const [reply] = await settleLeases(tx, [{ input, checked }], observer, hook);
     if (reply) return reply;
     const settled = await tx
@@ -245,8 +266,7 @@ export async function completeJobInTransaction(
  */
 async function storedReply(db: Kysely<Database>, leaseId: number): Promise<JobSnapshot> {
   const { rows } =
-    await sql<JobRow>`select r.* from leases l cross join lateral jsonb_populate_record(null::jobs, l.completion_reply) r where l.id = ${leaseId}`.execute(
-      db,
-    );
+    await sql<JobRow>`select r.* from leases l cross join lateral jsonb_populate_record(null::jobs,
+      l.completion_reply) r where l.id = ${leaseId}`.execute(db);
   return jobSnapshot(rows[0]!);
 }

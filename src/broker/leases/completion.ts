@@ -46,7 +46,9 @@ export interface CheckedCompletion {
   readonly completionSha256: string;
 }
 
-/** Checks a completion's fields (400 naming the bad one); shared by completeJob and completeBatch. */
+/**
+ * Checks a completion's fields (400 naming the bad one); shared by completeJob and completeBatch.
+ */
 export function checkCompletion(input: CompletionInput): CheckedCompletion {
   const jobId = checkJobId(input.jobId);
   const tokenHash = checkLeaseToken(input.leaseToken);

@@ -14,6 +14,7 @@ export function settledOrRequeued(why: RequeueReason): EventColumns {
     runnerId: sql<string>`j.lease_runner_id`,
     jobId: sql<string>`j.id`,
     data: sql`case when j.state = 'queued' then jsonb_build_object('why', ${why}::text, 'attempt', j.attempts)
-      else jsonb_strip_nulls(jsonb_build_object('outcome', j.state, 'errorCode', coalesce(j.failure_reason, j.error->>'code'), 'attempt', j.attempts)) end`,
+      else jsonb_strip_nulls(jsonb_build_object('outcome', j.state, 'errorCode',
+        coalesce(j.failure_reason, j.error->>'code'), 'attempt', j.attempts)) end`,
   };
 }

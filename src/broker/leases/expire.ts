@@ -20,13 +20,12 @@ function utcText(at: RawBuilder<unknown>): RawBuilder<string> {
 }
 
 /**
- * Ends expired and overdue leases. A job running past its timeout plus the
- * grace (its runner still renewing, or gone) is failed with error and reason
- * `timeout`. Otherwise, for an expired lease, the job goes back to the queue
- * while attempts remain (claimable after its backoff: retryClaimableAt), is failed with reason lease_lost when none remain,
- * and is settled as cancelled when a cancel was requested. Returns the jobs
- * it changed, after `hook` ran over them in the same transaction. Bounded
- * per call, and SKIP LOCKED, so replicas sweep side by side.
+ * Ends expired and overdue leases. A job running past its timeout plus the grace (its runner still
+ * renewing, or gone) is failed with error and reason `timeout`. Otherwise, for an expired lease,
+ * the job goes back to the queue while attempts remain (claimable after its backoff:
+ * retryClaimableAt), is failed with reason lease_lost when none remain, and is settled as cancelled
+ * when a cancel was requested. Returns the jobs it changed, after `hook` ran over them in the same
+ * transaction. Bounded per call, and SKIP LOCKED, so replicas sweep side by side.
  */
 export async function expireLeases(
   db: Kysely<Database>,
@@ -60,23 +59,49 @@ export async function expireLeases(
       for update of j skip locked
     ), j as (
       update jobs set
-        state = case when expired.timed_out then 'failed' when jobs.cancel_requested then 'cancelled' when jobs.attempts >= jobs.max_attempts then 'failed' else 'queued' end,
-        failure_reason = case when expired.timed_out then 'timeout' when jobs.cancel_requested then 'cancelled' when jobs.attempts >= jobs.max_attempts then 'lease_lost' end,
+        state = case when expired.timed_out then 'failed' when jobs.cancel_requested then
+          'cancelled' when jobs.attempts >= jobs.max_attempts then 'failed' else 'queued' end,
+        failure_reason = case when expired.timed_out then 'timeout' when jobs.cancel_requested then
+          'cancelled' when jobs.attempts >= jobs.max_attempts then 'lease_lost' end,
         failure_message = case
-          when expired.timed_out then 'the job ran past its timeout of ' || expired.timeout_seconds || ' s at ' || ${utcText(sql`expired.deadline`)} || ' and was failed'
-          when jobs.cancel_requested then 'cancelled; the lease expired at ' || ${utcText(sql`expired.lease_expires_at`)} || ' without the runner settling the job'
-          when jobs.attempts >= jobs.max_attempts then 'the lease expired at ' || ${utcText(sql`expired.lease_expires_at`)} || ' on attempt ' || jobs.attempts || ' of ' || jobs.max_attempts || '; no attempts left'
+          when expired.timed_out then 'the job ran past its timeout of ' || expired.timeout_seconds
+            || ' s at ' || ${utcText(sql`expired.deadline`)} || ' and was failed'
+          when jobs.cancel_requested then 'cancelled; the lease expired at '
+            || ${utcText(sql`expired.lease_expires_at`)} || ' without the runner settling the job'
+          when jobs.attempts >= jobs.max_attempts then 'the lease expired at '
+            || ${utcText(sql`expired.lease_expires_at`)} || ' on attempt ' || jobs.attempts ||
+            ' of ' || jobs.max_attempts || '; no attempts left'
         end,
-        error = case when expired.timed_out then jsonb_build_object('code', 'timeout', 'message', 'the job ran past its timeout of ' || expired.timeout_seconds || ' s and was failed by the control plane', 'retryable', false) else jobs.error end,
-        settled_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >= jobs.max_attempts then now() end,
-        claimable_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >= jobs.max_attempts then jobs.claimable_at else ${retryClaimableAt} end,
+        error = case when expired.timed_out then jsonb_build_object('code', 'timeout', 'message',
+          'the job ran past its timeout of ' || expired.timeout_seconds ||
+          ' s and was failed by the control plane', 'retryable', false) else jobs.error end,
+        settled_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >=
+          jobs.max_attempts then now() end,
+        claimable_at = case when expired.timed_out or jobs.cancel_requested or jobs.attempts >=
+          jobs.max_attempts then jobs.claimable_at else ${retryClaimableAt} end,
         ${clearLease}
       from expired where jobs.id = expired.id
-      returning jobs.id, jobs.state, jobs.workspace_id, jobs.claimable_at, jobs.concurrency_key, jobs.attempts, jobs.error, jobs.failure_reason, expired.lease_id, expired.runner_id as lease_runner_id, expired.timed_out
+      returning jobs.id, jobs.state, jobs.workspace_id, jobs.claimable_at, jobs.concurrency_key,
+        jobs.attempts, jobs.error, jobs.failure_reason, expired.lease_id, expired.runner_id as
+        lease_runner_id, expired.timed_out
     ), l as (
-      update leases set ended_at = now(), end_reason = case when j.timed_out then 'timed_out' else 'expired' end from j where leases.id = j.lease_id
+      update leases set ended_at = now(), end_reason = case when j.timed_out then 'timed_out' else
+        'expired' end from j where leases.id = j.lease_id
     ), ${eventsCte("ev", "j", settledOrRequeued("lease_lost"))},
-    ${eventsCte("lost", sql`ev join j on j.id = ev.job_id`, { type: sql`'runner.lease_lost'`, workspaceId: sql`j.workspace_id`, runnerId: sql`j.lease_runner_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('attempt', j.attempts)` }, sql`not j.timed_out`)},
+    ${eventsCte(
+      "lost",
+      sql`ev join j on j.id =
+      ev.job_id`,
+      {
+        type: sql`'runner.lease_lost'`,
+        workspaceId: sql`j.workspace_id`,
+        runnerId: sql`j.lease_runner_id`,
+        jobId: sql`j.id`,
+        data: sql`jsonb_build_object('attempt',
+      j.attempts)`,
+      },
+      sql`not j.timed_out`,
+    )},
     ${wakeWaiters("j")}
     select j.id, j.state, j.workspace_id, ${woken} from j`.execute(q)
       ).rows,
@@ -109,9 +134,8 @@ export async function expireLeaseNow(db: Kysely<Database>, jobId: string): Promi
     with j as (
       update jobs set lease_expires_at = now() - interval '1 second' where ${liveLease({ jobId })} returning lease_id
     )
-    update leases set expires_at = now() - interval '1 second' from j where leases.id = j.lease_id returning leases.id as lease_id`.execute(
-    db,
-  );
+    update leases set expires_at = now() - interval '1 second' from j where leases.id = j.lease_id
+      returning leases.id as lease_id`.execute(db);
   return rows.length > 0;
 }
 
@@ -135,12 +159,30 @@ export async function expireInputRequests(
       for update of j skip locked
     ), j as (
       update jobs set state = 'failed', failure_reason = 'input_expired',
-        failure_message = 'input request "' || due.request_id || '" was not answered by ' || ${utcText(sql`due.expires_at`)} || '; the job was failed',
+        failure_message = 'input request "' || due.request_id || '" was not answered by '
+          || ${utcText(sql`due.expires_at`)} || '; the job was failed',
         settled_at = now(), updated_at = now()
       from due where jobs.id = due.id
       returning jobs.id, jobs.state, jobs.workspace_id, jobs.attempts, due.request_id
-    ), ${eventsCte("ev", "j", { type: sql`'job.input_expired'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('requestId', j.request_id)` })},
-    ${eventsCte("settled", sql`ev join j on j.id = ev.job_id`, { type: sql`'job.settled'`, workspaceId: sql`j.workspace_id`, jobId: sql`j.id`, data: sql`jsonb_build_object('outcome', 'failed', 'errorCode', 'input_expired', 'attempt', j.attempts)` })}
+    ), ${eventsCte("ev", "j", {
+      type: sql`'job.input_expired'`,
+      workspaceId: sql`j.workspace_id`,
+      jobId: sql`j.id`,
+      data: sql`jsonb_build_object('requestId',
+      j.request_id)`,
+    })},
+    ${eventsCte(
+      "settled",
+      sql`ev join j on j.id =
+      ev.job_id`,
+      {
+        type: sql`'job.settled'`,
+        workspaceId: sql`j.workspace_id`,
+        jobId: sql`j.id`,
+        data: sql`jsonb_build_object('outcome',
+      'failed', 'errorCode', 'input_expired', 'attempt', j.attempts)`,
+      },
+    )}
     select j.id, j.state from j`.execute(db);
   return rows;
 }

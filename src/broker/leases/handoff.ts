@@ -27,11 +27,20 @@ import type { Reservation, Wakeups } from "./wakeups.js";
  * (runAt, delaySeconds). Measured in docs/performance.md, section 2.
  */
 export interface Handoff {
-  /** Reserves a waiting claim (wakeups.ts) and names its runner for the enqueue's statement; undefined when none waits. Called just before the statement. */
+  /**
+   * Reserves a waiting claim (wakeups.ts) and names its runner for the enqueue's statement;
+   * undefined when none waits. Called just before the statement.
+   */
   readonly target: () => HandoffTarget | undefined;
-  /** Hands the reserved claim the lease the statement made (`handed`), or lets it wait on when it made none. */
+  /**
+   * Hands the reserved claim the lease the statement made (`handed`), or lets it wait on when it
+   * made none.
+   */
   deliver(handed: HandedRow | undefined): Promise<void>;
-  /** Ends a reservation that was not delivered (the statement failed): the claim waits on as it would have. */
+  /**
+   * Ends a reservation that was not delivered (the statement failed): the claim waits on as it
+   * would have.
+   */
   cancel(): void;
 }
 

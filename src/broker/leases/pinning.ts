@@ -92,7 +92,8 @@ export async function pinClaimedJob(
     return undefined;
   }
   const { rows } = await sql<JobRow>`
-    update jobs set base_commit = coalesce(base_commit, ${pinned.commit}), base_tree = coalesce(base_tree, ${pinned.tree}), updated_at = now()
+    update jobs set base_commit = coalesce(base_commit, ${pinned.commit}), base_tree =
+      coalesce(base_tree, ${pinned.tree}), updated_at = now()
     where ${liveLease({ jobId, token: tokenHash })}
     returning *`.execute(db);
   const row = rows[0];
@@ -120,11 +121,13 @@ async function failUnpinnable(
       (
         await sql<{ id: string }>`
     with j as (
-      update jobs set state = 'failed', failure_reason = 'code_unavailable', failure_message = ${message}, settled_at = now(), ${clearLease}
+      update jobs set state = 'failed', failure_reason = 'code_unavailable', failure_message
+        = ${message}, settled_at = now(), ${clearLease}
       where ${leaseHeld({ jobId, token: tokenHash })}
       returning id, workspace_id, state, attempts, error, failure_reason, ${runnerId}::text as lease_runner_id
     ), ${eventsCte("ev", "j", settledOrRequeued("released"))}
-    , l as (update leases set ended_at = now(), end_reason = 'settled' where token_sha256 = ${tokenHash} and exists (select 1 from j))
+    , l as (update leases set ended_at = now(), end_reason = 'settled' where token_sha256
+      = ${tokenHash} and exists (select 1 from j))
     select j.id from j`.execute(q)
       ).rows,
   );

@@ -32,7 +32,10 @@ export function givenBack(
     ${clearLease}`;
 }
 
-/** The SET items of a lease row given back (`reason`: released, suspended): ended now, and no longer live by its expiry either. */
+/**
+ * The SET items of a lease row given back (`reason`: released, suspended): ended now, and no longer
+ * live by its expiry either.
+ */
 export function givenBackLeaseRow(reason: "released" | "suspended"): RawBuilder<unknown> {
   return sql`ended_at = now(), end_reason = ${sql.lit(reason)}, expires_at = least(expires_at, now())`;
 }
@@ -90,7 +93,8 @@ export async function releaseRunnerLeases(
     ), j as (
       update jobs set ${givenBack("cancelled; the runner was retired")}
       from held where jobs.id = held.id
-      returning jobs.id, jobs.state, jobs.workspace_id, jobs.claimable_at, jobs.concurrency_key, jobs.attempts, jobs.error, jobs.failure_reason, held.lease_id, ${holder.runnerId}::text as lease_runner_id
+      returning jobs.id, jobs.state, jobs.workspace_id, jobs.claimable_at, jobs.concurrency_key,
+        jobs.attempts, jobs.error, jobs.failure_reason, held.lease_id, ${holder.runnerId}::text as lease_runner_id
     ), l as (
       update leases set ${givenBackLeaseRow("released")}
       from j where leases.id = j.lease_id

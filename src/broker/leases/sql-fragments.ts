@@ -10,7 +10,10 @@ import { jobsChannel } from "./wakeups.js";
 // live lease rows with forelead_live_leases, in SQL these cannot reach; it
 // states the rule of liveLeaseRow.
 
-/** How a statement names the jobs table: unqualified, or by one of these aliases ("ins": the enqueue's inserted rows). */
+/**
+ * How a statement names the jobs table: unqualified, or by one of these aliases ("ins": the
+ * enqueue's inserted rows).
+ */
 export type JobsAlias = "jobs" | "j" | "ins";
 
 /** How a statement names the leases table. */
@@ -63,12 +66,17 @@ export function liveLease(match: LeaseMatch, alias?: JobsAlias): RawBuilder<SqlB
   return sql<SqlBool>`${leaseHeld(match, alias)} and ${qualifier(alias)}lease_expires_at > now()`;
 }
 
-/** The jobs row is running under a lease that has expired (the complement of liveLease): what the sweep ends. */
+/**
+ * The jobs row is running under a lease that has expired (the complement of liveLease): what the
+ * sweep ends.
+ */
 export function expiredLease(alias?: JobsAlias): RawBuilder<SqlBool> {
   return sql<SqlBool>`${leaseHeld({}, alias)} and ${qualifier(alias)}lease_expires_at <= now()`;
 }
 
-/** The leases row (`alias`) is live: not ended, not expired. What counts against a runner's slots. */
+/**
+ * The leases row (`alias`) is live: not ended, not expired. What counts against a runner's slots.
+ */
 export function liveLeaseRow(alias?: LeasesAlias): RawBuilder<SqlBool> {
   const t = qualifier(alias);
   return sql<SqlBool>`${t}ended_at is null and ${t}expires_at > now()`;
@@ -80,7 +88,8 @@ export function liveLeaseRow(alias?: LeasesAlias): RawBuilder<SqlBool> {
  * a lease (release, complete, expire, a runner's retirement, a failed pin)
  * sets these beside the job's new state.
  */
-export const clearLease = sql`runner_id = null, lease_id = null, lease_token_sha256 = null, lease_expires_at = null, updated_at = now()`;
+export const clearLease = sql`runner_id = null, lease_id = null, lease_token_sha256 = null,
+  lease_expires_at = null, updated_at = now()`;
 
 /**
  * `pg_notify` on the jobs channel: a job may be claimable in `workspaceId`
@@ -94,7 +103,8 @@ export function notifyJobs(
   claimableAt?: RawBuilder<unknown>,
 ): RawBuilder<string> {
   if (!claimableAt) return sql<string>`pg_notify(${jobsChannel}, ${workspaceId})`;
-  return sql<string>`pg_notify(${jobsChannel}, case when ${claimableAt} > now() then ${workspaceId} || ' ' || floor(extract(epoch from ${claimableAt}) * 1000)::bigint else ${workspaceId} end)`;
+  return sql<string>`pg_notify(${jobsChannel}, case when ${claimableAt} > now()
+    then ${workspaceId} || ' ' || floor(extract(epoch from ${claimableAt}) * 1000)::bigint else ${workspaceId} end)`;
 }
 
 /**
@@ -123,4 +133,5 @@ export const woken = sql`(select count(*) from wake) as woken`;
  * SET item's value, over the unqualified jobs row before the update.
  */
 export const retryClaimableAt = sql`case when jobs.backoff_initial_seconds is null then jobs.claimable_at
-  else now() + make_interval(secs => least(jobs.backoff_max_seconds, jobs.backoff_initial_seconds * power(jobs.backoff_multiplier, greatest(jobs.attempts - 1, 0)))) end`;
+  else now() + make_interval(secs => least(jobs.backoff_max_seconds, jobs.backoff_initial_seconds *
+    power(jobs.backoff_multiplier, greatest(jobs.attempts - 1, 0)))) end`;

@@ -19,7 +19,10 @@ import { givenBack, givenBackLeaseRow } from "./release.js";
 import type { LeaseCall } from "./views.js";
 import { declaredFeatures } from "../fleet/features.js";
 
-/** A suspend under a lease: the job's input request and the checkpoint files uploaded under the lease (already checked as a manifest). */
+/**
+ * A suspend under a lease: the job's input request and the checkpoint files uploaded under the
+ * lease (already checked as a manifest).
+ */
 export interface SuspendInput extends LeaseCall {
   readonly request: InputRequestSpec;
   readonly checkpoint: readonly CheckpointEntry[];
@@ -49,7 +52,9 @@ export async function suspendJob(db: Kysely<Database>, input: SuspendInput): Pro
   const missing = suspendFeatures.filter((f) => !declared.includes(f));
   if (missing.length) {
     throw new ConnectError(
-      `runner "${input.runnerId}" did not declare the feature(s) ${missing.join(", ")} when it registered, so it cannot suspend jobs; register with them (docs/suspend.md) or complete the job`,
+      `runner "${input.runnerId}" did not declare the feature(s) ` +
+        `${missing.join(", ")} when it registered, so it cannot suspend jobs; ` +
+        `register with them (docs/suspend.md) or complete the job`,
       Code.FailedPrecondition,
     );
   }
@@ -102,7 +107,8 @@ export async function suspendJob(db: Kysely<Database>, input: SuspendInput): Pro
       runnerId: sql`j.lease_runner_id`,
       jobId: sql`j.id`,
       data: sql`case when j.state = 'waiting_input'
-        then jsonb_build_object('requestId', ${request.id}::text, 'attempt', j.attempts, 'checkpointFiles', ${checkpoint.length}::int, 'expiresInSeconds', ${request.expiresInSeconds}::int)
+        then jsonb_build_object('requestId', ${request.id}::text, 'attempt', j.attempts,
+          'checkpointFiles', ${checkpoint.length}::int, 'expiresInSeconds', ${request.expiresInSeconds}::int)
         else jsonb_build_object('outcome', 'cancelled', 'errorCode', 'cancelled', 'attempt', j.attempts) end`,
     })}
     select j.* from j`.execute(db);
@@ -118,7 +124,10 @@ export async function suspendJob(db: Kysely<Database>, input: SuspendInput): Pro
   return repeatedSuspend(db, input, jobId, tokenHash, sha);
 }
 
-/** A suspend that matched no live lease: a repeat of the one that ended it gets the job, anything else its refusal. */
+/**
+ * A suspend that matched no live lease: a repeat of the one that ended it gets the job, anything
+ * else its refusal.
+ */
 async function repeatedSuspend(
   db: Kysely<Database>,
   input: SuspendInput,
@@ -138,7 +147,8 @@ async function repeatedSuspend(
   if (!earlier) throw await leaseRefusal(db, input, jobId, tokenHash);
   if (earlier.suspend_sha256 !== sha) {
     throw new ConnectError(
-      `job ${jobId} was already suspended under this lease with input request ${JSON.stringify(earlier.request_id)}; a different suspend is refused`,
+      `job ${jobId} was already suspended under this lease with input request ` +
+        `${JSON.stringify(earlier.request_id)}; a different suspend is refused`,
       Code.Aborted,
     );
   }

@@ -7,7 +7,10 @@ import type { LeaseInput } from "../jobs/inputs.js";
 // release, complete, expire. The rules they share (a live lease, ending one,
 // waking claims) are in lease-sql.ts.
 
-/** One input of a pipeline step's job: an artifact of a step it needs (proto forelead.runner.v1.JobInput; pipelines/inputs.ts). */
+/**
+ * One input of a pipeline step's job: an artifact of a step it needs (proto
+ * forelead.runner.v1.JobInput; pipelines/inputs.ts).
+ */
 export interface JobInputView {
   readonly name: string;
   readonly digest: string;
@@ -16,7 +19,10 @@ export interface JobInputView {
   readonly fromJobId: string;
 }
 
-/** A lease as the runner sees it: the token, and the job's secrets, only in the claim that issued it. */
+/**
+ * A lease as the runner sees it: the token, and the job's secrets, only in the claim that issued
+ * it.
+ */
 export interface LeaseView {
   readonly token?: string;
   readonly secrets?: LeaseSecrets;
@@ -25,9 +31,15 @@ export interface LeaseView {
   readonly job: JobSnapshot;
   /** Which attempt this lease runs (the claim reply only). */
   readonly attempt?: number;
-  /** A resumed job's answered input request and checkpoint (docs/suspend.md), only in the claim that issued the lease. */
+  /**
+   * A resumed job's answered input request and checkpoint (docs/suspend.md), only in the claim that
+   * issued the lease.
+   */
   readonly input?: LeaseInput;
-  /** Whether the job is a pipeline step's, only in the claim that issued the lease: only then can it have inputs. */
+  /**
+   * Whether the job is a pipeline step's, only in the claim that issued the lease: only then can it
+   * have inputs.
+   */
   readonly pipelineStep?: boolean;
   /** A pipeline step's inputs (pipelines/inputs.ts), only in the claim that issued the lease. */
   readonly inputs?: readonly JobInputView[];

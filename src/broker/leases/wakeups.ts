@@ -5,7 +5,10 @@ import { createNotifyWaiters } from "../../store/notify-waiters.js";
 /** The NOTIFY channel that says "a job may be claimable in workspace <payload>". */
 export const jobsChannel = "forelead_jobs";
 
-/** The NOTIFY channel that says "workspace <payload> or a runner in it was resumed": every waiter there claims again. */
+/**
+ * The NOTIFY channel that says "workspace <payload> or a runner in it was resumed": every waiter
+ * there claims again.
+ */
 export const resumeChannel = "forelead_resume";
 
 /**
@@ -45,9 +48,15 @@ export const resumeChannel = "forelead_resume";
  * wait resolves with it; without, it waits on, or ends as it would have.
  */
 export interface Wakeups<H = unknown, L = unknown> {
-  /** Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. With `holder` (the claim's runner), the waiter can be reserved for a handoff. */
+  /**
+   * Arms a waiter for `workspaceId`; await `wait` for the next notification after arming. With
+   * `holder` (the claim's runner), the waiter can be reserved for a handoff.
+   */
   arm(workspaceId: string, holder?: H): Waiter<L>;
-  /** Reserves the first waiter of `workspaceId` that is waiting now and has a holder; undefined when none is. */
+  /**
+   * Reserves the first waiter of `workspaceId` that is waiting now and has a holder; undefined when
+   * none is.
+   */
   reserve(workspaceId: string): Reservation<H, L> | undefined;
   close(): Promise<void>;
 }
@@ -73,15 +82,22 @@ export interface Wake {
 
 /** One armed waiter. */
 interface Waiter<L = unknown> {
-  /** Resolves with the wake, a lease handed to it, or undefined after `ms` or when `signal` aborts. */
+  /**
+   * Resolves with the wake, a lease handed to it, or undefined after `ms` or when `signal` aborts.
+   */
   wait(ms: number, signal?: AbortSignal): Promise<Wake | Handed<L> | undefined>;
-  /** Disarms without waiting; a wake that arrived meanwhile and was not returned by wait() goes to the next waiter. */
+  /**
+   * Disarms without waiting; a wake that arrived meanwhile and was not returned by wait() goes to
+   * the next waiter.
+   */
   cancel(): void;
   /** Hands an unused wake to the next waiter that has not tried it. */
   relay(wake: Wake): void;
 }
 
-/** How long after a due time its timer fires; and the longest timer (a later time is re-read then). */
+/**
+ * How long after a due time its timer fires; and the longest timer (a later time is re-read then).
+ */
 const dueSlackMs = 5;
 const maxTimerMs = 3_600_000;
 
@@ -121,7 +137,8 @@ export async function createWakeups<H = unknown, L = unknown>(
   };
   const readDue = async (workspaceId?: string) => {
     const due = sql`state = 'queued' and claimable_at > created_at and claimable_at > now()`;
-    // One workspace: min() without GROUP BY is one probe of jobs_scheduled (a LIMIT 1 in index order).
+    // One workspace: min() without GROUP BY is one probe of jobs_scheduled (a LIMIT 1 in index
+    // order).
     const { rows } =
       workspaceId === undefined
         ? await sql<{
@@ -133,9 +150,8 @@ export async function createWakeups<H = unknown, L = unknown>(
         : await sql<{
             workspace_id: string;
             at: Date | string | null;
-          }>`select ${workspaceId}::text as workspace_id, min(claimable_at) as at from jobs where workspace_id = ${workspaceId} and ${due}`.execute(
-            store.db,
-          );
+          }>`select ${workspaceId}::text as workspace_id, min(claimable_at) as at from jobs where
+            workspace_id = ${workspaceId} and ${due}`.execute(store.db);
     for (const row of rows)
       if (row.at !== null) scheduleDue(row.workspace_id, new Date(row.at).getTime());
   };
@@ -157,7 +173,8 @@ export async function createWakeups<H = unknown, L = unknown>(
     readDueQuietly();
   });
   readDueQuietly();
-  // A resume may make many jobs claimable at once (and only for some runners): every waiter in the workspace looks again.
+  // A resume may make many jobs claimable at once (and only for some runners): every waiter in the
+  // workspace looks again.
   const unlistenResume = await waiting.listen(store, resumeChannel, (workspaceId) => {
     for (const waiter of waiting.armed(workspaceId)) waiter.end();
   });
@@ -175,8 +192,9 @@ export async function createWakeups<H = unknown, L = unknown>(
         wait: (ms, signal) => waiter.wait(ms, signal),
         cancel() {
           waiter.cancel();
-          // Woken while its claim was running, then done (leased another job, or gave up): the
-          // wake was never used for the job it announced; pass it on, or that job waits for the next enqueue.
+          // Woken while its claim was running, then done (leased another job, or gave up): the wake
+          // was never used for the job it announced; pass it on, or that job waits for the next
+          // enqueue.
           const woken = waiter.woken as Wake | undefined;
           if (woken && !waiter.delivered && !relayed && woken.workspaceId) {
             relayed = true;

@@ -34,7 +34,9 @@ export function checkGraph(steps: readonly StepNode[]): void {
   steps.forEach((s, i) => {
     if (!stepName.test(s.name))
       bad(
-        `steps[${i}].name ${JSON.stringify(s.name.slice(0, 80))} is not a step name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`,
+        `steps[${i}].name ${JSON.stringify(s.name.slice(0, 80))} is not a step ` +
+          `name: 1 to 63 characters of A-Z a-z 0-9 . _ -, starting with a letter ` +
+          `or digit`,
       );
     if (byName.has(s.name))
       bad(
@@ -68,11 +70,13 @@ export function checkGraph(steps: readonly StepNode[]): void {
         bad(`${at} names unknown step ${JSON.stringify(input.step.slice(0, 80))}`);
       if (!upstream.has(input.step))
         bad(
-          `${at} is from step ${JSON.stringify(input.step)}, which ${s.name} does not need (directly or through its needs); add it to needs`,
+          `${at} is from step ${JSON.stringify(input.step)}, which ${s.name} does ` +
+            `not need (directly or through its needs); add it to needs`,
         );
       if (!input.name === !input.glob)
         bad(`${at} needs exactly one of name (an artifact's name) or glob (e.g. "dist/**")`);
-      // A name or glob follows the artifact names' rules: relative, no ".." segment, nothing hidden.
+      // A name or glob follows the artifact names' rules: relative, no ".." segment, nothing
+      // hidden.
       const field = input.name ? "name" : "glob";
       const problem = artifactNameProblem(input.name || input.glob);
       if (problem)
@@ -108,7 +112,10 @@ export function downstream(name: string, steps: readonly StepNode[]): Set<string
   return out;
 }
 
-/** A cycle as its steps in order, first repeated at the end; undefined when there is none (depth-first, colouring). */
+/**
+ * A cycle as its steps in order, first repeated at the end; undefined when there is none
+ * (depth-first, colouring).
+ */
 function findCycle(
   steps: readonly StepNode[],
   byName: ReadonlyMap<string, StepNode>,

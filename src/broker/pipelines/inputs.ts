@@ -70,7 +70,9 @@ async function jobInputs(db: Kysely<Database>, jobId: string): Promise<JobInputV
   return [...out.values()];
 }
 
-/** A lease with its job's inputs (a claim reply of a pipeline step's job); any other lease as it is. */
+/**
+ * A lease with its job's inputs (a claim reply of a pipeline step's job); any other lease as it is.
+ */
 export async function withInputs(db: Kysely<Database>, lease: LeaseView): Promise<LeaseView> {
   if (lease.pipelineStep === false) return lease; // the claim's row says it is no step's job
   const inputs = await jobInputs(db, String(lease.job.id));
@@ -97,7 +99,8 @@ export async function leaseInput(
   );
   if (!input)
     throw new ConnectError(
-      `job ${jobId} has no input ${JSON.stringify(name.slice(0, 200))} from job ${fromJobId.slice(0, 40)}; its lease lists the inputs it may read`,
+      `job ${jobId} has no input ${JSON.stringify(name.slice(0, 200))} from ` +
+        `job ${fromJobId.slice(0, 40)}; its lease lists the inputs it may read`,
       Code.NotFound,
     );
   return input;

@@ -56,7 +56,10 @@ export interface Pipelines {
   resume(pipelineId: string, fromStep: string): Promise<PipelineView>;
 }
 
-/** The pipelines of a broker: `ctx` enqueues step jobs, `settled` is the broker's settle hook (a cancel settles queued jobs). */
+/**
+ * The pipelines of a broker: `ctx` enqueues step jobs, `settled` is the broker's settle hook (a
+ * cancel settles queued jobs).
+ */
 export function createPipelines(
   db: Kysely<Database>,
   ctx: StepEnqueue,
@@ -73,7 +76,10 @@ export function createPipelines(
   };
 }
 
-/** Runs `fn` again when Postgres chose it as a deadlock victim (a cancel locks the pipeline, then its jobs; a settle the other way round). */
+/**
+ * Runs `fn` again when Postgres chose it as a deadlock victim (a cancel locks the pipeline, then
+ * its jobs; a settle the other way round).
+ */
 async function retryingDeadlocks<T>(fn: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
@@ -134,12 +140,14 @@ async function submitPipeline(
   ctx: StepEnqueue,
 ): Promise<PipelineView> {
   checkSubmission(input, ctx);
-  // Outside the transaction: the code host may look a branch up, and must not hold the pipeline's lock meanwhile.
+  // Outside the transaction: the code host may look a branch up, and must not hold the pipeline's
+  // lock meanwhile.
   for (const s of input.steps) {
     if (!s.repository) continue;
     if (!ctx.code)
       bad(
-        `steps (${s.name}): repository ${JSON.stringify(s.repository)} is not registered: this control plane serves no code routes`,
+        `steps (${s.name}): repository ${JSON.stringify(s.repository)} is not ` +
+          `registered: this control plane serves no code routes`,
       );
     await ctx.code.checkTarget(s.repository, s.targetBranch);
   }
@@ -236,13 +244,16 @@ async function submitPipeline(
     .executeTakeFirstOrThrow();
   if (existing.enqueued_by && input.enqueuedBy && existing.enqueued_by !== input.enqueuedBy) {
     throw new ConnectError(
-      `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" by another identity; use a new key`,
+      `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used ` +
+        `in workspace "${input.workspaceId}" by another identity; use a new key`,
       Code.Aborted,
     );
   }
   if (existing.request_sha256 !== requestSha256) {
     throw new ConnectError(
-      `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used in workspace "${input.workspaceId}" for pipeline ${existing.id} with a different request; use a new key`,
+      `idempotencyKey ${JSON.stringify(input.idempotencyKey)} was already used ` +
+        `in workspace "${input.workspaceId}" for pipeline ${existing.id} with a ` +
+        `different request; use a new key`,
       Code.Aborted,
     );
   }
@@ -257,7 +268,10 @@ async function getPipeline(db: Kysely<Database>, id: string): Promise<PipelineVi
 
 type PipelineRow = Selectable<PipelinesTable>;
 
-/** The views of pipeline rows with their steps; a queued step whose job a runner holds shows as running. */
+/**
+ * The views of pipeline rows with their steps; a queued step whose job a runner holds shows as
+ * running.
+ */
 async function views(db: Kysely<Database>, rows: readonly PipelineRow[]): Promise<PipelineView[]> {
   if (!rows.length) return [];
   const steps = await db
@@ -428,7 +442,8 @@ async function resumePipeline(
       .execute();
     if (fromStep && !steps.some((s) => s.name === fromStep))
       bad(
-        `fromStep ${JSON.stringify(fromStep.slice(0, 80))} is not a step of pipeline ${id}; its steps are ${steps.map((s) => s.name).join(", ")}`,
+        `fromStep ${JSON.stringify(fromStep.slice(0, 80))} is not a step of ` +
+          `pipeline ${id}; its steps are ${steps.map((s) => s.name).join(", ")}`,
       );
     const again = fromStep
       ? downstream(
@@ -442,7 +457,8 @@ async function resumePipeline(
         Code.FailedPrecondition,
       );
     if (p.state === "succeeded") {
-      // A succeeded pipeline's step secrets were erased (sequence.ts): steps that had some cannot run again.
+      // A succeeded pipeline's step secrets were erased (sequence.ts): steps that had some cannot
+      // run again.
       const withSecrets = await tx
         .selectFrom("pipeline_steps as s")
         .innerJoin("jobs as j", "j.id", "s.job_id")
@@ -458,7 +474,9 @@ async function resumePipeline(
         .execute();
       if (withSecrets.length)
         throw new ConnectError(
-          `pipeline ${id} succeeded and the secrets of ${withSecrets.map((r) => r.name).join(", ")} were erased; submit it again`,
+          `pipeline ${id} succeeded and the secrets of ` +
+            `${withSecrets.map((r) => r.name).join(", ")} were erased; submit it ` +
+            `again`,
           Code.FailedPrecondition,
         );
     }

@@ -40,7 +40,10 @@ export function pipelineSettleHook(ctx: StepEnqueue): SettleHook {
 
 type SettledState = "succeeded" | "failed" | "cancelled";
 const settledJob = new Set<JobState>(["succeeded", "failed", "cancelled"]);
-/** Whether a step's job has settled for good (a job waiting for input has not: its step stays as it is). */
+/**
+ * Whether a step's job has settled for good (a job waiting for input has not: its step stays as it
+ * is).
+ */
 const isSettled = (state: JobState | null): state is SettledState =>
   state !== null && settledJob.has(state);
 
@@ -186,7 +189,10 @@ export async function advancePipeline(
   });
 }
 
-/** Enqueues a step's job through the broker's one enqueue path, in `tx`; its secrets opened from the step's rows. */
+/**
+ * Enqueues a step's job through the broker's one enqueue path, in `tx`; its secrets opened from the
+ * step's rows.
+ */
 async function enqueueStep(
   tx: Transaction<Database>,
   pipeline: { id: string; workspace_id: string; enqueued_by: string | null },
@@ -207,7 +213,8 @@ async function enqueueStep(
       pipelineStepSecretBinding(pipeline.id, step.name, r.kind, r.name),
     );
   const request = step.request as unknown as StoredStepRequest;
-  // The repository and branch were checked at submit; the code host is not asked again under the pipeline's lock.
+  // The repository and branch were checked at submit; the code host is not asked again under the
+  // pipeline's lock.
   const code: CodeHooks | undefined = ctx.code && {
     ...ctx.code,
     checkTarget: async () => undefined,

@@ -41,11 +41,15 @@ export function defaultAssetsDir(from: string = fileURLToPath(import.meta.url)):
   }
 }
 
-/** Reads every file of `dir` (by its URL path, "/app.js"); a missing build is an error saying how to make it. */
+/**
+ * Reads every file of `dir` (by its URL path, "/app.js"); a missing build is an error saying how to
+ * make it.
+ */
 export async function loadAssets(dir: string): Promise<ReadonlyMap<string, Asset>> {
   if (!existsSync(join(dir, "index.html")))
     throw new Error(
-      `the dashboard's pages are not built: ${join(dir, "index.html")} is missing; run \`npm run build\` (npm ci runs it)`,
+      `the dashboard's pages are not built: ${join(dir, "index.html")} is ` +
+        `missing; run \`npm run build\` (npm ci runs it)`,
     );
   const assets = new Map<string, Asset>();
   for (const name of await readdir(dir)) {

@@ -6,7 +6,9 @@ export interface ListenAddress {
   readonly port: number;
 }
 
-/** Parses `HOST:PORT` (`[::1]:8080` for IPv6); a bad one is an error naming the flag and an example. */
+/**
+ * Parses `HOST:PORT` (`[::1]:8080` for IPv6); a bad one is an error naming the flag and an example.
+ */
 export function parseListen(text: string): ListenAddress {
   const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(text.trim());
   const port = m ? Number(m[3]) : NaN;
@@ -25,10 +27,16 @@ export function isLoopback(host: string): boolean {
   return false;
 }
 
-/** Refuses a non-loopback address unless `allowRemote`: the dashboard acts with the operator's certificate, so anyone who reaches it acts as the operator. */
+/**
+ * Refuses a non-loopback address unless `allowRemote`: the dashboard acts with the operator's
+ * certificate, so anyone who reaches it acts as the operator.
+ */
 export function checkListen(address: ListenAddress, allowRemote: boolean): void {
   if (allowRemote || isLoopback(address.host)) return;
   throw new Error(
-    `--listen ${address.host}:${address.port} is not a loopback address: everyone who can reach it would act with your client certificate (your identity and roles). Listen on 127.0.0.1 or [::1], or pass --allow-remote if the network in front of it is yours to trust`,
+    `--listen ${address.host}:${address.port} is not a loopback address: ` +
+      `everyone who can reach it would act with your client certificate (your ` +
+      `identity and roles). Listen on 127.0.0.1 or [::1], or pass ` +
+      `--allow-remote if the network in front of it is yours to trust`,
   );
 }

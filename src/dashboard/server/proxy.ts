@@ -9,7 +9,10 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Endpoint } from "../../cli/connection.js";
 import { writeRefusal } from "./security.js";
 
-/** The request headers a Connect call needs; everything else the browser sends (cookies, its user agent, ...) stays behind. */
+/**
+ * The request headers a Connect call needs; everything else the browser sends (cookies, its user
+ * agent, ...) stays behind.
+ */
 const forwardedRequestHeaders = [
   "content-type",
   "content-length",
@@ -22,7 +25,10 @@ const forwardedRequestHeaders = [
   "connect-accept-encoding",
   "last-event-id",
 ];
-/** Response headers that belong to one hop (or that the browser must not keep from the control plane). */
+/**
+ * Response headers that belong to one hop (or that the browser must not keep from the control
+ * plane).
+ */
 const droppedResponseHeaders = new Set([
   "connection",
   "keep-alive",
@@ -81,7 +87,10 @@ export function createProxy(endpoint: Endpoint): Proxy {
         writeRefusal(res, {
           status: 404,
           code: "not_found",
-          message: `dashboard: ${path} is not an API path; calls go to /api/<package.Service>/<Method>, e.g. /api/forelead.admin.v1.StatusService/GetStatus`,
+          message:
+            `dashboard: ${path} is not an API path; calls go to ` +
+            `/api/<package.Service>/<Method>, e.g. ` +
+            `/api/forelead.admin.v1.StatusService/GetStatus`,
         });
         return;
       }
@@ -94,7 +103,8 @@ export function createProxy(endpoint: Endpoint): Proxy {
         const value = req.headers[name];
         if (value !== undefined) headers[name] = value;
       }
-      // The browser may go away at any point (a page closed, a stream aborted, the dashboard stopping): from then on nothing is written to it.
+      // The browser may go away at any point (a page closed, a stream aborted, the dashboard
+      // stopping): from then on nothing is written to it.
       let gone = false;
       const unreachable = (err: Error) => {
         if (gone) return;
@@ -102,12 +112,13 @@ export function createProxy(endpoint: Endpoint): Proxy {
           res.destroy(err);
           return;
         }
-        // A stream cancelled because its session failed carries the session's error (ECONNREFUSED, a TLS alert) as its cause;
-        // a stream the control plane reset has none.
+        // A stream cancelled because its session failed carries the session's error (ECONNREFUSED,
+        // a TLS alert) as its cause; a stream the control plane reset has none.
         const cause = (err.cause instanceof Error ? err.cause : err) as NodeJS.ErrnoException;
         const message =
           cause.code === "ERR_HTTP2_STREAM_ERROR"
-            ? `the control plane at ${base.origin} reset the call (${cause.message}); try again, and see its log if it persists`
+            ? `the control plane at ${base.origin} reset the call (${cause.message}); ` +
+              `try again, and see its log if it persists`
             : `cannot reach the control plane at ${base.origin}: ${cause.code ?? cause.message}`;
         writeRefusal(res, { status: 502, code: "unavailable", message: `dashboard: ${message}` });
       };
@@ -118,10 +129,11 @@ export function createProxy(endpoint: Endpoint): Proxy {
         unreachable(err as Error);
         return;
       }
-      // The reply's body is read only once its headers are written (node:http2 emits 'response' a tick after the
-      // headers arrive), so nothing but the control plane's status can start the browser's reply; and headers that
-      // come after the reply has begun are dropped, not set: CI at e0292c7 saw them throw ERR_HTTP_HEADERS_SENT out
-      // of this handler, uncaught. Piping carries the browser's pace back to the control plane.
+      // The reply's body is read only once its headers are written (node:http2 emits 'response' a
+      // tick after the headers arrive), so nothing but the control plane's status can start the
+      // browser's reply; and headers that come after the reply has begun are dropped, not set: CI
+      // at e0292c7 saw them throw ERR_HTTP_HEADERS_SENT out of this handler, uncaught. Piping
+      // carries the browser's pace back to the control plane.
       stream.on("response", (h) => {
         if (gone || res.headersSent) return;
         const status = Number(h[constants.HTTP2_HEADER_STATUS] ?? 502);
@@ -139,13 +151,17 @@ export function createProxy(endpoint: Endpoint): Proxy {
         stream.pipe(res);
       });
       stream.on("error", unreachable);
-      // A call the control plane closed without replying (a reset with no error code) is a refusal too, never an empty 200.
+      // A call the control plane closed without replying (a reset with no error code) is a refusal
+      // too, never an empty 200.
       stream.on("close", () => {
         if (gone || res.headersSent) return;
         writeRefusal(res, {
           status: 502,
           code: "unavailable",
-          message: `dashboard: the control plane at ${base.origin} closed the call without a reply (HTTP/2 code ${stream.rstCode ?? "none"}); try again, and see its log if it persists`,
+          message:
+            `dashboard: the control plane at ${base.origin} closed the call without ` +
+            `a reply (HTTP/2 code ${stream.rstCode ?? "none"}); try again, and see ` +
+            `its log if it persists`,
         });
       });
       res.on("close", () => {

@@ -29,7 +29,10 @@ export function setSecurityHeaders(res: ServerResponse): void {
   res.setHeader("Cross-Origin-Resource-Policy", "same-origin");
 }
 
-/** Why a request was refused: the Connect error JSON (code and message) the dashboard's pages show like any other refusal. */
+/**
+ * Why a request was refused: the Connect error JSON (code and message) the dashboard's pages show
+ * like any other refusal.
+ */
 export interface Refusal {
   readonly status: number;
   readonly code: string;
@@ -56,7 +59,10 @@ export function checkRequest(req: IncomingMessage, allowRemote: boolean): Refusa
     return {
       status: 403,
       code: "permission_denied",
-      message: `dashboard: Host ${JSON.stringify(host)} is not an address of this dashboard; open it as http://127.0.0.1:PORT or http://localhost:PORT (a DNS name is refused so that another site cannot rebind to it)`,
+      message:
+        `dashboard: Host ${JSON.stringify(host)} is not an address of this ` +
+        `dashboard; open it as http://127.0.0.1:PORT or http://localhost:PORT (a ` +
+        `DNS name is refused so that another site cannot rebind to it)`,
     };
   }
   const own = `http://${host}`;
@@ -76,7 +82,10 @@ export function checkRequest(req: IncomingMessage, allowRemote: boolean): Refusa
     return {
       status: 403,
       code: "permission_denied",
-      message: `dashboard: a ${req.method} request must carry an Origin header (${own}) or Sec-Fetch-Site: same-origin; a browser sends them, a script should send Origin`,
+      message:
+        `dashboard: a ${req.method} request must carry an Origin header (${own}) ` +
+        `or Sec-Fetch-Site: same-origin; a browser sends them, a script should ` +
+        `send Origin`,
     };
   }
   return undefined;

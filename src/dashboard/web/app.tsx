@@ -1,4 +1,5 @@
-// The dashboard's shell: the nav, the theme toggle, the live-stream state and the page of the route.
+// The dashboard's shell: the nav, the theme toggle, the live-stream state and the page of the
+// route.
 import { useEffect, useState } from "preact/hooks";
 import { onLiveState, type LiveState } from "./live.js";
 import { AuditPage } from "./pages/audit.js";

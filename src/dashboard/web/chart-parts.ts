@@ -1,5 +1,5 @@
-// chart.js with only the parts the pages draw registered (chart.tsx imports this module lazily, so it
-// is a chunk of its own and named imports keep the rest of chart.js out of it).
+// chart.js with only the parts the pages draw registered (chart.tsx imports this module lazily, so
+// it is a chunk of its own and named imports keep the rest of chart.js out of it).
 import {
   BarController,
   BarElement,

@@ -1,6 +1,6 @@
-// useData: a page's call to the control plane, run on mount, again when its inputs change, and again
-// (coalesced) when a live event of the given types arrives (live.ts) — pages update from the event
-// stream, not by polling.
+// useData: a page's call to the control plane, run on mount, again when its inputs change, and
+// again (coalesced) when a live event of the given types arrives (live.ts) — pages update from the
+// event stream, not by polling.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { subscribe } from "./live.js";
 
@@ -11,12 +11,15 @@ export interface DataState<T> {
   reload(): void;
 }
 
-/** Events of one burst (a job settling writes several) cause one reload after this long, by default. */
+/**
+ * Events of one burst (a job settling writes several) cause one reload after this long, by default.
+ */
 const defaultCoalesceMs = 250;
 
 /**
- * Runs `load` and keeps its result. `deps` re-run it (as useEffect's deps); `liveTypes` re-run it when
- * such an event arrives (undefined: never; [] : on every event), at most once per `coalesceMs`.
+ * Runs `load` and keeps its result. `deps` re-run it (as useEffect's deps); `liveTypes` re-run it
+ * when such an event arrives (undefined: never; [] : on every event), at most once per
+ * `coalesceMs`.
  */
 export function useData<T>(
   load: (signal: AbortSignal) => Promise<T>,

@@ -60,7 +60,8 @@ async function run(): Promise<void> {
       delay = 500;
       for await (const e of fleet.streamEvents({ afterId: lastId, follow: true })) deliver(e);
     } catch {
-      // Dropped (the control plane restarted, the dashboard stopped, the network): resume after lastId.
+      // Dropped (the control plane restarted, the dashboard stopped, the network): resume after
+      // lastId.
     }
     setState("reconnecting");
     await new Promise((r) => setTimeout(r, delay));
@@ -82,7 +83,10 @@ function start(): void {
   void run();
 }
 
-/** Subscribes to the stream's state (starting the stream: the shell shows it on every page); returns the unsubscribe. */
+/**
+ * Subscribes to the stream's state (starting the stream: the shell shows it on every page); returns
+ * the unsubscribe.
+ */
 export function onLiveState(fn: (s: LiveState) => void): () => void {
   start();
   stateListeners.add(fn);

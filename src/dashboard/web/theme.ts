@@ -16,7 +16,10 @@ export function currentTheme(): Theme {
   return stored() ?? (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
 }
 
-/** The event `applyTheme` dispatches on window, so that canvases (charts) repaint in the new colours. */
+/**
+ * The event `applyTheme` dispatches on window, so that canvases (charts) repaint in the new
+ * colours.
+ */
 export const themeChanged = "forelead:theme";
 
 /** A colour of the current theme: the value of a custom property of app.css (e.g. "--fg"). */

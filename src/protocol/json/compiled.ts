@@ -10,15 +10,13 @@ import {
 import { Edition, FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
 
 /**
- * proto3 JSON of a message without protobuf-es reflection, the fast path
- * codec.ts takes for every message type it can (every REST reply, the Job
- * of every lease and completion, request bodies). Each message type gets a compiled plan once: a writer per field
- * in field-number order, a reader per JSON name. The result is the one
- * protobuf-es gives (`toJson` with default options, `fromJson` with
- * `ignoreUnknownFields`), byte for byte: the plan takes only what it is sure
- * of and otherwise hands the whole message to protobuf-es, which then
- * decides, and words any refusal, as before. Checked against protobuf-es by
- * test/unit/json-codec.test.ts over every message type of the API.
+ * proto3 JSON of a message without protobuf-es reflection, the fast path codec.ts takes for every
+ * message type it can (every REST reply, the Job of every lease and completion, request bodies).
+ * Each message type gets a compiled plan once: a writer per field in field-number order, a reader
+ * per JSON name. The result is the one protobuf-es gives (`toJson` with default options, `fromJson`
+ * with `ignoreUnknownFields`), byte for byte: the plan takes only what it is sure of and otherwise
+ * hands the whole message to protobuf-es, which then decides, and words any refusal, as before.
+ * Checked against protobuf-es by test/unit/json-codec.test.ts over every message type of the API.
  *
  * Why: reflection was ~9 % of the control plane's CPU at N = 64 in the lease
  * benchmark (a snapshot decoded into a Job, the Job and Lease encoded back,
@@ -44,7 +42,10 @@ export function messageToJson<T extends DescMessage>(
   return toJson(schema, message);
 }
 
-/** The message the plan reads from `json`, or undefined when protobuf-es must decide (it may refuse). */
+/**
+ * The message the plan reads from `json`, or undefined when protobuf-es must decide (it may
+ * refuse).
+ */
 export function fastFromJson<T extends DescMessage>(
   schema: T,
   json: JsonValue,
@@ -121,7 +122,10 @@ function supported(schema: DescMessage, seen: Set<DescMessage>): boolean {
   return true;
 }
 
-/** A well-known type has a JSON form of its own: Timestamp and Value are taken, the others left to protobuf-es. */
+/**
+ * A well-known type has a JSON form of its own: Timestamp and Value are taken, the others left to
+ * protobuf-es.
+ */
 function wktPlan(typeName: string): Plan | null {
   if (typeName === wkt.timestamp) return { write: timestampToJson, read: timestampFromJson };
   if (typeName === wkt.value) return { write: valueToJson, read: valueFromJson };
@@ -164,10 +168,14 @@ function buildPlan(schema: DescMessage): Plan {
     const read = `c[${i}].read(v, depth)`;
     let body: string;
     if (field.oneof)
-      body = `if (v === null || ${prop(field.oneof.localName)}.case !== undefined) fail(); ${prop(field.oneof.localName)} = { case: ${lit(field.localName)}, value: ${read} };`;
+      body =
+        `if (v === null || ${prop(field.oneof.localName)}.case !== undefined) ` +
+        `fail(); ${prop(field.oneof.localName)} = { case: ` +
+        `${lit(field.localName)}, value: ${read} };`;
     else if (field.message?.typeName === wkt.value && field.fieldKind === "message")
       body = `${prop(field.localName)} = v === null ? nullValue() : ${read};`;
-    else body = `if (v !== null) ${prop(field.localName)} = ${read};`; // null leaves the field unset, as protobuf-es's clear does on a new message
+    // null leaves the field unset, as protobuf-es's clear does on a new message
+    else body = `if (v !== null) ${prop(field.localName)} = ${read};`;
     const labels = [`case ${lit(field.jsonName)}: ${body} break;`];
     // Its proto name, unless the JSON has its JSON name too (set twice: protobuf-es refuses it).
     if (field.name !== field.jsonName)
@@ -228,7 +236,10 @@ function zeroText(field: DescField): string {
   }
 }
 
-/** The JS test, on `v`, of protobuf-es's isSet for a field with implicit presence: not its zero value. */
+/**
+ * The JS test, on `v`, of protobuf-es's isSet for a field with implicit presence: not its zero
+ * value.
+ */
 function implicitSet(field: DescField): string {
   switch (field.fieldKind) {
     case "list":
@@ -308,7 +319,10 @@ function valueCodec(field: DescField): Codec {
   }
 }
 
-/** No lone surrogate: protobuf-es's UTF-8 check of a string field (Node 20's String#isWellFormed, not yet in the TS lib here). */
+/**
+ * No lone surrogate: protobuf-es's UTF-8 check of a string field (Node 20's String#isWellFormed,
+ * not yet in the TS lib here).
+ */
 const wellFormed = (text: string): boolean =>
   (text as string & { isWellFormed(): boolean }).isWellFormed();
 
@@ -551,7 +565,10 @@ function valueFromJson(json: JsonValue, depth: number): Msg {
   }
 }
 
-/** A key that is safe to assign on a plain object ("__proto__" would set its prototype): others go to protobuf-es. */
+/**
+ * A key that is safe to assign on a plain object ("__proto__" would set its prototype): others go
+ * to protobuf-es.
+ */
 function ownKey(key: string): string {
   return key === "__proto__" ? fail() : key;
 }

@@ -13,7 +13,10 @@ import { attachTransportFacts, transportFacts } from "../transport-facts.js";
 /** Decodes one JSON object into a message, or undefined when it cannot be sure of the outcome. */
 export type FlatDecoder = (json: Record<string, JsonValue>) => Message | undefined;
 
-/** How deep a google.protobuf.Value the flat decoder takes; deeper ones go through protobuf-es (its own bound is 100). */
+/**
+ * How deep a google.protobuf.Value the flat decoder takes; deeper ones go through protobuf-es (its
+ * own bound is 100).
+ */
 const maxValueDepth = 32;
 
 const decoders = new WeakMap<DescMessage, FlatDecoder | null>();

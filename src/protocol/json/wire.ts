@@ -30,7 +30,9 @@ export function jsonText(bytes: Uint8Array, what: string): string {
       if (value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= -BigInt(Number.MAX_SAFE_INTEGER))
         return;
       throw new ConnectError(
-        `${what}: field "${path}": the number ${literal} is past 2^53 - 1 and cannot be read exactly as a JSON number; send 64-bit integers as strings ("${literal}")`,
+        `${what}: field "${path}": the number ${literal} is past 2^53 - 1 and ` +
+          `cannot be read exactly as a JSON number; send 64-bit integers as ` +
+          `strings ("${literal}")`,
         Code.InvalidArgument,
       );
     });

@@ -7,7 +7,9 @@ import type { Client } from "@connectrpc/connect";
 import type { RunnerService } from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { gitTimeouts, runGit } from "../../code/git.js";
 
-/** The runner refused to use code: the lease's identity is missing, or the import does not match it. */
+/**
+ * The runner refused to use code: the lease's identity is missing, or the import does not match it.
+ */
 export class CheckoutRefused extends Error {
   constructor(message: string) {
     super(message);
@@ -64,7 +66,8 @@ export async function checkoutBase(
   const tree = await treeOf(options.dir, lease.baseCommit);
   if (tree !== lease.baseTree) {
     throw new CheckoutRefused(
-      `base commit ${lease.baseCommit} has tree ${tree}, not the lease's baseTree ${lease.baseTree}; refusing to run job ${lease.jobId}`,
+      `base commit ${lease.baseCommit} has tree ${tree}, not the lease's ` +
+        `baseTree ${lease.baseTree}; refusing to run job ${lease.jobId}`,
     );
   }
   await runGit(

@@ -27,7 +27,10 @@ export function protocolCheckout(
   };
 }
 
-/** A refusal (the code does not match the lease) is final; anything else may work on another attempt. */
+/**
+ * A refusal (the code does not match the lease) is final; anything else may work on another
+ * attempt.
+ */
 function checkoutErrorOf(err: unknown): CheckoutError {
   if (err instanceof CheckoutRefused)
     return new CheckoutError("checkout_refused", err.message, false);

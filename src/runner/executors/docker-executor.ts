@@ -65,7 +65,8 @@ export function createDockerExecutor(options: DockerExecutorOptions): Executor {
         await engine().ping();
       } catch (err) {
         throw new Error(
-          `the Docker engine does not answer (${dockerMessage(err)}); start dockerd, set DOCKER_HOST, or use --executor process`,
+          `the Docker engine does not answer (${dockerMessage(err)}); start ` +
+            `dockerd, set DOCKER_HOST, or use --executor process`,
         );
       }
     },
@@ -132,7 +133,8 @@ function runContainer(
   let stopRequested: number | undefined; // set by stop(); run() checks it before each step
   let started = false;
   let exited = false;
-  let live: { container: DockerContainer; startedAtMs: number } | undefined; // while it runs: what the sampler reads
+  // while it runs: what the sampler reads
+  let live: { container: DockerContainer; startedAtMs: number } | undefined;
 
   const run = async (): Promise<ExecutionResult> => {
     const image = await ensureImage(docker, spec.image);
@@ -232,7 +234,8 @@ function runContainer(
       if (exited) return;
       stopRequested = graceMs;
       if (!started || !container) return; // run() sees stopRequested before it starts the container
-      // docker stop: TERM, then KILL after t seconds; kill: KILL at once. 304/404/409: it has ended already.
+      // docker stop: TERM, then KILL after t seconds; kill: KILL at once. 304/404/409: it has ended
+      // already.
       const call =
         graceMs <= 0
           ? container.kill({ signal: "SIGKILL" })
@@ -357,7 +360,10 @@ function destroy(s: NodeJS.ReadableStream): void {
   (s as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
 }
 
-/** Makes sure `image` is present, pulling it when missing; the failure to report when it cannot be had. */
+/**
+ * Makes sure `image` is present, pulling it when missing; the failure to report when it cannot be
+ * had.
+ */
 async function ensureImage(docker: DockerClient, image: string): Promise<Failure | undefined> {
   try {
     await docker.getImage(image).inspect();

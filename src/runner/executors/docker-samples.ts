@@ -32,7 +32,8 @@ export function containerSampler(
         .catch(() => undefined);
       const cpuNs = stats?.cpu_stats?.cpu_usage?.total_usage;
       const memoryBytes = dockerMemoryBytes(stats?.memory_stats);
-      if (cpuNs === undefined || memoryBytes === undefined) return undefined; // ended meanwhile: no figures
+      // ended meanwhile: no figures
+      if (cpuNs === undefined || memoryBytes === undefined) return undefined;
       const atMs = performance.now();
       const previous = last ?? { cpuNs: 0, atMs: live.startedAtMs };
       last = { cpuNs, atMs };

@@ -37,9 +37,15 @@ export interface ExecutionRequest {
 
 /** A job's secrets as its lease delivered them. */
 export interface JobSecrets {
-  /** Environment-variable name to value, added to the spec's env (a secret wins over a spec.env variable of its name). */
+  /**
+   * Environment-variable name to value, added to the spec's env (a secret wins over a spec.env
+   * variable of its name).
+   */
   readonly env: Readonly<Record<string, string>>;
-  /** File name (one path segment) to content; written to a private directory named by FORELEAD_SECRETS_DIR (secret-files.ts). */
+  /**
+   * File name (one path segment) to content; written to a private directory named by
+   * FORELEAD_SECRETS_DIR (secret-files.ts).
+   */
   readonly files: Readonly<Record<string, string>>;
 }
 
@@ -52,19 +58,29 @@ export interface ExecutionResult {
   readonly durationMs: number;
   /** Highest memory use, where the executor knows it. */
   readonly peakMemoryBytes?: number;
-  /** Set when the executor could not run the job at all (e.g. an image that cannot be had), or the engine killed it (out of memory). */
+  /**
+   * Set when the executor could not run the job at all (e.g. an image that cannot be had), or the
+   * engine killed it (out of memory).
+   */
   readonly error?: { readonly code: string; readonly message: string; readonly retryable: boolean };
 }
 
 /** One reading of a running job's resource use: what a resource.sample event carries. */
 export interface ResourceUsage {
-  /** CPU used since the previous reading (or the start), in cores: 1.5 is one and a half CPUs busy. */
+  /**
+   * CPU used since the previous reading (or the start), in cores: 1.5 is one and a half CPUs busy.
+   */
   readonly cpuCores: number;
-  /** Memory in use now (resident set; for a container, usage less inactive page cache as `docker stats` shows it). */
+  /**
+   * Memory in use now (resident set; for a container, usage less inactive page cache as `docker
+   * stats` shows it).
+   */
   readonly memoryBytes: number;
 }
 
-/** Reads a running job's resource use; each reading averages CPU over the time since the one before. */
+/**
+ * Reads a running job's resource use; each reading averages CPU over the time since the one before.
+ */
 export interface ResourceSampler {
   /** The job's use now, or undefined when it cannot be read (not started yet, or gone). */
   sample(): Promise<ResourceUsage | undefined>;
@@ -74,7 +90,9 @@ export interface ResourceSampler {
 export interface RunningJob {
   /** Resolves when the job has ended and its resources are gone. */
   readonly done: Promise<ExecutionResult>;
-  /** Reads the job's CPU and memory while it runs (the agent sends resource.sample events from it). */
+  /**
+   * Reads the job's CPU and memory while it runs (the agent sends resource.sample events from it).
+   */
   readonly sampler?: ResourceSampler;
   /**
    * Asks the job to stop: TERM, then KILL after `graceMs` (0: KILL at once).

@@ -9,7 +9,10 @@ import { jobEventsEnv } from "../../protocol/job-events.js";
  * (where it starts), so `input/execution.json` works under both.
  */
 export const jobDirParts = {
-  /** The runner's files for the job (execution.json; pipelines' files/, suspend's checkpoint/): read-only to the job. */
+  /**
+   * The runner's files for the job (execution.json; pipelines' files/, suspend's checkpoint/):
+   * read-only to the job.
+   */
   input: "input",
   /** The directory of the job's events file; writable by the job. */
   events: "events",

@@ -8,7 +8,10 @@ export interface ExecutorOwner {
   readonly workspaceId: string;
 }
 
-/** Every executor a runner can use, by the name `forelead runner --executor` takes; a new executor is one line here. */
+/**
+ * Every executor a runner can use, by the name `forelead runner --executor` takes; a new executor
+ * is one line here.
+ */
 export const executors = {
   docker: (owner: ExecutorOwner) => createDockerExecutor(owner),
   process: () => createProcessExecutor(),

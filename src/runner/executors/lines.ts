@@ -2,7 +2,10 @@ import { StringDecoder } from "node:string_decoder";
 import type { Readable } from "node:stream";
 import type { MaskingStream } from "../output/secret-masker.js";
 
-/** Longest line passed on whole; longer ones are cut into pieces of this size, so one endless line cannot exhaust memory. */
+/**
+ * Longest line passed on whole; longer ones are cut into pieces of this size, so one endless line
+ * cannot exhaust memory.
+ */
 export const maxLineChars = 16 * 1024;
 
 /**
@@ -32,8 +35,9 @@ export function forEachLine(
       partial = partial.slice(maxLineChars);
     }
   };
-  // The control plane refuses text with NUL (Postgres text cannot hold it): a NUL byte in a job's output
-  // is passed on as U+FFFD, as invalid UTF-8 already is by the decoder, so the line still gets through.
+  // The control plane refuses text with NUL (Postgres text cannot hold it): a NUL byte in a job's
+  // output is passed on as U+FFFD, as invalid UTF-8 already is by the decoder, so the line still
+  // gets through.
   const emit = (line: string) => {
     const text = withoutNul(line);
     for (let i = 0; i < text.length || i === 0; i += maxLineChars)

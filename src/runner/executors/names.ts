@@ -21,7 +21,10 @@ export function containerName(jobId: string, task: string = mainTask): string {
   return launcherContainerName(jobId, task);
 }
 
-/** The four forelead.* labels of a container (with its task) or of a job's network (task omitted: ""). */
+/**
+ * The four forelead.* labels of a container (with its task) or of a job's network (task omitted:
+ * "").
+ */
 export function resourceLabels(
   runnerId: string,
   workspaceId: string,

@@ -75,8 +75,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         uidsInUse.add(uid);
         await chownTree(jobDir, uid, jobDirParts.input);
         // The job's directory stays the runner's, writable by the job's group (its uid's own) and
-        // sticky: the job makes and removes its own files there but cannot rename or replace input/,
-        // which stays the runner's, read-only to the job (docs/job-contract.md).
+        // sticky: the job makes and removes its own files there but cannot rename or replace
+        // input/, which stays the runner's, read-only to the job (docs/job-contract.md).
         await chown(jobDir, process.getuid!(), uid);
         await chmod(jobDir, 0o1770);
       } else {
@@ -85,7 +85,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       let secretFiles: WrittenSecretFiles | undefined;
       let child: ChildProcessByStdio<null, Readable, Readable>;
       try {
-        secretFiles = await writeSecretFiles(request.secrets.files, jobDir, uid); // its errors name files, never contents
+        // its errors name files, never contents
+        secretFiles = await writeSecretFiles(request.secrets.files, jobDir, uid);
       } catch (err) {
         if (uid !== undefined) uidsInUse.delete(uid);
         throw err;
@@ -114,9 +115,9 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
         );
       }
       const started = performance.now();
-      // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers after a
-      // crash. Synchronously, before anything is awaited: the exit listener below must be attached at
-      // once, and the record must exist before the job gets far.
+      // Recorded beside the job's directory (where the job cannot write), for recoverLeftovers
+      // after a crash. Synchronously, before anything is awaited: the exit listener below must be
+      // attached at once, and the record must exist before the job gets far.
       const pidFile = `${jobDir}.pid`;
       recordPid(pidFile, child.pid, request.jobId);
       const killGroup = (signal: NodeJS.Signals) => {
@@ -134,7 +135,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       let exited = false;
       const done = new Promise<ExecutionResult>((resolve) => {
         child.once("error", (err: NodeJS.ErrnoException) => {
-          if (child.pid !== undefined) return; // errors after spawn (e.g. kill failures) are not the job's end
+          // errors after spawn (e.g. kill failures) are not the job's end
+          if (child.pid !== undefined) return;
           exited = true;
           const why =
             err.code === "ENOENT"
@@ -179,7 +181,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
           if (graceMs <= 0) return killGroup("SIGKILL");
           killGroup("SIGTERM");
           const timer = setTimeout(() => killGroup("SIGKILL"), graceMs);
-          // Not done.finally(): its own promise would reject, unhandled, when the job's cleanup fails (job-run awaits done).
+          // Not done.finally(): its own promise would reject, unhandled, when the job's cleanup
+          // fails (job-run awaits done).
           const clear = () => clearTimeout(timer);
           done.then(clear, clear);
         },
@@ -220,7 +223,10 @@ async function recoverLeftovers(
   return stopped;
 }
 
-/** Writes `{pid, startTicks, jobId}` to `file`; nothing off Linux (no start time: a reused pid could not be told apart). */
+/**
+ * Writes `{pid, startTicks, jobId}` to `file`; nothing off Linux (no start time: a reused pid could
+ * not be told apart).
+ */
 function recordPid(file: string, pid: number | undefined, jobId: string): void {
   if (pid === undefined) return;
   try {
@@ -231,7 +237,10 @@ function recordPid(file: string, pid: number | undefined, jobId: string): void {
   }
 }
 
-/** The real uid of a live process (/proc/<pid>/status), or undefined off Linux, for a zombie or once it is gone. */
+/**
+ * The real uid of a live process (/proc/<pid>/status), or undefined off Linux, for a zombie or once
+ * it is gone.
+ */
 function processUid(pid: number): number | undefined {
   try {
     const status = readFileSync(`/proc/${pid}/status`, "utf8");
@@ -269,7 +278,10 @@ function killUid(uid: number): void {
   }
 }
 
-/** The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or undefined off Linux or once it is gone. */
+/**
+ * The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or undefined
+ * off Linux or once it is gone.
+ */
 function processStartTicks(pid: number): string | undefined {
   let stat: string;
   try {
@@ -280,7 +292,10 @@ function processStartTicks(pid: number): string | undefined {
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
 }
 
-/** Gives `dir` and everything in it to `uid` (the agent made them as root), except its entry named `keep`. */
+/**
+ * Gives `dir` and everything in it to `uid` (the agent made them as root), except its entry named
+ * `keep`.
+ */
 async function chownTree(dir: string, uid: number, keep?: string): Promise<void> {
   await chown(dir, uid, uid);
   for (const entry of await readdir(dir, { withFileTypes: true })) {

@@ -2,7 +2,10 @@ import { execFileSync } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import type { ResourceSampler, ResourceUsage } from "./executor.js";
 
-/** A `getconf` figure, read once; `fallback` where getconf is missing (off Linux the sampler reads nothing anyway). */
+/**
+ * A `getconf` figure, read once; `fallback` where getconf is missing (off Linux the sampler reads
+ * nothing anyway).
+ */
 function getconf(name: string, fallback: number): number {
   try {
     const value = Number(execFileSync("getconf", [name], { encoding: "utf8" }).trim());
@@ -13,12 +16,17 @@ function getconf(name: string, fallback: number): number {
 }
 
 let units: { clockTicks: number; pageBytes: number } | undefined;
-/** Clock ticks per second (CLK_TCK, 100 on Linux) and the page size, asked of getconf on first use. */
+/**
+ * Clock ticks per second (CLK_TCK, 100 on Linux) and the page size, asked of getconf on first use.
+ */
 function procUnits(): { clockTicks: number; pageBytes: number } {
   return (units ??= { clockTicks: getconf("CLK_TCK", 100), pageBytes: getconf("PAGESIZE", 4096) });
 }
 
-/** CPU ticks and resident pages of every process in process group `pgid`, from /proc/<pid>/stat; `processes` counts the live ones. */
+/**
+ * CPU ticks and resident pages of every process in process group `pgid`, from /proc/<pid>/stat;
+ * `processes` counts the live ones.
+ */
 async function groupTotals(
   pgid: number,
 ): Promise<{ ticks: number; residentPages: number; processes: number }> {
@@ -30,7 +38,8 @@ async function groupTotals(
     pids.map(async (pid) => {
       const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined);
       if (!stat) return; // gone meanwhile
-      // Fields after "(comm) ", which may itself hold spaces: [0] is field 3 (state), so field n is [n - 3].
+      // Fields after "(comm) ", which may itself hold spaces: [0] is field 3 (state), so field n is
+      // [n - 3].
       const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
       if (Number(f[2]) !== pgid) return; // field 5: the process group
       // utime, stime, and cutime, cstime (reaped children): a child's ticks move into its parent's
@@ -38,8 +47,9 @@ async function groupTotals(
       totals.ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
       const residentPages = Number(f[21]); // field 24: rss in pages
       totals.residentPages += residentPages;
-      // A process that has exited (a zombie, state Z, or one whose memory is already released on its way
-      // out) has no resident set: a group of such processes only is gone, not a job using no memory.
+      // A process that has exited (a zombie, state Z, or one whose memory is already released on
+      // its way out) has no resident set: a group of such processes only is gone, not a job using
+      // no memory.
       if (f[0] !== "Z" && residentPages > 0) totals.processes++;
     }),
   );

@@ -6,7 +6,10 @@ import { dirname, join, resolve } from "node:path";
 import { secretFileNameProblem } from "../../protocol/secret-names.js";
 import type { JobSecrets } from "./executor.js";
 
-/** The env variable that names the directory of a job's secret files (set only when the job has some). */
+/**
+ * The env variable that names the directory of a job's secret files (set only when the job has
+ * some).
+ */
 export const secretsDirEnv = "FORELEAD_SECRETS_DIR";
 
 /** Where a container sees its secret files (the docker executor mounts them there, read-only). */
@@ -18,7 +21,10 @@ export interface WrittenSecretFiles {
   remove(): Promise<void>;
 }
 
-/** Where secret files go: tmpfs (/dev/shm) when this machine has a writable one, so they never reach a disk; else the temp directory. */
+/**
+ * Where secret files go: tmpfs (/dev/shm) when this machine has a writable one, so they never reach
+ * a disk; else the temp directory.
+ */
 async function secretsRoot(): Promise<string> {
   try {
     if ((await stat("/dev/shm")).isDirectory()) {
@@ -59,7 +65,8 @@ export async function writeSecretFiles(
     const problem = secretFileNameProblem(name);
     if (problem) throw new Error(`secret file name ${JSON.stringify(name)} ${problem}`);
   }
-  const dir = await mkdtemp(join(await secretsRoot(), secretsPrefix(dirname(jobDir)))); // mkdtemp makes it 0700
+  // mkdtemp makes it 0700
+  const dir = await mkdtemp(join(await secretsRoot(), secretsPrefix(dirname(jobDir))));
   const remove = () => rm(dir, { recursive: true, force: true });
   try {
     for (const [name, content] of entries) {
@@ -75,7 +82,10 @@ export async function writeSecretFiles(
   return { dir, remove };
 }
 
-/** Removes the secret directories that jobs under `jobsDir` left (the runner died before removing them); returns them. */
+/**
+ * Removes the secret directories that jobs under `jobsDir` left (the runner died before removing
+ * them); returns them.
+ */
 export async function removeLeftoverSecretFiles(jobsDir: string): Promise<string[]> {
   const root = await secretsRoot();
   const prefix = secretsPrefix(jobsDir);
@@ -97,7 +107,10 @@ export function jobSecretsProblem(secrets: JobSecrets): string | undefined {
     if (name.length === 0 || name.includes("=") || name.includes("\u0000"))
       return `the secret env name ${JSON.stringify(name)} is empty or holds "=" or NUL`;
     if (value.includes("\u0000"))
-      return `the value of secret ${name} holds NUL, which an environment variable cannot carry; deliver it as a secret file`;
+      return (
+        `the value of secret ${name} holds NUL, which an environment variable ` +
+        `cannot carry; deliver it as a secret file`
+      );
   }
   for (const name of Object.keys(secrets.files)) {
     const problem = secretFileNameProblem(name);

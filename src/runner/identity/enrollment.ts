@@ -65,7 +65,9 @@ export async function enroll(
   return identity;
 }
 
-/** Renews over mTLS with the current identity (POST /v1/runner/certificate) and stores the new pair. */
+/**
+ * Renews over mTLS with the current identity (POST /v1/runner/certificate) and stores the new pair.
+ */
 export async function renew(
   endpoint: ControlPlaneEndpoint,
   current: RunnerIdentity,
@@ -86,7 +88,10 @@ export async function renew(
   return identity;
 }
 
-/** TLS options of an HTTP/2 connection with an identity (for http2.connect or a Connect transport's nodeOptions). */
+/**
+ * TLS options of an HTTP/2 connection with an identity (for http2.connect or a Connect transport's
+ * nodeOptions).
+ */
 function tlsOptions(
   endpoint: ControlPlaneEndpoint,
   identity: RunnerIdentity | undefined,
@@ -98,7 +103,9 @@ function tlsOptions(
   };
 }
 
-/** POSTs JSON on a one-off connection; throws with the control plane's message on an error status. */
+/**
+ * POSTs JSON on a one-off connection; throws with the control plane's message on an error status.
+ */
 async function postJson(
   endpoint: ControlPlaneEndpoint,
   identity: RunnerIdentity | undefined,
@@ -140,7 +147,10 @@ async function postJson(
   }
 }
 
-/** The identity the enroll or renew reply's certificate chain names, with the key its CSR was made with. */
+/**
+ * The identity the enroll or renew reply's certificate chain names, with the key its CSR was made
+ * with.
+ */
 function identityOfReply(reply: Record<string, unknown>, keyPem: string): RunnerIdentity {
   const certPem = String(reply.certificateChain ?? "");
   if (!certPem.includes("-----BEGIN CERTIFICATE-----"))

@@ -22,7 +22,9 @@ export function renewalDelayMs(
 /** Keeps an identity renewed in the background. */
 export interface IdentityKeeper {
   current(): RunnerIdentity;
-  /** Called with each new identity: open new connections with it. Returns an unsubscribe function. */
+  /**
+   * Called with each new identity: open new connections with it. Returns an unsubscribe function.
+   */
   onRenewed(listener: (identity: RunnerIdentity) => void): () => void;
   /** Renews now (the timer calls this too). */
   renewNow(): Promise<RunnerIdentity>;
@@ -33,7 +35,9 @@ export interface IdentityKeeper {
 export interface KeeperOptions {
   readonly stateDir: string;
   readonly keyAlgorithm?: RunnerKeyAlgorithm;
-  /** Told about each failed renewal; the keeper retries with backoff until the certificate expires. */
+  /**
+   * Told about each failed renewal; the keeper retries with backoff until the certificate expires.
+   */
   readonly onError?: (err: Error, retryInMs: number | undefined) => void;
 }
 

@@ -19,7 +19,8 @@ export async function loadIdentity(stateDir: string): Promise<RunnerIdentity> {
     read(`${stateFiles.cert}.next`),
     read(`${stateFiles.key}.next`),
   ]);
-  // saveIdentity renames the key first, then the certificate: a crash in between leaves cert.pem.next.
+  // saveIdentity renames the key first, then the certificate: a crash in between leaves
+  // cert.pem.next.
   if (
     nextCert !== undefined &&
     nextKey === undefined &&
@@ -33,7 +34,9 @@ export async function loadIdentity(stateDir: string): Promise<RunnerIdentity> {
   await rm(path(`${stateFiles.key}.next`), { force: true });
   if (cert === undefined || key === undefined) {
     throw new Error(
-      `${stateDir} holds no runner identity (${stateFiles.cert} and ${stateFiles.key}); run \`forelead runner enroll --state-dir ${stateDir} ...\` first`,
+      `${stateDir} holds no runner identity (${stateFiles.cert} and ` +
+        `${stateFiles.key}); run \`forelead runner enroll --state-dir ` +
+        `${stateDir} ...\` first`,
     );
   }
   if (!keyMatches(cert, key))
@@ -43,7 +46,10 @@ export async function loadIdentity(stateDir: string): Promise<RunnerIdentity> {
   return runnerIdentityOf(cert, key);
 }
 
-/** Writes key and certificate: both to ".next" files first, then renamed key first (see loadIdentity). */
+/**
+ * Writes key and certificate: both to ".next" files first, then renamed key first (see
+ * loadIdentity).
+ */
 export async function saveIdentity(stateDir: string, identity: RunnerIdentity): Promise<void> {
   await mkdir(stateDir, { recursive: true, mode: 0o700 });
   const path = (name: string) => join(stateDir, name);

@@ -38,31 +38,57 @@ export interface RunnerAgentOptions {
   readonly graceMs?: number;
   /** Longest claim long-poll, 0..20 s; 20 by default. */
   readonly claimWaitSeconds?: number;
-  /** Puts checkout and agent jobs' code in place (e.g. protocolCheckout); without it such jobs are refused as incompatible. */
+  /**
+   * Puts checkout and agent jobs' code in place (e.g. protocolCheckout); without it such jobs are
+   * refused as incompatible.
+   */
   readonly checkout?: CheckoutStep;
-  /** Where each job's output directory is uploaded before it is completed; without it, output files are not kept. */
+  /**
+   * Where each job's output directory is uploaded before it is completed; without it, output files
+   * are not kept.
+   */
   readonly uploads?: () => Promise<UploadClient>;
-  /** The suspend routes: with them (and uploads) the runner declares checkpoint-v1 and input-v1 and suspends jobs that ask for input (docs/suspend.md). */
+  /**
+   * The suspend routes: with them (and uploads) the runner declares checkpoint-v1 and input-v1 and
+   * suspends jobs that ask for input (docs/suspend.md).
+   */
   readonly suspends?: () => Promise<SuspendClient>;
-  /** Where pipeline steps' inputs are downloaded from (the protocol client); without it, jobs with inputs are refused. */
+  /**
+   * Where pipeline steps' inputs are downloaded from (the protocol client); without it, jobs with
+   * inputs are refused.
+   */
   readonly inputs?: () => Promise<InputClient>;
-  /** How often each running job's CPU and memory are sent (resource.sample events); 5 s by default, 0 for never. */
+  /**
+   * How often each running job's CPU and memory are sent (resource.sample events); 5 s by default,
+   * 0 for never.
+   */
   readonly sampleIntervalMs?: number;
   /** Inventory report interval; 15 s by default. */
   readonly inventoryIntervalMs?: number;
   /** The operator's log: one line per call, never a lease token. */
   readonly log?: (message: string) => void;
-  /** This process, sent with the registration: the control plane refuses a second live process of one runner identity. */
+  /**
+   * This process, sent with the registration: the control plane refuses a second live process of
+   * one runner identity.
+   */
   readonly instance?: RunnerInstance;
-  /** Claim this many jobs, then drain and stop (`forelead runner --once`: 1, whatever the slots). */
+  /**
+   * Claim this many jobs, then drain and stop (`forelead runner --once`: 1, whatever the slots).
+   */
   readonly jobLimit?: number;
-  /** Drain and stop after this long with no job running (`--idle-exit`); a claim's long-poll never outlasts it. */
+  /**
+   * Drain and stop after this long with no job running (`--idle-exit`); a claim's long-poll never
+   * outlasts it.
+   */
   readonly idleExitMs?: number;
 }
 
 /** Why the agent stopped, and what it did. */
 export interface AgentEnd {
-  /** "drained" (drain or stop called), "job-limit" (jobLimit claims made and run), "idle" (idleExitMs without a job), "failed" (a failure no retry cures). */
+  /**
+   * "drained" (drain or stop called), "job-limit" (jobLimit claims made and run), "idle"
+   * (idleExitMs without a job), "failed" (a failure no retry cures).
+   */
   readonly reason: "drained" | "job-limit" | "idle" | "failed";
   /** Leases claimed. */
   readonly claimed: number;
@@ -72,7 +98,10 @@ export interface AgentEnd {
   readonly failure?: Error;
 }
 
-/** Features this agent implements, registered as capabilities (src/protocol/features.ts): cancel-v1, progress-v1, result-v1. */
+/**
+ * Features this agent implements, registered as capabilities (src/protocol/features.ts): cancel-v1,
+ * progress-v1, result-v1.
+ */
 const runnerFeatures: readonly string[] = [features.cancel, ...jobContractFeatures];
 
 /** A running runner agent. */
@@ -81,7 +110,10 @@ export interface RunnerAgent {
   readonly clock: ServerClock;
   /** Jobs running now. */
   runningJobs(): string[];
-  /** Resolves when the agent has stopped: after drain or stop, the job limit, the idle bound, or a final failure. */
+  /**
+   * Resolves when the agent has stopped: after drain or stop, the job limit, the idle bound, or a
+   * final failure.
+   */
   readonly stopped: Promise<AgentEnd>;
   /** Stops claiming and lets running jobs finish; resolves when they have. */
   drain(): Promise<AgentEnd>;
@@ -143,7 +175,11 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
           ? `instance ${options.instance.id} started ${options.instance.startedAt.toISOString()}, `
           : "";
         log(
-          `registered as runner "${client.runnerId}" in workspace "${client.workspaceId}" (${instance}${options.slots} slots, labels ${options.labels.join(",") || "none"}, clock offset ${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`,
+          `registered as runner "${client.runnerId}" in workspace ` +
+            `"${client.workspaceId}" (${instance}${options.slots} slots, labels ` +
+            `${options.labels.join(",") || "none"}, clock offset ` +
+            `${(Number(offset.offsetNs) / 1e6).toFixed(2)} ms ` +
+            `±${(Number(offset.roundTripNs) / 2e6).toFixed(2)} ms)`,
         );
         return;
       } catch (err) {
@@ -156,8 +192,9 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     }
   };
   await register();
-  // Only once registered: a second process of this runner is refused above, before it touches the first one's jobs.
-  // What a crashed predecessor left: its leases are gone, so its jobs must not run on.
+  // Only once registered: a second process of this runner is refused above, before it touches the
+  // first one's jobs. What a crashed predecessor left: its leases are gone, so its jobs must not
+  // run on.
   for (const stopped of await executor.recover(jobsDir))
     log(`stopped a leftover of an earlier run: ${stopped}`);
   for (const dir of await removeLeftoverSecretFiles(jobsDir))
@@ -183,7 +220,10 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     inputs: options.inputs,
   });
 
-  /** Ends the claim loop for a failure no retry cures: running jobs are stopped and their leases released. */
+  /**
+   * Ends the claim loop for a failure no retry cures: running jobs are stopped and their leases
+   * released.
+   */
   const fail = (err: Error) => {
     end = "failed";
     failure = err;
@@ -192,7 +232,10 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     for (const run of runs.values()) run.release();
   };
 
-  /** The claim's long-poll: never past the idle bound, so an idle runner stops on time without abandoning a claim. */
+  /**
+   * The claim's long-poll: never past the idle bound, so an idle runner stops on time without
+   * abandoning a claim.
+   */
   const claimWait = (): number | "idle" => {
     const longest = options.claimWaitSeconds ?? 20;
     if (options.idleExitMs === undefined) return longest;
@@ -236,7 +279,8 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
       if (options.jobLimit !== undefined && claimed >= options.jobLimit) {
         end = "job-limit";
         log(
-          `claimed ${claimed} job(s), the most this runner takes; stopping once ${runs.size === 1 ? "it is" : "they are"} settled`,
+          `claimed ${claimed} job(s), the most this runner takes; stopping once ` +
+            `${runs.size === 1 ? "it is" : "they are"} settled`,
         );
         break;
       }

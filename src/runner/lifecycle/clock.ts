@@ -3,14 +3,20 @@ function wallClockNs(): bigint {
   return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
 }
 
-/** One clock reading: when the request left, what the server said, when the reply came back (runner clock). */
+/**
+ * One clock reading: when the request left, what the server said, when the reply came back (runner
+ * clock).
+ */
 interface ClockSample {
   readonly sentNs: bigint;
   readonly serverNs: bigint;
   readonly receivedNs: bigint;
 }
 
-/** The measured offset: runner clock minus control-plane clock, from the sample with the least round trip. */
+/**
+ * The measured offset: runner clock minus control-plane clock, from the sample with the least round
+ * trip.
+ */
 export interface ClockOffset {
   readonly offsetNs: bigint;
   readonly roundTripNs: bigint;
@@ -45,7 +51,9 @@ function roundTrip(s: ClockSample): bigint {
   return s.receivedNs - s.sentNs;
 }
 
-/** Control-plane time as the runner estimates it: its own clock corrected by the measured offset. */
+/**
+ * Control-plane time as the runner estimates it: its own clock corrected by the measured offset.
+ */
 export interface ServerClock {
   /** Estimated control-plane time, in milliseconds since the epoch. */
   nowMs(): number;

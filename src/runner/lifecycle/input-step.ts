@@ -57,8 +57,9 @@ export async function fetchInputs(
       const closed = new Promise<void>((resolve, reject) =>
         out.on("close", resolve).on("error", reject),
       );
-      // Awaited below; the file may fail (a full disk) while the loop waits on the network, and a rejection nobody
-      // awaits yet would end the runner. A write that waits for room stops at the failure instead of waiting on.
+      // Awaited below; the file may fail (a full disk) while the loop waits on the network, and a
+      // rejection nobody awaits yet would end the runner. A write that waits for room stops at the
+      // failure instead of waiting on.
       closed.catch(() => {});
       try {
         for await (const chunk of client.downloadInput(
@@ -92,7 +93,8 @@ export async function fetchInputs(
       await rm(partial, { force: true });
       throw new InputError(
         "input_digest_mismatch",
-        `input ${input.fromStep}/${input.name} has digest ${digest} (${size} bytes); its lease names ${input.digest} (${input.size} bytes)`,
+        `input ${input.fromStep}/${input.name} has digest ${digest} (${size} ` +
+          `bytes); its lease names ${input.digest} (${input.size} bytes)`,
         false,
       );
     }

@@ -14,7 +14,10 @@ import type { InputRequestSpec } from "../../protocol/input-request.js";
 /** Least time between two job.progress events of one job; the last progress is always sent. */
 const progressIntervalMs = 1000;
 
-/** Most dropped lines of a job's events file reported one by one; the rest are counted in one last report. */
+/**
+ * Most dropped lines of a job's events file reported one by one; the rest are counted in one last
+ * report.
+ */
 const maxDropReports = 10;
 
 /** What opening a job's contract needs. */
@@ -37,9 +40,15 @@ export interface JobContract {
   stdout(text: string): void;
   /** The job has ended: the rest of its events file is read and its last progress sent. */
   ended(): Promise<void>;
-  /** The last `::forelead::input` directive's request, its rules checked (a failed settlement naming the problem); undefined when there was none. */
+  /**
+   * The last `::forelead::input` directive's request, its rules checked (a failed settlement naming
+   * the problem); undefined when there was none.
+   */
   inputRequest(): InputRequestSpec | Settlement | undefined;
-  /** The settlement with the job's result and its error line; an invalid result.json fails a succeeded job. */
+  /**
+   * The settlement with the job's result and its error line; an invalid result.json fails a
+   * succeeded job.
+   */
   settle(settlement: Settlement): Promise<Settlement>;
 }
 

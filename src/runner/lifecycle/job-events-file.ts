@@ -10,7 +10,10 @@ const eventsPollMs = 200;
 
 /** The job's events file, followed. */
 export interface JobEventsFile {
-  /** The job has started (its job.started event is sent): reading begins, so the job's events come after it. */
+  /**
+   * The job has started (its job.started event is sent): reading begins, so the job's events come
+   * after it.
+   */
   start(): void;
   /** Reads what is left (after the job ended), passes it on, and stops following. */
   stop(): Promise<void>;

@@ -4,7 +4,10 @@ import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { looksSecret } from "../../protocol/secret-names.js";
 import { jobDirParts } from "../executors/job-dir.js";
 
-/** The version of execution.json's shape (docs/job-contract.md); a change that is not additive gets a new one. */
+/**
+ * The version of execution.json's shape (docs/job-contract.md); a change that is not additive gets
+ * a new one.
+ */
 const executionSchema = "forelead.execution/v1";
 
 /** A file the runner put under input/files/ for the job (pipelines' step outputs). */
@@ -14,7 +17,10 @@ interface ExecutionInput {
   readonly size: number;
 }
 
-/** /input/execution.json: the job's execution spec as the job reads it (docs/job-contract.md, field by field). */
+/**
+ * /input/execution.json: the job's execution spec as the job reads it (docs/job-contract.md, field
+ * by field).
+ */
 export interface ExecutionSpec {
   readonly schema: typeof executionSchema;
   readonly id: string;
@@ -25,9 +31,15 @@ export interface ExecutionSpec {
   readonly labels: readonly string[];
   readonly kind: string;
   readonly argv: readonly string[];
-  /** spec.env, except variables whose names look secret (their values are withheld; the names are in secretEnv). */
+  /**
+   * spec.env, except variables whose names look secret (their values are withheld; the names are in
+   * secretEnv).
+   */
   readonly env: Readonly<Record<string, string>>;
-  /** Names of the env variables that carry secrets: the job's secrets and spec.env names that look secret. Never a value. */
+  /**
+   * Names of the env variables that carry secrets: the job's secrets and spec.env names that look
+   * secret. Never a value.
+   */
   readonly secretEnv: readonly string[];
   /** Names of the job's secret files, in FORELEAD_SECRETS_DIR. Never a content. */
   readonly secretFiles: readonly string[];
@@ -46,7 +58,9 @@ export interface ExecutionSpec {
   readonly checkpoint: { readonly path: string } | null;
 }
 
-/** The execution spec of `lease` on this runner; `inputs` and `checkpoint` as found under input/. */
+/**
+ * The execution spec of `lease` on this runner; `inputs` and `checkpoint` as found under input/.
+ */
 function executionSpec(
   lease: Lease,
   runnerId: string,

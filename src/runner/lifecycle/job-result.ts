@@ -8,7 +8,10 @@ import {
   type JobResult,
 } from "../../protocol/job-result.js";
 
-/** What output/result.json came to: none, a result, or the problem that makes it invalid (naming the file). */
+/**
+ * What output/result.json came to: none, a result, or the problem that makes it invalid (naming the
+ * file).
+ */
 export type ResultFile =
   | { readonly kind: "none" }
   | { readonly kind: "result"; readonly result: JobResult }
@@ -17,12 +20,11 @@ export type ResultFile =
 const name = "output/result.json";
 
 /**
- * Reads `jobDir/output/result.json` after the job has ended. The job wrote
- * it, so nothing about it is trusted: output/ must be a directory and the
- * file a regular file, both examined with lstat (a symbolic link is
- * refused, never followed); the file is opened as the upload opens output
- * files (upload-output.ts, openExamined: O_NOFOLLOW, the very inode
- * examined, inside the real output/), must be at most 1 MiB, and a JSON object (src/protocol/job-result.ts).
+ * Reads `jobDir/output/result.json` after the job has ended. The job wrote it, so nothing about it
+ * is trusted: output/ must be a directory and the file a regular file, both examined with lstat (a
+ * symbolic link is refused, never followed); the file is opened as the upload opens output files
+ * (upload-output.ts, openExamined: O_NOFOLLOW, the very inode examined, inside the real output/),
+ * must be at most 1 MiB, and a JSON object (src/protocol/job-result.ts).
  */
 export async function readResultFile(jobDir: string): Promise<ResultFile> {
   const dir = join(jobDir, "output");

@@ -41,14 +41,23 @@ export interface JobRunContext {
   readonly jobsDir: string;
   /** TERM-to-KILL grace for cancel, timeout and forced shutdown. */
   readonly graceMs: number;
-  /** How often a running job's CPU and memory are sent as resource.sample events; 5 s by default, 0 for never. */
+  /**
+   * How often a running job's CPU and memory are sent as resource.sample events; 5 s by default, 0
+   * for never.
+   */
   readonly sampleIntervalMs?: number;
   readonly checkout?: CheckoutStep;
-  /** Where the job's output directory is uploaded before completing; without it, output files are not kept. */
+  /**
+   * Where the job's output directory is uploaded before completing; without it, output files are
+   * not kept.
+   */
   readonly uploads?: () => Promise<UploadClient>;
   /** The suspend routes (docs/suspend.md); without them a job that asks for input fails. */
   readonly suspends?: () => Promise<SuspendClient>;
-  /** Where a pipeline step's inputs are downloaded from; without it, a job with inputs is refused as incompatible. */
+  /**
+   * Where a pipeline step's inputs are downloaded from; without it, a job with inputs is refused as
+   * incompatible.
+   */
   readonly inputs?: () => Promise<InputClient>;
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: completion retries end. */
@@ -60,9 +69,15 @@ export interface JobRunContext {
 /** One lease being run. */
 export interface JobRun {
   readonly jobId: string;
-  /** Resolves when the job is settled, released or abandoned, and its directory is gone: true when the control plane took its completion. */
+  /**
+   * Resolves when the job is settled, released or abandoned, and its directory is gone: true when
+   * the control plane took its completion.
+   */
   readonly done: Promise<boolean>;
-  /** Shutdown: stop the job (TERM, KILL after the grace) and release the lease instead of completing. */
+  /**
+   * Shutdown: stop the job (TERM, KILL after the grace) and release the lease instead of
+   * completing.
+   */
   release(): void;
 }
 
@@ -179,7 +194,8 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       maskedOutput(ctx.output.open({ jobId, leaseToken: token }), masker),
     );
     if (!out) return undefined; // stopped or lost during the checkout: nothing starts
-    // The job's files and lines (docs/job-contract.md): input/execution.json, the events file, directives, result.json.
+    // The job's files and lines (docs/job-contract.md): input/execution.json, the events file,
+    // directives, result.json.
     const contract = await openJobContract({
       jobDir,
       lease,
@@ -237,7 +253,8 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     const state = run.state;
     const stopping = "stopping" in state ? state.stopping : undefined;
     const ended = settlementOf(result, stopping, spec.timeoutSeconds, spec.argv[0] ?? "");
-    // Exit 0 with output/input-request.json written or an input directive printed: the job is suspended, not completed (docs/suspend.md).
+    // Exit 0 with output/input-request.json written or an input directive printed: the job is
+    // suspended, not completed (docs/suspend.md).
     const asked =
       ended.outcome === "succeeded" && !stopping && state.phase !== "lost"
         ? await suspendIfAsked(

@@ -22,7 +22,10 @@ export interface LeaseKeeperOptions {
   readonly expiresAtMs: number;
   /** A renewal said the job was cancelled. Called once. */
   readonly onCancelRequested: () => void;
-  /** The lease is gone: refused by the control plane, or expired by the corrected clock while renewals failed. Called once. */
+  /**
+   * The lease is gone: refused by the control plane, or expired by the corrected clock while
+   * renewals failed. Called once.
+   */
   readonly onLost: (reason: string) => void;
   readonly log: (message: string) => void;
 }
@@ -59,7 +62,8 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
     clearTimeout(expiryTimer);
   };
 
-  // Fires when the control plane's clock (as estimated) reaches the expiry; re-arms while renewals moved it.
+  // Fires when the control plane's clock (as estimated) reaches the expiry; re-arms while renewals
+  // moved it.
   const watchExpiry = () => {
     clearTimeout(expiryTimer);
     const left = expiresAtMs - clock.nowMs();
@@ -74,7 +78,8 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
     if (stopped) return;
     let next = intervalMs;
     try {
-      // A slow answer is still worth having until the lease runs out; the expiry watch acts on its own meanwhile.
+      // A slow answer is still worth having until the lease runs out; the expiry watch acts on its
+      // own meanwhile.
       const lease = await client.renew(
         jobId,
         options.leaseToken,

@@ -10,7 +10,10 @@ const resourceSampleEvent = "resource.sample";
 
 /** A sampling loop of one job. */
 export interface ResourceSamples {
-  /** Stops sampling; resolves once a reading in flight is sent or dropped, so no sample follows job.exited. */
+  /**
+   * Stops sampling; resolves once a reading in flight is sent or dropped, so no sample follows
+   * job.exited.
+   */
   stop(): Promise<void>;
 }
 

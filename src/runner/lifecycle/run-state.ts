@@ -1,7 +1,10 @@
 import type { RunningJob } from "../executors/executor.js";
 import type { JobOutput } from "../output/output.js";
 
-/** Why a job is stopped before it ends by itself: its timeout, a cancel the renewal reported, or the agent's shutdown (release). */
+/**
+ * Why a job is stopped before it ends by itself: its timeout, a cancel the renewal reported, or the
+ * agent's shutdown (release).
+ */
 export type StopReason = "timeout" | "cancel" | "release";
 
 /**
@@ -22,7 +25,9 @@ type RunState =
       readonly job: RunningJob;
       readonly stopping?: StopReason;
     }
-  /** The job has ended; its output is flushed and the completion sent. Renewals only bridge this. */
+  /**
+   * The job has ended; its output is flushed and the completion sent. Renewals only bridge this.
+   */
   | { readonly phase: "settling"; readonly output: JobOutput | undefined }
   /** Shutdown: the job was stopped and the lease goes back to the queue. */
   | { readonly phase: "releasing"; readonly output: JobOutput | undefined }
@@ -33,15 +38,30 @@ export interface LeaseRun {
   readonly state: RunState;
   /** Aborted when the lease is lost: uploads under it stop. */
   readonly lostSignal: AbortSignal;
-  /** checkout → starting: opens the job's output and returns it; undefined (nothing may start) when the run is stopping or lost. */
+  /**
+   * checkout → starting: opens the job's output and returns it; undefined (nothing may start) when
+   * the run is stopping or lost.
+   */
   starting(open: () => JobOutput): JobOutput | undefined;
-  /** starting → running. A run stopped meanwhile stops the job now; a lost one kills it and stays lost. */
+  /**
+   * starting → running. A run stopped meanwhile stops the job now; a lost one kills it and stays
+   * lost.
+   */
   running(job: RunningJob, graceMs: number): void;
-  /** Stops the job before it ends by itself; false when it is stopping already, has ended or is lost. */
+  /**
+   * Stops the job before it ends by itself; false when it is stopping already, has ended or is
+   * lost.
+   */
   stop(reason: StopReason, graceMs: number): boolean;
-  /** The lease is gone: kills the job and drops its output (after the job ended, only forbids completing). Returns the phase it was in. */
+  /**
+   * The lease is gone: kills the job and drops its output (after the job ended, only forbids
+   * completing). Returns the phase it was in.
+   */
   lose(why: string): RunState["phase"];
-  /** The job has ended: → settling, or → releasing when it was stopped for a release. Undefined when the lease is lost. */
+  /**
+   * The job has ended: → settling, or → releasing when it was stopped for a release. Undefined when
+   * the lease is lost.
+   */
   ended(): Extract<RunState, { phase: "settling" | "releasing" }> | undefined;
 }
 

@@ -13,7 +13,10 @@ export interface SettleContext {
   readonly log: (message: string) => void;
   /** Aborted when the agent is forced to stop: retries end. */
   readonly abort: AbortSignal;
-  /** Asks each completion for the runner's next lease (CompleteRequest.next) while `wanted()`; a lease in the reply goes to `take`. */
+  /**
+   * Asks each completion for the runner's next lease (CompleteRequest.next) while `wanted()`; a
+   * lease in the reply goes to `take`.
+   */
   readonly next?: NextLease;
 }
 

@@ -20,20 +20,21 @@ import type { JobOutput } from "../output/output.js";
 import { uploadOutput, type UploadClient } from "../output/upload-output.js";
 import type { Settlement } from "./settle.js";
 
-// Suspend and answer on the runner's side (docs/suspend.md). A job asks for
-// input by writing output/input-request.json (/output in a container), or
-// printing `::forelead::input {json}` on stdout, and exiting 0; what it wants to keep goes under output/checkpoint/. The runner
-// uploads the checkpoint, suspends the job under its lease and completes
-// nothing. The lease that resumes the job carries the answer and the
-// checkpoint list: before the job starts again they are written to
-// input/answer.json and input/checkpoint/ (/input in a container).
+// Suspend and answer on the runner's side (docs/suspend.md). A job asks for input by writing
+// output/input-request.json (/output in a container), or printing `::forelead::input {json}` on
+// stdout, and exiting 0; what it wants to keep goes under output/checkpoint/. The runner uploads
+// the checkpoint, suspends the job under its lease and completes nothing. The lease that resumes
+// the job carries the answer and the checkpoint list: before the job starts again they are written
+// to input/answer.json and input/checkpoint/ (/input in a container).
 
 /** The suspend routes the runner calls; a generated SuspendService client has them. */
 export type SuspendClient = Pick<Client<typeof SuspendService>, "suspend" | "checkpoint">;
 
 /** What the suspend step needs of the lease's run. */
 export interface SuspendStep {
-  /** The suspend routes (opened on first use); without them a request is refused and the job fails. */
+  /**
+   * The suspend routes (opened on first use); without them a request is refused and the job fails.
+   */
   readonly suspends?: () => Promise<SuspendClient>;
   readonly uploads?: () => Promise<UploadClient>;
   readonly jobId: string;
@@ -95,12 +96,15 @@ export async function restoreInput(step: SuspendStep, lease: Lease): Promise<voi
     const digest = `sha256:${hash.digest("hex")}`;
     if (digest !== file.digest || BigInt(size) !== file.size) {
       throw new Error(
-        `checkpoint file ${JSON.stringify(file.name)} arrived as ${size} bytes hashing to ${digest}; the lease lists ${file.size} bytes, ${file.digest}`,
+        `checkpoint file ${JSON.stringify(file.name)} arrived as ${size} bytes ` +
+          `hashing to ${digest}; the lease lists ${file.size} bytes, ${file.digest}`,
       );
     }
   }
   step.log(
-    `job ${step.jobId}: resumed with the answer to input request ${JSON.stringify(lease.inputRequestId)} and ${lease.checkpoint.length} checkpoint file(s)`,
+    `job ${step.jobId}: resumed with the answer to input request ` +
+      `${JSON.stringify(lease.inputRequestId)} and ${lease.checkpoint.length} ` +
+      `checkpoint file(s)`,
   );
 }
 
@@ -231,7 +235,9 @@ async function suspendJob(
     try {
       const reply = await client.suspend(body, { signal: step.signal });
       step.log(
-        `job ${step.jobId}: suspended for input request ${JSON.stringify(request.id)} with ${manifest.artifacts.length} checkpoint file(s); the job is ${reply.job?.state ?? "?"}`,
+        `job ${step.jobId}: suspended for input request ` +
+          `${JSON.stringify(request.id)} with ${manifest.artifacts.length} ` +
+          `checkpoint file(s); the job is ${reply.job?.state ?? "?"}`,
       );
       return "suspended";
     } catch (err) {

@@ -47,7 +47,8 @@ export async function withUploadedOutput(
         skipped: manifest.skipped.length ? manifest.skipped : undefined,
       });
       upload.log(
-        `job ${jobId}: uploaded ${manifest.artifacts.length} output file(s)${manifest.skipped.length ? `, left out ${manifest.skipped.length}` : ""}`,
+        `job ${jobId}: uploaded ${manifest.artifacts.length} output ` +
+          `file(s)${manifest.skipped.length ? `, left out ${manifest.skipped.length}` : ""}`,
       );
     }
     return manifest.artifacts.length

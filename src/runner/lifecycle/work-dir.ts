@@ -43,7 +43,9 @@ export async function prepareWorkDir(dir: string): Promise<string> {
     const sticky = (st.mode & 0o1000) !== 0;
     if (writable && !(at !== path && st.uid === 0 && sticky))
       throw new Error(
-        `work directory ${path}: ${at} is writable by ${st.mode & 0o002 ? "every user" : "its group"} (mode ${(st.mode & 0o7777).toString(8)}); ${fix}`,
+        `work directory ${path}: ${at} is writable by ` +
+          `${st.mode & 0o002 ? "every user" : "its group"} (mode ` +
+          `${(st.mode & 0o7777).toString(8)}); ${fix}`,
       );
     if (at === dirname(at)) return path;
   }

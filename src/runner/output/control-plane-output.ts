@@ -9,9 +9,14 @@ export interface ControlPlaneOutputOptions {
   readonly warn: (message: string) => void;
   /** Longest flush() waits for delivery before giving up; 10 s by default. */
   readonly flushTimeoutMs?: number;
-  /** Most lines held per stream while the control plane is unreachable; older ones are dropped. 10,000 by default. */
+  /**
+   * Most lines held per stream while the control plane is unreachable; older ones are dropped.
+   * 10,000 by default.
+   */
   readonly maxPending?: number;
-  /** First retry backoff of a request that got no reply (the stream writer's; 100 ms by default). */
+  /**
+   * First retry backoff of a request that got no reply (the stream writer's; 100 ms by default).
+   */
   readonly backoffMs?: number;
 }
 
@@ -54,13 +59,15 @@ export function createControlPlaneOutput(
           onDropped: () =>
             warnOnce(
               `${name}:overflow:${jobId}`,
-              `job ${jobId}: over ${options.maxPending ?? 10_000} ${name} waiting for the control plane; dropping the oldest`,
+              `job ${jobId}: over ${options.maxPending ?? 10_000} ${name} waiting for ` +
+                `the control plane; dropping the oldest`,
             ),
           onFailure: (err) => {
             if (err instanceof StreamRefused && err.status === 501) {
               warnOnce(
                 `${name}:501`,
-                `the control plane does not store job ${name} yet (501 on /v1/runner/${name}); jobs keep running, their ${name} are not kept`,
+                `the control plane does not store job ${name} yet (501 on ` +
+                  `/v1/runner/${name}); jobs keep running, their ${name} are not kept`,
               );
             } else {
               warnOnce(

@@ -22,13 +22,19 @@ export interface EventSink {
 
 /** The output of one lease of one job. */
 export interface JobOutput extends LogSink, EventSink {
-  /** Resolves once what was written so far has been delivered (or given up on); call before completing. */
+  /**
+   * Resolves once what was written so far has been delivered (or given up on); call before
+   * completing.
+   */
   flush(): Promise<void>;
   /** The lease is gone: drop anything not yet sent and send nothing more. */
   abandon(): void;
 }
 
-/** The lease a job's output is sent under. The token is for the wire only: never written into a line or event. */
+/**
+ * The lease a job's output is sent under. The token is for the wire only: never written into a line
+ * or event.
+ */
 interface OutputLease {
   readonly jobId: string;
   readonly leaseToken: string;

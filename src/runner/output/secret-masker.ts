@@ -15,7 +15,10 @@ const minHeuristicLength = 4;
 
 /** One stream of a job's output (stdout or stderr), masked as it goes. */
 export interface MaskingStream {
-  /** Takes the next piece of the stream; returns the text that is final, masked. A tail that could still become a secret value is held back. */
+  /**
+   * Takes the next piece of the stream; returns the text that is final, masked. A tail that could
+   * still become a secret value is held back.
+   */
   write(text: string): string;
   /** The end of the stream: the held tail, masked. */
   end(): string;
@@ -23,7 +26,10 @@ export interface MaskingStream {
 
 /** Masks a job's secret values in everything the runner sends about the job. */
 export interface SecretMasker {
-  /** A matcher for one output stream; it carries its state across writes, chunk boundaries and line breaks. */
+  /**
+   * A matcher for one output stream; it carries its state across writes, chunk boundaries and line
+   * breaks.
+   */
   stream(): MaskingStream;
   /** `text` as a whole, masked (an error message, a log line of the runner). */
   text(text: string): string;
@@ -114,7 +120,8 @@ export function createSecretMasker(values: Iterable<string>): SecretMasker {
     for (const [a, b] of merged(found)) {
       if (a >= hold) break;
       out += buf.slice(pos, a);
-      if (!(a === 0 && covered > 0)) out += maskText; // a stretch going on from the last write was sent already
+      // a stretch going on from the last write was sent already
+      if (!(a === 0 && covered > 0)) out += maskText;
       pos = Math.min(b, hold);
       if (b > hold) stillCovered = b - hold;
     }
@@ -185,7 +192,8 @@ export function leaseSecretValues(lease: Pick<Lease, "secrets" | "secretFiles" |
   for (const [name, v] of Object.entries(lease.job?.spec?.env ?? {})) {
     if (looksSecret(name) && v.length >= minHeuristicLength) values.push(v);
   }
-  // A value under minEncodedLength is masked as it is only: its encoded forms would match ordinary text.
+  // A value under minEncodedLength is masked as it is only: its encoded forms would match ordinary
+  // text.
   const encoded = values.filter((v) => v.length >= minEncodedLength).flatMap(encodedForms);
   return [...new Set([...values, ...encoded])];
 }

@@ -10,15 +10,26 @@ export interface StreamWriterOptions {
   readonly runnerId: string;
   readonly jobId: string;
   readonly leaseToken: string;
-  /** Most bytes in one request body; under the control plane's 1 MiB bound by default (1,000,000). */
+  /**
+   * Most bytes in one request body; under the control plane's 1 MiB bound by default (1,000,000).
+   */
   readonly maxRequestBytes?: number;
-  /** A request with no reply after this long is given up and retried; 20 s by default, under the 25 s bound. */
+  /**
+   * A request with no reply after this long is given up and retried; 20 s by default, under the 25
+   * s bound.
+   */
   readonly requestTimeoutMs?: number;
-  /** Retries of a request that got no reply or a 5xx/429, with backoff, before the stream fails; 8 by default. */
+  /**
+   * Retries of a request that got no reply or a 5xx/429, with backoff, before the stream fails; 8
+   * by default.
+   */
   readonly maxRetries?: number;
   /** First backoff; doubles up to 5 s. 100 ms by default. */
   readonly backoffMs?: number;
-  /** Most lines held unconfirmed (e.g. while the control plane is unreachable); past it the oldest are dropped. Unbounded by default. */
+  /**
+   * Most lines held unconfirmed (e.g. while the control plane is unreachable); past it the oldest
+   * are dropped. Unbounded by default.
+   */
   readonly maxQueuedLines?: number;
   /** Told each time a line is dropped for `maxQueuedLines`. */
   readonly onDropped?: () => void;
@@ -30,7 +41,10 @@ export interface StreamWriterOptions {
 export class StreamRefused extends Error {
   constructor(
     message: string,
-    /** The HTTP status of the refusal (409 lease gone or repeated sequence, 413, 501 not served, ...). */
+    /**
+     * The HTTP status of the refusal (409 lease gone or repeated sequence, 413, 501 not served,
+     * ...).
+     */
     readonly status: number,
   ) {
     super(message);
@@ -40,9 +54,15 @@ export class StreamRefused extends Error {
 
 /** One stream (events or logs) of one lease. */
 export interface StreamWriter {
-  /** Queues `data` with the next sequence and returns it; throws when the stream failed or the line alone is over the request bound. */
+  /**
+   * Queues `data` with the next sequence and returns it; throws when the stream failed or the line
+   * alone is over the request bound.
+   */
   write(data: JsonValue): number;
-  /** Resolves once everything written so far is stored; rejects with the reason when the stream failed. */
+  /**
+   * Resolves once everything written so far is stored; rejects with the reason when the stream
+   * failed.
+   */
   flush(): Promise<void>;
   /** The highest sequence the control plane has confirmed. */
   readonly confirmed: number;
@@ -50,7 +70,10 @@ export interface StreamWriter {
   readonly failure: Error | undefined;
   /** Lines written and not yet confirmed. */
   readonly queued: number;
-  /** The lease is gone: drops what is queued, sends nothing more; flush() rejects and write() throws from now on. */
+  /**
+   * The lease is gone: drops what is queued, sends nothing more; flush() rejects and write() throws
+   * from now on.
+   */
   abandon(): void;
 }
 
@@ -135,7 +158,8 @@ export function createStreamWriter(
       if (last !== undefined) confirm(last);
       const progressed = last !== undefined && last >= first;
       if (reply.status === 413) {
-        // The control plane's bound is smaller than ours: from now on send what it just took (or half).
+        // The control plane's bound is smaller than ours: from now on send what it just took (or
+        // half).
         const taken = progressed
           ? batch.filter((b) => b.sequence <= last).reduce((sum, b) => sum + b.line.length + 1, 0)
           : Math.floor(bytes / 2);
@@ -200,12 +224,14 @@ export function createStreamWriter(
       const line = `${prefix},"sequence":${sequence},"data":${JSON.stringify(data)}}`;
       if (Buffer.byteLength(line) + 1 > maxBytes)
         throw new Error(
-          `${stream}: one message of ${Buffer.byteLength(line)} bytes is over the request bound of ${maxBytes} bytes; split it`,
+          `${stream}: one message of ${Buffer.byteLength(line)} bytes is over the ` +
+            `request bound of ${maxBytes} bytes; split it`,
         );
       next++;
       queue.push({ sequence, line });
       if (queue.length > (options.maxQueuedLines ?? Infinity)) {
-        queue.shift(); // confirmations go by sequence, so a dropped line still in flight is harmless
+        // confirmations go by sequence, so a dropped line still in flight is harmless
+        queue.shift();
         options.onDropped?.();
       }
       start();

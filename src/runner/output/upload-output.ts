@@ -23,7 +23,9 @@ export interface UploadOutputOptions {
   readonly leaseToken: string;
   /** The job's output directory (what the container saw as /output). */
   readonly dir: string;
-  /** Bytes per put message; 256 KiB by default (the control plane takes at most 1 MiB per message). */
+  /**
+   * Bytes per put message; 256 KiB by default (the control plane takes at most 1 MiB per message).
+   */
   readonly chunkBytes?: number;
   /** Tries per request before giving up on a file; 6 by default. */
   readonly attempts?: number;
@@ -110,7 +112,9 @@ export async function uploadOutput(options: UploadOutputOptions): Promise<Output
   return result;
 }
 
-/** Regular files under `dir`, depth first in name order; everything else is recorded in `skipped`. */
+/**
+ * Regular files under `dir`, depth first in name order; everything else is recorded in `skipped`.
+ */
 async function* walk(
   dir: string,
   prefix: string,
@@ -133,7 +137,10 @@ async function* walk(
   }
 }
 
-/** Opens the examined file, or says why not: it must still be that regular file, inside the real root (also lifecycle/job-result.ts). */
+/**
+ * Opens the examined file, or says why not: it must still be that regular file, inside the real
+ * root (also lifecycle/job-result.ts).
+ */
 export async function openExamined(
   path: string,
   examined: Stats,
@@ -143,7 +150,10 @@ export async function openExamined(
   try {
     file = await open(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
   } catch (err) {
-    return `cannot be opened without following a link (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
+    return (
+      `cannot be opened without following a link ` +
+      `(${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`
+    );
   }
   const held = await file.stat();
   let where: string | undefined;
@@ -229,7 +239,10 @@ async function hashFile(file: FileHandle): Promise<{ digest: string; size: numbe
   return { digest: `sha256:${hash.digest("hex")}`, size };
 }
 
-/** The put messages from `from` to `size`: the first names the upload and offset, the rest carry data only. */
+/**
+ * The put messages from `from` to `size`: the first names the upload and offset, the rest carry
+ * data only.
+ */
 async function* chunks(
   file: FileHandle,
   head: UploadHead,
@@ -272,7 +285,10 @@ async function retrying<T>(
   }
 }
 
-/** Transport failures and transient refusals (another put still running) are worth a retry; rule refusals are not. */
+/**
+ * Transport failures and transient refusals (another put still running) are worth a retry; rule
+ * refusals are not.
+ */
 /** A file the control plane refuses for its size: skipped, not a failed upload. */
 class OverCap extends Error {}
 

@@ -38,7 +38,10 @@ export class RunnerApiError extends Error {
     return this.status === 409 && this.code === "already_exists";
   }
 
-  /** 404 or 409 on a lease-scoped route: the lease is gone (expired, released, settled) and will not come back. */
+  /**
+   * 404 or 409 on a lease-scoped route: the lease is gone (expired, released, settled) and will not
+   * come back.
+   */
   get leaseGone(): boolean {
     return this.status === 404 || this.status === 409;
   }
@@ -57,9 +60,15 @@ interface Registration {
   readonly architecture: string;
   readonly labels: readonly string[];
   readonly clockOffsetNs: bigint;
-  /** This process (random per process start) and its start: the control plane refuses a second live process of one runner. */
+  /**
+   * This process (random per process start) and its start: the control plane refuses a second live
+   * process of one runner.
+   */
   readonly instance?: RunnerInstance;
-  /** Capabilities a job's requirements are matched against: "linux", ...; "docker"/"process"; protocol features. */
+  /**
+   * Capabilities a job's requirements are matched against: "linux", ...; "docker"/"process";
+   * protocol features.
+   */
   readonly os?: string;
   readonly executionKinds?: readonly string[];
   readonly features?: readonly string[];
@@ -110,14 +119,20 @@ export interface RunnerClient {
   clock(): Promise<bigint>;
   register(registration: Registration): Promise<void>;
   /**
-   * Up to `maxLeases` leases (1 by default: `POST /v1/runner/claim`; more: `POST /v1/runner/claims`),
-   * none when no job arrived within `waitSeconds`.
+   * Up to `maxLeases` leases (1 by default: `POST /v1/runner/claim`; more: `POST
+   * /v1/runner/claims`), none when no job arrived within `waitSeconds`.
    */
   claim(waitSeconds: number, signal?: AbortSignal, maxLeases?: number): Promise<Lease[]>;
-  /** Renews a lease; `timeoutMs` bounds the wait (a renewal answered after the lease ran out is no use). */
+  /**
+   * Renews a lease; `timeoutMs` bounds the wait (a renewal answered after the lease ran out is no
+   * use).
+   */
   renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
   release(jobId: string, leaseToken: string): Promise<void>;
-  /** Settles the job; with `next`, the reply may carry the runner's next lease (CompleteRequest.next). */
+  /**
+   * Settles the job; with `next`, the reply may carry the runner's next lease
+   * (CompleteRequest.next).
+   */
   complete(
     jobId: string,
     leaseToken: string,
@@ -125,7 +140,10 @@ export interface RunnerClient {
     next?: { readonly waitSeconds: number },
   ): Promise<{ job: Job; lease?: Lease }>;
   inventory(items: readonly InventoryItemJson[]): Promise<ReapOrder[]>;
-  /** POSTs an NDJSON body to a stream route on the runner's connection; resolves with the reply whatever its status. */
+  /**
+   * POSTs an NDJSON body to a stream route on the runner's connection; resolves with the reply
+   * whatever its status.
+   */
   readonly postNdjson: NdjsonPost;
   close(): Promise<void>;
 }
@@ -197,7 +215,8 @@ export function createRunnerClient(
       });
     },
     async claim(waitSeconds, signal, maxLeases = 1) {
-      // The server holds a long poll up to waitSeconds; allow it that long plus room for the database.
+      // The server holds a long poll up to waitSeconds; allow it that long plus room for the
+      // database.
       const timeoutMs = waitSeconds * 1000 + 15_000;
       const claimOne = async () => {
         const reply = await call(

@@ -6,7 +6,10 @@
  * a `fix`; everything else stays transient, as before.
  */
 
-/** Where the runner's TLS material came from, named in what a final failure tells the operator to fix. */
+/**
+ * Where the runner's TLS material came from, named in what a final failure tells the operator to
+ * fix.
+ */
 export interface TlsSources {
   /** e.g. "--ca /etc/forelead/ca.pem". */
   readonly ca: string;
@@ -30,7 +33,10 @@ const untrustedServer = new Set([
   "INVALID_PURPOSE",
 ]);
 const outdatedServer = new Set(["CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID"]);
-/** TLS alerts by which a server (or a proxy before it) refuses the client certificate in the handshake. */
+/**
+ * TLS alerts by which a server (or a proxy before it) refuses the client certificate in the
+ * handshake.
+ */
 const refusedClient =
   /^ERR_SSL_(TLSV13_ALERT_CERTIFICATE_REQUIRED|SSLV3_ALERT_BAD_CERTIFICATE|SSLV3_ALERT_CERTIFICATE_(EXPIRED|REVOKED|UNKNOWN|UNSUPPORTED)|TLSV1_ALERT_(UNKNOWN_CA|ACCESS_DENIED))$/;
 
@@ -52,18 +58,37 @@ export function connectionFix(
   const ca = sources?.ca ?? "--ca";
   const cert = sources?.cert ?? "--cert/--key";
   if (untrustedServer.has(code)) {
-    return `cannot verify the control plane at ${server.origin}: its certificate is not signed by the CA bundle ${ca} (${why}); give --ca the CA certificate that signed the control plane's certificate (ca.pem in that control plane's certs directory)`;
+    return (
+      `cannot verify the control plane at ${server.origin}: its certificate is ` +
+      `not signed by the CA bundle ${ca} (${why}); give --ca the CA ` +
+      `certificate that signed the control plane's certificate (ca.pem in that ` +
+      `control plane's certs directory)`
+    );
   }
   if (outdatedServer.has(code)) {
-    return `the control plane at ${server.origin} presents a certificate outside its validity period (${why}); renew the control plane's certificate, or set this machine's clock right`;
+    return (
+      `the control plane at ${server.origin} presents a certificate outside ` +
+      `its validity period (${why}); renew the control plane's certificate, or ` +
+      `set this machine's clock right`
+    );
   }
   if (code === "ERR_TLS_CERT_ALTNAME_INVALID") {
-    return `the control plane's certificate does not name the host "${server.hostname}" of --server ${server.origin} (${why}); use a --server host the certificate names, or reissue the certificate for "${server.hostname}"`;
+    return (
+      `the control plane's certificate does not name the host ` +
+      `"${server.hostname}" of --server ${server.origin} (${why}); use a ` +
+      `--server host the certificate names, or reissue the certificate for ` +
+      `"${server.hostname}"`
+    );
   }
   if (refusedClient.test(code)) {
-    return `the control plane refused this runner's certificate (${cert}) in the TLS handshake (${why}); renew or re-enroll the runner's certificate from the CA the control plane trusts`;
+    return (
+      `the control plane refused this runner's certificate (${cert}) in the ` +
+      `TLS handshake (${why}); renew or re-enroll the runner's certificate ` +
+      `from the CA the control plane trusts`
+    );
   }
-  // OpenSSL could not use the local files at all (a key that does not match the certificate, a PEM that does not parse).
+  // OpenSSL could not use the local files at all (a key that does not match the certificate, a PEM
+  // that does not parse).
   if (code.startsWith("ERR_OSSL_")) {
     return `the TLS files cannot be used (${why}); check ${cert} (the certificate and its own key) and ${ca}`;
   }
@@ -92,7 +117,10 @@ export function refusalFix(
   return undefined;
 }
 
-/** What to fix before this runner can work, when `err` is a final failure; undefined when it is transient (or not a request's failure at all). */
+/**
+ * What to fix before this runner can work, when `err` is a final failure; undefined when it is
+ * transient (or not a request's failure at all).
+ */
 export function fixOf(err: unknown): string | undefined {
   const fix = err instanceof Error ? (err as { fix?: unknown }).fix : undefined;
   return typeof fix === "string" ? fix : undefined;

@@ -14,13 +14,19 @@ export interface RunnerProtocol {
   client(): Promise<Client<typeof RunnerService>>;
   /** The suspend routes (docs/suspend.md) on the same session. */
   suspendClient(): Promise<Client<typeof SuspendService>>;
-  /** The next call opens a new session (e.g. with a renewed certificate); calls in flight finish on the old one. */
+  /**
+   * The next call opens a new session (e.g. with a renewed certificate); calls in flight finish on
+   * the old one.
+   */
   reconnect(): void;
   /** Ends every session this made. */
   close(): void;
 }
 
-/** A protocol client to `baseUrl` whose sessions present the certificate `tls()` gives at the time they open. */
+/**
+ * A protocol client to `baseUrl` whose sessions present the certificate `tls()` gives at the time
+ * they open.
+ */
 export function createRunnerProtocol(
   baseUrl: string,
   tls: () => TlsMaterial | Promise<TlsMaterial>,

@@ -1,7 +1,10 @@
 import http2 from "node:http2";
 import { connectionFix, type TlsSources } from "./failures.js";
 
-/** The TLS material of a runner: read again for every new connection, so a renewed certificate is used on the next handshake. */
+/**
+ * The TLS material of a runner: read again for every new connection, so a renewed certificate is
+ * used on the next handshake.
+ */
 export interface TlsMaterial {
   readonly ca: string | Buffer;
   readonly cert: string | Buffer;
@@ -36,9 +39,15 @@ export class TransportError extends Error {
 
 /** Options of a transport. */
 export interface RestTransportOptions {
-  /** A session is replaced after this long (5 min by default), so a renewed certificate is presented well before the old one expires. */
+  /**
+   * A session is replaced after this long (5 min by default), so a renewed certificate is presented
+   * well before the old one expires.
+   */
   readonly maxSessionAgeMs?: number;
-  /** Named in the message of a failure no retry cures (a CA bundle that does not sign the server's certificate). */
+  /**
+   * Named in the message of a failure no retry cures (a CA bundle that does not sign the server's
+   * certificate).
+   */
   readonly sources?: TlsSources;
 }
 
@@ -62,7 +71,10 @@ export interface RestTransport {
   ): Promise<RestReply>;
   /** The next request opens a new session (a new handshake, e.g. with a renewed certificate). */
   reconnect(): void;
-  /** Where the TLS material came from, when the caller said: named in what a refusal tells the operator to fix. */
+  /**
+   * Where the TLS material came from, when the caller said: named in what a refusal tells the
+   * operator to fix.
+   */
   readonly sources: TlsSources | undefined;
   close(): Promise<void>;
 }
@@ -83,7 +95,10 @@ export function createRestTransport(
 ): RestTransport {
   const maxSessionAgeMs = settings.maxSessionAgeMs ?? 5 * 60_000;
   const server = new URL(baseUrl);
-  /** The one place a failed connection or stream becomes a TransportError: final (with its fix) or transient. */
+  /**
+   * The one place a failed connection or stream becomes a TransportError: final (with its fix) or
+   * transient.
+   */
   const failure = (message: string, cause: unknown) => {
     const fix = connectionFix(cause, server, settings.sources);
     return new TransportError(message, { cause, fix });
@@ -197,7 +212,10 @@ export function createRestTransport(
   };
 }
 
-/** A reply body as JSON, or undefined when it is empty or not JSON (the status then says what happened). */
+/**
+ * A reply body as JSON, or undefined when it is empty or not JSON (the status then says what
+ * happened).
+ */
 export function jsonOrUndefined(text: string): unknown {
   try {
     return text ? JSON.parse(text) : undefined;

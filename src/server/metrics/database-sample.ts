@@ -66,14 +66,14 @@ async function sample(db: Kysely<Database>): Promise<DatabaseSample> {
       jobs: number;
       oldest_seconds: number | null;
     }>`
-      select workspace_id, 'queued' as state, count(*)::int as jobs, extract(epoch from now() - min(created_at))::float8 as oldest_seconds
+      select workspace_id, 'queued' as state, count(*)::int as jobs, extract(epoch from now() -
+        min(created_at))::float8 as oldest_seconds
         from jobs where state = 'queued' group by workspace_id
       union all
       select workspace_id, 'running', count(*)::int, null from jobs where state = 'running' group by workspace_id
       union all
-      select workspace_id, 'waiting_input', count(*)::int, null from jobs where state = 'waiting_input' group by workspace_id`.execute(
-      db,
-    );
+      select workspace_id, 'waiting_input', count(*)::int, null from jobs where state =
+        'waiting_input' group by workspace_id`.execute(db);
     const byWorkspace = new Map<
       string,
       {

@@ -14,7 +14,9 @@ export interface MetricsListen {
 export interface MetricsServer {
   /** e.g. http://127.0.0.1:9464 */
   readonly url: string;
-  /** False when the address is not a loopback address: anyone who can reach the host can read it. */
+  /**
+   * False when the address is not a loopback address: anyone who can reach the host can read it.
+   */
   readonly loopback: boolean;
 }
 
@@ -56,7 +58,8 @@ export async function serveMetrics(
     server.once("error", (err: NodeJS.ErrnoException) =>
       reject(
         new Error(
-          `--metrics-listen ${listen.host}:${listen.port}: cannot listen (${err.code ?? err.message})${err.code === "EADDRINUSE" ? "; another process uses the port: give another address, or --metrics-listen off" : ""}`,
+          `--metrics-listen ${listen.host}:${listen.port}: cannot listen ` +
+            `(${err.code ?? err.message})${err.code === "EADDRINUSE" ? "; another process uses the port: give another address, or --metrics-listen off" : ""}`,
         ),
       ),
     );

@@ -32,22 +32,32 @@ export interface Metrics {
   readonly broker: BrokerObserver;
   /** What the guard reports refusals to. */
   readonly refused: (reason: RefusalReason) => void;
-  /** Times one API request from now until its stream closes, labelled by the method the guard saw. */
+  /**
+   * Times one API request from now until its stream closes, labelled by the method the guard saw.
+   */
   readonly watchRequest: (
     req: Http2ServerRequest,
     res: Http2ServerResponse,
     values: ContextValues,
   ) => void;
-  /** Adds Node's process metrics (process_*, nodejs_*: CPU, memory, event loop, GC), under their usual names: once, when the metrics are served. */
+  /**
+   * Adds Node's process metrics (process_*, nodejs_*: CPU, memory, event loop, GC), under their
+   * usual names: once, when the metrics are served.
+   */
   collectProcessMetrics(): void;
   readiness(): Promise<ReadinessCheck[]>;
   close(): void;
 }
 
-/** Settlement outcomes: the job's final state, or requeued (a retryable failure with attempts left). */
+/**
+ * Settlement outcomes: the job's final state, or requeued (a retryable failure with attempts left).
+ */
 const outcomes = ["succeeded", "failed", "cancelled", "requeued"] as const;
 
-/** Request buckets in seconds: from a fast unary call up to a long-poll claim (20 s) and a stream's 30 s bound. */
+/**
+ * Request buckets in seconds: from a fast unary call up to a long-poll claim (20 s) and a stream's
+ * 30 s bound.
+ */
 const requestBuckets = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60,
 ];
@@ -68,7 +78,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
   });
   const handedOff = new Counter({
     name: "forelead_leases_handed_off_total",
-    help: "Leases an enqueue granted in its own statement to a claim waiting on this replica (the direct handoff); also counted in forelead_leases_granted_total.",
+    help:
+      "Leases an enqueue granted in its own statement to a claim waiting on " +
+      "this replica (the direct handoff); also counted in " +
+      "forelead_leases_granted_total.",
     registers,
   });
   const claimsWaiting = new Gauge({
@@ -88,7 +101,9 @@ export function createMetrics(options: MetricsOptions): Metrics {
   });
   const settlements = new Counter({
     name: "forelead_settlements_total",
-    help: "Jobs settled under a lease, by outcome (a completion, or the expiry sweep); requeued: a retryable failure with attempts left.",
+    help:
+      "Jobs settled under a lease, by outcome (a completion, or the expiry " +
+      "sweep); requeued: a retryable failure with attempts left.",
     labelNames: ["outcome"],
     registers,
   });
@@ -107,7 +122,10 @@ export function createMetrics(options: MetricsOptions): Metrics {
   });
   const requests = new Histogram({
     name: "forelead_request_duration_seconds",
-    help: "API requests from arrival until their stream closed, by route (the REST route template, on both surfaces; unmatched: no route), surface (rest, rpc) and HTTP status code.",
+    help:
+      "API requests from arrival until their stream closed, by route (the REST " +
+      "route template, on both surfaces; unmatched: no route), surface (rest, " +
+      "rpc) and HTTP status code.",
     labelNames: ["route", "surface", "code"],
     buckets: requestBuckets,
     registers,
@@ -150,8 +168,9 @@ export function createMetrics(options: MetricsOptions): Metrics {
     return child;
   };
 
-  // Read at scrape: the queue (one cached query), the database, the pool, LISTEN, the audit backlog.
-  // Each gauge of the queue reads the one shared sample (a scrape collects its metrics side by side).
+  // Read at scrape: the queue (one cached query), the database, the pool, LISTEN, the audit
+  // backlog. Each gauge of the queue reads the one shared sample (a scrape collects its metrics
+  // side by side).
   const sampled = (
     name: string,
     help: string,

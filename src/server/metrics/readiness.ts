@@ -24,7 +24,10 @@ export async function checkReadiness(store: Store, audit: AuditSink): Promise<Re
   return [...(await checkDatabase(store)), checkListen(store), checkAudit(audit)];
 }
 
-/** The database's round trip and migrations, read once (src/ops/status.ts), bounded by databaseTimeoutMs. */
+/**
+ * The database's round trip and migrations, read once (src/ops/status.ts), bounded by
+ * databaseTimeoutMs.
+ */
 async function checkDatabase(store: Store): Promise<[ReadinessCheck, ReadinessCheck]> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<DatabaseFacts>((resolve) => {

@@ -12,9 +12,13 @@ describe("REST statuses", () => {
       expect(httpStatusOf(new ConnectError("x", code)), Code[code]).toBe(codeToHttpStatus(code));
   });
 
-  it("answer resource_exhausted with 413, not 429: a size over a bound fails again however long the client waits", () => {
-    expect(
-      httpStatusOf(new ConnectError("the bundle is over the cap", Code.ResourceExhausted)),
-    ).toBe(413);
-  });
+  it(
+    "answer resource_exhausted with 413, not 429: a size over a bound fails " +
+      "again however long the client waits",
+    () => {
+      expect(
+        httpStatusOf(new ConnectError("the bundle is over the cap", Code.ResourceExhausted)),
+      ).toBe(413);
+    },
+  );
 });

@@ -55,16 +55,20 @@ describe("NDJSON request bodies", () => {
     expect(got).toEqual([{ sequence: 7n, line: 1 }]);
   });
 
-  it("accept a body of exactly the bound and refuse the line that crosses it, after handing over the lines before", async () => {
-    const body = line(1) + line(2);
-    expect((await readAll(chunksOf(body), Buffer.byteLength(body))).error).toBeUndefined();
-    const { got, error } = await readAll(chunksOf(body + line(3)), Buffer.byteLength(body) + 1);
-    expect(got.map((g) => g.sequence)).toEqual([1n, 2n]);
-    expect(error?.code).toBe(Code.ResourceExhausted);
-    expect(error?.rawMessage).toBe(
-      `line 3 takes the request body over ${Buffer.byteLength(body) + 1} bytes; send it in a new request`,
-    );
-  });
+  it(
+    "accept a body of exactly the bound and refuse the line that crosses it, " +
+      "after handing over the lines before",
+    async () => {
+      const body = line(1) + line(2);
+      expect((await readAll(chunksOf(body), Buffer.byteLength(body))).error).toBeUndefined();
+      const { got, error } = await readAll(chunksOf(body + line(3)), Buffer.byteLength(body) + 1);
+      expect(got.map((g) => g.sequence)).toEqual([1n, 2n]);
+      expect(error?.code).toBe(Code.ResourceExhausted);
+      expect(error?.rawMessage).toBe(
+        `line 3 takes the request body over ${Buffer.byteLength(body) + 1} bytes; send it in a new request`,
+      );
+    },
+  );
 
   it("refuse a line that is still unfinished when it crosses the bound, without waiting for its newline", async () => {
     async function* endless(): AsyncGenerator<Buffer> {
@@ -94,7 +98,8 @@ describe("NDJSON request bodies", () => {
 });
 
 // A chunk's whole lines are checked as one text when they can be (ndjson-body.ts, readLines); these
-// send several lines in one chunk, so a refusal must still name its own line and hand over the ones before.
+// send several lines in one chunk, so a refusal must still name its own line and hand over the ones
+// before.
 describe("NDJSON request bodies, many lines to a chunk", () => {
   const body = (...lines: string[]) => Buffer.from(lines.join(""));
 

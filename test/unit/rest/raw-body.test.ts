@@ -33,27 +33,31 @@ async function collect<T extends DescMessage>(
 }
 
 describe("raw request bodies", () => {
-  it("put the path and header fields and the first chunk in the first message, and only the next chunk in each later one", async () => {
-    const messages = await collect(
-      rawBodyMessages(chunksOf("ab", "cd"), upload, undefined, {
-        uploadId: "u1",
-        offset: "5",
-        leaseToken: "t",
-      }),
-      PutUploadRequestSchema,
-    );
-    expect(
-      messages.map((m) => ({
-        uploadId: m.uploadId,
-        offset: m.offset,
-        leaseToken: m.leaseToken,
-        data: Buffer.from(m.data).toString(),
-      })),
-    ).toEqual([
-      { uploadId: "u1", offset: 5n, leaseToken: "t", data: "ab" },
-      { uploadId: "", offset: 0n, leaseToken: "", data: "cd" },
-    ]);
-  });
+  it(
+    "put the path and header fields and the first chunk in the first " +
+      "message, and only the next chunk in each later one",
+    async () => {
+      const messages = await collect(
+        rawBodyMessages(chunksOf("ab", "cd"), upload, undefined, {
+          uploadId: "u1",
+          offset: "5",
+          leaseToken: "t",
+        }),
+        PutUploadRequestSchema,
+      );
+      expect(
+        messages.map((m) => ({
+          uploadId: m.uploadId,
+          offset: m.offset,
+          leaseToken: m.leaseToken,
+          data: Buffer.from(m.data).toString(),
+        })),
+      ).toEqual([
+        { uploadId: "u1", offset: 5n, leaseToken: "t", data: "ab" },
+        { uploadId: "", offset: 0n, leaseToken: "", data: "cd" },
+      ]);
+    },
+  );
 
   it("hand an empty body over as one message with no bytes, so the handler still sees the fields", async () => {
     const messages = await collect(

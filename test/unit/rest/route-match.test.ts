@@ -20,17 +20,21 @@ describe("route matching", () => {
     expect(pathParams(found.route, "/v1/admin/jobs/j%201")).toEqual({ jobId: "j 1" });
   });
 
-  it("refuses a path served only with other methods with 405, an Allow of those methods, and a message naming them", () => {
-    expect(match("DELETE", "/v1/runner/uploads/u1")).toEqual({
-      kind: "refused",
-      status: 405,
-      allow: "PUT, GET",
-      body: {
-        code: "unimplemented",
-        message: "DELETE /v1/runner/uploads/u1 is not served; use PUT, GET",
-      },
-    });
-  });
+  it(
+    "refuses a path served only with other methods with 405, an Allow of " +
+      "those methods, and a message naming them",
+    () => {
+      expect(match("DELETE", "/v1/runner/uploads/u1")).toEqual({
+        kind: "refused",
+        status: 405,
+        allow: "PUT, GET",
+        body: {
+          code: "unimplemented",
+          message: "DELETE /v1/runner/uploads/u1 is not served; use PUT, GET",
+        },
+      });
+    },
+  );
 
   it("refuses a path no route serves with 404 pointing at docs/routes.md", () => {
     expect(match("GET", "/v1/admin/jobs/j1/nothing")).toEqual({
@@ -49,12 +53,16 @@ describe("route matching", () => {
     expect(match("GET", "/v1/a.b").kind).toBe("route");
   });
 
-  it("refuses a malformed escape as invalid_argument naming the field, only when the fields are read (after authorization)", () => {
-    const found = match("GET", "/v1/admin/jobs/%E0%A4%A");
-    expect(found.kind).toBe("route");
-    if (found.kind === "route")
-      expect(() => pathParams(found.route, "/v1/admin/jobs/%E0%A4%A")).toThrow(
-        /path parameter jobId is not valid percent-encoded UTF-8/,
-      );
-  });
+  it(
+    "refuses a malformed escape as invalid_argument naming the field, only " +
+      "when the fields are read (after authorization)",
+    () => {
+      const found = match("GET", "/v1/admin/jobs/%E0%A4%A");
+      expect(found.kind).toBe("route");
+      if (found.kind === "route")
+        expect(() => pathParams(found.route, "/v1/admin/jobs/%E0%A4%A")).toThrow(
+          /path parameter jobId is not valid percent-encoded UTF-8/,
+        );
+    },
+  );
 });

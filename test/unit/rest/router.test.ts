@@ -54,7 +54,9 @@ interface Reply {
   rstCode: number;
 }
 
-/** One request; `body` is sent whole, or (a function) written by the caller, who may never end it. */
+/**
+ * One request; `body` is sent whole, or (a function) written by the caller, who may never end it.
+ */
 function request(
   method: string,
   path: string,
@@ -124,15 +126,19 @@ describe("the REST router over HTTP/2", () => {
     });
   });
 
-  it("ends a stream whose body the handler refused unread with RST_STREAM NO_ERROR, so a client that keeps sending is not left hanging", async () => {
-    const reply = await request(
-      "PUT",
-      "/v1/runner/uploads/u1",
-      (stream) => stream.write(Buffer.alloc(32 * 1024)),
-      { "content-type": "application/octet-stream" },
-    );
-    expect(reply.status).toBe(404);
-    expect(reply.json.message).toBe("no such upload");
-    expect(reply.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
-  });
+  it(
+    "ends a stream whose body the handler refused unread with RST_STREAM " +
+      "NO_ERROR, so a client that keeps sending is not left hanging",
+    async () => {
+      const reply = await request(
+        "PUT",
+        "/v1/runner/uploads/u1",
+        (stream) => stream.write(Buffer.alloc(32 * 1024)),
+        { "content-type": "application/octet-stream" },
+      );
+      expect(reply.status).toBe(404);
+      expect(reply.json.message).toBe("no such upload");
+      expect(reply.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+    },
+  );
 });

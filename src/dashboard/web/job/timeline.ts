@@ -51,7 +51,10 @@ interface AttemptSummary {
   executor: string;
   startedAt?: Date | undefined;
   exitedAt?: Date | undefined;
-  /** "exit 0", "signal SIGTERM", "timed out after 30 s", "cancelled", "requeued (lease_lost)", "running". */
+  /**
+   * "exit 0", "signal SIGTERM", "timed out after 30 s", "cancelled", "requeued (lease_lost)",
+   * "running".
+   */
   ending: string;
   durationMs?: number | undefined;
 }
@@ -226,7 +229,8 @@ export function reduceTimeline(
         });
         break;
       default:
-        // Samples are the chart's, progress is the job's; the job's own events show in the events list.
+        // Samples are the chart's, progress is the job's; the job's own events show in the events
+        // list.
         break;
     }
   });

@@ -1,5 +1,6 @@
 // The audit trail (AdminService.ListAuditRecords, newest first): search by identity, decision, kind
-// and time range; "Older" reads the next page. Audit records have no event: the page reads on search.
+// and time range; "Older" reads the next page. Audit records have no event: the page reads on
+// search.
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { useState } from "preact/hooks";
 import type { MessageInitShape } from "@bufbuild/protobuf";

@@ -1,6 +1,6 @@
 // The jobs: AdminService.ListJobs with the filters it offers (workspace, states, labels, runner,
-// time, order), a page at a time; each queued job's `waiting` reason (src/broker/jobs/waiting.ts says
-// it, the page only shows it). The first page reloads when a job event arrives (live.ts).
+// time, order), a page at a time; each queued job's `waiting` reason (src/broker/jobs/waiting.ts
+// says it, the page only shows it). The first page reloads when a job event arrives (live.ts).
 import type { Job } from "../../../../gen/forelead/runner/v1/job_pb.js";
 import { admin } from "../clients.js";
 import { useData } from "../data.js";
@@ -204,7 +204,8 @@ export function JobsPage() {
         },
         { signal },
       );
-      // ListJobs leaves `waiting` out; GetJob says it (src/broker/jobs/waiting.ts): ask for the queued ones of this page.
+      // ListJobs leaves `waiting` out; GetJob says it (src/broker/jobs/waiting.ts): ask for the
+      // queued ones of this page.
       const waiting = await Promise.all(
         reply.jobs.map(async (j) =>
           j.state === "queued"

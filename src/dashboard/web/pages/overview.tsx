@@ -201,7 +201,10 @@ function bytes(n: bigint): string {
   return `${v} B`;
 }
 
-/** The stats the charts show: jobs settled per hour by final state (the last 24 hours), and the day's wait and run percentiles per workspace. */
+/**
+ * The stats the charts show: jobs settled per hour by final state (the last 24 hours), and the
+ * day's wait and run percentiles per workspace.
+ */
 interface Charts {
   readonly hours: readonly { start: Date; byState: Map<string, number> }[];
   readonly day: GetStatsResponse;
@@ -209,7 +212,10 @@ interface Charts {
 
 const hourMs = 3600_000;
 
-/** 24 windows of one hour each (the last one the hour so far), asked in parallel on one HTTP/2 connection, and the whole day. */
+/**
+ * 24 windows of one hour each (the last one the hour so far), asked in parallel on one HTTP/2
+ * connection, and the whole day.
+ */
 async function loadCharts(signal: AbortSignal): Promise<Charts> {
   const first = Math.floor(Date.now() / hourMs) * hourMs - 23 * hourMs;
   const starts = Array.from({ length: 24 }, (_, i) => new Date(first + i * hourMs));
@@ -283,7 +289,10 @@ function ChartsView({ c }: { c: Charts }) {
   );
 }
 
-/** The performance mark the overview sets when its status numbers first show (docs/dashboard.md: time to first render). */
+/**
+ * The performance mark the overview sets when its status numbers first show (docs/dashboard.md:
+ * time to first render).
+ */
 const firstRenderMark = "forelead:overview-rendered";
 
 export function OverviewPage() {

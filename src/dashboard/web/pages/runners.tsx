@@ -1,5 +1,5 @@
-// The runners: AdminService.ListRunners (slots, labels, live leases, last seen, retired), their newest
-// certificates (AdminService.ListCertificates), whether each is paused, and pause/resume
+// The runners: AdminService.ListRunners (slots, labels, live leases, last seen, retired), their
+// newest certificates (AdminService.ListCertificates), whether each is paused, and pause/resume
 // (FleetService) and retire (AdminService) with a confirmation; a refusal (the role lacking) shows
 // in the page. Reloads on runner and lease events.
 //
