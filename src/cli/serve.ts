@@ -384,8 +384,8 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     database: flags.database,
     admins: flags.admin,
     grants,
-    ...(issuer ? { issuer } : {}),
-    ...(issuedCertLifetimeMs ? { issuedCertLifetimeMs } : {}),
+    issuer,
+    issuedCertLifetimeMs: issuedCertLifetimeMs || undefined,
     leaseSeconds: flags.leaseSeconds,
     jobTimeouts: {
       defaultSeconds: flags.defaultJobTimeout,
@@ -393,15 +393,15 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
       graceSeconds: flags.jobTimeoutGrace,
     },
     maxCertLifetimeMs,
-    ...(flags.codeDir ? { codeDir: flags.codeDir } : {}),
-    ...(artifactsDir ? { artifactsDir } : {}),
+    codeDir: flags.codeDir || undefined,
+    artifactsDir: artifactsDir || undefined,
     maxArtifactBytes: flags.maxArtifactSize,
-    ...(secretsKeys ? { secretsKeys } : {}),
+    secretsKeys,
     eventRetentionMs: flags.eventRetention * 1000,
-    ...(auditSpoolDir ? { auditSpoolDir: resolve(auditSpoolDir) } : {}),
-    ...(auditSpoolAdoptFrom ? { auditSpoolAdoptFrom } : {}),
+    auditSpoolDir: auditSpoolDir ? resolve(auditSpoolDir) : undefined,
+    auditSpoolAdoptFrom,
     auditSpoolMaxBytes: flags.auditSpoolMaxSize,
-    ...(metricsListen ? { metricsListen } : {}),
+    metricsListen: metricsListen || undefined,
     connectionLimits: {
       handshakeTimeoutMs: flags.tlsHandshakeTimeout * 1000,
       maxConcurrentStreams: flags.maxConcurrentStreams,
@@ -477,7 +477,7 @@ async function loadSecretsKeys(flags: ServeFlags): Promise<SecretsKeys | undefin
   if (flags.secretsKey)
     return {
       current: await readSecretsKeyFile(flags.secretsKey),
-      ...(previous ? { previous } : {}),
+      previous,
     };
   if (previous)
     throw new Error(

@@ -65,8 +65,8 @@ export async function createIdentity(options: IdentityOptions): Promise<Identity
     await createDatabaseAuditSink(db, {
       spoolDir: auditSpool.dir,
       database: auditSpool.database,
-      ...(auditSpool.adoptFrom ? { adoptFrom: auditSpool.adoptFrom } : {}),
-      ...(auditSpool.maxBytes ? { spoolMaxBytes: auditSpool.maxBytes } : {}),
+      adoptFrom: auditSpool.adoptFrom || undefined,
+      spoolMaxBytes: auditSpool.maxBytes || undefined,
     }),
   );
   const retirements = await createRetirements(store).catch(async (err: unknown) => {
