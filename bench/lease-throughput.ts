@@ -214,7 +214,8 @@ await publishScenario(options, started, {
         peerRow ? ratio(oursAt(r.concurrency, 1, true)?.jobsPerSecond, r.jobsPerSecond) : null,
         peerRow ? ratio(oursAt(r.concurrency, 2, true)?.jobsPerSecond, r.jobsPerSecond) : null,
         r.cpu
-          ? `${r.cpu.rolesPctOfCore.server ?? 0}/${r.cpu.rolesPctOfCore.client ?? 0}/${r.cpu.rolesPctOfCore.postgres ?? "–"}`
+          ? `${r.cpu.rolesPctOfCore.server ?? 0}/${r.cpu.rolesPctOfCore.client ?? 0}/` +
+            `${r.cpu.rolesPctOfCore.postgres ?? "–"}`
           : null,
       ];
     }),

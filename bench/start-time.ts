@@ -129,7 +129,8 @@ await publishScenario(options, started, {
       `second for ${idleSeconds} s after its serving line: the median of the ` +
       `last third, and the highest reading: on the embedded database of the ` +
       `runs ` +
-      `above${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; ` +
+      `above` +
+      `${options.databaseUrl ? ", and on a fresh database of the PostgreSQL server of DATABASE_URL" : " (set DATABASE_URL for the PostgreSQL row)"}; ` +
       `in the seconds column: MiB`,
     "CPU seconds: user + system of every process of the run (from " +
       "/proc/self/stat's reaped-children times); for npm start, npm's too and " +

@@ -68,7 +68,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
           target: `job ${String(j.id)} in workspace "${String(j.workspaceId)}"`,
           reason:
             `job ${String(j.id)} is ` +
-            `${String(j.state)}${j.cancelRequested && j.state === "running" ? "; cancel requested from its runner" : ""}`,
+            `${String(j.state)}` +
+            `${j.cancelRequested && j.state === "running" ? "; cancel requested from its runner" : ""}`,
         }),
       );
       return { apiVersion, job: jobMessage(job) };

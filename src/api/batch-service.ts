@@ -37,7 +37,9 @@ export function createBatchService(broker: Broker): ServiceImpl<typeof BatchServ
         (b) => ({
           reason:
             `${b.created} of ${b.jobs.length} jobs ` +
-            `queued${b.created < b.jobs.length ? `; ${b.jobs.length - b.created} already enqueued under their idempotency keys` : ""}${b.jobs.length ? ` (first ${String(b.jobs[0]!.id)})` : ""}`,
+            `queued` +
+            `${b.created < b.jobs.length ? `; ${b.jobs.length - b.created} already enqueued under their idempotency keys` : ""}` +
+            `${b.jobs.length ? ` (first ${String(b.jobs[0]!.id)})` : ""}`,
         }),
       );
       return { apiVersion, jobs: batch.jobs.map(jobMessage), created: batch.created };

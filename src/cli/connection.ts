@@ -132,7 +132,8 @@ export async function readConfigFile(path: string): Promise<ConfigFile> {
   } catch (err) {
     throw new Error(
       `config file ${path}: cannot read it ` +
-        `(${(err as NodeJS.ErrnoException).code ?? (err as Error).message})${process.env.FORELEAD_CONFIG ? "; FORELEAD_CONFIG names it" : ""}`,
+        `(${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` +
+        `${process.env.FORELEAD_CONFIG ? "; FORELEAD_CONFIG names it" : ""}`,
     );
   }
   let data: unknown;

@@ -193,7 +193,9 @@ export function enqueueCommand(
       const code = jobExitCode(settled);
       warn(
         `forelead: job ${settled.id} ` +
-          `${settled.state}${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}${outcomeReason(settled)}\n`,
+          `${settled.state}` +
+          `${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}` +
+          `${outcomeReason(settled)}\n`,
       );
       process.exitCode = code;
     });

@@ -263,7 +263,8 @@ async function runnerTls(flags: RunnerFlags, ca: string, log: (message: string) 
       onError: (err, retryInMs) =>
         log(
           `certificate renewal failed: ` +
-            `${err.message}${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`,
+            `${err.message}` +
+            `${retryInMs === undefined ? "; not retrying" : `; retrying in ${Math.round(retryInMs / 1000)} s`}`,
         ),
     });
     const identity = { runnerId: enrolled.runnerId, workspaceId: enrolled.workspaceId };

@@ -306,7 +306,8 @@ export function serveCommand(): Command {
           console.log(
             `forelead: metrics and health on ${plane.metrics.url} (/metrics, ` +
               `/healthz, /readyz; plain HTTP, no client ` +
-              `certificate)${plane.metrics.loopback ? "" : `; ${plane.metrics.url} is not a loopback address: anyone who can reach this host on the network can read them`}`,
+              `certificate)` +
+              `${plane.metrics.loopback ? "" : `; ${plane.metrics.url} is not a loopback address: anyone who can reach this host on the network can read them`}`,
           );
         console.log(
           plane.issuer

@@ -68,7 +68,8 @@ export function eventsCte(
 ): RawBuilder<unknown> {
   return sql`${sql.id(name)} as (
     insert into events (type, workspace_id, runner_id, job_id, data)
-    select ${columns.type}, ${columns.workspaceId}, ${columns.runnerId ?? sql`null`}, ${columns.jobId ?? sql`null`}::uuid,
+    select ${columns.type}, ${columns.workspaceId}, ${columns.runnerId ?? sql`null`},
+      ${columns.jobId ?? sql`null`}::uuid,
       coalesce(${columns.data ?? sql`null`}, '{}'::jsonb)
     from ${typeof from === "string" ? sql.table(from) : from} where ${where}
     returning job_id

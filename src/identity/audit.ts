@@ -389,7 +389,8 @@ export async function createDatabaseAuditSink(
     if (databaseFailure === undefined && spoolFailure === undefined) return;
     console.error(
       `audit: the database stores audit records again; every spooled record is ` +
-        `written${dropped ? `; ${dropped} records could not be kept while neither the database nor the spool took them` : ""}`,
+        `written` +
+        `${dropped ? `; ${dropped} records could not be kept while neither the database nor the spool took them` : ""}`,
     );
     databaseFailure = spoolFailure = undefined;
     dropped = 0;

@@ -308,7 +308,8 @@ function auditCheck(audit: AuditSink) {
   const backlog =
     b.spooled > 0
       ? `${b.spooled} records spooled ` +
-        `(${formatBytes(b.spoolBytes)})${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`
+        `(${formatBytes(b.spoolBytes)})` +
+        `${b.oldestUnwritten ? `, the oldest from ${b.oldestUnwritten.toISOString()}` : ""}`
       : waiting === 0
         ? "every record is in the database"
         : `${waiting} records waiting for the next write`;

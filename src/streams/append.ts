@@ -95,9 +95,16 @@ export async function appendBatches(
     with input as (
       select i.b, i.job_id, i.stream, i.workspace_id, i.runner_id, decode(i.token_hex, 'hex') as
         token, i.first, i.last, i.item_from, i.item_to
-      from unnest(${column((b) => b.jobId)}::uuid[], ${column((b) => b.stream)}::text[], ${column((b) => b.holder.workspaceId)}::text[],
-        ${column((b) => b.holder.runnerId)}::text[], ${column((b) => b.tokenHash.toString("hex"))}::text[], ${column((b) => b.sequences[0]!)}::bigint[],
-        ${column((b) => b.sequences[b.sequences.length - 1]!)}::bigint[], ${ranges.map((r) => r[0])}::int[], ${ranges.map((r) => r[1])}::int[])
+      from unnest(
+        ${column((b) => b.jobId)}::uuid[],
+        ${column((b) => b.stream)}::text[],
+        ${column((b) => b.holder.workspaceId)}::text[],
+        ${column((b) => b.holder.runnerId)}::text[],
+        ${column((b) => b.tokenHash.toString("hex"))}::text[],
+        ${column((b) => b.sequences[0]!)}::bigint[],
+        ${column((b) => b.sequences[b.sequences.length - 1]!)}::bigint[],
+        ${ranges.map((r) => r[0])}::int[],
+        ${ranges.map((r) => r[1])}::int[])
         with ordinality i(job_id, stream, workspace_id, runner_id, token_hex, first, last, item_from, item_to, b)
     ), lease as (
       select i.b, i.stream, i.first, i.last, i.item_from, i.item_to, l.id, l.attempt, j.id as job_id

@@ -26,7 +26,8 @@ export function foldProgress(): RawBuilder<unknown> {
     update jobs set progress = p.progress
     from (
       select distinct on (m.job_id) m.job_id,
-        ${figure("percent", 100, false)} || ${figure("done", maxProgressCount, true)} || ${figure("total", maxProgressCount, true)} ||
+        ${figure("percent", 100, false)} || ${figure("done", maxProgressCount, true)} ||
+          ${figure("total", maxProgressCount, true)} ||
           jsonb_build_object('updatedAt', to_char(now() at time zone 'utc',
           'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) as progress
       from ${storedItems} m

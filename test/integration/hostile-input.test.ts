@@ -584,7 +584,9 @@ const connect: readonly Row[] = [
     async () => {
       const rest = createRestClient(cp.url, cp.pki.ca.certPem, await cp.pki.runner("hx-reg", ws));
       try {
-        const body = `{"apiVersion":"v1","runnerId":"hx-reg","workspaceId":"${ws}","slots":1,"memoryBytes":9007199254740993}`;
+        const body =
+          `{"apiVersion":"v1","runnerId":"hx-reg","workspaceId":"` +
+          `${ws}","slots":1,"memoryBytes":9007199254740993}`;
         return await rawConnect(
           rest,
           "/forelead.runner.v1.RunnerService/Register",

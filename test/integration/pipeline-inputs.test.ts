@@ -140,7 +140,8 @@ describe.each(executors)(
         const refused = await ask(claim.json.token);
         expect(refused.status).toBe(404);
         expect(refused.json.message).toBe(
-          `job ${claim.json.job.id} has no input "a.txt" from job ${jobOf("A")}; its lease lists the inputs it may read`,
+          `job ${claim.json.job.id} has no input "a.txt" from job ${jobOf("A")}; ` +
+            `its lease lists the inputs it may read`,
         );
         expect((await ask("not-the-token")).status).toBe(409);
         await other.close();

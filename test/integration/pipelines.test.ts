@@ -90,7 +90,8 @@ async function events(
 ): Promise<Array<{ type: string; jobId?: string; data?: Record<string, unknown> }>> {
   const reply = await admin.rest.request(
     "GET",
-    `/v1/admin/events?workspaceId=${workspaceId}&types=pipeline.queued&types=pipeline.settled&types=step.queued&types=step.succeeded&types=step.failed&types=step.skipped&types=step.cancelled`,
+    `/v1/admin/events?workspaceId=` +
+      `${workspaceId}&types=pipeline.queued&types=pipeline.settled&types=step.queued&types=step.succeeded&types=step.failed&types=step.skipped&types=step.cancelled`,
   );
   expect(reply.status, reply.text).toBe(200);
   return reply.text

@@ -63,7 +63,10 @@ const cases: Case[] = [
   {
     name: "a __proto__ key in data",
     line: (m, s) =>
-      `{"apiVersion":"v1","runnerId":"r1","jobId":${JSON.stringify(m(s, "").jobId)},"leaseToken":${JSON.stringify(m(s, "").leaseToken)},"sequence":${s},"data":{"text":"p\\n","__proto__":{"a":1}}}`,
+      `{"apiVersion":"v1","runnerId":"r1","jobId":` +
+      `${JSON.stringify(m(s, "").jobId)},"leaseToken":` +
+      `${JSON.stringify(m(s, "").leaseToken)},"sequence":` +
+      `${s},"data":{"text":"p\\n","__proto__":{"a":1}}}`,
     stored: { text: "p\n" },
   },
   {

@@ -91,7 +91,8 @@ export async function writeMessageStream(
     const id = route.eventIdField ? json[route.eventIdField] : undefined;
     const type = route.eventTypeField ? json[route.eventTypeField] : undefined;
     return (
-      `${typeof id === "string" && id ? `id: ${id}\n` : ""}${typeof type === "string" && sseName.test(type) ? `event: ${type}\n` : ""}data: ` +
+      `${typeof id === "string" && id ? `id: ${id}\n` : ""}` +
+      `${typeof type === "string" && sseName.test(type) ? `event: ${type}\n` : ""}data: ` +
       `${JSON.stringify(json)}\n\n`
     );
   };

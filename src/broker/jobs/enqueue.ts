@@ -265,7 +265,8 @@ export async function storeEnqueues(
           .selectAll()
           .where(
             sql<boolean>`(workspace_id, idempotency_key) in (select * from
-              unnest(${repeats.map((p) => p.input.workspaceId)}::text[], ${repeats.map((p) => p.input.idempotencyKey)}::text[]))`,
+              unnest(${repeats.map((p) => p.input.workspaceId)}::text[],
+                ${repeats.map((p) => p.input.idempotencyKey)}::text[]))`,
           )
           .execute();
   const byKey = new Map(

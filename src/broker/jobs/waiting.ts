@@ -111,7 +111,8 @@ export function runnableNow(alias: JobsAlias, leaseSeconds: number): RawBuilder<
       where r.workspace_id = ${j}workspace_id and r.retired_at is null
         and forelead_runner_unpaused(r.paused_at)
         and forelead_labels_match(${j}labels, r.labels)
-        and forelead_meets_requirements(${j}req_architecture, ${j}req_os, ${j}req_execution_kind, ${j}req_features, ${capabilities})
+        and forelead_meets_requirements(${j}req_architecture, ${j}req_os, ${j}req_execution_kind,
+          ${j}req_features, ${capabilities})
         and ${connectedRunner(leaseSeconds)}
         and forelead_slot_free(live.n, r.slots)
     ))`;

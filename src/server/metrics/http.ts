@@ -59,7 +59,8 @@ export async function serveMetrics(
       reject(
         new Error(
           `--metrics-listen ${listen.host}:${listen.port}: cannot listen ` +
-            `(${err.code ?? err.message})${err.code === "EADDRINUSE" ? "; another process uses the port: give another address, or --metrics-listen off" : ""}`,
+            `(${err.code ?? err.message})` +
+            `${err.code === "EADDRINUSE" ? "; another process uses the port: give another address, or --metrics-listen off" : ""}`,
         ),
       ),
     );
