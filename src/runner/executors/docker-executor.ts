@@ -294,7 +294,8 @@ const killedBySigkill = 137;
 /**
  * Whether the engine killed the container for its memory limit. The engine learns of an OOM kill
  * from an event of its own, which can come after the exit (CI saw exit 137 with OOMKilled still
- * false), so a SIGKILL exit under a memory limit is looked at again, up to a second later.
+ * false; on a loaded host, after more than a second), so a SIGKILL exit under a memory limit is
+ * looked at again, up to five seconds later.
  */
 async function wasOomKilled(
   container: DockerContainer,
@@ -307,7 +308,7 @@ async function wasOomKilled(
       () => undefined,
     );
     if (state?.OOMKilled) return true;
-    if (exitCode !== killedBySigkill || !(memoryLimit > 0) || look >= 4) return false;
+    if (exitCode !== killedBySigkill || !(memoryLimit > 0) || look >= 20) return false;
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
 }
