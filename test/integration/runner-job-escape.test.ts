@@ -1,11 +1,11 @@
 import "reflect-metadata";
-import { readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { specFor, startTestRunner, type TestRunner } from "../support/runner-agent.js";
 import { readEntries } from "../support/streams.js";
+import { processesOf } from "../../src/runner/executors/proc.js";
 
 // A job's processes end with the job (hostile-jobs issue, item 1): on the process executor as root
 // each job runs as a uid of its own, and at its end every process of that uid is killed, whatever
@@ -15,22 +15,6 @@ const { admin } = cp;
 const isRoot = process.getuid?.() === 0;
 let runner: TestRunner;
 const ws = "escape";
-
-/** The pids of live (not zombie) processes running as `uid`. */
-function processesOf(uid: number): number[] {
-  const pids: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const status = readFileSync(`/proc/${name}/status`, "utf8");
-      if (/^State:\s+Z/m.test(status)) continue;
-      if (Number(status.match(/^Uid:\s+(\d+)/m)?.[1]) === uid) pids.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return pids;
-}
 
 async function run(script: string, timeoutSeconds = 60) {
   const reply = await admin.enqueue({

@@ -10,6 +10,7 @@ import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { startTestRunner } from "../support/runner-agent.js";
 import { defaultWorkDir } from "../../src/runner/lifecycle/work-dir.js";
+import { processStartTicks } from "../../src/runner/executors/proc.js";
 
 // The runner's work directory is the runner's own (hostile-jobs issue, item 3): another local user
 // who made it, or a parent of it, first, or who planted a pid record in it, gets nothing.
@@ -51,8 +52,7 @@ const alive = (pid: number) => {
 
 /** Writes the pid record the process executor keeps beside a job's directory. */
 async function plantPidRecord(workDir: string, pid: number): Promise<void> {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const startTicks = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  const startTicks = processStartTicks(pid);
   await mkdir(join(workDir, "jobs"), { recursive: true });
   await writeFile(
     join(workDir, "jobs", "planted.pid"),

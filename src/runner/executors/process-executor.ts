@@ -1,6 +1,7 @@
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
+import { killUid, processStartTicks, processUid } from "./proc.js";
 import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
@@ -235,61 +236,6 @@ function recordPid(file: string, pid: number | undefined, jobId: string): void {
   } catch {
     // The job already ended (no /proc entry): nothing to recover later.
   }
-}
-
-/**
- * The real uid of a live process (/proc/<pid>/status), or undefined off Linux, for a zombie or once
- * it is gone.
- */
-function processUid(pid: number): number | undefined {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, "utf8");
-    if (/^State:\s+Z/m.test(status)) return undefined; // dead, waiting to be reaped: holds nothing
-    const line = status.match(/^Uid:\s+(\d+)/m);
-    return line ? Number(line[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * SIGKILLs every live process whose real uid is `uid` (a job's own), scanning /proc again until
- * none is left, so one forked meanwhile goes too; nothing off Linux.
- */
-function killUid(uid: number): void {
-  for (let round = 0; round < 50; round++) {
-    let found = 0;
-    let pids: string[];
-    try {
-      pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
-    } catch {
-      return;
-    }
-    for (const pid of pids) {
-      if (processUid(Number(pid)) !== uid) continue;
-      found++;
-      try {
-        process.kill(Number(pid), "SIGKILL");
-      } catch {
-        // gone meanwhile
-      }
-    }
-    if (found === 0) return;
-  }
-}
-
-/**
- * The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), or undefined
- * off Linux or once it is gone.
- */
-function processStartTicks(pid: number): string | undefined {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  } catch {
-    return undefined;
-  }
-  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
 }
 
 /**
