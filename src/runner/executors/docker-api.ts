@@ -91,6 +91,12 @@ export interface DockerClient {
   getNetwork(name: string): DockerNetwork;
   createContainer(options: ContainerCreateOptions): Promise<DockerContainer>;
   getContainer(name: string): DockerContainer;
+  /** The engine's event log from `since` to `until` (Unix seconds), as a stream of JSON lines. */
+  getEvents(options: {
+    since: number;
+    until: number;
+    filters: Record<string, string[]>;
+  }): Promise<NodeJS.ReadableStream>;
   listContainers(options: { all: boolean; filters: { label: string[] } }): Promise<
     Array<{
       Id: string;

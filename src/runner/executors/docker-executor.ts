@@ -172,6 +172,7 @@ function runContainer(
     }
     started = true;
     const startedAt = performance.now();
+    const startedAtSeconds = Math.floor(Date.now() / 1000) - 1;
     try {
       await container.start();
     } catch (err) {
@@ -193,7 +194,16 @@ function runContainer(
     live = undefined;
     const peakMemoryBytes = peak.stop();
     const durationMs = Math.round(performance.now() - startedAt);
-    const oomKilled = await wasOomKilled(container, StatusCode, Number(spec.memoryBytes));
+    // A container the runner stopped itself was not killed for its memory.
+    const oomKilled =
+      stopRequested === undefined &&
+      (await wasOomKilled(
+        docker,
+        container,
+        startedAtSeconds,
+        StatusCode,
+        Number(spec.memoryBytes),
+      ));
     await lines;
     if (oomKilled) {
       const limit = Number(spec.memoryBytes);
@@ -292,24 +302,48 @@ function containerOptions(
 const killedBySigkill = 137;
 
 /**
- * Whether the engine killed the container for its memory limit. The engine learns of an OOM kill
- * from an event of its own, which can come after the exit (CI saw exit 137 with OOMKilled still
- * false; on a loaded host, after more than a second), so a SIGKILL exit under a memory limit is
- * looked at again, up to five seconds later.
+ * Whether the engine killed the container for its memory limit. The container's OOMKilled flag is
+ * not enough: the engine sets it only when the runtime's OOM event comes before its exit event,
+ * and the two are sent separately (CI saw exit 137 with OOMKilled false, still false five seconds
+ * later). The engine's "oom" event for the container is logged whichever comes first, so a SIGKILL
+ * exit under a memory limit also looks for that event, up to five seconds after the exit.
  */
 async function wasOomKilled(
+  docker: DockerClient,
   container: DockerContainer,
+  since: number,
   exitCode: number,
   memoryLimit: number,
 ): Promise<boolean> {
-  for (let look = 0; ; look++) {
+  const deadline = Date.now() + 5000;
+  for (;;) {
     const state = await container.inspect().then(
       (i) => i.State,
       () => undefined,
     );
     if (state?.OOMKilled) return true;
-    if (exitCode !== killedBySigkill || !(memoryLimit > 0) || look >= 20) return false;
+    if (exitCode !== killedBySigkill || !(memoryLimit > 0)) return false;
+    if (await oomEventLogged(docker, container.id, since)) return true;
+    if (Date.now() >= deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+/** Whether the engine's event log has an "oom" event for the container since `since` (seconds). */
+async function oomEventLogged(
+  docker: DockerClient,
+  containerId: string,
+  since: number,
+): Promise<boolean> {
+  const until = Math.ceil(Date.now() / 1000);
+  const filters = { type: ["container"], container: [containerId], event: ["oom"] };
+  try {
+    const stream = await docker.getEvents({ since, until, filters });
+    let text = "";
+    for await (const chunk of stream) text += String(chunk);
+    return text.split("\n").some((line) => line.includes('"oom"'));
+  } catch {
+    return false;
   }
 }
 
