@@ -18,7 +18,7 @@ export interface CronTimes {
  * Checks a time zone: an IANA name the runtime knows ("Europe/Berlin", "UTC"); throws
  * invalid_argument naming `timeZone`.
  */
-export function checkTimeZone(timeZone: string): void {
+function checkTimeZone(timeZone: string): void {
   try {
     new Intl.DateTimeFormat("en", { timeZone });
   } catch {

@@ -30,7 +30,7 @@ export interface FireContext extends StepEnqueue {
 }
 
 /** Bounds of firing. */
-export const fireLimits = {
+const fireLimits = {
   /** Missed due times a tick looks at per schedule (the newest); `all` fires at most these. */
   maxMissed: 100,
   /**
@@ -47,7 +47,7 @@ type FireRow = Selectable<ScheduleFiresTable>;
 type Cause = FireRow["cause"];
 
 /** The idempotency key of a fire's job or pipeline: the schedule and the due time. */
-export function fireIdempotencyKey(scheduleId: string, dueAt: Date): string {
+function fireIdempotencyKey(scheduleId: string, dueAt: Date): string {
   return `schedule:${scheduleId}:${dueAt.toISOString()}`;
 }
 

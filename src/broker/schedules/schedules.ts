@@ -26,7 +26,7 @@ import { parseCron } from "./cron.js";
 import { fireSchedule, tickSchedules, type FireContext } from "./fire.js";
 
 /** A schedule as created, decoded: one of `job` or `pipeline` is its template. */
-export interface ScheduleInput {
+interface ScheduleInput {
   readonly workspaceId: string;
   readonly name: string;
   readonly cron: string;
@@ -48,7 +48,7 @@ export interface ScheduleInput {
 export type ScheduleView = Record<string, unknown>;
 
 /** A fire's view, in the JSON names of forelead.admin.v1.ScheduleFire. */
-export type FireView = Record<string, unknown>;
+type FireView = Record<string, unknown>;
 
 /** Schedules: create, read, pause, resume, delete, run now, and the ticker's one tick. */
 export interface Schedules {
@@ -256,7 +256,7 @@ async function createSchedule(
 }
 
 /** The database's clock (a transaction's start time inside one). */
-export async function databaseNow(q: Kysely<Database>): Promise<Date> {
+async function databaseNow(q: Kysely<Database>): Promise<Date> {
   const { rows } = await sql<{ now: Date }>`select now() as now`.execute(q);
   return new Date(rows[0]!.now);
 }
@@ -265,7 +265,7 @@ type ScheduleRow = Selectable<SchedulesTable>;
 type FireRow = Selectable<ScheduleFiresTable>;
 
 /** A schedule row, locked for the caller's transaction; not found is 404. */
-export async function lockSchedule(q: Kysely<Database>, id: string): Promise<ScheduleRow> {
+async function lockSchedule(q: Kysely<Database>, id: string): Promise<ScheduleRow> {
   const row = await q
     .selectFrom("schedules")
     .selectAll()
