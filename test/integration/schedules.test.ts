@@ -6,9 +6,18 @@ import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { eventually, jobBody, registeredRunner } from "../support/actors.js";
 import { databaseKind } from "../support/database.js";
-import { useControlPlane } from "../support/fixture.js";
+import { parseRoleGrant } from "../../src/identity/roles.js";
+import { useControlPlane, useServiceClients } from "../support/fixture.js";
 
-const cp = useControlPlane();
+const id = (name: string) => `spiffe://forelead/services/${name}`;
+const cp = useControlPlane({
+  grants: [
+    parseRoleGrant(`${id("sched-ci")}=enqueue:wsc`),
+    parseRoleGrant(`${id("sched-ci2")}=enqueue:wsc`),
+    parseRoleGrant(`${id("sched-reader")}=read:wsc`),
+  ],
+});
+const service = useServiceClients(cp);
 const { admin } = cp;
 let seq = 0;
 const ws = () => `sch${++seq}`;
@@ -178,6 +187,31 @@ describe(`schedules (${databaseKind})`, () => {
     expect(deleted.status, deleted.text).toBe(200);
     const gone = await admin.rest.request("GET", `/v1/admin/schedules/${id}`);
     expect(gone.status, gone.text).toBe(404);
+  });
+
+  it("an enqueuer creates schedules in its workspace only and acts on its own; a reader reads", async () => {
+    const [ci, ci2, reader] = await Promise.all(
+      ["sched-ci", "sched-ci2", "sched-reader"].map((n) => service(n)),
+    );
+    const created = await ci.request(
+      "POST",
+      "/v1/admin/schedules",
+      scheduleBody({ workspaceId: "wsc", name: "scoped" }),
+    );
+    expect(created.status, created.text).toBe(200);
+    const sid: string = created.json.schedule.id;
+    expect(created.json.schedule.createdBy).toBe(id("sched-ci"));
+    const elsewhere = await ci.request("POST", "/v1/admin/schedules", scheduleBody());
+    expect(elsewhere.status, elsewhere.text).toBe(403);
+    const pause = (c: typeof ci) =>
+      c.request("POST", `/v1/admin/schedules/${sid}/pause`, { apiVersion: "v1" });
+    const other = await pause(ci2);
+    expect(other.status, other.text).toBe(403);
+    expect(other.json.message).toContain(`schedule ${sid}`);
+    expect((await pause(ci)).status).toBe(200);
+    expect((await reader.request("GET", `/v1/admin/schedules/${sid}`)).status).toBe(200);
+    expect((await reader.request("GET", "/v1/admin/schedules?workspaceId=wsc")).status).toBe(200);
+    expect((await pause(reader)).status).toBe(403);
   });
 
   it("overlap skip: a fire while the previous job is unsettled enqueues nothing", async () => {
