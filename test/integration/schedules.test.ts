@@ -253,6 +253,56 @@ describe(`schedules (${databaseKind})`, () => {
     expect((await admin.job(second.json.fire.jobId)).json.job.state).toBe("queued");
   });
 
+  it("a pipeline template: each fire submits it, step secrets sealed; cancelPrevious cancels it", async () => {
+    const secret = "pipeline-step-secret-5512";
+    const reply = await create(
+      scheduleBody({
+        cron: "0 0 1 1 *",
+        overlap: "cancelPrevious",
+        job: undefined,
+        pipeline: {
+          name: "build",
+          steps: [
+            { name: "compile", ...template({ secrets: { TOKEN: secret } }) },
+            { name: "test", needs: ["compile"], ...template() },
+          ],
+        },
+      }),
+    );
+    expect(reply.status, reply.text).toBe(200);
+    expect(reply.text).not.toContain(secret);
+    expect(reply.json.schedule.secretNames).toEqual(["compile/TOKEN"]);
+    expect(reply.json.schedule.pipeline.steps.map((s: { name: string }) => s.name)).toEqual([
+      "compile",
+      "test",
+    ]);
+    const sid: string = reply.json.schedule.id;
+    const run = () =>
+      admin.rest.request("POST", `/v1/admin/schedules/${sid}/run`, { apiVersion: "v1" });
+    const first = await run();
+    expect(first.json.fire, first.text).toMatchObject({ outcome: "enqueued" });
+    const p1 = await admin.rest.request("GET", `/v1/admin/pipelines/${first.json.fire.pipelineId}`);
+    expect(p1.json.pipeline).toMatchObject({
+      name: "build",
+      state: "queued",
+      idempotencyKey: first.json.fire.idempotencyKey,
+    });
+    const second = await run();
+    expect(second.json.fire).toMatchObject({
+      outcome: "enqueued",
+      cancelledId: first.json.fire.pipelineId,
+    });
+    const after = await admin.rest.request(
+      "GET",
+      `/v1/admin/pipelines/${first.json.fire.pipelineId}`,
+    );
+    expect(after.json.pipeline.state).toBe("cancelled");
+    const { rows } = await sql<{ n: string }>`
+      select count(*) as n from job_secrets s join pipeline_steps p on p.job_id = s.job_id
+      where p.pipeline_id = ${second.json.fire.pipelineId}`.execute(cp.plane.store.db);
+    expect(Number(rows[0]!.n)).toBe(1);
+  });
+
   it("the ticker fires a seconds-field schedule once per due time, with distinct keys", async () => {
     const workspaceId = ws();
     const reply = await create(
