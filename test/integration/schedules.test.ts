@@ -190,9 +190,9 @@ describe(`schedules (${databaseKind})`, () => {
   });
 
   it("an enqueuer creates schedules in its workspace only and acts on its own; a reader reads", async () => {
-    const [ci, ci2, reader] = await Promise.all(
-      ["sched-ci", "sched-ci2", "sched-reader"].map((n) => service(n)),
-    );
+    const ci = await service("sched-ci");
+    const ci2 = await service("sched-ci2");
+    const reader = await service("sched-reader");
     const created = await ci.request(
       "POST",
       "/v1/admin/schedules",
