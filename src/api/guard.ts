@@ -305,7 +305,7 @@ function authorize(
   const role = rule.role!;
   const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
   // The enqueuer's right to its own jobs holds whatever its grants are now, even none.
-  const namesJob = method.input.fields.some((f) => f.name === "job_id" || f.name === "pipeline_id");
+  const namesJob = method.input.fields.some((f) => ownedIdFields.includes(f.name));
   if (!roles && !namesJob)
     return deny(
       Code.PermissionDenied,
@@ -423,10 +423,11 @@ async function decideScope(
       `${may}, not in workspace "${workspace}"; grant it with --grant ${id}=${role}:${workspace}`,
     );
   }
-  if (has("job_id") || has("pipeline_id")) {
-    // A pipeline is scoped as a job is: its workspace, and the identity that submitted it.
-    const what = has("job_id") ? "job" : "pipeline";
-    const jobId = String(values![what === "job" ? "jobId" : "pipelineId"] ?? "");
+  if (ownedIdFields.some(has)) {
+    // A pipeline or schedule is scoped as a job is: its workspace, and the identity that submitted
+    // (or created) it.
+    const what = has("job_id") ? "job" : has("pipeline_id") ? "pipeline" : "schedule";
+    const jobId = String(values![`${what}Id`] ?? "");
     const job = jobId ? await options.jobOwnership(jobId) : undefined;
     if (!job) return allow(`${role} ${id}`);
     if (job.enqueuedBy === id) return allow(`${id} enqueued ${what} ${jobId}`);
@@ -451,6 +452,9 @@ async function decideScope(
   }
   return deny(lacks(id, role, method.name, `${id}=${role}`, ": it covers every workspace"));
 }
+
+/** Fields naming a row that is owned like a job (jobOwnership): a workspace and an enqueuer. */
+const ownedIdFields: readonly string[] = ["job_id", "pipeline_id", "schedule_id"];
 
 /**
  * Read methods with a workspace filter that still stay global: issued

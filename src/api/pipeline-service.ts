@@ -103,7 +103,7 @@ export function createPipelineService(broker: Broker): ServiceImpl<typeof Pipeli
 }
 
 /** A step as the broker takes it: the job fields decoded as an enqueue's are (admin-service.ts). */
-function stepOf(s: PipelineStepRequest): StepSubmission {
+export function stepOf(s: PipelineStepRequest): StepSubmission {
   const spec = s.spec;
   return {
     name: s.name,

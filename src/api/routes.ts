@@ -114,12 +114,12 @@ export function checkedRole(
     const names = method.input.fields.map((f) => f.name);
     if (
       method.methodKind !== "unary" ||
-      (!["workspace_id", "job_id", "pipeline_id"].some((n) => names.includes(n)) &&
+      (!["workspace_id", "job_id", "pipeline_id", "schedule_id"].some((n) => names.includes(n)) &&
         !batchField(method))
     ) {
       throw new Error(
-        `${name}: an "enqueue" method must be unary with a workspace_id, job_id ` +
-          `or pipeline_id field, or a batch of messages with one (jobs), so its ` +
+        `${name}: an "enqueue" method must be unary with a workspace_id, job_id, ` +
+          `pipeline_id or schedule_id field, or a batch of messages with one (jobs), so its ` +
           `workspace can be checked`,
       );
     }

@@ -39,6 +39,8 @@ import { inTransaction } from "../store/transaction.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
 import { retryJob } from "./jobs/retry.js";
 import { leaseInput } from "./pipelines/inputs.js";
+import { createSchedules, type Schedules } from "./schedules/schedules.js";
+import { startScheduleTicker } from "./schedules/ticker.js";
 
 /** The job queue and its leases: every operation runs against the shared database. */
 export interface Broker {
@@ -90,6 +92,11 @@ export interface Broker {
   stats(query: StatsQuery): Promise<WorkspaceStats[]>;
   /** Pipelines: step graphs whose steps this broker enqueues as their needs settle (pipelines/). */
   readonly pipelines: Pipelines;
+  /**
+   * Schedules: cron templates this broker fires exactly once per due time across replicas
+   * (schedules/).
+   */
+  readonly schedules: Schedules;
   /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
   retry(jobId: string, by: string): Promise<JobSnapshot>;
   /**
@@ -148,6 +155,8 @@ export interface BrokerOptions {
    * true unless false.
    */
   readonly handoff?: boolean;
+  /** How often due schedules are fired: each second by default; 0 fires none (tests). */
+  readonly scheduleTickMs?: number;
 }
 
 /**
@@ -209,6 +218,12 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   }, options.sweepIntervalMs ?? 1000);
   timer.unref();
 
+  const schedules = createSchedules(db, stepEnqueue, settled);
+  const ticker =
+    options.scheduleTickMs === 0
+      ? undefined
+      : startScheduleTicker(() => schedules.tick(), options.scheduleTickMs ?? 1000);
+
   const { claim, answerable } = createClaimLoop({
     db,
     wakeups,
@@ -256,6 +271,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by, settled),
     pipelines: createPipelines(db, stepEnqueue, settled),
+    schedules,
     retry: async (jobId, by) =>
       withWaiting(
         db,
@@ -304,6 +320,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     async close() {
       closed = true;
       clearInterval(timer);
+      await ticker?.close();
       await sweeping;
       await wakeups.close();
     },

@@ -98,6 +98,13 @@ export const commandGroups: readonly CommandGroup[] = [
     load: async () => (await import("./doctor.js")).doctorCommand(),
   },
   {
+    name: "schedules",
+    description:
+      "cron schedules that enqueue a job or submit a pipeline at each due time, " +
+      "once across replicas (admin API)",
+    load: async () => (await import("./schedules.js")).schedulesCommand(),
+  },
+  {
     name: "workspaces",
     description: "pause and resume workspaces (admin API; needs an identity granted --admin)",
     load: async () => (await import("./workspaces.js")).workspacesCommand(),

@@ -1,6 +1,12 @@
 import { readFile } from "node:fs/promises";
 import { Command } from "commander";
-import { fromJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
+import {
+  fromJson,
+  toJsonString,
+  type DescMessage,
+  type JsonValue,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { parse as parseYaml } from "yaml";
 import {
@@ -44,7 +50,20 @@ interface ResumeFlags extends JsonFlags {
  * same) in the JSON names of SubmitPipelineRequest. Errors name the file and
  * the field.
  */
-export async function readPipelineFile(file: string) {
+export function readPipelineFile(file: string) {
+  return readRequestFile(file, SubmitPipelineRequestSchema, "{workspaceId, name, steps: [...]}");
+}
+
+/**
+ * Reads a request file: YAML (a superset of JSON) holding one object in the JSON names of
+ * `schema`'s message (`shape` says what it holds, for the error); apiVersion defaults to v1.
+ * Errors name the file and the field.
+ */
+export async function readRequestFile<T extends DescMessage>(
+  file: string,
+  schema: T,
+  shape: string,
+): Promise<MessageShape<T>> {
   let text: string;
   try {
     text = await readFile(file, "utf8");
@@ -60,9 +79,9 @@ export async function readPipelineFile(file: string) {
     throw new Error(`${file} is not YAML or JSON: ${(err as Error).message}`);
   }
   if (!doc || typeof doc !== "object" || Array.isArray(doc))
-    throw new Error(`${file} must hold one object: {workspaceId, name, steps: [...]}`);
+    throw new Error(`${file} must hold one object: ${shape}`);
   try {
-    return fromJson(SubmitPipelineRequestSchema, {
+    return fromJson(schema, {
       apiVersion: "v1",
       ...(doc as Record<string, JsonValue>),
     });
@@ -239,7 +258,8 @@ function formatPipeline(p: Pipeline): string {
   );
 }
 
-function table(rows: readonly (readonly string[])[]): string {
+/** Rows as an aligned table, a line each. */
+export function table(rows: readonly (readonly string[])[]): string {
   return formatTable(rows)
     .map((l) => `${l}\n`)
     .join("");

@@ -33,6 +33,8 @@ export const eventTypes = [
   "step.failed",
   "step.skipped",
   "step.cancelled",
+  "schedule.fired",
+  "schedule.missed",
 ] as const;
 
 /** One of eventTypes. */

@@ -30,3 +30,16 @@ export function keyCheckBinding(keyId: number): string {
 
 /** The value a key check row seals. */
 export const keyCheckValue = "forelead secrets key check";
+
+/**
+ * A schedule template's secret: its schedule, step ("" for a job template), kind and name; opened
+ * and sealed again into each job a fire enqueues.
+ */
+export function scheduleSecretBinding(
+  scheduleId: string,
+  step: string,
+  kind: "env" | "file",
+  name: string,
+): string {
+  return `schedule_secrets/${scheduleId}/${step}/${kind}/${name}`;
+}

@@ -3,6 +3,7 @@ import type { Database } from "../store/schema.js";
 import {
   jobSecretBinding,
   pipelineStepSecretBinding,
+  scheduleSecretBinding,
   keyCheckBinding,
   keyCheckValue,
   repositoryCredentialBinding,
@@ -94,7 +95,8 @@ async function staleRows(db: Kysely<Database>, keyId: number): Promise<number> {
     select (select count(*) from job_secrets where ${notCurrent("sealed", keyId)})
       + (select count(*) from repositories where credential_sealed is not null
         and ${notCurrent("credential_sealed", keyId)})
-      + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)}) as n`.execute(
+      + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)})
+      + (select count(*) from schedule_secrets where ${notCurrent("sealed", keyId)}) as n`.execute(
     db,
   );
   return Number(rows[0]?.n ?? 0);
@@ -189,6 +191,35 @@ const stepSecretRows: SealedRows<{
       .execute(),
 };
 
+const scheduleSecretRows: SealedRows<{
+  schedule_id: string;
+  step: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
+}> = {
+  batch: (tx, id) =>
+    tx
+      .selectFrom("schedule_secrets")
+      .select(["schedule_id", "step", "kind", "name", "sealed"])
+      .where(notCurrent("sealed", id))
+      .limit(rotationBatch)
+      .forUpdate()
+      .skipLocked()
+      .execute(),
+  binding: (r) => scheduleSecretBinding(r.schedule_id, r.step, r.kind, r.name),
+  sealed: (r) => r.sealed,
+  store: (tx, r, sealed) =>
+    tx
+      .updateTable("schedule_secrets")
+      .set({ sealed })
+      .where("schedule_id", "=", r.schedule_id)
+      .where("step", "=", r.step)
+      .where("kind", "=", r.kind)
+      .where("name", "=", r.name)
+      .execute(),
+};
+
 const credentialRows: SealedRows<{ name: string; credential_sealed: Buffer | null }> = {
   batch: (tx, id) =>
     tx
@@ -240,6 +271,7 @@ async function rotate(db: Kysely<Database>, box: SecretBox): Promise<number> {
   return (
     (await reseal(db, box, jobSecretRows)) +
     (await reseal(db, box, credentialRows)) +
-    (await reseal(db, box, stepSecretRows))
+    (await reseal(db, box, stepSecretRows)) +
+    (await reseal(db, box, scheduleSecretRows))
   );
 }

@@ -808,6 +808,63 @@ CREATE TABLE public.runners (
 );
 
 --
+-- Name: schedule_fires; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.schedule_fires (
+    schedule_id uuid NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    fired_at timestamp with time zone DEFAULT now() NOT NULL,
+    cause text NOT NULL,
+    outcome text NOT NULL,
+    job_id uuid,
+    pipeline_id uuid,
+    cancelled_id uuid,
+    idempotency_key text,
+    error text,
+    CONSTRAINT schedule_fires_cause_check CHECK ((cause = ANY (ARRAY['due'::text, 'missed'::text, 'manual'::text]))),
+    CONSTRAINT schedule_fires_outcome_check CHECK ((outcome = ANY (ARRAY['enqueued'::text, 'skipped_missed'::text, 'skipped_overlap'::text, 'failed'::text])))
+);
+
+--
+-- Name: schedule_secrets; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.schedule_secrets (
+    schedule_id uuid NOT NULL,
+    step text NOT NULL,
+    kind text NOT NULL,
+    name text NOT NULL,
+    sealed bytea NOT NULL,
+    CONSTRAINT schedule_secrets_kind_check CHECK ((kind = ANY (ARRAY['env'::text, 'file'::text])))
+);
+
+--
+-- Name: schedules; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.schedules (
+    id uuid NOT NULL,
+    workspace_id text NOT NULL,
+    name text NOT NULL,
+    cron text NOT NULL,
+    time_zone text NOT NULL,
+    template_kind text NOT NULL,
+    template jsonb NOT NULL,
+    missed_runs text NOT NULL,
+    overlap text NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    paused_at timestamp with time zone,
+    paused_by text,
+    created_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_missed_runs_check CHECK ((missed_runs = ANY (ARRAY['skip'::text, 'runOnce'::text, 'all'::text]))),
+    CONSTRAINT schedules_overlap_check CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text, 'cancelPrevious'::text]))),
+    CONSTRAINT schedules_template_kind_check CHECK ((template_kind = ANY (ARRAY['job'::text, 'pipeline'::text])))
+);
+
+--
 -- Name: secrets_keys; Type: TABLE; Schema: public
 --
 
@@ -1090,6 +1147,34 @@ ALTER TABLE ONLY public.runners
     ADD CONSTRAINT runners_pkey PRIMARY KEY (workspace_id, runner_id);
 
 --
+-- Name: schedule_fires schedule_fires_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.schedule_fires
+    ADD CONSTRAINT schedule_fires_pkey PRIMARY KEY (schedule_id, due_at);
+
+--
+-- Name: schedule_secrets schedule_secrets_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.schedule_secrets
+    ADD CONSTRAINT schedule_secrets_pkey PRIMARY KEY (schedule_id, step, kind, name);
+
+--
+-- Name: schedules schedules_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (id);
+
+--
+-- Name: schedules schedules_workspace_id_name_key; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.schedules
+    ADD CONSTRAINT schedules_workspace_id_name_key UNIQUE (workspace_id, name);
+
+--
 -- Name: secrets_keys secrets_keys_pkey; Type: CONSTRAINT; Schema: public
 --
 
@@ -1318,6 +1403,12 @@ CREATE INDEX reap_orders_newest ON public.reap_orders USING btree (ordered_at DE
 CREATE UNIQUE INDEX reap_orders_pending ON public.reap_orders USING btree (workspace_id, runner_id, kind, name) WHERE (state = 'pending'::text);
 
 --
+-- Name: schedules_due; Type: INDEX; Schema: public
+--
+
+CREATE INDEX schedules_due ON public.schedules USING btree (next_run_at) WHERE (paused_at IS NULL);
+
+--
 -- Name: uploads_finalized_digest; Type: INDEX; Schema: public
 --
 
@@ -1409,6 +1500,20 @@ ALTER TABLE ONLY public.pipeline_steps
 
 ALTER TABLE ONLY public.pipeline_steps
     ADD CONSTRAINT pipeline_steps_pipeline_id_fkey FOREIGN KEY (pipeline_id) REFERENCES public.pipelines(id) ON DELETE CASCADE;
+
+--
+-- Name: schedule_fires schedule_fires_schedule_id_fkey; Type: FK CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.schedule_fires
+    ADD CONSTRAINT schedule_fires_schedule_id_fkey FOREIGN KEY (schedule_id) REFERENCES public.schedules(id) ON DELETE CASCADE;
+
+--
+-- Name: schedule_secrets schedule_secrets_schedule_id_fkey; Type: FK CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.schedule_secrets
+    ADD CONSTRAINT schedule_secrets_schedule_id_fkey FOREIGN KEY (schedule_id) REFERENCES public.schedules(id) ON DELETE CASCADE;
 
 --
 -- Name: upload_chunks upload_chunks_upload_id_fkey; Type: FK CONSTRAINT; Schema: public

@@ -33,6 +33,9 @@ export interface Database {
   pipelines: PipelinesTable;
   pipeline_steps: PipelineStepsTable;
   pipeline_step_secrets: PipelineStepSecretsTable;
+  schedules: SchedulesTable;
+  schedule_fires: ScheduleFiresTable;
+  schedule_secrets: ScheduleSecretsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -475,6 +478,54 @@ export interface PipelineStepsTable {
  */
 export interface PipelineStepSecretsTable {
   pipeline_id: string;
+  step: string;
+  kind: "env" | "file";
+  name: string;
+  sealed: Buffer;
+}
+
+/** A template's missed-runs policy: what a tick does with due times passed while none ran. */
+export type MissedRunsPolicy = "skip" | "runOnce" | "all";
+
+/** A template's overlap policy: what a fire does while the previous run has not settled. */
+export type OverlapPolicy = "allow" | "skip" | "cancelPrevious";
+
+/** A cron schedule and the job or pipeline template each due time starts (secrets apart). */
+export interface SchedulesTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  cron: string;
+  time_zone: string;
+  template_kind: "job" | "pipeline";
+  template: ColumnType<JsonObject, string, string>;
+  missed_runs: MissedRunsPolicy;
+  overlap: OverlapPolicy;
+  next_run_at: Timestamp;
+  paused_at: Date | null;
+  paused_by: string | null;
+  created_by: string | null;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+}
+
+/** One due time of a schedule and what came of it; the key makes each due time fire once. */
+export interface ScheduleFiresTable {
+  schedule_id: string;
+  due_at: Timestamp;
+  fired_at: Generated<Date>;
+  cause: "due" | "missed" | "manual";
+  outcome: "enqueued" | "skipped_missed" | "skipped_overlap" | "failed";
+  job_id: string | null;
+  pipeline_id: string | null;
+  cancelled_id: string | null;
+  idempotency_key: string | null;
+  error: string | null;
+}
+
+/** A schedule template's secret, sealed bound to the schedule and step ("" for a job template). */
+export interface ScheduleSecretsTable {
+  schedule_id: string;
   step: string;
   kind: "env" | "file";
   name: string;

@@ -13,8 +13,8 @@ export interface JobOwnership {
 }
 
 /**
- * The workspace and enqueuer of a job (or of a pipeline: the ids never
- * collide), or undefined when there is no such job
+ * The workspace and enqueuer of a job (or of a pipeline, or the creator of a schedule: the ids
+ * never collide), or undefined when there is no such job
  * (or the id is not one): what a workspace-scoped role, and the enqueuer's
  * right to its own job, are checked against for methods that name a job.
  */
@@ -33,6 +33,11 @@ export async function jobOwnership(
     (await db
       .selectFrom("pipelines")
       .select(["workspace_id", "enqueued_by"])
+      .where("id", "=", id)
+      .executeTakeFirst()) ??
+    (await db
+      .selectFrom("schedules")
+      .select(["workspace_id", "created_by as enqueued_by"])
       .where("id", "=", id)
       .executeTakeFirst());
   return row && { workspaceId: row.workspace_id, enqueuedBy: row.enqueued_by ?? "" };

@@ -7,6 +7,7 @@ import { recordEvent } from "../../events/record.js";
 import { pipelineStepSecretBinding } from "../../secrets/bindings.js";
 import { definedOnly } from "../../protocol/defined-only.js";
 import { checkRowId, newJobId } from "../ids.js";
+import { inTransaction } from "../../store/transaction.js";
 import { bad, jobKindOf, jobStates, validateEnqueue, type EnqueueInput } from "../jobs/rules.js";
 import { cancelJob } from "../jobs/cancel.js";
 import { hasSecrets, secretsDigest, type JobSecretsInput } from "../jobs/secrets.js";
@@ -25,7 +26,7 @@ export interface StepSubmission
 }
 
 /** A pipeline as submitted, decoded. */
-interface PipelineSubmission {
+export interface PipelineSubmission {
   readonly workspaceId: string;
   readonly name: string;
   readonly idempotencyKey: string;
@@ -95,7 +96,7 @@ async function retryingDeadlocks<T>(fn: () => Promise<T>): Promise<T> {
  * step's job fields by the enqueue's own rules (validateEnqueue), the step
  * named in the message.
  */
-function checkSubmission(input: PipelineSubmission, ctx: StepEnqueue): void {
+export function checkSubmission(input: PipelineSubmission, ctx: StepEnqueue): void {
   checkSegmentId("workspaceId", input.workspaceId);
   if (!input.name) bad("name is required: what the pipeline is called in views and events");
   if (input.name.length > 200) bad("name is longer than 200 characters");
@@ -116,7 +117,10 @@ function checkSubmission(input: PipelineSubmission, ctx: StepEnqueue): void {
   });
 }
 
-function storedRequest(s: StepSubmission): StoredStepRequest {
+/** A step's (or a schedule's job template's) job fields as stored, secrets apart. */
+export function storedRequest(
+  s: Omit<StoredStepRequest, "runAt"> & Pick<EnqueueInput, "runAt">,
+): StoredStepRequest {
   return {
     labels: [...s.labels],
     repository: s.repository,
@@ -134,7 +138,11 @@ function storedRequest(s: StepSubmission): StoredStepRequest {
   };
 }
 
-async function submitPipeline(
+/**
+ * Stores a pipeline and queues its first steps, in `db`'s transaction when it is one (a schedule's
+ * fire), else in a new one.
+ */
+export async function submitPipeline(
   db: Kysely<Database>,
   input: PipelineSubmission,
   ctx: StepEnqueue,
@@ -168,7 +176,7 @@ async function submitPipeline(
     )
     .digest("hex");
   const id = newJobId();
-  const inserted = await db.transaction().execute(async (tx) => {
+  const inserted = await inTransaction(db, async (tx) => {
     const row = await tx
       .insertInto("pipelines")
       .values({
@@ -386,7 +394,11 @@ async function lockPipeline(tx: Transaction<Database>, id: string) {
  * its runner), and the pipeline settles as cancelled when the last settles.
  * A settled pipeline is returned as it is.
  */
-async function cancelPipeline(
+/**
+ * Cancels a pipeline's open steps and settles it, in `db`'s transaction when it is one (a
+ * schedule's cancelPrevious), else in a new one.
+ */
+export async function cancelPipeline(
   db: Kysely<Database>,
   id: string,
   by: string,
@@ -394,7 +406,7 @@ async function cancelPipeline(
   settled: SettleHook,
 ): Promise<PipelineView> {
   await retryingDeadlocks(() =>
-    db.transaction().execute(async (tx) => {
+    inTransaction(db, async (tx) => {
       const p = await lockPipeline(tx, id);
       if (p.settled_at) return;
       await tx

@@ -259,7 +259,7 @@ export type StoredStepRequest = Pick<
 > & { readonly runAt?: string };
 
 /** A stored step request as the enqueue takes it. */
-function enqueueFieldsOf({
+export function enqueueFieldsOf({
   runAt,
   ...request
 }: StoredStepRequest): Omit<EnqueueInput, "workspaceId" | "idempotencyKey"> {
