@@ -7,6 +7,7 @@ import { isPostgresUrl } from "../store/database.js";
 import { readOrCreateSecretsKeyFile, readSecretsKeyFile } from "../secrets/key-file.js";
 import type { SecretsKeys } from "../secrets/keys.js";
 import { parseDuration } from "../identity/ca.js";
+import { defaultMaxLifetimeMs, formatDuration } from "../identity/certificate-policy.js";
 import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js";
 import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
@@ -160,7 +161,7 @@ export function serveCommand(): Command {
       .option(
         "--max-cert-lifetime <duration>",
         "longest client certificate lifetime accepted",
-        "24h",
+        formatDuration(defaultMaxLifetimeMs),
       )
       .addOption(
         pathOption(
