@@ -27,6 +27,8 @@ import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { createPipelineService } from "../api/pipeline-service.js";
 import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 import { createBatchService } from "../api/batch-service.js";
+import { SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
+import { createSessionService } from "../api/session-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -55,6 +57,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     runnerRefusal,
     jobOwnership: (jobId: string) => jobOwnership(store.db, jobId),
     onRefusal: metrics.refused,
+    findSession: identity.sessions?.find,
   };
   // One implementation per service of src/api/services.ts: the list the route docs are made from.
   const implementations = [
@@ -75,6 +78,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(InputService, createInputService({ broker })),
     serviceImpl(PipelineService, createPipelineService(broker)),
     serviceImpl(BatchService, createBatchService(broker)),
+    serviceImpl(SessionService, createSessionService(identity.sessions)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier(
