@@ -10,7 +10,7 @@ import { SuspendService } from "../../gen/forelead/runner/v1/suspend_pb.js";
 import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
-import { SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
+import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
@@ -30,4 +30,5 @@ export const services: readonly DescService[] = [
   PipelineService,
   BatchService,
   SessionService,
+  LoginService,
 ];

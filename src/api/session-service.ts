@@ -1,6 +1,6 @@
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
+import type { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
 import type { PersonSessions } from "../identity/sessions.js";
 import { IdTokenRefused } from "../identity/sso.js";
 import { audited } from "./audit-actions.js";
@@ -15,14 +15,7 @@ import { apiVersion } from "./request-rules.js";
 export function createSessionService(
   sessions: PersonSessions | undefined,
 ): ServiceImpl<typeof SessionService> {
-  const configured = (): PersonSessions => {
-    if (!sessions)
-      throw new ConnectError(
-        "single sign-on is not configured on this control plane (serve --sso-issuer)",
-        Code.FailedPrecondition,
-      );
-    return sessions;
-  };
+  const configured = () => signOn(sessions);
   return {
     async createSession(req, ctx) {
       const delegate = principalOf(ctx).spiffeId.text;
@@ -31,13 +24,7 @@ export function createSessionService(
         "session.create",
         `a person session for delegate ${delegate}`,
         async () => {
-          try {
-            return await configured().open(req.idToken, req.nonce, delegate);
-          } catch (err) {
-            if (err instanceof IdTokenRefused)
-              throw new ConnectError(`sign-in refused: ${err.message}`, Code.Unauthenticated);
-            throw err;
-          }
+          return refusedAs401(() => configured().open(req.idToken, req.nonce, delegate));
         },
         ({ session }) => ({
           target: `session ${session.id} of ${session.person.spiffeId} ("${session.person.claim}")`,
@@ -73,4 +60,59 @@ export function createSessionService(
       return { apiVersion, ended: ended !== undefined };
     },
   };
+}
+
+/**
+ * `forelead login`: an ID token for the CLI's client and a CSR in, a short-lived certificate for
+ * the person out. Needs no client certificate (the person has none yet); one audit record, with
+ * the person and the certificate, never the token.
+ */
+export function createLoginService(
+  sessions: PersonSessions | undefined,
+): ServiceImpl<typeof LoginService> {
+  return {
+    async login(req, ctx) {
+      const { person, certificate: cert } = await audited(
+        ctx,
+        "certificate.issue",
+        "a person's certificate on forelead login",
+        () => refusedAs401(() => signOn(sessions).certify(req.idToken, req.nonce, req.csr)),
+        ({ person, certificate: c }) => ({
+          target:
+            `certificate ${c.serialHex} (sha256 ${c.sha256}) for ${person.spiffeId} ` +
+            `("${person.claim}"), valid ${c.notBefore.toISOString()} to ` +
+            `${c.notAfter.toISOString()}`,
+          reason: "issued on forelead login",
+          spiffeId: person.spiffeId,
+        }),
+      );
+      return {
+        apiVersion,
+        person: person.spiffeId,
+        personClaim: person.claim,
+        certificateChain: cert.chainPem,
+        notAfter: timestampFromDate(cert.notAfter),
+      };
+    },
+  };
+}
+
+function signOn(sessions: PersonSessions | undefined): PersonSessions {
+  if (!sessions)
+    throw new ConnectError(
+      "single sign-on is not configured on this control plane (serve --sso-issuer)",
+      Code.FailedPrecondition,
+    );
+  return sessions;
+}
+
+/** A refused ID token as 401 "sign-in refused: …". */
+async function refusedAs401<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (err) {
+    if (err instanceof IdTokenRefused)
+      throw new ConnectError(`sign-in refused: ${err.message}`, Code.Unauthenticated);
+    throw err;
+  }
 }

@@ -93,7 +93,7 @@ export async function createIdentity(options: IdentityOptions): Promise<Identity
     retirements,
     enrollment,
     sessions: options.sso
-      ? createPersonSessions(db, createIdTokenVerifier(options.sso, trustDomain))
+      ? createPersonSessions(db, createIdTokenVerifier(options.sso, trustDomain), issuer)
       : undefined,
     createGrant: (req) => createGrant(db, req),
     async listAuditRecords(q) {

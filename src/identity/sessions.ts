@@ -3,6 +3,11 @@ import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
 import type { Person } from "./person.js";
 import { IdTokenRefused, type IdTokenVerifier } from "./sso.js";
+import { verifyCsr } from "./csr.js";
+import type { Issuer, SignedCertificate } from "./issuer.js";
+
+/** How long a certificate from `forelead login` lasts (the issuer's lifetime when shorter). */
+const loginCertificateLifetimeMs = 8 * 3600 * 1000;
 
 /** How long a person session lasts unless ended first. */
 const sessionLifetimeSeconds = 8 * 3600;
@@ -129,15 +134,44 @@ export interface PersonSessions {
   find(credential: string, delegate: string): Promise<SessionLookup>;
   /** Ends the session `credential` opens for `delegate`; refuses it as findSession does. */
   end(credential: string, delegate: string): Promise<SessionLookup>;
+  /**
+   * `forelead login`: verifies an ID token for the CLI's client (`--sso-cli-client-id`) and signs
+   * the CSR's key for the person; throws IdTokenRefused naming why, signing nothing.
+   */
+  certify(
+    idToken: string,
+    nonce: string,
+    csrPem: string,
+  ): Promise<{ person: Person; certificate: SignedCertificate }>;
 }
 
 /** The person sessions of one provider, stored in `db`. */
 export function createPersonSessions(
   db: Kysely<Database>,
   verifier: IdTokenVerifier,
+  issuer: Issuer | undefined,
 ): PersonSessions {
   return {
     verifier,
+    async certify(idToken, nonce, csrPem) {
+      const audience = verifier.options.cliClientId;
+      if (!audience)
+        throw new IdTokenRefused(
+          "this control plane takes no CLI sign-ins: serve has no --sso-cli-client-id",
+        );
+      if (!issuer)
+        throw new IdTokenRefused(
+          "this control plane has no issuing CA (serve --issuer-cert/--issuer-key), so it " +
+            "cannot give people certificates",
+        );
+      const csr = await verifyCsr(csrPem);
+      const { person } = await verifier.verify(idToken, {
+        audience,
+        nonce: nonce === "" ? undefined : nonce,
+      });
+      const certificate = await issuer.sign(person.spiffeId, csr, loginCertificateLifetimeMs);
+      return { person, certificate };
+    },
     async open(idToken, nonce, delegate) {
       const audience = verifier.options.clientId;
       if (!audience)

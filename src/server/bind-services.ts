@@ -27,8 +27,8 @@ import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { createPipelineService } from "../api/pipeline-service.js";
 import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 import { createBatchService } from "../api/batch-service.js";
-import { SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
-import { createSessionService } from "../api/session-service.js";
+import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
+import { createLoginService, createSessionService } from "../api/session-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -79,6 +79,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(PipelineService, createPipelineService(broker)),
     serviceImpl(BatchService, createBatchService(broker)),
     serviceImpl(SessionService, createSessionService(identity.sessions)),
+    serviceImpl(LoginService, createLoginService(identity.sessions)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier(

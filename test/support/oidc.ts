@@ -105,8 +105,25 @@ async function signIn(
     code_challenge_method: "S256",
   }))
     auth.searchParams.set(k, v);
+  const back = await followSignIn(auth.toString(), login, (url) => url.startsWith(redirectUri));
+  if (back.searchParams.get("state") !== state) throw new Error("state mismatch");
+  const code = back.searchParams.get("code");
+  if (!code) throw new Error(`no code: ${back.search}`);
+  return exchange(issuer, client, code, verifier);
+}
+
+/**
+ * Plays the browser from `start` (an authorization URL): follows redirects with the provider's
+ * cookies and posts its login and consent forms as `login`, until a redirect `leaves` says is the
+ * client's; returns that URL, unvisited.
+ */
+export async function followSignIn(
+  start: string,
+  login: string,
+  leaves: (url: string) => boolean,
+): Promise<URL> {
   const cookies = new Map<string, string>();
-  let url = auth.toString();
+  let url = start;
   let init: RequestInit = {};
   for (let step = 0; step < 20; step++) {
     const res = await fetch(url, {
@@ -125,12 +142,7 @@ async function signIn(
     const location = res.headers.get("location");
     if (location) {
       const next = new URL(location, url);
-      if (next.toString().startsWith(redirectUri)) {
-        if (next.searchParams.get("state") !== state) throw new Error("state mismatch");
-        const code = next.searchParams.get("code");
-        if (!code) throw new Error(`no code: ${next.search}`);
-        return exchange(issuer, client, code, verifier);
-      }
+      if (leaves(next.toString())) return next;
       url = next.toString();
       init = {};
       continue;
@@ -151,7 +163,7 @@ async function signIn(
       headers: { "content-type": "application/x-www-form-urlencoded" },
     };
   }
-  throw new Error("the sign-in did not reach the redirect URI in 20 steps");
+  throw new Error("the sign-in did not leave the provider in 20 steps");
 }
 
 async function exchange(

@@ -13,7 +13,88 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/session.proto.
  */
 export const file_forelead_admin_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("Ch9mb3JlbGVhZC9hZG1pbi92MS9zZXNzaW9uLnByb3RvEhFmb3JlbGVhZC5hZG1pbi52MSJMChRDcmVhdGVTZXNzaW9uUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIQCghpZF90b2tlbhgCIAEoCRINCgVub25jZRgDIAEoCSKeAQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCRIOCgZwZXJzb24YAyABKAkSFAoMcGVyc29uX2NsYWltGAQgASgJEi4KCmV4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkQKEUVuZFNlc3Npb25SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCSI4ChJFbmRTZXNzaW9uUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFZW5kZWQYAiABKAgytwIKDlNlc3Npb25TZXJ2aWNlEpMBCg1DcmVhdGVTZXNzaW9uEicuZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKC5mb3JlbGVhZC5hZG1pbi52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2UiL8rzGCsKBFBPU1QSEi92MS9hZG1pbi9zZXNzaW9uczoFYWRtaW5CCGRlbGVnYXRlEo4BCgpFbmRTZXNzaW9uEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5kU2Vzc2lvblJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbmRTZXNzaW9uUmVzcG9uc2UiM8rzGC8KBFBPU1QSFi92MS9hZG1pbi9zZXNzaW9ucy9lbmQ6BWFkbWluQghkZWxlZ2F0ZWIGcHJvdG8z", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
+  fileDesc("Ch9mb3JlbGVhZC9hZG1pbi92MS9zZXNzaW9uLnByb3RvEhFmb3JlbGVhZC5hZG1pbi52MSJRCgxMb2dpblJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEAoIaWRfdG9rZW4YAiABKAkSDQoFbm9uY2UYAyABKAkSCwoDY3NyGAQgASgJIpQBCg1Mb2dpblJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBnBlcnNvbhgCIAEoCRIUCgxwZXJzb25fY2xhaW0YAyABKAkSGQoRY2VydGlmaWNhdGVfY2hhaW4YBCABKAkSLQoJbm90X2FmdGVyGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMChRDcmVhdGVTZXNzaW9uUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIQCghpZF90b2tlbhgCIAEoCRINCgVub25jZRgDIAEoCSKeAQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCRIOCgZwZXJzb24YAyABKAkSFAoMcGVyc29uX2NsYWltGAQgASgJEi4KCmV4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkQKEUVuZFNlc3Npb25SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCSI4ChJFbmRTZXNzaW9uUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFZW5kZWQYAiABKAgytwIKDlNlc3Npb25TZXJ2aWNlEpMBCg1DcmVhdGVTZXNzaW9uEicuZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKC5mb3JlbGVhZC5hZG1pbi52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2UiL8rzGCsKBFBPU1QSEi92MS9hZG1pbi9zZXNzaW9uczoFYWRtaW5CCGRlbGVnYXRlEo4BCgpFbmRTZXNzaW9uEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5kU2Vzc2lvblJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbmRTZXNzaW9uUmVzcG9uc2UiM8rzGC8KBFBPU1QSFi92MS9hZG1pbi9zZXNzaW9ucy9lbmQ6BWFkbWluQghkZWxlZ2F0ZTJ3CgxMb2dpblNlcnZpY2USZwoFTG9naW4SHy5mb3JlbGVhZC5hZG1pbi52MS5Mb2dpblJlcXVlc3QaIC5mb3JlbGVhZC5hZG1pbi52MS5Mb2dpblJlc3BvbnNlIhvK8xgXCgRQT1NUEgkvdjEvbG9naW46BG5vbmViBnByb3RvMw", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
+
+/**
+ * LoginRequest is the person's proof and the key to certify.
+ *
+ * @generated from message forelead.admin.v1.LoginRequest
+ */
+export type LoginRequest = Message<"forelead.admin.v1.LoginRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * The ID token the provider issued to the CLI's public client.
+   *
+   * @generated from field: string id_token = 2;
+   */
+  idToken: string;
+
+  /**
+   * The nonce the CLI sent with the sign-in; empty to skip the check.
+   *
+   * @generated from field: string nonce = 3;
+   */
+  nonce: string;
+
+  /**
+   * A PKCS#10 CSR (PEM) over the key the certificate is for.
+   *
+   * @generated from field: string csr = 4;
+   */
+  csr: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.LoginRequest.
+ * Use `create(LoginRequestSchema)` to create a new message.
+ */
+export const LoginRequestSchema: GenMessage<LoginRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_session, 0);
+
+/**
+ * LoginResponse is the person's certificate.
+ *
+ * @generated from message forelead.admin.v1.LoginResponse
+ */
+export type LoginResponse = Message<"forelead.admin.v1.LoginResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string person = 2;
+   */
+  person: string;
+
+  /**
+   * @generated from field: string person_claim = 3;
+   */
+  personClaim: string;
+
+  /**
+   * The leaf, then the issuer's intermediates, PEM.
+   *
+   * @generated from field: string certificate_chain = 4;
+   */
+  certificateChain: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp not_after = 5;
+   */
+  notAfter?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.LoginResponse.
+ * Use `create(LoginResponseSchema)` to create a new message.
+ */
+export const LoginResponseSchema: GenMessage<LoginResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_session, 1);
 
 /**
  * CreateSessionRequest carries the provider's ID token for the person.
@@ -47,7 +128,7 @@ export type CreateSessionRequest = Message<"forelead.admin.v1.CreateSessionReque
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_session, 0);
+  messageDesc(file_forelead_admin_v1_session, 2);
 
 /**
  * CreateSessionResponse is the session credential (shown once) and the person.
@@ -92,7 +173,7 @@ export type CreateSessionResponse = Message<"forelead.admin.v1.CreateSessionResp
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_session, 1);
+  messageDesc(file_forelead_admin_v1_session, 3);
 
 /**
  * EndSessionRequest names the session to end by its credential.
@@ -116,7 +197,7 @@ export type EndSessionRequest = Message<"forelead.admin.v1.EndSessionRequest"> &
  * Use `create(EndSessionRequestSchema)` to create a new message.
  */
 export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_session, 2);
+  messageDesc(file_forelead_admin_v1_session, 4);
 
 /**
  * EndSessionResponse says whether the session was live until now.
@@ -140,7 +221,7 @@ export type EndSessionResponse = Message<"forelead.admin.v1.EndSessionResponse">
  * Use `create(EndSessionResponseSchema)` to create a new message.
  */
 export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_session, 3);
+  messageDesc(file_forelead_admin_v1_session, 5);
 
 /**
  * SessionService lets a delegate (an identity granted `delegate`, such as the
@@ -178,4 +259,27 @@ export const SessionService: GenService<{
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_admin_v1_session, 0);
+
+/**
+ * LoginService gives a person signed in by `forelead login` a short-lived
+ * client certificate for spiffe://<trust-domain>/users/<segment>.
+ *
+ * @generated from service forelead.admin.v1.LoginService
+ */
+export const LoginService: GenService<{
+  /**
+   * Verifies the ID token (audience = --sso-cli-client-id, and the nonce when
+   * given) and signs the CSR's key for the person, for 8 hours (or the
+   * issuer's lifetime when shorter). Needs no client certificate, like
+   * enrollment; a refused token is 401 naming why.
+   *
+   * @generated from rpc forelead.admin.v1.LoginService.Login
+   */
+  login: {
+    methodKind: "unary";
+    input: typeof LoginRequestSchema;
+    output: typeof LoginResponseSchema;
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_forelead_admin_v1_session, 1);
 
