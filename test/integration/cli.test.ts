@@ -174,6 +174,21 @@ describe("the forelead command", () => {
     [["--secrets-key", "absent.key"], "the secrets key file /"],
     [["--admin", "not-a-spiffe-id"], "is not a valid SPIFFE ID"],
     [["--bogus"], "unknown option '--bogus'"],
+    [["--sso-group", "ops=read"], "--sso-group needs --sso-issuer and --sso-groups-claim"],
+    [
+      ["--sso-issuer", "http://login.example.com", "--sso-client-id", "d"],
+      "a provider must be served over https",
+    ],
+    [["--sso-issuer", "https://login.example.com"], "--sso-issuer needs --sso-client-id"],
+    [
+      [
+        "--grant",
+        "spiffe://forelead/services/dash=delegate",
+        "--grant",
+        "spiffe://forelead/services/dash=read",
+      ],
+      "is granted delegate and another role",
+    ],
   ])("serve %j refuses to start with a clear message", async (args, message) => {
     const result = await forel([
       "serve",
