@@ -6,6 +6,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { issueClientCertificate } from "../../src/identity/ca.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { foreleadBin } from "../support/cli-dir.js";
+import { createRestClient } from "../support/clients.js";
+import { createKeyAndCsr } from "../../src/runner/identity/enrollment.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import { createTestPki } from "../support/pki.js";
@@ -17,10 +19,11 @@ import {
 } from "../support/oidc.js";
 
 const alice = "spiffe://forelead/users/_YWxpY2VAZXhhbXBsZS5jb20";
+const dashboardClient = { clientId: "dashboard", secret: "dashboard-secret" };
 let provider: TestOidcProvider;
 const cp = useControlPlane(async () => {
   provider = await startTestOidcProvider({
-    clients: [{ clientId: "forelead-cli" }],
+    clients: [{ clientId: "forelead-cli" }, dashboardClient],
     key: await testSigningKey(),
   });
   const pki = await createTestPki();
@@ -126,5 +129,31 @@ describe(`forelead login (${databaseKind})`, () => {
     expect(listed.code).toBe(1);
     expect(listed.stderr).toContain("your sign-in expired at");
     expect(listed.stderr).toContain("run forelead login again");
+  });
+
+  it("an ID token for the dashboard's client gets no certificate: 401, audited", async () => {
+    const idToken = await provider.signIn(dashboardClient, "alice", "n1");
+    const certless = createRestClient(cp.url, cp.pki.ca.certPem, undefined);
+    try {
+      const reply = await certless.request("POST", "/v1/login", {
+        apiVersion: "v1",
+        idToken,
+        nonce: "n1",
+        csr: (await createKeyAndCsr("x")).csrPem,
+      });
+      expect(reply.status).toBe(401);
+      expect(reply.json.message).toBe(
+        'sign-in refused: the ID token is for audience "dashboard", not for this client ' +
+          "(forelead-cli)",
+      );
+    } finally {
+      await certless.close();
+    }
+    const audit = await admin.rest.request("GET", "/v1/admin/audit?kind=action&decision=deny");
+    const record = (audit.json.records as Record<string, string>[]).find(
+      (r) => r.action === "certificate.issue" && r.route === "POST /v1/login",
+    );
+    expect(record?.reason).toContain('for audience "dashboard"');
+    expect(JSON.stringify(audit.json)).not.toContain(idToken);
   });
 });
