@@ -12,6 +12,9 @@ import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
 import type { JobOwnership } from "../broker/jobs/workspace.js";
 import type { IdentityRoles, RoleName, RoleTable } from "../identity/roles.js";
+import type { SessionLookup } from "../identity/sessions.js";
+import { parseSpiffeId } from "../identity/spiffe.js";
+import { principalOf } from "../identity/principal.js";
 import { actionAuditorKey } from "./audit-actions.js";
 import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
@@ -38,7 +41,15 @@ export interface GuardOptions {
   readonly jobOwnership: (jobId: string) => Promise<JobOwnership | undefined>;
   /** Told of every refusal, once per request, by its kind (metrics); cheap and synchronous. */
   readonly onRefusal?: (reason: RefusalReason) => void;
+  /**
+   * The live person session a delegate's credential opens (src/identity/sessions.ts); unset when
+   * single sign-on is not configured, and then a delegate can act for nobody.
+   */
+  readonly findSession?: (credential: string, delegate: string) => Promise<SessionLookup>;
 }
+
+/** The header in which a delegate sends the session credential of the person it acts for. */
+const onBehalfOfHeader = "forelead-on-behalf-of";
 
 /** Why the guard refused a request, as a closed set (the audit record holds the full text). */
 export const refusalReasons = [
@@ -52,6 +63,8 @@ export const refusalReasons = [
   "no_role",
   "missing_role",
   "workspace_scope",
+  "no_session",
+  "session_refused",
 ] as const;
 
 /** One of refusalReasons. */
@@ -81,7 +94,9 @@ function guardMethod(spec: MethodImplSpec, options: GuardOptions): MethodImplSpe
   // The context, once the caller is admitted and (given a request message) the message passes the
   // rules.
   const admitted = async (ctx: HandlerContext, req?: object): Promise<HandlerContext> => {
-    const admission = authorizeOnce(ctx, options);
+    let admission = authorizeOnce(ctx, options);
+    if (admission.pendingDelegation)
+      admission = await actForPerson(ctx, admission.pendingDelegation, options);
     // before anything (the scope's audit record) reads it
     if (req) checkRequestText(spec.method.input, req);
     if (admission.pendingScope) await decideScope(ctx, admission.pendingScope, req, options);
@@ -180,7 +195,25 @@ function ruleOf(method: DescMethod): MethodRule {
 export interface Admission {
   readonly principal: Principal | undefined;
   readonly pendingScope?: PendingScope;
+  /**
+   * Set when the caller is a delegate on a method other than its own (SessionService): the
+   * decision waits for the request's headers, which carry the person's session credential, and
+   * is then made with the person's roles.
+   */
+  readonly pendingDelegation?: PendingDelegation;
 }
+
+interface PendingDelegation {
+  readonly delegate: Principal;
+  readonly rule: MethodRule;
+  readonly base: AuditBase;
+}
+
+/** What every audit record of one request says of the request. */
+type AuditBase = Pick<
+  AuditRecord,
+  "route" | "remoteAddress" | "certificate" | "spiffeId" | "delegate" | "personClaim"
+>;
 
 interface PendingScope {
   readonly id: string;
@@ -194,6 +227,7 @@ const noRoles: IdentityRoles = {
   read: false,
   readWorkspaces: new Set(),
   enqueue: new Set(),
+  delegate: false,
 };
 
 const admissionKey = createContextKey<Admission | ConnectError | undefined>(undefined, {
@@ -231,37 +265,12 @@ function authorize(
 ): Admission {
   const identity = ctx.values.get(requestIdentityKey);
   const verdict = identity?.verdict;
-  const route = `${ctx.requestMethod} ${requestPath(ctx)}`;
-  const base = {
-    route,
+  const base: AuditBase = {
+    route: `${ctx.requestMethod} ${requestPath(ctx)}`,
     remoteAddress: identity?.remoteAddress || undefined,
     certificate: verdict?.facts,
   };
-  const decide = (decision: AuditRecord["decision"], reason: string) =>
-    options.audit.record({ at: new Date(), decision, reason, ...base });
-  const admitted = (principal: Principal | undefined, reason: string | undefined): Admission => {
-    if (reason !== undefined) decide("allow", reason);
-    ctx.values.set(actionAuditorKey, {
-      record: (e) =>
-        options.audit.record({
-          at: new Date(),
-          kind: "action",
-          ...base,
-          action: e.action,
-          target: e.target,
-          decision: e.decision,
-          reason: e.reason,
-          spiffeId: e.spiffeId || undefined,
-        }),
-    });
-    if (principal) ctx.values.set(principalKey, principal);
-    return { principal };
-  };
-  const deny = (code: Code, reason: string, why: RefusalReason): never => {
-    decide("deny", reason);
-    options.onRefusal?.(why);
-    throw new ConnectError(reason, code);
-  };
+  const { admitted, deny } = decisions(ctx, base, options);
   // Fail closed: a decision that cannot be recorded is not made (the refusal itself waits in
   // memory, aggregated).
   const unrecordable = options.audit.unavailable();
@@ -302,8 +311,67 @@ function authorize(
     );
   }
   const roles = options.roles.of(id);
+  if (roles?.delegate && rule.role !== "delegate")
+    return { principal: undefined, pendingDelegation: { delegate: principal, rule, base } };
+  return decideRoles(ctx, rule, principal, roles, base, options);
+}
+
+/** The allow and deny of one request, each audited with `base`. */
+function decisions(ctx: HandlerContext, base: AuditBase, options: GuardOptions) {
+  const decide = (decision: AuditRecord["decision"], reason: string) =>
+    options.audit.record({ at: new Date(), decision, reason, ...base });
+  const admitted = (principal: Principal | undefined, reason: string | undefined): Admission => {
+    if (reason !== undefined) decide("allow", reason);
+    ctx.values.set(actionAuditorKey, {
+      record: (e) =>
+        options.audit.record({
+          at: new Date(),
+          kind: "action",
+          ...base,
+          action: e.action,
+          target: e.target,
+          decision: e.decision,
+          reason: e.reason,
+          spiffeId: e.spiffeId || undefined,
+        }),
+    });
+    if (principal) ctx.values.set(principalKey, principal);
+    return { principal };
+  };
+  const deny = (code: Code, reason: string, why: RefusalReason): never => {
+    decide("deny", reason);
+    options.onRefusal?.(why);
+    throw new ConnectError(reason, code);
+  };
+  return { decide, admitted, deny };
+}
+
+/**
+ * The decision by the roles of an admin method's caller: a service, or a person a delegate acts
+ * for (its roles then are the person's own and its groups').
+ */
+function decideRoles(
+  ctx: HandlerContext,
+  rule: MethodRule,
+  principal: Principal,
+  roles: IdentityRoles | undefined,
+  base: AuditBase,
+  options: GuardOptions,
+): Admission {
+  const { admitted, deny, decide } = decisions(ctx, base, options);
+  const method = ctx.method;
+  const id = principal.spiffeId.text;
   const role = rule.role!;
   const hint = role === "enqueue" ? `${id}=enqueue:WORKSPACE` : `${id}=${role}`;
+  if (role === "delegate")
+    return roles?.delegate
+      ? admitted(principal, `delegate ${id}`)
+      : deny(
+          Code.PermissionDenied,
+          `${method.name} is for delegates (an identity that acts for people signed in by ` +
+            `single sign-on); ${id} is not one (start forelead serve with --grant ${hint})`,
+          "missing_role",
+        );
   // The enqueuer's right to its own jobs holds whatever its grants are now, even none.
   const namesJob = method.input.fields.some((f) => ownedIdFields.includes(f.name));
   if (!roles && !namesJob)
@@ -326,6 +394,68 @@ function authorize(
     ...admitted(principal, undefined),
     pendingScope: { id, role, roles: roles ?? noRoles, decide },
   };
+}
+
+/**
+ * A delegate's call, decided as the person whose session credential it sends: the session must be
+ * this delegate's, live and not ended; the person's roles then decide, and every record of the
+ * request names the person (spiffeId), its claim and the delegate. A delegate without a session
+ * can do nothing. The credential is never quoted.
+ */
+async function actForPerson(
+  ctx: HandlerContext,
+  pending: PendingDelegation,
+  options: GuardOptions,
+): Promise<Admission> {
+  const delegate = pending.delegate.spiffeId.text;
+  const { deny } = decisions(ctx, pending.base, options);
+  let admission: Admission;
+  try {
+    const credential = ctx.requestHeader.get(onBehalfOfHeader);
+    if (!credential)
+      deny(
+        Code.PermissionDenied,
+        `${delegate} is a delegate: it has no power of its own and acts only for a person ` +
+          `signed in by single sign-on; open a session (SessionService.CreateSession) and send ` +
+          `its credential in the ${onBehalfOfHeader} header`,
+        "no_session",
+      );
+    if (!options.findSession)
+      deny(
+        Code.PermissionDenied,
+        `${delegate} is a delegate, but single sign-on is not configured (serve --sso-issuer)`,
+        "no_session",
+      );
+    const found = await options.findSession!(credential!, delegate);
+    if (!found.ok)
+      deny(
+        Code.Unauthenticated,
+        `${found.reason}; ${delegate} may act only for a person signed in through it now ` +
+          `(sign in again)`,
+        "session_refused",
+      );
+    const { person, groups } = (found as Extract<SessionLookup, { ok: true }>).session;
+    const base: AuditBase = {
+      ...pending.base,
+      spiffeId: person.spiffeId,
+      delegate,
+      personClaim: person.claim,
+    };
+    const principal = principalOf(parseSpiffeId(person.spiffeId));
+    admission = decideRoles(
+      ctx,
+      pending.rule,
+      principal,
+      options.roles.ofPerson(person.spiffeId, groups),
+      base,
+      options,
+    );
+  } catch (err) {
+    if (err instanceof ConnectError) ctx.values.set(admissionKey, err);
+    throw err;
+  }
+  ctx.values.set(admissionKey, admission);
+  return admission;
 }
 
 function lacks(id: string, role: RoleName, method: string, hint: string, why = ""): string {

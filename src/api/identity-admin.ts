@@ -107,6 +107,8 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
             ? timestampFromDate(r.certificate_not_after)
             : undefined,
           remoteAddress: r.remote_address ?? "",
+          delegate: r.delegate ?? "",
+          personClaim: r.person_claim ?? "",
           count: r.count,
           firstAt: timestampFromDate(r.at),
           lastAt: timestampFromDate(r.last_at ?? r.at),

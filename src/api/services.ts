@@ -11,6 +11,7 @@ import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 import { ScheduleService } from "../../gen/forelead/admin/v1/schedules_pb.js";
+import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
@@ -30,4 +31,6 @@ export const services: readonly DescService[] = [
   PipelineService,
   BatchService,
   ScheduleService,
+  SessionService,
+  LoginService,
 ];

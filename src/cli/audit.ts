@@ -85,6 +85,8 @@ function plain(r: AuditRecord): Record<string, unknown> {
       ? timestampDate(r.certificateNotAfter).toISOString()
       : undefined,
     remoteAddress: r.remoteAddress || undefined,
+    delegate: r.delegate || undefined,
+    personClaim: r.personClaim || undefined,
     action: r.action || undefined,
     target: r.target || undefined,
     count: r.count || 1,
@@ -97,9 +99,12 @@ function plain(r: AuditRecord): Record<string, unknown> {
 function line(r: AuditRecord): string {
   const at = r.at ? timestampDate(r.at).toISOString() : "-";
   const what = r.kind === "action" ? `${r.action} ${r.target}` : r.route;
-  const who = r.spiffeId
-    ? `${r.spiffeId}${r.certificateSerial ? ` (serial ${r.certificateSerial})` : ""}`
-    : "(no certificate)";
+  const serial = r.certificateSerial ? ` (serial ${r.certificateSerial})` : "";
+  const who = !r.spiffeId
+    ? "(no certificate)"
+    : r.delegate
+      ? `${r.spiffeId} ("${r.personClaim}") through ${r.delegate}${serial}`
+      : `${r.spiffeId}${serial}`;
   const repeated =
     r.count > 1
       ? ` (${r.count} times to ${r.lastAt ? timestampDate(r.lastAt).toISOString() : "-"})`

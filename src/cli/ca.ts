@@ -1,5 +1,10 @@
 import { Command } from "commander";
 import { issueClientCertificate, parseDuration } from "../identity/ca.js";
+import {
+  defaultMaxLifetimeMs,
+  formatDuration,
+  lifetimeRefusal,
+} from "../identity/certificate-policy.js";
 import { initDevPki, loadCertificateAuthority, writeIssued } from "../identity/pki-files.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { pathOption } from "./options.js";
@@ -9,6 +14,14 @@ const backdateMs = 60_000;
 
 /** Default hosts of the development server certificate. */
 export const defaultHosts = ["localhost", "127.0.0.1", "::1"];
+
+interface IssueFlags {
+  readonly dir: string;
+  readonly spiffeId: string;
+  readonly ttl: string;
+  readonly maxLifetime: string;
+  readonly out: string;
+}
 
 /** `forelead ca ...`: the development PKI. */
 export function caCommand(): Command {
@@ -44,12 +57,24 @@ export function caCommand(): Command {
     .addOption(pathOption("--dir <dir>", "the development PKI", "certs"))
     .requiredOption("--spiffe-id <id>", "the certificate's only URI SAN")
     .option("--ttl <duration>", "lifetime, e.g. 24h, 90m", "24h")
+    .option(
+      "--max-lifetime <duration>",
+      "the longest lifetime the control plane accepts (its --max-cert-lifetime)",
+      formatDuration(defaultMaxLifetimeMs),
+    )
     .addOption(
       pathOption("--out <prefix>", "writes PREFIX.pem and PREFIX-key.pem").makeOptionMandatory(),
     )
-    .action(async (opts: { dir: string; spiffeId: string; ttl: string; out: string }) => {
+    .action(async (opts: IssueFlags) => {
       parseSpiffeId(opts.spiffeId);
       const lifetimeMs = parseDuration(opts.ttl);
+      // The server's own rule, so that a certificate written here is one it accepts.
+      const overLong = lifetimeRefusal(lifetimeMs, parseDuration(opts.maxLifetime));
+      if (overLong)
+        throw new Error(
+          `--ttl ${opts.ttl}: the certificate's ${overLong} (the control plane's ` +
+            `--max-cert-lifetime refuses it)`,
+        );
       // Backdated by a minute for clock skew; the lifetime stays the one asked for, so it must be
       // longer.
       if (lifetimeMs <= backdateMs)

@@ -1,5 +1,7 @@
+import { X509Certificate } from "node:crypto";
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { Http2SessionManager, createConnectTransport } from "@connectrpc/connect-node";
@@ -116,6 +118,24 @@ function configFilePath(
   const user = xdg ? join(xdg, "forelead", "config.toml") : undefined;
   return user && existsSync(user) ? user : undefined;
 }
+
+/**
+ * Where `forelead login` keeps the person's certificate and key (0600): beside the user's config
+ * file, $XDG_CONFIG_HOME/forelead/login.pem and login-key.pem (~/.config when unset).
+ */
+export function loginCertificatePaths(env: NodeJS.ProcessEnv = process.env): {
+  cert: string;
+  key: string;
+} {
+  const xdg = env.XDG_CONFIG_HOME || join(env.HOME || homedir(), ".config");
+  return {
+    cert: join(xdg, "forelead", "login.pem"),
+    key: join(xdg, "forelead", "login-key.pem"),
+  };
+}
+
+/** The source a connection names for the certificate of `forelead login`. */
+const loginSource = "forelead login";
 
 /** A parsed config file: its path, its text (to find lines in) and its top-level table. */
 export interface ConfigFile {
@@ -306,6 +326,16 @@ export async function resolveConnection(
             ? { value: fromFile[key], source: `file ${file!.path} (profile ${profile!.value})` }
             : { value: connectionDefaults[key], source: "default" };
   }
+  // Given no certificate anywhere, a person's own sign-in is the identity.
+  const login = loginCertificatePaths(env);
+  if (
+    settings.cert.source === "default" &&
+    settings.key.source === "default" &&
+    existsSync(login.cert)
+  ) {
+    settings.cert = { value: login.cert, source: loginSource };
+    settings.key = { value: login.key, source: loginSource };
+  }
   return { settings, profile, file: file?.path };
 }
 
@@ -335,6 +365,29 @@ export interface Endpoint {
  * its source and the file that cannot be read.
  */
 export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint> {
+  const { baseUrl, ca, settings } = await resolveServer(flags);
+  const [cert, key] = await Promise.all([
+    readSetting(settings.cert, "cert"),
+    readSetting(settings.key, "key"),
+  ]);
+  if (settings.cert.source === loginSource) {
+    const notAfter = new Date(new X509Certificate(cert).validTo);
+    if (notAfter.getTime() <= Date.now())
+      throw new Error(
+        `your sign-in expired at ${notAfter.toISOString()} (${settings.cert.value}); ` +
+          `run forelead login again`,
+      );
+  }
+  return { baseUrl, ca, cert, key };
+}
+
+/**
+ * The server URL (must be https://) and its CA bundle, without a client certificate: what a
+ * caller that has none yet (`forelead login`) needs.
+ */
+export async function resolveServer(
+  flags: AdminClientFlags,
+): Promise<{ baseUrl: string; ca: string; settings: Record<ConnectionKey, Resolved> }> {
   const { settings } = await resolveConnection(flags);
   const server = settings.server;
   let url: URL;
@@ -347,12 +400,8 @@ export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint
   }
   if (url.protocol !== "https:")
     throw new Error(`server (${server.source}) must be an https:// URL; got ${server.value}`);
-  const [ca, cert, key] = await Promise.all([
-    readSetting(settings.ca, "ca"),
-    readSetting(settings.cert, "cert"),
-    readSetting(settings.key, "key"),
-  ]);
-  return { baseUrl: url.toString().replace(/\/$/, ""), ca, cert, key };
+  const ca = await readSetting(settings.ca, "ca");
+  return { baseUrl: url.toString().replace(/\/$/, ""), ca, settings };
 }
 
 /**

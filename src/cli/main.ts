@@ -39,6 +39,18 @@ export const commandGroups: readonly CommandGroup[] = [
     },
   },
   {
+    name: "login",
+    description:
+      "sign in through single sign-on: a short-lived client certificate (8 h) every " +
+      "command given no --cert then uses",
+    load: async () => (await import("./login.js")).loginCommands()[0]!,
+  },
+  {
+    name: "logout",
+    description: "delete the certificate forelead login stored",
+    load: async () => (await import("./login.js")).loginCommands()[1]!,
+  },
+  {
     name: "grants",
     description: "one-time enrollment grants for new runners (needs the admin role)",
     load: async () => (await import("./grants.js")).grantsCommand(),

@@ -7,8 +7,16 @@ import { isPostgresUrl } from "../store/database.js";
 import { readOrCreateSecretsKeyFile, readSecretsKeyFile } from "../secrets/key-file.js";
 import type { SecretsKeys } from "../secrets/keys.js";
 import { parseDuration } from "../identity/ca.js";
+import { defaultMaxLifetimeMs, formatDuration } from "../identity/certificate-policy.js";
 import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js";
-import { checkServiceIdentity, describeGrant, parseRoleGrant } from "../identity/roles.js";
+import {
+  checkServiceIdentity,
+  describeGrant,
+  parseGroupGrant,
+  parseRoleGrant,
+} from "../identity/roles.js";
+import type { SsoOptions } from "../identity/sso.js";
+import { describeIdentity } from "../identity/person.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { defaultConnectionLimits } from "../server/connection-limits.js";
 import { startControlPlane, type ControlPlaneOptions } from "../server/control-plane.js";
@@ -33,6 +41,12 @@ interface ServeFlags {
   database: string;
   admin: string[];
   grant: string[];
+  ssoIssuer?: string;
+  ssoClientId?: string;
+  ssoCliClientId?: string;
+  ssoIdentityClaim: string;
+  ssoGroupsClaim?: string;
+  ssoGroup: string[];
   issuerCert?: string;
   issuerKey?: string;
   issuedCertLifetime?: string;
@@ -108,7 +122,39 @@ export function serveCommand(): Command {
         "--grant <spiffe-id=role>",
         "grant a role: ID=admin, ID=read (every workspace), ID=read:W1,W2 or " +
           "ID=enqueue:W1,W2 (those workspaces only; an identity always reads and " +
-          "cancels the jobs it enqueued); repeatable",
+          "cancels the jobs it enqueued) or ID=delegate (acts only for people signed in " +
+          "by single sign-on, with their roles); a person is spiffe://TD/users/SEGMENT; " +
+          "repeatable",
+        collect,
+        [],
+      )
+      .option(
+        "--sso-issuer <url>",
+        "the single sign-on (OpenID Connect) provider whose ID tokens prove people, " +
+          "exactly as its tokens' iss says it",
+      )
+      .option(
+        "--sso-client-id <id>",
+        "the dashboard's client at the provider: the audience of the ID tokens a " +
+          "delegate hands over (SessionService.CreateSession)",
+      )
+      .option(
+        "--sso-cli-client-id <id>",
+        "the public client of forelead login: the audience of the ID tokens the CLI hands over",
+      )
+      .option(
+        "--sso-identity-claim <claim>",
+        "the ID token claim that names a person (docs/operations.md: how it becomes a SPIFFE ID)",
+        "sub",
+      )
+      .option(
+        "--sso-groups-claim <claim>",
+        "the ID token claim listing the person's groups, for --sso-group",
+      )
+      .option(
+        "--sso-group <group=role>",
+        "give every person whose ID token lists GROUP a role: GROUP=admin, GROUP=read, " +
+          "GROUP=read:W1,W2 or GROUP=enqueue:W1,W2 (needs --sso-groups-claim); repeatable",
         collect,
         [],
       )
@@ -160,7 +206,7 @@ export function serveCommand(): Command {
       .option(
         "--max-cert-lifetime <duration>",
         "longest client certificate lifetime accepted",
-        "24h",
+        formatDuration(defaultMaxLifetimeMs),
       )
       .addOption(
         pathOption(
@@ -299,7 +345,10 @@ export function serveCommand(): Command {
         const plane = await startControlPlane(options);
         const roles = [
           ...flags.admin.map((id) => `${id}=admin`),
-          ...(options.grants ?? []).map((g) => `${g.spiffeId}=${describeGrant(g)}`),
+          ...(options.grants ?? []).map(
+            (g) => `${describeIdentity(g.spiffeId)}=${describeGrant(g)}`,
+          ),
+          ...(options.groupGrants ?? []).map((g) => `group ${g.group}=${describeGrant(g)}`),
         ];
         // Before the "serving" line, which scripts wait for.
         if (plane.metrics)
@@ -352,6 +401,38 @@ function compileEmbeddedBaselineOnly(): void {
   setFlagsFromString("--liftoff-only");
 }
 
+/** The --sso-* flags, checked; undefined without --sso-issuer. */
+function ssoOptions(flags: ServeFlags): SsoOptions | undefined {
+  if (!flags.ssoIssuer) {
+    if (flags.ssoClientId || flags.ssoCliClientId || flags.ssoGroupsClaim)
+      throw new Error(
+        "--sso-client-id, --sso-cli-client-id and --sso-groups-claim need --sso-issuer",
+      );
+    return undefined;
+  }
+  let url: URL;
+  try {
+    url = new URL(flags.ssoIssuer);
+  } catch {
+    throw new Error(`--sso-issuer ${JSON.stringify(flags.ssoIssuer)} is not a URL`);
+  }
+  const loopback = ["localhost", "127.0.0.1", "[::1]"].includes(url.hostname);
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback))
+    throw new Error(
+      `--sso-issuer ${flags.ssoIssuer}: a provider must be served over https (plain http only ` +
+        `on a loopback address, for tests)`,
+    );
+  if (!flags.ssoClientId && !flags.ssoCliClientId)
+    throw new Error("--sso-issuer needs --sso-client-id (dashboard) or --sso-cli-client-id (CLI)");
+  return {
+    issuer: flags.ssoIssuer,
+    clientId: flags.ssoClientId || undefined,
+    cliClientId: flags.ssoCliClientId || undefined,
+    identityClaim: flags.ssoIdentityClaim,
+    groupsClaim: flags.ssoGroupsClaim || undefined,
+  };
+}
+
 /**
  * The control plane's options from the flags, each flag and file checked; an error names the flag.
  */
@@ -365,6 +446,10 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
   parseSpiffeId(`spiffe://${flags.trustDomain}`);
   flags.admin.forEach((id) => checkServiceIdentity(id, flags.trustDomain));
   const grants = flags.grant.map((g) => parseRoleGrant(g, flags.trustDomain));
+  const groupGrants = flags.ssoGroup.map(parseGroupGrant);
+  const sso = ssoOptions(flags);
+  if (groupGrants.length > 0 && !sso?.groupsClaim)
+    throw new Error("--sso-group needs --sso-issuer and --sso-groups-claim");
   const maxCertLifetimeMs = parseDuration(flags.maxCertLifetime);
   const issuedCertLifetimeMs = flags.issuedCertLifetime
     ? parseDuration(flags.issuedCertLifetime)
@@ -385,6 +470,8 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     database: flags.database,
     admins: flags.admin,
     grants,
+    groupGrants,
+    sso,
     issuer,
     issuedCertLifetimeMs: issuedCertLifetimeMs || undefined,
     leaseSeconds: flags.leaseSeconds,

@@ -23,6 +23,7 @@ import {
 } from "../identity/ca.js";
 import { writeFileAtomic, writeIssued } from "../identity/pki-files.js";
 import { runnerSpiffeId } from "../identity/principal.js";
+import { defaultMaxLifetimeMs } from "../identity/certificate-policy.js";
 import { startControlPlane, type ControlPlane } from "../server/control-plane.js";
 import { serviceClientFromFlags } from "../cli/connection.js";
 
@@ -170,7 +171,7 @@ export async function startHarness(options: KitOptions): Promise<Harness> {
       database: "memory://",
       admins: [adminId],
       leaseSeconds: options.leaseSeconds,
-      maxCertLifetimeMs: 24 * 3600 * 1000,
+      maxCertLifetimeMs: defaultMaxLifetimeMs,
       // The control plane's own timeout comes long after the runner's: the timeout row sees the
       // runner's.
       jobTimeouts: { defaultSeconds: 600, maxSeconds: 3600, graceSeconds: 600 },

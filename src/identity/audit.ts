@@ -25,6 +25,13 @@ export interface AuditRecord {
   readonly decision: "allow" | "deny";
   readonly reason: string;
   readonly spiffeId?: string;
+  /**
+   * For a delegate's call for a person: the delegate's SPIFFE ID (the certificate is the
+   * delegate's; spiffeId is the person's).
+   */
+  readonly delegate?: string;
+  /** For a delegate's call for a person: the identity claim the person signed in with. */
+  readonly personClaim?: string;
   readonly certificate?: CertificateFacts;
   readonly remoteAddress?: string;
   /**
@@ -119,6 +126,8 @@ const textColumns = [
   "certificate_serial",
   "certificate_sha256",
   "remote_address",
+  "delegate",
+  "person_claim",
 ] as const;
 
 /**
@@ -162,6 +171,8 @@ const auditColumns = [
   "certificate_sha256",
   "certificate_not_after",
   "remote_address",
+  "delegate",
+  "person_claim",
   "count",
   "last_at",
 ] as const satisfies readonly (keyof AuditRow)[];
@@ -468,6 +479,8 @@ function toRow(r: AuditRecord): AuditRow & Record<(typeof auditColumns)[number],
     certificate_sha256: r.certificate?.fingerprintSha256 ?? null,
     certificate_not_after: r.certificate?.notAfter ?? null,
     remote_address: r.remoteAddress ?? null,
+    delegate: r.delegate ?? null,
+    person_claim: r.personClaim ?? null,
     count: r.count ?? rowDefaults.count,
     last_at: r.lastAt ?? null,
   };

@@ -11,10 +11,26 @@ import { principalOf, type Principal } from "./principal.js";
  */
 export interface CertificatePolicy {
   readonly trustDomain: string;
-  /** Longest allowed notAfter - notBefore, in milliseconds (24 h by default). */
+  /** Longest allowed notAfter - notBefore, in milliseconds (defaultMaxLifetimeMs by default). */
   readonly maxLifetimeMs: number;
   /** The client trust bundle: CA certificates a client chain must end in. */
   readonly trustAnchors: readonly NodeX509[];
+}
+
+/** The longest client certificate lifetime a control plane accepts unless told otherwise. */
+export const defaultMaxLifetimeMs = 24 * 3600 * 1000;
+
+/**
+ * The lifetime rule, in one place for the server that refuses a certificate and the tools that
+ * write one: the reason (to follow "the certificate's") when `lifetimeMs` is over `maxMs`, else
+ * undefined.
+ */
+export function lifetimeRefusal(lifetimeMs: number, maxMs: number): string | undefined {
+  if (lifetimeMs <= maxMs) return undefined;
+  return (
+    `lifetime is ${formatDuration(lifetimeMs)}, over the ${formatDuration(maxMs)} maximum; ` +
+    `issue a shorter-lived certificate`
+  );
 }
 
 /** The client's certificate as the TLS layer read it. */
@@ -118,13 +134,8 @@ export function verifyPresentedChain(
     );
   }
   const lifetimeMs = facts.notAfter.getTime() - facts.notBefore.getTime();
-  if (lifetimeMs > policy.maxLifetimeMs) {
-    return refuse(
-      `the client certificate's lifetime is ${formatDuration(lifetimeMs)}, ` +
-        `over the ${formatDuration(policy.maxLifetimeMs)} maximum; issue a ` +
-        `shorter-lived certificate`,
-    );
-  }
+  const overLong = lifetimeRefusal(lifetimeMs, policy.maxLifetimeMs);
+  if (overLong) return refuse(`the client certificate's ${overLong}`);
   if (fields.ca) {
     return refuse(
       "the client certificate is a CA certificate (basicConstraints cA=true); use a leaf certificate",

@@ -12,6 +12,8 @@ import { createGrant, type CreatedGrant, type GrantRequest } from "./grants.js";
 import type { Issuer } from "./issuer.js";
 import { createRetirements, type Retirements } from "./retirement.js";
 import type { RoleTable } from "./roles.js";
+import { createPersonSessions, type PersonSessions } from "./sessions.js";
+import { createIdTokenVerifier, type SsoOptions } from "./sso.js";
 
 /**
  * Who may call and what they did: roles, the issuing CA, enrollment and
@@ -28,6 +30,8 @@ export interface Identity {
   readonly audit: AuditSink;
   readonly retirements: Retirements;
   readonly enrollment: Enrollments;
+  /** People signed in by single sign-on; undefined without --sso-issuer. */
+  readonly sessions: PersonSessions | undefined;
   /** A one-time enrollment grant (see grants.ts). */
   createGrant(req: GrantRequest): Promise<CreatedGrant>;
   /** The audit trail newest first, including what this replica still buffers. */
@@ -46,6 +50,8 @@ export interface IdentityOptions {
   readonly trustDomain: string;
   readonly roles: RoleTable;
   readonly issuer: Issuer | undefined;
+  /** The single sign-on provider whose ID tokens prove people. */
+  readonly sso?: SsoOptions;
   /** Where audit records the database cannot take are spooled, and the spool's bound in bytes. */
   readonly auditSpool: {
     readonly dir: string;
@@ -86,6 +92,9 @@ export async function createIdentity(options: IdentityOptions): Promise<Identity
     audit,
     retirements,
     enrollment,
+    sessions: options.sso
+      ? createPersonSessions(db, createIdTokenVerifier(options.sso, trustDomain), issuer)
+      : undefined,
     createGrant: (req) => createGrant(db, req),
     async listAuditRecords(q) {
       // Records of this replica wait in a buffer for up to 200 ms; an operator asking now should

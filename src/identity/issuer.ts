@@ -29,8 +29,11 @@ export interface Issuer {
   readonly description: string;
   /** When the issuing CA's certificate ends. */
   readonly notAfter: Date;
-  /** Signs a certificate for `spiffeId` (its only URI SAN) over the CSR's key. */
-  sign(spiffeId: string, csr: VerifiedCsr): Promise<SignedCertificate>;
+  /**
+   * Signs a certificate for `spiffeId` (its only URI SAN) over the CSR's key, for the issuer's
+   * lifetime or `maxLifetimeMs` when shorter.
+   */
+  sign(spiffeId: string, csr: VerifiedCsr, maxLifetimeMs?: number): Promise<SignedCertificate>;
 }
 
 /**
@@ -83,10 +86,11 @@ export async function createIssuer(
   return {
     description: `${issuerCert.subject.replace(/\n/g, ", ")} (valid until ${notAfter.toISOString()})`,
     notAfter,
-    async sign(spiffeId, csr) {
-      const notBefore = new Date(Date.now() - Math.min(maxClockSkewMs, lifetimeMs / 10));
-      const leafNotAfter = new Date(Math.min(notBefore.getTime() + lifetimeMs, notAfter.getTime()));
-      if (leafNotAfter.getTime() - Date.now() < Math.min(60_000, lifetimeMs / 2)) {
+    async sign(spiffeId, csr, maxLifetimeMs = lifetimeMs) {
+      const life = Math.min(lifetimeMs, maxLifetimeMs);
+      const notBefore = new Date(Date.now() - Math.min(maxClockSkewMs, life / 10));
+      const leafNotAfter = new Date(Math.min(notBefore.getTime() + life, notAfter.getTime()));
+      if (leafNotAfter.getTime() - Date.now() < Math.min(60_000, life / 2)) {
         throw new ConnectError(
           `the issuing CA expires at ${notAfter.toISOString()}; the control plane ` +
             `needs a new issuer before it can sign certificates`,

@@ -8,15 +8,20 @@ import { maxSegmentIdLength, segmentIdProblem } from "./segment-id.js";
  * - `read`: the read-only admin methods (jobs, runners, audit, certificates),
  *   everywhere; `read` for named workspaces (`read:w1,w2`): the read methods
  *   about those workspaces' jobs, runners and inventory only;
- * - `enqueue` for named workspaces: enqueue jobs there.
+ * - `enqueue` for named workspaces: enqueue jobs there;
+ * - `delegate`: no power of its own but to open a session for a person signed in by single
+ *   sign-on, with the person's ID token, and then act as that person with the person's roles
+ *   (the dashboard's certificate); it is never held with another role.
+ * People (`spiffe://<td>/users/<segment>`) are granted roles as services are, and through their
+ * provider groups (`--sso-group GROUP=ROLE`).
  * Whatever its roles, an identity may read and cancel the jobs it enqueued
  * (and, short of admin, cancel no others); the matrix is in README.md
  * ("Service identities and roles"), the check in src/api/guard.ts.
  */
-export type RoleName = "admin" | "read" | "enqueue";
+export type RoleName = "admin" | "read" | "enqueue" | "delegate";
 
 /** The role names, for messages and validation. */
-export const roleNames: readonly RoleName[] = ["admin", "read", "enqueue"];
+export const roleNames: readonly RoleName[] = ["admin", "read", "enqueue", "delegate"];
 
 /** One role granted to one SPIFFE ID, as `--admin ID` or `--grant ID=ROLE` says. */
 export interface RoleGrant {
@@ -38,20 +43,35 @@ export interface IdentityRoles {
   readonly readWorkspaces: ReadonlySet<string>;
   /** Workspaces where the identity may enqueue. */
   readonly enqueue: ReadonlySet<string>;
+  /** The identity may act for people signed in by single sign-on (and do nothing else). */
+  readonly delegate: boolean;
+}
+
+/** A role given to every person whose ID token lists a provider group (`--sso-group`). */
+export interface GroupGrant {
+  readonly group: string;
+  readonly role: Exclude<RoleName, "delegate">;
+  readonly workspaces?: readonly string[];
 }
 
 /** The roles of every granted identity. */
 export interface RoleTable {
   /** The merged roles of `spiffeId`, or undefined when it is granted nothing. */
   of(spiffeId: string): IdentityRoles | undefined;
+  /**
+   * The merged roles of a person: its own grants and those of the provider `groups` its ID token
+   * listed; undefined when it is granted nothing.
+   */
+  ofPerson(spiffeId: string, groups: readonly string[]): IdentityRoles | undefined;
   /** Every grant, for the start-up line. */
   readonly grants: readonly RoleGrant[];
+  readonly groupGrants: readonly GroupGrant[];
 }
 
 const usage =
   "use --grant SPIFFE_ID=admin, --grant " +
-  "SPIFFE_ID=read[:WORKSPACE[,WORKSPACE...]] or --grant " +
-  "SPIFFE_ID=enqueue:WORKSPACE[,WORKSPACE...]";
+  "SPIFFE_ID=read[:WORKSPACE[,WORKSPACE...]], --grant " +
+  "SPIFFE_ID=enqueue:WORKSPACE[,WORKSPACE...] or --grant SPIFFE_ID=delegate";
 
 /**
  * Parses one `--grant` value: `SPIFFE_ID=admin`, `SPIFFE_ID=read`,
@@ -63,22 +83,48 @@ export function parseRoleGrant(text: string, trustDomain?: string): RoleGrant {
   const eq = text.indexOf("=");
   if (eq === -1) throw new Error(`--grant ${JSON.stringify(text)} has no "="; ${usage}`);
   const spiffeId = checkServiceIdentity(text.slice(0, eq), trustDomain);
-  const role = text.slice(eq + 1);
-  if (role === "admin" || role === "read") return { spiffeId, role };
+  return { spiffeId, ...parseRole("--grant", text, text.slice(eq + 1), spiffeId) };
+}
+
+/**
+ * Parses one `--sso-group` value: `GROUP=ROLE`, ROLE as in --grant but never `delegate` (a
+ * delegate is a service's certificate, not a person). The last "=" splits, so a group name may
+ * hold "=".
+ */
+export function parseGroupGrant(text: string): GroupGrant {
+  const eq = text.lastIndexOf("=");
+  if (eq <= 0)
+    throw new Error(
+      `--sso-group ${JSON.stringify(text)}: use --sso-group GROUP=ROLE, e.g. ops=read`,
+    );
+  const group = text.slice(0, eq);
+  const { role, workspaces } = parseRole("--sso-group", text, text.slice(eq + 1), group);
+  if (role === "delegate")
+    throw new Error(
+      `--sso-group ${JSON.stringify(text)}: delegate is a service's role (--grant ID=delegate), ` +
+        `not a person's`,
+    );
+  return { group, role, workspaces };
+}
+
+/** The role part of a grant, e.g. `read:w1,w2`; `who` names the grantee in hints. */
+function parseRole(
+  flag: string,
+  text: string,
+  role: string,
+  who: string,
+): { role: RoleName; workspaces?: readonly string[] } {
+  if (role === "admin" || role === "read" || role === "delegate") return { role };
   for (const scoped of ["read", "enqueue"] as const) {
     if (role.startsWith(`${scoped}:`))
-      return {
-        spiffeId,
-        role: scoped,
-        workspaces: grantWorkspaces(text, role.slice(scoped.length + 1)),
-      };
+      return { role: scoped, workspaces: grantWorkspaces(text, role.slice(scoped.length + 1)) };
   }
   if (role === "enqueue")
     throw new Error(
-      `--grant ${JSON.stringify(text)}: enqueue needs its workspaces, e.g. ${spiffeId}=enqueue:w1,w2`,
+      `${flag} ${JSON.stringify(text)}: enqueue needs its workspaces, e.g. ${who}=enqueue:w1,w2`,
     );
   throw new Error(
-    `--grant ${JSON.stringify(text)}: unknown role ${JSON.stringify(role)}; ${usage}`,
+    `${flag} ${JSON.stringify(text)}: unknown role ${JSON.stringify(role)}; ${usage}`,
   );
 }
 
@@ -117,10 +163,15 @@ export function checkServiceIdentity(id: string, trustDomain?: string): string {
   return id;
 }
 
-/** Merges grants into a table; `admins` are the `--admin` IDs (role admin). */
+/**
+ * Merges grants into a table; `admins` are the `--admin` IDs (role admin), `groups` the
+ * `--sso-group` mappings. Throws when a delegate is granted any other role: a delegate acts only
+ * as the person it carries a session of.
+ */
 export function createRoleTable(
   grants: readonly RoleGrant[],
   admins: readonly string[] = [],
+  groups: readonly GroupGrant[] = [],
 ): RoleTable {
   const all: RoleGrant[] = [
     ...admins.map((spiffeId): RoleGrant => ({
@@ -129,28 +180,55 @@ export function createRoleTable(
     })),
     ...grants,
   ];
-  const merged = new Map<
-    string,
-    { admin: boolean; read: boolean; readWorkspaces: Set<string>; enqueue: Set<string> }
-  >();
+  const merged = new Map<string, IdentityRoles>();
   for (const g of all) {
     checkServiceIdentity(g.spiffeId);
-    const entry = merged.get(g.spiffeId) ?? {
-      admin: false,
-      read: false,
-      readWorkspaces: new Set<string>(),
-      enqueue: new Set<string>(),
-    };
-    if (g.role === "admin") entry.admin = true;
-    if (g.role === "read" && !g.workspaces) entry.read = true;
-    if (g.role === "read") for (const w of g.workspaces ?? []) entry.readWorkspaces.add(w);
-    if (g.role === "enqueue") for (const w of g.workspaces ?? []) entry.enqueue.add(w);
-    merged.set(g.spiffeId, entry);
+    merged.set(g.spiffeId, withGrant(merged.get(g.spiffeId), g));
   }
-  return { of: (id) => merged.get(id), grants: all };
+  for (const [id, roles] of merged) {
+    if (
+      roles.delegate &&
+      (roles.admin || roles.read || roles.readWorkspaces.size > 0 || roles.enqueue.size > 0)
+    )
+      throw new Error(
+        `${id} is granted delegate and another role; a delegate has no power of its own ` +
+          `(it acts with the roles of the person it signed in), so grant it delegate alone`,
+      );
+  }
+  return {
+    of: (id) => merged.get(id),
+    ofPerson: (id, names) => {
+      let roles = merged.get(id);
+      for (const g of groups) if (names.includes(g.group)) roles = withGrant(roles, g);
+      return roles;
+    },
+    grants: all,
+    groupGrants: groups,
+  };
+}
+
+/** `roles` with one more grant merged in. */
+function withGrant(
+  roles: IdentityRoles | undefined,
+  g: { readonly role: RoleName; readonly workspaces?: readonly string[] },
+): IdentityRoles {
+  const readWorkspaces = new Set(roles?.readWorkspaces);
+  const enqueue = new Set(roles?.enqueue);
+  if (g.role === "read") for (const w of g.workspaces ?? []) readWorkspaces.add(w);
+  if (g.role === "enqueue") for (const w of g.workspaces ?? []) enqueue.add(w);
+  return {
+    admin: (roles?.admin ?? false) || g.role === "admin",
+    read: (roles?.read ?? false) || (g.role === "read" && !g.workspaces),
+    readWorkspaces,
+    enqueue,
+    delegate: (roles?.delegate ?? false) || g.role === "delegate",
+  };
 }
 
 /** "admin", "read", "read:w1", "enqueue:w1,w2" (the flag's own syntax), for messages and logs. */
-export function describeGrant(g: RoleGrant): string {
+export function describeGrant(g: {
+  readonly role: RoleName;
+  readonly workspaces?: readonly string[];
+}): string {
   return g.workspaces ? `${g.role}:${g.workspaces.join(",")}` : g.role;
 }

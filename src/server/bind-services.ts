@@ -29,6 +29,8 @@ import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 import { createBatchService } from "../api/batch-service.js";
 import { ScheduleService } from "../../gen/forelead/admin/v1/schedules_pb.js";
 import { createScheduleService } from "../api/schedule-service.js";
+import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
+import { createLoginService, createSessionService } from "../api/session-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -57,6 +59,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     runnerRefusal,
     jobOwnership: (jobId: string) => jobOwnership(store.db, jobId),
     onRefusal: metrics.refused,
+    findSession: identity.sessions?.find,
   };
   // One implementation per service of src/api/services.ts: the list the route docs are made from.
   const implementations = [
@@ -78,6 +81,8 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(PipelineService, createPipelineService(broker)),
     serviceImpl(BatchService, createBatchService(broker)),
     serviceImpl(ScheduleService, createScheduleService(broker)),
+    serviceImpl(SessionService, createSessionService(identity.sessions)),
+    serviceImpl(LoginService, createLoginService(identity.sessions)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier(

@@ -68,6 +68,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
       roles: checked.roles,
       issuer: checked.issuer,
       auditSpool,
+      sso: options.sso,
     }),
   );
   const metrics = stack.use("the metrics", createMetrics({ store, audit: identity.audit }));

@@ -2,7 +2,13 @@ import type { BatcherOptions } from "../broker/leases/batcher.js";
 import type { JobTimeouts } from "../broker/jobs/rules.js";
 import { defaultConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
 import { createIssuer, type Issuer, type IssuerMaterial } from "../identity/issuer.js";
-import { createRoleTable, type RoleGrant, type RoleTable } from "../identity/roles.js";
+import {
+  createRoleTable,
+  type GroupGrant,
+  type RoleGrant,
+  type RoleTable,
+} from "../identity/roles.js";
+import type { SsoOptions } from "../identity/sso.js";
 import type { SecretsKeys } from "../secrets/keys.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
 import type { MetricsListen } from "./metrics/http.js";
@@ -28,6 +34,10 @@ export interface ControlPlaneOptions {
   readonly admins: readonly string[];
   /** Further roles for service identities (`--grant ID=read`, `--grant ID=enqueue:w1,w2`). */
   readonly grants?: readonly RoleGrant[];
+  /** Roles given to people by the provider groups their ID token lists (`--sso-group`). */
+  readonly groupGrants?: readonly GroupGrant[];
+  /** The single sign-on provider whose ID tokens prove people (`--sso-*`); none when unset. */
+  readonly sso?: SsoOptions;
   /** The CA that signs runner certificates on enroll and renew; without one, both are refused. */
   readonly issuer?: IssuerMaterial;
   /** Lifetime of the certificates the issuer signs; the maximum certificate lifetime by default. */
@@ -131,7 +141,7 @@ const defaultMaxBodyBytes = 1024 * 1024;
 export async function checkOptions(options: ControlPlaneOptions): Promise<CheckedOptions> {
   const tls = createTlsMaterial(options, options.tlsFiles);
   const trustAnchors = tls.trustAnchors;
-  const roles = createRoleTable(options.grants ?? [], options.admins);
+  const roles = createRoleTable(options.grants ?? [], options.admins, options.groupGrants);
   const issuedLifetimeMs = options.issuedCertLifetimeMs ?? options.maxCertLifetimeMs;
   if (issuedLifetimeMs > options.maxCertLifetimeMs) {
     throw new Error(

@@ -428,6 +428,8 @@ CREATE TABLE public.audit_records (
     record_id uuid,
     count integer DEFAULT 1 NOT NULL,
     last_at timestamp with time zone,
+    delegate text,
+    person_claim text,
     CONSTRAINT audit_records_count_check CHECK ((count >= 1)),
     CONSTRAINT audit_records_decision_check CHECK ((decision = ANY (ARRAY['allow'::text, 'deny'::text]))),
     CONSTRAINT audit_records_kind_check CHECK ((kind = ANY (ARRAY['decision'::text, 'action'::text])))
@@ -654,6 +656,22 @@ CREATE SEQUENCE public.leases_id_seq
 --
 
 ALTER SEQUENCE public.leases_id_seq OWNED BY public.leases.id;
+
+--
+-- Name: person_sessions; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.person_sessions (
+    id uuid NOT NULL,
+    credential_sha256 bytea NOT NULL,
+    person text NOT NULL,
+    person_claim text NOT NULL,
+    person_groups text[] DEFAULT '{}'::text[] NOT NULL,
+    delegate text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    ended_at timestamp with time zone
+);
 
 --
 -- Name: pipeline_step_secrets; Type: TABLE; Schema: public
@@ -1084,6 +1102,20 @@ ALTER TABLE ONLY public.leases
     ADD CONSTRAINT leases_token_sha256_key UNIQUE (token_sha256);
 
 --
+-- Name: person_sessions person_sessions_credential_sha256_key; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.person_sessions
+    ADD CONSTRAINT person_sessions_credential_sha256_key UNIQUE (credential_sha256);
+
+--
+-- Name: person_sessions person_sessions_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.person_sessions
+    ADD CONSTRAINT person_sessions_pkey PRIMARY KEY (id);
+
+--
 -- Name: pipeline_step_secrets pipeline_step_secrets_pkey; Type: CONSTRAINT; Schema: public
 --
 
@@ -1365,6 +1397,12 @@ CREATE INDEX leases_open_by_runner ON public.leases USING btree (workspace_id, r
 --
 
 CREATE INDEX leases_runner_job ON public.leases USING btree (runner_id, job_id);
+
+--
+-- Name: person_sessions_expires_at; Type: INDEX; Schema: public
+--
+
+CREATE INDEX person_sessions_expires_at ON public.person_sessions USING btree (expires_at);
 
 --
 -- Name: pipeline_steps_job; Type: INDEX; Schema: public

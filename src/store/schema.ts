@@ -36,6 +36,7 @@ export interface Database {
   schedules: SchedulesTable;
   schedule_fires: ScheduleFiresTable;
   schedule_secrets: ScheduleSecretsTable;
+  person_sessions: PersonSessionsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -84,6 +85,10 @@ export interface AuditRecordsTable {
   certificate_sha256: string | null;
   certificate_not_after: ColumnType<Date | null, Date | string | null, Date | string | null>;
   remote_address: string | null;
+  /** For a delegate's call for a person (spiffe_id): the delegate's SPIFFE ID. */
+  delegate: ColumnType<string | null, string | null | undefined, string | null>;
+  /** For a delegate's call for a person: the identity claim the person signed in with. */
+  person_claim: ColumnType<string | null, string | null | undefined, string | null>;
   /** "decision" (a per-request identity decision) or "action" (an administrative action). */
   kind: ColumnType<"decision" | "action", "decision" | "action" | undefined, "decision" | "action">;
   /** For actions: e.g. "job.enqueue", "runner.retire". */
@@ -530,4 +535,23 @@ export interface ScheduleSecretsTable {
   kind: "env" | "file";
   name: string;
   sealed: Buffer;
+}
+
+/**
+ * A person signed in by single sign-on, for whom one delegate may act (src/identity/sessions.ts);
+ * only the credential's SHA-256 is kept.
+ */
+export interface PersonSessionsTable {
+  id: string;
+  credential_sha256: Buffer;
+  /** The person's SPIFFE ID. */
+  person: string;
+  /** The identity claim the ID token carried, shown beside the ID. */
+  person_claim: string;
+  person_groups: ColumnType<string[], string[] | undefined, string[]>;
+  /** The delegate's SPIFFE ID: the only identity that may present the credential. */
+  delegate: string;
+  created_at: Generated<Date>;
+  expires_at: Date;
+  ended_at: Date | null;
 }

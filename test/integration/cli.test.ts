@@ -83,8 +83,8 @@ describe("the forelead command", () => {
   );
 
   it(
-    "ca issue refuses an invalid SPIFFE ID, a bad duration and a lifetime no " +
-      "longer than the backdating, saying which",
+    "ca issue refuses an invalid SPIFFE ID, a bad duration, a lifetime no " +
+      "longer than the backdating and one over the server's maximum, saying which",
     async () => {
       const badId = await forel([
         "ca",
@@ -128,6 +128,22 @@ describe("the forelead command", () => {
       expect(backdated.stderr).toContain(
         "--ttl 60s is not longer than the 60 s the certificate is backdated for clock skew",
       );
+      // The server's maximum (24 h by default) is the writer's too: 720h would be refused on use.
+      const tooLong = await forel([
+        "ca",
+        "issue",
+        "--dir",
+        "pki",
+        "--spiffe-id",
+        "spiffe://forelead/x",
+        "--ttl",
+        "720h",
+        "--out",
+        "x",
+      ]);
+      expect(tooLong.code).toBe(1);
+      expect(tooLong.stderr).toContain("lifetime is 720h, over the 24h maximum");
+      await expect(stat(join(dir, "x.pem"))).rejects.toThrow(/ENOENT/);
     },
   );
 
@@ -158,6 +174,21 @@ describe("the forelead command", () => {
     [["--secrets-key", "absent.key"], "the secrets key file /"],
     [["--admin", "not-a-spiffe-id"], "is not a valid SPIFFE ID"],
     [["--bogus"], "unknown option '--bogus'"],
+    [["--sso-group", "ops=read"], "--sso-group needs --sso-issuer and --sso-groups-claim"],
+    [
+      ["--sso-issuer", "http://login.example.com", "--sso-client-id", "d"],
+      "a provider must be served over https",
+    ],
+    [["--sso-issuer", "https://login.example.com"], "--sso-issuer needs --sso-client-id"],
+    [
+      [
+        "--grant",
+        "spiffe://forelead/services/dash=delegate",
+        "--grant",
+        "spiffe://forelead/services/dash=read",
+      ],
+      "is granted delegate and another role",
+    ],
   ])("serve %j refuses to start with a clear message", async (args, message) => {
     const result = await forel([
       "serve",

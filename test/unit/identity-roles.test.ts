@@ -71,12 +71,14 @@ describe("--grant values", () => {
       read: true,
       readWorkspaces: new Set(),
       enqueue: new Set(["w1", "w2"]),
+      delegate: false,
     });
     expect(table.of("spiffe://forelead/services/ops")).toEqual({
       admin: true,
       read: false,
       readWorkspaces: new Set(),
       enqueue: new Set(),
+      delegate: false,
     });
     expect(table.of("spiffe://forelead/services/nobody")).toBeUndefined();
   });
@@ -92,6 +94,7 @@ describe("--grant values", () => {
       read: false,
       readWorkspaces: new Set(["w1", "w2"]),
       enqueue: new Set(["w3"]),
+      delegate: false,
     });
     expect(
       createRoleTable([parseRoleGrant(`${ci}=read:w1`), parseRoleGrant(`${ci}=read`)]).of(ci)?.read,
@@ -132,7 +135,7 @@ describe("the role declared on each admin method", () => {
           enqueue,
           create(RouteSchema, { method: "POST", path: "/x", principal: "admin" }),
         ),
-      ).toThrow('an admin route must declare its role (admin, read, enqueue), not ""');
+      ).toThrow('an admin route must declare its role (admin, read, enqueue, delegate), not ""');
       expect(() =>
         checkedRole(
           RunnerService,

@@ -30,6 +30,7 @@ import * as m0028 from "./0028_claim_writes_as_a_set.js";
 import * as m0029 from "./0029_step_job_probe.js";
 import * as m0030 from "./0030_claim_clauses.js";
 import * as m0031 from "./0031_schedules.js";
+import * as m0032 from "./0032_person_sessions.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -67,4 +68,5 @@ export const migrations: Record<string, Migration> = {
   "0029_step_job_probe": m0029,
   "0030_claim_clauses": m0030,
   "0031_schedules": m0031,
+  "0032_person_sessions": m0032,
 };

@@ -78,9 +78,10 @@ export type Route = Message<"forelead.api.v1.Route"> & {
   principal: string;
 
   /**
-   * For principal "admin": the role the caller needs, "admin", "read" or
+   * For principal "admin": the role the caller needs, "admin", "read",
    * "enqueue" (scoped to workspaces: the request's workspace_id, or the
-   * workspace of the job named by job_id). Every admin method declares one.
+   * workspace of the job named by job_id) or "delegate" (SessionService
+   * only). Every admin method declares one.
    *
    * @generated from field: string role = 8;
    */
