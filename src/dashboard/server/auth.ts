@@ -60,6 +60,24 @@ const notSignedIn: Refusal = {
     "dashboard's page in a browser and sign in",
 };
 
+/** Marks the dashboard's own 401 (not one of the control plane's): the page signs in again. */
+export const signedOutHeader = "x-forelead-signed-out";
+
+/**
+ * Answers a request without a session: 401, Connect's error JSON with the ways to sign in
+ * (`signIn`: the sign-in page offers those), marked with {@link signedOutHeader}.
+ */
+export function refuseNotSignedIn(res: ServerResponse): void {
+  res.writeHead(notSignedIn.status, {
+    "Content-Type": "application/json",
+    "Cache-Control": "no-store",
+    [signedOutHeader]: "1",
+  });
+  res.end(
+    JSON.stringify({ code: notSignedIn.code, message: notSignedIn.message, signIn: ["token"] }),
+  );
+}
+
 const maxBody = 4096;
 
 /** Reads a small request body; undefined when it is larger than `maxBody`. */
@@ -183,7 +201,7 @@ export function createAuth(options: AuthOptions): Auth {
     const value = cookieOf(req);
     const session = value === undefined ? undefined : sessions.lookup(value);
     if (!session || value === undefined) {
-      writeRefusal(res, notSignedIn);
+      refuseNotSignedIn(res);
       return;
     }
     const refusal = checkCsrf(req, session);
@@ -205,7 +223,7 @@ export function createAuth(options: AuthOptions): Auth {
       run(req, res) {
         const session = sessionOf(req);
         if (session) reply(res, 200, sessionJson(session));
-        else writeRefusal(res, notSignedIn);
+        else refuseNotSignedIn(res);
       },
     },
     "/auth/sign-in/token": {
@@ -251,6 +269,3 @@ export function createAuth(options: AuthOptions): Auth {
     checkCsrf,
   };
 }
-
-/** The 401 of a request without a session. */
-export { notSignedIn };

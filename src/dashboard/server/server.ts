@@ -3,7 +3,7 @@ import { createServer as createTlsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { Endpoint } from "../../cli/connection.js";
 import { defaultAssetsDir, loadAssets } from "./assets.js";
-import { createAuth, notSignedIn, personOfCertificate, sessionCookieName } from "./auth.js";
+import { createAuth, personOfCertificate, refuseNotSignedIn, sessionCookieName } from "./auth.js";
 import { checkListen, type ListenAddress } from "./listen.js";
 import { createProxy } from "./proxy.js";
 import { checkRequest, setSecurityHeaders, writeRefusal, type Reach } from "./security.js";
@@ -83,7 +83,10 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     setSecurityHeaders(res);
     const refusal = checkRequest(req, reach);
     if (refusal || !auth) {
-      writeRefusal(res, refusal ?? { ...notSignedIn, status: 503, code: "unavailable" });
+      writeRefusal(
+        res,
+        refusal ?? { status: 503, code: "unavailable", message: "dashboard: starting; try again" },
+      );
       return;
     }
     const raw = req.url ?? "/";
@@ -97,7 +100,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     const session = auth.sessionOf(req);
     if (path.startsWith("/api/")) {
       if (!session) {
-        writeRefusal(res, notSignedIn);
+        refuseNotSignedIn(res);
         return;
       }
       const forged =
@@ -129,7 +132,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       return;
     }
     if (!session && !publicAssets.has(name)) {
-      writeRefusal(res, notSignedIn);
+      refuseNotSignedIn(res);
       return;
     }
     res.writeHead(200, {
