@@ -128,12 +128,12 @@ describe("the job page", () => {
     // sessions, so that the page stays signed in).
     const admin = await dash.cp.pki.service("test-admin");
     const signInTokenFile = testSignInTokenFile();
-    let sessions: Dashboard["sessions"] | undefined;
+    const kept: { sessions?: Dashboard["sessions"] } = {};
     const start = (port: number) =>
       startTestDashboard({
         listen: { host: "127.0.0.1", port },
         signInTokenFile,
-        sessions,
+        sessions: kept.sessions,
         endpoint: {
           baseUrl: dash.cp.url,
           ca: dash.cp.pki.ca.certPem,
@@ -142,7 +142,7 @@ describe("the job page", () => {
         },
       });
     let proxy = await start(0);
-    sessions = proxy.sessions;
+    kept.sessions = proxy.sessions;
     const port = Number(new URL(proxy.url).port);
     try {
       const p = await dash.newPage({ dashboard: proxy });

@@ -54,12 +54,13 @@ export interface DashboardFixture {
   readonly dashboard: TestDashboard;
   /**
    * A new page (1280x900, light theme unless `dark`), signed in to `dashboard` (default the admin
-   * dashboard).
+   * dashboard) unless `signIn` is false.
    */
   newPage(options?: {
     dashboard?: Pick<Dashboard, "url" | "signInTokenFile">;
     width?: number;
     dark?: boolean;
+    signIn?: boolean;
   }): Promise<DashboardPage>;
   /**
    * Another dashboard acting as `certificate` (closed in afterAll): to test what a lesser identity
@@ -156,6 +157,7 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
         close: () => page.close(),
       };
       pages.push(handle);
+      if (opts.signIn === false) return handle;
       await signInPage(page, target);
       // The sign-in page's first look (GET /auth/session: 401) is logged by chromium as a failed
       // load: not an error of the page.

@@ -7,6 +7,7 @@ import { mkdirSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
+import { checkServerIdentity } from "node:tls";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Page } from "puppeteer-core";
@@ -58,7 +59,7 @@ export interface Reply {
 
 /**
  * One HTTP/1.1 request (HTTPS for an https:// `url`, trusting `ca`) with exactly `headers` (Host
- * included when given).
+ * included when given; the server's certificate is still checked against `url`'s host).
  */
 export function call(
   url: string,
@@ -73,7 +74,13 @@ export function call(
   return new Promise((resolve, reject) => {
     const req = request(
       target,
-      { method, headers, setHost: headers.host === undefined, ca },
+      {
+        method,
+        headers,
+        setHost: headers.host === undefined,
+        ca,
+        checkServerIdentity: (_, cert) => checkServerIdentity(target.hostname, cert),
+      },
       (res) => {
         let text = "";
         res.setEncoding("utf8");
@@ -87,10 +94,7 @@ export function call(
 }
 
 /** A session as a scripted client holds it: the Cookie header and the CSRF header. */
-export interface SessionHeaders {
-  readonly cookie: string;
-  readonly "x-forelead-csrf": string;
-}
+export type SessionHeaders = Readonly<Record<"cookie" | "x-forelead-csrf", string>>;
 
 /**
  * Signs in to `dashboard` with the token from its file, as a script would (POST

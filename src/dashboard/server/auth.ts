@@ -25,7 +25,7 @@ export interface Auth {
 }
 
 /** The request header carrying the session's CSRF token. */
-export const csrfHeader = "x-forelead-csrf";
+const csrfHeader = "x-forelead-csrf";
 
 export interface AuthOptions {
   readonly sessions: SessionStore;
@@ -61,7 +61,7 @@ const notSignedIn: Refusal = {
 };
 
 /** Marks the dashboard's own 401 (not one of the control plane's): the page signs in again. */
-export const signedOutHeader = "x-forelead-signed-out";
+const signedOutHeader = "x-forelead-signed-out";
 
 /**
  * Answers a request without a session: 401, Connect's error JSON with the ways to sign in

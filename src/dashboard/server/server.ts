@@ -3,7 +3,13 @@ import { createServer as createTlsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { Endpoint } from "../../cli/connection.js";
 import { defaultAssetsDir, loadAssets } from "./assets.js";
-import { createAuth, personOfCertificate, refuseNotSignedIn, sessionCookieName } from "./auth.js";
+import {
+  createAuth,
+  personOfCertificate,
+  refuseNotSignedIn,
+  sessionCookieName,
+  type Auth,
+} from "./auth.js";
 import { checkListen, type ListenAddress } from "./listen.js";
 import { createProxy } from "./proxy.js";
 import { checkRequest, setSecurityHeaders, writeRefusal, type Reach } from "./security.js";
@@ -78,10 +84,11 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const sessions = options.sessions ?? createSessionStore(options.sessionLifetimes);
   const proxy = createProxy(options.endpoint);
   // Set once listening (the cookie's name and the token's file carry the port).
-  let auth: ReturnType<typeof createAuth> | undefined;
+  const ready: { auth?: Auth } = {};
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     setSecurityHeaders(res);
     const refusal = checkRequest(req, reach);
+    const auth = ready.auth;
     if (refusal || !auth) {
       writeRefusal(
         res,
@@ -166,7 +173,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     server.close();
     throw err;
   }
-  auth = createAuth({
+  ready.auth = createAuth({
     sessions,
     signInToken,
     operator,

@@ -22,7 +22,7 @@ export interface Session {
 }
 
 /** A new session: the cookie's value (given to the browser once) and the session. */
-export interface NewSession {
+interface NewSession {
   readonly cookieValue: string;
   readonly session: Session;
 }
@@ -62,7 +62,7 @@ export function randomSecret(): string {
 }
 
 /** SHA-256 of `text`, as the key a secret is kept under. */
-export function secretHash(text: string): Buffer {
+function secretHash(text: string): Buffer {
   return createHash("sha256").update(text, "utf8").digest();
 }
 
