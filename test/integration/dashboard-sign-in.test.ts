@@ -407,6 +407,8 @@ describe("the dashboard without a session (issue 43's attack)", () => {
     // Signed out for good: the next load is the sign-in page again.
     await p.page.reload({ waitUntil: "domcontentloaded" });
     await p.page.waitForSelector("#sign-in-token");
-    expect(p.errors.filter((e) => !e.includes("401"))).toEqual([]);
+    // No script error (a CSP violation would show here); failed loads (the 401s of signed-out
+    // reads, a network change on a busy host) are not the page's errors.
+    expect(p.errors.filter((e) => !e.startsWith("Failed to load resource"))).toEqual([]);
   });
 });
