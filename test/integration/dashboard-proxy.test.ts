@@ -332,4 +332,37 @@ describe("dashboard proxy", () => {
       await exited;
     }
   });
+
+  it("on a terminal the command shows the sign-in token too, the one in the file", async () => {
+    // script(1) gives the command a terminal for its standard output.
+    const command = [
+      process.execPath,
+      foreleadBin,
+      "dashboard",
+      "--listen",
+      "127.0.0.1:0",
+      "--sign-in-token-file",
+      "tty.token",
+      ...cli.connection(),
+    ].join(" ");
+    const child = spawn("script", ["-qfec", command, "/dev/null"], {
+      cwd: cli.dir(),
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
+    try {
+      const shown = await new Promise<string>((resolve, reject) => {
+        createInterface({ input: child.stdout! }).on("line", (line) => {
+          const m = /^forelead dashboard: sign-in token: (\S+)/.exec(line);
+          if (m) resolve(m[1]!);
+        });
+        child.once("exit", (code) => reject(new Error(`script exited ${code}`)));
+      });
+      expect(shown).toBe((await readFile(join(cli.dir(), "tty.token"), "utf8")).trim());
+    } finally {
+      const exited = new Promise((r) => child.once("exit", r));
+      process.kill(-child.pid!, "SIGTERM");
+      await exited;
+    }
+  });
 });
