@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { DashboardOptions } from "../../src/dashboard/server/server.js";
 import { useDashboard } from "../support/browser.js";
+import { runnerJobs } from "../support/runner-jobs.js";
 import {
   call,
   readSignInToken,
@@ -65,6 +66,7 @@ describe("the dashboard without a session (issue 43's attack)", () => {
       ...options,
     });
   };
+  const jobs = runnerJobs(dash.cp, "si");
   let remote: TestDashboard;
   beforeAll(async () => {
     remote = await start({}, true);
@@ -380,6 +382,44 @@ describe("the dashboard without a session (issue 43's attack)", () => {
       await max.close();
     }
   });
+
+  it(
+    "a job on a process runner on this host reaches nothing through the dashboard: no admin " +
+      "method, and (jobs running as their own uid) not the token file",
+    async () => {
+      const { runner, ws } = await jobs.freshRunner("process");
+      try {
+        // The issue's job: it calls the dashboard as the operator's pages would, for a grant in
+        // another workspace and for the status, with the dashboard's own Origin.
+        const call = (name: string, path: string, body: string) =>
+          `curl -s -o /dev/null -w '${name}:%{http_code}\\n' -X POST "$URL${path}" ` +
+          `-H "Origin: $URL" -H 'content-type: application/json' -d '${body}'`;
+        const script = [
+          `if cat "$TOKEN_FILE" >/dev/null 2>&1; then echo token:read; else echo token:unreadable; fi`,
+          call(
+            "grant",
+            "/api/forelead.admin.v1.AdminService/CreateEnrollmentGrant",
+            '{"apiVersion":"v1","workspaceId":"victim"}',
+          ),
+          call("status", getStatus, '{"apiVersion":"v1"}'),
+        ].join("; ");
+        const jobId = await jobs.enqueue(ws, "process", {
+          argv: ["sh", "-c", script],
+          env: { URL: dash.url, TOKEN_FILE: dash.dashboard.signInTokenFile },
+        });
+        expect((await jobs.settled(jobId)).state).toBe("succeeded");
+        const log = (await dash.cp.admin.rest.request("GET", `/v1/admin/jobs/${jobId}/logs`)).text;
+        expect(log).toContain("grant:401");
+        expect(log).toContain("status:401");
+        // As root the process executor runs each job as a uid of its own, which cannot read the
+        // operator's 0600 file; as the runner's own user it could (docs/operations.md says so).
+        if (process.getuid?.() === 0) expect(log).toContain("token:unreadable");
+      } finally {
+        await runner.close();
+      }
+    },
+    60_000,
+  );
 
   it("in a browser: the token from the file signs in, the overview shows, sign-out goes back to sign-in", async () => {
     const p = await dash.newPage({ signIn: false });
