@@ -116,6 +116,7 @@ function tokenOf(contentType: string, body: string): { token: string } | { probl
   return { token: token.trim() };
 }
 
+/** The /auth/ routes and the session checks over `options.sessions`. */
 export function createAuth(options: AuthOptions): Auth {
   const { sessions, cookieName } = options;
   const cookieOf = (req: IncomingMessage): string | undefined => {
@@ -133,10 +134,9 @@ export function createAuth(options: AuthOptions): Auth {
       expiresAt: new Date(sessions.expiresAt(s)).toISOString(),
     });
   const reply = (res: ServerResponse, status: number, body?: string) => {
-    res.writeHead(status, {
-      ...(body === undefined ? {} : { "Content-Type": "application/json" }),
-      "Cache-Control": "no-store",
-    });
+    res.setHeader("Cache-Control", "no-store");
+    if (body !== undefined) res.setHeader("Content-Type", "application/json");
+    res.writeHead(status);
     res.end(body);
   };
   const sessionOf = (req: IncomingMessage) => {

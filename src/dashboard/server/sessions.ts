@@ -71,6 +71,7 @@ export function secretMatches(presented: string, expected: string): boolean {
   return timingSafeEqual(secretHash(presented), secretHash(expected));
 }
 
+/** A session store in this process's memory, with these lifetimes (`now`: the clock). */
 export function createSessionStore(
   lifetimes: SessionLifetimes = defaultSessionLifetimes,
   now: () => number = Date.now,
