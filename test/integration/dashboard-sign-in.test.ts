@@ -237,8 +237,8 @@ describe("the dashboard without a session (issue 43's attack)", () => {
       expect(JSON.parse(wrong.text)).toEqual({
         code: "unauthenticated",
         message:
-          `dashboard: that sign-in token is wrong or already used; the current one is in ` +
-          `${d.signInTokenFile} on the dashboard's host`,
+          "dashboard: that sign-in token is wrong or already used; the current one is in the " +
+          "dashboard's token file (forelead dashboard printed its path where it was started)",
       });
       expect(wrong.headers["set-cookie"]).toBeUndefined();
       for (const [body, type] of [
@@ -431,7 +431,8 @@ describe("the dashboard without a session (issue 43's attack)", () => {
     await p.page.click(".sign-in button[type=submit]");
     await p.page.waitForSelector(".sign-in .error");
     expect(await p.page.$eval(".sign-in .error", (e) => e.textContent)).toContain(
-      "sign-in refused: that sign-in token is wrong or already used; the current one is in ",
+      "sign-in refused: that sign-in token is wrong or already used; the current one is in the " +
+        "dashboard's token file",
     );
     await p.screenshot("sign-in", { fullPage: false });
     await p.page.type("#sign-in-token", await readSignInToken(dash.dashboard));

@@ -186,8 +186,8 @@ export function createAuth(options: AuthOptions): Auth {
         status: 401,
         code: "unauthenticated",
         message:
-          `dashboard: that sign-in token is wrong or already used; the current one is in ` +
-          `${options.signInToken.file} on the dashboard's host`,
+          "dashboard: that sign-in token is wrong or already used; the current one is in the " +
+          "dashboard's token file (forelead dashboard printed its path where it was started)",
       });
       return;
     }
