@@ -6,10 +6,11 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Dashboard } from "../../src/dashboard/server/server.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
-import { startDashboard } from "../../src/dashboard/server/server.js";
 import { eventually } from "../support/actors.js";
 import { useDashboard, waitForDom, type DashboardPage } from "../support/browser.js";
+import { startTestDashboard, testSignInTokenFile } from "../support/dashboard.js";
 import { runnerJobs } from "../support/runner-jobs.js";
 import { startTestRunner, type TestRunner } from "../support/runner-agent.js";
 
@@ -123,11 +124,16 @@ describe("the job page", () => {
       argv: ["sh", "-c", script],
       env: { ONE: one, TWO: two },
     });
-    // A dashboard of this test's own, to stop and start again on the same port.
+    // A dashboard of this test's own, to stop and start again on the same port (with the same
+    // sessions, so that the page stays signed in).
     const admin = await dash.cp.pki.service("test-admin");
+    const signInTokenFile = testSignInTokenFile();
+    const kept: { sessions?: Dashboard["sessions"] } = {};
     const start = (port: number) =>
-      startDashboard({
+      startTestDashboard({
         listen: { host: "127.0.0.1", port },
+        signInTokenFile,
+        sessions: kept.sessions,
         endpoint: {
           baseUrl: dash.cp.url,
           ca: dash.cp.pki.ca.certPem,
@@ -136,9 +142,10 @@ describe("the job page", () => {
         },
       });
     let proxy = await start(0);
+    kept.sessions = proxy.sessions;
     const port = Number(new URL(proxy.url).port);
     try {
-      const p = await dash.newPage({ url: proxy.url });
+      const p = await dash.newPage({ dashboard: proxy });
       await p.open(`#/jobs/${jobId}`);
       await shows(p, ".log", "line one");
       // The dashboard goes away: the log's stream breaks and the page says it is reconnecting.
@@ -202,7 +209,7 @@ describe("the job page", () => {
         argv: ["sh", "-c", "echo started; exec sleep 60"],
       });
       const reader = await dash.newPage({
-        url: await dash.dashboardAs(await dash.cp.pki.service("dash-reader")),
+        dashboard: await dash.dashboardAs(await dash.cp.pki.service("dash-reader")),
       });
       await reader.open(`#/jobs/${jobId}`);
       await shows(reader, ".log", "started");

@@ -3,10 +3,10 @@
 // what an identity without the role sees. Writes docs/dashboard/{overview,runners,audit}.png.
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "puppeteer-core";
-import { startDashboard } from "../../src/dashboard/server/server.js";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import { jobBody, leasedJob, registeredRunner } from "../support/actors.js";
 import { useDashboard, waitForDom } from "../support/browser.js";
+import { signInOverHttp, startTestDashboard, testSignInTokenFile } from "../support/dashboard.js";
 
 // The functions passed to page.evaluate/waitForDom run in the page: its globals, declared for
 // this (node) program's type check.
@@ -167,12 +167,14 @@ describe("dashboard pages", () => {
     async () => {
       // An action through the dashboard's proxy, as its pages make them (Connect JSON, its own
       // Origin).
+      const session = await signInOverHttp(dash.dashboard);
       const paused = await fetch(`${dash.url}/api/forelead.admin.v1.FleetService/PauseWorkspace`, {
         method: "POST",
         headers: {
           "content-type": "application/json",
           "connect-protocol-version": "1",
           origin: dash.url,
+          ...session,
         },
         body: JSON.stringify({ apiVersion: "v1", workspaceId: "w9", reason: "audit test" }),
       });
@@ -237,7 +239,7 @@ describe("dashboard pages", () => {
 
   it("an identity without the role sees the control plane's refusal in the page", async () => {
     const reader = await dash.dashboardAs(await cp.pki.service("reader"));
-    const p = await dash.newPage({ url: reader });
+    const p = await dash.newPage({ dashboard: reader });
     await p.open("#/runners");
     await p.page.waitForSelector("tr[data-runner=r3]");
     await p.page.click('button[aria-label="Pause runner r3 (w2)"]');
@@ -251,7 +253,7 @@ describe("dashboard pages", () => {
     await textBecomes(p.page, "tr[data-runner=r3] [data-col=state]", "idle");
 
     const nobody = await dash.dashboardAs(await cp.pki.service("nobody"));
-    const q = await dash.newPage({ url: nobody });
+    const q = await dash.newPage({ dashboard: nobody });
     await q.open("#/overview");
     await q.page.waitForSelector(".error[data-code=permission_denied]");
     expect(await q.page.$eval(".error", (e) => e.textContent)).toMatch(
@@ -271,9 +273,15 @@ describe("dashboard pages", () => {
         cert: cert.certPem,
         key: cert.keyPem,
       };
-      let dashboard = await startDashboard({ listen: { host: "127.0.0.1", port: 0 }, endpoint });
+      // The same sessions after the restart: the page stays signed in.
+      const signInTokenFile = testSignInTokenFile();
+      let dashboard = await startTestDashboard({
+        listen: { host: "127.0.0.1", port: 0 },
+        endpoint,
+        signInTokenFile,
+      });
       try {
-        const p = await dash.newPage({ url: dashboard.url });
+        const p = await dash.newPage({ dashboard });
         await p.open("#/overview");
         await p.page.waitForSelector(".live-live");
         const before = await p.page.$eval("tr[data-workspace=w2] [data-col=queued]", (e) =>
@@ -284,9 +292,11 @@ describe("dashboard pages", () => {
         expect(
           (await cp.admin.enqueue(jobBody({ workspaceId: "w2", labels: ["linux"] }))).status,
         ).toBe(200);
-        dashboard = await startDashboard({
+        dashboard = await startTestDashboard({
           listen: { host: "127.0.0.1", port: Number(new URL(dashboard.url).port) },
           endpoint,
+          signInTokenFile,
+          sessions: dashboard.sessions,
         });
         await p.page.waitForSelector(".live-live", { timeout: 20_000 });
         await textBecomes(p.page, "tr[data-workspace=w2] [data-col=queued]", String(before + 1));

@@ -12,13 +12,17 @@ import {
 import { request, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startDashboard, type Dashboard } from "../../src/dashboard/server/server.js";
+import type { Dashboard } from "../../src/dashboard/server/server.js";
 import { contentSecurityPolicy } from "../../src/dashboard/server/security.js";
 import { eventually } from "../support/actors.js";
 import { createTestPki } from "../support/pki.js";
+import { signInOverHttp, startTestDashboard, type SessionHeaders } from "../support/dashboard.js";
 
 /** What the stand-in does with a call, by its method name: /api/test.Upstream/<Method>. */
 type Behaviour = (stream: ServerHttp2Stream) => void;
+
+/** The test's session with the dashboard (every call needs one). */
+let session: SessionHeaders;
 
 const flood = { written: 0, blocked: false, cancelled: false };
 const megabyte = Buffer.alloc(1 << 20, 0x61);
@@ -80,7 +84,10 @@ function post(
   return new Promise((resolve, reject) => {
     const req = request(
       new URL(`/api/test.Upstream/${method}`, dashboard.url),
-      { method: "POST", headers: { "content-type": "application/json", origin: dashboard.url } },
+      {
+        method: "POST",
+        headers: { "content-type": "application/json", origin: dashboard.url, ...session },
+      },
       (res) => {
         if (!read) {
           resolve({ res, text: "" });
@@ -119,7 +126,7 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
     });
     await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
     const { port } = upstream.address() as AddressInfo;
-    dashboard = await startDashboard({
+    dashboard = await startTestDashboard({
       listen: { host: "127.0.0.1", port: 0 },
       endpoint: {
         baseUrl: `https://127.0.0.1:${port}`,
@@ -128,6 +135,7 @@ describe("dashboard proxy, against a control plane that misbehaves", () => {
         key: operator.keyPem,
       },
     });
+    session = await signInOverHttp(dashboard);
   });
   afterAll(async () => {
     await dashboard?.close();

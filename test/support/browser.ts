@@ -1,12 +1,14 @@
 // Browser tests of the dashboard: a real control plane (useControlPlane), the dashboard's proxy
 // (src/dashboard/server, in this process) holding a client certificate, and Debian's chromium
-// driven headless by puppeteer-core (no downloaded browser). The pages are the built ones
+// driven headless by puppeteer-core (no downloaded browser). Every page signs in first, with the
+// dashboard's one-time token from its file (test/support/dashboard.ts). The pages are the built ones
 // (dist/dashboard/, which vitest's globalSetup builds from the sources under test).
 import { mkdir } from "node:fs/promises";
 import { afterAll, beforeAll } from "vitest";
 import puppeteer, { type Browser, type EvaluateFunc, type Page } from "puppeteer-core";
-import { startDashboard, type Dashboard } from "../../src/dashboard/server/server.js";
+import type { Dashboard } from "../../src/dashboard/server/server.js";
 import type { IssuedCertificate } from "../../src/identity/ca.js";
+import { signInPage, startTestDashboard, type TestDashboard } from "./dashboard.js";
 import {
   useControlPlane,
   type ControlPlaneFixture,
@@ -48,13 +50,23 @@ export interface DashboardFixture {
   readonly cp: ControlPlaneFixture;
   /** The admin dashboard's origin, e.g. http://127.0.0.1:41234. */
   readonly url: string;
-  /** A new page (1280x900, light theme unless `dark`) on `url` (default the admin dashboard). */
-  newPage(options?: { url?: string; width?: number; dark?: boolean }): Promise<DashboardPage>;
+  /** The admin dashboard (its token file, its log). */
+  readonly dashboard: TestDashboard;
+  /**
+   * A new page (1280x900, light theme unless `dark`), signed in to `dashboard` (default the admin
+   * dashboard) unless `signIn` is false.
+   */
+  newPage(options?: {
+    dashboard?: Pick<Dashboard, "url" | "signInTokenFile">;
+    width?: number;
+    dark?: boolean;
+    signIn?: boolean;
+  }): Promise<DashboardPage>;
   /**
    * Another dashboard acting as `certificate` (closed in afterAll): to test what a lesser identity
    * sees.
    */
-  dashboardAs(certificate: IssuedCertificate): Promise<string>;
+  dashboardAs(certificate: IssuedCertificate): Promise<TestDashboard>;
 }
 
 /**
@@ -66,9 +78,9 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
   const dashboards: Dashboard[] = [];
   const pages: DashboardPage[] = [];
   let browser: Browser | undefined;
-  let url: string | undefined;
+  let admin: TestDashboard | undefined;
   const dashboardAs = async (certificate: IssuedCertificate) => {
-    const d = await startDashboard({
+    const d = await startTestDashboard({
       listen: { host: "127.0.0.1", port: 0 },
       endpoint: {
         baseUrl: cp.url,
@@ -78,10 +90,10 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
       },
     });
     dashboards.push(d);
-    return d.url;
+    return d;
   };
   beforeAll(async () => {
-    url = await dashboardAs(await cp.pki.service("test-admin"));
+    admin = await dashboardAs(await cp.pki.service("test-admin"));
     browser = await puppeteer.launch({
       executablePath: chromiumPath,
       headless: true,
@@ -99,16 +111,22 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
     await browser?.close();
     for (const d of dashboards.splice(0)) await d.close();
   });
+  const running = () => {
+    if (!admin)
+      throw new Error("the dashboard is not running: useDashboard() starts it in beforeAll");
+    return admin;
+  };
   return {
     cp,
     get url() {
-      if (!url)
-        throw new Error("the dashboard is not running: useDashboard() starts it in beforeAll");
-      return url;
+      return running().url;
+    },
+    get dashboard() {
+      return running();
     },
     dashboardAs,
     async newPage(opts = {}) {
-      if (!browser || !url)
+      if (!browser || !admin)
         throw new Error("the browser is not running: useDashboard() starts it in beforeAll");
       const page = await browser.newPage();
       const errors: string[] = [];
@@ -120,7 +138,8 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
       await page.emulateMediaFeatures([
         { name: "prefers-color-scheme", value: opts.dark ? "dark" : "light" },
       ]);
-      const base = opts.url ?? url;
+      const target = opts.dashboard ?? admin;
+      const base = target.url;
       const handle: DashboardPage = {
         page,
         errors,
@@ -138,6 +157,11 @@ export function useDashboard(options: ControlPlaneFixtureOptions = {}): Dashboar
         close: () => page.close(),
       };
       pages.push(handle);
+      if (opts.signIn === false) return handle;
+      await signInPage(page, target);
+      // The sign-in page's first look (GET /auth/session: 401) is logged by chromium as a failed
+      // load: not an error of the page.
+      errors.length = 0;
       return handle;
     },
   };

@@ -3,7 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { defaultAssetsDir, loadAssets } from "../../src/dashboard/server/assets.js";
-import { checkListen, isLoopback, parseListen } from "../../src/dashboard/server/listen.js";
+import {
+  checkListen,
+  isLoopback,
+  parseListen,
+  parsePublicHost,
+} from "../../src/dashboard/server/listen.js";
 
 describe("dashboard --listen", () => {
   it("parses HOST:PORT and [IPv6]:PORT, and names the flag for anything else", () => {
@@ -28,10 +33,31 @@ describe("dashboard --listen", () => {
       "127.example.com",
     ])
       expect(isLoopback(host), host).toBe(false);
-    expect(() => checkListen({ host: "0.0.0.0", port: 8080 }, false)).toThrow(
-      "--listen 0.0.0.0:8080 is not a loopback address",
+    const local = { allowRemote: false, publicHosts: [], tls: false, behindTlsProxy: false };
+    const at = { host: "0.0.0.0", port: 8080 };
+    expect(() => checkListen(at, local)).toThrow("--listen 0.0.0.0:8080 is not a loopback address");
+    expect(() => checkListen(at, { ...local, allowRemote: true })).toThrow(
+      "--allow-remote needs the names the dashboard is reached by: add --public-host NAME",
     );
-    expect(() => checkListen({ host: "0.0.0.0", port: 8080 }, true)).not.toThrow();
+    const named = { ...local, allowRemote: true, publicHosts: ["dash.example.com"] };
+    expect(() => checkListen(at, named)).toThrow(
+      "a dashboard reached from other machines (--allow-remote) must use HTTPS: give " +
+        "--tls-cert and --tls-key, or --behind-tls-proxy",
+    );
+    expect(() => checkListen(at, { ...named, tls: true })).not.toThrow();
+    expect(() => checkListen(at, { ...named, behindTlsProxy: true })).not.toThrow();
+    // A name on loopback (a TLS proxy on the same host) needs HTTPS too.
+    const loop = { host: "127.0.0.1", port: 8080 };
+    expect(() => checkListen(loop, { ...local, publicHosts: ["dash.example.com"] })).toThrow(
+      "(--public-host) must use HTTPS",
+    );
+    expect(() => checkListen(loop, local)).not.toThrow();
+  });
+
+  it("--public-host takes a DNS name only", () => {
+    expect(parsePublicHost("Dash.Example.com")).toBe("dash.example.com");
+    for (const bad of ["https://dash.example.com", "dash.example.com:443", "", "a..b", "-x.com"])
+      expect(() => parsePublicHost(bad), bad).toThrow("is not a DNS name");
   });
 });
 

@@ -41,31 +41,45 @@ export interface Refusal {
 
 const safeMethods = new Set(["GET", "HEAD", "OPTIONS"]);
 
+/** Where the dashboard is reached: the names its Host may carry and its scheme. */
+export interface Reach {
+  /** DNS names it answers to (--public-host), besides IP addresses and localhost. */
+  readonly publicHosts: readonly string[];
+  /** https when it serves TLS or sits behind a TLS proxy (--behind-tls-proxy). */
+  readonly scheme: "http" | "https";
+}
+
 /**
  * Checks the request's Host and Origin; undefined when it may pass.
  *
- * * Host must be an IP address or `localhost` (a DNS name pointing at
- *   loopback is how a rebinding attack looks) unless remote access was
- *   allowed; the dashboard's own origin is `http://` + Host.
+ * * Host must be an IP address, `localhost` or a name given with --public-host, in every mode:
+ *   any other DNS name pointing at the dashboard is how a rebinding attack looks. The dashboard's
+ *   own origin is its scheme + `://` + Host.
  * * A request with an Origin header must come from that origin.
  * * A state-changing request (any method but GET/HEAD/OPTIONS; every Connect
  *   unary call is a POST) must say where it comes from: an Origin header, or
  *   Sec-Fetch-Site: same-origin.
  */
-export function checkRequest(req: IncomingMessage, allowRemote: boolean): Refusal | undefined {
+export function checkRequest(req: IncomingMessage, reach: Reach): Refusal | undefined {
   const host = req.headers.host ?? "";
-  const hostname = host.replace(/:\d+$/, "").replace(/^\[(.*)\]$/, "$1");
-  if (!host || (!allowRemote && hostname !== "localhost" && isIP(hostname) === 0)) {
+  const hostname = host
+    .replace(/:\d+$/, "")
+    .replace(/^\[(.*)\]$/, "$1")
+    .toLowerCase();
+  if (
+    !host ||
+    (hostname !== "localhost" && isIP(hostname) === 0 && !reach.publicHosts.includes(hostname))
+  ) {
     return {
       status: 403,
       code: "permission_denied",
       message:
-        `dashboard: Host ${JSON.stringify(host)} is not an address of this ` +
-        `dashboard; open it as http://127.0.0.1:PORT or http://localhost:PORT (a ` +
-        `DNS name is refused so that another site cannot rebind to it)`,
+        `dashboard: Host ${JSON.stringify(host)} is not a name of this dashboard; open it ` +
+        `by its address (127.0.0.1, localhost) or by a name given with --public-host (a ` +
+        `name not listed is refused so that another site cannot rebind to it)`,
     };
   }
-  const own = `http://${host}`;
+  const own = `${reach.scheme}://${host}`;
   const origin = req.headers.origin;
   if (origin !== undefined && origin !== own) {
     return {

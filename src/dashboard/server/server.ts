@@ -1,53 +1,121 @@
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTlsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { Endpoint } from "../../cli/connection.js";
 import { defaultAssetsDir, loadAssets } from "./assets.js";
+import {
+  createAuth,
+  personOfCertificate,
+  refuseNotSignedIn,
+  sessionCookieName,
+  type Auth,
+} from "./auth.js";
 import { checkListen, type ListenAddress } from "./listen.js";
 import { createProxy } from "./proxy.js";
-import { checkRequest, setSecurityHeaders, writeRefusal } from "./security.js";
+import { checkRequest, setSecurityHeaders, writeRefusal, type Reach } from "./security.js";
+import { createSessionStore, type SessionLifetimes, type SessionStore } from "./sessions.js";
+import { createSignInToken, defaultSignInTokenFile } from "./sign-in-token.js";
 
-/** What the dashboard serves and where it forwards. */
+/** What the dashboard serves, where it forwards, and how people sign in. */
 export interface DashboardOptions {
   readonly listen: ListenAddress;
-  /** Listen on a non-loopback address (and accept any Host); off by default. */
+  /** Listen on a non-loopback address; off by default. Needs publicHosts and HTTPS. */
   readonly allowRemote?: boolean;
+  /** The DNS names the dashboard answers to besides its addresses (--public-host). */
+  readonly publicHosts?: readonly string[];
+  /** Serve HTTPS with this certificate and key (PEM) (--tls-cert/--tls-key). */
+  readonly tls?: { readonly cert: string; readonly key: string };
+  /** A TLS proxy in front serves HTTPS (--behind-tls-proxy): Secure cookies, https origins. */
+  readonly behindTlsProxy?: boolean;
   /** The control plane and the operator's certificate (src/cli/connection.ts resolveEndpoint). */
   readonly endpoint: Endpoint;
   /** The built web app; default dist/dashboard/ of this package. */
   readonly assetsDir?: string;
+  /** Session lifetimes (--session-idle, --session-max); defaults in sessions.ts. */
+  readonly sessionLifetimes?: SessionLifetimes;
+  /**
+   * The sessions to keep; default a new store. A dashboard started again with the same store
+   * keeps its sessions (the tests restart one under an open page).
+   */
+  readonly sessions?: SessionStore;
+  /** Where the one-time sign-in token is written (0600); default defaultSignInTokenFile(port). */
+  readonly signInTokenFile?: string;
+  /** Sees each new sign-in token (the command shows it when stdout is a terminal). */
+  readonly onSignInToken?: (token: string) => void;
+  /** Where the dashboard's lines go (sign-ins, refusals; never a secret); default stderr. */
+  readonly log?: (line: string) => void;
 }
 
 /** A running dashboard. */
 export interface Dashboard {
   /** Its own origin, e.g. http://127.0.0.1:8080. */
   readonly url: string;
+  /** The file holding the current one-time sign-in token. */
+  readonly signInTokenFile: string;
+  /** Its sessions (to start it again with the same ones). */
+  readonly sessions: SessionStore;
   close(): Promise<void>;
 }
 
+/** The files the sign-in page needs: served without a session (they hold no data). */
+const publicAssets = new Set(["/index.html", "/app.js", "/app.css", "/favicon.svg"]);
+
 /**
- * Serves the web app (GET of its built files) and forwards /api/<Connect
- * path> to the control plane (proxy.ts), behind the Host/Origin check and
- * with the security headers of security.ts on every reply. HTTP/1.1 on the
- * loopback: the browser needs no certificate; the operator's is used
- * between the dashboard and the control plane.
+ * Serves the web app (GET of its built files) and forwards /api/<Connect path> to the control
+ * plane (proxy.ts), behind the Host/Origin check and with the security headers of security.ts on
+ * every reply; nothing but the sign-in page reaches a browser without a session, and every API
+ * call needs one (auth.ts). HTTP/1.1, over TLS when given a certificate: the browser needs no
+ * client certificate; the operator's is used between the dashboard and the control plane.
  */
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
-  const allowRemote = options.allowRemote ?? false;
-  checkListen(options.listen, allowRemote);
+  const publicHosts = options.publicHosts ?? [];
+  const behindTlsProxy = options.behindTlsProxy ?? false;
+  checkListen(options.listen, {
+    allowRemote: options.allowRemote ?? false,
+    publicHosts,
+    tls: options.tls !== undefined,
+    behindTlsProxy,
+  });
+  const secure = options.tls !== undefined || behindTlsProxy;
+  const reach: Reach = { publicHosts, scheme: secure ? "https" : "http" };
+  const log = options.log ?? ((line: string) => void process.stderr.write(`${line}\n`));
+  const operator = personOfCertificate(options.endpoint.cert);
   const assets = await loadAssets(options.assetsDir ?? defaultAssetsDir());
+  const sessions = options.sessions ?? createSessionStore(options.sessionLifetimes);
   const proxy = createProxy(options.endpoint);
-  const server: Server = createServer((req, res) => {
+  // Set once listening (the cookie's name and the token's file carry the port).
+  const ready: { auth?: Auth } = {};
+  const serve = (req: IncomingMessage, res: ServerResponse) => {
     setSecurityHeaders(res);
-    const refusal = checkRequest(req, allowRemote);
-    if (refusal) {
-      writeRefusal(res, refusal);
+    const refusal = checkRequest(req, reach);
+    const auth = ready.auth;
+    if (refusal || !auth) {
+      writeRefusal(
+        res,
+        refusal ?? { status: 503, code: "unavailable", message: "dashboard: starting; try again" },
+      );
       return;
     }
     const raw = req.url ?? "/";
     const q = raw.indexOf("?");
     const path = q < 0 ? raw : raw.slice(0, q);
     const query = q < 0 ? "" : raw.slice(q);
+    if (path.startsWith("/auth/")) {
+      auth.handle(req, res, path);
+      return;
+    }
+    const session = auth.sessionOf(req);
     if (path.startsWith("/api/")) {
+      if (!session) {
+        refuseNotSignedIn(res);
+        return;
+      }
+      const forged =
+        req.method === "GET" || req.method === "HEAD" ? undefined : auth.checkCsrf(req, session);
+      if (forged) {
+        writeRefusal(res, forged);
+        return;
+      }
       proxy.handle(req, res, path, query);
       return;
     }
@@ -60,7 +128,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       });
       return;
     }
-    const asset = assets.get(path === "/" ? "/index.html" : path);
+    const name = path === "/" ? "/index.html" : path;
+    const asset = assets.get(name);
     if (!asset) {
       writeRefusal(res, {
         status: 404,
@@ -69,13 +138,23 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       });
       return;
     }
+    if (!session && !publicAssets.has(name)) {
+      refuseNotSignedIn(res);
+      return;
+    }
     res.writeHead(200, {
       "Content-Type": asset.contentType,
       "Content-Length": asset.body.length,
       "Cache-Control": "no-cache",
     });
     res.end(req.method === "HEAD" ? undefined : asset.body);
-  });
+  };
+  const server: Server = options.tls
+    ? createTlsServer(
+        { cert: options.tls.cert, key: options.tls.key, minVersion: "TLSv1.2" },
+        serve,
+      )
+    : createServer(serve);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.listen.port, options.listen.host, () => {
@@ -84,13 +163,34 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     });
   });
   const { address, port, family } = server.address() as AddressInfo;
+  let signInToken;
+  try {
+    signInToken = await createSignInToken(
+      options.signInTokenFile ?? defaultSignInTokenFile(port),
+      options.onSignInToken,
+    );
+  } catch (err) {
+    server.close();
+    throw err;
+  }
+  ready.auth = createAuth({
+    sessions,
+    signInToken,
+    operator,
+    cookieName: sessionCookieName(port, secure),
+    secureCookies: secure,
+    log,
+  });
   const host = family === "IPv6" ? `[${address}]` : address;
   return {
-    url: `http://${host}:${port}`,
+    url: `${options.tls ? "https" : "http"}://${host}:${port}`,
+    signInTokenFile: signInToken.file,
+    sessions,
     async close() {
       proxy.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      await signInToken.remove();
     },
   };
 }

@@ -1,5 +1,5 @@
-// The dashboard's shell: the nav, the theme toggle, the live-stream state and the page of the
-// route.
+// The dashboard's shell: the sign-in page until the browser has a session; then the nav, the
+// signed-in person and sign-out, the theme toggle, the live-stream state and the page of the route.
 import { useEffect, useState } from "preact/hooks";
 import { onLiveState, type LiveState } from "./live.js";
 import { AuditPage } from "./pages/audit.js";
@@ -9,6 +9,8 @@ import { JobsPage } from "./pages/jobs.js";
 import { OverviewPage } from "./pages/overview.js";
 import { RunnersPage } from "./pages/runners.js";
 import { href, useRoute, type Route } from "./route.js";
+import { loadSession, signOut, type SessionState, type SignedIn } from "./session.js";
+import { SignInPage } from "./sign-in.js";
 import { applyTheme, currentTheme, type Theme } from "./theme.js";
 
 const nav: readonly { page: Route["page"]; label: string }[] = [
@@ -37,10 +39,32 @@ function Page({ route }: { route: Route }) {
 }
 
 export function App() {
+  const [state, setState] = useState<SessionState | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  useEffect(() => applyTheme(currentTheme(), false), []);
+  useEffect(() => {
+    loadSession().then(setState, (err: unknown) => setError(String(err)));
+  }, []);
+  if (error)
+    return (
+      <main id="main">
+        <h1>Forelead</h1>
+        <div class="error" role="alert">
+          {error}
+        </div>
+      </main>
+    );
+  if (!state) return null;
+  if (!state.signedIn)
+    return <SignInPage methods={state.methods} onSignedIn={(signedIn) => setState({ signedIn })} />;
+  return <Shell signedIn={state.signedIn} />;
+}
+
+/** The pages of a signed-in person; the live stream starts here, never before sign-in. */
+function Shell({ signedIn }: { signedIn: SignedIn }) {
   const route = useRoute();
   const [theme, setTheme] = useState<Theme>(currentTheme);
   const [live, setLive] = useState<LiveState>("connecting");
-  useEffect(() => applyTheme(theme, false), []);
   useEffect(() => onLiveState(setLive), []);
   const current = route.page === "job" ? "jobs" : route.page;
   const toggle = () => {
@@ -69,6 +93,12 @@ export function App() {
         <span class={`live live-${live}`} title="the control plane's event stream">
           {live}
         </span>
+        <span class="person" title={`signed in by ${signedIn.person.via}`}>
+          {signedIn.person.id}
+        </span>
+        <button type="button" class="sign-out" onClick={() => void signOut()}>
+          Sign out
+        </button>
         <button
           type="button"
           class="theme"

@@ -27,6 +27,10 @@ export function useRoute(): Route {
   useEffect(() => {
     const on = () => setRoute(parseRoute(location.hash));
     window.addEventListener("hashchange", on);
+    // The hash may have changed between the first render and this effect (preact runs effects
+    // after paint): a page that mounts after sign-in missed such a change (CI-like load, the
+    // browser tests' open() right after signing in).
+    on();
     return () => window.removeEventListener("hashchange", on);
   }, []);
   return route;

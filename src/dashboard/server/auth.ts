@@ -1,0 +1,271 @@
+import { X509Certificate } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Refusal } from "./security.js";
+import { writeRefusal } from "./security.js";
+import { secretMatches, type Person, type Session, type SessionStore } from "./sessions.js";
+import type { SignInToken } from "./sign-in-token.js";
+
+/**
+ * The dashboard's sign-in and sessions over HTTP: the /auth/ routes, the session cookie and the
+ * CSRF header. Every /api/ call needs a session (401 without one) and every state-changing one its
+ * session's CSRF token (403 without it); server.ts asks `sessionOf` and `checkCsrf`.
+ *
+ * * `GET /auth/session` — `{person, csrfToken, expiresAt}` of the cookie's session, or 401.
+ * * `POST /auth/sign-in/token` — `{"token": "..."}` (or a form's `token=`): the one-time sign-in
+ *   token for a session (sign-in-token.ts).
+ * * `POST /auth/sign-out` — ends the session (CSRF header required); its cookie is dead after.
+ */
+export interface Auth {
+  /** Answers a request under /auth/. */
+  handle(req: IncomingMessage, res: ServerResponse, path: string): void;
+  /** The live session of the request's cookie, or undefined. */
+  sessionOf(req: IncomingMessage): Session | undefined;
+  /** A refusal unless the request carries `session`'s CSRF token in {@link csrfHeader}. */
+  checkCsrf(req: IncomingMessage, session: Session): Refusal | undefined;
+}
+
+/** The request header carrying the session's CSRF token. */
+const csrfHeader = "x-forelead-csrf";
+
+export interface AuthOptions {
+  readonly sessions: SessionStore;
+  /** The local one-time token (the sign-in of a dashboard without single sign-on). */
+  readonly signInToken: SignInToken;
+  /** Who a token sign-in signs in: the operator whose certificate the dashboard holds. */
+  readonly operator: Person;
+  /** The cookie's name (`__Host-` prefixed when Secure) and whether it is Secure (HTTPS only). */
+  readonly cookieName: string;
+  readonly secureCookies: boolean;
+  /** A line on the dashboard's stderr (never with a secret in it). */
+  readonly log: (line: string) => void;
+}
+
+/** The identity in a PEM client certificate: its SPIFFE ID (URI SAN), else its subject. */
+export function personOfCertificate(certPem: string): Person {
+  const cert = new X509Certificate(certPem);
+  const uri = /(?:^|, )URI:(spiffe:\/\/[^,]+)/.exec(cert.subjectAltName ?? "")?.[1];
+  return { id: uri ?? cert.subject.replace(/\n/g, ", "), via: "sign-in token" };
+}
+
+/** The cookie's name for a dashboard on `port`: cookies are not kept apart by port, names are. */
+export function sessionCookieName(port: number, secure: boolean): string {
+  return `${secure ? "__Host-" : ""}forelead-session-${port}`;
+}
+
+const notSignedIn: Refusal = {
+  status: 401,
+  code: "unauthenticated",
+  message:
+    "dashboard: not signed in (no session, or it ended or was signed out); open the " +
+    "dashboard's page in a browser and sign in",
+};
+
+/** Marks the dashboard's own 401 (not one of the control plane's): the page signs in again. */
+const signedOutHeader = "x-forelead-signed-out";
+
+/**
+ * Answers a request without a session: 401, Connect's error JSON with the ways to sign in
+ * (`signIn`: the sign-in page offers those), marked with {@link signedOutHeader}.
+ */
+export function refuseNotSignedIn(res: ServerResponse): void {
+  res.writeHead(notSignedIn.status, {
+    "Content-Type": "application/json",
+    "Cache-Control": "no-store",
+    [signedOutHeader]: "1",
+  });
+  res.end(
+    JSON.stringify({ code: notSignedIn.code, message: notSignedIn.message, signIn: ["token"] }),
+  );
+}
+
+const maxBody = 4096;
+
+/** Reads a small request body; undefined when it is larger than `maxBody`. */
+function readBody(req: IncomingMessage): Promise<string | undefined> {
+  return new Promise((resolve, reject) => {
+    let size = 0;
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size <= maxBody) chunks.push(c);
+    });
+    req.on("end", () =>
+      resolve(size > maxBody ? undefined : Buffer.concat(chunks).toString("utf8")),
+    );
+    req.on("error", reject);
+  });
+}
+
+/** The sign-in token of a JSON or form body; a string saying what is wrong otherwise. */
+function tokenOf(contentType: string, body: string): { token: string } | { problem: string } {
+  const type = contentType.split(";")[0]!.trim().toLowerCase();
+  let token: unknown;
+  if (type === "application/json") {
+    try {
+      token = (JSON.parse(body) as { token?: unknown } | null)?.token;
+    } catch {
+      return { problem: "the body is not JSON" };
+    }
+  } else if (type === "application/x-www-form-urlencoded") {
+    token = new URLSearchParams(body).get("token");
+  } else {
+    return { problem: `send application/json or a form, not ${JSON.stringify(type)}` };
+  }
+  if (typeof token !== "string" || token.trim() === "")
+    return { problem: 'the body has no "token"' };
+  return { token: token.trim() };
+}
+
+/** The /auth/ routes and the session checks over `options.sessions`. */
+export function createAuth(options: AuthOptions): Auth {
+  const { sessions, cookieName } = options;
+  const cookieOf = (req: IncomingMessage): string | undefined => {
+    for (const part of (req.headers.cookie ?? "").split(";")) {
+      const eq = part.indexOf("=");
+      if (eq > 0 && part.slice(0, eq).trim() === cookieName) return part.slice(eq + 1).trim();
+    }
+    return undefined;
+  };
+  const cookieAttributes = `Path=/; HttpOnly; SameSite=Strict${options.secureCookies ? "; Secure" : ""}`;
+  const sessionJson = (s: Session) =>
+    JSON.stringify({
+      person: s.person,
+      csrfToken: s.csrfToken,
+      expiresAt: new Date(sessions.expiresAt(s)).toISOString(),
+    });
+  const reply = (res: ServerResponse, status: number, body?: string) => {
+    res.setHeader("Cache-Control", "no-store");
+    if (body !== undefined) res.setHeader("Content-Type", "application/json");
+    res.writeHead(status);
+    res.end(body);
+  };
+  const sessionOf = (req: IncomingMessage) => {
+    const value = cookieOf(req);
+    return value === undefined ? undefined : sessions.lookup(value);
+  };
+  const checkCsrf = (req: IncomingMessage, session: Session): Refusal | undefined => {
+    const presented = req.headers[csrfHeader];
+    if (typeof presented === "string" && secretMatches(presented, session.csrfToken))
+      return undefined;
+    return {
+      status: 403,
+      code: "permission_denied",
+      message:
+        `dashboard: a ${req.method} needs this session's CSRF token in the ${csrfHeader} ` +
+        `header (GET /auth/session gives it); it was ${presented === undefined ? "missing" : "wrong"}`,
+    };
+  };
+
+  const signInWithToken = async (req: IncomingMessage, res: ServerResponse) => {
+    const body = await readBody(req);
+    const from = req.socket.remoteAddress ?? "unknown";
+    if (body === undefined) {
+      writeRefusal(res, {
+        status: 413,
+        code: "invalid_argument",
+        message: `dashboard: a sign-in body is at most ${maxBody} bytes`,
+      });
+      return;
+    }
+    const parsed = tokenOf(req.headers["content-type"] ?? "", body);
+    if ("problem" in parsed) {
+      options.log(`forelead dashboard: refused a token sign-in from ${from}: ${parsed.problem}`);
+      writeRefusal(res, {
+        status: 400,
+        code: "invalid_argument",
+        message: `dashboard: ${parsed.problem}; post {"token": "<the sign-in token>"}`,
+      });
+      return;
+    }
+    if (!(await options.signInToken.redeem(parsed.token))) {
+      options.log(
+        `forelead dashboard: refused a token sign-in from ${from}: the token is wrong or ` +
+          `already used`,
+      );
+      writeRefusal(res, {
+        status: 401,
+        code: "unauthenticated",
+        message:
+          "dashboard: that sign-in token is wrong or already used; the current one is in the " +
+          "dashboard's token file (forelead dashboard printed its path where it was started)",
+      });
+      return;
+    }
+    const { cookieValue, session } = sessions.createSession(options.operator);
+    options.log(`forelead dashboard: ${session.person.id} signed in from ${from} (sign-in token)`);
+    res.setHeader("Set-Cookie", `${cookieName}=${cookieValue}; ${cookieAttributes}`);
+    reply(res, 200, sessionJson(session));
+  };
+
+  const signOut = (req: IncomingMessage, res: ServerResponse) => {
+    const value = cookieOf(req);
+    const session = value === undefined ? undefined : sessions.lookup(value);
+    if (!session || value === undefined) {
+      refuseNotSignedIn(res);
+      return;
+    }
+    const refusal = checkCsrf(req, session);
+    if (refusal) {
+      writeRefusal(res, refusal);
+      return;
+    }
+    sessions.end(value);
+    res.setHeader("Set-Cookie", `${cookieName}=; Max-Age=0; ${cookieAttributes}`);
+    reply(res, 204);
+  };
+
+  const routes: Record<
+    string,
+    { method: string; run(req: IncomingMessage, res: ServerResponse): void }
+  > = {
+    "/auth/session": {
+      method: "GET",
+      run(req, res) {
+        const session = sessionOf(req);
+        if (session) reply(res, 200, sessionJson(session));
+        else refuseNotSignedIn(res);
+      },
+    },
+    "/auth/sign-in/token": {
+      method: "POST",
+      run(req, res) {
+        signInWithToken(req, res).catch((err: unknown) => {
+          options.log(`forelead dashboard: a token sign-in failed: ${String(err)}`);
+          if (!res.headersSent)
+            writeRefusal(res, {
+              status: 500,
+              code: "internal",
+              message: "dashboard: the sign-in failed on the dashboard's side; see its log",
+            });
+        });
+      },
+    },
+    "/auth/sign-out": { method: "POST", run: signOut },
+  };
+
+  return {
+    handle(req, res, path) {
+      const route = routes[path];
+      if (!route) {
+        writeRefusal(res, {
+          status: 404,
+          code: "not_found",
+          message: `dashboard: no ${path}; see GET /auth/session, POST /auth/sign-in/token, POST /auth/sign-out`,
+        });
+        return;
+      }
+      if (req.method !== route.method) {
+        res.setHeader("Allow", route.method);
+        writeRefusal(res, {
+          status: 405,
+          code: "unimplemented",
+          message: `dashboard: ${path} takes ${route.method}, not ${req.method}`,
+        });
+        return;
+      }
+      route.run(req, res);
+    },
+    sessionOf,
+    checkCsrf,
+  };
+}

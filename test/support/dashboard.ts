@@ -1,0 +1,138 @@
+// Dashboards in tests, and signing in to them: a dashboard started with its one-time sign-in
+// token in a file of the test's own and its log lines kept; sign-in over plain HTTP(S) (a cookie
+// and the CSRF token, for scripted clients) and in a browser page (the sign-in form, as a person
+// does it). Every dashboard test signs in through these.
+import { randomBytes } from "node:crypto";
+import { mkdirSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { request as httpRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
+import { checkServerIdentity } from "node:tls";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Page } from "puppeteer-core";
+import {
+  startDashboard,
+  type Dashboard,
+  type DashboardOptions,
+} from "../../src/dashboard/server/server.js";
+
+/** A dashboard started by a test, with the lines it logged. */
+export interface TestDashboard extends Dashboard {
+  readonly log: string[];
+}
+
+/** Where tests' token files go: a folder of this test process's own. */
+const tokenDir = join(tmpdir(), `forelead-dashboard-tokens-${process.pid}`);
+
+/** A fresh token file path (the dashboard writes it, 0600). */
+export function testSignInTokenFile(): string {
+  mkdirSync(tokenDir, { recursive: true, mode: 0o700 });
+  return join(tokenDir, `${randomBytes(6).toString("hex")}.token`);
+}
+
+/**
+ * startDashboard with the token in a file of the test's own (unless `signInTokenFile` is given)
+ * and its log lines kept in `log`.
+ */
+export async function startTestDashboard(options: DashboardOptions): Promise<TestDashboard> {
+  const log: string[] = [];
+  const dashboard = await startDashboard({
+    signInTokenFile: testSignInTokenFile(),
+    log: (line) => void log.push(line),
+    ...options,
+  });
+  return Object.assign(dashboard, { log });
+}
+
+/** The current one-time sign-in token of `dashboard`, read from its file as the operator would. */
+export async function readSignInToken(dashboard: Pick<Dashboard, "signInTokenFile">) {
+  return (await readFile(dashboard.signInTokenFile, "utf8")).trim();
+}
+
+/** A reply to {@link call}. */
+export interface Reply {
+  readonly status: number;
+  readonly headers: Record<string, string | string[] | undefined>;
+  readonly text: string;
+}
+
+/**
+ * One HTTP/1.1 request (HTTPS for an https:// `url`, trusting `ca`) with exactly `headers` (Host
+ * included when given; the server's certificate is still checked against `url`'s host).
+ */
+export function call(
+  url: string,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string,
+  ca?: string,
+): Promise<Reply> {
+  const target = new URL(path, url);
+  const request = target.protocol === "https:" ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const req = request(
+      target,
+      {
+        method,
+        headers,
+        setHost: headers.host === undefined,
+        ca,
+        checkServerIdentity: (_, cert) => checkServerIdentity(target.hostname, cert),
+      },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (text += c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text }));
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+/** A session as a scripted client holds it: the Cookie header and the CSRF header. */
+export type SessionHeaders = Readonly<Record<"cookie" | "x-forelead-csrf", string>>;
+
+/**
+ * Signs in to `dashboard` with the token from its file, as a script would (POST
+ * /auth/sign-in/token from the dashboard's own origin); the headers of the session it gets.
+ */
+export async function signInOverHttp(
+  dashboard: Pick<Dashboard, "url" | "signInTokenFile">,
+  ca?: string,
+): Promise<SessionHeaders> {
+  const reply = await call(
+    dashboard.url,
+    "POST",
+    "/auth/sign-in/token",
+    { "content-type": "application/json", origin: dashboard.url },
+    JSON.stringify({ token: await readSignInToken(dashboard) }),
+    ca,
+  );
+  if (reply.status !== 200) throw new Error(`sign-in refused: ${reply.status} ${reply.text}`);
+  const setCookie = String(reply.headers["set-cookie"] ?? "");
+  return {
+    cookie: setCookie.split(";")[0]!,
+    "x-forelead-csrf": (JSON.parse(reply.text) as { csrfToken: string }).csrfToken,
+  };
+}
+
+/**
+ * Opens `dashboard` in `page` and signs in with the token from its file through the sign-in page,
+ * unless the browser has a session there already (pages of one browser share cookies); returns
+ * when the signed-in shell shows.
+ */
+export async function signInPage(
+  page: Page,
+  dashboard: Pick<Dashboard, "url" | "signInTokenFile">,
+): Promise<void> {
+  await page.goto(`${dashboard.url}/`, { waitUntil: "domcontentloaded" });
+  await page.waitForSelector("#sign-in-token, button.sign-out");
+  if (await page.$("button.sign-out")) return;
+  await page.type("#sign-in-token", await readSignInToken(dashboard));
+  await page.click(".sign-in button[type=submit]");
+  await page.waitForSelector("button.sign-out");
+}
