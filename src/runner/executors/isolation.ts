@@ -36,7 +36,13 @@ export interface IsolationReport {
   /** --job-network private: its own namespace reaching the outside world through NAT. */
   readonly networkPrivate: IsolationFeature;
   /** The programs the executor runs, by absolute path, where found. */
-  readonly tools: Readonly<{ unshare?: string; perl?: string; ip?: string; iptables?: string }>;
+  readonly tools: Readonly<{
+    unshare?: string;
+    nsenter?: string;
+    perl?: string;
+    ip?: string;
+    iptables?: string;
+  }>;
   /** The cgroup v2 directory job cgroups are made in, when cgroup is available. */
   readonly cgroupParent?: string;
 }
@@ -147,7 +153,7 @@ async function probeNetwork(
     return { none: why, private: why };
   }
   if (!ip) {
-    const why = missing("ip (iproute2) is not installed");
+    const why = missing("ip (iproute2) or nsenter (util-linux) is not installed");
     return { none: why, private: why };
   }
   const name = `flprobe${process.pid}`;
@@ -190,13 +196,13 @@ async function probeNetwork(
 /** Tries every feature on this host (a few short commands; as root only). */
 export async function probeIsolation(): Promise<IsolationReport> {
   const root = process.getuid?.() === 0;
-  const [unshare, perl, ip, iptables] = await Promise.all(
-    ["unshare", "perl", "ip", "iptables"].map(which),
+  const [unshare, nsenter, perl, ip, iptables] = await Promise.all(
+    ["unshare", "nsenter", "perl", "ip", "iptables"].map(which),
   );
   const [pidNamespace, cgroup, network] = await Promise.all([
     probePidNamespace(root, unshare, perl),
     probeCgroup(root),
-    probeNetwork(root, ip, iptables),
+    probeNetwork(root, nsenter && ip, iptables),
   ]);
   return {
     jobUsers: root ? present("a uid of its own per job") : missing("the runner is not root"),
@@ -204,13 +210,16 @@ export async function probeIsolation(): Promise<IsolationReport> {
     cgroup: cgroup.feature,
     networkNone: network.none,
     networkPrivate: network.private,
-    tools: { unshare, perl, ip, iptables },
+    tools: { unshare, nsenter, perl, ip, iptables },
     cgroupParent: cgroup.parent,
   };
 }
 
 /** Why `network` cannot be had here, or undefined when it can. */
-export function networkUnavailable(report: IsolationReport, network: JobNetwork): string | undefined {
+export function networkUnavailable(
+  report: IsolationReport,
+  network: JobNetwork,
+): string | undefined {
   if (network === "host") return undefined;
   const feature = network === "none" ? report.networkNone : report.networkPrivate;
   return feature.available ? undefined : feature.detail;

@@ -67,7 +67,18 @@ async function ensureNatRules(iptables: string): Promise<void> {
   const rules: string[][] = [
     // Nothing on the host answers a job: no local address (loopback or another interface's).
     ["filter", "INPUT", "-i", jobs, "-j", "DROP"],
-    ["filter", "FORWARD", "-o", jobs, "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"],
+    [
+      "filter",
+      "FORWARD",
+      "-o",
+      jobs,
+      "-m",
+      "conntrack",
+      "--ctstate",
+      "RELATED,ESTABLISHED",
+      "-j",
+      "ACCEPT",
+    ],
     ["filter", "FORWARD", "-i", jobs, "-j", "ACCEPT"],
     // Link-local (cloud metadata endpoints) and other jobs are not the outside world.
     ["filter", "FORWARD", "-i", jobs, "-d", "169.254.0.0/16", "-j", "DROP"],
@@ -115,9 +126,19 @@ async function createNetns(
       if (network === "private") {
         const veth = `${vethPrefix}${index}`;
         const base = index * 4;
-        const at = (n: number) =>
-          `${privateSubnet.prefix}.${(base + n) >> 8}.${(base + n) & 255}`;
-        await run(ip, ["link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns]);
+        const at = (n: number) => `${privateSubnet.prefix}.${(base + n) >> 8}.${(base + n) & 255}`;
+        await run(ip, [
+          "link",
+          "add",
+          veth,
+          "type",
+          "veth",
+          "peer",
+          "name",
+          "eth0",
+          "netns",
+          netns,
+        ]);
         // No IPv6 on the host's end: a link-local address there would answer the job.
         await writeFile(`/proc/sys/net/ipv6/conf/${veth}/disable_ipv6`, "1").catch(() => {});
         await run(ip, ["addr", "add", `${at(1)}/30`, "dev", veth]);
@@ -140,7 +161,7 @@ export async function createJobSandbox(
   uid: number,
   network: JobNetwork,
 ): Promise<JobSandbox> {
-  const { unshare, perl, ip, iptables } = report.tools;
+  const { unshare, nsenter, perl, ip, iptables } = report.tools;
   if (!report.pidNamespace.available || !unshare || !perl)
     throw new Error(`no PID namespace here: ${report.pidNamespace.detail}`);
   let cgroup: string | undefined;
@@ -151,7 +172,7 @@ export async function createJobSandbox(
   let netns: { netns: string; remove: () => Promise<void> } | undefined;
   try {
     if (network !== "host") {
-      if (!ip) throw new Error("ip (iproute2) is not installed");
+      if (!ip || !nsenter) throw new Error("ip (iproute2) or nsenter is not installed");
       if (network === "private") {
         if (!iptables) throw new Error("iptables is not installed");
         await (natRules ??= ensureNatRules(iptables).catch((err: unknown) => {
@@ -172,12 +193,13 @@ export async function createJobSandbox(
     kill,
     command(argv) {
       const namespaced = [
+        // Into the job's network namespace first (unshare --net=<file> would make a new one).
+        ...(netns ? [nsenter!, `--net=/run/netns/${netns.netns}`, "--"] : []),
         unshare,
         "--pid",
         "--fork",
         "--kill-child",
         "--mount-proc",
-        ...(netns ? [`--net=/run/netns/${netns.netns}`] : []),
         `--setgid=${uid}`,
         `--setuid=${uid}`,
         "--",

@@ -24,7 +24,10 @@ export const executors = {
   docker: (owner: ExecutorOwner) => createDockerExecutor(owner),
   process: (_owner: ExecutorOwner, settings: ExecutorSettings = {}) =>
     createProcessExecutor({ network: settings.jobNetwork, log: settings.log }),
-} as const satisfies Record<string, (owner: ExecutorOwner, settings?: ExecutorSettings) => Executor>;
+} as const satisfies Record<
+  string,
+  (owner: ExecutorOwner, settings?: ExecutorSettings) => Executor
+>;
 
 /** The name of an executor: docker, process. */
 export type ExecutorKind = keyof typeof executors;
