@@ -143,7 +143,7 @@ export interface TestRunnerOptions {
   readonly suspends?: boolean;
   /** The agent's work directory; a fresh temporary one, removed at close, when absent. */
   readonly workDir?: string;
-  /** The process executor's --job-network; its default (private) when absent. */
+  /** The process executor's --job-network; its default (private) when absent, as root. */
   readonly jobNetwork?: JobNetwork;
 }
 
@@ -184,7 +184,11 @@ export async function startTestRunner(
   const executor =
     options.executor === "docker"
       ? createDockerExecutor({ runnerId: options.runnerId, workspaceId: options.workspaceId })
-      : createProcessExecutor({ network: options.jobNetwork, log: say });
+      : createProcessExecutor({
+          // Not root: no namespaces to be had, so the host's network, as an operator would ask.
+          network: options.jobNetwork ?? (process.getuid?.() === 0 ? undefined : "host"),
+          log: say,
+        });
   const recorded = recordingOutput();
   const agent = await startRunnerAgent({
     client,

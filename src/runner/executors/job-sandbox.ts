@@ -140,7 +140,11 @@ async function createNetns(
           netns,
         ]);
         // No IPv6 on the host's end: a link-local address there would answer the job.
-        await writeFile(`/proc/sys/net/ipv6/conf/${veth}/disable_ipv6`, "1").catch(() => {});
+        await writeFile(`/proc/sys/net/ipv6/conf/${veth}/disable_ipv6`, "1").catch(
+          (err: NodeJS.ErrnoException) => {
+            if (err.code !== "ENOENT") throw err; // ENOENT: no IPv6 in this kernel
+          },
+        );
         await run(ip, ["addr", "add", `${at(1)}/30`, "dev", veth]);
         await run(ip, ["link", "set", veth, "up"]);
         await run(ip, ["-n", netns, "addr", "add", `${at(2)}/30`, "dev", "eth0"]);

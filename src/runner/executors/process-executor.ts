@@ -1,6 +1,6 @@
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { randomInt } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { killUid, processStartTicks, processUid } from "./proc.js";
 import { chmod, chown, lchown, mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
@@ -178,7 +178,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       // after a crash. Synchronously, before anything is awaited: the exit listener below must be
       // attached at once, and the record must exist before the job gets far.
       const pidFile = `${jobDir}.pid`;
-      recordPid(pidFile, child.pid, request.jobId);
+      recordPid(pidFile, child.pid, request.jobId, sandbox ? uid : undefined);
       const killGroup = (signal: NodeJS.Signals) => {
         if (child.pid === undefined) return;
         try {
@@ -284,11 +284,19 @@ async function recoverLeftovers(
       pid?: number;
       startTicks?: string;
       jobId?: string;
+      sandboxUid?: number;
     };
     if (!record.pid || !record.startTicks || processStartTicks(record.pid) !== record.startTicks)
       continue;
     const uid = processUid(record.pid);
-    if (uid === undefined || !ownUid(uid)) continue;
+    if (uid === undefined) continue;
+    // A sandboxed job's recorded process is its unshare, run as root and dropping to the job's uid.
+    const sandboxed =
+      uid === 0 &&
+      record.sandboxUid !== undefined &&
+      ownUid(record.sandboxUid) &&
+      isSandboxOf(record.pid, record.sandboxUid);
+    if (!sandboxed && !ownUid(uid)) continue;
     try {
       process.kill(-record.pid, "SIGKILL");
       stopped.push(`process group ${record.pid} of job ${record.jobId ?? "?"}`);
@@ -299,15 +307,30 @@ async function recoverLeftovers(
   return stopped;
 }
 
+/** Whether `pid` is an unshare that runs a job as `uid` (job-sandbox.ts). */
+function isSandboxOf(pid: number, uid: number): boolean {
+  try {
+    const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    return /\/unshare$/.test(argv[0] ?? "") && argv.includes(`--setuid=${uid}`);
+  } catch {
+    return false;
+  }
+}
+
 /**
- * Writes `{pid, startTicks, jobId}` to `file`; nothing off Linux (no start time: a reused pid could
- * not be told apart).
+ * Writes `{pid, startTicks, jobId, sandboxUid}` to `file`; nothing off Linux (no start time: a
+ * reused pid could not be told apart).
  */
-function recordPid(file: string, pid: number | undefined, jobId: string): void {
+function recordPid(
+  file: string,
+  pid: number | undefined,
+  jobId: string,
+  sandboxUid: number | undefined,
+): void {
   if (pid === undefined) return;
   try {
     const startTicks = processStartTicks(pid);
-    if (startTicks) writeFileSync(file, JSON.stringify({ pid, startTicks, jobId }));
+    if (startTicks) writeFileSync(file, JSON.stringify({ pid, startTicks, jobId, sandboxUid }));
   } catch {
     // The job already ended (no /proc entry): nothing to recover later.
   }
