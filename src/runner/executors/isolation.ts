@@ -17,7 +17,7 @@ export const jobNetworks = ["private", "none", "host"] as const;
 export type JobNetwork = (typeof jobNetworks)[number];
 
 /** One isolation feature: whether this host gives it, and why not when it does not. */
-export interface IsolationFeature {
+interface IsolationFeature {
   readonly available: boolean;
   /** What was found: the reason it is missing, or what is used. */
   readonly detail: string;

@@ -41,7 +41,7 @@ exit $s >> 8;
 `;
 
 /** The command a sandboxed job runs as: a program and its arguments. */
-export interface SandboxCommand {
+interface SandboxCommand {
   readonly file: string;
   readonly args: string[];
 }
