@@ -1,5 +1,7 @@
 import "reflect-metadata";
 import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { basename, join } from "node:path";
 import { createServer, type Server } from "node:net";
 import { networkInterfaces } from "node:os";
 import { promisify } from "node:util";
@@ -104,6 +106,38 @@ describe.runIf(isRoot)(`a job sees only its own processes (${databaseKind})`, ()
     await settled(neighbour);
   });
 });
+
+describe.runIf(isRoot)(`a job's cgroup and runner --check (${databaseKind})`, () => {
+  let runner: TestRunner;
+  beforeAll(async () => {
+    runner = await startTestRunner(cp, { runnerId: "iso2", workspaceId: ws, executor: "process" });
+  });
+  afterAll(() => runner?.close());
+
+  it("a job runs in a cgroup of its own, removed when it ends", async () => {
+    expect(report.cgroup.available, report.cgroup.detail).toBe(true);
+    const { job, lines } = await settled(await enqueue("grep '^0::' /proc/self/cgroup"));
+    expect(job.state).toBe("succeeded");
+    const path = lines.find((l) => l.startsWith("0::"))?.slice(3);
+    expect(path, lines.join("\n")).toMatch(/\/forelead-job-[0-9a-f]+$/);
+    expect(existsSync(join(report.cgroupParent!, basename(path!)))).toBe(false);
+  });
+
+  it("forelead runner --check says what this host isolates jobs with", async () => {
+    const { stdout } = await run(process.execPath, ["bin/forelead.js", "runner", "--check"]);
+    for (const feature of [
+      "per-job uid",
+      "PID namespace + /proc",
+      "cgroup (cgroup.kill)",
+      "--job-network none",
+      "--job-network private",
+    ])
+      expect(stdout).toMatch(new RegExp(`${escape(feature)} +available: `));
+  });
+});
+
+/** `text` as a literal in a RegExp. */
+const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 
 describe.runIf(isRoot)(`--job-network private and none (${databaseKind})`, () => {
   const outsideNs = `fltest-out-${process.pid}`;

@@ -56,6 +56,9 @@ const uidSpan = 1_000_000;
  * removed when the job has ended. The runner's input/ (job-dir.ts) stays the
  * runner's, read-only to a job run as a user of its own, and the job's
  * directory is sticky so the job cannot replace it (docs/job-contract.md).
+ * As root, where the host allows (isolation.ts), each job also runs in a
+ * sandbox of its own (job-sandbox.ts): a PID namespace with its own /proc, a
+ * cgroup, and the network of `network`.
  * The image is not used; CPU and memory are checked against the machine but
  * not enforced.
  */
