@@ -78,7 +78,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
           throw new Error(
             `--job-network ${network} cannot be had: the runner is not root (network ` +
               `namespaces need it); pass --job-network host to run jobs on this host's network, ` +
-              `loopback included (docs/operations.md, "Isolation")`,
+              `loopback included (docs/operations.md, "What a job is isolated from")`,
           );
         options.log?.("jobs run as this user, on the host's network, seeing every process");
         return;
@@ -88,8 +88,9 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       if (why || (network !== "host" && !isolation.pidNamespace.available))
         throw new Error(
           `--job-network ${network} cannot be had here: ${why ?? isolation.pidNamespace.detail}; ` +
-            `pass --job-network host (or none) to run jobs anyway, and see ` +
-            `\`forelead runner --check\` and docs/operations.md, "Isolation"`,
+            `fix that, or pass --job-network host to run jobs on this host's network, loopback ` +
+            `included (\`forelead runner --check\` and docs/operations.md, "What a job is ` +
+            `isolated from")`,
         );
       options.log?.(
         `jobs run as uids of their own` +
@@ -103,7 +104,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       );
     },
     // A pid record is acted on only for a process running as a uid this runner hands out (or its
-    // own, when jobs run as the runner's user): a planted record cannot aim the kill elsewhere.
+    // own, when jobs run as the runner's user), or for a sandbox's unshare dropping to such a uid:
+    // a planted record cannot aim the kill elsewhere.
     recover: (jobsDir) =>
       recoverLeftovers(jobsDir, (uid) =>
         isolate ? uid >= uidBase && uid < uidBase + uidSpan : uid === process.getuid?.(),
