@@ -2,7 +2,8 @@
 // with its own /proc (util-linux unshare, as root), a cgroup v2 directory per job whose
 // cgroup.kill ends everything in it, and a network namespace per job (iproute2; NAT through
 // iptables for the private mode). `forelead runner --check` prints the report; the executor uses
-// what is available and refuses a network mode that is not (docs/operations.md, "What a job is isolated from").
+// what is available and refuses a network mode that is not (docs/operations.md, "What a job is
+// isolated from").
 import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { access, constants, mkdir, readFile, rmdir } from "node:fs/promises";
