@@ -1,6 +1,6 @@
 import "reflect-metadata";
 import { spawn, type ChildProcess } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDockerClient } from "../../src/runner/executors/docker-api.js";
 import { containerName } from "../../src/runner/executors/names.js";
 import { killUid, processesOf } from "../../src/runner/executors/proc.js";
+import { probeIsolation } from "../../src/runner/executors/isolation.js";
 import { adminActor, eventually } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
@@ -214,8 +215,14 @@ describe.each(executors)(
         const ws = `res${++n}`;
         const marker = join(scratch, `leftover-${n}`);
         const first = await spawnRunner(`crashes${n}-${tag}`, ws, executor);
+        // As root the job also says which cgroup it runs in (its sandbox, job-sandbox.ts).
+        const cgroupFile = `${marker}-cgroup`;
         const jobId = await enqueue(ws, executor, {
-          argv: startedJob(executor, marker, "sleep 60"),
+          argv: startedJob(
+            executor,
+            marker,
+            isRoot ? `grep '^0::' /proc/self/cgroup > ${cgroupFile}; sleep 60` : "sleep 60",
+          ),
         });
         await waitStarted(executor, jobId, marker);
         first.child.kill("SIGKILL");
@@ -237,6 +244,15 @@ describe.each(executors)(
           await eventually("the leftover job's processes to be gone", async () =>
             groupAlive(marker) ? undefined : true,
           );
+          if (isRoot) {
+            // ... and the cgroup its sandbox made is removed.
+            const { cgroupParent } = await probeIsolation();
+            const cgroup = join(cgroupParent!, basename(readFileSync(cgroupFile, "utf8").trim()));
+            expect(cgroup).toMatch(/forelead-job-[0-9a-f]+$/);
+            await eventually("the leftover job's cgroup to be gone", async () =>
+              existsSync(cgroup) ? undefined : true,
+            );
+          }
         } finally {
           again.child.kill("SIGTERM");
           await again.exited;

@@ -48,12 +48,50 @@ interface SandboxCommand {
 
 /** One job's sandbox: made before it starts, ended and removed after. */
 export interface JobSandbox {
+  /** What it made, as recoverSandbox() takes it after a crash. */
+  readonly made: SandboxParts;
   /** The job's argv wrapped to enter the sandbox (spawned as root; the job runs as `uid`). */
   command(argv: readonly string[]): SandboxCommand;
   /** Kills every process in the job's cgroup (nothing when there is none). */
   kill(): Promise<void>;
   /** Removes the cgroup and the network namespace; after kill(). */
   remove(): Promise<void>;
+}
+
+/** The cgroup directory and network namespace a sandbox made, where it made them. */
+export interface SandboxParts {
+  readonly cgroup?: string;
+  readonly netns?: string;
+}
+
+/**
+ * Removes what a sandbox of an earlier life of this runner left (its processes were killed, or
+ * ended): its cgroup (after cgroup.kill), and its network namespace once nothing runs in it. Only
+ * names this module makes are acted on.
+ */
+export async function recoverSandbox(report: IsolationReport, parts: SandboxParts): Promise<void> {
+  const { cgroup, netns } = parts;
+  if (
+    cgroup &&
+    report.cgroupParent &&
+    cgroup.startsWith(report.cgroupParent) &&
+    /^\/?forelead-job-[0-9a-f]+$/.test(cgroup.slice(report.cgroupParent.length))
+  ) {
+    await writeFile(join(cgroup, "cgroup.kill"), "1").catch(() => {});
+    for (let round = 0; round < 50; round++) {
+      const gone = await rmdir(cgroup).then(
+        () => true,
+        (err: NodeJS.ErrnoException) => err.code === "ENOENT",
+      );
+      if (gone) break;
+      await sleep(20);
+    }
+  }
+  const ip = report.tools.ip;
+  if (netns && ip && /^forelead-\d+$/.test(netns)) {
+    const { stdout } = await run(ip, ["netns", "pids", netns]).catch(() => ({ stdout: "x" }));
+    if (stdout.trim() === "") await run(ip, ["netns", "del", netns]).catch(() => {});
+  }
 }
 
 /** Host-wide iptables rules for private job networks, added once per process (idempotent). */
@@ -194,6 +232,7 @@ export async function createJobSandbox(
     if (cgroup) await writeFile(join(cgroup, "cgroup.kill"), "1").catch(() => {});
   };
   return {
+    made: { cgroup, netns: netns?.netns },
     kill,
     command(argv) {
       const namespaced = [

@@ -21,7 +21,12 @@ import {
   type IsolationReport,
   type JobNetwork,
 } from "./isolation.js";
-import { createJobSandbox, type JobSandbox } from "./job-sandbox.js";
+import {
+  createJobSandbox,
+  recoverSandbox,
+  type JobSandbox,
+  type SandboxParts,
+} from "./job-sandbox.js";
 
 /** The PATH a process job gets unless its spec sets one. */
 const minimalPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -107,8 +112,10 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
     // own, when jobs run as the runner's user), or for a sandbox's unshare dropping to such a uid:
     // a planted record cannot aim the kill elsewhere.
     recover: (jobsDir) =>
-      recoverLeftovers(jobsDir, (uid) =>
-        isolate ? uid >= uidBase && uid < uidBase + uidSpan : uid === process.getuid?.(),
+      recoverLeftovers(
+        jobsDir,
+        (uid) => (isolate ? uid >= uidBase && uid < uidBase + uidSpan : uid === process.getuid?.()),
+        isolation,
       ),
     incompatibility: (spec, capacity) => commonIncompatibility(spec, capacity),
     reportsInventory: false,
@@ -183,7 +190,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       // after a crash. Synchronously, before anything is awaited: the exit listener below must be
       // attached at once, and the record must exist before the job gets far.
       const pidFile = `${jobDir}.pid`;
-      recordPid(pidFile, child.pid, request.jobId, sandbox ? uid : undefined);
+      recordPid(pidFile, child.pid, request.jobId, sandbox && { uid: uid!, ...sandbox.made });
       const killGroup = (signal: NodeJS.Signals) => {
         if (child.pid === undefined) return;
         try {
@@ -281,26 +288,31 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
 async function recoverLeftovers(
   jobsDir: string,
   ownUid: (uid: number) => boolean,
+  isolation: IsolationReport | undefined,
 ): Promise<string[]> {
   const names = await readdir(jobsDir).catch(() => [] as string[]);
   const stopped: string[] = [];
+  const sandboxes: SandboxParts[] = [];
   for (const name of names.filter((n) => n.endsWith(".pid"))) {
     const record = JSON.parse(await readFile(join(jobsDir, name), "utf8").catch(() => "{}")) as {
       pid?: number;
       startTicks?: string;
       jobId?: string;
-      sandboxUid?: number;
+      sandbox?: SandboxRecord;
     };
+    // Its cgroup and network namespace, whether or not its processes still run.
+    if (record.sandbox) sandboxes.push(record.sandbox);
     if (!record.pid || !record.startTicks || processStartTicks(record.pid) !== record.startTicks)
       continue;
     const uid = processUid(record.pid);
     if (uid === undefined) continue;
     // A sandboxed job's recorded process is its unshare, run as root and dropping to the job's uid.
+    const sandboxUid = record.sandbox?.uid;
     const sandboxed =
       uid === 0 &&
-      record.sandboxUid !== undefined &&
-      ownUid(record.sandboxUid) &&
-      isSandboxOf(record.pid, record.sandboxUid);
+      sandboxUid !== undefined &&
+      ownUid(sandboxUid) &&
+      isSandboxOf(record.pid, sandboxUid);
     if (!sandboxed && !ownUid(uid)) continue;
     try {
       process.kill(-record.pid, "SIGKILL");
@@ -309,6 +321,8 @@ async function recoverLeftovers(
       // gone meanwhile
     }
   }
+  // After the kills: a network namespace is removed only once nothing runs in it.
+  if (isolation) for (const parts of sandboxes) await recoverSandbox(isolation, parts);
   return stopped;
 }
 
@@ -322,20 +336,25 @@ function isSandboxOf(pid: number, uid: number): boolean {
   }
 }
 
+/** A sandboxed job's uid and what its sandbox made, in its pid record. */
+interface SandboxRecord extends SandboxParts {
+  readonly uid: number;
+}
+
 /**
- * Writes `{pid, startTicks, jobId, sandboxUid}` to `file`; nothing off Linux (no start time: a
- * reused pid could not be told apart).
+ * Writes `{pid, startTicks, jobId, sandbox}` to `file`; nothing off Linux (no start time: a reused
+ * pid could not be told apart).
  */
 function recordPid(
   file: string,
   pid: number | undefined,
   jobId: string,
-  sandboxUid: number | undefined,
+  sandbox: SandboxRecord | undefined,
 ): void {
   if (pid === undefined) return;
   try {
     const startTicks = processStartTicks(pid);
-    if (startTicks) writeFileSync(file, JSON.stringify({ pid, startTicks, jobId, sandboxUid }));
+    if (startTicks) writeFileSync(file, JSON.stringify({ pid, startTicks, jobId, sandbox }));
   } catch {
     // The job already ended (no /proc entry): nothing to recover later.
   }
