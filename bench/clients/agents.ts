@@ -44,7 +44,8 @@ async function run(m: Message): Promise<Message> {
           void (warnings.length < 5 && warnings.push(`${spec.runnerId}: ${message}`));
         return startRunnerAgent({
           client,
-          executor: createProcessExecutor(),
+          // The control plane is measured, not job sandboxes: no network namespace per job.
+          executor: createProcessExecutor({ network: "host" }),
           output: createControlPlaneOutput(client, { warn }),
           slots: 1,
           labels: ["linux"],

@@ -18,6 +18,12 @@ import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
 import { createRestTransport } from "../runner/transport/rest-transport.js";
 import { lockDirectory } from "../store/data-dir-lock.js";
 import { integerIn, pathOption } from "./options.js";
+import {
+  describeIsolation,
+  jobNetworks,
+  probeIsolation,
+  type JobNetwork,
+} from "../runner/executors/isolation.js";
 
 interface RunnerFlags {
   server: string;
@@ -34,6 +40,8 @@ interface RunnerFlags {
   stateDir?: string;
   once?: boolean;
   idleExit?: number;
+  jobNetwork?: JobNetwork;
+  check?: boolean;
 }
 
 /**
@@ -133,6 +141,20 @@ export function runnerCommand(): Command {
           .default(5000)
           .argParser(integerIn("--sample-interval-ms", 0, 3_600_000)),
       )
+      .addOption(
+        new Option(
+          "--job-network <mode>",
+          "process executor: each job's network: private (default; its own namespace with NAT " +
+            "to the outside, no host address), none (loopback only) or host (the host's own, " +
+            "loopback services included: docs/operations.md); a mode the host cannot give " +
+            "stops the runner",
+        ).choices(jobNetworks),
+      )
+      .option(
+        "--check",
+        "print what this host isolates process-executor jobs with (available or not, and " +
+          "why) and exit",
+      )
       .option(
         "--force",
         "on SIGTERM, stop running jobs and release their leases at once instead of draining",
@@ -149,6 +171,16 @@ export function runnerCommand(): Command {
         ).argParser(durationFlag("--idle-exit")),
       )
       .action(async (flags: RunnerFlags) => {
+        if (flags.check) {
+          for (const line of describeIsolation(await probeIsolation()))
+            console.log(`forelead runner: ${line}`);
+          return;
+        }
+        if (flags.jobNetwork && flags.executor !== "process")
+          throw new Error(
+            `--job-network is for the process executor; the ${flags.executor} executor gives ` +
+              "each job a network of its own",
+          );
         if (!flags.server || !flags.ca)
           throw new Error(
             "--server and --ca are required: the control plane's URL and the CA bundle that signed its certificate",
@@ -171,7 +203,10 @@ export function runnerCommand(): Command {
           protocol.reconnect();
         });
         const client = createRunnerClient(transport, identity.runnerId, identity.workspaceId);
-        const executor = createExecutor(flags.executor, identity);
+        const executor = createExecutor(flags.executor, identity, {
+          jobNetwork: flags.jobNetwork,
+          log,
+        });
         const labels =
           flags.labels !== undefined
             ? flags.labels

@@ -1,6 +1,7 @@
 import "reflect-metadata";
 import { describe, expect, it } from "vitest";
 import { eventually } from "../support/actors.js";
+import { processesOf } from "../../src/runner/executors/proc.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
 import {
@@ -131,14 +132,20 @@ describe.each(executors)(`jobs on the %s executor (${databaseKind})`, (executor)
   it("a job cancelled while it runs is stopped and settled as cancelled", async () => {
     const { runner, ws } = await freshRunner(executor);
     try {
-      const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", "echo pid $$; sleep 60"] });
-      const pidLine = await runner.waitForLine(jobId, /^pid \d+$/);
+      const jobId = await enqueue(ws, executor, {
+        argv: ["sh", "-c", "echo pid $$ uid $(id -u); sleep 60"],
+      });
+      const pidLine = await runner.waitForLine(jobId, /^pid \d+ uid \d+$/);
       expect((await admin.cancel(jobId)).status).toBe(200);
       const job = await settled(jobId);
       expect(job).toMatchObject({ state: "cancelled", attempts: 1 });
       expect(types(runner, jobId)).toEqual(["job.started", "job.cancelled", "job.exited"]);
       if (executor === "process")
-        expect(processAlive(Number(pidLine.text.split(" ")[1]))).toBe(false);
+        // As root the job has a uid of its own and a PID namespace ($$ is its pid there): none of
+        // its uid's processes is left; otherwise its process group's leader is gone.
+        if (process.getuid?.() === 0)
+          expect(processesOf(Number(pidLine.text.split(" ")[3]))).toEqual([]);
+        else expect(processAlive(Number(pidLine.text.split(" ")[1]))).toBe(false);
       await eventually("the job's resources to be gone", async () =>
         (await runner.executor.resources()).length === 0 ? true : undefined,
       );

@@ -1,12 +1,14 @@
 import "reflect-metadata";
 import { spawn, type ChildProcess } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDockerClient } from "../../src/runner/executors/docker-api.js";
 import { containerName } from "../../src/runner/executors/names.js";
+import { killUid, processesOf } from "../../src/runner/executors/proc.js";
+import { probeIsolation } from "../../src/runner/executors/isolation.js";
 import { adminActor, eventually } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { createTestDatabase, databaseKind, type TestDatabase } from "../support/database.js";
@@ -21,6 +23,7 @@ import {
 
 // Leases of 2 s swept every 100 ms: a dead runner's lease runs out in test time.
 const cp = useControlPlane({ leaseSeconds: 2, sweepIntervalMs: 100 });
+const isRoot = process.getuid?.() === 0;
 const { admin } = cp;
 let scratch: string;
 let n = 0;
@@ -86,12 +89,14 @@ const settled = (jobId: string) =>
   state(jobId, (j) => ["succeeded", "failed", "cancelled"].includes(j.state as string), "settled");
 
 /**
- * A job that says it started: process jobs create `<marker>.<pid>` (each
+ * A job that says it started: process jobs create `<marker>.<id>` (each
  * attempt its own file: attempts run as different users), docker jobs are
- * seen running by the engine.
+ * seen running by the engine. The id is the job's uid as root (a uid of its own, and a PID
+ * namespace where `$$` is not the host's pid), else its process group.
  */
 function startedJob(executor: ExecutorKind, marker: string, rest: string): string[] {
-  return ["sh", "-c", executor === "process" ? `touch ${marker}.$$; ${rest}` : rest];
+  const id = isRoot ? "$(id -u)" : "$$";
+  return ["sh", "-c", executor === "process" ? `touch ${marker}.${id}; ${rest}` : rest];
 }
 async function waitStarted(executor: ExecutorKind, jobId: string, marker: string): Promise<void> {
   await eventually(`job ${jobId} to be running in the executor`, async () => {
@@ -210,8 +215,14 @@ describe.each(executors)(
         const ws = `res${++n}`;
         const marker = join(scratch, `leftover-${n}`);
         const first = await spawnRunner(`crashes${n}-${tag}`, ws, executor);
+        // As root the job also says which cgroup it runs in (its sandbox, job-sandbox.ts).
+        const cgroupFile = `${marker}-cgroup`;
         const jobId = await enqueue(ws, executor, {
-          argv: startedJob(executor, marker, "sleep 60"),
+          argv: startedJob(
+            executor,
+            marker,
+            isRoot ? `grep '^0::' /proc/self/cgroup > ${cgroupFile}; sleep 60` : "sleep 60",
+          ),
         });
         await waitStarted(executor, jobId, marker);
         first.child.kill("SIGKILL");
@@ -222,13 +233,26 @@ describe.each(executors)(
         try {
           // The runner looks for leftovers once registered, so the line may follow the
           // registration's.
-          const leftover = `stopped a leftover of an earlier run: process group ${groups(marker)[0]} of job ${jobId}`;
+          // The recorded process: the job's own as a process group (not root), or its unshare.
+          const leftover = new RegExp(
+            `stopped a leftover of an earlier run: process group ` +
+              `${isRoot ? "\\d+" : groups(marker)[0]} of job ${jobId}`,
+          );
           await eventually("the restarted runner to report the leftover it stopped", async () =>
-            again.output().includes(leftover) ? true : undefined,
+            leftover.test(again.output()) ? true : undefined,
           );
           await eventually("the leftover job's processes to be gone", async () =>
             groupAlive(marker) ? undefined : true,
           );
+          if (isRoot) {
+            // ... and the cgroup its sandbox made is removed.
+            const { cgroupParent } = await probeIsolation();
+            const cgroup = join(cgroupParent!, basename(readFileSync(cgroupFile, "utf8").trim()));
+            expect(cgroup).toMatch(/forelead-job-[0-9a-f]+$/);
+            await eventually("the leftover job's cgroup to be gone", async () =>
+              existsSync(cgroup) ? undefined : true,
+            );
+          }
         } finally {
           again.child.kill("SIGTERM");
           await again.exited;
@@ -400,7 +424,7 @@ describe.each(executors)(
   },
 );
 
-/** The process groups of the jobs that created `<marker>.<pid>`. */
+/** The ids (uids as root, else process groups) of the jobs that created `<marker>.<id>`. */
 function groups(marker: string): number[] {
   const prefix = `${basename(marker)}.`;
   return readdirSync(dirname(marker))
@@ -408,9 +432,10 @@ function groups(marker: string): number[] {
     .map((f) => Number(f.slice(prefix.length)));
 }
 function groupAlive(marker: string): boolean {
-  return groups(marker).some((pid) => {
+  return groups(marker).some((id) => {
+    if (isRoot) return processesOf(id).length > 0;
     try {
-      process.kill(-pid, 0);
+      process.kill(-id, 0);
       return true;
     } catch {
       return false;
@@ -418,11 +443,13 @@ function groupAlive(marker: string): boolean {
   });
 }
 function killGroup(marker: string): void {
-  for (const pid of groups(marker)) {
-    try {
-      process.kill(-pid, "SIGKILL");
-    } catch {
-      // gone already
-    }
+  for (const id of groups(marker)) {
+    if (isRoot) killUid(id);
+    else
+      try {
+        process.kill(-id, "SIGKILL");
+      } catch {
+        // gone already
+      }
   }
 }

@@ -10,6 +10,7 @@ import type { Executor } from "../../src/runner/executors/executor.js";
 import { createControlPlaneOutput } from "../../src/runner/output/control-plane-output.js";
 import type { JobEvent, LogLine, OutputSink } from "../../src/runner/output/output.js";
 import { createProcessExecutor } from "../../src/runner/executors/process-executor.js";
+import type { JobNetwork } from "../../src/runner/executors/isolation.js";
 import { protocolCheckout } from "../../src/runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../../src/runner/transport/protocol-client.js";
 import { createRestTransport } from "../../src/runner/transport/rest-transport.js";
@@ -142,6 +143,8 @@ export interface TestRunnerOptions {
   readonly suspends?: boolean;
   /** The agent's work directory; a fresh temporary one, removed at close, when absent. */
   readonly workDir?: string;
+  /** The process executor's --job-network; its default (private) when absent, as root. */
+  readonly jobNetwork?: JobNetwork;
 }
 
 /**
@@ -181,7 +184,11 @@ export async function startTestRunner(
   const executor =
     options.executor === "docker"
       ? createDockerExecutor({ runnerId: options.runnerId, workspaceId: options.workspaceId })
-      : createProcessExecutor();
+      : createProcessExecutor({
+          // Not root: no namespaces to be had, so the host's network, as an operator would ask.
+          network: options.jobNetwork ?? (process.getuid?.() === 0 ? undefined : "host"),
+          log: say,
+        });
   const recorded = recordingOutput();
   const agent = await startRunnerAgent({
     client,
