@@ -1,3 +1,4 @@
+import { buildInfo } from "../server/build-info.js";
 import { randomUUID } from "node:crypto";
 import { defaultWorkDir } from "../runner/lifecycle/work-dir.js";
 import os from "node:os";
@@ -198,6 +199,7 @@ export function runnerCommand(): Command {
         agent = await startRunnerAgent({
           // This process: the control plane refuses a second live one with the same identity.
           instance: { id: randomUUID(), startedAt: new Date(performance.timeOrigin) },
+          version: buildInfo().version,
           jobLimit: flags.once ? 1 : undefined,
           idleExitMs: flags.idleExit,
           client,

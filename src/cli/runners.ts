@@ -10,6 +10,7 @@ import {
 } from "../../gen/forelead/admin/v1/admin_pb.js";
 import {
   FleetService,
+  ForgetRunnerResponseSchema,
   PauseRunnerResponseSchema,
   ResumeRunnerResponseSchema,
 } from "../../gen/forelead/admin/v1/fleet_pb.js";
@@ -41,7 +42,10 @@ export function runnersCommand(
   withAdminClientOptions(
     runners
       .command("list")
-      .description("registered runners: slots, labels, live leases, last seen, retired")
+      .description(
+        "registered runners: state (idle, busy, paused, draining, offline, retired), slots, " +
+          "live leases, labels, version, last seen",
+      )
       .option("--workspace <id>", "only runners of this workspace")
       .option("--json", "print the reply as proto3 JSON"),
   ).action(async (flags: PauseFlags) => {
@@ -189,6 +193,33 @@ export function runnersCommand(
             `${reply.wasPaused ? "resumed" : "was not paused"}\n`,
     );
   });
+  withAdminClientOptions(
+    runners
+      .command("forget")
+      .description(
+        "remove an offline runner's registration and inventory; its identity is not retired " +
+          "(refused unless the runner is offline; audited)",
+      )
+      .argument("<runner>", "the runner id")
+      .option(
+        "--workspace <id>",
+        "the runner's workspace (needed when the runner id is used in several)",
+      )
+      .option("--json", "print the reply as JSON"),
+  ).action(async (runnerId: string, flags: PauseFlags) => {
+    const fleet = await serviceClientFromFlags(flags, FleetService);
+    const reply = await fleet.forgetRunner({
+      apiVersion: "v1",
+      runnerId,
+      workspaceId: flags.workspace ?? "",
+    });
+    write(
+      flags.json
+        ? `${toJsonString(ForgetRunnerResponseSchema, reply)}\n`
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ` +
+            `${JSON.stringify(reply.workspaceId)} forgotten (its identity is not retired)\n`,
+    );
+  });
   return runners;
 }
 
@@ -199,19 +230,17 @@ export function formatRunners(runners: readonly Runner[]): string {
   const rows = runners.map((r) => [
     r.runnerId,
     r.workspaceId,
+    r.state || "-",
     String(r.slots),
     String(r.liveLeases ?? 0),
     r.labels.join(",") || "-",
     r.architecture || "-",
+    r.version || "-",
     at(r.lastSeenAt),
     r.retiredAt ? `retired ${at(r.retiredAt)}` : "",
   ]);
-  return (
-    formatTable([
-      ["runner", "workspace", "slots", "leases", "labels", "arch", "last seen", ""],
-      ...rows,
-    ]).join("\n") + "\n"
-  );
+  const head = ["runner", "workspace", "state", "slots", "leases", "labels", "arch", "version"];
+  return formatTable([[...head, "last seen", ""], ...rows]).join("\n") + "\n";
 }
 
 /** The text `forelead runners inventory` prints: one block per runner, then totals. */

@@ -70,7 +70,14 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
       auditSpool,
     }),
   );
-  const metrics = stack.use("the metrics", createMetrics({ store, audit: identity.audit }));
+  const metrics = stack.use(
+    "the metrics",
+    createMetrics({
+      store,
+      audit: identity.audit,
+      runnerOfflineSeconds: checked.runnerOfflineSeconds,
+    }),
+  );
   const code = stack.use(
     "the code host",
     await createCodeHost({
@@ -85,6 +92,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     await createBroker({
       store,
       leaseSeconds: options.leaseSeconds,
+      runnerOfflineSeconds: checked.runnerOfflineSeconds,
       code,
       secrets: secrets.box,
       sweepIntervalMs: options.sweepIntervalMs || undefined,
