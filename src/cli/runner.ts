@@ -180,11 +180,16 @@ export function runnerCommand(): Command {
                 .map((l) => l.trim())
                 .filter(Boolean)
             : [os.platform(), flags.executor];
-        // Before the agent starts: a signal while it registers stops it as soon as it is up, never
-        // by default action.
+        // Before the agent is up (connecting, registering, retrying) it holds no lease: a signal
+        // then ends the runner at once (exit 0, stopped as asked), whatever the retry was waiting
+        // for.
         let agent: RunnerAgent | undefined = undefined;
         let signals = 0;
         const onSignal = (signal: string) => {
+          if (!agent) {
+            log(`${signal} while connecting to the control plane: stopped (no job was claimed)`);
+            process.exit(runnerExit.done);
+          }
           signals++;
           const drain = signals === 1 && !flags.force;
           if (drain)
@@ -225,7 +230,6 @@ export function runnerCommand(): Command {
           console.error(`forelead runner: cannot start: ${fixOf(err)}`);
           process.exit(exitCodeOf(err));
         });
-        if (signals > 0) void (signals === 1 && !flags.force ? agent.drain() : agent.stop());
         const end = await agent.stopped;
         keeper?.stop();
         await client.close();

@@ -4,6 +4,7 @@
 // runner turns offline; each attempt keeps its runner, outcome and exit code.
 import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -241,4 +242,48 @@ describe(`attempt history (${databaseKind})`, () => {
       },
     ]);
   });
+});
+
+describe("a runner that cannot reach the control plane (issue 46 item 4)", () => {
+  it("says what to check in plain words, and stops at once on SIGTERM while it retries", async () => {
+    const runnerId = `unreachable-${tag}`;
+    const files = await runnerCertificateFiles(cp, runnerId, "w1", scratch);
+    // A port nothing listens on: taken, then closed.
+    const port = await new Promise<number>((resolve) => {
+      const s = createServer().listen(0, "127.0.0.1", () => {
+        const { port } = s.address() as AddressInfo;
+        s.close(() => resolve(port));
+      });
+    });
+    const child = spawn(
+      process.execPath,
+      [
+        foreleadBin,
+        "runner",
+        "--server",
+        `https://127.0.0.1:${port}`,
+        ...["--ca", files.ca, "--cert", files.cert, "--key", files.key],
+        ...["--executor", "process", "--work-dir", join(scratch, `work-${runnerId}`)],
+      ],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let output = "";
+    child.stdout.on("data", (c) => (output += c));
+    child.stderr.on("data", (c) => (output += c));
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    await eventually("the runner to retry twice", async () =>
+      (output.match(/cannot register yet/g) ?? []).length >= 2 ? true : undefined,
+    );
+    expect(output).toContain(
+      `cannot reach the control plane at https://127.0.0.1:${port} (ECONNREFUSED): nothing ` +
+        "listens there; check that the control plane is running and that --server names its " +
+        "host and port",
+    );
+    expect(output).not.toMatch(/pending stream/i);
+    child.kill("SIGTERM");
+    // The old runner slept on in its retry loop (623 s after two SIGTERMs); the test's own timeout
+    // is the bound.
+    expect(await exited).toBe(0);
+    expect(output).toMatch(/SIGTERM while connecting to the control plane: stopped/);
+  }, 30_000);
 });
