@@ -46,6 +46,8 @@ export interface IdentityOptions {
   readonly trustDomain: string;
   readonly roles: RoleTable;
   readonly issuer: Issuer | undefined;
+  /** A runner silent this long is offline: enrolling its identity again replaces nothing live. */
+  readonly runnerOfflineSeconds: number;
   /** Where audit records the database cannot take are spooled, and the spool's bound in bytes. */
   readonly auditSpool: {
     readonly dir: string;
@@ -78,6 +80,7 @@ export async function createIdentity(options: IdentityOptions): Promise<Identity
     issuer,
     trustDomain,
     runnerRefusal: retirements.refusal,
+    runnerOfflineSeconds: options.runnerOfflineSeconds,
   });
   return {
     trustDomain,

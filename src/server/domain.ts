@@ -67,6 +67,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
       trustDomain: options.trustDomain,
       roles: checked.roles,
       issuer: checked.issuer,
+      runnerOfflineSeconds: checked.runnerOfflineSeconds,
       auditSpool,
     }),
   );

@@ -481,7 +481,8 @@ CREATE TABLE public.enrollment_grants (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     expires_at timestamp with time zone NOT NULL,
     used_at timestamp with time zone,
-    used_by_runner text
+    used_by_runner text,
+    replace boolean DEFAULT false NOT NULL
 );
 
 --

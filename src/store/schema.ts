@@ -287,6 +287,8 @@ export interface EnrollmentGrantsTable {
   expires_at: Date;
   used_at: Date | null;
   used_by_runner: string | null;
+  /** The grant may enroll an identity still in use (live, or with an unexpired certificate). */
+  replace: ColumnType<boolean, boolean | undefined, boolean>;
 }
 
 /** A certificate the control plane's issuer signed. */

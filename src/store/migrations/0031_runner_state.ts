@@ -3,13 +3,16 @@ import { sql, type Kysely } from "kysely";
 /**
  * What operators see of runners and attempts must be true: runners.version (what the runner said at
  * register), runners.draining_at (set while it says it drains), jobs.cancelled_by (who asked for
- * the cancel, for the attempt it ended), and forelead_runner_state, the one definition of a
- * runner's state.
+ * the cancel, for the attempt it ended), forelead_runner_state, the one definition of a runner's
+ * state, and enrollment_grants.replace: only a grant that says so enrolls an identity still in use.
  */
 export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`alter table runners add column version text not null default '',
     add column draining_at timestamptz`.execute(db);
   await sql`alter table jobs add column cancelled_by text`.execute(db);
+  await sql`alter table enrollment_grants add column replace boolean not null default false`.execute(
+    db,
+  );
   for (const statement of Object.values(functions)) await sql.raw(statement).execute(db);
 }
 
