@@ -17,6 +17,7 @@ const runnerEvents = [
   "runner.paused",
   "runner.resumed",
   "runner.retired",
+  "runner.forgotten",
   "runner.lease_lost",
   "job.leased",
   "job.settled",
@@ -50,6 +51,19 @@ const certBadge: Readonly<Record<string, string>> = {
   retired: "muted",
 };
 
+/**
+ * The badge of each runner state (forelead_runner_state, computed by the control plane: the page
+ * never guesses liveness itself).
+ */
+const stateBadge: Readonly<Record<string, string>> = {
+  idle: "ok",
+  busy: "ok",
+  paused: "warn",
+  draining: "warn",
+  offline: "bad",
+  retired: "muted",
+};
+
 function RunnerRow({
   r,
   v,
@@ -75,17 +89,13 @@ function RunnerRow({
         <div class="muted small">{r.workspaceId}</div>
       </th>
       <td data-col="state">
-        {retired ? (
-          <span class="badge muted">retired</span>
-        ) : paused ? (
-          <span class="badge warn" title={`paused by ${r.pausedBy || "?"}`}>
-            paused
-          </span>
-        ) : leases > 0 ? (
-          <span class="badge ok">busy</span>
-        ) : (
-          <span class="badge ok">idle</span>
-        )}
+        <span
+          class={`badge ${stateBadge[r.state] ?? "muted"}`}
+          title={paused ? `paused by ${r.pausedBy || "?"}` : undefined}
+        >
+          {r.state || "unknown"}
+        </span>
+        {r.version ? <div class="muted small">{r.version}</div> : null}
       </td>
       <td data-col="leases">
         {leases} / {r.slots}
