@@ -38,7 +38,7 @@ interface ServeFlags {
   issuerKey?: string;
   issuedCertLifetime?: string;
   leaseSeconds: number;
-  runnerOfflineSeconds: number;
+  runnerOfflineSeconds?: number;
   defaultJobTimeout: number;
   maxJobTimeout: number;
   jobTimeoutGrace: number;
@@ -141,10 +141,9 @@ export function serveCommand(): Command {
       .addOption(
         new Option(
           "--runner-offline-seconds <n>",
-          "a runner not heard from for this long is offline (at least --lease-seconds)",
-        )
-          .default(defaultRunnerOfflineSeconds)
-          .argParser(integerIn("--runner-offline-seconds", 5, 86400)),
+          "a runner not heard from for this long is offline (at least --lease-seconds; default " +
+            `${defaultRunnerOfflineSeconds}, or --lease-seconds when longer)`,
+        ).argParser(integerIn("--runner-offline-seconds", 5, 86400)),
       )
       .addOption(
         new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one")

@@ -35,8 +35,8 @@ export interface ControlPlaneOptions {
   readonly issuedCertLifetimeMs?: number;
   readonly leaseSeconds: number;
   /**
-   * A runner silent this long is offline (forelead_runner_state); defaultRunnerOfflineSeconds (90)
-   * unless given, and at least leaseSeconds.
+   * A runner silent this long is offline (forelead_runner_state); at least leaseSeconds; by
+   * default defaultRunnerOfflineSeconds (90), or leaseSeconds when that is longer.
    */
   readonly runnerOfflineSeconds?: number;
   readonly maxCertLifetimeMs: number;
@@ -162,7 +162,8 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
     if (!Number.isSafeInteger(value) || value < 1)
       throw new Error(`the connection limit ${name} must be a positive integer; got ${value}`);
   }
-  const runnerOfflineSeconds = options.runnerOfflineSeconds ?? defaultRunnerOfflineSeconds;
+  const runnerOfflineSeconds =
+    options.runnerOfflineSeconds ?? Math.max(defaultRunnerOfflineSeconds, options.leaseSeconds);
   if (!Number.isInteger(runnerOfflineSeconds) || runnerOfflineSeconds < options.leaseSeconds)
     throw new Error(
       `the runner offline threshold (${runnerOfflineSeconds} s) must be a whole number of ` +

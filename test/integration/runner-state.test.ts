@@ -124,6 +124,10 @@ describe(`runner states (${databaseKind})`, () => {
       const view = await runnerView(runnerId);
       expect(view).toMatchObject({ state: "idle", version: expect.stringMatching(/^\d+\.\d+/) });
       expect(await listedState(runnerId)).toBe("idle");
+      const got = await cli.forel(["runners", "get", runnerId, ...cli.connection()]);
+      expect(got.code, got.stderr).toBe(0);
+      expect(got.stdout).toMatch(/^state:\s+idle$/m);
+      expect(got.stdout).toMatch(/^version:\s+\d+\.\d+/m);
       // Refused while it is live, by name and state.
       const early = await cli.forel(["runners", "forget", runnerId, ...cli.connection()]);
       expect(early.code).not.toBe(0);

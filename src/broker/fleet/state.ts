@@ -10,8 +10,8 @@ export type RunnerState = (typeof runnerStates)[number];
 /**
  * A runner not heard from (register, claim, renew, inventory) for this long is offline: 90 s by
  * default, nine of a busy runner's renewals at the default 30 s lease (it renews every third of its
- * lease) and four of an idle runner's claim long polls (at most 20 s). `serve
- * --runner-offline-seconds` sets it; it must be at least the lease length.
+ * lease) and four of an idle runner's claim long polls (at most 20 s); the lease length when that
+ * is longer. `serve --runner-offline-seconds` sets it; it must be at least the lease length.
  */
 export const defaultRunnerOfflineSeconds = 90;
 
