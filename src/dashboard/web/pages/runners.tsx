@@ -4,7 +4,7 @@
 // in the page. Reloads on runner and lease events.
 //
 // Paused: ListRunners carries pausedAt and pausedBy while a runner is paused.
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import type { IssuedCertificate, Runner } from "../../../../gen/forelead/admin/v1/admin_pb.js";
 import { admin, fleet } from "../clients.js";
 import { ConfirmButton } from "../confirm.js";
@@ -172,8 +172,19 @@ function RunnerRow({
   );
 }
 
+/**
+ * A runner turns offline by its silence, which no event reports: the page reads the states again
+ * this often, besides on events.
+ */
+const silenceCheckMs = 15_000;
+
 export function RunnersPage() {
   const d = useData(load, [], runnerEvents);
+  const { reload } = d;
+  useEffect(() => {
+    const timer = setInterval(reload, silenceCheckMs);
+    return () => clearInterval(timer);
+  }, []);
   const [failure, setFailure] = useState<{ what: string; error: unknown } | undefined>(undefined);
   const v = d.data;
   return (
