@@ -108,6 +108,8 @@ export function createAdminService(deps: AdminServiceDeps): ServiceImpl<typeof A
           ...(r.pausedAt
             ? { pausedAt: timestampFromDate(r.pausedAt), pausedBy: r.pausedBy ?? "" }
             : {}),
+          state: r.state,
+          version: r.version,
         })),
       };
     },

@@ -26,6 +26,16 @@ export function createEnrollService(enrollment: Enrollments): ServiceImpl<typeof
         }),
       );
       const cert = enrolled.certificate;
+      if (enrolled.replaced)
+        recordAction(ctx, {
+          action: "runner.replace",
+          target: `runner ${runner} in workspace "${enrolled.workspaceId}"`,
+          decision: "allow",
+          reason:
+            `enrolled again with replace grant ${enrolled.grant.id} (created by ` +
+            `${enrolled.grant.created_by}) while in use: ${enrolled.replaced}`,
+          spiffeId: cert.spiffeId,
+        });
       recordAction(ctx, {
         action: "certificate.issue",
         target:

@@ -5,6 +5,7 @@ import type { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
 import type { Pauses, PauseState } from "../broker/fleet/pauses.js";
 import type { EventEntry } from "../events/read.js";
 import type { Events } from "../events/events.js";
+import type { Broker } from "../broker/broker.js";
 import { audited } from "./audit-actions.js";
 import { principalOf } from "./context.js";
 import { apiVersion } from "./request-rules.js";
@@ -13,6 +14,8 @@ import { apiVersion } from "./request-rules.js";
 export interface FleetServiceDeps {
   readonly pauses: Pauses;
   readonly events: Events;
+  /** Removes an offline runner's registration (Broker.forgetRunner). */
+  readonly forgetRunner: Broker["forgetRunner"];
 }
 
 /** Pause and resume (audited), and the global event stream. */
@@ -112,6 +115,21 @@ export function createFleetService(deps: FleetServiceDeps): ServiceImpl<typeof F
         workspaceId: s.workspaceId,
         wasPaused: s.changed,
       };
+    },
+    async forgetRunner(req, ctx) {
+      const done = await audited(
+        ctx,
+        "runner.forget",
+        runnerTarget(req.runnerId, req.workspaceId),
+        () =>
+          deps.forgetRunner({
+            runnerId: req.runnerId,
+            workspaceId: req.workspaceId,
+            by: principalOf(ctx).spiffeId.text,
+          }),
+        (r) => ({ target: runnerTarget(req.runnerId, r.workspaceId), reason: "forgotten" }),
+      );
+      return { apiVersion, runnerId: req.runnerId, workspaceId: done.workspaceId };
     },
     async *streamEvents(req, ctx) {
       const query = {

@@ -21,7 +21,10 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
   const { identity } = deps;
   return {
     async createEnrollmentGrant(req, ctx) {
-      const scope = `workspace "${req.workspaceId}"${req.runnerId ? `, runner "${req.runnerId}"` : ", any runner id"}`;
+      const scope =
+        `workspace "${req.workspaceId}"` +
+        `${req.runnerId ? `, runner "${req.runnerId}"` : ", any runner id"}` +
+        `${req.replace ? ", replacing an identity in use" : ""}`;
       const created = await audited(
         ctx,
         "grant.create",
@@ -32,6 +35,7 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
             runnerId: req.runnerId,
             expiresInSeconds: req.expiresInSeconds,
             createdBy: principalOf(ctx).spiffeId.text,
+            replace: req.replace,
           }),
         ({ record }) => ({
           target: `enrollment grant ${record.id} for ${scope}`,
@@ -46,6 +50,7 @@ export function createIdentityAdminMethods(deps: IdentityAdminDeps): IdentityMet
         workspaceId: record.workspace_id,
         runnerId: record.runner_id ?? "",
         expiresAt: timestampFromDate(record.expires_at),
+        replace: record.replace,
       };
     },
 

@@ -60,6 +60,8 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
           instanceStartedAt: req.instanceStartedAt
             ? timestampDate(req.instanceStartedAt)
             : undefined,
+          version: req.version,
+          draining: req.draining,
         })
         .catch((err: unknown) => {
           // A second process of one runner is an identity decision: keep it.

@@ -55,6 +55,8 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
           idle: BigInt(s.runners.idle),
           paused: BigInt(s.runners.paused),
           retired: BigInt(s.runners.retired),
+          offline: BigInt(s.runners.offline),
+          draining: BigInt(s.runners.draining),
         },
         pool: {
           slotsTotal: BigInt(s.pool.slotsTotal),

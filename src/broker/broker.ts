@@ -27,6 +27,8 @@ import type { BrokerObserver } from "./observer.js";
 import { type CodeHooks } from "./leases/pinning.js";
 import { register, type Registered, type Registration } from "./fleet/registrations.js";
 import { listRunners, type RunnerView } from "./fleet/runners.js";
+import { forgetRunner, type ForgetInput } from "./fleet/forget.js";
+import { defaultRunnerOfflineSeconds } from "./fleet/state.js";
 import { expireInputRequests, expireLeases } from "./leases/expire.js";
 import { releaseLease } from "./leases/release.js";
 import { renewLease } from "./leases/renew.js";
@@ -84,6 +86,11 @@ export interface Broker {
   ): Promise<{ job: JobSnapshot; lease?: LeaseView }>;
   runners(workspaceId: string): Promise<RunnerView[]>;
   /**
+   * Removes an offline runner's registration (its identity is not retired: it may register again);
+   * refused for a runner in any other state.
+   */
+  forgetRunner(input: ForgetInput): Promise<{ workspaceId: string }>;
+  /**
    * Stores or updates a runner's registration; a retired runner's is refused, not revived, and so
    * is a second live process of one runner.
    */
@@ -129,6 +136,8 @@ export interface Broker {
 export interface BrokerOptions {
   readonly store: Store;
   readonly leaseSeconds: number;
+  /** A runner silent this long is offline; defaultRunnerOfflineSeconds unless given. */
+  readonly runnerOfflineSeconds?: number;
   /** How often expired leases and overdue jobs are swept; 1 s by default. */
   readonly sweepIntervalMs?: number;
   /**
@@ -179,6 +188,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     batching,
   );
   const { observer } = options;
+  const offlineSeconds = options.runnerOfflineSeconds ?? defaultRunnerOfflineSeconds;
   const timeouts = options.jobTimeouts ?? defaultJobTimeouts;
   const batchTurns = createTurns(batchLimits.concurrentBatches);
   // Every statement that settles a job moves its pipeline in the same transaction.
@@ -313,7 +323,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       });
       return leases[0] ? { job: done.job, lease: leases[0] } : { job: done.job };
     },
-    runners: (workspaceId) => listRunners(db, workspaceId),
+    runners: (workspaceId) => listRunners(db, workspaceId, offlineSeconds),
+    forgetRunner: (input) => forgetRunner(db, input, offlineSeconds),
     register: (registration) => register(db, registration, options.leaseSeconds),
     stats: (query) => jobStats(db, query),
     sweep,

@@ -9,6 +9,7 @@ interface GrantsCreateFlags extends AdminClientFlags {
   runnerId?: string;
   expiresIn: number;
   out?: string;
+  replace?: boolean;
 }
 
 /** `forelead grants create`: a one-time enrollment grant, printed once. */
@@ -35,6 +36,11 @@ export function grantsCommand(): Command {
           .argParser(secondsFlag("--expires-in")),
       )
       .option(
+        "--replace",
+        "may enroll an identity still in use (its runner not offline, or a certificate for it " +
+          "not expired): a second key for it, audited as runner.replace",
+      )
+      .option(
         "--out <file>",
         "write the grant to this file (mode 0600, replaced atomically) instead " +
           "of stdout, for runner enroll --grant-file",
@@ -47,12 +53,14 @@ export function grantsCommand(): Command {
         workspaceId: flags.workspace,
         runnerId: flags.runnerId ?? "",
         expiresInSeconds: flags.expiresIn,
+        replace: flags.replace ?? false,
       });
       const until = reply.expiresAt ? timestampDate(reply.expiresAt).toISOString() : "?";
       const what =
         `grant ${reply.grantId} for workspace "${reply.workspaceId}", ` +
         `${reply.runnerId ? `runner "${reply.runnerId}"` : "any runner id"}; ` +
-        `single use, expires at ${until}.`;
+        `single use${reply.replace ? ", may replace an identity in use" : ""}, ` +
+        `expires at ${until}.`;
       if (flags.out) {
         // 0600 from the first byte: a grant enrolls a runner, so it is a credential like a key.
         await writeFileAtomic(flags.out, `${reply.grant}\n`, 0o600);

@@ -12,7 +12,7 @@ import {
   ListJobsResponseSchema,
   type ListJobsResponse,
 } from "../../gen/forelead/admin/v1/admin_pb.js";
-import type { Job } from "../../gen/forelead/runner/v1/job_pb.js";
+import type { Job, JobAttempt } from "../../gen/forelead/runner/v1/job_pb.js";
 import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
 import { formatEntry, readJobStream, type JobStream } from "./job-output.js";
@@ -196,7 +196,8 @@ function formatJobs(page: ListJobsResponse): string {
     j.workspaceId,
     j.labels.join(",") || "-",
     String(j.attempts ?? 0),
-    j.runnerId || "-",
+    j.runnerId || j.attemptHistory.at(-1)?.runnerId || "-",
+    lastDuration(j),
     j.createdAt ? timestampDate(j.createdAt).toISOString() : "-",
     j.waiting?.message
       ? `waiting: ${j.waiting.message}`
@@ -208,11 +209,40 @@ function formatJobs(page: ListJobsResponse): string {
     page.jobs.length === 0
       ? ["no jobs"]
       : formatTable([
-          ["job", "state", "workspace", "labels", "attempts", "runner", "created", ""],
+          ["job", "state", "workspace", "labels", "attempts", "runner", "duration", "created", ""],
           ...rows,
         ]);
   if (page.nextPageToken) lines.push(`more: --page-token ${page.nextPageToken}`);
   return lines.join("\n") + "\n";
+}
+
+/** The last attempt's duration ("-" before the first): what `jobs list` shows per job. */
+function lastDuration(j: Job): string {
+  const last = j.attemptHistory.at(-1);
+  return last ? formatDurationMs(Number(last.durationMs)) : "-";
+}
+
+/** A duration as people read it: 850ms, 12.3s, 4m05s, 2h03m. */
+function formatDurationMs(ms: number): string {
+  if (ms < 1000) return `${ms}ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)}s`;
+  const pad = (n: number) => String(Math.floor(n)).padStart(2, "0");
+  if (s < 3600) return `${Math.floor(s / 60)}m${pad(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h${pad((s % 3600) / 60)}m`;
+}
+
+/**
+ * One attempt as `jobs get` prints it: "#2 r1 (process) succeeded exit 0, 12.3s, from … to …".
+ */
+function attemptLine(a: JobAttempt): string {
+  const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : "now");
+  return (
+    `#${a.attempt} ${a.runnerId}${a.executor ? ` (${a.executor})` : ""} ${a.outcome}` +
+    `${a.exitCode !== undefined ? ` exit ${a.exitCode}` : ""}` +
+    `${a.cancelledBy ? ` by ${a.cancelledBy}` : ""}, ${formatDurationMs(Number(a.durationMs))}, ` +
+    `from ${at(a.startedAt)} to ${at(a.endedAt)}`
+  );
 }
 
 async function withAdmin(
@@ -273,6 +303,7 @@ function formatJob(j: Job): string {
     ["artifacts", j.artifacts.length ? j.artifacts.map((a) => a.name).join(", ") : undefined],
     ["created", at(j.createdAt)],
     ["settled", at(j.settledAt)],
+    ...j.attemptHistory.map((a): [string, string] => ["attempt", attemptLine(a)]),
   ];
   return (
     formatTable(

@@ -1,3 +1,4 @@
+import { buildInfo } from "../server/build-info.js";
 import { randomUUID } from "node:crypto";
 import { defaultWorkDir } from "../runner/lifecycle/work-dir.js";
 import os from "node:os";
@@ -214,11 +215,16 @@ export function runnerCommand(): Command {
                 .map((l) => l.trim())
                 .filter(Boolean)
             : [os.platform(), flags.executor];
-        // Before the agent starts: a signal while it registers stops it as soon as it is up, never
-        // by default action.
+        // Before the agent is up (connecting, registering, retrying) it holds no lease: a signal
+        // then ends the runner at once (exit 0, stopped as asked), whatever the retry was waiting
+        // for.
         let agent: RunnerAgent | undefined = undefined;
         let signals = 0;
         const onSignal = (signal: string) => {
+          if (!agent) {
+            log(`${signal} while connecting to the control plane: stopped (no job was claimed)`);
+            process.exit(runnerExit.done);
+          }
           signals++;
           const drain = signals === 1 && !flags.force;
           if (drain)
@@ -233,6 +239,7 @@ export function runnerCommand(): Command {
         agent = await startRunnerAgent({
           // This process: the control plane refuses a second live one with the same identity.
           instance: { id: randomUUID(), startedAt: new Date(performance.timeOrigin) },
+          version: buildInfo().version,
           jobLimit: flags.once ? 1 : undefined,
           idleExitMs: flags.idleExit,
           client,
@@ -258,7 +265,6 @@ export function runnerCommand(): Command {
           console.error(`forelead runner: cannot start: ${fixOf(err)}`);
           process.exit(exitCodeOf(err));
         });
-        if (signals > 0) void (signals === 1 && !flags.force ? agent.drain() : agent.stop());
         const end = await agent.stopped;
         keeper?.stop();
         await client.close();

@@ -5,11 +5,13 @@ import {
   AdminService,
   ListRunnersResponseSchema,
   RetireRunnerResponseSchema,
+  RunnerSchema,
   type Runner,
   type RunnerInventory,
 } from "../../gen/forelead/admin/v1/admin_pb.js";
 import {
   FleetService,
+  ForgetRunnerResponseSchema,
   PauseRunnerResponseSchema,
   ResumeRunnerResponseSchema,
 } from "../../gen/forelead/admin/v1/fleet_pb.js";
@@ -41,7 +43,10 @@ export function runnersCommand(
   withAdminClientOptions(
     runners
       .command("list")
-      .description("registered runners: slots, labels, live leases, last seen, retired")
+      .description(
+        "registered runners: state (idle, busy, paused, draining, offline, retired), slots, " +
+          "live leases, labels, version, last seen",
+      )
       .option("--workspace <id>", "only runners of this workspace")
       .option("--json", "print the reply as proto3 JSON"),
   ).action(async (flags: PauseFlags) => {
@@ -53,6 +58,30 @@ export function runnersCommand(
         ? `${toJsonString(ListRunnersResponseSchema, reply)}\n`
         : formatRunners(reply.runners),
     );
+  });
+  withAdminClientOptions(
+    runners
+      .command("get")
+      .description("one runner: its state, version, slots, leases, labels, capabilities, times")
+      .argument("<runner>", "the runner id")
+      .option("--workspace <id>", "the runner's workspace (when the id is used in several)")
+      .option("--json", "print the runner as proto3 JSON"),
+  ).action(async (runnerId: string, flags: PauseFlags) => {
+    const reply = await withService(flags, AdminService, (admin) =>
+      admin.listRunners({ workspaceId: flags.workspace ?? "" }),
+    );
+    const found = reply.runners.filter((r) => r.runnerId === runnerId);
+    if (found.length === 0)
+      throw new Error(
+        `runner "${runnerId}" is not registered${flags.workspace ? ` in workspace "${flags.workspace}"` : ""}; ` +
+          "check the id with forelead runners list",
+      );
+    if (found.length > 1)
+      throw new Error(
+        `runner id "${runnerId}" is registered in workspaces ` +
+          `${found.map((r) => `"${r.workspaceId}"`).join(", ")}; give --workspace`,
+      );
+    write(flags.json ? `${toJsonString(RunnerSchema, found[0]!)}\n` : formatRunner(found[0]!));
   });
   withAdminClientOptions(
     runners
@@ -189,6 +218,33 @@ export function runnersCommand(
             `${reply.wasPaused ? "resumed" : "was not paused"}\n`,
     );
   });
+  withAdminClientOptions(
+    runners
+      .command("forget")
+      .description(
+        "remove an offline runner's registration and inventory; its identity is not retired " +
+          "(refused unless the runner is offline; audited)",
+      )
+      .argument("<runner>", "the runner id")
+      .option(
+        "--workspace <id>",
+        "the runner's workspace (needed when the runner id is used in several)",
+      )
+      .option("--json", "print the reply as JSON"),
+  ).action(async (runnerId: string, flags: PauseFlags) => {
+    const fleet = await serviceClientFromFlags(flags, FleetService);
+    const reply = await fleet.forgetRunner({
+      apiVersion: "v1",
+      runnerId,
+      workspaceId: flags.workspace ?? "",
+    });
+    write(
+      flags.json
+        ? `${toJsonString(ForgetRunnerResponseSchema, reply)}\n`
+        : `runner ${JSON.stringify(reply.runnerId)} in workspace ` +
+            `${JSON.stringify(reply.workspaceId)} forgotten (its identity is not retired)\n`,
+    );
+  });
   return runners;
 }
 
@@ -199,18 +255,43 @@ export function formatRunners(runners: readonly Runner[]): string {
   const rows = runners.map((r) => [
     r.runnerId,
     r.workspaceId,
+    r.state || "-",
     String(r.slots),
     String(r.liveLeases ?? 0),
     r.labels.join(",") || "-",
     r.architecture || "-",
+    r.version || "-",
     at(r.lastSeenAt),
     r.retiredAt ? `retired ${at(r.retiredAt)}` : "",
   ]);
+  const head = ["runner", "workspace", "state", "slots", "leases", "labels", "arch", "version"];
+  return formatTable([[...head, "last seen", ""], ...rows]).join("\n") + "\n";
+}
+
+/** The text `forelead runners get` prints: one "name: value" line per field that is set. */
+function formatRunner(r: Runner): string {
+  const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : undefined);
+  const rows: Array<[string, string | undefined]> = [
+    ["runner", r.runnerId],
+    ["workspace", r.workspaceId],
+    ["state", r.state + (r.pausedBy ? ` (paused by ${r.pausedBy})` : "")],
+    ["version", r.version || undefined],
+    ["leases", `${r.liveLeases ?? 0} of ${r.slots} slots`],
+    ["labels", r.labels.join(",") || undefined],
+    ["platform", `${r.os || "-"}/${r.architecture || "-"}, ${r.cpu} CPU, ${r.memoryBytes} bytes`],
+    ["executors", r.executionKinds.join(",") || undefined],
+    ["features", r.features.join(",") || undefined],
+    ["registered", at(r.registeredAt)],
+    ["last seen", at(r.lastSeenAt)],
+    ["paused", at(r.pausedAt)],
+    ["retired", at(r.retiredAt)],
+  ];
   return (
-    formatTable([
-      ["runner", "workspace", "slots", "leases", "labels", "arch", "last seen", ""],
-      ...rows,
-    ]).join("\n") + "\n"
+    formatTable(
+      rows
+        .filter((row): row is [string, string] => row[1] !== undefined && row[1] !== "")
+        .map(([k, v]) => [`${k}:`, v]),
+    ).join("\n") + "\n"
   );
 }
 

@@ -1,3 +1,4 @@
+import { defaultRunnerOfflineSeconds } from "../broker/fleet/state.js";
 import { dirname, join, resolve } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { Command, InvalidArgumentError, Option } from "commander";
@@ -51,6 +52,7 @@ interface ServeFlags {
   issuerKey?: string;
   issuedCertLifetime?: string;
   leaseSeconds: number;
+  runnerOfflineSeconds?: number;
   defaultJobTimeout: number;
   maxJobTimeout: number;
   jobTimeoutGrace: number;
@@ -181,6 +183,13 @@ export function serveCommand(): Command {
         new Option("--lease-seconds <n>", "lease length in seconds")
           .default(30)
           .argParser(integerIn("--lease-seconds", 5, 3600)),
+      )
+      .addOption(
+        new Option(
+          "--runner-offline-seconds <n>",
+          "a runner not heard from for this long is offline (at least --lease-seconds; default " +
+            `${defaultRunnerOfflineSeconds}, or --lease-seconds when longer)`,
+        ).argParser(integerIn("--runner-offline-seconds", 5, 86400)),
       )
       .addOption(
         new Option("--default-job-timeout <duration>", "timeout of a job enqueued without one")
@@ -475,6 +484,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     issuer,
     issuedCertLifetimeMs: issuedCertLifetimeMs || undefined,
     leaseSeconds: flags.leaseSeconds,
+    runnerOfflineSeconds: flags.runnerOfflineSeconds,
     jobTimeouts: {
       defaultSeconds: flags.defaultJobTimeout,
       maxSeconds: flags.maxJobTimeout,

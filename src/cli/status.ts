@@ -67,8 +67,8 @@ export function formatStatus(s: GetStatusResponse): string {
         `s${w.paused ? "  PAUSED" : ""}`,
     ),
     `runners: ${r?.registered} registered, ${r?.connected} connected, ` +
-      `${r?.busy} busy, ${r?.idle} idle, ${r?.paused} paused, ${r?.retired} ` +
-      `retired`,
+      `${r?.busy} busy, ${r?.idle} idle, ${r?.paused} paused, ${r?.draining} draining, ` +
+      `${r?.offline} offline, ${r?.retired} retired`,
     `pool: slots ${p?.slotsFree}/${p?.slotsTotal} free, cpu ` +
       `${p?.cpuFree}/${p?.cpuTotal} free, memory ` +
       `${p?.memoryBytesFree}/${p?.memoryBytesTotal} bytes free`,

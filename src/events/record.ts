@@ -23,6 +23,7 @@ export const eventTypes = [
   "runner.paused",
   "runner.resumed",
   "runner.retired",
+  "runner.forgotten",
   "runner.lease_lost",
   "workspace.paused",
   "workspace.resumed",

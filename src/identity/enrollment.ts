@@ -1,5 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Kysely } from "kysely";
+import { sql, type Kysely, type Transaction } from "kysely";
+import { liveLeaseCount, runnerState } from "../broker/fleet/state.js";
 import type { Database } from "../store/schema.js";
 import { recordIssuedCertificate } from "./certificates.js";
 import { verifyCsr } from "./csr.js";
@@ -18,6 +19,8 @@ export interface EnrollmentDeps {
   readonly trustDomain: string;
   /** Why a runner identity is refused (retired), or undefined. */
   readonly runnerRefusal: (runner: { workspaceId: string; runnerId: string }) => string | undefined;
+  /** A runner silent this long is offline (forelead_runner_state): no longer in use. */
+  readonly runnerOfflineSeconds: number;
 }
 
 /** A runner's first certificate and the grant it used. */
@@ -25,6 +28,8 @@ interface Enrollment {
   readonly certificate: SignedCertificate;
   readonly workspaceId: string;
   readonly grant: GrantRecord;
+  /** Set when the identity was in use and the grant said replace: what was in use. */
+  readonly replaced?: string;
 }
 
 /**
@@ -73,13 +78,58 @@ async function enrollRunner(
     const runner = { workspaceId: grant.workspace_id, runnerId: req.runnerId };
     const refusal = deps.runnerRefusal(runner);
     if (refusal) throw new ConnectError(refusal, Code.PermissionDenied);
+    const inUse = await identityInUse(tx, runner, deps.runnerOfflineSeconds);
+    if (inUse && !grant.replace)
+      throw new ConnectError(
+        `runner "${runner.runnerId}" in workspace "${runner.workspaceId}" is in use: ${inUse}; ` +
+          `enrolling it again would give a second key to the same identity. Stop that runner ` +
+          `and let it turn offline and its certificate end, retire it, or create a grant with ` +
+          `--replace (replace: true) to replace it (audited)`,
+        Code.FailedPrecondition,
+      );
     const certificate = await issuer.sign(
       runnerSpiffeId(deps.trustDomain, runner.runnerId, runner.workspaceId),
       csr,
     );
     await recordIssuedCertificate(tx, certificate, runner, "enroll", grant.id);
-    return { certificate, workspaceId: runner.workspaceId, grant };
+    return { certificate, workspaceId: runner.workspaceId, grant, replaced: inUse };
   });
+}
+
+/**
+ * Why the identity is in use, or undefined: its runner is live (forelead_runner_state neither
+ * offline nor retired), or a certificate issued for it has not expired.
+ */
+async function identityInUse(
+  tx: Transaction<Database>,
+  runner: { workspaceId: string; runnerId: string },
+  offlineSeconds: number,
+): Promise<string | undefined> {
+  const live = await tx
+    .selectFrom("runners as r")
+    .select(["r.last_seen_at", runnerState("r", liveLeaseCount("r"), offlineSeconds).as("state")])
+    .where("r.workspace_id", "=", runner.workspaceId)
+    .where("r.runner_id", "=", runner.runnerId)
+    .executeTakeFirst();
+  const cert = await tx
+    .selectFrom("issued_certificates")
+    .select(["serial", "not_after"])
+    .where("workspace_id", "=", runner.workspaceId)
+    .where("runner_id", "=", runner.runnerId)
+    .where("not_after", ">", sql<Date>`now()`)
+    .orderBy("not_after", "desc")
+    .executeTakeFirst();
+  const reasons: string[] = [];
+  if (live && live.state !== "offline" && live.state !== "retired")
+    reasons.push(
+      `its runner is ${live.state} (last heard from ${live.last_seen_at.toISOString()})`,
+    );
+  if (cert)
+    reasons.push(
+      `a certificate issued for it is valid until ${cert.not_after.toISOString()} ` +
+        `(serial ${cert.serial})`,
+    );
+  return reasons.length ? reasons.join(", and ") : undefined;
 }
 
 /**

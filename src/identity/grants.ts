@@ -29,6 +29,11 @@ export interface GrantRequest {
   readonly expiresInSeconds: number;
   /** The SPIFFE ID of the administrator creating it. */
   readonly createdBy: string;
+  /**
+   * It may enroll an identity still in use (live, or holding an unexpired certificate): a second key
+   * for that identity, audited as a replacement.
+   */
+  readonly replace?: boolean;
 }
 
 /**
@@ -60,6 +65,7 @@ export async function createGrant(db: Kysely<Database>, req: GrantRequest): Prom
       expires_at: sql<Date>`now() + make_interval(secs => ${seconds})`,
       used_at: null,
       used_by_runner: null,
+      replace: req.replace ?? false,
     })
     .returningAll()
     .executeTakeFirstOrThrow();

@@ -52,6 +52,8 @@ export interface IdentityOptions {
   readonly issuer: Issuer | undefined;
   /** The single sign-on provider whose ID tokens prove people. */
   readonly sso?: SsoOptions;
+  /** A runner silent this long is offline: enrolling its identity again replaces nothing live. */
+  readonly runnerOfflineSeconds: number;
   /** Where audit records the database cannot take are spooled, and the spool's bound in bytes. */
   readonly auditSpool: {
     readonly dir: string;
@@ -84,6 +86,7 @@ export async function createIdentity(options: IdentityOptions): Promise<Identity
     issuer,
     trustDomain,
     runnerRefusal: retirements.refusal,
+    runnerOfflineSeconds: options.runnerOfflineSeconds,
   });
   return {
     trustDomain,

@@ -1,5 +1,6 @@
 import { sql, type Kysely, type Transaction } from "kysely";
 import type { Database } from "../store/schema.js";
+import { touchRunner } from "../broker/fleet/seen.js";
 import { crossCheck, type InventoryFlag, type InventoryHolder } from "./cross-check.js";
 import { pendingInstructions, settleOrders, type ReapInstruction } from "./reap-orders.js";
 import { validateReport, type InventoryItem, type ReportedItem } from "./report.js";
@@ -43,6 +44,7 @@ export async function acceptReport(
       )
       .returning("reported_at")
       .executeTakeFirstOrThrow();
+    await touchRunner(tx, holder.workspaceId, holder.runnerId);
     await settleOrders(tx, holder, items);
     await replaceItems(tx, holder, items);
     const flags = await crossCheck(tx, holder, items);

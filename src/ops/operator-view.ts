@@ -19,7 +19,8 @@ export interface OperatorViewDeps {
   readonly issuer?: { readonly certPem: string; readonly keyPem: string; readonly notAfter: Date };
   readonly artifacts: ArtifactStore;
   readonly replica: ReplicaHeartbeat;
-  readonly leaseSeconds: number;
+  /** A runner silent this long is offline (forelead_runner_state). */
+  readonly runnerOfflineSeconds: number;
   readonly build: { readonly version: string; readonly commit: string; readonly buildDate: string };
 }
 
@@ -51,7 +52,7 @@ export function createOperatorView(deps: OperatorViewDeps): OperatorView {
   return {
     async status() {
       const facts = await readDatabaseFacts(store.db);
-      const fleet = await readFleetStatus(store.db, deps.leaseSeconds);
+      const fleet = await readFleetStatus(store.db, deps.runnerOfflineSeconds);
       return {
         ...fleet,
         build: deps.build,

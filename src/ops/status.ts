@@ -1,5 +1,6 @@
 import { sql, type Kysely } from "kysely";
 import { liveLeaseRow } from "../broker/leases/sql-fragments.js";
+import { runnerState } from "../broker/fleet/state.js";
 import type { Database } from "../store/schema.js";
 import { liveReplica } from "./replicas.js";
 
@@ -23,9 +24,11 @@ interface RunnerCounts {
   readonly idle: number;
   readonly paused: number;
   readonly retired: number;
+  readonly offline: number;
+  readonly draining: number;
 }
 
-/** Capacity of connected, unretired runners, and what live leases leave of it. */
+/** Capacity of connected runners, and what live leases leave of it on idle and busy ones. */
 interface Pool {
   readonly slotsTotal: number;
   readonly slotsFree: number;
@@ -67,13 +70,13 @@ const expiringListed = 10;
 
 /**
  * Reads the fleet in four statements: the queue per workspace (with pauses),
- * runners and pool together, live replicas, expiring certificates. A runner
- * is connected when seen within `leaseSeconds` (the lease length: a runner
- * that holds a lease renews within it); live leases are liveLeaseRow's.
+ * runners and pool together, live replicas, expiring certificates. Each
+ * runner counts in its forelead_runner_state (offline after `offlineSeconds`
+ * of silence); live leases are liveLeaseRow's.
  */
 export async function readFleetStatus(
   db: Kysely<Database>,
-  leaseSeconds: number,
+  offlineSeconds: number,
 ): Promise<FleetStatus> {
   const [workspaces, fleet, replicas, expiring] = await Promise.all([
     sql<{
@@ -103,36 +106,44 @@ export async function readFleetStatus(
         | "slots_total"
         | "slots_free"
         | "cpu_total"
-        | "cpu_held"
+        | "cpu_free"
         | "memory_total"
-        | "memory_held",
+        | "memory_free",
         number
       >
     >`
-      with r as (
-        select r.slots, r.cpu, r.memory_bytes, r.retired_at is not null as retired, r.paused_at is not null as paused,
-               r.retired_at is null and r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) as connected,
-               h.leases, h.cpu as cpu_held, h.memory as memory_held
+      with h as (
+        select r.*, h.leases, h.cpu as cpu_held, h.memory as memory_held
         from runners r
         cross join lateral (
           select count(*)::int as leases,
                  coalesce(sum((j.spec->>'cpu')::float8), 0) as cpu,
                  coalesce(sum((j.spec->>'memoryBytes')::int8), 0) as memory
           from leases l join jobs j on j.id = l.job_id
-          where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")}) h)
+          where l.workspace_id = r.workspace_id and l.runner_id = r.runner_id and ${liveLeaseRow("l")}) h
+      ), r as (
+        select h.slots, h.cpu, h.memory_bytes, h.leases, h.cpu_held, h.memory_held,
+               ${runnerState("h", sql`h.leases`, offlineSeconds)} as state
+        from h
+      ), s as (
+        select *, state not in ('offline', 'retired') as connected, state in ('idle', 'busy') as open
+        from r)
       select count(*)::int as registered,
              count(*) filter (where connected)::int as connected,
-             count(*) filter (where connected and leases > 0)::int as busy,
-             count(*) filter (where connected and leases = 0 and not paused)::int as idle,
-             count(*) filter (where paused and not retired)::int as paused,
-             count(*) filter (where retired)::int as retired,
+             count(*) filter (where state = 'busy')::int as busy,
+             count(*) filter (where state = 'idle')::int as idle,
+             count(*) filter (where state = 'paused')::int as paused,
+             count(*) filter (where state = 'retired')::int as retired,
+             count(*) filter (where state = 'offline')::int as offline,
+             count(*) filter (where state = 'draining')::int as draining,
              coalesce(sum(slots) filter (where connected), 0)::int8 as slots_total,
-             coalesce(sum(greatest(slots - leases, 0)) filter (where connected), 0)::int8 as slots_free,
+             coalesce(sum(greatest(slots - leases, 0)) filter (where open), 0)::int8 as slots_free,
              coalesce(sum(cpu) filter (where connected), 0)::int8 as cpu_total,
-             coalesce(sum(cpu_held) filter (where connected), 0)::float8 as cpu_held,
+             coalesce(sum(greatest(cpu - cpu_held, 0)) filter (where open), 0)::float8 as cpu_free,
              coalesce(sum(memory_bytes) filter (where connected), 0)::int8 as memory_total,
-             coalesce(sum(memory_held) filter (where connected), 0)::int8 as memory_held
-      from r`.execute(db),
+             coalesce(sum(greatest(memory_bytes - memory_held, 0)) filter (where open), 0)::int8
+               as memory_free
+      from s`.execute(db),
     db
       .selectFrom("replicas")
       .selectAll()
@@ -163,14 +174,16 @@ export async function readFleetStatus(
       idle: f.idle,
       paused: f.paused,
       retired: f.retired,
+      offline: f.offline,
+      draining: f.draining,
     },
     pool: {
       slotsTotal: f.slots_total,
       slotsFree: f.slots_free,
       cpuTotal: f.cpu_total,
-      cpuFree: Math.max(0, Math.floor(f.cpu_total - f.cpu_held)),
+      cpuFree: Math.floor(f.cpu_free),
       memoryBytesTotal: f.memory_total,
-      memoryBytesFree: Math.max(0, f.memory_total - f.memory_held),
+      memoryBytesFree: f.memory_free,
     },
     replicas: replicas.map((r) => ({
       id: r.id,

@@ -75,7 +75,14 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(StatsService, createStatsService(broker)),
     serviceImpl(SamplesService, createSamplesService(streams)),
     serviceImpl(StatusService, createStatusService(operatorView(checked, domain))),
-    serviceImpl(FleetService, createFleetService({ pauses: domain.pauses, events: domain.events })),
+    serviceImpl(
+      FleetService,
+      createFleetService({
+        pauses: domain.pauses,
+        events: domain.events,
+        forgetRunner: (input) => domain.broker.forgetRunner(input),
+      }),
+    ),
     serviceImpl(SuspendService, createSuspendService({ broker, artifacts })),
     serviceImpl(InputService, createInputService({ broker })),
     serviceImpl(PipelineService, createPipelineService(broker)),
@@ -132,7 +139,7 @@ function operatorView(checked: CheckedOptions, domain: Domain) {
     issuer: options.issuer && issuer ? { ...options.issuer, notAfter: issuer.notAfter } : undefined,
     artifacts: domain.artifacts.store,
     replica: domain.replica,
-    leaseSeconds: options.leaseSeconds,
+    runnerOfflineSeconds: checked.runnerOfflineSeconds,
     build: buildInfo(),
   });
 }

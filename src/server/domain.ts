@@ -67,11 +67,19 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
       trustDomain: options.trustDomain,
       roles: checked.roles,
       issuer: checked.issuer,
+      runnerOfflineSeconds: checked.runnerOfflineSeconds,
       auditSpool,
       sso: options.sso,
     }),
   );
-  const metrics = stack.use("the metrics", createMetrics({ store, audit: identity.audit }));
+  const metrics = stack.use(
+    "the metrics",
+    createMetrics({
+      store,
+      audit: identity.audit,
+      runnerOfflineSeconds: checked.runnerOfflineSeconds,
+    }),
+  );
   const code = stack.use(
     "the code host",
     await createCodeHost({
@@ -86,6 +94,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     await createBroker({
       store,
       leaseSeconds: options.leaseSeconds,
+      runnerOfflineSeconds: checked.runnerOfflineSeconds,
       code,
       secrets: secrets.box,
       sweepIntervalMs: options.sweepIntervalMs || undefined,

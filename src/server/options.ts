@@ -12,6 +12,7 @@ import type { SsoOptions } from "../identity/sso.js";
 import type { SecretsKeys } from "../secrets/keys.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
 import type { MetricsListen } from "./metrics/http.js";
+import { defaultRunnerOfflineSeconds } from "../broker/fleet/state.js";
 
 /** Everything `forelead serve` needs, already read from flags and files. */
 export interface ControlPlaneOptions {
@@ -43,6 +44,11 @@ export interface ControlPlaneOptions {
   /** Lifetime of the certificates the issuer signs; the maximum certificate lifetime by default. */
   readonly issuedCertLifetimeMs?: number;
   readonly leaseSeconds: number;
+  /**
+   * A runner silent this long is offline (forelead_runner_state); at least leaseSeconds; by
+   * default defaultRunnerOfflineSeconds (90), or leaseSeconds when that is longer.
+   */
+  readonly runnerOfflineSeconds?: number;
   readonly maxCertLifetimeMs: number;
   /** Byte bound of one request body; 1 MiB by default. */
   readonly maxBodyBytes?: number;
@@ -129,6 +135,8 @@ export interface CheckedOptions {
   readonly issuer: Issuer | undefined;
   readonly maxBodyBytes: number;
   readonly connectionLimits: ConnectionLimits;
+  /** options.runnerOfflineSeconds, or its default. */
+  readonly runnerOfflineSeconds: number;
 }
 
 const defaultMaxBodyBytes = 1024 * 1024;
@@ -164,6 +172,14 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
     if (!Number.isSafeInteger(value) || value < 1)
       throw new Error(`the connection limit ${name} must be a positive integer; got ${value}`);
   }
+  const runnerOfflineSeconds =
+    options.runnerOfflineSeconds ?? Math.max(defaultRunnerOfflineSeconds, options.leaseSeconds);
+  if (!Number.isInteger(runnerOfflineSeconds) || runnerOfflineSeconds < options.leaseSeconds)
+    throw new Error(
+      `the runner offline threshold (${runnerOfflineSeconds} s) must be a whole number of ` +
+        `seconds, at least the lease length (${options.leaseSeconds} s): a busy runner is heard ` +
+        `from by its renewals, every third of a lease`,
+    );
   return {
     options,
     tls,
@@ -171,5 +187,6 @@ export async function checkOptions(options: ControlPlaneOptions): Promise<Checke
     issuer,
     maxBodyBytes: options.maxBodyBytes ?? defaultMaxBodyBytes,
     connectionLimits,
+    runnerOfflineSeconds,
   };
 }

@@ -57,6 +57,7 @@ CREATE TABLE public.jobs (
     result jsonb,
     progress jsonb,
     input_lease_id bigint,
+    cancelled_by text,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting_input'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 );
 
@@ -333,6 +334,23 @@ CREATE FUNCTION public.forelead_meets_requirements(j_architecture text, j_os tex
     $$;
 
 --
+-- Name: forelead_runner_state(timestamp with time zone, timestamp with time zone, timestamp with time zone, timestamp with time zone, integer, integer); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.forelead_runner_state(p_retired_at timestamp with time zone, p_last_seen_at timestamp with time zone, p_draining_at timestamp with time zone, p_paused_at timestamp with time zone, p_live_leases integer, p_offline_seconds integer) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+select case
+  when p_retired_at is not null then 'retired'
+  when p_last_seen_at <= now() - make_interval(secs => p_offline_seconds) then 'offline'
+  when p_draining_at is not null then 'draining'
+  when not forelead_runner_unpaused(p_paused_at) then 'paused'
+  when p_live_leases > 0 then 'busy'
+  else 'idle'
+end
+$$;
+
+--
 -- Name: forelead_runner_unpaused(timestamp with time zone); Type: FUNCTION; Schema: public
 --
 
@@ -465,7 +483,8 @@ CREATE TABLE public.enrollment_grants (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     expires_at timestamp with time zone NOT NULL,
     used_at timestamp with time zone,
-    used_by_runner text
+    used_by_runner text,
+    replace boolean DEFAULT false NOT NULL
 );
 
 --
@@ -822,7 +841,9 @@ CREATE TABLE public.runners (
     features text[] DEFAULT '{}'::text[] NOT NULL,
     max_concurrency integer DEFAULT 0 NOT NULL,
     instance_id text DEFAULT ''::text NOT NULL,
-    instance_started_at timestamp with time zone
+    instance_started_at timestamp with time zone,
+    version text DEFAULT ''::text NOT NULL,
+    draining_at timestamp with time zone
 );
 
 --

@@ -71,6 +71,10 @@ export interface RunnersTable {
   execution_kinds: ColumnType<string[], string[] | undefined, string[]>;
   features: ColumnType<string[], string[] | undefined, string[]>;
   max_concurrency: ColumnType<number, number | undefined, number>;
+  /** The runner's version as it said at register; '' when it sends none. */
+  version: ColumnType<string, string | undefined, string>;
+  /** Set while the runner says it drains (it takes no new job and stops after its last one). */
+  draining_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
 }
 
 /** One identity decision, allowed or refused. */
@@ -189,6 +193,8 @@ export interface JobsTable {
   /** The job this one retries, and the job that retried this one. */
   retry_of: ColumnType<string | null, string | null | undefined, string | null>;
   retried_by: ColumnType<string | null, string | null | undefined, string | null>;
+  /** Who asked for the job's cancel (cancelJob), for the attempt the cancel ended. */
+  cancelled_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (trigger jobs_erase_secrets). */
@@ -289,6 +295,8 @@ export interface EnrollmentGrantsTable {
   expires_at: Date;
   used_at: Date | null;
   used_by_runner: string | null;
+  /** The grant may enroll an identity still in use (live, or with an unexpired certificate). */
+  replace: ColumnType<boolean, boolean | undefined, boolean>;
 }
 
 /** A certificate the control plane's issuer signed. */

@@ -399,7 +399,7 @@ describe(`forelead everyday commands (${databaseKind})`, { timeout: slow }, () =
       expect.objectContaining({ runnerId: "ev-r4", workspaceId: "ev-w4", slots: 1, liveLeases: 1 }),
     ]);
     expect((await forel("runners", "list", "--workspace", "ev-w4")).stdout).toMatch(
-      /^runner +workspace +slots +leases +labels .*\nev-r4 +ev-w4 +1 +1 +linux +amd64 /,
+      /^runner +workspace +state +slots +leases +labels .*\nev-r4 +ev-w4 +busy +1 +1 +linux +amd64 /,
     );
 
     // the lease is live when the retire comes, however slow the commands above were

@@ -403,7 +403,7 @@ describe(`forelead operator commands (${databaseKind})`, () => {
     const text = await forel("jobs", "list", "--workspace", "op-w6", "--order", "oldest");
     expect(text.stdout).toMatch(
       new RegExp(
-        `^job +state +workspace .*\\n${first} +queued +op-w6 +linux +0 +- ` +
+        `^job +state +workspace .*\\n${first} +queued +op-w6 +linux +0 +- +- ` +
           `+\\S+Z\\n${second} +queued +op-w6 +gpu,linux `,
         "m",
       ),

@@ -1,6 +1,7 @@
 // The Overview, Runners and Audit pages in a real browser (chromium, headless) against a real
 // control plane with registered runners and jobs: what an operator sees, what clicking does, and
 // what an identity without the role sees. Writes docs/dashboard/{overview,runners,audit}.png.
+import { sql } from "kysely";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "puppeteer-core";
 import { parseRoleGrant } from "../../src/identity/roles.js";
@@ -125,6 +126,12 @@ describe("dashboard pages", () => {
       await textBecomes(p.page, "tr[data-runner=r1] [data-col=leases]", "1 / 1");
       await textBecomes(p.page, "tr[data-runner=r1] [data-col=state]", "busy");
       await textBecomes(p.page, "tr[data-runner=r2] [data-col=state]", "idle");
+      // A runner silent past the offline threshold shows the control plane's "offline", not idle.
+      await registeredRunner(cp, "r-silent", "w9");
+      await sql`update runners set last_seen_at = now() - interval '1 hour'
+        where runner_id = 'r-silent'`.execute(cp.plane.store.db);
+      await p.open("#/runners");
+      await textBecomes(p.page, "tr[data-runner=r-silent] [data-col=state]", "offline");
 
       // "Keep as is" changes nothing.
       await p.page.click('button[aria-label="Pause runner r2 (w1)"]');

@@ -104,7 +104,12 @@ describe(`the event stream (${databaseKind})`, () => {
         ["job.leased", "r1", job, { attempt: 3 }],
         ["job.settled", "r1", job, { outcome: "failed", errorCode: "exit_code", attempt: 3 }],
         ["job.queued", "", queued, { labels: ["linux"], priority: 0 }],
-        ["job.cancel_requested", "", queued, { state: "queued" }],
+        [
+          "job.cancel_requested",
+          "",
+          queued,
+          { state: "queued", by: "spiffe://forelead/services/test-admin" },
+        ],
         ["job.settled", "", queued, { outcome: "cancelled", errorCode: "cancelled", attempt: 0 }],
         ["runner.paused", "r1", "", { by: "spiffe://forelead/services/test-admin", reason: "" }],
         ["runner.resumed", "r1", "", { by: "spiffe://forelead/services/test-admin" }],

@@ -7,6 +7,7 @@ import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane } from "../../src/server/control-plane.js";
 import { createRestClient } from "../support/clients.js";
+import { registeredRunner } from "../support/actors.js";
 import { startTestControlPlane, type TestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
@@ -287,6 +288,77 @@ describe(`enrollment (${databaseKind})`, () => {
     });
     expect(fresh.status, fresh.text).toBe(200);
   });
+
+  it(
+    "enrolling an identity in use (its runner live, a certificate unexpired) is refused and " +
+      "audited; a replace grant enrolls it, audited as a replacement",
+    async () => {
+      const first = await newGrant();
+      const enrolled = await enrollRequest(cp, {
+        grant: first.grant,
+        runnerId: "ra",
+        csr: (await makeCsr()).csrPem,
+      });
+      expect(enrolled.status, enrolled.text).toBe(200);
+      await registeredRunner(cp, "ra", "w1");
+
+      const plain = await newGrant({ runnerId: "ra" });
+      const refused = await enrollRequest(cp, {
+        grant: plain.grant,
+        runnerId: "ra",
+        csr: (await makeCsr()).csrPem,
+      });
+      expect(refused.status, refused.text).toBe(400);
+      expect(refused.json.code).toBe("failed_precondition");
+      expect(refused.json.message).toMatch(
+        /^runner "ra" in workspace "w1" is in use: its runner is idle \(last heard from .*\), and a certificate issued for it is valid until .*; enrolling it again would give a second key to the same identity\..*--replace/,
+      );
+      // The refusal left the grant unused.
+      const unused = await sql<{ used_at: Date | null }>`
+        select used_at from enrollment_grants where id = ${plain.grantId}`.execute(
+        cp.plane.store.db,
+      );
+      expect(unused.rows[0]?.used_at).toBeNull();
+
+      const replacing = await newGrant({ runnerId: "ra", replace: true });
+      expect(replacing).toMatchObject({ replace: true });
+      const replaced = await enrollRequest(cp, {
+        grant: replacing.grant,
+        runnerId: "ra",
+        csr: (await makeCsr()).csrPem,
+      });
+      expect(replaced.status, replaced.text).toBe(200);
+      expect(replaced.json.spiffeId).toBe("spiffe://forelead/runners/ra/workspaces/w1");
+
+      const audit = await admin.rest.request("GET", "/v1/admin/audit?pageSize=500");
+      expect(audit.status, audit.text).toBe(200);
+      const records = audit.json.records as Array<{
+        action?: string;
+        target?: string;
+        reason?: string;
+        decision: string;
+      }>;
+      expect(
+        records.filter(
+          (r) =>
+            r.action === "grant.use" &&
+            r.decision === "deny" &&
+            r.reason?.includes('runner "ra" in workspace "w1" is in use'),
+        ),
+      ).toHaveLength(1);
+      const replacement = records.filter((r) => r.action === "runner.replace");
+      expect(replacement).toHaveLength(1);
+      expect(replacement[0]).toMatchObject({
+        decision: "allow",
+        target: 'runner "ra" in workspace "w1"',
+      });
+      expect(replacement[0]!.reason).toMatch(
+        new RegExp(
+          `^enrolled again with replace grant ${replacing.grantId} .* while in use: its runner is idle`,
+        ),
+      );
+    },
+  );
 
   it("grant requests are checked: workspace and runner id shapes, expiry bounds", async () => {
     const cases: Array<[Record<string, unknown>, string]> = [

@@ -27,9 +27,9 @@ describe("GET /v1/admin/status", () => {
     await registeredRunner(cp, "r2", "w1", { slots: 1, cpu: 2, memoryBytes: String(GiB) });
     await registeredRunner(cp, "r3", "w1", { slots: 1, cpu: 8, memoryBytes: String(8 * GiB) });
     await registeredRunner(cp, "r4", "w1", { slots: 1, cpu: 1, memoryBytes: String(GiB) });
-    // Registered, but not seen within the lease length (30 s): not connected, not in the pool.
+    // Registered, but not heard from within the offline threshold (90 s): offline, not in the pool.
     await registeredRunner(cp, "r5", "w1", { slots: 4, cpu: 16, memoryBytes: String(16 * GiB) });
-    await sql`update runners set last_seen_at = now() - interval '31 seconds' where runner_id = 'r5'`.execute(
+    await sql`update runners set last_seen_at = now() - interval '91 seconds' where runner_id = 'r5'`.execute(
       db,
     );
     const retire = await admin.rest.request("POST", "/v1/admin/runners/r3/retire", {
@@ -95,15 +95,17 @@ describe("GET /v1/admin/status", () => {
       idle: "1",
       paused: "1",
       retired: "1",
+      offline: "1",
     });
-    // Connected, unretired runners r1, r2 and r4; one live lease holds a slot, 1 CPU and 512 MiB.
+    // Connected runners r1, r2 and r4; only the busy r1 and the idle r4 have free capacity (the
+    // paused r2's is not free); one live lease holds a slot, 1 CPU and 512 MiB of r1's.
     expect(s.pool).toEqual({
       slotsTotal: "4",
-      slotsFree: "3",
+      slotsFree: "2",
       cpuTotal: "7",
-      cpuFree: "6",
+      cpuFree: "4",
       memoryBytesTotal: String(6 * GiB),
-      memoryBytesFree: String(6 * GiB - 512 * MiB),
+      memoryBytesFree: String(5 * GiB - 512 * MiB),
     });
     expect(s.workspaces).toEqual([
       { workspaceId: "w1", queued: "2", running: "1", oldestQueuedSeconds: expect.any(Number) },

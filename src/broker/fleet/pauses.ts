@@ -184,7 +184,7 @@ async function resumed(
  * The workspace of the registered runner `input` names: 404 when none, 400 when the id is in
  * several and none was given.
  */
-async function registeredWorkspace(
+export async function registeredWorkspace(
   tx: Transaction<Database>,
   input: { readonly workspaceId: string; readonly runnerId: string },
 ): Promise<string> {

@@ -29,6 +29,10 @@ export interface Registration {
   readonly executionKinds?: readonly string[];
   readonly features?: readonly string[];
   readonly maxConcurrency?: number;
+  /** The runner's version; '' when it sends none. */
+  readonly version?: string;
+  /** It registers again to say it drains: its state is "draining" until it stops. */
+  readonly draining?: boolean;
 }
 
 /** What a registration changed of the one stored before it; undefined fields did not change. */
@@ -68,6 +72,8 @@ function validateRegistration(r: Registration): void {
   if (r.memoryBytes < 0 || !Number.isSafeInteger(r.memoryBytes))
     bad(`memoryBytes must be a non-negative byte count; got ${r.memoryBytes}`);
   if (r.architecture.length > 64) bad("architecture is longer than 64 characters");
+  if ((r.version ?? "").length > 64 || /[^\x21-\x7e]/.test(r.version ?? ""))
+    bad("version must be at most 64 printable ASCII characters without spaces");
   if (!Number.isSafeInteger(r.clockOffsetNs))
     bad(`clockOffsetNs is out of range; got ${r.clockOffsetNs}`);
   if (r.instanceId && !instancePattern.test(r.instanceId))
@@ -141,6 +147,7 @@ export async function register(
     execution_kinds: [...new Set(r.executionKinds ?? [])].sort(),
     features: [...new Set(r.features ?? [])].sort(),
     max_concurrency: r.maxConcurrency ?? 0,
+    version: r.version ?? "",
   };
   const heard = runnerHeardFrom("runners", leaseSeconds);
   const stored = (tx: Kysely<Database>) =>
@@ -167,7 +174,12 @@ export async function register(
       .onConflict((oc) =>
         oc
           .columns(["workspace_id", "runner_id"])
-          .doUpdateSet({ ...values, updated_at: sql`now()`, last_seen_at: sql`now()` })
+          .doUpdateSet({
+            ...values,
+            updated_at: sql`now()`,
+            last_seen_at: sql`now()`,
+            draining_at: r.draining ? sql`coalesce(runners.draining_at, now())` : null,
+          })
           .where("runners.retired_at", "is", null)
           .where((eb) =>
             eb.or([eb("runners.instance_id", "=", eb.ref("excluded.instance_id")), eb.not(heard)]),

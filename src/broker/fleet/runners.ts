@@ -1,6 +1,6 @@
-import { sql, type Kysely } from "kysely";
+import type { Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
-import { liveLeaseRow } from "../leases/sql-fragments.js";
+import { liveLeaseCount, runnerState, type RunnerState } from "./state.js";
 
 /** A registration with its live lease count, for operators. */
 export interface RunnerView {
@@ -23,20 +23,27 @@ export interface RunnerView {
   /** Set while paused (pauses.ts), with who paused it. */
   readonly pausedAt: Date | null;
   readonly pausedBy: string | null;
+  /** forelead_runner_state: idle, busy, paused, draining, offline or retired. */
+  readonly state: RunnerState;
+  /** The runner's version as it said at register; '' when it sent none. */
+  readonly version: string;
 }
 
-/** Registered runners, optionally of one workspace, with their live leases. */
+/**
+ * Registered runners, optionally of one workspace, with their live leases and state (offline after
+ * `offlineSeconds` of silence).
+ */
 export async function listRunners(
   db: Kysely<Database>,
   workspaceId: string,
+  offlineSeconds: number,
 ): Promise<RunnerView[]> {
+  const liveLeases = liveLeaseCount("r");
   let query = db
     .selectFrom("runners as r")
     .selectAll("r")
-    .select(
-      sql<number>`(select count(*)::int from leases l where l.workspace_id = r.workspace_id and
-        l.runner_id = r.runner_id and ${liveLeaseRow("l")})`.as("live_leases"),
-    )
+    .select(liveLeases.as("live_leases"))
+    .select(runnerState("r", liveLeases, offlineSeconds).as("state"))
     .orderBy("r.workspace_id")
     .orderBy("r.runner_id");
   if (workspaceId) query = query.where("r.workspace_id", "=", workspaceId);
@@ -60,5 +67,7 @@ export async function listRunners(
     retiredAt: r.retired_at,
     pausedAt: r.paused_at,
     pausedBy: r.paused_by,
+    state: r.state,
+    version: r.version,
   }));
 }

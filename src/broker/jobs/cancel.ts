@@ -40,6 +40,7 @@ export async function cancelJob(
           then ${`cancelled by ${by} before it was claimed`} when jobs.state = 'waiting_input'
           then ${`cancelled by ${by} while it waited for input`} else failure_message end,
         cancel_requested = true,
+        cancelled_by = coalesce(jobs.cancelled_by, ${by}),
         updated_at = now()
       from old where jobs.id = old.id
       returning jobs.*, old.state as was_state, old.cancel_requested as was_requested
@@ -51,7 +52,7 @@ export async function cancelJob(
         workspaceId: sql`j.workspace_id`,
         jobId: sql`j.id`,
         data: sql`jsonb_build_object('state',
-      j.was_state)`,
+      j.was_state, 'by', j.cancelled_by)`,
       },
       sql`not j.was_requested`,
     )},

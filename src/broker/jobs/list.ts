@@ -3,6 +3,7 @@ import type { Database, JobState } from "../../store/schema.js";
 import { checkSegmentId } from "../../identity/segment-id.js";
 import { checkJobId } from "../ids.js";
 import { jobSnapshot, type JobSnapshot } from "./snapshot.js";
+import { attemptHistory } from "./attempts.js";
 import { bad, checkLabels, jobStates } from "./rules.js";
 
 /** The orders a job listing takes: by creation, newest or oldest first. */
@@ -74,6 +75,7 @@ export async function listJobs(
     .selectFrom("jobs")
     .selectAll()
     .select(pageKey.as("page_key"))
+    .select(attemptHistory("jobs").as("attempt_history"))
     .orderBy("created_at", direction)
     .orderBy("id", direction)
     .limit(pageSize + 1);
@@ -100,7 +102,9 @@ export async function listJobs(
   const page = rows.slice(0, pageSize);
   const last = page[page.length - 1];
   return {
-    jobs: page.map(({ page_key: _key, ...row }) => jobSnapshot(row)),
+    jobs: page.map(({ page_key: _key, attempt_history, ...row }) =>
+      jobSnapshot(row, attempt_history),
+    ),
     nextPageToken: rows.length > pageSize && last ? pageTokenOf(last) : "",
   };
 }

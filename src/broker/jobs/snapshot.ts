@@ -3,6 +3,7 @@ import type { Kysely, Selectable } from "kysely";
 import type { Database, JobsTable } from "../../store/schema.js";
 import { definedOnly } from "../../protocol/defined-only.js";
 import { checkJobId } from "../ids.js";
+import { attemptHistory } from "./attempts.js";
 
 /** A job row as read from the database. */
 export type JobRow = Selectable<JobsTable>;
@@ -15,8 +16,11 @@ export type JobRow = Selectable<JobsTable>;
  */
 export type JobSnapshot = Record<string, unknown>;
 
-/** The snapshot of a job row. */
-export function jobSnapshot(row: JobRow): JobSnapshot {
+/**
+ * The snapshot of a job row; with `attempts` (attemptHistory's, in the admin views) its
+ * attemptHistory.
+ */
+export function jobSnapshot(row: JobRow, attempts?: readonly unknown[]): JobSnapshot {
   const spec = row.spec as Record<string, unknown>;
   const out: JobSnapshot = {
     id: row.id,
@@ -74,6 +78,7 @@ export function jobSnapshot(row: JobRow): JobSnapshot {
   if (row.progress) out.progress = row.progress;
   if (row.retry_of) out.retryOf = row.retry_of;
   if (row.retried_by) out.retriedBy = row.retried_by;
+  if (attempts?.length) out.attemptHistory = attempts;
   return out;
 }
 
@@ -129,9 +134,18 @@ function iso(d: Date | string): string {
   return (d instanceof Date ? d : new Date(d)).toISOString();
 }
 
-/** One job, or 404. */
+/** One job with its attempt history, or 404. */
 export async function getJob(db: Kysely<Database>, jobId: string): Promise<JobSnapshot> {
-  return jobSnapshot(await findJob(db, checkJobId(jobId)));
+  const id = checkJobId(jobId);
+  const row = await db
+    .selectFrom("jobs")
+    .selectAll()
+    .select(attemptHistory("jobs").as("attempt_history"))
+    .where("id", "=", id)
+    .executeTakeFirst();
+  if (!row) throw new ConnectError(`job ${id} not found`, Code.NotFound);
+  const { attempt_history, ...job } = row;
+  return jobSnapshot(job, attempt_history);
 }
 
 /** A job row, or not_found naming it. */

@@ -4,6 +4,7 @@ import { checkJobId, checkLeaseToken } from "../ids.js";
 import { leasedJobSnapshot, type JobRow } from "../jobs/snapshot.js";
 import { leaseRefusal } from "./check.js";
 import { liveLease } from "./sql-fragments.js";
+import { runnerSeenStale } from "../fleet/seen.js";
 import type { LeaseCall, LeaseView } from "./views.js";
 
 /** Extends a live lease to now + lease length; carries cancelRequested. */
@@ -18,7 +19,9 @@ export async function renewLease(
   // slots are counted by (forelead_claim, listRunners), so both move together. Not measured on
   // its own: no scenario of docs/performance.md renews (its jobs end well inside one lease); it
   // has the shape measured for the completion there (one statement, one commit, instead of a
-  // transaction's round trips).
+  // transaction's round trips). The runner's last_seen_at moves in the same statement, at most once
+  // a second per runner, so a runner renewing many leases writes its row once (a busy runner's
+  // renewals are what keep it from turning offline: forelead_runner_state).
   const { rows } = await sql<JobRow>`
     with j as (
       update jobs set lease_expires_at = now() + make_interval(secs => ${leaseSeconds}), updated_at = now()
@@ -26,6 +29,9 @@ export async function renewLease(
       returning *
     ), l as (
       update leases set expires_at = j.lease_expires_at from j where leases.id = j.lease_id
+    ), r as (
+      update runners set last_seen_at = now() from j
+      where ${runnerSeenStale(sql`j.workspace_id`, sql`j.runner_id`)}
     )
     select * from j`.execute(db);
   const row = rows[0];

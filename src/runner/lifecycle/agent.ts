@@ -72,6 +72,8 @@ export interface RunnerAgentOptions {
    * one runner identity.
    */
   readonly instance?: RunnerInstance;
+  /** The runner's version, sent with the registration (runners list shows it). */
+  readonly version?: string;
   /**
    * Claim this many jobs, then drain and stop (`forelead runner --once`: 1, whatever the slots).
    */
@@ -156,21 +158,26 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     features: options.suspends ? [...runnerFeatures, ...suspendFeatures] : runnerFeatures,
     maxConcurrency: options.slots,
   };
+  const registration = (clockOffsetNs: bigint, draining: boolean) => ({
+    slots: options.slots,
+    cpu: options.capacity.cpu,
+    memoryBytes: options.capacity.memoryBytes,
+    architecture: options.architecture,
+    labels: options.labels,
+    clockOffsetNs,
+    ...capabilities,
+    instance: options.instance,
+    version: options.version,
+    draining,
+  });
+  let clockOffsetNs = 0n;
   const register = async () => {
     for (let attempt = 1; ; attempt++) {
       try {
         const offset = await measureClockOffset(() => client.clock());
         clock = serverClock(offset.offsetNs);
-        await client.register({
-          slots: options.slots,
-          cpu: options.capacity.cpu,
-          memoryBytes: options.capacity.memoryBytes,
-          architecture: options.architecture,
-          labels: options.labels,
-          clockOffsetNs: offset.offsetNs,
-          ...capabilities,
-          instance: options.instance,
-        });
+        clockOffsetNs = offset.offsetNs;
+        await client.register(registration(offset.offsetNs, false));
         const instance = options.instance
           ? `instance ${options.instance.id} started ${options.instance.startedAt.toISOString()}, `
           : "";
@@ -356,6 +363,12 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   };
   let finishing: Promise<void> | undefined;
   const beginDrain = () => {
+    // Operators see "draining" while the running jobs finish (best effort: a refusal changes
+    // nothing here, and the runner turns offline once it stops anyway).
+    if (!draining && runs.size > 0)
+      client.register(registration(clockOffsetNs, true)).catch((err: unknown) => {
+        log(`could not tell the control plane this runner drains: ${(err as Error).message}`);
+      });
     draining = true;
     claiming.abort();
     slotFreed();

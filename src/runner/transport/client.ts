@@ -73,6 +73,10 @@ interface Registration {
   readonly executionKinds?: readonly string[];
   readonly features?: readonly string[];
   readonly maxConcurrency?: number;
+  /** The runner's version, shown to operators. */
+  readonly version?: string;
+  /** True when it registers again to say it drains (its state is "draining" then). */
+  readonly draining?: boolean;
 }
 
 /** One process of a runner. */
@@ -212,6 +216,8 @@ export function createRunnerClient(
         executionKinds: r.executionKinds?.length ? r.executionKinds : undefined,
         features: r.features?.length ? r.features : undefined,
         maxConcurrency: r.maxConcurrency || undefined,
+        version: r.version || undefined,
+        draining: r.draining || undefined,
       });
     },
     async claim(waitSeconds, signal, maxLeases = 1) {

@@ -95,6 +95,35 @@ export function connectionFix(
   return undefined;
 }
 
+/** What each network error code means for a runner, and what to check. */
+const unreachableAdvice: Readonly<Record<string, string>> = {
+  ECONNREFUSED:
+    "nothing listens there; check that the control plane is running and that --server names " +
+    "its host and port",
+  ENOTFOUND: "the host name does not resolve; check the host of --server",
+  EAI_AGAIN: "the host name cannot be resolved now; check the host of --server and this host's DNS",
+  ETIMEDOUT:
+    "no answer; check the network and any firewall between this host and the control plane",
+  EHOSTUNREACH: "no route to that host; check the network and the host of --server",
+  ENETUNREACH: "no route to that network; check the network and the host of --server",
+  ECONNRESET:
+    "the connection was reset; check that --server is the control plane's own TLS port, not " +
+    "a proxy or another service",
+};
+
+/**
+ * A transient network failure in plain words (what happened, what to check), or undefined when
+ * `err` is not one: the runner retries these, and says this each time instead of Node's stream
+ * wording ("The pending stream has been canceled").
+ */
+export function unreachableReason(err: unknown, server: URL): string | undefined {
+  const failure = codeOf(err);
+  const advice = failure && unreachableAdvice[failure.code];
+  return (
+    advice && `cannot reach the control plane at ${server.origin} (${failure.code}): ${advice}`
+  );
+}
+
 /**
  * What to fix when the control plane answered with a refusal no retry
  * changes, or undefined: 401 (the client certificate is expired, revoked or

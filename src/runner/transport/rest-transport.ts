@@ -1,5 +1,5 @@
 import http2 from "node:http2";
-import { connectionFix, type TlsSources } from "./failures.js";
+import { connectionFix, unreachableReason, type TlsSources } from "./failures.js";
 
 /**
  * The TLS material of a runner: read again for every new connection, so a renewed certificate is
@@ -153,7 +153,11 @@ export function createRestTransport(
       } catch (err) {
         throw err instanceof TransportError
           ? err
-          : failure(`cannot connect to ${baseUrl}: ${(err as Error).message}`, err);
+          : failure(
+              unreachableReason(err, server) ??
+                `cannot connect to ${baseUrl}: ${(err as Error).message}`,
+              err,
+            );
       }
       return new Promise<RestReply>((resolve, reject) => {
         const headers: http2.OutgoingHttpHeaders = { ":method": method, ":path": path };
@@ -190,7 +194,7 @@ export function createRestTransport(
           replyHeaders = h;
         });
         stream.on("data", (c: Buffer) => chunks.push(c));
-        stream.on("error", (err) => fail(err.message, err));
+        stream.on("error", (err) => fail(unreachableReason(err, server) ?? err.message, err));
         stream.on("close", () => {
           if (status === 0) fail(`the stream closed without a reply (code ${stream.rstCode})`);
         });

@@ -1,5 +1,6 @@
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
+import { liveLeaseCount, runnerState, type RunnerState } from "../../broker/fleet/state.js";
 
 /** The queue of one workspace at a scrape. */
 interface WorkspaceQueue {
@@ -20,6 +21,8 @@ export interface DatabaseSample {
   readonly roundTripSeconds: number | undefined;
   /** Every workspace with queued or running jobs; empty when the database did not answer. */
   readonly workspaces: readonly WorkspaceQueue[];
+  /** Runners by forelead_runner_state; empty when the database did not answer. */
+  readonly runners: ReadonlyMap<RunnerState, number>;
 }
 
 /**
@@ -35,6 +38,7 @@ export interface DatabaseSample {
 export function createDatabaseSampler(
   db: Kysely<Database>,
   ttlMs: number,
+  offlineSeconds: number,
 ): () => Promise<DatabaseSample> {
   let cached: { sample: Promise<DatabaseSample>; settledAt: number | undefined } | undefined;
   return () => {
@@ -42,7 +46,7 @@ export function createDatabaseSampler(
     if (cached && (cached.settledAt === undefined || performance.now() - cached.settledAt < ttlMs))
       return cached.sample;
     const entry: { sample: Promise<DatabaseSample>; settledAt: number | undefined } = {
-      sample: sample(db),
+      sample: sample(db, offlineSeconds),
       settledAt: undefined,
     };
     void entry.sample.then(() => (entry.settledAt = performance.now()));
@@ -51,12 +55,12 @@ export function createDatabaseSampler(
   };
 }
 
-async function sample(db: Kysely<Database>): Promise<DatabaseSample> {
+async function sample(db: Kysely<Database>, offlineSeconds: number): Promise<DatabaseSample> {
   const startedAt = performance.now();
   try {
     await sql`select 1`.execute(db);
   } catch {
-    return { reachable: false, roundTripSeconds: undefined, workspaces: [] };
+    return { reachable: false, roundTripSeconds: undefined, workspaces: [], runners: new Map() };
   }
   const roundTripSeconds = (performance.now() - startedAt) / 1000;
   try {
@@ -99,8 +103,17 @@ async function sample(db: Kysely<Database>): Promise<DatabaseSample> {
       } else if (row.state === "waiting_input") w.waitingInput = row.jobs;
       else w.running = row.jobs;
     }
-    return { reachable: true, roundTripSeconds, workspaces: [...byWorkspace.values()] };
+    // One row a state: the runners table holds one row per runner identity, a few hundred at most.
+    const states = await sql<{ state: RunnerState; runners: number }>`
+      select ${runnerState("r", liveLeaseCount("r"), offlineSeconds)} as state, count(*)::int as
+        runners from runners r group by 1`.execute(db);
+    return {
+      reachable: true,
+      roundTripSeconds,
+      workspaces: [...byWorkspace.values()],
+      runners: new Map(states.rows.map((r) => [r.state, r.runners])),
+    };
   } catch {
-    return { reachable: false, roundTripSeconds, workspaces: [] };
+    return { reachable: false, roundTripSeconds, workspaces: [], runners: new Map() };
   }
 }

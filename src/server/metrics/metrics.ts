@@ -6,6 +6,7 @@ import { calledMethodKey } from "../../api/context.js";
 import { refusalReasons, type RefusalReason } from "../../api/guard.js";
 import { routeOf } from "../../api/routes.js";
 import type { BrokerObserver } from "../../broker/observer.js";
+import { runnerStates } from "../../broker/fleet/state.js";
 import type { AuditSink } from "../../identity/audit.js";
 import type { Store } from "../../store/database.js";
 import { createDatabaseSampler, type DatabaseSample } from "./database-sample.js";
@@ -17,6 +18,8 @@ export interface MetricsOptions {
   readonly audit: AuditSink;
   /** Scrapes within this many milliseconds share one database sample; 1000 by default. */
   readonly sampleTtlMs?: number;
+  /** A runner silent this long is offline (forelead_runner_state). */
+  readonly runnerOfflineSeconds: number;
 }
 
 /**
@@ -69,7 +72,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
   const { store, audit } = options;
   const registry = new Registry();
   const registers = [registry];
-  const sampleDatabase = createDatabaseSampler(store.db, options.sampleTtlMs ?? 1000);
+  const sampleDatabase = createDatabaseSampler(
+    store.db,
+    options.sampleTtlMs ?? 1000,
+    options.runnerOfflineSeconds,
+  );
 
   const granted = new Counter({
     name: "forelead_leases_granted_total",
@@ -215,6 +222,16 @@ export function createMetrics(options: MetricsOptions): Metrics {
           w.oldestQueuedSeconds !== undefined && g.labels(w.workspaceId).set(w.oldestQueuedSeconds),
       ),
     ["workspace"],
+  );
+  sampled(
+    "forelead_runners",
+    "Registered runners, by state (idle, busy, paused, draining, offline, retired): every state " +
+      "is present, 0 when no runner is in it.",
+    (g, s) => {
+      if (!s.reachable) return;
+      for (const state of runnerStates) g.labels(state).set(s.runners.get(state) ?? 0);
+    },
+    ["state"],
   );
   sampled(
     "forelead_database_reachable",

@@ -31,6 +31,7 @@ import * as m0029 from "./0029_step_job_probe.js";
 import * as m0030 from "./0030_claim_clauses.js";
 import * as m0031 from "./0031_schedules.js";
 import * as m0032 from "./0032_person_sessions.js";
+import * as m0033 from "./0033_runner_state.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -69,4 +70,5 @@ export const migrations: Record<string, Migration> = {
   "0030_claim_clauses": m0030,
   "0031_schedules": m0031,
   "0032_person_sessions": m0032,
+  "0033_runner_state": m0033,
 };

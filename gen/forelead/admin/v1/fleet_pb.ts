@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/fleet.proto.
  */
 export const file_forelead_admin_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9mbGVldC5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEiUgoVUGF1c2VXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkirQEKFlBhdXNlV29ya3NwYWNlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSFAoMd29ya3NwYWNlX2lkGAIgASgJEi0KCXBhdXNlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcGF1c2VkX2J5GAQgASgJEg4KBnJlYXNvbhgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJDChZSZXN1bWVXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJYChdSZXN1bWVXb3Jrc3BhY2VSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSEgoKd2FzX3BhdXNlZBgDIAEoCCJiChJQYXVzZVJ1bm5lclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkirQEKE1BhdXNlUnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRItCglwYXVzZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXBhdXNlZF9ieRgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJTChNSZXN1bWVSdW5uZXJSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkiaAoUUmVzdW1lUnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRISCgp3YXNfcGF1c2VkGAQgASgIIm8KE1N0cmVhbUV2ZW50c1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEg0KBXR5cGVzGAIgAygJEhAKCGFmdGVyX2lkGAMgASgDEg4KBmZvbGxvdxgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUiuAEKFFN0cmVhbUV2ZW50c1Jlc3BvbnNlEgoKAmlkGAEgASgDEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eXBlGAMgASgJEhQKDHdvcmtzcGFjZV9pZBgEIAEoCRIRCglydW5uZXJfaWQYBSABKAkSDgoGam9iX2lkGAYgASgJEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0MtUGCgxGbGVldFNlcnZpY2USqQEKDlBhdXNlV29ya3NwYWNlEiguZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VXb3Jrc3BhY2VSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VXb3Jrc3BhY2VSZXNwb25zZSJCyvMYPgoEUE9TVBIoL3YxL2FkbWluL3dvcmtzcGFjZXMve3dvcmtzcGFjZUlkfS9wYXVzZToFYWRtaW5CBWFkbWluEq0BCg9SZXN1bWVXb3Jrc3BhY2USKS5mb3JlbGVhZC5hZG1pbi52MS5SZXN1bWVXb3Jrc3BhY2VSZXF1ZXN0GiouZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lV29ya3NwYWNlUmVzcG9uc2UiQ8rzGD8KBFBPU1QSKS92MS9hZG1pbi93b3Jrc3BhY2VzL3t3b3Jrc3BhY2VJZH0vcmVzdW1lOgVhZG1pbkIFYWRtaW4SmgEKC1BhdXNlUnVubmVyEiUuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VSdW5uZXJSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VSdW5uZXJSZXNwb25zZSI8yvMYOAoEUE9TVBIiL3YxL2FkbWluL3J1bm5lcnMve3J1bm5lcklkfS9wYXVzZToFYWRtaW5CBWFkbWluEp4BCgxSZXN1bWVSdW5uZXISJi5mb3JlbGVhZC5hZG1pbi52MS5SZXN1bWVSdW5uZXJSZXF1ZXN0GicuZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lUnVubmVyUmVzcG9uc2UiPcrzGDkKBFBPU1QSIy92MS9hZG1pbi9ydW5uZXJzL3tydW5uZXJJZH0vcmVzdW1lOgVhZG1pbkIFYWRtaW4SqgEKDFN0cmVhbUV2ZW50cxImLmZvcmVsZWFkLmFkbWluLnYxLlN0cmVhbUV2ZW50c1JlcXVlc3QaJy5mb3JlbGVhZC5hZG1pbi52MS5TdHJlYW1FdmVudHNSZXNwb25zZSJHyvMYQwoDR0VUEhAvdjEvYWRtaW4vZXZlbnRzOgVhZG1pbkIEcmVhZGgBcgZmb2xsb3d6AmlkggEHYWZ0ZXJJZJIBBHR5cGUwAWIGcHJvdG8z", [file_forelead_api_v1_route, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9mbGVldC5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEiUgoVUGF1c2VXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkirQEKFlBhdXNlV29ya3NwYWNlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSFAoMd29ya3NwYWNlX2lkGAIgASgJEi0KCXBhdXNlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcGF1c2VkX2J5GAQgASgJEg4KBnJlYXNvbhgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJDChZSZXN1bWVXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJYChdSZXN1bWVXb3Jrc3BhY2VSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSEgoKd2FzX3BhdXNlZBgDIAEoCCJiChJQYXVzZVJ1bm5lclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkirQEKE1BhdXNlUnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRItCglwYXVzZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXBhdXNlZF9ieRgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJTChNGb3JnZXRSdW5uZXJSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkiVAoURm9yZ2V0UnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCSJTChNSZXN1bWVSdW5uZXJSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkiaAoUUmVzdW1lUnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRISCgp3YXNfcGF1c2VkGAQgASgIIm8KE1N0cmVhbUV2ZW50c1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEg0KBXR5cGVzGAIgAygJEhAKCGFmdGVyX2lkGAMgASgDEg4KBmZvbGxvdxgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUiuAEKFFN0cmVhbUV2ZW50c1Jlc3BvbnNlEgoKAmlkGAEgASgDEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eXBlGAMgASgJEhQKDHdvcmtzcGFjZV9pZBgEIAEoCRIRCglydW5uZXJfaWQYBSABKAkSDgoGam9iX2lkGAYgASgJEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0MvYHCgxGbGVldFNlcnZpY2USqQEKDlBhdXNlV29ya3NwYWNlEiguZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VXb3Jrc3BhY2VSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VXb3Jrc3BhY2VSZXNwb25zZSJCyvMYPgoEUE9TVBIoL3YxL2FkbWluL3dvcmtzcGFjZXMve3dvcmtzcGFjZUlkfS9wYXVzZToFYWRtaW5CBWFkbWluEq0BCg9SZXN1bWVXb3Jrc3BhY2USKS5mb3JlbGVhZC5hZG1pbi52MS5SZXN1bWVXb3Jrc3BhY2VSZXF1ZXN0GiouZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lV29ya3NwYWNlUmVzcG9uc2UiQ8rzGD8KBFBPU1QSKS92MS9hZG1pbi93b3Jrc3BhY2VzL3t3b3Jrc3BhY2VJZH0vcmVzdW1lOgVhZG1pbkIFYWRtaW4SmgEKC1BhdXNlUnVubmVyEiUuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VSdW5uZXJSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VSdW5uZXJSZXNwb25zZSI8yvMYOAoEUE9TVBIiL3YxL2FkbWluL3J1bm5lcnMve3J1bm5lcklkfS9wYXVzZToFYWRtaW5CBWFkbWluEp4BCgxSZXN1bWVSdW5uZXISJi5mb3JlbGVhZC5hZG1pbi52MS5SZXN1bWVSdW5uZXJSZXF1ZXN0GicuZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lUnVubmVyUmVzcG9uc2UiPcrzGDkKBFBPU1QSIy92MS9hZG1pbi9ydW5uZXJzL3tydW5uZXJJZH0vcmVzdW1lOgVhZG1pbkIFYWRtaW4SngEKDEZvcmdldFJ1bm5lchImLmZvcmVsZWFkLmFkbWluLnYxLkZvcmdldFJ1bm5lclJlcXVlc3QaJy5mb3JlbGVhZC5hZG1pbi52MS5Gb3JnZXRSdW5uZXJSZXNwb25zZSI9yvMYOQoEUE9TVBIjL3YxL2FkbWluL3J1bm5lcnMve3J1bm5lcklkfS9mb3JnZXQ6BWFkbWluQgVhZG1pbhKqAQoMU3RyZWFtRXZlbnRzEiYuZm9yZWxlYWQuYWRtaW4udjEuU3RyZWFtRXZlbnRzUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLlN0cmVhbUV2ZW50c1Jlc3BvbnNlIkfK8xhDCgNHRVQSEC92MS9hZG1pbi9ldmVudHM6BWFkbWluQgRyZWFkaAFyBmZvbGxvd3oCaWSCAQdhZnRlcklkkgEEdHlwZTABYgZwcm90bzM", [file_forelead_api_v1_route, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * PauseWorkspaceRequest names the workspace; it need not have jobs or runners yet.
@@ -234,6 +234,66 @@ export const PauseRunnerResponseSchema: GenMessage<PauseRunnerResponse> = /*@__P
   messageDesc(file_forelead_admin_v1_fleet, 5);
 
 /**
+ * ForgetRunnerRequest names an offline runner.
+ *
+ * @generated from message forelead.admin.v1.ForgetRunnerRequest
+ */
+export type ForgetRunnerRequest = Message<"forelead.admin.v1.ForgetRunnerRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * As in PauseRunnerRequest.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ForgetRunnerRequest.
+ * Use `create(ForgetRunnerRequestSchema)` to create a new message.
+ */
+export const ForgetRunnerRequestSchema: GenMessage<ForgetRunnerRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_fleet, 6);
+
+/**
+ * ForgetRunnerResponse names the registration removed.
+ *
+ * @generated from message forelead.admin.v1.ForgetRunnerResponse
+ */
+export type ForgetRunnerResponse = Message<"forelead.admin.v1.ForgetRunnerResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ForgetRunnerResponse.
+ * Use `create(ForgetRunnerResponseSchema)` to create a new message.
+ */
+export const ForgetRunnerResponseSchema: GenMessage<ForgetRunnerResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_fleet, 7);
+
+/**
  * ResumeRunnerRequest names a registered runner.
  *
  * @generated from message forelead.admin.v1.ResumeRunnerRequest
@@ -262,7 +322,7 @@ export type ResumeRunnerRequest = Message<"forelead.admin.v1.ResumeRunnerRequest
  * Use `create(ResumeRunnerRequestSchema)` to create a new message.
  */
 export const ResumeRunnerRequestSchema: GenMessage<ResumeRunnerRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 6);
+  messageDesc(file_forelead_admin_v1_fleet, 8);
 
 /**
  * ResumeRunnerResponse says whether the runner was paused.
@@ -298,7 +358,7 @@ export type ResumeRunnerResponse = Message<"forelead.admin.v1.ResumeRunnerRespon
  * Use `create(ResumeRunnerResponseSchema)` to create a new message.
  */
 export const ResumeRunnerResponseSchema: GenMessage<ResumeRunnerResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 7);
+  messageDesc(file_forelead_admin_v1_fleet, 9);
 
 /**
  * StreamEventsRequest chooses which events to read (GET: query parameters).
@@ -351,7 +411,7 @@ export type StreamEventsRequest = Message<"forelead.admin.v1.StreamEventsRequest
  * Use `create(StreamEventsRequestSchema)` to create a new message.
  */
 export const StreamEventsRequestSchema: GenMessage<StreamEventsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 8);
+  messageDesc(file_forelead_admin_v1_fleet, 10);
 
 /**
  * StreamEventsResponse is one event; one NDJSON line or Server-Sent Event on REST.
@@ -404,7 +464,7 @@ export type StreamEventsResponse = Message<"forelead.admin.v1.StreamEventsRespon
  * Use `create(StreamEventsResponseSchema)` to create a new message.
  */
 export const StreamEventsResponseSchema: GenMessage<StreamEventsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 9);
+  messageDesc(file_forelead_admin_v1_fleet, 11);
 
 /**
  * FleetService is the operator's hand on the fleet: pausing and resuming a
@@ -452,6 +512,17 @@ export const FleetService: GenService<{
     methodKind: "unary";
     input: typeof ResumeRunnerRequestSchema;
     output: typeof ResumeRunnerResponseSchema;
+  },
+  /**
+   * Removes an offline runner's registration and inventory; its identity is not retired, so it
+   * may register again. Refused (failed_precondition) for a runner that is not offline.
+   *
+   * @generated from rpc forelead.admin.v1.FleetService.ForgetRunner
+   */
+  forgetRunner: {
+    methodKind: "unary";
+    input: typeof ForgetRunnerRequestSchema;
+    output: typeof ForgetRunnerResponseSchema;
   },
   /**
    * The global event stream, oldest first after afterId: a page (NDJSON on

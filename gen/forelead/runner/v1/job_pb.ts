@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/job.proto.
  */
 export const file_forelead_runner_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiqwoKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmcSMAoMY2xhaW1hYmxlX2F0GCggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYKSABKAkSGQoRY29uY3VycmVuY3lfbGltaXQYKiABKAUSNgoMcmVxdWlyZW1lbnRzGCsgASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLlJlcXVpcmVtZW50cxIsCgdiYWNrb2ZmGCwgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkJhY2tvZmYSJwoGcmVzdWx0GDggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIxCghwcm9ncmVzcxg5IAEoCzIfLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JQcm9ncmVzcxI3Cg1pbnB1dF9yZXF1ZXN0GD4gASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLklucHV0UmVxdWVzdBIwCgpjaGVja3BvaW50GD8gAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhAKCHJldHJ5X29mGDAgASgJEhIKCnJldHJpZWRfYnkYMSABKAlCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUimQEKC0pvYlByb2dyZXNzEhQKB3BlcmNlbnQYASABKAFIAIgBARIRCgRkb25lGAIgASgFSAGIAQESEgoFdG90YWwYAyABKAVIAogBARIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIKCghfcGVyY2VudEIHCgVfZG9uZUIICgZfdG90YWwi6QEKCkpvYldhaXRpbmcSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhYKDm1pc3NpbmdfbGFiZWxzGAMgAygJEhQKDGJ1c3lfcnVubmVycxgEIAEoBRISCgpidXN5X3Nsb3RzGAUgASgFEikKBXVudGlsGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYByABKAkSGwoTY29uY3VycmVuY3lfcnVubmluZxgIIAEoBRIZChF1bm1ldF9yZXF1aXJlbWVudBgJIAEoCSLBAQoHSm9iU3BlYxINCgVpbWFnZRgBIAEoCRIMCgRhcmd2GAIgAygJEjEKA2VudhgDIAMoCzIkLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JTcGVjLkVudkVudHJ5EhcKD3RpbWVvdXRfc2Vjb25kcxgEIAEoBRILCgNjcHUYBSABKAESFAoMbWVtb3J5X2J5dGVzGAYgASgDGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCIqCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIs0ECgVMZWFzZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChBjYW5jZWxfcmVxdWVzdGVkGAQgASgISACIAQESJAoDam9iGAUgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYhI3CgdzZWNyZXRzGAYgAygLMiYuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldHNFbnRyeRJACgxzZWNyZXRfZmlsZXMYByADKAsyKi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0RmlsZXNFbnRyeRIPCgdhdHRlbXB0GAogASgFEhgKEGlucHV0X3JlcXVlc3RfaWQYCyABKAkSLAoMaW5wdXRfYW5zd2VyGAwgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEjAKCmNoZWNrcG9pbnQYDSADKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuQXJ0aWZhY3QSLAoGaW5wdXRzGAggAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkpvYklucHV0Gi4KDFNlY3JldHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFNlY3JldEZpbGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUITChFfY2FuY2VsX3JlcXVlc3RlZCJKCghBcnRpZmFjdBIMCgRuYW1lGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIMCgRzaXplGAMgASgDEhIKCm1lZGlhX3R5cGUYBCABKAliBnByb3RvMw", [file_forelead_runner_v1_scheduling, file_forelead_runner_v1_input, file_google_protobuf_struct, file_forelead_runner_v1_inputs, file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9ydW5uZXIvdjEvam9iLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEi5AoKA0pvYhIKCgJpZBgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSDgoGbGFiZWxzGAMgAygJEgwKBGtpbmQYBCABKAkSEgoKcmVwb3NpdG9yeRgFIAEoCRIVCg10YXJnZXRfYnJhbmNoGAYgASgJEhMKC2Jhc2VfY29tbWl0GAcgASgJEhEKCWJhc2VfdHJlZRgIIAEoCRIpCgRzcGVjGAkgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkpvYlNwZWMSDQoFc3RhdGUYFCABKAkSFQoIYXR0ZW1wdHMYFSABKAVIAIgBARIUCgxtYXhfYXR0ZW1wdHMYFiABKAUSEAoIcHJpb3JpdHkYFyABKAUSEQoJcnVubmVyX2lkGBggASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYGSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYGiABKAgSFgoJZXhpdF9jb2RlGBsgASgFSAGIAQESKwoFZXJyb3IYHCABKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuSm9iRXJyb3ISLAoHZmFpbHVyZRgdIAEoCzIbLmZvcmVsZWFkLnJ1bm5lci52MS5GYWlsdXJlEhcKD2lkZW1wb3RlbmN5X2tleRgeIAEoCRIuCgpjcmVhdGVkX2F0GB8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GCAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzZXR0bGVkX2F0GCEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBwdWJsaXNoZWRfY29tbWl0GCIgASgJEhgKEHB1Ymxpc2hlZF9icmFuY2gYIyABKAkSLwoJYXJ0aWZhY3RzGCQgAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhQKDHNlY3JldF9uYW1lcxglIAMoCRIZChFzZWNyZXRfZmlsZV9uYW1lcxgmIAMoCRIvCgd3YWl0aW5nGCcgASgLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYldhaXRpbmcSMAoMY2xhaW1hYmxlX2F0GCggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYKSABKAkSGQoRY29uY3VycmVuY3lfbGltaXQYKiABKAUSNgoMcmVxdWlyZW1lbnRzGCsgASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLlJlcXVpcmVtZW50cxIsCgdiYWNrb2ZmGCwgASgLMhsuZm9yZWxlYWQucnVubmVyLnYxLkJhY2tvZmYSJwoGcmVzdWx0GDggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIxCghwcm9ncmVzcxg5IAEoCzIfLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JQcm9ncmVzcxI3Cg1pbnB1dF9yZXF1ZXN0GD4gASgLMiAuZm9yZWxlYWQucnVubmVyLnYxLklucHV0UmVxdWVzdBIwCgpjaGVja3BvaW50GD8gAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkFydGlmYWN0EhAKCHJldHJ5X29mGDAgASgJEhIKCnJldHJpZWRfYnkYMSABKAkSNwoPYXR0ZW1wdF9oaXN0b3J5GEAgAygLMh4uZm9yZWxlYWQucnVubmVyLnYxLkpvYkF0dGVtcHRCCwoJX2F0dGVtcHRzQgwKCl9leGl0X2NvZGUiggIKCkpvYkF0dGVtcHQSDwoHYXR0ZW1wdBgBIAEoBRIRCglydW5uZXJfaWQYAiABKAkSEAoIZXhlY3V0b3IYAyABKAkSLgoKc3RhcnRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2R1cmF0aW9uX21zGAYgASgDEg8KB291dGNvbWUYByABKAkSFgoJZXhpdF9jb2RlGAggASgFSACIAQESFAoMY2FuY2VsbGVkX2J5GAkgASgJQgwKCl9leGl0X2NvZGUimQEKC0pvYlByb2dyZXNzEhQKB3BlcmNlbnQYASABKAFIAIgBARIRCgRkb25lGAIgASgFSAGIAQESEgoFdG90YWwYAyABKAVIAogBARIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIKCghfcGVyY2VudEIHCgVfZG9uZUIICgZfdG90YWwi6QEKCkpvYldhaXRpbmcSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhYKDm1pc3NpbmdfbGFiZWxzGAMgAygJEhQKDGJ1c3lfcnVubmVycxgEIAEoBRISCgpidXN5X3Nsb3RzGAUgASgFEikKBXVudGlsGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9jb25jdXJyZW5jeV9rZXkYByABKAkSGwoTY29uY3VycmVuY3lfcnVubmluZxgIIAEoBRIZChF1bm1ldF9yZXF1aXJlbWVudBgJIAEoCSLBAQoHSm9iU3BlYxINCgVpbWFnZRgBIAEoCRIMCgRhcmd2GAIgAygJEjEKA2VudhgDIAMoCzIkLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2JTcGVjLkVudkVudHJ5EhcKD3RpbWVvdXRfc2Vjb25kcxgEIAEoBRILCgNjcHUYBSABKAESFAoMbWVtb3J5X2J5dGVzGAYgASgDGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoISm9iRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCIqCgdGYWlsdXJlEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIs0ECgVMZWFzZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChBjYW5jZWxfcmVxdWVzdGVkGAQgASgISACIAQESJAoDam9iGAUgASgLMhcuZm9yZWxlYWQucnVubmVyLnYxLkpvYhI3CgdzZWNyZXRzGAYgAygLMiYuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlLlNlY3JldHNFbnRyeRJACgxzZWNyZXRfZmlsZXMYByADKAsyKi5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UuU2VjcmV0RmlsZXNFbnRyeRIPCgdhdHRlbXB0GAogASgFEhgKEGlucHV0X3JlcXVlc3RfaWQYCyABKAkSLAoMaW5wdXRfYW5zd2VyGAwgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEjAKCmNoZWNrcG9pbnQYDSADKAsyHC5mb3JlbGVhZC5ydW5uZXIudjEuQXJ0aWZhY3QSLAoGaW5wdXRzGAggAygLMhwuZm9yZWxlYWQucnVubmVyLnYxLkpvYklucHV0Gi4KDFNlY3JldHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFNlY3JldEZpbGVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUITChFfY2FuY2VsX3JlcXVlc3RlZCJKCghBcnRpZmFjdBIMCgRuYW1lGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIMCgRzaXplGAMgASgDEhIKCm1lZGlhX3R5cGUYBCABKAliBnByb3RvMw", [file_forelead_runner_v1_scheduling, file_forelead_runner_v1_input, file_google_protobuf_struct, file_forelead_runner_v1_inputs, file_google_protobuf_timestamp]);
 
 /**
  * Job is a unit of work as the control plane knows it. A lease carries the
@@ -273,6 +273,14 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
    * @generated from field: string retried_by = 49;
    */
   retriedBy: string;
+
+  /**
+   * Every attempt (lease) of the job, oldest first, with what became of it: in the admin job
+   * views (get and list), not in a lease. `attempts` still counts them.
+   *
+   * @generated from field: repeated forelead.runner.v1.JobAttempt attempt_history = 64;
+   */
+  attemptHistory: JobAttempt[];
 };
 
 /**
@@ -281,6 +289,78 @@ export type Job = Message<"forelead.runner.v1.Job"> & {
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_job, 0);
+
+/**
+ * JobAttempt is one lease of a job and what became of it.
+ *
+ * @generated from message forelead.runner.v1.JobAttempt
+ */
+export type JobAttempt = Message<"forelead.runner.v1.JobAttempt"> & {
+  /**
+   * 1 for the first lease of the job.
+   *
+   * @generated from field: int32 attempt = 1;
+   */
+  attempt: number;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * The executor the runner said ran it ("docker", "process"); empty when it did not say.
+   *
+   * @generated from field: string executor = 3;
+   */
+  executor: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp started_at = 4;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * Unset while the attempt runs.
+   *
+   * @generated from field: google.protobuf.Timestamp ended_at = 5;
+   */
+  endedAt?: Timestamp | undefined;
+
+  /**
+   * Until ended_at, or until now while it runs.
+   *
+   * @generated from field: int64 duration_ms = 6;
+   */
+  durationMs: bigint;
+
+  /**
+   * "running", "succeeded", "failed", "cancelled", "retried" (failed and queued again),
+   * "lease_lost", "timed_out", "released" or "suspended".
+   *
+   * @generated from field: string outcome = 7;
+   */
+  outcome: string;
+
+  /**
+   * @generated from field: optional int32 exit_code = 8;
+   */
+  exitCode?: number | undefined;
+
+  /**
+   * Who asked for the cancel that ended it, when one did.
+   *
+   * @generated from field: string cancelled_by = 9;
+   */
+  cancelledBy: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.JobAttempt.
+ * Use `create(JobAttemptSchema)` to create a new message.
+ */
+export const JobAttemptSchema: GenMessage<JobAttempt> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_job, 1);
 
 /**
  * JobProgress is how far a job says it is: a percent, a done/total count,
@@ -319,7 +399,7 @@ export type JobProgress = Message<"forelead.runner.v1.JobProgress"> & {
  * Use `create(JobProgressSchema)` to create a new message.
  */
 export const JobProgressSchema: GenMessage<JobProgress> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 1);
+  messageDesc(file_forelead_runner_v1_job, 2);
 
 /**
  * JobWaiting says why a queued job waits and what to do about it.
@@ -395,7 +475,7 @@ export type JobWaiting = Message<"forelead.runner.v1.JobWaiting"> & {
  * Use `create(JobWaitingSchema)` to create a new message.
  */
 export const JobWaitingSchema: GenMessage<JobWaiting> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 2);
+  messageDesc(file_forelead_runner_v1_job, 3);
 
 /**
  * JobSpec says what to run. argv is an array, never a shell string.
@@ -441,7 +521,7 @@ export type JobSpec = Message<"forelead.runner.v1.JobSpec"> & {
  * Use `create(JobSpecSchema)` to create a new message.
  */
 export const JobSpecSchema: GenMessage<JobSpec> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 3);
+  messageDesc(file_forelead_runner_v1_job, 4);
 
 /**
  * JobError is the runner's account of a failed job.
@@ -472,7 +552,7 @@ export type JobError = Message<"forelead.runner.v1.JobError"> & {
  * Use `create(JobErrorSchema)` to create a new message.
  */
 export const JobErrorSchema: GenMessage<JobError> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 4);
+  messageDesc(file_forelead_runner_v1_job, 5);
 
 /**
  * Failure is the control plane's reason for settling a job as failed or
@@ -497,7 +577,7 @@ export type Failure = Message<"forelead.runner.v1.Failure"> & {
  * Use `create(FailureSchema)` to create a new message.
  */
 export const FailureSchema: GenMessage<Failure> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 5);
+  messageDesc(file_forelead_runner_v1_job, 6);
 
 /**
  * Lease is a runner's time-limited right to run one job. The token is shown
@@ -591,7 +671,7 @@ export type Lease = Message<"forelead.runner.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 6);
+  messageDesc(file_forelead_runner_v1_job, 7);
 
 /**
  * Artifact is one file a job left behind (its /output), stored by the
@@ -633,5 +713,5 @@ export type Artifact = Message<"forelead.runner.v1.Artifact"> & {
  * Use `create(ArtifactSchema)` to create a new message.
  */
 export const ArtifactSchema: GenMessage<Artifact> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_job, 7);
+  messageDesc(file_forelead_runner_v1_job, 8);
 

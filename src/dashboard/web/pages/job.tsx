@@ -234,7 +234,20 @@ export function JobPage({ jobId }: { jobId: string }) {
             </section>
             <section class="card" aria-labelledby="attempts-title">
               <h2 id="attempts-title">Attempts</h2>
-              {timeline && timeline.attempts.length > 0 ? (
+              {j && j.attemptHistory.length > 0 ? (
+                <ul class="plain attempts">
+                  {j.attemptHistory.map((a) => (
+                    <li key={a.attempt} data-attempt={a.attempt}>
+                      <strong>#{a.attempt}</strong> <code>{a.runnerId}</code>{" "}
+                      {a.executor ? <span class="muted">{a.executor}</span> : null} — {a.outcome}
+                      {a.exitCode !== undefined ? `, exit ${a.exitCode}` : ""}
+                      {a.cancelledBy ? ` by ${a.cancelledBy}` : ""}
+                      {a.endedAt ? " after" : " for"} {formatSeconds(Number(a.durationMs) / 1000)},
+                      started <Time at={a.startedAt} />
+                    </li>
+                  ))}
+                </ul>
+              ) : timeline && timeline.attempts.length > 0 ? (
                 <ul class="plain attempts">
                   {timeline.attempts.map((a) => (
                     <li key={a.attempt} data-attempt={a.attempt}>

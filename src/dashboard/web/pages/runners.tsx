@@ -4,7 +4,7 @@
 // in the page. Reloads on runner and lease events.
 //
 // Paused: ListRunners carries pausedAt and pausedBy while a runner is paused.
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import type { IssuedCertificate, Runner } from "../../../../gen/forelead/admin/v1/admin_pb.js";
 import { admin, fleet } from "../clients.js";
 import { ConfirmButton } from "../confirm.js";
@@ -17,6 +17,7 @@ const runnerEvents = [
   "runner.paused",
   "runner.resumed",
   "runner.retired",
+  "runner.forgotten",
   "runner.lease_lost",
   "job.leased",
   "job.settled",
@@ -50,6 +51,19 @@ const certBadge: Readonly<Record<string, string>> = {
   retired: "muted",
 };
 
+/**
+ * The badge of each runner state (forelead_runner_state, computed by the control plane: the page
+ * never guesses liveness itself).
+ */
+const stateBadge: Readonly<Record<string, string>> = {
+  idle: "ok",
+  busy: "ok",
+  paused: "warn",
+  draining: "warn",
+  offline: "bad",
+  retired: "muted",
+};
+
 function RunnerRow({
   r,
   v,
@@ -75,17 +89,13 @@ function RunnerRow({
         <div class="muted small">{r.workspaceId}</div>
       </th>
       <td data-col="state">
-        {retired ? (
-          <span class="badge muted">retired</span>
-        ) : paused ? (
-          <span class="badge warn" title={`paused by ${r.pausedBy || "?"}`}>
-            paused
-          </span>
-        ) : leases > 0 ? (
-          <span class="badge ok">busy</span>
-        ) : (
-          <span class="badge ok">idle</span>
-        )}
+        <span
+          class={`badge ${stateBadge[r.state] ?? "muted"}`}
+          title={paused ? `paused by ${r.pausedBy || "?"}` : undefined}
+        >
+          {r.state || "unknown"}
+        </span>
+        {r.version ? <div class="muted small">{r.version}</div> : null}
       </td>
       <td data-col="leases">
         {leases} / {r.slots}
@@ -162,8 +172,19 @@ function RunnerRow({
   );
 }
 
+/**
+ * A runner turns offline by its silence, which no event reports: the page reads the states again
+ * this often, besides on events.
+ */
+const silenceCheckMs = 15_000;
+
 export function RunnersPage() {
   const d = useData(load, [], runnerEvents);
+  const { reload } = d;
+  useEffect(() => {
+    const timer = setInterval(reload, silenceCheckMs);
+    return () => clearInterval(timer);
+  }, []);
   const [failure, setFailure] = useState<{ what: string; error: unknown } | undefined>(undefined);
   const v = d.data;
   return (
