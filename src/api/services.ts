@@ -10,6 +10,7 @@ import { SuspendService } from "../../gen/forelead/runner/v1/suspend_pb.js";
 import { InputService } from "../../gen/forelead/admin/v1/input_pb.js";
 import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
+import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
@@ -28,4 +29,5 @@ export const services: readonly DescService[] = [
   InputService,
   PipelineService,
   BatchService,
+  WebhookService,
 ];

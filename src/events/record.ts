@@ -33,6 +33,7 @@ export const eventTypes = [
   "step.failed",
   "step.skipped",
   "step.cancelled",
+  "webhook.disabled",
 ] as const;
 
 /** One of eventTypes. */

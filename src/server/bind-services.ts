@@ -27,6 +27,8 @@ import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { createPipelineService } from "../api/pipeline-service.js";
 import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 import { createBatchService } from "../api/batch-service.js";
+import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
+import { createWebhookService } from "../api/webhook-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -75,6 +77,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(InputService, createInputService({ broker })),
     serviceImpl(PipelineService, createPipelineService(broker)),
     serviceImpl(BatchService, createBatchService(broker)),
+    serviceImpl(WebhookService, createWebhookService(domain.webhooks)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier(

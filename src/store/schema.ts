@@ -33,6 +33,8 @@ export interface Database {
   pipelines: PipelinesTable;
   pipeline_steps: PipelineStepsTable;
   pipeline_step_secrets: PipelineStepSecretsTable;
+  webhook_subscriptions: WebhookSubscriptionsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -479,4 +481,49 @@ export interface PipelineStepSecretsTable {
   kind: "env" | "file";
   name: string;
   sealed: Buffer;
+}
+
+/** A webhook subscription (src/webhooks); its secret only sealed. */
+export interface WebhookSubscriptionsTable {
+  id: string;
+  workspace_id: string | null;
+  url: string;
+  events: string[];
+  secret_sealed: Buffer;
+  enabled: Generated<boolean>;
+  disabled_reason: string | null;
+  /** Deliveries failed since the last one delivered; at the bound the subscription is disabled. */
+  failed_in_a_row: Generated<number>;
+  created_at: Generated<Date>;
+  created_by: string;
+}
+
+/** One attempt of a delivery, as its log shows it. */
+export interface WebhookTry {
+  at: string;
+  responseCode?: number;
+  error?: string;
+}
+
+/** One event for one subscription, with its own copy of the event (written by webhook_fanout). */
+export interface WebhookDeliveriesTable {
+  id: Generated<string>;
+  subscription_id: string;
+  event_id: number;
+  event_type: string;
+  event_at: Date;
+  workspace_id: string | null;
+  runner_id: string | null;
+  job_id: string | null;
+  data: ColumnType<Record<string, unknown>, string, string>;
+  status: Generated<"pending" | "delivered" | "failed">;
+  attempts: Generated<number>;
+  created_at: Generated<Date>;
+  first_attempt_at: Date | null;
+  next_attempt_at: Generated<Date>;
+  locked_until: Date | null;
+  response_code: number | null;
+  last_error: string | null;
+  finished_at: Date | null;
+  tries: ColumnType<WebhookTry[], string, string>;
 }

@@ -29,6 +29,7 @@ import * as m0027 from "./0027_leaner_job_writes.js";
 import * as m0028 from "./0028_claim_writes_as_a_set.js";
 import * as m0029 from "./0029_step_job_probe.js";
 import * as m0030 from "./0030_claim_clauses.js";
+import * as m0031 from "./0031_webhooks.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -65,4 +66,5 @@ export const migrations: Record<string, Migration> = {
   "0028_claim_writes_as_a_set": m0028,
   "0029_step_job_probe": m0029,
   "0030_claim_clauses": m0030,
+  "0031_webhooks": m0031,
 };
