@@ -383,8 +383,10 @@ CREATE FUNCTION public.forelead_webhook_fanout() RETURNS trigger
     AS $$
 begin
   insert into webhook_deliveries
-    (subscription_id, event_id, event_type, event_at, workspace_id, runner_id, job_id, data)
-  select s.id, e.id, e.type, e.at, e.workspace_id, e.runner_id, e.job_id, e.data
+    (subscription_id, event_id, event_type, event_at, workspace_id, runner_id, job_id, data,
+      event_snapshot)
+  select s.id, e.id, e.type, e.at, e.workspace_id, e.runner_id, e.job_id, e.data,
+    pg_current_snapshot()
   from inserted e
   join webhook_subscriptions s on s.enabled
     and (s.workspace_id is null or s.workspace_id = e.workspace_id)
@@ -923,6 +925,7 @@ CREATE TABLE public.webhook_deliveries (
     last_error text,
     finished_at timestamp with time zone,
     tries jsonb DEFAULT '[]'::jsonb NOT NULL,
+    event_snapshot pg_snapshot NOT NULL,
     CONSTRAINT webhook_deliveries_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text])))
 );
 

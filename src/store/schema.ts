@@ -526,4 +526,9 @@ export interface WebhookDeliveriesTable {
   last_error: string | null;
   finished_at: Date | null;
   tries: ColumnType<WebhookTry[], string, string>;
+  /**
+   * The transactions in flight when the event was written (pg_snapshot as text): the delivery
+   * waits until they have ended, so one that holds a lower event id is delivered first.
+   */
+  event_snapshot: ColumnType<string, never, never>;
 }

@@ -78,8 +78,10 @@ export function createDeliveries(db: Kysely<Database>, disableAfter: number) {
   return {
     /**
      * Claims up to `limit` due deliveries, each the oldest pending one of an
-     * enabled subscription, so a subscription's deliveries go out one at a time
-     * in event order. A claimed row is held until `locked_until` (skipped by
+     * enabled subscription whose event's concurrent writers have all ended (an
+     * event id taken earlier may commit later: the event stream's gap rule,
+     * src/events/read.ts), so a subscription's deliveries go out one at a time
+     * in event id order. A claimed row is held until `locked_until` (skipped by
      * other replicas meanwhile); a replica that dies holding it lets it go to
      * another once that passes, which sends it again (at least once).
      */
@@ -92,6 +94,8 @@ export function createDeliveries(db: Kysely<Database>, disableAfter: number) {
             and (d.locked_until is null or d.locked_until <= now())
             and not exists (select 1 from webhook_deliveries p where p.subscription_id =
               d.subscription_id and p.status = 'pending' and p.event_id < d.event_id)
+            and not exists (select 1 from pg_snapshot_xip(d.event_snapshot) x
+              where not pg_visible_in_snapshot(x, pg_current_snapshot()))
           order by d.event_id limit ${limit}
           for update of d skip locked
         )

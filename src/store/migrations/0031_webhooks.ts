@@ -43,6 +43,7 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       last_error text,
       finished_at timestamptz,
       tries jsonb not null default '[]'::jsonb,
+      event_snapshot pg_snapshot not null,
       unique (subscription_id, event_id)
     )`.execute(db);
   await sql`
@@ -68,8 +69,10 @@ language plpgsql volatile
 as $$
 begin
   insert into webhook_deliveries
-    (subscription_id, event_id, event_type, event_at, workspace_id, runner_id, job_id, data)
-  select s.id, e.id, e.type, e.at, e.workspace_id, e.runner_id, e.job_id, e.data
+    (subscription_id, event_id, event_type, event_at, workspace_id, runner_id, job_id, data,
+      event_snapshot)
+  select s.id, e.id, e.type, e.at, e.workspace_id, e.runner_id, e.job_id, e.data,
+    pg_current_snapshot()
   from inserted e
   join webhook_subscriptions s on s.enabled
     and (s.workspace_id is null or s.workspace_id = e.workspace_id)
