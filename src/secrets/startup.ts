@@ -97,9 +97,7 @@ async function staleRows(db: Kysely<Database>, keyId: number): Promise<number> {
         and ${notCurrent("credential_sealed", keyId)})
       + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)})
       + (select count(*) from webhook_subscriptions
-        where ${notCurrent("secret_sealed", keyId)}) as n`.execute(
-    db,
-  );
+        where ${notCurrent("secret_sealed", keyId)}) as n`.execute(db);
   return Number(rows[0]?.n ?? 0);
 }
 

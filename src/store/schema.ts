@@ -530,5 +530,5 @@ export interface WebhookDeliveriesTable {
    * The transactions in flight when the event was written (pg_snapshot as text): the delivery
    * waits until they have ended, so one that holds a lower event id is delivered first.
    */
-  event_snapshot: ColumnType<string, never, never>;
+  event_snapshot: ColumnType<string, string, never>;
 }

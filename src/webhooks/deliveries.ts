@@ -235,6 +235,3 @@ export function createDeliveries(db: Kysely<Database>, disableAfter: number) {
     },
   };
 }
-
-/** The deliveries facade. */
-export type Deliveries = ReturnType<typeof createDeliveries>;

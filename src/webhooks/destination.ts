@@ -36,7 +36,7 @@ for (const [net, prefix, type] of ranges) privateRanges.addSubnet(net, prefix, t
  * address 169.254.169.254 among them) or unspecified), or undefined for a
  * public one. An IPv4-mapped IPv6 address is judged as its IPv4 address.
  */
-export function privateKind(address: string): string | undefined {
+function privateKind(address: string): string | undefined {
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)?.[1];
   const a = mapped ?? address;
   const type = isIP(a) === 6 ? "ipv6" : "ipv4";

@@ -5,7 +5,7 @@ import { eventTypes } from "../events/record.js";
 // is invalid_argument naming the field, and never repeats the secret.
 
 /** Bytes a subscription's secret has at least (and at most). */
-export const secretBytes = { min: 16, max: 1024 } as const;
+const secretBytes = { min: 16, max: 1024 } as const;
 
 /** Most entries in a subscription's `events`. */
 const maxPatterns = 100;
@@ -73,7 +73,7 @@ function checkUrl(text: string, allowPrivate: boolean): string {
 }
 
 /** Checks `events`: each a type of the stream, a family `x.*` that has types, or `*`. */
-export function checkEventPatterns(patterns: readonly string[]): string[] {
+function checkEventPatterns(patterns: readonly string[]): string[] {
   if (patterns.length === 0)
     bad('events must name at least one event type, e.g. ["job.settled"] or ["job.*"]');
   if (patterns.length > maxPatterns) bad(`events has more than ${maxPatterns} entries`);

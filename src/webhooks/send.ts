@@ -23,7 +23,7 @@ const maxResponseBytes = 64 * 1024;
  * The `forelead-signature` header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of
  * "<t>.<body>" under the secret>` (docs/webhooks.md has the receiver's side).
  */
-export function signature(secret: string, body: string, unixSeconds: number): string {
+function signature(secret: string, body: string, unixSeconds: number): string {
   const v1 = createHmac("sha256", secret).update(`${unixSeconds}.${body}`).digest("hex");
   return `t=${unixSeconds},v1=${v1}`;
 }

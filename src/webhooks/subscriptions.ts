@@ -23,7 +23,7 @@ export interface Subscription {
 type Row = Selectable<WebhookSubscriptionsTable>;
 
 /** The view of a row; the sealed secret stays behind. */
-export function subscriptionView(r: Omit<Row, "secret_sealed">): Subscription {
+function subscriptionView(r: Omit<Row, "secret_sealed">): Subscription {
   return {
     id: r.id,
     workspaceId: r.workspace_id,
@@ -115,6 +115,3 @@ export function createSubscriptions(db: Kysely<Database>, box: SecretBox) {
     },
   };
 }
-
-/** The subscriptions facade. */
-export type Subscriptions = ReturnType<typeof createSubscriptions>;

@@ -8,7 +8,7 @@ import {
 } from "../../src/identity/ca.js";
 
 /** One POST a receiver took, its signature checked as docs/webhooks.md tells receivers to. */
-export interface ReceivedDelivery {
+interface ReceivedDelivery {
   readonly deliveryId: string;
   readonly eventType: string;
   readonly body: Record<string, unknown>;
@@ -32,7 +32,7 @@ export interface WebhookReceiver {
 }
 
 /** Verifies `forelead-signature` over the raw body: the receiver's side of the rule. */
-export function verifySignature(secret: string, header: string, body: string): boolean {
+function verifySignature(secret: string, header: string, body: string): boolean {
   const parts = Object.fromEntries(header.split(",").map((p) => p.split("=", 2)));
   const expected = createHmac("sha256", secret).update(`${parts.t}.${body}`).digest();
   const given = Buffer.from(String(parts.v1 ?? ""), "hex");
