@@ -227,10 +227,7 @@ export function createDeliveries(db: Kysely<Database>, disableAfter: number) {
         .where("id", "=", id)
         .executeTakeFirst();
       throw pending
-        ? new ConnectError(
-            `delivery ${id} is still pending; it is sent again`,
-            Code.FailedPrecondition,
-          )
+        ? new ConnectError(`delivery ${id} is still pending; it is sent again`, Code.Aborted)
         : new ConnectError(`no webhook delivery ${id}`, Code.NotFound);
     },
   };
