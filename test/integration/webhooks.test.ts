@@ -7,10 +7,13 @@
 // --webhook-allow-private; bad input is a 400 naming the field; the secret is
 // in no view, log or audit record; two replicas send each delivery once.
 import { randomBytes } from "node:crypto";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { lookup } from "node:dns/promises";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { RestClient } from "../support/clients.js";
 import { adminActor, eventually, registeredRunner } from "../support/actors.js";
+import { useCliDir } from "../support/cli-dir.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane, useReplicaPair } from "../support/fixture.js";
 import { startWebhookReceiver, type WebhookReceiver } from "../support/webhook-receiver.js";
@@ -60,6 +63,8 @@ const guarded = useControlPlane({
   },
 });
 
+const cli = useCliDir(guarded, "webhooks");
+
 interface DeliveryJson {
   id: string;
   eventId: string;
@@ -97,6 +102,8 @@ async function events(rest: RestClient, query: string): Promise<Record<string, u
 }
 
 const hookIds: string[] = [];
+/** What views, logs and commands printed: the secret must be in none. */
+const texts: string[] = [];
 async function subscribe(rest: RestClient, body: Record<string, unknown>): Promise<string> {
   const reply = await createHook(rest, body);
   expect(reply.status, reply.text).toBe(200);
@@ -275,8 +282,39 @@ describe(`webhooks (${databaseKind})`, () => {
     expect(list.json.webhooks ?? []).toEqual([]);
   });
 
+  it("forelead webhooks creates, lists, shows, logs and deletes a subscription", async () => {
+    await writeFile(join(cli.dir(), "secret"), `${secret}\n`);
+    const run = async (...args: string[]) => {
+      const r = await cli.forel(["webhooks", ...args, ...cli.connection()]);
+      expect(r.code, r.stderr).toBe(0);
+      texts.push(r.stdout, r.stderr);
+      return r.stdout;
+    };
+    const created = await run(
+      "create",
+      "https://hooks.example.com/cli",
+      "--workspace",
+      "wh-cli",
+      "--event",
+      "job.settled",
+      "--event",
+      "pipeline.*",
+      "--secret-file",
+      "secret",
+    );
+    const id =
+      /^(\S+) https:\/\/hooks\.example\.com\/cli wh-cli job\.settled,pipeline\.\* enabled$/m.exec(
+        created,
+      )?.[1];
+    expect(id, created).toBeDefined();
+    expect(await run("list", "--workspace", "wh-cli")).toBe(created);
+    expect(JSON.parse(await run("get", id!, "--json")).webhook.id).toBe(id);
+    expect(await run("deliveries", id!)).toBe("no deliveries\n");
+    expect(await run("delete", id!)).toMatch(/\(deleted\)$/m);
+    expect(await run("list", "--workspace", "wh-cli")).toBe("no webhooks\n");
+  });
+
   it("the secret is in no view, delivery log, audit record or log line, and is stored sealed", async () => {
-    const texts: string[] = [];
     for (const [rest, path] of [
       [admin.rest, "/v1/admin/webhooks?apiVersion=v1"],
       [guarded.admin.rest, "/v1/admin/webhooks?apiVersion=v1"],
