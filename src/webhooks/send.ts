@@ -74,9 +74,12 @@ export function post(
         res.on("error", () => resolve({ responseCode: res.statusCode ?? 0 }));
       },
     );
-    req.on("timeout", () =>
-      req.destroy(new Error(`no answer within ${options.timeoutMs / 1000} s`)),
-    );
+    // The whole attempt is bounded, not only each idle gap: a receiver that drips its answer must
+    // not outlast the claim's hold, or another replica would send the delivery too.
+    const giveUp = () => req.destroy(new Error(`no answer within ${options.timeoutMs / 1000} s`));
+    req.on("timeout", giveUp);
+    const deadline = setTimeout(giveUp, options.timeoutMs);
+    req.on("close", () => clearTimeout(deadline));
     req.on("error", (err: NodeJS.ErrnoException) => {
       resolve({
         error: `${err.code ? `${err.code}: ` : ""}${err.message}`.slice(0, 300),
