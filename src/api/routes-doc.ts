@@ -86,7 +86,7 @@ function requestOf(e: RouteEntry): string {
   }
   if (e.method.methodKind === "client_streaming")
     return `NDJSON stream of ${code(input.name)}${fromPath}`;
-  if (e.httpMethod === "GET") {
+  if (e.httpMethod === "GET" || e.httpMethod === "DELETE") {
     const query = input.fields.map((f) => f.jsonName).filter((name) => !bound.includes(name));
     return `none${fromPath}${query.length > 0 ? `; query ${query.map(code).join(", ")}` : ""}${headers}`;
   }

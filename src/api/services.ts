@@ -12,6 +12,7 @@ import { PipelineService } from "../../gen/forelead/admin/v1/pipelines_pb.js";
 import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 import { ScheduleService } from "../../gen/forelead/admin/v1/schedules_pb.js";
 import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
+import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
@@ -33,4 +34,5 @@ export const services: readonly DescService[] = [
   ScheduleService,
   SessionService,
   LoginService,
+  WebhookService,
 ];

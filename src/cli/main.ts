@@ -122,6 +122,13 @@ export const commandGroups: readonly CommandGroup[] = [
     load: async () => (await import("./workspaces.js")).workspacesCommand(),
   },
   {
+    name: "webhooks",
+    description:
+      "signed, retried POSTs of the event stream's events to https URLs, with a " +
+      "delivery log and redelivery (admin API; docs/webhooks.md)",
+    load: async () => (await import("./webhooks.js")).webhooksCommand(),
+  },
+  {
     name: "events",
     description:
       "the control plane's events (job.queued, job.leased, job.settled, " +

@@ -71,6 +71,11 @@ interface ServeFlags {
   check?: boolean;
   secretsKey?: string;
   secretsKeyPrevious?: string;
+  webhookAllowPrivate?: boolean;
+  webhookCa?: string;
+  webhookTimeout: number;
+  webhookRetryWindow: number;
+  webhookDisableAfter: number;
 }
 
 /** `forelead serve`: the control plane. */
@@ -249,6 +254,40 @@ export function serveCommand(): Command {
         )
           .default(2 ** 30, "1GiB")
           .argParser(byteSize("--audit-spool-max-size")),
+      )
+      .option(
+        "--webhook-allow-private",
+        "let webhooks reach loopback, private (RFC 1918, fc00::/7) and link-local " +
+          "addresses (the metadata address among them), also by plain http; " +
+          "refused by default (docs/webhooks.md)",
+      )
+      .addOption(
+        pathOption(
+          "--webhook-ca <file>",
+          "PEM certificates trusted for webhook receivers, besides the system's",
+        ),
+      )
+      .addOption(
+        new Option("--webhook-timeout <duration>", "one webhook attempt's bound")
+          .default(10, "10s")
+          .argParser(secondsFlag("--webhook-timeout", { wholeSeconds: true })),
+      )
+      .addOption(
+        new Option(
+          "--webhook-retry-window <duration>",
+          "how long a webhook delivery is retried (exponential backoff with jitter, " +
+            "on a timeout, a connection error or a 5xx) before it is marked failed",
+        )
+          .default(3600, "1h")
+          .argParser(secondsFlag("--webhook-retry-window", { wholeSeconds: true })),
+      )
+      .addOption(
+        new Option(
+          "--webhook-disable-after <n>",
+          "failed deliveries in a row that disable a webhook subscription",
+        )
+          .default(5)
+          .argParser(integerIn("--webhook-disable-after", 1, 1000)),
       )
       .addOption(
         new Option(
@@ -496,6 +535,13 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     maxArtifactBytes: flags.maxArtifactSize,
     secretsKeys,
     eventRetentionMs: flags.eventRetention * 1000,
+    webhooks: {
+      allowPrivate: flags.webhookAllowPrivate ?? false,
+      ca: flags.webhookCa ? [await readNamedFile(flags.webhookCa, "--webhook-ca")] : undefined,
+      timeoutMs: flags.webhookTimeout * 1000,
+      retryWindowMs: flags.webhookRetryWindow * 1000,
+      disableAfter: flags.webhookDisableAfter,
+    },
     auditSpoolDir: auditSpoolDir ? resolve(auditSpoolDir) : undefined,
     auditSpoolAdoptFrom,
     auditSpoolMaxBytes: flags.auditSpoolMaxSize,

@@ -36,6 +36,7 @@ export const eventTypes = [
   "step.cancelled",
   "schedule.fired",
   "schedule.missed",
+  "webhook.disabled",
 ] as const;
 
 /** One of eventTypes. */

@@ -23,6 +23,11 @@ export function repositoryCredentialBinding(name: string): string {
   return `repositories/${name}/credential`;
 }
 
+/** A webhook subscription's signing secret. */
+export function webhookSecretBinding(subscriptionId: string): string {
+  return `webhook_subscriptions/${subscriptionId}/secret`;
+}
+
 /** The check value of a key id (secrets_keys). */
 export function keyCheckBinding(keyId: number): string {
   return `secrets_keys/${keyId}`;

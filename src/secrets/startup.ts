@@ -7,6 +7,7 @@ import {
   keyCheckBinding,
   keyCheckValue,
   repositoryCredentialBinding,
+  webhookSecretBinding,
 } from "./bindings.js";
 import { createSecretBox, type SecretBox, type SecretsKey } from "./box.js";
 
@@ -96,9 +97,9 @@ async function staleRows(db: Kysely<Database>, keyId: number): Promise<number> {
       + (select count(*) from repositories where credential_sealed is not null
         and ${notCurrent("credential_sealed", keyId)})
       + (select count(*) from pipeline_step_secrets where ${notCurrent("sealed", keyId)})
-      + (select count(*) from schedule_secrets where ${notCurrent("sealed", keyId)}) as n`.execute(
-    db,
-  );
+      + (select count(*) from schedule_secrets where ${notCurrent("sealed", keyId)})
+      + (select count(*) from webhook_subscriptions
+        where ${notCurrent("secret_sealed", keyId)}) as n`.execute(db);
   return Number(rows[0]?.n ?? 0);
 }
 
@@ -241,6 +242,26 @@ const credentialRows: SealedRows<{ name: string; credential_sealed: Buffer | nul
       .execute(),
 };
 
+const webhookSecretRows: SealedRows<{ id: string; secret_sealed: Buffer }> = {
+  batch: (tx, id) =>
+    tx
+      .selectFrom("webhook_subscriptions")
+      .select(["id", "secret_sealed"])
+      .where(notCurrent("secret_sealed", id))
+      .limit(rotationBatch)
+      .forUpdate()
+      .skipLocked()
+      .execute(),
+  binding: (r) => webhookSecretBinding(r.id),
+  sealed: (r) => r.secret_sealed,
+  store: (tx, r, sealed) =>
+    tx
+      .updateTable("webhook_subscriptions")
+      .set({ secret_sealed: sealed })
+      .where("id", "=", r.id)
+      .execute(),
+};
+
 /**
  * Re-encrypts every row of `table` sealed with another key to the current one, a batch per
  * transaction; returns how many.
@@ -272,6 +293,7 @@ async function rotate(db: Kysely<Database>, box: SecretBox): Promise<number> {
     (await reseal(db, box, jobSecretRows)) +
     (await reseal(db, box, credentialRows)) +
     (await reseal(db, box, stepSecretRows)) +
-    (await reseal(db, box, scheduleSecretRows))
+    (await reseal(db, box, scheduleSecretRows)) +
+    (await reseal(db, box, webhookSecretRows))
   );
 }

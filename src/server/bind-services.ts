@@ -31,6 +31,8 @@ import { ScheduleService } from "../../gen/forelead/admin/v1/schedules_pb.js";
 import { createScheduleService } from "../api/schedule-service.js";
 import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
 import { createLoginService, createSessionService } from "../api/session-service.js";
+import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
+import { createWebhookService } from "../api/webhook-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -90,6 +92,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(ScheduleService, createScheduleService(broker)),
     serviceImpl(SessionService, createSessionService(identity.sessions)),
     serviceImpl(LoginService, createLoginService(identity.sessions)),
+    serviceImpl(WebhookService, createWebhookService(domain.webhooks)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier(

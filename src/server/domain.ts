@@ -22,6 +22,7 @@ import { buildInfo } from "./build-info.js";
 import type { CheckedOptions } from "./options.js";
 import type { ResourceStack } from "./resource-stack.js";
 import { createMetrics } from "./metrics/metrics.js";
+import { createWebhooks } from "../webhooks/webhooks.js";
 
 /** The domain objects the services bind to, each open on the database. */
 export type Domain = Awaited<ReturnType<typeof buildDomain>>;
@@ -135,6 +136,10 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     }),
   );
   const pauses = createPauses(store.db);
+  const webhooks = stack.use(
+    "webhooks",
+    await createWebhooks(store, secrets.box, options.webhooks ?? {}),
+  );
   return {
     store,
     clock,
@@ -148,6 +153,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     events,
     pauses,
     metrics,
+    webhooks,
   };
 }
 

@@ -13,6 +13,7 @@ import type { SecretsKeys } from "../secrets/keys.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
 import type { MetricsListen } from "./metrics/http.js";
 import { defaultRunnerOfflineSeconds } from "../broker/fleet/state.js";
+import type { WebhookOptions } from "../webhooks/webhooks.js";
 
 /** Everything `forelead serve` needs, already read from flags and files. */
 export interface ControlPlaneOptions {
@@ -99,6 +100,8 @@ export interface ControlPlaneOptions {
   readonly eventRetentionMs?: number;
   /** How often old events are pruned; hourly by default (tests prune sooner). */
   readonly eventPruneIntervalMs?: number;
+  /** How webhooks are delivered (--webhook-*; docs/webhooks.md). */
+  readonly webhooks?: WebhookOptions;
   /**
    * How the broker batches claims and completions; its default unless given (benchmarks compare).
    */

@@ -393,6 +393,28 @@ CREATE FUNCTION public.forelead_stream_job_settled() RETURNS trigger
     end $$;
 
 --
+-- Name: forelead_webhook_fanout(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.forelead_webhook_fanout() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  insert into webhook_deliveries
+    (subscription_id, event_id, event_type, event_at, workspace_id, runner_id, job_id, data,
+      event_snapshot)
+  select s.id, e.id, e.type, e.at, e.workspace_id, e.runner_id, e.job_id, e.data,
+    pg_current_snapshot()
+  from inserted e
+  join webhook_subscriptions s on s.enabled
+    and (s.workspace_id is null or s.workspace_id = e.workspace_id)
+    and (e.type = any(s.events) or split_part(e.type, '.', 1) || '.*' = any(s.events)
+      or '*' = any(s.events));
+  return null;
+end
+$$;
+
+--
 -- Name: forelead_workspace_unpaused(text); Type: FUNCTION; Schema: public
 --
 
@@ -976,6 +998,51 @@ CREATE TABLE public.uploads (
 );
 
 --
+-- Name: webhook_deliveries; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.webhook_deliveries (
+    id uuid DEFAULT gen_random_uuid() NOT NULL,
+    subscription_id uuid NOT NULL,
+    event_id bigint NOT NULL,
+    event_type text NOT NULL,
+    event_at timestamp with time zone NOT NULL,
+    workspace_id text,
+    runner_id text,
+    job_id uuid,
+    data jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    first_attempt_at timestamp with time zone,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    locked_until timestamp with time zone,
+    response_code integer,
+    last_error text,
+    finished_at timestamp with time zone,
+    tries jsonb DEFAULT '[]'::jsonb NOT NULL,
+    event_snapshot pg_snapshot NOT NULL,
+    CONSTRAINT webhook_deliveries_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text])))
+);
+
+--
+-- Name: webhook_subscriptions; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.webhook_subscriptions (
+    id uuid NOT NULL,
+    workspace_id text,
+    url text NOT NULL,
+    events text[] NOT NULL,
+    secret_sealed bytea NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    disabled_reason text,
+    failed_in_a_row integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by text NOT NULL
+);
+
+--
 -- Name: workspace_pauses; Type: TABLE; Schema: public
 --
 
@@ -1263,6 +1330,27 @@ ALTER TABLE ONLY public.uploads
     ADD CONSTRAINT uploads_pkey PRIMARY KEY (id);
 
 --
+-- Name: webhook_deliveries webhook_deliveries_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (id);
+
+--
+-- Name: webhook_deliveries webhook_deliveries_subscription_id_event_id_key; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_subscription_id_event_id_key UNIQUE (subscription_id, event_id);
+
+--
+-- Name: webhook_subscriptions webhook_subscriptions_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.webhook_subscriptions
+    ADD CONSTRAINT webhook_subscriptions_pkey PRIMARY KEY (id);
+
+--
 -- Name: workspace_pauses workspace_pauses_pkey; Type: CONSTRAINT; Schema: public
 --
 
@@ -1480,6 +1568,18 @@ CREATE INDEX uploads_finalized_digest ON public.uploads USING btree (job_id, dig
 CREATE UNIQUE INDEX uploads_open_name ON public.uploads USING btree (lease_id, name) WHERE (state = 'open'::text);
 
 --
+-- Name: webhook_deliveries_log; Type: INDEX; Schema: public
+--
+
+CREATE INDEX webhook_deliveries_log ON public.webhook_deliveries USING btree (subscription_id, created_at DESC);
+
+--
+-- Name: webhook_deliveries_pending; Type: INDEX; Schema: public
+--
+
+CREATE INDEX webhook_deliveries_pending ON public.webhook_deliveries USING btree (subscription_id, event_id) WHERE (status = 'pending'::text);
+
+--
 -- Name: events events_notify; Type: TRIGGER; Schema: public
 --
 
@@ -1496,6 +1596,12 @@ CREATE TRIGGER jobs_erase_secrets AFTER UPDATE OF state ON public.jobs FOR EACH 
 --
 
 CREATE TRIGGER jobs_settled_wakes_followers AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])))) EXECUTE FUNCTION public.forelead_stream_job_settled();
+
+--
+-- Name: events webhook_fanout; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER webhook_fanout AFTER INSERT ON public.events REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION public.forelead_webhook_fanout();
 
 --
 -- Name: artifact_blob_chunks artifact_blob_chunks_digest_fkey; Type: FK CONSTRAINT; Schema: public
@@ -1594,5 +1700,12 @@ ALTER TABLE ONLY public.uploads
 
 ALTER TABLE ONLY public.uploads
     ADD CONSTRAINT uploads_lease_id_fkey FOREIGN KEY (lease_id) REFERENCES public.leases(id);
+
+--
+-- Name: webhook_deliveries webhook_deliveries_subscription_id_fkey; Type: FK CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_subscription_id_fkey FOREIGN KEY (subscription_id) REFERENCES public.webhook_subscriptions(id) ON DELETE CASCADE;
 
 --

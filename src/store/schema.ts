@@ -37,6 +37,8 @@ export interface Database {
   schedule_fires: ScheduleFiresTable;
   schedule_secrets: ScheduleSecretsTable;
   person_sessions: PersonSessionsTable;
+  webhook_subscriptions: WebhookSubscriptionsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -562,4 +564,54 @@ export interface PersonSessionsTable {
   created_at: Generated<Date>;
   expires_at: Date;
   ended_at: Date | null;
+}
+
+/** A webhook subscription (src/webhooks); its secret only sealed. */
+export interface WebhookSubscriptionsTable {
+  id: string;
+  workspace_id: string | null;
+  url: string;
+  events: string[];
+  secret_sealed: Buffer;
+  enabled: Generated<boolean>;
+  disabled_reason: string | null;
+  /** Deliveries failed since the last one delivered; at the bound the subscription is disabled. */
+  failed_in_a_row: Generated<number>;
+  created_at: Generated<Date>;
+  created_by: string;
+}
+
+/** One attempt of a delivery, as its log shows it. */
+export interface WebhookTry {
+  at: string;
+  responseCode?: number;
+  error?: string;
+}
+
+/** One event for one subscription, with its own copy of the event (written by webhook_fanout). */
+export interface WebhookDeliveriesTable {
+  id: Generated<string>;
+  subscription_id: string;
+  event_id: number;
+  event_type: string;
+  event_at: Date;
+  workspace_id: string | null;
+  runner_id: string | null;
+  job_id: string | null;
+  data: ColumnType<Record<string, unknown>, string, string>;
+  status: Generated<"pending" | "delivered" | "failed">;
+  attempts: Generated<number>;
+  created_at: Generated<Date>;
+  first_attempt_at: Date | null;
+  next_attempt_at: Generated<Date>;
+  locked_until: Date | null;
+  response_code: number | null;
+  last_error: string | null;
+  finished_at: Date | null;
+  tries: ColumnType<WebhookTry[], string, string>;
+  /**
+   * The transactions in flight when the event was written (pg_snapshot as text): the delivery
+   * waits until they have ended, so one that holds a lower event id is delivered first.
+   */
+  event_snapshot: ColumnType<string, string, never>;
 }

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { sql } from "kysely";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { sealedKeyId } from "../../src/secrets/box.js";
@@ -353,6 +354,20 @@ describe(`secrets at rest across restarts (${databaseKind})`, () => {
         spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 },
         secrets: { API_TOKEN: token },
       });
+      // A webhook subscription's signing secret is sealed and rotated like the others.
+      await createTestClient(
+        WebhookService,
+        cp.url,
+        cp.pki.ca.certPem,
+        await cp.pki.service("test-admin"),
+        "connect-json",
+      ).createWebhook({
+        apiVersion: "v1",
+        workspaceId: "rot-hooks",
+        url: "https://example.invalid/hook",
+        events: ["job.settled"],
+        secret: `${token}-webhook`,
+      });
       await db()
         .insertInto("repositories")
         .values({
@@ -395,14 +410,13 @@ describe(`secrets at rest across restarts (${databaseKind})`, () => {
         const { rows } = await sql<{
           id: number;
         }>`select get_byte(sealed, 1) as id from job_secrets union all select
-          get_byte(credential_sealed, 1) from repositories where credential_sealed is not null`.execute(
-          db(),
-        );
+          get_byte(credential_sealed, 1) from repositories where credential_sealed is not null
+          union all select get_byte(secret_sealed, 1) from webhook_subscriptions`.execute(db());
         return rows.map((r) => Number(r.id));
       };
-      expect(await keyIds()).toEqual([k2.id, k2.id]);
+      expect(await keyIds()).toEqual([k2.id, k2.id, k2.id]);
       expect(
-        logged.some((l) => l.includes(`re-encrypted 2 secret(s) from ${join(dir, "k1.key")}`)),
+        logged.some((l) => l.includes(`re-encrypted 3 secret(s) from ${join(dir, "k1.key")}`)),
       ).toBe(true);
       await stop();
 

@@ -50,7 +50,7 @@ describe("docs/routes.md", () => {
   });
 
   it("has exactly one row per method of every served service", () => {
-    const rows = doc.split("\n").filter((line) => /^\| `(GET|POST|PUT) /.test(line));
+    const rows = doc.split("\n").filter((line) => /^\| `(GET|POST|PUT|DELETE) /.test(line));
     const methods = services.flatMap((s) => s.methods);
     expect(rows).toHaveLength(methods.length);
     for (const m of methods)

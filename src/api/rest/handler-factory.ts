@@ -90,7 +90,7 @@ export async function serveRest(binding: RestBinding, r: RestRequest): Promise<v
   }
 
   const json: Record<string, JsonValue> =
-    req.method === "GET"
+    req.method === "GET" || req.method === "DELETE"
       ? queryJson(url.search, method.input)
       : await readJsonBody(req, r.maxBodyBytes);
   // A reconnecting EventSource says where it stopped in Last-Event-ID; the route names the field it

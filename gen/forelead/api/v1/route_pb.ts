@@ -23,7 +23,8 @@ export const file_forelead_api_v1_route: GenFile = /*@__PURE__*/
  */
 export type Route = Message<"forelead.api.v1.Route"> & {
   /**
-   * HTTP method: "GET" or "POST" (or "PUT" for raw uploads).
+   * HTTP method: "GET", "POST" or "DELETE" (or "PUT" for raw uploads); GET and
+   * DELETE read their fields from the path and query.
    *
    * @generated from field: string method = 1;
    */
