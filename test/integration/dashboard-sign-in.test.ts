@@ -387,7 +387,9 @@ describe("the dashboard without a session (issue 43's attack)", () => {
     "a job on a process runner on this host reaches nothing through the dashboard: no admin " +
       "method, and (jobs running as their own uid) not the token file",
     async () => {
-      const { runner, ws } = await jobs.freshRunner("process");
+      // On the host's network, as the issue's job was: the default --job-network private would
+      // not let it reach the dashboard's loopback port at all (runner-isolation.test.ts).
+      const { runner, ws } = await jobs.freshRunner("process", { jobNetwork: "host" });
       try {
         // The issue's job: it calls the dashboard as the operator's pages would, for a grant in
         // another workspace and for the status, with the dashboard's own Origin.

@@ -42,7 +42,7 @@ const fast = () => ({
   ca: [receiver.ca.certPem],
   backoffMs: 100,
   maxBackoffMs: 400,
-  retryWindowMs: 3_000,
+  retryWindowMs: 8_000,
   pollMs: 50,
   timeoutMs: 2_000,
   disableAfter: 2,

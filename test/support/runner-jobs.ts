@@ -1,7 +1,13 @@
 import { expect } from "vitest";
 import { eventually } from "./actors.js";
 import type { ControlPlaneFixture } from "./fixture.js";
-import { specFor, startTestRunner, type ExecutorKind, type TestRunner } from "./runner-agent.js";
+import {
+  specFor,
+  startTestRunner,
+  type ExecutorKind,
+  type TestRunner,
+  type TestRunnerOptions,
+} from "./runner-agent.js";
 
 /**
  * Jobs run by real runner agents of a suite: each `freshRunner` starts a runner in a
@@ -12,10 +18,14 @@ export function runnerJobs(cp: ControlPlaneFixture, prefix: string) {
   const tag = Math.random().toString(36).slice(2, 8);
   let n = 0;
   return {
-    async freshRunner(executor: ExecutorKind): Promise<{ runner: TestRunner; ws: string }> {
+    async freshRunner(
+      executor: ExecutorKind,
+      options: Pick<TestRunnerOptions, "jobNetwork"> = {},
+    ): Promise<{ runner: TestRunner; ws: string }> {
       const ws = `${prefix}${++n}`;
+      const runnerId = `${ws}-${tag}`;
       return {
-        runner: await startTestRunner(cp, { runnerId: `${ws}-${tag}`, workspaceId: ws, executor }),
+        runner: await startTestRunner(cp, { runnerId, workspaceId: ws, executor, ...options }),
         ws,
       };
     },

@@ -157,7 +157,7 @@ describe("the role declared on each admin method", () => {
           create(RouteSchema, { principal: "admin", role: "enqueue" }),
         ),
       ).toThrow(
-        'an "enqueue" method must be unary with a workspace_id, job_id or pipeline_id field',
+        'an "enqueue" method must be unary with a workspace_id, job_id, pipeline_id or schedule_id field',
       );
     },
   );
