@@ -358,7 +358,8 @@ export function serveCommand(): Command {
       .addOption(
         new Option(
           "--body-idle-timeout <seconds>",
-          "end a request body that brings less than 1 KiB in this long (408 on REST)",
+          "end a request body that brings less than 1 KiB and no complete NDJSON line in " +
+            "this long (408 on REST)",
         )
           .default(defaultConnectionLimits.bodyIdleMs / 1000)
           .argParser(integerIn("--body-idle-timeout", 1, 3600)),
