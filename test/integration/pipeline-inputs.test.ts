@@ -299,8 +299,9 @@ describe(`a declared input that matches nothing (${databaseKind})`, () => {
     expect(a.status, a.text).toBe(200);
     expect((await runner.complete(a.json.job.id, a.json.token)).status).toBe(200);
     const steps = async () =>
-      (await admin.rest.request("GET", `/v1/admin/pipelines/${pid}`)).json.pipeline
-        .steps as Array<StepJson & { inputs: unknown[] }>;
+      (await admin.rest.request("GET", `/v1/admin/pipelines/${pid}`)).json.pipeline.steps as Array<
+        StepJson & { inputs: unknown[] }
+      >;
     const b = (await steps()).find((s) => s.name === "B")!;
     expect(b.state).toBe("failed");
     const job = (await admin.job(b.jobId!)).json.job;
