@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { isPostgresUrl } from "../store/database.js";
@@ -100,6 +101,31 @@ export async function loadSecretsKeys(
         `the database: without it, job secrets and repository credentials cannot be read`,
     );
   return { current: opened.key, previous };
+}
+
+/**
+ * Warns, once each, of artifacts or an audit spool that versions before --data-dir left beside an
+ * embedded --database outside the data directory: serve no longer looks there, and says how to
+ * keep using them.
+ */
+export function warnOfOldPlaces(
+  flags: ServeDataFlags & { artifactsDir?: string; auditSpool?: string },
+  warn: (line: string) => void = console.warn,
+): void {
+  const database = flags.database;
+  if (!database || isPostgresUrl(database) || database === "memory://") return;
+  const old = dirname(resolve(database));
+  if (old === resolve(flags.dataDir)) return;
+  const left = [
+    ...(flags.artifactsDir ? [] : ["artifacts"]),
+    ...(flags.auditSpool ? [] : ["audit-spool"]),
+  ].filter((name) => existsSync(join(old, name)));
+  for (const name of left)
+    warn(
+      `forelead: warning: ${join(old, name)} beside --database is where earlier versions kept ` +
+        `${name === "artifacts" ? "artifacts" : "the audit spool"}; serve now keeps it in ` +
+        `--data-dir (${join(flags.dataDir, name)}): start with --data-dir ${old} to keep using it`,
+    );
 }
 
 /**

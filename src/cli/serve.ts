@@ -34,6 +34,7 @@ import {
   loadSecretsKeys,
   serveDatabase,
   sharedSpoolRoot,
+  warnOfOldPlaces,
 } from "./serve-data.js";
 
 interface ServeFlags {
@@ -406,6 +407,7 @@ export function serveCommand(): Command {
       .action(async (flags: ServeFlags) => {
         if (flags.check) return checkServeFlags(flags);
         await checkPortsFree(listenAddresses(flags));
+        warnOfOldPlaces(flags);
         if (!isPostgresUrl(serveDatabase(flags))) compileEmbeddedBaselineOnly();
         const options = await serveOptions(flags);
         const plane = await startControlPlane(options);

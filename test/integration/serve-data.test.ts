@@ -99,6 +99,28 @@ describe("serve --data-dir and the secrets key", { timeout: 120_000 }, () => {
     expect(again.stderr).toBe("");
   });
 
+  it("artifacts an earlier version kept beside --database are named with how to keep using them", async () => {
+    const old = join(dir, "old-layout");
+    await mkdir(join(old, "artifacts"), { recursive: true });
+    const ran = await serve(
+      [
+        "--database",
+        join(old, "db"),
+        "--data-dir",
+        join(dir, "new-layout"),
+        "--certs-dir",
+        join(dir, "old-certs"),
+      ],
+      join(dir, "old-xdg"),
+    );
+    expect(ran.stdout).toContain("forelead: serving ");
+    expect(ran.stderr.trim()).toBe(
+      `forelead: warning: ${join(old, "artifacts")} beside --database is where earlier ` +
+        `versions kept artifacts; serve now keeps it in --data-dir ` +
+        `(${join(dir, "new-layout", "artifacts")}): start with --data-dir ${old} to keep using it`,
+    );
+  });
+
   it("a busy port refuses the start before any database, key or file is made", async () => {
     const busy: Server = createServer();
     await new Promise<void>((ok) => busy.listen(0, "127.0.0.1", ok));
