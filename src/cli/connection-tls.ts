@@ -81,7 +81,7 @@ const untrustedServer = new Set([
  * What a TLS failure of the connection means, in the settings' words, or undefined for any
  * other error.
  */
-export function describeTlsFailure(err: unknown, settings: TlsSettings): string | undefined {
+function describeTlsFailure(err: unknown, settings: TlsSettings): string | undefined {
   let cause: unknown = err;
   for (let i = 0; i < 4 && cause instanceof Error; i++) {
     const code = (cause as NodeJS.ErrnoException).code;

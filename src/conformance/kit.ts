@@ -66,7 +66,7 @@ const outputLines = 20;
  * the table shows the runner's side of the failure; a reason that quotes the output already is
  * kept as it is.
  */
-export function withRunnerOutput(reason: string, output: string): string {
+function withRunnerOutput(reason: string, output: string): string {
   if (reason.includes("its output:")) return reason;
   const lines = output.split("\n").filter((l) => l.trim() !== "");
   if (!lines.length) return `${reason}\nthe runner wrote nothing while the row ran`;
