@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readOrCreateSecretsKeyFile } from "../../src/secrets/key-file.js";
+import { createTestDatabase, databaseKind } from "../support/database.js";
 
 const forelead = join(import.meta.dirname, "../../bin/forelead.js");
 let dir: string;
@@ -144,3 +145,38 @@ describe("serve --data-dir and the secrets key", { timeout: 120_000 }, () => {
     }
   });
 });
+
+describe.skipIf(databaseKind !== "postgres")(
+  "serve --data-dir with a postgres:// database",
+  { timeout: 120_000 },
+  () => {
+    it("keeps the audit spool in the data directory, not the working directory's data/", async () => {
+      const database = await createTestDatabase();
+      try {
+        const key = join(dir, "pg-secrets.key");
+        await readOrCreateSecretsKeyFile(key);
+        const data = join(dir, "pg-data");
+        const ran = await serve(
+          [
+            "--database",
+            database.location,
+            "--secrets-key",
+            key,
+            "--data-dir",
+            data,
+            "--certs-dir",
+            join(dir, "pg-certs"),
+          ],
+          join(dir, "pg-xdg"),
+        );
+        expect(ran.stdout).toContain(
+          `audit spool ${join(data, "audit-spool", "127.0.0.1-0", "audit-spool.ndjson")}`,
+        );
+        expect(await filesUnder(data)).toContain("audit-spool");
+        await expect(stat(join(dir, "data"))).rejects.toThrow(/ENOENT/);
+      } finally {
+        await database.drop();
+      }
+    });
+  },
+);
