@@ -146,7 +146,10 @@ export function enqueueCommand(
             `${waitTimeoutExitCode}; the job stays enqueued`,
         ).argParser(secondsFlag("--wait-timeout", { wholeSeconds: true })),
       )
-      .option("--quiet", "print nothing on stderr but errors (with --wait: no log either)")
+      .option(
+        "--quiet",
+        "print nothing on stderr but errors and why a wait stopped (with --wait: no log either)",
+      )
       .option(
         "--id-only",
         "print only the job's id on stdout (with --wait: the id, not the log; the exit code still tells)",
