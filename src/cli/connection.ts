@@ -140,7 +140,7 @@ export function loginCertificatePaths(env: NodeJS.ProcessEnv = process.env): {
 }
 
 /** The source a connection names for the certificate of `forelead login`. */
-const loginSource = "forelead login";
+export const loginSource = "forelead login";
 
 /** A parsed config file: its path, its text (to find lines in) and its top-level table. */
 export interface ConfigFile {

@@ -18,7 +18,7 @@ import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
 import { createRestTransport } from "../runner/transport/rest-transport.js";
 import { lockDirectory } from "../store/data-dir-lock.js";
-import { resolveConnection } from "./connection.js";
+import { loginSource, resolveConnection } from "./connection.js";
 import { collect, collectList, integerIn, pathOption } from "./options.js";
 import {
   describeIsolation,
@@ -374,8 +374,11 @@ function exitCodeOf(err: unknown): number {
  */
 async function withConnectionSettings(flags: RunnerFlags): Promise<RunnerFlags> {
   const { settings } = await resolveConnection(flags);
+  // Neither the CLI's default files nor a person's sign-in (forelead login) is a runner's identity.
   const given = (key: "cert" | "key") =>
-    flags.stateDir || settings[key].source === "default" ? flags[key] : settings[key].value;
+    flags.stateDir || settings[key].source === "default" || settings[key].source === loginSource
+      ? flags[key]
+      : settings[key].value;
   return {
     ...flags,
     server: settings.server.source === "default" ? flags.server : settings.server.value,
