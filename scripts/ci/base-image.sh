@@ -2,7 +2,7 @@
 # Makes the base image of the Dockerfile without a registry: a root file system holding only
 # this machine's Node.js binary, the shared libraries it links (ldd) and the dynamic loader,
 # a passwd/group with the unprivileged user `forelead` (uid/gid 10001), its state directory
-# /var/lib/forelead (0700) and /tmp, `docker import`ed as forelead-base:local (or $1). No shell, no
+# /var/lib/forelead (0700), the secrets key's own directory /etc/forelead (0700) and /tmp, `docker import`ed as forelead-base:local (or $1). No shell, no
 # package manager: the image runs `node` alone. Run as root (the files' owners go into the image).
 # Usage: bash scripts/ci/base-image.sh [TAG]   (NODE=/path/to/node to pick another binary)
 set -euo pipefail
@@ -13,10 +13,10 @@ command -v docker >/dev/null || { echo "base-image: docker is not installed" >&2
 
 root="$(mktemp -d -t forelead-base.XXXXXX)"
 trap 'rm -rf "$root"' EXIT
-mkdir -p "$root/usr/local/bin" "$root/etc" "$root/tmp" "$root/var/lib/forelead"
+mkdir -p "$root/usr/local/bin" "$root/etc/forelead" "$root/tmp" "$root/var/lib/forelead"
 chmod 1777 "$root/tmp"
-chown 10001:10001 "$root/var/lib/forelead"
-chmod 0700 "$root/var/lib/forelead"
+chown 10001:10001 "$root/var/lib/forelead" "$root/etc/forelead"
+chmod 0700 "$root/var/lib/forelead" "$root/etc/forelead"
 cp "$node_bin" "$root/usr/local/bin/node"
 # Every library ldd names (the loader too), at the path the binary looks for it.
 while read -r lib; do

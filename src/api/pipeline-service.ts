@@ -108,7 +108,12 @@ export function stepOf(s: PipelineStepRequest): StepSubmission {
   return {
     name: s.name,
     needs: s.needs,
-    inputs: s.inputs.map((i) => ({ step: i.step, name: i.name, glob: i.glob })),
+    inputs: s.inputs.map((i) => ({
+      step: i.step,
+      name: i.name,
+      glob: i.glob,
+      optional: i.optional,
+    })),
     allowFailure: s.allowFailure,
     labels: s.labels,
     repository: s.repository,

@@ -9,6 +9,11 @@ import type { DescService } from "@bufbuild/protobuf";
 import type { Command } from "commander";
 import { parse as parseToml, TomlError } from "smol-toml";
 import { AdminService } from "../../gen/forelead/admin/v1/admin_pb.js";
+import {
+  checkClientCertificate,
+  ClientCertificateError,
+  tlsFailureInterceptor,
+} from "./connection-tls.js";
 
 /**
  * The one home of how an admin command reaches the control plane: the
@@ -135,7 +140,7 @@ export function loginCertificatePaths(env: NodeJS.ProcessEnv = process.env): {
 }
 
 /** The source a connection names for the certificate of `forelead login`. */
-const loginSource = "forelead login";
+export const loginSource = "forelead login";
 
 /** A parsed config file: its path, its text (to find lines in) and its top-level table. */
 export interface ConfigFile {
@@ -365,6 +370,13 @@ export interface Endpoint {
  * its source and the file that cannot be read.
  */
 export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint> {
+  return (await resolveEndpointAndSettings(flags)).endpoint;
+}
+
+/** resolveEndpoint, with the settings it came from (for explaining a failure). */
+async function resolveEndpointAndSettings(
+  flags: AdminClientFlags,
+): Promise<{ endpoint: Endpoint; settings: Record<ConnectionKey, Resolved> }> {
   const { baseUrl, ca, settings } = await resolveServer(flags);
   const [cert, key] = await Promise.all([
     readSetting(settings.cert, "cert"),
@@ -373,12 +385,13 @@ export async function resolveEndpoint(flags: AdminClientFlags): Promise<Endpoint
   if (settings.cert.source === loginSource) {
     const notAfter = new Date(new X509Certificate(cert).validTo);
     if (notAfter.getTime() <= Date.now())
-      throw new Error(
+      throw new ClientCertificateError(
         `your sign-in expired at ${notAfter.toISOString()} (${settings.cert.value}); ` +
           `run forelead login again`,
       );
   }
-  return { baseUrl, ca, cert, key };
+  checkClientCertificate(settings, { cert, key });
+  return { endpoint: { baseUrl, ca, cert, key }, settings };
 }
 
 /**
@@ -412,7 +425,8 @@ async function connect<S extends DescService>(
   flags: AdminClientFlags,
   service: S,
 ): Promise<Connection<S>> {
-  const { baseUrl, ca, cert, key } = await resolveEndpoint(flags);
+  const { endpoint, settings } = await resolveEndpointAndSettings(flags);
+  const { baseUrl, ca, cert, key } = endpoint;
   const nodeOptions = { ca, cert, key };
   const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
   const transport = createConnectTransport({
@@ -421,6 +435,7 @@ async function connect<S extends DescService>(
     useBinaryFormat: true,
     nodeOptions,
     sessionManager,
+    interceptors: [tlsFailureInterceptor(settings)],
   });
   return { client: createClient(service, transport), close: () => sessionManager.abort() };
 }

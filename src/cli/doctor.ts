@@ -1,10 +1,12 @@
 import { Command } from "commander";
 import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
 import {
+  resolveConnection,
   serviceClientFromFlags,
   withAdminClientOptions,
   type AdminClientFlags,
 } from "./connection.js";
+import { ClientCertificateError } from "./connection-tls.js";
 
 /** One row of the doctor's table, as the route and `serve --check` give it. */
 export interface CheckRow {
@@ -33,21 +35,37 @@ export function doctorCommand(
       const client = await serviceClientFromFlags(flags, StatusService);
       checks = (await client.runDoctor({})).checks;
     } catch (err) {
-      // The control plane itself cannot be asked (down, or its certificate refused): that is the
-      // one failure to report.
+      // The control plane cannot be asked: this side's certificate, or the control plane itself
+      // (down, or its certificate refused), is the one failure to report.
       checks = [
-        {
-          name: "control plane",
-          status: "fail",
-          detail: `${flags.server} cannot be asked: ${(err as Error).message}`,
-          hint:
-            "check that forelead serve runs there and that its certificate is valid " +
-            "(forelead serve --check on its machine)",
-        },
+        err instanceof ClientCertificateError
+          ? {
+              name: "client certificate",
+              status: "fail",
+              detail: err.message,
+              hint: "the control plane was not asked: fix this side's certificate first",
+            }
+          : {
+              name: "control plane",
+              status: "fail",
+              detail: `${await serverOf(flags)} cannot be asked: ${(err as Error).message}`,
+              hint:
+                "check that forelead serve runs there and that its certificate is valid " +
+                "(forelead serve --check on its machine)",
+            },
       ];
     }
     reportChecks(checks, flags.json ?? false, write);
   });
+}
+
+/** The server the command asked, as every command resolves it (flag, env, config file, default). */
+async function serverOf(flags: AdminClientFlags): Promise<string> {
+  try {
+    return (await resolveConnection(flags)).settings.server.value;
+  } catch {
+    return flags.server ?? "the control plane";
+  }
 }
 
 /**

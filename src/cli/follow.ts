@@ -36,6 +36,8 @@ export interface Resumable<T, C> {
   /** What the follower is, for its messages: "events", "logs of job J". */
   readonly name: string;
   warn(text: string): void;
+  /** Ends the follow (it returns the last cursor) when aborted. */
+  readonly signal?: AbortSignal;
 }
 
 /**
@@ -57,11 +59,16 @@ export async function followResuming<T, C>(r: Resumable<T, C>): Promise<C> {
       if (r.onEnd === "done") return cursor;
       r.warn(`forelead: ${r.name}: the stream ended; ${r.describe(cursor)}\n`);
     } catch (err) {
+      if (r.signal?.aborted) return cursor;
       const error = ConnectError.from(err);
       if (final.has(error.code)) throw error;
       r.warn(`forelead: ${r.name}: connection lost (${error.message}); ${r.describe(cursor)}\n`);
     }
-    await sleep(Math.min(5_000, 100 * 2 ** failures));
+    if (r.signal?.aborted) return cursor;
+    await sleep(Math.min(5_000, 100 * 2 ** failures), undefined, { signal: r.signal }).catch(
+      () => {},
+    );
+    if (r.signal?.aborted) return cursor;
   }
 }
 

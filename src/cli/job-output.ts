@@ -30,6 +30,8 @@ export interface JobStreamOptions {
    */
   readonly follow: boolean;
   readonly warn: (text: string) => void;
+  /** Stops a follow: the read ends (without error) when it is aborted. */
+  readonly signal?: AbortSignal;
 }
 
 const pageSize = 1000;
@@ -54,7 +56,9 @@ export async function readJobStream(
     pageSize: options.follow ? 0 : pageSize,
   });
   const open = (after: string): AsyncIterable<Entry> =>
-    stream === "logs" ? admin.getJobLogs(request(after)) : admin.getJobEvents(request(after));
+    stream === "logs"
+      ? admin.getJobLogs(request(after), { signal: options.signal })
+      : admin.getJobEvents(request(after), { signal: options.signal });
   if (!options.follow) {
     let after = "";
     for (let n = pageSize; n === pageSize;) {
@@ -77,6 +81,7 @@ export async function readJobStream(
       position ? `resuming after position ${position}` : "resuming from the start",
     name: `${stream} of job ${options.jobId}`,
     warn: options.warn,
+    signal: options.signal,
   });
 }
 

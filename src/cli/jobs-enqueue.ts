@@ -12,12 +12,13 @@ import { withAdminClientOptions, withService, type AdminClientFlags } from "./co
 import { statusLine } from "./follow.js";
 import { formatEntry, readJobStream } from "./job-output.js";
 import { enqueueBatch } from "./jobs-batch.js";
-import { collect, integerIn } from "./options.js";
+import { collect, collectList, integerIn } from "./options.js";
 
 interface EnqueueFlags extends AdminClientFlags {
   workspace?: string;
   batch?: string;
   label: string[];
+  labels: string[];
   image?: string;
   env: string[];
   secretsFile?: string;
@@ -30,6 +31,9 @@ interface EnqueueFlags extends AdminClientFlags {
   branch?: string;
   kind?: string;
   wait?: boolean;
+  waitTimeout?: number;
+  quiet?: boolean;
+  idOnly?: boolean;
   json?: boolean;
 }
 
@@ -38,6 +42,12 @@ interface EnqueueFlags extends AdminClientFlags {
  * interrupt).
  */
 const cancelledExitCode = 130;
+
+/** The exit code when --wait-timeout passes first (as timeout(1) reports it). */
+const waitTimeoutExitCode = 124;
+
+/** The states a job's log stream ends in. */
+const settledStates = new Set(["succeeded", "failed", "cancelled"]);
 
 /** `forelead jobs enqueue`: EnqueueJob, and with --wait the job's log live and its exit code. */
 export function enqueueCommand(
@@ -69,6 +79,12 @@ export function enqueueCommand(
         "--label <label>",
         "a runner label the job needs (repeatable: all of them)",
         collect,
+        [] as string[],
+      )
+      .option(
+        "--labels <list>",
+        "runner labels the job needs, comma separated (as runner --labels); adds to --label",
+        collectList,
         [] as string[],
       )
       .option("--image <image>", "the container image (the docker executor runs argv in it)")
@@ -123,6 +139,21 @@ export function enqueueCommand(
         `follow the job until it settles, printing its log, and exit with its ` +
           `exit code (failed without one: 1; cancelled: ${cancelledExitCode})`,
       )
+      .addOption(
+        new Option(
+          "--wait-timeout <duration>",
+          `with --wait: stop waiting after this long (e.g. 30s, 10m) and exit ` +
+            `${waitTimeoutExitCode}; the job stays enqueued`,
+        ).argParser(secondsFlag("--wait-timeout", { wholeSeconds: true })),
+      )
+      .option(
+        "--quiet",
+        "print nothing on stderr but errors and why a wait stopped (with --wait: no log either)",
+      )
+      .option(
+        "--id-only",
+        "print only the job's id on stdout (with --wait: the id, not the log; the exit code still tells)",
+      )
       .option(
         "--json",
         "print the enqueue reply as proto3 JSON (with --wait: the settled job, the log on stderr)",
@@ -130,6 +161,10 @@ export function enqueueCommand(
   ).action(async (argv: string[], flags: EnqueueFlags, command: Command) => {
     if (!flags.workspace && flags.batch === undefined)
       command.error("error: required option '--workspace <id>' not specified");
+    if (flags.waitTimeout !== undefined && !flags.wait)
+      command.error("error: --wait-timeout needs --wait");
+    if (flags.idOnly && flags.json) command.error("error: --id-only and --json exclude each other");
+    const say = flags.quiet ? () => {} : warn;
     const [env, secrets, secretFiles] = await Promise.all([
       Promise.resolve(keyValues(flags.env, "--env")),
       readSecretsFile(flags.secretsFile),
@@ -138,7 +173,7 @@ export function enqueueCommand(
     const request = {
       apiVersion: "v1",
       workspaceId: flags.workspace ?? "",
-      labels: flags.label,
+      labels: [...flags.label, ...flags.labels],
       repository: flags.repository ?? "",
       targetBranch: flags.branch ?? "",
       kind: flags.kind ?? "",
@@ -166,32 +201,60 @@ export function enqueueCommand(
       const where =
         `${job.state === "running" && job.runnerId ? ` on runner ${job.runnerId}` : ""} ` +
         `in workspace ${job.workspaceId}`;
+      const waiting = job.waiting?.message ? `: waiting: ${job.waiting.message}` : "";
+      if (flags.idOnly) write(`${job.id}\n`);
       if (!flags.wait) {
-        write(
-          flags.json
-            ? `${toJsonString(EnqueueJobResponseSchema, reply)}\n`
-            : `job ${job.id} ${job.state}${where}${job.waiting?.message ? `: waiting: ${job.waiting.message}` : ""}\n`,
-        );
+        if (!flags.idOnly)
+          write(
+            flags.json
+              ? `${toJsonString(EnqueueJobResponseSchema, reply)}\n`
+              : `job ${job.id} ${job.state}${where}${waiting}\n`,
+          );
         return;
       }
-      warn(`forelead: job ${job.id} ${job.state}${where}\n`);
-      const status = statusLine(
-        `job ${job.id} ${job.state}${job.waiting?.message ? `: ${job.waiting.message}` : ""}`,
-      );
-      const log = flags.json ? warn : write;
+      // Off a terminal the status line is not drawn: the waiting reason is said here, once.
+      say(`forelead: job ${job.id} ${job.state}${where}${process.stderr.isTTY ? "" : waiting}\n`);
+      const status = flags.quiet
+        ? undefined
+        : statusLine(
+            `job ${job.id} ${job.state}${job.waiting?.message ? `: ${job.waiting.message}` : ""}`,
+          );
+      const log = flags.quiet || flags.idOnly ? () => {} : flags.json ? warn : write;
+      const deadline = new AbortController();
+      const timer =
+        flags.waitTimeout === undefined
+          ? undefined
+          : setTimeout(() => deadline.abort(), flags.waitTimeout * 1000);
       try {
-        await readJobStream(admin, "logs", { jobId: job.id, follow: true, warn }, (entry) => {
-          status.stop();
-          log(formatEntry("logs", entry, false));
-        });
+        await readJobStream(
+          admin,
+          "logs",
+          { jobId: job.id, follow: true, warn: say, signal: deadline.signal },
+          (entry) => {
+            status?.stop();
+            log(formatEntry("logs", entry, false));
+          },
+        );
       } finally {
-        status.stop();
+        clearTimeout(timer);
+        status?.stop();
       }
       const final = await admin.getJob({ jobId: job.id });
+      if (deadline.signal.aborted && !settledStates.has(final.job!.state)) {
+        const now = final.job!;
+        const reason = now.waiting?.message ? `: waiting: ${now.waiting.message}` : "";
+        warn(
+          `forelead: job ${now.id} still ${now.state} after --wait-timeout ` +
+            `${flags.waitTimeout}s${reason}; it stays enqueued: follow it with ` +
+            `forelead jobs logs --follow ${now.id}, or cancel it with forelead jobs cancel ${now.id}\n`,
+        );
+        process.exitCode = waitTimeoutExitCode;
+        return;
+      }
       const settled = final.job!;
       if (flags.json) write(`${toJsonString(GetJobResponseSchema, final)}\n`);
       const code = jobExitCode(settled);
-      warn(
+      say(
         `forelead: job ${settled.id} ` +
           `${settled.state}` +
           `${settled.exitCode !== undefined ? ` with exit code ${settled.exitCode}` : ""}` +

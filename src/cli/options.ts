@@ -13,6 +13,20 @@ export function integerIn(name: string, min: number, max: number): (value: strin
   };
 }
 
+/**
+ * Collects a repeatable comma-separated list option (`--labels a,b --labels c`) into one array,
+ * blanks dropped.
+ */
+export function collectList(value: string, previous: string[] = []): string[] {
+  return [
+    ...previous,
+    ...value
+      .split(",")
+      .map((v) => v.trim())
+      .filter(Boolean),
+  ];
+}
+
 /** Collects a repeatable option into an array. */
 export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];

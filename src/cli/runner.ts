@@ -18,7 +18,8 @@ import { protocolCheckout } from "../runner/checkout/protocol-checkout.js";
 import { createRunnerProtocol } from "../runner/transport/protocol-client.js";
 import { createRestTransport } from "../runner/transport/rest-transport.js";
 import { lockDirectory } from "../store/data-dir-lock.js";
-import { integerIn, pathOption } from "./options.js";
+import { loginSource, resolveConnection } from "./connection.js";
+import { collect, collectList, integerIn, pathOption } from "./options.js";
 import {
   describeIsolation,
   jobNetworks,
@@ -32,7 +33,9 @@ interface RunnerFlags {
   cert?: string;
   key?: string;
   slots: number;
-  labels?: string;
+  label?: string[];
+  labels?: string[];
+  profile?: string;
   executor: ExecutorKind;
   workDir?: string;
   graceSeconds: number;
@@ -110,7 +113,10 @@ export function runnerCommand(): Command {
       .option(
         "--labels <list>",
         "labels offered to jobs, comma separated (default: the OS and the executor, e.g. linux,docker)",
+        collectList,
       )
+      .option("--label <label>", "a label offered to jobs (repeatable; adds to --labels)", collect)
+      .option("--profile <name>", "the config file's profile to take --server and --ca from")
       .addOption(
         new Option("--executor <kind>", "how jobs run")
           .choices(Object.keys(executors))
@@ -171,12 +177,13 @@ export function runnerCommand(): Command {
           "exit (0) after this long with no job running, e.g. 30s or 5m; with --once, no job by then exits 3",
         ).argParser(durationFlag("--idle-exit")),
       )
-      .action(async (flags: RunnerFlags) => {
-        if (flags.check) {
+      .action(async (given: RunnerFlags) => {
+        if (given.check) {
           for (const line of describeIsolation(await probeIsolation()))
             console.log(`forelead runner: ${line}`);
           return;
         }
+        const flags = await withConnectionSettings(given);
         if (flags.jobNetwork && flags.executor !== "process")
           throw new Error(
             `--job-network is for the process executor; the ${flags.executor} executor gives ` +
@@ -189,7 +196,8 @@ export function runnerCommand(): Command {
         const server = new URL(flags.server);
         if (server.protocol !== "https:")
           throw new Error(`--server ${flags.server} must be an https:// URL`);
-        const log = (message: string) => console.log(`forelead runner: ${message}`);
+        const log = (message: string) =>
+          console.log(`${new Date().toISOString()} forelead runner: ${message}`);
         const ca = await readNamedFile(flags.ca, "--ca");
         const { identity, tls, keeper } = await runnerTls(flags, ca, log);
         const transport = createRestTransport(server.origin, tls, { sources: tlsSources(flags) });
@@ -209,11 +217,8 @@ export function runnerCommand(): Command {
           log,
         });
         const labels =
-          flags.labels !== undefined
-            ? flags.labels
-                .split(",")
-                .map((l) => l.trim())
-                .filter(Boolean)
+          flags.labels || flags.label
+            ? [...(flags.labels ?? []), ...(flags.label ?? [])]
             : [os.platform(), flags.executor];
         // Before the agent is up (connecting, registering, retrying) it holds no lease: a signal
         // then ends the runner at once (exit 0, stopped as asked), whatever the retry was waiting
@@ -262,7 +267,7 @@ export function runnerCommand(): Command {
         }).catch((err: unknown) => {
           // A failure no retry cures ends the command here with what to fix, before any job.
           if (!fixOf(err)) throw err;
-          console.error(`forelead runner: cannot start: ${fixOf(err)}`);
+          console.error(`${new Date().toISOString()} forelead runner: cannot start: ${fixOf(err)}`);
           process.exit(exitCodeOf(err));
         });
         const end = await agent.stopped;
@@ -359,6 +364,28 @@ function exitCodeOf(err: unknown): number {
   return err instanceof RunnerApiError && err.secondInstance
     ? runnerExit.secondInstance
     : runnerExit.refused;
+}
+
+/**
+ * The flags with what --server, --ca, --cert and --key leave unset taken as every other command
+ * takes them (FORELEAD_SERVER, FORELEAD_CA, ..., the config file's profile; docs/cli.md). The
+ * certificate and key only without --state-dir, and never the CLI's default files: a runner's
+ * identity is its own.
+ */
+async function withConnectionSettings(flags: RunnerFlags): Promise<RunnerFlags> {
+  const { settings } = await resolveConnection(flags);
+  // Neither the CLI's default files nor a person's sign-in (forelead login) is a runner's identity.
+  const given = (key: "cert" | "key") =>
+    flags.stateDir || settings[key].source === "default" || settings[key].source === loginSource
+      ? flags[key]
+      : settings[key].value;
+  return {
+    ...flags,
+    server: settings.server.source === "default" ? flags.server : settings.server.value,
+    ca: settings.ca.source === "default" ? flags.ca : settings.ca.value,
+    cert: given("cert"),
+    key: given("key"),
+  };
 }
 
 /** The flags the TLS material came from, as a refusal names them. */

@@ -1,12 +1,10 @@
 import { defaultRunnerOfflineSeconds } from "../broker/fleet/state.js";
-import { dirname, join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { defaultMaxArtifactBytes } from "../artifacts/artifacts.js";
 import { defaultJobTimeouts } from "../broker/jobs/rules.js";
 import { isPostgresUrl } from "../store/database.js";
-import { readOrCreateSecretsKeyFile, readSecretsKeyFile } from "../secrets/key-file.js";
-import type { SecretsKeys } from "../secrets/keys.js";
 import { parseDuration } from "../identity/ca.js";
 import { defaultMaxLifetimeMs, formatDuration } from "../identity/certificate-policy.js";
 import { devPkiPaths, initDevPki, readNamedFile } from "../identity/pki-files.js";
@@ -29,6 +27,15 @@ import { defaultHosts } from "./ca.js";
 import { collect, integerIn, pathOption } from "./options.js";
 import { secondsFlag } from "./admin-flags.js";
 import { applyServeConfig } from "./config.js";
+import {
+  checkPortsFree,
+  defaultArtifactsDir,
+  defaultAuditSpoolDir,
+  loadSecretsKeys,
+  serveDatabase,
+  sharedSpoolRoot,
+  warnOfOldPlaces,
+} from "./serve-data.js";
 
 interface ServeFlags {
   listen: string;
@@ -39,7 +46,8 @@ interface ServeFlags {
   clientCa?: string;
   certsDir: string;
   trustDomain: string;
-  database: string;
+  dataDir: string;
+  database?: string;
   admin: string[];
   grant: string[];
   ssoIssuer?: string;
@@ -112,12 +120,19 @@ export function serveCommand(): Command {
       )
       .option("--trust-domain <td>", "SPIFFE trust domain of client identities", "forelead")
       .addOption(
+        pathOption(
+          "--data-dir <dir>",
+          "the directory serve keeps its state in: the embedded database (<dir>/db), " +
+            "artifacts and the audit spool, also with a postgres:// database",
+          "data",
+        ),
+      )
+      .addOption(
         new Option(
           "--database <url|dir>",
-          "postgres:// URL, or a directory for the embedded database (one process at a time: it is locked)",
-        )
-          .default(resolve("data/db"), "data/db")
-          .argParser(databaseLocation),
+          "postgres:// URL, or a directory for the embedded database (one process at " +
+            "a time: it is locked); default: <data-dir>/db",
+        ).argParser(databaseLocation),
       )
       .option(
         "--admin <spiffe-id>",
@@ -232,7 +247,7 @@ export function serveCommand(): Command {
         pathOption(
           "--artifacts-dir <dir>",
           "store artifacts as files in this directory (replicas must share it); " +
-            "default: beside an embedded database (data/artifacts), in the database " +
+            "default: <data-dir>/artifacts with an embedded database, in the database " +
             "itself with a postgres:// URL",
         ),
       )
@@ -241,8 +256,8 @@ export function serveCommand(): Command {
           "--audit-spool <dir>",
           "where audit records wait (fsynced) while the database cannot take them; " +
             "one process's (locked): a second serve given the same one is refused; " +
-            "default: beside an embedded database (data/audit-spool); with a " +
-            "postgres:// URL, data/audit-spool/<listen host>-<port> (the next free " +
+            "default: <data-dir>/audit-spool; with a " +
+            "postgres:// URL, <data-dir>/audit-spool/<listen host>-<port> (the next free " +
             "<…>.2, .3 when a live replica holds it), where the spools of replicas " +
             "no longer running are drained too",
         ),
@@ -311,8 +326,10 @@ export function serveCommand(): Command {
           "--secrets-key <file>",
           "the key (32 random bytes, base64, mode 0600) that encrypts job secrets " +
             "and repository credentials; required with a postgres:// URL (the same " +
-            "file on every replica); default: beside an embedded database " +
-            "(data/secrets.key), made on the first start",
+            "file on every replica); with an embedded database made on the first " +
+            "start, by default outside the data directory: $XDG_CONFIG_HOME/forelead/" +
+            "secrets.key, else /etc/forelead/secrets.key as root, ~/.config/forelead/" +
+            "secrets.key otherwise",
         ),
       )
       .addOption(
@@ -342,7 +359,8 @@ export function serveCommand(): Command {
       .addOption(
         new Option(
           "--body-idle-timeout <seconds>",
-          "end a request body that brings less than 1 KiB in this long (408 on REST)",
+          "end a request body that brings less than 1 KiB and no complete NDJSON line in " +
+            "this long (408 on REST)",
         )
           .default(defaultConnectionLimits.bodyIdleMs / 1000)
           .argParser(integerIn("--body-idle-timeout", 1, 3600)),
@@ -388,7 +406,9 @@ export function serveCommand(): Command {
       })
       .action(async (flags: ServeFlags) => {
         if (flags.check) return checkServeFlags(flags);
-        if (!isPostgresUrl(flags.database)) compileEmbeddedBaselineOnly();
+        await checkPortsFree(listenAddresses(flags));
+        warnOfOldPlaces(flags);
+        if (!isPostgresUrl(serveDatabase(flags))) compileEmbeddedBaselineOnly();
         const options = await serveOptions(flags);
         const plane = await startControlPlane(options);
         const roles = [
@@ -504,18 +524,20 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     : undefined;
   const tls = await loadTls(flags);
   const issuer = await loadIssuer(flags);
-  const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.database);
-  const auditSpoolDir = flags.auditSpool ?? defaultAuditSpoolDir(flags.database, host, port);
+  const database = serveDatabase(flags);
+  const artifactsDir = flags.artifactsDir ?? defaultArtifactsDir(flags.dataDir, database);
+  const auditSpoolDir =
+    flags.auditSpool ?? defaultAuditSpoolDir(flags.dataDir, database, host, port);
   // Only the default folder of replicas' spools is searched for orphans: a spool given by flag is
   // the operator's to place.
   const auditSpoolAdoptFrom =
-    !flags.auditSpool && isPostgresUrl(flags.database) ? resolve(sharedSpoolRoot) : undefined;
+    !flags.auditSpool && isPostgresUrl(database) ? sharedSpoolRoot(flags.dataDir) : undefined;
   return {
     host,
     port,
     ...tls,
     trustDomain: flags.trustDomain,
-    database: flags.database,
+    database,
     admins: flags.admin,
     grants,
     groupGrants,
@@ -578,67 +600,6 @@ async function checkServeFlags(flags: ServeFlags): Promise<void> {
   reportChecks(checks, false, (t) => process.stdout.write(t));
 }
 
-/**
- * Artifacts live beside an embedded database (data/db → data/artifacts); with a URL, in Postgres
- * (no directory).
- */
-function defaultArtifactsDir(database: string): string | undefined {
-  if (isPostgresUrl(database)) return undefined;
-  if (database === "memory://") return undefined; // a temporary directory, like the database
-  return join(dirname(resolve(database)), "artifacts");
-}
-
-/** Where replicas on a postgres:// database keep their spools by default, one folder each. */
-const sharedSpoolRoot = "data/audit-spool";
-
-/**
- * The audit spool lives beside an embedded database (data/db →
- * data/audit-spool). With a URL, each replica has its own folder there,
- * named by its listen address (data/audit-spool/127.0.0.1-8443): stable
- * across its restarts, so a crash never orphans its records, and distinct
- * between replicas on one host, which cannot listen on one address. Where
- * the name is not enough (port 0, hosts sharing the folder) the spool's
- * lock decides: a replica finding its folder held by a live one takes the
- * next free numbered folder (…-0.2). Spools no live replica holds are adopted.
- */
-function defaultAuditSpoolDir(database: string, host: string, port: number): string | undefined {
-  if (isPostgresUrl(database))
-    return resolve(sharedSpoolRoot, `${host.replace(/[^A-Za-z0-9.-]/g, "_")}-${port}`);
-  if (database === "memory://") return undefined; // a temporary directory, like the database
-  return join(dirname(resolve(database)), "audit-spool");
-}
-
-/**
- * --secrets-key (and -previous), read; without it, beside an embedded data
- * directory (data/db → data/secrets.key), made there on the first start.
- * None for a database in memory or a postgres:// URL: the control plane
- * makes a key for the run, or refuses to start, naming the flag.
- */
-async function loadSecretsKeys(flags: ServeFlags): Promise<SecretsKeys | undefined> {
-  const previous = flags.secretsKeyPrevious
-    ? await readSecretsKeyFile(flags.secretsKeyPrevious)
-    : undefined;
-  if (flags.secretsKey)
-    return {
-      current: await readSecretsKeyFile(flags.secretsKey),
-      previous,
-    };
-  if (previous)
-    throw new Error(
-      "--secrets-key-previous needs --secrets-key: the key every secret is re-encrypted to",
-    );
-  if (isPostgresUrl(flags.database) || flags.database === "memory://") return undefined;
-  const path = join(dirname(resolve(flags.database)), "secrets.key");
-  const { key, created } = await readOrCreateSecretsKeyFile(path);
-  if (created)
-    console.log(
-      `forelead: created the secrets key ${path} (mode 0600); back it up with ` +
-        `the database: without it, job secrets and repository credentials cannot ` +
-        `be read`,
-    );
-  return { current: key };
-}
-
 /** A commander parser for sizes: bytes, or a number with KiB, MiB, GiB or TiB. */
 function byteSize(name: string): (value: string) => number {
   const units: Record<string, number> = {
@@ -663,6 +624,16 @@ function byteSize(name: string): (value: string) => number {
 /** --database: a URL or "memory://" as given, a directory made absolute. */
 function databaseLocation(value: string): string {
   return isPostgresUrl(value) || value === "memory://" ? value : resolve(value);
+}
+
+/** The addresses serve will listen on, for checkPortsFree. */
+function listenAddresses(flags: ServeFlags): { host: string; port: number; flag: string }[] {
+  return [
+    { ...parseListen(flags.listen, "--listen"), flag: "--listen" },
+    ...(flags.metricsListen === "off"
+      ? []
+      : [{ ...parseListen(flags.metricsListen, "--metrics-listen"), flag: "--metrics-listen" }]),
+  ];
 }
 
 function parseListen(listen: string, flag: string): { host: string; port: number } {

@@ -39,14 +39,16 @@ export async function runConformance(
         report({ ...base, result: "skip", reason: skip, seconds: 0 });
         continue;
       }
+      const outputBefore = (await h.runnerOutput()).length;
       try {
         const reason = await row.run(h);
         report({ ...base, result: "pass", reason, seconds: (Date.now() - started) / 1000 });
       } catch (err) {
-        const reason =
+        const failure =
           err instanceof RowFailure
             ? err.message
             : `the kit could not run the row: ${(err as Error).message}`;
+        const reason = withRunnerOutput(failure, (await h.runnerOutput()).slice(outputBefore));
         report({ ...base, result: "fail", reason, seconds: (Date.now() - started) / 1000 });
       }
     }
@@ -54,6 +56,26 @@ export async function runConformance(
     await h.close();
   }
   return results;
+}
+
+/** Lines of the runner's output a failed row's reason ends with, at most. */
+const outputLines = 20;
+
+/**
+ * A failed row's reason followed by what the runner wrote while the row ran (its last lines), so
+ * the table shows the runner's side of the failure; a reason that quotes the output already is
+ * kept as it is.
+ */
+function withRunnerOutput(reason: string, output: string): string {
+  if (reason.includes("its output:")) return reason;
+  const lines = output.split("\n").filter((l) => l.trim() !== "");
+  if (!lines.length) return `${reason}\nthe runner wrote nothing while the row ran`;
+  const shown = lines.slice(-outputLines);
+  return (
+    `${reason}\nthe runner's output while the row ran` +
+    `${shown.length < lines.length ? ` (last ${shown.length} of ${lines.length} lines)` : ""}:\n` +
+    shown.join("\n")
+  );
 }
 
 /**

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, open, readFile, stat } from "node:fs/promises";
-import { dirname } from "node:path";
+import { homedir } from "node:os";
+import { dirname, join } from "node:path";
 import { secretsKey, secretsKeyBytes, type SecretsKey } from "./box.js";
 
 /**
@@ -41,7 +42,8 @@ export async function readSecretsKeyFile(path: string): Promise<SecretsKey> {
 export async function readOrCreateSecretsKeyFile(
   path: string,
 ): Promise<{ key: SecretsKey; created: boolean }> {
-  await mkdir(dirname(path), { recursive: true });
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  await refuseWritableDirectory(dirname(path));
   let file;
   try {
     file = await open(path, "wx", 0o600);
@@ -57,4 +59,64 @@ export async function readOrCreateSecretsKeyFile(
     await file.close();
   }
   return { key: await readSecretsKeyFile(path), created: true };
+}
+
+/**
+ * Where a secrets key is made when no flag names one: outside the data directory, so a backup of
+ * the data never carries the key that opens it. `$XDG_CONFIG_HOME/forelead/secrets.key` when that
+ * is set; otherwise `/etc/forelead/secrets.key` for root and `~/.config/forelead/secrets.key` for
+ * anyone else.
+ */
+export function defaultSecretsKeyPath(
+  env: NodeJS.ProcessEnv = process.env,
+  uid: number | undefined = process.getuid?.(),
+  home: string = homedir(),
+): string {
+  if (env.XDG_CONFIG_HOME) return join(env.XDG_CONFIG_HOME, "forelead", "secrets.key");
+  if (uid === 0) return "/etc/forelead/secrets.key";
+  return join(home, ".config", "forelead", "secrets.key");
+}
+
+/** What openEmbeddedSecretsKey found or made, for the start-up log. */
+export interface EmbeddedSecretsKey {
+  readonly key: SecretsKey;
+  readonly path: string;
+  readonly created: boolean;
+  /** Set when the key was read from the old place inside the data directory: where it belongs. */
+  readonly moveTo?: string;
+}
+
+/**
+ * An embedded database's key: at `path` (the flag's or the default place), made there on the
+ * first start; or, while nothing is at `path`, the key an earlier version made at `oldPath` inside
+ * the data directory, which keeps working (an upgrade never stops a control plane) and is
+ * reported with where it belongs.
+ */
+export async function openEmbeddedSecretsKey(
+  path: string,
+  oldPath: string,
+): Promise<EmbeddedSecretsKey> {
+  if (!(await exists(path)) && (await exists(oldPath)))
+    return { key: await readSecretsKeyFile(oldPath), path: oldPath, created: false, moveTo: path };
+  return { ...(await readOrCreateSecretsKeyFile(path)), path };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw err;
+  }
+}
+
+/** Anyone who can write the key's directory can replace the key: such a directory is refused. */
+async function refuseWritableDirectory(dir: string): Promise<void> {
+  const mode = (await stat(dir)).mode & 0o777;
+  if (mode & 0o022)
+    throw new Error(
+      `the secrets key's directory ${dir} is writable by others (mode ` +
+        `${mode.toString(8).padStart(4, "0")}), who could replace the key; run: chmod go-w ${dir}`,
+    );
 }

@@ -19,6 +19,25 @@ import { peerCertificate } from "./peer-certificate.js";
  */
 const minProgressBytes = 1024;
 
+/**
+ * Counts the complete lines of an NDJSON body as it arrives: a line ended by "\n" with at least
+ * one byte before it (a bare newline is no message).
+ */
+function createLineCounter(): (chunk: Buffer) => number {
+  let partial = false;
+  return (chunk) => {
+    let lines = 0;
+    let from = 0;
+    for (let at = chunk.indexOf(10); at !== -1; at = chunk.indexOf(10, from)) {
+      if (at > from || partial) lines++;
+      partial = false;
+      from = at + 1;
+    }
+    if (from < chunk.length) partial = true;
+    return lines;
+  };
+}
+
 /** The listener's side of the connection limits: counters, and the per-request body watch. */
 export interface ConnectionGuard {
   readonly counters: ConnectionCounters;
@@ -120,23 +139,32 @@ export function guardConnections(
     destroyAll: () => sockets.forEach((socket) => socket.destroy()),
     watchRequest(req, res) {
       const stream = req.stream;
-      // Bytes that reached the request (compat's stream reader pushes each chunk into it).
+      // Bytes that reached the request (compat's stream reader pushes each chunk into it), and of
+      // an NDJSON body its complete messages.
       let received = 0;
+      let messages = 0;
+      const countLines = /ndjson/i.test(req.headers["content-type"] ?? "")
+        ? createLineCounter()
+        : undefined;
       const push = req.push.bind(req);
       req.push = (chunk: Buffer | null, encoding?: BufferEncoding) => {
         if (chunk) received += chunk.length;
+        if (chunk && countLines) messages += countLines(chunk);
         return push(chunk, encoding);
       };
       let seen = 0;
+      let seenMessages = 0;
       let timer: NodeJS.Timeout | undefined;
-      // Each window must bring minProgressBytes, or the end of the body: a complete body stops the
-      // watch, which is why a long-poll claim or a follow (bodies complete, replies pending) is
+      // Each window must bring minProgressBytes, a complete NDJSON message (a client sending one
+      // line every few seconds is using the stream as meant; bytes that never make a message are
+      // still a stall), or the end of the body: a complete body stops the watch, which is why a long-poll claim or a follow (bodies complete, replies pending) is
       // never cut. A stream paused because the server is not reading (yet) is not the client's
       // stall.
       const check = () => {
         if (stream.destroyed || stream.closed || stream.state.remoteClose === 1) return;
-        const progressed = received - seen >= minProgressBytes;
+        const progressed = received - seen >= minProgressBytes || messages > seenMessages;
         seen = received;
+        seenMessages = messages;
         if (progressed || stream.readableFlowing !== true)
           return void (timer = setTimeout(check, limits.bodyIdleMs).unref());
         counters.stalledBodies++;

@@ -9,7 +9,8 @@ export interface ConnectionLimits {
   /** SETTINGS_MAX_CONCURRENT_STREAMS of every connection (`--max-concurrent-streams`). */
   readonly maxConcurrentStreams: number;
   /**
-   * A request body that brings less than 1 KiB in this long (and has not ended) is ended: 408 on
+   * A request body that brings less than 1 KiB and no complete NDJSON line in this long (and has
+   * not ended) is ended: 408 on
    * REST, deadline_exceeded on Connect (`--body-idle-timeout`).
    */
   readonly bodyIdleMs: number;

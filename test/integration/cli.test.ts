@@ -171,7 +171,10 @@ describe("the forelead command", () => {
       ["--database", "postgres://nobody@127.0.0.1:1/none"],
       "a postgres:// database needs --secrets-key FILE",
     ],
-    [["--secrets-key", "absent.key"], "the secrets key file /"],
+    [
+      ["--database", "postgres://nobody@127.0.0.1:1/none", "--secrets-key", "absent.key"],
+      "the secrets key file /",
+    ],
     [["--admin", "not-a-spiffe-id"], "is not a valid SPIFFE ID"],
     [["--bogus"], "unknown option '--bogus'"],
     [["--sso-group", "ops=read"], "--sso-group needs --sso-issuer and --sso-groups-claim"],

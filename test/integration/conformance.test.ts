@@ -113,6 +113,10 @@ describe("forelead conformance", () => {
       expect(rows.find((r) => r.row === "cancel")?.reason).toMatch(
         /settled by the control plane: cancelled/,
       );
+      // The table shows the runner's side of a failure: its output while the row ran.
+      expect(rows.find((r) => r.row === "renew")?.reason).toMatch(
+        /\nthe runner's output while the row ran:\n(.*\n)*broken runner \(never-renew\): job [0-9a-f-]{36}: lease lost; not completed/,
+      );
       expect(rows.find((r) => r.row === "renew")?.reason).toMatch(
         /settled by the control plane: lease_lost/,
       );

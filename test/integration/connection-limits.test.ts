@@ -194,6 +194,38 @@ describe("bounded connections", () => {
     },
   );
 
+  it("an NDJSON stream sending one small complete line per window is progress, not a stall", async () => {
+    const { runner, msg, jobId } = await lease();
+    const tapped = tappedSession(
+      cp.url,
+      cp.pki.ca.certPem,
+      await cp.pki.runner(runner.runnerId, `cw${n}`),
+    );
+    const before = cp.plane.connections.stalledBodies;
+    const stream = tapped.session.request(ndjsonHeaders);
+    const status = new Promise<number>((resolve) =>
+      stream.on("response", (h) => resolve(Number(h[":status"]))),
+    );
+    stream.on("error", () => {});
+    stream.resume();
+    // Lines well under 1 KiB, one every 0.6 windows, for more than two windows; then the end.
+    for (let seq = 1; seq <= 4; seq++) {
+      stream.write(line(msg(seq, `line ${seq}\n`)));
+      await new Promise((r) => setTimeout(r, bodyIdleMs * 0.6));
+    }
+    stream.end();
+    expect(await status).toBe(204);
+    expect(cp.plane.connections.stalledBodies).toBe(before);
+    const logs = await admin.rest.request("GET", `/v1/admin/jobs/${jobId}/logs`);
+    expect(
+      logs.text
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => JSON.parse(l).sequence),
+    ).toEqual(["1", "2", "3", "4"]);
+    tapped.session.destroy();
+  });
+
   it(
     "10,000 unfinished bodies from a certificate-less client are cut or " +
       "refused within the bound; RSS stays within budget; a runner is served " +

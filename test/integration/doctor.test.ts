@@ -227,7 +227,9 @@ describe("an expired server certificate", () => {
   it("`forelead doctor` cannot trust the server and says so, exiting 1", async () => {
     const cli = await forel(["doctor", ...(await adminFlags(cp, "expired"))]);
     expect(cli.code, cli.stdout + cli.stderr).toBe(1);
-    expect(cli.stdout).toMatch(/^FAIL +control plane +.*certificate has expired/m);
+    expect(cli.stdout).toMatch(
+      /^FAIL +control plane +.*the server's certificate at https:\S+ has expired; the control plane's operator must renew it/m,
+    );
   });
 
   it(

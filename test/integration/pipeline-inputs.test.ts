@@ -272,3 +272,56 @@ describe.skipIf(databaseKind !== "postgres")(
     }, 60_000);
   },
 );
+
+describe(`a declared input that matches nothing (${databaseKind})`, () => {
+  it("fails its step with missing_input, never leased, unless the input is optional", async () => {
+    const ws = "pi-missing";
+    const step = (name: string, needs: string[], inputs: unknown[] = []) => ({
+      name,
+      needs,
+      labels: ["linux"],
+      spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 },
+      inputs,
+    });
+    const runner = await registeredRunner(cp, "r-missing", ws);
+    const made = await post("/v1/admin/pipelines", {
+      workspaceId: ws,
+      name: "missing",
+      steps: [
+        step("A", []),
+        step("B", ["A"], [{ step: "A", name: "nothing.txt" }]),
+        step("C", ["A"], [{ step: "A", glob: "dist/**", optional: true }]),
+      ],
+    });
+    expect(made.status, made.text).toBe(200);
+    const pid = made.json.pipeline.id as string;
+    const a = await runner.claim({ waitSeconds: 5 });
+    expect(a.status, a.text).toBe(200);
+    expect((await runner.complete(a.json.job.id, a.json.token)).status).toBe(200);
+    const steps = async () =>
+      (await admin.rest.request("GET", `/v1/admin/pipelines/${pid}`)).json.pipeline.steps as Array<
+        StepJson & { inputs: unknown[] }
+      >;
+    const b = (await steps()).find((s) => s.name === "B")!;
+    expect(b.state).toBe("failed");
+    const job = (await admin.job(b.jobId!)).json.job;
+    expect(job).toMatchObject({
+      state: "failed",
+      failure: {
+        reason: "missing_input",
+        message:
+          'no artifact matches the input(s) name "nothing.txt" from step A; the step did ' +
+          "not run (declare an input optional: true to run without it)",
+      },
+    });
+    expect(job.attempts ?? 0).toBe(0);
+    // The optional input matched nothing too: C runs without it.
+    const c = (await steps()).find((s) => s.name === "C")!;
+    expect(c.state).toBe("queued");
+    expect(c.inputs).toEqual([{ step: "A", glob: "dist/**", optional: true }]);
+    const claimed = await runner.claim({ waitSeconds: 5 });
+    expect(claimed.json.job.id).toBe(c.jobId);
+    expect(claimed.json.inputs ?? []).toEqual([]);
+    await runner.close();
+  });
+});

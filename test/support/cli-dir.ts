@@ -47,10 +47,12 @@ export function useCliDir(cp: ControlPlaneFixture, name: string) {
       "--ca",
       "ca.pem",
     ],
-    async forel(args: readonly string[]): Promise<CliResult> {
+    /** Runs `forelead ...args` in the directory; `env` adds to (and overrides) this process's. */
+    async forel(args: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<CliResult> {
       try {
         const { stdout, stderr } = await run(process.execPath, [foreleadBin, ...args], {
           cwd: dir,
+          env: { ...process.env, ...env },
           timeout: 60_000,
           encoding: "utf8",
         });

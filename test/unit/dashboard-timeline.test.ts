@@ -51,7 +51,13 @@ describe("a job's timeline", () => {
         data: { why: "lease_lost", attempt: 1 },
       },
       { id: 14n, at: t(6), type: "job.leased", runnerId: "r2", data: { attempt: 2 } },
-      { id: 15n, at: t(7), type: "job.cancel_requested", runnerId: "", data: { state: "running" } },
+      {
+        id: 15n,
+        at: t(7),
+        type: "job.cancel_requested",
+        runnerId: "",
+        data: { state: "running", by: "spiffe://forelead/services/ops" },
+      },
       {
         id: 16n,
         at: t(9),
@@ -78,9 +84,12 @@ describe("a job's timeline", () => {
       "leased",
       "started",
       "cancel requested",
-      "cancelled by runner",
+      "cancelled by spiffe://forelead/services/ops",
       "cancelled",
     ]);
+    expect(tl.steps.find((s) => s.label === "cancel requested")!.detail).toBe(
+      "by spiffe://forelead/services/ops while running",
+    );
     expect(tl.steps.find((s) => s.label === "leased")!.detail).toBe("to r1");
     expect(tl.attempts.map((a) => [a.attempt, a.runnerId, a.ending])).toEqual([
       [1, "r1", "requeued (lease_lost)"],

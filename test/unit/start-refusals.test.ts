@@ -3,12 +3,16 @@
 // and is taken over from a dead one; git's cause survives into an error.
 import { spawnSync } from "node:child_process";
 import { generateKeyPairSync } from "node:crypto";
-import { chmod, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runGit } from "../../src/code/git.js";
-import { readOrCreateSecretsKeyFile, readSecretsKeyFile } from "../../src/secrets/key-file.js";
+import {
+  defaultSecretsKeyPath,
+  readOrCreateSecretsKeyFile,
+  readSecretsKeyFile,
+} from "../../src/secrets/key-file.js";
 import { defaultSecretsKeys } from "../../src/secrets/keys.js";
 import { readSigningKey } from "../../src/identity/signing-key.js";
 import { DirectoryInUse, lockDirectory, lockFileName } from "../../src/store/data-dir-lock.js";
@@ -208,6 +212,24 @@ describe("the secrets key", () => {
     await expect(readSecretsKeyFile(path)).rejects.toThrow(
       `the secrets key in ${path} is 5 bytes; it must be 32 random bytes, ` +
         `base64 (make one with: openssl rand -base64 32 > ${path})`,
+    );
+  });
+
+  it("is made outside the data directory by default: $XDG_CONFIG_HOME, else /etc as root, else ~/.config", () => {
+    expect(defaultSecretsKeyPath({ XDG_CONFIG_HOME: "/x" }, 0, "/home/a")).toBe(
+      "/x/forelead/secrets.key",
+    );
+    expect(defaultSecretsKeyPath({}, 0, "/root")).toBe("/etc/forelead/secrets.key");
+    expect(defaultSecretsKeyPath({}, 1000, "/home/a")).toBe("/home/a/.config/forelead/secrets.key");
+  });
+
+  it("is not made in a directory others can write, who could replace it", async () => {
+    const open = join(dir, "open-dir");
+    await mkdir(open);
+    await chmod(open, 0o777);
+    await expect(readOrCreateSecretsKeyFile(join(open, "secrets.key"))).rejects.toThrow(
+      `the secrets key's directory ${open} is writable by others (mode 0777), who could ` +
+        `replace the key; run: chmod go-w ${open}`,
     );
   });
 

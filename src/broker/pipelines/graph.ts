@@ -9,6 +9,8 @@ export interface StepInputSpec {
   readonly step: string;
   readonly name: string;
   readonly glob: string;
+  /** Runs without it when it matches nothing; otherwise that fails the step (missing_input). */
+  readonly optional?: boolean;
 }
 
 /** The graph part of a step. */

@@ -40,34 +40,64 @@ async function jobInputs(db: Kysely<Database>, jobId: string): Promise<JobInputV
     .executeTakeFirst();
   const specs = (step?.inputs ?? []) as unknown as StepInputSpec[];
   if (!step || !specs.length) return [];
+  return (await resolveInputs(db, step.pipeline_id, specs)).inputs;
+}
+
+/**
+ * The step inputs `specs` of a step in `pipelineId` resolved against the needed steps' current
+ * succeeded jobs' artifacts: the artifacts they name, and the specs that name none.
+ */
+async function resolveInputs(
+  db: Kysely<Database>,
+  pipelineId: string,
+  specs: readonly StepInputSpec[],
+): Promise<{ inputs: JobInputView[]; unmatched: StepInputSpec[] }> {
   const sources = await db
     .selectFrom("pipeline_steps as s")
     .innerJoin("jobs as j", "j.id", "s.job_id")
     .select(["s.name", "j.id", "j.artifacts"])
-    .where("s.pipeline_id", "=", step.pipeline_id)
+    .where("s.pipeline_id", "=", pipelineId)
     .where("s.name", "in", [...new Set(specs.map((i) => i.step))])
     .where("j.state", "=", "succeeded")
     .execute();
   const out = new Map<string, JobInputView>();
+  const unmatched: StepInputSpec[] = [];
   for (const spec of specs) {
     const source = sources.find((s) => s.name === spec.step);
     const matches = spec.name ? (n: string) => n === spec.name : globMatcher(spec.glob);
+    let matched = false;
     for (const a of (source?.artifacts ?? []) as Array<{
       name: string;
       digest: string;
       size: number | string;
     }>) {
-      if (matches(a.name))
-        out.set(`${spec.step}\n${a.name}`, {
-          name: a.name,
-          digest: a.digest,
-          size: Number(a.size),
-          fromStep: spec.step,
-          fromJobId: source!.id,
-        });
+      if (!matches(a.name)) continue;
+      matched = true;
+      out.set(`${spec.step}\n${a.name}`, {
+        name: a.name,
+        digest: a.digest,
+        size: Number(a.size),
+        fromStep: spec.step,
+        fromJobId: source!.id,
+      });
     }
+    if (!matched) unmatched.push(spec);
   }
-  return [...out.values()];
+  return { inputs: [...out.values()], unmatched };
+}
+
+/**
+ * The inputs of a step becoming ready that match no artifact and are not optional: each fails the
+ * step (missing_input) rather than letting its job run without what it declared.
+ */
+export async function missingInputs(
+  db: Kysely<Database>,
+  pipelineId: string,
+  specs: readonly StepInputSpec[],
+): Promise<StepInputSpec[]> {
+  const required = specs.filter((s) => !s.optional);
+  if (!required.length) return [];
+  return (await resolveInputs(db, pipelineId, required)).unmatched;
 }
 
 /**

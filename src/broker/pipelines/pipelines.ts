@@ -162,7 +162,12 @@ export async function submitPipeline(
   const steps = input.steps.map((s) => ({
     name: s.name,
     needs: [...s.needs],
-    inputs: s.inputs.map((i) => ({ step: i.step, name: i.name, glob: i.glob })),
+    inputs: s.inputs.map((i) => ({
+      step: i.step,
+      name: i.name,
+      glob: i.glob,
+      optional: i.optional || undefined,
+    })),
     allowFailure: s.allowFailure,
     request: storedRequest(s),
   }));
@@ -315,7 +320,12 @@ async function views(db: Kysely<Database>, rows: readonly PipelineRow[]): Promis
           jobId: s.job_id || undefined,
           allowFailure: s.allow_failure,
           inputs: (s.inputs as unknown as StepInputSpec[]).map((i) =>
-            definedOnly({ step: i.step, name: i.name || undefined, glob: i.glob || undefined }),
+            definedOnly({
+              step: i.step,
+              name: i.name || undefined,
+              glob: i.glob || undefined,
+              optional: i.optional || undefined,
+            }),
           ),
         }),
       );

@@ -7,6 +7,8 @@ import type { SettleHook } from "./settle-hook.js";
 import { enqueueJob } from "../jobs/enqueue.js";
 import { type EnqueueInput, type JobTimeouts } from "../jobs/rules.js";
 import type { CodeHooks } from "../leases/pinning.js";
+import type { StepInputSpec } from "./graph.js";
+import { missingInputs } from "./inputs.js";
 
 // The one home of how a pipeline moves. advancePipeline is called in every
 // transaction that changes one of its steps' jobs or the pipeline itself:
@@ -75,6 +77,7 @@ interface StepRow {
   job_id: string | null;
   job_state: JobState | null;
   request: Record<string, unknown>;
+  inputs: unknown;
 }
 
 /**
@@ -107,6 +110,7 @@ export async function advancePipeline(
       "s.job_id",
       "j.state as job_state",
       "s.request",
+      "s.inputs",
     ])
     .where("s.pipeline_id", "=", pipelineId)
     .orderBy("s.ord")
@@ -150,9 +154,12 @@ export async function advancePipeline(
       const needs = s.needs.map((n) => byName.get(n)!);
       if (pipeline.cancel_requested) await move(s, "cancelled");
       else if (needs.some(blocks)) await move(s, "skipped");
-      else if (needs.every(passes))
-        await move(s, "queued", { job_id: await enqueueStep(tx, pipeline, s, ctx) });
-      else continue;
+      else if (needs.every(passes)) {
+        const jobId = await enqueueStep(tx, pipeline, s, ctx);
+        const missing = await missingInputs(tx, pipelineId, s.inputs as StepInputSpec[]);
+        if (missing.length) await failMissingInput(tx, pipeline.workspace_id, jobId, missing);
+        await move(s, missing.length ? "failed" : "queued", { job_id: jobId });
+      } else continue;
       moved = true;
     }
   }
@@ -186,6 +193,44 @@ export async function advancePipeline(
     type: "pipeline.settled",
     workspaceId: pipeline.workspace_id,
     data: { pipelineId, name: pipeline.name, state },
+  });
+}
+
+/**
+ * Fails a step's just-enqueued job, never leased, because inputs it declared match no artifact:
+ * failure reason missing_input, the message naming each input and how to let the step run
+ * without it.
+ */
+async function failMissingInput(
+  tx: Transaction<Database>,
+  workspaceId: string,
+  jobId: string,
+  missing: readonly StepInputSpec[],
+): Promise<void> {
+  const named = missing
+    .map(
+      (i) =>
+        `${i.name ? `name ${JSON.stringify(i.name)}` : `glob ${JSON.stringify(i.glob)}`} from step ${i.step}`,
+    )
+    .join(", ");
+  await tx
+    .updateTable("jobs")
+    .set({
+      state: "failed",
+      failure_reason: "missing_input",
+      failure_message:
+        `no artifact matches the input(s) ${named}; the step did not run (declare an ` +
+        `input optional: true to run without it)`,
+      settled_at: new Date(),
+      updated_at: new Date(),
+    })
+    .where("id", "=", jobId)
+    .execute();
+  await recordEvent(tx, {
+    type: "job.settled",
+    workspaceId,
+    jobId,
+    data: { outcome: "failed", errorCode: "missing_input", attempt: 0 },
   });
 }
 

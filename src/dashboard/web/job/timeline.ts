@@ -104,6 +104,8 @@ export function reduceTimeline(
     return a;
   };
   const seenFleet = new Set<string>();
+  // Who asked for the cancel (job.cancel_requested's `by`): the runner only carries it out.
+  let cancelledBy = "";
   for (const e of fleetEvents) {
     const data = e.data ?? {};
     const n = num(data["attempt"]);
@@ -137,11 +139,17 @@ export function reduceTimeline(
         break;
       }
       case "job.cancel_requested":
+        cancelledBy = str(data["by"]);
         steps.push({
           key: `f${e.id}`,
           at: e.at,
           label: "cancel requested",
-          detail: str(data["state"]) ? `while ${str(data["state"])}` : "",
+          detail: [
+            cancelledBy && `by ${cancelledBy}`,
+            str(data["state"]) && `while ${str(data["state"])}`,
+          ]
+            .filter(Boolean)
+            .join(" "),
           tone: "warn",
         });
         break;
@@ -222,9 +230,9 @@ export function reduceTimeline(
         steps.push({
           key,
           at: e.receivedAt,
-          label: "cancelled by runner",
+          label: cancelledBy ? `cancelled by ${cancelledBy}` : "cancelled",
           attempt: e.attempt,
-          detail: "",
+          detail: "the runner stopped the job",
           tone: "warn",
         });
         break;
