@@ -47,6 +47,8 @@ export async function startTestDashboard(options: DashboardOptions): Promise<Tes
 
 /** The current one-time sign-in token of `dashboard`, read from its file as the operator would. */
 export async function readSignInToken(dashboard: Pick<Dashboard, "signInTokenFile">) {
+  if (dashboard.signInTokenFile === undefined)
+    throw new Error("this dashboard signs in with single sign-on: it has no sign-in token");
   return (await readFile(dashboard.signInTokenFile, "utf8")).trim();
 }
 
