@@ -141,7 +141,9 @@ async function ssoOptions(flags: DashboardFlags): Promise<DashboardSsoOptions | 
         "or none (then the one-time sign-in token signs the operator in)",
     );
   if (flags.signInTokenFile !== undefined)
-    throw new Error("--sign-in-token-file is for the token sign-in; with --sso-issuer there is none");
+    throw new Error(
+      "--sign-in-token-file is for the token sign-in; with --sso-issuer there is none",
+    );
   providerUrl(flags.ssoIssuer!);
   const clientSecret = (await readFile(flags.ssoClientSecretFile!, "utf8")).trim();
   if (clientSecret === "")

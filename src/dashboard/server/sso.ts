@@ -74,7 +74,8 @@ export function createSsoSignIn(
     return config;
   };
   const sweep = (t: number) => {
-    for (const [state, p] of pending) if (p.createdAt + pendingLifetimeMs <= t) pending.delete(state);
+    for (const [state, p] of pending)
+      if (p.createdAt + pendingLifetimeMs <= t) pending.delete(state);
     while (pending.size >= maxPending) pending.delete(pending.keys().next().value!);
   };
   return {
