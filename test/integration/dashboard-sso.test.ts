@@ -169,15 +169,23 @@ describe("single sign-on in the dashboard", () => {
       "GET",
       `/v1/admin/audit?pageSize=50&spiffeId=${encodeURIComponent(carol)}`,
     );
-    const record = (audit.json.records as Record<string, string>[]).find(
-      (r) => r.action === "job.cancel",
-    );
-    expect(record).toMatchObject({
+    // The decision and the action (the cancel itself) each name the person, the claim she
+    // signed in with and the delegate the call came through.
+    const records = audit.json.records as Record<string, string>[];
+    const named = {
       decision: "allow",
       spiffeId: carol,
       personClaim: "carol@example.com",
       delegate,
+    };
+    expect(records.find((r) => r.action === "job.cancel")).toMatchObject({
+      ...named,
+      kind: "action",
+      target: `job ${job} in workspace "w1"`,
     });
+    expect(
+      records.find((r) => r.kind === "decision" && r.route?.endsWith("/CancelJob")),
+    ).toMatchObject(named);
   });
 
   it("a client-sent forelead-on-behalf-of is not forwarded: the session's own person decides", async () => {
@@ -211,7 +219,7 @@ describe("single sign-on in the dashboard", () => {
         call(sso.url, "GET", `/auth/sso/callback?${query}`, {});
       const unknownState =
         "this sign-in is unknown, expired or already used (its state does not match one the " +
-        "dashboard started); sign in again from the dashboard's page";
+        "dashboard started); sign in again from the dashboard&#39;s page";
 
       const forged = new URLSearchParams(back.search);
       forged.set("state", "not-the-state");
@@ -231,7 +239,9 @@ describe("single sign-on in the dashboard", () => {
       // The used code with the state of a new sign-in: the provider refuses the exchange.
       const start = await call(sso.url, "GET", "/auth/sso/start", {});
       const fresh = new URL(String(start.headers.location)).searchParams.get("state")!;
-      const reused = await visit(new URLSearchParams({ code, state: fresh }));
+      const reusedQuery = new URLSearchParams(back.search);
+      reusedQuery.set("state", fresh);
+      const reused = await visit(reusedQuery);
       expect(reused.status).toBe(401);
       expect(reused.text).toContain(
         "the sign-in provider refused the authorization code (invalid_grant",

@@ -166,9 +166,12 @@ function exchangeRefusal(err: unknown): SsoRefused {
   return new SsoRefused(401, `the sign-in could not be completed: ${causeOf(err)}`);
 }
 
+/** What went wrong, in openid-client's words (its messages quote no token or code). */
 function causeOf(err: unknown): string {
   const e = err as { code?: string; message?: string; cause?: { code?: string } };
-  return printable(e.cause?.code ?? e.code ?? e.message ?? String(err));
+  if (e.cause?.code) return printable(e.cause.code);
+  const message = e.message ?? String(err);
+  return printable(e.code ? `${message} (${e.code})` : message);
 }
 
 /** Text from the provider or a query, shortened and without control characters. */
