@@ -3,11 +3,15 @@
 // the Strict session cookie does not come with it), a real control plane that trusts it, and a
 // dashboard whose certificate is only a delegate. People sign in in chromium through the
 // provider's own login and consent pages, and act with their own roles.
+import { spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { sql } from "kysely";
 import { beforeAll, describe, expect, it } from "vitest";
 import { parseRoleGrant } from "../../src/identity/roles.js";
 import type { DashboardOptions } from "../../src/dashboard/server/server.js";
 import { useDashboard } from "../support/browser.js";
+import { foreleadBin, useCliDir } from "../support/cli-dir.js";
 import {
   call,
   signInAtProvider,
@@ -52,6 +56,7 @@ const dash = useDashboard(async () => {
   };
 });
 const client = useServiceClients(dash.cp);
+const cli = useCliDir(dash.cp, "dashboard-sso");
 
 /** A dashboard signing people in at the provider as `sso.clientId`, with the delegate's certificate. */
 async function startSsoDashboard(
@@ -300,4 +305,79 @@ describe("single sign-on in the dashboard", () => {
     expect(session.status).toBe(401);
     expect(JSON.parse(session.text).signIn).toEqual(["sso"]);
   });
+
+  it(
+    "forelead dashboard --sso-* reads the client secret from its file and prints no secret; " +
+      "a partial set of the flags is refused",
+    async () => {
+      const cert = await dash.cp.pki.service("dashboard");
+      await writeFile(join(cli.dir(), "dashboard.pem"), cert.certPem);
+      await writeFile(join(cli.dir(), "dashboard-key.pem"), cert.keyPem, { mode: 0o600 });
+      await writeFile(join(cli.dir(), "client-secret"), `${dashboardClient.secret}\n`, {
+        mode: 0o600,
+      });
+      const connection = ["--server", dash.cp.url, "--ca", "ca.pem"];
+      const identity = ["--cert", "dashboard.pem", "--key", "dashboard-key.pem"];
+      const partial = await cli.forel([
+        "dashboard",
+        ...connection,
+        ...identity,
+        "--sso-issuer",
+        provider.issuer,
+        "--sso-client-id",
+        "dashboard",
+      ]);
+      expect(partial.code).not.toBe(0);
+      expect(partial.stderr).toContain(
+        "--sso-issuer, --sso-client-id and --sso-client-secret-file go together",
+      );
+
+      const child = spawn(
+        process.execPath,
+        [
+          foreleadBin,
+          "dashboard",
+          ...connection,
+          ...identity,
+          "--listen",
+          "127.0.0.1:0",
+          "--sso-issuer",
+          provider.issuer,
+          "--sso-client-id",
+          "dashboard",
+          "--sso-client-secret-file",
+          "client-secret",
+        ],
+        { cwd: cli.dir() },
+      );
+      let output = "";
+      child.stdout.on("data", (d: Buffer) => (output += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (output += d.toString()));
+      try {
+        const url = await new Promise<string>((resolve, reject) => {
+          child.once("exit", (code) => reject(new Error(`exited ${code}: ${output}`)));
+          child.stdout.on("data", () => {
+            const m = /forelead dashboard: (http:\/\/[^/ ]+)\/ \(people sign in with single/.exec(
+              output,
+            );
+            if (m) resolve(m[1]!);
+          });
+        });
+        expect(output).toContain(`register ${url}/auth/sso/callback there`);
+        // The secret from the file is the one the provider takes: alice signs in through it.
+        const session = await signInWithSsoOverHttp({ url }, "alice");
+        const me = await call(url, "GET", "/auth/session", { cookie: session.cookie });
+        expect(JSON.parse(me.text).person).toEqual({
+          id: alice,
+          via: "sso",
+          claim: "alice@example.com",
+        });
+        expect(output).not.toContain(dashboardClient.secret);
+        expect(output).not.toContain("sign-in token");
+      } finally {
+        child.kill();
+      }
+    },
+    60_000,
+  );
 });
