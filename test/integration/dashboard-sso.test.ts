@@ -159,6 +159,32 @@ describe("single sign-on in the dashboard", () => {
     60_000,
   );
 
+  it("a session that runs out at the dashboard ends the control plane's session too", async () => {
+    const idle = await startSsoDashboard(dashboardClient, {
+      sessionLifetimes: { idleMs: 1_000, maxMs: 60_000 },
+    });
+    try {
+      const session = await signInWithSsoOverHttp(idle, "alice");
+      const credential = credentialOf(idle, session.cookie)!;
+      const delegateClient = await client("dashboard");
+      const read = () =>
+        delegateClient.request("GET", `/v1/admin/jobs/${w1Job}`, undefined, {
+          "forelead-on-behalf-of": credential,
+        });
+      expect((await read()).status).toBe(200);
+      await new Promise((r) => setTimeout(r, 1_300));
+      expect((await call(idle.url, "GET", "/auth/session", session)).status).toBe(401);
+      // EndSession goes out as the session is dropped; its log line says it is done.
+      for (let i = 0; i < 100 && !idle.log.some((l) => l.includes("ran out; ended it")); i++)
+        await new Promise((r) => setTimeout(r, 100));
+      const after = await read();
+      expect(after.status).toBe(401);
+      expect(after.json.message).toContain(`the session of ${alice} ended at`);
+    } finally {
+      await idle.close();
+    }
+  });
+
   it("an admin person's cancel through the dashboard is audited with the person and the delegate", async () => {
     const carolSession = await signInWithSsoOverHttp(sso, "carol");
     const job = (await dash.cp.admin.enqueue({ workspaceId: "w1" })).json.job.id as string;

@@ -181,6 +181,20 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       throw err;
     }
   const delegate = options.sso ? createDelegateSessions(options.endpoint) : undefined;
+  // A session that runs out at the dashboard ends at the control plane too (sign-out ends both
+  // in auth.ts): its credential never outlives it.
+  sessions.onExpired((s) => {
+    const credential = s.delegation?.onBehalfOf;
+    if (!delegate || !credential) return;
+    delegate.end(credential).then(
+      () => log(`forelead dashboard: the session of ${s.person.id} ran out; ended it`),
+      (err: unknown) =>
+        log(
+          `forelead dashboard: the session of ${s.person.id} ran out, and the control plane ` +
+            `could not be told (it ends there by itself): ${String(err)}`,
+        ),
+    );
+  });
   ready.auth = createAuth({
     sessions,
     signIn:

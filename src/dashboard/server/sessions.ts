@@ -55,6 +55,11 @@ export interface SessionStore {
   expiresAt(session: Session): number;
   /** Ends the session of a cookie's value (sign-out); a replay of that cookie finds nothing. */
   end(cookieValue: string): void;
+  /**
+   * Calls `listener` with each session dropped because its lifetime ran out (not at sign-out),
+   * replacing any listener before: single sign-on ends the control plane's session then too.
+   */
+  onExpired(listener: (session: Session) => void): void;
 }
 
 /** Lifetimes of a session, in ms. */
@@ -101,8 +106,13 @@ export function createSessionStore(
     );
   // Ended sessions are dropped when next looked up and, so that abandoned ones do not pile up,
   // by a sweep at every sign-in.
+  let expired: (session: Session) => void = () => undefined;
+  const drop = (key: string, s: Session) => {
+    sessions.delete(key);
+    expired(s);
+  };
   const sweep = (t: number) => {
-    for (const [key, s] of sessions) if (expiresAt(s) <= t) sessions.delete(key);
+    for (const [key, s] of sessions) if (expiresAt(s) <= t) drop(key, s);
   };
   return {
     createSession(person, delegation) {
@@ -125,7 +135,7 @@ export function createSessionStore(
       if (!session) return undefined;
       const t = now();
       if (expiresAt(session) <= t) {
-        sessions.delete(key);
+        drop(key, session);
         return undefined;
       }
       session.lastSeenAt = t;
@@ -134,6 +144,9 @@ export function createSessionStore(
     expiresAt,
     end(cookieValue) {
       sessions.delete(keyOf(cookieValue));
+    },
+    onExpired(listener) {
+      expired = listener;
     },
   };
 }
