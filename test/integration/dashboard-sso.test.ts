@@ -240,14 +240,13 @@ describe("single sign-on in the dashboard", () => {
   });
 
   it(
-    "a state that the dashboard did not start, a replayed callback and a replayed code are " +
-      "refused with a clear message and no session",
+    "a state that the dashboard did not start, a callback in another browser, a replayed " +
+      "callback and a replayed code are refused with a clear message and no session",
     async () => {
       const before = await personSessions();
-      const back = await ssoCallbackUrl(sso, "alice");
-      const code = back.searchParams.get("code")!;
-      const visit = (query: URLSearchParams) =>
-        call(sso.url, "GET", `/auth/sso/callback?${query}`, {});
+      let { back, browser } = await ssoCallbackUrl(sso, "alice");
+      const visit = (query: URLSearchParams, headers: Record<string, string> = browser) =>
+        call(sso.url, "GET", `/auth/sso/callback?${query}`, headers);
       const unknownState =
         "this sign-in is unknown, expired or already used (its state does not match one the " +
         "dashboard started); sign in again from the dashboard&#39;s page";
@@ -259,6 +258,14 @@ describe("single sign-on in the dashboard", () => {
       expect(mismatch.text).toContain(`sign-in refused:</strong> <span>${unknownState}`);
       expect(mismatch.headers["set-cookie"]).toBeUndefined();
 
+      // The callback URL in a browser that did not start the sign-in (a link someone sent) is
+      // refused: it would sign that browser in as someone else. The state is spent.
+      const elsewhere = await visit(back.searchParams, {});
+      expect(elsewhere.status).toBe(400);
+      expect(elsewhere.text).toContain("this sign-in was started in another browser");
+      expect(elsewhere.headers["set-cookie"]).toBeUndefined();
+      ({ back, browser } = await ssoCallbackUrl(sso, "alice"));
+
       // The real callback works once; the same URL again finds its state spent.
       const first = await visit(back.searchParams);
       expect(first.status, first.text).toBe(303);
@@ -268,11 +275,14 @@ describe("single sign-on in the dashboard", () => {
       expect(replayed.headers["set-cookie"]).toBeUndefined();
 
       // The used code with the state of a new sign-in: the provider refuses the exchange.
+      const code = back.searchParams.get("code")!;
       const start = await call(sso.url, "GET", "/auth/sso/start", {});
       const fresh = new URL(String(start.headers.location)).searchParams.get("state")!;
       const reusedQuery = new URLSearchParams(back.search);
       reusedQuery.set("state", fresh);
-      const reused = await visit(reusedQuery);
+      const reused = await visit(reusedQuery, {
+        cookie: String(start.headers["set-cookie"]).split(";")[0]!,
+      });
       expect(reused.status).toBe(401);
       expect(reused.text).toContain(
         "the sign-in provider refused the authorization code (invalid_grant",
@@ -281,7 +291,7 @@ describe("single sign-on in the dashboard", () => {
 
       expect(await personSessions()).toBe(before + 1);
       for (const line of sso.log) expect(line).not.toContain(code);
-      expect(sso.log.filter((l) => l.includes("refused a single sign-on")).length).toBe(3);
+      expect(sso.log.filter((l) => l.includes("refused a single sign-on")).length).toBe(4);
     },
   );
 

@@ -142,15 +142,19 @@ export async function signInPage(
 
 /**
  * Signs `login` in at the provider of a single sign-on dashboard as a script would (GET
- * /auth/sso/start, the provider's forms posted by followSignIn); the URL the provider sends the
- * browser back to, unvisited.
+ * /auth/sso/start, the provider's forms posted by followSignIn): the URL the provider sends the
+ * browser back to, unvisited, and the Cookie header of the browser that started the sign-in.
  */
-export async function ssoCallbackUrl(dashboard: Pick<Dashboard, "url">, login: string) {
+export async function ssoCallbackUrl(
+  dashboard: Pick<Dashboard, "url">,
+  login: string,
+): Promise<{ back: URL; browser: { cookie: string } }> {
   const start = await call(dashboard.url, "GET", "/auth/sso/start", {});
   if (start.status !== 303) throw new Error(`sso start: ${start.status} ${start.text}`);
-  return followSignIn(String(start.headers.location), login, (url) =>
+  const back = await followSignIn(String(start.headers.location), login, (url) =>
     url.startsWith(dashboard.url),
   );
+  return { back, browser: { cookie: String(start.headers["set-cookie"]).split(";")[0]! } };
 }
 
 /** Signs `login` in to a single sign-on dashboard as a script would; its session's headers. */
@@ -158,10 +162,10 @@ export async function signInWithSsoOverHttp(
   dashboard: Pick<Dashboard, "url">,
   login: string,
 ): Promise<SessionHeaders> {
-  const back = await ssoCallbackUrl(dashboard, login);
-  const reply = await call(dashboard.url, "GET", `${back.pathname}${back.search}`, {});
+  const { back, browser } = await ssoCallbackUrl(dashboard, login);
+  const reply = await call(dashboard.url, "GET", `${back.pathname}${back.search}`, browser);
   if (reply.status !== 303) throw new Error(`sso callback: ${reply.status} ${reply.text}`);
-  const cookie = String(reply.headers["set-cookie"]).split(";")[0]!;
+  const cookie = [reply.headers["set-cookie"] ?? []].flat()[0]!.split(";")[0]!;
   const session = await call(dashboard.url, "GET", "/auth/session", { cookie });
   return {
     cookie,

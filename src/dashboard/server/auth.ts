@@ -135,10 +135,10 @@ export function createAuth(options: AuthOptions): Auth {
   const sso = "sso" in options.signIn ? options.signIn.sso : undefined;
   const methods: SignInMethod[] = sso ? ["sso"] : ["token"];
   const refuse = (res: ServerResponse) => refuseNotSignedIn(res, methods);
-  const cookieOf = (req: IncomingMessage): string | undefined => {
+  const cookieOf = (req: IncomingMessage, name = cookieName): string | undefined => {
     for (const part of (req.headers.cookie ?? "").split(";")) {
       const eq = part.indexOf("=");
-      if (eq > 0 && part.slice(0, eq).trim() === cookieName) return part.slice(eq + 1).trim();
+      if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
     }
     return undefined;
   };
@@ -298,6 +298,8 @@ export function createAuth(options: AuthOptions): Auth {
       ? createSsoRoutes({
           sso,
           scheme: options.secureCookies ? "https" : "http",
+          bindingCookie: cookieName.replace(/^(__Host-)?forelead-session-/, "forelead-sign-in-"),
+          cookieOf,
           startSession,
           log: options.log,
         })

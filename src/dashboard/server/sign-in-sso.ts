@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { DelegateSessions } from "./delegate.js";
 import type { Person, Session } from "./sessions.js";
-import { SsoRefused, type SsoSignIn } from "./sso.js";
+import { pendingLifetimeMs, SsoRefused, type SsoSignIn } from "./sso.js";
 
 /** Single sign-on as the dashboard runs it: the provider's side and the control plane's. */
 export interface SsoMode {
@@ -13,6 +13,10 @@ interface SsoRoutesOptions {
   readonly sso: SsoMode;
   /** The scheme of the dashboard's own origin (the callback URL is built from it and Host). */
   readonly scheme: "http" | "https";
+  /** The name of the cookie that binds a sign-in to the browser that started it. */
+  readonly bindingCookie: string;
+  /** Reads a cookie of the request (auth.ts). */
+  cookieOf(req: IncomingMessage, name: string): string | undefined;
   /** Starts a dashboard session and sets its cookie (auth.ts). */
   startSession(res: ServerResponse, person: Person, delegation: Session["delegation"]): Session;
   readonly log: (line: string) => void;
@@ -22,6 +26,7 @@ type Route = { method: string; run(req: IncomingMessage, res: ServerResponse): v
 
 /** The path the provider sends the browser back to; register `<origin>/auth/sso/callback`. */
 const callbackPath = "/auth/sso/callback";
+const pendingSeconds = pendingLifetimeMs / 1000;
 
 /**
  * The single sign-on routes (auth.ts serves them):
@@ -57,19 +62,28 @@ export function createSsoRoutes(options: SsoRoutesOptions): Record<string, Route
     res.writeHead(303, { Location: location, "Cache-Control": "no-store" });
     res.end();
   };
+  // Lax, not Strict: it must come with the provider's cross-site redirect back. It is no session:
+  // it only says which browser started a sign-in, and lives as long as a pending sign-in.
+  const binding = (value: string, maxAge: number) =>
+    `${options.bindingCookie}=${value}; Path=/auth/sso/; Max-Age=${maxAge}; HttpOnly; ` +
+    `SameSite=Lax${options.scheme === "https" ? "; Secure" : ""}`;
   const start = async (req: IncomingMessage, res: ServerResponse) => {
-    const url = await sso.signIn.start(`${options.scheme}://${req.headers.host}${callbackPath}`);
+    const { url, browser } = await sso.signIn.start(
+      `${options.scheme}://${req.headers.host}${callbackPath}`,
+    );
+    res.setHeader("Set-Cookie", binding(browser, pendingSeconds));
     redirect(res, url.href);
   };
   const callback = async (req: IncomingMessage, res: ServerResponse) => {
     const raw = req.url ?? "";
     const query = new URLSearchParams(raw.includes("?") ? raw.slice(raw.indexOf("?") + 1) : "");
-    const proof = await sso.signIn.finish(query);
+    const proof = await sso.signIn.finish(query, options.cookieOf(req, options.bindingCookie));
     const opened = await sso.delegate.open(proof.idToken, proof.nonce);
     options.startSession(res, opened.person, {
       onBehalfOf: opened.credential,
       endsAt: opened.endsAt,
     });
+    res.appendHeader("Set-Cookie", binding("", 0));
     log(
       `forelead dashboard: ${opened.person.id} (${JSON.stringify(opened.person.claim)}) signed ` +
         `in from ${req.socket.remoteAddress ?? "unknown"} (single sign-on)`,

@@ -1,5 +1,5 @@
 import * as oidc from "openid-client";
-import { randomSecret } from "./sessions.js";
+import { randomSecret, secretMatches } from "./sessions.js";
 
 /** The provider the dashboard signs people in with (`forelead dashboard --sso-*`). */
 export interface DashboardSsoOptions {
@@ -25,6 +25,8 @@ export class SsoRefused extends Error {
 
 /** A sign-in the browser was sent to the provider for, kept on the dashboard's side. */
 interface PendingSignIn {
+  /** The value of the browser's binding cookie: the callback must come from that browser. */
+  readonly browser: string;
   readonly nonce: string;
   readonly verifier: string;
   readonly redirectUri: string;
@@ -32,7 +34,7 @@ interface PendingSignIn {
 }
 
 /** How long a browser has to come back from the provider. */
-const pendingLifetimeMs = 10 * 60_000;
+export const pendingLifetimeMs = 10 * 60_000;
 /** At most this many sign-ins wait at once; the oldest is dropped past it. */
 const maxPending = 1000;
 
@@ -46,17 +48,24 @@ interface ProviderProof {
  * The OpenID Connect authorization code flow with PKCE as a confidential client (openid-client).
  * The sign-in state (state, nonce, PKCE verifier) is kept here keyed by `state`, not in a cookie:
  * the provider's redirect back is a cross-site navigation, which a SameSite=Strict cookie would
- * not come with. A state is good once, for {@link pendingLifetimeMs}.
+ * not come with. A state is good once, for {@link pendingLifetimeMs}, and only in the browser that
+ * started it: `start` gives a random value for a SameSite=Lax cookie (sent on the provider's
+ * top-level redirect back), and `finish` wants it back, so a callback URL someone else got from
+ * the provider cannot sign this browser in as them (login CSRF, RFC 6749 section 10.12).
  */
 export interface SsoSignIn {
-  /** The provider's authorization URL for a new sign-in coming back to `redirectUri`. */
-  start(redirectUri: string): Promise<URL>;
   /**
-   * The provider's proof for the callback's query (`?code&state`, or `?error`); throws
-   * SsoRefused naming why (unknown, expired or used state, the provider's refusal, a code the
-   * provider refuses to exchange). The state is spent either way.
+   * The provider's authorization URL for a new sign-in coming back to `redirectUri`, and the
+   * value of the browser's binding cookie.
    */
-  finish(query: URLSearchParams): Promise<ProviderProof>;
+  start(redirectUri: string): Promise<{ url: URL; browser: string }>;
+  /**
+   * The provider's proof for the callback's query (`?code&state`, or `?error`) in the browser
+   * whose binding cookie holds `browser`; throws SsoRefused naming why (unknown, expired or used
+   * state, another browser, the provider's refusal, a code the provider refuses to exchange).
+   * The state is spent either way.
+   */
+  finish(query: URLSearchParams, browser: string | undefined): Promise<ProviderProof>;
 }
 
 /** A sign-in with `options`' provider; its discovery document is read on first use. */
@@ -86,8 +95,9 @@ export function createSsoSignIn(
       const state = randomSecret();
       const verifier = oidc.randomPKCECodeVerifier();
       const nonce = randomSecret();
-      pending.set(state, { nonce, verifier, redirectUri, createdAt: t });
-      return oidc.buildAuthorizationUrl(c, {
+      const browser = randomSecret();
+      pending.set(state, { browser, nonce, verifier, redirectUri, createdAt: t });
+      const url = oidc.buildAuthorizationUrl(c, {
         redirect_uri: redirectUri,
         scope: options.scope ?? "openid email profile",
         code_challenge: await oidc.calculatePKCECodeChallenge(verifier),
@@ -95,8 +105,9 @@ export function createSsoSignIn(
         state,
         nonce,
       });
+      return { url, browser };
     },
-    async finish(query) {
+    async finish(query, browser) {
       const state = query.get("state") ?? "";
       const signIn = pending.get(state);
       pending.delete(state);
@@ -105,6 +116,12 @@ export function createSsoSignIn(
           400,
           "this sign-in is unknown, expired or already used (its state does not match one " +
             "the dashboard started); sign in again from the dashboard's page",
+        );
+      if (browser === undefined || !secretMatches(browser, signIn.browser))
+        throw new SsoRefused(
+          400,
+          "this sign-in was started in another browser (or without its sign-in cookie); sign in " +
+            "again from the dashboard's page in this browser",
         );
       const error = query.get("error");
       if (error !== null)
