@@ -215,7 +215,7 @@ export function createAuth(options: AuthOptions): Auth {
       });
       return;
     }
-    if (!(await token!.redeem(parsed.token))) {
+    if (!(await token.redeem(parsed.token))) {
       options.log(
         `forelead dashboard: refused a token sign-in from ${from}: the token is wrong or ` +
           `already used`,
