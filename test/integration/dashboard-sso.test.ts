@@ -109,6 +109,7 @@ describe("single sign-on in the dashboard", () => {
       await p.page.waitForSelector("a.sso");
       // Only single sign-on is offered: no token field.
       expect(await p.page.$("#sign-in-token")).toBeNull();
+      await p.screenshot("sign-in-sso", { fullPage: false });
       await signInPageWithSso(p.page, sso, "alice");
       expect(await p.page.$eval(".person", (e) => e.textContent)).toBe(
         `${alice} (alice@example.com)`,
