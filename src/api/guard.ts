@@ -332,7 +332,9 @@ function decisions(ctx: HandlerContext, base: AuditBase, options: GuardOptions) 
           target: e.target,
           decision: e.decision,
           reason: e.reason,
-          spiffeId: e.spiffeId || undefined,
+          // An action names whom it was done for when it says so; else the caller (for a
+          // delegate's call, the person), never a blank that the certificate's identity fills.
+          spiffeId: e.spiffeId || base.spiffeId,
         }),
     });
     if (principal) ctx.values.set(principalKey, principal);

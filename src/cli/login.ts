@@ -9,6 +9,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import * as oidc from "openid-client";
 import { LoginService } from "../../gen/forelead/admin/v1/session_pb.js";
 import { writeFileAtomic } from "../identity/pki-files.js";
+import { providerUrl } from "../identity/sso.js";
 import { createKeyAndCsr } from "../runner/identity/enrollment.js";
 import {
   loginCertificatePaths,
@@ -82,10 +83,7 @@ export function loginCommands(): Command[] {
 
 /** The provider's configuration; plain http is allowed only for a loopback provider (tests). */
 async function discover(flags: LoginFlags): Promise<oidc.Configuration> {
-  const url = new URL(flags.ssoIssuer);
-  const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname);
-  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback))
-    throw new Error(`--sso-issuer ${flags.ssoIssuer} must be https (plain http only on loopback)`);
+  const url = providerUrl(flags.ssoIssuer);
   return oidc.discovery(
     url,
     flags.clientId,

@@ -14,7 +14,7 @@ import {
   parseGroupGrant,
   parseRoleGrant,
 } from "../identity/roles.js";
-import type { SsoOptions } from "../identity/sso.js";
+import { providerUrl, type SsoOptions } from "../identity/sso.js";
 import { describeIdentity } from "../identity/person.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { defaultConnectionLimits } from "../server/connection-limits.js";
@@ -478,18 +478,7 @@ function ssoOptions(flags: ServeFlags): SsoOptions | undefined {
       );
     return undefined;
   }
-  let url: URL;
-  try {
-    url = new URL(flags.ssoIssuer);
-  } catch {
-    throw new Error(`--sso-issuer ${JSON.stringify(flags.ssoIssuer)} is not a URL`);
-  }
-  const loopback = ["localhost", "127.0.0.1", "[::1]"].includes(url.hostname);
-  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback))
-    throw new Error(
-      `--sso-issuer ${flags.ssoIssuer}: a provider must be served over https (plain http only ` +
-        `on a loopback address, for tests)`,
-    );
+  providerUrl(flags.ssoIssuer);
   if (!flags.ssoClientId && !flags.ssoCliClientId)
     throw new Error("--sso-issuer needs --sso-client-id (dashboard) or --sso-cli-client-id (CLI)");
   return {

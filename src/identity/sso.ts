@@ -21,6 +21,26 @@ export interface SsoOptions {
   readonly groupsClaim?: string;
 }
 
+/**
+ * The provider URL of `--sso-issuer`, checked: https, or plain http only on a loopback address
+ * (a provider running in a test). Every command that takes the flag checks it so.
+ */
+export function providerUrl(issuer: string): URL {
+  let url: URL;
+  try {
+    url = new URL(issuer);
+  } catch {
+    throw new Error(`--sso-issuer ${JSON.stringify(issuer)} is not a URL`);
+  }
+  const loopback = ["localhost", "127.0.0.1", "[::1]"].includes(url.hostname);
+  if (url.protocol !== "https:" && !(url.protocol === "http:" && loopback))
+    throw new Error(
+      `--sso-issuer ${issuer}: a provider must be served over https (plain http only ` +
+        `on a loopback address, for tests)`,
+    );
+  return url;
+}
+
 /** An ID token the control plane verified. */
 interface VerifiedPerson {
   readonly person: Person;

@@ -227,7 +227,7 @@ describe("the dashboard without a session (issue 43's attack)", () => {
   it("a wrong, used or missing sign-in token is refused, with a line on stderr that never holds it", async () => {
     const d = await start();
     try {
-      expect((await stat(d.signInTokenFile)).mode & 0o777).toBe(0o600);
+      expect((await stat(d.signInTokenFile!)).mode & 0o777).toBe(0o600);
       const post = (body: string, type = "application/json", origin = d.url) =>
         call(d.url, "POST", "/auth/sign-in/token", { "content-type": type, origin }, body);
       const first = await readSignInToken(d);
@@ -268,7 +268,7 @@ describe("the dashboard without a session (issue 43's attack)", () => {
       expect(JSON.parse(used.text).message).toContain("wrong or already used");
       const second = await readSignInToken(d);
       expect(second).not.toBe(first);
-      expect((await stat(d.signInTokenFile)).mode & 0o777).toBe(0o600);
+      expect((await stat(d.signInTokenFile!)).mode & 0o777).toBe(0o600);
       expect((await post(JSON.stringify({ token: second }))).status).toBe(200);
 
       expect(d.log.filter((l) => l.includes("refused a token sign-in"))).toEqual([

@@ -16,6 +16,7 @@ import {
   type Dashboard,
   type DashboardOptions,
 } from "../../src/dashboard/server/server.js";
+import { followSignIn } from "./oidc.js";
 
 /** A dashboard started by a test, with the lines it logged. */
 export interface TestDashboard extends Dashboard {
@@ -47,6 +48,8 @@ export async function startTestDashboard(options: DashboardOptions): Promise<Tes
 
 /** The current one-time sign-in token of `dashboard`, read from its file as the operator would. */
 export async function readSignInToken(dashboard: Pick<Dashboard, "signInTokenFile">) {
+  if (dashboard.signInTokenFile === undefined)
+    throw new Error("this dashboard signs in with single sign-on: it has no sign-in token");
   return (await readFile(dashboard.signInTokenFile, "utf8")).trim();
 }
 
@@ -134,5 +137,72 @@ export async function signInPage(
   if (await page.$("button.sign-out")) return;
   await page.type("#sign-in-token", await readSignInToken(dashboard));
   await page.click(".sign-in button[type=submit]");
+  await page.waitForSelector("button.sign-out");
+}
+
+/**
+ * Signs `login` in at the provider of a single sign-on dashboard as a script would (GET
+ * /auth/sso/start, the provider's forms posted by followSignIn): the URL the provider sends the
+ * browser back to, unvisited, and the Cookie header of the browser that started the sign-in.
+ */
+export async function ssoCallbackUrl(
+  dashboard: Pick<Dashboard, "url">,
+  login: string,
+): Promise<{ back: URL; browser: { cookie: string } }> {
+  const start = await call(dashboard.url, "GET", "/auth/sso/start", {});
+  if (start.status !== 303) throw new Error(`sso start: ${start.status} ${start.text}`);
+  const back = await followSignIn(String(start.headers.location), login, (url) =>
+    url.startsWith(dashboard.url),
+  );
+  return { back, browser: { cookie: String(start.headers["set-cookie"]).split(";")[0]! } };
+}
+
+/** Signs `login` in to a single sign-on dashboard as a script would; its session's headers. */
+export async function signInWithSsoOverHttp(
+  dashboard: Pick<Dashboard, "url">,
+  login: string,
+): Promise<SessionHeaders> {
+  const { back, browser } = await ssoCallbackUrl(dashboard, login);
+  const reply = await call(dashboard.url, "GET", `${back.pathname}${back.search}`, browser);
+  if (reply.status !== 303) throw new Error(`sso callback: ${reply.status} ${reply.text}`);
+  const cookie = [reply.headers["set-cookie"] ?? []].flat()[0]!.split(";")[0]!;
+  const session = await call(dashboard.url, "GET", "/auth/session", { cookie });
+  return {
+    cookie,
+    "x-forelead-csrf": (JSON.parse(session.text) as { csrfToken: string }).csrfToken,
+  };
+}
+
+/**
+ * On a single sign-on dashboard's sign-in page: follows "Sign in with SSO" and signs `login` in
+ * through the provider's own login and consent pages, as a person does; returns when the
+ * provider has sent the browser back to the dashboard.
+ */
+export async function signInAtProvider(
+  page: Page,
+  dashboard: Pick<Dashboard, "url">,
+  login: string,
+): Promise<void> {
+  await page.waitForSelector("a.sso");
+  await Promise.all([page.waitForNavigation(), page.click("a.sso")]);
+  for (let step = 0; step < 5 && !page.url().startsWith(dashboard.url); step++) {
+    if (await page.$("input[name=login]")) {
+      await page.type("input[name=login]", login);
+      await page.type("input[name=password]", "any");
+    }
+    await Promise.all([page.waitForNavigation(), page.click("button[type=submit]")]);
+  }
+  if (!page.url().startsWith(dashboard.url))
+    throw new Error(`the provider did not send the browser back: ${page.url()}`);
+}
+
+/** Opens a single sign-on dashboard and signs `login` in; returns when the shell shows. */
+export async function signInPageWithSso(
+  page: Page,
+  dashboard: Pick<Dashboard, "url">,
+  login: string,
+): Promise<void> {
+  await page.goto(`${dashboard.url}/`, { waitUntil: "domcontentloaded" });
+  await signInAtProvider(page, dashboard, login);
   await page.waitForSelector("button.sign-out");
 }

@@ -9,6 +9,11 @@ export interface TestOidcClient {
   readonly clientId: string;
   /** Unset: a public client (PKCE, no secret), like `forelead login`. */
   readonly secret?: string;
+  /**
+   * Where the provider may send the browser back; default http://127.0.0.1/callback. On
+   * 127.0.0.1 any port is accepted (a native client's loopback rule, RFC 8252).
+   */
+  readonly redirectUris?: readonly string[];
 }
 
 /** A real OpenID provider (oidc-provider 9) on a loopback port, with its dev interactions. */
@@ -40,19 +45,24 @@ export async function startTestOidcProvider(options: {
   clients: readonly TestOidcClient[];
   key: JWK;
   groups?: Readonly<Record<string, readonly string[]>>;
+  /**
+   * The host name of its issuer URL (it listens on 127.0.0.1 either way): `localhost` puts it on
+   * another site than a client served from 127.0.0.1, as a real provider is.
+   */
+  host?: string;
 }): Promise<TestOidcProvider> {
   let idTokenTtl = 3600;
   let handler: (req: never, res: never) => void = () => undefined;
   const server: Server = createServer((req, res) => handler(req as never, res as never));
   await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  const issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const issuer = `http://${options.host ?? "127.0.0.1"}:${(server.address() as AddressInfo).port}`;
   const provider = new Provider(issuer, {
     clients: options.clients.map((c) => ({
       client_id: c.clientId,
       client_secret: c.secret,
       token_endpoint_auth_method: c.secret ? "client_secret_basic" : "none",
       application_type: "native",
-      redirect_uris: [redirectUri],
+      redirect_uris: [...(c.redirectUris ?? [redirectUri])],
       grant_types: ["authorization_code"],
       response_types: ["code"],
       id_token_signed_response_alg: "ES256",

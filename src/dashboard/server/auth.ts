@@ -4,6 +4,7 @@ import type { Refusal } from "./security.js";
 import { writeRefusal } from "./security.js";
 import { secretMatches, type Person, type Session, type SessionStore } from "./sessions.js";
 import type { SignInToken } from "./sign-in-token.js";
+import { createSsoRoutes, type SsoMode } from "./sign-in-sso.js";
 
 /**
  * The dashboard's sign-in and sessions over HTTP: the /auth/ routes, the session cookie and the
@@ -12,7 +13,9 @@ import type { SignInToken } from "./sign-in-token.js";
  *
  * * `GET /auth/session` — `{person, csrfToken, expiresAt}` of the cookie's session, or 401.
  * * `POST /auth/sign-in/token` — `{"token": "..."}` (or a form's `token=`): the one-time sign-in
- *   token for a session (sign-in-token.ts).
+ *   token for a session (sign-in-token.ts); refused when the dashboard signs in with SSO.
+ * * `GET /auth/sso/start`, `GET /auth/sso/callback` — single sign-on (sign-in-sso.ts), when
+ *   configured; then the only way in.
  * * `POST /auth/sign-out` — ends the session (CSRF header required); its cookie is dead after.
  */
 export interface Auth {
@@ -22,6 +25,8 @@ export interface Auth {
   sessionOf(req: IncomingMessage): Session | undefined;
   /** A refusal unless the request carries `session`'s CSRF token in {@link csrfHeader}. */
   checkCsrf(req: IncomingMessage, session: Session): Refusal | undefined;
+  /** Answers a request without a session: 401 with this dashboard's ways to sign in. */
+  refuseNotSignedIn(res: ServerResponse): void;
 }
 
 /** The request header carrying the session's CSRF token. */
@@ -29,8 +34,12 @@ const csrfHeader = "x-forelead-csrf";
 
 export interface AuthOptions {
   readonly sessions: SessionStore;
-  /** The local one-time token (the sign-in of a dashboard without single sign-on). */
-  readonly signInToken: SignInToken;
+  /**
+   * How people sign in: the local one-time token (the operator's own certificate acts), or
+   * single sign-on (the dashboard's certificate is a delegate acting for each person). Never
+   * both: a delegate has no power of its own for a token sign-in to use.
+   */
+  readonly signIn: { readonly token: SignInToken } | { readonly sso: SsoMode };
   /** Who a token sign-in signs in: the operator whose certificate the dashboard holds. */
   readonly operator: Person;
   /** The cookie's name (`__Host-` prefixed when Secure) and whether it is Secure (HTTPS only). */
@@ -63,18 +72,21 @@ const notSignedIn: Refusal = {
 /** Marks the dashboard's own 401 (not one of the control plane's): the page signs in again. */
 const signedOutHeader = "x-forelead-signed-out";
 
+/** A way to sign in that the sign-in page offers. */
+type SignInMethod = "token" | "sso";
+
 /**
  * Answers a request without a session: 401, Connect's error JSON with the ways to sign in
  * (`signIn`: the sign-in page offers those), marked with {@link signedOutHeader}.
  */
-export function refuseNotSignedIn(res: ServerResponse): void {
+function refuseNotSignedIn(res: ServerResponse, methods: readonly SignInMethod[]): void {
   res.writeHead(notSignedIn.status, {
     "Content-Type": "application/json",
     "Cache-Control": "no-store",
     [signedOutHeader]: "1",
   });
   res.end(
-    JSON.stringify({ code: notSignedIn.code, message: notSignedIn.message, signIn: ["token"] }),
+    JSON.stringify({ code: notSignedIn.code, message: notSignedIn.message, signIn: methods }),
   );
 }
 
@@ -119,10 +131,14 @@ function tokenOf(contentType: string, body: string): { token: string } | { probl
 /** The /auth/ routes and the session checks over `options.sessions`. */
 export function createAuth(options: AuthOptions): Auth {
   const { sessions, cookieName } = options;
-  const cookieOf = (req: IncomingMessage): string | undefined => {
+  const token = "token" in options.signIn ? options.signIn.token : undefined;
+  const sso = "sso" in options.signIn ? options.signIn.sso : undefined;
+  const methods: SignInMethod[] = sso ? ["sso"] : ["token"];
+  const refuse = (res: ServerResponse) => refuseNotSignedIn(res, methods);
+  const cookieOf = (req: IncomingMessage, name = cookieName): string | undefined => {
     for (const part of (req.headers.cookie ?? "").split(";")) {
       const eq = part.indexOf("=");
-      if (eq > 0 && part.slice(0, eq).trim() === cookieName) return part.slice(eq + 1).trim();
+      if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
     }
     return undefined;
   };
@@ -156,7 +172,29 @@ export function createAuth(options: AuthOptions): Auth {
     };
   };
 
+  /** A new session for `person`, its cookie set on `res`. */
+  const startSession = (
+    res: ServerResponse,
+    person: Person,
+    delegation?: Session["delegation"],
+  ): Session => {
+    const { cookieValue, session } = sessions.createSession(person, delegation);
+    res.setHeader("Set-Cookie", `${cookieName}=${cookieValue}; ${cookieAttributes}`);
+    return session;
+  };
+
   const signInWithToken = async (req: IncomingMessage, res: ServerResponse) => {
+    if (!token) {
+      writeRefusal(res, {
+        status: 403,
+        code: "permission_denied",
+        message:
+          "dashboard: this dashboard signs people in with single sign-on only (it was started " +
+          "with --sso-issuer); there is no one-time sign-in token: open its page and choose " +
+          "Sign in with SSO (GET /auth/sso/start)",
+      });
+      return;
+    }
     const body = await readBody(req);
     const from = req.socket.remoteAddress ?? "unknown";
     if (body === undefined) {
@@ -177,7 +215,7 @@ export function createAuth(options: AuthOptions): Auth {
       });
       return;
     }
-    if (!(await options.signInToken.redeem(parsed.token))) {
+    if (!(await token.redeem(parsed.token))) {
       options.log(
         `forelead dashboard: refused a token sign-in from ${from}: the token is wrong or ` +
           `already used`,
@@ -191,9 +229,8 @@ export function createAuth(options: AuthOptions): Auth {
       });
       return;
     }
-    const { cookieValue, session } = sessions.createSession(options.operator);
+    const session = startSession(res, options.operator);
     options.log(`forelead dashboard: ${session.person.id} signed in from ${from} (sign-in token)`);
-    res.setHeader("Set-Cookie", `${cookieName}=${cookieValue}; ${cookieAttributes}`);
     reply(res, 200, sessionJson(session));
   };
 
@@ -201,7 +238,7 @@ export function createAuth(options: AuthOptions): Auth {
     const value = cookieOf(req);
     const session = value === undefined ? undefined : sessions.lookup(value);
     if (!session || value === undefined) {
-      refuseNotSignedIn(res);
+      refuse(res);
       return;
     }
     const refusal = checkCsrf(req, session);
@@ -211,7 +248,23 @@ export function createAuth(options: AuthOptions): Auth {
     }
     sessions.end(value);
     res.setHeader("Set-Cookie", `${cookieName}=; Max-Age=0; ${cookieAttributes}`);
-    reply(res, 204);
+    const credential = session.delegation?.onBehalfOf;
+    if (!credential || !sso) {
+      reply(res, 204);
+      return;
+    }
+    // The control plane's session ends with the dashboard's: its credential opens nothing after.
+    sso.delegate.end(credential).then(
+      () => reply(res, 204),
+      (err: unknown) => {
+        options.log(
+          `forelead dashboard: the control plane could not be told that ${session.person.id} ` +
+            `signed out (its session ends by itself at ` +
+            `${new Date(session.delegation!.endsAt).toISOString()}): ${String(err)}`,
+        );
+        reply(res, 204);
+      },
+    );
   };
 
   const routes: Record<
@@ -223,7 +276,7 @@ export function createAuth(options: AuthOptions): Auth {
       run(req, res) {
         const session = sessionOf(req);
         if (session) reply(res, 200, sessionJson(session));
-        else refuseNotSignedIn(res);
+        else refuse(res);
       },
     },
     "/auth/sign-in/token": {
@@ -241,6 +294,16 @@ export function createAuth(options: AuthOptions): Auth {
       },
     },
     "/auth/sign-out": { method: "POST", run: signOut },
+    ...(sso
+      ? createSsoRoutes({
+          sso,
+          scheme: options.secureCookies ? "https" : "http",
+          bindingCookie: cookieName.replace(/^(__Host-)?forelead-session-/, "forelead-sign-in-"),
+          cookieOf,
+          startSession,
+          log: options.log,
+        })
+      : {}),
   };
 
   return {
@@ -250,7 +313,9 @@ export function createAuth(options: AuthOptions): Auth {
         writeRefusal(res, {
           status: 404,
           code: "not_found",
-          message: `dashboard: no ${path}; see GET /auth/session, POST /auth/sign-in/token, POST /auth/sign-out`,
+          message:
+            `dashboard: no ${path}; see GET /auth/session, POST /auth/sign-in/token, ` +
+            `GET /auth/sso/start, POST /auth/sign-out`,
         });
         return;
       }
@@ -267,5 +332,6 @@ export function createAuth(options: AuthOptions): Auth {
     },
     sessionOf,
     checkCsrf,
+    refuseNotSignedIn: refuse,
   };
 }

@@ -39,6 +39,9 @@ const droppedResponseHeaders = new Set([
   "cache-control",
 ]);
 
+/** The header carrying a person's session credential to the control plane (src/api/guard.ts). */
+const onBehalfOfHeader = "forelead-on-behalf-of";
+
 /** The path of one RPC: /api/<package.Service>/<Method>. */
 const rpcPath = /^\/api(\/[A-Za-z_][A-Za-z0-9_.]*\/[A-Za-z_][A-Za-z0-9_]*)$/;
 
@@ -51,7 +54,17 @@ const rpcPath = /^\/api(\/[A-Za-z_][A-Za-z0-9_.]*\/[A-Za-z_][A-Za-z0-9_]*)$/;
  * calls (events, logs) arrive as they are sent.
  */
 export interface Proxy {
-  handle(req: IncomingMessage, res: ServerResponse, path: string, query: string): void;
+  /**
+   * Forwards one call; with `onBehalfOf` (a single sign-on session's credential) the control
+   * plane decides it as that session's person (the forelead-on-behalf-of header).
+   */
+  handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    query: string,
+    onBehalfOf?: string,
+  ): void;
   close(): void;
 }
 
@@ -81,7 +94,7 @@ export function createProxy(endpoint: Endpoint): Proxy {
     return s;
   };
   return {
-    handle(req, res, path, query) {
+    handle(req, res, path, query, onBehalfOf) {
       const m = rpcPath.exec(path);
       if (!m) {
         writeRefusal(res, {
@@ -103,6 +116,9 @@ export function createProxy(endpoint: Endpoint): Proxy {
         const value = req.headers[name];
         if (value !== undefined) headers[name] = value;
       }
+      // Only the session's own credential is sent: a browser's forelead-on-behalf-of is not in
+      // forwardedRequestHeaders, so nobody names another person's session through the dashboard.
+      if (onBehalfOf !== undefined) headers[onBehalfOfHeader] = onBehalfOf;
       // The browser may go away at any point (a page closed, a stream aborted, the dashboard
       // stopping): from then on nothing is written to it.
       let gone = false;

@@ -3,18 +3,14 @@ import { createServer as createTlsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import type { Endpoint } from "../../cli/connection.js";
 import { defaultAssetsDir, loadAssets } from "./assets.js";
-import {
-  createAuth,
-  personOfCertificate,
-  refuseNotSignedIn,
-  sessionCookieName,
-  type Auth,
-} from "./auth.js";
+import { createAuth, personOfCertificate, sessionCookieName, type Auth } from "./auth.js";
+import { createDelegateSessions } from "./delegate.js";
 import { checkListen, type ListenAddress } from "./listen.js";
 import { createProxy } from "./proxy.js";
 import { checkRequest, setSecurityHeaders, writeRefusal, type Reach } from "./security.js";
 import { createSessionStore, type SessionLifetimes, type SessionStore } from "./sessions.js";
-import { createSignInToken, defaultSignInTokenFile } from "./sign-in-token.js";
+import { createSignInToken, defaultSignInTokenFile, type SignInToken } from "./sign-in-token.js";
+import { createSsoSignIn, type DashboardSsoOptions } from "./sso.js";
 
 /** What the dashboard serves, where it forwards, and how people sign in. */
 export interface DashboardOptions {
@@ -27,8 +23,16 @@ export interface DashboardOptions {
   readonly tls?: { readonly cert: string; readonly key: string };
   /** A TLS proxy in front serves HTTPS (--behind-tls-proxy): Secure cookies, https origins. */
   readonly behindTlsProxy?: boolean;
-  /** The control plane and the operator's certificate (src/cli/connection.ts resolveEndpoint). */
+  /**
+   * The control plane and the certificate the dashboard calls it with (src/cli/connection.ts
+   * resolveEndpoint): the operator's, or with `sso` the dashboard's own delegate identity.
+   */
   readonly endpoint: Endpoint;
+  /**
+   * Sign people in with this provider (--sso-issuer, --sso-client-id, --sso-client-secret-file)
+   * instead of the one-time token: each acts as themself through the control plane's delegation.
+   */
+  readonly sso?: DashboardSsoOptions;
   /** The built web app; default dist/dashboard/ of this package. */
   readonly assetsDir?: string;
   /** Session lifetimes (--session-idle, --session-max); defaults in sessions.ts. */
@@ -50,8 +54,8 @@ export interface DashboardOptions {
 export interface Dashboard {
   /** Its own origin, e.g. http://127.0.0.1:8080. */
   readonly url: string;
-  /** The file holding the current one-time sign-in token. */
-  readonly signInTokenFile: string;
+  /** The file holding the current one-time sign-in token; undefined with single sign-on. */
+  readonly signInTokenFile: string | undefined;
   /** Its sessions (to start it again with the same ones). */
   readonly sessions: SessionStore;
   close(): Promise<void>;
@@ -107,7 +111,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     const session = auth.sessionOf(req);
     if (path.startsWith("/api/")) {
       if (!session) {
-        refuseNotSignedIn(res);
+        auth.refuseNotSignedIn(res);
         return;
       }
       const forged =
@@ -116,7 +120,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         writeRefusal(res, forged);
         return;
       }
-      proxy.handle(req, res, path, query);
+      proxy.handle(req, res, path, query, session.delegation?.onBehalfOf);
       return;
     }
     if (req.method !== "GET" && req.method !== "HEAD") {
@@ -139,7 +143,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       return;
     }
     if (!session && !publicAssets.has(name)) {
-      refuseNotSignedIn(res);
+      auth.refuseNotSignedIn(res);
       return;
     }
     res.writeHead(200, {
@@ -163,19 +167,40 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     });
   });
   const { address, port, family } = server.address() as AddressInfo;
-  let signInToken;
-  try {
-    signInToken = await createSignInToken(
-      options.signInTokenFile ?? defaultSignInTokenFile(port),
-      options.onSignInToken,
+  // With single sign-on there is no token: the dashboard's certificate is a delegate with no
+  // power of its own, so nobody could act through a token sign-in (docs/dashboard.md).
+  let signInToken: SignInToken | undefined;
+  if (!options.sso)
+    try {
+      signInToken = await createSignInToken(
+        options.signInTokenFile ?? defaultSignInTokenFile(port),
+        options.onSignInToken,
+      );
+    } catch (err) {
+      server.close();
+      throw err;
+    }
+  const delegate = options.sso ? createDelegateSessions(options.endpoint) : undefined;
+  // A session that runs out at the dashboard ends at the control plane too (sign-out ends both
+  // in auth.ts): its credential never outlives it.
+  sessions.onExpired((s) => {
+    const credential = s.delegation?.onBehalfOf;
+    if (!delegate || !credential) return;
+    delegate.end(credential).then(
+      () => log(`forelead dashboard: the session of ${s.person.id} ran out; ended it`),
+      (err: unknown) =>
+        log(
+          `forelead dashboard: the session of ${s.person.id} ran out, and the control plane ` +
+            `could not be told (it ends there by itself): ${String(err)}`,
+        ),
     );
-  } catch (err) {
-    server.close();
-    throw err;
-  }
+  });
   ready.auth = createAuth({
     sessions,
-    signInToken,
+    signIn:
+      options.sso && delegate
+        ? { sso: { signIn: createSsoSignIn(options.sso), delegate } }
+        : { token: signInToken! },
     operator,
     cookieName: sessionCookieName(port, secure),
     secureCookies: secure,
@@ -184,13 +209,14 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const host = family === "IPv6" ? `[${address}]` : address;
   return {
     url: `${options.tls ? "https" : "http"}://${host}:${port}`,
-    signInTokenFile: signInToken.file,
+    signInTokenFile: signInToken?.file,
     sessions,
     async close() {
       proxy.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      await signInToken.remove();
+      delegate?.close();
+      await signInToken?.remove();
     },
   };
 }

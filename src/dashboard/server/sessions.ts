@@ -8,13 +8,25 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 export interface Person {
   /** The identity the control plane knows, e.g. spiffe://forelead/services/ops. */
   readonly id: string;
-  /** How the browser proved it: `sign-in token` (or, later, `sso`). */
+  /** How the browser proved it: `sign-in token` or `sso`. */
   readonly via: string;
+  /** The provider's identity claim the ID was made from (single sign-on), shown beside it. */
+  readonly claim?: string;
+}
+
+/** What a single sign-on session holds besides its person (never sent to the browser). */
+interface Delegation {
+  /** The control plane's session credential, sent as forelead-on-behalf-of on every call. */
+  readonly onBehalfOf: string;
+  /** When the control plane's session ends (ms since the epoch): the dashboard's ends then too. */
+  readonly endsAt: number;
 }
 
 /** A live session as the dashboard keeps it (never the cookie's id itself). */
 export interface Session {
   readonly person: Person;
+  /** The control plane's session this one acts through (single sign-on only). */
+  readonly delegation?: Delegation;
   /** Sent by the page in the x-forelead-csrf header on every state-changing call. */
   readonly csrfToken: string;
   readonly createdAt: number;
@@ -29,8 +41,11 @@ interface NewSession {
 
 /** The dashboard's sessions, in its own memory (a restart signs everybody out). */
 export interface SessionStore {
-  /** Starts a session for `person`: a random id (32 bytes, base64url) kept only as its SHA-256. */
-  createSession(person: Person): NewSession;
+  /**
+   * Starts a session for `person` (acting through `delegation` when signed in by single sign-on):
+   * a random id (32 bytes, base64url) kept only as its SHA-256.
+   */
+  createSession(person: Person, delegation?: Delegation): NewSession;
   /**
    * The live session of a cookie's value, its idle clock restarted; undefined when unknown, ended,
    * or past its idle or absolute lifetime (such a session is dropped).
@@ -40,6 +55,11 @@ export interface SessionStore {
   expiresAt(session: Session): number;
   /** Ends the session of a cookie's value (sign-out); a replay of that cookie finds nothing. */
   end(cookieValue: string): void;
+  /**
+   * Calls `listener` with each session dropped because its lifetime ran out (not at sign-out),
+   * replacing any listener before: single sign-on ends the control plane's session then too.
+   */
+  onExpired(listener: (session: Session) => void): void;
 }
 
 /** Lifetimes of a session, in ms. */
@@ -79,18 +99,33 @@ export function createSessionStore(
   const sessions = new Map<string, Session>();
   const keyOf = (cookieValue: string) => secretHash(cookieValue).toString("hex");
   const expiresAt = (s: Session) =>
-    Math.min(s.lastSeenAt + lifetimes.idleMs, s.createdAt + lifetimes.maxMs);
+    Math.min(
+      s.lastSeenAt + lifetimes.idleMs,
+      s.createdAt + lifetimes.maxMs,
+      s.delegation?.endsAt ?? Infinity,
+    );
   // Ended sessions are dropped when next looked up and, so that abandoned ones do not pile up,
   // by a sweep at every sign-in.
+  let expired: (session: Session) => void = () => undefined;
+  const drop = (key: string, s: Session) => {
+    sessions.delete(key);
+    expired(s);
+  };
   const sweep = (t: number) => {
-    for (const [key, s] of sessions) if (expiresAt(s) <= t) sessions.delete(key);
+    for (const [key, s] of sessions) if (expiresAt(s) <= t) drop(key, s);
   };
   return {
-    createSession(person) {
+    createSession(person, delegation) {
       const t = now();
       sweep(t);
       const cookieValue = randomSecret();
-      const session: Session = { person, csrfToken: randomSecret(), createdAt: t, lastSeenAt: t };
+      const session: Session = {
+        person,
+        delegation,
+        csrfToken: randomSecret(),
+        createdAt: t,
+        lastSeenAt: t,
+      };
       sessions.set(keyOf(cookieValue), session);
       return { cookieValue, session };
     },
@@ -100,7 +135,7 @@ export function createSessionStore(
       if (!session) return undefined;
       const t = now();
       if (expiresAt(session) <= t) {
-        sessions.delete(key);
+        drop(key, session);
         return undefined;
       }
       session.lastSeenAt = t;
@@ -109,6 +144,9 @@ export function createSessionStore(
     expiresAt,
     end(cookieValue) {
       sessions.delete(keyOf(cookieValue));
+    },
+    onExpired(listener) {
+      expired = listener;
     },
   };
 }

@@ -95,6 +95,9 @@ function Shell({ signedIn }: { signedIn: SignedIn }) {
         </span>
         <span class="person" title={`signed in by ${signedIn.person.via}`}>
           {signedIn.person.id}
+          {signedIn.person.claim !== undefined && (
+            <span class="person-claim"> ({signedIn.person.claim})</span>
+          )}
         </span>
         <button type="button" class="sign-out" onClick={() => void signOut()}>
           Sign out

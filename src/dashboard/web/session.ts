@@ -4,7 +4,8 @@
 
 /** The signed-in person and the session's CSRF token, as GET /auth/session answers. */
 export interface SignedIn {
-  readonly person: { readonly id: string; readonly via: string };
+  /** `claim`: the provider's identity claim the ID was made from (single sign-on only). */
+  readonly person: { readonly id: string; readonly via: string; readonly claim?: string };
   readonly csrfToken: string;
   readonly expiresAt: string;
 }

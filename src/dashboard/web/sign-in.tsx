@@ -1,6 +1,7 @@
 // The sign-in page: all a browser without a session gets. The local way is the one-time token the
 // dashboard wrote to a file on its host (and showed on the terminal that started it); a dashboard
-// with single sign-on offers its button here too.
+// with single sign-on offers only its button (the provider's refusals come back as a page of
+// src/dashboard/server/sign-in-sso.ts).
 import { useState } from "preact/hooks";
 import { signInWithToken, type SignedIn, type SignInMethod } from "./session.js";
 
@@ -26,6 +27,15 @@ export function SignInPage({
   return (
     <main id="main" class="sign-in" tabIndex={-1}>
       <h1>Sign in</h1>
+      {methods.includes("sso") && (
+        <p>
+          {/* A navigation, not a fetch: the provider's pages take over the tab, then send it
+              back to /auth/sso/callback. */}
+          <a class="button sso" href="/auth/sso/start">
+            Sign in with SSO
+          </a>
+        </p>
+      )}
       {methods.includes("token") && (
         <form onSubmit={submit} aria-describedby="sign-in-hint">
           <label for="sign-in-token">One-time sign-in token</label>
