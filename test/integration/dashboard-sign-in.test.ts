@@ -12,6 +12,7 @@ import { runnerJobs } from "../support/runner-jobs.js";
 import {
   call,
   readSignInToken,
+  reportedRefusals,
   signInOverHttp,
   startTestDashboard,
   type Reply,
@@ -224,7 +225,8 @@ describe("the dashboard without a session (issue 43's attack)", () => {
     ]);
   });
 
-  it("a wrong, used or missing sign-in token is refused, with a line on stderr that never holds it", async () => {
+  it("a wrong, used or missing sign-in token is refused, with a line on stderr and an audit record that never hold it", async () => {
+    const since = new Date();
     const d = await start();
     try {
       expect((await stat(d.signInTokenFile!)).mode & 0o777).toBe(0o600);
@@ -284,6 +286,25 @@ describe("the dashboard without a session (issue 43's attack)", () => {
         expect(line).not.toContain(first);
         expect(line).not.toContain(second);
       }
+      // Each refusal is a deny record of the operator's identity (the dashboard's certificate),
+      // naming where it came from and why, never the token; a burst beyond a few a second is one
+      // summary, so the records add up to the 7 refusals.
+      const records = await reportedRefusals(dash.cp.admin.rest, since, 7);
+      for (const r of records) {
+        expect(r).toMatchObject({
+          kind: "action",
+          decision: "deny",
+          spiffeId: "spiffe://forelead/services/test-admin",
+          target:
+            "a sign-in token sign-in from 127.0.0.1 at the dashboard of " +
+            "spiffe://forelead/services/test-admin",
+        });
+        for (const secret of [first, second, "not-the-token"])
+          expect(JSON.stringify(r)).not.toContain(secret);
+      }
+      expect(records.map((r) => r.reason)).toContain(
+        "refused by the dashboard: the token is wrong or already used",
+      );
     } finally {
       await d.close();
     }
