@@ -6,6 +6,7 @@
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
+import { createRefusalReports } from "../../src/dashboard/server/refusal-reports.js";
 import type { DashboardOptions } from "../../src/dashboard/server/server.js";
 import { useDashboard } from "../support/browser.js";
 import { runnerJobs } from "../support/runner-jobs.js";
@@ -307,6 +308,39 @@ describe("the dashboard without a session (issue 43's attack)", () => {
       );
     } finally {
       await d.close();
+    }
+  });
+
+  it("a flood of refused sign-ins is a few audit records a second and one summary, not a record each", async () => {
+    const since = new Date();
+    const cert = await dash.cp.pki.service("test-admin");
+    const lines: string[] = [];
+    const reports = createRefusalReports(
+      { baseUrl: dash.cp.url, ca: ca(), cert: cert.certPem, key: cert.keyPem },
+      (line) => lines.push(line),
+    );
+    try {
+      // 20 refusals in one go (one tick, so one second): 5 are reported one by one, the other
+      // 15 as one summary.
+      for (let i = 0; i < 20; i++)
+        reports.report({ method: "token", reason: `refusal ${i}`, clientAddress: "127.0.0.9" });
+      const records = await reportedRefusals(dash.cp.admin.rest, since, 20);
+      expect(lines).toEqual([]);
+      expect(records.map((r) => r.reason).sort()).toEqual([
+        "refused by the dashboard: 15 more sign-ins were refused within a second (token), " +
+          "beyond the 5 reported one by one; the dashboard's stderr has each",
+        ...[0, 1, 2, 3, 4].map((i) => `refused by the dashboard: refusal ${i}`),
+      ]);
+      expect(
+        records.every(
+          (r) =>
+            r.target ===
+            "a sign-in token sign-in from 127.0.0.9 at the " +
+              "dashboard of spiffe://forelead/services/test-admin",
+        ),
+      ).toBe(true);
+    } finally {
+      reports.close();
     }
   });
 
