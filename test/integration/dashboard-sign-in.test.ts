@@ -4,10 +4,12 @@
 // dashboards are real (one on loopback over HTTP, one serving HTTPS with --public-host), in front
 // of a real control plane; then a person signs in and out in chromium.
 import { readdir, stat } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { createRefusalReports } from "../../src/dashboard/server/refusal-reports.js";
 import type { DashboardOptions } from "../../src/dashboard/server/server.js";
+import { eventually } from "../support/actors.js";
 import { useDashboard } from "../support/browser.js";
 import { runnerJobs } from "../support/runner-jobs.js";
 import {
@@ -52,12 +54,16 @@ function expectNotSignedIn(reply: Reply, what: string): void {
 describe("the dashboard without a session (issue 43's attack)", () => {
   const dash = useDashboard();
   const ca = () => dash.cp.pki.ca.certPem;
+  /** The control plane as the test admin. */
+  const endpointOf = async () => {
+    const cert = await dash.cp.pki.service("test-admin");
+    return { baseUrl: dash.cp.url, ca: ca(), cert: cert.certPem, key: cert.keyPem };
+  };
   /** A dashboard of the test's own as the test admin, over HTTPS when `tls`. */
   const start = async (options: Partial<DashboardOptions> = {}, tls = false) => {
-    const cert = await dash.cp.pki.service("test-admin");
     return startTestDashboard({
       listen: { host: "127.0.0.1", port: 0 },
-      endpoint: { baseUrl: dash.cp.url, ca: ca(), cert: cert.certPem, key: cert.keyPem },
+      endpoint: await endpointOf(),
       ...(tls
         ? {
             tls: { cert: dash.cp.pki.server.certPem, key: dash.cp.pki.server.keyPem },
@@ -341,6 +347,36 @@ describe("the dashboard without a session (issue 43's attack)", () => {
       ).toBe(true);
     } finally {
       reports.close();
+    }
+  });
+
+  it("with the control plane down a refusal is still immediate; the report's failure is a stderr line", async () => {
+    // A port nothing listens on: the dashboard's control plane is unreachable.
+    const gone = createServer();
+    await new Promise<void>((done) => gone.listen(0, "127.0.0.1", done));
+    const port = (gone.address() as AddressInfo).port;
+    await new Promise<void>((done) => gone.close(() => done()));
+    const d = await start({
+      endpoint: { ...(await endpointOf()), baseUrl: `https://127.0.0.1:${port}` },
+    });
+    try {
+      const wrong = await call(
+        d.url,
+        "POST",
+        "/auth/sign-in/token",
+        { "content-type": "application/json", origin: d.url },
+        JSON.stringify({ token: "not-the-token" }),
+      );
+      expect(wrong.status).toBe(401);
+      await eventually("the report's failure on stderr", async () =>
+        d.log.find((l) => l.includes("could not record a refused sign-in")),
+      );
+      expect(d.log).toContain(
+        "forelead dashboard: refused a token sign-in from 127.0.0.1: the token is wrong or already used",
+      );
+      for (const line of d.log) expect(line).not.toContain("not-the-token");
+    } finally {
+      await d.close();
     }
   });
 
