@@ -11,7 +11,7 @@ import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
 import type { JobOwnership } from "../broker/jobs/workspace.js";
-import type { IdentityRoles, RoleName, RoleTable } from "../identity/roles.js";
+import type { IdentityRoles, RoleTable } from "../identity/roles.js";
 import type { SessionLookup } from "../identity/sessions.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { principalOf } from "../identity/principal.js";
@@ -22,7 +22,7 @@ import { transportFacts } from "../protocol/transport-facts.js";
 import { requestPath } from "./rest/index.js";
 import { checkRequestText } from "../protocol/text-rules.js";
 import { mapMessages } from "../streams/batches.js";
-import { batchField, checkedRole, routeOf, type RoutePrincipal } from "./routes.js";
+import { batchField, checkedRole, routeOf, type RoutePrincipal, type RouteRole } from "./routes.js";
 
 /** What the guard needs to decide who may call what. */
 export interface GuardOptions {
@@ -168,7 +168,7 @@ function textChecked<T extends object>(
 /** How one method is admitted: who may call it and, on admin routes, with which role. */
 interface MethodRule {
   readonly kind: RoutePrincipal;
-  readonly role: RoleName | undefined;
+  readonly role: RouteRole | undefined;
 }
 
 const rules = new WeakMap<DescMethod, MethodRule>();
@@ -311,7 +311,9 @@ function authorize(
     );
   }
   const roles = options.roles.of(id);
-  if (roles?.delegate && rule.role !== "delegate")
+  // A delegate acts for people on every method but its own ("delegate") and what it reports about
+  // itself ("granted").
+  if (roles?.delegate && rule.role !== "delegate" && rule.role !== "granted")
     return { principal: undefined, pendingDelegation: { delegate: principal, rule, base } };
   return decideRoles(ctx, rule, principal, roles, base, options);
 }
@@ -373,6 +375,15 @@ function decideRoles(
           `${method.name} is for delegates (an identity that acts for people signed in by ` +
             `single sign-on); ${id} is not one (start forelead serve with --grant ${hint})`,
           "missing_role",
+        );
+  if (role === "granted")
+    return roles
+      ? admitted(principal, `granted ${id}`)
+      : deny(
+          Code.PermissionDenied,
+          `${id} is granted no role; ${method.name} is for any identity granted one (start ` +
+            `forelead serve with --grant ${id}=read, for example)`,
+          "no_role",
         );
   // The enqueuer's right to its own jobs holds whatever its grants are now, even none.
   const namesJob = method.input.fields.some((f) => ownedIdFields.includes(f.name));
@@ -460,7 +471,7 @@ async function actForPerson(
   return admission;
 }
 
-function lacks(id: string, role: RoleName, method: string, hint: string, why = ""): string {
+function lacks(id: string, role: RouteRole, method: string, hint: string, why = ""): string {
   return `${id} lacks the "${role}" role that ${method} needs${why} (start forelead serve with --grant ${hint})`;
 }
 

@@ -14,6 +14,14 @@ import {
 } from "../../gen/forelead/api/v1/route_pb.js";
 import { roleNames, type RoleName } from "../identity/roles.js";
 
+/**
+ * The role an admin route needs: a granted role, or "granted" (any identity granted a role, a
+ * delegate too, acting for nobody: only what a dashboard reports about itself).
+ */
+export type RouteRole = RoleName | "granted";
+
+const routeRoles: readonly RouteRole[] = [...roleNames, "granted"];
+
 /** Who may call a route. */
 export type RoutePrincipal = "runner" | "admin" | "none";
 
@@ -25,7 +33,7 @@ export interface RouteEntry {
   readonly path: string;
   readonly principal: RoutePrincipal;
   /** On admin routes: the role the caller needs. */
-  readonly role: RoleName | undefined;
+  readonly role: RouteRole | undefined;
   readonly option: Route;
 }
 
@@ -96,7 +104,7 @@ export function checkedRole(
   service: DescService,
   method: DescMethod,
   option: Route,
-): RoleName | undefined {
+): RouteRole | undefined {
   const name = `${service.typeName}.${method.name}`;
   if (option.principal !== "admin") {
     if (option.role !== "")
@@ -105,9 +113,9 @@ export function checkedRole(
       );
     return undefined;
   }
-  if (!roleNames.includes(option.role as RoleName)) {
+  if (!routeRoles.includes(option.role as RouteRole)) {
     throw new Error(
-      `${name}: an admin route must declare its role (${roleNames.join(", ")}), not ${JSON.stringify(option.role)}`,
+      `${name}: an admin route must declare its role (${routeRoles.join(", ")}), not ${JSON.stringify(option.role)}`,
     );
   }
   if (option.role === "enqueue") {
@@ -124,7 +132,7 @@ export function checkedRole(
       );
     }
   }
-  return option.role as RoleName;
+  return option.role as RouteRole;
 }
 
 /**

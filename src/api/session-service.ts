@@ -3,7 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
 import type { PersonSessions } from "../identity/sessions.js";
 import { IdTokenRefused } from "../identity/sso.js";
-import { audited } from "./audit-actions.js";
+import { audited, recordAction } from "./audit-actions.js";
 import { principalOf } from "./context.js";
 import { apiVersion } from "./request-rules.js";
 
@@ -58,6 +58,31 @@ export function createSessionService(
         }),
       );
       return { apiVersion, ended: ended !== undefined };
+    },
+    reportSignInRefusal(req, ctx) {
+      const reporter = principalOf(ctx).spiffeId.text;
+      if (req.method !== "token" && req.method !== "sso")
+        throw new ConnectError(
+          `method must be "token" or "sso", not ${JSON.stringify(req.method.slice(0, 32))}`,
+          Code.InvalidArgument,
+        );
+      for (const [field, value, most] of [
+        ["reason", req.reason, 512],
+        ["clientAddress", req.clientAddress, 64],
+      ] as const) {
+        if (value.trim() === "") throw new ConnectError(`${field} is empty`, Code.InvalidArgument);
+        if (Buffer.byteLength(value) > most)
+          throw new ConnectError(`${field} is over ${most} bytes`, Code.InvalidArgument);
+      }
+      recordAction(ctx, {
+        action: "session.sign_in",
+        target:
+          `a ${req.method === "sso" ? "single sign-on" : "sign-in token"} sign-in from ` +
+          `${req.clientAddress} at the dashboard of ${reporter}`,
+        decision: "deny",
+        reason: `refused by the dashboard: ${req.reason}`,
+      });
+      return Promise.resolve({ apiVersion });
     },
   };
 }

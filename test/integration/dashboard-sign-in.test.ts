@@ -4,14 +4,18 @@
 // dashboards are real (one on loopback over HTTP, one serving HTTPS with --public-host), in front
 // of a real control plane; then a person signs in and out in chromium.
 import { readdir, stat } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
+import { createRefusalReports } from "../../src/dashboard/server/refusal-reports.js";
 import type { DashboardOptions } from "../../src/dashboard/server/server.js";
+import { eventually } from "../support/actors.js";
 import { useDashboard } from "../support/browser.js";
 import { runnerJobs } from "../support/runner-jobs.js";
 import {
   call,
   readSignInToken,
+  reportedRefusals,
   signInOverHttp,
   startTestDashboard,
   type Reply,
@@ -50,12 +54,16 @@ function expectNotSignedIn(reply: Reply, what: string): void {
 describe("the dashboard without a session (issue 43's attack)", () => {
   const dash = useDashboard();
   const ca = () => dash.cp.pki.ca.certPem;
+  /** The control plane as the test admin. */
+  const endpointOf = async () => {
+    const cert = await dash.cp.pki.service("test-admin");
+    return { baseUrl: dash.cp.url, ca: ca(), cert: cert.certPem, key: cert.keyPem };
+  };
   /** A dashboard of the test's own as the test admin, over HTTPS when `tls`. */
   const start = async (options: Partial<DashboardOptions> = {}, tls = false) => {
-    const cert = await dash.cp.pki.service("test-admin");
     return startTestDashboard({
       listen: { host: "127.0.0.1", port: 0 },
-      endpoint: { baseUrl: dash.cp.url, ca: ca(), cert: cert.certPem, key: cert.keyPem },
+      endpoint: await endpointOf(),
       ...(tls
         ? {
             tls: { cert: dash.cp.pki.server.certPem, key: dash.cp.pki.server.keyPem },
@@ -224,7 +232,8 @@ describe("the dashboard without a session (issue 43's attack)", () => {
     ]);
   });
 
-  it("a wrong, used or missing sign-in token is refused, with a line on stderr that never holds it", async () => {
+  it("a wrong, used or missing sign-in token is refused, with a line on stderr and an audit record that never hold it", async () => {
+    const since = new Date();
     const d = await start();
     try {
       expect((await stat(d.signInTokenFile!)).mode & 0o777).toBe(0o600);
@@ -284,6 +293,88 @@ describe("the dashboard without a session (issue 43's attack)", () => {
         expect(line).not.toContain(first);
         expect(line).not.toContain(second);
       }
+      // Each refusal is a deny record of the operator's identity (the dashboard's certificate),
+      // naming where it came from and why, never the token; a burst beyond a few a second is one
+      // summary, so the records add up to the 7 refusals.
+      const records = await reportedRefusals(dash.cp.admin.rest, since, 7);
+      for (const r of records) {
+        expect(r).toMatchObject({
+          kind: "action",
+          decision: "deny",
+          spiffeId: "spiffe://forelead/services/test-admin",
+          target:
+            "a sign-in token sign-in from 127.0.0.1 at the dashboard of " +
+            "spiffe://forelead/services/test-admin",
+        });
+        for (const secret of [first, second, "not-the-token"])
+          expect(JSON.stringify(r)).not.toContain(secret);
+      }
+      expect(records.map((r) => r.reason)).toContain(
+        "refused by the dashboard: the token is wrong or already used",
+      );
+    } finally {
+      await d.close();
+    }
+  });
+
+  it("a flood of refused sign-ins is a few audit records a second and one summary, not a record each", async () => {
+    const since = new Date();
+    const cert = await dash.cp.pki.service("test-admin");
+    const lines: string[] = [];
+    const reports = createRefusalReports(
+      { baseUrl: dash.cp.url, ca: ca(), cert: cert.certPem, key: cert.keyPem },
+      (line) => lines.push(line),
+    );
+    try {
+      // 20 refusals in one go (one tick, so one second): 5 are reported one by one, the other
+      // 15 as one summary.
+      for (let i = 0; i < 20; i++)
+        reports.report({ method: "token", reason: `refusal ${i}`, clientAddress: "127.0.0.9" });
+      const records = await reportedRefusals(dash.cp.admin.rest, since, 20);
+      expect(lines).toEqual([]);
+      expect(records.map((r) => r.reason).sort()).toEqual([
+        "refused by the dashboard: 15 more sign-ins were refused within a second (token), " +
+          "beyond the 5 reported one by one; the dashboard's stderr has each",
+        ...[0, 1, 2, 3, 4].map((i) => `refused by the dashboard: refusal ${i}`),
+      ]);
+      expect(
+        records.every(
+          (r) =>
+            r.target ===
+            "a sign-in token sign-in from 127.0.0.9 at the " +
+              "dashboard of spiffe://forelead/services/test-admin",
+        ),
+      ).toBe(true);
+    } finally {
+      reports.close();
+    }
+  });
+
+  it("with the control plane down a refusal is still immediate; the report's failure is a stderr line", async () => {
+    // A port nothing listens on: the dashboard's control plane is unreachable.
+    const gone = createServer();
+    await new Promise<void>((done) => gone.listen(0, "127.0.0.1", done));
+    const port = (gone.address() as AddressInfo).port;
+    await new Promise<void>((done) => gone.close(() => done()));
+    const d = await start({
+      endpoint: { ...(await endpointOf()), baseUrl: `https://127.0.0.1:${port}` },
+    });
+    try {
+      const wrong = await call(
+        d.url,
+        "POST",
+        "/auth/sign-in/token",
+        { "content-type": "application/json", origin: d.url },
+        JSON.stringify({ token: "not-the-token" }),
+      );
+      expect(wrong.status).toBe(401);
+      await eventually("the report's failure on stderr", async () =>
+        d.log.find((l) => l.includes("could not record a refused sign-in")),
+      );
+      expect(d.log).toContain(
+        "forelead dashboard: refused a token sign-in from 127.0.0.1: the token is wrong or already used",
+      );
+      for (const line of d.log) expect(line).not.toContain("not-the-token");
     } finally {
       await d.close();
     }

@@ -14,6 +14,7 @@ import { useDashboard } from "../support/browser.js";
 import { foreleadBin, useCliDir } from "../support/cli-dir.js";
 import {
   call,
+  reportedRefusals,
   signInAtProvider,
   signInPageWithSso,
   signInWithSsoOverHttp,
@@ -242,8 +243,10 @@ describe("single sign-on in the dashboard", () => {
 
   it(
     "a state that the dashboard did not start, a callback in another browser, a replayed " +
-      "callback and a replayed code are refused with a clear message and no session",
+      "callback and a replayed code are refused with a clear message, no session and an audit " +
+      "record",
     async () => {
+      const since = new Date();
       const before = await personSessions();
       let { back, browser } = await ssoCallbackUrl(sso, "alice");
       const visit = (query: URLSearchParams, headers: Record<string, string> = browser) =>
@@ -293,6 +296,25 @@ describe("single sign-on in the dashboard", () => {
       expect(await personSessions()).toBe(before + 1);
       for (const line of sso.log) expect(line).not.toContain(code);
       expect(sso.log.filter((l) => l.includes("refused a single sign-on")).length).toBe(4);
+      // Each is a deny record of the dashboard's (delegate's) identity with where it came from
+      // and why; never the code or a state.
+      const records = await reportedRefusals(dash.cp.admin.rest, since, 4);
+      for (const r of records) {
+        expect(r).toMatchObject({
+          kind: "action",
+          decision: "deny",
+          spiffeId: delegate,
+          target: `a single sign-on sign-in from 127.0.0.1 at the dashboard of ${delegate}`,
+        });
+        for (const secret of [code, fresh, back.searchParams.get("state")!, "not-the-state"])
+          expect(JSON.stringify(r)).not.toContain(secret);
+      }
+      const reasons = records.map((r) => String(r.reason)).join("\n");
+      expect(reasons).toContain("its state does not match one the dashboard started");
+      expect(reasons).toContain("this sign-in was started in another browser");
+      expect(reasons).toContain(
+        "the sign-in provider refused the authorization code (invalid_grant",
+      );
     },
   );
 

@@ -116,6 +116,57 @@ describe(`forelead login (${databaseKind})`, () => {
     },
   );
 
+  it("--device: the person completes the printed URL and code at the provider; the CLI gets its certificate", async () => {
+    // A home of its own, for this test only; the others' is put back after.
+    const previous = home;
+    home = await mkdtemp(join(tmpdir(), "forelead-login-device-"));
+    try {
+      await writeFile(join(home, "ca.pem"), cp.pki.ca.certPem);
+      const w1 = (await admin.enqueue({ workspaceId: "w1" })).json.job.id as string;
+      let browsing: Promise<URL> | undefined;
+      let printed: { url: string; code: string } | undefined;
+      const login = await forel(
+        [
+          "login",
+          "--device",
+          ...server(),
+          "--sso-issuer",
+          provider.issuer,
+          "--client-id",
+          "forelead-cli",
+          "--scope",
+          "openid email",
+        ],
+        (out) => {
+          const shown = /open (\S+) and enter the code (\S+)/.exec(out);
+          if (!shown || browsing) return;
+          printed = { url: shown[1]!, code: shown[2]! };
+          // Another device's browser: the provider's device page with the code, its login and
+          // consent, up to its success page.
+          browsing = followSignIn(
+            printed.url,
+            "alice",
+            () => false,
+            (html) => html.includes("Sign-in Success"),
+          );
+        },
+      );
+      expect(printed, login.stdout + login.stderr).toBeDefined();
+      expect(new URL(printed!.url).origin).toBe(provider.issuer);
+      expect(new URL(printed!.url).searchParams.get("user_code")).toBe(printed!.code);
+      await browsing;
+      expect(login.code, login.stderr).toBe(0);
+      expect(login.stdout).toContain(`signed in as ${alice} ("alice@example.com")`);
+      const listed = await forel(["jobs", "list", ...server(), "--json"]);
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(listed.stdout).toContain(w1);
+      expect((await forel(["logout"])).code).toBe(0);
+    } finally {
+      await rm(home, { recursive: true, force: true });
+      home = previous;
+    }
+  });
+
   it("an expired sign-in is refused before any call, saying to run forelead login", async () => {
     const dir = join(home, ".config/forelead");
     const issued = await issueClientCertificate(cp.pki.ca, {

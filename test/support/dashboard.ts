@@ -16,6 +16,8 @@ import {
   type Dashboard,
   type DashboardOptions,
 } from "../../src/dashboard/server/server.js";
+import { eventually } from "./actors.js";
+import type { RestClient } from "./clients.js";
 import { followSignIn } from "./oidc.js";
 
 /** A dashboard started by a test, with the lines it logged. */
@@ -205,4 +207,37 @@ export async function signInPageWithSso(
   await page.goto(`${dashboard.url}/`, { waitUntil: "domcontentloaded" });
   await signInAtProvider(page, dashboard, login);
   await page.waitForSelector("button.sign-out");
+}
+
+/** An audit record as REST lists it. */
+type AuditRow = Record<string, string | number>;
+
+/**
+ * The sign-in refusals a dashboard reported (action session.sign_in, deny) since `since`, once
+ * they add up to `count` (a summary counts the refusals it stands for): the reports are sent
+ * after the refusal, best effort, so they are waited for.
+ */
+export async function reportedRefusals(
+  admin: Pick<RestClient, "request">,
+  since: Date,
+  count: number,
+): Promise<AuditRow[]> {
+  return eventually(`${count} sign-in refusals in the audit trail`, async () => {
+    const reply = await admin.request(
+      "GET",
+      `/v1/admin/audit?pageSize=200&kind=action&decision=deny&since=${since.toISOString()}`,
+    );
+    const rows = ((reply.json.records ?? []) as AuditRow[]).filter(
+      (r) => r.action === "session.sign_in",
+    );
+    const total = rows.reduce(
+      // The trail folds identical records into one with a count.
+      (n, r) =>
+        n +
+        Number(r.count ?? 1) *
+          Number(/(\d+) more sign-ins were refused/.exec(String(r.reason ?? ""))?.[1] ?? 1),
+      0,
+    );
+    return total >= count ? rows : undefined;
+  });
 }

@@ -63,7 +63,11 @@ export async function startTestOidcProvider(options: {
       token_endpoint_auth_method: c.secret ? "client_secret_basic" : "none",
       application_type: "native",
       redirect_uris: [...(c.redirectUris ?? [redirectUri])],
-      grant_types: ["authorization_code"],
+      // A public client (the CLI's) may also sign in on another device (`forelead login --device`).
+      grant_types: [
+        "authorization_code",
+        ...(c.secret ? [] : ["urn:ietf:params:oauth:grant-type:device_code"]),
+      ],
       response_types: ["code"],
       id_token_signed_response_alg: "ES256",
     })),
@@ -71,7 +75,7 @@ export async function startTestOidcProvider(options: {
     cookies: { keys: ["test-cookie-key"] },
     claims: { openid: ["sub"], email: ["email"], groups: ["groups"] },
     conformIdTokenClaims: false,
-    features: { devInteractions: { enabled: true } },
+    features: { devInteractions: { enabled: true }, deviceFlow: { enabled: true } },
     ttl: { IdToken: () => idTokenTtl },
     findAccount: (_ctx, id) => ({
       accountId: id,
@@ -125,12 +129,14 @@ async function signIn(
 /**
  * Plays the browser from `start` (an authorization URL): follows redirects with the provider's
  * cookies and posts its login and consent forms as `login`, until a redirect `leaves` says is the
- * client's; returns that URL, unvisited.
+ * client's; returns that URL, unvisited. With `finished`, a page without a form that it accepts
+ * (the device flow's success page) ends it too; its URL is returned.
  */
 export async function followSignIn(
   start: string,
   login: string,
   leaves: (url: string) => boolean,
+  finished?: (html: string) => boolean,
 ): Promise<URL> {
   const cookies = new Map<string, string>();
   let url = start;
@@ -159,6 +165,7 @@ export async function followSignIn(
     }
     const html = await res.text();
     const form = /<form[^>]*action="([^"]+)"[^>]*>([\s\S]*?)<\/form>/.exec(html);
+    if (!form && finished?.(html)) return new URL(url);
     if (!form) throw new Error(`the provider answered ${res.status} without a form: ${html}`);
     const fields = new URLSearchParams();
     for (const input of form[2]!.matchAll(/<input[^>]*name="([^"]+)"[^>]*>/g)) {

@@ -135,7 +135,9 @@ describe("the role declared on each admin method", () => {
           enqueue,
           create(RouteSchema, { method: "POST", path: "/x", principal: "admin" }),
         ),
-      ).toThrow('an admin route must declare its role (admin, read, enqueue, delegate), not ""');
+      ).toThrow(
+        'an admin route must declare its role (admin, read, enqueue, delegate, granted), not ""',
+      );
       expect(() =>
         checkedRole(
           RunnerService,

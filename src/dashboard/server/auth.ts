@@ -4,6 +4,7 @@ import type { Refusal } from "./security.js";
 import { writeRefusal } from "./security.js";
 import { secretMatches, type Person, type Session, type SessionStore } from "./sessions.js";
 import type { SignInToken } from "./sign-in-token.js";
+import type { SignInRefusal } from "./refusal-reports.js";
 import { createSsoRoutes, type SsoMode } from "./sign-in-sso.js";
 
 /**
@@ -47,6 +48,8 @@ export interface AuthOptions {
   readonly secureCookies: boolean;
   /** A line on the dashboard's stderr (never with a secret in it). */
   readonly log: (line: string) => void;
+  /** Records a refused sign-in in the control plane's audit trail, best effort, never waited on. */
+  readonly reportRefusal: (refusal: SignInRefusal) => void;
 }
 
 /** The identity in a PEM client certificate: its SPIFFE ID (URI SAN), else its subject. */
@@ -183,9 +186,17 @@ export function createAuth(options: AuthOptions): Auth {
     return session;
   };
 
+  /** Refuses a token sign-in from `from`: a line on stderr, an audit record, the reply. */
+  const refuseToken = (res: ServerResponse, from: string, why: string, refusal: Refusal) => {
+    options.log(`forelead dashboard: refused a token sign-in from ${from}: ${why}`);
+    options.reportRefusal({ method: "token", reason: why, clientAddress: from });
+    writeRefusal(res, refusal);
+  };
+
   const signInWithToken = async (req: IncomingMessage, res: ServerResponse) => {
+    const from = req.socket.remoteAddress ?? "unknown";
     if (!token) {
-      writeRefusal(res, {
+      refuseToken(res, from, "this dashboard signs people in with single sign-on only", {
         status: 403,
         code: "permission_denied",
         message:
@@ -196,9 +207,8 @@ export function createAuth(options: AuthOptions): Auth {
       return;
     }
     const body = await readBody(req);
-    const from = req.socket.remoteAddress ?? "unknown";
     if (body === undefined) {
-      writeRefusal(res, {
+      refuseToken(res, from, `the body is over ${maxBody} bytes`, {
         status: 413,
         code: "invalid_argument",
         message: `dashboard: a sign-in body is at most ${maxBody} bytes`,
@@ -207,8 +217,7 @@ export function createAuth(options: AuthOptions): Auth {
     }
     const parsed = tokenOf(req.headers["content-type"] ?? "", body);
     if ("problem" in parsed) {
-      options.log(`forelead dashboard: refused a token sign-in from ${from}: ${parsed.problem}`);
-      writeRefusal(res, {
+      refuseToken(res, from, parsed.problem, {
         status: 400,
         code: "invalid_argument",
         message: `dashboard: ${parsed.problem}; post {"token": "<the sign-in token>"}`,
@@ -216,11 +225,7 @@ export function createAuth(options: AuthOptions): Auth {
       return;
     }
     if (!(await token.redeem(parsed.token))) {
-      options.log(
-        `forelead dashboard: refused a token sign-in from ${from}: the token is wrong or ` +
-          `already used`,
-      );
-      writeRefusal(res, {
+      refuseToken(res, from, "the token is wrong or already used", {
         status: 401,
         code: "unauthenticated",
         message:
@@ -302,6 +307,7 @@ export function createAuth(options: AuthOptions): Auth {
           cookieOf,
           startSession,
           log: options.log,
+          reportRefusal: options.reportRefusal,
         })
       : {}),
   };

@@ -1,4 +1,4 @@
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { SessionService } from "../../../gen/forelead/admin/v1/session_pb.js";
@@ -29,7 +29,10 @@ export interface DelegateSessions {
 }
 
 /** SessionService over HTTP/2 + TLS with the dashboard's certificate (`endpoint`). */
-export function createDelegateSessions(endpoint: Endpoint): DelegateSessions {
+export function connectSessionService(endpoint: Endpoint): {
+  readonly client: Client<typeof SessionService>;
+  close(): void;
+} {
   const nodeOptions = { ca: endpoint.ca, cert: endpoint.cert, key: endpoint.key };
   const sessionManager = new Http2SessionManager(endpoint.baseUrl, {}, nodeOptions);
   const client = createClient(
@@ -41,6 +44,12 @@ export function createDelegateSessions(endpoint: Endpoint): DelegateSessions {
       sessionManager,
     }),
   );
+  return { client, close: () => sessionManager.abort() };
+}
+
+/** The person sessions of a dashboard whose certificate is a delegate (`endpoint`). */
+export function createDelegateSessions(endpoint: Endpoint): DelegateSessions {
+  const { client, close } = connectSessionService(endpoint);
   return {
     async open(idToken, nonce) {
       try {
@@ -55,14 +64,13 @@ export function createDelegateSessions(endpoint: Endpoint): DelegateSessions {
         throw new SsoRefused(
           e.code === Code.Unavailable ? 502 : 401,
           `the control plane refused the sign-in: ${e.rawMessage.replace(/^sign-in refused: /, "")}`,
+          e.code !== Code.Unavailable,
         );
       }
     },
     async end(credential) {
       await client.endSession({ apiVersion: "v1", sessionCredential: credential });
     },
-    close() {
-      sessionManager.abort();
-    },
+    close,
   };
 }

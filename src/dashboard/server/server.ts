@@ -7,6 +7,7 @@ import { createAuth, personOfCertificate, sessionCookieName, type Auth } from ".
 import { createDelegateSessions } from "./delegate.js";
 import { checkListen, type ListenAddress } from "./listen.js";
 import { createProxy } from "./proxy.js";
+import { createRefusalReports } from "./refusal-reports.js";
 import { checkRequest, setSecurityHeaders, writeRefusal, type Reach } from "./security.js";
 import { createSessionStore, type SessionLifetimes, type SessionStore } from "./sessions.js";
 import { createSignInToken, defaultSignInTokenFile, type SignInToken } from "./sign-in-token.js";
@@ -195,6 +196,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         ),
     );
   });
+  // Refused sign-ins go to the control plane's audit trail too, over the dashboard's certificate.
+  const refusals = createRefusalReports(options.endpoint, log);
   ready.auth = createAuth({
     sessions,
     signIn:
@@ -205,6 +208,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     cookieName: sessionCookieName(port, secure),
     secureCookies: secure,
     log,
+    reportRefusal: (refusal) => refusals.report(refusal),
   });
   const host = family === "IPv6" ? `[${address}]` : address;
   return {
@@ -216,6 +220,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       delegate?.close();
+      refusals.close();
       await signInToken?.remove();
     },
   };

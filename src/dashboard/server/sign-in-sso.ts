@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { DelegateSessions } from "./delegate.js";
+import type { SignInRefusal } from "./refusal-reports.js";
 import type { Person, Session } from "./sessions.js";
 import { pendingLifetimeMs, SsoRefused, type SsoSignIn } from "./sso.js";
 
@@ -20,6 +21,8 @@ interface SsoRoutesOptions {
   /** Starts a dashboard session and sets its cookie (auth.ts). */
   startSession(res: ServerResponse, person: Person, delegation: Session["delegation"]): Session;
   readonly log: (line: string) => void;
+  /** Records a refusal in the control plane's audit trail, best effort (refusal-reports.ts). */
+  readonly reportRefusal: (refusal: SignInRefusal) => void;
 }
 
 type Route = { method: string; run(req: IncomingMessage, res: ServerResponse): void };
@@ -49,6 +52,8 @@ export function createSsoRoutes(options: SsoRoutesOptions): Record<string, Route
       `forelead dashboard: refused a single sign-on from ${from}: ` +
         (err instanceof SsoRefused ? err.message : String(err)),
     );
+    if (!refusal.auditedThere)
+      options.reportRefusal({ method: "sso", reason: refusal.message, clientAddress: from });
     if (res.headersSent) return;
     const body = refusalPage(refusal.message);
     res.writeHead(refusal.status, {

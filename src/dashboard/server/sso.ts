@@ -18,6 +18,8 @@ export class SsoRefused extends Error {
   constructor(
     readonly status: number,
     message: string,
+    /** The control plane refused it and holds its audit record already (CreateSession). */
+    readonly auditedThere = false,
   ) {
     super(message);
   }

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/session.proto.
  */
 export const file_forelead_admin_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("Ch9mb3JlbGVhZC9hZG1pbi92MS9zZXNzaW9uLnByb3RvEhFmb3JlbGVhZC5hZG1pbi52MSJRCgxMb2dpblJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEAoIaWRfdG9rZW4YAiABKAkSDQoFbm9uY2UYAyABKAkSCwoDY3NyGAQgASgJIpQBCg1Mb2dpblJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBnBlcnNvbhgCIAEoCRIUCgxwZXJzb25fY2xhaW0YAyABKAkSGQoRY2VydGlmaWNhdGVfY2hhaW4YBCABKAkSLQoJbm90X2FmdGVyGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMChRDcmVhdGVTZXNzaW9uUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIQCghpZF90b2tlbhgCIAEoCRINCgVub25jZRgDIAEoCSKeAQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCRIOCgZwZXJzb24YAyABKAkSFAoMcGVyc29uX2NsYWltGAQgASgJEi4KCmV4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkQKEUVuZFNlc3Npb25SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCSI4ChJFbmRTZXNzaW9uUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFZW5kZWQYAiABKAgytwIKDlNlc3Npb25TZXJ2aWNlEpMBCg1DcmVhdGVTZXNzaW9uEicuZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKC5mb3JlbGVhZC5hZG1pbi52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2UiL8rzGCsKBFBPU1QSEi92MS9hZG1pbi9zZXNzaW9uczoFYWRtaW5CCGRlbGVnYXRlEo4BCgpFbmRTZXNzaW9uEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5kU2Vzc2lvblJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbmRTZXNzaW9uUmVzcG9uc2UiM8rzGC8KBFBPU1QSFi92MS9hZG1pbi9zZXNzaW9ucy9lbmQ6BWFkbWluQghkZWxlZ2F0ZTJ3CgxMb2dpblNlcnZpY2USZwoFTG9naW4SHy5mb3JlbGVhZC5hZG1pbi52MS5Mb2dpblJlcXVlc3QaIC5mb3JlbGVhZC5hZG1pbi52MS5Mb2dpblJlc3BvbnNlIhvK8xgXCgRQT1NUEgkvdjEvbG9naW46BG5vbmViBnByb3RvMw", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
+  fileDesc("Ch9mb3JlbGVhZC9hZG1pbi92MS9zZXNzaW9uLnByb3RvEhFmb3JlbGVhZC5hZG1pbi52MSJRCgxMb2dpblJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEAoIaWRfdG9rZW4YAiABKAkSDQoFbm9uY2UYAyABKAkSCwoDY3NyGAQgASgJIpQBCg1Mb2dpblJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBnBlcnNvbhgCIAEoCRIUCgxwZXJzb25fY2xhaW0YAyABKAkSGQoRY2VydGlmaWNhdGVfY2hhaW4YBCABKAkSLQoJbm90X2FmdGVyGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJMChRDcmVhdGVTZXNzaW9uUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIQCghpZF90b2tlbhgCIAEoCRINCgVub25jZRgDIAEoCSKeAQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCRIOCgZwZXJzb24YAyABKAkSFAoMcGVyc29uX2NsYWltGAQgASgJEi4KCmV4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkQKEUVuZFNlc3Npb25SZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhoKEnNlc3Npb25fY3JlZGVudGlhbBgCIAEoCSI4ChJFbmRTZXNzaW9uUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDQoFZW5kZWQYAiABKAgiaQoaUmVwb3J0U2lnbkluUmVmdXNhbFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGbWV0aG9kGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIWCg5jbGllbnRfYWRkcmVzcxgEIAEoCSIyChtSZXBvcnRTaWduSW5SZWZ1c2FsUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAky5wMKDlNlc3Npb25TZXJ2aWNlEpMBCg1DcmVhdGVTZXNzaW9uEicuZm9yZWxlYWQuYWRtaW4udjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaKC5mb3JlbGVhZC5hZG1pbi52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2UiL8rzGCsKBFBPU1QSEi92MS9hZG1pbi9zZXNzaW9uczoFYWRtaW5CCGRlbGVnYXRlEo4BCgpFbmRTZXNzaW9uEiQuZm9yZWxlYWQuYWRtaW4udjEuRW5kU2Vzc2lvblJlcXVlc3QaJS5mb3JlbGVhZC5hZG1pbi52MS5FbmRTZXNzaW9uUmVzcG9uc2UiM8rzGC8KBFBPU1QSFi92MS9hZG1pbi9zZXNzaW9ucy9lbmQ6BWFkbWluQghkZWxlZ2F0ZRKtAQoTUmVwb3J0U2lnbkluUmVmdXNhbBItLmZvcmVsZWFkLmFkbWluLnYxLlJlcG9ydFNpZ25JblJlZnVzYWxSZXF1ZXN0Gi4uZm9yZWxlYWQuYWRtaW4udjEuUmVwb3J0U2lnbkluUmVmdXNhbFJlc3BvbnNlIjfK8xgzCgRQT1NUEhsvdjEvYWRtaW4vc2Vzc2lvbnMvcmVmdXNhbHM6BWFkbWluQgdncmFudGVkMncKDExvZ2luU2VydmljZRJnCgVMb2dpbhIfLmZvcmVsZWFkLmFkbWluLnYxLkxvZ2luUmVxdWVzdBogLmZvcmVsZWFkLmFkbWluLnYxLkxvZ2luUmVzcG9uc2UiG8rzGBcKBFBPU1QSCS92MS9sb2dpbjoEbm9uZWIGcHJvdG8z", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
 
 /**
  * LoginRequest is the person's proof and the key to certify.
@@ -224,12 +224,74 @@ export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PUR
   messageDesc(file_forelead_admin_v1_session, 5);
 
 /**
+ * ReportSignInRefusalRequest is one refused sign-in (or a summary of many),
+ * never with the token, code or state that was presented.
+ *
+ * @generated from message forelead.admin.v1.ReportSignInRefusalRequest
+ */
+export type ReportSignInRefusalRequest = Message<"forelead.admin.v1.ReportSignInRefusalRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * How the person tried to sign in: "token" or "sso".
+   *
+   * @generated from field: string method = 2;
+   */
+  method: string;
+
+  /**
+   * Why the dashboard refused it, as it told the browser (at most 512 bytes).
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * The address the sign-in came from, as the dashboard saw it (at most 64
+   * bytes).
+   *
+   * @generated from field: string client_address = 4;
+   */
+  clientAddress: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ReportSignInRefusalRequest.
+ * Use `create(ReportSignInRefusalRequestSchema)` to create a new message.
+ */
+export const ReportSignInRefusalRequestSchema: GenMessage<ReportSignInRefusalRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_session, 6);
+
+/**
+ * ReportSignInRefusalResponse is empty: the refusal is recorded.
+ *
+ * @generated from message forelead.admin.v1.ReportSignInRefusalResponse
+ */
+export type ReportSignInRefusalResponse = Message<"forelead.admin.v1.ReportSignInRefusalResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.ReportSignInRefusalResponse.
+ * Use `create(ReportSignInRefusalResponseSchema)` to create a new message.
+ */
+export const ReportSignInRefusalResponseSchema: GenMessage<ReportSignInRefusalResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_session, 7);
+
+/**
  * SessionService lets a delegate (an identity granted `delegate`, such as the
  * dashboard's certificate) act for a person signed in by single sign-on, with
- * that person's proof. Only a delegate may call it; every other call of a
- * delegate carries the session credential in the forelead-on-behalf-of
- * header and is decided with the person's roles (docs/operations.md, "People:
- * single sign-on and roles").
+ * that person's proof. Only a delegate may open and end sessions; every other
+ * call of a delegate carries the session credential in the
+ * forelead-on-behalf-of header and is decided with the person's roles
+ * (docs/operations.md, "People: single sign-on and roles").
+ * ReportSignInRefusal is for any granted identity (a dashboard's).
  *
  * @generated from service forelead.admin.v1.SessionService
  */
@@ -256,6 +318,22 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof EndSessionRequestSchema;
     output: typeof EndSessionResponseSchema;
+  },
+  /**
+   * Records a sign-in that a dashboard refused by itself (a wrong or used
+   * one-time token, an unknown or expired single sign-on state, a callback
+   * from another browser, a code the provider refused) as a deny audit record
+   * of action session.sign_in, the caller named as the reporter. Any identity
+   * granted a role may call it: in token mode a dashboard holds its
+   * operator's certificate, with single sign-on a delegate's, and acts for
+   * nobody here.
+   *
+   * @generated from rpc forelead.admin.v1.SessionService.ReportSignInRefusal
+   */
+  reportSignInRefusal: {
+    methodKind: "unary";
+    input: typeof ReportSignInRefusalRequestSchema;
+    output: typeof ReportSignInRefusalResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_admin_v1_session, 0);

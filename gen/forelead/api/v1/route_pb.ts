@@ -81,8 +81,10 @@ export type Route = Message<"forelead.api.v1.Route"> & {
   /**
    * For principal "admin": the role the caller needs, "admin", "read",
    * "enqueue" (scoped to workspaces: the request's workspace_id, or the
-   * workspace of the job named by job_id) or "delegate" (SessionService
-   * only). Every admin method declares one.
+   * workspace of the job named by job_id), "delegate" (SessionService
+   * only) or "granted" (any identity granted a role, a delegate too, acting
+   * for nobody; SessionService.ReportSignInRefusal only). Every admin method
+   * declares one.
    *
    * @generated from field: string role = 8;
    */
