@@ -2,6 +2,7 @@ import { createHmac } from "node:crypto";
 import http from "node:http";
 import https from "node:https";
 import type { LookupFunction } from "node:net";
+import type { SecureContext } from "node:tls";
 import type { Destination } from "./destination.js";
 
 /** A delivery's request, as signed. */
@@ -36,7 +37,11 @@ function signature(secret: string, body: string, unixSeconds: number): string {
 export function post(
   to: Destination,
   request: SignedRequest,
-  options: { readonly timeoutMs: number; readonly ca?: readonly string[] },
+  options: {
+    readonly timeoutMs: number;
+    /** Trust besides the defaults (--webhook-ca), made once by the caller. */
+    readonly secureContext?: SecureContext;
+  },
 ): Promise<AttemptResult> {
   const pinned: LookupFunction = (_host, opts, callback) => {
     if ((opts as { all?: boolean }).all)
@@ -62,7 +67,7 @@ export function post(
         lookup: pinned,
         agent: false,
         timeout: options.timeoutMs,
-        ca: options.ca ? [...options.ca] : undefined,
+        secureContext: options.secureContext,
       },
       (res) => {
         let read = 0;
