@@ -27,7 +27,7 @@ const options = parseOptions(process.argv.slice(2), {
 });
 const tiny = options.size === "tiny";
 const subscriptionCount = intFlag(options.flags.subscriptions, "subscriptions", tiny ? 10 : 100);
-const events = intFlag(options.flags.events, "events", tiny ? 20 : 300);
+const events = intFlag(options.flags.events, "events", tiny ? 10 : 300);
 const rates = intListFlag(options.flags.rates, "rates", tiny ? [10] : [2, 10]);
 /** Events sent first at the same rate and not counted: connections open, code is compiled. */
 const warmup = intFlag(options.flags.warmup, "warmup", tiny ? 2 : 10, 0);
