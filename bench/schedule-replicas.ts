@@ -15,7 +15,13 @@ import { publishScenario } from "./lib/report.js";
 
 const options = parseOptions(process.argv.slice(2), { seconds: "string", cron: "string" });
 if (!options.databaseUrl) throw new Error("schedule-replicas needs DATABASE_URL (two replicas)");
-const seconds = intFlag(options.flags.seconds, "seconds", options.size === "tiny" ? 10 : 60, 1, 600);
+const seconds = intFlag(
+  options.flags.seconds,
+  "seconds",
+  options.size === "tiny" ? 10 : 60,
+  1,
+  600,
+);
 const cron = String(options.flags.cron ?? "*/5 * * * * *");
 const started = performance.now();
 
@@ -28,7 +34,9 @@ let report: Record<string, unknown>;
 try {
   for (const name of names) {
     process.env.PGAPPNAME = name; // inherited by the serve process; pg reads it
-    planes.push(await startPlanes({ pki, database: database.location, mode: "processes", count: 1 }));
+    planes.push(
+      await startPlanes({ pki, database: database.location, mode: "processes", count: 1 }),
+    );
   }
   if (saved === undefined) delete process.env.PGAPPNAME;
   else process.env.PGAPPNAME = saved;
@@ -81,12 +89,14 @@ try {
       [id],
     );
     const perDue = new Map<number, number>();
-    for (const f of fires) perDue.set(f.due_at.getTime(), (perDue.get(f.due_at.getTime()) ?? 0) + 1);
+    for (const f of fires)
+      perDue.set(f.due_at.getTime(), (perDue.get(f.due_at.getTime()) ?? 0) + 1);
     const dues = [...perDue.keys()].sort((a, b) => a - b);
     const gaps = new Set(dues.slice(1).map((d, i) => d - dues[i]!));
     const replicaOf = new Map(by.map((r) => [r.due_at.getTime(), r.replica]));
     const byReplica: Record<string, number> = {};
-    for (const d of dues) byReplica[replicaOf.get(d) ?? "?"] = (byReplica[replicaOf.get(d) ?? "?"] ?? 0) + 1;
+    for (const d of dues)
+      byReplica[replicaOf.get(d) ?? "?"] = (byReplica[replicaOf.get(d) ?? "?"] ?? 0) + 1;
     const lateMs = fires.map((f) => f.fired_at.getTime() - f.due_at.getTime());
     report = {
       scheduleId: id,

@@ -161,7 +161,10 @@ async function run(rate: number): Promise<Row> {
         counted: latencies.length,
         latency: summarize(latencies),
         p50ByTenth,
-        deliveriesPerSecond: round((latencies.length * 1000) / Math.max(1, lastAt - firstEventAt), 1),
+        deliveriesPerSecond: round(
+          (latencies.length * 1000) / Math.max(1, lastAt - firstEventAt),
+          1,
+        ),
         outOfOrder,
         cpu,
       };
