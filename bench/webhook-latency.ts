@@ -27,10 +27,10 @@ const options = parseOptions(process.argv.slice(2), {
 });
 const tiny = options.size === "tiny";
 const subscriptionCount = intFlag(options.flags.subscriptions, "subscriptions", tiny ? 10 : 100);
-const events = intFlag(options.flags.events, "events", tiny ? 10 : 300);
-const rates = intListFlag(options.flags.rates, "rates", tiny ? [10] : [2, 10]);
+const events = intFlag(options.flags.events, "events", tiny ? 10 : 60);
+const rates = intListFlag(options.flags.rates, "rates", tiny ? [10] : [1, 5]);
 /** Events sent first at the same rate and not counted: connections open, code is compiled. */
-const warmup = intFlag(options.flags.warmup, "warmup", tiny ? 2 : 10, 0);
+const warmup = intFlag(options.flags.warmup, "warmup", tiny ? 2 : 5, 0);
 /** How long deliveries may take after the last event before the run gives up on them. */
 const drainMs = 120_000;
 const workspaceId = "wh-bench";
