@@ -34,6 +34,8 @@ export interface PlanesOptions {
   readonly leaseSeconds?: number;
   /** In-process only: false turns the direct handoff off (to measure what it buys). */
   readonly handoff?: boolean;
+  /** Processes only: more flags of `forelead serve` (e.g. --webhook-allow-private). */
+  readonly serveArgs?: readonly string[];
 }
 
 /**
@@ -112,6 +114,7 @@ async function serve(options: PlanesOptions, secretsKeyFile: string): Promise<Se
     "--admin",
     benchAdminId,
     ...loopbackClients,
+    ...(options.serveArgs ?? []),
   ];
   // BENCH_CPU_PROF_DIR=dir: each serve process writes a V8 CPU profile there when it exits
   // (docs/performance.md).

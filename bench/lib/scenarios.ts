@@ -14,6 +14,7 @@ export const scenarios = [
   "connections",
   "queue-scale",
   "enqueue-throughput",
+  "webhook-latency",
 ] as const;
 
 /** The script of a scenario. */

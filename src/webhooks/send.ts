@@ -2,6 +2,7 @@ import { createHmac } from "node:crypto";
 import http from "node:http";
 import https from "node:https";
 import type { LookupFunction } from "node:net";
+import type { ConnectionOptions, SecureContext } from "node:tls";
 import type { Destination } from "./destination.js";
 
 /** A delivery's request, as signed. */
@@ -36,7 +37,11 @@ function signature(secret: string, body: string, unixSeconds: number): string {
 export function post(
   to: Destination,
   request: SignedRequest,
-  options: { readonly timeoutMs: number; readonly ca?: readonly string[] },
+  options: {
+    readonly timeoutMs: number;
+    /** Trust besides the defaults (--webhook-ca), made once by the caller. */
+    readonly secureContext?: SecureContext;
+  },
 ): Promise<AttemptResult> {
   const pinned: LookupFunction = (_host, opts, callback) => {
     if ((opts as { all?: boolean }).all)
@@ -53,27 +58,26 @@ export function post(
     "forelead-signature": signature(request.secret, request.body, Math.floor(Date.now() / 1000)),
   };
   const client = to.url.protocol === "https:" ? https : http;
+  // tls.connect takes secureContext from the request's options; @types/node's https.RequestOptions
+  // leaves it out.
+  const requestOptions: https.RequestOptions & Pick<ConnectionOptions, "secureContext"> = {
+    method: "POST",
+    headers,
+    lookup: pinned,
+    agent: false,
+    timeout: options.timeoutMs,
+    secureContext: options.secureContext,
+  };
   return new Promise((resolve) => {
-    const req = client.request(
-      to.url,
-      {
-        method: "POST",
-        headers,
-        lookup: pinned,
-        agent: false,
-        timeout: options.timeoutMs,
-        ca: options.ca ? [...options.ca] : undefined,
-      },
-      (res) => {
-        let read = 0;
-        res.on("data", (chunk: Buffer) => {
-          read += chunk.length;
-          if (read > maxResponseBytes) res.destroy();
-        });
-        res.on("close", () => resolve({ responseCode: res.statusCode ?? 0 }));
-        res.on("error", () => resolve({ responseCode: res.statusCode ?? 0 }));
-      },
-    );
+    const req = client.request(to.url, requestOptions, (res) => {
+      let read = 0;
+      res.on("data", (chunk: Buffer) => {
+        read += chunk.length;
+        if (read > maxResponseBytes) res.destroy();
+      });
+      res.on("close", () => resolve({ responseCode: res.statusCode ?? 0 }));
+      res.on("error", () => resolve({ responseCode: res.statusCode ?? 0 }));
+    });
     // The whole attempt is bounded, not only each idle gap: a receiver that drips its answer must
     // not outlast the claim's hold, or another replica would send the delivery too.
     const giveUp = () => req.destroy(new Error(`no answer within ${options.timeoutMs / 1000} s`));

@@ -1,3 +1,4 @@
+import { createSecureContext, rootCertificates } from "node:tls";
 import { webhookSecretBinding } from "../secrets/bindings.js";
 import type { SecretBox } from "../secrets/box.js";
 import { eventsChannel } from "../events/record.js";
@@ -47,8 +48,10 @@ export async function createWebhooks(store: Store, box: SecretBox, options: Webh
   const backoffMs = options.backoffMs ?? 1_000;
   const maxBackoffMs = options.maxBackoffMs ?? 300_000;
   const pollMs = options.pollMs ?? 1_000;
-  const ca = options.ca?.length
-    ? [...(await import("node:tls")).rootCertificates, ...options.ca]
+  // The trust of --webhook-ca, built once: a context made per POST from the ~140 system roots
+  // plus these cost more CPU than the rest of a delivery (docs/performance.md, section 9).
+  const secureContext = options.ca?.length
+    ? createSecureContext({ ca: [...rootCertificates, ...options.ca] })
     : undefined;
   const subscriptions = createSubscriptions(store.db, box);
   const deliveries = createDeliveries(store.db, options.disableAfter ?? 5);
@@ -72,7 +75,7 @@ export async function createWebhooks(store: Store, box: SecretBox, options: Webh
           body: deliveryBody(row),
           secret: box.open(c.secretSealed, webhookSecretBinding(row.subscription_id)),
         },
-        { timeoutMs, ca },
+        { timeoutMs, secureContext },
       );
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
