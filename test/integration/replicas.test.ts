@@ -549,10 +549,12 @@ describe.runIf(databaseKind === "postgres")("two control-plane replicas on one P
     expect(multiLeases).toBeGreaterThan(0);
     expect(nextLeases).toBeGreaterThan(0);
     // Handed off by its enqueue: claimed by that runner (the one record of the job above), on the
-    // enqueue's replica.
+    // enqueue's replica. How many depends on timing alone (0 to a few dozen: most leases here come
+    // from completions and multi-lease claims, and under load no claim may be waiting when an
+    // enqueue lands), so the count is only reported; handoff.test.ts makes handoffs happen on
+    // purpose, on one replica and on two.
     const handed = enqueued.filter((e) => e.handedTo);
     console.log(`replicas: ${handed.length} jobs handed off by their enqueue to a waiting claim`);
-    expect(handed.length).toBeGreaterThan(0);
     expect(
       handed
         .filter(
