@@ -260,7 +260,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
 
   // One function for the broker's life: the enqueue's compiled statement is kept per probe
   // (statementShapes).
-  const runnableProbe: JobProbe = (ins) => runnableNow(ins, options.leaseSeconds);
+  const runnableProbe: JobProbe = (ins) => runnableNow(ins, offlineSeconds);
   return {
     async enqueue(input) {
       const handoff =
@@ -281,7 +281,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         );
         await handoff?.deliver(handed);
         if (handed) observer?.handedOff();
-        return handed?.id === job.id ? job : withWaiting(db, job, options.leaseSeconds, probed);
+        return handed?.id === job.id ? job : withWaiting(db, job, offlineSeconds, probed);
       } finally {
         handoff?.cancel();
       }
@@ -289,7 +289,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     enqueueBatch: (inputs) =>
       enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
     get: async (jobId) =>
-      withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
+      withInput(db, await withWaiting(db, await getJob(db, jobId), offlineSeconds)),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by, settled),
     pipelines: createPipelines(db, stepEnqueue, settled),
@@ -298,7 +298,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       withWaiting(
         db,
         await retryJob(db, jobId, by, timeouts, options.code, options.secrets),
-        options.leaseSeconds,
+        offlineSeconds,
       ),
     claim,
     async renew(call) {
