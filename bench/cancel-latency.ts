@@ -72,7 +72,7 @@ try {
     });
     const samples: number[] = [];
     let next = 0;
-    const one = async (i: number) => {
+    const one = async () => {
       // A line, not a file: the job may run in its own mount namespace (its own /tmp).
       const script = `trap 'echo "term $(date +%s%N)"; exit 143' TERM; echo ready; while :; do sleep 0.05; done`;
       const reply = await admin.enqueue({
@@ -106,7 +106,7 @@ try {
     };
     await Promise.all(
       Array.from({ length: parallel }, async () => {
-        for (let i = next++; i < cancels; i = next++) await one(i);
+        while (next++ < cancels) await one();
       }),
     );
     await runner.close();
