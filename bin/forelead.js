@@ -14,6 +14,20 @@ if (fromSource && process.env.FORELEAD_RUN_SOURCE !== "1") {
 // Node 22.1 and later keep the compiled code of the modules in a cache (os.tmpdir()/node-compile-cache,
 // or NODE_COMPILE_CACHE): later starts skip compiling them. Node 20 has no such cache.
 if (!fromSource) module.enableCompileCache?.();
+// `npx forelead ...` (npm exec) runs this through `sh -c`, and npm forwards SIGTERM and SIGINT to
+// that shell only; the shell dies of it without passing it on, and this process would run on as an
+// orphan. So under npm exec, the parent going away counts as SIGTERM: this process signals itself
+// once, and each command stops as it does on SIGTERM (a runner drains). Supervisors should start
+// this file (or the installed `forelead`) directly, so that both signals reach it (docs/runner.md).
+if (process.env.npm_command === "exec") {
+  const parent = process.ppid;
+  const watch = setInterval(() => {
+    if (process.ppid === parent) return;
+    clearInterval(watch);
+    process.kill(process.pid, "SIGTERM");
+  }, 250);
+  watch.unref();
+}
 const { main } = fromSource
   ? await import("tsx/esm/api").then(({ register }) => (register(), import("../src/cli/main.ts")))
   : await import(compiled.href);

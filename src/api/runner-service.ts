@@ -114,6 +114,16 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
       };
     },
 
+    async watch(req, ctx) {
+      const notices = await deps.broker.watch(
+        runnerOf(ctx),
+        req.waitSeconds,
+        req.knownJobIds,
+        ctx.signal,
+      );
+      return { apiVersion, notices };
+    },
+
     async release(req, ctx) {
       await deps.broker.release({ ...runnerOf(ctx), jobId: req.jobId, leaseToken: req.leaseToken });
       return {};

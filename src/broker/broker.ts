@@ -33,6 +33,7 @@ import { expireInputRequests, expireLeases } from "./leases/expire.js";
 import { releaseLease } from "./leases/release.js";
 import { renewLease } from "./leases/renew.js";
 import { createWakeups, type Wakeups } from "./leases/wakeups.js";
+import { createRunnerNotices, type RunnerNoticeView } from "./leases/notices.js";
 import { handoffFor } from "./leases/handoff.js";
 import { checkClaimRequest, createClaimLoop } from "./leases/claim-loop.js";
 import type { SecretBox } from "../secrets/box.js";
@@ -70,6 +71,16 @@ export interface Broker {
     maxLeases?: number,
   ): Promise<LeaseView[]>;
   renew(call: LeaseCall): Promise<LeaseView>;
+  /**
+   * The runner's notices (a cancel of one of its leases) now, or the first within `waitSeconds`
+   * (notices.ts).
+   */
+  watch(
+    holder: LeaseHolder,
+    waitSeconds: number,
+    knownJobIds: readonly string[],
+    signal?: AbortSignal,
+  ): Promise<RunnerNoticeView[]>;
   release(call: LeaseCall): Promise<void>;
   complete(input: CompletionInput): Promise<JobSnapshot>;
   /**
@@ -181,6 +192,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
   const wakeups: Wakeups<LeaseHolder, LeaseView> = await createWakeups<LeaseHolder, LeaseView>(
     options.store,
   );
+  const notices = await createRunnerNotices(options.store);
   const batching = options.batching ?? defaultBatching;
   const batchedClaim = createBatcher(
     (holders: readonly LeaseHolder[]) =>
@@ -248,7 +260,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
 
   // One function for the broker's life: the enqueue's compiled statement is kept per probe
   // (statementShapes).
-  const runnableProbe: JobProbe = (ins) => runnableNow(ins, options.leaseSeconds);
+  const runnableProbe: JobProbe = (ins) => runnableNow(ins, offlineSeconds);
   return {
     async enqueue(input) {
       const handoff =
@@ -269,7 +281,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         );
         await handoff?.deliver(handed);
         if (handed) observer?.handedOff();
-        return handed?.id === job.id ? job : withWaiting(db, job, options.leaseSeconds, probed);
+        return handed?.id === job.id ? job : withWaiting(db, job, offlineSeconds, probed);
       } finally {
         handoff?.cancel();
       }
@@ -277,7 +289,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     enqueueBatch: (inputs) =>
       enqueueJobs(db, inputs, timeouts, options.code, options.secrets, batchTurns),
     get: async (jobId) =>
-      withInput(db, await withWaiting(db, await getJob(db, jobId), options.leaseSeconds)),
+      withInput(db, await withWaiting(db, await getJob(db, jobId), offlineSeconds)),
     list: (input) => listJobs(db, input),
     cancel: (jobId, by) => cancelJob(db, jobId, by, settled),
     pipelines: createPipelines(db, stepEnqueue, settled),
@@ -286,7 +298,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       withWaiting(
         db,
         await retryJob(db, jobId, by, timeouts, options.code, options.secrets),
-        options.leaseSeconds,
+        offlineSeconds,
       ),
     claim,
     async renew(call) {
@@ -294,6 +306,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       observer?.renewed();
       return lease;
     },
+    watch: (holder, waitSeconds, knownJobIds, signal) =>
+      notices.watch(holder, waitSeconds, knownJobIds, signal),
     release: (call) => releaseLease(db, call, settled),
     suspend: (input) => suspendJob(db, input),
     answerInput: (input) => answerInput(db, input),
@@ -334,6 +348,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
       await ticker?.close();
       await sweeping;
       await wakeups.close();
+      await notices.close();
     },
   };
 }

@@ -2,6 +2,7 @@ import { sql, type Kysely } from "kysely";
 import type { LeaseHolder } from "../broker/leases/check.js";
 import { createBatcher, type BatcherOptions } from "../broker/leases/batcher.js";
 import { liveLease } from "../broker/leases/sql-fragments.js";
+import { runnerSeenStale } from "../broker/fleet/seen.js";
 import type { Database, StreamName } from "../store/schema.js";
 import { storedItems } from "./stored-items.js";
 import { foldPeaks } from "./samples.js";
@@ -126,6 +127,17 @@ export async function appendBatches(
     ), stored as (
       insert into stream_messages (job_id, stream, lease_id, attempt, sequence, data)
       select job_id, stream, lease_id, attempt, sequence, data from ${storedItems}
+    ), writer as (
+      select distinct i.workspace_id, i.runner_id from input i join lease on lease.b = i.b
+    ), seen as (
+      -- A write under a live lease is contact: at most once a second a runner, as renewals. SKIP
+      -- LOCKED, in key order: statements shared by many runners never wait on (or deadlock over)
+      -- a row another is moving to now() anyway.
+      update runners set last_seen_at = now() where (workspace_id, runner_id) in (
+        select runners.workspace_id, runners.runner_id from runners join writer on
+          ${runnerSeenStale(sql.ref("writer.workspace_id"), sql.ref("writer.runner_id"))}
+        order by runners.workspace_id, runners.runner_id
+        for update of runners skip locked)
     )${
       batches.some((b) => b.stream === "events")
         ? sql`, peaks as (${foldPeaks()}), progress as

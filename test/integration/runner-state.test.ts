@@ -3,12 +3,12 @@
 // and metrics; a busy runner stays busy through a job longer than the offline threshold; a killed
 // runner turns offline; each attempt keeps its runner, outcome and exit code.
 import { spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, registeredRunner } from "../support/actors.js";
+import { eventually, leasedJob, registeredRunner } from "../support/actors.js";
 import { foreleadBin, useCliDir } from "../support/cli-dir.js";
 import { databaseKind } from "../support/database.js";
 import { useControlPlane } from "../support/fixture.js";
@@ -39,6 +39,7 @@ interface RunnerJson {
   runnerId: string;
   state: string;
   version?: string;
+  lastSeenAt?: string;
 }
 
 async function runnerView(runnerId: string): Promise<RunnerJson | undefined> {
@@ -57,12 +58,16 @@ async function listedState(runnerId: string): Promise<string | undefined> {
 }
 
 /** `forelead runner` as a child process against `server`, with the process executor. */
-async function cliRunner(runnerId: string, ws: string, server: string) {
+async function cliRunner(runnerId: string, ws: string, server: string, viaNpx = false) {
   const files = await runnerCertificateFiles(cp, runnerId, ws, scratch);
+  // Through npx: npm exec runs `sh -c 'forelead runner …'` from this checkout's own bin.
+  const [command, start] = viaNpx
+    ? ["npx", ["--no-install", "forelead"]]
+    : [process.execPath, [foreleadBin]];
   const child = spawn(
-    process.execPath,
+    command,
     [
-      foreleadBin,
+      ...start,
       "runner",
       "--server",
       server,
@@ -260,6 +265,21 @@ describe(`attempt history (${databaseKind})`, () => {
     expect(row).toMatch(new RegExp(`^${jobId}\\s+succeeded\\s+.*\\s+second-${tag}\\s+\\d`));
   });
 
+  it("a stream write under a live lease refreshes the runner's last-seen", async () => {
+    const leased = await leasedJob(cp, admin, `writer-${tag}`, `writer-${tag}`);
+    try {
+      const seen = async () => Date.parse((await runnerView(`writer-${tag}`))!.lastSeenAt!);
+      const claimedSeen = await seen();
+      // Past the once-a-second bound of every last-seen write but register's and claim's.
+      await new Promise((r) => setTimeout(r, 1_200));
+      const line = leased.msg(1, { stream: "stdout", text: "one" });
+      expect((await leased.runner.rest.ndjson("/v1/runner/logs", [line])).status).toBe(204);
+      expect(await seen()).toBeGreaterThan(claimedSeen);
+    } finally {
+      await leased.runner.close();
+    }
+  });
+
   it("a cancelled attempt names who cancelled it", async () => {
     const ws = `cancel-${tag}`;
     const runner = await registeredRunner(cp, `cancelled-${tag}`, ws);
@@ -310,4 +330,43 @@ describe("a runner that cannot reach the control plane (issue 46 item 4)", () =>
     expect(await exited).toBe(0);
     expect(output()).toMatch(/SIGTERM while connecting to the control plane: stopped/);
   }, 30_000);
+
+  it("under npx, a SIGTERM to npm reaches the runner's own process", async () => {
+    const runnerId = `npx-${tag}`;
+    const { child, output, exited } = await cliRunner(runnerId, "w1", `https://127.0.0.1:1`, true);
+    try {
+      await eventually(
+        "the runner to retry",
+        async () => (/cannot register yet/.test(output()) ? true : undefined),
+        30_000,
+      );
+      child.kill("SIGTERM");
+      await exited;
+      // npm forwards the signal to its shell only; before, the runner ran on as an orphan and never
+      // said this. The runner's process writes it after npm is gone (it holds the same pipes).
+      await eventually(
+        "the runner's own process to stop on the SIGTERM",
+        async () =>
+          /SIGTERM while connecting to the control plane: stopped/.test(output())
+            ? true
+            : undefined,
+        10_000,
+      );
+    } finally {
+      // An orphan the old code left: this test's runner only, found by its work directory.
+      for (const pid of await processesWith(join(scratch, `work-${runnerId}`)))
+        process.kill(pid, "SIGKILL");
+    }
+  }, 60_000);
 });
+
+/** Pids of processes whose command line contains `text`. */
+async function processesWith(text: string): Promise<number[]> {
+  const pids: number[] = [];
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmdline = await readFile(`/proc/${entry}/cmdline`, "utf8").catch(() => "");
+    if (cmdline.includes(text) && Number(entry) !== process.pid) pids.push(Number(entry));
+  }
+  return pids;
+}

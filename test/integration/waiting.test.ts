@@ -84,7 +84,7 @@ describe(`why a queued job waits (${databaseKind})`, () => {
     });
   });
 
-  it("runners_not_connected: matching runners exist but none was seen within the lease length", async () => {
+  it("runners_not_connected: matching runners exist but each is offline (the runner state)", async () => {
     await registeredRunner(cp, "wnc-1", "wait-gone");
     await cp.plane.store.db
       .updateTable("runners")
@@ -94,7 +94,25 @@ describe(`why a queued job waits (${databaseKind})`, () => {
     const job = await enqueue("wait-gone");
     expect(job.waiting).toMatchObject({
       code: "runners_not_connected",
-      message: expect.stringContaining("none was seen in the last 30 s"),
+      message: expect.stringContaining("each is offline (not heard from in the last 90 s)"),
+    });
+  });
+
+  it("a runner silent past the lease length but not offline is still connected; a draining one is not", async () => {
+    await registeredRunner(cp, "wq-1", "wait-quiet");
+    // 40 s: past the 30 s lease, within the 90 s before a runner is offline (forelead_runner_state).
+    await cp.plane.store.db
+      .updateTable("runners")
+      .set({ last_seen_at: new Date(Date.now() - 40_000) })
+      .where("runner_id", "=", "wq-1")
+      .execute();
+    expect((await enqueue("wait-quiet")).waiting).toBeUndefined();
+    // Registered, then registered again saying it drains (as a runner stopping with a job running).
+    const draining = await registeredRunner(cp, "wd-1", "wait-draining");
+    expect((await draining.register({ draining: true })).status).toBe(200);
+    expect((await enqueue("wait-draining")).waiting).toMatchObject({
+      code: "runners_not_connected",
+      message: expect.stringContaining("or draining"),
     });
   });
 

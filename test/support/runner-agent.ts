@@ -145,6 +145,11 @@ export interface TestRunnerOptions {
   readonly workDir?: string;
   /** The process executor's --job-network; its default (private) when absent, as root. */
   readonly jobNetwork?: JobNetwork;
+  /**
+   * Changes the client the agent calls through (e.g. one whose watch answers as a control plane
+   * without the route, for bench/cancel-latency.ts's renewal-only figures).
+   */
+  readonly wrapClient?: (client: RunnerClient) => RunnerClient;
 }
 
 /**
@@ -191,7 +196,7 @@ export async function startTestRunner(
         });
   const recorded = recordingOutput();
   const agent = await startRunnerAgent({
-    client,
+    client: options.wrapClient ? options.wrapClient(client) : client,
     executor,
     output: teeOutput(recorded, createControlPlaneOutput(client, { warn: say })),
     slots: options.slots ?? 1,

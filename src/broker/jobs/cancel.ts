@@ -5,11 +5,13 @@ import { checkJobId } from "../ids.js";
 import { findJob, jobSnapshot, type JobRow, type JobSnapshot } from "./snapshot.js";
 import { eventsCte } from "../../events/record.js";
 import { settleWith, type SettleHook } from "../pipelines/settle-hook.js";
+import { noticeNotify } from "../leases/notices.js";
 
 /**
- * Cancels a job. Queued or waiting for input: settled as cancelled at once. Running: flagged; the
- * runner learns it on its next renew, and if it never settles the job, the
- * lease's expiry settles it as cancelled. Cancelling a cancelled job returns
+ * Cancels a job. Queued or waiting for input: settled as cancelled at once. Running: flagged, and
+ * its runner's watch is woken in the same transaction (notices.ts), so a watching runner learns it
+ * at once, any other on its next renew; if it never settles the job, the lease's expiry settles it
+ * as cancelled. Cancelling a cancelled job returns
  * it; a succeeded or failed job cannot be cancelled (409).
  */
 export async function cancelJob(
@@ -69,8 +71,10 @@ export async function cancelJob(
       },
       sql`j.was_state in
       ('queued', 'waiting_input')`,
-    )}
-    select * from j`.execute(q)
+    )}, notified as (
+      select ${noticeNotify("j")} from j where j.was_state = 'running' and j.runner_id is not null
+    )
+    select j.*, (select count(*) from notified) as notified from j`.execute(q)
       ).rows,
   );
   const row = rows[0];

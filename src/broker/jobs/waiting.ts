@@ -2,6 +2,7 @@ import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../store/schema.js";
 import type { JobSnapshot } from "./snapshot.js";
 import { qualifier, type JobsAlias } from "../leases/sql-fragments.js";
+import { runnerState } from "../fleet/state.js";
 
 /** Why a queued job waits: the wire's JobWaiting (proto3 JSON names). */
 interface JobWaiting {
@@ -85,11 +86,12 @@ const capabilities = sql`r.architecture, r.os, r.execution_kinds, r.features`;
 const requirements = sql`j.req_architecture, j.req_os, j.req_execution_kind, j.req_features`;
 
 /**
- * Seen within the lease length, or holding a live lease (`live.n`; a busy runner renews but may not
- * claim).
+ * Connected, by the runner's state (forelead_runner_state, given its live leases `live.n`): not
+ * offline, retired or draining. Paused is a clause of its own, asked before this one.
  */
-function connectedRunner(leaseSeconds: number): RawBuilder<boolean> {
-  return sql<boolean>`(r.last_seen_at > now() - make_interval(secs => ${leaseSeconds}) or live.n > 0)`;
+function connectedRunner(offlineSeconds: number): RawBuilder<boolean> {
+  return sql<boolean>`(${runnerState("r", sql`live.n`, offlineSeconds)} not in ('offline',
+    'retired', 'draining'))`;
 }
 
 /**
@@ -100,7 +102,7 @@ function connectedRunner(leaseSeconds: number): RawBuilder<boolean> {
  * A column of the enqueue's own statement (Broker.enqueue), so the usual
  * reply costs no statement of its own.
  */
-export function runnableNow(alias: JobsAlias, leaseSeconds: number): RawBuilder<boolean> {
+export function runnableNow(alias: JobsAlias, offlineSeconds: number): RawBuilder<boolean> {
   const j = qualifier(alias); // "alias."
   return sql<boolean>`(forelead_job_due(${j}claimable_at)
     and (select w.unpaused from forelead_workspace_unpaused(${j}workspace_id) w)
@@ -113,7 +115,7 @@ export function runnableNow(alias: JobsAlias, leaseSeconds: number): RawBuilder<
         and forelead_labels_match(${j}labels, r.labels)
         and forelead_meets_requirements(${j}req_architecture, ${j}req_os, ${j}req_execution_kind,
           ${j}req_features, ${capabilities})
-        and ${connectedRunner(leaseSeconds)}
+        and ${connectedRunner(offlineSeconds)}
         and forelead_slot_free(live.n, r.slots)
     ))`;
 }
@@ -122,11 +124,11 @@ export function runnableNow(alias: JobsAlias, leaseSeconds: number): RawBuilder<
 async function jobRunnableNow(
   db: Kysely<Database>,
   jobId: string,
-  leaseSeconds: number,
+  offlineSeconds: number,
 ): Promise<boolean> {
   const { rows } = await sql<{
     runnable: boolean;
-  }>`select ${runnableNow("j", leaseSeconds)} as runnable from jobs j where j.id = ${jobId}`.execute(
+  }>`select ${runnableNow("j", offlineSeconds)} as runnable from jobs j where j.id = ${jobId}`.execute(
     db,
   );
   return rows[0]?.runnable === true;
@@ -143,8 +145,8 @@ async function jobRunnableNow(
  * registered there; none has the labels (forelead_labels_match); none of
  * those meets the job's requirements (forelead_meets_requirements, then one
  * requirement at a time to name it); every matching one is paused
- * (forelead_runner_unpaused); none of them was seen within `leaseSeconds`
- * (the broker's lease length); the job's concurrency group is full
+ * (forelead_runner_unpaused); none of them is connected (its state:
+ * offline, not heard from within `offlineSeconds`, or draining); the job's concurrency group is full
  * (forelead_group_has_room); every one is busy (forelead_slot_free). First,
  * whether the job is runnable now at all (runnableNow): `runnable` when the
  * caller's own statement asked it, else a statement of its own.
@@ -152,7 +154,7 @@ async function jobRunnableNow(
 async function jobWaiting(
   db: Kysely<Database>,
   job: JobSnapshot,
-  leaseSeconds: number,
+  offlineSeconds: number,
   runnable?: boolean,
 ): Promise<JobWaiting | undefined> {
   if (job.state !== "queued") return undefined;
@@ -165,7 +167,7 @@ async function jobWaiting(
   // or by one that stops at the first such runner. A job not due by this process's clock skips the
   // latter (the clauses below then decide, by the database's clock).
   const dueHere = !claimableAt || claimableAt.getTime() <= Date.now();
-  if (dueHere && (runnable ?? (await jobRunnableNow(db, jobId, leaseSeconds)))) return undefined;
+  if (dueHere && (runnable ?? (await jobRunnableNow(db, jobId, offlineSeconds)))) return undefined;
   const wanted: Array<[string, RawBuilder<unknown>]> = [
     ...(req.architecture
       ? [
@@ -223,7 +225,7 @@ async function jobWaiting(
         array(select x from unnest(j.labels) x where not x = any(r.labels) order by x) as missing,
         forelead_meets_requirements(${requirements}, ${capabilities}) as meets, ${unmet} as unmet,
         forelead_runner_unpaused(r.paused_at) as unpaused,
-        ${connectedRunner(leaseSeconds)} as connected,
+        ${connectedRunner(offlineSeconds)} as connected,
         forelead_slot_free(live.n, r.slots) as slot_free
       from jobs j
       join runners r on r.workspace_id = j.workspace_id
@@ -323,9 +325,10 @@ async function jobWaiting(
       code: "runners_not_connected",
       message:
         `runners in workspace ${ws} have the job's labels ` +
-        `(${unpaused.map((r) => r.runner_id).join(", ")}) but none was seen in ` +
-        `the last ${leaseSeconds} s: start one, or check its network and ` +
-        `certificate (its log says why it cannot reach the control plane)`,
+        `(${unpaused.map((r) => r.runner_id).join(", ")}) but none is connected: each is ` +
+        `offline (not heard from in the last ${offlineSeconds} s) or draining: start one, ` +
+        `or check its network and certificate (its log says why it cannot reach the ` +
+        `control plane)`,
     };
   }
   if (!clauses.group_room) {
@@ -361,9 +364,9 @@ async function jobWaiting(
 export async function withWaiting(
   db: Kysely<Database>,
   job: JobSnapshot,
-  leaseSeconds: number,
+  offlineSeconds: number,
   runnable?: boolean,
 ): Promise<JobSnapshot> {
-  const waiting = await jobWaiting(db, job, leaseSeconds, runnable);
+  const waiting = await jobWaiting(db, job, offlineSeconds, runnable);
   return waiting ? { ...job, waiting } : job;
 }

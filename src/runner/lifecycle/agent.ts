@@ -9,6 +9,7 @@ import type { Executor, RunnerCapacity } from "../executors/executor.js";
 import { removeLeftoverSecretFiles } from "../executors/secret-files.js";
 import { startInventory, type InventoryLoop } from "./inventory.js";
 import { runLease, type JobRun } from "./job-run.js";
+import { startNoticeWatch } from "./notice-watch.js";
 import type { OutputSink } from "../output/output.js";
 import { sleep, type NextLease } from "./settle.js";
 import { maxLeasesPerClaim } from "../../protocol/claims.js";
@@ -251,6 +252,9 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     return Math.min(longest, Math.ceil((options.idleExitMs - idleFor) / 1000));
   };
 
+  // One watch while leases are held: a cancel reaches the run at once, not at its next renewal.
+  const watch = startNoticeWatch({ client, runs, log });
+
   /**
    * Runs a lease just received (a claim's, or a completion's next): as the drain began, it is given
    * straight back instead. Each lease has its own run and its own keeper, so a lost one is killed.
@@ -265,6 +269,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
     claimed++;
     const run = runLease({ ...context(), next }, lease);
     runs.set(run.jobId, run);
+    watch.leaseTaken();
     void run.done
       .then((took) => void (took && settled++))
       .finally(() => {
@@ -358,6 +363,7 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
   const finished = async (): Promise<AgentEnd> => {
     await loop;
     await Promise.all([...runs.values()].map((r) => r.done));
+    watch.stop();
     inventory?.stop();
     return { reason: end, claimed, settled, failure };
   };

@@ -79,6 +79,10 @@ export interface JobRun {
    * completing.
    */
   release(): void;
+  /** The runner's watch said the job was cancelled: stopped as a renewal's cancel stops it. */
+  cancelRequested(): void;
+  /** True once the job's cancel is known (from a renewal or the watch). */
+  readonly cancelSeen: boolean;
 }
 
 /**
@@ -331,7 +335,15 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
     }
   })();
 
-  return { jobId, done, release: () => void run.stop("release", ctx.graceMs) };
+  return {
+    jobId,
+    done,
+    release: () => void run.stop("release", ctx.graceMs),
+    cancelRequested: () => keeper.cancelRequested(),
+    get cancelSeen() {
+      return keeper.cancelSeen;
+    },
+  };
 }
 
 /**

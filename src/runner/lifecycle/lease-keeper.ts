@@ -8,6 +8,13 @@ export interface LeaseKeeper {
   readonly expiresAtMs: number;
   /** Why the lease was lost; undefined while it is held. */
   readonly lostReason: string | undefined;
+  /** True once the control plane said the job was cancelled (a renewal or a watch notice). */
+  readonly cancelSeen: boolean;
+  /**
+   * The runner's watch said the job was cancelled: acted on as a renewal that says so (once, and
+   * not after stop).
+   */
+  cancelRequested(): void;
   /** Stops renewing (the job was completed or released). */
   stop(): void;
 }
@@ -20,7 +27,7 @@ export interface LeaseKeeperOptions {
   readonly leaseToken: string;
   /** Expiry from the claim, in control-plane milliseconds. */
   readonly expiresAtMs: number;
-  /** A renewal said the job was cancelled. Called once. */
+  /** A renewal (or cancelRequested) said the job was cancelled. Called once. */
   readonly onCancelRequested: () => void;
   /**
    * The lease is gone: refused by the control plane, or expired by the corrected clock while
@@ -56,6 +63,11 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
     stop();
     options.onLost(reason);
   };
+  const noteCancel = () => {
+    if (stopped || cancelSeen) return;
+    cancelSeen = true;
+    options.onCancelRequested();
+  };
   const stop = () => {
     stopped = true;
     clearTimeout(renewTimer);
@@ -88,10 +100,7 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
       if (stopped) return;
       expiresAtMs = leaseExpiryMs(lease);
       watchExpiry();
-      if (lease.cancelRequested && !cancelSeen) {
-        cancelSeen = true;
-        options.onCancelRequested();
-      }
+      if (lease.cancelRequested) noteCancel();
     } catch (err) {
       if (stopped) return;
       if (err instanceof RunnerApiError && err.leaseGone)
@@ -111,6 +120,10 @@ export function keepLease(options: LeaseKeeperOptions): LeaseKeeper {
     get lostReason() {
       return lostReason;
     },
+    get cancelSeen() {
+      return cancelSeen;
+    },
+    cancelRequested: noteCancel,
     stop,
   };
 }

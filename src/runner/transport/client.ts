@@ -10,7 +10,9 @@ import {
   ClaimResponseSchema,
   ClockResponseSchema,
   InventoryResponseSchema,
+  WatchResponseSchema,
   type ReapOrder,
+  type RunnerNotice,
 } from "../../../gen/forelead/runner/v1/runner_pb.js";
 import { decodeJson } from "../../protocol/json/codec.js";
 import { refusalFix, type TlsSources } from "./failures.js";
@@ -44,6 +46,11 @@ export class RunnerApiError extends Error {
    */
   get leaseGone(): boolean {
     return this.status === 404 || this.status === 409;
+  }
+
+  /** 404 "no route": a control plane older than the route (an additive one) does not serve it. */
+  get noRoute(): boolean {
+    return this.status === 404 && this.code === "not_found" && this.message.includes(": no route ");
   }
 
   /** A 5xx (other than 501) or 429: the same request may succeed later. */
@@ -133,6 +140,15 @@ export interface RunnerClient {
    */
   renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
   release(jobId: string, leaseToken: string): Promise<void>;
+  /**
+   * The runner's notices (`POST /v1/runner/watch`): at once when there are some, else the first
+   * within `waitSeconds`, or none. `knownJobIds`: cancels the runner already has.
+   */
+  watch(
+    waitSeconds: number,
+    knownJobIds: readonly string[],
+    signal?: AbortSignal,
+  ): Promise<RunnerNotice[]>;
   /**
    * Settles the job; with `next`, the reply may carry the runner's next lease
    * (CompleteRequest.next).
@@ -251,13 +267,7 @@ export function createRunnerClient(
       } catch (err) {
         // A control plane older than multi-lease claims has no such route (404 "no route ..."):
         // claim one at a time from then on. (Its completions ignore `next`, an unknown field.)
-        if (!(
-          err instanceof RunnerApiError &&
-          err.status === 404 &&
-          err.code === "not_found" &&
-          err.message.includes(": no route ")
-        ))
-          throw err;
+        if (!(err instanceof RunnerApiError && err.noRoute)) throw err;
         claimsServed = false;
         return claimOne();
       }
@@ -265,6 +275,16 @@ export function createRunnerClient(
     async renew(jobId, leaseToken, timeoutMs) {
       const reply = await call("POST", "/v1/runner/renew", leaseBody(jobId, leaseToken), timeoutMs);
       return decodeJson(LeaseSchema, reply.json as JsonValue);
+    },
+    async watch(waitSeconds, knownJobIds, signal) {
+      const reply = await call(
+        "POST",
+        "/v1/runner/watch",
+        { apiVersion, runnerId, waitSeconds, knownJobIds },
+        waitSeconds * 1000 + 15_000,
+        signal,
+      );
+      return decodeJson(WatchResponseSchema, (reply.json ?? {}) as JsonValue).notices;
     },
     async release(jobId, leaseToken) {
       await call("POST", "/v1/runner/release", leaseBody(jobId, leaseToken));
