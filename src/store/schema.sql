@@ -1412,6 +1412,12 @@ CREATE INDEX inventory_items_orphans ON public.inventory_items USING btree (work
 CREATE INDEX issued_certificates_identity ON public.issued_certificates USING btree (workspace_id, runner_id, issued_at);
 
 --
+-- Name: issued_certificates_not_after; Type: INDEX; Schema: public
+--
+
+CREATE INDEX issued_certificates_not_after ON public.issued_certificates USING btree (not_after);
+
+--
 -- Name: job_inputs_job; Type: INDEX; Schema: public
 --
 
@@ -1550,6 +1556,18 @@ CREATE INDEX reap_orders_newest ON public.reap_orders USING btree (ordered_at DE
 CREATE UNIQUE INDEX reap_orders_pending ON public.reap_orders USING btree (workspace_id, runner_id, kind, name) WHERE (state = 'pending'::text);
 
 --
+-- Name: runners_last_seen; Type: INDEX; Schema: public
+--
+
+CREATE INDEX runners_last_seen ON public.runners USING btree (last_seen_at) WHERE (retired_at IS NULL);
+
+--
+-- Name: schedule_fires_fired; Type: INDEX; Schema: public
+--
+
+CREATE INDEX schedule_fires_fired ON public.schedule_fires USING btree (fired_at);
+
+--
 -- Name: schedules_due; Type: INDEX; Schema: public
 --
 
@@ -1566,6 +1584,12 @@ CREATE INDEX uploads_finalized_digest ON public.uploads USING btree (job_id, dig
 --
 
 CREATE UNIQUE INDEX uploads_open_name ON public.uploads USING btree (lease_id, name) WHERE (state = 'open'::text);
+
+--
+-- Name: webhook_deliveries_finished; Type: INDEX; Schema: public
+--
+
+CREATE INDEX webhook_deliveries_finished ON public.webhook_deliveries USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 
 --
 -- Name: webhook_deliveries_log; Type: INDEX; Schema: public
