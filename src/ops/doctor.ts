@@ -299,6 +299,7 @@ function listenCheck(connected: (() => boolean) | undefined) {
 function retentionCheck(reports: readonly RetentionReport[]) {
   const line = (r: RetentionReport) =>
     `${r.kind} ${formatDuration(r.retentionMs)}: ${r.pruned} pruned` +
+    (r.reclaimedBytes !== undefined ? ` (${formatBytes(r.reclaimedBytes)})` : "") +
     (r.lastRunAt ? `, last run ${r.lastRunAt.toISOString()}` : ", not run yet");
   const failed = reports.filter((r) => r.lastError);
   if (failed.length > 0)

@@ -15,6 +15,7 @@ export const retentionKinds = [
   "webhookDeliveries",
   "scheduleFires",
   "sessions",
+  "blobs",
 ] as const;
 
 /** One kind of record with a retention. */
@@ -49,6 +50,7 @@ const seconds: Readonly<Record<RetentionKind, { readonly d: number; readonly min
   webhookDeliveries: { d: 7 * day, min: hour },
   scheduleFires: { d: 30 * day, min: hour },
   sessions: { d: 7 * day, min: hour },
+  blobs: { d: day, min: hour },
 };
 
 /** The rule of each kind. */
@@ -112,6 +114,14 @@ export const retentionRules: Readonly<Record<RetentionKind, RetentionRule>> = {
     minimumText: "1h",
     help: "how long a person's sign-in session is kept after it ended or expired",
   },
+  blobs: {
+    flag: "--blob-grace",
+    defaultText: "1d",
+    minimumText: "1h",
+    help:
+      "how long an artifact blob no upload of a kept job names is kept before it is deleted " +
+      "(uploads in progress are never touched)",
+  },
 };
 
 /** The default retention of every kind, in milliseconds. */
@@ -151,8 +161,13 @@ function pruneRows(table: string, where: (c: RawBuilder<Date>) => RawBuilder<unk
   };
 }
 
-/** The prune statement of every kind but jobs (src/ops/prune-jobs.ts). */
-export const pruneStatements: Readonly<Record<Exclude<RetentionKind, "jobs">, PruneStatement>> = {
+/**
+ * The prune statement of every kind but jobs (src/ops/prune-jobs.ts) and blobs
+ * (src/artifacts/gc.ts).
+ */
+export const pruneStatements: Readonly<
+  Record<Exclude<RetentionKind, "jobs" | "blobs">, PruneStatement>
+> = {
   events: pruneRows("events", (c) => sql`at < ${c}`),
   // A record aggregating repeats is kept until its last occurrence is past the retention.
   audit: pruneRows("audit_records", (c) => sql`at < ${c} and coalesce(last_at, at) < ${c}`),

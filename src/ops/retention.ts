@@ -1,3 +1,5 @@
+import { collectBlobs } from "../artifacts/gc.js";
+import type { BlobStore } from "../artifacts/store.js";
 import type { Store } from "../store/database.js";
 import { logUnlessUnreachable } from "../store/unreachable.js";
 import { pruneJobs } from "./prune-jobs.js";
@@ -14,6 +16,8 @@ import {
 export interface RetentionObserver {
   /** One statement deleted `rows` rows of `kind` (jobs: retry chains' jobs and pipelines). */
   pruned(kind: RetentionKind, rows: number): void;
+  /** The artifact garbage collector deleted blobs of `bytes` bytes in all. */
+  reclaimed(bytes: number): void;
   /** A prune of `kind` failed; the next run tries again. */
   failed(kind: RetentionKind): void;
 }
@@ -22,8 +26,10 @@ export interface RetentionObserver {
 export interface RetentionReport {
   readonly kind: RetentionKind;
   readonly retentionMs: number;
-  /** Rows deleted by this replica since it started. */
+  /** Rows (blobs: blobs) deleted by this replica since it started. */
   readonly pruned: number;
+  /** Blobs only: the bytes those blobs held. */
+  readonly reclaimedBytes?: number;
   /** When its last prune run ended, if one did. */
   readonly lastRunAt?: Date;
   /** Why its last run failed, if it did. */
@@ -33,6 +39,8 @@ export interface RetentionReport {
 /** Options of the retention pruner. */
 export interface RetentionOptions {
   readonly store: Store;
+  /** The artifact blobs to collect garbage from; none collected without it. */
+  readonly blobs?: BlobStore;
   /**
    * How long each kind is kept, in milliseconds; each omitted takes its default. `forelead serve`
    * refuses values under each kind's minimum (retention-kinds.ts); tests may go lower.
@@ -81,9 +89,23 @@ export function createRetention(options: RetentionOptions): Retention {
   const intervalMs = options.pruneIntervalMs ?? 600_000;
   let closed = false;
 
+  let reclaimedBytes = 0;
+  const collect: PruneStatement = async (db, graceMs) => {
+    if (!options.blobs) return 0;
+    const collected = await collectBlobs(db, options.blobs, graceMs);
+    reclaimedBytes += collected.bytes;
+    if (collected.bytes > 0) options.observer?.reclaimed(collected.bytes);
+    return collected.blobs;
+  };
+  const statementOf = (kind: RetentionKind): [PruneStatement, number] =>
+    kind === "jobs"
+      ? [pruneJobs, batchJobs]
+      : kind === "blobs"
+        ? [collect, Infinity]
+        : [pruneStatements[kind], batchRows];
+
   const pruneKind = async (kind: RetentionKind) => {
-    const [statement, batch]: [PruneStatement, number] =
-      kind === "jobs" ? [pruneJobs, batchJobs] : [pruneStatements[kind], batchRows];
+    const [statement, batch] = statementOf(kind);
     let total = 0;
     try {
       for (;;) {
@@ -138,6 +160,7 @@ export function createRetention(options: RetentionOptions): Retention {
         kind,
         retentionMs: retentions[kind],
         ...reports.get(kind)!,
+        reclaimedBytes: kind === "blobs" ? reclaimedBytes : undefined,
       })),
     async close() {
       if (closed) return;

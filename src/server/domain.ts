@@ -133,6 +133,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     "the retention pruner",
     createRetention({
       store,
+      blobs: artifactStore.blobs,
       retentions: options.retentions,
       pruneIntervalMs: options.pruneIntervalMs || undefined,
       observer: metrics.retention,

@@ -1574,6 +1574,12 @@ CREATE INDEX schedule_fires_fired ON public.schedule_fires USING btree (fired_at
 CREATE INDEX schedules_due ON public.schedules USING btree (next_run_at) WHERE (paused_at IS NULL);
 
 --
+-- Name: uploads_digest; Type: INDEX; Schema: public
+--
+
+CREATE INDEX uploads_digest ON public.uploads USING btree (digest) WHERE (state <> 'discarded'::text);
+
+--
 -- Name: uploads_finalized_digest; Type: INDEX; Schema: public
 --
 

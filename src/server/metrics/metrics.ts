@@ -156,6 +156,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
     labelNames: ["kind"],
     registers,
   });
+  const reclaimed = new Counter({
+    name: "forelead_artifact_bytes_reclaimed_total",
+    help: "Bytes of artifact blobs this replica's garbage collector deleted.",
+    registers,
+  });
   for (const kind of retentionKinds) {
     pruned.labels(kind).inc(0);
     pruneFailures.labels(kind).inc(0);
@@ -380,6 +385,7 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
     retention: {
       pruned: (kind, rows) => pruned.labels(kind).inc(rows),
+      reclaimed: (bytes) => reclaimed.inc(bytes),
       failed: (kind) => pruneFailures.labels(kind).inc(),
     },
     refused: (reason) => refusedBy[reason].inc(),
