@@ -116,8 +116,8 @@ export interface StoredArtifacts {
   /** How many bytes of the upload are staged (0 when none). */
   stagedBytes(uploadId: string): Promise<number>;
   /**
-   * Something that changes when the blob is stored again: its inode, or its row's time and chunk
-   * count.
+   * Something that changes when the blob's bytes are stored again: its inode, or the transaction
+   * that wrote its chunk rows and their count (a deduplicated upload only moves its stored time).
    */
   blobIdentity(digest: string): Promise<string>;
   /** Flips one bit of the stored blob at `at`, behind the store's back. */
@@ -173,8 +173,8 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
     async blobIdentity(digest) {
       const { rows } = await sql<{
         id: string;
-      }>`select b.created_at::text || '/' || (select count(*) from artifact_blob_chunks c where
-        c.digest = b.digest) as id from artifact_blobs b where b.digest = ${digest}`.execute(db);
+      }>`select min(c.xmin::text) || '/' || count(*) as id from artifact_blob_chunks c
+        where c.digest = ${digest}`.execute(db);
       return rows[0]!.id;
     },
     async damage(digest, at) {
