@@ -1448,6 +1448,18 @@ CREATE UNIQUE INDEX jobs_idempotency ON public.jobs USING btree (workspace_id, i
 CREATE INDEX jobs_newest ON public.jobs USING btree (created_at DESC, id DESC);
 
 --
+-- Name: jobs_retried_by; Type: INDEX; Schema: public
+--
+
+CREATE INDEX jobs_retried_by ON public.jobs USING btree (retried_by) WHERE (retried_by IS NOT NULL);
+
+--
+-- Name: jobs_retry_of; Type: INDEX; Schema: public
+--
+
+CREATE INDEX jobs_retry_of ON public.jobs USING btree (retry_of) WHERE (retry_of IS NOT NULL);
+
+--
 -- Name: jobs_running_expiry; Type: INDEX; Schema: public
 --
 
@@ -1584,6 +1596,18 @@ CREATE INDEX uploads_digest ON public.uploads USING btree (digest) WHERE (state 
 --
 
 CREATE INDEX uploads_finalized_digest ON public.uploads USING btree (job_id, digest) WHERE (state = 'finalized'::text);
+
+--
+-- Name: uploads_job; Type: INDEX; Schema: public
+--
+
+CREATE INDEX uploads_job ON public.uploads USING btree (job_id);
+
+--
+-- Name: uploads_lease; Type: INDEX; Schema: public
+--
+
+CREATE INDEX uploads_lease ON public.uploads USING btree (lease_id);
 
 --
 -- Name: uploads_open_name; Type: INDEX; Schema: public
