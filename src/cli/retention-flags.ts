@@ -33,9 +33,10 @@ export function addRetentionOptions(command: Command): Command {
   for (const kind of retentionKinds) {
     const rule = retentionRules[kind];
     command.addOption(
-      new Option(`${rule.flag} <duration>`, `${rule.help} (at least ${rule.minimumText})`)
-        .default(undefined, rule.defaultText)
-        .argParser(retentionFlag(kind)),
+      new Option(
+        `${rule.flag} <duration>`,
+        `${rule.help} (default: ${rule.defaultText}; at least ${rule.minimumText})`,
+      ).argParser(retentionFlag(kind)),
     );
   }
   return command;

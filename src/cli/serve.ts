@@ -88,8 +88,8 @@ interface ServeFlags {
 
 /** `forelead serve`: the control plane. */
 export function serveCommand(): Command {
-  return (
-    addRetentionOptions(new Command("serve"))
+  return addRetentionOptions(
+    new Command("serve")
       .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
       .option(
         "--metrics-listen <host:port|off>",
@@ -445,7 +445,7 @@ export function serveCommand(): Command {
         };
         process.once("SIGTERM", () => stop("SIGTERM"));
         process.once("SIGINT", () => stop("SIGINT"));
-      })
+      }),
   );
 }
 
