@@ -113,5 +113,23 @@ describe.each(artifactStoreKinds)(
         await inProgress.runner.close();
       },
     );
+
+    it("an upload of a stored blob's bytes again starts its grace period over", async () => {
+      const stored = storedArtifacts(cp.plane);
+      const bytes = randomBytes(2000);
+      const first = await job();
+      const digest = await upload(first, bytes);
+      await settleAndPrune(first);
+      await stored.age(digest, 2 * hour);
+      const again = await job();
+      expect(await upload(again, bytes), "deduplicated").toBe(digest);
+      await settleAndPrune(again);
+      const blobs = cp.plane.artifacts.store.blobs;
+      expect(await collectBlobs(cp.plane.store.db, blobs, hour)).toEqual({ blobs: 0, bytes: 0 });
+      expect(await stored.blobs()).toContain(digest);
+      await stored.age(digest, 2 * hour);
+      expect(await collectBlobs(cp.plane.store.db, blobs, hour)).toMatchObject({ blobs: 1 });
+      expect(await stored.blobs()).not.toContain(digest);
+    });
   },
 );

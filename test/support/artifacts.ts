@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { sql } from "kysely";
@@ -122,6 +122,8 @@ export interface StoredArtifacts {
   blobIdentity(digest: string): Promise<string>;
   /** Flips one bit of the stored blob at `at`, behind the store's back. */
   damage(digest: string, at: number): Promise<void>;
+  /** Moves the time the blob was stored `ms` into the past, behind the store's back. */
+  age(digest: string, ms: number): Promise<void>;
 }
 
 /** A view of `plane`'s artifact store for assertions. */
@@ -138,6 +140,10 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
       stagedBytes: async (uploadId) =>
         (await stat(join(staging, `${uploadId}.part`)).catch(() => undefined))?.size ?? 0,
       blobIdentity: async (digest) => String((await stat(join(blobs, blobPath(digest)))).ino),
+      async age(digest, ms) {
+        const then = new Date(Date.now() - ms);
+        await utimes(join(blobs, blobPath(digest)), then, then);
+      },
       async damage(digest, at) {
         const file = join(blobs, blobPath(digest));
         await chmod(file, 0o644);
@@ -169,6 +175,10 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
         db,
       );
       return Number(rows[0]?.n ?? 0);
+    },
+    async age(digest, ms) {
+      await sql`update artifact_blobs set created_at = created_at - make_interval(secs => ${ms / 1000})
+        where digest = ${digest}`.execute(db);
     },
     async blobIdentity(digest) {
       const { rows } = await sql<{
