@@ -5,15 +5,17 @@ import {
   copyFile,
   mkdir,
   open,
+  readdir,
   rename,
   stat,
   unlink,
+  utimes,
   type FileHandle,
 } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { digestHex, type Digest } from "./names.js";
-import type { ArtifactStore, BlobStore, StagingStore } from "./store.js";
+import type { ArtifactStore, BlobStore, StagingStore, StoredBlob } from "./store.js";
 import { fsyncPath } from "../store/fsync-path.js";
 
 /**
@@ -60,6 +62,14 @@ export async function createFileArtifactStore(dir: string): Promise<ArtifactStor
         );
       return { size, chunks: createReadStream(blobPath(digest), { highWaterMark: chunkBytes }) };
     },
+    list: () => listBlobs(join(blobRoot, "sha256")),
+    async remove(digest) {
+      try {
+        await unlink(blobPath(digest));
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+      }
+    },
   };
 
   const staging: StagingStore = {
@@ -87,6 +97,9 @@ export async function createFileArtifactStore(dir: string): Promise<ArtifactStor
       const file = stagedPath(uploadId);
       const target = blobPath(digest);
       if ((await blobSize(digest)) !== undefined) {
+        // Stored again now: the garbage collector's grace period starts over.
+        const now = new Date();
+        await utimes(target, now, now);
         await unlink(file);
         return { created: false };
       }
@@ -115,6 +128,27 @@ export async function createFileArtifactStore(dir: string): Promise<ArtifactStor
     },
   };
   return { kind: "files", dir, description: `files in ${dir}`, blobs, staging };
+}
+
+/** The blobs under `root` (sha256/), in digest order, one directory read at a time. */
+async function* listBlobs(root: string): AsyncGenerator<StoredBlob> {
+  const dirs = await readdirIfAny(root);
+  for (const prefix of dirs.sort()) {
+    for (const hex of (await readdirIfAny(join(root, prefix))).sort()) {
+      if (!/^[0-9a-f]{64}$/.test(hex)) continue; // a promote's temporary copy
+      const s = await stat(join(root, prefix, hex)).catch(() => undefined);
+      if (s) yield { digest: `sha256:${hex}`, size: s.size, storedAt: s.mtime };
+    }
+  }
+}
+
+async function readdirIfAny(dir: string): Promise<string[]> {
+  try {
+    return await readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
 }
 
 async function sizeOf(path: string): Promise<number | undefined> {

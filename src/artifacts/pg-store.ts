@@ -3,7 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../store/schema.js";
 import type { Digest } from "./names.js";
-import type { ArtifactStore, BlobStore, StagingStore } from "./store.js";
+import type { ArtifactStore, BlobStore, StagingStore, StoredBlob } from "./store.js";
 
 /** Rows of at most 1 MiB: a put holds at most this much in memory before it is a row. */
 const defaultChunkBytes = 1024 * 1024;
@@ -50,6 +50,13 @@ export function createPostgresArtifactStore(
         size,
         chunks: pieces(rowsOf(db, "artifact_blob_chunks", "digest", digest), pieceBytes),
       };
+    },
+    list: () => listBlobs(db),
+    async remove(digest) {
+      await db.transaction().execute(async (tx) => {
+        await tx.deleteFrom("artifact_blob_chunks").where("digest", "=", digest).execute();
+        await tx.deleteFrom("artifact_blobs").where("digest", "=", digest).execute();
+      });
     },
   };
 
@@ -121,6 +128,11 @@ export function createPostgresArtifactStore(
         const created = await sql`insert into artifact_blobs (digest, size)
           select ${digest}, coalesce(sum(length(data)), 0) from upload_chunks where upload_id = ${uploadId}
           on conflict (digest) do nothing returning digest`.execute(tx);
+        // Stored again now: the garbage collector's grace period starts over.
+        if (!created.rows.length)
+          await sql`update artifact_blobs set created_at = now() where digest = ${digest}`.execute(
+            tx,
+          );
         if (created.rows.length) {
           await sql`insert into artifact_blob_chunks (digest, byte_offset, data)
             select ${digest}, byte_offset, data from upload_chunks where upload_id = ${uploadId}`.execute(
@@ -141,6 +153,24 @@ export function createPostgresArtifactStore(
     blobs,
     staging,
   };
+}
+
+/** Every blob's row, in digest order, 500 rows a query. */
+async function* listBlobs(db: Kysely<Database>): AsyncGenerator<StoredBlob> {
+  let after = "";
+  for (;;) {
+    const rows = await db
+      .selectFrom("artifact_blobs")
+      .select(["digest", "size", "created_at"])
+      .where("digest", ">", after)
+      .orderBy("digest")
+      .limit(500)
+      .execute();
+    for (const r of rows)
+      yield { digest: r.digest as Digest, size: Number(r.size), storedAt: r.created_at };
+    if (rows.length < 500) return;
+    after = rows[rows.length - 1]!.digest;
+  }
 }
 
 async function blobSize(db: Kysely<Database>, digest: Digest): Promise<number | undefined> {

@@ -6,6 +6,14 @@ interface BlobReader {
   readonly chunks: AsyncIterable<Uint8Array>;
 }
 
+/** A stored blob as the garbage collector sees it. */
+export interface StoredBlob {
+  readonly digest: Digest;
+  readonly size: number;
+  /** When it was stored (a deduplicated upload of the same bytes stores it again: now). */
+  readonly storedAt: Date;
+}
+
 /**
  * The content-addressed store of artifacts. Blobs are immutable and named
  * only by their digest; a blob gets there only from a staged upload whose
@@ -17,6 +25,10 @@ export interface BlobStore {
   size(digest: Digest): Promise<number | undefined>;
   /** Reads a blob in pieces of at most `chunkBytes`; not_found when it is not stored. */
   open(digest: Digest, chunkBytes?: number): Promise<BlobReader>;
+  /** Every blob, in digest order, read as it goes (src/artifacts/gc.ts). */
+  list(): AsyncIterable<StoredBlob>;
+  /** Deletes a blob; one already gone is fine. Only the garbage collector calls it. */
+  remove(digest: Digest): Promise<void>;
 }
 
 /**

@@ -27,6 +27,7 @@ import { defaultHosts } from "./ca.js";
 import { collect, integerIn, pathOption } from "./options.js";
 import { secondsFlag } from "./admin-flags.js";
 import { applyServeConfig } from "./config.js";
+import { addRetentionOptions, retentionsFromFlags } from "./retention-flags.js";
 import {
   checkPortsFree,
   defaultArtifactsDir,
@@ -39,7 +40,6 @@ import {
 
 interface ServeFlags {
   listen: string;
-  eventRetention: number;
   metricsListen: string;
   tlsCert?: string;
   tlsKey?: string;
@@ -88,7 +88,7 @@ interface ServeFlags {
 
 /** `forelead serve`: the control plane. */
 export function serveCommand(): Command {
-  return (
+  return addRetentionOptions(
     new Command("serve")
       .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
       .option(
@@ -306,15 +306,6 @@ export function serveCommand(): Command {
       )
       .addOption(
         new Option(
-          "--event-retention <duration>",
-          "how long the global event stream (GET /v1/admin/events) keeps events; " +
-            "older ones are pruned hourly in batches",
-        )
-          .default(7 * 86_400, "7d")
-          .argParser(secondsFlag("--event-retention", { wholeSeconds: true })),
-      )
-      .addOption(
-        new Option(
           "--max-artifact-size <size>",
           "largest artifact an upload may declare, e.g. 2GiB, 500MiB or bytes",
         )
@@ -454,7 +445,7 @@ export function serveCommand(): Command {
         };
         process.once("SIGTERM", () => stop("SIGTERM"));
         process.once("SIGINT", () => stop("SIGINT"));
-      })
+      }),
   );
 }
 
@@ -545,7 +536,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     artifactsDir: artifactsDir || undefined,
     maxArtifactBytes: flags.maxArtifactSize,
     secretsKeys,
-    eventRetentionMs: flags.eventRetention * 1000,
+    retentions: retentionsFromFlags(flags),
     webhooks: {
       allowPrivate: flags.webhookAllowPrivate ?? false,
       ca: flags.webhookCa ? [await readNamedFile(flags.webhookCa, "--webhook-ca")] : undefined,

@@ -1,8 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { sql } from "kysely";
 import type { Store } from "../store/database.js";
 import { createNotifyWaiters } from "../store/notify-waiters.js";
-import { logUnlessUnreachable } from "../store/unreachable.js";
 import {
   checkEventQuery,
   readEvents,
@@ -13,8 +11,8 @@ import {
 import { eventsChannel } from "./record.js";
 
 /**
- * The global event stream: reading, following and retention. Writing is record.ts, in the writers'
- * transactions.
+ * The global event stream: reading and following. Writing is record.ts, in the writers'
+ * transactions; retention is src/ops/retention.ts.
  */
 export interface Events {
   /** The events after `query.afterId` that have committed, in order, up to a page. */
@@ -24,18 +22,12 @@ export interface Events {
    * unavailable on close).
    */
   follow(query: EventQuery, signal?: AbortSignal): AsyncIterable<EventEntry>;
-  /** Deletes events older than the retention, in batches; returns how many. */
-  prune(): Promise<number>;
   close(): Promise<void>;
 }
 
 /** Options of the event stream. */
 export interface EventsOptions {
   readonly store: Store;
-  /** How long events are kept (forelead serve --event-retention); 7 days by default. */
-  readonly retentionMs?: number;
-  /** How often the prune runs; an hour by default, at most the retention. */
-  readonly pruneIntervalMs?: number;
   /**
    * A follower reads again after this long without a notification: a safety net, not the way it
    * learns.
@@ -43,50 +35,21 @@ export interface EventsOptions {
   readonly followPollMs?: number;
 }
 
-/** 7 days. */
-const defaultEventRetentionMs = 7 * 24 * 3600 * 1000;
-
-/** Rows one prune statement deletes: small enough that it holds few locks and commits quickly. */
-const pruneBatch = 5_000;
 /**
  * While a gap is open, a follower looks again this often: a rolled-back writer sends no
  * notification.
  */
 const gapRecheckMs = 100;
 
-/**
- * Subscribes to the events channel (one LISTEN per process serves every follower) and starts the
- * prune timer.
- */
+/** Subscribes to the events channel (one LISTEN per process serves every follower). */
 export async function createEvents(options: EventsOptions): Promise<Events> {
   const { db } = options.store;
-  const retentionMs = options.retentionMs ?? defaultEventRetentionMs;
   const followPollMs = options.followPollMs ?? 5_000;
   // One waiter a follower, armed before each read: a commit after the read ends its wait.
   const waiters = createNotifyWaiters<undefined, undefined, true>();
   const wakeAll = () => waiters.wakeAll(true);
   const unlisten = await waiters.listen(options.store, eventsChannel, wakeAll, wakeAll);
   let closed = false;
-
-  const prune = async () => {
-    let total = 0;
-    for (;;) {
-      const { numAffectedRows } = await sql`
-        delete from events where id in (select id from events where at < now() - make_interval(secs
-          => ${retentionMs / 1000}) order by id limit ${pruneBatch})`.execute(db);
-      const n = Number(numAffectedRows ?? 0);
-      total += n;
-      if (n < pruneBatch || closed) return total;
-    }
-  };
-  let pruning: Promise<unknown> = Promise.resolve();
-  const timer = setInterval(
-    () => {
-      pruning = prune().catch((err) => logUnlessUnreachable("events: prune failed", err));
-    },
-    Math.min(options.pruneIntervalMs ?? 3600_000, retentionMs),
-  );
-  timer.unref();
 
   async function* entries(
     query: EventQuery,
@@ -123,13 +86,10 @@ export async function createEvents(options: EventsOptions): Promise<Events> {
   return {
     read: (query) => entries(query, false),
     follow: (query, signal) => entries(query, true, signal),
-    prune,
     async close() {
       if (closed) return;
       closed = true;
-      clearInterval(timer);
       wakeAll();
-      await pruning;
       await unlisten();
     },
   };

@@ -7,6 +7,9 @@ import type { AuditSink } from "../identity/audit.js";
 import { pendingMigrations, unknownMigrations } from "../store/database.js";
 import type { Database } from "../store/schema.js";
 import { readDatabaseFacts } from "./status.js";
+import type { RetentionReport } from "./retention.js";
+import { retentionRules } from "./retention-kinds.js";
+import { formatDuration } from "../identity/certificate-policy.js";
 
 /** How a check came out; "skip" when it does not apply here. */
 type CheckStatus = "ok" | "warn" | "fail" | "skip";
@@ -38,6 +41,8 @@ export interface DoctorSubject {
   readonly listenConnected?: () => boolean;
   readonly artifacts?: ArtifactStore;
   readonly audit?: AuditSink;
+  /** This replica's prunes per kind of record; absent when nothing prunes yet (--check). */
+  readonly retention?: () => RetentionReport[];
 }
 
 /** Certificates ending within this long are a warning. */
@@ -118,6 +123,13 @@ export async function runDoctor(subject: DoctorSubject): Promise<DoctorCheck[]> 
     [
       "audit backlog",
       () => (subject.audit ? auditCheck(subject.audit) : skip("checked by the running server")),
+    ],
+    [
+      "retention",
+      () =>
+        subject.retention
+          ? retentionCheck(subject.retention())
+          : skip("checked by the running server"),
     ],
   ];
   const results: DoctorCheck[] = [];
@@ -278,6 +290,25 @@ function listenCheck(connected: (() => boolean) | undefined) {
         "the LISTEN connection is down: idle claims wake late",
         "it reconnects by itself; check the database's reachability and max_connections",
       );
+}
+
+/**
+ * Each kind's retention and what this replica pruned of it since it started; a kind whose last
+ * prune failed is a warning naming the error.
+ */
+function retentionCheck(reports: readonly RetentionReport[]) {
+  const line = (r: RetentionReport) =>
+    `${r.kind} ${formatDuration(r.retentionMs)}: ${r.pruned} pruned` +
+    (r.reclaimedBytes !== undefined ? ` (${formatBytes(r.reclaimedBytes)})` : "") +
+    (r.lastRunAt ? `, last run ${r.lastRunAt.toISOString()}` : ", not run yet");
+  const failed = reports.filter((r) => r.lastError);
+  if (failed.length > 0)
+    return warn(
+      failed.map((r) => `${retentionRules[r.kind].flag}: ${r.lastError}`).join("; ") +
+        `; ${reports.map(line).join("; ")}`,
+      "the next run tries again; check the database's log for what stopped the prune",
+    );
+  return ok(reports.map(line).join("; "));
 }
 
 async function eventBacklogCheck(db: Kysely<Database>) {

@@ -4,6 +4,7 @@ import type { AuditBacklog, AuditSink } from "../identity/audit.js";
 import type { Store } from "../store/database.js";
 import { runDoctor, type DoctorCheck } from "./doctor.js";
 import type { ReplicaHeartbeat } from "./replicas.js";
+import type { Retention } from "./retention.js";
 import { readDatabaseFacts, readFleetStatus, type FleetStatus } from "./status.js";
 
 /** What the status and doctor routes read, handed in by the composition root. */
@@ -19,6 +20,7 @@ export interface OperatorViewDeps {
   readonly issuer?: { readonly certPem: string; readonly keyPem: string; readonly notAfter: Date };
   readonly artifacts: ArtifactStore;
   readonly replica: ReplicaHeartbeat;
+  readonly retention: Retention;
   /** A runner silent this long is offline (forelead_runner_state). */
   readonly runnerOfflineSeconds: number;
   readonly build: { readonly version: string; readonly commit: string; readonly buildDate: string };
@@ -78,6 +80,7 @@ export function createOperatorView(deps: OperatorViewDeps): OperatorView {
         listenConnected: () => store.listening,
         artifacts: deps.artifacts,
         audit: deps.audit,
+        retention: () => deps.retention.report(),
       }),
   };
 }

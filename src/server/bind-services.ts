@@ -142,6 +142,7 @@ function operatorView(checked: CheckedOptions, domain: Domain) {
     issuer: options.issuer && issuer ? { ...options.issuer, notAfter: issuer.notAfter } : undefined,
     artifacts: domain.artifacts.store,
     replica: domain.replica,
+    retention: domain.retention,
     runnerOfflineSeconds: checked.runnerOfflineSeconds,
     build: buildInfo(),
   });

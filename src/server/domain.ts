@@ -18,6 +18,7 @@ import { isPostgresUrl, openStore, type Store } from "../store/database.js";
 import { createDbClock } from "../store/db-clock.js";
 import { createStreams } from "../streams/streams.js";
 import { startReplicaHeartbeat } from "../ops/replicas.js";
+import { createRetention } from "../ops/retention.js";
 import { buildInfo } from "./build-info.js";
 import type { CheckedOptions } from "./options.js";
 import type { ResourceStack } from "./resource-stack.js";
@@ -127,12 +128,15 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     "the replica heartbeat",
     await startReplicaHeartbeat(store.db, store.health, buildInfo().version),
   );
-  const events = stack.use(
-    "the event stream",
-    await createEvents({
+  const events = stack.use("the event stream", await createEvents({ store }));
+  const retention = stack.use(
+    "the retention pruner",
+    createRetention({
       store,
-      retentionMs: options.eventRetentionMs || undefined,
-      pruneIntervalMs: options.eventPruneIntervalMs || undefined,
+      blobs: artifactStore.blobs,
+      retentions: options.retentions,
+      pruneIntervalMs: options.pruneIntervalMs || undefined,
+      observer: metrics.retention,
     }),
   );
   const pauses = createPauses(store.db);
@@ -151,6 +155,7 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     streams,
     replica,
     events,
+    retention,
     pauses,
     metrics,
     webhooks,

@@ -1,3 +1,4 @@
+import type { Retentions } from "../ops/retention-kinds.js";
 import type { BatcherOptions } from "../broker/leases/batcher.js";
 import type { JobTimeouts } from "../broker/jobs/rules.js";
 import { defaultConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
@@ -96,10 +97,13 @@ export interface ControlPlaneOptions {
    * default.
    */
   readonly streamMaxSeconds?: number;
-  /** How long the global event stream keeps events (--event-retention); 7 days by default. */
-  readonly eventRetentionMs?: number;
-  /** How often old events are pruned; hourly by default (tests prune sooner). */
-  readonly eventPruneIntervalMs?: number;
+  /**
+   * How long each kind of record is kept, in milliseconds (--job-retention, --event-retention,
+   * ...; docs/retention.md); each omitted takes its default.
+   */
+  readonly retentions?: Partial<Retentions>;
+  /** About how often records past their retention are pruned; 10 minutes by default. */
+  readonly pruneIntervalMs?: number;
   /** How webhooks are delivered (--webhook-*; docs/webhooks.md). */
   readonly webhooks?: WebhookOptions;
   /**

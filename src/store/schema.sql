@@ -1412,6 +1412,12 @@ CREATE INDEX inventory_items_orphans ON public.inventory_items USING btree (work
 CREATE INDEX issued_certificates_identity ON public.issued_certificates USING btree (workspace_id, runner_id, issued_at);
 
 --
+-- Name: issued_certificates_not_after; Type: INDEX; Schema: public
+--
+
+CREATE INDEX issued_certificates_not_after ON public.issued_certificates USING btree (not_after);
+
+--
 -- Name: job_inputs_job; Type: INDEX; Schema: public
 --
 
@@ -1440,6 +1446,18 @@ CREATE UNIQUE INDEX jobs_idempotency ON public.jobs USING btree (workspace_id, i
 --
 
 CREATE INDEX jobs_newest ON public.jobs USING btree (created_at DESC, id DESC);
+
+--
+-- Name: jobs_retried_by; Type: INDEX; Schema: public
+--
+
+CREATE INDEX jobs_retried_by ON public.jobs USING btree (retried_by) WHERE (retried_by IS NOT NULL);
+
+--
+-- Name: jobs_retry_of; Type: INDEX; Schema: public
+--
+
+CREATE INDEX jobs_retry_of ON public.jobs USING btree (retry_of) WHERE (retry_of IS NOT NULL);
 
 --
 -- Name: jobs_running_expiry; Type: INDEX; Schema: public
@@ -1550,10 +1568,28 @@ CREATE INDEX reap_orders_newest ON public.reap_orders USING btree (ordered_at DE
 CREATE UNIQUE INDEX reap_orders_pending ON public.reap_orders USING btree (workspace_id, runner_id, kind, name) WHERE (state = 'pending'::text);
 
 --
+-- Name: runners_last_seen; Type: INDEX; Schema: public
+--
+
+CREATE INDEX runners_last_seen ON public.runners USING btree (last_seen_at) WHERE (retired_at IS NULL);
+
+--
+-- Name: schedule_fires_fired; Type: INDEX; Schema: public
+--
+
+CREATE INDEX schedule_fires_fired ON public.schedule_fires USING btree (fired_at);
+
+--
 -- Name: schedules_due; Type: INDEX; Schema: public
 --
 
 CREATE INDEX schedules_due ON public.schedules USING btree (next_run_at) WHERE (paused_at IS NULL);
+
+--
+-- Name: uploads_digest; Type: INDEX; Schema: public
+--
+
+CREATE INDEX uploads_digest ON public.uploads USING btree (digest) WHERE (state <> 'discarded'::text);
 
 --
 -- Name: uploads_finalized_digest; Type: INDEX; Schema: public
@@ -1562,10 +1598,28 @@ CREATE INDEX schedules_due ON public.schedules USING btree (next_run_at) WHERE (
 CREATE INDEX uploads_finalized_digest ON public.uploads USING btree (job_id, digest) WHERE (state = 'finalized'::text);
 
 --
+-- Name: uploads_job; Type: INDEX; Schema: public
+--
+
+CREATE INDEX uploads_job ON public.uploads USING btree (job_id);
+
+--
+-- Name: uploads_lease; Type: INDEX; Schema: public
+--
+
+CREATE INDEX uploads_lease ON public.uploads USING btree (lease_id);
+
+--
 -- Name: uploads_open_name; Type: INDEX; Schema: public
 --
 
 CREATE UNIQUE INDEX uploads_open_name ON public.uploads USING btree (lease_id, name) WHERE (state = 'open'::text);
+
+--
+-- Name: webhook_deliveries_finished; Type: INDEX; Schema: public
+--
+
+CREATE INDEX webhook_deliveries_finished ON public.webhook_deliveries USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 
 --
 -- Name: webhook_deliveries_log; Type: INDEX; Schema: public

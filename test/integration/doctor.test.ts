@@ -99,6 +99,7 @@ describe("a healthy control plane", () => {
         "LISTEN",
         "event backlog",
         "audit backlog",
+        "retention",
       ]);
       for (const c of report.checks)
         expect(["ok", "skip"], `${c.name}: ${c.detail}`).toContain(c.status);

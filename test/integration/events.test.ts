@@ -7,8 +7,8 @@ import { sql } from "kysely";
 import pg from "pg";
 import { describe, expect, it } from "vitest";
 import { FleetService } from "../../gen/forelead/admin/v1/fleet_pb.js";
-import { createEvents } from "../../src/events/events.js";
 import { readEvents } from "../../src/events/read.js";
+import { createRetention } from "../../src/ops/retention.js";
 import { eventually, registeredRunner, type RunnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { databaseKind } from "../support/database.js";
@@ -277,11 +277,11 @@ describe(`the event stream (${databaseKind})`, () => {
     await sql`insert into events (type, workspace_id) select 'job.queued', ${w} from generate_series(1, 5)`.execute(
       db,
     );
-    const events = await createEvents({ store: cp.plane.store, retentionMs: 7 * 24 * 3600 * 1000 });
+    const retention = createRetention({ store: cp.plane.store });
     try {
-      expect(await events.prune()).toBeGreaterThanOrEqual(12000);
+      expect((await retention.pruneAll()).events).toBeGreaterThanOrEqual(12000);
     } finally {
-      await events.close();
+      await retention.close();
     }
     const { rows } = await sql<{
       n: number | string;

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { sql } from "kysely";
@@ -116,12 +116,14 @@ export interface StoredArtifacts {
   /** How many bytes of the upload are staged (0 when none). */
   stagedBytes(uploadId: string): Promise<number>;
   /**
-   * Something that changes when the blob is stored again: its inode, or its row's time and chunk
-   * count.
+   * Something that changes when the blob's bytes are stored again: its inode, or the transaction
+   * that wrote its chunk rows and their count (a deduplicated upload only moves its stored time).
    */
   blobIdentity(digest: string): Promise<string>;
   /** Flips one bit of the stored blob at `at`, behind the store's back. */
   damage(digest: string, at: number): Promise<void>;
+  /** Moves the time the blob was stored `ms` into the past, behind the store's back. */
+  age(digest: string, ms: number): Promise<void>;
 }
 
 /** A view of `plane`'s artifact store for assertions. */
@@ -138,6 +140,10 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
       stagedBytes: async (uploadId) =>
         (await stat(join(staging, `${uploadId}.part`)).catch(() => undefined))?.size ?? 0,
       blobIdentity: async (digest) => String((await stat(join(blobs, blobPath(digest)))).ino),
+      async age(digest, ms) {
+        const then = new Date(Date.now() - ms);
+        await utimes(join(blobs, blobPath(digest)), then, then);
+      },
       async damage(digest, at) {
         const file = join(blobs, blobPath(digest));
         await chmod(file, 0o644);
@@ -170,11 +176,15 @@ export function storedArtifacts(plane: ControlPlane): StoredArtifacts {
       );
       return Number(rows[0]?.n ?? 0);
     },
+    async age(digest, ms) {
+      await sql`update artifact_blobs set created_at = created_at - make_interval(secs => ${ms / 1000})
+        where digest = ${digest}`.execute(db);
+    },
     async blobIdentity(digest) {
       const { rows } = await sql<{
         id: string;
-      }>`select b.created_at::text || '/' || (select count(*) from artifact_blob_chunks c where
-        c.digest = b.digest) as id from artifact_blobs b where b.digest = ${digest}`.execute(db);
+      }>`select min(c.xmin::text) || '/' || count(*) as id from artifact_blob_chunks c
+        where c.digest = ${digest}`.execute(db);
       return rows[0]!.id;
     },
     async damage(digest, at) {

@@ -9,6 +9,8 @@ import type { BrokerObserver } from "../../broker/observer.js";
 import { runnerStates } from "../../broker/fleet/state.js";
 import type { AuditSink } from "../../identity/audit.js";
 import type { Store } from "../../store/database.js";
+import type { RetentionObserver } from "../../ops/retention.js";
+import { retentionKinds } from "../../ops/retention-kinds.js";
 import { createDatabaseSampler, type DatabaseSample } from "./database-sample.js";
 import { checkReadiness, type ReadinessCheck } from "./readiness.js";
 
@@ -33,6 +35,8 @@ export interface Metrics {
   readonly registry: Registry;
   /** What the broker reports to. */
   readonly broker: BrokerObserver;
+  /** What the retention pruner reports to. */
+  readonly retention: RetentionObserver;
   /** What the guard reports refusals to. */
   readonly refused: (reason: RefusalReason) => void;
   /**
@@ -137,6 +141,30 @@ export function createMetrics(options: MetricsOptions): Metrics {
     buckets: requestBuckets,
     registers,
   });
+
+  const pruned = new Counter({
+    name: "forelead_retention_pruned_total",
+    help:
+      "Rows this replica deleted past their retention, by kind (jobs: jobs and pipelines, each " +
+      "with everything hanging off it); every kind is present, 0 when none was pruned.",
+    labelNames: ["kind"],
+    registers,
+  });
+  const pruneFailures = new Counter({
+    name: "forelead_retention_prune_failures_total",
+    help: "Prune runs of a kind that failed on this replica (the next run tries again), by kind.",
+    labelNames: ["kind"],
+    registers,
+  });
+  const reclaimed = new Counter({
+    name: "forelead_artifact_bytes_reclaimed_total",
+    help: "Bytes of artifact blobs this replica's garbage collector deleted.",
+    registers,
+  });
+  for (const kind of retentionKinds) {
+    pruned.labels(kind).inc(0);
+    pruneFailures.labels(kind).inc(0);
+  }
 
   // Children made once per label set: the hot path only looks them up and increments.
   const settled = Object.fromEntries(outcomes.map((o) => [o, settlements.labels(o)])) as Record<
@@ -354,6 +382,11 @@ export function createMetrics(options: MetricsOptions): Metrics {
         expired.inc(jobs.length);
         for (const job of jobs) if (job.state !== "queued") settled[job.state]?.inc();
       },
+    },
+    retention: {
+      pruned: (kind, rows) => pruned.labels(kind).inc(rows),
+      reclaimed: (bytes) => reclaimed.inc(bytes),
+      failed: (kind) => pruneFailures.labels(kind).inc(),
     },
     refused: (reason) => refusedBy[reason].inc(),
     watchRequest(req, res, values) {
