@@ -17,7 +17,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/runner.proto.
  */
 export const file_forelead_runner_v1_runner: GenFile = /*@__PURE__*/
-  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoEDCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDEgoKAm9zGAogASgJEhcKD2V4ZWN1dGlvbl9raW5kcxgLIAMoCRIQCghmZWF0dXJlcxgMIAMoCRIXCg9tYXhfY29uY3VycmVuY3kYDSABKAUSEwoLaW5zdGFuY2VfaWQYDyABKAkSNwoTaW5zdGFuY2Vfc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHdmVyc2lvbhgRIAEoCRIQCghkcmFpbmluZxgSIAEoCCInChBSZWdpc3RlclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJImAKDENsYWltUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd2FpdF9zZWNvbmRzGAMgASgFEhIKCm1heF9sZWFzZXMYBCABKAUiZAoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZRIpCgZsZWFzZXMYAiADKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSAoMUmVuZXdSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI5Cg1SZW5ld1Jlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlIkoKDlJlbGVhc2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2Ui0AIKD0NvbXBsZXRlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSFQoNY29tcGxldGlvbl9pZBgEIAEoCRIPCgdvdXRjb21lGAUgASgJEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEisKBWVycm9yGAcgASgLMhwuZm9yZWxlYWQucnVubmVyLnYxLkpvYkVycm9yEi8KCWFydGlmYWN0cxgIIAMoCzIcLmZvcmVsZWFkLnJ1bm5lci52MS5BcnRpZmFjdBInCgZyZXN1bHQYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBG5leHQYCiABKAsyIC5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVOZXh0QgwKCl9leGl0X2NvZGUiJAoMQ29tcGxldGVOZXh0EhQKDHdhaXRfc2Vjb25kcxgBIAEoBSJ3ChBDb21wbGV0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISKAoFbGVhc2UYAyABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSwoPQ29kZUhlYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI3ChBDb2RlSGVhZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCSJrChFDb2RlQnVuZGxlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEa2luZBgEIAEoCRIOCgZjb21taXQYBSABKAkiIgoSQ29kZUJ1bmRsZVJlc3BvbnNlEgwKBGRhdGEYASABKAwiXQoTQWdlbnRQdWJsaXNoUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEZGF0YRgEIAEoDCJLChRBZ2VudFB1Ymxpc2hSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZjb21taXQYAiABKAkSDgoGYnJhbmNoGAMgASgJImwKEEludmVudG9yeVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEjAKBWl0ZW1zGAMgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0itgEKDUludmVudG9yeUl0ZW0SDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBmpvYl9pZBgDIAEoCRINCgVzdGF0ZRgEIAEoCRINCgVpbWFnZRgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNjcHUYByABKAESDgoGbWVtb3J5GAggASgDEg4KBm9ycGhhbhgJIAEoCCJVChFJbnZlbnRvcnlSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIrCgRyZWFwGAIgAygLMh0uZm9yZWxlYWQucnVubmVyLnYxLlJlYXBPcmRlciInCglSZWFwT3JkZXISDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJIpQBCg1FdmVudHNSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIOCgZqb2JfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkSEAoIc2VxdWVuY2UYBSABKAMSJAoEZGF0YRgGIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSIQCg5FdmVudHNSZXNwb25zZSKSAQoLTG9nc1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRITCgtsZWFzZV90b2tlbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoAxIkCgRkYXRhGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIg4KDExvZ3NSZXNwb25zZSI7ChdSZW5ld0NlcnRpZmljYXRlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRILCgNjc3IYAiABKAkijAEKGFJlbmV3Q2VydGlmaWNhdGVSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIZChFjZXJ0aWZpY2F0ZV9jaGFpbhgCIAEoCRIRCglzcGlmZmVfaWQYAyABKAkSLQoJbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKNAQoRT3BlblVwbG9hZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEgwKBG5hbWUYBCABKAkSDAoEc2l6ZRgFIAEoAxIOCgZkaWdlc3QYBiABKAkSEgoKbWVkaWFfdHlwZRgHIAEoCSJoChJPcGVuVXBsb2FkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJdXBsb2FkX2lkGAIgASgJEhkKDGR1cmFibGVfc2l6ZRgDIAEoA0gAiAEBQg8KDV9kdXJhYmxlX3NpemUifQoQUHV0VXBsb2FkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSEQoJdXBsb2FkX2lkGAQgASgJEg4KBm9mZnNldBgFIAEoAxIMCgRkYXRhGAYgASgMInUKEVB1dFVwbG9hZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXVwbG9hZF9pZBgCIAEoCRIZCgxkdXJhYmxlX3NpemUYAyABKANIAIgBARIMCgRzaXplGAQgASgDQg8KDV9kdXJhYmxlX3NpemUiZAoVRmluYWxpemVVcGxvYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIRCgl1cGxvYWRfaWQYBCABKAkibQoWRmluYWxpemVVcGxvYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBmRpZ2VzdBgDIAEoCRIMCgRzaXplGAQgASgDEhIKCm1lZGlhX3R5cGUYBSABKAkywhUKDVJ1bm5lclNlcnZpY2UScQoFQ2xvY2sSIC5mb3JlbGVhZC5ydW5uZXIudjEuQ2xvY2tSZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLkNsb2NrUmVzcG9uc2UiI8rzGB8KA0dFVBIQL3YxL3J1bm5lci9jbG9jazoGcnVubmVyEn4KCFJlZ2lzdGVyEiMuZm9yZWxlYWQucnVubmVyLnYxLlJlZ2lzdGVyUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5SZWdpc3RlclJlc3BvbnNlIifK8xgjCgRQT1NUEhMvdjEvcnVubmVyL3JlZ2lzdGVyOgZydW5uZXISewoFQ2xhaW0SIC5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVzcG9uc2UiLcrzGCkKBFBPU1QSEC92MS9ydW5uZXIvY2xhaW0aBWxlYXNlIAE6BnJ1bm5lchJ7CgtDbGFpbUxlYXNlcxIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXNwb25zZSInyvMYIwoEUE9TVBIRL3YxL3J1bm5lci9jbGFpbXMgAToGcnVubmVyEnkKBVJlbmV3EiAuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld1Jlc3BvbnNlIivK8xgnCgRQT1NUEhAvdjEvcnVubmVyL3JlbmV3GgVsZWFzZToGcnVubmVyEnwKB1JlbGVhc2USIi5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlcXVlc3QaIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlc3BvbnNlIijK8xgkCgRQT1NUEhIvdjEvcnVubmVyL3JlbGVhc2UgAToGcnVubmVyEn4KCENvbXBsZXRlEiMuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5Db21wbGV0ZVJlc3BvbnNlIifK8xgjCgRQT1NUEhMvdjEvcnVubmVyL2NvbXBsZXRlOgZydW5uZXISfwoIQ29kZUhlYWQSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVIZWFkUmVzcG9uc2UiKMrzGCQKBFBPU1QSFC92MS9ydW5uZXIvY29kZS9oZWFkOgZydW5uZXISowEKCkNvZGVCdW5kbGUSJS5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlcXVlc3QaJi5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUJ1bmRsZVJlc3BvbnNlIkTK8xhACgRQT1NUEhYvdjEvcnVubmVyL2NvZGUvYnVuZGxlMhhhcHBsaWNhdGlvbi94LWdpdC1idW5kbGU6BnJ1bm5lcjABEpUCCgxBZ2VudFB1Ymxpc2gSJy5mb3JlbGVhZC5ydW5uZXIudjEuQWdlbnRQdWJsaXNoUmVxdWVzdBooLmZvcmVsZWFkLnJ1bm5lci52MS5BZ2VudFB1Ymxpc2hSZXNwb25zZSKvAcrzGKoBCgRQT1NUEhgvdjEvcnVubmVyL2FnZW50L3B1Ymxpc2g6BnJ1bm5lckoYYXBwbGljYXRpb24veC1naXQtYnVuZGxlUgRkYXRhWiIKFGZvcmVsZWFkLWFwaS12ZXJzaW9uEgphcGlWZXJzaW9uWhgKD2ZvcmVsZWFkLWpvYi1pZBIFam9iSWRaIgoUZm9yZWxlYWQtbGVhc2UtdG9rZW4SCmxlYXNlVG9rZW4oARKCAQoJSW52ZW50b3J5EiQuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeVJlcXVlc3QaJS5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5UmVzcG9uc2UiKMrzGCQKBFBPU1QSFC92MS9ydW5uZXIvaW52ZW50b3J5OgZydW5uZXISfAoGRXZlbnRzEiEuZm9yZWxlYWQucnVubmVyLnYxLkV2ZW50c1JlcXVlc3QaIi5mb3JlbGVhZC5ydW5uZXIudjEuRXZlbnRzUmVzcG9uc2UiKcrzGCUKBFBPU1QSES92MS9ydW5uZXIvZXZlbnRzIAEoAToGcnVubmVyKAESdAoETG9ncxIfLmZvcmVsZWFkLnJ1bm5lci52MS5Mb2dzUmVxdWVzdBogLmZvcmVsZWFkLnJ1bm5lci52MS5Mb2dzUmVzcG9uc2UiJ8rzGCMKBFBPU1QSDy92MS9ydW5uZXIvbG9ncyABKAE6BnJ1bm5lcigBEpkBChBSZW5ld0NlcnRpZmljYXRlEisuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3Q2VydGlmaWNhdGVSZXF1ZXN0GiwuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3Q2VydGlmaWNhdGVSZXNwb25zZSIqyvMYJgoEUE9TVBIWL3YxL3J1bm5lci9jZXJ0aWZpY2F0ZToGcnVubmVyEoMBCgpPcGVuVXBsb2FkEiUuZm9yZWxlYWQucnVubmVyLnYxLk9wZW5VcGxvYWRSZXF1ZXN0GiYuZm9yZWxlYWQucnVubmVyLnYxLk9wZW5VcGxvYWRSZXNwb25zZSImyvMYIgoEUE9TVBISL3YxL3J1bm5lci91cGxvYWRzOgZydW5uZXISmAIKCVB1dFVwbG9hZBIkLmZvcmVsZWFkLnJ1bm5lci52MS5QdXRVcGxvYWRSZXF1ZXN0GiUuZm9yZWxlYWQucnVubmVyLnYxLlB1dFVwbG9hZFJlc3BvbnNlIrsByvMYtgEKA1BVVBIdL3YxL3J1bm5lci91cGxvYWRzL3t1cGxvYWRJZH06BnJ1bm5lclIEZGF0YVoiChRmb3JlbGVhZC1hcGktdmVyc2lvbhIKYXBpVmVyc2lvbloYCg9mb3JlbGVhZC1qb2ItaWQSBWpvYklkWiIKFGZvcmVsZWFkLWxlYXNlLXRva2VuEgpsZWFzZVRva2VuWiAKFmZvcmVsZWFkLXVwbG9hZC1vZmZzZXQSBm9mZnNldCgBEqMBCg5GaW5hbGl6ZVVwbG9hZBIpLmZvcmVsZWFkLnJ1bm5lci52MS5GaW5hbGl6ZVVwbG9hZFJlcXVlc3QaKi5mb3JlbGVhZC5ydW5uZXIudjEuRmluYWxpemVVcGxvYWRSZXNwb25zZSI6yvMYNgoEUE9TVBImL3YxL3J1bm5lci91cGxvYWRzL3t1cGxvYWRJZH0vZmluYWxpemU6BnJ1bm5lchKvAQoNRG93bmxvYWRJbnB1dBIoLmZvcmVsZWFkLnJ1bm5lci52MS5Eb3dubG9hZElucHV0UmVxdWVzdBopLmZvcmVsZWFkLnJ1bm5lci52MS5Eb3dubG9hZElucHV0UmVzcG9uc2UiR8rzGEMKBFBPU1QSGS92MS9ydW5uZXIvaW5wdXRzL2NvbnRlbnQyGGFwcGxpY2F0aW9uL29jdGV0LXN0cmVhbToGcnVubmVyMAFiBnByb3RvMw", [file_forelead_api_v1_route, file_forelead_runner_v1_inputs, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoEDCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDEgoKAm9zGAogASgJEhcKD2V4ZWN1dGlvbl9raW5kcxgLIAMoCRIQCghmZWF0dXJlcxgMIAMoCRIXCg9tYXhfY29uY3VycmVuY3kYDSABKAUSEwoLaW5zdGFuY2VfaWQYDyABKAkSNwoTaW5zdGFuY2Vfc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHdmVyc2lvbhgRIAEoCRIQCghkcmFpbmluZxgSIAEoCCInChBSZWdpc3RlclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJImAKDENsYWltUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd2FpdF9zZWNvbmRzGAMgASgFEhIKCm1heF9sZWFzZXMYBCABKAUiZAoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZRIpCgZsZWFzZXMYAiADKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSAoMUmVuZXdSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI5Cg1SZW5ld1Jlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlIkoKDlJlbGVhc2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2Ui0AIKD0NvbXBsZXRlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSFQoNY29tcGxldGlvbl9pZBgEIAEoCRIPCgdvdXRjb21lGAUgASgJEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEisKBWVycm9yGAcgASgLMhwuZm9yZWxlYWQucnVubmVyLnYxLkpvYkVycm9yEi8KCWFydGlmYWN0cxgIIAMoCzIcLmZvcmVsZWFkLnJ1bm5lci52MS5BcnRpZmFjdBInCgZyZXN1bHQYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBG5leHQYCiABKAsyIC5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVOZXh0QgwKCl9leGl0X2NvZGUiJAoMQ29tcGxldGVOZXh0EhQKDHdhaXRfc2Vjb25kcxgBIAEoBSJ3ChBDb21wbGV0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISKAoFbGVhc2UYAyABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiXAoOSWRUb2tlblJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhAKCGF1ZGllbmNlGAQgASgJImUKD0lkVG9rZW5SZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJLCg9Db2RlSGVhZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIjcKEENvZGVIZWFkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGY29tbWl0GAIgASgJImsKEUNvZGVCdW5kbGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRraW5kGAQgASgJEg4KBmNvbW1pdBgFIAEoCSIiChJDb2RlQnVuZGxlUmVzcG9uc2USDAoEZGF0YRgBIAEoDCJdChNBZ2VudFB1Ymxpc2hSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRkYXRhGAQgASgMIksKFEFnZW50UHVibGlzaFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCRIOCgZicmFuY2gYAyABKAkibAoQSW52ZW50b3J5UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSMAoFaXRlbXMYAyADKAsyIS5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5SXRlbSK2AQoNSW52ZW50b3J5SXRlbRIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSDgoGam9iX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEg0KBWltYWdlGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA2NwdRgHIAEoARIOCgZtZW1vcnkYCCABKAMSDgoGb3JwaGFuGAkgASgIIlUKEUludmVudG9yeVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEisKBHJlYXAYAiADKAsyHS5mb3JlbGVhZC5ydW5uZXIudjEuUmVhcE9yZGVyIicKCVJlYXBPcmRlchIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkilAEKDUV2ZW50c1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRITCgtsZWFzZV90b2tlbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoAxIkCgRkYXRhGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIhAKDkV2ZW50c1Jlc3BvbnNlIpIBCgtMb2dzUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSDgoGam9iX2lkGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJEhAKCHNlcXVlbmNlGAUgASgDEiQKBGRhdGEYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiDgoMTG9nc1Jlc3BvbnNlIjsKF1JlbmV3Q2VydGlmaWNhdGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEgsKA2NzchgCIAEoCSKMAQoYUmVuZXdDZXJ0aWZpY2F0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhkKEWNlcnRpZmljYXRlX2NoYWluGAIgASgJEhEKCXNwaWZmZV9pZBgDIAEoCRItCglub3RfYWZ0ZXIYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo0BChFPcGVuVXBsb2FkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEbmFtZRgEIAEoCRIMCgRzaXplGAUgASgDEg4KBmRpZ2VzdBgGIAEoCRISCgptZWRpYV90eXBlGAcgASgJImgKEk9wZW5VcGxvYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCgl1cGxvYWRfaWQYAiABKAkSGQoMZHVyYWJsZV9zaXplGAMgASgDSACIAQFCDwoNX2R1cmFibGVfc2l6ZSJ9ChBQdXRVcGxvYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIRCgl1cGxvYWRfaWQYBCABKAkSDgoGb2Zmc2V0GAUgASgDEgwKBGRhdGEYBiABKAwidQoRUHV0VXBsb2FkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJdXBsb2FkX2lkGAIgASgJEhkKDGR1cmFibGVfc2l6ZRgDIAEoA0gAiAEBEgwKBHNpemUYBCABKANCDwoNX2R1cmFibGVfc2l6ZSJkChVGaW5hbGl6ZVVwbG9hZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhEKCXVwbG9hZF9pZBgEIAEoCSJtChZGaW5hbGl6ZVVwbG9hZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEgwKBG5hbWUYAiABKAkSDgoGZGlnZXN0GAMgASgJEgwKBHNpemUYBCABKAMSEgoKbWVkaWFfdHlwZRgFIAEoCTK/FgoNUnVubmVyU2VydmljZRJxCgVDbG9jaxIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1JlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xvY2tSZXNwb25zZSIjyvMYHwoDR0VUEhAvdjEvcnVubmVyL2Nsb2NrOgZydW5uZXISfgoIUmVnaXN0ZXISIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLlJlZ2lzdGVyUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvcmVnaXN0ZXI6BnJ1bm5lchJ7CgVDbGFpbRIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXNwb25zZSItyvMYKQoEUE9TVBIQL3YxL3J1bm5lci9jbGFpbRoFbGVhc2UgAToGcnVubmVyEnsKC0NsYWltTGVhc2VzEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlc3BvbnNlIifK8xgjCgRQT1NUEhEvdjEvcnVubmVyL2NsYWltcyABOgZydW5uZXISeQoFUmVuZXcSIC5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdSZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVzcG9uc2UiK8rzGCcKBFBPU1QSEC92MS9ydW5uZXIvcmVuZXcaBWxlYXNlOgZydW5uZXISfAoHUmVsZWFzZRIiLmZvcmVsZWFkLnJ1bm5lci52MS5SZWxlYXNlUmVxdWVzdBojLmZvcmVsZWFkLnJ1bm5lci52MS5SZWxlYXNlUmVzcG9uc2UiKMrzGCQKBFBPU1QSEi92MS9ydW5uZXIvcmVsZWFzZSABOgZydW5uZXISfgoIQ29tcGxldGUSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvY29tcGxldGU6BnJ1bm5lchJ/CghDb2RlSGVhZBIjLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlSGVhZFJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXNwb25zZSIoyvMYJAoEUE9TVBIUL3YxL3J1bm5lci9jb2RlL2hlYWQ6BnJ1bm5lchJ7CgdJZFRva2VuEiIuZm9yZWxlYWQucnVubmVyLnYxLklkVG9rZW5SZXF1ZXN0GiMuZm9yZWxlYWQucnVubmVyLnYxLklkVG9rZW5SZXNwb25zZSInyvMYIwoEUE9TVBITL3YxL3J1bm5lci9pZC10b2tlbjoGcnVubmVyEqMBCgpDb2RlQnVuZGxlEiUuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVCdW5kbGVSZXF1ZXN0GiYuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVCdW5kbGVSZXNwb25zZSJEyvMYQAoEUE9TVBIWL3YxL3J1bm5lci9jb2RlL2J1bmRsZTIYYXBwbGljYXRpb24veC1naXQtYnVuZGxlOgZydW5uZXIwARKVAgoMQWdlbnRQdWJsaXNoEicuZm9yZWxlYWQucnVubmVyLnYxLkFnZW50UHVibGlzaFJlcXVlc3QaKC5mb3JlbGVhZC5ydW5uZXIudjEuQWdlbnRQdWJsaXNoUmVzcG9uc2UirwHK8xiqAQoEUE9TVBIYL3YxL3J1bm5lci9hZ2VudC9wdWJsaXNoOgZydW5uZXJKGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZVIEZGF0YVoiChRmb3JlbGVhZC1hcGktdmVyc2lvbhIKYXBpVmVyc2lvbloYCg9mb3JlbGVhZC1qb2ItaWQSBWpvYklkWiIKFGZvcmVsZWFkLWxlYXNlLXRva2VuEgpsZWFzZVRva2VuKAESggEKCUludmVudG9yeRIkLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXF1ZXN0GiUuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeVJlc3BvbnNlIijK8xgkCgRQT1NUEhQvdjEvcnVubmVyL2ludmVudG9yeToGcnVubmVyEnwKBkV2ZW50cxIhLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXF1ZXN0GiIuZm9yZWxlYWQucnVubmVyLnYxLkV2ZW50c1Jlc3BvbnNlIinK8xglCgRQT1NUEhEvdjEvcnVubmVyL2V2ZW50cyABKAE6BnJ1bm5lcigBEnQKBExvZ3MSHy5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1JlcXVlc3QaIC5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1Jlc3BvbnNlIifK8xgjCgRQT1NUEg8vdjEvcnVubmVyL2xvZ3MgASgBOgZydW5uZXIoARKZAQoQUmVuZXdDZXJ0aWZpY2F0ZRIrLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVxdWVzdBosLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVzcG9uc2UiKsrzGCYKBFBPU1QSFi92MS9ydW5uZXIvY2VydGlmaWNhdGU6BnJ1bm5lchKDAQoKT3BlblVwbG9hZBIlLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVxdWVzdBomLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVzcG9uc2UiJsrzGCIKBFBPU1QSEi92MS9ydW5uZXIvdXBsb2FkczoGcnVubmVyEpgCCglQdXRVcGxvYWQSJC5mb3JlbGVhZC5ydW5uZXIudjEuUHV0VXBsb2FkUmVxdWVzdBolLmZvcmVsZWFkLnJ1bm5lci52MS5QdXRVcGxvYWRSZXNwb25zZSK7AcrzGLYBCgNQVVQSHS92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9OgZydW5uZXJSBGRhdGFaIgoUZm9yZWxlYWQtYXBpLXZlcnNpb24SCmFwaVZlcnNpb25aGAoPZm9yZWxlYWQtam9iLWlkEgVqb2JJZFoiChRmb3JlbGVhZC1sZWFzZS10b2tlbhIKbGVhc2VUb2tlblogChZmb3JlbGVhZC11cGxvYWQtb2Zmc2V0EgZvZmZzZXQoARKjAQoORmluYWxpemVVcGxvYWQSKS5mb3JlbGVhZC5ydW5uZXIudjEuRmluYWxpemVVcGxvYWRSZXF1ZXN0GiouZm9yZWxlYWQucnVubmVyLnYxLkZpbmFsaXplVXBsb2FkUmVzcG9uc2UiOsrzGDYKBFBPU1QSJi92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9L2ZpbmFsaXplOgZydW5uZXISrwEKDURvd25sb2FkSW5wdXQSKC5mb3JlbGVhZC5ydW5uZXIudjEuRG93bmxvYWRJbnB1dFJlcXVlc3QaKS5mb3JlbGVhZC5ydW5uZXIudjEuRG93bmxvYWRJbnB1dFJlc3BvbnNlIkfK8xhDCgRQT1NUEhkvdjEvcnVubmVyL2lucHV0cy9jb250ZW50MhhhcHBsaWNhdGlvbi9vY3RldC1zdHJlYW06BnJ1bm5lcjABYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_inputs, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * ClockRequest has no fields: GET /v1/runner/clock has no body.
@@ -503,6 +503,72 @@ export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*
   messageDesc(file_forelead_runner_v1_runner, 12);
 
 /**
+ * IdTokenRequest names a live lease and the audience the token is for.
+ *
+ * @generated from message forelead.runner.v1.IdTokenRequest
+ */
+export type IdTokenRequest = Message<"forelead.runner.v1.IdTokenRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string lease_token = 3;
+   */
+  leaseToken: string;
+
+  /**
+   * One of the job's idToken.allowedAudiences, exactly.
+   *
+   * @generated from field: string audience = 4;
+   */
+  audience: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.IdTokenRequest.
+ * Use `create(IdTokenRequestSchema)` to create a new message.
+ */
+export const IdTokenRequestSchema: GenMessage<IdTokenRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 13);
+
+/**
+ * IdTokenResponse is the signed token (a compact JWS) and when it expires:
+ * never after the lease's expiry at the time of issue.
+ *
+ * @generated from message forelead.runner.v1.IdTokenResponse
+ */
+export type IdTokenResponse = Message<"forelead.runner.v1.IdTokenResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string token = 2;
+   */
+  token: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.runner.v1.IdTokenResponse.
+ * Use `create(IdTokenResponseSchema)` to create a new message.
+ */
+export const IdTokenResponseSchema: GenMessage<IdTokenResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 14);
+
+/**
  * CodeHeadRequest names the agent job's lease.
  *
  * @generated from message forelead.runner.v1.CodeHeadRequest
@@ -529,7 +595,7 @@ export type CodeHeadRequest = Message<"forelead.runner.v1.CodeHeadRequest"> & {
  * Use `create(CodeHeadRequestSchema)` to create a new message.
  */
 export const CodeHeadRequestSchema: GenMessage<CodeHeadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 13);
+  messageDesc(file_forelead_runner_v1_runner, 15);
 
 /**
  * CodeHeadResponse is the current target-branch commit.
@@ -553,7 +619,7 @@ export type CodeHeadResponse = Message<"forelead.runner.v1.CodeHeadResponse"> & 
  * Use `create(CodeHeadResponseSchema)` to create a new message.
  */
 export const CodeHeadResponseSchema: GenMessage<CodeHeadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 14);
+  messageDesc(file_forelead_runner_v1_runner, 16);
 
 /**
  * CodeBundleRequest asks for a bundle of one permitted commit.
@@ -594,7 +660,7 @@ export type CodeBundleRequest = Message<"forelead.runner.v1.CodeBundleRequest"> 
  * Use `create(CodeBundleRequestSchema)` to create a new message.
  */
 export const CodeBundleRequestSchema: GenMessage<CodeBundleRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 15);
+  messageDesc(file_forelead_runner_v1_runner, 17);
 
 /**
  * CodeBundleResponse is one chunk of the bundle's bytes.
@@ -613,7 +679,7 @@ export type CodeBundleResponse = Message<"forelead.runner.v1.CodeBundleResponse"
  * Use `create(CodeBundleResponseSchema)` to create a new message.
  */
 export const CodeBundleResponseSchema: GenMessage<CodeBundleResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 16);
+  messageDesc(file_forelead_runner_v1_runner, 18);
 
 /**
  * AgentPublishRequest is one chunk of a git bundle holding one new commit that
@@ -651,7 +717,7 @@ export type AgentPublishRequest = Message<"forelead.runner.v1.AgentPublishReques
  * Use `create(AgentPublishRequestSchema)` to create a new message.
  */
 export const AgentPublishRequestSchema: GenMessage<AgentPublishRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 17);
+  messageDesc(file_forelead_runner_v1_runner, 19);
 
 /**
  * AgentPublishResponse is the published commit and the branch it was pushed to.
@@ -680,7 +746,7 @@ export type AgentPublishResponse = Message<"forelead.runner.v1.AgentPublishRespo
  * Use `create(AgentPublishResponseSchema)` to create a new message.
  */
 export const AgentPublishResponseSchema: GenMessage<AgentPublishResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 18);
+  messageDesc(file_forelead_runner_v1_runner, 20);
 
 /**
  * InventoryRequest lists what the runner created.
@@ -709,7 +775,7 @@ export type InventoryRequest = Message<"forelead.runner.v1.InventoryRequest"> & 
  * Use `create(InventoryRequestSchema)` to create a new message.
  */
 export const InventoryRequestSchema: GenMessage<InventoryRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 19);
+  messageDesc(file_forelead_runner_v1_runner, 21);
 
 /**
  * InventoryItem is one container or network the runner created.
@@ -772,7 +838,7 @@ export type InventoryItem = Message<"forelead.runner.v1.InventoryItem"> & {
  * Use `create(InventoryItemSchema)` to create a new message.
  */
 export const InventoryItemSchema: GenMessage<InventoryItem> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 20);
+  messageDesc(file_forelead_runner_v1_runner, 22);
 
 /**
  * InventoryResponse carries the reap orders for the runner.
@@ -796,7 +862,7 @@ export type InventoryResponse = Message<"forelead.runner.v1.InventoryResponse"> 
  * Use `create(InventoryResponseSchema)` to create a new message.
  */
 export const InventoryResponseSchema: GenMessage<InventoryResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 21);
+  messageDesc(file_forelead_runner_v1_runner, 23);
 
 /**
  * ReapOrder asks the runner to remove an orphan it reported.
@@ -820,7 +886,7 @@ export type ReapOrder = Message<"forelead.runner.v1.ReapOrder"> & {
  * Use `create(ReapOrderSchema)` to create a new message.
  */
 export const ReapOrderSchema: GenMessage<ReapOrder> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 22);
+  messageDesc(file_forelead_runner_v1_runner, 24);
 
 /**
  * EventsRequest is one event message; one NDJSON line on REST.
@@ -868,7 +934,7 @@ export type EventsRequest = Message<"forelead.runner.v1.EventsRequest"> & {
  * Use `create(EventsRequestSchema)` to create a new message.
  */
 export const EventsRequestSchema: GenMessage<EventsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 23);
+  messageDesc(file_forelead_runner_v1_runner, 25);
 
 /**
  * EventsResponse is empty: 204 on REST.
@@ -883,7 +949,7 @@ export type EventsResponse = Message<"forelead.runner.v1.EventsResponse"> & {
  * Use `create(EventsResponseSchema)` to create a new message.
  */
 export const EventsResponseSchema: GenMessage<EventsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 24);
+  messageDesc(file_forelead_runner_v1_runner, 26);
 
 /**
  * LogsRequest is one log message; one NDJSON line on REST.
@@ -931,7 +997,7 @@ export type LogsRequest = Message<"forelead.runner.v1.LogsRequest"> & {
  * Use `create(LogsRequestSchema)` to create a new message.
  */
 export const LogsRequestSchema: GenMessage<LogsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 25);
+  messageDesc(file_forelead_runner_v1_runner, 27);
 
 /**
  * LogsResponse is empty: 204 on REST.
@@ -946,7 +1012,7 @@ export type LogsResponse = Message<"forelead.runner.v1.LogsResponse"> & {
  * Use `create(LogsResponseSchema)` to create a new message.
  */
 export const LogsResponseSchema: GenMessage<LogsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 26);
+  messageDesc(file_forelead_runner_v1_runner, 28);
 
 /**
  * RenewCertificateRequest carries a PKCS#10 CSR for a new key made on the runner.
@@ -974,7 +1040,7 @@ export type RenewCertificateRequest = Message<"forelead.runner.v1.RenewCertifica
  * Use `create(RenewCertificateRequestSchema)` to create a new message.
  */
 export const RenewCertificateRequestSchema: GenMessage<RenewCertificateRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 27);
+  messageDesc(file_forelead_runner_v1_runner, 29);
 
 /**
  * RenewCertificateResponse is the new certificate.
@@ -1010,7 +1076,7 @@ export type RenewCertificateResponse = Message<"forelead.runner.v1.RenewCertific
  * Use `create(RenewCertificateResponseSchema)` to create a new message.
  */
 export const RenewCertificateResponseSchema: GenMessage<RenewCertificateResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 28);
+  messageDesc(file_forelead_runner_v1_runner, 30);
 
 /**
  * OpenUploadRequest declares one artifact before any byte moves.
@@ -1068,7 +1134,7 @@ export type OpenUploadRequest = Message<"forelead.runner.v1.OpenUploadRequest"> 
  * Use `create(OpenUploadRequestSchema)` to create a new message.
  */
 export const OpenUploadRequestSchema: GenMessage<OpenUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 29);
+  messageDesc(file_forelead_runner_v1_runner, 31);
 
 /**
  * OpenUploadResponse names the upload. Opening the same name, size and
@@ -1100,7 +1166,7 @@ export type OpenUploadResponse = Message<"forelead.runner.v1.OpenUploadResponse"
  * Use `create(OpenUploadResponseSchema)` to create a new message.
  */
 export const OpenUploadResponseSchema: GenMessage<OpenUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 30);
+  messageDesc(file_forelead_runner_v1_runner, 32);
 
 /**
  * PutUploadRequest carries bytes of an upload. The first message names the
@@ -1150,7 +1216,7 @@ export type PutUploadRequest = Message<"forelead.runner.v1.PutUploadRequest"> & 
  * Use `create(PutUploadRequestSchema)` to create a new message.
  */
 export const PutUploadRequestSchema: GenMessage<PutUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 31);
+  messageDesc(file_forelead_runner_v1_runner, 33);
 
 /**
  * PutUploadResponse says how much of the upload is held durably.
@@ -1188,7 +1254,7 @@ export type PutUploadResponse = Message<"forelead.runner.v1.PutUploadResponse"> 
  * Use `create(PutUploadResponseSchema)` to create a new message.
  */
 export const PutUploadResponseSchema: GenMessage<PutUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 32);
+  messageDesc(file_forelead_runner_v1_runner, 34);
 
 /**
  * FinalizeUploadRequest asks the control plane to verify and store an upload.
@@ -1222,7 +1288,7 @@ export type FinalizeUploadRequest = Message<"forelead.runner.v1.FinalizeUploadRe
  * Use `create(FinalizeUploadRequestSchema)` to create a new message.
  */
 export const FinalizeUploadRequestSchema: GenMessage<FinalizeUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 33);
+  messageDesc(file_forelead_runner_v1_runner, 35);
 
 /**
  * FinalizeUploadResponse is the stored artifact; the same again for a
@@ -1262,7 +1328,7 @@ export type FinalizeUploadResponse = Message<"forelead.runner.v1.FinalizeUploadR
  * Use `create(FinalizeUploadResponseSchema)` to create a new message.
  */
 export const FinalizeUploadResponseSchema: GenMessage<FinalizeUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 34);
+  messageDesc(file_forelead_runner_v1_runner, 36);
 
 /**
  * RunnerService is Runner protocol v1: every call is made by a runner with a
@@ -1362,6 +1428,17 @@ export const RunnerService: GenService<{
     methodKind: "unary";
     input: typeof CodeHeadRequestSchema;
     output: typeof CodeHeadResponseSchema;
+  },
+  /**
+   * A signed ID token (JWT-SVID) naming the leased job, for one of the
+   * audiences its enqueue allowed (docs/workload-identity.md).
+   *
+   * @generated from rpc forelead.runner.v1.RunnerService.IdToken
+   */
+  idToken: {
+    methodKind: "unary";
+    input: typeof IdTokenRequestSchema;
+    output: typeof IdTokenResponseSchema;
   },
   /**
    * A git bundle of a permitted commit, in chunks.
