@@ -63,8 +63,10 @@ export async function serveJobTokenDiscovery(
         req.method,
         404,
         "no-store",
-        error("not_found", `no document at ${path}; this listener serves GET ${[...paths.keys()]
-          .join(", ")}`),
+        error(
+          "not_found",
+          `no document at ${path}; this listener serves GET ${[...paths.keys()].join(", ")}`,
+        ),
       );
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");

@@ -51,13 +51,11 @@ export async function openJobTokens(
   stack: ResourceStack,
 ): Promise<JobTokens> {
   const maxLifetimeSeconds = options.maxLifetimeSeconds ?? jobTokenLimits.maxLifetimeSeconds;
-  if (
-    !(
-      Number.isInteger(maxLifetimeSeconds) &&
-      maxLifetimeSeconds >= 1 &&
-      maxLifetimeSeconds <= jobTokenLimits.maxLifetimeSeconds
-    )
-  )
+  if (!(
+    Number.isInteger(maxLifetimeSeconds) &&
+    maxLifetimeSeconds >= 1 &&
+    maxLifetimeSeconds <= jobTokenLimits.maxLifetimeSeconds
+  ))
     throw new Error(
       `--job-token-max-lifetime must be 1 to ${jobTokenLimits.maxLifetimeSeconds} seconds; ` +
         `got ${maxLifetimeSeconds}`,

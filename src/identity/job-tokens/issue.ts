@@ -63,8 +63,12 @@ export async function issueJobToken(
   checkAudience("audience", req.audience);
   const facts = await inTransaction(db, async (tx) => {
     const lease = await requireLiveLease(tx, req, req.jobId, req.leaseToken);
-    const { rows } = await sql<{ now: Date; pipeline_id: string | null; pipeline: string | null;
-      step: string | null }>`select now() as now, s.pipeline_id, p.name as pipeline,
+    const { rows } = await sql<{
+      now: Date;
+      pipeline_id: string | null;
+      pipeline: string | null;
+      step: string | null;
+    }>`select now() as now, s.pipeline_id, p.name as pipeline,
         s.name as step
       from (select 1) one
       left join pipeline_steps s on s.job_id = ${lease.job.id}
