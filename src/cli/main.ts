@@ -39,6 +39,12 @@ export const commandGroups: readonly CommandGroup[] = [
     },
   },
   {
+    name: "job-token",
+    description:
+      "the key set that signs jobs' ID tokens: init, rotate, publish the discovery documents",
+    load: async () => (await import("./job-token.js")).jobTokenCommand(),
+  },
+  {
     name: "login",
     description:
       "sign in through single sign-on: a short-lived client certificate (8 h) every " +

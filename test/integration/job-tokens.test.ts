@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { createRemoteJWKSet, customFetch, decodeProtectedHeader, jwtVerify } from "jose";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
-import { rotateJobTokenKeyFile } from "../../src/identity/job-tokens/key-set.js";
+import { jobTokenCommand } from "../../src/cli/job-token.js";
 import { leasedJob, registeredRunner, type RunnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { startTestControlPlane } from "../support/control-plane.js";
@@ -341,7 +341,7 @@ describe(`job ID tokens (${databaseKind})`, () => {
     expect(first.status, first.text).toBe(200);
     secrets.push(first.json.token);
     const oldKid = decodeProtectedHeader(first.json.token).kid;
-    const newKid = await rotateJobTokenKeyFile(keyFile);
+    const newKid = /key (\S+) signs/.exec(await jobToken("rotate", "--key", keyFile))![1];
     // The running control plane reads the rotated file within a second.
     let next = first;
     for (let i = 0; i < 100 && decodeProtectedHeader(next.json.token).kid === oldKid; i++) {
@@ -371,5 +371,20 @@ describe(`job ID tokens (${databaseKind})`, () => {
     } finally {
       await replica.close();
     }
+    // Published as static files for hosting elsewhere: the same documents.
+    const out = join(dir, "site");
+    await jobToken("publish", "--key", keyFile, "--issuer-url", issuer(), "--out", out);
+    expect(JSON.parse(await readFile(join(out, ".well-known/jwks.json"), "utf8"))).toEqual(jwks);
+    const config = await httpsGet(`${issuer()}/.well-known/openid-configuration`, caPem());
+    expect(
+      JSON.parse(await readFile(join(out, ".well-known/openid-configuration"), "utf8")),
+    ).toEqual(JSON.parse(config.body));
   });
 });
+
+/** Runs `forelead job-token ARGS` in process; returns what it printed. */
+async function jobToken(...args: string[]): Promise<string> {
+  let out = "";
+  await jobTokenCommand((t) => (out += t)).parseAsync(args, { from: "user" });
+  return out;
+}

@@ -21,22 +21,18 @@ export function httpsGet(
   method = "GET",
 ): Promise<HttpsReply> {
   return new Promise((resolve, reject) => {
-    const req = https.request(
-      url,
-      { method, ca: caPem, headers, agent: false },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            headers: res.headers,
-            body: Buffer.concat(chunks).toString("utf8"),
-            protocol: "http/1.1",
-          }),
-        );
-      },
-    );
+    const req = https.request(url, { method, ca: caPem, headers, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          body: Buffer.concat(chunks).toString("utf8"),
+          protocol: "http/1.1",
+        }),
+      );
+    });
     req.on("error", reject);
     req.end();
   });
