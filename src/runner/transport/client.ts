@@ -9,6 +9,7 @@ import {
 import {
   ClaimResponseSchema,
   ClockResponseSchema,
+  IdTokenResponseSchema,
   InventoryResponseSchema,
   type ReapOrder,
 } from "../../../gen/forelead/runner/v1/runner_pb.js";
@@ -133,6 +134,12 @@ export interface RunnerClient {
    */
   renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
   release(jobId: string, leaseToken: string): Promise<void>;
+  /** A signed ID token naming the job, for one of its idTokenAudiences (POST /v1/runner/id-token). */
+  idToken(
+    jobId: string,
+    leaseToken: string,
+    audience: string,
+  ): Promise<{ readonly token: string; readonly expiresAtMs: number }>;
   /**
    * Settles the job; with `next`, the reply may carry the runner's next lease
    * (CompleteRequest.next).
@@ -268,6 +275,14 @@ export function createRunnerClient(
     },
     async release(jobId, leaseToken) {
       await call("POST", "/v1/runner/release", leaseBody(jobId, leaseToken));
+    },
+    async idToken(jobId, leaseToken, audience) {
+      const reply = await call("POST", "/v1/runner/id-token", {
+        ...leaseBody(jobId, leaseToken),
+        audience,
+      });
+      const { token, expiresAt } = decodeJson(IdTokenResponseSchema, reply.json as JsonValue);
+      return { token, expiresAtMs: expiresAt ? timestampDate(expiresAt).getTime() : 0 };
     },
     async complete(jobId, leaseToken, c, next) {
       const body = {
