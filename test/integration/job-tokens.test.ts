@@ -46,6 +46,7 @@ describe(`job ID tokens (${databaseKind})`, () => {
 
   afterAll(() => rm(dir, { recursive: true, force: true }));
   afterEach(async () => {
+    await cp.plane.audit.flush();
     const db = cp.plane.store.db;
     const keyD = (
       JSON.parse(await readFile(keyFile, "utf8")) as { keys: { d: string }[] }
@@ -92,6 +93,7 @@ describe(`job ID tokens (${databaseKind})`, () => {
   }
 
   async function issuedCount(): Promise<number> {
+    await cp.plane.audit.flush(); // records are written in batches
     const rows = await cp.plane.store.db
       .selectFrom("audit_records")
       .select("id")
