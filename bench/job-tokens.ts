@@ -52,7 +52,10 @@ const sign = await measure(async () => {
 })();
 console.log(`signing alone: ${JSON.stringify(sign)}`);
 
-const cp = await startTestControlPlane({ leaseSeconds: 3600, jobTokens: { keyFile } });
+const cp = await startTestControlPlane({
+  leaseSeconds: 3600,
+  jobTokens: { keyFile, issuerUrl: "https://ci.example:8444" },
+});
 const admin = await adminActor(cp);
 try {
   const enq = await admin.enqueue({
