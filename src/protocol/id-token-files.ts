@@ -3,6 +3,15 @@ import { createHash } from "node:crypto";
 /** The env variable naming the directory of a job's ID-token files (docs/job-contract.md). */
 export const idTokenDirEnv = "FORELEAD_ID_TOKEN_DIR";
 
+/** The env variable naming a process job's on-demand ID-token socket (docs/job-contract.md). */
+export const idTokenSocketEnv = "FORELEAD_ID_TOKEN_SOCKET";
+
+/**
+ * The socket's name in FORELEAD_ID_TOKEN_DIR: no token file can have it (a file name never starts
+ * with ".").
+ */
+export const idTokenSocketName = ".socket";
+
 /**
  * The file, in FORELEAD_ID_TOKEN_DIR, holding a job's current ID token for `audience`: each
  * character outside A-Z a-z 0-9 . _ - becomes %XX (its UTF-8 bytes, upper-case hex), and a leading

@@ -31,6 +31,9 @@ let n = 0;
 
 afterAll(() => rm(dir, { recursive: true, force: true }));
 
+/** The built command, as a process job runs it (as its own user; node by its absolute path). */
+const forelead = `${process.execPath} ${join(process.cwd(), "bin/forelead.js")}`;
+
 /** Reads its token twice, 8 s apart (past the first one's expiry), and shows where it was. */
 const script = [
   `f="$FORELEAD_ID_TOKEN_DIR/${idTokenFileName(audience)}"`,
@@ -40,6 +43,13 @@ const script = [
   'echo "whole=$t1"',
   'echo "head=$(printf %s "$t1" | cut -c1-40)"',
   'echo "tail=$(printf %s "$t1" | cut -c41-)"',
+  // Process jobs: a fresh token on demand through the socket, as `forelead job id-token` asks.
+  'if [ -n "$FORELEAD_ID_TOKEN_SOCKET" ]; then',
+  `  s=$(${forelead} job id-token --audience '${audience}')`,
+  '  [ -n "$s" ] && [ "$s" != "$t1" ] && echo socket-fresh',
+  '  echo "socket=$s"',
+  `  ${forelead} job id-token --audience other.example || echo refused`,
+  "fi",
   "sleep 8",
   't2=$(cat "$f")',
   '[ -n "$t2" ] && [ "$t1" != "$t2" ] && echo refreshed',
@@ -94,6 +104,12 @@ describe.each(executors)(`job ID tokens on the %s executor (${databaseKind})`, (
         runner_id: `t${n}-${tag}`,
       });
       expect(payload.exp! - payload.iat!).toBeLessThanOrEqual(6);
+      if (executor === "process") {
+        expect(lines).toContain("socket-fresh");
+        expect(lines).toContain("socket=***");
+        expect(lines).toContain("refused");
+        expect(lines.join("\n")).toContain('audience "other.example" is not in job');
+      }
       const tokenDir = lines.find((l) => l.startsWith("dir="))!.slice(4);
       if (executor === "process") {
         expect(tokenDir).toMatch(/\/forelead-secrets-[^/]+$/);

@@ -38,6 +38,8 @@ export interface ExecutionRequest {
    * undefined when the job may have none. The executor gives it to the job's uid and names it.
    */
   readonly idTokenDir?: string;
+  /** The on-demand token socket in that directory (FORELEAD_ID_TOKEN_SOCKET; process jobs). */
+  readonly idTokenSocket?: string;
 }
 
 /** A job's secrets as its lease delivered them. */

@@ -1,4 +1,4 @@
-import { idTokenDirEnv } from "../../protocol/id-token-files.js";
+import { idTokenDirEnv, idTokenSocketEnv } from "../../protocol/id-token-files.js";
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { randomInt } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -177,6 +177,7 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
             ...request.secrets.env,
             ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}),
             ...(request.idTokenDir ? { [idTokenDirEnv]: request.idTokenDir } : {}),
+            ...(request.idTokenSocket ? { [idTokenSocketEnv]: request.idTokenSocket } : {}),
             ...jobDirEnv(jobDir, ""),
           },
           detached: true, // its own process group: kill(-pid) reaches everything it started

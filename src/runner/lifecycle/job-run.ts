@@ -216,6 +216,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
           leaseToken: token,
           audiences: job.idTokenAudiences,
           jobDir,
+          socket: ctx.executor.kind === "process",
           log: ctx.log,
         });
       } catch (err) {
@@ -256,6 +257,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
           ),
         secrets,
         idTokenDir: idTokens?.dir,
+        idTokenSocket: idTokens?.socket,
       })
       .catch(async (err) => {
         await idTokens?.remove();
