@@ -9,11 +9,11 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { createRemoteJWKSet, customFetch, decodeProtectedHeader, jwtVerify } from "jose";
+import { createRemoteJWKSet, customFetch, decodeJwt, decodeProtectedHeader, jwtVerify } from "jose";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { jobTokenCommand } from "../../src/cli/job-token.js";
-import { leasedJob, registeredRunner, type RunnerActor } from "../support/actors.js";
+import { adminActor, leasedJob, registeredRunner, type RunnerActor } from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { startTestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
@@ -334,6 +334,55 @@ describe(`job ID tokens (${databaseKind})`, () => {
       const enq = await admin.enqueue({ workspaceId: ws(), idToken: { allowedAudiences } });
       expect(enq.status, enq.text).toBe(400);
       expect(enq.json.message).toContain("idToken.allowedAudiences");
+    }
+  });
+
+  it("a pipeline step's job gets tokens with its pipeline and step, and a subject template can name them", async () => {
+    const plane = await startTestControlPlane({
+      pki: cp.pki,
+      jobTokens: {
+        keyFile,
+        issuerUrl: "https://ci.example:8444/forelead",
+        subjectTemplate: "workspaces/{workspace}/pipelines/{pipeline}/steps/{step}",
+      },
+    });
+    const stepAdmin = await adminActor(plane);
+    try {
+      const workspaceId = ws();
+      const runner = await registeredRunner(plane, "r1", workspaceId);
+      const submitted = await stepAdmin.rest.request("POST", "/v1/admin/pipelines", {
+        apiVersion: "v1",
+        workspaceId,
+        name: "release",
+        steps: [
+          {
+            name: "deploy",
+            labels: ["linux"],
+            spec: { image: "busybox", argv: ["true"], timeoutSeconds: 60 },
+            idToken: { allowedAudiences: [audiences[0]] },
+          },
+        ],
+      });
+      expect(submitted.status, submitted.text).toBe(200);
+      const claim = await runner.claim();
+      expect(claim.status, claim.text).toBe(200);
+      secrets.push(claim.json.token);
+      expect(claim.json.job.idTokenAudiences).toEqual([audiences[0]]);
+      const reply = await askToken(runner, claim.json.job.id, claim.json.token, audiences[0]!);
+      expect(reply.status, reply.text).toBe(200);
+      secrets.push(reply.json.token);
+      const payload = decodeJwt(reply.json.token);
+      expect(payload).toMatchObject({
+        iss: "https://ci.example:8444/forelead",
+        sub: `spiffe://forelead/workspaces/${workspaceId}/pipelines/release/steps/deploy`,
+        pipeline_id: submitted.json.pipeline.id,
+        pipeline: "release",
+        step: "deploy",
+      });
+      await runner.close();
+    } finally {
+      await stepAdmin.close();
+      await plane.close();
     }
   });
 
