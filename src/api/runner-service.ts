@@ -15,6 +15,7 @@ import type { Inventory } from "../inventory/inventory.js";
 import type { CodeHost } from "../code/code-host.js";
 import type { Artifacts } from "../artifacts/artifacts.js";
 import type { Streams } from "../streams/streams.js";
+import type { IssuedJobToken, JobTokenRequest } from "../identity/job-tokens/issue.js";
 import { runnerArtifactHandlers } from "./artifact-handlers.js";
 import { runnerOf } from "./context.js";
 import { jobMessage, leaseMessage } from "./job-view.js";
@@ -32,6 +33,8 @@ export interface RunnerServiceDeps {
   readonly code: CodeHost;
   readonly artifacts: Artifacts;
   readonly streams: Streams;
+  /** Jobs' ID tokens; undefined when the control plane issues none (no --job-token-key). */
+  readonly jobTokens?: { issue(req: JobTokenRequest): Promise<IssuedJobToken> };
 }
 
 /** Runner protocol v1: each handler decodes nothing itself, calls the domain, shapes the reply. */
@@ -149,6 +152,27 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
         ctx.signal,
       );
       return { apiVersion, job: jobMessage(job), lease: lease ? leaseMessage(lease) : undefined };
+    },
+
+    async idToken(req, ctx) {
+      const jobTokens = deps.jobTokens;
+      if (!jobTokens)
+        throw new ConnectError(
+          "this control plane issues no job ID tokens; start it with --job-token-key " +
+            "(docs/workload-identity.md)",
+          Code.FailedPrecondition,
+        );
+      const audience = JSON.stringify(req.audience.slice(0, 80));
+      const issued = await audited(
+        ctx,
+        "job.id_token",
+        `job ${req.jobId.slice(0, 64)} audience ${audience}`,
+        () => jobTokens.issue({ ...runnerOf(ctx), ...req }),
+        (t) => ({
+          reason: `issued ${t.subject} token jti ${t.jti}, expires ${t.expiresAt.toISOString()}`,
+        }),
+      );
+      return { apiVersion, token: issued.token, expiresAt: timestampFromDate(issued.expiresAt) };
     },
 
     async codeHead(req, ctx) {

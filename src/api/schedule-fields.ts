@@ -1,5 +1,5 @@
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import type { Backoff, Requirements } from "../../gen/forelead/runner/v1/scheduling_pb.js";
+import type { Backoff, IdToken, Requirements } from "../../gen/forelead/runner/v1/scheduling_pb.js";
 import type { EnqueueInput } from "../broker/jobs/rules.js";
 
 /**
@@ -13,6 +13,7 @@ export interface ScheduleMessage {
   readonly concurrencyLimit: number;
   readonly backoff?: Backoff;
   readonly requirements?: Requirements;
+  readonly idToken?: IdToken;
 }
 
 /** Those fields as the broker takes them (validated there, by validateEnqueue). */
@@ -20,7 +21,13 @@ export function scheduleFieldsOf(
   req: ScheduleMessage,
 ): Pick<
   EnqueueInput,
-  "runAt" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"
+  | "runAt"
+  | "delaySeconds"
+  | "concurrencyKey"
+  | "concurrencyLimit"
+  | "backoff"
+  | "requirements"
+  | "idToken"
 > {
   return {
     runAt: req.runAt ? timestampDate(req.runAt) : undefined,
@@ -42,5 +49,6 @@ export function scheduleFieldsOf(
           features: req.requirements.features,
         }
       : undefined,
+    idToken: req.idToken ? { allowedAudiences: req.idToken.allowedAudiences } : undefined,
   };
 }

@@ -39,6 +39,17 @@ export const commandGroups: readonly CommandGroup[] = [
     },
   },
   {
+    name: "job",
+    description: "run inside a job: its ID token for an audience (id-token --audience X)",
+    load: async () => (await import("./job.js")).jobCommand(),
+  },
+  {
+    name: "job-token",
+    description:
+      "the key set that signs jobs' ID tokens: init, rotate, publish the discovery documents",
+    load: async () => (await import("./job-token.js")).jobTokenCommand(),
+  },
+  {
     name: "login",
     description:
       "sign in through single sign-on: a short-lived client certificate (8 h) every " +

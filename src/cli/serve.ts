@@ -40,6 +40,11 @@ import {
 
 interface ServeFlags {
   listen: string;
+  jobTokenKey?: string;
+  jobTokenListen?: string;
+  jobTokenIssuerUrl?: string;
+  jobTokenMaxLifetime?: number;
+  jobTokenSubject?: string;
   metricsListen: string;
   tlsCert?: string;
   tlsKey?: string;
@@ -91,6 +96,31 @@ export function serveCommand(): Command {
   return addRetentionOptions(
     new Command("serve")
       .option("--listen <host:port>", "address to listen on", "127.0.0.1:8443")
+      .option(
+        "--job-token-key <file>",
+        "the key set that signs jobs' ID tokens (JSON, mode 0600; made when missing; " +
+          "forelead job-token rotate adds a key); docs/workload-identity.md",
+      )
+      .option(
+        "--job-token-listen <host:port>",
+        "HTTPS address (the server certificate, HTTP/1.1 and HTTP/2, no client certificate) " +
+          "serving only the job-token issuer's discovery document and JWKS",
+      )
+      .option(
+        "--job-token-issuer-url <url>",
+        "the issuer (iss) of jobs' ID tokens; default https:// and --job-token-listen",
+      )
+      .addOption(
+        new Option(
+          "--job-token-max-lifetime <seconds>",
+          "longest life of a job's ID token, 1 to 900 (never past the lease's expiry)",
+        ).argParser(integerIn("--job-token-max-lifetime", 1, 900)),
+      )
+      .option(
+        "--job-token-subject <template>",
+        "the sub path of a job's ID token under spiffe://<trust-domain>/, over {workspace}, " +
+          "{job}, {pipeline}, {step}; default workspaces/{workspace}/jobs/{job}",
+      )
       .option(
         "--metrics-listen <host:port|off>",
         "plain-HTTP address of /metrics (Prometheus), /healthz and /readyz, " +
@@ -410,6 +440,11 @@ export function serveCommand(): Command {
           ...(options.groupGrants ?? []).map((g) => `group ${g.group}=${describeGrant(g)}`),
         ];
         // Before the "serving" line, which scripts wait for.
+        if (plane.jobTokens)
+          console.log(
+            `forelead: job ID tokens issued as ${plane.jobTokens.issuerUrl}` +
+              `${plane.jobTokens.discoveryUrl ? `; discovery and JWKS on ${plane.jobTokens.discoveryUrl}` : ""}`,
+          );
         if (plane.metrics)
           console.log(
             `forelead: metrics and health on ${plane.metrics.url} (/metrics, ` +
@@ -548,6 +583,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     auditSpoolAdoptFrom,
     auditSpoolMaxBytes: flags.auditSpoolMaxSize,
     metricsListen: metricsListen || undefined,
+    jobTokens: jobTokenOptions(flags),
     connectionLimits: {
       handshakeTimeoutMs: flags.tlsHandshakeTimeout * 1000,
       maxConcurrentStreams: flags.maxConcurrentStreams,
@@ -601,6 +637,29 @@ function byteSize(name: string): (value: string) => number {
   };
 }
 
+/** The --job-token-* flags; undefined without --job-token-key. */
+function jobTokenOptions(flags: ServeFlags): ControlPlaneOptions["jobTokens"] {
+  const given = [
+    flags.jobTokenListen && "--job-token-listen",
+    flags.jobTokenIssuerUrl && "--job-token-issuer-url",
+    flags.jobTokenMaxLifetime !== undefined && "--job-token-max-lifetime",
+    flags.jobTokenSubject && "--job-token-subject",
+  ].filter(Boolean);
+  if (!flags.jobTokenKey) {
+    if (given.length) throw new Error(`${given.join(", ")} need --job-token-key <file>`);
+    return undefined;
+  }
+  return {
+    keyFile: resolve(flags.jobTokenKey),
+    listen: flags.jobTokenListen
+      ? parseListen(flags.jobTokenListen, "--job-token-listen")
+      : undefined,
+    issuerUrl: flags.jobTokenIssuerUrl,
+    maxLifetimeSeconds: flags.jobTokenMaxLifetime,
+    subjectTemplate: flags.jobTokenSubject,
+  };
+}
+
 /** --database: a URL or "memory://" as given, a directory made absolute. */
 function databaseLocation(value: string): string {
   return isPostgresUrl(value) || value === "memory://" ? value : resolve(value);
@@ -613,6 +672,9 @@ function listenAddresses(flags: ServeFlags): { host: string; port: number; flag:
     ...(flags.metricsListen === "off"
       ? []
       : [{ ...parseListen(flags.metricsListen, "--metrics-listen"), flag: "--metrics-listen" }]),
+    ...(flags.jobTokenListen
+      ? [{ ...parseListen(flags.jobTokenListen, "--job-token-listen"), flag: "--job-token-listen" }]
+      : []),
   ];
 }
 

@@ -52,6 +52,7 @@ export type RequestHandler = (
 export function bindServices(checked: CheckedOptions, domain: Domain): RequestHandler {
   const { options, tls, maxBodyBytes } = checked;
   const { store, clock, broker, inventory, code, artifacts, streams, identity, metrics } = domain;
+  const { jobTokens } = domain;
   const { roles, audit, retirements, enrollment } = identity;
   const runnerRefusal = retirements.refusal;
   const guardOptions = {
@@ -67,7 +68,16 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
   const implementations = [
     serviceImpl(
       RunnerService,
-      createRunnerService({ clock, broker, inventory, enrollment, code, artifacts, streams }),
+      createRunnerService({
+        clock,
+        broker,
+        inventory,
+        enrollment,
+        code,
+        artifacts,
+        streams,
+        jobTokens,
+      }),
     ),
     serviceImpl(
       AdminService,

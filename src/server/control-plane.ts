@@ -31,6 +31,8 @@ export interface ControlPlane {
   readonly connections: ConnectionCounters;
   /** The plain-HTTP metrics and health listener, when options.metricsListen asked for one. */
   readonly metrics: MetricsServer | undefined;
+  /** The job-token issuer, when options.jobTokens asked for one. */
+  readonly jobTokens: { readonly issuerUrl: string; readonly discoveryUrl?: string } | undefined;
   /**
    * Stops accepting, closes client sessions, then everything else it opened,
    * newest first, down to the database; rejects with an UnwindError naming
@@ -73,6 +75,7 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       tls: checked.tls,
       connections: listener.counters,
       metrics,
+      jobTokens: domain.jobTokens,
       close: () => stack.unwind(),
     };
   } catch (err) {

@@ -24,6 +24,7 @@ import type { CheckedOptions } from "./options.js";
 import type { ResourceStack } from "./resource-stack.js";
 import { createMetrics } from "./metrics/metrics.js";
 import { createWebhooks } from "../webhooks/webhooks.js";
+import { openJobTokens } from "./job-tokens.js";
 
 /** The domain objects the services bind to, each open on the database. */
 export type Domain = Awaited<ReturnType<typeof buildDomain>>;
@@ -144,10 +145,18 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
     "webhooks",
     await createWebhooks(store, secrets.box, options.webhooks ?? {}),
   );
+  const jobTokens = options.jobTokens
+    ? await openJobTokens(
+        options.jobTokens,
+        { db: store.db, trustDomain: options.trustDomain, tls: checked.tls, clock },
+        stack,
+      )
+    : undefined;
   return {
     store,
     clock,
     identity,
+    jobTokens,
     code,
     broker,
     inventory,

@@ -13,6 +13,7 @@ import type { SsoOptions } from "../identity/sso.js";
 import type { SecretsKeys } from "../secrets/keys.js";
 import { createTlsMaterial, type TlsFiles, type TlsMaterial } from "./tls-material.js";
 import type { MetricsListen } from "./metrics/http.js";
+import type { JobTokenOptions } from "./job-tokens.js";
 import { defaultRunnerOfflineSeconds } from "../broker/fleet/state.js";
 import type { WebhookOptions } from "../webhooks/webhooks.js";
 
@@ -122,6 +123,11 @@ export interface ControlPlaneOptions {
    * served when omitted.
    */
   readonly metricsListen?: MetricsListen;
+  /**
+   * Signed ID tokens for jobs under their lease, and the issuer's discovery listener
+   * (--job-token-*; docs/workload-identity.md); none issued when omitted.
+   */
+  readonly jobTokens?: JobTokenOptions;
   /**
    * The key that seals job secrets and repository credentials (--secrets-key),
    * and the one being rotated away from (--secrets-key-previous). Required on

@@ -197,6 +197,8 @@ export interface JobsTable {
   retried_by: ColumnType<string | null, string | null | undefined, string | null>;
   /** Who asked for the job's cancel (cancelJob), for the attempt the cancel ended. */
   cancelled_by: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The audiences the job may be given ID tokens for (null: none; docs/workload-identity.md). */
+  id_token_audiences: ColumnType<string[] | null, string[] | null | undefined, string[] | null>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (trigger jobs_erase_secrets). */

@@ -46,6 +46,7 @@ function scheduleColumns(input: EnqueueInput) {
     req_os: r?.os || null,
     req_execution_kind: r?.executionKind || null,
     req_features: r ? [...new Set(r.features)].sort() : [],
+    id_token_audiences: input.idToken ? [...new Set(input.idToken.allowedAudiences)].sort() : null,
   };
   // Only what was given, so the hash of a request without these fields is what it was before them.
   const hashed = Object.entries({
@@ -64,6 +65,7 @@ function scheduleColumns(input: EnqueueInput) {
             columns.req_features,
           ]
         : undefined,
+    idToken: columns.id_token_audiences ?? undefined,
   }).filter(([, v]) => v !== undefined);
   return { columns, hashed };
 }

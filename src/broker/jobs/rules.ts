@@ -42,6 +42,13 @@ export interface EnqueueInput extends JobSecretsInput {
   readonly backoff?: BackoffInput;
   /** What a runner must have to be leased the job. */
   readonly requirements?: RequirementsInput;
+  /** The audiences the job may be given ID tokens for; undefined: none (docs/workload-identity.md). */
+  readonly idToken?: IdTokenInput;
+}
+
+/** The ID tokens a job may ask for under its lease. */
+interface IdTokenInput {
+  readonly allowedAudiences: readonly string[];
 }
 
 /**
@@ -73,6 +80,7 @@ export const scheduleLimits = {
   maxMultiplier: 10,
   maxConcurrencyLimit: 10_000,
   maxFeatures: 32,
+  maxAudiences: 8,
 } as const;
 
 /** A capability name: architecture, os or feature ("amd64", "linux", "cancel-v1"). */
@@ -304,4 +312,30 @@ function validateSchedule(input: EnqueueInput): void {
       );
     r.features.forEach((f, i) => checkCapability(`requirements.features[${i}]`, f));
   }
+  const t = input.idToken;
+  if (t) {
+    const n = t.allowedAudiences.length;
+    if (n < 1 || n > scheduleLimits.maxAudiences)
+      bad(
+        `idToken.allowedAudiences has ${n} entries; give 1 to ${scheduleLimits.maxAudiences} ` +
+          `audiences the job may be given ID tokens for, or leave idToken out`,
+      );
+    t.allowedAudiences.forEach((a, i) => checkAudience(`idToken.allowedAudiences[${i}]`, a));
+  }
+}
+
+/** An ID token's audience: 1 to 256 printable ASCII characters, no space. */
+const audiencePattern = /^[\x21-\x7e]{1,256}$/;
+
+/**
+ * Throws InvalidArgument unless `audience` is an audience an ID token may name (an enqueue's
+ * idToken.allowedAudiences, an IdTokenRequest's audience).
+ */
+export function checkAudience(field: string, audience: string): void {
+  if (!audiencePattern.test(audience))
+    bad(
+      `${field} ${JSON.stringify(audience.slice(0, 40))}${audience.length > 40 ? "…" : ""} ` +
+        `(${audience.length} characters) is not an audience: 1 to 256 printable ASCII ` +
+        `characters without spaces, e.g. sts.amazonaws.com or https://vault.example`,
+    );
 }

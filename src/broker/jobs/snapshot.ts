@@ -94,6 +94,7 @@ export const leasedJobColumns = [
   "base_commit",
   "base_tree",
   "published_commit",
+  "id_token_audiences",
 ] as const satisfies readonly (keyof JobRow)[];
 
 /** A job row with at least the columns a lease shows. */
@@ -119,10 +120,17 @@ export function leasedJobSnapshot(row: LeasedJobRow): JobSnapshot {
 function codeFields(
   row: Pick<
     JobRow,
-    "repository" | "target_branch" | "base_commit" | "base_tree" | "published_commit"
+    | "repository"
+    | "target_branch"
+    | "base_commit"
+    | "base_tree"
+    | "published_commit"
+    | "id_token_audiences"
   >,
   out: JobSnapshot,
 ): void {
+  // The audiences it may be given ID tokens for: a lease carries them so the runner asks for each.
+  if (row.id_token_audiences) out.idTokenAudiences = row.id_token_audiences;
   if (row.repository) out.repository = row.repository;
   if (row.target_branch) out.targetBranch = row.target_branch;
   if (row.base_commit) out.baseCommit = row.base_commit;

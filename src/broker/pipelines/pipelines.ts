@@ -135,6 +135,7 @@ export function storedRequest(
     concurrencyLimit: s.concurrencyKey ? s.concurrencyLimit : undefined,
     backoff: s.backoff,
     requirements: s.requirements,
+    idToken: s.idToken,
   };
 }
 

@@ -1,3 +1,4 @@
+import { idTokenDirEnv } from "../../protocol/id-token-files.js";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
@@ -255,6 +256,9 @@ function runContainer(
   };
 }
 
+/** Where a container sees its ID-token files (FORELEAD_ID_TOKEN_DIR), read-only. */
+const containerIdTokenDir = "/run/forelead/id-tokens";
+
 function containerOptions(
   spec: JobSpec,
   names: { container: string; network: string },
@@ -269,6 +273,7 @@ function containerOptions(
     ...spec.env,
     ...request.secrets.env,
     ...(secretFiles ? { [secretsDirEnv]: containerSecretsDir } : {}),
+    ...(request.idTokenDir ? { [idTokenDirEnv]: containerIdTokenDir } : {}),
     ...jobDirEnv(request.jobDir, "/"),
   };
   return {
@@ -287,6 +292,8 @@ function containerOptions(
         `${outputDir}:/output`,
         ...(request.hasWorkspace ? [`${join(request.jobDir, "workspace")}:/workspace`] : []),
         ...(secretFiles ? [`${secretFiles.dir}:${containerSecretsDir}:ro`] : []),
+        // The directory, not the files: a refreshed token (a new file renamed in) shows through.
+        ...(request.idTokenDir ? [`${request.idTokenDir}:${containerIdTokenDir}:ro`] : []),
         ...jobDirBinds(request.jobDir),
       ],
       NanoCpus: spec.cpu > 0 ? Math.round(spec.cpu * 1e9) : undefined,

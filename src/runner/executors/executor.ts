@@ -33,6 +33,13 @@ export interface ExecutionRequest {
   readonly readOutput: (stream: "stdout" | "stderr", from: Readable) => Promise<void>;
   /** What the job is given besides its spec: never logged, never in an event. */
   readonly secrets: JobSecrets;
+  /**
+   * The directory of the job's ID-token files, kept fresh by the agent (FORELEAD_ID_TOKEN_DIR);
+   * undefined when the job may have none. The executor gives it to the job's uid and names it.
+   */
+  readonly idTokenDir?: string;
+  /** The on-demand token socket in that directory (FORELEAD_ID_TOKEN_SOCKET; process jobs). */
+  readonly idTokenSocket?: string;
 }
 
 /** A job's secrets as its lease delivered them. */

@@ -1,3 +1,4 @@
+import { idTokenDirEnv, idTokenSocketEnv } from "../../protocol/id-token-files.js";
 import { spawn, type ChildProcessByStdio } from "node:child_process";
 import { randomInt } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -147,6 +148,13 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
       try {
         // its errors name files, never contents
         secretFiles = await writeSecretFiles(request.secrets.files, jobDir, uid);
+        // The agent keeps the tokens fresh: later files take the directory's owner (id-tokens.ts).
+        if (uid !== undefined && request.idTokenDir)
+          for (const path of [
+            request.idTokenDir,
+            ...(await readdir(request.idTokenDir)).map((f) => join(request.idTokenDir!, f)),
+          ])
+            await chown(path, uid, uid);
         if (uid !== undefined && isolation?.pidNamespace.available)
           sandbox = await createJobSandbox(isolation, uid, network);
       } catch (err) {
@@ -168,6 +176,8 @@ export function createProcessExecutor(options: ProcessExecutorOptions = {}): Exe
             ...spec.env,
             ...request.secrets.env,
             ...(secretFiles ? { [secretsDirEnv]: secretFiles.dir } : {}),
+            ...(request.idTokenDir ? { [idTokenDirEnv]: request.idTokenDir } : {}),
+            ...(request.idTokenSocket ? { [idTokenSocketEnv]: request.idTokenSocket } : {}),
             ...jobDirEnv(jobDir, ""),
           },
           detached: true, // its own process group: kill(-pid) reaches everything it started

@@ -65,8 +65,7 @@ export async function writeSecretFiles(
     const problem = secretFileNameProblem(name);
     if (problem) throw new Error(`secret file name ${JSON.stringify(name)} ${problem}`);
   }
-  // mkdtemp makes it 0700
-  const dir = await mkdtemp(join(await secretsRoot(), secretsPrefix(dirname(jobDir))));
+  const dir = await privateJobDir(jobDir);
   const remove = () => rm(dir, { recursive: true, force: true });
   try {
     for (const [name, content] of entries) {
@@ -80,6 +79,16 @@ export async function writeSecretFiles(
     throw err;
   }
   return { dir, remove };
+}
+
+/**
+ * A fresh private directory (mode 0700) for the job whose directory is `jobDir`, on tmpfs when
+ * there is one: for its secret files and its ID-token files. The caller removes it when the job
+ * has ended; after a crash, removeLeftoverSecretFiles does.
+ */
+export async function privateJobDir(jobDir: string): Promise<string> {
+  // mkdtemp makes it 0700
+  return mkdtemp(join(await secretsRoot(), secretsPrefix(dirname(jobDir))));
 }
 
 /**

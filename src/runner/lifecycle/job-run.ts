@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { JobSpecSchema, type Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { CheckoutError, needsCheckout, type CheckoutStep } from "../checkout/checkout-step.js";
-import { leaseExpiryMs, type RunnerClient } from "../transport/client.js";
+import { leaseExpiryMs, RunnerApiError, type RunnerClient } from "../transport/client.js";
+import { keepIdTokenFiles, type IdTokenFiles } from "./id-tokens.js";
 import type { ServerClock } from "./clock.js";
 import type { ExecutionResult, Executor, RunnerCapacity } from "../executors/executor.js";
 import { withUploadedOutput } from "./upload-step.js";
@@ -209,6 +210,37 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
       masker,
       log: ctx.log,
     });
+    let idTokens: IdTokenFiles | undefined;
+    if (job.idTokenAudiences.length) {
+      try {
+        idTokens = await keepIdTokenFiles({
+          client: ctx.client,
+          clock: ctx.clock,
+          jobId,
+          leaseToken: token,
+          audiences: job.idTokenAudiences,
+          jobDir,
+          socket: ctx.executor.kind === "process",
+          log: ctx.log,
+        });
+      } catch (err) {
+        await contract.ended();
+        if (!(err instanceof RunnerApiError) || err.status >= 500) throw err;
+        return {
+          outcome: "failed",
+          error: {
+            code: "id_token_refused",
+            message: `the control plane refused job ${jobId} its ID token: ${err.message}`,
+            retryable: false,
+          },
+        };
+      }
+    }
+    // A token is masked in the job's output like a secret, by line (a token holds no line break).
+    const maskTokens = (text: string) => {
+      for (const t of idTokens?.tokens ?? []) text = text.replaceAll(t, "***");
+      return text;
+    };
     const running = await ctx.executor
       .start({
         runnerId: ctx.client.runnerId,
@@ -220,15 +252,19 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         readOutput: (stream, from) =>
           forEachLine(
             from,
-            (text) => {
+            (line) => {
+              const text = maskTokens(line);
               out.log({ stream, text });
               if (stream === "stdout") contract.stdout(text);
             },
             masker.stream(),
           ),
         secrets,
+        idTokenDir: idTokens?.dir,
+        idTokenSocket: idTokens?.socket,
       })
       .catch(async (err) => {
+        await idTokens?.remove();
         await contract.ended();
         throw err;
       });
@@ -250,7 +286,10 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
             out.event({ type: "job.timeout", timeoutSeconds: spec.timeoutSeconds });
           }, spec.timeoutSeconds * 1000)
         : undefined;
-    const result = await running.done.finally(() => samples.stop());
+    const result = await running.done.finally(() => {
+      samples.stop();
+      return idTokens?.remove();
+    });
     clearTimeout(timeout);
     await contract.ended();
     out.event({ type: "job.exited", ...exitFacts(result) });

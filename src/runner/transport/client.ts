@@ -9,6 +9,7 @@ import {
 import {
   ClaimResponseSchema,
   ClockResponseSchema,
+  IdTokenResponseSchema,
   InventoryResponseSchema,
   WatchResponseSchema,
   type ReapOrder,
@@ -140,6 +141,12 @@ export interface RunnerClient {
    */
   renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
   release(jobId: string, leaseToken: string): Promise<void>;
+  /** A signed ID token naming the job, for one of its idTokenAudiences (POST /v1/runner/id-token). */
+  idToken(
+    jobId: string,
+    leaseToken: string,
+    audience: string,
+  ): Promise<{ readonly token: string; readonly expiresAtMs: number }>;
   /**
    * The runner's notices (`POST /v1/runner/watch`): at once when there are some, else the first
    * within `waitSeconds`, or none. `knownJobIds`: cancels the runner already has.
@@ -288,6 +295,14 @@ export function createRunnerClient(
     },
     async release(jobId, leaseToken) {
       await call("POST", "/v1/runner/release", leaseBody(jobId, leaseToken));
+    },
+    async idToken(jobId, leaseToken, audience) {
+      const reply = await call("POST", "/v1/runner/id-token", {
+        ...leaseBody(jobId, leaseToken),
+        audience,
+      });
+      const { token, expiresAt } = decodeJson(IdTokenResponseSchema, reply.json as JsonValue);
+      return { token, expiresAtMs: expiresAt ? timestampDate(expiresAt).getTime() : 0 };
     },
     async complete(jobId, leaseToken, c, next) {
       const body = {

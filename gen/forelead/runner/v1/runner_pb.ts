@@ -17,7 +17,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/runner.proto.
  */
 export const file_forelead_runner_v1_runner: GenFile = /*@__PURE__*/
-  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoEDCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDEgoKAm9zGAogASgJEhcKD2V4ZWN1dGlvbl9raW5kcxgLIAMoCRIQCghmZWF0dXJlcxgMIAMoCRIXCg9tYXhfY29uY3VycmVuY3kYDSABKAUSEwoLaW5zdGFuY2VfaWQYDyABKAkSNwoTaW5zdGFuY2Vfc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHdmVyc2lvbhgRIAEoCRIQCghkcmFpbmluZxgSIAEoCCInChBSZWdpc3RlclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJImAKDENsYWltUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd2FpdF9zZWNvbmRzGAMgASgFEhIKCm1heF9sZWFzZXMYBCABKAUiZAoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZRIpCgZsZWFzZXMYAiADKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSAoMUmVuZXdSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI5Cg1SZW5ld1Jlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlIkoKDlJlbGVhc2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2Ui0AIKD0NvbXBsZXRlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSFQoNY29tcGxldGlvbl9pZBgEIAEoCRIPCgdvdXRjb21lGAUgASgJEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEisKBWVycm9yGAcgASgLMhwuZm9yZWxlYWQucnVubmVyLnYxLkpvYkVycm9yEi8KCWFydGlmYWN0cxgIIAMoCzIcLmZvcmVsZWFkLnJ1bm5lci52MS5BcnRpZmFjdBInCgZyZXN1bHQYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBG5leHQYCiABKAsyIC5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVOZXh0QgwKCl9leGl0X2NvZGUiJAoMQ29tcGxldGVOZXh0EhQKDHdhaXRfc2Vjb25kcxgBIAEoBSJ3ChBDb21wbGV0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISKAoFbGVhc2UYAyABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSwoPQ29kZUhlYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI3ChBDb2RlSGVhZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCSJrChFDb2RlQnVuZGxlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEa2luZBgEIAEoCRIOCgZjb21taXQYBSABKAkiIgoSQ29kZUJ1bmRsZVJlc3BvbnNlEgwKBGRhdGEYASABKAwiXQoTQWdlbnRQdWJsaXNoUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEZGF0YRgEIAEoDCJLChRBZ2VudFB1Ymxpc2hSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZjb21taXQYAiABKAkSDgoGYnJhbmNoGAMgASgJImwKEEludmVudG9yeVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEjAKBWl0ZW1zGAMgAygLMiEuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeUl0ZW0itgEKDUludmVudG9yeUl0ZW0SDAoEa2luZBgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBmpvYl9pZBgDIAEoCRINCgVzdGF0ZRgEIAEoCRINCgVpbWFnZRgFIAEoCRIuCgpjcmVhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNjcHUYByABKAESDgoGbWVtb3J5GAggASgDEg4KBm9ycGhhbhgJIAEoCCJVChFJbnZlbnRvcnlSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIrCgRyZWFwGAIgAygLMh0uZm9yZWxlYWQucnVubmVyLnYxLlJlYXBPcmRlciJjCgxXYXRjaFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdhaXRfc2Vjb25kcxgDIAEoBRIVCg1rbm93bl9qb2JfaWRzGAQgAygJIlcKDVdhdGNoUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSMQoHbm90aWNlcxgCIAMoCzIgLmZvcmVsZWFkLnJ1bm5lci52MS5SdW5uZXJOb3RpY2UiLAoMUnVubmVyTm90aWNlEgwKBGtpbmQYASABKAkSDgoGam9iX2lkGAIgASgJIicKCVJlYXBPcmRlchIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkilAEKDUV2ZW50c1JlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRITCgtsZWFzZV90b2tlbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoAxIkCgRkYXRhGAYgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIhAKDkV2ZW50c1Jlc3BvbnNlIpIBCgtMb2dzUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSDgoGam9iX2lkGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJEhAKCHNlcXVlbmNlGAUgASgDEiQKBGRhdGEYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiDgoMTG9nc1Jlc3BvbnNlIjsKF1JlbmV3Q2VydGlmaWNhdGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEgsKA2NzchgCIAEoCSKMAQoYUmVuZXdDZXJ0aWZpY2F0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhkKEWNlcnRpZmljYXRlX2NoYWluGAIgASgJEhEKCXNwaWZmZV9pZBgDIAEoCRItCglub3RfYWZ0ZXIYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo0BChFPcGVuVXBsb2FkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSDAoEbmFtZRgEIAEoCRIMCgRzaXplGAUgASgDEg4KBmRpZ2VzdBgGIAEoCRISCgptZWRpYV90eXBlGAcgASgJImgKEk9wZW5VcGxvYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCgl1cGxvYWRfaWQYAiABKAkSGQoMZHVyYWJsZV9zaXplGAMgASgDSACIAQFCDwoNX2R1cmFibGVfc2l6ZSJ9ChBQdXRVcGxvYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIRCgl1cGxvYWRfaWQYBCABKAkSDgoGb2Zmc2V0GAUgASgDEgwKBGRhdGEYBiABKAwidQoRUHV0VXBsb2FkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJdXBsb2FkX2lkGAIgASgJEhkKDGR1cmFibGVfc2l6ZRgDIAEoA0gAiAEBEgwKBHNpemUYBCABKANCDwoNX2R1cmFibGVfc2l6ZSJkChVGaW5hbGl6ZVVwbG9hZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhEKCXVwbG9hZF9pZBgEIAEoCSJtChZGaW5hbGl6ZVVwbG9hZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEgwKBG5hbWUYAiABKAkSDgoGZGlnZXN0GAMgASgJEgwKBHNpemUYBCABKAMSEgoKbWVkaWFfdHlwZRgFIAEoCTK2FgoNUnVubmVyU2VydmljZRJxCgVDbG9jaxIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1JlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xvY2tSZXNwb25zZSIjyvMYHwoDR0VUEhAvdjEvcnVubmVyL2Nsb2NrOgZydW5uZXISfgoIUmVnaXN0ZXISIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLlJlZ2lzdGVyUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvcmVnaXN0ZXI6BnJ1bm5lchJ7CgVDbGFpbRIgLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXNwb25zZSItyvMYKQoEUE9TVBIQL3YxL3J1bm5lci9jbGFpbRoFbGVhc2UgAToGcnVubmVyEnsKC0NsYWltTGVhc2VzEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlc3BvbnNlIifK8xgjCgRQT1NUEhEvdjEvcnVubmVyL2NsYWltcyABOgZydW5uZXIScgoFV2F0Y2gSIC5mb3JlbGVhZC5ydW5uZXIudjEuV2F0Y2hSZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLldhdGNoUmVzcG9uc2UiJMrzGCAKBFBPU1QSEC92MS9ydW5uZXIvd2F0Y2g6BnJ1bm5lchJ5CgVSZW5ldxIgLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld1JlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdSZXNwb25zZSIryvMYJwoEUE9TVBIQL3YxL3J1bm5lci9yZW5ldxoFbGVhc2U6BnJ1bm5lchJ8CgdSZWxlYXNlEiIuZm9yZWxlYWQucnVubmVyLnYxLlJlbGVhc2VSZXF1ZXN0GiMuZm9yZWxlYWQucnVubmVyLnYxLlJlbGVhc2VSZXNwb25zZSIoyvMYJAoEUE9TVBISL3YxL3J1bm5lci9yZWxlYXNlIAE6BnJ1bm5lchJ+CghDb21wbGV0ZRIjLmZvcmVsZWFkLnJ1bm5lci52MS5Db21wbGV0ZVJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVSZXNwb25zZSInyvMYIwoEUE9TVBITL3YxL3J1bm5lci9jb21wbGV0ZToGcnVubmVyEn8KCENvZGVIZWFkEiMuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVIZWFkUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlSGVhZFJlc3BvbnNlIijK8xgkCgRQT1NUEhQvdjEvcnVubmVyL2NvZGUvaGVhZDoGcnVubmVyEqMBCgpDb2RlQnVuZGxlEiUuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVCdW5kbGVSZXF1ZXN0GiYuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVCdW5kbGVSZXNwb25zZSJEyvMYQAoEUE9TVBIWL3YxL3J1bm5lci9jb2RlL2J1bmRsZTIYYXBwbGljYXRpb24veC1naXQtYnVuZGxlOgZydW5uZXIwARKVAgoMQWdlbnRQdWJsaXNoEicuZm9yZWxlYWQucnVubmVyLnYxLkFnZW50UHVibGlzaFJlcXVlc3QaKC5mb3JlbGVhZC5ydW5uZXIudjEuQWdlbnRQdWJsaXNoUmVzcG9uc2UirwHK8xiqAQoEUE9TVBIYL3YxL3J1bm5lci9hZ2VudC9wdWJsaXNoOgZydW5uZXJKGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZVIEZGF0YVoiChRmb3JlbGVhZC1hcGktdmVyc2lvbhIKYXBpVmVyc2lvbloYCg9mb3JlbGVhZC1qb2ItaWQSBWpvYklkWiIKFGZvcmVsZWFkLWxlYXNlLXRva2VuEgpsZWFzZVRva2VuKAESggEKCUludmVudG9yeRIkLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXF1ZXN0GiUuZm9yZWxlYWQucnVubmVyLnYxLkludmVudG9yeVJlc3BvbnNlIijK8xgkCgRQT1NUEhQvdjEvcnVubmVyL2ludmVudG9yeToGcnVubmVyEnwKBkV2ZW50cxIhLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXF1ZXN0GiIuZm9yZWxlYWQucnVubmVyLnYxLkV2ZW50c1Jlc3BvbnNlIinK8xglCgRQT1NUEhEvdjEvcnVubmVyL2V2ZW50cyABKAE6BnJ1bm5lcigBEnQKBExvZ3MSHy5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1JlcXVlc3QaIC5mb3JlbGVhZC5ydW5uZXIudjEuTG9nc1Jlc3BvbnNlIifK8xgjCgRQT1NUEg8vdjEvcnVubmVyL2xvZ3MgASgBOgZydW5uZXIoARKZAQoQUmVuZXdDZXJ0aWZpY2F0ZRIrLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVxdWVzdBosLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld0NlcnRpZmljYXRlUmVzcG9uc2UiKsrzGCYKBFBPU1QSFi92MS9ydW5uZXIvY2VydGlmaWNhdGU6BnJ1bm5lchKDAQoKT3BlblVwbG9hZBIlLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVxdWVzdBomLmZvcmVsZWFkLnJ1bm5lci52MS5PcGVuVXBsb2FkUmVzcG9uc2UiJsrzGCIKBFBPU1QSEi92MS9ydW5uZXIvdXBsb2FkczoGcnVubmVyEpgCCglQdXRVcGxvYWQSJC5mb3JlbGVhZC5ydW5uZXIudjEuUHV0VXBsb2FkUmVxdWVzdBolLmZvcmVsZWFkLnJ1bm5lci52MS5QdXRVcGxvYWRSZXNwb25zZSK7AcrzGLYBCgNQVVQSHS92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9OgZydW5uZXJSBGRhdGFaIgoUZm9yZWxlYWQtYXBpLXZlcnNpb24SCmFwaVZlcnNpb25aGAoPZm9yZWxlYWQtam9iLWlkEgVqb2JJZFoiChRmb3JlbGVhZC1sZWFzZS10b2tlbhIKbGVhc2VUb2tlblogChZmb3JlbGVhZC11cGxvYWQtb2Zmc2V0EgZvZmZzZXQoARKjAQoORmluYWxpemVVcGxvYWQSKS5mb3JlbGVhZC5ydW5uZXIudjEuRmluYWxpemVVcGxvYWRSZXF1ZXN0GiouZm9yZWxlYWQucnVubmVyLnYxLkZpbmFsaXplVXBsb2FkUmVzcG9uc2UiOsrzGDYKBFBPU1QSJi92MS9ydW5uZXIvdXBsb2Fkcy97dXBsb2FkSWR9L2ZpbmFsaXplOgZydW5uZXISrwEKDURvd25sb2FkSW5wdXQSKC5mb3JlbGVhZC5ydW5uZXIudjEuRG93bmxvYWRJbnB1dFJlcXVlc3QaKS5mb3JlbGVhZC5ydW5uZXIudjEuRG93bmxvYWRJbnB1dFJlc3BvbnNlIkfK8xhDCgRQT1NUEhkvdjEvcnVubmVyL2lucHV0cy9jb250ZW50MhhhcHBsaWNhdGlvbi9vY3RldC1zdHJlYW06BnJ1bm5lcjABYgZwcm90bzM", [file_forelead_api_v1_route, file_forelead_runner_v1_inputs, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch9mb3JlbGVhZC9ydW5uZXIvdjEvcnVubmVyLnByb3RvEhJmb3JlbGVhZC5ydW5uZXIudjEiDgoMQ2xvY2tSZXF1ZXN0IlUKDUNsb2NrUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSLwoLc2VydmVyX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoEDCg9SZWdpc3RlclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRINCgVzbG90cxgEIAEoBRILCgNjcHUYBSABKAUSFAoMbWVtb3J5X2J5dGVzGAYgASgDEhQKDGFyY2hpdGVjdHVyZRgHIAEoCRIOCgZsYWJlbHMYCCADKAkSFwoPY2xvY2tfb2Zmc2V0X25zGAkgASgDEgoKAm9zGAogASgJEhcKD2V4ZWN1dGlvbl9raW5kcxgLIAMoCRIQCghmZWF0dXJlcxgMIAMoCRIXCg9tYXhfY29uY3VycmVuY3kYDSABKAUSEwoLaW5zdGFuY2VfaWQYDyABKAkSNwoTaW5zdGFuY2Vfc3RhcnRlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHdmVyc2lvbhgRIAEoCRIQCghkcmFpbmluZxgSIAEoCCInChBSZWdpc3RlclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJImAKDENsYWltUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd2FpdF9zZWNvbmRzGAMgASgFEhIKCm1heF9sZWFzZXMYBCABKAUiZAoNQ2xhaW1SZXNwb25zZRIoCgVsZWFzZRgBIAEoCzIZLmZvcmVsZWFkLnJ1bm5lci52MS5MZWFzZRIpCgZsZWFzZXMYAiADKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiSAoMUmVuZXdSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSI5Cg1SZW5ld1Jlc3BvbnNlEigKBWxlYXNlGAEgASgLMhkuZm9yZWxlYWQucnVubmVyLnYxLkxlYXNlIkoKDlJlbGVhc2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2Ui0AIKD0NvbXBsZXRlUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSFQoNY29tcGxldGlvbl9pZBgEIAEoCRIPCgdvdXRjb21lGAUgASgJEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEisKBWVycm9yGAcgASgLMhwuZm9yZWxlYWQucnVubmVyLnYxLkpvYkVycm9yEi8KCWFydGlmYWN0cxgIIAMoCzIcLmZvcmVsZWFkLnJ1bm5lci52MS5BcnRpZmFjdBInCgZyZXN1bHQYCSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KBG5leHQYCiABKAsyIC5mb3JlbGVhZC5ydW5uZXIudjEuQ29tcGxldGVOZXh0QgwKCl9leGl0X2NvZGUiJAoMQ29tcGxldGVOZXh0EhQKDHdhaXRfc2Vjb25kcxgBIAEoBSJ3ChBDb21wbGV0ZVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEiQKA2pvYhgCIAEoCzIXLmZvcmVsZWFkLnJ1bm5lci52MS5Kb2ISKAoFbGVhc2UYAyABKAsyGS5mb3JlbGVhZC5ydW5uZXIudjEuTGVhc2UiXAoOSWRUb2tlblJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhAKCGF1ZGllbmNlGAQgASgJImUKD0lkVG9rZW5SZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRINCgV0b2tlbhgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJLCg9Db2RlSGVhZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJIjcKEENvZGVIZWFkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGY29tbWl0GAIgASgJImsKEUNvZGVCdW5kbGVSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRraW5kGAQgASgJEg4KBmNvbW1pdBgFIAEoCSIiChJDb2RlQnVuZGxlUmVzcG9uc2USDAoEZGF0YRgBIAEoDCJdChNBZ2VudFB1Ymxpc2hSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRkYXRhGAQgASgMIksKFEFnZW50UHVibGlzaFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmNvbW1pdBgCIAEoCRIOCgZicmFuY2gYAyABKAkibAoQSW52ZW50b3J5UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSMAoFaXRlbXMYAyADKAsyIS5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5SXRlbSK2AQoNSW52ZW50b3J5SXRlbRIMCgRraW5kGAEgASgJEgwKBG5hbWUYAiABKAkSDgoGam9iX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEg0KBWltYWdlGAUgASgJEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgsKA2NwdRgHIAEoARIOCgZtZW1vcnkYCCABKAMSDgoGb3JwaGFuGAkgASgIIlUKEUludmVudG9yeVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEisKBHJlYXAYAiADKAsyHS5mb3JlbGVhZC5ydW5uZXIudjEuUmVhcE9yZGVyImMKDFdhdGNoUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd2FpdF9zZWNvbmRzGAMgASgFEhUKDWtub3duX2pvYl9pZHMYBCADKAkiVwoNV2F0Y2hSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIxCgdub3RpY2VzGAIgAygLMiAuZm9yZWxlYWQucnVubmVyLnYxLlJ1bm5lck5vdGljZSIsCgxSdW5uZXJOb3RpY2USDAoEa2luZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkiJwoJUmVhcE9yZGVyEgwKBGtpbmQYASABKAkSDAoEbmFtZRgCIAEoCSKUAQoNRXZlbnRzUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSDgoGam9iX2lkGAMgASgJEhMKC2xlYXNlX3Rva2VuGAQgASgJEhAKCHNlcXVlbmNlGAUgASgDEiQKBGRhdGEYBiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiEAoORXZlbnRzUmVzcG9uc2UikgEKC0xvZ3NSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIOCgZqb2JfaWQYAyABKAkSEwoLbGVhc2VfdG9rZW4YBCABKAkSEAoIc2VxdWVuY2UYBSABKAMSJAoEZGF0YRgGIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSIOCgxMb2dzUmVzcG9uc2UiOwoXUmVuZXdDZXJ0aWZpY2F0ZVJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSCwoDY3NyGAIgASgJIowBChhSZW5ld0NlcnRpZmljYXRlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSGQoRY2VydGlmaWNhdGVfY2hhaW4YAiABKAkSEQoJc3BpZmZlX2lkGAMgASgJEi0KCW5vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijQEKEU9wZW5VcGxvYWRSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEg4KBmpvYl9pZBgCIAEoCRITCgtsZWFzZV90b2tlbhgDIAEoCRIMCgRuYW1lGAQgASgJEgwKBHNpemUYBSABKAMSDgoGZGlnZXN0GAYgASgJEhIKCm1lZGlhX3R5cGUYByABKAkiaAoST3BlblVwbG9hZFJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXVwbG9hZF9pZBgCIAEoCRIZCgxkdXJhYmxlX3NpemUYAyABKANIAIgBAUIPCg1fZHVyYWJsZV9zaXplIn0KEFB1dFVwbG9hZFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDgoGam9iX2lkGAIgASgJEhMKC2xlYXNlX3Rva2VuGAMgASgJEhEKCXVwbG9hZF9pZBgEIAEoCRIOCgZvZmZzZXQYBSABKAMSDAoEZGF0YRgGIAEoDCJ1ChFQdXRVcGxvYWRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCgl1cGxvYWRfaWQYAiABKAkSGQoMZHVyYWJsZV9zaXplGAMgASgDSACIAQESDAoEc2l6ZRgEIAEoA0IPCg1fZHVyYWJsZV9zaXplImQKFUZpbmFsaXplVXBsb2FkUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEwoLbGVhc2VfdG9rZW4YAyABKAkSEQoJdXBsb2FkX2lkGAQgASgJIm0KFkZpbmFsaXplVXBsb2FkUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSDAoEbmFtZRgCIAEoCRIOCgZkaWdlc3QYAyABKAkSDAoEc2l6ZRgEIAEoAxISCgptZWRpYV90eXBlGAUgASgJMrMXCg1SdW5uZXJTZXJ2aWNlEnEKBUNsb2NrEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsb2NrUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbG9ja1Jlc3BvbnNlIiPK8xgfCgNHRVQSEC92MS9ydW5uZXIvY2xvY2s6BnJ1bm5lchJ+CghSZWdpc3RlchIjLmZvcmVsZWFkLnJ1bm5lci52MS5SZWdpc3RlclJlcXVlc3QaJC5mb3JlbGVhZC5ydW5uZXIudjEuUmVnaXN0ZXJSZXNwb25zZSInyvMYIwoEUE9TVBITL3YxL3J1bm5lci9yZWdpc3RlcjoGcnVubmVyEnsKBUNsYWltEiAuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5DbGFpbVJlc3BvbnNlIi3K8xgpCgRQT1NUEhAvdjEvcnVubmVyL2NsYWltGgVsZWFzZSABOgZydW5uZXISewoLQ2xhaW1MZWFzZXMSIC5mb3JlbGVhZC5ydW5uZXIudjEuQ2xhaW1SZXF1ZXN0GiEuZm9yZWxlYWQucnVubmVyLnYxLkNsYWltUmVzcG9uc2UiJ8rzGCMKBFBPU1QSES92MS9ydW5uZXIvY2xhaW1zIAE6BnJ1bm5lchJyCgVXYXRjaBIgLmZvcmVsZWFkLnJ1bm5lci52MS5XYXRjaFJlcXVlc3QaIS5mb3JlbGVhZC5ydW5uZXIudjEuV2F0Y2hSZXNwb25zZSIkyvMYIAoEUE9TVBIQL3YxL3J1bm5lci93YXRjaDoGcnVubmVyEnkKBVJlbmV3EiAuZm9yZWxlYWQucnVubmVyLnYxLlJlbmV3UmVxdWVzdBohLmZvcmVsZWFkLnJ1bm5lci52MS5SZW5ld1Jlc3BvbnNlIivK8xgnCgRQT1NUEhAvdjEvcnVubmVyL3JlbmV3GgVsZWFzZToGcnVubmVyEnwKB1JlbGVhc2USIi5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlcXVlc3QaIy5mb3JlbGVhZC5ydW5uZXIudjEuUmVsZWFzZVJlc3BvbnNlIijK8xgkCgRQT1NUEhIvdjEvcnVubmVyL3JlbGVhc2UgAToGcnVubmVyEn4KCENvbXBsZXRlEiMuZm9yZWxlYWQucnVubmVyLnYxLkNvbXBsZXRlUmVxdWVzdBokLmZvcmVsZWFkLnJ1bm5lci52MS5Db21wbGV0ZVJlc3BvbnNlIifK8xgjCgRQT1NUEhMvdjEvcnVubmVyL2NvbXBsZXRlOgZydW5uZXISfwoIQ29kZUhlYWQSIy5mb3JlbGVhZC5ydW5uZXIudjEuQ29kZUhlYWRSZXF1ZXN0GiQuZm9yZWxlYWQucnVubmVyLnYxLkNvZGVIZWFkUmVzcG9uc2UiKMrzGCQKBFBPU1QSFC92MS9ydW5uZXIvY29kZS9oZWFkOgZydW5uZXISewoHSWRUb2tlbhIiLmZvcmVsZWFkLnJ1bm5lci52MS5JZFRva2VuUmVxdWVzdBojLmZvcmVsZWFkLnJ1bm5lci52MS5JZFRva2VuUmVzcG9uc2UiJ8rzGCMKBFBPU1QSEy92MS9ydW5uZXIvaWQtdG9rZW46BnJ1bm5lchKjAQoKQ29kZUJ1bmRsZRIlLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlQnVuZGxlUmVxdWVzdBomLmZvcmVsZWFkLnJ1bm5lci52MS5Db2RlQnVuZGxlUmVzcG9uc2UiRMrzGEAKBFBPU1QSFi92MS9ydW5uZXIvY29kZS9idW5kbGUyGGFwcGxpY2F0aW9uL3gtZ2l0LWJ1bmRsZToGcnVubmVyMAESlQIKDEFnZW50UHVibGlzaBInLmZvcmVsZWFkLnJ1bm5lci52MS5BZ2VudFB1Ymxpc2hSZXF1ZXN0GiguZm9yZWxlYWQucnVubmVyLnYxLkFnZW50UHVibGlzaFJlc3BvbnNlIq8ByvMYqgEKBFBPU1QSGC92MS9ydW5uZXIvYWdlbnQvcHVibGlzaDoGcnVubmVyShhhcHBsaWNhdGlvbi94LWdpdC1idW5kbGVSBGRhdGFaIgoUZm9yZWxlYWQtYXBpLXZlcnNpb24SCmFwaVZlcnNpb25aGAoPZm9yZWxlYWQtam9iLWlkEgVqb2JJZFoiChRmb3JlbGVhZC1sZWFzZS10b2tlbhIKbGVhc2VUb2tlbigBEoIBCglJbnZlbnRvcnkSJC5mb3JlbGVhZC5ydW5uZXIudjEuSW52ZW50b3J5UmVxdWVzdBolLmZvcmVsZWFkLnJ1bm5lci52MS5JbnZlbnRvcnlSZXNwb25zZSIoyvMYJAoEUE9TVBIUL3YxL3J1bm5lci9pbnZlbnRvcnk6BnJ1bm5lchJ8CgZFdmVudHMSIS5mb3JlbGVhZC5ydW5uZXIudjEuRXZlbnRzUmVxdWVzdBoiLmZvcmVsZWFkLnJ1bm5lci52MS5FdmVudHNSZXNwb25zZSIpyvMYJQoEUE9TVBIRL3YxL3J1bm5lci9ldmVudHMgASgBOgZydW5uZXIoARJ0CgRMb2dzEh8uZm9yZWxlYWQucnVubmVyLnYxLkxvZ3NSZXF1ZXN0GiAuZm9yZWxlYWQucnVubmVyLnYxLkxvZ3NSZXNwb25zZSInyvMYIwoEUE9TVBIPL3YxL3J1bm5lci9sb2dzIAEoAToGcnVubmVyKAESmQEKEFJlbmV3Q2VydGlmaWNhdGUSKy5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdDZXJ0aWZpY2F0ZVJlcXVlc3QaLC5mb3JlbGVhZC5ydW5uZXIudjEuUmVuZXdDZXJ0aWZpY2F0ZVJlc3BvbnNlIirK8xgmCgRQT1NUEhYvdjEvcnVubmVyL2NlcnRpZmljYXRlOgZydW5uZXISgwEKCk9wZW5VcGxvYWQSJS5mb3JlbGVhZC5ydW5uZXIudjEuT3BlblVwbG9hZFJlcXVlc3QaJi5mb3JlbGVhZC5ydW5uZXIudjEuT3BlblVwbG9hZFJlc3BvbnNlIibK8xgiCgRQT1NUEhIvdjEvcnVubmVyL3VwbG9hZHM6BnJ1bm5lchKYAgoJUHV0VXBsb2FkEiQuZm9yZWxlYWQucnVubmVyLnYxLlB1dFVwbG9hZFJlcXVlc3QaJS5mb3JlbGVhZC5ydW5uZXIudjEuUHV0VXBsb2FkUmVzcG9uc2UiuwHK8xi2AQoDUFVUEh0vdjEvcnVubmVyL3VwbG9hZHMve3VwbG9hZElkfToGcnVubmVyUgRkYXRhWiIKFGZvcmVsZWFkLWFwaS12ZXJzaW9uEgphcGlWZXJzaW9uWhgKD2ZvcmVsZWFkLWpvYi1pZBIFam9iSWRaIgoUZm9yZWxlYWQtbGVhc2UtdG9rZW4SCmxlYXNlVG9rZW5aIAoWZm9yZWxlYWQtdXBsb2FkLW9mZnNldBIGb2Zmc2V0KAESowEKDkZpbmFsaXplVXBsb2FkEikuZm9yZWxlYWQucnVubmVyLnYxLkZpbmFsaXplVXBsb2FkUmVxdWVzdBoqLmZvcmVsZWFkLnJ1bm5lci52MS5GaW5hbGl6ZVVwbG9hZFJlc3BvbnNlIjrK8xg2CgRQT1NUEiYvdjEvcnVubmVyL3VwbG9hZHMve3VwbG9hZElkfS9maW5hbGl6ZToGcnVubmVyEq8BCg1Eb3dubG9hZElucHV0EiguZm9yZWxlYWQucnVubmVyLnYxLkRvd25sb2FkSW5wdXRSZXF1ZXN0GikuZm9yZWxlYWQucnVubmVyLnYxLkRvd25sb2FkSW5wdXRSZXNwb25zZSJHyvMYQwoEUE9TVBIZL3YxL3J1bm5lci9pbnB1dHMvY29udGVudDIYYXBwbGljYXRpb24vb2N0ZXQtc3RyZWFtOgZydW5uZXIwAWIGcHJvdG8z", [file_forelead_api_v1_route, file_forelead_runner_v1_inputs, file_forelead_runner_v1_job, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * ClockRequest has no fields: GET /v1/runner/clock has no body.
@@ -503,6 +503,72 @@ export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*
   messageDesc(file_forelead_runner_v1_runner, 12);
 
 /**
+ * IdTokenRequest names a live lease and the audience the token is for.
+ *
+ * @generated from message forelead.runner.v1.IdTokenRequest
+ */
+export type IdTokenRequest = Message<"forelead.runner.v1.IdTokenRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * @generated from field: string lease_token = 3;
+   */
+  leaseToken: string;
+
+  /**
+   * One of the job's idToken.allowedAudiences, exactly.
+   *
+   * @generated from field: string audience = 4;
+   */
+  audience: string;
+};
+
+/**
+ * Describes the message forelead.runner.v1.IdTokenRequest.
+ * Use `create(IdTokenRequestSchema)` to create a new message.
+ */
+export const IdTokenRequestSchema: GenMessage<IdTokenRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 13);
+
+/**
+ * IdTokenResponse is the signed token (a compact JWS) and when it expires:
+ * never after the lease's expiry at the time of issue.
+ *
+ * @generated from message forelead.runner.v1.IdTokenResponse
+ */
+export type IdTokenResponse = Message<"forelead.runner.v1.IdTokenResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string token = 2;
+   */
+  token: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.runner.v1.IdTokenResponse.
+ * Use `create(IdTokenResponseSchema)` to create a new message.
+ */
+export const IdTokenResponseSchema: GenMessage<IdTokenResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_runner, 14);
+
+/**
  * CodeHeadRequest names the agent job's lease.
  *
  * @generated from message forelead.runner.v1.CodeHeadRequest
@@ -529,7 +595,7 @@ export type CodeHeadRequest = Message<"forelead.runner.v1.CodeHeadRequest"> & {
  * Use `create(CodeHeadRequestSchema)` to create a new message.
  */
 export const CodeHeadRequestSchema: GenMessage<CodeHeadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 13);
+  messageDesc(file_forelead_runner_v1_runner, 15);
 
 /**
  * CodeHeadResponse is the current target-branch commit.
@@ -553,7 +619,7 @@ export type CodeHeadResponse = Message<"forelead.runner.v1.CodeHeadResponse"> & 
  * Use `create(CodeHeadResponseSchema)` to create a new message.
  */
 export const CodeHeadResponseSchema: GenMessage<CodeHeadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 14);
+  messageDesc(file_forelead_runner_v1_runner, 16);
 
 /**
  * CodeBundleRequest asks for a bundle of one permitted commit.
@@ -594,7 +660,7 @@ export type CodeBundleRequest = Message<"forelead.runner.v1.CodeBundleRequest"> 
  * Use `create(CodeBundleRequestSchema)` to create a new message.
  */
 export const CodeBundleRequestSchema: GenMessage<CodeBundleRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 15);
+  messageDesc(file_forelead_runner_v1_runner, 17);
 
 /**
  * CodeBundleResponse is one chunk of the bundle's bytes.
@@ -613,7 +679,7 @@ export type CodeBundleResponse = Message<"forelead.runner.v1.CodeBundleResponse"
  * Use `create(CodeBundleResponseSchema)` to create a new message.
  */
 export const CodeBundleResponseSchema: GenMessage<CodeBundleResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 16);
+  messageDesc(file_forelead_runner_v1_runner, 18);
 
 /**
  * AgentPublishRequest is one chunk of a git bundle holding one new commit that
@@ -651,7 +717,7 @@ export type AgentPublishRequest = Message<"forelead.runner.v1.AgentPublishReques
  * Use `create(AgentPublishRequestSchema)` to create a new message.
  */
 export const AgentPublishRequestSchema: GenMessage<AgentPublishRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 17);
+  messageDesc(file_forelead_runner_v1_runner, 19);
 
 /**
  * AgentPublishResponse is the published commit and the branch it was pushed to.
@@ -680,7 +746,7 @@ export type AgentPublishResponse = Message<"forelead.runner.v1.AgentPublishRespo
  * Use `create(AgentPublishResponseSchema)` to create a new message.
  */
 export const AgentPublishResponseSchema: GenMessage<AgentPublishResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 18);
+  messageDesc(file_forelead_runner_v1_runner, 20);
 
 /**
  * InventoryRequest lists what the runner created.
@@ -709,7 +775,7 @@ export type InventoryRequest = Message<"forelead.runner.v1.InventoryRequest"> & 
  * Use `create(InventoryRequestSchema)` to create a new message.
  */
 export const InventoryRequestSchema: GenMessage<InventoryRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 19);
+  messageDesc(file_forelead_runner_v1_runner, 21);
 
 /**
  * InventoryItem is one container or network the runner created.
@@ -772,7 +838,7 @@ export type InventoryItem = Message<"forelead.runner.v1.InventoryItem"> & {
  * Use `create(InventoryItemSchema)` to create a new message.
  */
 export const InventoryItemSchema: GenMessage<InventoryItem> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 20);
+  messageDesc(file_forelead_runner_v1_runner, 22);
 
 /**
  * InventoryResponse carries the reap orders for the runner.
@@ -796,7 +862,7 @@ export type InventoryResponse = Message<"forelead.runner.v1.InventoryResponse"> 
  * Use `create(InventoryResponseSchema)` to create a new message.
  */
 export const InventoryResponseSchema: GenMessage<InventoryResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 21);
+  messageDesc(file_forelead_runner_v1_runner, 23);
 
 /**
  * WatchRequest holds a runner's watch open.
@@ -835,7 +901,7 @@ export type WatchRequest = Message<"forelead.runner.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 22);
+  messageDesc(file_forelead_runner_v1_runner, 24);
 
 /**
  * WatchResponse holds the notices for the runner; none when the wait ran out.
@@ -859,7 +925,7 @@ export type WatchResponse = Message<"forelead.runner.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 23);
+  messageDesc(file_forelead_runner_v1_runner, 25);
 
 /**
  * RunnerNotice is one thing the runner should act on now. Kinds are added
@@ -887,7 +953,7 @@ export type RunnerNotice = Message<"forelead.runner.v1.RunnerNotice"> & {
  * Use `create(RunnerNoticeSchema)` to create a new message.
  */
 export const RunnerNoticeSchema: GenMessage<RunnerNotice> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 24);
+  messageDesc(file_forelead_runner_v1_runner, 26);
 
 /**
  * ReapOrder asks the runner to remove an orphan it reported.
@@ -911,7 +977,7 @@ export type ReapOrder = Message<"forelead.runner.v1.ReapOrder"> & {
  * Use `create(ReapOrderSchema)` to create a new message.
  */
 export const ReapOrderSchema: GenMessage<ReapOrder> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 25);
+  messageDesc(file_forelead_runner_v1_runner, 27);
 
 /**
  * EventsRequest is one event message; one NDJSON line on REST.
@@ -959,7 +1025,7 @@ export type EventsRequest = Message<"forelead.runner.v1.EventsRequest"> & {
  * Use `create(EventsRequestSchema)` to create a new message.
  */
 export const EventsRequestSchema: GenMessage<EventsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 26);
+  messageDesc(file_forelead_runner_v1_runner, 28);
 
 /**
  * EventsResponse is empty: 204 on REST.
@@ -974,7 +1040,7 @@ export type EventsResponse = Message<"forelead.runner.v1.EventsResponse"> & {
  * Use `create(EventsResponseSchema)` to create a new message.
  */
 export const EventsResponseSchema: GenMessage<EventsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 27);
+  messageDesc(file_forelead_runner_v1_runner, 29);
 
 /**
  * LogsRequest is one log message; one NDJSON line on REST.
@@ -1022,7 +1088,7 @@ export type LogsRequest = Message<"forelead.runner.v1.LogsRequest"> & {
  * Use `create(LogsRequestSchema)` to create a new message.
  */
 export const LogsRequestSchema: GenMessage<LogsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 28);
+  messageDesc(file_forelead_runner_v1_runner, 30);
 
 /**
  * LogsResponse is empty: 204 on REST.
@@ -1037,7 +1103,7 @@ export type LogsResponse = Message<"forelead.runner.v1.LogsResponse"> & {
  * Use `create(LogsResponseSchema)` to create a new message.
  */
 export const LogsResponseSchema: GenMessage<LogsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 29);
+  messageDesc(file_forelead_runner_v1_runner, 31);
 
 /**
  * RenewCertificateRequest carries a PKCS#10 CSR for a new key made on the runner.
@@ -1065,7 +1131,7 @@ export type RenewCertificateRequest = Message<"forelead.runner.v1.RenewCertifica
  * Use `create(RenewCertificateRequestSchema)` to create a new message.
  */
 export const RenewCertificateRequestSchema: GenMessage<RenewCertificateRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 30);
+  messageDesc(file_forelead_runner_v1_runner, 32);
 
 /**
  * RenewCertificateResponse is the new certificate.
@@ -1101,7 +1167,7 @@ export type RenewCertificateResponse = Message<"forelead.runner.v1.RenewCertific
  * Use `create(RenewCertificateResponseSchema)` to create a new message.
  */
 export const RenewCertificateResponseSchema: GenMessage<RenewCertificateResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 31);
+  messageDesc(file_forelead_runner_v1_runner, 33);
 
 /**
  * OpenUploadRequest declares one artifact before any byte moves.
@@ -1159,7 +1225,7 @@ export type OpenUploadRequest = Message<"forelead.runner.v1.OpenUploadRequest"> 
  * Use `create(OpenUploadRequestSchema)` to create a new message.
  */
 export const OpenUploadRequestSchema: GenMessage<OpenUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 32);
+  messageDesc(file_forelead_runner_v1_runner, 34);
 
 /**
  * OpenUploadResponse names the upload. Opening the same name, size and
@@ -1191,7 +1257,7 @@ export type OpenUploadResponse = Message<"forelead.runner.v1.OpenUploadResponse"
  * Use `create(OpenUploadResponseSchema)` to create a new message.
  */
 export const OpenUploadResponseSchema: GenMessage<OpenUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 33);
+  messageDesc(file_forelead_runner_v1_runner, 35);
 
 /**
  * PutUploadRequest carries bytes of an upload. The first message names the
@@ -1241,7 +1307,7 @@ export type PutUploadRequest = Message<"forelead.runner.v1.PutUploadRequest"> & 
  * Use `create(PutUploadRequestSchema)` to create a new message.
  */
 export const PutUploadRequestSchema: GenMessage<PutUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 34);
+  messageDesc(file_forelead_runner_v1_runner, 36);
 
 /**
  * PutUploadResponse says how much of the upload is held durably.
@@ -1279,7 +1345,7 @@ export type PutUploadResponse = Message<"forelead.runner.v1.PutUploadResponse"> 
  * Use `create(PutUploadResponseSchema)` to create a new message.
  */
 export const PutUploadResponseSchema: GenMessage<PutUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 35);
+  messageDesc(file_forelead_runner_v1_runner, 37);
 
 /**
  * FinalizeUploadRequest asks the control plane to verify and store an upload.
@@ -1313,7 +1379,7 @@ export type FinalizeUploadRequest = Message<"forelead.runner.v1.FinalizeUploadRe
  * Use `create(FinalizeUploadRequestSchema)` to create a new message.
  */
 export const FinalizeUploadRequestSchema: GenMessage<FinalizeUploadRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 36);
+  messageDesc(file_forelead_runner_v1_runner, 38);
 
 /**
  * FinalizeUploadResponse is the stored artifact; the same again for a
@@ -1353,7 +1419,7 @@ export type FinalizeUploadResponse = Message<"forelead.runner.v1.FinalizeUploadR
  * Use `create(FinalizeUploadResponseSchema)` to create a new message.
  */
 export const FinalizeUploadResponseSchema: GenMessage<FinalizeUploadResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_runner_v1_runner, 37);
+  messageDesc(file_forelead_runner_v1_runner, 39);
 
 /**
  * RunnerService is Runner protocol v1: every call is made by a runner with a
@@ -1466,6 +1532,17 @@ export const RunnerService: GenService<{
     methodKind: "unary";
     input: typeof CodeHeadRequestSchema;
     output: typeof CodeHeadResponseSchema;
+  },
+  /**
+   * A signed ID token (JWT-SVID) naming the leased job, for one of the
+   * audiences its enqueue allowed (docs/workload-identity.md).
+   *
+   * @generated from rpc forelead.runner.v1.RunnerService.IdToken
+   */
+  idToken: {
+    methodKind: "unary";
+    input: typeof IdTokenRequestSchema;
+    output: typeof IdTokenResponseSchema;
   },
   /**
    * A git bundle of a permitted commit, in chunks.

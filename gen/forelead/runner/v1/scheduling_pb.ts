@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/runner/v1/scheduling.proto.
  */
 export const file_forelead_runner_v1_scheduling: GenFile = /*@__PURE__*/
-  fileDesc("CiNmb3JlbGVhZC9ydW5uZXIvdjEvc2NoZWR1bGluZy5wcm90bxISZm9yZWxlYWQucnVubmVyLnYxIksKB0JhY2tvZmYSFwoPaW5pdGlhbF9zZWNvbmRzGAEgASgBEhIKCm11bHRpcGxpZXIYAiABKAESEwoLbWF4X3NlY29uZHMYAyABKAEiWgoMUmVxdWlyZW1lbnRzEhQKDGFyY2hpdGVjdHVyZRgBIAEoCRIKCgJvcxgCIAEoCRIWCg5leGVjdXRpb25fa2luZBgDIAEoCRIQCghmZWF0dXJlcxgEIAMoCWIGcHJvdG8z");
+  fileDesc("CiNmb3JlbGVhZC9ydW5uZXIvdjEvc2NoZWR1bGluZy5wcm90bxISZm9yZWxlYWQucnVubmVyLnYxIksKB0JhY2tvZmYSFwoPaW5pdGlhbF9zZWNvbmRzGAEgASgBEhIKCm11bHRpcGxpZXIYAiABKAESEwoLbWF4X3NlY29uZHMYAyABKAEiWgoMUmVxdWlyZW1lbnRzEhQKDGFyY2hpdGVjdHVyZRgBIAEoCRIKCgJvcxgCIAEoCRIWCg5leGVjdXRpb25fa2luZBgDIAEoCRIQCghmZWF0dXJlcxgEIAMoCSIkCgdJZFRva2VuEhkKEWFsbG93ZWRfYXVkaWVuY2VzGAEgAygJYgZwcm90bzM");
 
 /**
  * Backoff spaces a job's retries: after a retryable failure or a lost lease
@@ -93,4 +93,28 @@ export type Requirements = Message<"forelead.runner.v1.Requirements"> & {
  */
 export const RequirementsSchema: GenMessage<Requirements> = /*@__PURE__*/
   messageDesc(file_forelead_runner_v1_scheduling, 1);
+
+/**
+ * IdToken lets a job ask, under its live lease, for short-lived signed ID
+ * tokens (JWT-SVIDs) naming it (POST /v1/runner/id-token,
+ * docs/workload-identity.md). Unset: the job gets none.
+ *
+ * @generated from message forelead.runner.v1.IdToken
+ */
+export type IdToken = Message<"forelead.runner.v1.IdToken"> & {
+  /**
+   * The audiences a token may be issued for; each one 1 to 256 printable
+   * characters, at most 8 and at least 1.
+   *
+   * @generated from field: repeated string allowed_audiences = 1;
+   */
+  allowedAudiences: string[];
+};
+
+/**
+ * Describes the message forelead.runner.v1.IdToken.
+ * Use `create(IdTokenSchema)` to create a new message.
+ */
+export const IdTokenSchema: GenMessage<IdToken> = /*@__PURE__*/
+  messageDesc(file_forelead_runner_v1_scheduling, 2);
 
