@@ -11,6 +11,7 @@ export interface ScheduleMessage {
   readonly delaySeconds?: bigint;
   readonly concurrencyKey: string;
   readonly concurrencyLimit: number;
+  readonly fairnessKey: string;
   readonly backoff?: Backoff;
   readonly requirements?: Requirements;
 }
@@ -20,13 +21,20 @@ export function scheduleFieldsOf(
   req: ScheduleMessage,
 ): Pick<
   EnqueueInput,
-  "runAt" | "delaySeconds" | "concurrencyKey" | "concurrencyLimit" | "backoff" | "requirements"
+  | "runAt"
+  | "delaySeconds"
+  | "concurrencyKey"
+  | "concurrencyLimit"
+  | "fairnessKey"
+  | "backoff"
+  | "requirements"
 > {
   return {
     runAt: req.runAt ? timestampDate(req.runAt) : undefined,
     delaySeconds: req.delaySeconds === undefined ? undefined : Number(req.delaySeconds),
     concurrencyKey: req.concurrencyKey,
     concurrencyLimit: req.concurrencyLimit,
+    fairnessKey: req.fairnessKey,
     backoff: req.backoff
       ? {
           initialSeconds: req.backoff.initialSeconds,

@@ -37,6 +37,7 @@ function scheduleColumns(input: EnqueueInput) {
         : undefined,
     concurrency_key: input.concurrencyKey || null,
     concurrency_limit: input.concurrencyKey ? input.concurrencyLimit! : null,
+    fairness_key: input.fairnessKey || null,
     backoff_initial_seconds: b ? b.initialSeconds : null,
     backoff_multiplier: multiplier,
     backoff_max_seconds: b
@@ -52,6 +53,7 @@ function scheduleColumns(input: EnqueueInput) {
     runAt: input.runAt?.toISOString(),
     delaySeconds: input.delaySeconds,
     concurrency: input.concurrencyKey ? [input.concurrencyKey, input.concurrencyLimit] : undefined,
+    fairnessKey: input.fairnessKey || undefined,
     backoff: b
       ? [columns.backoff_initial_seconds, columns.backoff_multiplier, columns.backoff_max_seconds]
       : undefined,

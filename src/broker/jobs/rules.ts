@@ -38,6 +38,11 @@ export interface EnqueueInput extends JobSecretsInput {
    */
   readonly concurrencyKey?: string;
   readonly concurrencyLimit?: number;
+  /**
+   * Its fairness key within the workspace (a tenant, a user): at equal priority, keys are served in
+   * proportion to their weights (forelead_fair_tag). Empty: none.
+   */
+  readonly fairnessKey?: string;
   /** How retries are spaced; undefined: requeued at once. */
   readonly backoff?: BackoffInput;
   /** What a runner must have to be leased the job. */
@@ -269,6 +274,7 @@ function validateSchedule(input: EnqueueInput): void {
         `with a concurrencyKey (how many jobs of the group may run at once); got ` +
         `${limit}`,
     );
+  if (input.fairnessKey) checkSegmentId("fairnessKey", input.fairnessKey);
   const b = input.backoff;
   if (b) {
     if (!(b.initialSeconds > 0 && b.initialSeconds <= scheduleLimits.maxBackoffSeconds))
