@@ -276,6 +276,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
           options.code,
           options.secrets,
           handoff?.target,
+          settled,
         );
         await handoff?.deliver(handed);
         if (handed) observer?.handedOff();

@@ -11,6 +11,8 @@ import { statementShapes } from "../../store/statement-shapes.js";
 import { isStepJob } from "../pipelines/settle-hook.js";
 import type { SecretBox } from "../../secrets/box.js";
 import { hasSecrets, secretNames, secretsDigest, storeJobSecrets } from "./secrets.js";
+import { applyGroupPolicy, hasGroupPolicy } from "./group-policy.js";
+import type { SettleHook } from "../pipelines/settle-hook.js";
 import {
   bad,
   jobKindOf,
@@ -461,7 +463,9 @@ export async function enqueueJob(
 /**
  * enqueueJob, with `probe` answered by the same statement (`probed`; undefined when the key named a
  * job already stored), and a direct handoff when `handoff` names a waiting claim's runner (asked
- * once the enqueue passed its rules, never for a job with secrets): `handed` is the lease it made,
+ * once the enqueue passed its rules, never for a job with secrets or a concurrency-group policy,
+ * which is applied first in the enqueue's transaction with `hook` settling what it cancels):
+ * `handed` is the lease it made,
  * on this job or an older one. A handoff refused for its runner (retired while it waited: FL001) or
  * by a deadlock rolls the statement back whole, and the job is stored without it.
  */
@@ -473,12 +477,17 @@ export async function enqueueProbed(
   code?: CodeHooks,
   box?: SecretBox,
   handoff?: () => HandoffTarget | undefined,
+  hook?: SettleHook,
 ): Promise<{ job: JobSnapshot; probed?: boolean; handed?: HandedRow }> {
   const prepared = await prepareEnqueue(input, timeouts, code, box);
-  const target = prepared.withSecrets ? undefined : handoff?.();
+  const policy = hasGroupPolicy(input);
+  const target = prepared.withSecrets || policy ? undefined : handoff?.();
   let stored: StoredEnqueue | undefined;
-  if (prepared.withSecrets)
-    [stored] = await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box, probe));
+  if (prepared.withSecrets || policy)
+    [stored] = await inTransaction(db, async (tx) => {
+      if (policy) await applyGroupPolicy(tx, input, prepared.row.id, hook);
+      return storeEnqueues(tx, [prepared], box, probe);
+    });
   else {
     try {
       [stored] = await storeEnqueues(db, [prepared], box, probe, target);
