@@ -120,7 +120,7 @@ export function enqueueCommand(
       .option(
         "--fairness-key <key>",
         "a tenant or user within the workspace: at equal priority keys are served in " +
-          "proportion to their weights (forelead fairness-keys set)",
+          "proportion to their weights (PUT /v1/admin/fairness-keys/{key})",
       )
       .addOption(
         new Option(

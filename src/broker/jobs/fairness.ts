@@ -6,7 +6,7 @@ import { checkSegmentId } from "../../identity/segment-id.js";
 import { bad } from "./rules.js";
 
 /** The bounds of a weight: served up to 1000 times as often as a key of weight 1. */
-export const fairnessLimits = { minWeight: 1, maxWeight: 1000 } as const;
+const fairnessLimits = { minWeight: 1, maxWeight: 1000 } as const;
 
 /** A fairness key as the admin views show it. */
 export interface FairnessKeyView {
