@@ -68,6 +68,15 @@ describe(`fair shares (${databaseKind})`, () => {
     expect(started.filter((_, i) => keys[i] === "b")).toEqual(b);
     const view = await admin.job(a[0]!);
     expect(view.json.job.fairnessKey).toBe("tenant-a");
+    // The stats per key: how many started, and their waits.
+    const stats = await admin.rest.request("GET", `/v1/admin/stats?since=1h&workspaceId=${ws}`);
+    expect(stats.status, stats.text).toBe(200);
+    const perKey = stats.json.workspaces[0].fairnessKeys;
+    expect(perKey.map((k: { key: string; started: string }) => [k.key, k.started])).toEqual([
+      ["tenant-a", "21"],
+      ["tenant-b", "20"],
+    ]);
+    for (const k of perKey) expect(k.waitP95Seconds).toBeGreaterThanOrEqual(k.waitP50Seconds);
   });
 
   it("weights 3:1 start jobs 3:1 (within 5 %) over 1,000 claims, set without a restart", async () => {
