@@ -12,7 +12,7 @@ import type { EnqueueInput } from "./rules.js";
 
 /** Whether an enqueue asks for more than today's queueing of its group. */
 export function hasGroupPolicy(input: EnqueueInput): boolean {
-  return (input.concurrencyPolicy ?? "queue") !== "queue" || (input.maxPending ?? 0) > 0;
+  return (input.concurrencyPolicy || "queue") !== "queue" || (input.maxPending ?? 0) > 0;
 }
 
 /**
@@ -43,7 +43,7 @@ export async function applyGroupPolicy(
       .executeTakeFirst();
     if (stored) return;
   }
-  const policy = input.concurrencyPolicy ?? "queue";
+  const policy = input.concurrencyPolicy || "queue";
   const cancel = async (ids: readonly string[], why: string) => {
     for (const id of ids)
       await cancelJob(tx, id, `job ${jobId} (${why})`, hook).catch((err: unknown) => {
