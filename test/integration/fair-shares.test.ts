@@ -127,6 +127,25 @@ describe(`fair shares (${databaseKind})`, () => {
     expect(order).toEqual([ids[4], ids[2], ids[1], ids[3], ids[0]]);
   });
 
+  it("a pipeline step's job carries the step's fairness key", async () => {
+    const reply = await admin.rest.request("POST", "/v1/admin/pipelines", {
+      apiVersion: "v1",
+      workspaceId: "fair-steps",
+      name: "p",
+      steps: [
+        {
+          name: "build",
+          labels: ["linux"],
+          spec: { image: "busybox", argv: ["true"] },
+          fairnessKey: "tenant-s",
+        },
+      ],
+    });
+    expect(reply.status, reply.text).toBe(200);
+    const jobId = reply.json.pipeline.steps[0].jobId as string;
+    expect((await admin.job(jobId)).json.job.fairnessKey).toBe("tenant-s");
+  });
+
   it("bad input is refused with 400 naming it, and nothing is stored", async () => {
     const ws = "fair-bad";
     const count = async () =>
