@@ -12,7 +12,8 @@
 -- Among the eligible, the highest priority, then the lowest share tag (jobs.fair_tag, set by
 -- forelead_fair_tag for a job with a fairness key; a job without one has none and goes first),
 -- then the oldest, FOR UPDATE SKIP LOCKED: no job is leased twice at once, across replicas.
--- Without fairness keys the order is priority, then age.
+-- Without fairness keys the order is priority, then age; with them the claim walks the same
+-- index in the same way (docs/performance.md, "Fair shares: the claim with and without").
 --
 -- Slots are exact: every runner's row is updated (locked) first, so a runner's
 -- concurrent claims count its live leases one after another.
