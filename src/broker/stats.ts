@@ -27,7 +27,7 @@ export interface WorkspaceStats {
 }
 
 /** One fairness key's share of a workspace's settled jobs. */
-export interface FairnessKeyStats {
+interface FairnessKeyStats {
   readonly key: string;
   readonly started: number;
   readonly waitP50Seconds: number;
