@@ -100,7 +100,7 @@ describe(`fair shares (${databaseKind})`, () => {
       { key: "heavy", weight: 3, queued: 1000 - heavy },
       { key: "light", weight: 1, queued: 1000 - light },
     ]);
-  }, 240_000);
+  }, 600_000);
 
   it("jobs without a key keep the order of priority, then age, and go before keyed jobs of their priority", async () => {
     const ws = "fair-mixed";
