@@ -1,7 +1,8 @@
 // Scenario 5, scale of the queue: claim latency with 10,000 and 1,000,000
 // queued jobs (flat is the goal), and the plan of the claim statement
 // (EXPLAIN (ANALYZE, BUFFERS) through auto_explain of the statements inside
-// the claim function, as the broker really calls it).
+// the claim function, as the broker really calls it). --fairness-keys 0,1000
+// spreads the queue over that many fairness keys: fair shares off and on.
 // Jobs are bulk-inserted with SQL; one runner then claims and completes
 // through the control plane, one claim at a time. Run: npm run bench:queue
 import { sql } from "kysely";
@@ -17,7 +18,11 @@ import { bulkInsertJobs } from "./lib/queue-sql.js";
 import { publishScenario } from "./lib/report.js";
 import { summarize, type LatencySummary } from "./lib/stats.js";
 
-const options = parseOptions(process.argv.slice(2), { queued: "string", claims: "string" });
+const options = parseOptions(process.argv.slice(2), {
+  queued: "string",
+  claims: "string",
+  "fairness-keys": "string",
+});
 const tiny = options.size === "tiny";
 const queueSizes = intListFlag(
   options.flags.queued,
@@ -25,10 +30,14 @@ const queueSizes = intListFlag(
   tiny ? [1_000, 5_000] : [10_000, 1_000_000],
 );
 const claims = intFlag(options.flags.claims, "claims", tiny ? 20 : 2_000);
+// Fair shares on and off: the queue spread over this many fairness keys (0: no keys).
+const keyCounts = intListFlag(options.flags["fairness-keys"], "fairness-keys", [0], 0);
 const workspaceId = "w1";
 
 interface Scale {
   readonly queued: number;
+  /** Fairness keys the queue is spread over (0: none). */
+  readonly fairnessKeys: number;
   readonly insertSeconds: number;
   readonly tableBytes: number;
   readonly claimIndexBytes: number;
@@ -55,7 +64,8 @@ const started = performance.now();
 const pki = await createBenchPki();
 const scales: Scale[] = [];
 try {
-  for (const queued of queueSizes) scales.push(await measure(queued));
+  for (const queued of queueSizes)
+    for (const keys of keyCounts) scales.push(await measure(queued, keys));
 } finally {
   await pki.dispose();
 }
@@ -67,7 +77,7 @@ const notes = [
     `plane (REST over HTTP/2 + mTLS, one at a time, control plane in the ` +
     `orchestrating process, runner in a client process).`,
   "The claim walks the partial index jobs_claimable (workspace_id, " +
-    "priority desc, created_at, id) where state = 'queued' and stops at the " +
+    "priority desc, fair_tag nulls first, created_at, id) where state = 'queued' and stops at the " +
     "first row it can lock: its cost does not depend on how many jobs wait " +
     "behind it.",
   "A claimed job leaves the partial index only when vacuum removes its old " +
@@ -85,6 +95,7 @@ await publishScenario(options, started, {
     title: `Claim latency by queue length (${claims.toLocaleString("en-US")} claims, one runner)`,
     columns: [
       "queued jobs",
+      "fairness keys",
       "claim p50 ms",
       "claim p99 ms",
       "first 10% p50",
@@ -95,6 +106,7 @@ await publishScenario(options, started, {
     ],
     rows: scales.map((s) => [
       s.queued,
+      s.fairnessKeys,
       s.claim.p50,
       s.claim.p99,
       s.firstTenthP50,
@@ -107,8 +119,10 @@ await publishScenario(options, started, {
   figures: { claims, scales },
 });
 
-async function measure(queued: number): Promise<Scale> {
-  console.log(`queue-scale: ${queued.toLocaleString("en-US")} queued jobs`);
+async function measure(queued: number, fairnessKeys: number): Promise<Scale> {
+  console.log(
+    `queue-scale: ${queued.toLocaleString("en-US")} queued jobs, ${fairnessKeys} fairness keys`,
+  );
   const database = await freshDatabase(options.databaseUrl, options.databaseName);
   const client = forkProcess(new URL("./clients/runners.ts", import.meta.url));
   try {
@@ -121,7 +135,7 @@ async function measure(queued: number): Promise<Scale> {
     try {
       const store = planes.inProcess!.store;
       const t0 = performance.now();
-      await bulkInsertJobs(store.db, queued, workspaceId);
+      await bulkInsertJobs(store.db, queued, workspaceId, fairnessKeys);
       const insertSeconds = Math.round((performance.now() - t0) / 100) / 10;
       await client.call({
         type: "connect",
@@ -141,6 +155,7 @@ async function measure(queued: number): Promise<Scale> {
       const execution = plan ? /duration: ([\d.]+) ms/.exec(plan) : null;
       return {
         queued,
+        fairnessKeys,
         insertSeconds,
         tableBytes: sizes.rows[0]!.t,
         claimIndexBytes: sizes.rows[0]!.i,

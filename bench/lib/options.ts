@@ -66,10 +66,15 @@ export function intFlag(
   return n;
 }
 
-/** A comma-separated list of whole numbers from a flag, or the default. */
-export function intListFlag(value: unknown, name: string, fallback: readonly number[]): number[] {
+/** A comma-separated list of whole numbers (at least `min`) from a flag, or the default. */
+export function intListFlag(
+  value: unknown,
+  name: string,
+  fallback: readonly number[],
+  min = 1,
+): number[] {
   if (value === undefined) return [...fallback];
   return String(value)
     .split(",")
-    .map((v) => intFlag(v.trim(), name, 0));
+    .map((v) => intFlag(v.trim(), name, 0, min));
 }

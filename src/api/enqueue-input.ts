@@ -28,6 +28,9 @@ export function enqueueInputOf(req: EnqueueJobRequest, enqueuedBy: string): Enqu
     enqueuedBy,
     secrets: req.secrets,
     secretFiles: req.secretFiles,
+    concurrencyPolicy: req.concurrencyPolicy,
+    maxPending: req.maxPending,
+    onFull: req.onFull,
     ...scheduleFieldsOf(req),
   };
 }

@@ -11,6 +11,7 @@ export interface ScheduleMessage {
   readonly delaySeconds?: bigint;
   readonly concurrencyKey: string;
   readonly concurrencyLimit: number;
+  readonly fairnessKey: string;
   readonly backoff?: Backoff;
   readonly requirements?: Requirements;
   readonly idToken?: IdToken;
@@ -28,12 +29,16 @@ export function scheduleFieldsOf(
   | "backoff"
   | "requirements"
   | "idToken"
+  | "fairnessKey"
+  | "backoff"
+  | "requirements"
 > {
   return {
     runAt: req.runAt ? timestampDate(req.runAt) : undefined,
     delaySeconds: req.delaySeconds === undefined ? undefined : Number(req.delaySeconds),
     concurrencyKey: req.concurrencyKey,
     concurrencyLimit: req.concurrencyLimit,
+    fairnessKey: req.fairnessKey,
     backoff: req.backoff
       ? {
           initialSeconds: req.backoff.initialSeconds,

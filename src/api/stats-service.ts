@@ -49,6 +49,7 @@ export function createStatsService(broker: Broker): ServiceImpl<typeof StatsServ
             jobs: count(r.jobs),
             busySeconds: r.busySeconds,
           })),
+          fairnessKeys: w.fairnessKeys.map((k) => ({ ...k, started: count(k.started) })),
         })),
       };
     },

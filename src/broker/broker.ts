@@ -41,6 +41,12 @@ import { pipelineSettleHook, strandedStepJobs } from "./pipelines/sequence.js";
 import { inTransaction } from "../store/transaction.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
 import { retryJob } from "./jobs/retry.js";
+import {
+  listFairnessKeys,
+  setFairnessKey,
+  type FairnessKeyInput,
+  type FairnessKeyView,
+} from "./jobs/fairness.js";
 import { leaseInput } from "./pipelines/inputs.js";
 import { createSchedules, type Schedules } from "./schedules/schedules.js";
 import { startScheduleTicker } from "./schedules/ticker.js";
@@ -115,6 +121,10 @@ export interface Broker {
    * (schedules/).
    */
   readonly schedules: Schedules;
+  /** Sets a fairness key's weight in its workspace (jobs/fairness.ts). */
+  setFairnessKey(input: FairnessKeyInput): Promise<FairnessKeyView>;
+  /** A workspace's fairness keys (jobs/fairness.ts). */
+  fairnessKeys(workspaceId: string): Promise<FairnessKeyView[]>;
   /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
   retry(jobId: string, by: string): Promise<JobSnapshot>;
   /**
@@ -278,6 +288,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
           options.code,
           options.secrets,
           handoff?.target,
+          settled,
         );
         await handoff?.deliver(handed);
         if (handed) observer?.handedOff();
@@ -341,6 +352,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     forgetRunner: (input) => forgetRunner(db, input, offlineSeconds),
     register: (registration) => register(db, registration, options.leaseSeconds),
     stats: (query) => jobStats(db, query),
+    setFairnessKey: (input) => setFairnessKey(db, input),
+    fairnessKeys: (workspaceId) => listFairnessKeys(db, workspaceId),
     sweep,
     async close() {
       closed = true;

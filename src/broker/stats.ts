@@ -22,6 +22,16 @@ export interface WorkspaceStats {
   readonly wait: DurationStats;
   readonly run: DurationStats;
   readonly runners: ReadonlyArray<{ runnerId: string; jobs: number; busySeconds: number }>;
+  /** Per fairness key: its jobs that started, and their waits' p50 and p95 (seconds). */
+  readonly fairnessKeys: ReadonlyArray<FairnessKeyStats>;
+}
+
+/** One fairness key's share of a workspace's settled jobs. */
+interface FairnessKeyStats {
+  readonly key: string;
+  readonly started: number;
+  readonly waitP50Seconds: number;
+  readonly waitP95Seconds: number;
 }
 
 /** The window and scope of a stats request. */
@@ -45,6 +55,7 @@ export interface StatsRow {
   by_state: Array<{ key: string; count: number }>;
   by_error_code: Array<{ key: string; count: number }>;
   runners: Array<{ runnerId: string; jobs: number; busySeconds: number }>;
+  fairness_keys: Array<FairnessKeyStats>;
 }
 
 /**
@@ -80,6 +91,7 @@ export async function jobStats(db: Kysely<Database>, query: StatsQuery): Promise
     wait: durations(parsed(r.wait)),
     run: durations(parsed(r.run)),
     runners: parsed(r.runners),
+    fairnessKeys: parsed(r.fairness_keys),
   }));
 }
 
@@ -101,7 +113,7 @@ export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
   const scope = query.workspaceId ? sql`and j.workspace_id = ${query.workspaceId}` : sql``;
   return sql<StatsRow>`
     with jl as materialized (
-      select j.id, j.workspace_id, j.state, j.attempts, j.created_at, j.settled_at,
+      select j.id, j.workspace_id, j.state, j.attempts, j.created_at, j.settled_at, j.fairness_key,
         case when j.state = 'failed' then coalesce(j.error->>'code', j.failure_reason, 'unknown') end as error_code,
         l.runner_id, l.issued_at, l.end_reason,
         extract(epoch from coalesce(l.ended_at, least(l.expires_at, now())) - l.issued_at)::float8 as held
@@ -109,12 +121,13 @@ export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
       where j.settled_at >= ${query.since} and j.settled_at < ${query.until} ${scope}
     ),
     per_job as materialized (
-      select workspace_id, state, attempts, error_code,
+      select workspace_id, state, attempts, error_code, fairness_key,
         extract(epoch from min(issued_at) - created_at)::float8 as wait,
         extract(epoch from settled_at - max(issued_at))::float8 as run,
         count(*) filter (where end_reason = 'expired') as lost,
         count(*) filter (where end_reason = 'timed_out') as timed_out
-      from jl group by id, workspace_id, state, attempts, error_code, created_at, settled_at
+      from jl group by id, workspace_id, state, attempts, error_code, fairness_key, created_at,
+        settled_at
     ),
     totals as (
       select workspace_id, count(*)::int as jobs, sum(attempts)::int as attempts,
@@ -135,6 +148,16 @@ export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
       from (select workspace_id, error_code as key, count(*)::int as n from per_job where error_code
         is not null group by 1, 2) c group by workspace_id
     ),
+    fair as (
+      select workspace_id, json_agg(json_build_object('key', fairness_key, 'started', n,
+        'waitP50Seconds', p50, 'waitP95Seconds', p95) order by fairness_key) as fairness_keys
+      from (
+        select workspace_id, fairness_key, count(wait)::int as n,
+          coalesce(percentile_cont(0.5) within group (order by wait), 0) as p50,
+          coalesce(percentile_cont(0.95) within group (order by wait), 0) as p95
+        from per_job where fairness_key is not null group by 1, 2
+      ) f group by workspace_id
+    ),
     runner_use as (
       select workspace_id, json_agg(json_build_object('runnerId', runner_id, 'jobs', jobs,
         'busySeconds', busy) order by runner_id) as runners
@@ -144,11 +167,13 @@ export function statsStatement(query: StatsQuery): RawBuilder<StatsRow> {
       ) u group by workspace_id
     )
     select t.*, coalesce(s.by_state, '[]') as by_state, coalesce(c.by_error_code, '[]') as
-      by_error_code, coalesce(u.runners, '[]') as runners
+      by_error_code, coalesce(u.runners, '[]') as runners,
+      coalesce(f.fairness_keys, '[]') as fairness_keys
     from totals t
     left join states s using (workspace_id)
     left join codes c using (workspace_id)
     left join runner_use u using (workspace_id)
+    left join fair f using (workspace_id)
     order by t.workspace_id`;
 }
 

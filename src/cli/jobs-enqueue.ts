@@ -25,6 +25,7 @@ interface EnqueueFlags extends AdminClientFlags {
   secretFile: string[];
   timeout?: number;
   priority?: number;
+  fairnessKey?: string;
   maxAttempts?: number;
   idempotencyKey?: string;
   repository?: string;
@@ -116,6 +117,11 @@ export function enqueueCommand(
           integerIn("--priority", -1_000_000, 1_000_000),
         ),
       )
+      .option(
+        "--fairness-key <key>",
+        "a tenant or user within the workspace: at equal priority keys are served in " +
+          "proportion to their weights (PUT /v1/admin/fairness-keys/{key})",
+      )
       .addOption(
         new Option(
           "--max-attempts <n>",
@@ -179,6 +185,7 @@ export function enqueueCommand(
       kind: flags.kind ?? "",
       spec: { image: flags.image ?? "", argv, env, timeoutSeconds: flags.timeout ?? 0 },
       priority: flags.priority ?? 0,
+      fairnessKey: flags.fairnessKey ?? "",
       maxAttempts: flags.maxAttempts ?? 0,
       idempotencyKey: flags.idempotencyKey ?? "",
       secrets,

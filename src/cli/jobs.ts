@@ -290,6 +290,7 @@ function formatJob(j: Job): string {
     ["argv", j.spec?.argv.length ? JSON.stringify(j.spec.argv) : undefined],
     ["timeout", j.spec?.timeoutSeconds ? `${j.spec.timeoutSeconds}s` : undefined],
     ["priority", String(j.priority)],
+    ["fairness key", j.fairnessKey || undefined],
     ["attempts", `${j.attempts ?? 0} of ${j.maxAttempts}`],
     ["runner", j.runnerId || undefined],
     ["lease until", at(j.leaseExpiresAt)],

@@ -33,6 +33,8 @@ import { LoginService, SessionService } from "../../gen/forelead/admin/v1/sessio
 import { createLoginService, createSessionService } from "../api/session-service.js";
 import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
 import { createWebhookService } from "../api/webhook-service.js";
+import { FlowService } from "../../gen/forelead/admin/v1/flow_pb.js";
+import { createFlowService } from "../api/flow-service.js";
 import type { Domain } from "./domain.js";
 import { createRequestIdentifier } from "./identity.js";
 import type { CheckedOptions } from "./options.js";
@@ -103,6 +105,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(SessionService, createSessionService(identity.sessions)),
     serviceImpl(LoginService, createLoginService(identity.sessions)),
     serviceImpl(WebhookService, createWebhookService(domain.webhooks)),
+    serviceImpl(FlowService, createFlowService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier(

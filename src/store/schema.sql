@@ -59,6 +59,8 @@ CREATE TABLE public.jobs (
     input_lease_id bigint,
     cancelled_by text,
     id_token_audiences text[],
+    fairness_key text,
+    fair_tag double precision,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting_input'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 );
 
@@ -132,7 +134,7 @@ begin
           (select l.n from forelead_live_leases(p_workspace_ids[i], p_runner_ids[i]) l)
             + picked_by_runner,
           runner.slots)
-      order by j.priority desc, j.created_at, j.id
+      order by j.priority desc, j.fair_tag nulls first, j.created_at, j.id
       limit 1
       for update of j skip locked;
       exit when not found or cand.concurrency_key is null;
@@ -238,6 +240,39 @@ CREATE FUNCTION public.forelead_events_notify() RETURNS trigger
       return null;
     end
     $$;
+
+--
+-- Name: forelead_fair_clock(text); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.forelead_fair_clock(p_workspace_id text) RETURNS TABLE(at double precision)
+    LANGUAGE sql STABLE
+    AS $$
+select coalesce(
+  (select max(j.fair_tag) from jobs j
+    where j.workspace_id = p_workspace_id and j.state = 'running' and j.fair_tag is not null),
+  (select min(j.fair_tag) from jobs j
+    where j.workspace_id = p_workspace_id and j.state = 'queued' and j.fair_tag is not null),
+  0)
+$$;
+
+--
+-- Name: forelead_fair_tag(); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.forelead_fair_tag() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  insert into fairness_keys as f (workspace_id, fairness_key, last_tag)
+  values (new.workspace_id, new.fairness_key,
+    (select c.at from forelead_fair_clock(new.workspace_id) c) + 1)
+  on conflict (workspace_id, fairness_key) do update
+    set last_tag = greatest(f.last_tag, excluded.last_tag - 1) + 1.0 / f.weight
+  returning f.last_tag into new.fair_tag;
+  return new;
+end
+$$;
 
 --
 -- Name: forelead_group_has_room(text, integer, integer); Type: FUNCTION; Schema: public
@@ -536,6 +571,19 @@ ALTER TABLE public.events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+--
+-- Name: fairness_keys; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.fairness_keys (
+    workspace_id text NOT NULL,
+    fairness_key text NOT NULL,
+    weight integer DEFAULT 1 NOT NULL,
+    last_tag double precision DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT fairness_keys_weight_check CHECK ((weight > 0))
 );
 
 --
@@ -1121,6 +1169,13 @@ ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
 --
+-- Name: fairness_keys fairness_keys_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.fairness_keys
+    ADD CONSTRAINT fairness_keys_pkey PRIMARY KEY (workspace_id, fairness_key);
+
+--
 -- Name: inventory_flags inventory_flags_pkey; Type: CONSTRAINT; Schema: public
 --
 
@@ -1434,7 +1489,13 @@ CREATE INDEX job_inputs_unanswered ON public.job_inputs USING btree (expires_at)
 -- Name: jobs_claimable; Type: INDEX; Schema: public
 --
 
-CREATE INDEX jobs_claimable ON public.jobs USING btree (workspace_id, priority DESC, created_at, id, claimable_at) WHERE (state = 'queued'::text);
+CREATE INDEX jobs_claimable ON public.jobs USING btree (workspace_id, priority DESC, fair_tag NULLS FIRST, created_at, id, claimable_at) WHERE (state = 'queued'::text);
+
+--
+-- Name: jobs_fair_tags; Type: INDEX; Schema: public
+--
+
+CREATE INDEX jobs_fair_tags ON public.jobs USING btree (workspace_id, state, fair_tag) WHERE (fair_tag IS NOT NULL);
 
 --
 -- Name: jobs_idempotency; Type: INDEX; Schema: public
@@ -1645,6 +1706,12 @@ CREATE TRIGGER events_notify AFTER INSERT ON public.events REFERENCING NEW TABLE
 --
 
 CREATE TRIGGER jobs_erase_secrets AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((new.state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text])) AND ((cardinality(new.secret_names) > 0) OR (cardinality(new.secret_file_names) > 0)))) EXECUTE FUNCTION public.forelead_erase_job_secrets();
+
+--
+-- Name: jobs jobs_fair_tag; Type: TRIGGER; Schema: public
+--
+
+CREATE TRIGGER jobs_fair_tag BEFORE INSERT ON public.jobs FOR EACH ROW WHEN ((new.fairness_key IS NOT NULL)) EXECUTE FUNCTION public.forelead_fair_tag();
 
 --
 -- Name: jobs jobs_settled_wakes_followers; Type: TRIGGER; Schema: public

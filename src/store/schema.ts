@@ -39,6 +39,7 @@ export interface Database {
   person_sessions: PersonSessionsTable;
   webhook_subscriptions: WebhookSubscriptionsTable;
   webhook_deliveries: WebhookDeliveriesTable;
+  fairness_keys: FairnessKeysTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -199,9 +200,22 @@ export interface JobsTable {
   cancelled_by: ColumnType<string | null, string | null | undefined, string | null>;
   /** The audiences the job may be given ID tokens for (null: none; docs/workload-identity.md). */
   id_token_audiences: ColumnType<string[] | null, string[] | null | undefined, string[] | null>;
+  /** Its fairness key (fair shares within the workspace) and share tag (trigger jobs_fair_tag). */
+  fairness_key: ColumnType<string | null, string | null | undefined, string | null>;
+  fair_tag: ColumnType<number | null, number | null | undefined, number | null>;
+}
+
+/** A fairness key's weight and last share tag (forelead_fair_tag); weight 1 unless set. */
+export interface FairnessKeysTable {
+  workspace_id: string;
+  fairness_key: string;
+  weight: Generated<number>;
+  last_tag: Generated<number>;
+  updated_at: Generated<Date>;
 }
 
 /** A job secret, sealed (src/secrets), until its job settles (trigger jobs_erase_secrets). */
+
 export interface JobSecretsTable {
   job_id: string;
   kind: "env" | "file";

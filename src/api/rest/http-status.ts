@@ -1,5 +1,6 @@
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { isBodyStalled } from "../body-stall.js";
+import { isThrottled } from "../../protocol/throttled.js";
 
 /**
  * The HTTP status of each Connect code on the REST surface: Connect's own
@@ -30,9 +31,10 @@ const httpStatus: Readonly<Record<Code, number>> = {
 
 /**
  * The HTTP status of an error on the REST surface (see httpStatus); a body that stalled is 408
- * Request Timeout.
+ * Request Timeout, a throttled refusal (a full concurrency group) 429 Too Many Requests.
  */
 export function httpStatusOf(err: ConnectError): number {
   if (isBodyStalled(err)) return 408;
+  if (isThrottled(err)) return 429;
   return httpStatus[err.code] ?? 500;
 }

@@ -11,6 +11,8 @@ import { statementShapes } from "../../store/statement-shapes.js";
 import { isStepJob } from "../pipelines/settle-hook.js";
 import type { SecretBox } from "../../secrets/box.js";
 import { hasSecrets, secretNames, secretsDigest, storeJobSecrets } from "./secrets.js";
+import { applyGroupPolicy, hasGroupPolicy } from "./group-policy.js";
+import type { SettleHook } from "../pipelines/settle-hook.js";
 import {
   bad,
   jobKindOf,
@@ -37,6 +39,7 @@ function scheduleColumns(input: EnqueueInput) {
         : undefined,
     concurrency_key: input.concurrencyKey || null,
     concurrency_limit: input.concurrencyKey ? input.concurrencyLimit! : null,
+    fairness_key: input.fairnessKey || null,
     backoff_initial_seconds: b ? b.initialSeconds : null,
     backoff_multiplier: multiplier,
     backoff_max_seconds: b
@@ -53,6 +56,7 @@ function scheduleColumns(input: EnqueueInput) {
     runAt: input.runAt?.toISOString(),
     delaySeconds: input.delaySeconds,
     concurrency: input.concurrencyKey ? [input.concurrencyKey, input.concurrencyLimit] : undefined,
+    fairnessKey: input.fairnessKey || undefined,
     backoff: b
       ? [columns.backoff_initial_seconds, columns.backoff_multiplier, columns.backoff_max_seconds]
       : undefined,
@@ -461,7 +465,9 @@ export async function enqueueJob(
 /**
  * enqueueJob, with `probe` answered by the same statement (`probed`; undefined when the key named a
  * job already stored), and a direct handoff when `handoff` names a waiting claim's runner (asked
- * once the enqueue passed its rules, never for a job with secrets): `handed` is the lease it made,
+ * once the enqueue passed its rules, never for a job with secrets or a concurrency-group policy,
+ * which is applied first in the enqueue's transaction with `hook` settling what it cancels):
+ * `handed` is the lease it made,
  * on this job or an older one. A handoff refused for its runner (retired while it waited: FL001) or
  * by a deadlock rolls the statement back whole, and the job is stored without it.
  */
@@ -473,12 +479,17 @@ export async function enqueueProbed(
   code?: CodeHooks,
   box?: SecretBox,
   handoff?: () => HandoffTarget | undefined,
+  hook?: SettleHook,
 ): Promise<{ job: JobSnapshot; probed?: boolean; handed?: HandedRow }> {
   const prepared = await prepareEnqueue(input, timeouts, code, box);
-  const target = prepared.withSecrets ? undefined : handoff?.();
+  const policy = hasGroupPolicy(input);
+  const target = prepared.withSecrets || policy ? undefined : handoff?.();
   let stored: StoredEnqueue | undefined;
-  if (prepared.withSecrets)
-    [stored] = await inTransaction(db, (tx) => storeEnqueues(tx, [prepared], box, probe));
+  if (prepared.withSecrets || policy)
+    [stored] = await inTransaction(db, async (tx) => {
+      if (policy) await applyGroupPolicy(tx, input, prepared.row.id, hook);
+      return storeEnqueues(tx, [prepared], box, probe);
+    });
   else {
     try {
       [stored] = await storeEnqueues(db, [prepared], box, probe, target);

@@ -38,6 +38,19 @@ export interface EnqueueInput extends JobSecretsInput {
    */
   readonly concurrencyKey?: string;
   readonly concurrencyLimit?: number;
+  /**
+   * What this enqueue does to the jobs of its concurrency group already there (group-policy.ts):
+   * "queue" (default), "cancel_in_progress" or "keep_newest"; with maxPending (0: no bound) and
+   * onFull "reject" (default) or "replace_oldest". Only with a concurrencyKey.
+   */
+  readonly concurrencyPolicy?: string;
+  readonly maxPending?: number;
+  readonly onFull?: string;
+  /**
+   * Its fairness key within the workspace (a tenant, a user): at equal priority, keys are served in
+   * proportion to their weights (forelead_fair_tag). Empty: none.
+   */
+  readonly fairnessKey?: string;
   /** How retries are spaced; undefined: requeued at once. */
   readonly backoff?: BackoffInput;
   /** What a runner must have to be leased the job. */
@@ -238,6 +251,29 @@ export function validateEnqueue(
   validateSchedule(input);
 }
 
+/** queue: today's (wait your turn); cancel_in_progress: cancel the running; keep_newest: the queued. */
+const policies = ["queue", "cancel_in_progress", "keep_newest"];
+/** Over maxPending: refuse the enqueue (429), or cancel the oldest queued job of the key. */
+const onFull = ["reject", "replace_oldest"];
+
+/** The concurrency-group policy fields (group-policy.ts): only with a group, each from its set. */
+function validatePolicy(input: EnqueueInput, key: string): void {
+  const policy = input.concurrencyPolicy ?? "";
+  const max = input.maxPending ?? 0;
+  const full = input.onFull ?? "";
+  if (policy && !policies.includes(policy))
+    bad(
+      `concurrencyPolicy ${JSON.stringify(policy.slice(0, 40))} is not one of ${policies.join(", ")}`,
+    );
+  if (full && !onFull.includes(full))
+    bad(`onFull ${JSON.stringify(full.slice(0, 40))} is not one of ${onFull.join(", ")}`);
+  if (!(Number.isInteger(max) && max >= 0 && max <= scheduleLimits.maxConcurrencyLimit))
+    bad(`maxPending must be 0 (no bound) to ${scheduleLimits.maxConcurrencyLimit}; got ${max}`);
+  if (full && max === 0) bad("onFull needs a maxPending: the bound it acts on");
+  if (!key && (policy || max || full))
+    bad("concurrencyPolicy, maxPending and onFull need a concurrencyKey: the group they act on");
+}
+
 /**
  * The scheduling fields of an enqueue: when, how retries are spaced, its group, its requirements.
  */
@@ -277,6 +313,8 @@ function validateSchedule(input: EnqueueInput): void {
         `with a concurrencyKey (how many jobs of the group may run at once); got ` +
         `${limit}`,
     );
+  if (input.fairnessKey) checkSegmentId("fairnessKey", input.fairnessKey);
+  validatePolicy(input, key);
   const b = input.backoff;
   if (b) {
     if (!(b.initialSeconds > 0 && b.initialSeconds <= scheduleLimits.maxBackoffSeconds))

@@ -59,6 +59,7 @@ export function jobSnapshot(row: JobRow, attempts?: readonly unknown[]): JobSnap
       concurrencyKey: row.concurrency_key,
       concurrencyLimit: row.concurrency_limit,
     });
+  if (row.fairness_key) out.fairnessKey = row.fairness_key;
   if (row.backoff_initial_seconds !== null && row.backoff_initial_seconds !== undefined) {
     out.backoff = {
       initialSeconds: row.backoff_initial_seconds,

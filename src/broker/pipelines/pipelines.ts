@@ -133,6 +133,7 @@ export function storedRequest(
     delaySeconds: s.delaySeconds,
     concurrencyKey: s.concurrencyKey || undefined,
     concurrencyLimit: s.concurrencyKey ? s.concurrencyLimit : undefined,
+    fairnessKey: s.fairnessKey || undefined,
     backoff: s.backoff,
     requirements: s.requirements,
     idToken: s.idToken,

@@ -299,6 +299,7 @@ export type StoredStepRequest = Pick<
   | "delaySeconds"
   | "concurrencyKey"
   | "concurrencyLimit"
+  | "fairnessKey"
   | "backoff"
   | "requirements"
   | "idToken"

@@ -35,6 +35,7 @@ import * as m0033 from "./0033_runner_state.js";
 import * as m0034 from "./0034_webhooks.js";
 import * as m0035 from "./0035_retention.js";
 import * as m0036 from "./0036_job_id_tokens.js";
+import * as m0037 from "./0037_fair_shares.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -77,4 +78,5 @@ export const migrations: Record<string, Migration> = {
   "0034_webhooks": m0034,
   "0035_retention": m0035,
   "0036_job_id_tokens": m0036,
+  "0037_fair_shares": m0037,
 };

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/stats.proto.
  */
 export const file_forelead_admin_v1_stats: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9zdGF0cy5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEiRQoPR2V0U3RhdHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgJEg0KBXVudGlsGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCSK0AQoQR2V0U3RhdHNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIpCgVzaW5jZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKCndvcmtzcGFjZXMYBCADKAsyIS5mb3JlbGVhZC5hZG1pbi52MS5Xb3Jrc3BhY2VTdGF0cyLwAgoOV29ya3NwYWNlU3RhdHMSFAoMd29ya3NwYWNlX2lkGAEgASgJEgwKBGpvYnMYAiABKAMSLAoIYnlfc3RhdGUYAyADKAsyGi5mb3JlbGVhZC5hZG1pbi52MS5Db3VudEJ5EjEKDWJ5X2Vycm9yX2NvZGUYBCADKAsyGi5mb3JlbGVhZC5hZG1pbi52MS5Db3VudEJ5EhAKCGF0dGVtcHRzGAUgASgDEhQKDGxlYXNlX2xvc3NlcxgGIAEoAxIQCgh0aW1lb3V0cxgHIAEoAxIPCgdjYW5jZWxzGAggASgDEi4KBHdhaXQYCSABKAsyIC5mb3JlbGVhZC5hZG1pbi52MS5EdXJhdGlvblN0YXRzEi0KA3J1bhgKIAEoCzIgLmZvcmVsZWFkLmFkbWluLnYxLkR1cmF0aW9uU3RhdHMSLwoHcnVubmVycxgLIAMoCzIeLmZvcmVsZWFkLmFkbWluLnYxLlJ1bm5lclN0YXRzIiUKB0NvdW50QnkSCwoDa2V5GAEgASgJEg0KBWNvdW50GAIgASgDIl0KDUR1cmF0aW9uU3RhdHMSDQoFY291bnQYASABKAMSEwoLcDUwX3NlY29uZHMYAiABKAESEwoLcDk1X3NlY29uZHMYAyABKAESEwoLbWF4X3NlY29uZHMYBCABKAEiRAoLUnVubmVyU3RhdHMSEQoJcnVubmVyX2lkGAEgASgJEgwKBGpvYnMYAiABKAMSFAoMYnVzeV9zZWNvbmRzGAMgASgBMowBCgxTdGF0c1NlcnZpY2USfAoIR2V0U3RhdHMSIi5mb3JlbGVhZC5hZG1pbi52MS5HZXRTdGF0c1JlcXVlc3QaIy5mb3JlbGVhZC5hZG1pbi52MS5HZXRTdGF0c1Jlc3BvbnNlIifK8xgjCgNHRVQSDy92MS9hZG1pbi9zdGF0czoFYWRtaW5CBHJlYWRiBnByb3RvMw", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9zdGF0cy5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEiRQoPR2V0U3RhdHNSZXF1ZXN0Eg0KBXNpbmNlGAEgASgJEg0KBXVudGlsGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCSK0AQoQR2V0U3RhdHNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIpCgVzaW5jZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoFdW50aWwYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKCndvcmtzcGFjZXMYBCADKAsyIS5mb3JlbGVhZC5hZG1pbi52MS5Xb3Jrc3BhY2VTdGF0cyKsAwoOV29ya3NwYWNlU3RhdHMSFAoMd29ya3NwYWNlX2lkGAEgASgJEgwKBGpvYnMYAiABKAMSLAoIYnlfc3RhdGUYAyADKAsyGi5mb3JlbGVhZC5hZG1pbi52MS5Db3VudEJ5EjEKDWJ5X2Vycm9yX2NvZGUYBCADKAsyGi5mb3JlbGVhZC5hZG1pbi52MS5Db3VudEJ5EhAKCGF0dGVtcHRzGAUgASgDEhQKDGxlYXNlX2xvc3NlcxgGIAEoAxIQCgh0aW1lb3V0cxgHIAEoAxIPCgdjYW5jZWxzGAggASgDEi4KBHdhaXQYCSABKAsyIC5mb3JlbGVhZC5hZG1pbi52MS5EdXJhdGlvblN0YXRzEi0KA3J1bhgKIAEoCzIgLmZvcmVsZWFkLmFkbWluLnYxLkR1cmF0aW9uU3RhdHMSLwoHcnVubmVycxgLIAMoCzIeLmZvcmVsZWFkLmFkbWluLnYxLlJ1bm5lclN0YXRzEjoKDWZhaXJuZXNzX2tleXMYDCADKAsyIy5mb3JlbGVhZC5hZG1pbi52MS5GYWlybmVzc0tleVN0YXRzImQKEEZhaXJuZXNzS2V5U3RhdHMSCwoDa2V5GAEgASgJEg8KB3N0YXJ0ZWQYAiABKAMSGAoQd2FpdF9wNTBfc2Vjb25kcxgDIAEoARIYChB3YWl0X3A5NV9zZWNvbmRzGAQgASgBIiUKB0NvdW50QnkSCwoDa2V5GAEgASgJEg0KBWNvdW50GAIgASgDIl0KDUR1cmF0aW9uU3RhdHMSDQoFY291bnQYASABKAMSEwoLcDUwX3NlY29uZHMYAiABKAESEwoLcDk1X3NlY29uZHMYAyABKAESEwoLbWF4X3NlY29uZHMYBCABKAEiRAoLUnVubmVyU3RhdHMSEQoJcnVubmVyX2lkGAEgASgJEgwKBGpvYnMYAiABKAMSFAoMYnVzeV9zZWNvbmRzGAMgASgBMowBCgxTdGF0c1NlcnZpY2USfAoIR2V0U3RhdHMSIi5mb3JlbGVhZC5hZG1pbi52MS5HZXRTdGF0c1JlcXVlc3QaIy5mb3JlbGVhZC5hZG1pbi52MS5HZXRTdGF0c1Jlc3BvbnNlIifK8xgjCgNHRVQSDy92MS9hZG1pbi9zdGF0czoFYWRtaW5CBHJlYWRiBnByb3RvMw", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
 
 /**
  * GetStatsRequest chooses the window (GET: query parameters).
@@ -167,6 +167,14 @@ export type WorkspaceStats = Message<"forelead.admin.v1.WorkspaceStats"> & {
    * @generated from field: repeated forelead.admin.v1.RunnerStats runners = 11;
    */
   runners: RunnerStats[];
+
+  /**
+   * Per fairness key (EnqueueJobRequest.fairness_key) of the workspace's jobs:
+   * how many started and how long they waited from enqueue to first lease.
+   *
+   * @generated from field: repeated forelead.admin.v1.FairnessKeyStats fairness_keys = 12;
+   */
+  fairnessKeys: FairnessKeyStats[];
 };
 
 /**
@@ -175,6 +183,42 @@ export type WorkspaceStats = Message<"forelead.admin.v1.WorkspaceStats"> & {
  */
 export const WorkspaceStatsSchema: GenMessage<WorkspaceStats> = /*@__PURE__*/
   messageDesc(file_forelead_admin_v1_stats, 2);
+
+/**
+ * FairnessKeyStats is one fairness key's jobs settled in the window.
+ *
+ * @generated from message forelead.admin.v1.FairnessKeyStats
+ */
+export type FairnessKeyStats = Message<"forelead.admin.v1.FairnessKeyStats"> & {
+  /**
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * Jobs of the key that were leased.
+   *
+   * @generated from field: int64 started = 2;
+   */
+  started: bigint;
+
+  /**
+   * @generated from field: double wait_p50_seconds = 3;
+   */
+  waitP50Seconds: number;
+
+  /**
+   * @generated from field: double wait_p95_seconds = 4;
+   */
+  waitP95Seconds: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.FairnessKeyStats.
+ * Use `create(FairnessKeyStatsSchema)` to create a new message.
+ */
+export const FairnessKeyStatsSchema: GenMessage<FairnessKeyStats> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_stats, 3);
 
 /**
  * CountBy is a count under a key.
@@ -198,7 +242,7 @@ export type CountBy = Message<"forelead.admin.v1.CountBy"> & {
  * Use `create(CountBySchema)` to create a new message.
  */
 export const CountBySchema: GenMessage<CountBy> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_stats, 3);
+  messageDesc(file_forelead_admin_v1_stats, 4);
 
 /**
  * DurationStats are percentiles of a duration, in seconds.
@@ -234,7 +278,7 @@ export type DurationStats = Message<"forelead.admin.v1.DurationStats"> & {
  * Use `create(DurationStatsSchema)` to create a new message.
  */
 export const DurationStatsSchema: GenMessage<DurationStats> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_stats, 4);
+  messageDesc(file_forelead_admin_v1_stats, 5);
 
 /**
  * RunnerStats is one runner's share of the window's jobs.
@@ -267,7 +311,7 @@ export type RunnerStats = Message<"forelead.admin.v1.RunnerStats"> & {
  * Use `create(RunnerStatsSchema)` to create a new message.
  */
 export const RunnerStatsSchema: GenMessage<RunnerStats> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_stats, 5);
+  messageDesc(file_forelead_admin_v1_stats, 6);
 
 /**
  * StatsService reports what happened to jobs over a time window, computed in

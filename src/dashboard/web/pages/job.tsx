@@ -184,6 +184,14 @@ export function JobPage({ jobId }: { jobId: string }) {
                       ))
                     : "-"}
                 </dd>
+                {j.fairnessKey ? (
+                  <>
+                    <dt>fairness key</dt>
+                    <dd>
+                      <code data-fairness-key>{j.fairnessKey}</code>
+                    </dd>
+                  </>
+                ) : null}
                 <dt>runner</dt>
                 <dd>{j.runnerId ? <code data-runner>{j.runnerId}</code> : "-"}</dd>
                 <dt>attempts</dt>

@@ -9,8 +9,11 @@
 -- forelead_runner_unpaused, forelead_labels_match, forelead_meets_requirements,
 -- forelead_group_has_room and forelead_slot_free (live leases plus this call's
 -- picks). They are plain SQL, inlined by the planner into the statements below.
--- Among the eligible, the highest priority, then the oldest, FOR UPDATE SKIP
--- LOCKED: no job is leased twice at once, across replicas.
+-- Among the eligible, the highest priority, then the lowest share tag (jobs.fair_tag, set by
+-- forelead_fair_tag for a job with a fairness key; a job without one has none and goes first),
+-- then the oldest, FOR UPDATE SKIP LOCKED: no job is leased twice at once, across replicas.
+-- Without fairness keys the order is priority, then age; with them the claim walks the same
+-- index in the same way (docs/performance.md, "Fair shares: the claim with and without").
 --
 -- Slots are exact: every runner's row is updated (locked) first, so a runner's
 -- concurrent claims count its live leases one after another.
@@ -110,7 +113,7 @@ begin
           (select l.n from forelead_live_leases(p_workspace_ids[i], p_runner_ids[i]) l)
             + picked_by_runner,
           runner.slots)
-      order by j.priority desc, j.created_at, j.id
+      order by j.priority desc, j.fair_tag nulls first, j.created_at, j.id
       limit 1
       for update of j skip locked;
       exit when not found or cand.concurrency_key is null;
