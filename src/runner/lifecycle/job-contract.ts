@@ -11,7 +11,9 @@ import type { Settlement } from "./settle.js";
 import { inputRequestOf } from "./suspend-step.js";
 import type { InputRequestSpec } from "../../protocol/input-request.js";
 
-/** Least time between two job.progress events of one job; the last progress is always sent. */
+/**
+ * Least time between two job.progress events of one job; the last changed progress is always sent.
+ */
 const progressIntervalMs = 1000;
 
 /**
@@ -56,9 +58,10 @@ export interface JobContract {
  * Opens the job's side of the contract before it starts: writes
  * input/execution.json (job-input.ts), makes and follows the events file
  * (job-events-file.ts), and returns what the run calls as the job goes on.
- * Progress directives become job.progress events, at most one each
- * progressIntervalMs; the last one is held back no longer than that and is
- * sent when the job ends.
+ * Progress directives become job.progress events only when the value
+ * changes, at most one each progressIntervalMs; the last one is held back no
+ * longer than that and is sent when the job ends. A job printing the same
+ * value again sends nothing.
  */
 export async function openJobContract(o: JobContractOptions): Promise<JobContract> {
   const jobId = o.lease.job!.id;
@@ -77,6 +80,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
   let errorMessage: string | undefined;
   let lineInput: Readonly<Record<string, unknown>> | undefined;
   let lastSentAt = -Infinity;
+  let lastSent = "";
   let pending: Progress | undefined;
   let timer: NodeJS.Timeout | undefined;
   const sendProgress = () => {
@@ -84,6 +88,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
     timer = undefined;
     if (!pending) return;
     o.out.event({ type: progressEventType, ...pending });
+    lastSent = progressKey(pending);
     pending = undefined;
     lastSentAt = performance.now();
   };
@@ -96,7 +101,12 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
       if (directive.name === "result") lineResult = directive.result;
       else if (directive.name === "error") errorMessage = directive.message;
       else if (directive.name === "input") lineInput = directive.request;
-      else {
+      else if (progressKey(directive.progress) === lastSent) {
+        // Back to the value last sent: nothing changed, and nothing held back is sent.
+        pending = undefined;
+        clearTimeout(timer);
+        timer = undefined;
+      } else {
         pending = directive.progress;
         const wait = lastSentAt + progressIntervalMs - performance.now();
         if (wait <= 0) sendProgress();
@@ -159,4 +169,9 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
       };
     },
   };
+}
+
+/** One progress value as a comparable string: percent or done/total. */
+function progressKey(p: Progress): string {
+  return "percent" in p ? `${p.percent}%` : `${p.done}/${p.total}`;
 }
