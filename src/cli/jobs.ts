@@ -12,7 +12,8 @@ import {
   ListJobsResponseSchema,
   type ListJobsResponse,
 } from "../../gen/forelead/admin/v1/admin_pb.js";
-import type { Job, JobAttempt } from "../../gen/forelead/runner/v1/job_pb.js";
+import type { Job, JobAttempt, JobProgress } from "../../gen/forelead/runner/v1/job_pb.js";
+import { progressPercent, progressText } from "../protocol/progress-text.js";
 import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
 import { formatEntry, readJobStream, type JobStream } from "./job-output.js";
@@ -271,6 +272,7 @@ async function printStream(
 /** The text `forelead jobs get` prints: one "name: value" line per field that is set. */
 function formatJob(j: Job): string {
   const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : undefined);
+  const result = j.result ? JSON.stringify(j.result) : "";
   const rows: Array<[string, string | undefined]> = [
     ["job", j.id],
     [
@@ -296,6 +298,8 @@ function formatJob(j: Job): string {
     ["exit code", j.exitCode !== undefined ? String(j.exitCode) : undefined],
     ["outcome", outcomeReason(j).replace(/^: /, "") || undefined],
     ["waiting", j.waiting?.message ? `${j.waiting.code}: ${j.waiting.message}` : undefined],
+    ["progress", j.progress ? progressLine(j.progress) : undefined],
+    ["result", result.length <= maxInlineResultChars ? result : "(below)"],
     [
       "secrets",
       [...j.secretNames, ...j.secretFileNames.map((n) => `file ${n}`)].join(", ") || undefined,
@@ -310,8 +314,28 @@ function formatJob(j: Job): string {
       rows
         .filter((r): r is [string, string] => r[1] !== undefined && r[1] !== "")
         .map(([k, v]) => [`${k}:`, v]),
-    ).join("\n") + "\n"
+    ).join("\n") +
+    "\n" +
+    (result.length > maxInlineResultChars
+      ? `result JSON:\n${JSON.stringify(j.result, null, 2)}\n`
+      : "")
   );
+}
+
+/** A result up to this long is shown on its own line of `jobs get`; a longer one, indented below. */
+const maxInlineResultChars = 80;
+
+/** Cells of the progress bar of `jobs get`. */
+const progressBarCells = 20;
+
+/** "[########------------] 3/10 (30%) at 2026-…": the bar when the figures give a percent. */
+function progressLine(p: JobProgress): string {
+  const percent = progressPercent(p);
+  const filled = percent === undefined ? 0 : Math.round((percent / 100) * progressBarCells);
+  const bar =
+    percent === undefined ? "" : `[${"#".repeat(filled)}${"-".repeat(progressBarCells - filled)}] `;
+  const when = p.updatedAt ? ` at ${timestampDate(p.updatedAt).toISOString()}` : "";
+  return `${bar}${progressText(p)}${when}`;
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { parseDirective, type Progress } from "../../protocol/job-directives.js";
 import { droppedEventType, progressEventType } from "../../protocol/job-events.js";
+import { progressText } from "../../protocol/progress-text.js";
 import { invalidResultCode, type JobResult } from "../../protocol/job-result.js";
 import type { JobOutput } from "../output/output.js";
 import type { SecretMasker } from "../output/secret-masker.js";
@@ -88,7 +89,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
     timer = undefined;
     if (!pending) return;
     o.out.event({ type: progressEventType, ...pending });
-    lastSent = progressKey(pending);
+    lastSent = progressText(pending);
     pending = undefined;
     lastSentAt = performance.now();
   };
@@ -101,7 +102,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
       if (directive.name === "result") lineResult = directive.result;
       else if (directive.name === "error") errorMessage = directive.message;
       else if (directive.name === "input") lineInput = directive.request;
-      else if (progressKey(directive.progress) === lastSent) {
+      else if (progressText(directive.progress) === lastSent) {
         // Back to the value last sent: nothing changed, and nothing held back is sent.
         pending = undefined;
         clearTimeout(timer);
@@ -169,9 +170,4 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
       };
     },
   };
-}
-
-/** One progress value as a comparable string: percent or done/total. */
-function progressKey(p: Progress): string {
-  return "percent" in p ? `${p.percent}%` : `${p.done}/${p.total}`;
 }
