@@ -30,3 +30,12 @@ export function progressText(p: ProgressFigures): string {
   if (p.done !== undefined) return shown ? `${p.done} done (${shown})` : `${p.done} done`;
   return shown;
 }
+
+/** The figures of a job.progress event's data: only its finite numbers; undefined if none. */
+export function progressFiguresOf(data: unknown): ProgressFigures | undefined {
+  if (!data || typeof data !== "object") return undefined;
+  const d = data as Record<string, unknown>;
+  const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : undefined);
+  const figures = { percent: num(d["percent"]), done: num(d["done"]), total: num(d["total"]) };
+  return progressText(figures) ? figures : undefined;
+}

@@ -40,7 +40,8 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   // Open the gate of a job a failed test left waiting, so the runner can close.
-  if (dir) for (const gate of ["go", "one", "two"]) await writeFile(join(dir, gate), "");
+  if (dir)
+    for (const gate of ["go", "one", "two", "progress-go"]) await writeFile(join(dir, gate), "");
   await runner?.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
@@ -110,6 +111,57 @@ describe("the job page", () => {
       await p.screenshot("job");
       expect(p.errors).toEqual([]);
       // Each open page holds its streams (HTTP/1.1: six connections an origin in chromium).
+      await p.close();
+    },
+    90_000,
+  );
+
+  it(
+    "shows the job's progress as a bar while it runs and its result JSON once it " +
+      "settles; folds a run of one event type into one row and shows only the newest rows",
+    async () => {
+      const gate = join(dir, "progress-go");
+      const events = (line: string) => `echo '${line}' >> "$FORELEAD_EVENTS"`;
+      const script = [
+        `i=0; while [ $i -lt 30 ]; do ${events('{"type":"test.tick"}')}; i=$((i+1)); done`,
+        `i=0; while [ $i -lt 40 ]; do ${events('{"type":"test.a"}')}; ` +
+          `${events('{"type":"test.b"}')}; i=$((i+1)); done`,
+        "echo '::forelead::progress 3/10'",
+        `while [ ! -e "$GATE" ]; do sleep 0.05; done`,
+        `echo '::forelead::result {"coverage":81.5,"note":"<b>bold?</b>"}'`,
+      ].join("; ");
+      const jobId = await jobs.enqueue(ws, "process", {
+        argv: ["sh", "-c", script],
+        env: { GATE: gate },
+      });
+      const p = await dash.newPage();
+      await p.open(`#/jobs/${jobId}`);
+      await shows(p, "[data-progress]", "3/10 (30%)");
+      expect(await p.page.$eval(".job-progress progress", (e) => e.value)).toBe(30);
+      // 30 test.tick, then 80 alternating rows: 81 rows in all, the newest 50 shown.
+      await shows(p, ".events-more", "Showing the newest 50 of");
+      const rows = () => p.page.$$eval(".job-events tbody tr", (r) => r.length);
+      expect(await rows()).toBe(50);
+      expect(await p.page.$("tr[data-event-type='test.tick']")).toBeNull();
+      await p.page.click("[data-show-all-events]");
+      await p.page.waitForSelector("tr[data-event-type='test.tick']");
+      expect(
+        await p.page.$eval("tr[data-event-type='test.tick']", (r) => [
+          r.getAttribute("data-count"),
+          r.querySelector("td[data-label='type']")?.textContent,
+        ]),
+      ).toEqual(["30", "test.tick ×30"]);
+      expect(await rows()).toBeGreaterThan(80);
+      await writeFile(gate, "");
+      await shows(p, "[data-state-badge]", "succeeded");
+      await shows(p, "[data-result]", '"coverage": 81.5');
+      // The result is text: the markup in it made no element.
+      await shows(p, "[data-result]", '"note": "<b>bold?</b>"');
+      expect(await p.page.$$eval("[data-result] b", (e) => e.length)).toBe(0);
+      await shows(p, "[data-progress]", "3/10 (30%)");
+      await p.page.$eval("#progress-title", (e) => e.scrollIntoView());
+      await p.screenshot("job-progress", { fullPage: false });
+      expect(p.errors).toEqual([]);
       await p.close();
     },
     90_000,
