@@ -18,7 +18,7 @@ export interface FoldedRow<E extends TableEvent> {
 }
 
 /** How many rows the table shows before "show all". */
-export const shownEventRows = 50;
+const shownEventRows = 50;
 
 /** Folds runs of consecutive events with the same type and attempt into one row each, in order. */
 export function foldEvents<E extends TableEvent>(events: readonly E[]): FoldedRow<E>[] {
