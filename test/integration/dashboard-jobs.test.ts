@@ -360,6 +360,22 @@ describe("the jobs page", () => {
 });
 
 describe("the events page", () => {
+  it("opens with the recent history, not empty, newest first", async () => {
+    const jobId = await jobs.enqueue(ws, "process", { argv: ["true"] });
+    expect((await jobs.settled(jobId)).state).toBe("succeeded");
+    const p = await dash.newPage();
+    await p.open("#/events");
+    // Nothing happens after the page opens: what it shows is the history it read.
+    await p.page.waitForSelector(`tr[data-type="job.settled"] a[href="#/jobs/${jobId}"]`);
+    const ofJob = await p.page.$$eval(`tr[data-type] a[href="#/jobs/${jobId}"]`, (links) =>
+      links.map((a) => a.closest("tr")!.getAttribute("data-type")),
+    );
+    expect(ofJob[0]).toBe("job.settled");
+    expect(ofJob.at(-1)).toBe("job.queued");
+    expect(p.errors).toEqual([]);
+    await p.close();
+  }, 90_000);
+
   it("shows a new event as it happens", async () => {
     const p = await dash.newPage();
     await p.open("#/events");
