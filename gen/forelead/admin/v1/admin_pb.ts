@@ -1210,7 +1210,8 @@ export type ListAuditRecordsRequest = Message<"forelead.admin.v1.ListAuditRecord
   decision: string;
 
   /**
-   * "decision" (per-request identity decisions) or "action" (administrative actions); empty for both.
+   * "decision" (per-request identity decisions), "action" (administrative actions) or
+   * "notable" (actions and refused decisions: not the routine allows); empty for all.
    *
    * @generated from field: string kind = 5;
    */
