@@ -16,6 +16,7 @@ import type { Job, JobAttempt, JobProgress } from "../../gen/forelead/runner/v1/
 import { progressPercent, progressText } from "../protocol/progress-text.js";
 import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
+import { resolveJobId } from "./job-ids.js";
 import { formatEntry, readJobStream, type JobStream } from "./job-output.js";
 import { enqueueCommand, outcomeReason } from "./jobs-enqueue.js";
 import { integerIn } from "./options.js";
@@ -50,6 +51,9 @@ interface DownloadFlags extends ConnectionFlags {
   force?: boolean;
 }
 
+/** How get, cancel, logs and events name their job. */
+const jobArgument = "job id, or its last 8 or more characters";
+
 /** `forelead jobs ...`: an admin identity reading jobs' results. */
 export function jobsCommand(
   write: (text: string) => void = (t) => process.stdout.write(t),
@@ -61,11 +65,11 @@ export function jobsCommand(
     jobs
       .command("get")
       .description("one job: state, attempts, runner, exit code, error, why it waits")
-      .argument("<job>", "job id")
+      .argument("<job>", jobArgument)
       .option("--json", "print the reply as proto3 JSON"),
-  ).action(async (jobId: string, flags: JsonFlags) => {
+  ).action(async (id: string, flags: JsonFlags) => {
     await withAdmin(flags, async (admin) => {
-      const reply = await admin.getJob({ jobId });
+      const reply = await admin.getJob({ jobId: await resolveJobId(admin, id) });
       write(flags.json ? `${toJsonString(GetJobResponseSchema, reply)}\n` : formatJob(reply.job!));
     });
   });
@@ -73,11 +77,14 @@ export function jobsCommand(
     jobs
       .command("cancel")
       .description("cancel a job: at once when queued, through its runner when running")
-      .argument("<job>", "job id")
+      .argument("<job>", jobArgument)
       .option("--json", "print the reply as proto3 JSON"),
-  ).action(async (jobId: string, flags: JsonFlags) => {
+  ).action(async (id: string, flags: JsonFlags) => {
     await withAdmin(flags, async (admin) => {
-      const reply = await admin.cancelJob({ apiVersion: "v1", jobId });
+      const reply = await admin.cancelJob({
+        apiVersion: "v1",
+        jobId: await resolveJobId(admin, id),
+      });
       const job = reply.job!;
       write(
         flags.json
@@ -97,7 +104,7 @@ export function jobsCommand(
                 "until the job settles, resuming after a dropped connection"
             : "a job's events (runner-reported), in order across attempts; --follow: live until the job settles",
         )
-        .argument("<job>", "job id")
+        .argument("<job>", jobArgument)
         .option(
           "--follow",
           "keep printing until the job settles; reconnects after a dropped connection without a gap or a duplicate",
@@ -108,8 +115,10 @@ export function jobsCommand(
           ),
         )
         .option("--json", "one proto3 JSON object per entry and line"),
-    ).action(async (jobId: string, flags: StreamFlags) => {
-      await withAdmin(flags, (admin) => printStream(admin, stream, jobId, flags, write, warn));
+    ).action(async (id: string, flags: StreamFlags) => {
+      await withAdmin(flags, async (admin) =>
+        printStream(admin, stream, await resolveJobId(admin, id), flags, write, warn),
+      );
     });
   }
   const repeat = (value: string, previous: string[]) => [...previous, value];

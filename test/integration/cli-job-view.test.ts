@@ -51,3 +51,53 @@ describe(`forelead jobs get, for people (${databaseKind})`, () => {
     },
   );
 });
+
+describe(`short job ids in forelead jobs get/logs/cancel (${databaseKind})`, () => {
+  it(
+    "take any unique end of 8 or more characters of a job id; an ambiguous one " +
+      "names the candidates, a short one says how long it must be",
+    { timeout: 120_000 },
+    async () => {
+      const enqueue = async () =>
+        (await admin.enqueue({ workspaceId: "jv-short" })).json.job.id as string;
+      const [a, b, c] = [await enqueue(), await enqueue(), await enqueue()];
+      // Two jobs whose ids end alike (as ids of one batch could in their leading characters):
+      // the stored ids of b and c are made to share their last 12 characters.
+      const shared = "0123456789ab";
+      const [b2, c2] = [b, c].map((id, i) => `${id.slice(0, 24)}${i}${shared.slice(1)}`);
+      const db = cp.plane.store.db;
+      await db.updateTable("jobs").set({ id: b2! }).where("id", "=", b).execute();
+      await db.updateTable("jobs").set({ id: c2! }).where("id", "=", c).execute();
+
+      const got = await forel(["jobs", "get", a.slice(-8), ...connection()]);
+      expect(got.code, got.stderr).toBe(0);
+      expect(got.stdout).toMatch(new RegExp(`^job: +${a}$`, "m"));
+      const upper = await forel(["jobs", "get", a.slice(-12).toUpperCase(), ...connection()]);
+      expect(upper.stdout).toMatch(new RegExp(`^job: +${a}$`, "m"));
+      const logs = await forel(["jobs", "logs", a.slice(-10), ...connection()]);
+      expect(logs.code, logs.stderr).toBe(0);
+      expect(logs.stdout).toBe("");
+
+      const ambiguous = await forel(["jobs", "cancel", shared.slice(-10), ...connection()]);
+      expect(ambiguous.code).toBe(1);
+      expect(ambiguous.stderr).toContain(
+        `"${shared.slice(-10)}" is the end of 2 job ids; give more of the id:`,
+      );
+      expect(ambiguous.stderr).toContain(`${b2}  queued  jv-short`);
+      expect(ambiguous.stderr).toContain(`${c2}  queued  jv-short`);
+      expect((await admin.job(b2!)).json.job.state).toBe("queued");
+
+      const cancelled = await forel(["jobs", "cancel", `0${shared.slice(1)}`, ...connection()]);
+      expect(cancelled.code, cancelled.stderr).toBe(0);
+      expect(cancelled.stdout).toBe(`job ${b2} cancelled\n`);
+
+      const short = await forel(["jobs", "get", a.slice(-7), ...connection()]);
+      expect(short.code).toBe(1);
+      expect(short.stderr).toContain(`is not a short job id: the last 8 to 36 characters`);
+      expect(short.stderr).toContain("give at least 8");
+      const none = await forel(["jobs", "get", "ffffffffffff", ...connection()]);
+      expect(none.code).toBe(1);
+      expect(none.stderr).toContain(`no job id ends with "ffffffffffff"`);
+    },
+  );
+});
