@@ -28,6 +28,7 @@ export function enqueueInputOf(req: EnqueueJobRequest, enqueuedBy: string): Enqu
     enqueuedBy,
     secrets: req.secrets,
     secretFiles: req.secretFiles,
+    displayName: req.displayName,
     ...scheduleFieldsOf(req),
   };
 }

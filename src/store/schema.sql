@@ -58,6 +58,7 @@ CREATE TABLE public.jobs (
     progress jsonb,
     input_lease_id bigint,
     cancelled_by text,
+    display_name text,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting_input'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 );
 

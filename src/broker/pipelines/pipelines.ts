@@ -135,6 +135,7 @@ export function storedRequest(
     concurrencyLimit: s.concurrencyKey ? s.concurrencyLimit : undefined,
     backoff: s.backoff,
     requirements: s.requirements,
+    displayName: s.displayName || undefined,
   };
 }
 
@@ -299,6 +300,7 @@ async function views(db: Kysely<Database>, rows: readonly PipelineRow[]): Promis
       "s.job_id",
       "s.allow_failure",
       "s.inputs",
+      "s.request",
       "j.state as job_state",
     ])
     .where(
@@ -319,6 +321,7 @@ async function views(db: Kysely<Database>, rows: readonly PipelineRow[]): Promis
           attempts: s.attempts,
           jobId: s.job_id || undefined,
           allowFailure: s.allow_failure,
+          displayName: (s.request as unknown as StoredStepRequest).displayName,
           inputs: (s.inputs as unknown as StepInputSpec[]).map((i) =>
             definedOnly({
               step: i.step,

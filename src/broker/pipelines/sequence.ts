@@ -301,6 +301,7 @@ export type StoredStepRequest = Pick<
   | "concurrencyLimit"
   | "backoff"
   | "requirements"
+  | "displayName"
 > & { readonly runAt?: string };
 
 /** A stored step request as the enqueue takes it. */
