@@ -27,6 +27,7 @@ interface EnqueueFlags extends AdminClientFlags {
   priority?: number;
   maxAttempts?: number;
   idempotencyKey?: string;
+  name?: string;
   repository?: string;
   branch?: string;
   kind?: string;
@@ -123,6 +124,10 @@ export function enqueueCommand(
         ).argParser(integerIn("--max-attempts", 1, 100)),
       )
       .option(
+        "--name <text>",
+        "what people see the job called in lists and pages (at most 200 characters)",
+      )
+      .option(
         "--idempotency-key <key>",
         "the same key in the same workspace returns the same job instead of a new one",
       )
@@ -181,6 +186,7 @@ export function enqueueCommand(
       priority: flags.priority ?? 0,
       maxAttempts: flags.maxAttempts ?? 0,
       idempotencyKey: flags.idempotencyKey ?? "",
+      displayName: flags.name ?? "",
       secrets,
       secretFiles,
     };

@@ -202,6 +202,7 @@ export function jobsCommand(
 function formatJobs(page: ListJobsResponse): string {
   const rows = page.jobs.map((j) => [
     j.id,
+    shortName(j.displayName),
     j.state,
     j.workspaceId,
     j.labels.join(",") || "-",
@@ -219,7 +220,18 @@ function formatJobs(page: ListJobsResponse): string {
     page.jobs.length === 0
       ? ["no jobs"]
       : formatTable([
-          ["job", "state", "workspace", "labels", "attempts", "runner", "duration", "created", ""],
+          [
+            "job",
+            "name",
+            "state",
+            "workspace",
+            "labels",
+            "attempts",
+            "runner",
+            "duration",
+            "created",
+            "",
+          ],
           ...rows,
         ]);
   if (page.nextPageToken) lines.push(`more: --page-token ${page.nextPageToken}`);
@@ -230,6 +242,18 @@ function formatJobs(page: ListJobsResponse): string {
 function lastDuration(j: Job): string {
   const last = j.attemptHistory.at(-1);
   return last ? formatDurationMs(Number(last.durationMs)) : "-";
+}
+
+/** Most characters of a job's name in `jobs list`; a longer one is cut with "…". */
+const maxListedNameChars = 32;
+
+/** A job's name as a `jobs list` cell: "-" for none, cut to maxListedNameChars. */
+function shortName(name: string): string {
+  const chars = [...name];
+  if (chars.length === 0) return "-";
+  return chars.length > maxListedNameChars
+    ? `${chars.slice(0, maxListedNameChars - 1).join("")}…`
+    : name;
 }
 
 /** A duration as people read it: 850ms, 12.3s, 4m05s, 2h03m. */
@@ -284,6 +308,7 @@ function formatJob(j: Job): string {
   const result = j.result ? JSON.stringify(j.result) : "";
   const rows: Array<[string, string | undefined]> = [
     ["job", j.id],
+    ["name", j.displayName || undefined],
     [
       "state",
       `${j.state}${j.cancelRequested && j.state === "running" ? " (cancel requested)" : ""}`,

@@ -101,3 +101,52 @@ describe(`short job ids in forelead jobs get/logs/cancel (${databaseKind})`, () 
     },
   );
 });
+
+describe(`job names in the CLI (${databaseKind})`, () => {
+  it(
+    "jobs enqueue --name names the job; jobs get shows it, jobs list in its name column " +
+      "(a long one cut); a name with a control character is refused",
+    { timeout: 120_000 },
+    async () => {
+      const long = `Release ${"x".repeat(60)}`;
+      const ids: string[] = [];
+      for (const name of ["Nightly build", long]) {
+        const enq = await forel([
+          "jobs",
+          "enqueue",
+          "--workspace",
+          "jv-names",
+          "--name",
+          name,
+          "--id-only",
+          ...connection(),
+          "--",
+          "true",
+        ]);
+        expect(enq.code, enq.stderr).toBe(0);
+        ids.push(enq.stdout.trim());
+      }
+      const got = await forel(["jobs", "get", ids[0]!, ...connection()]);
+      expect(got.stdout).toMatch(/^name: +Nightly build$/m);
+      const list = await forel(["jobs", "list", "--workspace", "jv-names", ...connection()]);
+      expect(list.stdout).toMatch(/^job +name +state +workspace/m);
+      expect(list.stdout).toMatch(new RegExp(`^${ids[0]} +Nightly build +queued +jv-names`, "m"));
+      expect(list.stdout).toMatch(
+        new RegExp(`^${ids[1]} +${long.slice(0, 31)}… +queued +jv-names`, "m"),
+      );
+      const bad = await forel([
+        "jobs",
+        "enqueue",
+        "--workspace",
+        "jv-names",
+        "--name",
+        "two\nlines",
+        ...connection(),
+        "--",
+        "true",
+      ]);
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toContain("displayName holds a control character (U+000A at index 3)");
+    },
+  );
+});
