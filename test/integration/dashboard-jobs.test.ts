@@ -347,6 +347,20 @@ describe("the jobs page", () => {
     90_000,
   );
 
+  it("shows a job's display name above its id, as text, and as its page's heading", async () => {
+    const name = "Nightly <b>build</b> ✓";
+    const named = await jobs.enqueue(ws, "process", { argv: ["true"] }, { displayName: name });
+    const p = await dash.newPage();
+    await p.open("#/jobs");
+    await shows(p, `tr[data-job="${named}"] [data-job-name]`, name);
+    expect(await p.page.$$eval(`tr[data-job="${named}"] b`, (e) => e.length)).toBe(0);
+    await p.page.click(`tr[data-job="${named}"] a`);
+    await shows(p, "main h1 [data-job-name]", name);
+    await shows(p, "main h1", named);
+    expect(p.errors).toEqual([]);
+    await p.close();
+  }, 90_000);
+
   it("is readable at 320 px: each row a block, nothing wider than the screen", async () => {
     const p = await dash.newPage({ width: 320 });
     await p.open("#/jobs");

@@ -132,7 +132,14 @@ export function JobPage({ jobId }: { jobId: string }) {
         <a href={href("jobs")}>← Jobs</a>
       </p>
       <h1>
-        Job <code>{jobId}</code>
+        {j?.displayName ? (
+          <span class="job-name" data-job-name>
+            {j.displayName}
+          </span>
+        ) : (
+          "Job"
+        )}{" "}
+        <code>{jobId}</code>
       </h1>
       <ErrorNote error={job.error} what="job" />
       {j ? (
