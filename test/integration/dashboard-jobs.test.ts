@@ -224,6 +224,43 @@ describe("the job page", () => {
     }
   }, 90_000);
 
+  it("searches the log: only the lines holding the text, marked; downloads the whole log as text", async () => {
+    const jobId = await jobs.enqueue(ws, "process", {
+      argv: ["sh", "-c", "echo 'alpha one'; echo 'beta two'; echo 'Alpha three'"],
+    });
+    expect((await jobs.settled(jobId)).state).toBe("succeeded");
+    const saved = await mkdtemp(join(tmpdir(), "forelead-dash-log-"));
+    try {
+      const p = await dash.newPage();
+      const cdp = await p.page.createCDPSession();
+      await cdp.send("Browser.setDownloadBehavior", { behavior: "allow", downloadPath: saved });
+      await p.open(`#/jobs/${jobId}`);
+      await shows(p, ".log", "Alpha three");
+      await p.page.type("input[name=log-search]", "ALPHA");
+      await shows(p, "[data-log-matches]", "2 of 3 lines");
+      expect(await logText(p)).toBe("alpha one\nAlpha three\n");
+      expect(await p.page.$$eval(".log mark", (m) => m.map((e) => e.textContent))).toEqual([
+        "alpha",
+        "Alpha",
+      ]);
+      await p.page.$eval("#log-title", (e) => e.scrollIntoView());
+      await p.screenshot("job-log-search", { fullPage: false });
+      await p.page.click("input[name=log-search]", { count: 3 });
+      await p.page.keyboard.press("Backspace");
+      await shows(p, ".log", "beta two");
+      expect(await p.page.$(".log mark")).toBeNull();
+      await p.page.click("[data-log-download]");
+      const text = await eventually("the log download to be saved", () =>
+        readFile(join(saved, `job-${jobId}.log`), "utf8").catch(() => undefined),
+      );
+      expect(text).toBe("alpha one\nbeta two\nAlpha three\n");
+      expect(p.errors).toEqual([]);
+      await p.close();
+    } finally {
+      await rm(saved, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   it("lists a settled job's artifacts and downloads one through the dashboard, byte for byte", async () => {
     const jobId = await jobs.enqueue(ws, "process", {
       argv: [
