@@ -168,7 +168,7 @@ const displayNameRefused = /[\p{Cc}\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069\
  * Checks a display name (a job's or a step's): at most 200 characters, no control character;
  * throws invalid_argument naming `field` and never quoting the text.
  */
-export function checkDisplayName(field: string, value: string): void {
+function checkDisplayName(field: string, value: string): void {
   const chars = [...value].length;
   if (chars > maxDisplayNameChars)
     bad(`${field} is ${chars} characters long; at most ${maxDisplayNameChars} are allowed`);
