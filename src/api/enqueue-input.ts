@@ -31,6 +31,7 @@ export function enqueueInputOf(req: EnqueueJobRequest, enqueuedBy: string): Enqu
     concurrencyPolicy: req.concurrencyPolicy,
     maxPending: req.maxPending,
     onFull: req.onFull,
+    displayName: req.displayName,
     ...scheduleFieldsOf(req),
   };
 }

@@ -131,6 +131,7 @@ export function stepOf(s: PipelineStepRequest): StepSubmission {
     kind: s.kind,
     secrets: s.secrets,
     secretFiles: s.secretFiles,
+    displayName: s.displayName,
     ...scheduleFieldsOf(s),
   };
 }

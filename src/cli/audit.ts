@@ -35,8 +35,9 @@ export function auditCommand(): Command {
       .addOption(
         new Option(
           "--kind <kind>",
-          "only per-request decisions or only administrative actions",
-        ).choices(["decision", "action"]),
+          "only per-request decisions, only administrative actions, or notable: " +
+            "actions and refusals (not the routine allows)",
+        ).choices(["decision", "action", "notable"]),
       )
       .addOption(
         new Option("--limit <n>", "at most this many records")

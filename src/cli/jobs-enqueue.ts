@@ -28,6 +28,7 @@ interface EnqueueFlags extends AdminClientFlags {
   fairnessKey?: string;
   maxAttempts?: number;
   idempotencyKey?: string;
+  name?: string;
   repository?: string;
   branch?: string;
   kind?: string;
@@ -129,6 +130,10 @@ export function enqueueCommand(
         ).argParser(integerIn("--max-attempts", 1, 100)),
       )
       .option(
+        "--name <text>",
+        "what people see the job called in lists and pages (at most 200 characters)",
+      )
+      .option(
         "--idempotency-key <key>",
         "the same key in the same workspace returns the same job instead of a new one",
       )
@@ -188,6 +193,7 @@ export function enqueueCommand(
       fairnessKey: flags.fairnessKey ?? "",
       maxAttempts: flags.maxAttempts ?? 0,
       idempotencyKey: flags.idempotencyKey ?? "",
+      displayName: flags.name ?? "",
       secrets,
       secretFiles,
     };

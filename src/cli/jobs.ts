@@ -12,9 +12,11 @@ import {
   ListJobsResponseSchema,
   type ListJobsResponse,
 } from "../../gen/forelead/admin/v1/admin_pb.js";
-import type { Job, JobAttempt } from "../../gen/forelead/runner/v1/job_pb.js";
+import type { Job, JobAttempt, JobProgress } from "../../gen/forelead/runner/v1/job_pb.js";
+import { progressPercent, progressText } from "../protocol/progress-text.js";
 import { withAdminClientOptions, withService, type AdminClientFlags } from "./connection.js";
 import { formatTable } from "./doctor.js";
+import { resolveJobId } from "./job-ids.js";
 import { formatEntry, readJobStream, type JobStream } from "./job-output.js";
 import { enqueueCommand, outcomeReason } from "./jobs-enqueue.js";
 import { integerIn } from "./options.js";
@@ -49,6 +51,9 @@ interface DownloadFlags extends ConnectionFlags {
   force?: boolean;
 }
 
+/** How get, cancel, logs and events name their job. */
+const jobArgument = "job id, or its last 8 or more characters";
+
 /** `forelead jobs ...`: an admin identity reading jobs' results. */
 export function jobsCommand(
   write: (text: string) => void = (t) => process.stdout.write(t),
@@ -60,11 +65,11 @@ export function jobsCommand(
     jobs
       .command("get")
       .description("one job: state, attempts, runner, exit code, error, why it waits")
-      .argument("<job>", "job id")
+      .argument("<job>", jobArgument)
       .option("--json", "print the reply as proto3 JSON"),
-  ).action(async (jobId: string, flags: JsonFlags) => {
+  ).action(async (id: string, flags: JsonFlags) => {
     await withAdmin(flags, async (admin) => {
-      const reply = await admin.getJob({ jobId });
+      const reply = await admin.getJob({ jobId: await resolveJobId(admin, id) });
       write(flags.json ? `${toJsonString(GetJobResponseSchema, reply)}\n` : formatJob(reply.job!));
     });
   });
@@ -72,11 +77,14 @@ export function jobsCommand(
     jobs
       .command("cancel")
       .description("cancel a job: at once when queued, through its runner when running")
-      .argument("<job>", "job id")
+      .argument("<job>", jobArgument)
       .option("--json", "print the reply as proto3 JSON"),
-  ).action(async (jobId: string, flags: JsonFlags) => {
+  ).action(async (id: string, flags: JsonFlags) => {
     await withAdmin(flags, async (admin) => {
-      const reply = await admin.cancelJob({ apiVersion: "v1", jobId });
+      const reply = await admin.cancelJob({
+        apiVersion: "v1",
+        jobId: await resolveJobId(admin, id),
+      });
       const job = reply.job!;
       write(
         flags.json
@@ -96,7 +104,7 @@ export function jobsCommand(
                 "until the job settles, resuming after a dropped connection"
             : "a job's events (runner-reported), in order across attempts; --follow: live until the job settles",
         )
-        .argument("<job>", "job id")
+        .argument("<job>", jobArgument)
         .option(
           "--follow",
           "keep printing until the job settles; reconnects after a dropped connection without a gap or a duplicate",
@@ -107,8 +115,10 @@ export function jobsCommand(
           ),
         )
         .option("--json", "one proto3 JSON object per entry and line"),
-    ).action(async (jobId: string, flags: StreamFlags) => {
-      await withAdmin(flags, (admin) => printStream(admin, stream, jobId, flags, write, warn));
+    ).action(async (id: string, flags: StreamFlags) => {
+      await withAdmin(flags, async (admin) =>
+        printStream(admin, stream, await resolveJobId(admin, id), flags, write, warn),
+      );
     });
   }
   const repeat = (value: string, previous: string[]) => [...previous, value];
@@ -192,6 +202,7 @@ export function jobsCommand(
 function formatJobs(page: ListJobsResponse): string {
   const rows = page.jobs.map((j) => [
     j.id,
+    shortName(j.displayName),
     j.state,
     j.workspaceId,
     j.labels.join(",") || "-",
@@ -209,7 +220,18 @@ function formatJobs(page: ListJobsResponse): string {
     page.jobs.length === 0
       ? ["no jobs"]
       : formatTable([
-          ["job", "state", "workspace", "labels", "attempts", "runner", "duration", "created", ""],
+          [
+            "job",
+            "name",
+            "state",
+            "workspace",
+            "labels",
+            "attempts",
+            "runner",
+            "duration",
+            "created",
+            "",
+          ],
           ...rows,
         ]);
   if (page.nextPageToken) lines.push(`more: --page-token ${page.nextPageToken}`);
@@ -220,6 +242,18 @@ function formatJobs(page: ListJobsResponse): string {
 function lastDuration(j: Job): string {
   const last = j.attemptHistory.at(-1);
   return last ? formatDurationMs(Number(last.durationMs)) : "-";
+}
+
+/** Most characters of a job's name in `jobs list`; a longer one is cut with "…". */
+const maxListedNameChars = 32;
+
+/** A job's name as a `jobs list` cell: "-" for none, cut to maxListedNameChars. */
+function shortName(name: string): string {
+  const chars = [...name];
+  if (chars.length === 0) return "-";
+  return chars.length > maxListedNameChars
+    ? `${chars.slice(0, maxListedNameChars - 1).join("")}…`
+    : name;
 }
 
 /** A duration as people read it: 850ms, 12.3s, 4m05s, 2h03m. */
@@ -271,8 +305,10 @@ async function printStream(
 /** The text `forelead jobs get` prints: one "name: value" line per field that is set. */
 function formatJob(j: Job): string {
   const at = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : undefined);
+  const result = j.result ? JSON.stringify(j.result) : "";
   const rows: Array<[string, string | undefined]> = [
     ["job", j.id],
+    ["name", j.displayName || undefined],
     [
       "state",
       `${j.state}${j.cancelRequested && j.state === "running" ? " (cancel requested)" : ""}`,
@@ -297,6 +333,8 @@ function formatJob(j: Job): string {
     ["exit code", j.exitCode !== undefined ? String(j.exitCode) : undefined],
     ["outcome", outcomeReason(j).replace(/^: /, "") || undefined],
     ["waiting", j.waiting?.message ? `${j.waiting.code}: ${j.waiting.message}` : undefined],
+    ["progress", j.progress ? progressLine(j.progress) : undefined],
+    ["result", result.length <= maxInlineResultChars ? result : "(below)"],
     [
       "secrets",
       [...j.secretNames, ...j.secretFileNames.map((n) => `file ${n}`)].join(", ") || undefined,
@@ -311,8 +349,28 @@ function formatJob(j: Job): string {
       rows
         .filter((r): r is [string, string] => r[1] !== undefined && r[1] !== "")
         .map(([k, v]) => [`${k}:`, v]),
-    ).join("\n") + "\n"
+    ).join("\n") +
+    "\n" +
+    (result.length > maxInlineResultChars
+      ? `result JSON:\n${JSON.stringify(j.result, null, 2)}\n`
+      : "")
   );
+}
+
+/** A result up to this long is shown on its own line of `jobs get`; a longer one, indented below. */
+const maxInlineResultChars = 80;
+
+/** Cells of the progress bar of `jobs get`. */
+const progressBarCells = 20;
+
+/** "[########------------] 3/10 (30%) at 2026-…": the bar when the figures give a percent. */
+function progressLine(p: JobProgress): string {
+  const percent = progressPercent(p);
+  const filled = percent === undefined ? 0 : Math.round((percent / 100) * progressBarCells);
+  const bar =
+    percent === undefined ? "" : `[${"#".repeat(filled)}${"-".repeat(progressBarCells - filled)}] `;
+  const when = p.updatedAt ? ` at ${timestampDate(p.updatedAt).toISOString()}` : "";
+  return `${bar}${progressText(p)}${when}`;
 }
 
 /**

@@ -246,9 +246,10 @@ function formatPipeline(p: Pipeline): string {
   return (
     head +
     table([
-      ["STEP", "NEEDS", "STATE", "ATTEMPTS", "JOB"],
+      ["STEP", "NAME", "NEEDS", "STATE", "ATTEMPTS", "JOB"],
       ...p.steps.map((s) => [
         s.name,
+        s.displayName || "-",
         s.needs.join(",") || "-",
         s.state,
         String(s.attempts),

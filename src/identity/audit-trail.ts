@@ -16,6 +16,12 @@ export interface AuditQuery {
 /** One stored audit record. */
 export type StoredAuditRecord = Selectable<AuditRecordsTable>;
 
+/**
+ * The kinds a search may ask for: identity decisions, administrative actions, or "notable" — the
+ * actions and every refused decision, leaving out the routine allows of runners' requests.
+ */
+const auditKinds = ["decision", "action", "notable"] as const;
+
 /** Page bounds of the audit trail. */
 const auditPageLimits = { defaultSize: 100, maxSize: 1000 } as const;
 
@@ -41,9 +47,10 @@ export async function listAuditRecords(
       Code.InvalidArgument,
     );
   }
-  if (q.kind && q.kind !== "decision" && q.kind !== "action") {
+  if (q.kind && !(auditKinds as readonly string[]).includes(q.kind)) {
     throw new ConnectError(
-      `kind must be "decision" or "action"; got ${JSON.stringify(q.kind)}`,
+      `kind must be one of ${auditKinds.map((k) => JSON.stringify(k)).join(", ")}; ` +
+        `got ${JSON.stringify(q.kind.slice(0, 40))}`,
       Code.InvalidArgument,
     );
   }
@@ -57,7 +64,9 @@ export async function listAuditRecords(
   if (q.until) query = query.where("at", "<", q.until);
   if (q.spiffeId) query = query.where("spiffe_id", "=", q.spiffeId);
   if (q.decision) query = query.where("decision", "=", q.decision as "allow" | "deny");
-  if (q.kind) query = query.where("kind", "=", q.kind as "decision" | "action");
+  if (q.kind === "notable")
+    query = query.where((w) => w.or([w("kind", "=", "action"), w("decision", "=", "deny")]));
+  else if (q.kind) query = query.where("kind", "=", q.kind as "decision" | "action");
   const rows = await query.execute();
   const page = rows.slice(0, size);
   const nextPageToken = rows.length > size ? encodePageToken(page[page.length - 1]!.id) : "";

@@ -61,6 +61,7 @@ CREATE TABLE public.jobs (
     id_token_audiences text[],
     fairness_key text,
     fair_tag double precision,
+    display_name text,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting_input'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 );
 

@@ -179,6 +179,8 @@ export interface JobsTable {
    */
   concurrency_key: ColumnType<string | null, string | null | undefined, string | null>;
   concurrency_limit: ColumnType<number | null, number | null | undefined, number | null>;
+  /** What people see the job called (checkDisplayName); null: none given. */
+  display_name: ColumnType<string | null, string | null | undefined, string | null>;
   /** Its retry backoff (all null: requeued at once). */
   backoff_initial_seconds: ColumnType<number | null, number | null | undefined, number | null>;
   backoff_multiplier: ColumnType<number | null, number | null | undefined, number | null>;

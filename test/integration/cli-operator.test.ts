@@ -403,8 +403,8 @@ describe(`forelead operator commands (${databaseKind})`, () => {
     const text = await forel("jobs", "list", "--workspace", "op-w6", "--order", "oldest");
     expect(text.stdout).toMatch(
       new RegExp(
-        `^job +state +workspace .*\\n${first} +queued +op-w6 +linux +0 +- +- ` +
-          `+\\S+Z\\n${second} +queued +op-w6 +gpu,linux `,
+        `^job +name +state +workspace .*\\n${first} +- +queued +op-w6 +linux +0 +- +- ` +
+          `+\\S+Z\\n${second} +- +queued +op-w6 +gpu,linux `,
         "m",
       ),
     );

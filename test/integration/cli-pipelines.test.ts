@@ -24,6 +24,7 @@ describe(`forelead pipelines and jobs retry (${databaseKind})`, () => {
           "name: from-yaml",
           "steps:",
           "  - name: build",
+          "    displayName: Build the images",
           "    labels: [linux]",
           '    spec: {image: busybox, argv: ["true"]}',
           "  - name: test",
@@ -43,7 +44,9 @@ describe(`forelead pipelines and jobs retry (${databaseKind})`, () => {
       expect(got.stdout).toContain(
         `pipeline ${pipeline.id} "from-yaml" in workspace "clip": queued`,
       );
-      expect(got.stdout).toMatch(/^test\s+build\s+pending\s+0\s+-$/m);
+      expect(got.stdout).toMatch(/^STEP\s+NAME\s+NEEDS\s+STATE/m);
+      expect(got.stdout).toMatch(/^build\s+Build the images\s+-\s+queued\s+1\s+\S+$/m);
+      expect(got.stdout).toMatch(/^test\s+-\s+build\s+pending\s+0\s+-$/m);
       const listed = await forel(["pipelines", "list", "--workspace", "clip"]);
       expect(listed.stdout).toMatch(
         new RegExp(`^${pipeline.id}\\s+clip\\s+from-yaml\\s+queued\\s+0/2`, "m"),
@@ -52,7 +55,7 @@ describe(`forelead pipelines and jobs retry (${databaseKind})`, () => {
       expect(JSON.parse(cancelled.stdout).pipeline.state).toBe("cancelled");
       const resumed = await forel(["pipelines", "resume", pipeline.id, "--from-step", "build"]);
       expect(resumed.code, resumed.stderr).toBe(0);
-      expect(resumed.stdout).toMatch(/^build\s+-\s+queued\s+2\s+/m);
+      expect(resumed.stdout).toMatch(/^build\s+Build the images\s+-\s+queued\s+2\s+/m);
 
       await writeFile(
         join(cli.dir(), "cycle.json"),

@@ -40,7 +40,8 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   // Open the gate of a job a failed test left waiting, so the runner can close.
-  if (dir) for (const gate of ["go", "one", "two"]) await writeFile(join(dir, gate), "");
+  if (dir)
+    for (const gate of ["go", "one", "two", "progress-go"]) await writeFile(join(dir, gate), "");
   await runner?.close();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
@@ -115,6 +116,57 @@ describe("the job page", () => {
     90_000,
   );
 
+  it(
+    "shows the job's progress as a bar while it runs and its result JSON once it " +
+      "settles; folds a run of one event type into one row and shows only the newest rows",
+    async () => {
+      const gate = join(dir, "progress-go");
+      const events = (line: string) => `echo '${line}' >> "$FORELEAD_EVENTS"`;
+      const script = [
+        `i=0; while [ $i -lt 30 ]; do ${events('{"type":"test.tick"}')}; i=$((i+1)); done`,
+        `i=0; while [ $i -lt 40 ]; do ${events('{"type":"test.a"}')}; ` +
+          `${events('{"type":"test.b"}')}; i=$((i+1)); done`,
+        "echo '::forelead::progress 3/10'",
+        `while [ ! -e "$GATE" ]; do sleep 0.05; done`,
+        `echo '::forelead::result {"coverage":81.5,"note":"<b>bold?</b>"}'`,
+      ].join("; ");
+      const jobId = await jobs.enqueue(ws, "process", {
+        argv: ["sh", "-c", script],
+        env: { GATE: gate },
+      });
+      const p = await dash.newPage();
+      await p.open(`#/jobs/${jobId}`);
+      await shows(p, "[data-progress]", "3/10 (30%)");
+      expect(await p.page.$eval(".job-progress progress", (e) => e.value)).toBe(30);
+      // 30 test.tick, then 80 alternating rows: 81 rows in all, the newest 50 shown.
+      await shows(p, ".events-more", "Showing the newest 50 of");
+      const rows = () => p.page.$$eval(".job-events tbody tr", (r) => r.length);
+      expect(await rows()).toBe(50);
+      expect(await p.page.$("tr[data-event-type='test.tick']")).toBeNull();
+      await p.page.click("[data-show-all-events]");
+      await p.page.waitForSelector("tr[data-event-type='test.tick']");
+      expect(
+        await p.page.$eval("tr[data-event-type='test.tick']", (r) => [
+          r.getAttribute("data-count"),
+          r.querySelector("td[data-label='type']")?.textContent,
+        ]),
+      ).toEqual(["30", "test.tick ×30"]);
+      expect(await rows()).toBeGreaterThan(80);
+      await writeFile(gate, "");
+      await shows(p, "[data-state-badge]", "succeeded");
+      await shows(p, "[data-result]", '"coverage": 81.5');
+      // The result is text: the markup in it made no element.
+      await shows(p, "[data-result]", '"note": "<b>bold?</b>"');
+      expect(await p.page.$$eval("[data-result] b", (e) => e.length)).toBe(0);
+      await shows(p, "[data-progress]", "3/10 (30%)");
+      await p.page.$eval("#progress-title", (e) => e.scrollIntoView());
+      await p.screenshot("job-progress", { fullPage: false });
+      expect(p.errors).toEqual([]);
+      await p.close();
+    },
+    90_000,
+  );
+
   it("resumes the log after its connection drops, with no line shown twice and none lost", async () => {
     const [one, two] = [join(dir, "one"), join(dir, "two")];
     const script =
@@ -169,6 +221,43 @@ describe("the job page", () => {
       await p.close();
     } finally {
       await proxy.close();
+    }
+  }, 90_000);
+
+  it("searches the log: only the lines holding the text, marked; downloads the whole log as text", async () => {
+    const jobId = await jobs.enqueue(ws, "process", {
+      argv: ["sh", "-c", "echo 'alpha one'; echo 'beta two'; echo 'Alpha three'"],
+    });
+    expect((await jobs.settled(jobId)).state).toBe("succeeded");
+    const saved = await mkdtemp(join(tmpdir(), "forelead-dash-log-"));
+    try {
+      const p = await dash.newPage();
+      const cdp = await p.page.createCDPSession();
+      await cdp.send("Browser.setDownloadBehavior", { behavior: "allow", downloadPath: saved });
+      await p.open(`#/jobs/${jobId}`);
+      await shows(p, ".log", "Alpha three");
+      await p.page.type("input[name=log-search]", "ALPHA");
+      await shows(p, "[data-log-matches]", "2 of 3 lines");
+      expect(await logText(p)).toBe("alpha one\nAlpha three\n");
+      expect(await p.page.$$eval(".log mark", (m) => m.map((e) => e.textContent))).toEqual([
+        "alpha",
+        "Alpha",
+      ]);
+      await p.page.$eval("#log-title", (e) => e.scrollIntoView());
+      await p.screenshot("job-log-search", { fullPage: false });
+      await p.page.click("input[name=log-search]", { count: 3 });
+      await p.page.keyboard.press("Backspace");
+      await shows(p, ".log", "beta two");
+      expect(await p.page.$(".log mark")).toBeNull();
+      await p.page.click("[data-log-download]");
+      const text = await eventually("the log download to be saved", () =>
+        readFile(join(saved, `job-${jobId}.log`), "utf8").catch(() => undefined),
+      );
+      expect(text).toBe("alpha one\nbeta two\nAlpha three\n");
+      expect(p.errors).toEqual([]);
+      await p.close();
+    } finally {
+      await rm(saved, { recursive: true, force: true });
     }
   }, 90_000);
 
@@ -295,6 +384,20 @@ describe("the jobs page", () => {
     90_000,
   );
 
+  it("shows a job's display name above its id, as text, and as its page's heading", async () => {
+    const name = "Nightly <b>build</b> ✓";
+    const named = await jobs.enqueue(ws, "process", { argv: ["true"] }, { displayName: name });
+    const p = await dash.newPage();
+    await p.open("#/jobs");
+    await shows(p, `tr[data-job="${named}"] [data-job-name]`, name);
+    expect(await p.page.$$eval(`tr[data-job="${named}"] b`, (e) => e.length)).toBe(0);
+    await p.page.click(`tr[data-job="${named}"] a`);
+    await shows(p, "main h1 [data-job-name]", name);
+    await shows(p, "main h1", named);
+    expect(p.errors).toEqual([]);
+    await p.close();
+  }, 90_000);
+
   it("is readable at 320 px: each row a block, nothing wider than the screen", async () => {
     const p = await dash.newPage({ width: 320 });
     await p.open("#/jobs");
@@ -308,6 +411,22 @@ describe("the jobs page", () => {
 });
 
 describe("the events page", () => {
+  it("opens with the recent history, not empty, newest first", async () => {
+    const jobId = await jobs.enqueue(ws, "process", { argv: ["true"] });
+    expect((await jobs.settled(jobId)).state).toBe("succeeded");
+    const p = await dash.newPage();
+    await p.open("#/events");
+    // Nothing happens after the page opens: what it shows is the history it read.
+    await p.page.waitForSelector(`tr[data-type="job.settled"] a[href="#/jobs/${jobId}"]`);
+    const ofJob = await p.page.$$eval(`tr[data-type] a[href="#/jobs/${jobId}"]`, (links) =>
+      links.map((a) => a.closest("tr")!.getAttribute("data-type")),
+    );
+    expect(ofJob[0]).toBe("job.settled");
+    expect(ofJob.at(-1)).toBe("job.queued");
+    expect(p.errors).toEqual([]);
+    await p.close();
+  }, 90_000);
+
   it("shows a new event as it happens", async () => {
     const p = await dash.newPage();
     await p.open("#/events");

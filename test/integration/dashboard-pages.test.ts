@@ -189,6 +189,20 @@ describe("dashboard pages", () => {
       const p = await dash.newPage();
       await p.open("#/audit");
       await p.page.waitForSelector("form[role=search]");
+      // It opens on the actions and refusals: the pause is there, no routine allow is.
+      await p.page.waitForSelector("table.audit tbody tr");
+      const first = await p.page.$$eval("table.audit tbody tr", (trs) =>
+        trs.map((tr) => [
+          tr.querySelector("[data-col=kind]")?.textContent,
+          tr.querySelector("[data-col=decision]")?.textContent,
+          tr.textContent ?? "",
+        ]),
+      );
+      expect(first.filter(([kind, decision]) => kind !== "action" && decision !== "deny")).toEqual(
+        [],
+      );
+      expect(first.some(([, , text]) => text!.includes("workspace.pause"))).toBe(true);
+      expect(await p.page.$eval("select[name=kind]", (s) => s.value)).toBe("notable");
       await p.page.type("input[name=spiffeId]", "spiffe://forelead/services/test-admin");
       await p.page.select("select[name=kind]", "action");
       await p.page.click("form[role=search] button[type=submit]");

@@ -402,6 +402,27 @@ describe(`the audit trail (${databaseKind})`, () => {
     expect(future.json.records ?? []).toEqual([]);
     const bad = await admin.request("GET", "/v1/admin/audit?decision=maybe");
     expect(bad.status).toBe(400);
+    const badKind = await admin.request("GET", "/v1/admin/audit?kind=routine");
+    expect(badKind.status).toBe(400);
+    expect(badKind.json.message).toBe(
+      `kind must be one of "decision", "action", "notable"; got "routine"`,
+    );
+  });
+
+  it("kind=notable: the actions and the refusals, none of the routine allows", async () => {
+    const notable = (await admin.request("GET", "/v1/admin/audit?kind=notable&pageSize=1000")).json
+      .records as Rec[];
+    const all = (await admin.request("GET", "/v1/admin/audit?pageSize=1000")).json.records as Rec[];
+    // Records written between the two reads are left out: the newest first, so compare by id.
+    const newest = Number(notable[0]?.id);
+    const expected = all.filter(
+      (r) => Number(r.id) <= newest && (r.kind === "action" || r.decision === "deny"),
+    );
+    expect(notable.map((r) => r.id)).toEqual(expected.map((r) => r.id));
+    // The trail holds all three sorts, so the filter left something out and kept both sorts.
+    expect(all.some((r) => r.kind === "decision" && r.decision === "allow")).toBe(true);
+    expect(notable.some((r) => r.kind === "action")).toBe(true);
+    expect(notable.some((r) => r.kind === "decision" && r.decision === "deny")).toBe(true);
   });
 
   it("no grant, lease token or private key appears in any audit record, grant row or server log line", async () => {

@@ -226,6 +226,38 @@ describe.each(executors)(
     );
 
     it(
+      "a job.progress event is sent only when the value changes: a job " +
+        "repeating one value for seconds sends it once",
+      async () => {
+        const { runner, ws } = await freshRunner(executor);
+        try {
+          // Each value printed every 0.1 s for 1.5 s: longer than the least interval between two
+          // progress events, so an unchanged value would be sent again.
+          const script = [
+            "for v in 5 5/20 5/20 50; do",
+            '  i=0; while [ $i -lt 15 ]; do echo "::forelead::progress $v"; sleep 0.1; i=$((i+1)); done',
+            "done",
+          ].join("\n");
+          const jobId = await enqueue(ws, executor, { argv: ["sh", "-c", script] });
+          const job = await settled(jobId);
+          expect(job.state, JSON.stringify(job)).toBe("succeeded");
+          expect(job.progress).toMatchObject({ percent: 50 });
+          const events = (await readEntries(admin, jobId, "events", "?pageSize=1000")).map(
+            (e) => e.data as Record<string, unknown>,
+          );
+          expect(events.filter((e) => e.type === "job.progress")).toEqual([
+            { type: "job.progress", percent: 5 },
+            { type: "job.progress", done: 5, total: 20 },
+            { type: "job.progress", percent: 50 },
+          ]);
+        } finally {
+          await runner.close();
+        }
+      },
+      30_000,
+    );
+
+    it(
       "the FORELEAD_EVENTS file reaches the job's event stream in order with " +
         "sequences; reserved, non-JSON and over-long lines are dropped with a " +
         "warning event",

@@ -138,6 +138,8 @@ export async function prepareEnqueue(
         ...(kind === "agent" ? [kind] : []),
         ...(withSecrets ? [secretsDigest(box!, input)] : []),
         ...(schedule.hashed.length ? [schedule.hashed] : []),
+        // Only when given, so the hash of a request without one is what it was before names.
+        ...(input.displayName ? [{ displayName: input.displayName }] : []),
       ]),
     )
     .digest("hex");
@@ -155,6 +157,7 @@ export async function prepareEnqueue(
     idempotency_key: input.idempotencyKey || null,
     request_sha256: requestSha256,
     enqueued_by: input.enqueuedBy ?? null,
+    display_name: input.displayName || null,
     ...(withSecrets ? secretNames(input) : {}),
     ...schedule.columns,
   };

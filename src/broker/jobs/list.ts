@@ -6,6 +6,12 @@ import { jobSnapshot, type JobSnapshot } from "./snapshot.js";
 import { attemptHistory } from "./attempts.js";
 import { bad, checkLabels, jobStates } from "./rules.js";
 
+/**
+ * A short job id: the last 8 to 36 characters of one (UUIDv7 ids of one batch share their leading
+ * timestamp, so the end is what tells them apart).
+ */
+const jobIdSuffixPattern = /^[0-9a-f-]{8,36}$/;
+
 /** The orders a job listing takes: by creation, newest or oldest first. */
 const jobListOrders = ["newest", "oldest"] as const;
 
@@ -25,6 +31,8 @@ export interface ListJobsInput {
   readonly runnerId?: string;
   /** "newest" (default) or "oldest". */
   readonly order?: string;
+  /** The job's id ends with this (a short id: jobIdSuffixPattern). */
+  readonly idSuffix?: string;
   readonly pageSize: number;
   readonly pageToken: string;
   /** When set, only the jobs this reader may see: those in its workspaces and those it enqueued. */
@@ -69,6 +77,12 @@ export async function listJobs(
     bad(`order ${JSON.stringify(order.slice(0, 40))} is not one of ${jobListOrders.join(", ")}`);
   if (input.labels) checkLabels("labels", input.labels);
   if (input.runnerId) checkSegmentId("runnerId", input.runnerId);
+  const idSuffix = input.idSuffix?.toLowerCase();
+  if (idSuffix && !jobIdSuffixPattern.test(idSuffix))
+    bad(
+      `idSuffix ${JSON.stringify(idSuffix.slice(0, 40))} is not a short job id: the last 8 to 36 ` +
+        `characters of a job id (hex digits and dashes)${idSuffix.length < 8 ? "; give at least 8" : ""}`,
+    );
   const direction: "asc" | "desc" = order === "oldest" ? "asc" : "desc";
   const pageSize = input.pageSize || 50;
   let query = db
@@ -97,6 +111,8 @@ export async function listJobs(
     query = query.where(
       sql<boolean>`exists (select 1 from leases l where l.runner_id = ${input.runnerId} and l.job_id = jobs.id)`,
     );
+  // A scan of the ids in the other filters' range: short ids are typed by people, seldom.
+  if (idSuffix) query = query.where(sql<boolean>`jobs.id::text like ${`%${idSuffix}`}`);
   if (input.pageToken) query = query.where(afterPageToken(input.pageToken, direction));
   const rows = await query.execute();
   const page = rows.slice(0, pageSize);

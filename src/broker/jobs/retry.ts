@@ -101,6 +101,7 @@ export async function retryJob(
         enqueuedBy: by,
         secrets,
         secretFiles,
+        displayName: old.display_name ?? undefined,
       },
       timeouts,
       checked,

@@ -57,6 +57,8 @@ export interface EnqueueInput extends JobSecretsInput {
   readonly requirements?: RequirementsInput;
   /** The audiences the job may be given ID tokens for; undefined: none (docs/workload-identity.md). */
   readonly idToken?: IdTokenInput;
+  /** What people see the job called (checkDisplayName); empty or undefined: none. */
+  readonly displayName?: string;
 }
 
 /** The ID tokens a job may ask for under its lease. */
@@ -174,6 +176,31 @@ export function bad(message: string): never {
   throw new ConnectError(message, Code.InvalidArgument);
 }
 
+/** Longest display name of a job or step, in characters. */
+const maxDisplayNameChars = 200;
+
+/**
+ * Control characters (C0, DEL, C1) and the bidirectional controls, which would let a name shown in
+ * a list or a terminal read as something else.
+ */
+const displayNameRefused = /[\p{Cc}\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069\u2028\u2029]/u;
+
+/**
+ * Checks a display name (a job's or a step's): at most 200 characters, no control character;
+ * throws invalid_argument naming `field` and never quoting the text.
+ */
+function checkDisplayName(field: string, value: string): void {
+  const chars = [...value].length;
+  if (chars > maxDisplayNameChars)
+    bad(`${field} is ${chars} characters long; at most ${maxDisplayNameChars} are allowed`);
+  const at = value.search(displayNameRefused);
+  if (at !== -1)
+    bad(
+      `${field} holds a control character (U+${value.codePointAt(at)!.toString(16).toUpperCase().padStart(4, "0")}` +
+        ` at index ${at}): a display name is one line of printable text`,
+    );
+}
+
 /** Checks runner labels; throws invalid_argument naming the first bad one as `field[i]`. */
 export function checkLabels(field: string, labels: readonly string[]): void {
   labels.forEach(
@@ -193,6 +220,7 @@ export function validateEnqueue(
 ): void {
   checkSegmentId("workspaceId", input.workspaceId);
   checkLabels("labels", input.labels);
+  if (input.displayName) checkDisplayName("displayName", input.displayName);
   if (input.maxAttempts < 0 || input.maxAttempts > jobLimits.maxAttempts)
     bad(
       `maxAttempts must be 1 to ${jobLimits.maxAttempts} (0 means ` +

@@ -77,6 +77,7 @@ export function jobSnapshot(row: JobRow, attempts?: readonly unknown[]): JobSnap
   // docs/job-contract.md: the result the settling completion reported, and the last progress.
   if (row.result) out.result = row.result;
   if (row.progress) out.progress = row.progress;
+  if (row.display_name) out.displayName = row.display_name;
   if (row.retry_of) out.retryOf = row.retry_of;
   if (row.retried_by) out.retriedBy = row.retried_by;
   if (attempts?.length) out.attemptHistory = attempts;

@@ -137,6 +137,7 @@ export function storedRequest(
     backoff: s.backoff,
     requirements: s.requirements,
     idToken: s.idToken,
+    displayName: s.displayName || undefined,
   };
 }
 
@@ -301,6 +302,7 @@ async function views(db: Kysely<Database>, rows: readonly PipelineRow[]): Promis
       "s.job_id",
       "s.allow_failure",
       "s.inputs",
+      "s.request",
       "j.state as job_state",
     ])
     .where(
@@ -321,6 +323,7 @@ async function views(db: Kysely<Database>, rows: readonly PipelineRow[]): Promis
           attempts: s.attempts,
           jobId: s.job_id || undefined,
           allowFailure: s.allow_failure,
+          displayName: (s.request as unknown as StoredStepRequest).displayName,
           inputs: (s.inputs as unknown as StepInputSpec[]).map((i) =>
             definedOnly({
               step: i.step,

@@ -303,6 +303,7 @@ export type StoredStepRequest = Pick<
   | "backoff"
   | "requirements"
   | "idToken"
+  | "displayName"
 > & { readonly runAt?: string };
 
 /** A stored step request as the enqueue takes it. */

@@ -1,7 +1,8 @@
 // The live events of the control plane (FleetService.StreamEvents, server streaming through
 // connect-web): one stream per page load, shared by every subscriber. It starts after the last
 // event kept (it catches up without following first, so history is not replayed as news) and,
-// after a dropped connection, resumes after the last event it saw, so no event is missed.
+// after a dropped connection, resumes after the last event it saw, so no event is missed. The
+// newest events it read, history included, are kept for the Events page to open with.
 import type { StreamEventsResponse } from "../../../gen/forelead/admin/v1/fleet_pb.js";
 import { fleet } from "./clients.js";
 
@@ -27,8 +28,24 @@ function setState(next: LiveState): void {
 
 const catchUpPage = 10_000;
 
+/** How many of the newest events are kept for recentEvents(). */
+export const recentKept = 500;
+let recent: LiveEvent[] = [];
+
+function remember(e: LiveEvent): void {
+  recent.push(e);
+  // Trimmed in chunks: a catch-up through a long history stays linear.
+  if (recent.length >= 2 * recentKept) recent = recent.slice(-recentKept);
+}
+
+/** The newest events read (at most recentKept), history before this page load included; oldest first. */
+export function recentEvents(): readonly LiveEvent[] {
+  return recent.length > recentKept ? recent.slice(-recentKept) : recent;
+}
+
 function deliver(e: LiveEvent): void {
   lastId = e.id;
+  remember(e);
   for (const l of listeners) if (l.types.length === 0 || l.types.includes(e.type)) l.fn(e);
 }
 
@@ -42,8 +59,10 @@ async function catchUp(first: boolean): Promise<void> {
     let n = 0;
     for await (const e of fleet.streamEvents({ afterId: lastId, pageSize: catchUpPage })) {
       n++;
-      if (first) lastId = e.id;
-      else deliver(e);
+      if (first) {
+        lastId = e.id;
+        remember(e);
+      } else deliver(e);
     }
     if (n < catchUpPage) return;
   }

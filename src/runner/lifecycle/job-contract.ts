@@ -1,6 +1,7 @@
 import type { Lease } from "../../../gen/forelead/runner/v1/job_pb.js";
 import { parseDirective, type Progress } from "../../protocol/job-directives.js";
 import { droppedEventType, progressEventType } from "../../protocol/job-events.js";
+import { progressText } from "../../protocol/progress-text.js";
 import { invalidResultCode, type JobResult } from "../../protocol/job-result.js";
 import type { JobOutput } from "../output/output.js";
 import type { SecretMasker } from "../output/secret-masker.js";
@@ -11,7 +12,9 @@ import type { Settlement } from "./settle.js";
 import { inputRequestOf } from "./suspend-step.js";
 import type { InputRequestSpec } from "../../protocol/input-request.js";
 
-/** Least time between two job.progress events of one job; the last progress is always sent. */
+/**
+ * Least time between two job.progress events of one job; the last changed progress is always sent.
+ */
 const progressIntervalMs = 1000;
 
 /**
@@ -56,9 +59,10 @@ export interface JobContract {
  * Opens the job's side of the contract before it starts: writes
  * input/execution.json (job-input.ts), makes and follows the events file
  * (job-events-file.ts), and returns what the run calls as the job goes on.
- * Progress directives become job.progress events, at most one each
- * progressIntervalMs; the last one is held back no longer than that and is
- * sent when the job ends.
+ * Progress directives become job.progress events only when the value
+ * changes, at most one each progressIntervalMs; the last one is held back no
+ * longer than that and is sent when the job ends. A job printing the same
+ * value again sends nothing.
  */
 export async function openJobContract(o: JobContractOptions): Promise<JobContract> {
   const jobId = o.lease.job!.id;
@@ -77,6 +81,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
   let errorMessage: string | undefined;
   let lineInput: Readonly<Record<string, unknown>> | undefined;
   let lastSentAt = -Infinity;
+  let lastSent = "";
   let pending: Progress | undefined;
   let timer: NodeJS.Timeout | undefined;
   const sendProgress = () => {
@@ -84,6 +89,7 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
     timer = undefined;
     if (!pending) return;
     o.out.event({ type: progressEventType, ...pending });
+    lastSent = progressText(pending);
     pending = undefined;
     lastSentAt = performance.now();
   };
@@ -96,7 +102,12 @@ export async function openJobContract(o: JobContractOptions): Promise<JobContrac
       if (directive.name === "result") lineResult = directive.result;
       else if (directive.name === "error") errorMessage = directive.message;
       else if (directive.name === "input") lineInput = directive.request;
-      else {
+      else if (progressText(directive.progress) === lastSent) {
+        // Back to the value last sent: nothing changed, and nothing held back is sent.
+        pending = undefined;
+        clearTimeout(timer);
+        timer = undefined;
+      } else {
         pending = directive.progress;
         const wait = lastSentAt + progressIntervalMs - performance.now();
         if (wait <= 0) sendProgress();

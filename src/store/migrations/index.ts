@@ -36,6 +36,7 @@ import * as m0034 from "./0034_webhooks.js";
 import * as m0035 from "./0035_retention.js";
 import * as m0036 from "./0036_job_id_tokens.js";
 import * as m0037 from "./0037_fair_shares.js";
+import * as m0038 from "./0038_job_display_name.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -79,4 +80,5 @@ export const migrations: Record<string, Migration> = {
   "0035_retention": m0035,
   "0036_job_id_tokens": m0036,
   "0037_fair_shares": m0037,
+  "0038_job_display_name": m0038,
 };

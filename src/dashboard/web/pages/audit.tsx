@@ -1,5 +1,5 @@
 // The audit trail (AdminService.ListAuditRecords, newest first): search by identity, decision, kind
-// and time range; "Older" reads the next page. Audit records have no event: the page reads on
+// (first: actions and refusals) and time range; "Older" reads the next page. Audit records have no event: the page reads on
 // search.
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { useState } from "preact/hooks";
@@ -22,7 +22,8 @@ interface Search {
   readonly until: string;
 }
 
-const empty: Search = { spiffeId: "", decision: "", kind: "", since: "", until: "" };
+/** The first search: actions and refusals, not the routine allows of runners' requests. */
+const initial: Search = { spiffeId: "", decision: "", kind: "notable", since: "", until: "" };
 const pageSize = 100;
 
 function request(
@@ -73,8 +74,8 @@ function Row({ r }: { r: AuditRecord }) {
 }
 
 export function AuditPage() {
-  const [form, setForm] = useState<Search>(empty);
-  const [search, setSearch] = useState<Search>(empty);
+  const [form, setForm] = useState<Search>(initial);
+  const [search, setSearch] = useState<Search>(initial);
   const [older, setOlder] = useState<{ records: AuditRecord[]; next: string } | undefined>(
     undefined,
   );
@@ -129,6 +130,7 @@ export function AuditPage() {
         <label>
           kind
           <select name="kind" value={form.kind} onChange={field("kind")}>
+            <option value="notable">actions and refusals</option>
             <option value="">any</option>
             <option value="decision">identity decisions</option>
             <option value="action">administrative actions</option>

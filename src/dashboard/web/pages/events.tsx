@@ -1,14 +1,13 @@
 // The global event stream, live (FleetService.StreamEvents through live.ts: one stream per page
-// load, resumed after a dropped connection): every event since the page opened, newest first,
-// narrowed by workspace and kind. Links lead to the job of a job event.
+// load, resumed after a dropped connection): it opens with the recent history live.ts read and
+// adds every event as it happens, newest first, narrowed by workspace and kind. Links lead to the
+// job of a job event.
 import { useEffect, useState } from "preact/hooks";
-import { subscribe, type LiveEvent } from "../live.js";
+import { onLiveState, recentEvents, recentKept, subscribe, type LiveEvent } from "../live.js";
 import { href } from "../route.js";
 import { Time } from "../time.js";
 import "./pages.css";
 
-/** How many events the page keeps (older ones drop off the end). */
-const keep = 500;
 const kinds = ["job", "runner", "workspace", "pipeline", "step"] as const;
 
 function tone(e: LiveEvent): string {
@@ -57,10 +56,20 @@ function EventRow({ e }: { e: LiveEvent }) {
 }
 
 export function EventsPage() {
-  const [events, setEvents] = useState<readonly LiveEvent[]>([]);
+  // Drawn from live.ts's recent events; a new event or the end of the first catch-up redraws.
+  const [, setVersion] = useState(0);
+  const [clearedAfter, setClearedAfter] = useState(-1n);
   const [workspace, setWorkspace] = useState("");
   const [kind, setKind] = useState("");
-  useEffect(() => subscribe([], (e) => setEvents((l) => [e, ...l].slice(0, keep))), []);
+  useEffect(() => {
+    const redraw = () => setVersion((v) => v + 1);
+    const unsubscribe = subscribe([], redraw);
+    const unwatch = onLiveState(redraw);
+    return () => (unsubscribe(), unwatch());
+  }, []);
+  const events = recentEvents()
+    .filter((e) => e.id > clearedAfter)
+    .toReversed();
   const shown = events.filter(
     (e) =>
       (!workspace.trim() || e.workspaceId === workspace.trim()) &&
@@ -70,8 +79,8 @@ export function EventsPage() {
     <section class="events-page">
       <h1>Events</h1>
       <p class="muted small">
-        The control plane's events as they happen, newest first (the last {keep} since this page
-        opened).
+        The control plane's events, newest first: the last {recentKept}, from its recent history on,
+        adding each as it happens.
       </p>
       <form class="toolbar" aria-label="Filters" onSubmit={(e) => e.preventDefault()}>
         <label>
@@ -95,7 +104,11 @@ export function EventsPage() {
             ))}
           </select>
         </label>
-        <button type="button" disabled={events.length === 0} onClick={() => setEvents([])}>
+        <button
+          type="button"
+          disabled={events.length === 0}
+          onClick={() => setClearedAfter(events[0]?.id ?? clearedAfter)}
+        >
           Clear
         </button>
       </form>

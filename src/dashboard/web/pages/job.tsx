@@ -3,7 +3,7 @@
 // (log-view.tsx), the events its runners sent, resource samples as a chart, artifacts to
 // download, and cancel. Everything updates from streams: the job's events stream (followed) and
 // the global event stream (live.ts) — the job is read again only when an event about it arrives.
-import { toJson, type JsonObject } from "@bufbuild/protobuf";
+import { toJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { admin } from "../clients.js";
@@ -11,7 +11,9 @@ import { useData } from "../data.js";
 import { ErrorNote } from "../errors.js";
 import { Artifacts } from "../job/artifacts.js";
 import { CancelJob } from "../job/cancel.js";
+import { EventsList } from "../job/events-list.js";
 import { FollowNote, LogView } from "../job/log-view.js";
+import { ProgressBar, ResultJson } from "../job/progress.js";
 import { SamplesChart } from "../job/samples-chart.js";
 import { StateBadge, isActive } from "../job/state.js";
 import { reduceTimeline, type FleetEvent, type RunnerEvent, type Tone } from "../job/timeline.js";
@@ -19,6 +21,8 @@ import { useFollow } from "../job/use-follow.js";
 import { subscribe, type LiveEvent } from "../live.js";
 import { href } from "../route.js";
 import { Time, formatSeconds, toDate } from "../time.js";
+import { progressEventType } from "../../../protocol/job-events.js";
+import { progressFiguresOf } from "../../../protocol/progress-text.js";
 import "./pages.css";
 
 /** The global stream's events about one job. */
@@ -53,44 +57,6 @@ function typeOf(e: RunnerEvent): string {
   return d && typeof d === "object" && !Array.isArray(d) && typeof d["type"] === "string"
     ? d["type"]
     : "";
-}
-
-function EventsList({ events }: { events: readonly ShownEvent[] }) {
-  const shown = events.filter((e) => typeOf(e) !== sampleType);
-  if (shown.length === 0) return <p class="muted">No events yet.</p>;
-  return (
-    <div class="table-wrap">
-      <table class="job-events stack">
-        <thead>
-          <tr>
-            <th scope="col">received</th>
-            <th scope="col">attempt</th>
-            <th scope="col">type</th>
-            <th scope="col">data</th>
-          </tr>
-        </thead>
-        <tbody>
-          {shown.map((e) => {
-            const { type: _type, ...rest } = (e.data ?? {}) as JsonObject;
-            return (
-              <tr key={e.position} data-event-type={typeOf(e)}>
-                <td data-label="received">
-                  <Time at={e.receivedAt} />
-                </td>
-                <td data-label="attempt">{e.attempt}</td>
-                <td data-label="type">
-                  <code>{typeOf(e)}</code>
-                </td>
-                <td data-label="data">
-                  <code class="small">{Object.keys(rest).length ? JSON.stringify(rest) : ""}</code>
-                </td>
-              </tr>
-            );
-          })}
-        </tbody>
-      </table>
-    </div>
-  );
 }
 
 export function JobPage({ jobId }: { jobId: string }) {
@@ -147,13 +113,33 @@ export function JobPage({ jobId }: { jobId: string }) {
     [j, events, fleetEvents],
   );
   const sampleCount = events.filter((e) => typeOf(e) === sampleType).length;
+  const listed = useMemo(
+    () => events.filter((e) => typeOf(e) !== sampleType).map((e) => ({ ...e, type: typeOf(e) })),
+    [events],
+  );
+  // The newest job.progress event the runner sent is shown at once; the job's stored progress
+  // (the same figures, kept by the control plane) covers a page opened after the events.
+  const lastProgress = listed.findLast((e) => e.type === progressEventType);
+  const lastFigures = lastProgress && progressFiguresOf(lastProgress.data);
+  const progress = lastFigures
+    ? { figures: lastFigures, at: lastProgress.receivedAt }
+    : j?.progress
+      ? { figures: j.progress, at: toDate(j.progress.updatedAt) }
+      : undefined;
   return (
     <section class="job-page">
       <p class="small">
         <a href={href("jobs")}>← Jobs</a>
       </p>
       <h1>
-        Job <code>{jobId}</code>
+        {j?.displayName ? (
+          <span class="job-name" data-job-name>
+            {j.displayName}
+          </span>
+        ) : (
+          "Job"
+        )}{" "}
+        <code>{jobId}</code>
       </h1>
       <ErrorNote error={job.error} what="job" />
       {j ? (
@@ -277,13 +263,20 @@ export function JobPage({ jobId }: { jobId: string }) {
               )}
             </section>
           </div>
+          {progress || j.result ? (
+            <section class="card" aria-labelledby="progress-title">
+              <h2 id="progress-title">{j.result ? "Progress and result" : "Progress"}</h2>
+              {progress ? <ProgressBar progress={progress.figures} at={progress.at} /> : null}
+              {j.result ? <ResultJson result={j.result} /> : null}
+            </section>
+          ) : null}
           <LogView jobId={jobId} />
           <section class="card" aria-labelledby="events-title">
             <div class="card-head">
               <h2 id="events-title">Events</h2>
               <FollowNote state={eventsState} what="events" />
             </div>
-            <EventsList events={events} />
+            <EventsList events={listed} />
           </section>
           <div class="cards">
             <SamplesChart jobId={jobId} version={sampleCount} />

@@ -63,6 +63,11 @@ function JobRow({ job }: { job: Job }) {
     <tr data-job={job.id} data-state={job.state}>
       <th scope="row" data-label="job">
         <a href={href("job", job.id)}>
+          {job.displayName ? (
+            <span class="job-name" data-job-name>
+              {job.displayName}
+            </span>
+          ) : null}
           <code>{job.id}</code>
         </a>
       </th>
