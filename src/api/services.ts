@@ -13,6 +13,7 @@ import { BatchService } from "../../gen/forelead/admin/v1/batch_pb.js";
 import { ScheduleService } from "../../gen/forelead/admin/v1/schedules_pb.js";
 import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
 import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
+import { AutoscaleService } from "../../gen/forelead/admin/v1/autoscale_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
@@ -35,4 +36,5 @@ export const services: readonly DescService[] = [
   SessionService,
   LoginService,
   WebhookService,
+  AutoscaleService,
 ];

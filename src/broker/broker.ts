@@ -28,6 +28,8 @@ import { type CodeHooks } from "./leases/pinning.js";
 import { register, type Registered, type Registration } from "./fleet/registrations.js";
 import { listRunners, type RunnerView } from "./fleet/runners.js";
 import { forgetRunner, type ForgetInput } from "./fleet/forget.js";
+import { readDemand, readGroupDemand, type GroupDemand, type KindDemand } from "./fleet/demand.js";
+import { putScalingGroup, type GroupHold, type GroupRegistration } from "./fleet/scaling-groups.js";
 import { defaultRunnerOfflineSeconds } from "./fleet/state.js";
 import { expireInputRequests, expireLeases } from "./leases/expire.js";
 import { releaseLease } from "./leases/release.js";
@@ -97,6 +99,12 @@ export interface Broker {
   register(registration: Registration): Promise<Registered>;
   /** Statistics of the jobs settled in a window, per workspace (stats.ts). */
   stats(query: StatsQuery): Promise<WorkspaceStats[]>;
+  /** Demand per scaling group and per kind of queued job (fleet/demand.ts); "" for every workspace. */
+  demand(workspaceId: string): Promise<{ groups: GroupDemand[]; kinds: KindDemand[] }>;
+  /** One scaling group's demand; undefined when no group has the name. */
+  groupDemand(name: string): Promise<GroupDemand | undefined>;
+  /** Registers or renews a scaling group for its controller, under a lease (fleet/scaling-groups.ts). */
+  putScalingGroup(registration: GroupRegistration): Promise<GroupHold>;
   /** Pipelines: step graphs whose steps this broker enqueues as their needs settle (pipelines/). */
   readonly pipelines: Pipelines;
   /**
@@ -327,6 +335,9 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     forgetRunner: (input) => forgetRunner(db, input, offlineSeconds),
     register: (registration) => register(db, registration, options.leaseSeconds),
     stats: (query) => jobStats(db, query),
+    demand: (workspaceId) => readDemand(db, offlineSeconds, workspaceId),
+    groupDemand: (name) => readGroupDemand(db, offlineSeconds, name),
+    putScalingGroup: (registration) => putScalingGroup(db, registration),
     sweep,
     async close() {
       closed = true;

@@ -33,6 +33,7 @@ import * as m0031 from "./0031_schedules.js";
 import * as m0032 from "./0032_person_sessions.js";
 import * as m0033 from "./0033_runner_state.js";
 import * as m0034 from "./0034_webhooks.js";
+import * as m0035 from "./0035_autoscale.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -73,4 +74,5 @@ export const migrations: Record<string, Migration> = {
   "0032_person_sessions": m0032,
   "0033_runner_state": m0033,
   "0034_webhooks": m0034,
+  "0035_autoscale": m0035,
 };
