@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/autoscale.proto.
  */
 export const file_forelead_admin_v1_autoscale: GenFile = /*@__PURE__*/
-  fileDesc("CiFmb3JlbGVhZC9hZG1pbi92MS9hdXRvc2NhbGUucHJvdG8SEWZvcmVsZWFkLmFkbWluLnYxIosCChBTY2FsaW5nR3JvdXBTcGVjEhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIOCgZsYWJlbHMYAiADKAkSEwoLbWluX3J1bm5lcnMYAyABKAUSEwoLbWF4X3J1bm5lcnMYBCABKAUSGAoQc2xvdHNfcGVyX3J1bm5lchgFIAEoBRIUCgxpZGxlX3NlY29uZHMYBiABKAUSGAoQY29vbGRvd25fc2Vjb25kcxgHIAEoBRIQCghwcm92aWRlchgIIAEoCRIUCgxhcmNoaXRlY3R1cmUYCSABKAkSCgoCb3MYCiABKAkSFwoPZXhlY3V0aW9uX2tpbmRzGAsgAygJEhAKCGZlYXR1cmVzGAwgAygJIpkBChZQdXRTY2FsaW5nR3JvdXBSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEgwKBG5hbWUYAiABKAkSMQoEc3BlYxgDIAEoCzIjLmZvcmVsZWFkLmFkbWluLnYxLlNjYWxpbmdHcm91cFNwZWMSEgoKY29udHJvbGxlchgEIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAUgASgFIpkBChdQdXRTY2FsaW5nR3JvdXBSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIMCgRuYW1lGAIgASgJEhIKCmNvbnRyb2xsZXIYAyABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJdG9va19vdmVyGAUgASgIIigKEEdldERlbWFuZFJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJIoYBChFHZXREZW1hbmRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIuCgZncm91cHMYAiADKAsyHi5mb3JlbGVhZC5hZG1pbi52MS5Hcm91cERlbWFuZBIsCgVraW5kcxgDIAMoCzIdLmZvcmVsZWFkLmFkbWluLnYxLktpbmREZW1hbmQiJQoVR2V0R3JvdXBEZW1hbmRSZXF1ZXN0EgwKBG5hbWUYASABKAkiRwoWR2V0R3JvdXBEZW1hbmRSZXNwb25zZRItCgVncm91cBgBIAEoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkdyb3VwRGVtYW5kIt0CCgtHcm91cERlbWFuZBIMCgRuYW1lGAEgASgJEjEKBHNwZWMYAiABKAsyIy5mb3JlbGVhZC5hZG1pbi52MS5TY2FsaW5nR3JvdXBTcGVjEhMKC2pvYnNfcXVldWVkGAMgASgFEhQKDGpvYnNfcnVubmluZxgEIAEoBRIPCgdydW5uZXJzGAUgASgFEhQKDHJ1bm5lcnNfaWRsZRgGIAEoBRIYChBydW5uZXJzX2RyYWluaW5nGAcgASgFEhIKCnNsb3RzX2ZyZWUYCCABKAUSGwoTb2xkZXN0X3dhaXRfc2Vjb25kcxgJIAEoARIWCg53YW50ZWRfcnVubmVycxgKIAEoBRIOCgZyZWFzb24YCyABKAkSEgoKY29udHJvbGxlchgMIAEoCRI0ChBsZWFzZV9leHBpcmVzX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLAAgoKS2luZERlbWFuZBIUCgx3b3Jrc3BhY2VfaWQYASABKAkSDgoGbGFiZWxzGAIgAygJEhQKDGFyY2hpdGVjdHVyZRgDIAEoCRIKCgJvcxgEIAEoCRIWCg5leGVjdXRpb25fa2luZBgFIAEoCRIQCghmZWF0dXJlcxgGIAMoCRITCgtqb2JzX3F1ZXVlZBgHIAEoBRIWCg5qb2JzX3NjaGVkdWxlZBgIIAEoBRIUCgxqb2JzX3J1bm5pbmcYCSABKAUSFAoMcnVubmVyc19pZGxlGAogASgFEhIKCnNsb3RzX2ZyZWUYCyABKAUSGwoTb2xkZXN0X3dhaXRfc2Vjb25kcxgMIAEoARIOCgZncm91cHMYDSADKAkSFgoOd2FudGVkX3J1bm5lcnMYDiABKAUSDgoGcmVhc29uGA8gASgJMukDChBBdXRvc2NhbGVTZXJ2aWNlEoABCglHZXREZW1hbmQSIy5mb3JlbGVhZC5hZG1pbi52MS5HZXREZW1hbmRSZXF1ZXN0GiQuZm9yZWxlYWQuYWRtaW4udjEuR2V0RGVtYW5kUmVzcG9uc2UiKMrzGCQKA0dFVBIQL3YxL2FkbWluL2RlbWFuZDoFYWRtaW5CBHJlYWQSrAEKDkdldEdyb3VwRGVtYW5kEiguZm9yZWxlYWQuYWRtaW4udjEuR2V0R3JvdXBEZW1hbmRSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuR2V0R3JvdXBEZW1hbmRSZXNwb25zZSJFyvMYQQoDR0VUEiYvdjEvYWRtaW4vc2NhbGluZy1ncm91cHMve25hbWV9L2RlbWFuZBoFZ3JvdXA6BWFkbWluQgRyZWFkEqIBCg9QdXRTY2FsaW5nR3JvdXASKS5mb3JlbGVhZC5hZG1pbi52MS5QdXRTY2FsaW5nR3JvdXBSZXF1ZXN0GiouZm9yZWxlYWQuYWRtaW4udjEuUHV0U2NhbGluZ0dyb3VwUmVzcG9uc2UiOMrzGDQKA1BVVBIfL3YxL2FkbWluL3NjYWxpbmctZ3JvdXBzL3tuYW1lfToFYWRtaW5CBWFkbWluYgZwcm90bzM", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
+  fileDesc("CiFmb3JlbGVhZC9hZG1pbi92MS9hdXRvc2NhbGUucHJvdG8SEWZvcmVsZWFkLmFkbWluLnYxIosCChBTY2FsaW5nR3JvdXBTcGVjEhQKDHdvcmtzcGFjZV9pZBgBIAEoCRIOCgZsYWJlbHMYAiADKAkSEwoLbWluX3J1bm5lcnMYAyABKAUSEwoLbWF4X3J1bm5lcnMYBCABKAUSGAoQc2xvdHNfcGVyX3J1bm5lchgFIAEoBRIUCgxpZGxlX3NlY29uZHMYBiABKAUSGAoQY29vbGRvd25fc2Vjb25kcxgHIAEoBRIQCghwcm92aWRlchgIIAEoCRIUCgxhcmNoaXRlY3R1cmUYCSABKAkSCgoCb3MYCiABKAkSFwoPZXhlY3V0aW9uX2tpbmRzGAsgAygJEhAKCGZlYXR1cmVzGAwgAygJIpkBChZQdXRTY2FsaW5nR3JvdXBSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEgwKBG5hbWUYAiABKAkSMQoEc3BlYxgDIAEoCzIjLmZvcmVsZWFkLmFkbWluLnYxLlNjYWxpbmdHcm91cFNwZWMSEgoKY29udHJvbGxlchgEIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAUgASgFIpkBChdQdXRTY2FsaW5nR3JvdXBSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIMCgRuYW1lGAIgASgJEhIKCmNvbnRyb2xsZXIYAyABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJdG9va19vdmVyGAUgASgIIigKEEdldERlbWFuZFJlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJIoYBChFHZXREZW1hbmRSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIuCgZncm91cHMYAiADKAsyHi5mb3JlbGVhZC5hZG1pbi52MS5Hcm91cERlbWFuZBIsCgVraW5kcxgDIAMoCzIdLmZvcmVsZWFkLmFkbWluLnYxLktpbmREZW1hbmQiJQoVR2V0R3JvdXBEZW1hbmRSZXF1ZXN0EgwKBG5hbWUYASABKAkiRwoWR2V0R3JvdXBEZW1hbmRSZXNwb25zZRItCgVncm91cBgBIAEoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkdyb3VwRGVtYW5kIpIECgtHcm91cERlbWFuZBIMCgRuYW1lGAEgASgJEjEKBHNwZWMYAiABKAsyIy5mb3JlbGVhZC5hZG1pbi52MS5TY2FsaW5nR3JvdXBTcGVjEhgKC2pvYnNfcXVldWVkGAMgASgFSACIAQESGQoMam9ic19ydW5uaW5nGAQgASgFSAGIAQESFAoHcnVubmVycxgFIAEoBUgCiAEBEhkKDHJ1bm5lcnNfaWRsZRgGIAEoBUgDiAEBEh0KEHJ1bm5lcnNfZHJhaW5pbmcYByABKAVIBIgBARIXCgpzbG90c19mcmVlGAggASgFSAWIAQESIAoTb2xkZXN0X3dhaXRfc2Vjb25kcxgJIAEoAUgGiAEBEhsKDndhbnRlZF9ydW5uZXJzGAogASgFSAeIAQESDgoGcmVhc29uGAsgASgJEhIKCmNvbnRyb2xsZXIYDCABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2pvYnNfcXVldWVkQg8KDV9qb2JzX3J1bm5pbmdCCgoIX3J1bm5lcnNCDwoNX3J1bm5lcnNfaWRsZUITChFfcnVubmVyc19kcmFpbmluZ0INCgtfc2xvdHNfZnJlZUIWChRfb2xkZXN0X3dhaXRfc2Vjb25kc0IRCg9fd2FudGVkX3J1bm5lcnMi4gMKCktpbmREZW1hbmQSFAoMd29ya3NwYWNlX2lkGAEgASgJEg4KBmxhYmVscxgCIAMoCRIUCgxhcmNoaXRlY3R1cmUYAyABKAkSCgoCb3MYBCABKAkSFgoOZXhlY3V0aW9uX2tpbmQYBSABKAkSEAoIZmVhdHVyZXMYBiADKAkSGAoLam9ic19xdWV1ZWQYByABKAVIAIgBARIbCg5qb2JzX3NjaGVkdWxlZBgIIAEoBUgBiAEBEhkKDGpvYnNfcnVubmluZxgJIAEoBUgCiAEBEhkKDHJ1bm5lcnNfaWRsZRgKIAEoBUgDiAEBEhcKCnNsb3RzX2ZyZWUYCyABKAVIBIgBARIgChNvbGRlc3Rfd2FpdF9zZWNvbmRzGAwgASgBSAWIAQESDgoGZ3JvdXBzGA0gAygJEhsKDndhbnRlZF9ydW5uZXJzGA4gASgFSAaIAQESDgoGcmVhc29uGA8gASgJQg4KDF9qb2JzX3F1ZXVlZEIRCg9fam9ic19zY2hlZHVsZWRCDwoNX2pvYnNfcnVubmluZ0IPCg1fcnVubmVyc19pZGxlQg0KC19zbG90c19mcmVlQhYKFF9vbGRlc3Rfd2FpdF9zZWNvbmRzQhEKD193YW50ZWRfcnVubmVyczLpAwoQQXV0b3NjYWxlU2VydmljZRKAAQoJR2V0RGVtYW5kEiMuZm9yZWxlYWQuYWRtaW4udjEuR2V0RGVtYW5kUmVxdWVzdBokLmZvcmVsZWFkLmFkbWluLnYxLkdldERlbWFuZFJlc3BvbnNlIijK8xgkCgNHRVQSEC92MS9hZG1pbi9kZW1hbmQ6BWFkbWluQgRyZWFkEqwBCg5HZXRHcm91cERlbWFuZBIoLmZvcmVsZWFkLmFkbWluLnYxLkdldEdyb3VwRGVtYW5kUmVxdWVzdBopLmZvcmVsZWFkLmFkbWluLnYxLkdldEdyb3VwRGVtYW5kUmVzcG9uc2UiRcrzGEEKA0dFVBImL3YxL2FkbWluL3NjYWxpbmctZ3JvdXBzL3tuYW1lfS9kZW1hbmQaBWdyb3VwOgVhZG1pbkIEcmVhZBKiAQoPUHV0U2NhbGluZ0dyb3VwEikuZm9yZWxlYWQuYWRtaW4udjEuUHV0U2NhbGluZ0dyb3VwUmVxdWVzdBoqLmZvcmVsZWFkLmFkbWluLnYxLlB1dFNjYWxpbmdHcm91cFJlc3BvbnNlIjjK8xg0CgNQVVQSHy92MS9hZG1pbi9zY2FsaW5nLWdyb3Vwcy97bmFtZX06BWFkbWluQgVhZG1pbmIGcHJvdG8z", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
 
 /**
  * ScalingGroupSpec is what a group's runners offer and its bounds.
@@ -282,8 +282,8 @@ export const GetGroupDemandResponseSchema: GenMessage<GetGroupDemandResponse> = 
   messageDesc(file_forelead_admin_v1_autoscale, 6);
 
 /**
- * GroupDemand is one scaling group's demand. Counts are int32 so that they
- * are JSON numbers.
+ * GroupDemand is one scaling group's demand. Figures are optional int32 so
+ * that they are JSON numbers, and written when 0 (KEDA reads them).
  *
  * @generated from message forelead.admin.v1.GroupDemand
  */
@@ -302,55 +302,55 @@ export type GroupDemand = Message<"forelead.admin.v1.GroupDemand"> & {
    * Queued jobs of the group's workspace it could run (labels and
    * requirements), due now; a concurrency group counts for its room only.
    *
-   * @generated from field: int32 jobs_queued = 3;
+   * @generated from field: optional int32 jobs_queued = 3;
    */
-  jobsQueued: number;
+  jobsQueued?: number | undefined;
 
   /**
    * Running jobs held by the group's runners.
    *
-   * @generated from field: int32 jobs_running = 4;
+   * @generated from field: optional int32 jobs_running = 4;
    */
-  jobsRunning: number;
+  jobsRunning?: number | undefined;
 
   /**
    * The group's runners (ids "NAME-..."), not offline or retired.
    *
-   * @generated from field: int32 runners = 5;
+   * @generated from field: optional int32 runners = 5;
    */
-  runners: number;
+  runners?: number | undefined;
 
   /**
-   * @generated from field: int32 runners_idle = 6;
+   * @generated from field: optional int32 runners_idle = 6;
    */
-  runnersIdle: number;
+  runnersIdle?: number | undefined;
 
   /**
-   * @generated from field: int32 runners_draining = 7;
+   * @generated from field: optional int32 runners_draining = 7;
    */
-  runnersDraining: number;
+  runnersDraining?: number | undefined;
 
   /**
    * Free slots of the connected, unpaused, not draining runners of the
    * workspace that offer what the group offers (the group's and others).
    *
-   * @generated from field: int32 slots_free = 8;
+   * @generated from field: optional int32 slots_free = 8;
    */
-  slotsFree: number;
+  slotsFree?: number | undefined;
 
   /**
    * Seconds the oldest of jobs_queued has been claimable; 0 when none.
    *
-   * @generated from field: double oldest_wait_seconds = 9;
+   * @generated from field: optional double oldest_wait_seconds = 9;
    */
-  oldestWaitSeconds: number;
+  oldestWaitSeconds?: number | undefined;
 
   /**
    * How many more runners the group needs now, within min and max.
    *
-   * @generated from field: int32 wanted_runners = 10;
+   * @generated from field: optional int32 wanted_runners = 10;
    */
-  wantedRunners: number;
+  wantedRunners?: number | undefined;
 
   /**
    * Why wanted_runners is what it is: scale_up, below_min, at_max,
@@ -418,40 +418,40 @@ export type KindDemand = Message<"forelead.admin.v1.KindDemand"> & {
   /**
    * Queued jobs of the kind, due now.
    *
-   * @generated from field: int32 jobs_queued = 7;
+   * @generated from field: optional int32 jobs_queued = 7;
    */
-  jobsQueued: number;
+  jobsQueued?: number | undefined;
 
   /**
    * Queued jobs of the kind not due yet (scheduled or in backoff).
    *
-   * @generated from field: int32 jobs_scheduled = 8;
+   * @generated from field: optional int32 jobs_scheduled = 8;
    */
-  jobsScheduled: number;
+  jobsScheduled?: number | undefined;
 
   /**
    * Running jobs of the kind.
    *
-   * @generated from field: int32 jobs_running = 9;
+   * @generated from field: optional int32 jobs_running = 9;
    */
-  jobsRunning: number;
+  jobsRunning?: number | undefined;
 
   /**
    * Connected, unpaused, not draining runners that could take the kind.
    *
-   * @generated from field: int32 runners_idle = 10;
+   * @generated from field: optional int32 runners_idle = 10;
    */
-  runnersIdle: number;
+  runnersIdle?: number | undefined;
 
   /**
-   * @generated from field: int32 slots_free = 11;
+   * @generated from field: optional int32 slots_free = 11;
    */
-  slotsFree: number;
+  slotsFree?: number | undefined;
 
   /**
-   * @generated from field: double oldest_wait_seconds = 12;
+   * @generated from field: optional double oldest_wait_seconds = 12;
    */
-  oldestWaitSeconds: number;
+  oldestWaitSeconds?: number | undefined;
 
   /**
    * Registered groups whose runners could take the kind.
@@ -464,9 +464,9 @@ export type KindDemand = Message<"forelead.admin.v1.KindDemand"> & {
    * Runners of one slot needed beyond the free slots when the workspace
    * has no scaling group; 0 otherwise (a group's figure says it).
    *
-   * @generated from field: int32 wanted_runners = 14;
+   * @generated from field: optional int32 wanted_runners = 14;
    */
-  wantedRunners: number;
+  wantedRunners?: number | undefined;
 
   /**
    * scale_up, free_slots, no_jobs, workspace_paused, by_group (a group
