@@ -3,7 +3,7 @@ import type { Database } from "../../store/schema.js";
 import { liveLeaseCount, runnerState } from "./state.js";
 
 /** Why a group's or a kind's wantedRunners is what it is. */
-export type DemandReason =
+type DemandReason =
   | "scale_up"
   | "below_min"
   | "at_max"
@@ -66,7 +66,7 @@ export interface KindDemand {
 }
 
 /** The inputs of a group's wantedRunners. */
-export interface GroupFigures {
+interface GroupFigures {
   readonly jobsQueued: number;
   readonly slotsFree: number;
   readonly slotsPerRunner: number;
@@ -81,7 +81,7 @@ export interface GroupFigures {
  * How many more runners a group needs now, and why: enough runners of slotsPerRunner for the jobs
  * the free slots do not cover (none in a paused workspace), then bounded by min and max.
  */
-export function wantedRunners(f: GroupFigures): { wanted: number; reason: DemandReason } {
+function wantedRunners(f: GroupFigures): { wanted: number; reason: DemandReason } {
   const shortfall = f.workspaceUnpaused ? Math.max(f.jobsQueued - f.slotsFree, 0) : 0;
   const needed = Math.ceil(shortfall / Math.max(f.slotsPerRunner, 1));
   const target = Math.min(f.maxRunners, Math.max(f.minRunners, f.runners + needed));

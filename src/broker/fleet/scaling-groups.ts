@@ -5,10 +5,10 @@ import { checkSegmentId } from "../../identity/segment-id.js";
 import { bad, checkLabels } from "../jobs/rules.js";
 
 /** The providers an autoscale controller runs instances with. */
-export const scalingProviders = ["process", "docker", "exec"] as const;
+const scalingProviders = ["process", "docker", "exec"] as const;
 
 /** Bounds of a registration's lease, in seconds, and its default. */
-export const groupLeaseSeconds = { min: 5, max: 3600, default: 60 } as const;
+const groupLeaseSeconds = { min: 5, max: 3600, default: 60 } as const;
 
 /** Most runners one group may have. */
 const maxGroupRunners = 1000;
@@ -48,7 +48,7 @@ export interface GroupHold {
 }
 
 /** Checks a registration; throws invalid_argument naming the first bad field. */
-export function checkGroupRegistration(g: GroupRegistration): void {
+function checkGroupRegistration(g: GroupRegistration): void {
   if (!groupName.test(g.name))
     bad(
       `name ${JSON.stringify(g.name.slice(0, 80))} is not a group name: 1 to 63 characters of ` +
