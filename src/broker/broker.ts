@@ -28,6 +28,7 @@ import { type CodeHooks } from "./leases/pinning.js";
 import { register, type Registered, type Registration } from "./fleet/registrations.js";
 import { listRunners, type RunnerView } from "./fleet/runners.js";
 import { forgetRunner, type ForgetInput } from "./fleet/forget.js";
+import { drainOrdered, orderDrain, type DrainInput, type DrainState } from "./fleet/drain.js";
 import { readDemand, readGroupDemand, type GroupDemand, type KindDemand } from "./fleet/demand.js";
 import { putScalingGroup, type GroupHold, type GroupRegistration } from "./fleet/scaling-groups.js";
 import { defaultRunnerOfflineSeconds } from "./fleet/state.js";
@@ -99,6 +100,10 @@ export interface Broker {
   register(registration: Registration): Promise<Registered>;
   /** Statistics of the jobs settled in a window, per workspace (stats.ts). */
   stats(query: StatsQuery): Promise<WorkspaceStats[]>;
+  /** Orders a registered runner to drain (fleet/drain.ts). */
+  drainRunner(input: DrainInput): Promise<DrainState>;
+  /** Whether the runner was ordered to drain. */
+  drainOrdered(runner: { workspaceId: string; runnerId: string }): Promise<boolean>;
   /** Demand per scaling group and per kind of queued job (fleet/demand.ts); "" for every workspace. */
   demand(workspaceId: string): Promise<{ groups: GroupDemand[]; kinds: KindDemand[] }>;
   /** One scaling group's demand; undefined when no group has the name. */
@@ -335,6 +340,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     forgetRunner: (input) => forgetRunner(db, input, offlineSeconds),
     register: (registration) => register(db, registration, options.leaseSeconds),
     stats: (query) => jobStats(db, query),
+    drainRunner: (input) => orderDrain(db, input),
+    drainOrdered: (runner) => drainOrdered(db, runner),
     demand: (workspaceId) => readDemand(db, offlineSeconds, workspaceId),
     groupDemand: (name) => readGroupDemand(db, offlineSeconds, name),
     putScalingGroup: (registration) => putScalingGroup(db, registration),

@@ -85,6 +85,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
         pauses: domain.pauses,
         events: domain.events,
         forgetRunner: (input) => domain.broker.forgetRunner(input),
+        drainRunner: (input) => domain.broker.drainRunner(input),
       }),
     ),
     serviceImpl(SuspendService, createSuspendService({ broker, artifacts })),
