@@ -255,6 +255,7 @@ async function groupDemand(
  * (forelead_job_due) and not, the runners that could take it (forelead_labels_match and
  * forelead_meets_requirements against each idle or busy runner, forelead_runner_state) and their
  * free slots, and the groups offering it (the same two functions against the group).
+ * Not yet cheap at 100,000 queued jobs (docs/performance.md, "Demand at 100,000 queued jobs").
  */
 async function kindDemand(
   db: Kysely<Database>,
