@@ -92,17 +92,28 @@ function wantedRunners(f: GroupFigures): { wanted: number; reason: DemandReason 
   return { wanted, reason: f.jobsQueued > 0 ? "free_slots" : "no_jobs" };
 }
 
+/**
+ * Runs `read` in a transaction without JIT: at 100,000 queued jobs the statements' cost passes
+ * jit_optimize_above_cost and compiling took seconds, ten times the work (docs/performance.md,
+ * "Demand at 100,000 queued jobs").
+ */
+function withoutJit<T>(db: Kysely<Database>, read: (trx: Kysely<Database>) => Promise<T>) {
+  return db.transaction().execute(async (trx) => {
+    await sql`select set_config('jit', 'off', true)`.execute(trx);
+    return read(trx);
+  });
+}
+
 /** Demand of every registered group and every kind of queued job, optionally of one workspace. */
-export async function readDemand(
+export function readDemand(
   db: Kysely<Database>,
   offlineSeconds: number,
   workspaceId = "",
 ): Promise<{ groups: GroupDemand[]; kinds: KindDemand[] }> {
-  const [groups, kinds] = await Promise.all([
-    groupDemand(db, offlineSeconds, { workspaceId }),
-    kindDemand(db, offlineSeconds, workspaceId),
-  ]);
-  return { groups, kinds };
+  return withoutJit(db, async (trx) => ({
+    groups: await groupDemand(trx, offlineSeconds, { workspaceId }),
+    kinds: await kindDemand(trx, offlineSeconds, workspaceId),
+  }));
 }
 
 /** Every registered group's demand (the metrics' gauges per group). */
@@ -110,7 +121,7 @@ export function readGroupsDemand(
   db: Kysely<Database>,
   offlineSeconds: number,
 ): Promise<GroupDemand[]> {
-  return groupDemand(db, offlineSeconds, {});
+  return withoutJit(db, (trx) => groupDemand(trx, offlineSeconds, {}));
 }
 
 /** One registered group's demand, or undefined when no group has that name. */
@@ -119,7 +130,7 @@ export async function readGroupDemand(
   offlineSeconds: number,
   name: string,
 ): Promise<GroupDemand | undefined> {
-  return (await groupDemand(db, offlineSeconds, { name }))[0];
+  return (await withoutJit(db, (trx) => groupDemand(trx, offlineSeconds, { name })))[0];
 }
 
 /**
@@ -255,7 +266,6 @@ async function groupDemand(
  * (forelead_job_due) and not, the runners that could take it (forelead_labels_match and
  * forelead_meets_requirements against each idle or busy runner, forelead_runner_state) and their
  * free slots, and the groups offering it (the same two functions against the group).
- * Not yet cheap at 100,000 queued jobs (docs/performance.md, "Demand at 100,000 queued jobs").
  */
 async function kindDemand(
   db: Kysely<Database>,
@@ -301,7 +311,7 @@ async function kindDemand(
         extract(epoch from now() - min(j.claimable_at)
           filter (where forelead_job_due(j.claimable_at)))::float8 as oldest_seconds
       from jobs j
-      where j.state = 'queued' and (${workspaceId} = '' or j.workspace_id = ${workspaceId})
+      where j.state = 'queued' ${workspaceId ? sql`and j.workspace_id = ${workspaceId}` : sql``}
       group by 1, 2, 3, 4, 5, 6
     ) k
     cross join lateral forelead_workspace_unpaused(k.workspace_id) w
