@@ -82,7 +82,8 @@ function specMessage(g: ScalingGroup) {
   };
 }
 
-function groupMessage(d: GroupDemand) {
+/** A group's demand as the wire's GroupDemand (GetDemand, GetGroupDemand, GetStatus). */
+export function groupMessage(d: GroupDemand) {
   return {
     name: d.group.name,
     spec: specMessage(d.group),

@@ -3,6 +3,9 @@ import { describe, expect, it } from "vitest";
 import { registeredRunner } from "../support/actors.js";
 import { useControlPlane } from "../support/fixture.js";
 import { scrape } from "../support/metrics.js";
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { GetStatusResponseSchema } from "../../gen/forelead/admin/v1/status_pb.js";
+import { formatStatus } from "../../src/cli/status.js";
 
 // Issue 48 item 1: demand per scaling group and per kind of queued job, from the claim's own
 // clauses, with wantedRunners and its reason; the group's figures as the KEDA metrics-api body
@@ -215,5 +218,26 @@ describe("demand gauges", () => {
     const labels = { group: "dg10", workspace: "dm10" };
     expect(s.value("forelead_autoscale_group_jobs_queued", labels)).toBe(2);
     expect(s.value("forelead_autoscale_group_wanted_runners", labels)).toBe(2);
+  });
+});
+
+describe("status", () => {
+  it("shows each group: desired, runners, queued and what it wants", async () => {
+    await group("dg11", { workspaceId: "dm11", maxRunners: 2 });
+    await enqueue("dm11", 5);
+    const reply = await admin.rest.request("GET", "/v1/admin/status");
+    expect(reply.status, reply.text).toBe(200);
+    const groups = reply.json.scalingGroups as Array<Record<string, unknown>>;
+    expect(groups.find((g) => g.name === "dg11")).toMatchObject({
+      jobsQueued: 5,
+      wantedRunners: 2,
+      reason: "scale_up",
+    });
+    const text = formatStatus(
+      fromJson(GetStatusResponseSchema, reply.json as JsonValue, { ignoreUnknownFields: true }),
+    );
+    expect(text).toMatch(
+      /^ {2}dg11 {2}dm11 {2}desired 2 {2}runners 0 .*wants 2 more \(scale_up\)/m,
+    );
   });
 });
