@@ -16,6 +16,8 @@ export interface FleetServiceDeps {
   readonly events: Events;
   /** Removes an offline runner's registration (Broker.forgetRunner). */
   readonly forgetRunner: Broker["forgetRunner"];
+  /** Orders a runner to drain (Broker.drainRunner). */
+  readonly drainRunner: Broker["drainRunner"];
 }
 
 /** Pause and resume (audited), and the global event stream. */
@@ -114,6 +116,30 @@ export function createFleetService(deps: FleetServiceDeps): ServiceImpl<typeof F
         runnerId: req.runnerId,
         workspaceId: s.workspaceId,
         wasPaused: s.changed,
+      };
+    },
+    async drainRunner(req, ctx) {
+      const s = await audited(
+        ctx,
+        "runner.drain",
+        runnerTarget(req.runnerId, req.workspaceId),
+        () =>
+          deps.drainRunner({
+            runnerId: req.runnerId,
+            workspaceId: req.workspaceId,
+            by: principalOf(ctx).spiffeId.text,
+          }),
+        (r) => ({
+          target: runnerTarget(req.runnerId, r.workspaceId),
+          reason: r.changed ? "drain ordered" : "drain was ordered already",
+        }),
+      );
+      return {
+        apiVersion,
+        runnerId: req.runnerId,
+        workspaceId: s.workspaceId,
+        drainingAt: timestampFromDate(s.drainingAt),
+        alreadyOrdered: !s.changed,
       };
     },
     async forgetRunner(req, ctx) {

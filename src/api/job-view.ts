@@ -40,6 +40,7 @@ export function leaseMessage(view: LeaseView): Lease {
     token: view.token ?? "",
     expiresAt: timestampFromDate(view.expiresAt),
     cancelRequested: view.cancelRequested,
+    drain: view.drain,
     job: unmaskedJob(view.job),
     attempt: view.attempt,
     secrets: view.secrets?.secrets,

@@ -96,11 +96,17 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
             `job; ask ClaimLeases (POST /v1/runner/claims) for more`,
           Code.InvalidArgument,
         );
-      return claimResponse(await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal));
+      return claimResponse(
+        deps.broker,
+        runnerOf(ctx),
+        await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal),
+      );
     },
 
     async claimLeases(req, ctx) {
       return claimResponse(
+        deps.broker,
+        runnerOf(ctx),
         await deps.broker.claim(runnerOf(ctx), req.waitSeconds, ctx.signal, req.maxLeases || 1),
       );
     },
@@ -260,8 +266,17 @@ export function createRunnerService(deps: RunnerServiceDeps): ServiceImpl<typeof
 }
 
 /** ClaimResponse: `leases` in pick order, `lease` the first of them; nothing when none. */
-function claimResponse(leases: readonly LeaseView[]) {
-  return leases.length ? { lease: leaseMessage(leases[0]!), leases: leases.map(leaseMessage) } : {};
+/**
+ * The claim's reply; one that leased nothing says whether the runner was ordered to drain (one
+ * read, only then).
+ */
+async function claimResponse(
+  broker: Pick<Broker, "drainOrdered">,
+  runner: { workspaceId: string; runnerId: string },
+  leases: readonly LeaseView[],
+) {
+  if (leases.length) return { lease: leaseMessage(leases[0]!), leases: leases.map(leaseMessage) };
+  return (await broker.drainOrdered(runner)) ? { drain: true } : {};
 }
 
 /** A protobuf Timestamp from nanoseconds since the epoch. */

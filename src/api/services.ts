@@ -14,6 +14,7 @@ import { ScheduleService } from "../../gen/forelead/admin/v1/schedules_pb.js";
 import { LoginService, SessionService } from "../../gen/forelead/admin/v1/session_pb.js";
 import { WebhookService } from "../../gen/forelead/admin/v1/webhooks_pb.js";
 import { FlowService } from "../../gen/forelead/admin/v1/flow_pb.js";
+import { AutoscaleService } from "../../gen/forelead/admin/v1/autoscale_pb.js";
 
 /**
  * Every service the control plane serves, in the order docs/routes.md lists
@@ -37,4 +38,5 @@ export const services: readonly DescService[] = [
   LoginService,
   WebhookService,
   FlowService,
+  AutoscaleService,
 ];

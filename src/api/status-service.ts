@@ -3,6 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
 import { worstStatus } from "../ops/doctor.js";
 import type { OperatorView } from "../ops/operator-view.js";
+import { groupMessage } from "./autoscale-service.js";
 import { apiVersion } from "./request-rules.js";
 
 /** The operator's status and doctor: read the view, encode it. */
@@ -66,6 +67,7 @@ export function createStatusService(view: OperatorView): ServiceImpl<typeof Stat
           memoryBytesTotal: BigInt(s.pool.memoryBytesTotal),
           memoryBytesFree: BigInt(s.pool.memoryBytesFree),
         },
+        scalingGroups: s.scalingGroups.map(groupMessage),
         certificates: {
           serverNotAfter: timestampFromDate(s.serverNotAfter),
           issuerNotAfter: s.issuerNotAfter ? timestampFromDate(s.issuerNotAfter) : undefined,

@@ -28,6 +28,9 @@ import { type CodeHooks } from "./leases/pinning.js";
 import { register, type Registered, type Registration } from "./fleet/registrations.js";
 import { listRunners, type RunnerView } from "./fleet/runners.js";
 import { forgetRunner, type ForgetInput } from "./fleet/forget.js";
+import { drainOrdered, orderDrain, type DrainInput, type DrainState } from "./fleet/drain.js";
+import { readDemand, readGroupDemand, type GroupDemand, type KindDemand } from "./fleet/demand.js";
+import { putScalingGroup, type GroupHold, type GroupRegistration } from "./fleet/scaling-groups.js";
 import { defaultRunnerOfflineSeconds } from "./fleet/state.js";
 import { expireInputRequests, expireLeases } from "./leases/expire.js";
 import { releaseLease } from "./leases/release.js";
@@ -114,6 +117,16 @@ export interface Broker {
   register(registration: Registration): Promise<Registered>;
   /** Statistics of the jobs settled in a window, per workspace (stats.ts). */
   stats(query: StatsQuery): Promise<WorkspaceStats[]>;
+  /** Orders a registered runner to drain (fleet/drain.ts). */
+  drainRunner(input: DrainInput): Promise<DrainState>;
+  /** Whether the runner was ordered to drain. */
+  drainOrdered(runner: { workspaceId: string; runnerId: string }): Promise<boolean>;
+  /** Demand per scaling group and per kind of queued job (fleet/demand.ts); "" for every workspace. */
+  demand(workspaceId: string): Promise<{ groups: GroupDemand[]; kinds: KindDemand[] }>;
+  /** One scaling group's demand; undefined when no group has the name. */
+  groupDemand(name: string): Promise<GroupDemand | undefined>;
+  /** Registers or renews a scaling group for its controller, under a lease (fleet/scaling-groups.ts). */
+  putScalingGroup(registration: GroupRegistration): Promise<GroupHold>;
   /** Pipelines: step graphs whose steps this broker enqueues as their needs settle (pipelines/). */
   readonly pipelines: Pipelines;
   /**
@@ -354,6 +367,11 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     stats: (query) => jobStats(db, query),
     setFairnessKey: (input) => setFairnessKey(db, input),
     fairnessKeys: (workspaceId) => listFairnessKeys(db, workspaceId),
+    drainRunner: (input) => orderDrain(db, input),
+    drainOrdered: (runner) => drainOrdered(db, runner),
+    demand: (workspaceId) => readDemand(db, offlineSeconds, workspaceId),
+    groupDemand: (name) => readGroupDemand(db, offlineSeconds, name),
+    putScalingGroup: (registration) => putScalingGroup(db, registration),
     sweep,
     async close() {
       closed = true;

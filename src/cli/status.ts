@@ -72,6 +72,14 @@ export function formatStatus(s: GetStatusResponse): string {
     `pool: slots ${p?.slotsFree}/${p?.slotsTotal} free, cpu ` +
       `${p?.cpuFree}/${p?.cpuTotal} free, memory ` +
       `${p?.memoryBytesFree}/${p?.memoryBytesTotal} bytes free`,
+    `scaling groups (${s.scalingGroups.length}):`,
+    ...s.scalingGroups.map(
+      (g) =>
+        `  ${g.name}  ${g.spec?.workspaceId}  desired ${(g.runners ?? 0) + (g.wantedRunners ?? 0)}  ` +
+        `runners ${g.runners ?? 0} (${g.runnersIdle ?? 0} idle, ${g.runnersDraining ?? 0} ` +
+        `draining)  queued ${g.jobsQueued ?? 0}  wants ${g.wantedRunners ?? 0} more ` +
+        `(${g.reason})  controller ${g.controller}`,
+    ),
     `certificates: server until ${at(s.certificates?.serverNotAfter)}, ` +
       `issuer until ${at(s.certificates?.issuerNotAfter)}, ` +
       `${s.certificates?.expiringWithin24h} issued ending within 24 h`,

@@ -25,6 +25,7 @@ export const eventTypes = [
   "runner.retired",
   "runner.forgotten",
   "runner.lease_lost",
+  "runner.drain_ordered",
   "workspace.paused",
   "workspace.resumed",
   "pipeline.queued",

@@ -1,6 +1,7 @@
 import { sql, type Kysely } from "kysely";
 import { liveLeaseRow } from "../broker/leases/sql-fragments.js";
 import { runnerState } from "../broker/fleet/state.js";
+import { readGroupsDemand, type GroupDemand } from "../broker/fleet/demand.js";
 import type { Database } from "../store/schema.js";
 import { liveReplica } from "./replicas.js";
 
@@ -64,13 +65,15 @@ export interface FleetStatus {
   readonly expiringWithin24h: number;
   /** The soonest of them, at most `expiringListed`. */
   readonly expiring: readonly ExpiringCertificate[];
+  /** Every registered scaling group's demand (broker/fleet/demand.ts). */
+  readonly scalingGroups: readonly GroupDemand[];
 }
 
 const expiringListed = 10;
 
 /**
- * Reads the fleet in four statements: the queue per workspace (with pauses),
- * runners and pool together, live replicas, expiring certificates. Each
+ * Reads the fleet in five statements: the queue per workspace (with pauses),
+ * runners and pool together, live replicas, expiring certificates, scaling groups' demand. Each
  * runner counts in its forelead_runner_state (offline after `offlineSeconds`
  * of silence); live leases are liveLeaseRow's.
  */
@@ -78,7 +81,7 @@ export async function readFleetStatus(
   db: Kysely<Database>,
   offlineSeconds: number,
 ): Promise<FleetStatus> {
-  const [workspaces, fleet, replicas, expiring] = await Promise.all([
+  const [workspaces, fleet, replicas, expiring, scalingGroups] = await Promise.all([
     sql<{
       workspace_id: string;
       queued: number;
@@ -156,6 +159,7 @@ export async function readFleetStatus(
       from issued_certificates
       where not_after > now() and not_after <= now() + interval '24 hours'
       order by not_after, serial`.execute(db),
+    readGroupsDemand(db, offlineSeconds),
   ]);
   const f = fleet.rows[0]!;
   return {
@@ -193,6 +197,7 @@ export async function readFleetStatus(
       startedAt: r.started_at,
       lastSeenAt: r.last_seen_at,
     })),
+    scalingGroups,
     expiringWithin24h: expiring.rows[0]?.total ?? 0,
     expiring: expiring.rows
       .slice(0, expiringListed)

@@ -7,6 +7,8 @@ import { createFleetService } from "../api/fleet-service.js";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { StatsService } from "../../gen/forelead/admin/v1/stats_pb.js";
 import { createStatsService } from "../api/stats-service.js";
+import { AutoscaleService } from "../../gen/forelead/admin/v1/autoscale_pb.js";
+import { createAutoscaleService } from "../api/autoscale-service.js";
 import { SamplesService } from "../../gen/forelead/admin/v1/samples_pb.js";
 import { StatusService } from "../../gen/forelead/admin/v1/status_pb.js";
 import { createStatusService } from "../api/status-service.js";
@@ -95,6 +97,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
         pauses: domain.pauses,
         events: domain.events,
         forgetRunner: (input) => domain.broker.forgetRunner(input),
+        drainRunner: (input) => domain.broker.drainRunner(input),
       }),
     ),
     serviceImpl(SuspendService, createSuspendService({ broker, artifacts })),
@@ -106,6 +109,7 @@ export function bindServices(checked: CheckedOptions, domain: Domain): RequestHa
     serviceImpl(LoginService, createLoginService(identity.sessions)),
     serviceImpl(WebhookService, createWebhookService(domain.webhooks)),
     serviceImpl(FlowService, createFlowService(broker)),
+    serviceImpl(AutoscaleService, createAutoscaleService(broker)),
   ];
   // The anchors are read per new session: a reloaded trust bundle applies to the next connection.
   const identify = createRequestIdentifier(

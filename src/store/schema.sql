@@ -108,8 +108,8 @@ begin
   end loop;
   for i in 1 .. n loop
     runner := held[i];
-    -- Paused (the runner, or its workspace): no new lease; its live leases go on.
-    continue when not forelead_runner_unpaused(runner.paused_at)
+    -- Paused (the runner, or its workspace) or draining: no new lease; its live leases go on.
+    continue when not forelead_runner_unpaused(runner.paused_at) or runner.draining_at is not null
       or not (select w.unpaused from forelead_workspace_unpaused(p_workspace_ids[i]) w);
     excluded := '{}';
     -- The workspace's running groups, counted once per request (not per candidate row).
@@ -915,7 +915,33 @@ CREATE TABLE public.runners (
     instance_id text DEFAULT ''::text NOT NULL,
     instance_started_at timestamp with time zone,
     version text DEFAULT ''::text NOT NULL,
-    draining_at timestamp with time zone
+    draining_at timestamp with time zone,
+    drain_ordered_by text
+);
+
+--
+-- Name: scaling_groups; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.scaling_groups (
+    name text NOT NULL,
+    workspace_id text NOT NULL,
+    labels text[] NOT NULL,
+    architecture text,
+    os text,
+    execution_kinds text[] DEFAULT '{}'::text[] NOT NULL,
+    features text[] DEFAULT '{}'::text[] NOT NULL,
+    min_runners integer NOT NULL,
+    max_runners integer NOT NULL,
+    slots_per_runner integer NOT NULL,
+    idle_seconds integer NOT NULL,
+    cooldown_seconds integer NOT NULL,
+    provider text NOT NULL,
+    controller text NOT NULL,
+    lease_expires_at timestamp with time zone NOT NULL,
+    registered_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scaling_groups_check CHECK (((min_runners >= 0) AND (max_runners >= GREATEST(min_runners, 1)) AND (slots_per_runner >= 1)))
 );
 
 --
@@ -1322,6 +1348,13 @@ ALTER TABLE ONLY public.runner_retirements
 
 ALTER TABLE ONLY public.runners
     ADD CONSTRAINT runners_pkey PRIMARY KEY (workspace_id, runner_id);
+
+--
+-- Name: scaling_groups scaling_groups_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.scaling_groups
+    ADD CONSTRAINT scaling_groups_pkey PRIMARY KEY (name);
 
 --
 -- Name: schedule_fires schedule_fires_pkey; Type: CONSTRAINT; Schema: public

@@ -40,6 +40,7 @@ export interface Database {
   webhook_subscriptions: WebhookSubscriptionsTable;
   webhook_deliveries: WebhookDeliveriesTable;
   fairness_keys: FairnessKeysTable;
+  scaling_groups: ScalingGroupsTable;
 }
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -78,6 +79,8 @@ export interface RunnersTable {
   version: ColumnType<string, string | undefined, string>;
   /** Set while the runner says it drains (it takes no new job and stops after its last one). */
   draining_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  /** Who ordered the runner to drain (an admin's SPIFFE ID); kept across its re-registrations. */
+  drain_ordered_by: ColumnType<string | null, string | null | undefined, string | null>;
 }
 
 /** One identity decision, allowed or refused. */
@@ -632,4 +635,27 @@ export interface WebhookDeliveriesTable {
    * waits until they have ended, so one that holds a lower event id is delivered first.
    */
   event_snapshot: ColumnType<string, string, never>;
+}
+
+/** A scaling group an autoscale controller registered, held by that controller under a lease. */
+export interface ScalingGroupsTable {
+  name: string;
+  workspace_id: string;
+  labels: string[];
+  /** Null: unknown, so a job that requires one is not the group's. */
+  architecture: string | null;
+  os: string | null;
+  execution_kinds: string[];
+  features: string[];
+  min_runners: number;
+  max_runners: number;
+  slots_per_runner: number;
+  idle_seconds: number;
+  cooldown_seconds: number;
+  provider: string;
+  /** The controller instance holding the group. */
+  controller: string;
+  lease_expires_at: Date;
+  registered_at: Generated<Date>;
+  updated_at: Generated<Date>;
 }

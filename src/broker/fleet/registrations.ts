@@ -178,7 +178,10 @@ export async function register(
             ...values,
             updated_at: sql`now()`,
             last_seen_at: sql`now()`,
-            draining_at: r.draining ? sql`coalesce(runners.draining_at, now())` : null,
+            // An admin's drain order outlives the runner's registrations (fleet/drain.ts).
+            draining_at: r.draining
+              ? sql`coalesce(runners.draining_at, now())`
+              : sql`case when runners.drain_ordered_by is not null then runners.draining_at end`,
           })
           .where("runners.retired_at", "is", null)
           .where((eb) =>

@@ -1,5 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Kysely } from "kysely";
+import { drainOrdered } from "../fleet/drain.js";
 import type { Database } from "../../store/schema.js";
 import { logUnlessUnreachable } from "../../store/unreachable.js";
 import { maxLeasesPerClaim } from "../../protocol/claims.js";
@@ -150,7 +151,10 @@ export function createClaimLoop(deps: ClaimLoopDeps): {
           swept = true;
           if ((await anyLeaseExpired(db)) && (await sweepLeases()).length > 0) continue;
         }
-        if (Date.now() >= deadline || signal?.aborted) return end([]);
+        // A runner ordered to drain gets no lease (forelead_claim): it hears so now, not at the end
+        // of the poll. Asked only by a claim that leased nothing, before each wait.
+        if (Date.now() >= deadline || signal?.aborted || (await drainOrdered(db, holder)))
+          return end([]);
         observer?.claimWaiting(1);
         const woke = await waiter
           .wait(deadline - Date.now(), signal)

@@ -22,7 +22,8 @@ export async function renewLease(
   // transaction's round trips). The runner's last_seen_at moves in the same statement, at most once
   // a second per runner, so a runner renewing many leases writes its row once (a busy runner's
   // renewals are what keep it from turning offline: forelead_runner_state).
-  const { rows } = await sql<JobRow>`
+  // drain: the runner was ordered to drain (fleet/drain.ts); its reply says so.
+  const { rows } = await sql<JobRow & { drain: boolean | null }>`
     with j as (
       update jobs set lease_expires_at = now() + make_interval(secs => ${leaseSeconds}), updated_at = now()
       where ${liveLease({ jobId, workspaceId: call.workspaceId, runnerId: call.runnerId, token: tokenHash })}
@@ -33,12 +34,15 @@ export async function renewLease(
       update runners set last_seen_at = now() from j
       where ${runnerSeenStale(sql`j.workspace_id`, sql`j.runner_id`)}
     )
-    select * from j`.execute(db);
+    select j.*, (select r.drain_ordered_by is not null from runners r
+      where r.workspace_id = j.workspace_id and r.runner_id = j.runner_id) as drain
+    from j`.execute(db);
   const row = rows[0];
   if (!row) throw await leaseRefusal(db, call, jobId, tokenHash);
   return {
     expiresAt: row.lease_expires_at!,
     cancelRequested: row.cancel_requested,
     job: leasedJobSnapshot(row),
+    drain: row.drain === true,
   };
 }

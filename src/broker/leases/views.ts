@@ -29,6 +29,8 @@ export interface LeaseView {
   readonly expiresAt: Date;
   readonly cancelRequested: boolean;
   readonly job: JobSnapshot;
+  /** The runner was ordered to drain (the renew reply only). */
+  readonly drain?: boolean;
   /** Which attempt this lease runs (the claim reply only). */
   readonly attempt?: number;
   /**

@@ -89,10 +89,11 @@ export interface RunnerAgentOptions {
 /** Why the agent stopped, and what it did. */
 export interface AgentEnd {
   /**
-   * "drained" (drain or stop called), "job-limit" (jobLimit claims made and run), "idle"
+   * "drained" (drain or stop called), "drain-ordered" (an admin ordered it to drain: a claim or
+   * renew reply said so), "job-limit" (jobLimit claims made and run), "idle"
    * (idleExitMs without a job), "failed" (a failure no retry cures).
    */
-  readonly reason: "drained" | "job-limit" | "idle" | "failed";
+  readonly reason: "drained" | "drain-ordered" | "job-limit" | "idle" | "failed";
   /** Leases claimed. */
   readonly claimed: number;
   /** Jobs whose completion the control plane took. */
@@ -346,6 +347,14 @@ export async function startRunnerAgent(options: RunnerAgentOptions): Promise<Run
       }
     }
   };
+
+  // An admin's drain order (POST /v1/admin/runners/{runnerId}/drain): as a drain() called here.
+  client.onDrainOrdered(() => {
+    if (draining) return;
+    end = "drain-ordered";
+    log(`ordered to drain: no new claims; waiting for ${runs.size} running job(s)`);
+    void beginDrain();
+  });
 
   const inventory: InventoryLoop | undefined = !executor.reportsInventory
     ? undefined

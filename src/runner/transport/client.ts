@@ -140,6 +140,11 @@ export interface RunnerClient {
    * use).
    */
   renew(jobId: string, leaseToken: string, timeoutMs?: number): Promise<Lease>;
+  /**
+   * Calls `listener` once when a claim or renew reply says the runner was ordered to drain
+   * (POST /v1/admin/runners/{runnerId}/drain).
+   */
+  onDrainOrdered(listener: () => void): void;
   release(jobId: string, leaseToken: string): Promise<void>;
   /** A signed ID token naming the job, for one of its idTokenAudiences (POST /v1/runner/id-token). */
   idToken(
@@ -207,6 +212,13 @@ export function createRunnerClient(
   const leaseBody = (jobId: string, leaseToken: string) => ({ apiVersion, jobId, leaseToken });
   /** Whether the control plane serves POST /v1/runner/claims (until a 404 says it does not). */
   let claimsServed = true;
+  const drainListeners: Array<() => void> = [];
+  let drainHeard = false;
+  const heardDrain = (drain: boolean) => {
+    if (!drain || drainHeard) return;
+    drainHeard = true;
+    for (const listener of drainListeners) listener();
+  };
   return {
     runnerId,
     workspaceId,
@@ -259,7 +271,8 @@ export function createRunnerClient(
           ? []
           : [decodeJson(LeaseSchema, reply.json as JsonValue)];
       };
-      if (maxLeases <= 1 || !claimsServed) return claimOne();
+      // ClaimLeases even for one lease: only its reply can say "drain" when it leases nothing.
+      if (!claimsServed) return claimOne();
       try {
         const reply = await call(
           "POST",
@@ -268,9 +281,10 @@ export function createRunnerClient(
           timeoutMs,
           signal,
         );
-        return reply.status === 204 || reply.json === undefined
-          ? []
-          : decodeJson(ClaimResponseSchema, reply.json as JsonValue).leases;
+        if (reply.status === 204 || reply.json === undefined) return [];
+        const claimed = decodeJson(ClaimResponseSchema, reply.json as JsonValue);
+        heardDrain(claimed.drain);
+        return claimed.leases;
       } catch (err) {
         // A control plane older than multi-lease claims has no such route (404 "no route ..."):
         // claim one at a time from then on. (Its completions ignore `next`, an unknown field.)
@@ -281,7 +295,12 @@ export function createRunnerClient(
     },
     async renew(jobId, leaseToken, timeoutMs) {
       const reply = await call("POST", "/v1/runner/renew", leaseBody(jobId, leaseToken), timeoutMs);
-      return decodeJson(LeaseSchema, reply.json as JsonValue);
+      const lease = decodeJson(LeaseSchema, reply.json as JsonValue);
+      heardDrain(lease.drain);
+      return lease;
+    },
+    onDrainOrdered(listener) {
+      drainListeners.push(listener);
     },
     async watch(waitSeconds, knownJobIds, signal) {
       const reply = await call(

@@ -1,6 +1,7 @@
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../store/schema.js";
 import { liveLeaseCount, runnerState, type RunnerState } from "../../broker/fleet/state.js";
+import { readGroupsDemand, type GroupDemand } from "../../broker/fleet/demand.js";
 
 /** The queue of one workspace at a scrape. */
 interface WorkspaceQueue {
@@ -23,6 +24,8 @@ export interface DatabaseSample {
   readonly workspaces: readonly WorkspaceQueue[];
   /** Runners by forelead_runner_state; empty when the database did not answer. */
   readonly runners: ReadonlyMap<RunnerState, number>;
+  /** Every registered scaling group's demand; empty when the database did not answer. */
+  readonly groups: readonly GroupDemand[];
 }
 
 /**
@@ -60,7 +63,13 @@ async function sample(db: Kysely<Database>, offlineSeconds: number): Promise<Dat
   try {
     await sql`select 1`.execute(db);
   } catch {
-    return { reachable: false, roundTripSeconds: undefined, workspaces: [], runners: new Map() };
+    return {
+      reachable: false,
+      roundTripSeconds: undefined,
+      workspaces: [],
+      runners: new Map(),
+      groups: [],
+    };
   }
   const roundTripSeconds = (performance.now() - startedAt) / 1000;
   try {
@@ -112,8 +121,9 @@ async function sample(db: Kysely<Database>, offlineSeconds: number): Promise<Dat
       roundTripSeconds,
       workspaces: [...byWorkspace.values()],
       runners: new Map(states.rows.map((r) => [r.state, r.runners])),
+      groups: await readGroupsDemand(db, offlineSeconds),
     };
   } catch {
-    return { reachable: false, roundTripSeconds, workspaces: [], runners: new Map() };
+    return { reachable: false, roundTripSeconds, workspaces: [], runners: new Map(), groups: [] };
   }
 }

@@ -7,6 +7,7 @@ import { refusalReasons, type RefusalReason } from "../../api/guard.js";
 import { routeOf } from "../../api/routes.js";
 import type { BrokerObserver } from "../../broker/observer.js";
 import { runnerStates } from "../../broker/fleet/state.js";
+import type { GroupDemand } from "../../broker/fleet/demand.js";
 import type { AuditSink } from "../../identity/audit.js";
 import type { Store } from "../../store/database.js";
 import type { RetentionObserver } from "../../ops/retention.js";
@@ -261,6 +262,36 @@ export function createMetrics(options: MetricsOptions): Metrics {
     },
     ["state"],
   );
+  // Per registered scaling group (GET /v1/admin/demand's figures), for autoscalers that read
+  // Prometheus.
+  const groupFigures: ReadonlyArray<[string, string, (d: GroupDemand) => number]> = [
+    [
+      "jobs_queued",
+      "Queued jobs, due now, that the group's runners could take.",
+      (d) => d.jobsQueued,
+    ],
+    ["jobs_running", "Jobs running on the group's runners.", (d) => d.jobsRunning],
+    ["runners", "The group's runners, not offline or retired.", (d) => d.runners],
+    ["runners_idle", "The group's idle runners.", (d) => d.runnersIdle],
+    ["slots_free", "Free slots of runners that offer what the group offers.", (d) => d.slotsFree],
+    [
+      "oldest_wait_seconds",
+      "Seconds the oldest of the group's queued jobs has waited.",
+      (d) => d.oldestWaitSeconds,
+    ],
+    [
+      "wanted_runners",
+      "More runners the group needs now, within its min and max.",
+      (d) => d.wantedRunners,
+    ],
+  ];
+  for (const [figure, help, value] of groupFigures)
+    sampled(
+      `forelead_autoscale_group_${figure}`,
+      `${help} By scaling group.`,
+      (g, s) => s.groups.forEach((d) => g.labels(d.group.name, d.group.workspaceId).set(value(d))),
+      ["group", "workspace"],
+    );
   sampled(
     "forelead_database_reachable",
     "1 when the database answered the scrape's select 1, else 0 (the queue gauges are then absent).",

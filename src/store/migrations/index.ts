@@ -37,6 +37,7 @@ import * as m0035 from "./0035_retention.js";
 import * as m0036 from "./0036_job_id_tokens.js";
 import * as m0037 from "./0037_fair_shares.js";
 import * as m0038 from "./0038_job_display_name.js";
+import * as m0039 from "./0039_autoscale.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -81,4 +82,5 @@ export const migrations: Record<string, Migration> = {
   "0036_job_id_tokens": m0036,
   "0037_fair_shares": m0037,
   "0038_job_display_name": m0038,
+  "0039_autoscale": m0039,
 };

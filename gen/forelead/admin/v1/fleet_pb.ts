@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/fleet.proto.
  */
 export const file_forelead_admin_v1_fleet: GenFile = /*@__PURE__*/
-  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9mbGVldC5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEiUgoVUGF1c2VXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkirQEKFlBhdXNlV29ya3NwYWNlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSFAoMd29ya3NwYWNlX2lkGAIgASgJEi0KCXBhdXNlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcGF1c2VkX2J5GAQgASgJEg4KBnJlYXNvbhgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJDChZSZXN1bWVXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJYChdSZXN1bWVXb3Jrc3BhY2VSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSEgoKd2FzX3BhdXNlZBgDIAEoCCJiChJQYXVzZVJ1bm5lclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkirQEKE1BhdXNlUnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRItCglwYXVzZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXBhdXNlZF9ieRgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJTChNGb3JnZXRSdW5uZXJSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkiVAoURm9yZ2V0UnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCSJTChNSZXN1bWVSdW5uZXJSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkiaAoUUmVzdW1lUnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRISCgp3YXNfcGF1c2VkGAQgASgIIm8KE1N0cmVhbUV2ZW50c1JlcXVlc3QSFAoMd29ya3NwYWNlX2lkGAEgASgJEg0KBXR5cGVzGAIgAygJEhAKCGFmdGVyX2lkGAMgASgDEg4KBmZvbGxvdxgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUiuAEKFFN0cmVhbUV2ZW50c1Jlc3BvbnNlEgoKAmlkGAEgASgDEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eXBlGAMgASgJEhQKDHdvcmtzcGFjZV9pZBgEIAEoCRIRCglydW5uZXJfaWQYBSABKAkSDgoGam9iX2lkGAYgASgJEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0MvYHCgxGbGVldFNlcnZpY2USqQEKDlBhdXNlV29ya3NwYWNlEiguZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VXb3Jrc3BhY2VSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VXb3Jrc3BhY2VSZXNwb25zZSJCyvMYPgoEUE9TVBIoL3YxL2FkbWluL3dvcmtzcGFjZXMve3dvcmtzcGFjZUlkfS9wYXVzZToFYWRtaW5CBWFkbWluEq0BCg9SZXN1bWVXb3Jrc3BhY2USKS5mb3JlbGVhZC5hZG1pbi52MS5SZXN1bWVXb3Jrc3BhY2VSZXF1ZXN0GiouZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lV29ya3NwYWNlUmVzcG9uc2UiQ8rzGD8KBFBPU1QSKS92MS9hZG1pbi93b3Jrc3BhY2VzL3t3b3Jrc3BhY2VJZH0vcmVzdW1lOgVhZG1pbkIFYWRtaW4SmgEKC1BhdXNlUnVubmVyEiUuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VSdW5uZXJSZXF1ZXN0GiYuZm9yZWxlYWQuYWRtaW4udjEuUGF1c2VSdW5uZXJSZXNwb25zZSI8yvMYOAoEUE9TVBIiL3YxL2FkbWluL3J1bm5lcnMve3J1bm5lcklkfS9wYXVzZToFYWRtaW5CBWFkbWluEp4BCgxSZXN1bWVSdW5uZXISJi5mb3JlbGVhZC5hZG1pbi52MS5SZXN1bWVSdW5uZXJSZXF1ZXN0GicuZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lUnVubmVyUmVzcG9uc2UiPcrzGDkKBFBPU1QSIy92MS9hZG1pbi9ydW5uZXJzL3tydW5uZXJJZH0vcmVzdW1lOgVhZG1pbkIFYWRtaW4SngEKDEZvcmdldFJ1bm5lchImLmZvcmVsZWFkLmFkbWluLnYxLkZvcmdldFJ1bm5lclJlcXVlc3QaJy5mb3JlbGVhZC5hZG1pbi52MS5Gb3JnZXRSdW5uZXJSZXNwb25zZSI9yvMYOQoEUE9TVBIjL3YxL2FkbWluL3J1bm5lcnMve3J1bm5lcklkfS9mb3JnZXQ6BWFkbWluQgVhZG1pbhKqAQoMU3RyZWFtRXZlbnRzEiYuZm9yZWxlYWQuYWRtaW4udjEuU3RyZWFtRXZlbnRzUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLlN0cmVhbUV2ZW50c1Jlc3BvbnNlIkfK8xhDCgNHRVQSEC92MS9hZG1pbi9ldmVudHM6BWFkbWluQgRyZWFkaAFyBmZvbGxvd3oCaWSCAQdhZnRlcklkkgEEdHlwZTABYgZwcm90bzM", [file_forelead_api_v1_route, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch1mb3JlbGVhZC9hZG1pbi92MS9mbGVldC5wcm90bxIRZm9yZWxlYWQuYWRtaW4udjEiUgoVUGF1c2VXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkirQEKFlBhdXNlV29ya3NwYWNlUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSFAoMd29ya3NwYWNlX2lkGAIgASgJEi0KCXBhdXNlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcGF1c2VkX2J5GAQgASgJEg4KBnJlYXNvbhgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJDChZSZXN1bWVXb3Jrc3BhY2VSZXF1ZXN0EhMKC2FwaV92ZXJzaW9uGAEgASgJEhQKDHdvcmtzcGFjZV9pZBgCIAEoCSJYChdSZXN1bWVXb3Jrc3BhY2VSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAiABKAkSEgoKd2FzX3BhdXNlZBgDIAEoCCJiChJQYXVzZVJ1bm5lclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkirQEKE1BhdXNlUnVubmVyUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCRItCglwYXVzZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXBhdXNlZF9ieRgFIAEoCRIWCg5hbHJlYWR5X3BhdXNlZBgGIAEoCCJSChJEcmFpblJ1bm5lclJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhQKDHdvcmtzcGFjZV9pZBgDIAEoCSKdAQoTRHJhaW5SdW5uZXJSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEi8KC2RyYWluaW5nX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9hbHJlYWR5X29yZGVyZWQYBSABKAgiUwoTRm9yZ2V0UnVubmVyUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJIlQKFEZvcmdldFJ1bm5lclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkiUwoTUmVzdW1lUnVubmVyUmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRIRCglydW5uZXJfaWQYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJImgKFFJlc3VtZVJ1bm5lclJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEhEKCXJ1bm5lcl9pZBgCIAEoCRIUCgx3b3Jrc3BhY2VfaWQYAyABKAkSEgoKd2FzX3BhdXNlZBgEIAEoCCJvChNTdHJlYW1FdmVudHNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCRINCgV0eXBlcxgCIAMoCRIQCghhZnRlcl9pZBgDIAEoAxIOCgZmb2xsb3cYBCABKAgSEQoJcGFnZV9zaXplGAUgASgFIrgBChRTdHJlYW1FdmVudHNSZXNwb25zZRIKCgJpZBgBIAEoAxImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEdHlwZRgDIAEoCRIUCgx3b3Jrc3BhY2VfaWQYBCABKAkSEQoJcnVubmVyX2lkGAUgASgJEg4KBmpvYl9pZBgGIAEoCRIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdDKTCQoMRmxlZXRTZXJ2aWNlEqkBCg5QYXVzZVdvcmtzcGFjZRIoLmZvcmVsZWFkLmFkbWluLnYxLlBhdXNlV29ya3NwYWNlUmVxdWVzdBopLmZvcmVsZWFkLmFkbWluLnYxLlBhdXNlV29ya3NwYWNlUmVzcG9uc2UiQsrzGD4KBFBPU1QSKC92MS9hZG1pbi93b3Jrc3BhY2VzL3t3b3Jrc3BhY2VJZH0vcGF1c2U6BWFkbWluQgVhZG1pbhKtAQoPUmVzdW1lV29ya3NwYWNlEikuZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lV29ya3NwYWNlUmVxdWVzdBoqLmZvcmVsZWFkLmFkbWluLnYxLlJlc3VtZVdvcmtzcGFjZVJlc3BvbnNlIkPK8xg/CgRQT1NUEikvdjEvYWRtaW4vd29ya3NwYWNlcy97d29ya3NwYWNlSWR9L3Jlc3VtZToFYWRtaW5CBWFkbWluEpoBCgtQYXVzZVJ1bm5lchIlLmZvcmVsZWFkLmFkbWluLnYxLlBhdXNlUnVubmVyUmVxdWVzdBomLmZvcmVsZWFkLmFkbWluLnYxLlBhdXNlUnVubmVyUmVzcG9uc2UiPMrzGDgKBFBPU1QSIi92MS9hZG1pbi9ydW5uZXJzL3tydW5uZXJJZH0vcGF1c2U6BWFkbWluQgVhZG1pbhKeAQoMUmVzdW1lUnVubmVyEiYuZm9yZWxlYWQuYWRtaW4udjEuUmVzdW1lUnVubmVyUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLlJlc3VtZVJ1bm5lclJlc3BvbnNlIj3K8xg5CgRQT1NUEiMvdjEvYWRtaW4vcnVubmVycy97cnVubmVySWR9L3Jlc3VtZToFYWRtaW5CBWFkbWluEpoBCgtEcmFpblJ1bm5lchIlLmZvcmVsZWFkLmFkbWluLnYxLkRyYWluUnVubmVyUmVxdWVzdBomLmZvcmVsZWFkLmFkbWluLnYxLkRyYWluUnVubmVyUmVzcG9uc2UiPMrzGDgKBFBPU1QSIi92MS9hZG1pbi9ydW5uZXJzL3tydW5uZXJJZH0vZHJhaW46BWFkbWluQgVhZG1pbhKeAQoMRm9yZ2V0UnVubmVyEiYuZm9yZWxlYWQuYWRtaW4udjEuRm9yZ2V0UnVubmVyUmVxdWVzdBonLmZvcmVsZWFkLmFkbWluLnYxLkZvcmdldFJ1bm5lclJlc3BvbnNlIj3K8xg5CgRQT1NUEiMvdjEvYWRtaW4vcnVubmVycy97cnVubmVySWR9L2ZvcmdldDoFYWRtaW5CBWFkbWluEqoBCgxTdHJlYW1FdmVudHMSJi5mb3JlbGVhZC5hZG1pbi52MS5TdHJlYW1FdmVudHNSZXF1ZXN0GicuZm9yZWxlYWQuYWRtaW4udjEuU3RyZWFtRXZlbnRzUmVzcG9uc2UiR8rzGEMKA0dFVBIQL3YxL2FkbWluL2V2ZW50czoFYWRtaW5CBHJlYWRoAXIGZm9sbG93egJpZIIBB2FmdGVySWSSAQR0eXBlMAFiBnByb3RvMw", [file_forelead_api_v1_route, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * PauseWorkspaceRequest names the workspace; it need not have jobs or runners yet.
@@ -234,6 +234,78 @@ export const PauseRunnerResponseSchema: GenMessage<PauseRunnerResponse> = /*@__P
   messageDesc(file_forelead_admin_v1_fleet, 5);
 
 /**
+ * DrainRunnerRequest names a registered runner.
+ *
+ * @generated from message forelead.admin.v1.DrainRunnerRequest
+ */
+export type DrainRunnerRequest = Message<"forelead.admin.v1.DrainRunnerRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * As in PauseRunnerRequest.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message forelead.admin.v1.DrainRunnerRequest.
+ * Use `create(DrainRunnerRequestSchema)` to create a new message.
+ */
+export const DrainRunnerRequestSchema: GenMessage<DrainRunnerRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_fleet, 6);
+
+/**
+ * DrainRunnerResponse is the runner's drain as it stands.
+ *
+ * @generated from message forelead.admin.v1.DrainRunnerResponse
+ */
+export type DrainRunnerResponse = Message<"forelead.admin.v1.DrainRunnerResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string runner_id = 2;
+   */
+  runnerId: string;
+
+  /**
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp draining_at = 4;
+   */
+  drainingAt?: Timestamp | undefined;
+
+  /**
+   * True when a drain was ordered already (nothing changed).
+   *
+   * @generated from field: bool already_ordered = 5;
+   */
+  alreadyOrdered: boolean;
+};
+
+/**
+ * Describes the message forelead.admin.v1.DrainRunnerResponse.
+ * Use `create(DrainRunnerResponseSchema)` to create a new message.
+ */
+export const DrainRunnerResponseSchema: GenMessage<DrainRunnerResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_fleet, 7);
+
+/**
  * ForgetRunnerRequest names an offline runner.
  *
  * @generated from message forelead.admin.v1.ForgetRunnerRequest
@@ -262,7 +334,7 @@ export type ForgetRunnerRequest = Message<"forelead.admin.v1.ForgetRunnerRequest
  * Use `create(ForgetRunnerRequestSchema)` to create a new message.
  */
 export const ForgetRunnerRequestSchema: GenMessage<ForgetRunnerRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 6);
+  messageDesc(file_forelead_admin_v1_fleet, 8);
 
 /**
  * ForgetRunnerResponse names the registration removed.
@@ -291,7 +363,7 @@ export type ForgetRunnerResponse = Message<"forelead.admin.v1.ForgetRunnerRespon
  * Use `create(ForgetRunnerResponseSchema)` to create a new message.
  */
 export const ForgetRunnerResponseSchema: GenMessage<ForgetRunnerResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 7);
+  messageDesc(file_forelead_admin_v1_fleet, 9);
 
 /**
  * ResumeRunnerRequest names a registered runner.
@@ -322,7 +394,7 @@ export type ResumeRunnerRequest = Message<"forelead.admin.v1.ResumeRunnerRequest
  * Use `create(ResumeRunnerRequestSchema)` to create a new message.
  */
 export const ResumeRunnerRequestSchema: GenMessage<ResumeRunnerRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 8);
+  messageDesc(file_forelead_admin_v1_fleet, 10);
 
 /**
  * ResumeRunnerResponse says whether the runner was paused.
@@ -358,7 +430,7 @@ export type ResumeRunnerResponse = Message<"forelead.admin.v1.ResumeRunnerRespon
  * Use `create(ResumeRunnerResponseSchema)` to create a new message.
  */
 export const ResumeRunnerResponseSchema: GenMessage<ResumeRunnerResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 9);
+  messageDesc(file_forelead_admin_v1_fleet, 11);
 
 /**
  * StreamEventsRequest chooses which events to read (GET: query parameters).
@@ -411,7 +483,7 @@ export type StreamEventsRequest = Message<"forelead.admin.v1.StreamEventsRequest
  * Use `create(StreamEventsRequestSchema)` to create a new message.
  */
 export const StreamEventsRequestSchema: GenMessage<StreamEventsRequest> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 10);
+  messageDesc(file_forelead_admin_v1_fleet, 12);
 
 /**
  * StreamEventsResponse is one event; one NDJSON line or Server-Sent Event on REST.
@@ -464,7 +536,7 @@ export type StreamEventsResponse = Message<"forelead.admin.v1.StreamEventsRespon
  * Use `create(StreamEventsResponseSchema)` to create a new message.
  */
 export const StreamEventsResponseSchema: GenMessage<StreamEventsResponse> = /*@__PURE__*/
-  messageDesc(file_forelead_admin_v1_fleet, 11);
+  messageDesc(file_forelead_admin_v1_fleet, 13);
 
 /**
  * FleetService is the operator's hand on the fleet: pausing and resuming a
@@ -512,6 +584,19 @@ export const FleetService: GenService<{
     methodKind: "unary";
     input: typeof ResumeRunnerRequestSchema;
     output: typeof ResumeRunnerResponseSchema;
+  },
+  /**
+   * Orders a registered runner to drain: it gets no new lease (claims and
+   * enqueue handoffs skip it), learns it from its renew and claim replies,
+   * finishes its jobs and exits; its state is draining. Its live leases go
+   * on. Idempotent; kept when the runner registers again.
+   *
+   * @generated from rpc forelead.admin.v1.FleetService.DrainRunner
+   */
+  drainRunner: {
+    methodKind: "unary";
+    input: typeof DrainRunnerRequestSchema;
+    output: typeof DrainRunnerResponseSchema;
   },
   /**
    * Removes an offline runner's registration and inventory; its identity is not retired, so it

@@ -86,8 +86,8 @@ begin
   end loop;
   for i in 1 .. n loop
     runner := held[i];
-    -- Paused (the runner, or its workspace): no new lease; its live leases go on.
-    continue when not forelead_runner_unpaused(runner.paused_at)
+    -- Paused (the runner, or its workspace) or draining: no new lease; its live leases go on.
+    continue when not forelead_runner_unpaused(runner.paused_at) or runner.draining_at is not null
       or not (select w.unpaused from forelead_workspace_unpaused(p_workspace_ids[i]) w);
     excluded := '{}';
     -- The workspace's running groups, counted once per request (not per candidate row).
