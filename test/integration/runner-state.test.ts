@@ -262,7 +262,7 @@ describe(`attempt history (${databaseKind})`, () => {
     expect(listed.code, listed.stderr).toBe(0);
     const [head, row] = listed.stdout.split("\n");
     expect(head).toMatch(/\brunner\s+duration\s+created\b/);
-    expect(row).toMatch(new RegExp(`^${jobId}\\s+succeeded\\s+.*\\s+second-${tag}\\s+\\d`));
+    expect(row).toMatch(new RegExp(`^${jobId}\\s+-\\s+succeeded\\s+.*\\s+second-${tag}\\s+\\d`));
   });
 
   it("a stream write under a live lease refreshes the runner's last-seen", async () => {
