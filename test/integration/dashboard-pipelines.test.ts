@@ -1,12 +1,16 @@
 // The dashboard's pipelines pages in a real browser (test/support/browser.ts), with a real runner
 // running a real pipeline's steps: the list (newest first, state, workspace) and one pipeline's
-// step graph (a column per depth, each step's state and needs, a link to its job's page).
+// step graph (a column per depth, each step's state and needs, a link to its job's page); and the
+// job page's Retry / Re-run button, offered to whom RetryJob allows and to nobody else.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { useDashboard, waitForDom, type DashboardPage } from "../support/browser.js";
 import { specFor, startTestRunner, type TestRunner } from "../support/runner-agent.js";
 import { eventually } from "../support/actors.js";
+import { parseRoleGrant } from "../../src/identity/roles.js";
 
-const dash = useDashboard();
+const dash = useDashboard({
+  grants: [parseRoleGrant("spiffe://forelead/services/dp-reader=read:dp1")],
+});
 const ws = "dp1";
 let runner: TestRunner;
 
@@ -129,4 +133,78 @@ describe("the pipelines pages", () => {
     },
     90_000,
   );
+});
+
+describe("the job page's retry button", () => {
+  /** A settled job's id, enqueued by the test admin. */
+  async function settledJob(argv: string[]): Promise<string> {
+    const reply = await dash.cp.admin.enqueue({
+      workspaceId: ws,
+      spec: specFor("process", { argv }),
+    });
+    expect(reply.status, reply.text).toBe(200);
+    const id = reply.json.job.id as string;
+    await eventually(`job ${id} to settle`, async () => {
+      const job = (await dash.cp.admin.job(id)).json.job;
+      return ["succeeded", "failed", "cancelled"].includes(job.state) ? job : undefined;
+    });
+    return id;
+  }
+
+  /** Opens a job's page and waits for the control plane's answer to what the person may do. */
+  async function openJob(p: DashboardPage, id: string): Promise<void> {
+    const asked = p.page.waitForResponse((r) => r.url().endsWith("/GetJobActions"));
+    await p.open(`#/jobs/${id}`);
+    expect((await asked).status()).toBe(200);
+    await shows(p, "[data-state-badge]", "");
+  }
+
+  it(
+    "offers an admin Retry on a failed job (confirm first), opens the new job, and then " +
+      "offers no second retry of the old one",
+    async () => {
+      const failed = await settledJob(["sh", "-c", "exit 3"]);
+      const p = await dash.newPage();
+      await openJob(p, failed);
+      await shows(p, ".retry button[data-action]", "Retry");
+      // Escape keeps the job as it is: no retry.
+      await p.page.click(".retry button[data-action]");
+      await p.page.waitForSelector(".retry dialog[open]");
+      await p.page.keyboard.press("Escape");
+      await p.page.waitForSelector(".retry dialog:not([open])");
+      expect((await dash.cp.admin.job(failed)).json.job.retriedBy).toBeUndefined();
+
+      await p.page.click(".retry button[data-action]");
+      await p.page.waitForSelector(".retry dialog[open]");
+      await p.page.click(".retry dialog button[data-confirm=yes]");
+      const retriedBy = await eventually("the retry", async () => {
+        return (await dash.cp.admin.job(failed)).json.job.retriedBy as string | undefined;
+      });
+      await shows(p, "h1", retriedBy);
+      expect((await dash.cp.admin.job(retriedBy)).json.job.retryOf).toBe(failed);
+
+      await openJob(p, failed);
+      expect(await p.page.$(".retry button")).toBeNull();
+      expect(p.errors).toEqual([]);
+      await p.close();
+    },
+    60_000,
+  );
+
+  it("labels it Re-run on a succeeded job, and offers a read-only person neither", async () => {
+    const succeeded = await settledJob(["true"]);
+    const p = await dash.newPage();
+    await openJob(p, succeeded);
+    await shows(p, ".retry button[data-action]", "Re-run");
+    await p.close();
+
+    const reader = await dash.newPage({
+      dashboard: await dash.dashboardAs(await dash.cp.pki.service("dp-reader")),
+    });
+    await openJob(reader, succeeded);
+    await shows(reader, "[data-state-badge]", "succeeded");
+    expect(await reader.page.$(".retry button")).toBeNull();
+    expect(reader.errors).toEqual([]);
+    await reader.close();
+  }, 60_000);
 });
