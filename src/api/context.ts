@@ -3,6 +3,7 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import type { SessionVerdict } from "../identity/certificate-policy.js";
 import type { JobReader } from "../broker/jobs/list.js";
 import type { Principal } from "../identity/principal.js";
+import type { IdentityRoles } from "../identity/roles.js";
 
 /** What the transport learned about a request before any handler runs. */
 export interface RequestIdentity {
@@ -27,6 +28,14 @@ export const calledMethodKey = createContextKey<DescMethod | undefined>(undefine
 /** Set by the guard once a request is authorized. */
 export const principalKey = createContextKey<Principal | undefined>(undefined, {
   description: "authorized principal",
+});
+
+/**
+ * Set by the guard when an admin request is decided by roles: the caller's merged roles (a
+ * person's own and its groups' when a delegate acts for it); undefined when it holds none.
+ */
+export const callerRolesKey = createContextKey<IdentityRoles | undefined>(undefined, {
+  description: "caller's roles",
 });
 
 /** The authorized principal of a request; the guard guarantees it on runner and admin routes. */

@@ -11,12 +11,18 @@ import { checkValidityNow } from "../identity/certificate-policy.js";
 import { runnerPathShape, type Principal } from "../identity/principal.js";
 import type { AuditRecord, AuditSink } from "../identity/audit.js";
 import type { JobOwnership } from "../broker/jobs/workspace.js";
-import type { IdentityRoles, RoleTable } from "../identity/roles.js";
+import { mayActOnJob, type IdentityRoles, type RoleTable } from "../identity/roles.js";
 import type { SessionLookup } from "../identity/sessions.js";
 import { parseSpiffeId } from "../identity/spiffe.js";
 import { principalOf } from "../identity/principal.js";
 import { actionAuditorKey } from "./audit-actions.js";
-import { calledMethodKey, jobReaderKey, principalKey, requestIdentityKey } from "./context.js";
+import {
+  callerRolesKey,
+  calledMethodKey,
+  jobReaderKey,
+  principalKey,
+  requestIdentityKey,
+} from "./context.js";
 import { checkRequestMessage } from "./request-rules.js";
 import { transportFacts } from "../protocol/transport-facts.js";
 import { requestPath } from "./rest/index.js";
@@ -363,6 +369,7 @@ function decideRoles(
   options: GuardOptions,
 ): Admission {
   const { admitted, deny, decide } = decisions(ctx, base, options);
+  ctx.values.set(callerRolesKey, roles);
   const method = ctx.method;
   const id = principal.spiffeId.text;
   const role = rule.role!;
@@ -573,7 +580,7 @@ async function decideScope(
     const jobId = String(values![`${what}Id`] ?? "");
     const job = jobId ? await options.jobOwnership(jobId) : undefined;
     if (!job) return allow(`${role} ${id}`);
-    if (job.enqueuedBy === id) return allow(`${id} enqueued ${what} ${jobId}`);
+    if (mayActOnJob(roles, id, job.enqueuedBy)) return allow(`${id} enqueued ${what} ${jobId}`);
     if (role === "read" && readable.has(job.workspaceId))
       return allow(`read ${id} in workspace "${job.workspaceId}"`);
     if (role === "enqueue" && workspaceActs.has(method.name) && roles.enqueue.has(job.workspaceId))

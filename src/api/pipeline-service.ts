@@ -9,7 +9,8 @@ import type { Broker } from "../broker/broker.js";
 import type { PipelineView, StepSubmission } from "../broker/pipelines/pipelines.js";
 import { decodeJson } from "../protocol/json/codec.js";
 import { audited } from "./audit-actions.js";
-import { jobReaderOf, principalOf } from "./context.js";
+import { callerRolesKey, jobReaderOf, principalOf } from "./context.js";
+import { mayActOnJob } from "../identity/roles.js";
 import { jobMessage } from "./job-view.js";
 import { apiVersion } from "./request-rules.js";
 import { scheduleFieldsOf } from "./schedule-fields.js";
@@ -98,6 +99,14 @@ export function createPipelineService(broker: Broker): ServiceImpl<typeof Pipeli
         reason: `job ${String(j.id)} retries job ${String(j.retryOf)}`,
       }));
       return { apiVersion, job: jobMessage(job) };
+    },
+    async getJobActions(req, ctx) {
+      const { enqueuedBy, refusal } = await broker.retryCheck(req.jobId);
+      const id = principalOf(ctx).spiffeId.text;
+      const retryRefusal = mayActOnJob(ctx.values.get(callerRolesKey), id, enqueuedBy)
+        ? (refusal ?? "")
+        : `${id} may retry only the jobs it enqueued (only an admin retries another's)`;
+      return { apiVersion, retry: retryRefusal === "", retryRefusal };
     },
   };
 }

@@ -43,7 +43,7 @@ import type { SecretBox } from "../secrets/box.js";
 import { pipelineSettleHook, strandedStepJobs } from "./pipelines/sequence.js";
 import { inTransaction } from "../store/transaction.js";
 import { createPipelines, type Pipelines } from "./pipelines/pipelines.js";
-import { retryJob } from "./jobs/retry.js";
+import { retryCheck, retryJob } from "./jobs/retry.js";
 import {
   listFairnessKeys,
   setFairnessKey,
@@ -140,6 +140,10 @@ export interface Broker {
   fairnessKeys(workspaceId: string): Promise<FairnessKeyView[]>;
   /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
   retry(jobId: string, by: string): Promise<JobSnapshot>;
+  /** Whether a job can be retried now (retry.ts's rules), and its enqueuer. */
+  retryCheck(
+    jobId: string,
+  ): Promise<{ readonly enqueuedBy: string; readonly refusal: string | undefined }>;
   /**
    * The input `name` of `fromJobId` that a live lease of `jobId` may read (pipelines/inputs.ts).
    */
@@ -324,6 +328,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
         await retryJob(db, jobId, by, timeouts, options.code, options.secrets),
         offlineSeconds,
       ),
+    retryCheck: (jobId) => retryCheck(db, jobId),
     claim,
     async renew(call) {
       const lease = await renewLease(db, call, options.leaseSeconds);

@@ -47,6 +47,18 @@ export interface IdentityRoles {
   readonly delegate: boolean;
 }
 
+/**
+ * Whether an identity may act on a job (cancel it, retry it): an admin on every job, anyone else on
+ * the jobs it enqueued only, whatever its roles (src/api/guard.ts holds every route to it).
+ */
+export function mayActOnJob(
+  roles: IdentityRoles | undefined,
+  spiffeId: string,
+  enqueuedBy: string,
+): boolean {
+  return roles?.admin === true || (enqueuedBy !== "" && enqueuedBy === spiffeId);
+}
+
 /** A role given to every person whose ID token lists a provider group (`--sso-group`). */
 export interface GroupGrant {
   readonly group: string;

@@ -10,6 +10,34 @@ import { checkJobId } from "../ids.js";
 import type { JobSnapshot } from "./snapshot.js";
 import type { CodeHooks } from "../leases/pinning.js";
 
+/** Why `job` cannot be retried now (it has not settled, or was retried already), or undefined. */
+function retryRefusalOf(job: {
+  readonly id: string;
+  readonly state: string;
+  readonly retried_by: string | null;
+}): ConnectError | undefined {
+  if (job.state === "queued" || job.state === "running")
+    return new ConnectError(
+      `job ${job.id} is still ${job.state}; retry it once it settled (or cancel it first)`,
+      Code.FailedPrecondition,
+    );
+  if (job.retried_by)
+    return new ConnectError(
+      `job ${job.id} was already retried by job ${job.retried_by}; retry that one to run it again`,
+      Code.Aborted,
+    );
+  return undefined;
+}
+
+/** Whether a job can be retried now, and who enqueued it (for the enqueuer's right to retry). */
+export async function retryCheck(
+  db: Kysely<Database>,
+  jobId: string,
+): Promise<{ readonly enqueuedBy: string; readonly refusal: string | undefined }> {
+  const job = await findJob(db, checkJobId(jobId));
+  return { enqueuedBy: job.enqueued_by ?? "", refusal: retryRefusalOf(job)?.rawMessage };
+}
+
 /**
  * Enqueues a new job with a settled job's labels, code, spec, limits and
  * secrets, through the one enqueue path, and links the two (retry_of on the
@@ -29,16 +57,8 @@ export async function retryJob(
 ): Promise<JobSnapshot> {
   const id = checkJobId(jobId);
   const old = await findJob(db, id);
-  if (old.state === "queued" || old.state === "running")
-    throw new ConnectError(
-      `job ${id} is still ${old.state}; retry it once it settled (or cancel it first)`,
-      Code.FailedPrecondition,
-    );
-  if (old.retried_by)
-    throw new ConnectError(
-      `job ${id} was already retried by job ${old.retried_by}; retry that one to run it again`,
-      Code.Aborted,
-    );
+  const refusal = retryRefusalOf(old);
+  if (refusal) throw refusal;
   if (old.repository) await code?.checkTarget(old.repository, old.target_branch ?? "");
   return db.transaction().execute(async (tx) => {
     const locked = await tx

@@ -7,6 +7,8 @@ import { EventsPage } from "./pages/events.js";
 import { JobPage } from "./pages/job.js";
 import { JobsPage } from "./pages/jobs.js";
 import { OverviewPage } from "./pages/overview.js";
+import { PipelinePage } from "./pages/pipeline.js";
+import { PipelinesPage } from "./pages/pipelines.js";
 import { RunnersPage } from "./pages/runners.js";
 import { href, useRoute, type Route } from "./route.js";
 import { loadSession, signOut, type SessionState, type SignedIn } from "./session.js";
@@ -17,6 +19,7 @@ const nav: readonly { page: Route["page"]; label: string }[] = [
   { page: "overview", label: "Overview" },
   { page: "runners", label: "Runners" },
   { page: "jobs", label: "Jobs" },
+  { page: "pipelines", label: "Pipelines" },
   { page: "events", label: "Events" },
   { page: "audit", label: "Audit" },
 ];
@@ -29,6 +32,10 @@ function Page({ route }: { route: Route }) {
       return <JobsPage />;
     case "job":
       return <JobPage jobId={route.id ?? ""} />;
+    case "pipelines":
+      return <PipelinesPage />;
+    case "pipeline":
+      return <PipelinePage pipelineId={route.id ?? ""} />;
     case "events":
       return <EventsPage />;
     case "audit":
@@ -66,7 +73,8 @@ function Shell({ signedIn }: { signedIn: SignedIn }) {
   const [theme, setTheme] = useState<Theme>(currentTheme);
   const [live, setLive] = useState<LiveState>("connecting");
   useEffect(() => onLiveState(setLive), []);
-  const current = route.page === "job" ? "jobs" : route.page;
+  const current =
+    route.page === "job" ? "jobs" : route.page === "pipeline" ? "pipelines" : route.page;
   const toggle = () => {
     const next = theme === "dark" ? "light" : "dark";
     applyTheme(next, true);

@@ -11,6 +11,7 @@ import {
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { AdminService } from "../../../gen/forelead/admin/v1/admin_pb.js";
 import { FleetService } from "../../../gen/forelead/admin/v1/fleet_pb.js";
+import { PipelineService } from "../../../gen/forelead/admin/v1/pipelines_pb.js";
 import { SamplesService } from "../../../gen/forelead/admin/v1/samples_pb.js";
 import { StatsService } from "../../../gen/forelead/admin/v1/stats_pb.js";
 import { StatusService } from "../../../gen/forelead/admin/v1/status_pb.js";
@@ -44,3 +45,4 @@ export const fleet: Client<typeof FleetService> = createClient(FleetService, tra
 export const status: Client<typeof StatusService> = createClient(StatusService, transport);
 export const stats: Client<typeof StatsService> = createClient(StatsService, transport);
 export const samples: Client<typeof SamplesService> = createClient(SamplesService, transport);
+export const pipelines: Client<typeof PipelineService> = createClient(PipelineService, transport);

@@ -1,9 +1,11 @@
-// Hash routing: #/overview, #/runners, #/jobs, #/jobs/<id>, #/events, #/audit.
+// Hash routing: #/overview, #/runners, #/jobs, #/jobs/<id>, #/pipelines, #/pipelines/<id>,
+// #/events, #/audit.
 import { useEffect, useState } from "preact/hooks";
 
 export interface Route {
-  readonly page: "overview" | "runners" | "jobs" | "job" | "events" | "audit";
-  /** The job id of #/jobs/<id>. */
+  readonly page:
+    "overview" | "runners" | "jobs" | "job" | "pipelines" | "pipeline" | "events" | "audit";
+  /** The job id of #/jobs/<id>, the pipeline id of #/pipelines/<id>. */
   readonly id?: string;
 }
 
@@ -11,14 +13,23 @@ function parseRoute(hash: string): Route {
   const parts = hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const [head, id] = parts;
   if (head === "jobs" && id) return { page: "job", id };
-  if (head === "runners" || head === "jobs" || head === "events" || head === "audit")
+  if (head === "pipelines" && id) return { page: "pipeline", id };
+  if (
+    head === "runners" ||
+    head === "jobs" ||
+    head === "pipelines" ||
+    head === "events" ||
+    head === "audit"
+  )
     return { page: head };
   return { page: "overview" };
 }
 
 /** The link to a route, e.g. href(“job”, id). */
 export function href(page: Route["page"], id?: string): string {
-  return page === "job" ? `#/jobs/${encodeURIComponent(id ?? "")}` : `#/${page}`;
+  if (page === "job") return `#/jobs/${encodeURIComponent(id ?? "")}`;
+  if (page === "pipeline") return `#/pipelines/${encodeURIComponent(id ?? "")}`;
+  return `#/${page}`;
 }
 
 /** The current route, following hashchange. */

@@ -11,6 +11,7 @@ import { useData } from "../data.js";
 import { ErrorNote } from "../errors.js";
 import { Artifacts } from "../job/artifacts.js";
 import { CancelJob } from "../job/cancel.js";
+import { RetryJob } from "../job/retry.js";
 import { EventsList } from "../job/events-list.js";
 import { FollowNote, LogView } from "../job/log-view.js";
 import { ProgressBar, ResultJson } from "../job/progress.js";
@@ -146,7 +147,7 @@ export function JobPage({ jobId }: { jobId: string }) {
         <>
           <div class="job-head">
             <StateBadge state={j.state} cancelRequested={j.cancelRequested} />
-            {isActive(j.state) ? <CancelJob job={j} onCancelled={reload} /> : null}
+            {isActive(j.state) ? <CancelJob job={j} onCancelled={reload} /> : <RetryJob job={j} />}
           </div>
           {j.state === "queued" && j.waiting ? (
             <p class="waiting" data-waiting={j.waiting.code}>
