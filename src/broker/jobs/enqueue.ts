@@ -230,7 +230,10 @@ export async function storeEnqueues(
   handoff?: HandoffTarget,
 ): Promise<StoredEnqueue[]> {
   const rows = prepared.map((p) => p.row);
-  await checkRateLimitsExist(q, rows.flatMap((r) => (r.rate_limit ? [r.rate_limit] : [])));
+  await checkRateLimitsExist(
+    q,
+    rows.flatMap((r) => (r.rate_limit ? [r.rate_limit] : [])),
+  );
   if (handoff && (rows.length !== 1 || prepared[0]!.withSecrets))
     throw new Error("a handoff is made by the enqueue of one job without secrets");
   // One job (every single enqueue) is sent as its compiled shape; a batch is built as it comes.

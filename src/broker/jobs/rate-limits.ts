@@ -30,7 +30,7 @@ export interface RateLimitView {
 function limitRow(input: RateLimitInput) {
   checkSegmentId("name", input.name);
   const { perSecond = 0, perMinute = 0 } = input;
-  if ((perSecond > 0) === (perMinute > 0))
+  if (perSecond > 0 === perMinute > 0)
     bad(
       `a rate limit takes exactly one of perSecond or perMinute (how many of its jobs may start ` +
         `per window); got perSecond ${perSecond}, perMinute ${perMinute}`,
