@@ -33,7 +33,8 @@
 -- forelead_rate_limit_room does, appending the lease's start time (now()):
 -- claimers of one limit take their starts one after another. A full limit's
 -- name is excluded and the pick runs again. A job without a rate limit never
--- reads rate_limits.
+-- reads rate_limits (docs/performance.md, "Rate limits: the claim of a job
+-- without one").
 --
 -- Deadlocks: all runner rows are locked first, in the caller's sorted order,
 -- so no runner lock is waited on while holding a group lock or a rate limit's
