@@ -3,12 +3,13 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { FlowService } from "../../gen/forelead/admin/v1/flow_pb.js";
 import type { Broker } from "../broker/broker.js";
 import type { FairnessKeyView } from "../broker/jobs/fairness.js";
+import type { RateLimitView } from "../broker/jobs/rate-limits.js";
 import { audited } from "./audit-actions.js";
 import { apiVersion } from "./request-rules.js";
 
-/** FlowService: decode, call the broker, encode; a weight set is audited. */
+/** FlowService: decode, call the broker, encode; a weight or a rate limit set is audited. */
 export function createFlowService(
-  broker: Pick<Broker, "setFairnessKey" | "fairnessKeys">,
+  broker: Pick<Broker, "setFairnessKey" | "fairnessKeys" | "setRateLimit" | "rateLimits">,
 ): ServiceImpl<typeof FlowService> {
   return {
     async setFairnessKey(req, ctx) {
@@ -31,6 +32,25 @@ export function createFlowService(
       const keys = await broker.fairnessKeys(req.workspaceId);
       return { apiVersion, fairnessKeys: keys.map(fairnessKeyMessage) };
     },
+    async setRateLimit(req, ctx) {
+      const limit = await audited(
+        ctx,
+        "rate_limit.set",
+        `rate limit "${req.name.slice(0, 140)}"`,
+        () =>
+          broker.setRateLimit({
+            name: req.name,
+            perSecond: req.perSecond,
+            perMinute: req.perMinute,
+          }),
+        (l) => ({ reason: l.perSecond ? `${l.perSecond}/s` : `${l.perMinute}/m` }),
+      );
+      return { apiVersion, rateLimit: rateLimitMessage(limit) };
+    },
+    async listRateLimits() {
+      const limits = await broker.rateLimits();
+      return { apiVersion, rateLimits: limits.map(rateLimitMessage) };
+    },
   };
 }
 
@@ -41,5 +61,15 @@ function fairnessKeyMessage(k: FairnessKeyView) {
     weight: k.weight,
     queued: k.queued,
     updatedAt: timestampFromDate(k.updatedAt),
+  };
+}
+
+function rateLimitMessage(l: RateLimitView) {
+  return {
+    name: l.name,
+    perSecond: l.perSecond ?? 0,
+    perMinute: l.perMinute ?? 0,
+    queued: l.queued,
+    updatedAt: timestampFromDate(l.updatedAt),
   };
 }

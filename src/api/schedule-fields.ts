@@ -12,6 +12,7 @@ export interface ScheduleMessage {
   readonly concurrencyKey: string;
   readonly concurrencyLimit: number;
   readonly fairnessKey: string;
+  readonly rateLimit: string;
   readonly backoff?: Backoff;
   readonly requirements?: Requirements;
   readonly idToken?: IdToken;
@@ -30,6 +31,7 @@ export function scheduleFieldsOf(
   | "requirements"
   | "idToken"
   | "fairnessKey"
+  | "rateLimit"
   | "backoff"
   | "requirements"
 > {
@@ -39,6 +41,7 @@ export function scheduleFieldsOf(
     concurrencyKey: req.concurrencyKey,
     concurrencyLimit: req.concurrencyLimit,
     fairnessKey: req.fairnessKey,
+    rateLimit: req.rateLimit,
     backoff: req.backoff
       ? {
           initialSeconds: req.backoff.initialSeconds,

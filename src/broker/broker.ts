@@ -50,6 +50,12 @@ import {
   type FairnessKeyInput,
   type FairnessKeyView,
 } from "./jobs/fairness.js";
+import {
+  listRateLimits,
+  setRateLimit,
+  type RateLimitInput,
+  type RateLimitView,
+} from "./jobs/rate-limits.js";
 import { leaseInput } from "./pipelines/inputs.js";
 import { createSchedules, type Schedules } from "./schedules/schedules.js";
 import { startScheduleTicker } from "./schedules/ticker.js";
@@ -138,6 +144,10 @@ export interface Broker {
   setFairnessKey(input: FairnessKeyInput): Promise<FairnessKeyView>;
   /** A workspace's fairness keys (jobs/fairness.ts). */
   fairnessKeys(workspaceId: string): Promise<FairnessKeyView[]>;
+  /** Sets a rate limit, creating it (jobs/rate-limits.ts). */
+  setRateLimit(input: RateLimitInput): Promise<RateLimitView>;
+  /** The rate limits (jobs/rate-limits.ts). */
+  rateLimits(): Promise<RateLimitView[]>;
   /** Enqueues a new job with a settled job's spec, linked both ways (retry.ts). */
   retry(jobId: string, by: string): Promise<JobSnapshot>;
   /** Whether a job can be retried now (retry.ts's rules), and its enqueuer. */
@@ -372,6 +382,8 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     stats: (query) => jobStats(db, query),
     setFairnessKey: (input) => setFairnessKey(db, input),
     fairnessKeys: (workspaceId) => listFairnessKeys(db, workspaceId),
+    setRateLimit: (input) => setRateLimit(db, input),
+    rateLimits: () => listRateLimits(db),
     drainRunner: (input) => orderDrain(db, input),
     drainOrdered: (runner) => drainOrdered(db, runner),
     demand: (workspaceId) => readDemand(db, offlineSeconds, workspaceId),

@@ -26,6 +26,7 @@ interface EnqueueFlags extends AdminClientFlags {
   timeout?: number;
   priority?: number;
   fairnessKey?: string;
+  rateLimit?: string;
   maxAttempts?: number;
   idempotencyKey?: string;
   name?: string;
@@ -123,6 +124,10 @@ export function enqueueCommand(
         "a tenant or user within the workspace: at equal priority keys are served in " +
           "proportion to their weights (PUT /v1/admin/fairness-keys/{key})",
       )
+      .option(
+        "--rate-limit <name>",
+        "the rate limit the job starts under (PUT /v1/admin/rate-limits/{name})",
+      )
       .addOption(
         new Option(
           "--max-attempts <n>",
@@ -191,6 +196,7 @@ export function enqueueCommand(
       spec: { image: flags.image ?? "", argv, env, timeoutSeconds: flags.timeout ?? 0 },
       priority: flags.priority ?? 0,
       fairnessKey: flags.fairnessKey ?? "",
+      rateLimit: flags.rateLimit ?? "",
       maxAttempts: flags.maxAttempts ?? 0,
       idempotencyKey: flags.idempotencyKey ?? "",
       displayName: flags.name ?? "",

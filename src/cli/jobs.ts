@@ -327,6 +327,7 @@ function formatJob(j: Job): string {
     ["timeout", j.spec?.timeoutSeconds ? `${j.spec.timeoutSeconds}s` : undefined],
     ["priority", String(j.priority)],
     ["fairness key", j.fairnessKey || undefined],
+    ["rate limit", j.rateLimit || undefined],
     ["attempts", `${j.attempts ?? 0} of ${j.maxAttempts}`],
     ["runner", j.runnerId || undefined],
     ["lease until", at(j.leaseExpiresAt)],

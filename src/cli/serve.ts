@@ -25,6 +25,7 @@ import { reportChecks } from "./doctor.js";
 import { readTlsFiles, type TlsFiles, type TlsPems } from "../server/tls-material.js";
 import { defaultHosts } from "./ca.js";
 import { collect, integerIn, pathOption } from "./options.js";
+import { parseRateLimitFlag } from "../broker/jobs/rate-limits.js";
 import { secondsFlag } from "./admin-flags.js";
 import { applyServeConfig } from "./config.js";
 import { addRetentionOptions, retentionsFromFlags } from "./retention-flags.js";
@@ -89,6 +90,7 @@ interface ServeFlags {
   webhookTimeout: number;
   webhookRetryWindow: number;
   webhookDisableAfter: number;
+  rateLimit: string[];
 }
 
 /** `forelead serve`: the control plane. */
@@ -163,6 +165,13 @@ export function serveCommand(): Command {
           "postgres:// URL, or a directory for the embedded database (one process at " +
             "a time: it is locked); default: <data-dir>/db",
         ).argParser(databaseLocation),
+      )
+      .option(
+        "--rate-limit <name=n/s|n/m>",
+        "create this rate limit at start unless it is stored already (PUT " +
+          "/v1/admin/rate-limits/{name} changes it); e.g. api=100/m; repeatable",
+        collect,
+        [],
       )
       .option(
         "--admin <spiffe-id>",
@@ -572,6 +581,7 @@ async function serveOptions(flags: ServeFlags): Promise<ControlPlaneOptions> {
     maxArtifactBytes: flags.maxArtifactSize,
     secretsKeys,
     retentions: retentionsFromFlags(flags),
+    rateLimits: flags.rateLimit.map(parseRateLimitFlag),
     webhooks: {
       allowPrivate: flags.webhookAllowPrivate ?? false,
       ca: flags.webhookCa ? [await readNamedFile(flags.webhookCa, "--webhook-ca")] : undefined,

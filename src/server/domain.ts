@@ -6,6 +6,7 @@ import { createFileArtifactStore } from "../artifacts/fs-store.js";
 import { createPostgresArtifactStore } from "../artifacts/pg-store.js";
 import type { ArtifactStore } from "../artifacts/store.js";
 import { createBroker } from "../broker/broker.js";
+import { ensureRateLimits } from "../broker/jobs/rate-limits.js";
 import { createPauses } from "../broker/fleet/pauses.js";
 import { createEvents } from "../events/events.js";
 import { createCodeHost } from "../code/code-host.js";
@@ -56,6 +57,8 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
       `forelead: sealed ${secrets.sealedCredentials} repository credential(s) ` +
         `stored in plain text by an earlier version`,
     );
+  const created = await ensureRateLimits(store.db, options.rateLimits ?? []);
+  if (created.length) console.log(`forelead: created rate limit(s) ${created.join(", ")}`);
   const clock = stack.use("the database clock", await createDbClock(store.db));
   const auditSpool = {
     dir: options.auditSpoolDir ?? (await temporaryDirectory(stack, "forelead-audit-spool-")),

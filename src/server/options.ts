@@ -16,6 +16,7 @@ import type { MetricsListen } from "./metrics/http.js";
 import type { JobTokenOptions } from "./job-tokens.js";
 import { defaultRunnerOfflineSeconds } from "../broker/fleet/state.js";
 import type { WebhookOptions } from "../webhooks/webhooks.js";
+import type { RateLimitInput } from "../broker/jobs/rate-limits.js";
 
 /** Everything `forelead serve` needs, already read from flags and files. */
 export interface ControlPlaneOptions {
@@ -103,6 +104,11 @@ export interface ControlPlaneOptions {
    * ...; docs/retention.md); each omitted takes its default.
    */
   readonly retentions?: Partial<Retentions>;
+  /**
+   * Rate limits to create at start when not stored yet (--rate-limit); a stored one is left as it
+   * is, so the database stays the one source of truth.
+   */
+  readonly rateLimits?: readonly RateLimitInput[];
   /** About how often records past their retention are pruned; 10 minutes by default. */
   readonly pruneIntervalMs?: number;
   /** How webhooks are delivered (--webhook-*; docs/webhooks.md). */

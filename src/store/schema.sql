@@ -62,6 +62,7 @@ CREATE TABLE public.jobs (
     fairness_key text,
     fair_tag double precision,
     display_name text,
+    rate_limit text,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'waiting_input'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 );
 
@@ -84,7 +85,9 @@ declare
   excluded text[];
   group_keys text[];
   group_counts int[];
-  group_locked boolean := false;
+  -- Whether this call has waited for a group lock or a rate limit's row (see Deadlocks).
+  waited boolean := false;
+  limited text[];
   contended text[] := '{}';
   leased int := 0;
   got int;
@@ -112,6 +115,7 @@ begin
     continue when not forelead_runner_unpaused(runner.paused_at) or runner.draining_at is not null
       or not (select w.unpaused from forelead_workspace_unpaused(p_workspace_ids[i]) w);
     excluded := '{}';
+    limited := '{}';
     -- The workspace's running groups, counted once per request (not per candidate row).
     select coalesce(array_agg(g.concurrency_key), '{}'), coalesce(array_agg(g.running), '{}')
     into group_keys, group_counts
@@ -120,7 +124,8 @@ begin
     select count(*) into picked_by_runner from unnest(picked_for) k
     where p_workspace_ids[k] = p_workspace_ids[i] and p_runner_ids[k] = p_runner_ids[i];
     loop
-      select j.id, j.attempts, j.concurrency_key, j.concurrency_limit into cand from jobs j
+      select j.id, j.attempts, j.concurrency_key, j.concurrency_limit, j.rate_limit
+      into cand from jobs j
       where j.workspace_id = p_workspace_ids[i] and j.state = 'queued'
         and forelead_job_due(j.claimable_at)
         and forelead_labels_match(j.labels, runner.labels)
@@ -130,6 +135,7 @@ begin
         and forelead_group_has_room(j.concurrency_key, j.concurrency_limit,
           coalesce(group_counts[array_position(group_keys, j.concurrency_key)], 0))
         and (j.concurrency_key is null or not j.concurrency_key = any(excluded))
+        and (j.rate_limit is null or not j.rate_limit = any(limited))
         and not j.id = any(picked)
         and forelead_slot_free(
           (select l.n from forelead_live_leases(p_workspace_ids[i], p_runner_ids[i]) l)
@@ -138,30 +144,50 @@ begin
       order by j.priority desc, j.fair_tag nulls first, j.created_at, j.id
       limit 1
       for update of j skip locked;
-      exit when not found or cand.concurrency_key is null;
-      -- A job of a concurrency group: what was picked so far is written first, so that the
-      -- group's count below (a new statement) sees every lease of this call too.
-      if cardinality(picked) > 0 then
-        return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids,
-          p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
-        get diagnostics got = row_count;
-        leased := leased + got;
-        picked := '{}'; picked_for := '{}'; picked_attempts := '{}'; picked_by_runner := 0;
+      exit when not found;
+      if cand.concurrency_key is not null then
+        -- A job of a concurrency group: what was picked so far is written first, so that the
+        -- group's count below (a new statement) sees every lease of this call too.
+        if cardinality(picked) > 0 then
+          return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids,
+            p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
+          get diagnostics got = row_count;
+          leased := leased + got;
+          picked := '{}'; picked_for := '{}'; picked_attempts := '{}'; picked_by_runner := 0;
+        end if;
+        if not waited then
+          perform pg_advisory_xact_lock(
+            hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0));
+          waited := true;
+        elsif not pg_try_advisory_xact_lock(
+            hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0)) then
+          excluded := excluded || cand.concurrency_key;
+          contended := contended || p_workspace_ids[i];
+          continue;
+        end if;
+        -- A new statement, a new snapshot: every lease of the group committed before the lock.
+        if not forelead_group_has_room(cand.concurrency_key, cand.concurrency_limit,
+            forelead_group_running(p_workspace_ids[i], cand.concurrency_key)) then
+          excluded := excluded || cand.concurrency_key;
+          continue;
+        end if;
       end if;
-      if not group_locked then
-        perform pg_advisory_xact_lock(
-          hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0));
-        group_locked := true;
-      elsif not pg_try_advisory_xact_lock(
-          hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0)) then
-        excluded := excluded || cand.concurrency_key;
+      exit when cand.rate_limit is null;
+      -- A job naming a rate limit: its row is locked by the update (waited for only as the
+      -- call's first lock), which takes the start when the limit has room at now().
+      if waited and not exists (select 1 from rate_limits r where r.name = cand.rate_limit
+          for no key update skip locked) then
+        limited := limited || cand.rate_limit;
         contended := contended || p_workspace_ids[i];
         continue;
       end if;
-      -- A new statement, a new snapshot: every lease of the group committed before the lock.
-      exit when forelead_group_has_room(cand.concurrency_key, cand.concurrency_limit,
-        forelead_group_running(p_workspace_ids[i], cand.concurrency_key));
-      excluded := excluded || cand.concurrency_key;
+      waited := true;
+      update rate_limits r
+      set starts = forelead_rate_limit_started(r.starts, r.window_seconds, now())
+      where r.name = cand.rate_limit
+        and forelead_rate_limit_room(r.starts, r.max_starts, r.window_seconds, now());
+      exit when found;
+      limited := limited || cand.rate_limit;
     end loop;
     continue when cand.id is null;
     picked := picked || cand.id;
@@ -369,6 +395,47 @@ CREATE FUNCTION public.forelead_meets_requirements(j_architecture text, j_os tex
         and (j_execution_kind is null or j_execution_kind = any(r_execution_kinds))
         and j_features <@ r_features
     $$;
+
+--
+-- Name: forelead_rate_limit_next(timestamp with time zone[], integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.forelead_rate_limit_next(p_starts timestamp with time zone[], p_max integer, p_window_seconds integer, p_at timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+select coalesce(
+  (select e + make_interval(secs => p_window_seconds) from unnest(p_starts) e
+    where e > p_at - make_interval(secs => p_window_seconds) and e <= p_at
+    order by e desc offset greatest(p_max, 1) - 1 limit 1),
+  p_at)
+$$;
+
+--
+-- Name: forelead_rate_limit_room(timestamp with time zone[], integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.forelead_rate_limit_room(p_starts timestamp with time zone[], p_max integer, p_window_seconds integer, p_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+select coalesce(p_at > max(e) - make_interval(secs => p_window_seconds), true)
+  and count(*) filter (where e > p_at - make_interval(secs => p_window_seconds)
+    and e < p_at + make_interval(secs => p_window_seconds)) < p_max
+from unnest(p_starts) e
+$$;
+
+--
+-- Name: forelead_rate_limit_started(timestamp with time zone[], integer, timestamp with time zone); Type: FUNCTION; Schema: public
+--
+
+CREATE FUNCTION public.forelead_rate_limit_started(p_starts timestamp with time zone[], p_window_seconds integer, p_at timestamp with time zone) RETURNS timestamp with time zone[]
+    LANGUAGE sql STABLE
+    AS $$
+select array(
+  select e from unnest(p_starts || p_at) e
+  where e > greatest(p_at, (select max(x) from unnest(p_starts) x))
+    - make_interval(secs => 2 * p_window_seconds)
+  order by e)
+$$;
 
 --
 -- Name: forelead_runner_state(timestamp with time zone, timestamp with time zone, timestamp with time zone, timestamp with time zone, integer, integer); Type: FUNCTION; Schema: public
@@ -813,6 +880,21 @@ CREATE TABLE public.pipelines (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     settled_at timestamp with time zone,
     CONSTRAINT pipelines_state_check CHECK ((state = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
+);
+
+--
+-- Name: rate_limits; Type: TABLE; Schema: public
+--
+
+CREATE TABLE public.rate_limits (
+    name text NOT NULL,
+    max_starts integer NOT NULL,
+    window_seconds integer NOT NULL,
+    starts timestamp with time zone[] DEFAULT '{}'::timestamp with time zone[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rate_limits_max_starts_check CHECK ((max_starts > 0)),
+    CONSTRAINT rate_limits_window_seconds_check CHECK ((window_seconds = ANY (ARRAY[1, 60])))
 );
 
 --
@@ -1315,6 +1397,13 @@ ALTER TABLE ONLY public.pipelines
     ADD CONSTRAINT pipelines_workspace_id_idempotency_key_key UNIQUE (workspace_id, idempotency_key);
 
 --
+-- Name: rate_limits rate_limits_pkey; Type: CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.rate_limits
+    ADD CONSTRAINT rate_limits_pkey PRIMARY KEY (name);
+
+--
 -- Name: reap_orders reap_orders_pkey; Type: CONSTRAINT; Schema: public
 --
 
@@ -1779,6 +1868,13 @@ ALTER TABLE ONLY public.job_inputs
 
 ALTER TABLE ONLY public.job_secrets
     ADD CONSTRAINT job_secrets_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
+
+--
+-- Name: jobs jobs_rate_limit_fkey; Type: FK CONSTRAINT; Schema: public
+--
+
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_rate_limit_fkey FOREIGN KEY (rate_limit) REFERENCES public.rate_limits(name);
 
 --
 -- Name: jobs jobs_retried_by_fkey; Type: FK CONSTRAINT; Schema: public

@@ -40,6 +40,7 @@ export interface Database {
   webhook_subscriptions: WebhookSubscriptionsTable;
   webhook_deliveries: WebhookDeliveriesTable;
   fairness_keys: FairnessKeysTable;
+  rate_limits: RateLimitsTable;
   scaling_groups: ScalingGroupsTable;
 }
 
@@ -208,6 +209,18 @@ export interface JobsTable {
   /** Its fairness key (fair shares within the workspace) and share tag (trigger jobs_fair_tag). */
   fairness_key: ColumnType<string | null, string | null | undefined, string | null>;
   fair_tag: ColumnType<number | null, number | null | undefined, number | null>;
+  /** The rate limit it names (rate_limits.name): it starts only while the limit has room. */
+  rate_limit: ColumnType<string | null, string | null | undefined, string | null>;
+}
+
+/** A named rate limit: at most max_starts job starts per window_seconds, and its recent starts. */
+export interface RateLimitsTable {
+  name: string;
+  max_starts: number;
+  window_seconds: number;
+  starts: Generated<Date[]>;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
 }
 
 /** A fairness key's weight and last share tag (forelead_fair_tag); weight 1 unless set. */

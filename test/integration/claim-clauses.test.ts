@@ -48,6 +48,16 @@ async function afterOneLease(
   return { runner, jobId: (await enqueue(ws, then)).id };
 }
 
+/** Sets the rate limit named after `ws` to `perMinute` and returns its name. */
+async function rateLimit(ws: string, perMinute: number): Promise<string> {
+  const reply = await admin.rest.request("PUT", `/v1/admin/rate-limits/${ws}`, {
+    apiVersion: "v1",
+    perMinute,
+  });
+  expect(reply.status, reply.text).toBe(200);
+  return ws;
+}
+
 /**
  * Each state, the waiting code the job must report in it ("none": claimable), and how to build it.
  */
@@ -165,6 +175,22 @@ const states: ReadonlyArray<[string, string, (ws: string) => Promise<Built>]> = 
         { concurrencyKey: "a", concurrencyLimit: 1 },
         { concurrencyKey: "b", concurrencyLimit: 1 },
       ),
+  ],
+  [
+    "its rate limit used up",
+    "rate_limited",
+    async (ws) => {
+      const limited = { rateLimit: await rateLimit(ws, 1) };
+      return afterOneLease(ws, { slots: 2 }, limited, limited);
+    },
+  ],
+  [
+    "its rate limit with room",
+    "none",
+    async (ws) => {
+      const limited = { rateLimit: await rateLimit(ws, 2) };
+      return afterOneLease(ws, { slots: 2 }, limited, limited);
+    },
   ],
   ["the runner's slots full", "all_busy", (ws) => afterOneLease(ws, { slots: 1 }, {}, {})],
   ["a slot of the runner free", "none", (ws) => afterOneLease(ws, { slots: 2 }, {}, {})],

@@ -12,6 +12,7 @@ import { isStepJob } from "../pipelines/settle-hook.js";
 import type { SecretBox } from "../../secrets/box.js";
 import { hasSecrets, secretNames, secretsDigest, storeJobSecrets } from "./secrets.js";
 import { applyGroupPolicy, hasGroupPolicy } from "./group-policy.js";
+import { checkRateLimitsExist } from "./rate-limits.js";
 import type { SettleHook } from "../pipelines/settle-hook.js";
 import {
   bad,
@@ -40,6 +41,7 @@ function scheduleColumns(input: EnqueueInput) {
     concurrency_key: input.concurrencyKey || null,
     concurrency_limit: input.concurrencyKey ? input.concurrencyLimit! : null,
     fairness_key: input.fairnessKey || null,
+    rate_limit: input.rateLimit || null,
     backoff_initial_seconds: b ? b.initialSeconds : null,
     backoff_multiplier: multiplier,
     backoff_max_seconds: b
@@ -57,6 +59,7 @@ function scheduleColumns(input: EnqueueInput) {
     delaySeconds: input.delaySeconds,
     concurrency: input.concurrencyKey ? [input.concurrencyKey, input.concurrencyLimit] : undefined,
     fairnessKey: input.fairnessKey || undefined,
+    rateLimit: input.rateLimit || undefined,
     backoff: b
       ? [columns.backoff_initial_seconds, columns.backoff_multiplier, columns.backoff_max_seconds]
       : undefined,
@@ -227,6 +230,10 @@ export async function storeEnqueues(
   handoff?: HandoffTarget,
 ): Promise<StoredEnqueue[]> {
   const rows = prepared.map((p) => p.row);
+  await checkRateLimitsExist(
+    q,
+    rows.flatMap((r) => (r.rate_limit ? [r.rate_limit] : [])),
+  );
   if (handoff && (rows.length !== 1 || prepared[0]!.withSecrets))
     throw new Error("a handoff is made by the enqueue of one job without secrets");
   // One job (every single enqueue) is sent as its compiled shape; a batch is built as it comes.

@@ -51,6 +51,11 @@ export interface EnqueueInput extends JobSecretsInput {
    * proportion to their weights (forelead_fair_tag). Empty: none.
    */
   readonly fairnessKey?: string;
+  /**
+   * The rate limit it names (PUT /v1/admin/rate-limits/{name}): it starts only while the limit has
+   * room (forelead_rate_limit_room). Empty: none.
+   */
+  readonly rateLimit?: string;
   /** How retries are spaced; undefined: requeued at once. */
   readonly backoff?: BackoffInput;
   /** What a runner must have to be leased the job. */
@@ -342,6 +347,7 @@ function validateSchedule(input: EnqueueInput): void {
         `${limit}`,
     );
   if (input.fairnessKey) checkSegmentId("fairnessKey", input.fairnessKey);
+  if (input.rateLimit) checkSegmentId("rateLimit", input.rateLimit);
   validatePolicy(input, key);
   const b = input.backoff;
   if (b) {

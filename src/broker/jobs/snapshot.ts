@@ -60,6 +60,7 @@ export function jobSnapshot(row: JobRow, attempts?: readonly unknown[]): JobSnap
       concurrencyLimit: row.concurrency_limit,
     });
   if (row.fairness_key) out.fairnessKey = row.fairness_key;
+  if (row.rate_limit) out.rateLimit = row.rate_limit;
   if (row.backoff_initial_seconds !== null && row.backoff_initial_seconds !== undefined) {
     out.backoff = {
       initialSeconds: row.backoff_initial_seconds,

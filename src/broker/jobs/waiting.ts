@@ -16,17 +16,20 @@ interface JobWaiting {
     | "runners_paused"
     | "runners_not_connected"
     | "concurrency_group"
+    | "rate_limited"
     | "all_busy";
   readonly message: string;
   readonly missingLabels?: readonly string[];
   readonly busyRunners?: number;
   readonly busySlots?: number;
-  /** scheduled, backoff: when the job becomes claimable (RFC 3339). */
+  /** scheduled, backoff: when the job becomes claimable; rate_limited: when its limit has room. */
   readonly until?: string;
   readonly concurrencyKey?: string;
   readonly concurrencyRunning?: number;
   /** unmet_requirements: e.g. "architecture arm64". */
   readonly unmetRequirement?: string;
+  /** rate_limited: the rate limit holding the job. */
+  readonly rateLimit?: string;
 }
 
 /** A job's requirements as its snapshot shows them. */
@@ -54,6 +57,13 @@ interface JobClauses {
   readonly group_running: number;
   /** forelead_group_has_room */
   readonly group_room: boolean;
+  readonly rate_limit: string | null;
+  /** forelead_rate_limit_room at now() (true with no limit), and the limit's figures. */
+  readonly rate_room: boolean;
+  readonly rate_max: number | null;
+  readonly rate_window: number | null;
+  /** forelead_rate_limit_next: when the limit has room again. */
+  readonly rate_next: Date | null;
 }
 
 /** The claim clauses of the job against one registered runner of its workspace. */
@@ -108,6 +118,9 @@ export function runnableNow(alias: JobsAlias, offlineSeconds: number): RawBuilde
     and (select w.unpaused from forelead_workspace_unpaused(${j}workspace_id) w)
     and forelead_group_has_room(${j}concurrency_key, ${j}concurrency_limit,
       forelead_group_running(${j}workspace_id, ${j}concurrency_key))
+    and (${j}rate_limit is null or exists (select 1 from rate_limits rl
+      where rl.name = ${j}rate_limit
+        and forelead_rate_limit_room(rl.starts, rl.max_starts, rl.window_seconds, now())))
     and exists (
       select 1 from runners r cross join lateral forelead_live_leases(r.workspace_id, r.runner_id) live
       where r.workspace_id = ${j}workspace_id and r.retired_at is null
@@ -147,7 +160,8 @@ async function jobRunnableNow(
  * requirement at a time to name it); every matching one is paused
  * (forelead_runner_unpaused); none of them is connected (its state:
  * offline, not heard from within `offlineSeconds`, or draining); the job's concurrency group is full
- * (forelead_group_has_room); every one is busy (forelead_slot_free). First,
+ * (forelead_group_has_room); its rate limit is used up (forelead_rate_limit_room, and when it has
+ * room again, forelead_rate_limit_next); every one is busy (forelead_slot_free). First,
  * whether the job is runnable now at all (runnableNow): `runnable` when the
  * caller's own statement asked it, else a statement of its own.
  */
@@ -211,11 +225,16 @@ async function jobWaiting(
       select j.claimable_at, j.attempts, forelead_job_due(j.claimable_at) as due,
         w.unpaused as workspace_unpaused, p.paused_at, p.paused_by, p.reason,
         j.concurrency_key, j.concurrency_limit, g.n as group_running,
-        forelead_group_has_room(j.concurrency_key, j.concurrency_limit, g.n) as group_room
+        forelead_group_has_room(j.concurrency_key, j.concurrency_limit, g.n) as group_room,
+        j.rate_limit, coalesce(forelead_rate_limit_room(rl.starts, rl.max_starts,
+          rl.window_seconds, now()), true) as rate_room,
+        rl.max_starts as rate_max, rl.window_seconds as rate_window,
+        forelead_rate_limit_next(rl.starts, rl.max_starts, rl.window_seconds, now()) as rate_next
       from jobs j
       cross join lateral forelead_workspace_unpaused(j.workspace_id) w
       cross join lateral (select forelead_group_running(j.workspace_id, j.concurrency_key) as n) g
       left join workspace_pauses p on p.workspace_id = j.workspace_id
+      left join rate_limits rl on rl.name = j.rate_limit
       where j.id = ${jobId} and j.state = 'queued'`
       .execute(db)
       .then((r) => r.rows[0]),
@@ -342,6 +361,20 @@ async function jobWaiting(
         `runs when one of them ends (the group's queued jobs go oldest first)`,
       concurrencyKey: groupKey,
       concurrencyRunning: running,
+    };
+  }
+  if (!clauses.rate_room) {
+    const limit = clauses.rate_limit!;
+    const until = new Date(clauses.rate_next!).toISOString();
+    const per = clauses.rate_window === 1 ? "second" : "minute";
+    return {
+      code: "rate_limited",
+      rateLimit: limit,
+      until,
+      message:
+        `rate limit ${JSON.stringify(limit)} is used up: at most ${clauses.rate_max} of its ` +
+        `jobs start per ${per}, across all replicas; the job may start from ${until} ` +
+        `(raise it with PUT /v1/admin/rate-limits/${limit})`,
     };
   }
   if (connected.every((r) => !r.slot_free)) {

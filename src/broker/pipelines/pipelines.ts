@@ -134,6 +134,7 @@ export function storedRequest(
     concurrencyKey: s.concurrencyKey || undefined,
     concurrencyLimit: s.concurrencyKey ? s.concurrencyLimit : undefined,
     fairnessKey: s.fairnessKey || undefined,
+    rateLimit: s.rateLimit || undefined,
     backoff: s.backoff,
     requirements: s.requirements,
     idToken: s.idToken,

@@ -300,6 +300,7 @@ export type StoredStepRequest = Pick<
   | "concurrencyKey"
   | "concurrencyLimit"
   | "fairnessKey"
+  | "rateLimit"
   | "backoff"
   | "requirements"
   | "idToken"

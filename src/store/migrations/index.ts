@@ -38,6 +38,7 @@ import * as m0036 from "./0036_job_id_tokens.js";
 import * as m0037 from "./0037_fair_shares.js";
 import * as m0038 from "./0038_job_display_name.js";
 import * as m0039 from "./0039_autoscale.js";
+import * as m0040 from "./0040_rate_limits.js";
 
 /**
  * Every migration, in order. Numbered, plain and append-only: a shipped
@@ -83,4 +84,5 @@ export const migrations: Record<string, Migration> = {
   "0037_fair_shares": m0037,
   "0038_job_display_name": m0038,
   "0039_autoscale": m0039,
+  "0040_rate_limits": m0040,
 };

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file forelead/admin/v1/flow.proto.
  */
 export const file_forelead_admin_v1_flow: GenFile = /*@__PURE__*/
-  fileDesc("Chxmb3JlbGVhZC9hZG1pbi92MS9mbG93LnByb3RvEhFmb3JlbGVhZC5hZG1pbi52MSKAAQoLRmFpcm5lc3NLZXkSFAoMd29ya3NwYWNlX2lkGAEgASgJEgsKA2tleRgCIAEoCRIOCgZ3ZWlnaHQYAyABKAUSDgoGcXVldWVkGAQgASgFEi4KCnVwZGF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl8KFVNldEZhaXJuZXNzS2V5UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRILCgNrZXkYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEg4KBndlaWdodBgEIAEoBSJjChZTZXRGYWlybmVzc0tleVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEjQKDGZhaXJuZXNzX2tleRgCIAEoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkZhaXJuZXNzS2V5Ii8KF0xpc3RGYWlybmVzc0tleXNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCSJmChhMaXN0RmFpcm5lc3NLZXlzUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSNQoNZmFpcm5lc3Nfa2V5cxgCIAMoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkZhaXJuZXNzS2V5MswCCgtGbG93U2VydmljZRKdAQoOU2V0RmFpcm5lc3NLZXkSKC5mb3JlbGVhZC5hZG1pbi52MS5TZXRGYWlybmVzc0tleVJlcXVlc3QaKS5mb3JlbGVhZC5hZG1pbi52MS5TZXRGYWlybmVzc0tleVJlc3BvbnNlIjbK8xgyCgNQVVQSHS92MS9hZG1pbi9mYWlybmVzcy1rZXlzL3trZXl9OgVhZG1pbkIFYWRtaW4SnAEKEExpc3RGYWlybmVzc0tleXMSKi5mb3JlbGVhZC5hZG1pbi52MS5MaXN0RmFpcm5lc3NLZXlzUmVxdWVzdBorLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RGYWlybmVzc0tleXNSZXNwb25zZSIvyvMYKwoDR0VUEhcvdjEvYWRtaW4vZmFpcm5lc3Mta2V5czoFYWRtaW5CBHJlYWRiBnByb3RvMw", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
+  fileDesc("Chxmb3JlbGVhZC9hZG1pbi92MS9mbG93LnByb3RvEhFmb3JlbGVhZC5hZG1pbi52MSKAAQoLRmFpcm5lc3NLZXkSFAoMd29ya3NwYWNlX2lkGAEgASgJEgsKA2tleRgCIAEoCRIOCgZ3ZWlnaHQYAyABKAUSDgoGcXVldWVkGAQgASgFEi4KCnVwZGF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl8KFVNldEZhaXJuZXNzS2V5UmVxdWVzdBITCgthcGlfdmVyc2lvbhgBIAEoCRILCgNrZXkYAiABKAkSFAoMd29ya3NwYWNlX2lkGAMgASgJEg4KBndlaWdodBgEIAEoBSJjChZTZXRGYWlybmVzc0tleVJlc3BvbnNlEhMKC2FwaV92ZXJzaW9uGAEgASgJEjQKDGZhaXJuZXNzX2tleRgCIAEoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkZhaXJuZXNzS2V5Ii8KF0xpc3RGYWlybmVzc0tleXNSZXF1ZXN0EhQKDHdvcmtzcGFjZV9pZBgBIAEoCSJmChhMaXN0RmFpcm5lc3NLZXlzUmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSNQoNZmFpcm5lc3Nfa2V5cxgCIAMoCzIeLmZvcmVsZWFkLmFkbWluLnYxLkZhaXJuZXNzS2V5IoEBCglSYXRlTGltaXQSDAoEbmFtZRgBIAEoCRISCgpwZXJfc2Vjb25kGAIgASgFEhIKCnBlcl9taW51dGUYAyABKAUSDgoGcXVldWVkGAQgASgFEi4KCnVwZGF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImAKE1NldFJhdGVMaW1pdFJlcXVlc3QSEwoLYXBpX3ZlcnNpb24YASABKAkSDAoEbmFtZRgCIAEoCRISCgpwZXJfc2Vjb25kGAMgASgFEhIKCnBlcl9taW51dGUYBCABKAUiXQoUU2V0UmF0ZUxpbWl0UmVzcG9uc2USEwoLYXBpX3ZlcnNpb24YASABKAkSMAoKcmF0ZV9saW1pdBgCIAEoCzIcLmZvcmVsZWFkLmFkbWluLnYxLlJhdGVMaW1pdCIXChVMaXN0UmF0ZUxpbWl0c1JlcXVlc3QiYAoWTGlzdFJhdGVMaW1pdHNSZXNwb25zZRITCgthcGlfdmVyc2lvbhgBIAEoCRIxCgtyYXRlX2xpbWl0cxgCIAMoCzIcLmZvcmVsZWFkLmFkbWluLnYxLlJhdGVMaW1pdDL8BAoLRmxvd1NlcnZpY2USnQEKDlNldEZhaXJuZXNzS2V5EiguZm9yZWxlYWQuYWRtaW4udjEuU2V0RmFpcm5lc3NLZXlSZXF1ZXN0GikuZm9yZWxlYWQuYWRtaW4udjEuU2V0RmFpcm5lc3NLZXlSZXNwb25zZSI2yvMYMgoDUFVUEh0vdjEvYWRtaW4vZmFpcm5lc3Mta2V5cy97a2V5fToFYWRtaW5CBWFkbWluEpwBChBMaXN0RmFpcm5lc3NLZXlzEiouZm9yZWxlYWQuYWRtaW4udjEuTGlzdEZhaXJuZXNzS2V5c1JlcXVlc3QaKy5mb3JlbGVhZC5hZG1pbi52MS5MaXN0RmFpcm5lc3NLZXlzUmVzcG9uc2UiL8rzGCsKA0dFVBIXL3YxL2FkbWluL2ZhaXJuZXNzLWtleXM6BWFkbWluQgRyZWFkEpYBCgxTZXRSYXRlTGltaXQSJi5mb3JlbGVhZC5hZG1pbi52MS5TZXRSYXRlTGltaXRSZXF1ZXN0GicuZm9yZWxlYWQuYWRtaW4udjEuU2V0UmF0ZUxpbWl0UmVzcG9uc2UiNcrzGDEKA1BVVBIcL3YxL2FkbWluL3JhdGUtbGltaXRzL3tuYW1lfToFYWRtaW5CBWFkbWluEpQBCg5MaXN0UmF0ZUxpbWl0cxIoLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSYXRlTGltaXRzUmVxdWVzdBopLmZvcmVsZWFkLmFkbWluLnYxLkxpc3RSYXRlTGltaXRzUmVzcG9uc2UiLcrzGCkKA0dFVBIVL3YxL2FkbWluL3JhdGUtbGltaXRzOgVhZG1pbkIEcmVhZGIGcHJvdG8z", [file_forelead_api_v1_route, file_google_protobuf_timestamp]);
 
 /**
  * FairnessKey is a key's share of its workspace.
@@ -162,9 +162,151 @@ export const ListFairnessKeysResponseSchema: GenMessage<ListFairnessKeysResponse
   messageDesc(file_forelead_admin_v1_flow, 4);
 
 /**
+ * RateLimit bounds how many jobs naming it start per second or per minute.
+ *
+ * @generated from message forelead.admin.v1.RateLimit
+ */
+export type RateLimit = Message<"forelead.admin.v1.RateLimit"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * One of the two is set.
+   *
+   * @generated from field: int32 per_second = 2;
+   */
+  perSecond: number;
+
+  /**
+   * @generated from field: int32 per_minute = 3;
+   */
+  perMinute: number;
+
+  /**
+   * Its jobs queued now.
+   *
+   * @generated from field: int32 queued = 4;
+   */
+  queued: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp updated_at = 5;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.RateLimit.
+ * Use `create(RateLimitSchema)` to create a new message.
+ */
+export const RateLimitSchema: GenMessage<RateLimit> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_flow, 5);
+
+/**
+ * SetRateLimitRequest names the limit (in the path) and sets exactly one of
+ * per_second and per_minute (1 to 10000).
+ *
+ * @generated from message forelead.admin.v1.SetRateLimitRequest
+ */
+export type SetRateLimitRequest = Message<"forelead.admin.v1.SetRateLimitRequest"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: int32 per_second = 3;
+   */
+  perSecond: number;
+
+  /**
+   * @generated from field: int32 per_minute = 4;
+   */
+  perMinute: number;
+};
+
+/**
+ * Describes the message forelead.admin.v1.SetRateLimitRequest.
+ * Use `create(SetRateLimitRequestSchema)` to create a new message.
+ */
+export const SetRateLimitRequestSchema: GenMessage<SetRateLimitRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_flow, 6);
+
+/**
+ * SetRateLimitResponse is the limit as stored.
+ *
+ * @generated from message forelead.admin.v1.SetRateLimitResponse
+ */
+export type SetRateLimitResponse = Message<"forelead.admin.v1.SetRateLimitResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: forelead.admin.v1.RateLimit rate_limit = 2;
+   */
+  rateLimit?: RateLimit | undefined;
+};
+
+/**
+ * Describes the message forelead.admin.v1.SetRateLimitResponse.
+ * Use `create(SetRateLimitResponseSchema)` to create a new message.
+ */
+export const SetRateLimitResponseSchema: GenMessage<SetRateLimitResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_flow, 7);
+
+/**
+ * ListRateLimitsRequest asks for every rate limit.
+ *
+ * @generated from message forelead.admin.v1.ListRateLimitsRequest
+ */
+export type ListRateLimitsRequest = Message<"forelead.admin.v1.ListRateLimitsRequest"> & {
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListRateLimitsRequest.
+ * Use `create(ListRateLimitsRequestSchema)` to create a new message.
+ */
+export const ListRateLimitsRequestSchema: GenMessage<ListRateLimitsRequest> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_flow, 8);
+
+/**
+ * ListRateLimitsResponse lists them.
+ *
+ * @generated from message forelead.admin.v1.ListRateLimitsResponse
+ */
+export type ListRateLimitsResponse = Message<"forelead.admin.v1.ListRateLimitsResponse"> & {
+  /**
+   * @generated from field: string api_version = 1;
+   */
+  apiVersion: string;
+
+  /**
+   * @generated from field: repeated forelead.admin.v1.RateLimit rate_limits = 2;
+   */
+  rateLimits: RateLimit[];
+};
+
+/**
+ * Describes the message forelead.admin.v1.ListRateLimitsResponse.
+ * Use `create(ListRateLimitsResponseSchema)` to create a new message.
+ */
+export const ListRateLimitsResponseSchema: GenMessage<ListRateLimitsResponse> = /*@__PURE__*/
+  messageDesc(file_forelead_admin_v1_flow, 9);
+
+/**
  * FlowService sets how a workspace's queue is shared: the weights of its
- * fairness keys (docs/design.md, "Fair shares"). Stored in the database, so
- * every replica's next claim uses them; no restart.
+ * fairness keys (docs/design.md, "Fair shares"), and the rate limits jobs name
+ * (docs/fleet.md, "Scheduling"). Stored in the database, so every replica's
+ * next claim uses them; no restart.
  *
  * @generated from service forelead.admin.v1.FlowService
  */
@@ -192,6 +334,30 @@ export const FlowService: GenService<{
     methodKind: "unary";
     input: typeof ListFairnessKeysRequestSchema;
     output: typeof ListFairnessKeysResponseSchema;
+  },
+  /**
+   * Sets a rate limit (creating it): from the next claim on, on every
+   * replica, at most that many jobs naming it start in any window of a second
+   * (per_second) or a minute (per_minute). Refused (400, nothing stored): a
+   * name that is not an id, both or neither of per_second and per_minute, a
+   * value over 10000.
+   *
+   * @generated from rpc forelead.admin.v1.FlowService.SetRateLimit
+   */
+  setRateLimit: {
+    methodKind: "unary";
+    input: typeof SetRateLimitRequestSchema;
+    output: typeof SetRateLimitResponseSchema;
+  },
+  /**
+   * The rate limits, by name.
+   *
+   * @generated from rpc forelead.admin.v1.FlowService.ListRateLimits
+   */
+  listRateLimits: {
+    methodKind: "unary";
+    input: typeof ListRateLimitsRequestSchema;
+    output: typeof ListRateLimitsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_forelead_admin_v1_flow, 0);

@@ -27,11 +27,20 @@
 -- group and none can commit meanwhile. A full group's key is excluded and the
 -- pick runs again: a full group never blocks the rest of the workspace.
 --
+-- Rate limits are exact across replicas too. A candidate naming one
+-- (jobs.rate_limit) takes its start from the limit's rate_limits row in an
+-- update that locks the row until commit and holds only while
+-- forelead_rate_limit_room does, appending the lease's start time (now()):
+-- claimers of one limit take their starts one after another. A full limit's
+-- name is excluded and the pick runs again. A job without a rate limit never
+-- reads rate_limits (docs/performance.md, "Rate limits: the claim of a job
+-- without one").
+--
 -- Deadlocks: all runner rows are locked first, in the caller's sorted order,
--- so no runner lock is waited on while holding a group lock. Only the first
--- group lock of a call is waited for; a later one is tried, and when another
--- claimer holds it that key is skipped for this request and the workspace is
--- woken (NOTIFY forelead_jobs) at commit.
+-- so no runner lock is waited on while holding a group lock or a rate limit's
+-- row. Only the first such lock of a call is waited for; a later one is tried,
+-- and when another claimer holds it that key or limit is skipped for this
+-- request and the workspace is woken (NOTIFY forelead_jobs) at commit.
 --
 -- Picks are written as one set (forelead_claim_write) at the end, or before a
 -- grouped candidate's recount; meanwhile a picked job is excluded by its id
@@ -62,7 +71,9 @@ declare
   excluded text[];
   group_keys text[];
   group_counts int[];
-  group_locked boolean := false;
+  -- Whether this call has waited for a group lock or a rate limit's row (see Deadlocks).
+  waited boolean := false;
+  limited text[];
   contended text[] := '{}';
   leased int := 0;
   got int;
@@ -90,6 +101,7 @@ begin
     continue when not forelead_runner_unpaused(runner.paused_at) or runner.draining_at is not null
       or not (select w.unpaused from forelead_workspace_unpaused(p_workspace_ids[i]) w);
     excluded := '{}';
+    limited := '{}';
     -- The workspace's running groups, counted once per request (not per candidate row).
     select coalesce(array_agg(g.concurrency_key), '{}'), coalesce(array_agg(g.running), '{}')
     into group_keys, group_counts
@@ -98,7 +110,8 @@ begin
     select count(*) into picked_by_runner from unnest(picked_for) k
     where p_workspace_ids[k] = p_workspace_ids[i] and p_runner_ids[k] = p_runner_ids[i];
     loop
-      select j.id, j.attempts, j.concurrency_key, j.concurrency_limit into cand from jobs j
+      select j.id, j.attempts, j.concurrency_key, j.concurrency_limit, j.rate_limit
+      into cand from jobs j
       where j.workspace_id = p_workspace_ids[i] and j.state = 'queued'
         and forelead_job_due(j.claimable_at)
         and forelead_labels_match(j.labels, runner.labels)
@@ -108,6 +121,7 @@ begin
         and forelead_group_has_room(j.concurrency_key, j.concurrency_limit,
           coalesce(group_counts[array_position(group_keys, j.concurrency_key)], 0))
         and (j.concurrency_key is null or not j.concurrency_key = any(excluded))
+        and (j.rate_limit is null or not j.rate_limit = any(limited))
         and not j.id = any(picked)
         and forelead_slot_free(
           (select l.n from forelead_live_leases(p_workspace_ids[i], p_runner_ids[i]) l)
@@ -116,30 +130,50 @@ begin
       order by j.priority desc, j.fair_tag nulls first, j.created_at, j.id
       limit 1
       for update of j skip locked;
-      exit when not found or cand.concurrency_key is null;
-      -- A job of a concurrency group: what was picked so far is written first, so that the
-      -- group's count below (a new statement) sees every lease of this call too.
-      if cardinality(picked) > 0 then
-        return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids,
-          p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
-        get diagnostics got = row_count;
-        leased := leased + got;
-        picked := '{}'; picked_for := '{}'; picked_attempts := '{}'; picked_by_runner := 0;
+      exit when not found;
+      if cand.concurrency_key is not null then
+        -- A job of a concurrency group: what was picked so far is written first, so that the
+        -- group's count below (a new statement) sees every lease of this call too.
+        if cardinality(picked) > 0 then
+          return query select * from forelead_claim_write(p_workspace_ids, p_runner_ids,
+            p_token_hashes_hex, p_lease_seconds, picked, picked_for, picked_attempts);
+          get diagnostics got = row_count;
+          leased := leased + got;
+          picked := '{}'; picked_for := '{}'; picked_attempts := '{}'; picked_by_runner := 0;
+        end if;
+        if not waited then
+          perform pg_advisory_xact_lock(
+            hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0));
+          waited := true;
+        elsif not pg_try_advisory_xact_lock(
+            hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0)) then
+          excluded := excluded || cand.concurrency_key;
+          contended := contended || p_workspace_ids[i];
+          continue;
+        end if;
+        -- A new statement, a new snapshot: every lease of the group committed before the lock.
+        if not forelead_group_has_room(cand.concurrency_key, cand.concurrency_limit,
+            forelead_group_running(p_workspace_ids[i], cand.concurrency_key)) then
+          excluded := excluded || cand.concurrency_key;
+          continue;
+        end if;
       end if;
-      if not group_locked then
-        perform pg_advisory_xact_lock(
-          hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0));
-        group_locked := true;
-      elsif not pg_try_advisory_xact_lock(
-          hashtextextended(p_workspace_ids[i] || chr(31) || cand.concurrency_key, 0)) then
-        excluded := excluded || cand.concurrency_key;
+      exit when cand.rate_limit is null;
+      -- A job naming a rate limit: its row is locked by the update (waited for only as the
+      -- call's first lock), which takes the start when the limit has room at now().
+      if waited and not exists (select 1 from rate_limits r where r.name = cand.rate_limit
+          for no key update skip locked) then
+        limited := limited || cand.rate_limit;
         contended := contended || p_workspace_ids[i];
         continue;
       end if;
-      -- A new statement, a new snapshot: every lease of the group committed before the lock.
-      exit when forelead_group_has_room(cand.concurrency_key, cand.concurrency_limit,
-        forelead_group_running(p_workspace_ids[i], cand.concurrency_key));
-      excluded := excluded || cand.concurrency_key;
+      waited := true;
+      update rate_limits r
+      set starts = forelead_rate_limit_started(r.starts, r.window_seconds, now())
+      where r.name = cand.rate_limit
+        and forelead_rate_limit_room(r.starts, r.max_starts, r.window_seconds, now());
+      exit when found;
+      limited := limited || cand.rate_limit;
     end loop;
     continue when cand.id is null;
     picked := picked || cand.id;
