@@ -33,8 +33,8 @@ const maxAgeSeconds = 300;
  * certificate, HTTP/1.1 and HTTP/2, without asking for a client certificate: clouds fetch them
  * anonymously with ordinary HTTPS clients. GET and HEAD, with Cache-Control and an ETag. Times
  * are the database's (`nowMs`). The main listener's connection `limits` apply (handshake timeout,
- * per-address cap, streams, idle HTTP/2 connections; see guardConnections) and its TLS material's
- * one reload path. Registered on `stack`.
+ * per-address cap, streams, idle HTTP/2 connections; see guardConnections; no body is read, so
+ * there is no body watch) and its TLS material's one reload path. Registered on `stack`.
  */
 export async function serveJobTokenDiscovery(
   listen: JobTokenListen,
@@ -54,7 +54,6 @@ export async function serveJobTokenDiscovery(
       handshakeTimeout: limits.handshakeTimeoutMs,
     },
     (req, res) => {
-      guard.watchRequest(req, res);
       void answer(req, res).catch((err: unknown) => {
         console.error(`job-token discovery: ${req.method} ${req.url}: ${(err as Error).message}`);
         if (!res.headersSent) reply(res, req.method, 500, "no-store", error("internal"));
