@@ -32,7 +32,14 @@ export interface ControlPlane {
   /** The plain-HTTP metrics and health listener, when options.metricsListen asked for one. */
   readonly metrics: MetricsServer | undefined;
   /** The job-token issuer, when options.jobTokens asked for one. */
-  readonly jobTokens: { readonly issuerUrl: string; readonly discoveryUrl?: string } | undefined;
+  readonly jobTokens:
+    | {
+        readonly issuerUrl: string;
+        readonly discoveryUrl?: string;
+        /** What the connection limits cut on the discovery listener (live counts). */
+        readonly discoveryConnections?: ConnectionCounters;
+      }
+    | undefined;
   /**
    * Stops accepting, closes client sessions, then everything else it opened,
    * newest first, down to the database; rejects with an UnwindError naming

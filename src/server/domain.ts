@@ -151,7 +151,13 @@ export async function buildDomain(checked: CheckedOptions, stack: ResourceStack)
   const jobTokens = options.jobTokens
     ? await openJobTokens(
         options.jobTokens,
-        { db: store.db, trustDomain: options.trustDomain, tls: checked.tls, clock },
+        {
+          db: store.db,
+          trustDomain: options.trustDomain,
+          tls: checked.tls,
+          limits: checked.connectionLimits,
+          clock,
+        },
         stack,
       )
     : undefined;

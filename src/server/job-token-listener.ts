@@ -1,9 +1,11 @@
 import { createHash } from "node:crypto";
 import http2 from "node:http2";
 import type { Http2Session } from "node:http2";
-import type { AddressInfo, Socket } from "node:net";
+import type { AddressInfo } from "node:net";
 import { discoveryDocuments, discoveryPaths } from "../identity/job-tokens/discovery.js";
 import type { JobTokenSettings } from "../identity/job-tokens/issue.js";
+import { guardConnections } from "./connection-guard.js";
+import type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 import type { ResourceStack } from "./resource-stack.js";
 import type { TlsMaterial } from "./tls-material.js";
 
@@ -19,6 +21,8 @@ export interface JobTokenServer {
   /** e.g. https://ci.example:8444 */
   readonly url: string;
   readonly port: number;
+  /** What the connection limits cut on this listener. */
+  readonly counters: ConnectionCounters;
 }
 
 /** Clouds cache the documents this long; a rotated key is published well before it signs. */
@@ -28,18 +32,27 @@ const maxAgeSeconds = 300;
  * Serves the issuer's discovery document and JWKS (and nothing else) over HTTPS with the server's
  * certificate, HTTP/1.1 and HTTP/2, without asking for a client certificate: clouds fetch them
  * anonymously with ordinary HTTPS clients. GET and HEAD, with Cache-Control and an ETag. Times
- * are the database's (`nowMs`). Registered on `stack`.
+ * are the database's (`nowMs`). The main listener's connection `limits` apply (handshake timeout,
+ * per-address cap, streams, idle HTTP/2 connections; see guardConnections; no body is read, so
+ * there is no body watch) and its TLS material's one reload path. Registered on `stack`.
  */
 export async function serveJobTokenDiscovery(
   listen: JobTokenListen,
   tls: TlsMaterial,
+  limits: ConnectionLimits,
   /** The issuer URL is read per request: by default it is this listener's own URL. */
   settings: { readonly issuerUrl: () => string; readonly keys: JobTokenSettings["keys"] },
   nowMs: () => number,
   stack: ResourceStack,
 ): Promise<JobTokenServer> {
   const server = http2.createSecureServer(
-    { ...tls.contextOptions(), ALPNProtocols: ["h2", "http/1.1"], allowHTTP1: true },
+    {
+      ...tls.contextOptions(),
+      ALPNProtocols: ["h2", "http/1.1"],
+      allowHTTP1: true,
+      settings: { maxConcurrentStreams: limits.maxConcurrentStreams },
+      handshakeTimeout: limits.handshakeTimeoutMs,
+    },
     (req, res) => {
       void answer(req, res).catch((err: unknown) => {
         console.error(`job-token discovery: ${req.method} ${req.url}: ${(err as Error).message}`);
@@ -86,16 +99,12 @@ export async function serveJobTokenDiscovery(
       return reply(res, req.method, 304, `public, max-age=${maxAgeSeconds}`, undefined);
     reply(res, req.method, 200, `public, max-age=${maxAgeSeconds}`, body);
   }
-  const stopTls = tls.serveOn(server, 10_000);
+  const guard = guardConnections(server, limits);
+  const stopTls = tls.serveOn(server, limits.handshakeTimeoutMs);
   const sessions = new Set<Http2Session>();
-  const sockets = new Set<Socket>();
   server.on("session", (s: Http2Session) => {
     sessions.add(s);
     s.once("close", () => sessions.delete(s));
-  });
-  server.on("secureConnection", (socket: Socket) => {
-    sockets.add(socket);
-    socket.once("close", () => sockets.delete(socket));
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", (err: NodeJS.ErrnoException) =>
@@ -113,12 +122,12 @@ export async function serveJobTokenDiscovery(
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     // Clouds keep connections alive: a close must not wait for them.
     for (const s of sessions) s.destroy();
-    for (const s of sockets) s.destroy();
+    guard.destroyAll();
     return closed;
   });
   const { port } = server.address() as AddressInfo;
   const host = listen.host.includes(":") ? `[${listen.host}]` : listen.host;
-  return { url: `https://${host}:${port}`, port };
+  return { url: `https://${host}:${port}`, port, counters: guard.counters };
 }
 
 function error(code: string, message = "the document could not be made; see the server log") {

@@ -9,6 +9,7 @@ import {
 import { createJobTokenKeyFile, watchJobTokenKeys } from "../identity/job-tokens/key-set.js";
 import type { Database } from "../store/schema.js";
 import type { DbClock } from "../store/db-clock.js";
+import type { ConnectionCounters, ConnectionLimits } from "./connection-limits.js";
 import { serveJobTokenDiscovery, type JobTokenListen } from "./job-token-listener.js";
 import type { ResourceStack } from "./resource-stack.js";
 import type { TlsMaterial } from "./tls-material.js";
@@ -33,6 +34,8 @@ export interface JobTokens {
   readonly issuerUrl: string;
   /** The discovery listener's URL, when there is one. */
   readonly discoveryUrl: string | undefined;
+  /** What the connection limits cut on the discovery listener, when there is one. */
+  readonly discoveryConnections: ConnectionCounters | undefined;
   issue(req: JobTokenRequest): Promise<IssuedJobToken>;
 }
 
@@ -46,6 +49,8 @@ export async function openJobTokens(
     readonly db: Kysely<Database>;
     readonly trustDomain: string;
     readonly tls: TlsMaterial;
+    /** The main listener's connection limits; the discovery listener keeps them too. */
+    readonly limits: ConnectionLimits;
     readonly clock: DbClock;
   },
   stack: ResourceStack,
@@ -76,6 +81,7 @@ export async function openJobTokens(
     ? await serveJobTokenDiscovery(
         options.listen,
         deps.tls,
+        deps.limits,
         { issuerUrl: () => issuerUrl!, keys },
         nowMs,
         stack,
@@ -97,6 +103,7 @@ export async function openJobTokens(
   return {
     issuerUrl,
     discoveryUrl: server?.url,
+    discoveryConnections: server?.counters,
     issue: (req) => issueJobToken(deps.db, settings, req),
   };
 }

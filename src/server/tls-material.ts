@@ -46,8 +46,9 @@ export interface TlsMaterial {
   reload(reason: string): Promise<ReloadOutcome>;
   /**
    * Serves the material on `server`: every successful reload is set as its
-   * secure context; with files, starts the SIGHUP handler and the watchers.
-   * Returns the function that stops them. `handshakeTimeoutMs` is the
+   * secure context. With files, the first server served starts the SIGHUP
+   * handler and the watchers, shared by every server; the last one stopped
+   * stops them. Returns the function that stops serving `server`. `handshakeTimeoutMs` is the
    * server's bound on a TLS handshake (see handshakeUnderCurrentMaterial).
    */
   serveOn(server: Http2SecureServer, handshakeTimeoutMs: number): () => void;
@@ -135,6 +136,22 @@ export function createTlsMaterial(
     return run;
   };
 
+  /**
+   * The one SIGHUP handler and set of watchers of this material, however many servers it serves:
+   * each reload reaches every server once (one log line, one count).
+   */
+  function startReloads(): () => void {
+    if (!files) return () => {};
+    const onHup = () => void reload("SIGHUP");
+    process.on("SIGHUP", onHup);
+    const watchers = watchFiles(files, () => void reload("file change"), log);
+    return () => {
+      process.off("SIGHUP", onHup);
+      watchers();
+    };
+  }
+  let stopReloads = () => {};
+
   return {
     get trustAnchors() {
       return current.trustAnchors;
@@ -159,20 +176,11 @@ export function createTlsMaterial(
       const onHandshake = (session: Http2Session) =>
         handshakes.set(session, { at: performance.now(), boundMs: handshakeTimeoutMs });
       server.on("session", onHandshake);
-      if (!files) {
-        return () => {
-          servers.delete(server);
-          server.off("session", onHandshake);
-        };
-      }
-      const onHup = () => void reload("SIGHUP");
-      process.on("SIGHUP", onHup);
-      const watchers = watchFiles(files, () => void reload("file change"), log);
+      if (servers.size === 1) stopReloads = startReloads();
       return () => {
-        servers.delete(server);
+        if (!servers.delete(server)) return;
         server.off("session", onHandshake);
-        process.off("SIGHUP", onHup);
-        watchers();
+        if (servers.size === 0) stopReloads();
       };
     },
   };

@@ -13,7 +13,13 @@ import { createRemoteJWKSet, customFetch, decodeJwt, decodeProtectedHeader, jwtV
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { RunnerService } from "../../gen/forelead/runner/v1/runner_pb.js";
 import { jobTokenCommand } from "../../src/cli/job-token.js";
-import { adminActor, leasedJob, registeredRunner, type RunnerActor } from "../support/actors.js";
+import {
+  adminActor,
+  jobBody,
+  leasedJob,
+  registeredRunner,
+  type RunnerActor,
+} from "../support/actors.js";
 import { createTestClient } from "../support/clients.js";
 import { startTestControlPlane } from "../support/control-plane.js";
 import { databaseKind } from "../support/database.js";
@@ -335,6 +341,92 @@ describe(`job ID tokens (${databaseKind})`, () => {
       expect(enq.status, enq.text).toBe(400);
       expect(enq.json.message).toContain("idToken.allowedAudiences");
     }
+  });
+
+  /** Claims the one job `runner` may take and asks for a token for `audience` under its lease. */
+  async function claimAndAsk(runner: RunnerActor, audience: string) {
+    const claim = await runner.claim();
+    expect(claim.status, claim.text).toBe(200);
+    secrets.push(claim.json.token);
+    const reply = await askToken(runner, claim.json.job.id, claim.json.token, audience);
+    if (reply.status === 200) secrets.push(reply.json.token);
+    return { job: claim.json.job, reply };
+  }
+
+  it("a schedule template's idToken reaches each job it fires; a bad one is a 400 naming it", async () => {
+    const workspaceId = ws();
+    const {
+      workspaceId: _w,
+      apiVersion: _a,
+      ...template
+    } = jobBody({
+      idToken: { allowedAudiences: [audiences[1]] },
+    });
+    const schedule = (job: Record<string, unknown>, name: string) =>
+      admin.rest.request("POST", "/v1/admin/schedules", {
+        apiVersion: "v1",
+        name,
+        workspaceId,
+        cron: "0 3 * * *",
+        job,
+      });
+    for (const allowedAudiences of [[], [""], ["a".repeat(10 * 1024)]]) {
+      const bad = await schedule({ ...template, idToken: { allowedAudiences } }, "bad");
+      expect(bad.status, bad.text).toBe(400);
+      expect(bad.json.message).toContain("idToken.allowedAudiences");
+    }
+    const created = await schedule(template, "nightly");
+    expect(created.status, created.text).toBe(200);
+    expect(created.json.schedule.job.idToken).toEqual({ allowedAudiences: [audiences[1]] });
+    const run = await admin.rest.request(
+      "POST",
+      `/v1/admin/schedules/${created.json.schedule.id}/run`,
+      { apiVersion: "v1" },
+    );
+    expect(run.status, run.text).toBe(200);
+    expect(run.json.fire).toMatchObject({ outcome: "enqueued" });
+    const runner = await registeredRunner(cp, "r1", workspaceId);
+    const { job, reply } = await claimAndAsk(runner, audiences[1]!);
+    expect(job.id).toBe(run.json.fire.jobId);
+    expect(job.idTokenAudiences).toEqual([audiences[1]]);
+    expect(reply.status, reply.text).toBe(200);
+    expect(decodeJwt(reply.json.token)).toMatchObject({ aud: audiences[1], job_id: job.id });
+    await runner.close();
+  });
+
+  it("a batch enqueue gives each job its own idToken; a bad one refuses the batch with a 400", async () => {
+    const workspaceId = ws();
+    const bad = await admin.rest.request("POST", "/v1/admin/jobs:batch", {
+      apiVersion: "v1",
+      jobs: [
+        jobBody({ workspaceId, idToken: { allowedAudiences: [audiences[0]] } }),
+        jobBody({ workspaceId, idToken: { allowedAudiences: ["ok", ""] } }),
+      ],
+    });
+    expect(bad.status, bad.text).toBe(400);
+    expect(bad.json.message).toContain("idToken.allowedAudiences");
+    const batch = await admin.rest.request("POST", "/v1/admin/jobs:batch", {
+      apiVersion: "v1",
+      jobs: [
+        jobBody({ workspaceId, priority: 2, idToken: { allowedAudiences: [audiences[0]] } }),
+        jobBody({ workspaceId, priority: 1 }),
+      ],
+    });
+    expect(batch.status, batch.text).toBe(200);
+    const [allowed, plain] = batch.json.jobs as { id: string }[];
+    const runner = await registeredRunner(cp, "r1", workspaceId, { slots: 2 });
+    const first = await claimAndAsk(runner, audiences[0]!);
+    expect(first.job.id).toBe(allowed!.id);
+    expect(first.reply.status, first.reply.text).toBe(200);
+    expect(decodeJwt(first.reply.json.token)).toMatchObject({
+      aud: audiences[0],
+      job_id: allowed!.id,
+    });
+    const second = await claimAndAsk(runner, audiences[0]!);
+    expect(second.job.id).toBe(plain!.id);
+    expect(second.reply.status, second.reply.text).toBe(403);
+    expect(second.reply.json.message).toContain("idToken");
+    await runner.close();
   });
 
   it("a pipeline step's job gets tokens with its pipeline and step, and a subject template can name them", async () => {

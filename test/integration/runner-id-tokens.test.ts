@@ -16,7 +16,7 @@ import { readEntries } from "../support/streams.js";
 // A job's identity on the runner (issue 47 item 3): the runner fetches an ID token for each
 // audience the job allows and keeps it fresh in a file per audience in FORELEAD_ID_TOKEN_DIR, which
 // the job reads with cat, on each executor; the token is masked in the job's log and its directory
-// is gone with the job. Leases of 6 s make tokens that live at most 6 s, so the job sees its token
+// is gone with the job. An event the job writes is masked with the same masker. Leases of 6 s make tokens that live at most 6 s, so the job sees its token
 // replaced while it runs.
 const dir = await mkdtemp(join(tmpdir(), "forelead-runner-id-tokens-"));
 const cp = useControlPlane({
@@ -41,6 +41,8 @@ const script = [
   `grep " /run/forelead/id-tokens " /proc/self/mountinfo | while read -r l; do echo "mount $l"; done`,
   't1=$(cat "$f")',
   'echo "whole=$t1"',
+  // The job echoes its token into an event: the stored event holds "***" instead.
+  `printf '{"type":"deploy.token","token":"%s"}\\n' "$t1" >> "$FORELEAD_EVENTS"`,
   'echo "head=$(printf %s "$t1" | cut -c1-40)"',
   'echo "tail=$(printf %s "$t1" | cut -c41-)"',
   // Process jobs: a fresh token on demand through the socket, as `forelead job id-token` asks.
@@ -125,8 +127,14 @@ describe.each(executors)(`job ID tokens on the %s executor (${databaseKind})`, (
         for (const root of ["/dev/shm", tmpdir()])
           expect(existsSync(join(root, hostName!))).toBe(false);
       }
-      // The runner's own log never holds the token.
+      // The runner's own log never holds the token, nor does any stored event.
       expect(runner.log.join("\n")).not.toContain(token);
+      const events = await readEntries(admin, jobId, "events", "?pageSize=1000");
+      expect(events.map((e) => e.data)).toContainEqual(
+        expect.objectContaining({ type: "deploy.token", token: "***" }),
+      );
+      for (const part of [token, token.split(".")[2]!])
+        expect(JSON.stringify(events)).not.toContain(part);
     } finally {
       await runner.close();
     }

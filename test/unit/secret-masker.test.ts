@@ -3,7 +3,11 @@ import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { JobSchema, JobSpecSchema, LeaseSchema } from "../../gen/forelead/runner/v1/job_pb.js";
 import { forEachLine, maxLineChars } from "../../src/runner/executors/lines.js";
-import { createSecretMasker, leaseSecretValues } from "../../src/runner/output/secret-masker.js";
+import {
+  createSecretMasker,
+  leaseSecretValues,
+  maskedForms,
+} from "../../src/runner/output/secret-masker.js";
 import { looksSecret, secretFileNameProblem } from "../../src/protocol/secret-names.js";
 
 /**
@@ -120,6 +124,23 @@ describe("the streaming secret masker", () => {
       }),
     ).toEqual({ type: "job.artifacts", skipped: [{ name: "***.txt", reason: "odd" }], count: 2 });
     expect(through([], ["as ", "is"]).released).toEqual(["as ", "is", ""]);
+  });
+
+  it("a value added later is masked from then on everywhere, an open stream included", () => {
+    const token = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJqb2IifQ.c2lnbmF0dXJl";
+    const masker = createSecretMasker([]);
+    const stream = masker.stream();
+    expect(stream.write(`early ${token.slice(0, 10)}`)).toBe(`early ${token.slice(0, 10)}`);
+    masker.add(maskedForms(token));
+    expect(stream.write(`now ${token.slice(0, 10)}`)).toBe("now ");
+    expect(stream.write(`${token.slice(10)} end`)).toBe("*** end");
+    expect(masker.text(`a ${token} b`)).toBe("a *** b");
+    const b64 = Buffer.from(token).toString("base64");
+    expect(masker.value({ type: "deploy", token, b64 })).toEqual({
+      type: "deploy",
+      token: "***",
+      b64: "***",
+    });
   });
 
   it("gives the same text however the stream is cut (seeded random cuts against the whole-text result)", () => {

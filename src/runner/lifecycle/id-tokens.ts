@@ -12,8 +12,6 @@ export interface IdTokenFiles {
   readonly dir: string;
   /** The socket that answers a fresh token on demand (FORELEAD_ID_TOKEN_SOCKET), when asked. */
   readonly socket: string | undefined;
-  /** Every token written so far: the job's output masks them as secrets. */
-  readonly tokens: ReadonlySet<string>;
   /** Stops refreshing and removes the directory. */
   remove(): Promise<void>;
 }
@@ -26,7 +24,8 @@ const refreshAtShareLeft = 0.5;
  * (idTokenFileName) in a private directory beside the job's secret files; then refreshes each
  * one when half its life is left, replacing the file whole (write, then rename), so a reader never
  * sees half a token. The first fetch failing throws (the job cannot have its identity); a failed
- * refresh is logged and tried again a second later. A token is never logged.
+ * refresh is logged and tried again a second later. A token is never logged: each is given to
+ * `mask` before the job can read it.
  */
 export async function keepIdTokenFiles(options: {
   readonly client: RunnerClient;
@@ -37,11 +36,12 @@ export async function keepIdTokenFiles(options: {
   readonly jobDir: string;
   /** Also serve the on-demand socket (process jobs: a container cannot reach a host socket). */
   readonly socket?: boolean;
+  /** Masks a new token wherever the job's secrets are masked (the lease's SecretMasker). */
+  readonly mask: (token: string) => void;
   readonly log: (message: string) => void;
 }): Promise<IdTokenFiles> {
   const { client, jobId, leaseToken } = options;
   const dir = await privateJobDir(options.jobDir);
-  const tokens = new Set<string>();
   const timers = new Map<string, NodeJS.Timeout>();
   let stopped = false;
   let server: http.Server | undefined;
@@ -57,7 +57,7 @@ export async function keepIdTokenFiles(options: {
   };
   const write = async (audience: string) => {
     const { token, expiresAtMs } = await client.idToken(jobId, leaseToken, audience);
-    tokens.add(token);
+    options.mask(token);
     const file = join(dir, idTokenFileName(audience));
     const temp = await mkdtemp(join(dir, ".next-"));
     await writeFile(join(temp, "token"), token, { mode: 0o400 });
@@ -71,7 +71,7 @@ export async function keepIdTokenFiles(options: {
   /** A token fetched now, for the socket (masked like the files' tokens). */
   const fresh = async (audience: string) => {
     const { token } = await client.idToken(jobId, leaseToken, audience);
-    tokens.add(token);
+    options.mask(token);
     return token;
   };
   const schedule = (audience: string, expiresAtMs: number) => {
@@ -102,7 +102,7 @@ export async function keepIdTokenFiles(options: {
     await remove();
     throw err;
   }
-  return { dir, socket: server && join(dir, idTokenSocketName), tokens, remove };
+  return { dir, socket: server && join(dir, idTokenSocketName), remove };
 }
 
 /**

@@ -14,6 +14,7 @@ import type { JobOutput, OutputSink } from "../output/output.js";
 import {
   createSecretMasker,
   leaseSecretValues,
+  maskedForms,
   type SecretMasker,
 } from "../output/secret-masker.js";
 import { forEachLine } from "../executors/lines.js";
@@ -221,6 +222,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
           audiences: job.idTokenAudiences,
           jobDir,
           socket: ctx.executor.kind === "process",
+          mask: (t) => masker.add(maskedForms(t)),
           log: ctx.log,
         });
       } catch (err) {
@@ -236,11 +238,6 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         };
       }
     }
-    // A token is masked in the job's output like a secret, by line (a token holds no line break).
-    const maskTokens = (text: string) => {
-      for (const t of idTokens?.tokens ?? []) text = text.replaceAll(t, "***");
-      return text;
-    };
     const running = await ctx.executor
       .start({
         runnerId: ctx.client.runnerId,
@@ -252,8 +249,7 @@ export function runLease(context: JobRunContext, lease: Lease): JobRun {
         readOutput: (stream, from) =>
           forEachLine(
             from,
-            (line) => {
-              const text = maskTokens(line);
+            (text) => {
               out.log({ stream, text });
               if (stream === "stdout") contract.stdout(text);
             },

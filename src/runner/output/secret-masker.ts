@@ -35,6 +35,11 @@ export interface SecretMasker {
   text(text: string): string;
   /** Every string inside a JSON-like value (an event), masked. */
   value<T>(value: T): T;
+  /**
+   * Masks `values` too from now on, everywhere this masker masks (its open streams included): a
+   * value the job is given while it runs, such as an ID token (add its maskedForms).
+   */
+  add(values: Iterable<string>): void;
 }
 
 /**
@@ -56,30 +61,34 @@ export interface SecretMasker {
 export function createSecretMasker(values: Iterable<string>): SecretMasker {
   // The values by their first character, longest first; and a pattern of their first two
   // characters, with which the engine's own search skips the positions where none begins.
-  const byFirst = new Map<string, string[]>();
-  for (const v of new Set(values)) {
-    if (v.length === 0) continue;
-    const list = byFirst.get(v[0]!) ?? [];
-    list.push(v);
-    byFirst.set(v[0]!, list);
-  }
-  for (const list of byFirst.values()) list.sort((a, b) => b.length - a.length);
-  if (byFirst.size === 0) {
-    return { stream: () => ({ write: (t) => t, end: () => "" }), text: (t) => t, value: (v) => v };
-  }
-  const heads = new Map<string, Set<string>>();
-  for (const v of [...byFirst.values()].flat())
-    heads.set(v[0]!, (heads.get(v[0]!) ?? new Set()).add(v.slice(1, 2)));
-  const escape = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
-  // first[seconds] per first character; a one-character value's first character alone.
-  const starts = new RegExp(
-    [...heads]
-      .map(([first, seconds]) =>
-        seconds.has("") ? escape(first) : `${escape(first)}[${[...seconds].map(escape).join("")}]`,
-      )
-      .join("|"),
-    "g",
-  );
+  const all = new Set<string>();
+  let byFirst = new Map<string, string[]>();
+  let starts = /$^/g;
+  const index = (more: Iterable<string>) => {
+    for (const v of more) if (v.length > 0) all.add(v);
+    byFirst = new Map();
+    for (const v of all) {
+      const list = byFirst.get(v[0]!) ?? [];
+      list.push(v);
+      byFirst.set(v[0]!, list);
+    }
+    for (const list of byFirst.values()) list.sort((a, b) => b.length - a.length);
+    const heads = new Map<string, Set<string>>();
+    for (const v of all) heads.set(v[0]!, (heads.get(v[0]!) ?? new Set()).add(v.slice(1, 2)));
+    const escape = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
+    // first[seconds] per first character; a one-character value's first character alone.
+    starts = new RegExp(
+      [...heads]
+        .map(([first, seconds]) =>
+          seconds.has("")
+            ? escape(first)
+            : `${escape(first)}[${[...seconds].map(escape).join("")}]`,
+        )
+        .join("|"),
+      "g",
+    );
+  };
+  index(values);
 
   /**
    * Masks `buf`, whose first `covered` characters belong to a stretch whose
@@ -88,6 +97,8 @@ export function createSecretMasker(values: Iterable<string>): SecretMasker {
    * much of that rest is already covered.
    */
   const scan = (buf: string, covered: number, final: boolean) => {
+    // Nothing to mask (yet): the text as it is, at no cost.
+    if (byFirst.size === 0) return { out: buf, rest: "", covered: 0 };
     let hold = buf.length;
     const found: Array<[number, number]> = covered > 0 ? [[0, covered]] : [];
     // The positions where a value may begin: the pattern's matches, and the last position (one
@@ -158,6 +169,7 @@ export function createSecretMasker(values: Iterable<string>): SecretMasker {
     },
     text,
     value: <T>(v: T) => value(v) as T,
+    add: index,
   };
 }
 
@@ -192,10 +204,16 @@ export function leaseSecretValues(lease: Pick<Lease, "secrets" | "secretFiles" |
   for (const [name, v] of Object.entries(lease.job?.spec?.env ?? {})) {
     if (looksSecret(name) && v.length >= minHeuristicLength) values.push(v);
   }
-  // A value under minEncodedLength is masked as it is only: its encoded forms would match ordinary
-  // text.
-  const encoded = values.filter((v) => v.length >= minEncodedLength).flatMap(encodedForms);
-  return [...new Set([...values, ...encoded])];
+  return [...new Set(values.flatMap(maskedForms))];
+}
+
+/**
+ * `value` and the encoded forms a job is likely to print it in (encodedForms): what a masker is
+ * given for one secret. A value under minEncodedLength is masked as it is only: its encoded forms
+ * would match ordinary text.
+ */
+export function maskedForms(value: string): string[] {
+  return value.length >= minEncodedLength ? [value, ...encodedForms(value)] : [value];
 }
 
 /**
