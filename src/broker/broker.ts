@@ -177,6 +177,8 @@ export interface Broker {
   ): Promise<CheckpointEntry>;
   /** Runs one expiry sweep now (the broker also sweeps on a timer). */
   sweep(): Promise<number>;
+  /** Answers every open runner watch now, with no notices (a closing listener's requests end). */
+  endWatches(): void;
   close(): Promise<void>;
 }
 
@@ -390,6 +392,7 @@ export async function createBroker(options: BrokerOptions): Promise<Broker> {
     groupDemand: (name) => readGroupDemand(db, offlineSeconds, name),
     putScalingGroup: (registration) => putScalingGroup(db, registration),
     sweep,
+    endWatches: () => notices.end(),
     async close() {
       closed = true;
       clearInterval(timer);

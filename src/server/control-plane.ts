@@ -66,7 +66,10 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
       checked.connectionLimits,
       bindServices(checked, domain),
       stack,
-      () => Promise.all([domain.streams.close(), domain.events.close()]).then(() => {}),
+      () => {
+        domain.broker.endWatches();
+        return Promise.all([domain.streams.close(), domain.events.close()]).then(() => {});
+      },
     );
     const metrics = options.metricsListen
       ? await serveMetrics(options.metricsListen, domain.metrics, stack)

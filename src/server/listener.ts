@@ -23,7 +23,7 @@ export interface Listener {
 /**
  * Serves `handler` over HTTP/2 with mutual TLS on the options' host and port, within `limits` (see
  * guardConnections), and registers the server on `stack`. Closing stops accepting, sends every
- * session a GOAWAY, calls `endRequests` (requests that would otherwise stay open, such as
+ * session a GOAWAY, calls `endRequests` (requests that would otherwise stay open, such as runner watches and
  * followers, end there), then waits for the sessions to end; any still open after 5 s are
  * destroyed.
  */

@@ -48,6 +48,11 @@ export interface RunnerNotices {
     knownJobIds: readonly string[],
     signal?: AbortSignal,
   ): Promise<RunnerNoticeView[]>;
+  /**
+   * Answers every open watch now, with no notices, and each later one at once: what a closing
+   * listener calls so that open watches do not hold its sessions open.
+   */
+  end(): void;
   close(): Promise<void>;
 }
 
@@ -89,6 +94,10 @@ export async function createRunnerNotices(store: Store): Promise<RunnerNotices> 
     for (const waiter of waiters.armed(runnerKey(workspaceId, runnerId))) waiter.wake(true);
   });
   let closed = false;
+  const end = () => {
+    closed = true;
+    waiters.endAll();
+  };
 
   // The holder's running jobs whose cancel was asked, under a live lease (jobs_workspace_state_created
   // finds the workspace's running jobs).
@@ -115,9 +124,9 @@ export async function createRunnerNotices(store: Store): Promise<RunnerNotices> 
         }
       }
     },
+    end,
     async close() {
-      closed = true;
-      waiters.endAll();
+      end();
       await unlisten();
     },
   };
