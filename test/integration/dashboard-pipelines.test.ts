@@ -204,7 +204,11 @@ describe("the job page's retry button", () => {
     await openJob(reader, succeeded);
     await shows(reader, "[data-state-badge]", "succeeded");
     expect(await reader.page.$(".retry button")).toBeNull();
-    expect(reader.errors).toEqual([]);
+    // Signing in lands on the Overview, whose whole-fleet status and stats a reader of one
+    // workspace may not read: Chromium logs each such 403 however the page handles it, and
+    // whether they come before the job page opens is timing. Nothing else may be logged (the job
+    // page's own GetJobActions answered 200 above).
+    expect(reader.errors.filter((e) => !/status of 403 \(Forbidden\)/.test(e))).toEqual([]);
     await reader.close();
   }, 60_000);
 });
